@@ -1,0 +1,128 @@
+/*
+ * The backend interface: what a lock service (Redis, etcd, ZooKeeper,
+ * PostgreSQL ...) provides to the dlock core. After sqlite3_vfs: a versioned
+ * struct of function pointers with a name and a size, so the core can refuse a
+ * backend built for another version.
+ *
+ * The core owns everything that is the same for every service: argument
+ * checks, owner tokens, the acquire/wait loop, lease bookkeeping, the watchdog
+ * thread, on_lost, and error text. A backend owns the wire: how to take a lease
+ * and issue a fence in one round trip, how to release by owner, how to renew
+ * many leases at once, and how to wait for a release without polling.
+ *
+ * Not yet frozen: DLOCK_BACKEND_VERSION changes with every incompatible
+ * change until 1.0.
+ */
+#ifndef DLOCK_SYS_BACKEND_H
+#define DLOCK_SYS_BACKEND_H
+
+#include "dlock/dlock.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A parsed service URL, as the core hands it to a backend. All strings are
+ * NUL-terminated, percent-decoded where the syntax allows, and owned by the
+ * client; NULL when absent. */
+typedef struct {
+    char *host; /* name or address; IPv6 without brackets */
+    int port;   /* 0 when the URL named none */
+} dlock_url_host;
+
+typedef struct {
+    char *key;
+    char *value;
+} dlock_url_param;
+
+typedef struct {
+    char *scheme;   /* lower case: "redis", "unix", "etcd" ... */
+    char *user;     /* NULL when absent */
+    char *password; /* NULL when absent; never printed */
+    dlock_url_host *hosts;
+    size_t nhosts;  /* 0 for unix:// */
+    char *path;     /* what follows the host list, with its leading '/' */
+    dlock_url_param *params;
+    size_t nparams;
+    char *redacted; /* the URL for messages, the password replaced by "***" */
+} dlock_url;
+
+/* The value of query parameter key, or NULL. */
+DLOCK_EXTERN const char *dlock_url_param_get(const dlock_url *url, const char *key);
+
+/* One entry of a batched renewal. */
+typedef struct {
+    const char *name;  /* lock name */
+    const char *owner; /* owner token */
+    int64_t lease_ms;
+    int result;        /* out: DLOCK_OK renewed, DLOCK_ELOST no longer ours */
+} dlock_renewal;
+
+#define DLOCK_BACKEND_VERSION 1
+
+/*
+ * Thread-safety required of a backend: every call but renew may be made
+ * concurrently from several threads (the backend serialises use of its
+ * connections); renew is only ever called from the client's watchdog thread,
+ * one call at a time, and should use a connection of its own so that renewals
+ * never queue behind a caller's command. Every call must return within the
+ * client's timeouts. A failing call sets the thread's message with
+ * dlock__fail-style text naming the server, and returns a DLOCK_E* code.
+ */
+typedef struct dlock_backend {
+    unsigned version;     /* DLOCK_BACKEND_VERSION */
+    size_t size;          /* sizeof(dlock_backend) */
+    const char *name;     /* "redis" */
+    const char *const *schemes; /* NULL-terminated list of URL schemes served */
+
+    /* Connect and check the connection (credentials, database). */
+    int (*open)(void **out, const dlock_url *url, const dlock_client_options *opts);
+    /* Close everything; NULL is a no-op. No other call is running. */
+    void (*close)(void *be);
+
+    /*
+     * Try once, in one round trip: take the lock for owner with a lease of
+     * lease_ms and issue the next fence. DLOCK_OK and *fence (> 0, strictly
+     * greater than any fence issued before for name); DLOCK_EBUSY with
+     * *retry_ms set to the holder's remaining lease (-1 when unknown). Must be
+     * idempotent for the same owner: a retry after a lost reply returns the
+     * fence already issued.
+     */
+    int (*acquire)(void *be, const char *name, const char *owner, int64_t lease_ms,
+                   uint64_t *fence, int64_t *retry_ms);
+    /* Delete the lock if owner still holds it and wake waiters. DLOCK_OK, or
+     * DLOCK_ELOST when it was not ours (and nothing was deleted). */
+    int (*release)(void *be, const char *name, const char *owner);
+    /* Set the lease to lease_ms from now if owner still holds it. */
+    int (*extend)(void *be, const char *name, const char *owner, int64_t lease_ms);
+    /* DLOCK_OK if owner holds the lock, DLOCK_ELOST if not. */
+    int (*check)(void *be, const char *name, const char *owner);
+    /* Renew n leases in as few round trips as possible, setting each
+     * result. Returns DLOCK_OK when every result is set, else a connection
+     * or protocol error and no result is to be trusted. */
+    int (*renew)(void *be, dlock_renewal *items, size_t n);
+
+    /*
+     * Waiting without polling. watch_begin registers interest in releases of
+     * name and returns only once the registration is active on the server,
+     * so that a release after it returns is never missed. watch_wait sleeps
+     * until a release is announced (DLOCK_OK) or timeout_ms passes
+     * (DLOCK_ETIMEOUT). watch_end drops the registration. A backend should
+     * wake only as many waiters per release as can use it.
+     */
+    int (*watch_begin)(void *be, const char *name, void **watch);
+    int (*watch_wait)(void *be, void *watch, int64_t timeout_ms);
+    void (*watch_end)(void *be, void *watch);
+
+    /* Read the state of name. */
+    int (*status)(void *be, const char *name, dlock_lock_info *out);
+    /* Delete the lock whoever holds it, wake waiters; *removed the state
+     * just before (never NULL here). */
+    int (*force_release)(void *be, const char *name, dlock_lock_info *removed);
+} dlock_backend;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DLOCK_SYS_BACKEND_H */

@@ -1,0 +1,15 @@
+#!/bin/sh
+# Installs the Debian packages dlock needs to build, test and demo, when any
+# is missing. Needs root (or sudo) only when something is missing.
+set -eu
+pkgs="build-essential cmake pkg-config libhiredis-dev redis-server redis-tools libsqlite3-dev sqlite3 clang"
+missing=""
+for p in $pkgs; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "dlock: installing Debian packages:$missing"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing >/dev/null

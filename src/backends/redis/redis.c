@@ -1,0 +1,371 @@
+/*
+ * The Redis backend (single node, or a Sentinel-managed master reached by
+ * its address).
+ *
+ * Keys, for lock NAME and the default prefix "dlock:":
+ *   dlock:{NAME}          the lock: owner token, with the lease as its PX expiry
+ *   dlock:{NAME}:fence    the fence counter, INCR'd by every acquisition
+ *   dlock:{NAME}:release  the pub/sub channel a release is announced on
+ * The braces are a hash tag: the three live in one cluster slot.
+ *
+ * Connections: "cmd" for callers (one at a time, under cmd_mu), "watchdog"
+ * for renewals (the watchdog thread's alone), "sub" for waiting (the
+ * subscriber thread's alone).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/redis/redis_conn.h"
+#include "backends/redis/redis_watch.h"
+#include "core/error.h"
+
+typedef struct {
+    char *prefix;
+    pthread_mutex_t cmd_mu;
+    dlock__redis_conn cmd;
+    dlock__redis_conn wd;
+    dlock__redis_watcher *watcher;
+} redis_backend;
+
+/* prefix + '{' + name + '}' + suffix */
+#define KEY_MAX (128 + DLOCK_NAME_MAX + 16)
+
+typedef struct {
+    char buf[KEY_MAX];
+    size_t len;
+} key_buf;
+
+static void make_key(key_buf *k, const redis_backend *be, const char *name, const char *suffix)
+{
+    int n = snprintf(k->buf, sizeof(k->buf), "%s{%s}%s", be->prefix, name, suffix);
+    k->len = (size_t)n;
+}
+
+static int bad_reply(const dlock__redis_conn *conn, const char *what)
+{
+    return dlock__fail(DLOCK_EPROTO, "%s: unexpected reply to %s", conn->where, what);
+}
+
+/* Run a script on the command connection, under its mutex. */
+static int cmd_script(redis_backend *be, const dlock__redis_script *s, redisReply **out,
+                      int nkeys, int argc, const char **argv, const size_t *lens)
+{
+    int rc;
+
+    pthread_mutex_lock(&be->cmd_mu);
+    rc = dlock__redis_conn_script(&be->cmd, s, out, nkeys, argc, argv, lens);
+    pthread_mutex_unlock(&be->cmd_mu);
+    return rc;
+}
+
+static int int_reply(const dlock__redis_conn *conn, redisReply *r, const char *what,
+                     long long *value)
+{
+    if (r->type != REDIS_REPLY_INTEGER) {
+        freeReplyObject(r);
+        return bad_reply(conn, what);
+    }
+    *value = r->integer;
+    freeReplyObject(r);
+    return DLOCK_OK;
+}
+
+/* ---- open / close ---------------------------------------------------- */
+
+static void redis_close(void *arg)
+{
+    redis_backend *be = arg;
+
+    if (be == NULL)
+        return;
+    dlock__redis_watcher_free(be->watcher);
+    dlock__redis_conn_close(&be->cmd);
+    dlock__redis_conn_close(&be->wd);
+    pthread_mutex_destroy(&be->cmd_mu);
+    free(be->prefix);
+    free(be);
+}
+
+static int redis_open(void **out, const dlock_url *url, const dlock_client_options *opts)
+{
+    redis_backend *be;
+    int rc;
+
+    *out = NULL;
+    if (strcmp(url->scheme, "rediss") == 0)
+        return dlock__fail(DLOCK_ENOTSUP, "rediss:// (Redis over TLS) is not supported: this "
+                           "build's hiredis has no TLS, and dlock will not fall back to clear "
+                           "text; use a TLS tunnel (stunnel, spiped) and a redis:// URL to it");
+    be = calloc(1, sizeof(*be));
+    if (be == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    if (pthread_mutex_init(&be->cmd_mu, NULL) != 0) {
+        free(be);
+        return dlock__fail(DLOCK_ENOMEM, "cannot create a mutex");
+    }
+    be->prefix = strdup(opts->key_prefix != NULL ? opts->key_prefix : "dlock:");
+    if (be->prefix == NULL) {
+        rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+        goto err;
+    }
+    if ((rc = dlock__redis_conn_init(&be->cmd, url, opts, "cmd")) != DLOCK_OK ||
+        (rc = dlock__redis_conn_init(&be->wd, url, opts, "watchdog")) != DLOCK_OK ||
+        (rc = dlock__redis_watcher_new(&be->watcher, url, opts)) != DLOCK_OK)
+        goto err;
+    /* Connect now so that a wrong address or password is reported by open. */
+    if ((rc = dlock__redis_conn_connect(&be->cmd)) != DLOCK_OK)
+        goto err;
+    *out = be;
+    return DLOCK_OK;
+
+err:
+    redis_close(be);
+    return rc;
+}
+
+/* ---- the lock operations --------------------------------------------- */
+
+static int redis_acquire(void *arg, const char *name, const char *owner, int64_t lease_ms,
+                         uint64_t *fence, int64_t *retry_ms)
+{
+    redis_backend *be = arg;
+    key_buf lock, counter;
+    char lease[24];
+    const char *argv[4];
+    size_t lens[4];
+    redisReply *r;
+    int rc;
+
+    make_key(&lock, be, name, "");
+    make_key(&counter, be, name, ":fence");
+    snprintf(lease, sizeof(lease), "%lld", (long long)lease_ms);
+    argv[0] = lock.buf, lens[0] = lock.len;
+    argv[1] = counter.buf, lens[1] = counter.len;
+    argv[2] = owner, lens[2] = strlen(owner);
+    argv[3] = lease, lens[3] = strlen(lease);
+    if ((rc = cmd_script(be, &dlock__redis_script_acquire, &r, 2, 4, argv, lens)) != DLOCK_OK)
+        return rc;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER) {
+        freeReplyObject(r);
+        return bad_reply(&be->cmd, "the acquire script");
+    }
+    if (r->element[0]->integer == 1) {
+        if (r->element[1]->integer <= 0) {
+            freeReplyObject(r);
+            return bad_reply(&be->cmd, "the acquire script (fence <= 0)");
+        }
+        *fence = (uint64_t)r->element[1]->integer;
+        rc = DLOCK_OK;
+    } else {
+        /* PTTL: -1 the key has no expiry, -2 it vanished just now (retry). */
+        long long pttl = r->element[1]->integer;
+        *retry_ms = pttl == -2 ? 0 : pttl;
+        rc = DLOCK_EBUSY;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+/* The three owner-checked scripts share one shape: 1 done, 0 not ours. */
+static int owner_script(redis_backend *be, const dlock__redis_script *s, const char *name,
+                        const char *owner, const char *arg, const char *what)
+{
+    key_buf lock;
+    const char *argv[3];
+    size_t lens[3];
+    redisReply *r;
+    long long v = 0;
+    int rc;
+
+    make_key(&lock, be, name, "");
+    argv[0] = lock.buf, lens[0] = lock.len;
+    argv[1] = owner, lens[1] = strlen(owner);
+    argv[2] = arg, lens[2] = strlen(arg);
+    if ((rc = cmd_script(be, s, &r, 1, 3, argv, lens)) != DLOCK_OK)
+        return rc;
+    if ((rc = int_reply(&be->cmd, r, what, &v)) != DLOCK_OK)
+        return rc;
+    return v == 1 ? DLOCK_OK : DLOCK_ELOST;
+}
+
+static int redis_release(void *arg, const char *name, const char *owner)
+{
+    redis_backend *be = arg;
+    key_buf chan;
+
+    make_key(&chan, be, name, ":release");
+    return owner_script(be, &dlock__redis_script_release, name, owner, chan.buf,
+                        "the release script");
+}
+
+static int redis_extend(void *arg, const char *name, const char *owner, int64_t lease_ms)
+{
+    char lease[24];
+
+    snprintf(lease, sizeof(lease), "%lld", (long long)lease_ms);
+    return owner_script(arg, &dlock__redis_script_extend, name, owner, lease,
+                        "the extend script");
+}
+
+static int redis_check(void *arg, const char *name, const char *owner)
+{
+    redis_backend *be = arg;
+    key_buf lock;
+    const char *argv[2] = {"GET", lock.buf};
+    size_t lens[2] = {3, 0};
+    redisReply *r;
+    int rc;
+
+    make_key(&lock, be, name, "");
+    lens[1] = lock.len;
+    pthread_mutex_lock(&be->cmd_mu);
+    rc = dlock__redis_conn_command(&be->cmd, &r, 2, argv, lens);
+    pthread_mutex_unlock(&be->cmd_mu);
+    if (rc != DLOCK_OK)
+        return rc;
+    if (r->type == REDIS_REPLY_NIL)
+        rc = DLOCK_ELOST;
+    else if (r->type != REDIS_REPLY_STRING)
+        rc = bad_reply(&be->cmd, "GET");
+    else
+        rc = (r->len == strlen(owner) && memcmp(r->str, owner, r->len) == 0) ? DLOCK_OK
+                                                                             : DLOCK_ELOST;
+    freeReplyObject(r);
+    return rc;
+}
+
+/* Called from the watchdog thread only: uses the watchdog's connection. */
+static int redis_renew(void *arg, dlock_renewal *items, size_t n)
+{
+    redis_backend *be = arg;
+    key_buf *keys;
+    char (*leases)[24];
+    const char **argv;
+    size_t *lens;
+    redisReply *r = NULL;
+    int rc;
+
+    keys = malloc(n * sizeof(*keys));
+    leases = malloc(n * sizeof(*leases));
+    argv = malloc(3 * n * sizeof(*argv));
+    lens = malloc(3 * n * sizeof(*lens));
+    if (keys == NULL || leases == NULL || argv == NULL || lens == NULL) {
+        rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        make_key(&keys[i], be, items[i].name, "");
+        snprintf(leases[i], sizeof(leases[i]), "%lld", (long long)items[i].lease_ms);
+        argv[i] = keys[i].buf, lens[i] = keys[i].len;
+        argv[n + i] = items[i].owner, lens[n + i] = strlen(items[i].owner);
+        argv[2 * n + i] = leases[i], lens[2 * n + i] = strlen(leases[i]);
+    }
+    rc = dlock__redis_conn_script(&be->wd, &dlock__redis_script_renew, &r, (int)n, (int)(3 * n),
+                                  argv, lens);
+    if (rc != DLOCK_OK)
+        goto done;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != n) {
+        rc = bad_reply(&be->wd, "the renew script");
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (r->element[i]->type != REDIS_REPLY_INTEGER) {
+            rc = bad_reply(&be->wd, "the renew script");
+            goto done;
+        }
+        items[i].result = r->element[i]->integer == 1 ? DLOCK_OK : DLOCK_ELOST;
+    }
+done:
+    if (r != NULL)
+        freeReplyObject(r);
+    free(keys);
+    free(leases);
+    free(argv);
+    free(lens);
+    return rc;
+}
+
+static int read_status(redis_backend *be, const char *name, int force, dlock_lock_info *out)
+{
+    key_buf lock, counter, chan;
+    const char *argv[4];
+    size_t lens[4];
+    redisReply *r;
+    int rc;
+
+    make_key(&lock, be, name, "");
+    make_key(&counter, be, name, ":fence");
+    make_key(&chan, be, name, ":release");
+    argv[0] = lock.buf, lens[0] = lock.len;
+    argv[1] = counter.buf, lens[1] = counter.len;
+    argv[2] = force ? "force" : "read", lens[2] = strlen(argv[2]);
+    argv[3] = chan.buf, lens[3] = chan.len;
+    if ((rc = cmd_script(be, &dlock__redis_script_status, &r, 2, 4, argv, lens)) != DLOCK_OK)
+        return rc;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER ||
+        r->element[2]->type != REDIS_REPLY_INTEGER) {
+        freeReplyObject(r);
+        return bad_reply(&be->cmd, "the status script");
+    }
+    out->held = r->element[0]->integer == 1;
+    out->ttl_ms = out->held ? r->element[1]->integer : 0;
+    out->fence = r->element[2]->integer > 0 ? (uint64_t)r->element[2]->integer : 0;
+    freeReplyObject(r);
+    return DLOCK_OK;
+}
+
+static int redis_status(void *arg, const char *name, dlock_lock_info *out)
+{
+    return read_status(arg, name, 0, out);
+}
+
+static int redis_force_release(void *arg, const char *name, dlock_lock_info *removed)
+{
+    return read_status(arg, name, 1, removed);
+}
+
+/* ---- waiting ----------------------------------------------------------- */
+
+static int redis_watch_begin(void *arg, const char *name, void **watch)
+{
+    redis_backend *be = arg;
+    key_buf chan;
+
+    make_key(&chan, be, name, ":release");
+    return dlock__redis_watch_begin(be->watcher, chan.buf, (dlock__redis_waiter **)watch);
+}
+
+static int redis_watch_wait(void *arg, void *watch, int64_t timeout_ms)
+{
+    return dlock__redis_watch_wait(((redis_backend *)arg)->watcher, watch, timeout_ms);
+}
+
+static void redis_watch_end(void *arg, void *watch)
+{
+    dlock__redis_watch_end(((redis_backend *)arg)->watcher, watch);
+}
+
+static const char *const redis_schemes[] = {"redis", "unix", "rediss", NULL};
+
+const dlock_backend dlock__redis_backend = {
+    DLOCK_BACKEND_VERSION,
+    sizeof(dlock_backend),
+    "redis",
+    redis_schemes,
+    redis_open,
+    redis_close,
+    redis_acquire,
+    redis_release,
+    redis_extend,
+    redis_check,
+    redis_renew,
+    redis_watch_begin,
+    redis_watch_wait,
+    redis_watch_end,
+    redis_status,
+    redis_force_release,
+};

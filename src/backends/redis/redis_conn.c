@@ -1,0 +1,270 @@
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/redis/redis_conn.h"
+#include "core/error.h"
+
+static struct timeval to_tv(int64_t ms)
+{
+    struct timeval tv;
+
+    tv.tv_sec = ms / 1000;
+    tv.tv_usec = (ms % 1000) * 1000;
+    return tv;
+}
+
+int dlock__redis_conn_init(dlock__redis_conn *conn, const dlock_url *url,
+                           const dlock_client_options *opts, const char *role)
+{
+    const char *db = NULL;
+
+    memset(conn, 0, sizeof(*conn));
+    conn->url = url;
+    if (strcmp(url->scheme, "unix") == 0) {
+        if (url->nhosts != 0 || url->path == NULL || url->path[0] != '/')
+            return dlock__fail(DLOCK_EINVAL, "unix URL: expected unix:///path/to/redis.sock");
+        conn->unix_path = url->path;
+        db = dlock_url_param_get(url, "db");
+        snprintf(conn->where, sizeof(conn->where), "redis unix:%.100s", url->path);
+    } else {
+        if (url->nhosts != 1)
+            return dlock__fail(DLOCK_EINVAL, "redis URL: expected exactly one host, got %zu",
+                               url->nhosts);
+        conn->host = url->hosts[0].host;
+        conn->port = url->hosts[0].port != 0 ? url->hosts[0].port : 6379;
+        if (url->path != NULL && strcmp(url->path, "/") != 0)
+            db = url->path + 1;
+        snprintf(conn->where, sizeof(conn->where), strchr(conn->host, ':') ? "redis [%.64s]:%d"
+                 : "redis %.64s:%d", conn->host, conn->port);
+    }
+    for (size_t i = 0; i < url->nparams; i++)
+        if (strcmp(url->params[i].key, "db") != 0)
+            return dlock__fail(DLOCK_EINVAL, "%s URL: unknown parameter '%.32s' (known: db)",
+                               url->scheme, url->params[i].key);
+    if (db != NULL) {
+        char *end;
+        long v;
+        errno = 0;
+        v = strtol(db, &end, 10);
+        if (*db == '\0' || *end != '\0' || errno != 0 || v < 0 || v > 1000000)
+            return dlock__fail(DLOCK_EINVAL, "%s URL: database must be a number, got '%.32s'",
+                               url->scheme, db);
+        conn->db = (int)v;
+    }
+    snprintf(conn->client_name, sizeof(conn->client_name), "%s-%s",
+             opts->client_name != NULL ? opts->client_name : "dlock", role);
+    conn->connect_tv = to_tv(opts->connect_timeout_ms);
+    conn->command_tv = to_tv(opts->command_timeout_ms);
+    return DLOCK_OK;
+}
+
+void dlock__redis_conn_close(dlock__redis_conn *conn)
+{
+    if (conn->ctx != NULL) {
+        redisFree(conn->ctx);
+        conn->ctx = NULL;
+    }
+}
+
+int dlock__redis_conn_io_error(dlock__redis_conn *conn)
+{
+    redisContext *ctx = conn->ctx;
+    int code = DLOCK_ECONN;
+    char what[160];
+
+    if (ctx == NULL)
+        return dlock__fail(DLOCK_ECONN, "%s: not connected", conn->where);
+    switch (ctx->err) {
+    case REDIS_ERR_PROTOCOL:
+        code = DLOCK_EPROTO;
+        snprintf(what, sizeof(what), "not a Redis reply (%s)", ctx->errstr);
+        break;
+    case REDIS_ERR_EOF:
+        snprintf(what, sizeof(what), "server closed the connection");
+        break;
+    case REDIS_ERR_OOM:
+        code = DLOCK_ENOMEM;
+        snprintf(what, sizeof(what), "out of memory");
+        break;
+    case REDIS_ERR_IO:
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT ||
+            strstr(ctx->errstr, "temporarily unavailable") != NULL ||
+            strstr(ctx->errstr, "timed out") != NULL) {
+            snprintf(what, sizeof(what), "timed out (%s)", ctx->errstr);
+            break;
+        }
+        /* fall through */
+    default:
+        snprintf(what, sizeof(what), "%s", ctx->errstr[0] ? ctx->errstr : "I/O error");
+        if (what[0] >= 'A' && what[0] <= 'Z')
+            what[0] = (char)(what[0] - 'A' + 'a');
+        break;
+    }
+    dlock__redis_conn_close(conn);
+    return dlock__fail(code, "%s: %s", conn->where, what);
+}
+
+int dlock__redis_conn_reply_error(dlock__redis_conn *conn, const redisReply *r)
+{
+    const char *s = r->str != NULL ? r->str : "";
+    int n = (int)(r->len > 200 ? 200 : r->len);
+
+    if (strncmp(s, "NOAUTH", 6) == 0 || strncmp(s, "WRONGPASS", 9) == 0 ||
+        strncmp(s, "NOPERM", 6) == 0 || strstr(s, "invalid password") != NULL ||
+        strstr(s, "invalid username-password") != NULL)
+        return dlock__fail(DLOCK_EAUTH, "%s: authentication failed: %.*s", conn->where, n, s);
+    if (strncmp(s, "OOM", 3) == 0)
+        return dlock__fail(DLOCK_ESERVER, "%s: server out of memory (maxmemory reached): %.*s",
+                           conn->where, n, s);
+    if (strncmp(s, "READONLY", 8) == 0)
+        return dlock__fail(DLOCK_ESERVER, "%s: server is a read-only replica: %.*s",
+                           conn->where, n, s);
+    return dlock__fail(DLOCK_ESERVER, "%s: server refused the command: %.*s", conn->where, n,
+                       s);
+}
+
+/* AUTH, SELECT and CLIENT SETNAME, pipelined into one round trip. */
+static int handshake(dlock__redis_conn *conn)
+{
+    const dlock_url *u = conn->url;
+    int sent = 0, rc = DLOCK_OK;
+
+    if (u->password != NULL) {
+        if (u->user != NULL)
+            redisAppendCommand(conn->ctx, "AUTH %s %s", u->user, u->password);
+        else
+            redisAppendCommand(conn->ctx, "AUTH %s", u->password);
+        sent++;
+    }
+    if (conn->db != 0) {
+        redisAppendCommand(conn->ctx, "SELECT %d", conn->db);
+        sent++;
+    }
+    redisAppendCommand(conn->ctx, "CLIENT SETNAME %s", conn->client_name);
+    sent++;
+    for (int i = 0; i < sent; i++) {
+        redisReply *r = NULL;
+        if (redisGetReply(conn->ctx, (void **)&r) != REDIS_OK)
+            return dlock__redis_conn_io_error(conn);
+        if (r->type == REDIS_REPLY_ERROR && rc == DLOCK_OK) {
+            rc = dlock__redis_conn_reply_error(conn, r);
+            if (rc == DLOCK_ESERVER && strncmp(r->str, "ERR AUTH", 8) == 0)
+                rc = dlock__fail(DLOCK_EAUTH, "%s: authentication failed: the server has no "
+                                 "password set but the URL gives one", conn->where);
+        } else if (r->type != REDIS_REPLY_STATUS && r->type != REDIS_REPLY_ERROR && rc == DLOCK_OK) {
+            rc = dlock__fail(DLOCK_EPROTO, "%s: unexpected reply to the connection handshake",
+                             conn->where);
+        }
+        freeReplyObject(r);
+    }
+    if (rc != DLOCK_OK)
+        dlock__redis_conn_close(conn);
+    return rc;
+}
+
+int dlock__redis_conn_connect(dlock__redis_conn *conn)
+{
+    if (conn->ctx != NULL && conn->ctx->err == 0)
+        return DLOCK_OK;
+    dlock__redis_conn_close(conn);
+    if (conn->unix_path != NULL)
+        conn->ctx = redisConnectUnixWithTimeout(conn->unix_path, conn->connect_tv);
+    else
+        conn->ctx = redisConnectWithTimeout(conn->host, conn->port, conn->connect_tv);
+    if (conn->ctx == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "%s: out of memory", conn->where);
+    if (conn->ctx->err)
+        return dlock__redis_conn_io_error(conn);
+    if (redisSetTimeout(conn->ctx, conn->command_tv) != REDIS_OK)
+        return dlock__redis_conn_io_error(conn);
+    return handshake(conn);
+}
+
+static int command_once(dlock__redis_conn *conn, redisReply **out, int argc, const char **argv,
+                        const size_t *lens)
+{
+    redisReply *r;
+
+    *out = NULL;
+    r = redisCommandArgv(conn->ctx, argc, argv, lens);
+    if (r == NULL)
+        return dlock__redis_conn_io_error(conn);
+    if (r->type == REDIS_REPLY_ERROR) {
+        int rc = dlock__redis_conn_reply_error(conn, r);
+        /* Keep NOSCRIPT apart: the caller reloads the script. */
+        if (r->len >= 8 && strncmp(r->str, "NOSCRIPT", 8) == 0)
+            rc = DLOCK_ENOTSUP;
+        freeReplyObject(r);
+        return rc;
+    }
+    *out = r;
+    return DLOCK_OK;
+}
+
+int dlock__redis_conn_command(dlock__redis_conn *conn, redisReply **out, int argc,
+                              const char **argv, const size_t *lens)
+{
+    int reused = conn->ctx != NULL && conn->ctx->err == 0;
+    int rc;
+
+    *out = NULL;
+    if ((rc = dlock__redis_conn_connect(conn)) != DLOCK_OK)
+        return rc;
+    rc = command_once(conn, out, argc, argv, lens);
+    if (rc == DLOCK_ECONN && reused) {
+        /* The connection was dead before we used it (server restart, idle
+         * timeout): one fresh try, then report. */
+        if ((rc = dlock__redis_conn_connect(conn)) != DLOCK_OK)
+            return rc;
+        rc = command_once(conn, out, argc, argv, lens);
+    }
+    return rc;
+}
+
+int dlock__redis_conn_script(dlock__redis_conn *conn, const dlock__redis_script *script,
+                             redisReply **out, int nkeys, int argc, const char **argv,
+                             const size_t *lens)
+{
+    const char *stack_argv[16];
+    size_t stack_lens[16];
+    const char **av = stack_argv;
+    size_t *al = stack_lens;
+    char numkeys[16];
+    int rc;
+
+    if (argc + 3 > 16) {
+        av = malloc((size_t)(argc + 3) * sizeof(*av));
+        al = malloc((size_t)(argc + 3) * sizeof(*al));
+        if (av == NULL || al == NULL) {
+            free(av);
+            free(al);
+            return dlock__fail(DLOCK_ENOMEM, "out of memory");
+        }
+    }
+    snprintf(numkeys, sizeof(numkeys), "%d", nkeys);
+    av[0] = "EVALSHA";
+    al[0] = 7;
+    av[1] = script->sha1;
+    al[1] = 40;
+    av[2] = numkeys;
+    al[2] = strlen(numkeys);
+    memcpy(av + 3, argv, (size_t)argc * sizeof(*av));
+    memcpy(al + 3, lens, (size_t)argc * sizeof(*al));
+    rc = dlock__redis_conn_command(conn, out, argc + 3, av, al);
+    if (rc == DLOCK_ENOTSUP) {
+        /* NOSCRIPT: the server restarted or flushed its script cache. EVAL
+         * runs the script and caches it for the next EVALSHA. */
+        av[0] = "EVAL";
+        al[0] = 4;
+        av[1] = script->body;
+        al[1] = script->len;
+        rc = dlock__redis_conn_command(conn, out, argc + 3, av, al);
+    }
+    if (av != stack_argv) {
+        free(av);
+        free(al);
+    }
+    return rc;
+}

@@ -1,0 +1,59 @@
+/*
+ * One Redis connection with its timeouts, credentials and database, that
+ * reconnects on next use after it dropped. Not thread-safe: each user (the
+ * command path under its mutex, the watchdog, the subscriber thread) has its
+ * own.
+ */
+#ifndef DLOCK_REDIS_CONN_H
+#define DLOCK_REDIS_CONN_H
+
+#include <hiredis/hiredis.h>
+
+#include "backends/redis/redis_scripts.h"
+#include "dlock/sys/backend.h"
+
+typedef struct {
+    const dlock_url *url; /* borrowed from the client */
+    const char *unix_path;
+    const char *host;
+    int port;
+    int db;
+    char client_name[80];
+    struct timeval connect_tv;
+    struct timeval command_tv;
+    char where[128]; /* "redis 127.0.0.1:6379", for messages */
+    redisContext *ctx;
+} dlock__redis_conn;
+
+/* Fill conn from the URL and options; no I/O. DLOCK_EINVAL for a bad URL. */
+int dlock__redis_conn_init(dlock__redis_conn *conn, const dlock_url *url,
+                           const dlock_client_options *opts, const char *role);
+
+/* Connect (AUTH, SELECT, CLIENT SETNAME) unless connected. */
+int dlock__redis_conn_connect(dlock__redis_conn *conn);
+
+void dlock__redis_conn_close(dlock__redis_conn *conn);
+
+/*
+ * Send one command and read its reply into *out (the caller frees it with
+ * freeReplyObject). An error reply is turned into a code and message and *out
+ * is NULL. A connection that was already open and turns out dead (the server
+ * restarted) is re-opened and the command sent once more, so every command
+ * sent through here must be safe to repeat.
+ */
+int dlock__redis_conn_command(dlock__redis_conn *conn, redisReply **out, int argc,
+                              const char **argv, const size_t *lens);
+
+/* Run an embedded script with EVALSHA, loading it with EVAL on NOSCRIPT.
+ * argv holds the nkeys keys then the arguments (argc in all). */
+int dlock__redis_conn_script(dlock__redis_conn *conn, const dlock__redis_script *script,
+                             redisReply **out, int nkeys, int argc, const char **argv,
+                             const size_t *lens);
+
+/* Turn a hiredis context failure into a code and message (closing it). */
+int dlock__redis_conn_io_error(dlock__redis_conn *conn);
+
+/* Turn an error reply into a code and message. */
+int dlock__redis_conn_reply_error(dlock__redis_conn *conn, const redisReply *r);
+
+#endif

@@ -1,0 +1,21 @@
+/* The Lua scripts beside this file, embedded at build time with their SHA1
+ * (scripts/embed_lua.cmake) so that they run with EVALSHA. */
+#ifndef DLOCK_REDIS_SCRIPTS_H
+#define DLOCK_REDIS_SCRIPTS_H
+
+#include <stddef.h>
+
+typedef struct {
+    const char *name;
+    const char *body;
+    size_t len;
+    const char *sha1; /* 40 hex digits */
+} dlock__redis_script;
+
+extern const dlock__redis_script dlock__redis_script_acquire;
+extern const dlock__redis_script dlock__redis_script_release;
+extern const dlock__redis_script dlock__redis_script_extend;
+extern const dlock__redis_script dlock__redis_script_renew;
+extern const dlock__redis_script dlock__redis_script_status;
+
+#endif

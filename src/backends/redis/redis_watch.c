@@ -1,0 +1,386 @@
+/*
+ * The subscriber thread. It alone does I/O on the subscriber connection: it
+ * polls the socket and a wake-up pipe, sends SUBSCRIBE / UNSUBSCRIBE for the
+ * channels the waiters ask for, and turns each "message" into a wake-up of
+ * one waiter. Waiters only touch the shared tables under the mutex.
+ *
+ * If the connection drops, every waiter is woken (a release may have been
+ * missed while it was down) and the thread reconnects and subscribes again.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backends/redis/redis_watch.h"
+#include "core/clock.h"
+#include "core/error.h"
+
+typedef struct channel {
+    char *name;
+    int refs;       /* waiters registered */
+    int sent;       /* SUBSCRIBE sent on the current connection */
+    int confirmed;  /* the server confirmed it */
+    dlock__redis_waiter *first, *last; /* FIFO of waiters */
+    struct channel *next;
+} channel;
+
+struct dlock__redis_waiter {
+    channel *chan;
+    pthread_cond_t cond;
+    int woken;
+    dlock__redis_waiter *next, *prev;
+};
+
+struct dlock__redis_watcher {
+    pthread_mutex_t mu;
+    pthread_cond_t confirmed; /* a subscription was confirmed or failed */
+    pthread_t thread;
+    int running;
+    int stopping;
+    int pipe_fd[2];
+    int64_t command_timeout_ms;
+    dlock__redis_conn conn; /* the thread's alone */
+    channel *channels;
+    unsigned long failures; /* connection failures, to wake confirm-waiters */
+};
+
+/* ---- waiter queue --------------------------------------------------- */
+
+static void wake_one(channel *ch)
+{
+    for (dlock__redis_waiter *x = ch->first; x != NULL; x = x->next) {
+        if (!x->woken) {
+            x->woken = 1;
+            pthread_cond_signal(&x->cond);
+            return;
+        }
+    }
+}
+
+static void wake_all(dlock__redis_watcher *w)
+{
+    for (channel *ch = w->channels; ch != NULL; ch = ch->next)
+        for (dlock__redis_waiter *x = ch->first; x != NULL; x = x->next) {
+            x->woken = 1;
+            pthread_cond_signal(&x->cond);
+        }
+}
+
+static void poke(dlock__redis_watcher *w)
+{
+    ssize_t n;
+
+    do
+        n = write(w->pipe_fd[1], "x", 1);
+    while (n < 0 && errno == EINTR);
+    /* EAGAIN: the pipe is full, so the thread will wake anyway. */
+}
+
+/* ---- the thread ----------------------------------------------------- */
+
+static void drop_connection(dlock__redis_watcher *w)
+{
+    dlock__redis_conn_close(&w->conn);
+    pthread_mutex_lock(&w->mu);
+    for (channel *ch = w->channels; ch != NULL; ch = ch->next)
+        ch->sent = ch->confirmed = 0;
+    w->failures++;
+    wake_all(w);
+    pthread_cond_broadcast(&w->confirmed);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Queue SUBSCRIBE/UNSUBSCRIBE for what changed, free unused channels. */
+static void sync_subscriptions(dlock__redis_watcher *w)
+{
+    channel **pp = &w->channels;
+
+    pthread_mutex_lock(&w->mu);
+    while (*pp != NULL) {
+        channel *ch = *pp;
+        if (ch->refs > 0 && !ch->sent) {
+            redisAppendCommand(w->conn.ctx, "SUBSCRIBE %s", ch->name);
+            ch->sent = 1;
+        } else if (ch->refs == 0) {
+            if (ch->sent)
+                redisAppendCommand(w->conn.ctx, "UNSUBSCRIBE %s", ch->name);
+            *pp = ch->next;
+            free(ch->name);
+            free(ch);
+            continue;
+        }
+        pp = &ch->next;
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void handle_reply(dlock__redis_watcher *w, redisReply *r)
+{
+    const char *kind;
+
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
+        r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING)
+        return;
+    kind = r->element[0]->str;
+    pthread_mutex_lock(&w->mu);
+    for (channel *ch = w->channels; ch != NULL; ch = ch->next) {
+        if (strcmp(ch->name, r->element[1]->str) != 0)
+            continue;
+        if (strcmp(kind, "subscribe") == 0) {
+            ch->confirmed = 1;
+            pthread_cond_broadcast(&w->confirmed);
+        } else if (strcmp(kind, "message") == 0) {
+            wake_one(ch);
+        }
+        break;
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Read what the socket has and handle every complete reply. */
+static int read_replies(dlock__redis_watcher *w)
+{
+    redisReply *r;
+
+    if (redisBufferRead(w->conn.ctx) != REDIS_OK)
+        return -1;
+    for (;;) {
+        r = NULL;
+        if (redisGetReplyFromReader(w->conn.ctx, (void **)&r) != REDIS_OK)
+            return -1;
+        if (r == NULL)
+            return 0;
+        handle_reply(w, r);
+        freeReplyObject(r);
+    }
+}
+
+static int flush_writes(dlock__redis_watcher *w)
+{
+    int done = 0;
+
+    while (!done)
+        if (redisBufferWrite(w->conn.ctx, &done) != REDIS_OK)
+            return -1;
+    return 0;
+}
+
+static void *watcher_main(void *arg)
+{
+    dlock__redis_watcher *w = arg;
+    int64_t backoff = 50;
+
+    for (;;) {
+        struct pollfd fds[2];
+        int stopping;
+
+        pthread_mutex_lock(&w->mu);
+        stopping = w->stopping;
+        pthread_mutex_unlock(&w->mu);
+        if (stopping)
+            break;
+
+        if (w->conn.ctx == NULL || w->conn.ctx->err) {
+            if (dlock__redis_conn_connect(&w->conn) != DLOCK_OK) {
+                drop_connection(w);
+                /* Wait before the next try, but wake at once to stop. */
+                fds[0].fd = w->pipe_fd[0];
+                fds[0].events = POLLIN;
+                poll(fds, 1, (int)backoff);
+                backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
+                goto drain;
+            }
+            backoff = 50;
+        }
+        sync_subscriptions(w);
+        if (flush_writes(w) != 0) {
+            drop_connection(w);
+            continue;
+        }
+        fds[0].fd = w->conn.ctx->fd;
+        fds[0].events = POLLIN;
+        fds[1].fd = w->pipe_fd[0];
+        fds[1].events = POLLIN;
+        fds[0].revents = fds[1].revents = 0;
+        if (poll(fds, 2, -1) < 0 && errno != EINTR)
+            break;
+        if ((fds[0].revents & (POLLIN | POLLERR | POLLHUP)) && read_replies(w) != 0) {
+            drop_connection(w);
+            continue;
+        }
+    drain:
+        for (;;) {
+            char buf[64];
+            if (read(w->pipe_fd[0], buf, sizeof(buf)) <= 0)
+                break;
+        }
+    }
+    return NULL;
+}
+
+/* ---- the waiters' side ---------------------------------------------- */
+
+int dlock__redis_watcher_new(dlock__redis_watcher **out, const dlock_url *url,
+                             const dlock_client_options *opts)
+{
+    dlock__redis_watcher *w = calloc(1, sizeof(*w));
+    int rc;
+
+    *out = NULL;
+    if (w == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    w->pipe_fd[0] = w->pipe_fd[1] = -1;
+    if ((rc = dlock__redis_conn_init(&w->conn, url, opts, "sub")) != DLOCK_OK) {
+        free(w);
+        return rc;
+    }
+    w->command_timeout_ms = opts->command_timeout_ms;
+    if (pthread_mutex_init(&w->mu, NULL) != 0) {
+        free(w);
+        return dlock__fail(DLOCK_ENOMEM, "cannot create a mutex");
+    }
+    if (dlock__cond_init(&w->confirmed) != 0 ||
+        pipe2(w->pipe_fd, O_CLOEXEC | O_NONBLOCK) != 0) {
+        dlock__redis_watcher_free(w);
+        return dlock__fail(DLOCK_ENOMEM, "cannot create the subscriber's wake-up pipe");
+    }
+    *out = w;
+    return DLOCK_OK;
+}
+
+void dlock__redis_watcher_free(dlock__redis_watcher *w)
+{
+    if (w == NULL)
+        return;
+    if (w->running) {
+        pthread_mutex_lock(&w->mu);
+        w->stopping = 1;
+        pthread_mutex_unlock(&w->mu);
+        poke(w);
+        pthread_join(w->thread, NULL);
+    }
+    dlock__redis_conn_close(&w->conn);
+    while (w->channels != NULL) {
+        channel *ch = w->channels;
+        w->channels = ch->next;
+        free(ch->name);
+        free(ch);
+    }
+    if (w->pipe_fd[0] >= 0)
+        close(w->pipe_fd[0]);
+    if (w->pipe_fd[1] >= 0)
+        close(w->pipe_fd[1]);
+    pthread_cond_destroy(&w->confirmed);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+}
+
+int dlock__redis_watch_begin(dlock__redis_watcher *w, const char *name,
+                             dlock__redis_waiter **out)
+{
+    dlock__redis_waiter *x;
+    channel *ch;
+    struct timespec until;
+    unsigned long failures;
+
+    *out = NULL;
+    x = calloc(1, sizeof(*x));
+    if (x == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    if (dlock__cond_init(&x->cond) != 0) {
+        free(x);
+        return dlock__fail(DLOCK_ENOMEM, "cannot create a condition variable");
+    }
+
+    pthread_mutex_lock(&w->mu);
+    for (ch = w->channels; ch != NULL; ch = ch->next)
+        if (strcmp(ch->name, name) == 0)
+            break;
+    if (ch == NULL) {
+        ch = calloc(1, sizeof(*ch));
+        if (ch == NULL || (ch->name = strdup(name)) == NULL) {
+            pthread_mutex_unlock(&w->mu);
+            free(ch);
+            pthread_cond_destroy(&x->cond);
+            free(x);
+            return dlock__fail(DLOCK_ENOMEM, "out of memory");
+        }
+        ch->next = w->channels;
+        w->channels = ch;
+    }
+    ch->refs++;
+    x->chan = ch;
+    x->prev = ch->last;
+    if (ch->last != NULL)
+        ch->last->next = x;
+    else
+        ch->first = x;
+    ch->last = x;
+
+    if (!w->running) {
+        if (pthread_create(&w->thread, NULL, watcher_main, w) == 0)
+            w->running = 1;
+    }
+    /* Wait for the server's confirmation: only then is no release missed.
+     * If the connection fails meanwhile, go on: each sleep is still bounded
+     * by the holder's lease, and the thread wakes every waiter when it is
+     * back. */
+    failures = w->failures;
+    until = dlock__deadline_ts(w->command_timeout_ms);
+    poke(w);
+    while (!ch->confirmed && w->failures == failures && w->running)
+        if (pthread_cond_timedwait(&w->confirmed, &w->mu, &until) != 0)
+            break;
+    pthread_mutex_unlock(&w->mu);
+    *out = x;
+    return DLOCK_OK;
+}
+
+int dlock__redis_watch_wait(dlock__redis_watcher *w, dlock__redis_waiter *x, int64_t timeout_ms)
+{
+    struct timespec until = dlock__deadline_ts(timeout_ms);
+    int rc = DLOCK_OK;
+
+    pthread_mutex_lock(&w->mu);
+    while (!x->woken) {
+        if (pthread_cond_timedwait(&x->cond, &w->mu, &until) != 0) {
+            rc = DLOCK_ETIMEOUT;
+            break;
+        }
+    }
+    x->woken = 0;
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+void dlock__redis_watch_end(dlock__redis_watcher *w, dlock__redis_waiter *x)
+{
+    channel *ch;
+    int pass_on;
+
+    if (x == NULL)
+        return;
+    pthread_mutex_lock(&w->mu);
+    ch = x->chan;
+    /* A wake-up we did not use belongs to the next waiter. */
+    pass_on = x->woken;
+    if (x->prev != NULL)
+        x->prev->next = x->next;
+    else
+        ch->first = x->next;
+    if (x->next != NULL)
+        x->next->prev = x->prev;
+    else
+        ch->last = x->prev;
+    if (pass_on)
+        wake_one(ch);
+    if (--ch->refs == 0)
+        poke(w);
+    pthread_mutex_unlock(&w->mu);
+    pthread_cond_destroy(&x->cond);
+    free(x);
+}

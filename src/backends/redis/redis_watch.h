@@ -1,0 +1,31 @@
+/*
+ * Waiting for releases without polling: one subscriber connection per client,
+ * driven by one thread, shared by all the client's waiters. Each release
+ * PUBLISHes on the lock's channel; the thread wakes one waiter of that channel
+ * (the longest waiting), since one release can only be won once.
+ */
+#ifndef DLOCK_REDIS_WATCH_H
+#define DLOCK_REDIS_WATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backends/redis/redis_conn.h"
+
+typedef struct dlock__redis_watcher dlock__redis_watcher;
+typedef struct dlock__redis_waiter dlock__redis_waiter;
+
+int dlock__redis_watcher_new(dlock__redis_watcher **out, const dlock_url *url,
+                             const dlock_client_options *opts);
+void dlock__redis_watcher_free(dlock__redis_watcher *w);
+
+/* Subscribe (if no waiter of this client already did) and return once the
+ * server has confirmed the subscription, or the command timeout passed. */
+int dlock__redis_watch_begin(dlock__redis_watcher *w, const char *channel,
+                             dlock__redis_waiter **out);
+/* DLOCK_OK when a release woke us, DLOCK_ETIMEOUT after timeout_ms. */
+int dlock__redis_watch_wait(dlock__redis_watcher *w, dlock__redis_waiter *waiter,
+                            int64_t timeout_ms);
+void dlock__redis_watch_end(dlock__redis_watcher *w, dlock__redis_waiter *waiter);
+
+#endif

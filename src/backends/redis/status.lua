@@ -1,0 +1,11 @@
+-- Read a lock's state; with ARGV[1] = 'force', also break it and wake waiters.
+-- KEYS[1] the lock, KEYS[2] its fence counter; ARGV[2] release channel
+-- Returns {held, pttl, fence}.
+local held = redis.call('EXISTS', KEYS[1])
+local pttl = redis.call('PTTL', KEYS[1])
+local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if ARGV[1] == 'force' and held == 1 then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], 'released')
+end
+return {held, pttl, fence}

@@ -1,0 +1,178 @@
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/client.h"
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/url.h"
+
+extern const dlock_backend dlock__redis_backend;
+
+static const dlock_backend *const backends[] = {&dlock__redis_backend};
+
+static const dlock_backend *find_backend(const char *scheme)
+{
+    for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++)
+        for (const char *const *s = backends[i]->schemes; *s != NULL; s++)
+            if (strcmp(*s, scheme) == 0)
+                return backends[i];
+    return NULL;
+}
+
+static int check_options(dlock_client_options *o, const dlock_client_options *given)
+{
+    dlock_client_options defaults = DLOCK_CLIENT_OPTIONS_INIT;
+
+    *o = defaults;
+    if (given == NULL)
+        return DLOCK_OK;
+    if (given->version != DLOCK_CLIENT_OPTIONS_VERSION)
+        return dlock__fail(DLOCK_EINVAL, "client options: version %u, this library knows %d "
+                           "(initialise with DLOCK_CLIENT_OPTIONS_INIT)",
+                           given->version, DLOCK_CLIENT_OPTIONS_VERSION);
+    *o = *given;
+    if (o->connect_timeout_ms <= 0 || o->connect_timeout_ms > 3600000)
+        return dlock__fail(DLOCK_EINVAL, "client options: connect_timeout_ms must be 1..3600000");
+    if (o->command_timeout_ms <= 0 || o->command_timeout_ms > 3600000)
+        return dlock__fail(DLOCK_EINVAL, "client options: command_timeout_ms must be 1..3600000");
+    if (o->key_prefix != NULL && strlen(o->key_prefix) > 128)
+        return dlock__fail(DLOCK_EINVAL, "client options: key_prefix longer than 128 bytes");
+    if (o->client_name != NULL) {
+        size_t n = strlen(o->client_name);
+        if (n == 0 || n > 64 || strspn(o->client_name, "abcdefghijklmnopqrstuvwxyz"
+                                                       "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                       "0123456789-_.:") != n)
+            return dlock__fail(DLOCK_EINVAL, "client options: client_name must be 1..64 of "
+                               "letters, digits and -_.:");
+    }
+    return DLOCK_OK;
+}
+
+int dlock_client_open(dlock_client **out, const char *url, const dlock_client_options *opts)
+{
+    dlock_client_options o;
+    dlock_client *c;
+    int rc;
+
+    dlock__clear_error();
+    if (out == NULL)
+        return dlock__fail(DLOCK_EINVAL, "dlock_client_open: out is NULL");
+    *out = NULL;
+    if (url == NULL)
+        return dlock__fail(DLOCK_EINVAL, "dlock_client_open: url is NULL");
+    if ((rc = check_options(&o, opts)) != DLOCK_OK)
+        return rc;
+
+    c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    if (pthread_mutex_init(&c->mu, NULL) != 0 || dlock__cond_init(&c->wake) != 0 ||
+        dlock__cond_init(&c->idle) != 0) {
+        free(c);
+        return dlock__fail(DLOCK_ENOMEM, "cannot create client mutex");
+    }
+    if ((rc = dlock__url_parse(&c->url, url)) != DLOCK_OK)
+        goto err;
+    c->backend = find_backend(c->url.scheme);
+    if (c->backend == NULL) {
+        rc = dlock__fail(DLOCK_EINVAL, "URL scheme '%.32s://' is not known (use redis:// or "
+                         "unix://)", c->url.scheme);
+        goto err;
+    }
+    if ((rc = c->backend->open(&c->be, &c->url, &o)) != DLOCK_OK)
+        goto err;
+    *out = c;
+    return DLOCK_OK;
+
+err:
+    dlock__url_free(&c->url);
+    pthread_cond_destroy(&c->wake);
+    pthread_cond_destroy(&c->idle);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+    return rc;
+}
+
+void dlock_client_free(dlock_client *c)
+{
+    if (c == NULL)
+        return;
+    dlock__watchdog_stop(c);
+    /* Locks still held keep valid handles; dlock_release frees them later. */
+    for (dlock_lock *l = c->locks; l != NULL; l = l->next)
+        l->client = NULL;
+    c->backend->close(c->be);
+    dlock__url_free(&c->url);
+    pthread_cond_destroy(&c->wake);
+    pthread_cond_destroy(&c->idle);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+const char *dlock_client_backend(const dlock_client *c)
+{
+    return c != NULL ? c->backend->name : NULL;
+}
+
+static int check_name(const char *name, const char *what)
+{
+    size_t n;
+
+    if (name == NULL)
+        return dlock__fail(DLOCK_EINVAL, "%s: name is NULL", what);
+    n = strnlen(name, DLOCK_NAME_MAX + 1);
+    if (n == 0)
+        return dlock__fail(DLOCK_EINVAL, "%s: name is empty", what);
+    if (n > DLOCK_NAME_MAX)
+        return dlock__fail(DLOCK_EINVAL, "%s: name is longer than %d bytes", what,
+                           DLOCK_NAME_MAX);
+    return DLOCK_OK;
+}
+
+int dlock__check_name(const char *name, const char *what)
+{
+    return check_name(name, what);
+}
+
+int dlock_status(dlock_lock_info *out, dlock_client *c, const char *name)
+{
+    int rc;
+
+    dlock__clear_error();
+    if (out == NULL || c == NULL)
+        return dlock__fail(DLOCK_EINVAL, "dlock_status: NULL argument");
+    memset(out, 0, sizeof(*out));
+    if ((rc = check_name(name, "dlock_status")) != DLOCK_OK)
+        return rc;
+    return c->backend->status(c->be, name, out);
+}
+
+int dlock_force_release(dlock_lock_info *removed, dlock_client *c, const char *name)
+{
+    dlock_lock_info ignored;
+    int rc;
+
+    dlock__clear_error();
+    if (c == NULL)
+        return dlock__fail(DLOCK_EINVAL, "dlock_force_release: client is NULL");
+    if (removed == NULL)
+        removed = &ignored;
+    memset(removed, 0, sizeof(*removed));
+    if ((rc = check_name(name, "dlock_force_release")) != DLOCK_OK)
+        return rc;
+    return c->backend->force_release(c->be, name, removed);
+}
+
+const char *dlock__printable(char *buf, size_t size, const char *name)
+{
+    size_t i = 0;
+
+    for (; name[i] != '\0' && i + 4 < size; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        buf[i] = (ch >= 32 && ch < 127) ? (char)ch : '?';
+    }
+    if (name[i] != '\0' && i >= 3)
+        memcpy(buf + i - 3, "...", 3);
+    buf[i] = '\0';
+    return buf;
+}

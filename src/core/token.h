@@ -1,0 +1,11 @@
+#ifndef DLOCK_CORE_TOKEN_H
+#define DLOCK_CORE_TOKEN_H
+
+/* 128 bits from the kernel CSPRNG, as 32 lowercase hex digits. */
+#define DLOCK_OWNER_LEN 32
+
+/* Fill out (DLOCK_OWNER_LEN + 1 bytes) with a fresh owner token. Returns
+ * DLOCK_OK or DLOCK_EINVAL-free failure code with a message. */
+int dlock__owner_token(char *out);
+
+#endif

@@ -1,0 +1,289 @@
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/url.h"
+
+#define URL_MAX 4096
+
+static char *dup_range(const char *s, size_t n)
+{
+    char *p = malloc(n + 1);
+
+    if (p != NULL) {
+        memcpy(p, s, n);
+        p[n] = '\0';
+    }
+    return p;
+}
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c = tolower(c);
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+/* Percent-decode s[0..n) into a new string; a NUL byte is refused because the
+ * result is used as a C string. *bad is set on malformed escapes. */
+static char *decode_range(const char *s, size_t n, int *bad)
+{
+    char *out = malloc(n + 1), *o = out;
+
+    if (out == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '%') {
+            if (i + 2 >= n) {
+                *bad = 1;
+                break;
+            }
+            int a = hexval((unsigned char)s[i + 1]), b = hexval((unsigned char)s[i + 2]);
+            if (a < 0 || b < 0 || (a == 0 && b == 0)) {
+                *bad = 1;
+                break;
+            }
+            *o++ = (char)(a * 16 + b);
+            i += 2;
+        } else {
+            *o++ = s[i];
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+void dlock__url_free(dlock_url *url)
+{
+    if (url == NULL)
+        return;
+    free(url->scheme);
+    free(url->user);
+    if (url->password != NULL) {
+        /* Do not leave the secret in freed heap memory. */
+        volatile char *p = url->password;
+        while (*p)
+            *p++ = 0;
+        free(url->password);
+    }
+    for (size_t i = 0; i < url->nhosts; i++)
+        free(url->hosts[i].host);
+    free(url->hosts);
+    free(url->path);
+    for (size_t i = 0; i < url->nparams; i++) {
+        free(url->params[i].key);
+        free(url->params[i].value);
+    }
+    free(url->params);
+    free(url->redacted);
+    memset(url, 0, sizeof(*url));
+}
+
+const char *dlock_url_param_get(const dlock_url *url, const char *key)
+{
+    for (size_t i = 0; url != NULL && i < url->nparams; i++)
+        if (strcmp(url->params[i].key, key) == 0)
+            return url->params[i].value;
+    return NULL;
+}
+
+/* Parse one "host[:port]" or "[v6]:port" of length n. */
+static int parse_host(dlock_url_host *h, const char *s, size_t n, const char *scheme)
+{
+    const char *host = s, *colon = NULL;
+    size_t hlen = n;
+
+    if (n == 0)
+        return dlock__fail(DLOCK_EINVAL, "%s URL: empty host", scheme);
+    if (s[0] == '[') {
+        const char *close = memchr(s, ']', n);
+        if (close == NULL)
+            return dlock__fail(DLOCK_EINVAL, "%s URL: unterminated '[' in host", scheme);
+        host = s + 1;
+        hlen = (size_t)(close - s) - 1;
+        if (close + 1 < s + n) {
+            if (close[1] != ':')
+                return dlock__fail(DLOCK_EINVAL, "%s URL: junk after ']' in host", scheme);
+            colon = close + 1;
+        }
+        if (hlen == 0)
+            return dlock__fail(DLOCK_EINVAL, "%s URL: empty host", scheme);
+    } else {
+        colon = memchr(s, ':', n);
+        if (colon != NULL)
+            hlen = (size_t)(colon - s);
+        if (hlen == 0)
+            return dlock__fail(DLOCK_EINVAL, "%s URL: empty host", scheme);
+        for (size_t i = 0; i < hlen; i++) {
+            unsigned char c = (unsigned char)s[i];
+            if (!isalnum(c) && c != '.' && c != '-' && c != '_')
+                return dlock__fail(DLOCK_EINVAL, "%s URL: invalid character in host", scheme);
+        }
+    }
+    h->port = 0;
+    if (colon != NULL) {
+        const char *p = colon + 1, *end = s + n;
+        long port = 0;
+        if (p == end)
+            return dlock__fail(DLOCK_EINVAL, "%s URL: empty port", scheme);
+        for (; p < end; p++) {
+            if (*p < '0' || *p > '9' || (port = port * 10 + (*p - '0')) > 65535)
+                return dlock__fail(DLOCK_EINVAL, "%s URL: port must be a number from 1 to 65535",
+                                   scheme);
+        }
+        if (port == 0)
+            return dlock__fail(DLOCK_EINVAL, "%s URL: port must be a number from 1 to 65535",
+                               scheme);
+        h->port = (int)port;
+    }
+    h->host = dup_range(host, hlen);
+    return h->host == NULL ? dlock__fail(DLOCK_ENOMEM, "out of memory") : DLOCK_OK;
+}
+
+static int parse_query(dlock_url *u, const char *q, const char *end)
+{
+    while (q < end) {
+        const char *amp = memchr(q, '&', (size_t)(end - q));
+        const char *stop = amp != NULL ? amp : end;
+        const char *eq = memchr(q, '=', (size_t)(stop - q));
+        dlock_url_param *grown;
+        int bad = 0;
+
+        if (eq == NULL || eq == q)
+            return dlock__fail(DLOCK_EINVAL, "%s URL: query parameters must be key=value",
+                               u->scheme);
+        grown = realloc(u->params, (u->nparams + 1) * sizeof(*grown));
+        if (grown == NULL)
+            return dlock__fail(DLOCK_ENOMEM, "out of memory");
+        u->params = grown;
+        grown[u->nparams].key = dup_range(q, (size_t)(eq - q));
+        grown[u->nparams].value = decode_range(eq + 1, (size_t)(stop - eq - 1), &bad);
+        u->nparams++;
+        if (grown[u->nparams - 1].key == NULL || grown[u->nparams - 1].value == NULL)
+            return dlock__fail(DLOCK_ENOMEM, "out of memory");
+        if (bad)
+            return dlock__fail(DLOCK_EINVAL, "%s URL: bad %%-escape in query", u->scheme);
+        q = stop == end ? end : stop + 1;
+    }
+    return DLOCK_OK;
+}
+
+static int build_redacted(dlock_url *u, const char *text, const char *auth_start,
+                          const char *auth_end)
+{
+    /* Keep the URL as written, minus the password. */
+    size_t n = strlen(text);
+    const char *colon = auth_start != NULL ? memchr(auth_start, ':', (size_t)(auth_end - auth_start))
+                                           : NULL;
+
+    if (colon == NULL) {
+        u->redacted = dup_range(text, n);
+    } else {
+        size_t head = (size_t)(colon + 1 - text), tail = n - (size_t)(auth_end - text);
+        u->redacted = malloc(head + 3 + tail + 1);
+        if (u->redacted != NULL) {
+            memcpy(u->redacted, text, head);
+            memcpy(u->redacted + head, "***", 3);
+            memcpy(u->redacted + head + 3, auth_end, tail);
+            u->redacted[head + 3 + tail] = '\0';
+        }
+    }
+    return u->redacted == NULL ? dlock__fail(DLOCK_ENOMEM, "out of memory") : DLOCK_OK;
+}
+
+static int parse(dlock_url *u, const char *text)
+{
+    const char *sep, *rest, *at, *hosts_end, *path_end, *end;
+    size_t len;
+    int rc;
+
+    len = strnlen(text, URL_MAX + 1);
+    if (len == 0)
+        return dlock__fail(DLOCK_EINVAL, "URL is empty");
+    if (len > URL_MAX)
+        return dlock__fail(DLOCK_EINVAL, "URL is longer than %d bytes", URL_MAX);
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)text[i] <= ' ' || text[i] == 127)
+            return dlock__fail(DLOCK_EINVAL, "URL contains a space or control character");
+    end = text + len;
+
+    sep = strstr(text, "://");
+    if (sep == NULL || sep == text)
+        return dlock__fail(DLOCK_EINVAL, "URL must start with a scheme, like redis://host:6379");
+    u->scheme = dup_range(text, (size_t)(sep - text));
+    if (u->scheme == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    for (char *p = u->scheme; *p; p++) {
+        if (!isalnum((unsigned char)*p) && *p != '+' && *p != '-' && *p != '.')
+            return dlock__fail(DLOCK_EINVAL, "URL scheme contains an invalid character");
+        *p = (char)tolower((unsigned char)*p);
+    }
+    rest = sep + 3;
+
+    /* The authority ends at the first '/' or '?'; userinfo is before its last '@'. */
+    hosts_end = rest + strcspn(rest, "/?");
+    at = NULL;
+    for (const char *p = rest; p < hosts_end; p++)
+        if (*p == '@')
+            at = p;
+    if ((rc = build_redacted(u, text, at != NULL ? rest : NULL, at)) != DLOCK_OK)
+        return rc;
+    if (at != NULL) {
+        const char *colon = memchr(rest, ':', (size_t)(at - rest));
+        int bad = 0;
+        const char *uend = colon != NULL ? colon : at;
+        if (uend > rest)
+            u->user = decode_range(rest, (size_t)(uend - rest), &bad);
+        if (colon != NULL)
+            u->password = decode_range(colon + 1, (size_t)(at - colon - 1), &bad);
+        if ((uend > rest && u->user == NULL) || (colon != NULL && u->password == NULL))
+            return dlock__fail(DLOCK_ENOMEM, "out of memory");
+        if (bad)
+            return dlock__fail(DLOCK_EINVAL, "%s URL: bad %%-escape in user or password",
+                               u->scheme);
+        rest = at + 1;
+    }
+
+    while (rest < hosts_end) {
+        const char *comma = memchr(rest, ',', (size_t)(hosts_end - rest));
+        const char *stop = comma != NULL ? comma : hosts_end;
+        dlock_url_host *grown = realloc(u->hosts, (u->nhosts + 1) * sizeof(*grown));
+        if (grown == NULL)
+            return dlock__fail(DLOCK_ENOMEM, "out of memory");
+        u->hosts = grown;
+        grown[u->nhosts].host = NULL;
+        u->nhosts++;
+        if ((rc = parse_host(&grown[u->nhosts - 1], rest, (size_t)(stop - rest), u->scheme)))
+            return rc;
+        rest = stop == hosts_end ? hosts_end : stop + 1;
+        if (stop == comma && rest == hosts_end)
+            return dlock__fail(DLOCK_EINVAL, "%s URL: empty host after ','", u->scheme);
+    }
+
+    path_end = rest + strcspn(rest, "?");
+    if (path_end > rest) {
+        u->path = dup_range(rest, (size_t)(path_end - rest));
+        if (u->path == NULL)
+            return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    }
+    if (*path_end == '?')
+        return parse_query(u, path_end + 1, end);
+    return DLOCK_OK;
+}
+
+int dlock__url_parse(dlock_url *out, const char *text)
+{
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    if (text == NULL)
+        return dlock__fail(DLOCK_EINVAL, "URL is NULL");
+    rc = parse(out, text);
+    if (rc != DLOCK_OK)
+        dlock__url_free(out);
+    return rc;
+}

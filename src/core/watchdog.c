@@ -1,0 +1,216 @@
+/*
+ * The watchdog: one thread per client renews every auto-renewed lock at a
+ * third of its lease (Redisson's rule), batching the locks that are due at
+ * about the same time into one backend call, and calls on_lost exactly once
+ * for each lock it, or a caller, finds lost.
+ *
+ * Locking: everything the thread and the callers share is guarded by the
+ * client's mutex. The thread never holds the mutex across I/O or a callback;
+ * instead it marks the locks it has in hand busy, and dlock_release waits for
+ * busy to clear before it frees a lock, so a renewal can never touch freed
+ * memory nor run after release.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/client.h"
+#include "core/clock.h"
+#include "core/error.h"
+
+/* Most locks renewed in one backend call. */
+#define BATCH_MAX 128
+
+void dlock__lock_mark_lost(dlock_lock *l, int reason, const char *message)
+{
+    if (atomic_load(&l->lost_reason) != 0)
+        return;
+    snprintf(l->lost_message, sizeof(l->lost_message), "%s", message);
+    atomic_store(&l->lost_reason, reason);
+    l->callback_due = l->on_lost != NULL;
+}
+
+/* Is the lock's renewal due now? Locks due within a sixth of their lease are
+ * renewed together with the one that woke us, to save round trips. */
+static int renewal_due(const dlock_lock *l, int64_t now)
+{
+    return l->auto_renew && l->next_event_ms - l->lease_ms / 6 <= now;
+}
+
+static void renew_batch(dlock_client *c, dlock_lock **batch, size_t n)
+{
+    dlock_renewal items[BATCH_MAX];
+    int64_t sent, now;
+    int rc;
+
+    for (size_t i = 0; i < n; i++) {
+        items[i].name = batch[i]->name;
+        items[i].owner = batch[i]->owner;
+        items[i].lease_ms = batch[i]->lease_ms;
+        items[i].result = DLOCK_EPROTO;
+    }
+    pthread_mutex_unlock(&c->mu);
+    sent = dlock__now_ms();
+    rc = c->backend->renew(c->be, items, n);
+    now = dlock__now_ms();
+    pthread_mutex_lock(&c->mu);
+
+    for (size_t i = 0; i < n; i++) {
+        dlock_lock *l = batch[i];
+        char msg[256];
+
+        l->busy = 0;
+        if (l->lease_ms != items[i].lease_ms) {
+            /* dlock_lock_extend changed the lease meanwhile; it has set the
+             * new deadline itself. */
+            continue;
+        }
+        if (rc == DLOCK_OK && items[i].result == DLOCK_OK) {
+            atomic_store(&l->deadline_ms, sent + l->lease_ms);
+            l->next_event_ms = sent + l->lease_ms / 3;
+            l->retry_count = 0;
+        } else if (rc == DLOCK_OK) {
+            dlock__lock_mark_lost(l, DLOCK_ELOST, "renewal found the lock gone or owned by "
+                                  "another (lease expired or taken over)");
+        } else if (now >= atomic_load(&l->deadline_ms)) {
+            snprintf(msg, sizeof(msg), "could not renew before the lease ran out: %s",
+                     dlock_error_message());
+            dlock__lock_mark_lost(l, DLOCK_ECONN, msg);
+        } else {
+            /* Try again soon, but never later than the deadline. */
+            int64_t retry = l->lease_ms / 10 > 1000 ? 1000 : l->lease_ms / 10;
+            int64_t next = now + (retry < 20 ? 20 : retry);
+            int64_t deadline = atomic_load(&l->deadline_ms);
+            l->next_event_ms = next < deadline ? next : deadline;
+            l->retry_count++;
+        }
+    }
+    pthread_cond_broadcast(&c->idle);
+}
+
+/* Call on_lost for every lock that has one due, one at a time, without the
+ * mutex. Returns 1 if it called any. */
+static int fire_callbacks(dlock_client *c)
+{
+    for (dlock_lock *l = c->locks; l != NULL; l = l->next) {
+        if (!l->callback_due || l->releasing)
+            continue;
+        l->callback_due = 0;
+        l->busy = 1;
+        pthread_mutex_unlock(&c->mu);
+        l->on_lost(l, atomic_load(&l->lost_reason), l->payload);
+        pthread_mutex_lock(&c->mu);
+        l->busy = 0;
+        pthread_cond_broadcast(&c->idle);
+        return 1; /* the list may have changed meanwhile: start over */
+    }
+    return 0;
+}
+
+static void *watchdog_main(void *arg)
+{
+    dlock_client *c = arg;
+
+    pthread_mutex_lock(&c->mu);
+    while (!c->stopping) {
+        dlock_lock *batch[BATCH_MAX];
+        size_t n = 0;
+        int64_t now = dlock__now_ms(), next = INT64_MAX;
+
+        if (fire_callbacks(c))
+            continue;
+
+        for (dlock_lock *l = c->locks; l != NULL; l = l->next) {
+            if (l->releasing || l->busy || atomic_load(&l->lost_reason) != 0)
+                continue;
+            if (!l->auto_renew) {
+                /* Nothing to renew; only tell the holder when the lease ends. */
+                if (l->on_lost == NULL)
+                    continue;
+                if (now >= atomic_load(&l->deadline_ms))
+                    dlock__lock_mark_lost(l, DLOCK_ELOST, "lease ran out (auto_renew is off)");
+                else if (l->next_event_ms < next)
+                    next = l->next_event_ms;
+                continue;
+            }
+            if (renewal_due(l, now) && n < BATCH_MAX) {
+                l->busy = 1;
+                batch[n++] = l;
+            } else if (l->next_event_ms < next) {
+                next = l->next_event_ms;
+            }
+        }
+        if (n > 0) {
+            renew_batch(c, batch, n);
+            continue;
+        }
+        if (fire_callbacks(c))
+            continue;
+        if (next == INT64_MAX) {
+            pthread_cond_wait(&c->wake, &c->mu);
+        } else if (next > now) {
+            struct timespec ts = dlock__deadline_ts(next - now);
+            pthread_cond_timedwait(&c->wake, &c->mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+int dlock__client_register(dlock_client *c, dlock_lock *l)
+{
+    int rc = DLOCK_OK;
+
+    pthread_mutex_lock(&c->mu);
+    if (!c->thread_running && (l->auto_renew || l->on_lost != NULL)) {
+        if (pthread_create(&c->thread, NULL, watchdog_main, c) != 0)
+            rc = dlock__fail(DLOCK_ENOMEM, "cannot start the watchdog thread");
+        else
+            c->thread_running = 1;
+    }
+    if (rc == DLOCK_OK) {
+        l->next = c->locks;
+        if (c->locks != NULL)
+            c->locks->prev = l;
+        c->locks = l;
+        pthread_cond_signal(&c->wake);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int dlock__client_unregister(dlock_client *c, dlock_lock *l)
+{
+    pthread_mutex_lock(&c->mu);
+    if (l->busy && c->thread_running && pthread_equal(pthread_self(), c->thread)) {
+        pthread_mutex_unlock(&c->mu);
+        return dlock__fail(DLOCK_EMISUSE, "dlock_release: called from inside the lock's on_lost "
+                           "callback; release it after the callback returns");
+    }
+    l->releasing = 1;
+    while (l->busy)
+        pthread_cond_wait(&c->idle, &c->mu);
+    if (l->prev != NULL)
+        l->prev->next = l->next;
+    else
+        c->locks = l->next;
+    if (l->next != NULL)
+        l->next->prev = l->prev;
+    l->prev = l->next = NULL;
+    pthread_mutex_unlock(&c->mu);
+    return DLOCK_OK;
+}
+
+void dlock__watchdog_stop(dlock_client *c)
+{
+    int running;
+
+    pthread_mutex_lock(&c->mu);
+    c->stopping = 1;
+    running = c->thread_running;
+    pthread_cond_signal(&c->wake);
+    pthread_mutex_unlock(&c->mu);
+    if (running)
+        pthread_join(c->thread, NULL);
+    c->thread_running = 0;
+}
