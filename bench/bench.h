@@ -1,0 +1,105 @@
+/*
+ * dlock-bench: shared declarations of the benchmark program.
+ *
+ * The benchmark uses dlock only through its public API. It also talks to the
+ * same Redis server directly through hiredis, to measure the raw round trip
+ * that every dlock figure is compared with.
+ */
+#ifndef DLOCK_BENCH_H
+#define DLOCK_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <hiredis/hiredis.h>
+
+/* ------------------------------------------------------------------------
+ * main.c
+ * ---------------------------------------------------------------------- */
+
+/* Now on CLOCK_MONOTONIC, in nanoseconds. */
+int64_t bench_now_ns(void);
+
+/*
+ * Print "dlock-bench: <message>" on stderr, stop the throwaway server if this
+ * run started one, and exit with status 1. Safe to call from any thread.
+ */
+void bench_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+/* ------------------------------------------------------------------------
+ * server.c: the throwaway redis-server
+ * ---------------------------------------------------------------------- */
+
+/*
+ * Block SIGINT, SIGTERM and SIGHUP in this thread (and so in every thread
+ * created after it, the library's included) and start a thread that waits for
+ * them, stops the throwaway server, removes its directory and exits with
+ * 128 + signal. Call first thing in main, before any other thread exists.
+ */
+void bench_signals_init(void);
+
+/*
+ * Start redis-server (found in PATH) on a free loopback port, without
+ * persistence, in a fresh mkdtemp directory, and wait until it answers PING.
+ * Writes "redis://127.0.0.1:PORT" to url. Dies on failure.
+ */
+void bench_server_start(char *url, size_t url_size);
+
+/* Stop the server started by bench_server_start and remove its directory.
+ * Idempotent, thread-safe; a no-op when no server was started. */
+void bench_server_stop(void);
+
+/* The pid of the server started by bench_server_start, or 0. */
+pid_t bench_server_pid(void);
+
+/*
+ * CPUs this process may run on (its affinity when it started): returns how
+ * many, and sets *first and *second to the first two of them.
+ */
+int bench_cpus(int *first, int *second);
+
+/*
+ * Pin every thread of process pid (0: this one) to cpu, or back to this
+ * process's startup CPUs when cpu is -1. Threads the pinned threads create
+ * later inherit it. Dies on failure.
+ */
+void bench_pin(pid_t pid, int cpu);
+
+/* The server's version string ("7.0.15"), or "" when unknown. */
+const char *bench_server_version(redisContext *c);
+
+/* ------------------------------------------------------------------------
+ * raw.c: direct hiredis connections for the baseline
+ * ---------------------------------------------------------------------- */
+
+/* Where the server is, taken from the same URL dlock is given. */
+typedef struct {
+    int is_unix;
+    char host[256];
+    int port;
+    char path[1024];
+    char user[256];
+    char password[256];
+    int db;
+} bench_endpoint;
+
+/*
+ * Parse the URL forms dlock accepts (redis://[user:password@]host[:port][/db],
+ * unix:///path[?db=N]) well enough to reach the same server. Returns 0, or -1
+ * with a reason in err.
+ */
+int bench_endpoint_parse(bench_endpoint *out, const char *url, char *err, size_t err_size);
+
+/* Connect, AUTH and SELECT as the URL says. Dies on failure. */
+redisContext *bench_raw_connect(const bench_endpoint *ep);
+
+/*
+ * Send one command and check the reply's type (and, for a status reply, its
+ * text when expect_status is not NULL). Dies on any mismatch. The reply is
+ * freed.
+ */
+void bench_raw_expect(redisContext *c, int type, const char *expect_status, const char *fmt,
+                      ...);
+
+#endif /* DLOCK_BENCH_H */
