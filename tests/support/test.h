@@ -1,0 +1,88 @@
+/*
+ * A tiny test harness. Each test is a function; a test binary runs the one
+ * named on its command line, so CTest runs every test in its own process
+ * with its own timeout (after libuv). A failed check prints where and exits 1.
+ */
+#ifndef DLOCK_TEST_H
+#define DLOCK_TEST_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlock/dlock.h"
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: check failed: %s\n  last dlock message: %s\n", __FILE__,      \
+                    __LINE__, #cond, dlock_error_message());                                       \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+#define CHECK_RC(expr, want)                                                                       \
+    do {                                                                                           \
+        int check_rc_ = (expr);                                                                    \
+        if (check_rc_ != (want)) {                                                                 \
+            fprintf(stderr, "%s:%d: %s returned %d (%s), wanted %d (%s)\n  message: %s\n",        \
+                    __FILE__, __LINE__, #expr, check_rc_, dlock_strerror(check_rc_), (want),       \
+                    dlock_strerror(want), dlock_error_message());                                  \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+#define CHECK_CONTAINS(haystack, needle)                                                           \
+    do {                                                                                           \
+        const char *check_h_ = (haystack);                                                         \
+        if (check_h_ == NULL || strstr(check_h_, (needle)) == NULL) {                              \
+            fprintf(stderr, "%s:%d: '%s' does not contain '%s'\n", __FILE__, __LINE__,           \
+                    check_h_ ? check_h_ : "(null)", (needle));                                     \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+typedef struct {
+    const char *name;
+    void (*fn)(void);
+} test_case;
+
+#define TEST_MAIN(...)                                                                             \
+    int main(int argc, char **argv)                                                                \
+    {                                                                                              \
+        static const test_case cases[] = {__VA_ARGS__};                                            \
+        return test_run(cases, sizeof(cases) / sizeof(cases[0]), argc, argv);                      \
+    }
+
+int test_run(const test_case *cases, size_t n, int argc, char **argv);
+
+/* ---- a private redis-server, for tests that count its commands or
+ * kill and restart it ---- */
+
+typedef struct {
+    int port;
+    int pid;
+    char dir[64];
+    char url[96];
+    char extra[256]; /* extra redis-server arguments, space separated */
+} test_redis;
+
+/* Start redis-server on a free loopback port in a new temp dir; exits the
+ * test with a clear message if redis-server is missing. */
+void test_redis_start(test_redis *r, const char *extra_args);
+/* Start it again on the same port and dir (after test_redis_kill). */
+void test_redis_restart(test_redis *r);
+/* kill -9 and reap. */
+void test_redis_kill(test_redis *r);
+/* Stop and remove its dir. */
+void test_redis_stop(test_redis *r);
+/* Run one command on it (hiredis, printf-style) and return its integer
+ * reply, or the length of a string/array reply. */
+long long test_redis_cmd(test_redis *r, const char *fmt, ...);
+/* calls= of one command in INFO commandstats, e.g. "evalsha". */
+long long test_redis_calls(test_redis *r, const char *command);
+
+/* Sleep ms milliseconds. */
+void test_sleep_ms(long ms);
+
+#endif

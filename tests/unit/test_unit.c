@@ -1,0 +1,173 @@
+/* Pure logic, no server: URL parsing, durations, the error table. */
+#include "core/url.h"
+#include "test.h"
+
+static void url_redis_full(void)
+{
+    dlock_url u;
+
+    CHECK_RC(dlock__url_parse(&u, "redis://alice:s%40cret@db.example:6390/3"), DLOCK_OK);
+    CHECK(strcmp(u.scheme, "redis") == 0);
+    CHECK(strcmp(u.user, "alice") == 0);
+    CHECK(strcmp(u.password, "s@cret") == 0);
+    CHECK(u.nhosts == 1 && strcmp(u.hosts[0].host, "db.example") == 0 && u.hosts[0].port == 6390);
+    CHECK(strcmp(u.path, "/3") == 0);
+    CHECK(strstr(u.redacted, "s%40cret") == NULL && strstr(u.redacted, "***") != NULL);
+    dlock__url_free(&u);
+}
+
+static void url_forms(void)
+{
+    dlock_url u;
+
+    CHECK_RC(dlock__url_parse(&u, "REDIS://127.0.0.1"), DLOCK_OK);
+    CHECK(strcmp(u.scheme, "redis") == 0 && u.hosts[0].port == 0 && u.path == NULL);
+    dlock__url_free(&u);
+    CHECK_RC(dlock__url_parse(&u, "redis://[::1]:7000"), DLOCK_OK);
+    CHECK(strcmp(u.hosts[0].host, "::1") == 0 && u.hosts[0].port == 7000);
+    dlock__url_free(&u);
+    CHECK_RC(dlock__url_parse(&u, "unix:///run/redis/redis.sock?db=2"), DLOCK_OK);
+    CHECK(u.nhosts == 0 && strcmp(u.path, "/run/redis/redis.sock") == 0);
+    CHECK(strcmp(dlock_url_param_get(&u, "db"), "2") == 0);
+    CHECK(dlock_url_param_get(&u, "nope") == NULL);
+    dlock__url_free(&u);
+    CHECK_RC(dlock__url_parse(&u, "etcd://a:2379,b:2379,c"), DLOCK_OK);
+    CHECK(u.nhosts == 3 && strcmp(u.hosts[2].host, "c") == 0 && u.hosts[1].port == 2379);
+    dlock__url_free(&u);
+    CHECK_RC(dlock__url_parse(&u, "redis://:onlypass@h"), DLOCK_OK);
+    CHECK(u.user == NULL && strcmp(u.password, "onlypass") == 0);
+    dlock__url_free(&u);
+}
+
+static void url_bad(void)
+{
+    static const char *bad[] = {
+        "", "redis", "://host", "redis://host:", "redis://host:0",
+        "redis://host:65536", "redis://host:12a", "redis://ho st", "redis://[::1",
+        "redis://[::1]x", "redis://a,", "redis://u:p%zz@h", "redis://u:p%00@h",
+        "redis://h/?novalue", "redis://h/?=v", "re dis://h", "redis://h\n",
+        "redis://h:6379,,x"};
+    dlock_url u;
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int rc = dlock__url_parse(&u, bad[i]);
+        if (rc != DLOCK_EINVAL) {
+            fprintf(stderr, "URL '%s' gave %d\n", bad[i], rc);
+            exit(1);
+        }
+        CHECK(dlock_error_message()[0] != '\0');
+        CHECK(u.scheme == NULL && u.hosts == NULL);
+    }
+    CHECK_RC(dlock__url_parse(&u, NULL), DLOCK_EINVAL);
+}
+
+static void url_password_never_in_messages(void)
+{
+    dlock_url u;
+
+    CHECK_RC(dlock__url_parse(&u, "redis://user:hunter2@host:99999"), DLOCK_EINVAL);
+    CHECK(strstr(dlock_error_message(), "hunter2") == NULL);
+    CHECK_RC(dlock__url_parse(&u, "redis://user:hunter2@ho$t"), DLOCK_EINVAL);
+    CHECK(strstr(dlock_error_message(), "hunter2") == NULL);
+}
+
+static void url_huge(void)
+{
+    size_t n = 1 << 20;
+    char *s = malloc(n + 1);
+    dlock_url u;
+
+    CHECK(s != NULL);
+    memcpy(s, "redis://", 8);
+    memset(s + 8, 'a', n - 8);
+    s[n] = '\0';
+    CHECK_RC(dlock__url_parse(&u, s), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "longer");
+    free(s);
+}
+
+static void duration(void)
+{
+    int64_t ms = -1;
+
+    CHECK_RC(dlock_duration_parse(&ms, "250ms"), DLOCK_OK);
+    CHECK(ms == 250);
+    CHECK_RC(dlock_duration_parse(&ms, "30s"), DLOCK_OK);
+    CHECK(ms == 30000);
+    CHECK_RC(dlock_duration_parse(&ms, "2m"), DLOCK_OK);
+    CHECK(ms == 120000);
+    CHECK_RC(dlock_duration_parse(&ms, "7"), DLOCK_OK);
+    CHECK(ms == 7000);
+    CHECK_RC(dlock_duration_parse(&ms, "0"), DLOCK_OK);
+    CHECK(ms == 0);
+    static const char *bad[] = {"", "-1s", "1.5s", "5h", "s", "10 s", "99999999999999999999",
+                                "43201m", " 5s"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ms = 42;
+        if (dlock_duration_parse(&ms, bad[i]) != DLOCK_EINVAL || ms != 42) {
+            fprintf(stderr, "duration '%s' accepted\n", bad[i]);
+            exit(1);
+        }
+    }
+    CHECK_RC(dlock_duration_parse(NULL, "1s"), DLOCK_EINVAL);
+    CHECK_RC(dlock_duration_parse(&ms, "43200m"), DLOCK_OK);
+    CHECK(ms == DLOCK_LEASE_MAX_MS);
+}
+
+static void error_table(void)
+{
+    CHECK(strcmp(dlock_strerror(DLOCK_OK), "success") == 0);
+    CHECK(strcmp(dlock_strerror(12345), "unknown error") == 0);
+    for (int code = 0; code >= DLOCK_ESERVER; code--)
+        CHECK(strcmp(dlock_strerror(code), "unknown error") != 0);
+    CHECK(strcmp(dlock_version(), DLOCK_VERSION) == 0);
+}
+
+static void open_bad_input(void)
+{
+    dlock_client *c = (dlock_client *)1;
+    dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+
+    CHECK_RC(dlock_client_open(&c, NULL, NULL), DLOCK_EINVAL);
+    CHECK(c == NULL);
+    CHECK_RC(dlock_client_open(NULL, "redis://h", NULL), DLOCK_EINVAL);
+    CHECK_RC(dlock_client_open(&c, "memcached://h", NULL), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "memcached");
+    CHECK_RC(dlock_client_open(&c, "rediss://h:6380", NULL), DLOCK_ENOTSUP);
+    CHECK_CONTAINS(dlock_error_message(), "TLS");
+    CHECK_RC(dlock_client_open(&c, "redis://a:1,b:2", NULL), DLOCK_EINVAL);
+    CHECK_RC(dlock_client_open(&c, "redis://", NULL), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "one host");
+    CHECK_RC(dlock_client_open(&c, "redis://h/x", NULL), DLOCK_EINVAL);
+    CHECK_RC(dlock_client_open(&c, "redis://h?tls=1", NULL), DLOCK_EINVAL);
+    CHECK_RC(dlock_client_open(&c, "unix://host/sock", NULL), DLOCK_EINVAL);
+    o.version = 99;
+    CHECK_RC(dlock_client_open(&c, "redis://h", &o), DLOCK_EINVAL);
+    o.version = DLOCK_CLIENT_OPTIONS_VERSION;
+    o.command_timeout_ms = 0;
+    CHECK_RC(dlock_client_open(&c, "redis://h", &o), DLOCK_EINVAL);
+    o.command_timeout_ms = 100;
+    o.client_name = "bad name";
+    CHECK_RC(dlock_client_open(&c, "redis://h", &o), DLOCK_EINVAL);
+    CHECK(c == NULL);
+    dlock_client_free(NULL);
+    CHECK_RC(dlock_release(NULL), DLOCK_OK);
+}
+
+static void unreachable_is_econn_with_timeout(void)
+{
+    dlock_client *c = NULL;
+    dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+
+    o.connect_timeout_ms = 300;
+    CHECK_RC(dlock_client_open(&c, "redis://127.0.0.1:1", &o), DLOCK_ECONN);
+    CHECK_CONTAINS(dlock_error_message(), "127.0.0.1:1");
+    CHECK_RC(dlock_client_open(&c, "unix:///nonexistent/redis.sock", &o), DLOCK_ECONN);
+    CHECK_CONTAINS(dlock_error_message(), "/nonexistent/redis.sock");
+}
+
+TEST_MAIN({"url_redis_full", url_redis_full}, {"url_forms", url_forms}, {"url_bad", url_bad},
+          {"url_password_never_in_messages", url_password_never_in_messages},
+          {"url_huge", url_huge}, {"duration", duration}, {"error_table", error_table},
+          {"open_bad_input", open_bad_input},
+          {"unreachable_is_econn_with_timeout", unreachable_is_econn_with_timeout})
