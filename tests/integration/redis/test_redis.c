@@ -404,8 +404,10 @@ static void release_inside_callback(dlock_lock *l, int reason, void *payload)
 {
     (void)reason;
     (void)payload;
-    atomic_store(&misuse_rc, dlock_release(l));
-    misuse_lock = l;
+    int rc = dlock_release(l);
+
+    misuse_lock = l; /* published by the atomic store below */
+    atomic_store(&misuse_rc, rc);
 }
 
 static void release_from_on_lost_is_misuse(void)

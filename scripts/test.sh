@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The whole suite, as `make test` and CI run it:
+#   1. a plain build, every test (unit, redis, cli, demo);
+#   2. the same suite built with AddressSanitizer + UndefinedBehaviorSanitizer;
+#   3. the watchdog and waiter tests built with ThreadSanitizer.
+# Tests labelled redis start their own throwaway servers; the cli and demo
+# tests use the one this script starts on a free loopback port (DLOCK_TEST_URL).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+jobs=$(nproc 2>/dev/null || echo 2)
+command -v redis-server >/dev/null || { echo "test.sh: redis-server is missing (apt-get install redis-server)" >&2; exit 1; }
+
+tmp=$(mktemp -d /tmp/dlock-suite-XXXXXX)
+redis_pid=""
+cleanup() {
+    [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null ||
+       echo $((20000 + RANDOM % 20000)))
+redis-server --port "$port" --bind 127.0.0.1 --dir "$tmp" --save '' --appendonly no \
+    --loglevel warning >"$tmp/redis.log" 2>&1 &
+redis_pid=$!
+for _ in $(seq 1 200); do
+    redis-cli -p "$port" ping >/dev/null 2>&1 && break
+    sleep 0.05
+done
+redis-cli -p "$port" ping >/dev/null || { echo "test.sh: redis-server did not start" >&2; cat "$tmp/redis.log" >&2; exit 1; }
+export DLOCK_TEST_URL="redis://127.0.0.1:$port"
+echo "== redis-server for the cli and demo tests: $DLOCK_TEST_URL"
+
+run_suite() { # build-dir sanitizer ctest-args...
+    local dir=$1 san=$2
+    shift 2
+    echo "== build $dir ${san:+(sanitize=$san)}"
+    cmake -S . -B "$dir" -DDLOCK_SANITIZE="$san" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    cmake --build "$dir" -j "$jobs" >/dev/null
+    echo "== test $dir"
+    (cd "$dir" && ctest --output-on-failure -j "$jobs" "$@")
+}
+
+# Leaks are errors; a sanitizer report fails the test that caused it.
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:exitcode=86"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:exitcode=86"
+
+run_suite build "" 
+run_suite build-asan "address,undefined"
+run_suite build-tsan "thread" -L watchdog
+echo "== all suites passed"
