@@ -9,6 +9,7 @@
 #define DLOCK_BENCH_H
 
 #include <stddef.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -30,6 +31,9 @@ void bench_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noretu
 /* ------------------------------------------------------------------------
  * server.c: the throwaway redis-server
  * ---------------------------------------------------------------------- */
+
+/* Set once SIGINT, SIGTERM or SIGHUP arrived and the clean-up began. */
+extern atomic_int bench_interrupted;
 
 /*
  * Block SIGINT, SIGTERM and SIGHUP in this thread (and so in every thread

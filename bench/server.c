@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,7 @@ static pthread_mutex_t server_mutex = PTHREAD_MUTEX_INITIALIZER;
 static pid_t server_pid;
 static char server_dir[256];
 static sigset_t stop_signals;
+atomic_int bench_interrupted;
 
 /* ------------------------------------------------------------------------
  * Signals
@@ -40,6 +42,9 @@ static void *signal_thread(void *arg)
     int sig = 0;
     if (sigwait(&stop_signals, &sig) != 0)
         return NULL;
+    /* The measuring threads will now fail on the dying server; they must
+     * stay quiet and leave the exit to us. */
+    atomic_store(&bench_interrupted, 1);
     static const char msg[] = "\ndlock-bench: interrupted, stopping the server\n";
     if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) {
         /* nothing to do about it */
