@@ -1,0 +1,253 @@
+/*
+ * The embedded default: a throwaway redis-server on a free loopback port,
+ * with no persistence, living in the demo's temporary folder.
+ */
+#include "demo_int.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define START_TIMEOUT_US ((int64_t)10 * 1000000)
+
+struct demo_redis {
+    pid_t pid;
+    char url[64];
+};
+
+/* The first executable redis-server in PATH, into buf. */
+static int find_redis_server(char *buf, size_t len)
+{
+    const char *path = getenv("PATH");
+    if (path == NULL || path[0] == '\0')
+        path = "/usr/local/bin:/usr/bin:/bin";
+    while (*path != '\0') {
+        const char *end = strchr(path, ':');
+        size_t n = end ? (size_t)(end - path) : strlen(path);
+        int w = snprintf(buf, len, "%.*s/redis-server", (int)n, n ? path : ".");
+        if (w > 0 && (size_t)w < len && access(buf, X_OK) == 0)
+            return 0;
+        path += n;
+        if (*path == ':')
+            path++;
+    }
+    return -1;
+}
+
+/* A port nobody listens on now: bind port 0 and see what the kernel gave.
+ * Someone may take it before redis-server does; start() then tries again. */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof sa;
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
+        port = ntohs(sa.sin_port);
+    close(fd);
+    return port;
+}
+
+static int port_answers(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa.sin_port = htons((uint16_t)port);
+    int ok = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    close(fd);
+    return ok;
+}
+
+/* The last lines of redis-server's log, to say why it did not start. */
+static void show_log_tail(const char *log)
+{
+    FILE *f = fopen(log, "r");
+    if (f == NULL)
+        return;
+    char tail[4096];
+    size_t n = 0;
+    if (fseek(f, -(long)(sizeof tail - 1), SEEK_END) != 0)
+        rewind(f);
+    n = fread(tail, 1, sizeof tail - 1, f);
+    fclose(f);
+    tail[n] = '\0';
+    /* Last three lines. */
+    int lines = 0;
+    char *p = tail + n;
+    while (p > tail) {
+        p--;
+        if (*p == '\n' && p[1] != '\0' && ++lines == 4) {
+            p++;
+            break;
+        }
+    }
+    fprintf(stderr, "redis-server said:\n%s", p);
+}
+
+static int log_says_in_use(const char *log)
+{
+    FILE *f = fopen(log, "r");
+    if (f == NULL)
+        return 0;
+    char line[1024];
+    int in_use = 0;
+    while (fgets(line, sizeof line, f) != NULL)
+        if (strstr(line, "Address already in use") != NULL)
+            in_use = 1;
+    fclose(f);
+    return in_use;
+}
+
+/* One try on one port: 0 started, 1 port taken (try another), -1 failed. */
+static int try_start(demo_redis *r, const char *exe, const char *dir, int port)
+{
+    char portbuf[16], log[PATH_MAX];
+    snprintf(portbuf, sizeof portbuf, "%d", port);
+    if (snprintf(log, sizeof log, "%s/redis.log", dir) >= (int)sizeof log) {
+        demo_err("temporary folder path too long: %s", dir);
+        return -1;
+    }
+    char *argv[] = {
+        (char *)exe, "--port", portbuf, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+        "--dir", (char *)dir, "--daemonize", "no", "--logfile", "", NULL,
+    };
+    int logfd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (logfd < 0) {
+        demo_err("%s: %s", log, strerror(errno));
+        return -1;
+    }
+    pid_t parent = getpid();
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        demo_err("fork: %s", strerror(errno));
+        close(logfd);
+        return -1;
+    }
+    if (pid == 0) {
+        /* Dies with the demo, and a Ctrl-C on the terminal reaches only the
+         * demo, which then stops this server itself. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent)
+            _exit(127);
+        setpgid(0, 0);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGPIPE, SIG_DFL);
+        int devnull = open("/dev/null", O_RDONLY);
+        if (devnull >= 0)
+            dup2(devnull, 0);
+        dup2(logfd, 1);
+        dup2(logfd, 2);
+        execv(exe, argv);
+        dprintf(2, "exec %s: %s\n", exe, strerror(errno));
+        _exit(127);
+    }
+    close(logfd);
+    r->pid = pid;
+
+    int64_t deadline = demo_now_us() + START_TIMEOUT_US;
+    for (;;) {
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            r->pid = 0;
+            if (log_says_in_use(log))
+                return 1;
+            demo_err("redis-server exited before it was ready");
+            show_log_tail(log);
+            return -1;
+        }
+        if (port_answers(port))
+            break;
+        if (demo_interrupted() || demo_now_us() > deadline) {
+            if (!demo_interrupted()) {
+                demo_err("redis-server did not answer on 127.0.0.1:%d within %lld s", port,
+                         (long long)(START_TIMEOUT_US / 1000000));
+                show_log_tail(log);
+            }
+            return -1;
+        }
+        /* Starting a server: no event to wait on but its port opening. */
+        demo_sleep_us(5000);
+    }
+    snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d", port);
+    return 0;
+}
+
+int demo_redis_start(demo_redis **out, const char *dir)
+{
+    *out = NULL;
+    char exe[PATH_MAX];
+    if (find_redis_server(exe, sizeof exe) != 0) {
+        demo_err("redis-server is not installed (not found in PATH); install it with: "
+                 "apt-get install redis-server   (or pass --url redis://HOST:PORT)");
+        return DEMO_EXIT_UNAVAILABLE;
+    }
+    demo_redis *r = calloc(1, sizeof *r);
+    if (r == NULL) {
+        demo_err("out of memory");
+        return DEMO_EXIT_SOFTWARE;
+    }
+    for (int attempt = 0; attempt < 5; attempt++) {
+        int port = free_port();
+        if (port < 0) {
+            demo_err("cannot find a free loopback port: %s", strerror(errno));
+            break;
+        }
+        int rc = try_start(r, exe, dir, port);
+        if (rc == 0) {
+            *out = r;
+            return DEMO_EXIT_OK;
+        }
+        if (rc < 0)
+            break;
+    }
+    int interrupted = demo_interrupted();
+    demo_redis_stop(r);
+    return interrupted ? DEMO_EXIT_INTERRUPTED : DEMO_EXIT_UNAVAILABLE;
+}
+
+const char *demo_redis_url(const demo_redis *redis)
+{
+    return redis->url;
+}
+
+void demo_redis_stop(demo_redis *redis)
+{
+    if (redis == NULL)
+        return;
+    if (redis->pid > 0) {
+        int st;
+        kill(redis->pid, SIGTERM);
+        int64_t deadline = demo_now_us() + 3 * 1000000;
+        pid_t w;
+        while ((w = waitpid(redis->pid, &st, WNOHANG)) == 0 && demo_now_us() < deadline)
+            demo_sleep_us(5000);
+        if (w == 0) {
+            kill(redis->pid, SIGKILL);
+            waitpid(redis->pid, &st, 0);
+        }
+    }
+    free(redis);
+}
