@@ -15,7 +15,6 @@
 
 #include <errno.h>
 #include <getopt.h>
-#include <inttypes.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdarg.h>
@@ -460,7 +459,6 @@ typedef struct {
     long count;
     sem_t go, done;
     int64_t b_start, b_end; /* written by B before it posts done */
-    int rc;
 } handoff;
 
 static void *handoff_b(void *arg)

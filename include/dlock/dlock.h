@@ -166,7 +166,7 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
  * Close the client's connections, stop its watchdog and free it. NULL is a
  * no-op. Locks still held are not released on the server (their leases run
  * out) but their handles stay valid for dlock_release, which then frees them
- * and returns DLOCK_ECONN; the watchdog no longer renews them and never calls
+ * and returns DLOCK_EMISUSE; the watchdog no longer renews them and never calls
  * their on_lost after this returns. Must not be called while another thread is
  * still inside a call on this client.
  */
@@ -210,10 +210,15 @@ typedef struct {
      * release. 0: the lease runs out lease_ms after acquisition unless you
      * call dlock_lock_extend. */
     int auto_renew;
-    /* Called once, from the watchdog thread, when the lock is found lost.
-     * It must return quickly and must not call dlock_release on the lock
-     * (that returns DLOCK_EMISUSE from inside the callback). It is never
-     * called after dlock_release or dlock_client_free has returned. */
+    /* Called once, from the watchdog thread, when the lock is found lost:
+     * a renewal (or dlock_lock_check / extend) found it gone or owned by
+     * another, or the server could not be reached before the lease ran out
+     * (then it may come up to command_timeout_ms late, while the renewal
+     * times out; dlock_lock_lost() is exact). With auto_renew off it fires
+     * when the lease runs out. It must return quickly and must not call
+     * dlock_release on the lock (that returns DLOCK_EMISUSE from inside the
+     * callback). It is never called after dlock_release or
+     * dlock_client_free has returned. */
     dlock_lost_cb on_lost;
     void *payload;
 } dlock_acquire_options;
