@@ -239,6 +239,8 @@ int demo_interrupted(void);
 int demo_write_all(int fd, const void *buf, size_t len);
 /* Remove a directory tree; errors are ignored. */
 void demo_rmtree(const char *path);
+/* url with its password, if any, replaced by "***", into buf. */
+void demo_redact_url(char *buf, size_t len, const char *url);
 /* Print the last dlock failure of this thread as "what: detail". */
 void demo_dlock_err(const char *what, int code);
 

@@ -393,6 +393,17 @@ static int payout(demo_options *o)
         snprintf(store_path, sizeof store_path, "%s/store.db", tmpdir);
         store_spec = store_path;
     }
+    /* The store must answer before anything is forked, like the lock server. */
+    {
+        char err[512];
+        demo_store *st = demo_store_open(store_spec, "dlock_demo_check", err, sizeof err);
+        if (st == NULL) {
+            demo_err("store: %s", err);
+            status = DEMO_EXIT_UNAVAILABLE;
+            goto out;
+        }
+        demo_store_close(st);
+    }
     /* A schema of this run's own, when the store is a shared PostgreSQL. */
     uint64_t nsr = o->seed ^ (uint64_t)getpid() ^ (uint64_t)demo_now_us();
     snprintf(store_ns, sizeof store_ns, "dlock_demo_%d_%06llx", (int)getpid(),
@@ -402,11 +413,15 @@ static int payout(demo_options *o)
            "transfer %lldms, pauses %s, seed %" PRIu64 "\n",
            o->instances, o->orders, o->rounds, (long long)o->ttl_ms, (long long)o->pay_ms,
            o->pause ? "on" : "off", o->seed);
+    char url_shown[512], store_shown[512];
+    demo_redact_url(url_shown, sizeof url_shown, url);
+    demo_redact_url(store_shown, sizeof store_shown,
+                    o->store ? o->store : "SQLite file in a temporary folder");
     if (redis != NULL)
-        printf("lock server: throwaway redis-server at %s\n", url);
+        printf("lock server: throwaway redis-server at %s\n", url_shown);
     else
-        printf("lock server: %s\n", url);
-    printf("store: %s\n", o->store ? o->store : "SQLite file in a temporary folder");
+        printf("lock server: %s\n", url_shown);
+    printf("store: %s\n", store_shown);
     fflush(stdout);
 
     for (int m = 0; m < DEMO_MODE_COUNT; m++) {
@@ -417,7 +432,7 @@ static int payout(demo_options *o)
         demo_result *r = &results[nres++];
         int rc = demo_run_mode(r, o, (demo_mode)m, url, store_spec, store_ns);
         if (rc != DEMO_EXIT_OK) {
-            printf("failed\n");
+            printf("%s\n", rc == DEMO_EXIT_INTERRUPTED ? "interrupted" : "failed");
             if (r->first_error[0])
                 demo_err("%s: %s", demo_mode_name((demo_mode)m), r->first_error);
             status = rc;
@@ -455,8 +470,8 @@ static int payout(demo_options *o)
         status == DEMO_EXIT_OK)
         status = DEMO_EXIT_SOFTWARE;
     if (o->report != NULL) {
-        if (demo_report_write(o->report, o, redis != NULL ? "throwaway redis-server" : url,
-                              o->store ? store_kind : "SQLite (temporary)", results, nres) != 0) {
+        if (demo_report_write(o->report, o, redis != NULL ? "throwaway redis-server" : url_shown,
+                              o->store ? store_shown : "SQLite (temporary)", results, nres) != 0) {
             if (status == DEMO_EXIT_OK)
                 status = DEMO_EXIT_SOFTWARE;
         } else {

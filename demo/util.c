@@ -99,3 +99,23 @@ void demo_rmtree(const char *path)
     if (path != NULL && path[0] != '\0')
         nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
+
+void demo_redact_url(char *buf, size_t len, const char *url)
+{
+    /* scheme://user:password@host... -> scheme://user:***@host... */
+    const char *scheme_end = strstr(url, "://");
+    const char *auth = scheme_end ? scheme_end + 3 : NULL;
+    const char *at = NULL, *colon = NULL;
+    if (auth != NULL) {
+        size_t hostpart = strcspn(auth, "/?#");
+        for (const char *p = auth; p < auth + hostpart; p++)
+            if (*p == '@')
+                at = p;
+        if (at != NULL)
+            colon = memchr(auth, ':', (size_t)(at - auth));
+    }
+    if (colon == NULL)
+        snprintf(buf, len, "%s", url);
+    else
+        snprintf(buf, len, "%.*s***%s", (int)(colon + 1 - url), url, at);
+}

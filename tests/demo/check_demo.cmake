@@ -1,0 +1,188 @@
+# Runs `dlock demo payout` once in a small, seeded configuration and checks
+# its exit status and its --json results.
+#
+#   cmake -DDEMO=path/to/dlock -DWORK=dir -DCASE=name -P check_demo.cmake
+#
+# The lock server comes from $DLOCK_TEST_URL (scripts/test.sh exports it),
+# except in the `embedded` case, which lets the demo start its own
+# redis-server. The `postgres` case takes its store from $DLOCK_DEMO_STORE
+# (tests/demo/with_postgres.sh starts a private PostgreSQL and sets it).
+cmake_minimum_required(VERSION 3.19)
+
+foreach(v DEMO WORK CASE)
+  if(NOT DEFINED ${v})
+    message(FATAL_ERROR "check_demo.cmake: -D${v}=... is required")
+  endif()
+endforeach()
+
+file(REMOVE_RECURSE "${WORK}")
+file(MAKE_DIRECTORY "${WORK}")
+set(json "${WORK}/result.json")
+string(RANDOM LENGTH 8 ALPHABET 0123456789abcdef tag)
+# A lock name of this run's own: tests may share one server.
+set(small --instances 4 --orders 8 --ttl 150ms --pay-time 3ms
+          --lock-name "dlock-test-demo:${CASE}:${tag}" --json "${json}")
+
+function(need_url out)
+  if("$ENV{DLOCK_TEST_URL}" STREQUAL "")
+    message(FATAL_ERROR "DLOCK_TEST_URL is not set: this test needs the Redis server that "
+                        "scripts/test.sh starts (run the suite with `make test`)")
+  endif()
+  set(${out} "$ENV{DLOCK_TEST_URL}" PARENT_SCOPE)
+endfunction()
+
+# Run the demo; sets rc, out, err in the caller.
+macro(run_demo)
+  execute_process(COMMAND "${DEMO}" demo payout ${ARGN}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err
+                  TIMEOUT 110)
+  message(STATUS "dlock demo payout ${ARGN}\n-- exit ${rc}\n${out}${err}")
+endmacro()
+
+function(expect_rc want)
+  if(NOT "${rc}" STREQUAL "${want}")
+    message(FATAL_ERROR "expected exit status ${want}, got ${rc}")
+  endif()
+endfunction()
+
+# get(<var> <mode> <field>): one number from the JSON results.
+function(get var mode field)
+  file(READ "${json}" doc)
+  string(JSON value ERROR_VARIABLE jerr GET "${doc}" modes ${mode} ${field})
+  if(jerr)
+    message(FATAL_ERROR "results: modes.${mode}.${field}: ${jerr}")
+  endif()
+  set(${var} "${value}" PARENT_SCOPE)
+endfunction()
+
+function(expect mode field op bound)
+  get(v ${mode} ${field})
+  if(NOT v ${op} ${bound})
+    message(FATAL_ERROR "expected ${mode}.${field} ${op} ${bound}, got ${v}")
+  endif()
+  message(STATUS "ok: ${mode}.${field} = ${v} (${op} ${bound})")
+endfunction()
+
+# What every run with pauses must show: the fence mode lost nothing, the
+# ttl mode (lease, watchdog, lost-check before each write) did not.
+function(expect_fence_safe_ttl_not min_pauses)
+  expect(fence double_payouts EQUAL 0)
+  expect(fence errors EQUAL 0)
+  expect(fence pauses GREATER_EQUAL ${min_pauses})
+  expect(fence stale_writes_refused GREATER_EQUAL 1)
+  expect(ttl pauses GREATER_EQUAL ${min_pauses})
+  expect(ttl double_payouts GREATER_EQUAL 1)
+endfunction()
+
+if(CASE STREQUAL "url_all_modes")
+  # Many pauses, every mode, against the suite's server.
+  need_url(url)
+  run_demo(--url "${url}" ${small} --rounds 16 --seed 7 --pause on)
+  expect_rc(0)
+  expect_fence_safe_ttl_not(4)
+  expect(nolock double_payouts GREATER_EQUAL 1)
+  expect(fence-per-row double_payouts GREATER_EQUAL 0)
+  expect(fence highest_fence GREATER_EQUAL 16)
+  expect(fence unpaid EQUAL 0)
+  foreach(m nolock ttl fence-per-row fence)
+    expect(${m} rounds EQUAL 16)
+  endforeach()
+
+elseif(CASE STREQUAL "url_other_seed")
+  need_url(url)
+  run_demo(--url "${url}" ${small} --rounds 12 --seed 12345 --mode ttl,fence)
+  expect_rc(0)
+  expect_fence_safe_ttl_not(3)
+
+elseif(CASE STREQUAL "pause_off")
+  need_url(url)
+  run_demo(--url "${url}" ${small} --rounds 5 --seed 1 --pause off --mode ttl,fence)
+  expect_rc(0)
+  expect(fence pauses EQUAL 0)
+  expect(ttl pauses EQUAL 0)
+  expect(fence double_payouts EQUAL 0)
+  expect(fence stale_writes_refused EQUAL 0)
+
+elseif(CASE STREQUAL "embedded")
+  # No --url: the demo starts, and stops, a throwaway redis-server.
+  set(report "${WORK}/report.html")
+  run_demo(${small} --rounds 6 --seed 3 --mode ttl,fence --report "${report}")
+  expect_rc(0)
+  file(READ "${json}" doc)
+  string(JSON server GET "${doc}" lock_server)
+  if(NOT server STREQUAL "embedded")
+    message(FATAL_ERROR "expected lock_server embedded, got ${server}")
+  endif()
+  expect_fence_safe_ttl_not(1)
+  if(NOT out MATCHES "throwaway redis-server at redis://127\\.0\\.0\\.1:[0-9]+")
+    message(FATAL_ERROR "the output does not name the throwaway redis-server")
+  endif()
+  # The report: one self-contained page with a timeline per mode.
+  file(READ "${report}" html)
+  string(REGEX MATCHALL "<svg xmlns" svgs "${html}")
+  list(LENGTH svgs nsvg)
+  if(NOT nsvg EQUAL 2)
+    message(FATAL_ERROR "expected 2 timelines in the report, found ${nsvg}")
+  endif()
+  foreach(bad "<script" "src=" "href=" "@import" "url(http")
+    string(FIND "${html}" "${bad}" pos)
+    if(NOT pos EQUAL -1)
+      message(FATAL_ERROR "the report is not self-contained: it holds ${bad}")
+    endif()
+  endforeach()
+  foreach(want "class=\"dbl\"" "class=\"refused\"" "class=\"pause\"" "class=\"held\"")
+    string(FIND "${html}" "${want}" pos)
+    if(pos EQUAL -1)
+      message(FATAL_ERROR "the report has no ${want} mark")
+    endif()
+  endforeach()
+
+elseif(CASE STREQUAL "postgres")
+  need_url(url)
+  if("$ENV{DLOCK_DEMO_STORE}" STREQUAL "")
+    message(FATAL_ERROR "DLOCK_DEMO_STORE is not set: run this case through with_postgres.sh")
+  endif()
+  run_demo(--url "${url}" ${small} --rounds 10 --seed 7 --store "$ENV{DLOCK_DEMO_STORE}")
+  expect_rc(0)
+  file(READ "${json}" doc)
+  string(JSON store GET "${doc}" store)
+  if(NOT store STREQUAL "postgres")
+    message(FATAL_ERROR "expected store postgres, got ${store}")
+  endif()
+  expect_fence_safe_ttl_not(3)
+  expect(nolock double_payouts GREATER_EQUAL 1)
+
+elseif(CASE STREQUAL "usage")
+  foreach(args "--instances;1" "--mode;bogus" "--ttl;0" "--pause;maybe" "--seed;-1"
+               "--bogus" "--rounds" "--url;rediss://127.0.0.1:6379")
+    run_demo(${args})
+    expect_rc(64)
+  endforeach()
+  execute_process(COMMAND "${DEMO}" demo nosuchdemo RESULT_VARIABLE rc
+                  OUTPUT_QUIET ERROR_QUIET)
+  expect_rc(64)
+  execute_process(COMMAND "${DEMO}" demo payout --help RESULT_VARIABLE rc
+                  OUTPUT_VARIABLE out ERROR_QUIET)
+  expect_rc(0)
+  if(NOT out MATCHES "--report FILE")
+    message(FATAL_ERROR "--help does not describe the options")
+  endif()
+
+elseif(CASE STREQUAL "unreachable")
+  # Nothing listens on port 1: a clear message, exit 69, nothing forked.
+  run_demo(--url redis://127.0.0.1:1 --rounds 2)
+  expect_rc(69)
+  if(NOT err MATCHES "127\\.0\\.0\\.1:1")
+    message(FATAL_ERROR "the message does not name the server: ${err}")
+  endif()
+  run_demo(--rounds 2 --store "${WORK}/no/such/dir/store.db")
+  expect_rc(69)
+  if(NOT err MATCHES "store")
+    message(FATAL_ERROR "the message does not name the store: ${err}")
+  endif()
+
+else()
+  message(FATAL_ERROR "unknown case ${CASE}")
+endif()
+
+file(REMOVE_RECURSE "${WORK}")
