@@ -116,8 +116,8 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Nearest-rank percentile, in microseconds. */
-static double pct_us(samples *s, double p)
+/* Nearest-rank percentile p (0..100] of the samples. */
+static int64_t percentile(samples *s, double p)
 {
     if (s->n == 0)
         return 0;
@@ -127,7 +127,13 @@ static double pct_us(samples *s, double p)
         rank = 1;
     if (rank > s->n)
         rank = s->n;
-    return (double)s->v[rank - 1] / 1000.0;
+    return s->v[rank - 1];
+}
+
+/* The same for samples in nanoseconds, in microseconds. */
+static double pct_us(samples *s, double p)
+{
+    return (double)percentile(s, p) / 1000.0;
 }
 
 /* ------------------------------------------------------------------------
@@ -363,7 +369,7 @@ typedef struct {
     char name[128];
     pthread_barrier_t *start;
     atomic_int *stop;
-    uint64_t ops;
+    _Alignas(64) atomic_ullong ops; /* read by main while the thread runs */
 } tp_worker;
 
 static void *tp_main(void *arg)
@@ -377,20 +383,30 @@ static void *tp_main(void *arg)
             dlock_cycle(w->client, w->name, 1, NULL, NULL, NULL);
     }
     pthread_barrier_wait(w->start);
-    uint64_t ops = 0;
     while (!atomic_load_explicit(w->stop, memory_order_relaxed)) {
         if (w->kind == TP_PING)
             raw_ping(w->raw, NULL);
         else
             dlock_cycle(w->client, w->name, 1, NULL, NULL, NULL);
-        ops++;
+        atomic_fetch_add_explicit(&w->ops, 1, memory_order_relaxed);
     }
-    w->ops = ops;
     return NULL;
 }
 
+#define TP_SLICE_MS 100
+
+static uint64_t tp_total(tp_worker *w, int n)
+{
+    uint64_t sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += atomic_load_explicit(&w[i].ops, memory_order_relaxed);
+    return sum;
+}
+
 /*
- * Operations per second over `seconds`, with nthreads threads. For TP_PING
+ * Operations per second with nthreads threads: the median of the rates over
+ * the TP_SLICE_MS slices of `seconds`, so that a moment of outside load
+ * (a neighbour on the host of a virtual machine) does not decide it. For TP_PING
  * each thread has its own hiredis connection; for TP_CYCLE each thread has
  * its own lock name and either one shared client or a client of its own.
  */
@@ -410,6 +426,7 @@ static double measure_throughput(int kind, int nthreads, int shared_client)
     }
     for (int i = 0; i < nthreads; i++) {
         memset(&w[i], 0, sizeof w[i]);
+        atomic_init(&w[i].ops, 0);
         w[i].kind = kind;
         w[i].start = &start;
         w[i].stop = &stop;
@@ -427,16 +444,27 @@ static double measure_throughput(int kind, int nthreads, int shared_client)
             bench_die("pthread_create failed");
     }
 
+    long slices = (long)(seconds * 1000 / TP_SLICE_MS);
+    if (slices < 1)
+        slices = 1;
+    samples rate; /* ops per second of each slice, stored as integers */
+    samples_init(&rate, (size_t)slices);
     pthread_barrier_wait(&start);
     int64_t t0 = bench_now_ns();
-    sleep_ns((int64_t)(seconds * 1e9));
-    atomic_store(&stop, 1);
-    uint64_t ops = 0;
-    for (int i = 0; i < nthreads; i++) {
-        pthread_join(t[i], NULL);
-        ops += w[i].ops;
+    uint64_t ops0 = tp_total(w, nthreads);
+    for (long k = 0; k < slices; k++) {
+        sleep_ns((int64_t)TP_SLICE_MS * 1000000);
+        int64_t t1 = bench_now_ns();
+        uint64_t ops1 = tp_total(w, nthreads);
+        samples_add(&rate, (int64_t)((double)(ops1 - ops0) * 1e9 / (double)(t1 - t0)));
+        t0 = t1;
+        ops0 = ops1;
     }
-    int64_t t1 = bench_now_ns();
+    atomic_store(&stop, 1);
+    for (int i = 0; i < nthreads; i++)
+        pthread_join(t[i], NULL);
+    double median = (double)percentile(&rate, 50);
+    free(rate.v);
 
     for (int i = 0; i < nthreads; i++) {
         if (w[i].raw)
@@ -446,7 +474,7 @@ static double measure_throughput(int kind, int nthreads, int shared_client)
     }
     dlock_client_free(shared);
     pthread_barrier_destroy(&start);
-    return (double)ops / ((double)(t1 - t0) / 1e9);
+    return median;
 }
 
 /* ------------------------------------------------------------------------
@@ -627,6 +655,76 @@ static void measure_handoff(handoff_result *res, long count, long warm, cmdstats
     sem_destroy(&h.done);
     dlock_client_free(ca);
     dlock_client_free(cb);
+}
+
+/* ------------------------------------------------------------------------
+ * Outside load: on a shared machine the figures mean little if other
+ * processes (or the hypervisor) took CPU during the run, so say how much.
+ * ---------------------------------------------------------------------- */
+
+typedef struct {
+    int ok;
+    double busy_s;  /* all CPUs, all processes, from /proc/stat */
+    double steal_s; /* taken by the hypervisor */
+    double own_s;   /* this process and its redis-server */
+    int64_t wall_ns;
+} load_snap;
+
+/* utime + stime of a process, in seconds, from /proc/PID/stat. */
+static double proc_cpu_s(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    unsigned long long utime = 0, stime = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
+                     &stime) != 2)
+        return 0;
+    return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static void load_take(load_snap *s)
+{
+    memset(s, 0, sizeof *s);
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f)
+        return;
+    unsigned long long v[8] = {0};
+    int got = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+                     &v[3], &v[4], &v[5], &v[6], &v[7]);
+    fclose(f);
+    if (got < 7)
+        return;
+    double tick = (double)sysconf(_SC_CLK_TCK);
+    s->busy_s = (double)(v[0] + v[1] + v[2] + v[5] + v[6]) / tick;
+    s->steal_s = got == 8 ? (double)v[7] / tick : 0;
+    s->own_s = proc_cpu_s(getpid());
+    pid_t server = bench_server_pid();
+    if (server)
+        s->own_s += proc_cpu_s(server);
+    s->wall_ns = bench_now_ns();
+    s->ok = 1;
+}
+
+static void load_print(const load_snap *a, const load_snap *b)
+{
+    if (!a->ok || !b->ok)
+        return;
+    double wall = (double)(b->wall_ns - a->wall_ns) / 1e9;
+    double other = (b->busy_s - a->busy_s - (b->own_s - a->own_s)) / wall;
+    double steal = (b->steal_s - a->steal_s) / wall;
+    if (other < 0)
+        other = 0;
+    printf("outside load: %.2f CPUs busy with other processes%s and %.2f CPUs stolen by\n"
+           "  the hypervisor, on average over the %.1f s run. Much more than 0.05 of either\n"
+           "  disturbs the figures: run again on a quiet machine.\n",
+           other, bench_server_pid() ? "" : " (a local server included)", steal, wall);
 }
 
 /* ------------------------------------------------------------------------
@@ -838,6 +936,8 @@ int main(int argc, char **argv)
     printf("  %d CPUs; %ld latency samples each, %ld hand-offs, %.1f s per throughput run\n",
            ncpus, iterations, iterations / 10 < 10 ? 10 : iterations / 10, seconds);
 
+    load_snap load0, load1;
+    load_take(&load0);
     long early = 0;
     char title[160];
     if (pinned) {
@@ -869,9 +969,11 @@ int main(int argc, char **argv)
                "placement and the\nratios mix the two; see docs/bench.md.\n");
     }
 
+    load_take(&load1);
     printf("\nratios: cycle = p50 / (2 x PING p50); acquire, release, hand-offs = p50 / PING p50;"
            "\n        throughput = (PING/s / 2) / cycles/s, both with the same number of "
            "threads.\n");
+    load_print(&load0, &load1);
 
     redisFree(raw);
     dlock_client_free(client[0]);
