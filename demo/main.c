@@ -294,28 +294,30 @@ static void print_table(const demo_result *res, size_t n)
             continue;
         switch (r->mode) {
         case DEMO_NOLOCK:
-            printf("  nolock         every instance pays every pending order it reads: %" PRId64
-                   " of %" PRId64 " orders paid more than once.\n",
+            printf("  nolock         no lock: every instance pays every pending order it\n"
+                   "                 reads (%" PRId64 " of %" PRId64 " orders paid more than once).\n",
                    r->double_paid, r->orders);
             break;
         case DEMO_TTL:
-            printf("  ttl            the lock works until a holder stalls past its lease: thawed,\n"
-                   "                 it commits the transfer it had prepared, which the next\n"
-                   "                 holder pays too (%" PRId64 " double payouts in %d pauses).\n",
+            printf("  ttl            a lease, renewed by the watchdog, checked before each\n"
+                   "                 transfer: a holder frozen past its lease, once thawed,\n"
+                   "                 commits the transfer it had prepared, and the next holder\n"
+                   "                 pays it too (%" PRId64 " double payouts in %d pauses).\n",
                    r->double_paid, r->pauses);
             break;
         case DEMO_FENCE_ROW:
-            printf("  fence-per-row  `... WHERE order_id = $o AND fence < $f` checks one row: the\n"
-                   "                 stale holder writes its fence on an order the new holder has\n"
-                   "                 not reached yet, then the new holder pays it again (%" PRId64
-                   " double payouts).\n",
+            printf("  fence-per-row  `... WHERE order_id = $o AND fence < $f` checks one row:\n"
+                   "                 the stale holder writes its fence on an order the new\n"
+                   "                 holder has not reached yet (the row is still at 0), then\n"
+                   "                 the new holder's higher fence pays it again (%" PRId64 ").\n",
                    r->double_paid);
             break;
         case DEMO_FENCE:
-            printf("  fence          the store keeps the job's highest fence, registered before\n"
-                   "                 reading: it refused %" PRId64
-                   " stale writes and paid no order twice.\n",
-                   r->refused);
+            printf("  fence          the store keeps the job's highest fence; a holder registers\n"
+                   "                 its fence before reading, and each transfer commits only if\n"
+                   "                 that fence is still the highest: %" PRId64 " stale writes\n"
+                   "                 refused, %" PRId64 " double payouts.\n",
+                   r->refused, r->double_paid);
             break;
         default:
             break;

@@ -182,6 +182,10 @@ static void draw_marks(canvas *c)
                                                                          : y + ROW_H - 10,
                     ev->order, ev->instance, ev->fence, ms(c, ev->at_us),
                     dbl ? ": PAID MORE THAN ONCE" : "");
+            /* A few doubles are easy to miss as thin lines: ring them. */
+            if (dbl && r->ndoubles <= 40)
+                fprintf(c->f, "<circle class=\"dblmark\" cx=\"%.1f\" cy=\"%d\" r=\"4\"/>\n", x,
+                        y + 2);
         }
     }
     for (size_t k = 0; k < r->nevents; k++) {
@@ -348,6 +352,7 @@ static const char style[] =
     ".plabel{fill:#fff;font-weight:700;text-anchor:middle;paint-order:stroke;stroke:#444;"
     "stroke-width:3px}"
     ".paid{stroke:#2f8f5b;stroke-width:1.2}.dbl{stroke:#d21f1f;stroke-width:2.4}"
+    ".dblmark{fill:#d21f1f;stroke:#fff;stroke-width:1}"
     ".refused{stroke:#e07b00;stroke-width:2.4;fill:none}.lost{fill:#111}"
     ".expired{stroke:#7a3db8;stroke-width:2;stroke-dasharray:3 2}.busy{fill:#9aa3ad}"
     ".err{fill:#fff;stroke:#c01818;stroke-width:2}"
