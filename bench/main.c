@@ -262,7 +262,6 @@ static void raw_set_del(redisContext *c, const char *key, samples *set, samples 
     if (!r || r->type != REDIS_REPLY_STATUS)
         bench_die("SET %s NX PX: %s", key, r ? "unexpected reply (key exists?)" : c->errstr);
     freeReplyObject(r);
-    t0 = t1 - t0;
     int64_t t2 = bench_now_ns();
     r = redisCommand(c, "DEL %s", key);
     int64_t t3 = bench_now_ns();
@@ -270,7 +269,7 @@ static void raw_set_del(redisContext *c, const char *key, samples *set, samples 
         bench_die("DEL %s: %s", key, r ? "unexpected reply" : c->errstr);
     freeReplyObject(r);
     if (set)
-        samples_add(set, t0);
+        samples_add(set, t1 - t0);
     if (del)
         samples_add(del, t3 - t2);
 }

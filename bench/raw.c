@@ -157,8 +157,10 @@ redisContext *bench_raw_connect(const bench_endpoint *ep)
                                   : redisConnectWithTimeout(ep->host, ep->port, tv);
     if (!c)
         bench_die("cannot allocate a hiredis context");
+    if (c->err && ep->is_unix)
+        bench_die("hiredis unix:%s: %s", ep->path, c->errstr);
     if (c->err)
-        bench_die("hiredis %s:%d: %s", ep->is_unix ? ep->path : ep->host, ep->port, c->errstr);
+        bench_die("hiredis %s:%d: %s", ep->host, ep->port, c->errstr);
 
     struct timeval cmd_tv = {10, 0};
     redisSetTimeout(c, cmd_tv);
