@@ -185,7 +185,7 @@ static void draw_marks(canvas *c)
             /* A few doubles are easy to miss as thin lines: ring them. */
             if (dbl && r->ndoubles <= 40)
                 fprintf(c->f, "<circle class=\"dblmark\" cx=\"%.1f\" cy=\"%d\" r=\"4\"/>\n", x,
-                        y + 2);
+                        y + ROW_H - 3);
         }
     }
     for (size_t k = 0; k < r->nevents; k++) {
@@ -373,8 +373,9 @@ static void legend(FILE *f)
           "fill=\"url(#hatchL)\" stroke=\"#444\"/></svg>frozen (SIGSTOP)</span>"
           "<span><svg width=\"10\" height=\"16\"><line class=\"paid\" x1=\"5\" x2=\"5\" y1=\"3\" "
           "y2=\"13\"/></svg>transfer</span>"
-          "<span><svg width=\"10\" height=\"16\"><line class=\"dbl\" x1=\"5\" x2=\"5\" y1=\"0\" "
-          "y2=\"16\"/></svg>transfer of an order paid twice</span>"
+          "<span><svg width=\"10\" height=\"20\"><line class=\"dbl\" x1=\"5\" x2=\"5\" y1=\"0\" "
+          "y2=\"16\"/><circle class=\"dblmark\" cx=\"5\" cy=\"15\" r=\"4\"/></svg>transfer of "
+          "an order paid twice</span>"
           "<span><svg width=\"12\" height=\"16\"><path class=\"refused\" d=\"M2 4 l8 8 m0 -8 l-8 "
           "8\"/></svg>stale write refused by the store</span>"
           "<span><svg width=\"12\" height=\"16\"><line class=\"expired\" x1=\"6\" x2=\"6\" "
