@@ -66,6 +66,7 @@ int dlock_client_open(dlock_client **out, const char *url, const dlock_client_op
     c = calloc(1, sizeof(*c));
     if (c == NULL)
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    c->sleep_until_ms = -1;
     if (pthread_mutex_init(&c->mu, NULL) != 0 || dlock__cond_init(&c->wake) != 0 ||
         dlock__cond_init(&c->idle) != 0) {
         free(c);

@@ -25,6 +25,11 @@ struct dlock_client {
     pthread_t thread;
     int thread_running;
     int stopping;
+    /* When the sleeping watchdog plans to wake (INT64_MAX: when told), or -1
+     * while it is awake and will look at every lock again anyway. A caller
+     * wakes it only for a lock due before then: waking it on every acquire
+     * cost a context switch per lock cycle. */
+    int64_t sleep_until_ms;
     dlock_lock *locks; /* doubly linked through prev/next */
 };
 
@@ -70,6 +75,10 @@ int dlock__check_name(const char *name, const char *what);
 
 /* Write a printable, bounded form of a lock name for messages. */
 const char *dlock__printable(char *buf, size_t size, const char *name);
+
+/* Wake the watchdog if l needs it before it planned to wake. Caller holds
+ * c->mu. */
+void dlock__watchdog_poke(dlock_client *c, const dlock_lock *l);
 
 void dlock__watchdog_stop(dlock_client *c);
 

@@ -185,7 +185,7 @@ static int found_lost(dlock_lock *l, const char *what)
              what, dlock__printable(shown, sizeof(shown), l->name));
     pthread_mutex_lock(&c->mu);
     dlock__lock_mark_lost(l, DLOCK_ELOST, msg);
-    pthread_cond_signal(&c->wake);
+    dlock__watchdog_poke(c, l);
     pthread_mutex_unlock(&c->mu);
     return dlock__fail(DLOCK_ELOST, "%s", msg);
 }
@@ -224,7 +224,7 @@ int dlock_lock_extend(dlock_lock *l, int64_t lease_ms)
     l->lease_ms = lease_ms;
     atomic_store(&l->deadline_ms, sent + lease_ms);
     l->next_event_ms = l->auto_renew ? sent + lease_ms / 3 : sent + lease_ms;
-    pthread_cond_signal(&c->wake);
+    dlock__watchdog_poke(c, l);
     pthread_mutex_unlock(&c->mu);
     return DLOCK_OK;
 }

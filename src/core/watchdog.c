@@ -146,15 +146,24 @@ static void *watchdog_main(void *arg)
         }
         if (fire_callbacks(c))
             continue;
+        c->sleep_until_ms = next;
         if (next == INT64_MAX) {
             pthread_cond_wait(&c->wake, &c->mu);
         } else if (next > now) {
             struct timespec ts = dlock__deadline_ts(next - now);
             pthread_cond_timedwait(&c->wake, &c->mu, &ts);
         }
+        c->sleep_until_ms = -1;
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
+}
+
+void dlock__watchdog_poke(dlock_client *c, const dlock_lock *l)
+{
+    if ((l->auto_renew || l->on_lost != NULL || l->callback_due) && c->sleep_until_ms >= 0 &&
+        (l->callback_due || l->next_event_ms < c->sleep_until_ms))
+        pthread_cond_signal(&c->wake);
 }
 
 int dlock__client_register(dlock_client *c, dlock_lock *l)
@@ -173,7 +182,7 @@ int dlock__client_register(dlock_client *c, dlock_lock *l)
         if (c->locks != NULL)
             c->locks->prev = l;
         c->locks = l;
-        pthread_cond_signal(&c->wake);
+        dlock__watchdog_poke(c, l);
     }
     pthread_mutex_unlock(&c->mu);
     return rc;

@@ -4,6 +4,8 @@
  * channels the waiters ask for, and turns each "message" into a wake-up of
  * one waiter. Waiters only touch the shared tables under the mutex.
  *
+ * A channel stays subscribed for LINGER_MS after its last waiter left.
+ *
  * If the connection drops, every waiter is woken (a release may have been
  * missed while it was down) and the thread reconnects and subscribes again.
  */
@@ -19,9 +21,14 @@
 #include "core/clock.h"
 #include "core/error.h"
 
+/* A channel nobody waits on stays subscribed this long, so that waiting
+ * again on a busy lock costs no SUBSCRIBE round trip. */
+#define LINGER_MS 10000
+
 typedef struct channel {
     char *name;
     int refs;       /* waiters registered */
+    int64_t idle_since; /* when refs dropped to 0 */
     int sent;       /* SUBSCRIBE sent on the current connection */
     int confirmed;  /* the server confirmed it */
     dlock__redis_waiter *first, *last; /* FIFO of waiters */
@@ -94,10 +101,13 @@ static void drop_connection(dlock__redis_watcher *w)
     pthread_mutex_unlock(&w->mu);
 }
 
-/* Queue SUBSCRIBE/UNSUBSCRIBE for what changed, free unused channels. */
-static void sync_subscriptions(dlock__redis_watcher *w)
+/* Queue SUBSCRIBE/UNSUBSCRIBE for what changed and free channels idle for
+ * LINGER_MS. Returns the poll timeout until the next channel's linger ends
+ * (-1: none lingers). */
+static int sync_subscriptions(dlock__redis_watcher *w)
 {
     channel **pp = &w->channels;
+    int64_t now = dlock__now_ms(), next = -1;
 
     pthread_mutex_lock(&w->mu);
     while (*pp != NULL) {
@@ -105,17 +115,24 @@ static void sync_subscriptions(dlock__redis_watcher *w)
         if (ch->refs > 0 && !ch->sent) {
             redisAppendCommand(w->conn.ctx, "SUBSCRIBE %s", ch->name);
             ch->sent = 1;
-        } else if (ch->refs == 0) {
+        } else if (ch->refs == 0 && (!ch->sent || now - ch->idle_since >= LINGER_MS)) {
             if (ch->sent)
                 redisAppendCommand(w->conn.ctx, "UNSUBSCRIBE %s", ch->name);
             *pp = ch->next;
             free(ch->name);
             free(ch);
             continue;
+        } else {
+            /* Channels in use may fall idle without telling us (that would
+             * put a wake-up on the waiter's path): look again within a linger. */
+            int64_t left = ch->refs == 0 ? ch->idle_since + LINGER_MS - now : LINGER_MS;
+            if (next < 0 || left < next)
+                next = left;
         }
         pp = &ch->next;
     }
     pthread_mutex_unlock(&w->mu);
+    return next > INT32_MAX ? INT32_MAX : (int)next;
 }
 
 static void handle_reply(dlock__redis_watcher *w, redisReply *r)
@@ -176,7 +193,7 @@ static void *watcher_main(void *arg)
 
     for (;;) {
         struct pollfd fds[2];
-        int stopping;
+        int stopping, timeout;
 
         pthread_mutex_lock(&w->mu);
         stopping = w->stopping;
@@ -196,7 +213,7 @@ static void *watcher_main(void *arg)
             }
             backoff = 50;
         }
-        sync_subscriptions(w);
+        timeout = sync_subscriptions(w);
         if (flush_writes(w) != 0) {
             drop_connection(w);
             continue;
@@ -206,7 +223,7 @@ static void *watcher_main(void *arg)
         fds[1].fd = w->pipe_fd[0];
         fds[1].events = POLLIN;
         fds[0].revents = fds[1].revents = 0;
-        if (poll(fds, 2, -1) < 0 && errno != EINTR)
+        if (poll(fds, 2, timeout) < 0 && errno != EINTR)
             break;
         if ((fds[0].revents & (POLLIN | POLLERR | POLLHUP)) && read_replies(w) != 0) {
             drop_connection(w);
@@ -313,6 +330,7 @@ int dlock__redis_watch_begin(dlock__redis_watcher *w, const char *name,
         w->channels = ch;
     }
     ch->refs++;
+    ch->idle_since = 0;
     x->chan = ch;
     x->prev = ch->last;
     if (ch->last != NULL)
@@ -331,7 +349,8 @@ int dlock__redis_watch_begin(dlock__redis_watcher *w, const char *name,
      * back. */
     failures = w->failures;
     until = dlock__deadline_ts(w->command_timeout_ms);
-    poke(w);
+    if (!ch->sent)
+        poke(w);
     while (!ch->confirmed && w->failures == failures && w->running)
         if (pthread_cond_timedwait(&w->confirmed, &w->mu, &until) != 0)
             break;
@@ -379,7 +398,7 @@ void dlock__redis_watch_end(dlock__redis_watcher *w, dlock__redis_waiter *x)
     if (pass_on)
         wake_one(ch);
     if (--ch->refs == 0)
-        poke(w);
+        ch->idle_since = dlock__now_ms(); /* the thread unsubscribes after LINGER_MS */
     pthread_mutex_unlock(&w->mu);
     pthread_cond_destroy(&x->cond);
     free(x);
