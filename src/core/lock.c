@@ -65,7 +65,7 @@ static int wait_for_lock(dlock_client *c, dlock_lock *l, const dlock_acquire_opt
         int64_t now, sleep_ms;
 
         *sent_ms = dlock__now_ms();
-        rc = b->acquire(c->be, l->name, l->owner, l->lease_ms, &l->fence, &retry_ms);
+        rc = b->acquire(c->be, l->name, l->owner, l->lease_ms, watch, &l->fence, &retry_ms);
         if (rc != DLOCK_EBUSY)
             break;
         now = dlock__now_ms();
@@ -79,7 +79,7 @@ static int wait_for_lock(dlock_client *c, dlock_lock *l, const dlock_acquire_opt
         if (retry_ms < 0)
             retry_ms = NO_TTL_RECHECK_MS;
         /* +1: wake just after the holder's lease, not just before it. */
-        if (retry_ms + 1 < sleep_ms)
+        if (retry_ms < INT64_MAX && retry_ms + 1 < sleep_ms)
             sleep_ms = retry_ms + 1;
         rc = b->watch_wait(c->be, watch, sleep_ms);
         if (rc != DLOCK_OK && rc != DLOCK_ETIMEOUT)
@@ -122,7 +122,7 @@ int dlock_acquire(dlock_lock **out, dlock_client *c, const char *name,
         goto err;
 
     start = sent = dlock__now_ms();
-    rc = c->backend->acquire(c->be, name, l->owner, o.lease_ms, &l->fence, &retry_ms);
+    rc = c->backend->acquire(c->be, name, l->owner, o.lease_ms, NULL, &l->fence, &retry_ms);
     if (rc == DLOCK_EBUSY && o.wait_ms != 0)
         rc = wait_for_lock(c, l, &o, start, &sent, retry_ms);
     else if (rc == DLOCK_EBUSY)

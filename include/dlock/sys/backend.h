@@ -81,15 +81,23 @@ typedef struct dlock_backend {
     void (*close)(void *be);
 
     /*
-     * Try once, in one round trip: take the lock for owner with a lease of
-     * lease_ms and issue the next fence. DLOCK_OK and *fence (> 0, strictly
-     * greater than any fence issued before for name); DLOCK_EBUSY with
-     * *retry_ms set to the holder's remaining lease (-1 when unknown). Must be
+     * Try once, in one round trip where the service allows: take the lock
+     * for owner with a lease of lease_ms and issue the next fence. DLOCK_OK
+     * and *fence (> 0, strictly greater than any fence issued before for
+     * name); DLOCK_EBUSY with *retry_ms set to how long the core may sleep
+     * before it tries again if no release is announced: the holder's
+     * remaining lease, -1 when unknown (the core then looks again every
+     * second), INT64_MAX when the watch is certain to announce it. Must be
      * idempotent for the same owner: a retry after a lost reply returns the
      * fence already issued.
+     *
+     * watch is NULL for a try-once acquisition (leave nothing behind on
+     * EBUSY), or the caller's watch from watch_begin when it is waiting: a
+     * queue-based service (etcd, ZooKeeper) keeps its place in the queue in
+     * the watch between tries.
      */
     int (*acquire)(void *be, const char *name, const char *owner, int64_t lease_ms,
-                   uint64_t *fence, int64_t *retry_ms);
+                   void *watch, uint64_t *fence, int64_t *retry_ms);
     /* Delete the lock if owner still holds it and wake waiters. DLOCK_OK, or
      * DLOCK_ELOST when it was not ours (and nothing was deleted). */
     int (*release)(void *be, const char *name, const char *owner);
@@ -107,8 +115,9 @@ typedef struct dlock_backend {
      * name and returns only once the registration is active on the server,
      * so that a release after it returns is never missed. watch_wait sleeps
      * until a release is announced (DLOCK_OK) or timeout_ms passes
-     * (DLOCK_ETIMEOUT). watch_end drops the registration. A backend should
-     * wake only as many waiters per release as can use it.
+     * (DLOCK_ETIMEOUT). watch_end drops the registration, and whatever the
+     * waiter queued unless its last acquire with this watch succeeded. A
+     * backend should wake only as many waiters per release as can use it.
      */
     int (*watch_begin)(void *be, const char *name, void **watch);
     int (*watch_wait)(void *be, void *watch, int64_t timeout_ms);

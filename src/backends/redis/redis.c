@@ -128,7 +128,7 @@ err:
 /* ---- the lock operations --------------------------------------------- */
 
 static int redis_acquire(void *arg, const char *name, const char *owner, int64_t lease_ms,
-                         uint64_t *fence, int64_t *retry_ms)
+                         void *watch, uint64_t *fence, int64_t *retry_ms)
 {
     redis_backend *be = arg;
     key_buf lock, counter;
@@ -138,6 +138,7 @@ static int redis_acquire(void *arg, const char *name, const char *owner, int64_t
     redisReply *r;
     int rc;
 
+    (void)watch; /* pub/sub needs no place in a queue */
     make_key(&lock, be, name, "");
     make_key(&counter, be, name, ":fence");
     snprintf(lease, sizeof(lease), "%lld", (long long)lease_ms);
