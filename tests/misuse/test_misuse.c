@@ -1,0 +1,1090 @@
+/*
+ * Bad input and misuse, each case a row of docs/errors.md: what the caller
+ * gets (code and message) for inputs and situations the library must survive.
+ * Cases already covered by tests/unit and tests/integration/redis are not
+ * repeated here; docs/errors.md points at them.
+ *
+ * Servers are real throwaway redis-servers (tests/support), except the
+ * fake_server, whose whole point is to answer what no Redis would.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fake_server.h"
+#include "test.h"
+
+/* A password that cannot turn up in a message by accident. */
+#define SECRET "Zq7-s3cr3t-Pw"
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static dlock_acquire_options opts(int64_t wait_ms, int64_t lease_ms, int auto_renew)
+{
+    dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+
+    o.wait_ms = wait_ms;
+    o.lease_ms = lease_ms;
+    o.auto_renew = auto_renew;
+    return o;
+}
+
+static dlock_client_options short_timeouts(int64_t ms)
+{
+    dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+
+    o.connect_timeout_ms = ms;
+    o.command_timeout_ms = ms;
+    return o;
+}
+
+static dlock_client *open_url(const char *url)
+{
+    dlock_client *c = NULL;
+
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_OK);
+    return c;
+}
+
+/* The message of the last failure names a cause: not empty, not a bare
+ * "error", and never the password. */
+#define CHECK_MESSAGE_CLEAN()                                                                      \
+    do {                                                                                           \
+        const char *m_ = dlock_error_message();                                                    \
+        CHECK(m_[0] != '\0');                                                                      \
+        CHECK(strcmp(m_, "error") != 0);                                                           \
+        CHECK(strstr(m_, SECRET) == NULL);                                                         \
+        CHECK(strstr(m_, "s3cr3t") == NULL);                                                       \
+    } while (0)
+
+/* Run one command on the server as the default user, argv-style (no
+ * splitting on spaces); exits on an error reply unless allow_error. */
+static void admin(test_redis *r, int allow_error, int argc, const char **argv)
+{
+    struct timeval tv = {2, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
+    redisReply *rep;
+
+    CHECK(c != NULL && c->err == 0);
+    rep = redisCommandArgv(c, argc, argv, NULL);
+    CHECK(rep != NULL);
+    if (rep->type == REDIS_REPLY_ERROR && !allow_error) {
+        fprintf(stderr, "admin %s: %s\n", argv[0], rep->str);
+        exit(1);
+    }
+    freeReplyObject(rep);
+    redisFree(c);
+}
+
+/* ACL SETUSER user on >pass <rules separated by spaces>. */
+static void acl_setuser(test_redis *r, const char *user, const char *pass, const char *rules)
+{
+    const char *argv[48];
+    char buf[1024], pw[128];
+    int n = 0;
+
+    snprintf(buf, sizeof(buf), "%s", rules);
+    snprintf(pw, sizeof(pw), ">%s", pass);
+    argv[n++] = "ACL";
+    argv[n++] = "SETUSER";
+    argv[n++] = user;
+    argv[n++] = "reset";
+    argv[n++] = "on";
+    argv[n++] = pw;
+    for (char *tok = strtok(buf, " "); tok != NULL && n < 48; tok = strtok(NULL, " "))
+        argv[n++] = tok;
+    admin(r, 0, n, argv);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Names */
+
+static void names_huge_and_binary(void)
+{
+    test_redis r;
+    dlock_client *c;
+    dlock_lock *l = (dlock_lock *)1, *a, *b, *d;
+    dlock_lock_info info;
+    dlock_acquire_options o = opts(0, 5000, 0);
+    size_t huge = 1 << 20;
+    char *name = malloc(huge + 1), chunk[256];
+    long long before;
+
+    CHECK(name != NULL);
+    test_redis_start(&r, NULL);
+    c = open_url(r.url);
+
+    /* 1 MiB name: refused before any network call, for every call taking a
+     * name, and the length scan stops at the limit. */
+    memset(name, 'n', huge);
+    name[huge] = '\0';
+    before = test_redis_calls(&r, "evalsha") + test_redis_calls(&r, "eval");
+    CHECK_RC(dlock_acquire(&l, c, name, &o), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "longer than 512 bytes");
+    CHECK(l == NULL);
+    CHECK_RC(dlock_status(&info, c, name), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "longer than 512 bytes");
+    CHECK_RC(dlock_force_release(&info, c, name), DLOCK_EINVAL);
+    CHECK(test_redis_calls(&r, "evalsha") + test_redis_calls(&r, "eval") == before);
+    free(name);
+
+    /* Every byte value but NUL, in names: each is its own lock. */
+    for (int start = 1; start < 256; start += 255 / 3) {
+        int n = 0;
+        for (int ch = start; ch < start + 255 / 3 && ch < 256; ch++)
+            chunk[n++] = (char)ch;
+        chunk[n] = '\0';
+        CHECK_RC(dlock_acquire(&a, c, chunk, &o), DLOCK_OK);
+        CHECK(strcmp(dlock_lock_name(a), chunk) == 0);
+        CHECK_RC(dlock_status(&info, c, chunk), DLOCK_OK);
+        CHECK(info.held == 1 && info.fence == 1);
+        CHECK_RC(dlock_release(a), DLOCK_OK);
+    }
+
+    /* Names built to collide with another lock's keys or channel do not:
+     * "job}:fence" is not the fence counter of "job", "*" is not a pattern. */
+    CHECK_RC(dlock_acquire(&a, c, "job", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&b, c, "job}:fence", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&d, c, "job}", &o), DLOCK_OK);
+    CHECK(dlock_lock_fence(a) == 1 && dlock_lock_fence(b) == 1 && dlock_lock_fence(d) == 1);
+    CHECK_RC(dlock_release(b), DLOCK_OK);
+    CHECK_RC(dlock_release(d), DLOCK_OK);
+    CHECK_RC(dlock_lock_check(a), DLOCK_OK);
+    CHECK_RC(dlock_release(a), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&a, c, "*", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&b, c, "?", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(a), DLOCK_OK);
+    CHECK_RC(dlock_lock_check(b), DLOCK_OK);
+    CHECK_RC(dlock_release(b), DLOCK_OK);
+    CHECK_RC(dlock_status(&info, c, "job"), DLOCK_OK);
+    CHECK(info.held == 0 && info.fence == 1);
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Leases and waits */
+
+static atomic_int lost_calls;
+static atomic_int lost_reason;
+
+static void count_lost(dlock_lock *l, int reason, void *payload)
+{
+    (void)l;
+    (void)payload;
+    atomic_store(&lost_reason, reason);
+    atomic_fetch_add(&lost_calls, 1);
+}
+
+static void absurd_leases_and_waits(void)
+{
+    static const int64_t bad_leases[] = {INT64_MIN, -1, DLOCK_LEASE_MAX_MS * 1000, INT64_MAX};
+    static const int64_t bad_waits[] = {INT64_MIN, -3, DLOCK_LEASE_MAX_MS + 1, INT64_MAX};
+    test_redis r;
+    dlock_client *c;
+    dlock_lock *l = NULL, *t;
+    dlock_acquire_options o;
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    char prefix[200];
+    int64_t t0;
+
+    test_redis_start(&r, NULL);
+    c = open_url(r.url);
+    for (size_t i = 0; i < sizeof(bad_leases) / sizeof(bad_leases[0]); i++) {
+        o = opts(0, bad_leases[i], 1);
+        CHECK_RC(dlock_acquire(&l, c, "absurd", &o), DLOCK_EINVAL);
+        CHECK_CONTAINS(dlock_error_message(), "lease_ms");
+    }
+    for (size_t i = 0; i < sizeof(bad_waits) / sizeof(bad_waits[0]); i++) {
+        o = opts(bad_waits[i], 1000, 1);
+        CHECK_RC(dlock_acquire(&l, c, "absurd", &o), DLOCK_EINVAL);
+        CHECK_CONTAINS(dlock_error_message(), "wait_ms");
+    }
+    CHECK(l == NULL);
+
+    /* The largest lease and wait are accepted and reach the server as is. */
+    o = opts(DLOCK_LEASE_MAX_MS, DLOCK_LEASE_MAX_MS, 1);
+    CHECK_RC(dlock_acquire(&l, c, "absurd", &o), DLOCK_OK);
+    CHECK(test_redis_cmd(&r, "PTTL dlock:{absurd}") > DLOCK_LEASE_MAX_MS - 60000);
+    CHECK_RC(dlock_lock_extend(l, 0), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "lease_ms");
+    CHECK_RC(dlock_lock_extend(l, INT64_MIN), DLOCK_EINVAL);
+    CHECK_RC(dlock_lock_extend(l, INT64_MAX), DLOCK_EINVAL);
+    CHECK_RC(dlock_lock_extend(l, DLOCK_LEASE_MAX_MS), DLOCK_OK);
+    /* A waiter with the longest wait still times out only when told: a
+     * try-once on the held lock answers at once. */
+    t0 = now_ms();
+    o = opts(0, 1000, 1);
+    CHECK_RC(dlock_acquire(&t, c, "absurd", &o), DLOCK_EBUSY);
+    CHECK(now_ms() - t0 < 1000);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+
+    /* A 1 ms lease, renewed: it cannot be kept over a real network round
+     * trip; it is lost, on_lost says so once, release says ELOST. Nothing
+     * hangs. */
+    atomic_store(&lost_calls, 0);
+    o = opts(0, 1, 1);
+    o.on_lost = count_lost;
+    CHECK_RC(dlock_acquire(&l, c, "tiny", &o), DLOCK_OK);
+    for (int i = 0; i < 200 && atomic_load(&lost_calls) == 0; i++)
+        test_sleep_ms(10);
+    CHECK(atomic_load(&lost_calls) == 1);
+    CHECK(dlock_lock_lost(l));
+    CHECK_RC(dlock_release(l), DLOCK_ELOST);
+    dlock_client_free(c);
+
+    /* Client options out of range. */
+    co.connect_timeout_ms = INT64_MAX;
+    CHECK_RC(dlock_client_open(&c, r.url, &co), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "connect_timeout_ms");
+    co.connect_timeout_ms = -1;
+    CHECK_RC(dlock_client_open(&c, r.url, &co), DLOCK_EINVAL);
+    co = (dlock_client_options)DLOCK_CLIENT_OPTIONS_INIT;
+    memset(prefix, 'p', sizeof(prefix) - 1);
+    prefix[sizeof(prefix) - 1] = '\0';
+    co.key_prefix = prefix;
+    CHECK_RC(dlock_client_open(&c, r.url, &co), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "key_prefix");
+    co.key_prefix = NULL;
+    co.client_name = "";
+    CHECK_RC(dlock_client_open(&c, r.url, &co), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "client_name");
+    test_redis_stop(&r);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Credentials */
+
+static void expect_open_fails(const char *url, int want, const dlock_client_options *co)
+{
+    dlock_client *c = (dlock_client *)1;
+    int rc = dlock_client_open(&c, url, co);
+
+    if (rc != want) {
+        fprintf(stderr, "open of a URL with a password gave %d (%s), wanted %d: %s\n", rc,
+                dlock_strerror(rc), want, dlock_error_message());
+        exit(1);
+    }
+    CHECK(c == NULL);
+    CHECK_MESSAGE_CLEAN();
+}
+
+static void credentials_never_in_messages(void)
+{
+    test_redis plain, guarded;
+    dlock_client_options co = short_timeouts(500);
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_lock_info info;
+    dlock_acquire_options o = opts(0, 300, 1);
+    char url[256];
+
+    /* Refused by the parser or the backend, before any I/O. */
+    expect_open_fails("memcached://u:" SECRET "@h", DLOCK_EINVAL, NULL);
+    expect_open_fails("rediss://u:" SECRET "@h:6380", DLOCK_ENOTSUP, NULL);
+    expect_open_fails("redis://u:" SECRET "@h:99999", DLOCK_EINVAL, NULL);
+    expect_open_fails("redis://u:" SECRET "@h?timeout=1", DLOCK_EINVAL, NULL);
+    expect_open_fails("redis://u:" SECRET "@h/db9", DLOCK_EINVAL, NULL);
+    expect_open_fails("redis://u:" SECRET "@a,b", DLOCK_EINVAL, NULL);
+    expect_open_fails("redis://u:Zq7%2Ds3cr3t%2DPw%zz@h", DLOCK_EINVAL, NULL);
+    expect_open_fails("redis://u:Zq7%2Ds3cr3t%2DPw@ho$t", DLOCK_EINVAL, NULL);
+    /* Refused by the network. */
+    expect_open_fails("redis://u:" SECRET "@127.0.0.1:1", DLOCK_ECONN, &co);
+    expect_open_fails("unix://:" SECRET "@/nonexistent/redis.sock", DLOCK_ECONN, &co);
+
+    /* Refused by the server: no password set, or another one. (A wrong
+     * requirepass password is in test_redis auth_and_db_and_unix.) */
+    test_redis_start(&plain, NULL);
+    snprintf(url, sizeof(url), "redis://:" SECRET "@127.0.0.1:%d", plain.port);
+    expect_open_fails(url, DLOCK_EAUTH, &co);
+    CHECK_CONTAINS(dlock_error_message(), "no password set");
+    snprintf(url, sizeof(url), "redis://nobody:" SECRET "@127.0.0.1:%d", plain.port);
+    expect_open_fails(url, DLOCK_EAUTH, &co);
+
+    /* Failures of a connected client, and the text on_lost leaves behind. */
+    test_redis_start(&guarded, "--requirepass " SECRET);
+    snprintf(url, sizeof(url), "redis://:" SECRET "@127.0.0.1:%d/2", guarded.port);
+    CHECK_RC(dlock_client_open(&c, url, &co), DLOCK_OK);
+    atomic_store(&lost_calls, 0);
+    o.on_lost = count_lost;
+    CHECK_RC(dlock_acquire(&l, c, "guarded", &o), DLOCK_OK);
+    test_redis_kill(&guarded);
+    CHECK_RC(dlock_status(&info, c, "guarded"), DLOCK_ECONN);
+    CHECK_MESSAGE_CLEAN();
+    CHECK_RC(dlock_lock_check(l), DLOCK_ECONN);
+    CHECK_MESSAGE_CLEAN();
+    for (int i = 0; i < 300 && atomic_load(&lost_calls) == 0; i++)
+        test_sleep_ms(10);
+    CHECK(atomic_load(&lost_calls) == 1);
+    test_redis_restart(&guarded);
+    CHECK_RC(dlock_release(l), DLOCK_ELOST); /* carries the on_lost text */
+    CHECK_MESSAGE_CLEAN();
+    dlock_client_free(c);
+    test_redis_stop(&guarded);
+    test_redis_stop(&plain);
+}
+
+/*
+ * A server that does not know AUTH (renamed away, an older or a Redis-like
+ * server, a proxy) answers "ERR unknown command 'AUTH', with args beginning
+ * with: 'user' 'password'". The password must not reach the message.
+ */
+static void password_echoed_by_server_is_hidden(void)
+{
+    static const char *const echo[] = {FAKE_ECHO, FAKE_ECHO, FAKE_ECHO, NULL};
+    test_redis r;
+    fake_server f;
+    dlock_client_options co = short_timeouts(1000);
+    dlock_client *c = NULL;
+    char url[256];
+    int rc;
+
+    test_redis_start(&r, "--rename-command AUTH \"\"");
+    snprintf(url, sizeof(url), "redis://dlock:" SECRET "@127.0.0.1:%d", r.port);
+    rc = dlock_client_open(&c, url, &co);
+    fprintf(stderr, "renamed AUTH: %d (%s): %s\n", rc, dlock_strerror(rc), dlock_error_message());
+    CHECK(rc == DLOCK_EAUTH || rc == DLOCK_ESERVER);
+    CHECK_MESSAGE_CLEAN();
+    test_redis_stop(&r);
+
+    memset(&f, 0, sizeof(f));
+    f.scripts[0] = echo;
+    f.nscripts = 1;
+    fake_start(&f);
+    snprintf(url, sizeof(url), "redis://:" SECRET "@127.0.0.1:%d", f.port);
+    rc = dlock_client_open(&c, url, &co);
+    fprintf(stderr, "echoing server: %d (%s): %s\n", rc, dlock_strerror(rc),
+            dlock_error_message());
+    CHECK(rc != DLOCK_OK);
+    CHECK_MESSAGE_CLEAN();
+    fake_stop(&f);
+}
+
+static void wrong_password(void)
+{
+    test_redis r;
+    dlock_client_options co = short_timeouts(1000);
+    char url[256];
+
+    test_redis_start(&r, NULL);
+    acl_setuser(&r, "alice", "right", "~dlock:* &dlock:* +@all");
+    acl_setuser(&r, "bob", "right", "~dlock:* &dlock:* +@all");
+    admin(&r, 0, 4, (const char *[]){"ACL", "SETUSER", "bob", "off"});
+    snprintf(url, sizeof(url), "redis://alice:" SECRET "@127.0.0.1:%d", r.port);
+    expect_open_fails(url, DLOCK_EAUTH, &co);
+    CHECK_CONTAINS(dlock_error_message(), "authentication failed");
+    CHECK_CONTAINS(dlock_error_message(), "WRONGPASS");
+    snprintf(url, sizeof(url), "redis://bob:right@127.0.0.1:%d", r.port);
+    expect_open_fails(url, DLOCK_EAUTH, &co); /* user disabled */
+    snprintf(url, sizeof(url), "redis://alice:right@127.0.0.1:%d", r.port);
+    dlock_client_free(open_url(url));
+    test_redis_stop(&r);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Servers that do not answer, or answer garbage */
+
+static void unreachable_and_silent_server(void)
+{
+    static const char *const silent[] = {FAKE_SILENT, NULL};
+    static const char *const hangup[] = {FAKE_CLOSE, NULL};
+    static const char *const silent_later[] = {"+OK\r\n", FAKE_SILENT, NULL};
+    fake_server f;
+    dlock_client_options co = short_timeouts(300);
+    dlock_client *c = NULL;
+    dlock_lock *l = NULL;
+    int64_t t0, took;
+
+    /* Accepts, never answers: the handshake times out. */
+    memset(&f, 0, sizeof(f));
+    f.scripts[0] = silent;
+    f.nscripts = 1;
+    fake_start(&f);
+    t0 = now_ms();
+    CHECK_RC(dlock_client_open(&c, f.url, &co), DLOCK_ECONN);
+    took = now_ms() - t0;
+    CHECK_CONTAINS(dlock_error_message(), "timed out");
+    CHECK_CONTAINS(dlock_error_message(), f.url + strlen("redis://"));
+    CHECK(took >= 250 && took < 1500);
+    fake_stop(&f);
+
+    /* Accepts and hangs up. */
+    memset(&f, 0, sizeof(f));
+    f.scripts[0] = hangup;
+    f.nscripts = 1;
+    fake_start(&f);
+    CHECK_RC(dlock_client_open(&c, f.url, &co), DLOCK_ECONN);
+    CHECK_CONTAINS(dlock_error_message(), "closed the connection");
+    fake_stop(&f);
+
+    /* Goes silent after the handshake: a call returns ECONN within the
+     * command timeout (once more for the one reconnect-and-retry). */
+    memset(&f, 0, sizeof(f));
+    f.scripts[0] = silent_later;
+    f.nscripts = 1;
+    fake_start(&f);
+    CHECK_RC(dlock_client_open(&c, f.url, &co), DLOCK_OK);
+    t0 = now_ms();
+    CHECK_RC(dlock_acquire(&l, c, "x", NULL), DLOCK_ECONN);
+    took = now_ms() - t0;
+    fprintf(stderr, "acquire against a silent server, command timeout 300 ms: %lld ms\n",
+            (long long)took);
+    CHECK_CONTAINS(dlock_error_message(), "timed out");
+    CHECK(took < 3 * 300 + 300);
+    CHECK(l == NULL);
+    dlock_client_free(c);
+    fake_stop(&f);
+}
+
+typedef struct {
+    const char *what;
+    const char *const *script;
+    int op;      /* 0 open, 1 acquire, 2 release, 3 status, 4 check */
+    int want;
+    const char *needle;
+} garbage_case;
+
+#define OK "+OK\r\n"
+#define ACQ_OK "*2\r\n:1\r\n:7\r\n"
+
+static void garbage_server(void)
+{
+    static const char *const http[] = {"HTTP/1.1 400 Bad Request\r\n\r\n", NULL};
+    static const char *const int_hello[] = {":1\r\n", NULL};
+    static const char *const nested[] = {"*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n",
+                                         NULL};
+    static const char *const status_to_eval[] = {OK, "+OK\r\n", NULL};
+    static const char *const fence_zero[] = {OK, "*2\r\n:1\r\n:0\r\n", NULL};
+    static const char *const fence_negative[] = {OK, "*2\r\n:1\r\n:-4\r\n", NULL};
+    static const char *const fence_string[] = {OK, "*2\r\n:1\r\n$1\r\n7\r\n", NULL};
+    static const char *const short_array[] = {OK, "*1\r\n:1\r\n", NULL};
+    static const char *const error_reply[] = {OK, "-ERR kaboom\r\n", NULL};
+    static const char *const half_reply[] = {OK, FAKE_CLOSE_AFTER "*2\r\n:1\r\n", NULL};
+    static const char *const release_bulk[] = {OK, ACQ_OK, "$3\r\nfoo\r\n", NULL};
+    static const char *const release_nil[] = {OK, ACQ_OK, "$-1\r\n", NULL};
+    static const char *const status_short[] = {OK, "*2\r\n:1\r\n:1\r\n", NULL};
+    static const char *const check_int[] = {OK, ACQ_OK, ":5\r\n", NULL};
+    static const char *const noscript_then_ok[] = {OK, "-NOSCRIPT No matching script\r\n",
+                                                   "*2\r\n:1\r\n:3\r\n", "+OK\r\n", NULL};
+    static const garbage_case cases[] = {
+        {"HTTP server", http, 0, DLOCK_EPROTO, "not a Redis reply"},
+        {"integer to CLIENT SETNAME", int_hello, 0, DLOCK_EPROTO, "handshake"},
+        {"nesting past hiredis' limit", nested, 0, DLOCK_EPROTO, "not a Redis reply"},
+        {"status line to EVALSHA", status_to_eval, 1, DLOCK_EPROTO, "acquire script"},
+        {"fence 0", fence_zero, 1, DLOCK_EPROTO, "fence <= 0"},
+        {"negative fence", fence_negative, 1, DLOCK_EPROTO, "fence <= 0"},
+        {"fence as a string", fence_string, 1, DLOCK_EPROTO, "acquire script"},
+        {"one-element array", short_array, 1, DLOCK_EPROTO, "acquire script"},
+        {"error reply", error_reply, 1, DLOCK_ESERVER, "ERR kaboom"},
+        {"half a reply, then hang up", half_reply, 1, DLOCK_ECONN, "closed the connection"},
+        {"bulk string to release", release_bulk, 2, DLOCK_EPROTO, "release script"},
+        {"nil to release", release_nil, 2, DLOCK_EPROTO, "release script"},
+        {"short status array", status_short, 3, DLOCK_EPROTO, "status script"},
+        {"integer to GET", check_int, 4, DLOCK_EPROTO, "GET"},
+        {"NOSCRIPT, then the EVAL answer", noscript_then_ok, 1, DLOCK_OK, ""},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const garbage_case *gc = &cases[i];
+        dlock_client_options co = short_timeouts(500);
+        dlock_acquire_options o = opts(0, 60000, 0);
+        dlock_client *c = NULL;
+        dlock_lock *l = NULL;
+        dlock_lock_info info;
+        fake_server f;
+        int rc;
+
+        memset(&f, 0, sizeof(f));
+        f.scripts[0] = gc->script;
+        f.nscripts = 1;
+        fake_start(&f);
+        rc = dlock_client_open(&c, f.url, &co);
+        if (gc->op > 0) {
+            CHECK_RC(rc, DLOCK_OK);
+            rc = dlock_acquire(&l, c, "g", &o);
+            if (gc->op > 1 && gc->op != 3)
+                CHECK_RC(rc, DLOCK_OK);
+            if (gc->op == 2) {
+                rc = dlock_release(l); /* frees the handle whatever the reply */
+                l = NULL;
+            } else if (gc->op == 3) {
+                rc = dlock_status(&info, c, "g");
+            } else if (gc->op == 4) {
+                rc = dlock_lock_check(l);
+            }
+        }
+        fprintf(stderr, "%-32s -> %d (%s): %s\n", gc->what, rc, dlock_strerror(rc),
+                dlock_error_message());
+        if (rc != gc->want) {
+            fprintf(stderr, "  wanted %d (%s)\n", gc->want, dlock_strerror(gc->want));
+            exit(1);
+        }
+        if (rc != DLOCK_OK) {
+            CHECK_MESSAGE_CLEAN();
+            CHECK_CONTAINS(dlock_error_message(), gc->needle);
+            CHECK_CONTAINS(dlock_error_message(), f.url + strlen("redis://"));
+        } else {
+            CHECK(dlock_lock_fence(l) == 3);
+        }
+        if (l != NULL)
+            dlock_release(l);
+        dlock_client_free(c);
+        fake_stop(&f);
+    }
+}
+
+/* Garbage in the watchdog's renewals: the lock is kept while the lease
+ * lasts, then reported lost (reason ECONN) with the cause in the text. */
+static void garbage_renewal(void)
+{
+    static const char *const cmd[] = {OK, ACQ_OK, ":1\r\n", NULL};
+    static const char *const wd[] = {OK, "$1\r\nx\r\n", "$1\r\nx\r\n", "$1\r\nx\r\n",
+                                     "$1\r\nx\r\n", "$1\r\nx\r\n", "$1\r\nx\r\n", NULL};
+    fake_server f;
+    dlock_client_options co = short_timeouts(500);
+    dlock_acquire_options o = opts(0, 300, 1);
+    dlock_client *c;
+    dlock_lock *l;
+    int64_t t0;
+
+    memset(&f, 0, sizeof(f));
+    f.scripts[0] = cmd;
+    f.scripts[1] = wd;
+    f.nscripts = 2;
+    fake_start(&f);
+    CHECK_RC(dlock_client_open(&c, f.url, &co), DLOCK_OK);
+    atomic_store(&lost_calls, 0);
+    o.on_lost = count_lost;
+    t0 = now_ms();
+    CHECK_RC(dlock_acquire(&l, c, "g", &o), DLOCK_OK);
+    for (int i = 0; i < 300 && atomic_load(&lost_calls) == 0; i++)
+        test_sleep_ms(10);
+    CHECK(atomic_load(&lost_calls) == 1);
+    CHECK(atomic_load(&lost_reason) == DLOCK_ECONN);
+    CHECK(now_ms() - t0 >= 290);
+    CHECK_RC(dlock_release(l), DLOCK_ELOST);
+    CHECK_CONTAINS(dlock_error_message(), "renew script");
+    dlock_client_free(c);
+    fake_stop(&f);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Handles: release, client free, threads */
+
+static atomic_int released_flag;
+static atomic_int late_callbacks;
+
+static void late_check(dlock_lock *l, int reason, void *payload)
+{
+    (void)l;
+    (void)reason;
+    (void)payload;
+    if (atomic_load(&released_flag))
+        atomic_fetch_add(&late_callbacks, 1);
+    atomic_fetch_add(&lost_calls, 1);
+}
+
+/*
+ * Releasing twice is a use after free by contract (the first release frees
+ * the handle), so it is not called here. What is checked is what the
+ * contract promises instead: release(NULL) is a no-op, and after release
+ * returns, on_lost never runs, even when the lock is lost during the
+ * release.
+ */
+static void no_on_lost_after_release(void)
+{
+    test_redis r;
+    dlock_client *c, *breaker;
+    int elost = 0;
+
+    test_redis_start(&r, NULL);
+    c = open_url(r.url);
+    breaker = open_url(r.url);
+    CHECK_RC(dlock_release(NULL), DLOCK_OK);
+    CHECK(dlock_error_message()[0] == '\0');
+    atomic_store(&lost_calls, 0);
+    for (int i = 0; i < 60; i++) {
+        dlock_acquire_options o = opts(0, 15 + i % 20, i % 2);
+        dlock_lock *l;
+        int rc;
+
+        o.on_lost = late_check;
+        atomic_store(&released_flag, 0);
+        CHECK_RC(dlock_acquire(&l, c, "race", &o), DLOCK_OK);
+        if (i % 3 == 0)
+            CHECK_RC(dlock_force_release(NULL, breaker, "race"), DLOCK_OK);
+        test_sleep_ms(i % 25);
+        rc = dlock_release(l);
+        atomic_store(&released_flag, 1);
+        CHECK(rc == DLOCK_OK || rc == DLOCK_ELOST);
+        elost += rc == DLOCK_ELOST;
+        test_sleep_ms(5);
+    }
+    test_sleep_ms(100);
+    fprintf(stderr, "60 releases: %d ELOST, %d on_lost, %d after release\n", elost,
+            atomic_load(&lost_calls), atomic_load(&late_callbacks));
+    CHECK(atomic_load(&late_callbacks) == 0);
+    CHECK(elost > 0);
+    dlock_client_free(breaker);
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
+/* Beyond test_redis client_freed_before_release: every call on the orphan
+ * handle is answered, and its on_lost never runs. */
+static void handle_after_client_free(void)
+{
+    test_redis r;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = opts(0, 200, 1);
+
+    test_redis_start(&r, NULL);
+    c = open_url(r.url);
+    atomic_store(&lost_calls, 0);
+    o.on_lost = count_lost;
+    CHECK_RC(dlock_acquire(&l, c, "orphan", &o), DLOCK_OK);
+    dlock_client_free(c);
+    CHECK_RC(dlock_lock_extend(l, 1000), DLOCK_EMISUSE);
+    CHECK_CONTAINS(dlock_error_message(), "already freed");
+    CHECK_RC(dlock_lock_check(l), DLOCK_EMISUSE);
+    CHECK_CONTAINS(dlock_error_message(), "already freed");
+    CHECK(dlock_lock_fence(l) == 1);
+    CHECK(strcmp(dlock_lock_name(l), "orphan") == 0);
+    test_sleep_ms(400); /* the lease runs out, unrenewed */
+    CHECK(dlock_lock_lost(l));
+    CHECK(dlock_lock_valid_ms(l) == 0);
+    CHECK(atomic_load(&lost_calls) == 0);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{orphan}") == 0);
+    CHECK_RC(dlock_release(l), DLOCK_EMISUSE);
+    test_redis_stop(&r);
+}
+
+typedef struct {
+    dlock_lock *lock;
+    atomic_int stop;
+    int extends;
+} other_arg;
+
+static void *other_thread(void *p)
+{
+    other_arg *a = p;
+
+    for (int i = 0; i < 150; i++) {
+        CHECK_RC(dlock_lock_extend(a->lock, 90 + (i % 3) * 30), DLOCK_OK);
+        CHECK_RC(dlock_lock_check(a->lock), DLOCK_OK);
+        a->extends++;
+        usleep(2000 + (i % 7) * 1000);
+    }
+    return NULL;
+}
+
+static void *reader_thread(void *p)
+{
+    other_arg *a = p;
+    uint64_t fence = dlock_lock_fence(a->lock);
+
+    while (!atomic_load(&a->stop)) {
+        CHECK(dlock_lock_fence(a->lock) == fence);
+        CHECK(!dlock_lock_lost(a->lock));
+        CHECK(dlock_lock_valid_ms(a->lock) > 0);
+        CHECK(strcmp(dlock_lock_name(a->lock), "shared") == 0);
+    }
+    return NULL;
+}
+
+/* A lock acquired on one thread, extended and checked from a second while
+ * the watchdog renews it, read from a third, released from the second. */
+static void lock_used_from_other_thread(void)
+{
+    test_redis r;
+    dlock_client *c;
+    dlock_acquire_options o = opts(0, 90, 1);
+    other_arg a;
+    pthread_t t, reader;
+
+    test_redis_start(&r, NULL);
+    c = open_url(r.url);
+    atomic_store(&lost_calls, 0);
+    o.on_lost = count_lost;
+    memset(&a, 0, sizeof(a));
+    CHECK_RC(dlock_acquire(&a.lock, c, "shared", &o), DLOCK_OK);
+    CHECK(pthread_create(&reader, NULL, reader_thread, &a) == 0);
+    CHECK(pthread_create(&t, NULL, other_thread, &a) == 0);
+    CHECK(pthread_join(t, NULL) == 0);
+    test_sleep_ms(300); /* renewals alone, past 3 leases */
+    atomic_store(&a.stop, 1);
+    CHECK(pthread_join(reader, NULL) == 0);
+    CHECK(atomic_load(&lost_calls) == 0);
+    CHECK_RC(dlock_release(a.lock), DLOCK_OK);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{shared}") == 0);
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
+/* Beyond test_redis maxmemory_reached: a lock held when the server fills up
+ * is kept (renewals, extend and release write nothing new), only new
+ * acquisitions are refused, and acquisitions work again once memory is
+ * freed. */
+static void maxmemory_held_lock(void)
+{
+    test_redis r;
+    dlock_client *c;
+    dlock_lock *held, *l = NULL;
+    dlock_lock_info info;
+    dlock_acquire_options o = opts(0, 300, 1);
+    char *filler = calloc(1, 65536);
+
+    CHECK(filler != NULL);
+    test_redis_start(&r, "--maxmemory-policy noeviction");
+    c = open_url(r.url);
+    atomic_store(&lost_calls, 0);
+    o.on_lost = count_lost;
+    CHECK_RC(dlock_acquire(&held, c, "kept", &o), DLOCK_OK);
+    for (int i = 0; i < 64; i++)
+        test_redis_cmd(&r, "SET filler:%d %b", i, filler, (size_t)65536);
+    free(filler);
+    test_redis_cmd(&r, "CONFIG SET maxmemory 1mb");
+    CHECK_RC(dlock_acquire(&l, c, "new", &o), DLOCK_ESERVER);
+    CHECK_CONTAINS(dlock_error_message(), "maxmemory");
+    CHECK(l == NULL);
+    test_sleep_ms(1000); /* three leases: renewals go on */
+    CHECK(atomic_load(&lost_calls) == 0);
+    CHECK_RC(dlock_lock_check(held), DLOCK_OK);
+    CHECK_RC(dlock_lock_extend(held, 500), DLOCK_OK);
+    CHECK_RC(dlock_status(&info, c, "kept"), DLOCK_OK);
+    CHECK(info.held == 1 && info.fence == 1);
+    CHECK_RC(dlock_release(held), DLOCK_OK);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{kept}") == 0);
+    test_redis_cmd(&r, "CONFIG SET maxmemory 0");
+    CHECK_RC(dlock_acquire(&l, c, "new", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The minimal Redis ACL (README, Security) */
+
+/* Commands the client sends itself, and those its Lua scripts call (Redis 7
+ * checks a script's calls against the user's ACL too). SELECT only for a
+ * database other than 0. AUTH needs no permission. */
+#define ACL_COMMANDS                                                                               \
+    "+evalsha +eval +get +set +incr +pexpire +pttl +del +publish +exists +subscribe "              \
+    "+unsubscribe +client|setname +select"
+#define ACL_KEYS "resetkeys ~dlock:* resetchannels &dlock:* -@all"
+
+typedef struct {
+    dlock_client *c;
+    const char *name;
+    int rc;
+    int64_t took_ms;
+    dlock_lock *lock;
+} waiter_arg;
+
+static void *waiter_main(void *p)
+{
+    waiter_arg *a = p;
+    dlock_acquire_options o = opts(4000, 2000, 1);
+    int64_t t0 = now_ms();
+
+    a->rc = dlock_acquire(&a->lock, a->c, a->name, &o);
+    a->took_ms = now_ms() - t0;
+    return NULL;
+}
+
+/*
+ * The core scenario, step by step; returns 0 when every step worked, else
+ * the number of the first step that did not, with its code in *code. A
+ * hand-off slower than a second (waiters not woken by the release) counts
+ * as a failure of step 6.
+ */
+static int scenario(test_redis *r, const char *url, int *code, char *msg, size_t msgsize)
+{
+    dlock_client_options co = short_timeouts(600);
+    dlock_acquire_options o = opts(0, 2000, 1);
+    dlock_client *c = NULL, *c2 = NULL;
+    dlock_lock *a = NULL, *b = NULL;
+    dlock_lock_info info;
+    waiter_arg w;
+    pthread_t t;
+    int step = 0, rc;
+
+#define STEP(expr, want)                                                                           \
+    do {                                                                                           \
+        step++;                                                                                    \
+        if ((rc = (expr)) != (want)) {                                                             \
+            *code = rc;                                                                            \
+            snprintf(msg, msgsize, "%s", dlock_error_message());                                   \
+            goto out;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+    admin(r, 0, 2, (const char *[]){"SCRIPT", "FLUSH"}); /* EVAL is needed after a restart */
+    admin(r, 0, 1, (const char *[]){"FLUSHALL"});
+    STEP(dlock_client_open(&c, url, &co), DLOCK_OK);                  /* 1 */
+    STEP(dlock_client_open(&c2, url, &co), DLOCK_OK);                 /* 2 */
+    STEP(dlock_acquire(&a, c, "core", &o), DLOCK_OK);                 /* 3 */
+    STEP(dlock_lock_check(a), DLOCK_OK);                              /* 4 */
+    STEP(dlock_acquire(&b, c2, "core", &o), DLOCK_EBUSY);             /* 5 */
+    memset(&w, 0, sizeof(w));
+    w.c = c2;
+    w.name = "core";
+    step++;                                                            /* 6 */
+    CHECK(pthread_create(&t, NULL, waiter_main, &w) == 0);
+    test_sleep_ms(700); /* past the subscription, or its timeout */
+    rc = dlock_lock_extend(a, 2000);
+    if (rc == DLOCK_OK)
+        rc = dlock_release(a);
+    else
+        dlock_release(a);
+    a = NULL;
+    CHECK(pthread_join(t, NULL) == 0);
+    if (rc != DLOCK_OK || w.rc != DLOCK_OK || w.took_ms > 700 + 1000) {
+        *code = rc != DLOCK_OK ? rc : w.rc;
+        snprintf(msg, msgsize, "extend/release %d, waiter %d after %lld ms", rc, w.rc,
+                 (long long)w.took_ms);
+        if (w.lock != NULL)
+            dlock_release(w.lock);
+        goto out;
+    }
+    b = w.lock;
+    test_sleep_ms(800); /* the watchdog renews the waiter's 2 s lease */
+    STEP(dlock_lock_check(b), DLOCK_OK);                              /* 7 */
+    STEP(dlock_status(&info, c, "core"), DLOCK_OK);                   /* 8 */
+    step++;                                                            /* 9 */
+    if (info.held != 1 || info.fence != 2) {
+        *code = DLOCK_EPROTO;
+        snprintf(msg, msgsize, "status held %d fence %llu", info.held,
+                 (unsigned long long)info.fence);
+        goto out;
+    }
+    STEP(dlock_force_release(&info, c, "core"), DLOCK_OK);            /* 10 */
+    STEP(dlock_release(b), DLOCK_ELOST);                              /* 11 */
+    b = NULL;
+    step = 0;
+out:
+    if (a != NULL)
+        dlock_release(a);
+    if (b != NULL)
+        dlock_release(b);
+    dlock_client_free(c);
+    dlock_client_free(c2);
+    return step;
+#undef STEP
+}
+
+static void acl_minimal_user(void)
+{
+    test_redis r;
+    char url[256], msg[512];
+    int code = 0, step;
+
+    test_redis_start(&r, NULL);
+    acl_setuser(&r, "dlock", SECRET, ACL_KEYS " " ACL_COMMANDS);
+    snprintf(url, sizeof(url), "redis://dlock:" SECRET "@127.0.0.1:%d/3", r.port);
+    step = scenario(&r, url, &code, msg, sizeof(msg));
+    if (step != 0) {
+        fprintf(stderr, "minimal ACL user: step %d failed: %d (%s): %s\n", step, code,
+                dlock_strerror(code), msg);
+        exit(1);
+    }
+    /* Only dlock:* keys: the ACL really is narrow. */
+    {
+        dlock_client *c = open_url(url);
+        dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+        dlock_lock *l = NULL;
+        co.key_prefix = "other:";
+        dlock_client_free(c);
+        CHECK_RC(dlock_client_open(&c, url, &co), DLOCK_OK);
+        CHECK_RC(dlock_acquire(&l, c, "core", NULL), DLOCK_EAUTH);
+        CHECK_CONTAINS(dlock_error_message(), "NOPERM");
+        CHECK_MESSAGE_CLEAN();
+        dlock_client_free(c);
+    }
+    test_redis_stop(&r);
+}
+
+/* Each command of the minimal set, taken away alone: what breaks. */
+static void acl_each_command_needed(void)
+{
+    static const struct {
+        const char *command;
+        int step; /* the step that must fail; 0 = none (not needed) */
+        const char *effect;
+    } rows[] = {
+        {"evalsha", 3, "acquire refused"},
+        {"eval", 3, "acquire refused while the script cache is empty (after a restart)"},
+        {"get", 3, "acquire refused (its script reads the counter)"},
+        {"set", 3, "acquire refused"},
+        {"incr", 3, "acquire refused"},
+        {"pttl", 5, "try-once on a held lock refused"},
+        {"pexpire", 6, "extend refused"},
+        {"del", 6, "release refused"},
+        {"publish", 6, "release refused"},
+        {"subscribe", 6, "waiters are not woken by the release, only by the lease end"},
+        {"exists", 8, "status refused"},
+        {"client|setname", 1, "connection refused"},
+        {"select", 1, "connection to a database other than 0 refused"},
+        {"unsubscribe", 0, "nothing in a short run: idle channels stay subscribed (harmless)"},
+    };
+    test_redis r;
+    char url[256], msg[1024], rules[512];
+    int failures = 0;
+
+    test_redis_start(&r, NULL);
+    fprintf(stderr, "%-15s %-5s %-8s %s\n", "without", "step", "code", "effect");
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        char want[64], user[32];
+        const char *p;
+        int code = 0, step, n;
+
+        /* The minimal set less this one command. */
+        snprintf(want, sizeof(want), "+%s ", rows[i].command);
+        snprintf(rules, sizeof(rules), "%s ", ACL_COMMANDS);
+        p = strstr(rules, want);
+        CHECK(p != NULL);
+        n = (int)strlen(want);
+        memmove((char *)p, p + n, strlen(p + n) + 1);
+        snprintf(user, sizeof(user), "u%zu", i);
+        snprintf(msg, sizeof(msg), "%s %s", ACL_KEYS, rules);
+        acl_setuser(&r, user, SECRET, msg);
+        snprintf(url, sizeof(url), "redis://%s:" SECRET "@127.0.0.1:%d/%d", user, r.port,
+                 strcmp(rows[i].command, "select") == 0 ? 3 : 0);
+        msg[0] = '\0';
+        step = scenario(&r, url, &code, msg, sizeof(msg));
+        fprintf(stderr, "%-15s %-5d %-8s %s\n    %s\n", rows[i].command, step,
+                step ? dlock_strerror(code) : "-", rows[i].effect, msg);
+        if (step != rows[i].step) {
+            fprintf(stderr, "    expected step %d to fail\n", rows[i].step);
+            failures++;
+        }
+        if (step != 0 && code != DLOCK_OK && strstr(msg, SECRET) != NULL) {
+            fprintf(stderr, "    the message holds the password\n");
+            failures++;
+        }
+    }
+    CHECK(failures == 0);
+    test_redis_stop(&r);
+}
+
+/*
+ * The acquire script SETs the key, then INCRs the counter. If INCR fails
+ * (an ACL without it, or any error past the SET), the key stays, with no
+ * fence issued and no owner able to release it: the lock is stuck until its
+ * lease runs out. A failed acquisition must leave no lock behind.
+ */
+static void failed_acquire_leaves_no_lock(void)
+{
+    test_redis r;
+    dlock_client *c;
+    dlock_lock *l = NULL;
+    char url[256];
+    int rc;
+
+    test_redis_start(&r, NULL);
+    acl_setuser(&r, "noincr", SECRET, ACL_KEYS " +evalsha +eval +get +set +pexpire +pttl "
+                "+del +publish +exists +subscribe +unsubscribe +client|setname");
+    snprintf(url, sizeof(url), "redis://noincr:" SECRET "@127.0.0.1:%d", r.port);
+    c = open_url(url);
+    rc = dlock_acquire(&l, c, "half", NULL);
+    fprintf(stderr, "acquire without INCR: %d (%s): %s\n", rc, dlock_strerror(rc),
+            dlock_error_message());
+    CHECK(rc == DLOCK_EAUTH || rc == DLOCK_ESERVER);
+    CHECK(l == NULL);
+    fprintf(stderr, "after the failed acquire: EXISTS dlock:{half} = %lld, PTTL = %lld\n",
+            test_redis_cmd(&r, "EXISTS dlock:{half}"), test_redis_cmd(&r, "PTTL dlock:{half}"));
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{half}") == 0);
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
+/* ---------------------------------------------------------------------- */
+/* dlock run: the password reaches neither COMMAND's environment nor the
+ * command line COMMAND can read (/proc/PPID/cmdline). */
+
+static void run_cli(const char *url_arg, const char *env_url, char *out, size_t size, int *status)
+{
+    const char *cli = getenv("DLOCK_CLI");
+    int fds[2];
+    pid_t pid;
+    size_t got = 0;
+
+    CHECK(cli != NULL && cli[0] != '\0');
+    CHECK(pipe(fds) == 0);
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        if (env_url != NULL)
+            setenv("DLOCK_URL", env_url, 1);
+        else
+            unsetenv("DLOCK_URL");
+        if (url_arg != NULL)
+            execl(cli, "dlock", "--url", url_arg, "run", "envcheck", "--", "/bin/sh", "-c",
+                  "env; echo; tr '\\0' ' ' </proc/$PPID/cmdline; echo", (char *)NULL);
+        else
+            execl(cli, "dlock", "run", "envcheck", "--", "/bin/sh", "-c",
+                  "env; echo; tr '\\0' ' ' </proc/$PPID/cmdline; echo", (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    for (;;) {
+        ssize_t n = read(fds[0], out + got, size - 1 - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    out[got] = '\0';
+    close(fds[0]);
+    CHECK(waitpid(pid, status, 0) == pid);
+}
+
+static void cli_run_hides_password(void)
+{
+    test_redis r;
+    char url[256], out[65536];
+    int status;
+
+    test_redis_start(&r, "--requirepass " SECRET);
+    snprintf(url, sizeof(url), "redis://:" SECRET "@127.0.0.1:%d", r.port);
+    run_cli(url, NULL, out, sizeof(out), &status);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_CONTAINS(out, "DLOCK_FENCE=1");
+    CHECK(strstr(out, SECRET) == NULL);
+    run_cli(NULL, url, out, sizeof(out), &status);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_CONTAINS(out, "DLOCK_FENCE=2");
+    CHECK(strstr(out, SECRET) == NULL);
+    CHECK(strstr(out, "DLOCK_URL=") == NULL);
+    test_redis_stop(&r);
+}
+
+TEST_MAIN({"names_huge_and_binary", names_huge_and_binary},
+          {"absurd_leases_and_waits", absurd_leases_and_waits},
+          {"credentials_never_in_messages", credentials_never_in_messages},
+          {"password_echoed_by_server_is_hidden", password_echoed_by_server_is_hidden},
+          {"wrong_password", wrong_password},
+          {"unreachable_and_silent_server", unreachable_and_silent_server},
+          {"garbage_server", garbage_server}, {"garbage_renewal", garbage_renewal},
+          {"no_on_lost_after_release", no_on_lost_after_release},
+          {"handle_after_client_free", handle_after_client_free},
+          {"lock_used_from_other_thread", lock_used_from_other_thread},
+          {"maxmemory_held_lock", maxmemory_held_lock}, {"acl_minimal_user", acl_minimal_user},
+          {"acl_each_command_needed", acl_each_command_needed},
+          {"failed_acquire_leaves_no_lock", failed_acquire_leaves_no_lock},
+          {"cli_run_hides_password", cli_run_hides_password})
