@@ -1,0 +1,130 @@
+/*
+ * dlock: the command-line tool. Global options and dispatch to the
+ * subcommands (run.c, admin.c) and to the demo (demo/).
+ */
+#include "cli.h"
+#include "demo.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage_text[] =
+    "usage: dlock [--url URL] run [--ttl DUR] [--wait DUR] [--grace DUR] [-E CODE]\n"
+    "                             NAME -- COMMAND [ARG...]\n"
+    "       dlock [--url URL] status NAME\n"
+    "       dlock [--url URL] release --force NAME\n"
+    "       dlock demo [ARG...]\n"
+    "       dlock --version | --help\n"
+    "\n"
+    "run       hold the lock NAME while COMMAND runs (no shell), renewing it;\n"
+    "          COMMAND gets DLOCK_NAME and DLOCK_FENCE in its environment\n"
+    "status    print whether NAME is held, its fencing token and its lease left\n"
+    "release   --force: break the lock NAME whoever holds it (administrators)\n"
+    "demo      run the demonstration (see `dlock demo --help`)\n"
+    "\n"
+    "  --url URL    lock server: redis://[user:password@]host[:port][/db] or\n"
+    "               unix:///path/to/redis.sock[?db=N]; default $DLOCK_URL, else\n"
+    "               " CLI_DEFAULT_URL " (prefer $DLOCK_URL for a password:\n"
+    "               other users can read command lines)\n"
+    "  --ttl DUR    the lease, renewed every DUR/3 while COMMAND runs (30s)\n"
+    "  --wait DUR   how long to wait for a busy lock; 0 tries once (0),\n"
+    "               'forever' waits as long as it takes\n"
+    "  --grace DUR  when the lock is lost: SIGTERM to COMMAND, then SIGKILL\n"
+    "               after DUR (5s, at most half of --ttl); must be shorter\n"
+    "               than --ttl\n"
+    "  -E CODE      exit code when the lock is busy (75)\n"
+    "DUR is a whole number with a unit ms, s or m (no unit: seconds).\n"
+    "\n"
+    "Exit codes: COMMAND's own (128+N if it died of signal N); 64 usage error;\n"
+    "69 server unreachable; 70 internal error; 75 busy (-E); 76 lock lost;\n"
+    "77 authentication refused; 126 COMMAND not executable; 127 not found.\n";
+
+void cli_usage(int to_stderr)
+{
+    fputs(usage_text, to_stderr ? stderr : stdout);
+}
+
+/*
+ * A URL may hold a password, and the command line of a running process is
+ * readable by every user (ps, /proc/PID/cmdline) for as long as it runs,
+ * which for `run` is as long as COMMAND. So keep a copy and blank the
+ * argument, as curl does with -u. $DLOCK_URL stays the safer way: the
+ * argument is visible until this runs.
+ */
+static char *take_secret(const char *value)
+{
+    char *copy = strdup(value);
+    if (copy)
+        memset((char *)value, '*', strlen(value));
+    return copy;
+}
+
+static int dispatch(const char *url, int argc, char **argv)
+{
+    const char *command = argv[0];
+    if (!url) {
+        const char *env = getenv("DLOCK_URL");
+        url = env && *env ? env : CLI_DEFAULT_URL;
+    }
+    if (!strcmp(command, "run"))
+        return cli_run(url, argc, argv);
+    if (!strcmp(command, "status"))
+        return cli_status(url, argc, argv);
+    if (!strcmp(command, "release"))
+        return cli_release(url, argc, argv);
+    cli_error("unknown command '%s' (try 'dlock --help')", command);
+    return CLI_EXIT_USAGE;
+}
+
+int main(int argc, char **argv)
+{
+    char *url = NULL; /* from --url; NULL: $DLOCK_URL or the default */
+    int rc = CLI_EXIT_USAGE;
+    int i = 1;
+
+    cli_ensure_std_fds();
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        const char *value;
+        int r;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            cli_usage(0);
+            rc = 0;
+            goto out;
+        }
+        if (!strcmp(argv[i], "--version") || !strcmp(argv[i], "-V")) {
+            printf("dlock %s\n", dlock_version());
+            rc = 0;
+            goto out;
+        }
+        if ((r = cli_option_value(argc, argv, &i, "--url", &value)) != 0) {
+            if (r < 0)
+                goto out;
+            free(url); /* the last --url wins */
+            if (!(url = take_secret(value))) {
+                cli_error("out of memory");
+                rc = CLI_EXIT_SOFTWARE;
+                goto out;
+            }
+            continue;
+        }
+        cli_error("unknown option '%s' (try 'dlock --help')", argv[i]);
+        goto out;
+    }
+
+    if (i >= argc) {
+        cli_usage(1);
+    } else if (!strcmp(argv[i], "demo")) {
+        /* The demo has its own options and server set-up. */
+        if (url)
+            cli_error("--url before 'demo' is not used: the demo takes its own options "
+                      "after 'demo' (see 'dlock demo --help')");
+        else
+            rc = dlock_demo_main(argc - i, argv + i);
+    } else {
+        rc = dispatch(url, argc - i, argv + i);
+    }
+out:
+    free(url);
+    return rc;
+}

@@ -1,0 +1,133 @@
+/*
+ * The `dlock` command: error reporting, exit codes, option values, client
+ * opening. Shared by the subcommands.
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The one function that writes error text; detail may be NULL. */
+static void verror(const char *detail, const char *fmt, va_list ap)
+{
+    /* One buffer and one fputs, so that the line is not interleaved with
+     * COMMAND's own stderr output, which shares the file. */
+    char line[1024];
+    int n = snprintf(line, sizeof line, "dlock: ");
+    n += vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    if (detail && *detail && (size_t)n < sizeof line)
+        n += snprintf(line + n, sizeof line - (size_t)n, ": %s", detail);
+    if ((size_t)n >= sizeof line - 1)
+        n = (int)sizeof line - 2; /* truncated: still end the line */
+    line[n] = '\n';
+    line[n + 1] = '\0';
+    fputs(line, stderr);
+}
+
+void cli_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    verror(NULL, fmt, ap);
+    va_end(ap);
+}
+
+int cli_fail(int err, const char *fmt, ...)
+{
+    const char *detail = dlock_error_message();
+    if (!*detail)
+        detail = dlock_strerror(err);
+    va_list ap;
+    va_start(ap, fmt);
+    verror(detail, fmt, ap);
+    va_end(ap);
+    return cli_exit_code(err);
+}
+
+int cli_exit_code(int err)
+{
+    switch (err) {
+    case DLOCK_OK:
+        return 0;
+    case DLOCK_EBUSY:
+    case DLOCK_ETIMEOUT:
+        return CLI_EXIT_BUSY;
+    case DLOCK_ELOST:
+        return CLI_EXIT_LOST;
+    case DLOCK_ECONN:
+        return CLI_EXIT_UNAVAILABLE;
+    case DLOCK_EAUTH:
+        return CLI_EXIT_NOPERM;
+    case DLOCK_EINVAL:
+    case DLOCK_ENOTSUP:
+        /* The command line is checked before any call, so what the library
+         * still refuses came from the user too: a malformed or unsupported
+         * URL (rediss://), a name too long. */
+        return CLI_EXIT_USAGE;
+    default:
+        return CLI_EXIT_SOFTWARE;
+    }
+}
+
+int cli_option_value(int argc, char **argv, int *i, const char *name, const char **value)
+{
+    const char *arg = argv[*i];
+    size_t len = strlen(name);
+    if (strncmp(arg, name, len) != 0)
+        return 0;
+    if (arg[len] == '=' && name[1] == '-') {
+        *value = arg + len + 1;
+        return 1;
+    }
+    if (arg[len] != '\0') {
+        if (name[1] != '-') { /* "-E9" */
+            *value = arg + len;
+            return 1;
+        }
+        return 0; /* "--ttlx": another (unknown) option */
+    }
+    if (*i + 1 >= argc) {
+        cli_error("option %s needs a value", name);
+        return -1;
+    }
+    *value = argv[++*i];
+    return 1;
+}
+
+int cli_client_open(dlock_client **out, const char *url)
+{
+    dlock_client_options opts = DLOCK_CLIENT_OPTIONS_INIT;
+    /* Lets an administrator tell the command's connections apart in CLIENT LIST. */
+    opts.client_name = "dlock-cli";
+    *out = NULL;
+    int err = dlock_client_open(out, url, &opts);
+    if (err != DLOCK_OK) {
+        *out = NULL;
+        /* The detail names the server (without a password); the URL itself
+         * is not repeated because it may hold one. */
+        return cli_fail(err, "cannot open the lock server");
+    }
+    return 0;
+}
+
+void cli_ignore_sigpipe(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_IGN;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGPIPE, &sa, NULL);
+}
+
+void cli_ensure_std_fds(void)
+{
+    for (int fd = 0; fd <= 2; fd++) {
+        /* open() returns the lowest free number: this fd. */
+        if (fcntl(fd, F_GETFD) == -1 && errno == EBADF)
+            (void)open("/dev/null", O_RDWR);
+    }
+}

@@ -1,0 +1,61 @@
+#!/bin/sh
+# COMMAND's environment and file descriptors: DLOCK_NAME and DLOCK_FENCE set,
+# the fence increasing from run to run; no DLOCK_URL, no URL anywhere, no
+# server connection; the descriptors dlock was given are passed on.
+. "$(dirname "$0")/lib.sh"
+
+N=$(name e)
+# A password the test server accepts (its default user has none) and that
+# must show up nowhere in COMMAND's reach.
+SECRET="s3cret-$$"
+SECRET_URL="redis://default:$SECRET@$HOSTPORT"
+
+show_env='printf "%s\n%s\n" "$DLOCK_NAME" "$DLOCK_FENCE" > "$0"; env > "$1"'
+expect 0 "first run" "$DLOCK" --url "$URL" run "$N" -- sh -c "$show_env" "$WORK/vars1" "$WORK/env1"
+# Stale values from an enclosing run must be replaced, not duplicated.
+expect 0 "second run" env DLOCK_NAME=stale DLOCK_FENCE=999999 \
+    "$DLOCK" --url "$URL" run "$N" -- sh -c "$show_env" "$WORK/vars2" "$WORK/env2"
+
+name1=$(sed -n 1p "$WORK/vars1") fence1=$(sed -n 2p "$WORK/vars1")
+fence2=$(sed -n 2p "$WORK/vars2")
+[ "$name1" = "$N" ] && pass "DLOCK_NAME is the lock's name" || fail "DLOCK_NAME='$name1', want '$N'"
+case $fence1 in
+'' | *[!0-9]*) fail "DLOCK_FENCE='$fence1' is not a number" ;;
+*) [ "$fence1" -gt 0 ] && pass "DLOCK_FENCE > 0" || fail "DLOCK_FENCE=$fence1" ;;
+esac
+[ "$fence2" -gt "$fence1" ] 2>/dev/null && [ "$fence2" != 999999 ] &&
+    pass "fence increases: $fence1 then $fence2" || fail "fences $fence1 then $fence2"
+[ "$(grep -c '^DLOCK_FENCE=' "$WORK/env2")" -eq 1 ] && [ "$(grep -c '^DLOCK_NAME=' "$WORK/env2")" -eq 1 ] &&
+    pass "one DLOCK_NAME and one DLOCK_FENCE" || fail "duplicates: $(grep '^DLOCK_' "$WORK/env2")"
+
+# The URL from $DLOCK_URL (with a password): used by dlock, hidden from COMMAND.
+expect 0 "run with \$DLOCK_URL" env DLOCK_URL="$SECRET_URL" \
+    "$DLOCK" run "$N" -- sh -c 'env > "$0"' "$WORK/env3"
+grep -q '^DLOCK_URL=' "$WORK/env3" && fail "DLOCK_URL is in COMMAND's environment" ||
+    pass "DLOCK_URL is not in COMMAND's environment"
+grep -q "$SECRET" "$WORK/env3" && fail "the password is in COMMAND's environment" ||
+    pass "the password is nowhere in COMMAND's environment"
+
+# The URL from --url: not in the environment, and blanked from dlock's own
+# command line, which COMMAND (and every user) can read.
+expect 0 "run with --url" "$DLOCK" --url "$SECRET_URL" run "$N" -- \
+    sh -c 'env > "$0"; tr "\0" " " < /proc/$PPID/cmdline > "$1"' "$WORK/env4" "$WORK/cmdline"
+grep -q "$SECRET" "$WORK/env4" && fail "the --url password is in COMMAND's environment" ||
+    pass "the --url password is not in COMMAND's environment"
+grep -q "$SECRET" "$WORK/cmdline" && fail "the password stays on dlock's command line: $(cat "$WORK/cmdline")" ||
+    pass "the password is blanked from dlock's command line"
+
+# Descriptors: fd 7 given to dlock reaches COMMAND; the server connections
+# dlock opened (sockets) do not.
+(
+    exec 7>"$WORK/seven"
+    "$DLOCK" --url "$URL" run "$N" -- sh -c 'echo via-fd-7 >&7; ls -l /proc/$$/fd > "$0"' "$WORK/fds"
+) >"$WORK/out" 2>"$WORK/err"
+grep_file '^via-fd-7$' "$WORK/seven" "an inherited fd reaches COMMAND"
+if grep -q 'socket:' "$WORK/fds"; then
+    fail "COMMAND inherited a socket: $(cat "$WORK/fds")"
+else
+    pass "no server connection leaks into COMMAND"
+fi
+
+finish

@@ -1,0 +1,41 @@
+#!/bin/sh
+# dlock run passes COMMAND's status through (128+N for signal N), and maps
+# what goes wrong around it: 127/126 COMMAND not found / not executable,
+# 69 server unreachable, 77 credentials refused, 64 a URL it cannot use.
+. "$(dirname "$0")/lib.sh"
+
+N=$(name a)
+run() { "$DLOCK" --url "$URL" run "$N" -- "$@"; }
+
+expect 0 "COMMAND succeeds" run true
+expect 3 "COMMAND's status passes through" run sh -c 'exit 3'
+expect 255 "status 255 passes through" run sh -c 'exit 255'
+expect 137 "COMMAND killed by SIGKILL: 128+9" run sh -c 'kill -9 $$'
+expect 143 "COMMAND killed by SIGTERM: 128+15" run sh -c 'kill -TERM $$'
+
+expect 127 "COMMAND not found" run "no-such-command-$$"
+grep_file '^dlock: .*no-such-command' "$WORK/err" "not found: message names COMMAND"
+printf 'echo hi\n' >"$WORK/script"
+chmod 644 "$WORK/script"
+expect 126 "COMMAND not executable" run "$WORK/script"
+
+# The lock is released when COMMAND ends, however it ended.
+expect 0 "status after the runs" "$DLOCK" --url "$URL" status "$N"
+grep_file "^$N: free, fence [0-9]+$" "$WORK/out" "lock released after every run"
+
+for cmd in "run $N -- true" "status $N" "release --force $N"; do
+    # shellcheck disable=SC2086 # cmd is split on purpose
+    expect 69 "unreachable server: $cmd" "$DLOCK" --url redis://127.0.0.1:1 $cmd
+    grep_file '^dlock: .*127\.0\.0\.1:1' "$WORK/err" "unreachable: message names the server"
+done
+expect 69 "unreachable server from \$DLOCK_URL" env DLOCK_URL=redis://127.0.0.1:1 "$DLOCK" status "$N"
+
+# The server has no such user: AUTH fails with WRONGPASS.
+expect 77 "credentials refused" "$DLOCK" --url "redis://nosuchuser-$$:secret@$HOSTPORT" run "$N" -- true
+if grep -q secret "$WORK/err"; then fail "the password appears in the message: $(cat "$WORK/err")"; fi
+
+expect 64 "rediss:// is refused, never clear text" "$DLOCK" --url "rediss://$HOSTPORT" status "$N"
+expect 64 "malformed URL" "$DLOCK" --url "redis://$HOSTPORT/notadb" status "$N"
+expect 64 "empty NAME" "$DLOCK" --url "$URL" run "" -- true
+
+finish
