@@ -172,9 +172,8 @@ static volatile sig_atomic_t wake_fd = -1;
 static void wake(unsigned char byte)
 {
     int saved = errno;
-    /* The pipe is non-blocking. Should it be full (64 KiB of unread
-     * signals), dropping one more byte is harmless for a signal; the loop
-     * reaps the child on every wake-up anyway. */
+    /* Non-blocking, so a writer never waits. The loop drains the pipe on
+     * every wake-up, so it cannot fill with the few bytes written to it. */
     while (write(wake_fd, &byte, 1) < 0 && errno == EINTR)
         ;
     errno = saved;
@@ -453,10 +452,10 @@ typedef struct {
     pid_t pid;     /* COMMAND; 0 once reaped */
     int status;    /* its wait status, once reaped */
     int lost;      /* the lock was found lost while COMMAND ran */
-    int kill_pending;
-    struct timespec kill_at; /* SIGKILL deadline, CLOCK_MONOTONIC */
+    int64_t kill_at; /* 0, or when SIGKILL is due (now_ms) */
 } supervisor;
 
+/* Milliseconds on CLOCK_MONOTONIC (since boot: > 0). */
 static int64_t now_ms(void)
 {
     struct timespec ts;
@@ -477,10 +476,7 @@ static void on_wake_byte(supervisor *s, unsigned char byte)
                   "SIGKILL after %" PRId64 " ms",
                   s->opts->name, dlock_strerror(reason), (long)s->pid, s->opts->grace_ms);
         kill(s->pid, SIGTERM);
-        int64_t at = now_ms() + s->opts->grace_ms;
-        s->kill_at.tv_sec = at / 1000;
-        s->kill_at.tv_nsec = (at % 1000) * 1000000;
-        s->kill_pending = 1;
+        s->kill_at = now_ms() + s->opts->grace_ms;
     } else if (byte != SIGCHLD) {
         /* Until it is reaped, COMMAND's pid cannot be reused: safe to kill. */
         kill(s->pid, byte);
@@ -528,9 +524,8 @@ static void supervise(supervisor *s)
     reap(s, WNOHANG);
     while (s->pid > 0) {
         int timeout = -1;
-        if (s->kill_pending) {
-            int64_t left = (int64_t)s->kill_at.tv_sec * 1000 + s->kill_at.tv_nsec / 1000000 -
-                           now_ms();
+        if (s->kill_at > 0) {
+            int64_t left = s->kill_at - now_ms();
             timeout = left > 0 ? (int)(left < INT32_MAX ? left : INT32_MAX) : 0;
         }
         int n = poll(&pfd, 1, timeout);
@@ -544,15 +539,14 @@ static void supervise(supervisor *s)
         }
         if (n > 0)
             drain_wake_pipe(s);
-        if (s->kill_pending &&
-            now_ms() >= (int64_t)s->kill_at.tv_sec * 1000 + s->kill_at.tv_nsec / 1000000) {
-            s->kill_pending = 0;
+        reap(s, WNOHANG);
+        if (s->pid > 0 && s->kill_at > 0 && now_ms() >= s->kill_at) {
+            s->kill_at = 0;
             cli_error("COMMAND (pid %ld) still running %" PRId64
                       " ms after SIGTERM; sending SIGKILL",
                       (long)s->pid, s->opts->grace_ms);
             kill(s->pid, SIGKILL);
         }
-        reap(s, WNOHANG);
     }
 }
 
@@ -582,7 +576,7 @@ int cli_run(const char *url, int argc, char **argv)
     char **env = NULL;
     int wake_pipe[2] = {-1, -1};
     fd_plan fds = {NULL, 0, 0, 0};
-    supervisor s = {&opts, -1, 0, 0, 0, 0, {0, 0}};
+    supervisor s = {&opts, -1, 0, 0, 0, 0};
     dlock_acquire_options ao = DLOCK_ACQUIRE_OPTIONS_INIT;
     int ran = 0; /* COMMAND was started and has ended */
     int exec_errno = 0;

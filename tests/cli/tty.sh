@@ -1,0 +1,11 @@
+#!/bin/sh
+# ^C on a terminal: COMMAND gets the SIGINT once (from the terminal, which
+# signals the whole foreground process group), not a second time from dlock.
+# The pseudo-terminal comes from Python's pty module (python3 is among the
+# packages scripts/deps.sh installs).
+. "$(dirname "$0")/lib.sh"
+
+command -v python3 >/dev/null || { fail "python3 is not installed"; finish; }
+expect 1 "^C reaches COMMAND exactly once" \
+    python3 "$(dirname "$0")/tty_sigint.py" "$DLOCK" "$URL" "$(name c)"
+finish
