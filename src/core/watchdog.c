@@ -17,6 +17,7 @@
 #include "core/client.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/thread.h"
 
 /* Most locks renewed in one backend call. */
 #define BATCH_MAX 128
@@ -172,7 +173,7 @@ int dlock__client_register(dlock_client *c, dlock_lock *l)
 
     pthread_mutex_lock(&c->mu);
     if (!c->thread_running && (l->auto_renew || l->on_lost != NULL)) {
-        if (pthread_create(&c->thread, NULL, watchdog_main, c) != 0)
+        if (dlock__thread_create(&c->thread, watchdog_main, c) != 0)
             rc = dlock__fail(DLOCK_ENOMEM, "cannot start the watchdog thread");
         else
             c->thread_running = 1;

@@ -1,10 +1,12 @@
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/redis/redis_conn.h"
 #include "core/error.h"
+#include "core/thread.h"
 
 static struct timeval to_tv(int64_t ms)
 {
@@ -164,10 +166,8 @@ static int handshake(dlock__redis_conn *conn)
     return rc;
 }
 
-int dlock__redis_conn_connect(dlock__redis_conn *conn)
+static int connect_now(dlock__redis_conn *conn)
 {
-    if (conn->ctx != NULL && conn->ctx->err == 0)
-        return DLOCK_OK;
     dlock__redis_conn_close(conn);
     if (conn->unix_path != NULL)
         conn->ctx = redisConnectUnixWithTimeout(conn->unix_path, conn->connect_tv);
@@ -177,18 +177,39 @@ int dlock__redis_conn_connect(dlock__redis_conn *conn)
         return dlock__fail(DLOCK_ENOMEM, "%s: out of memory", conn->where);
     if (conn->ctx->err)
         return dlock__redis_conn_io_error(conn);
+    /* hiredis 0.14 leaves the socket inheritable: a program that forks and
+     * execs must not hand its authenticated connection to the child. */
+    fcntl(conn->ctx->fd, F_SETFD, fcntl(conn->ctx->fd, F_GETFD) | FD_CLOEXEC);
     if (redisSetTimeout(conn->ctx, conn->command_tv) != REDIS_OK)
         return dlock__redis_conn_io_error(conn);
     return handshake(conn);
 }
 
+int dlock__redis_conn_connect(dlock__redis_conn *conn)
+{
+    dlock__sigpipe_guard guard;
+    int rc;
+
+    if (conn->ctx != NULL && conn->ctx->err == 0)
+        return DLOCK_OK;
+    dlock__sigpipe_block(&guard);
+    rc = connect_now(conn);
+    dlock__sigpipe_restore(&guard);
+    return rc;
+}
+
 static int command_once(dlock__redis_conn *conn, redisReply **out, int argc, const char **argv,
                         const size_t *lens)
 {
+    dlock__sigpipe_guard guard;
     redisReply *r;
 
     *out = NULL;
+    /* hiredis writes with write(2): a server gone away must not raise
+     * SIGPIPE in the application. */
+    dlock__sigpipe_block(&guard);
     r = redisCommandArgv(conn->ctx, argc, argv, lens);
+    dlock__sigpipe_restore(&guard);
     if (r == NULL)
         return dlock__redis_conn_io_error(conn);
     if (r->type == REDIS_REPLY_ERROR) {

@@ -20,6 +20,7 @@
 #include "backends/redis/redis_watch.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/thread.h"
 
 /* A channel nobody waits on stays subscribed this long, so that waiting
  * again on a busy lock costs no SUBSCRIBE round trip. */
@@ -340,7 +341,7 @@ int dlock__redis_watch_begin(dlock__redis_watcher *w, const char *name,
     ch->last = x;
 
     if (!w->running) {
-        if (pthread_create(&w->thread, NULL, watcher_main, w) == 0)
+        if (dlock__thread_create(&w->thread, watcher_main, w) == 0)
             w->running = 1;
     }
     /* Wait for the server's confirmation: only then is no release missed.

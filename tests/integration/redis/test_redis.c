@@ -842,7 +842,48 @@ static void threads_share_a_client(void)
     test_redis_stop(&r);
 }
 
-TEST_MAIN({"basic_cycle", basic_cycle}, {"bad_input_before_network", bad_input_before_network},
+/* The library's sockets are close-on-exec, and a dead server never raises
+ * SIGPIPE (this process keeps SIGPIPE's default action, which would kill it). */
+static void sockets_cloexec_and_no_sigpipe(void)
+{
+    test_redis r;
+    dlock_client *c;
+    dlock_lock *l, *w;
+    dlock_acquire_options o = opts(0, 60000, 1);
+    dlock_acquire_options wo = opts(300, 60000, 1);
+    int sockets = 0;
+
+    test_redis_start(&r, NULL);
+    c = open_client(&r);
+    CHECK_RC(dlock_acquire(&l, c, "fds", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&w, c, "fds", &wo), DLOCK_ETIMEOUT); /* opens the subscriber */
+    for (int fd = 0; fd < 1024; fd++) {
+        char path[64], target[64];
+        ssize_t n;
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        n = readlink(path, target, sizeof(target) - 1);
+        if (n <= 0)
+            continue;
+        target[n] = '\0';
+        if (strncmp(target, "socket:", 7) != 0)
+            continue;
+        sockets++;
+        CHECK(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+    }
+    CHECK(sockets >= 2);
+    test_redis_kill(&r);
+    for (int i = 0; i < 5; i++) {
+        dlock_lock_info info;
+        CHECK_RC(dlock_status(&info, c, "fds"), DLOCK_ECONN);
+        CHECK(dlock_lock_check(l) == DLOCK_ECONN);
+    }
+    test_redis_restart(&r);
+    CHECK_RC(dlock_release(l), DLOCK_ELOST); /* a restart without persistence forgot it */
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
+TEST_MAIN({"basic_cycle", basic_cycle}, {"sockets_cloexec_and_no_sigpipe", sockets_cloexec_and_no_sigpipe}, {"bad_input_before_network", bad_input_before_network},
           {"mutual_exclusion_processes", mutual_exclusion_processes},
           {"fences_strictly_increase", fences_strictly_increase},
           {"release_by_non_owner_refused", release_by_non_owner_refused},
