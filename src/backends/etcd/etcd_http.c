@@ -1,0 +1,753 @@
+/*
+ * The etcd v3 JSON gateway over libcurl. See etcd_http.h for the contract.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backends/etcd/etcd_http.h"
+#include <sys/socket.h>
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/thread.h"
+
+#define DEFAULT_PORT 2379
+#define MAX_ENDPOINTS 16
+/* Idle connections kept for reuse; more are closed when handed back. */
+#define POOL_MAX 16
+/* A reply larger than this is not an answer to anything dlock asks. */
+#define REPLY_MAX (16 * 1024 * 1024)
+/* Pause after every endpoint failed once, before the next round. */
+#define ROUND_PAUSE_MS 50
+
+typedef struct {
+    char base[320];  /* "http://127.0.0.1:2379" */
+    char where[300]; /* "etcd 127.0.0.1:2379" */
+} etcd_endpoint;
+
+struct dlock__etcd {
+    etcd_endpoint eps[MAX_ENDPOINTS];
+    size_t neps;
+    atomic_size_t current;
+    const char *cacert, *cert, *key; /* borrowed from the client's URL */
+    const char *user, *password;
+    int64_t connect_timeout_ms;
+    int64_t command_timeout_ms;
+    char user_agent[128];
+
+    pthread_mutex_t mu; /* guards idle, nidle, token, token_gen */
+    dlock__etcd_conn *idle;
+    int nidle;
+    char *token;
+    unsigned long token_gen;
+    pthread_mutex_t login_mu; /* one login at a time */
+};
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc;
+
+static void curl_init(void)
+{
+    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+    /* jansson seeds its hash function on first use; do it before threads
+     * race to. */
+    json_object_seed(0);
+}
+
+/* ---- set-up ------------------------------------------------------------ */
+
+static int check_file(const char *what, const char *path)
+{
+    if (path[0] == '\0' || access(path, R_OK) != 0)
+        return dlock__fail(DLOCK_EINVAL, "etcds URL: %s file '%.200s' cannot be read", what,
+                           path);
+    return DLOCK_OK;
+}
+
+int dlock__etcd_new(dlock__etcd **out, const dlock_url *url, const dlock_client_options *opts)
+{
+    dlock__etcd *e;
+    int tls = strcmp(url->scheme, "etcds") == 0;
+    int rc;
+
+    *out = NULL;
+    pthread_once(&curl_once, curl_init);
+    if (curl_init_rc != CURLE_OK)
+        return dlock__fail(DLOCK_ENOMEM, "libcurl cannot be initialised: %s",
+                           curl_easy_strerror(curl_init_rc));
+    if (url->nhosts == 0)
+        return dlock__fail(DLOCK_EINVAL, "%s URL: no endpoint (expected %s://host:2379[,host:2379...])",
+                           url->scheme, url->scheme);
+    if (url->nhosts > MAX_ENDPOINTS)
+        return dlock__fail(DLOCK_EINVAL, "%s URL: more than %d endpoints", url->scheme,
+                           MAX_ENDPOINTS);
+    if (url->path != NULL && strcmp(url->path, "/") != 0)
+        return dlock__fail(DLOCK_EINVAL, "%s URL: unexpected path '%.64s' (the key prefix is "
+                           "the client option key_prefix)", url->scheme, url->path);
+    if ((url->user != NULL) != (url->password != NULL))
+        return dlock__fail(DLOCK_EINVAL, "%s URL: give both user and password (user:password@)",
+                           url->scheme);
+    for (size_t i = 0; i < url->nparams; i++) {
+        const char *k = url->params[i].key;
+        if (strcmp(k, "cacert") != 0 && strcmp(k, "cert") != 0 && strcmp(k, "key") != 0)
+            return dlock__fail(DLOCK_EINVAL, "%s URL: unknown parameter '%.32s' (known: cacert, "
+                               "cert, key)", url->scheme, k);
+        if (!tls)
+            return dlock__fail(DLOCK_EINVAL, "etcd URL: '%s' is a TLS option: use etcds:// for "
+                               "https endpoints", k);
+    }
+
+    e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    if (pthread_mutex_init(&e->mu, NULL) != 0) {
+        free(e);
+        return dlock__fail(DLOCK_ENOMEM, "cannot create a mutex");
+    }
+    if (pthread_mutex_init(&e->login_mu, NULL) != 0) {
+        pthread_mutex_destroy(&e->mu);
+        free(e);
+        return dlock__fail(DLOCK_ENOMEM, "cannot create a mutex");
+    }
+    e->neps = url->nhosts;
+    for (size_t i = 0; i < url->nhosts; i++) {
+        const char *h = url->hosts[i].host;
+        int port = url->hosts[i].port != 0 ? url->hosts[i].port : DEFAULT_PORT;
+        int v6 = strchr(h, ':') != NULL;
+        snprintf(e->eps[i].base, sizeof(e->eps[i].base), v6 ? "%s://[%.255s]:%d" : "%s://%.255s:%d",
+                 tls ? "https" : "http", h, port);
+        snprintf(e->eps[i].where, sizeof(e->eps[i].where), v6 ? "etcd [%.255s]:%d" : "etcd %.255s:%d",
+                 h, port);
+    }
+    e->cacert = dlock_url_param_get(url, "cacert");
+    e->cert = dlock_url_param_get(url, "cert");
+    e->key = dlock_url_param_get(url, "key");
+    e->user = url->user;
+    e->password = url->password;
+    e->connect_timeout_ms = opts->connect_timeout_ms;
+    e->command_timeout_ms = opts->command_timeout_ms;
+    snprintf(e->user_agent, sizeof(e->user_agent), "dlock/%s (%s)", DLOCK_VERSION,
+             opts->client_name != NULL ? opts->client_name : "dlock");
+    if ((e->cert != NULL) != (e->key != NULL)) {
+        rc = dlock__fail(DLOCK_EINVAL, "etcds URL: give both cert= and key= for a client "
+                         "certificate");
+        goto err;
+    }
+    if ((e->cacert != NULL && (rc = check_file("cacert", e->cacert)) != DLOCK_OK) ||
+        (e->cert != NULL && (rc = check_file("cert", e->cert)) != DLOCK_OK) ||
+        (e->key != NULL && (rc = check_file("key", e->key)) != DLOCK_OK))
+        goto err;
+    *out = e;
+    return DLOCK_OK;
+
+err:
+    dlock__etcd_free(e);
+    return rc;
+}
+
+void dlock__etcd_free(dlock__etcd *e)
+{
+    if (e == NULL)
+        return;
+    while (e->idle != NULL) {
+        dlock__etcd_conn *c = e->idle;
+        e->idle = c->next;
+        dlock__etcd_conn_free(c);
+    }
+    if (e->token != NULL) {
+        memset(e->token, 0, strlen(e->token));
+        free(e->token);
+    }
+    pthread_mutex_destroy(&e->login_mu);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+int64_t dlock__etcd_connect_timeout_ms(const dlock__etcd *e)
+{
+    return e->connect_timeout_ms;
+}
+
+int64_t dlock__etcd_command_timeout_ms(const dlock__etcd *e)
+{
+    return e->command_timeout_ms;
+}
+
+size_t dlock__etcd_current(dlock__etcd *e)
+{
+    return atomic_load(&e->current);
+}
+
+const char *dlock__etcd_where(const dlock__etcd *e, size_t endpoint)
+{
+    return e->eps[endpoint % e->neps].where;
+}
+
+void dlock__etcd_endpoint_failed(dlock__etcd *e, size_t endpoint)
+{
+    size_t expect = endpoint;
+
+    atomic_compare_exchange_strong(&e->current, &expect, (endpoint + 1) % e->neps);
+}
+
+/* ---- connections ----------------------------------------------------- */
+
+static size_t on_data(char *data, size_t size, size_t n, void *arg)
+{
+    dlock__etcd_conn *c = arg;
+    size_t add = size * n;
+
+    if (c->len + add + 1 > c->cap) {
+        size_t cap = c->cap ? c->cap : 1024;
+        char *grown;
+        while (cap < c->len + add + 1)
+            cap *= 2;
+        if (cap > REPLY_MAX)
+            return 0; /* aborts the transfer */
+        grown = realloc(c->buf, cap);
+        if (grown == NULL)
+            return 0;
+        c->buf = grown;
+        c->cap = cap;
+    }
+    memcpy(c->buf + c->len, data, add);
+    c->len += add;
+    c->buf[c->len] = '\0';
+    return add;
+}
+
+/* Sockets close on exec, so that a program run under the lock (dlock run)
+ * does not keep the client's connections open. */
+static curl_socket_t open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
+{
+    (void)arg;
+    (void)purpose;
+    return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+}
+
+/* The options every handle of this client shares. */
+static void common_options(dlock__etcd *e, CURL *easy)
+{
+    curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+    curl_easy_setopt(easy, CURLOPT_USERAGENT, e->user_agent);
+    curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
+#if LIBCURL_VERSION_NUM >= 0x075500
+    curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+#else
+    curl_easy_setopt(easy, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+    if (e->cacert != NULL)
+        curl_easy_setopt(easy, CURLOPT_CAINFO, e->cacert);
+    if (e->cert != NULL) {
+        curl_easy_setopt(easy, CURLOPT_SSLCERT, e->cert);
+        curl_easy_setopt(easy, CURLOPT_SSLKEY, e->key);
+    }
+}
+
+int dlock__etcd_conn_new(dlock__etcd *e, dlock__etcd_conn **out)
+{
+    dlock__etcd_conn *c = calloc(1, sizeof(*c));
+
+    *out = NULL;
+    if (c == NULL || (c->easy = curl_easy_init()) == NULL) {
+        free(c);
+        return dlock__fail(DLOCK_ENOMEM, "out of memory (curl handle)");
+    }
+    common_options(e, c->easy);
+    curl_easy_setopt(c->easy, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c->easy, CURLOPT_WRITEDATA, c);
+    curl_easy_setopt(c->easy, CURLOPT_ERRORBUFFER, c->errbuf);
+    *out = c;
+    return DLOCK_OK;
+}
+
+void dlock__etcd_conn_free(dlock__etcd_conn *c)
+{
+    if (c == NULL)
+        return;
+    curl_easy_cleanup(c->easy);
+    free(c->buf);
+    free(c);
+}
+
+int dlock__etcd_conn_get(dlock__etcd *e, dlock__etcd_conn **out)
+{
+    pthread_mutex_lock(&e->mu);
+    *out = e->idle;
+    if (*out != NULL) {
+        e->idle = (*out)->next;
+        e->nidle--;
+        (*out)->next = NULL;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return *out != NULL ? DLOCK_OK : dlock__etcd_conn_new(e, out);
+}
+
+void dlock__etcd_conn_put(dlock__etcd *e, dlock__etcd_conn *c)
+{
+    if (c == NULL)
+        return;
+    pthread_mutex_lock(&e->mu);
+    if (e->nidle < POOL_MAX) {
+        c->next = e->idle;
+        e->idle = c;
+        e->nidle++;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&e->mu);
+    dlock__etcd_conn_free(c);
+}
+
+/* ---- one request on one endpoint ------------------------------------- */
+
+/* What to do after an attempt. */
+enum { TRY_DONE, TRY_NEXT_ENDPOINT, TRY_LOGIN };
+
+/* Build the header list: JSON, no "Expect: 100-continue" (a round trip for
+ * nothing), and the auth token with its generation. */
+static struct curl_slist *make_headers(dlock__etcd *e, int with_token, unsigned long *gen,
+                                       int stream)
+{
+    struct curl_slist *h = NULL, *t;
+
+    h = curl_slist_append(h, "Content-Type: application/json");
+    if (h == NULL || (t = curl_slist_append(h, "Expect:")) == NULL)
+        goto oom;
+    h = t;
+    if (stream) {
+        /* etcd then ends the stream when its member loses the leader,
+         * instead of keeping a watch that may never fire. */
+        if ((t = curl_slist_append(h, "Grpc-Metadata-hasleader: true")) == NULL)
+            goto oom;
+        h = t;
+    }
+    pthread_mutex_lock(&e->mu);
+    *gen = e->token_gen;
+    if (with_token && e->token != NULL) {
+        size_t n = strlen(e->token) + 32;
+        char *line = malloc(n);
+        if (line != NULL) {
+            snprintf(line, n, "Authorization: %s", e->token);
+            t = curl_slist_append(h, line);
+            memset(line, 0, n);
+            free(line);
+        }
+        if (line == NULL || t == NULL) {
+            pthread_mutex_unlock(&e->mu);
+            goto oom;
+        }
+        h = t;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return h;
+
+oom:
+    curl_slist_free_all(h);
+    return NULL;
+}
+
+/* Lower-case the first letter of curl's message, for "etcd host: message". */
+static const char *curl_text(const dlock__etcd_conn *c, CURLcode res, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s", c->errbuf[0] != '\0' ? c->errbuf : curl_easy_strerror(res));
+    if (buf[0] >= 'A' && buf[0] <= 'Z')
+        buf[0] = (char)(buf[0] - 'A' + 'a');
+    return buf;
+}
+
+/*
+ * Classify a gRPC error reply. Unavailable (no leader, request timed out,
+ * leader changed) and the like go to the next endpoint; an invalid or stale
+ * token asks for a new login; the rest is the server's answer.
+ */
+static int classify(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, int *rc)
+{
+    const char *where = e->eps[idx].where, *m = c->grpc_message;
+
+    switch (c->grpc_code) {
+    case 14: /* Unavailable */
+    case 4:  /* DeadlineExceeded */
+    case 1:  /* Canceled */
+        *rc = dlock__fail(DLOCK_ECONN, "%s: %s", where, m);
+        return TRY_NEXT_ENDPOINT;
+    case 16: /* Unauthenticated */
+        if (strstr(m, "invalid auth token") != NULL && e->user != NULL) {
+            *rc = dlock__fail(DLOCK_EAUTH, "%s: %s", where, m);
+            return TRY_LOGIN;
+        }
+        *rc = dlock__fail(DLOCK_EAUTH, "%s: authentication failed: %s", where, m);
+        return TRY_DONE;
+    case 7: /* PermissionDenied */
+        *rc = dlock__fail(DLOCK_EAUTH, "%s: %s (the user needs read-write on the key prefix)",
+                          where, m);
+        return TRY_DONE;
+    case 3: /* InvalidArgument: several auth errors are reported this way */
+        if (strstr(m, "revision of auth store is old") != NULL && e->user != NULL) {
+            *rc = dlock__fail(DLOCK_EAUTH, "%s: %s", where, m);
+            return TRY_LOGIN;
+        }
+        if (strstr(m, "user name is empty") != NULL) {
+            *rc = dlock__fail(DLOCK_EAUTH, "%s: authentication failed: the server requires a "
+                              "user (give user:password@ in the URL)", where);
+            return TRY_DONE;
+        }
+        if (strstr(m, "authentication failed") != NULL) {
+            *rc = dlock__fail(DLOCK_EAUTH, "%s: authentication failed: invalid user or password",
+                              where);
+            return TRY_DONE;
+        }
+        break;
+    case 9: /* FailedPrecondition */
+        if (strstr(m, "authentication is not enabled") != NULL) {
+            *rc = dlock__fail(DLOCK_EAUTH, "%s: authentication failed: the server has no "
+                              "authentication enabled but the URL gives a user", where);
+            return TRY_DONE;
+        }
+        break;
+    case 8: /* ResourceExhausted */
+        if (strstr(m, "too many requests") != NULL) {
+            *rc = dlock__fail(DLOCK_ECONN, "%s: %s", where, m);
+            return TRY_NEXT_ENDPOINT;
+        }
+        *rc = dlock__fail(DLOCK_ESERVER, "%s: server refused the request: %s%s", where, m,
+                          strstr(m, "space exceeded") ? " (compact and defragment the "
+                          "database, or raise --quota-backend-bytes)" : "");
+        return TRY_DONE;
+    default:
+        break;
+    }
+    *rc = dlock__fail(DLOCK_ESERVER, "%s: server refused the request: %s", where, m);
+    return TRY_DONE;
+}
+
+/* Find a gRPC error in a reply: {"error":"text","code":N,"message":"text"}
+ * for a unary call, {"error":{"grpc_code":N,"message":"text"}} in a stream.
+ * Returns 1 and fills c->grpc_* when there is one. */
+static int find_error(dlock__etcd_conn *c, const json_t *j)
+{
+    const json_t *err = json_object_get(j, "error");
+    const json_t *code = json_object_get(j, "code"), *msg = json_object_get(j, "message");
+
+    if (err == NULL && code == NULL)
+        return 0;
+    if (json_is_object(err)) {
+        code = json_object_get(err, "grpc_code");
+        msg = json_object_get(err, "message");
+    } else if (!json_is_string(msg) && json_is_string(err)) {
+        msg = err;
+    }
+    c->grpc_code = json_is_integer(code) ? (int)json_integer_value(code) : 2;
+    if (c->grpc_code == 0)
+        return 0;
+    snprintf(c->grpc_message, sizeof(c->grpc_message), "%s",
+             json_is_string(msg) ? json_string_value(msg) : "unknown error");
+    return 1;
+}
+
+/*
+ * Parse the body: one JSON object, or for a stream (stream = 1) one object
+ * per line, each {"result": ...} or {"error": ...}, turned into an array of
+ * the results.
+ */
+static int parse_body(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, long http, int stream,
+                      json_t **out)
+{
+    const char *where = e->eps[idx].where;
+    json_error_t jerr;
+    json_t *j;
+
+    if (!stream) {
+        j = json_loadb(c->buf != NULL ? c->buf : "", c->len, 0, &jerr);
+        if (!json_is_object(j)) {
+            json_decref(j);
+            return dlock__fail(DLOCK_EPROTO, "%s: HTTP %ld and not a JSON reply: is this the "
+                               "etcd v3 gateway (etcd 3.4 or newer)?", where, http);
+        }
+        *out = j;
+        return DLOCK_OK;
+    }
+    *out = json_array();
+    if (*out == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    for (size_t pos = 0; pos < c->len;) {
+        const json_t *result;
+        while (pos < c->len && (c->buf[pos] == '\n' || c->buf[pos] == '\r' || c->buf[pos] == ' '))
+            pos++;
+        if (pos >= c->len)
+            break;
+        j = json_loadb(c->buf + pos, c->len - pos, JSON_DISABLE_EOF_CHECK, &jerr);
+        if (j == NULL || !json_is_object(j)) {
+            json_decref(j);
+            json_decref(*out);
+            *out = NULL;
+            return dlock__fail(DLOCK_EPROTO, "%s: HTTP %ld and not a JSON stream: is this the "
+                               "etcd v3 gateway (etcd 3.4 or newer)?", where, http);
+        }
+        pos += (size_t)jerr.position;
+        result = json_object_get(j, "result");
+        if (result != NULL)
+            json_array_append(*out, (json_t *)result);
+        else if (find_error(c, j)) {
+            /* Report it the same way as a unary error. */
+            json_decref(*out);
+            *out = j;
+            return DLOCK_OK;
+        }
+        json_decref(j);
+    }
+    return DLOCK_OK;
+}
+
+static int attempt(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const char *path,
+                   const char *body, int64_t budget_ms, int with_token, int stream,
+                   unsigned long *gen, json_t **out, int *rc)
+{
+    const char *where = e->eps[idx].where;
+    char url[400], text[CURL_ERROR_SIZE + 32];
+    struct curl_slist *headers;
+    dlock__sigpipe_guard guard;
+    CURLcode res;
+    long http = 0;
+    json_t *j = NULL;
+
+    *out = NULL;
+    c->grpc_code = 0;
+    c->grpc_message[0] = '\0';
+    c->errbuf[0] = '\0';
+    c->len = 0;
+    headers = make_headers(e, with_token, gen, 0);
+    if (headers == NULL) {
+        *rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+        return TRY_DONE;
+    }
+    snprintf(url, sizeof(url), "%s%s", e->eps[idx].base, path);
+    curl_easy_setopt(c->easy, CURLOPT_URL, url);
+    curl_easy_setopt(c->easy, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(c->easy, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c->easy, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    curl_easy_setopt(c->easy, CURLOPT_TIMEOUT_MS, (long)budget_ms);
+    curl_easy_setopt(c->easy, CURLOPT_CONNECTTIMEOUT_MS,
+                     (long)(e->connect_timeout_ms < budget_ms ? e->connect_timeout_ms : budget_ms));
+    dlock__sigpipe_block(&guard);
+    res = curl_easy_perform(c->easy);
+    dlock__sigpipe_restore(&guard);
+    curl_easy_setopt(c->easy, CURLOPT_HTTPHEADER, NULL);
+    curl_slist_free_all(headers);
+    if (res == CURLE_OUT_OF_MEMORY) {
+        *rc = dlock__fail(DLOCK_ENOMEM, "%s: out of memory", where);
+        return TRY_DONE;
+    }
+    if (res == CURLE_OPERATION_TIMEDOUT) {
+        *rc = dlock__fail(DLOCK_ECONN, "%s: no reply within %lld ms", where,
+                          (long long)budget_ms);
+        return TRY_NEXT_ENDPOINT;
+    }
+    if (res != CURLE_OK) {
+        *rc = dlock__fail(DLOCK_ECONN, "%s: %s", where, curl_text(c, res, text, sizeof(text)));
+        return TRY_NEXT_ENDPOINT;
+    }
+    curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &http);
+    if ((*rc = parse_body(e, c, idx, http, stream, &j)) != DLOCK_OK)
+        return http >= 500 ? TRY_NEXT_ENDPOINT : TRY_DONE;
+    if (json_is_object(j) && find_error(c, j)) {
+        json_decref(j);
+        return classify(e, c, idx, rc);
+    }
+    if (http != 200) {
+        json_decref(j);
+        *rc = dlock__fail(DLOCK_EPROTO, "%s: HTTP %ld for %s", where, http, path);
+        return http >= 500 ? TRY_NEXT_ENDPOINT : TRY_DONE;
+    }
+    *out = j;
+    *rc = DLOCK_OK;
+    return TRY_DONE;
+}
+
+/* ---- calls with failover ----------------------------------------------- */
+
+static int call_body(dlock__etcd *e, dlock__etcd_conn *c, const char *path, const char *body,
+                     int with_token, int stream, json_t **out);
+
+/* Log in and keep the token, unless another thread already replaced the
+ * token of generation gen. */
+static int login(dlock__etcd *e, dlock__etcd_conn *c, unsigned long gen)
+{
+    json_t *req, *reply = NULL;
+    const json_t *token;
+    char *body;
+    int rc;
+
+    pthread_mutex_lock(&e->login_mu);
+    pthread_mutex_lock(&e->mu);
+    rc = e->token_gen != gen; /* another thread logged in meanwhile */
+    pthread_mutex_unlock(&e->mu);
+    if (rc) {
+        pthread_mutex_unlock(&e->login_mu);
+        return DLOCK_OK;
+    }
+    req = json_pack("{s:s, s:s}", "name", e->user, "password", e->password);
+    body = req != NULL ? json_dumps(req, JSON_COMPACT) : NULL;
+    json_decref(req);
+    if (body == NULL) {
+        pthread_mutex_unlock(&e->login_mu);
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    }
+    rc = call_body(e, c, "/v3/auth/authenticate", body, 0, 0, &reply);
+    memset(body, 0, strlen(body));
+    free(body);
+    if (rc == DLOCK_OK) {
+        token = json_object_get(reply, "token");
+        if (!json_is_string(token) || json_string_length(token) == 0) {
+            rc = dlock__fail(DLOCK_EPROTO, "%s: authenticate reply without a token",
+                             dlock__etcd_where(e, dlock__etcd_current(e)));
+        } else {
+            char *copy = strdup(json_string_value(token));
+            if (copy == NULL) {
+                rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+            } else {
+                pthread_mutex_lock(&e->mu);
+                if (e->token != NULL) {
+                    memset(e->token, 0, strlen(e->token));
+                    free(e->token);
+                }
+                e->token = copy;
+                e->token_gen++;
+                pthread_mutex_unlock(&e->mu);
+            }
+        }
+    }
+    json_decref(reply);
+    pthread_mutex_unlock(&e->login_mu);
+    return rc;
+}
+
+static void pause_ms(int64_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+static int call_body(dlock__etcd *e, dlock__etcd_conn *c, const char *path, const char *body,
+                     int with_token, int stream, json_t **out)
+{
+    int64_t start = dlock__now_ms(), deadline = start + e->command_timeout_ms;
+    size_t idx = atomic_load(&e->current), failed = 0;
+    int logged_in = 0, rc = DLOCK_ECONN;
+
+    *out = NULL;
+    for (;;) {
+        int64_t left = deadline - dlock__now_ms(), budget = left;
+        unsigned long gen = 0;
+        int next;
+
+        if (left <= 0)
+            break;
+        /* A member that accepts connections but does not answer (stopped,
+         * partitioned) must not eat the whole budget while others remain. */
+        if (failed + 1 < e->neps && left >= 400)
+            budget = left / 2;
+        next = attempt(e, c, idx, path, body, budget, with_token, stream, &gen, out, &rc);
+        if (next == TRY_DONE) {
+            if (rc == DLOCK_OK) {
+                size_t was = atomic_load(&e->current);
+                if (was != idx)
+                    atomic_compare_exchange_strong(&e->current, &was, idx);
+            }
+            return rc;
+        }
+        if (next == TRY_LOGIN) {
+            if (logged_in)
+                return rc;
+            logged_in = 1;
+            if ((rc = login(e, c, gen)) != DLOCK_OK)
+                return rc;
+            continue;
+        }
+        /* TRY_NEXT_ENDPOINT */
+        failed++;
+        if (e->neps > 1) {
+            size_t was = idx;
+            idx = (idx + 1) % e->neps;
+            atomic_compare_exchange_strong(&e->current, &was, idx);
+        }
+        if (failed % e->neps == 0) {
+            int64_t rest = deadline - dlock__now_ms();
+            if (rest > 0)
+                pause_ms(rest < ROUND_PAUSE_MS ? rest : ROUND_PAUSE_MS);
+        }
+    }
+    if (e->neps > 1) {
+        char last[400];
+        snprintf(last, sizeof(last), "%s", dlock_error_message());
+        rc = dlock__fail(rc, "%s (no endpoint of %zu answered within %lld ms)", last, e->neps,
+                         (long long)e->command_timeout_ms);
+    }
+    return rc;
+}
+
+int dlock__etcd_call(dlock__etcd *e, dlock__etcd_conn *c, const char *path, json_t *req,
+                     json_t **out)
+{
+    char *body = json_dumps(req, JSON_COMPACT);
+    int rc;
+
+    *out = NULL;
+    if (body == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    rc = call_body(e, c, path, body, 1, 0, out);
+    free(body);
+    return rc;
+}
+
+int dlock__etcd_call_stream(dlock__etcd *e, dlock__etcd_conn *c, const char *path,
+                            const char *body, json_t **results)
+{
+    return call_body(e, c, path, body, 1, 1, results);
+}
+
+int dlock__etcd_connect(dlock__etcd *e)
+{
+    dlock__etcd_conn *c;
+    int rc;
+
+    if (e->user == NULL)
+        return DLOCK_OK;
+    if ((rc = dlock__etcd_conn_get(e, &c)) != DLOCK_OK)
+        return rc;
+    rc = login(e, c, 0);
+    dlock__etcd_conn_put(e, c);
+    return rc;
+}
+
+/* ---- streams ------------------------------------------------------------ */
+
+int dlock__etcd_setup_stream(dlock__etcd *e, CURL *easy, size_t endpoint, const char *path,
+                             const char *body, struct curl_slist **headers)
+{
+    char url[400];
+    unsigned long gen;
+
+    *headers = make_headers(e, 1, &gen, 1);
+    if (*headers == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    snprintf(url, sizeof(url), "%s%s", e->eps[endpoint % e->neps].base, path);
+    common_options(e, easy);
+    curl_easy_setopt(easy, CURLOPT_URL, url);
+    curl_easy_setopt(easy, CURLOPT_HTTPHEADER, *headers);
+    curl_easy_setopt(easy, CURLOPT_COPYPOSTFIELDS, body);
+    curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, (long)e->connect_timeout_ms);
+    /* The stream may stay quiet for as long as the holder holds: no total
+     * timeout, but TCP keepalive notices a peer that vanished. */
+    curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, 0L);
+    curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(easy, CURLOPT_TCP_KEEPIDLE, 10L);
+    curl_easy_setopt(easy, CURLOPT_TCP_KEEPINTVL, 5L);
+    return DLOCK_OK;
+}

@@ -1,0 +1,102 @@
+/*
+ * etcd's v3 JSON gateway over libcurl: the endpoint list and failover, the
+ * timeouts, TLS, the auth token, and a pool of connections.
+ *
+ * Every request is a POST of one JSON object to a /v3/... path. The gateway
+ * sends bytes fields base64-encoded, int64 fields as strings, and leaves out
+ * every field whose value is zero (false, 0, "", empty list); the helpers in
+ * etcd_codec.h read replies that way.
+ *
+ * A call has one time budget, command_timeout_ms. When the endpoint in use
+ * cannot be reached or answers "unavailable" (no leader, request timed out,
+ * leader changed), the next endpoint is tried with what is left of the
+ * budget; the endpoint that answered becomes the one in use for every later
+ * call of the client. So every request sent through here must be safe to
+ * repeat: the backend's requests are written that way (see etcd.c).
+ */
+#ifndef DLOCK_ETCD_HTTP_H
+#define DLOCK_ETCD_HTTP_H
+
+#include <curl/curl.h>
+#include <jansson.h>
+#include <stdint.h>
+
+#include "dlock/sys/backend.h"
+
+typedef struct dlock__etcd dlock__etcd;
+
+/* One HTTP connection (a curl easy handle) and what its last call left. Used
+ * by one thread at a time. */
+typedef struct dlock__etcd_conn {
+    CURL *easy;
+    char *buf; /* the reply body */
+    size_t len, cap;
+    char errbuf[CURL_ERROR_SIZE];
+    /* The gRPC status code of the last error reply (5 NotFound, 9
+     * FailedPrecondition ...), 0 when the last call got none. */
+    int grpc_code;
+    char grpc_message[200];
+    struct dlock__etcd_conn *next; /* in the idle pool */
+} dlock__etcd_conn;
+
+/*
+ * Parse the URL (etcd://, etcds://) and options; no I/O. DLOCK_EINVAL for a
+ * malformed URL or unknown parameter, DLOCK_ENOMEM.
+ */
+int dlock__etcd_new(dlock__etcd **out, const dlock_url *url, const dlock_client_options *opts);
+void dlock__etcd_free(dlock__etcd *e);
+
+/* Log in (when the URL has a user) and check that an endpoint answers. */
+int dlock__etcd_connect(dlock__etcd *e);
+
+/* A connection from the pool (a new one when the pool is empty), and back. */
+int dlock__etcd_conn_get(dlock__etcd *e, dlock__etcd_conn **out);
+void dlock__etcd_conn_put(dlock__etcd *e, dlock__etcd_conn *c);
+/* A connection of one's own (the watchdog's), and its end. */
+int dlock__etcd_conn_new(dlock__etcd *e, dlock__etcd_conn **out);
+void dlock__etcd_conn_free(dlock__etcd_conn *c);
+
+/*
+ * POST req (not consumed) to path ("/v3/kv/txn") and parse the reply into
+ * *out (the caller json_decref's it). On an error reply, c->grpc_code and
+ * c->grpc_message say which and the return code is:
+ *   DLOCK_ECONN    no endpoint could be reached or was available in time
+ *   DLOCK_EAUTH    credentials refused, token could not be renewed, or
+ *                  permission denied
+ *   DLOCK_ESERVER  the server refused the request (c->grpc_code says why)
+ *   DLOCK_EPROTO   the reply is not the gateway's JSON
+ * with a message naming the endpoint ("etcd 127.0.0.1:2379: ...").
+ */
+int dlock__etcd_call(dlock__etcd *e, dlock__etcd_conn *c, const char *path, json_t *req,
+                     json_t **out);
+
+/*
+ * POST body (one or more JSON objects) to a streaming path
+ * ("/v3/lease/keepalive") and collect the replies: *results is an array of
+ * every {"result": ...} the server sent. Errors as dlock__etcd_call.
+ */
+int dlock__etcd_call_stream(dlock__etcd *e, dlock__etcd_conn *c, const char *path,
+                            const char *body, json_t **results);
+
+/* ---- for the watch streams (etcd_watch.c) ---------------------------- */
+
+/* The endpoint in use now, and its name for messages ("etcd 127.0.0.1:2379"). */
+size_t dlock__etcd_current(dlock__etcd *e);
+const char *dlock__etcd_where(const dlock__etcd *e, size_t endpoint);
+/* The endpoint failed a streaming request: move on to the next one, unless
+ * some other call already did. */
+void dlock__etcd_endpoint_failed(dlock__etcd *e, size_t endpoint);
+
+/*
+ * Prepare easy (a handle of the caller's) for a streaming POST of body to
+ * path on endpoint: TLS, auth header, connect timeout, no total timeout. The
+ * header list is returned in *headers for the caller to free after the
+ * transfer.
+ */
+int dlock__etcd_setup_stream(dlock__etcd *e, CURL *easy, size_t endpoint, const char *path,
+                             const char *body, struct curl_slist **headers);
+
+int64_t dlock__etcd_connect_timeout_ms(const dlock__etcd *e);
+int64_t dlock__etcd_command_timeout_ms(const dlock__etcd *e);
+
+#endif

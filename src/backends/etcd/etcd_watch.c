@@ -1,0 +1,220 @@
+/*
+ * A watch stream. The gateway answers a POST to /v3/watch with one JSON
+ * object per line, for as long as the connection stays open:
+ *   {"result":{"header":{...},"created":true}}
+ *   {"result":{"header":{...},"events":[{"type":"DELETE","kv":{"key":"..."}}]}}
+ *   {"result":{...,"canceled":true,"compact_revision":"41"}}
+ *   {"error":{"grpc_code":14,"message":"etcdserver: no leader"}}
+ * PUT events are filtered out on the server (NOPUT); "type" is left out for
+ * them anyway, as PUT is the enum's zero.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/etcd/etcd_codec.h"
+#include "backends/etcd/etcd_watch.h"
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/thread.h"
+
+/* A line longer than this is not a watch reply for one key. */
+#define LINE_MAX_BYTES (1024 * 1024)
+
+struct dlock__etcd_stream {
+    CURLM *multi;
+    CURL *easy;
+    struct curl_slist *headers;
+    size_t endpoint;
+    char *key;
+    size_t key_len;
+    int state;
+    char *line; /* the part of the body not yet split into lines */
+    size_t len, cap;
+    char error[200];
+};
+
+static void set_failed(dlock__etcd_stream *s, const char *why)
+{
+    if (s->state == DLOCK__ETCD_STREAM_RUNNING) {
+        s->state = DLOCK__ETCD_STREAM_FAILED;
+        snprintf(s->error, sizeof(s->error), "%s", why);
+    }
+}
+
+static void handle_line(dlock__etcd_stream *s, const char *text, size_t n)
+{
+    json_error_t jerr;
+    json_t *j = json_loadb(text, n, 0, &jerr);
+    const json_t *result, *events, *err;
+
+    if (!json_is_object(j)) {
+        json_decref(j);
+        set_failed(s, "not a JSON watch reply");
+        return;
+    }
+    err = json_object_get(j, "error");
+    result = json_object_get(j, "result");
+    if (err != NULL || !json_is_object(result)) {
+        const json_t *m = json_is_object(err) ? json_object_get(err, "message") : err;
+        set_failed(s, json_is_string(m) ? json_string_value(m) : "watch refused");
+        json_decref(j);
+        return;
+    }
+    events = json_object_get(result, "events");
+    for (size_t i = 0; json_is_array(events) && i < json_array_size(events); i++) {
+        const json_t *ev = json_array_get(events, i);
+        const json_t *type = json_object_get(ev, "type");
+        const json_t *key = json_object_get(json_object_get(ev, "kv"), "key");
+        char *k = NULL;
+        size_t klen = 0;
+
+        if (!json_is_string(type) || strcmp(json_string_value(type), "DELETE") != 0 ||
+            !json_is_string(key))
+            continue;
+        if (dlock__etcd_unb64(json_string_value(key), &k, &klen) == 0 && klen == s->key_len &&
+            memcmp(k, s->key, klen) == 0 && s->state == DLOCK__ETCD_STREAM_RUNNING)
+            s->state = DLOCK__ETCD_STREAM_DELETED;
+        free(k);
+    }
+    if (json_is_true(json_object_get(result, "canceled")) &&
+        s->state == DLOCK__ETCD_STREAM_RUNNING)
+        s->state = DLOCK__ETCD_STREAM_CANCELED;
+    json_decref(j);
+}
+
+static size_t on_data(char *data, size_t size, size_t n, void *arg)
+{
+    dlock__etcd_stream *s = arg;
+    size_t add = size * n, start = 0;
+
+    if (s->len + add > s->cap) {
+        size_t cap = s->cap ? s->cap : 1024;
+        char *grown;
+        while (cap < s->len + add)
+            cap *= 2;
+        if (cap > LINE_MAX_BYTES || (grown = realloc(s->line, cap)) == NULL) {
+            set_failed(s, "watch reply too long");
+            return 0;
+        }
+        s->line = grown;
+        s->cap = cap;
+    }
+    memcpy(s->line + s->len, data, add);
+    s->len += add;
+    for (size_t i = 0; i < s->len; i++) {
+        if (s->line[i] != '\n')
+            continue;
+        if (i > start)
+            handle_line(s, s->line + start, i - start);
+        start = i + 1;
+    }
+    memmove(s->line, s->line + start, s->len - start);
+    s->len -= start;
+    return add;
+}
+
+int dlock__etcd_stream_open(dlock__etcd_stream **out, dlock__etcd *e, const char *key,
+                            int64_t start_rev)
+{
+    dlock__etcd_stream *s;
+    json_t *req;
+    char *body = NULL;
+    int rc;
+
+    *out = NULL;
+    s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    s->key_len = strlen(key);
+    s->key = strdup(key);
+    s->endpoint = dlock__etcd_current(e);
+    req = json_pack("{s:{s:o, s:I, s:[s]}}", "create_request", "key", dlock__etcd_str(key),
+                    "start_revision", (json_int_t)start_rev, "filters", "NOPUT");
+    if (req != NULL)
+        body = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    s->multi = curl_multi_init();
+    s->easy = curl_easy_init();
+    if (s->key == NULL || body == NULL || s->multi == NULL || s->easy == NULL) {
+        rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+        goto err;
+    }
+    if ((rc = dlock__etcd_setup_stream(e, s->easy, s->endpoint, "/v3/watch", body,
+                                       &s->headers)) != DLOCK_OK)
+        goto err;
+    curl_easy_setopt(s->easy, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(s->easy, CURLOPT_WRITEDATA, s);
+    if (curl_multi_add_handle(s->multi, s->easy) != CURLM_OK) {
+        rc = dlock__fail(DLOCK_ENOMEM, "cannot start a watch stream");
+        goto err;
+    }
+    free(body);
+    *out = s;
+    return DLOCK_OK;
+
+err:
+    free(body);
+    dlock__etcd_stream_close(s);
+    return rc;
+}
+
+int dlock__etcd_stream_wait(dlock__etcd_stream *s, int64_t timeout_ms)
+{
+    int64_t end = dlock__now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+
+    for (;;) {
+        int running = 0, left_msgs;
+        dlock__sigpipe_guard guard;
+        CURLMsg *msg;
+        int64_t left;
+        CURLMcode mrc;
+
+        dlock__sigpipe_block(&guard);
+        mrc = curl_multi_perform(s->multi, &running);
+        dlock__sigpipe_restore(&guard);
+        if (mrc != CURLM_OK)
+            set_failed(s, "curl multi failed");
+        while ((msg = curl_multi_info_read(s->multi, &left_msgs)) != NULL) {
+            if (msg->msg == CURLMSG_DONE) {
+                CURLcode res = msg->data.result;
+                set_failed(s, res == CURLE_OK ? "the server ended the watch stream"
+                                              : curl_easy_strerror(res));
+            }
+        }
+        if (s->state != DLOCK__ETCD_STREAM_RUNNING)
+            return s->state;
+        left = end - dlock__now_ms();
+        if (left <= 0)
+            return s->state;
+        if (curl_multi_poll(s->multi, NULL, 0, left > 1000000 ? 1000000 : (int)left, NULL) !=
+            CURLM_OK)
+            set_failed(s, "curl multi poll failed");
+    }
+}
+
+size_t dlock__etcd_stream_endpoint(const dlock__etcd_stream *s)
+{
+    return s->endpoint;
+}
+
+const char *dlock__etcd_stream_error(const dlock__etcd_stream *s)
+{
+    return s->error;
+}
+
+void dlock__etcd_stream_close(dlock__etcd_stream *s)
+{
+    if (s == NULL)
+        return;
+    if (s->multi != NULL && s->easy != NULL)
+        curl_multi_remove_handle(s->multi, s->easy);
+    if (s->easy != NULL)
+        curl_easy_cleanup(s->easy);
+    if (s->multi != NULL)
+        curl_multi_cleanup(s->multi);
+    curl_slist_free_all(s->headers);
+    free(s->key);
+    free(s->line);
+    free(s);
+}

@@ -1,0 +1,45 @@
+/*
+ * One etcd watch stream: a streaming POST to /v3/watch on its own curl
+ * handle, driven by the waiting thread itself (curl multi), that reports the
+ * deletion of one key.
+ *
+ * The watch starts at a revision, so a deletion that happened after that
+ * revision but before the stream was open is still reported: the waiter
+ * needs no confirmation round trip before it sleeps, and no release is
+ * missed. A stream on another endpoint can take over from the same revision.
+ */
+#ifndef DLOCK_ETCD_WATCH_H
+#define DLOCK_ETCD_WATCH_H
+
+#include <stdint.h>
+
+#include "backends/etcd/etcd_http.h"
+
+typedef struct dlock__etcd_stream dlock__etcd_stream;
+
+/* What a stream has seen so far. */
+enum {
+    DLOCK__ETCD_STREAM_RUNNING = 0,
+    DLOCK__ETCD_STREAM_DELETED, /* the key was deleted at or after the start revision */
+    DLOCK__ETCD_STREAM_CANCELED, /* etcd canceled the watch (compacted revision ...) */
+    DLOCK__ETCD_STREAM_FAILED    /* the stream broke or was refused */
+};
+
+/* Start watching for the deletion of key[0..key_len) from revision
+ * start_rev, on the endpoint in use. No waiting: the connection is made
+ * while the caller waits in dlock__etcd_stream_wait. */
+int dlock__etcd_stream_open(dlock__etcd_stream **out, dlock__etcd *e, const char *key,
+                            int64_t start_rev);
+
+/* Drive the stream for up to timeout_ms, or until its state is no longer
+ * RUNNING. Returns the state. */
+int dlock__etcd_stream_wait(dlock__etcd_stream *s, int64_t timeout_ms);
+
+/* The endpoint the stream is on, and the reason it failed (for messages). */
+size_t dlock__etcd_stream_endpoint(const dlock__etcd_stream *s);
+const char *dlock__etcd_stream_error(const dlock__etcd_stream *s);
+
+/* NULL is a no-op. */
+void dlock__etcd_stream_close(dlock__etcd_stream *s);
+
+#endif
