@@ -7,8 +7,9 @@
 #include "core/url.h"
 
 extern const dlock_backend dlock__redis_backend;
+extern const dlock_backend dlock__etcd_backend;
 
-static const dlock_backend *const backends[] = {&dlock__redis_backend};
+static const dlock_backend *const backends[] = {&dlock__redis_backend, &dlock__etcd_backend};
 
 static const dlock_backend *find_backend(const char *scheme)
 {
@@ -76,8 +77,8 @@ int dlock_client_open(dlock_client **out, const char *url, const dlock_client_op
         goto err;
     c->backend = find_backend(c->url.scheme);
     if (c->backend == NULL) {
-        rc = dlock__fail(DLOCK_EINVAL, "URL scheme '%.32s://' is not known (use redis:// or "
-                         "unix://)", c->url.scheme);
+        rc = dlock__fail(DLOCK_EINVAL, "URL scheme '%.32s://' is not known (use redis://, "
+                         "unix://, etcd:// or etcds://)", c->url.scheme);
         goto err;
     }
     if ((rc = c->backend->open(&c->be, &c->url, &o)) != DLOCK_OK)
