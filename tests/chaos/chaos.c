@@ -1,0 +1,1052 @@
+/*
+ * The chaos runner: for each backend and nemesis, start a fresh server, K
+ * worker processes (chaos_worker) and the fault proxy, inject faults for the
+ * run's duration, then check the history and the store and print one row.
+ *
+ *   chaos [--workers 8] [--lease MS] [--duration S] [--runs N] [--seed N]
+ *         [--nemesis a,b,...] [--backend redis] [--url URL] [--keep]
+ *         [--markdown FILE]
+ *
+ * Exit status 0 when no row failed: a row fails on any lost or duplicated
+ * update at the register, any fence-order violation (except where the row
+ * says it is a documented limit), any overtaken holder that was never told
+ * (no on_lost, no DLOCK_ELOST), a worker that crashed or hung, or a nemesis
+ * that injected nothing. Overlapping holds are reported, never hidden, and
+ * do not fail a row: a lease lock cannot prevent them under pauses; the
+ * fence is what keeps the register right.
+ *
+ * A backend is a URL plus, for the nemeses that kill the server, how to
+ * start, kill and restart it (backends[] below). --url runs the nemeses that
+ * need no control of the server against any URL.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "chaos.h"
+#include "chaos_proxy.h"
+#include "test.h"
+
+/* ---- options ------------------------------------------------------------ */
+
+static int opt_workers = 8;
+static int64_t opt_lease_ms = 400;
+static int opt_duration_s = 5;
+static int opt_runs = 1;
+static unsigned opt_seed;
+static int opt_keep;
+static const char *opt_url;
+static const char *opt_backend = "redis";
+static const char *opt_markdown;
+static char worker_path[PATH_MAX];
+
+/* ---- backends ----------------------------------------------------------- */
+
+/* The minimal ACL of README.md (Security): the workers run as this user. */
+static const char chaos_acl[] =
+    "user chaos on >chaos-pw ~dlock:* &dlock:* -@all +evalsha +eval +get +set +incr +pexpire "
+    "+pttl +del +publish +exists +subscribe +unsubscribe +client|setname\n";
+
+typedef struct server {
+    test_redis r;
+    int port;
+} server;
+
+typedef struct {
+    const char *name;
+    /* Start a fresh server, keeping what files it needs in dir; persist:
+     * its data survives kill -9 (AOF with fsync before every reply). */
+    void (*start)(server *s, const char *dir, int persist);
+    void (*kill)(server *s);
+    void (*restart)(server *s);
+    void (*stop)(server *s);
+    /* The workers' URL for a server (or proxy) on this loopback port. */
+    void (*url)(char *buf, size_t size, int port);
+} backend;
+
+static void redis_start(server *s, const char *dir, int persist)
+{
+    char acl[200], extra[256];
+    FILE *f;
+
+    snprintf(acl, sizeof(acl), "%s/users.acl", dir);
+    f = fopen(acl, "w");
+    if (f == NULL || fputs(chaos_acl, f) < 0 || fclose(f) != 0) {
+        perror("chaos: users.acl");
+        exit(1);
+    }
+    snprintf(extra, sizeof(extra), "--aclfile %s%s", acl,
+             persist ? " --appendonly yes --appendfsync always" : "");
+    test_redis_start(&s->r, extra);
+    s->port = s->r.port;
+}
+
+static void redis_kill(server *s)
+{
+    test_redis_kill(&s->r);
+}
+
+static void redis_restart(server *s)
+{
+    test_redis_restart(&s->r);
+}
+
+static void redis_stop(server *s)
+{
+    test_redis_stop(&s->r);
+}
+
+static void redis_url(char *buf, size_t size, int port)
+{
+    snprintf(buf, size, "redis://chaos:chaos-pw@127.0.0.1:%d", port);
+}
+
+static const backend backends[] = {
+    {"redis", redis_start, redis_kill, redis_restart, redis_stop, redis_url},
+};
+
+/* ---- nemeses ------------------------------------------------------------ */
+
+enum {
+    N_NONE,
+    N_PAUSE,
+    N_KILL,
+    N_SERVER_AOF,
+    N_SERVER_NOAOF,
+    N_DELAY,
+    N_DROP,
+    N_BLACKHOLE,
+    N_CLOCK,
+    N_MIXED,
+    N_COUNT
+};
+
+static const struct {
+    const char *name;
+    int needs_server;
+    int needs_proxy;
+    const char *what;
+} nemeses[N_COUNT] = {
+    [N_NONE] = {"none", 0, 0, "no faults"},
+    [N_PAUSE] = {"pause", 0, 0, "SIGSTOP a holder for 1.5-3 leases, then SIGCONT"},
+    [N_KILL] = {"kill-holder", 0, 0, "SIGKILL a holder, start a new worker"},
+    [N_SERVER_AOF] = {"server-kill-aof", 1, 0, "kill -9 the server, restart (AOF, fsync always)"},
+    [N_SERVER_NOAOF] = {"server-kill-noaof", 1, 0, "kill -9 the server, restart (no persistence)"},
+    [N_DELAY] = {"proxy-delay", 0, 1, "proxy delays each chunk 20-120 ms each way"},
+    [N_DROP] = {"proxy-drop", 0, 1, "proxy closes every connection"},
+    [N_BLACKHOLE] = {"proxy-blackhole", 0, 1, "proxy forwards nothing for 0.5-2.5 leases"},
+    [N_CLOCK] = {"clock-jump", 0, 0, "libfaketime: workers' wall clock jumps +-hours/days"},
+    [N_MIXED] = {"mixed", 1, 1, "a random one of pause, kill-holder, server-kill-aof, "
+                                "proxy-*, each step"},
+};
+
+/* ---- one run ------------------------------------------------------------ */
+
+typedef struct {
+    char dir[96];
+    char store[160];
+    char state[160];
+    char runner_log[160];
+    char faketime_file[160];
+    char url[256];
+    const backend *be;
+    server srv;
+    int have_server;
+    chaos_proxy *proxy;
+    chaos_slot *slots;
+    pid_t pids[CHAOS_MAX_WORKERS];
+    int next_id;
+    int64_t until_us;
+    int runner_fd;
+    int faketime;
+    unsigned seed;
+    int crashed; /* workers that exited non-zero or died of a signal we did not send */
+    int hung;    /* workers still running long after the end */
+    int faults;  /* faults injected */
+    int stopped_slot; /* slot of a worker we froze, -1 */
+} run_ctx;
+
+static void runner_event(run_ctx *c, const char *kind, long long a, long long b)
+{
+    char line[CHAOS_HISTORY_LINE];
+    int n = snprintf(line, sizeof(line), "%lld -1 %s %lld %lld 0\n", (long long)chaos_now_us(),
+                     kind, a, b);
+
+    if (write(c->runner_fd, line, (size_t)n) != n) {
+        perror("chaos: runner history");
+        exit(1);
+    }
+}
+
+static unsigned rnd(run_ctx *c, unsigned n)
+{
+    return n == 0 ? 0 : (unsigned)rand_r(&c->seed) % n;
+}
+
+static void sleep_until_or(run_ctx *c, int64_t ms)
+{
+    int64_t end = chaos_now_us() + ms * 1000;
+
+    if (end > c->until_us)
+        end = c->until_us;
+    while (chaos_now_us() < end)
+        test_sleep_ms(5);
+}
+
+static const char *faketime_lib(void)
+{
+    static const char *const paths[] = {
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/faketime/libfaketimeMT.so.1",
+        "/usr/local/lib/faketime/libfaketimeMT.so.1",
+    };
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
+        if (access(paths[i], R_OK) == 0)
+            return paths[i];
+    return NULL;
+}
+
+static void spawn_worker(run_ctx *c, int slot)
+{
+    char history[192], slot_s[16], id_s[16], lease_s[32], until_s[32], seed_s[32];
+    int id = c->next_id++;
+    pid_t pid;
+
+    snprintf(history, sizeof(history), "%s/worker-%d.log", c->dir, id);
+    snprintf(slot_s, sizeof(slot_s), "%d", slot);
+    snprintf(id_s, sizeof(id_s), "%d", id);
+    snprintf(lease_s, sizeof(lease_s), "%lld", (long long)opt_lease_ms);
+    snprintf(until_s, sizeof(until_s), "%lld", (long long)c->until_us);
+    snprintf(seed_s, sizeof(seed_s), "%u", c->seed + (unsigned)id * 7919u);
+    pid = fork();
+    if (pid < 0) {
+        perror("chaos: fork");
+        exit(1);
+    }
+    if (pid == 0) {
+        if (c->faketime) {
+            const char *asan = getenv("ASAN_OPTIONS");
+            char buf[512];
+            /* Only the wall clock moves, as with an NTP step: a real clock
+             * jump never moves CLOCK_MONOTONIC. */
+            setenv("LD_PRELOAD", faketime_lib(), 1);
+            setenv("FAKETIME_TIMESTAMP_FILE", c->faketime_file, 1);
+            setenv("FAKETIME_CACHE_DURATION", "1", 1);
+            setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1", 1);
+            /* libfaketime 0.9.10 turns its "monotonic fix" on by itself on
+             * recent glibc, and then every pthread_cond_timedwait on a
+             * CLOCK_MONOTONIC condition returns at once: a bug of the
+             * preload library (a real clock step does no such thing) that
+             * makes the watchdog spin. Off. */
+            setenv("FAKETIME_FORCE_MONOTONIC_FIX", "0", 1);
+            snprintf(buf, sizeof(buf), "%s%sverify_asan_link_order=0", asan ? asan : "",
+                     asan ? ":" : "");
+            setenv("ASAN_OPTIONS", buf, 1);
+        }
+        execl(worker_path, "chaos_worker", c->url, "chaos", c->store, history, c->state, slot_s,
+              id_s, lease_s, until_s, seed_s, (char *)NULL);
+        fprintf(stderr, "chaos: cannot run %s: %s\n", worker_path, strerror(errno));
+        _exit(127);
+    }
+    c->pids[slot] = pid;
+    atomic_store(&c->slots[slot].pid, (int)pid);
+    atomic_store(&c->slots[slot].id, id);
+}
+
+/* Reap workers that ended; a worker that failed counts as a crash. */
+static void reap(run_ctx *c, int block_until_ms)
+{
+    int64_t end = chaos_now_us() + (int64_t)block_until_ms * 1000;
+
+    for (;;) {
+        int alive = 0;
+        for (int i = 0; i < opt_workers; i++) {
+            int status;
+            if (c->pids[i] <= 0)
+                continue;
+            if (waitpid(c->pids[i], &status, WNOHANG) == c->pids[i]) {
+                if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                    fprintf(stderr, "chaos: worker in slot %d (pid %d) failed: status %d\n", i,
+                            (int)c->pids[i], status);
+                    c->crashed++;
+                }
+                c->pids[i] = 0;
+            } else {
+                alive++;
+            }
+        }
+        if (alive == 0 || chaos_now_us() >= end)
+            return;
+        test_sleep_ms(10);
+    }
+}
+
+/* A slot whose worker holds the lock, preferring one between its store
+ * transactions; -1 if none within wait_ms. */
+static int pick_holder(run_ctx *c, int64_t wait_ms)
+{
+    int64_t start = chaos_now_us();
+
+    while (chaos_now_us() - start < wait_ms * 1000 && chaos_now_us() < c->until_us) {
+        int strict = chaos_now_us() - start < wait_ms * 1000 / 2;
+        int first = (int)rnd(c, (unsigned)opt_workers);
+        for (int k = 0; k < opt_workers; k++) {
+            int i = (first + k) % opt_workers;
+            int ph = atomic_load(&c->slots[i].phase);
+            if (c->pids[i] <= 0 || i == c->stopped_slot)
+                continue;
+            if (ph == PHASE_THINKING || (!strict && (ph == PHASE_IN_STORE ||
+                                                     ph == PHASE_RELEASING)))
+                return i;
+        }
+        usleep(200);
+    }
+    return -1;
+}
+
+static void do_pause(run_ctx *c)
+{
+    int slot = pick_holder(c, 400);
+    int64_t pause_ms = opt_lease_ms * 3 / 2 + rnd(c, (unsigned)(opt_lease_ms * 3 / 2));
+    int id;
+
+    if (slot < 0)
+        return;
+    id = atomic_load(&c->slots[slot].id);
+    kill(c->pids[slot], SIGSTOP);
+    runner_event(c, "stop", id, (long long)atomic_load(&c->slots[slot].fence));
+    c->stopped_slot = slot;
+    c->faults++;
+    test_sleep_ms((long)pause_ms);
+    kill(c->pids[slot], SIGCONT);
+    c->stopped_slot = -1;
+    runner_event(c, "cont", id, 0);
+}
+
+static void do_kill(run_ctx *c)
+{
+    int slot = pick_holder(c, 400);
+    int id;
+
+    if (slot < 0)
+        return;
+    id = atomic_load(&c->slots[slot].id);
+    kill(c->pids[slot], SIGKILL);
+    runner_event(c, "kill", id, (long long)atomic_load(&c->slots[slot].fence));
+    waitpid(c->pids[slot], NULL, 0);
+    c->pids[slot] = 0;
+    c->faults++;
+    atomic_store(&c->slots[slot].phase, PHASE_IDLE);
+    spawn_worker(c, slot);
+}
+
+static void do_server_kill(run_ctx *c)
+{
+    int64_t down_ms = 100 + rnd(c, (unsigned)(opt_lease_ms * 2));
+
+    c->be->kill(&c->srv);
+    runner_event(c, "server_kill", 0, 0);
+    c->faults++;
+    test_sleep_ms((long)down_ms);
+    c->be->restart(&c->srv);
+    runner_event(c, "server_up", 0, 0);
+}
+
+static void do_delay(run_ctx *c)
+{
+    static const int delays[] = {20, 60, 120};
+    int d = delays[rnd(c, 3)];
+
+    chaos_proxy_set(c->proxy, CHAOS_PROXY_DELAY, d);
+    runner_event(c, "proxy", CHAOS_PROXY_DELAY, d);
+    c->faults++;
+    sleep_until_or(c, 600 + rnd(c, 600));
+    chaos_proxy_set(c->proxy, CHAOS_PROXY_PASS, 0);
+    runner_event(c, "proxy", CHAOS_PROXY_PASS, 0);
+}
+
+static void do_drop(run_ctx *c)
+{
+    int n = chaos_proxy_drop(c->proxy);
+
+    runner_event(c, "proxy_drop", n, 0);
+    c->faults++;
+}
+
+static void do_blackhole(run_ctx *c)
+{
+    int64_t ms = opt_lease_ms / 2 + rnd(c, (unsigned)(opt_lease_ms * 2));
+
+    chaos_proxy_set(c->proxy, CHAOS_PROXY_BLACKHOLE, 0);
+    runner_event(c, "proxy", CHAOS_PROXY_BLACKHOLE, 0);
+    c->faults++;
+    test_sleep_ms((long)ms);
+    chaos_proxy_set(c->proxy, CHAOS_PROXY_PASS, 0);
+    runner_event(c, "proxy", CHAOS_PROXY_PASS, 0);
+}
+
+static void do_clock(run_ctx *c)
+{
+    static const long offsets[] = {3600, -3600, 86400, -3 * 86400, 0, 7 * 86400, -86400};
+    long off = offsets[rnd(c, sizeof(offsets) / sizeof(offsets[0]))];
+    char tmp[200];
+    FILE *f;
+
+    snprintf(tmp, sizeof(tmp), "%s.tmp", c->faketime_file);
+    f = fopen(tmp, "w");
+    if (f == NULL || fprintf(f, "%+lds\n", off) < 0 || fclose(f) != 0 ||
+        rename(tmp, c->faketime_file) != 0) {
+        perror("chaos: faketime file");
+        exit(1);
+    }
+    runner_event(c, "clock", off, 0);
+    c->faults++;
+}
+
+static void nemesis_step(run_ctx *c, int n)
+{
+    switch (n) {
+    case N_NONE:
+        sleep_until_or(c, 1000);
+        break;
+    case N_PAUSE:
+        sleep_until_or(c, opt_lease_ms / 2 + rnd(c, (unsigned)opt_lease_ms));
+        do_pause(c);
+        break;
+    case N_KILL:
+        sleep_until_or(c, opt_lease_ms / 2 + rnd(c, (unsigned)opt_lease_ms));
+        do_kill(c);
+        break;
+    case N_SERVER_AOF:
+    case N_SERVER_NOAOF:
+        sleep_until_or(c, opt_lease_ms + rnd(c, (unsigned)opt_lease_ms * 2));
+        if (chaos_now_us() < c->until_us - opt_lease_ms * 1000)
+            do_server_kill(c);
+        break;
+    case N_DELAY:
+        sleep_until_or(c, 300 + rnd(c, 500));
+        do_delay(c);
+        break;
+    case N_DROP:
+        sleep_until_or(c, 150 + rnd(c, 500));
+        do_drop(c);
+        break;
+    case N_BLACKHOLE:
+        sleep_until_or(c, opt_lease_ms + rnd(c, (unsigned)opt_lease_ms));
+        do_blackhole(c);
+        break;
+    case N_CLOCK:
+        sleep_until_or(c, 400 + rnd(c, 600));
+        do_clock(c);
+        break;
+    case N_MIXED: {
+        static const int pick[] = {N_PAUSE, N_KILL, N_SERVER_AOF, N_DELAY, N_DROP, N_BLACKHOLE};
+        nemesis_step(c, pick[rnd(c, sizeof(pick) / sizeof(pick[0]))]);
+        break;
+    }
+    }
+}
+
+/* ---- the checker --------------------------------------------------------- */
+
+typedef struct {
+    int64_t t;
+    int worker;
+    char kind[16];
+    long long a, b, c;
+} event;
+
+typedef struct {
+    int worker;
+    uint64_t fence;
+    int64_t t_start, t_ok, t_end;
+    int64_t valid_end; /* when it stopped being a valid hold: end, pause, kill, on_lost */
+    int ended;         /* rel_start seen */
+    int killed;
+    int lost;          /* on_lost fired */
+    int rel_rc;
+    int has_rel_rc;
+} hold;
+
+typedef struct {
+    int runs;
+    long holds;
+    long faults;
+    long overlaps;
+    long fence_viol;
+    long lost_updates;
+    long missed_on_lost;
+    long told_by_release;
+    long on_lost;
+    long refused;
+    long acq_fail;
+    double max_unavail; /* in leases */
+    int crashed, hung, store_errors, no_effect, wall_jumps;
+    int ran_nothing;
+} row;
+
+static int cmp_event(const void *x, const void *y)
+{
+    const event *a = x, *b = y;
+    return a->t < b->t ? -1 : a->t > b->t;
+}
+
+static int cmp_hold_ok(const void *x, const void *y)
+{
+    const hold *a = x, *b = y;
+    return a->t_ok < b->t_ok ? -1 : a->t_ok > b->t_ok;
+}
+
+static int read_history(const char *dir, event **out, size_t *n)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    size_t cap = 4096;
+
+    *n = 0;
+    *out = malloc(cap * sizeof(**out));
+    if (d == NULL || *out == NULL)
+        return -1;
+    while ((e = readdir(d)) != NULL) {
+        char path[512], line[256];
+        FILE *f;
+        if (strstr(e->d_name, ".log") == NULL)
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        if ((f = fopen(path, "r")) == NULL)
+            continue;
+        while (fgets(line, sizeof(line), f) != NULL) {
+            event ev;
+            long long t;
+            if (sscanf(line, "%lld %d %15s %lld %lld %lld", &t, &ev.worker, ev.kind, &ev.a,
+                       &ev.b, &ev.c) != 6)
+                continue; /* a line cut by SIGKILL */
+            ev.t = t;
+            if (*n == cap) {
+                cap *= 2;
+                *out = realloc(*out, cap * sizeof(**out));
+                if (*out == NULL)
+                    exit(1);
+            }
+            (*out)[(*n)++] = ev;
+        }
+        fclose(f);
+    }
+    closedir(d);
+    qsort(*out, *n, sizeof(**out), cmp_event);
+    return 0;
+}
+
+static hold *current_hold(hold *holds, size_t nholds, int worker, int open_only)
+{
+    for (size_t i = nholds; i-- > 0;)
+        if (holds[i].worker == worker)
+            return (!open_only || !holds[i].ended) ? &holds[i] : NULL;
+    return NULL;
+}
+
+static void check_run(run_ctx *c, row *r, int nemesis)
+{
+    event *ev;
+    size_t nev, nholds = 0;
+    hold *holds;
+    int64_t run_start = INT64_MAX, run_end = 0;
+    double wall_min = 1e18, wall_max = -1e18;
+    chaos_store_report rep;
+    char err[256];
+
+    if (read_history(c->dir, &ev, &nev) != 0) {
+        fprintf(stderr, "chaos: cannot read the history in %s\n", c->dir);
+        exit(1);
+    }
+    holds = calloc(nev + 1, sizeof(*holds));
+    for (size_t i = 0; i < nev; i++) {
+        event *e = &ev[i];
+        hold *h;
+
+        if (e->worker < 0) {
+            if (strcmp(e->kind, "kill") == 0 &&
+                (h = current_hold(holds, nholds, (int)e->a, 1)) != NULL) {
+                h->t_end = e->t;
+                h->ended = h->killed = 1;
+                if (e->t < h->valid_end)
+                    h->valid_end = e->t;
+            } else if (strcmp(e->kind, "stop") == 0 &&
+                       (h = current_hold(holds, nholds, (int)e->a, 1)) != NULL) {
+                if (e->t < h->valid_end)
+                    h->valid_end = e->t;
+            }
+            continue;
+        }
+        if (strcmp(e->kind, "acq_start") == 0) {
+            h = &holds[nholds++];
+            h->worker = e->worker;
+            h->t_start = e->t;
+            h->t_ok = -1;
+            h->valid_end = INT64_MAX;
+            h->ended = 1; /* not a hold until acq_ok */
+        } else if (strcmp(e->kind, "acq_ok") == 0) {
+            h = current_hold(holds, nholds, e->worker, 0);
+            if (h == NULL || h->t_ok >= 0)
+                continue;
+            h->fence = (uint64_t)e->a;
+            h->t_ok = e->t;
+            h->ended = 0;
+            if (e->t < run_start)
+                run_start = e->t;
+        } else if (strcmp(e->kind, "acq_fail") == 0) {
+            r->acq_fail++;
+        } else if (strcmp(e->kind, "read") == 0 || strcmp(e->kind, "write") == 0) {
+            if (e->c == 0)
+                r->refused++;
+            else if (e->c < 0)
+                r->store_errors++;
+        } else if (strcmp(e->kind, "lost") == 0) {
+            h = current_hold(holds, nholds, e->worker, 0);
+            r->on_lost++;
+            if (h != NULL && h->fence == (uint64_t)e->a) {
+                h->lost = 1;
+                if (e->t < h->valid_end)
+                    h->valid_end = e->t;
+            }
+        } else if (strcmp(e->kind, "rel_start") == 0) {
+            h = current_hold(holds, nholds, e->worker, 1);
+            if (h != NULL && h->t_ok >= 0) {
+                h->t_end = e->t;
+                h->ended = 1;
+            }
+        } else if (strcmp(e->kind, "rel_end") == 0) {
+            h = current_hold(holds, nholds, e->worker, 0);
+            if (h != NULL && h->fence == (uint64_t)e->a) {
+                h->rel_rc = (int)e->b;
+                h->has_rel_rc = 1;
+            }
+        } else if (strcmp(e->kind, "wall") == 0) {
+            double skew = (double)e->a - (double)e->t / 1e6;
+            if (skew < wall_min)
+                wall_min = skew;
+            if (skew > wall_max)
+                wall_max = skew;
+        }
+        if (e->t > run_end)
+            run_end = e->t;
+    }
+    /* Drop the acquisitions that never succeeded; close what a crash left open. */
+    {
+        size_t k = 0;
+        for (size_t i = 0; i < nholds; i++) {
+            if (holds[i].t_ok < 0)
+                continue;
+            if (!holds[i].ended)
+                holds[i].t_end = run_end;
+            if (holds[i].t_end < holds[i].valid_end)
+                holds[i].valid_end = holds[i].t_end;
+            holds[k++] = holds[i];
+        }
+        nholds = (size_t)k;
+    }
+    r->holds += (long)nholds;
+    qsort(holds, nholds, sizeof(*holds), cmp_hold_ok);
+
+    /* Overlapping holds, and holders overtaken by a later one. */
+    for (size_t i = 0; i < nholds; i++) {
+        int overtaken = 0;
+        int overlapped = 0;
+        for (size_t j = i + 1; j < nholds && holds[j].t_ok < holds[i].t_end; j++) {
+            if (holds[j].worker == holds[i].worker)
+                continue;
+            overlapped = 1;
+            if (holds[j].fence > holds[i].fence)
+                overtaken = 1;
+        }
+        r->overlaps += overlapped;
+        if (overtaken && !holds[i].killed) {
+            if (holds[i].lost) {
+                /* told by on_lost */
+            } else if (holds[i].has_rel_rc && holds[i].rel_rc == DLOCK_ELOST) {
+                r->told_by_release++;
+            } else {
+                r->missed_on_lost++;
+                fprintf(stderr, "chaos: worker %d, fence %llu: overtaken, never told (release "
+                        "%d)\n", holds[i].worker, (unsigned long long)holds[i].fence,
+                        holds[i].rel_rc);
+            }
+        }
+    }
+
+    /* Fence order: a hold that started after another had its fence must
+     * have a greater fence. Walk holds by start, with the highest fence
+     * issued to holds acquired before that start. */
+    {
+        hold **by_start = malloc((nholds + 1) * sizeof(*by_start));
+        size_t p = 0;
+        uint64_t highest = 0;
+        for (size_t i = 0; i < nholds; i++)
+            by_start[i] = &holds[i];
+        for (size_t i = 1; i < nholds; i++) /* insertion sort: nearly sorted already */
+            for (size_t j = i; j > 0 && by_start[j - 1]->t_start > by_start[j]->t_start; j--) {
+                hold *t = by_start[j];
+                by_start[j] = by_start[j - 1];
+                by_start[j - 1] = t;
+            }
+        for (size_t i = 0; i < nholds; i++) {
+            while (p < nholds && holds[p].t_ok < by_start[i]->t_start) {
+                if (holds[p].fence > highest)
+                    highest = holds[p].fence;
+                p++;
+            }
+            if (by_start[i]->fence <= highest)
+                r->fence_viol++;
+        }
+        free(by_start);
+    }
+
+    /* Unavailability: the longest time no valid hold existed, in leases. */
+    {
+        int64_t covered = run_start;
+        for (size_t i = 0; i < nholds; i++) {
+            if (holds[i].t_ok > covered) {
+                double gap = (double)(holds[i].t_ok - covered) / 1000.0 / (double)opt_lease_ms;
+                if (gap > r->max_unavail)
+                    r->max_unavail = gap;
+            }
+            if (holds[i].valid_end > covered)
+                covered = holds[i].valid_end;
+        }
+    }
+
+    if (chaos_store_check(c->store, &rep, err, sizeof(err)) != 0) {
+        fprintf(stderr, "chaos: %s\n", err);
+        r->store_errors++;
+    }
+    r->lost_updates += rep.lost + rep.dup;
+    if (rep.lost + rep.dup > 0)
+        fprintf(stderr, "chaos: %s: %lld lost and %lld duplicated updates in %lld writes\n",
+                c->dir, (long long)rep.lost, (long long)rep.dup, (long long)rep.writes);
+    if (nemesis == N_CLOCK && wall_max - wall_min > 1800)
+        r->wall_jumps++;
+    if (nholds == 0 || rep.writes == 0)
+        r->ran_nothing++;
+    free(holds);
+    free(ev);
+}
+
+/* ---- a run, and the rows ------------------------------------------------- */
+
+static void run_once(const backend *be, int nemesis, unsigned seed, row *r)
+{
+    run_ctx c;
+    char err[256];
+    int fd;
+
+    memset(&c, 0, sizeof(c));
+    c.be = be;
+    c.seed = seed;
+    c.stopped_slot = -1;
+    snprintf(c.dir, sizeof(c.dir), "/tmp/dlock-chaos-XXXXXX");
+    if (mkdtemp(c.dir) == NULL) {
+        perror("chaos: mkdtemp");
+        exit(1);
+    }
+    snprintf(c.store, sizeof(c.store), "%s/store.db", c.dir);
+    snprintf(c.state, sizeof(c.state), "%s/state", c.dir);
+    snprintf(c.runner_log, sizeof(c.runner_log), "%s/runner.log", c.dir);
+    snprintf(c.faketime_file, sizeof(c.faketime_file), "%s/faketime", c.dir);
+    if (chaos_store_create(c.store, err, sizeof(err)) != 0) {
+        fprintf(stderr, "chaos: %s\n", err);
+        exit(1);
+    }
+    fd = open(c.state, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0 || ftruncate(fd, sizeof(chaos_slot) * CHAOS_MAX_WORKERS) != 0) {
+        perror("chaos: state file");
+        exit(1);
+    }
+    c.slots = mmap(NULL, sizeof(chaos_slot) * CHAOS_MAX_WORKERS, PROT_READ | PROT_WRITE,
+                   MAP_SHARED, fd, 0);
+    close(fd);
+    if (c.slots == MAP_FAILED) {
+        perror("chaos: mmap");
+        exit(1);
+    }
+    c.runner_fd = open(c.runner_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+
+    if (opt_url == NULL) {
+        be->start(&c.srv, c.dir, nemesis == N_SERVER_AOF || nemesis == N_MIXED);
+        c.have_server = 1;
+    }
+    if (nemeses[nemesis].needs_proxy) {
+        int upstream = c.have_server ? c.srv.port : 0;
+        if (!c.have_server) {
+            const char *p = strrchr(opt_url, ':');
+            upstream = p != NULL ? atoi(p + 1) : 0;
+        }
+        if (chaos_proxy_start(&c.proxy, upstream) != 0)
+            exit(1);
+        be->url(c.url, sizeof(c.url), chaos_proxy_port(c.proxy));
+    } else if (c.have_server) {
+        be->url(c.url, sizeof(c.url), c.srv.port);
+    } else {
+        snprintf(c.url, sizeof(c.url), "%s", opt_url);
+    }
+    if (nemesis == N_CLOCK) {
+        FILE *f = fopen(c.faketime_file, "w");
+        if (faketime_lib() == NULL) {
+            fprintf(stderr, "chaos: libfaketime is missing (apt-get install faketime): the "
+                            "clock-jump nemesis cannot run\n");
+            r->no_effect++;
+            r->runs++;
+            if (f)
+                fclose(f);
+            goto out;
+        }
+        if (f == NULL || fputs("+0s\n", f) < 0 || fclose(f) != 0) {
+            perror("chaos: faketime file");
+            exit(1);
+        }
+        c.faketime = 1;
+    }
+
+    c.until_us = chaos_now_us() + (int64_t)opt_duration_s * 1000000;
+    for (int i = 0; i < opt_workers; i++)
+        spawn_worker(&c, i);
+    while (chaos_now_us() < c.until_us) {
+        nemesis_step(&c, nemesis);
+        reap(&c, 0);
+    }
+    if (c.proxy != NULL)
+        chaos_proxy_set(c.proxy, CHAOS_PROXY_PASS, 0);
+    /* Workers finish their iteration: a wait of 3 leases, a lost-lock wait,
+     * timeouts. Anything still running well after is hung. */
+    reap(&c, (int)(opt_lease_ms * 12) + 10000);
+    for (int i = 0; i < opt_workers; i++) {
+        if (c.pids[i] > 0) {
+            fprintf(stderr, "chaos: worker in slot %d (pid %d) hung; killing it\n", i,
+                    (int)c.pids[i]);
+            kill(c.pids[i], SIGKILL);
+            waitpid(c.pids[i], NULL, 0);
+            c.hung++;
+        }
+    }
+    chaos_proxy_stop(c.proxy);
+    c.proxy = NULL;
+
+    r->runs++;
+    r->faults += c.faults;
+    r->crashed += c.crashed;
+    r->hung += c.hung;
+    if (nemesis != N_NONE && c.faults == 0)
+        r->no_effect++;
+    check_run(&c, r, nemesis);
+    if (nemesis == N_CLOCK && r->wall_jumps == 0)
+        r->no_effect++;
+out:
+    if (c.have_server)
+        be->stop(&c.srv);
+    close(c.runner_fd);
+    munmap(c.slots, sizeof(chaos_slot) * CHAOS_MAX_WORKERS);
+    if (opt_keep) {
+        fprintf(stderr, "chaos: history kept in %s\n", c.dir);
+    } else {
+        char cmd[160];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", c.dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "chaos: could not remove %s\n", c.dir);
+    }
+}
+
+/* The verdict of a row, and why. Fence violations are a documented limit
+ * where the server forgets its data (no persistence). */
+static const char *verdict(const row *r, int nemesis, char *why, size_t size)
+{
+    int fence_expected = nemesis == N_SERVER_NOAOF;
+
+    why[0] = '\0';
+    if (r->lost_updates)
+        snprintf(why, size, "lost updates");
+    else if (r->fence_viol && !fence_expected)
+        snprintf(why, size, "fence order");
+    else if (r->missed_on_lost)
+        snprintf(why, size, "holder never told");
+    else if (r->overlaps && (nemesis == N_NONE || nemesis == N_CLOCK))
+        snprintf(why, size, "overlap without a pause or partition");
+    else if (r->crashed || r->hung)
+        snprintf(why, size, "%d crashed, %d hung workers", r->crashed, r->hung);
+    else if (r->store_errors)
+        snprintf(why, size, "store errors");
+    else if (r->no_effect)
+        snprintf(why, size, "nemesis had no effect");
+    else if (r->ran_nothing)
+        snprintf(why, size, "no hold or write in a run");
+    if (why[0] != '\0')
+        return "FAIL";
+    if (r->fence_viol && fence_expected) {
+        snprintf(why, size, "fences restart with the data (documented)");
+        return "ok*";
+    }
+    return "ok";
+}
+
+static void print_rows(FILE *f, int markdown, const char *be_name, const int *which, int nw,
+                       row *rows)
+{
+    const char *h = markdown ? "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n"
+                             : "%-7s %-18s %4s %6s %6s %8s %6s %7s %7s %7s %7s %8s %s\n";
+    char why[96];
+
+    fprintf(f, h, "backend", "nemesis", "runs", "holds", "faults", "overlaps", "fence",
+            "lost-up", "on_lost", "missed", "refused", "unavail", "result");
+    if (markdown)
+        fprintf(f, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n");
+    for (int i = 0; i < nw; i++) {
+        const row *r = &rows[i];
+        const char *v = verdict(r, which[i], why, sizeof(why));
+        fprintf(f, markdown ? "| %s | %s | %d | %ld | %ld | %ld | %ld | %ld | %ld | %ld | %ld | "
+                              "%.2f | %s%s%s |\n"
+                            : "%-7s %-18s %4d %6ld %6ld %8ld %6ld %7ld %7ld %7ld %7ld %8.2f "
+                              "%s%s%s\n",
+                be_name, nemeses[which[i]].name, r->runs, r->holds, r->faults, r->overlaps,
+                r->fence_viol, r->lost_updates, r->on_lost, r->missed_on_lost, r->refused,
+                r->max_unavail, v, why[0] ? ": " : "", why);
+    }
+}
+
+static int parse_nemeses(const char *list, int *which)
+{
+    char buf[512], *save = NULL;
+    int n = 0;
+
+    if (list == NULL || strcmp(list, "all") == 0) {
+        for (int i = 0; i < N_COUNT; i++)
+            which[n++] = i;
+        return n;
+    }
+    snprintf(buf, sizeof(buf), "%s", list);
+    for (char *tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+        int found = -1;
+        for (int i = 0; i < N_COUNT; i++)
+            if (strcmp(nemeses[i].name, tok) == 0)
+                found = i;
+        if (found < 0) {
+            fprintf(stderr, "chaos: unknown nemesis '%s'; known:", tok);
+            for (int i = 0; i < N_COUNT; i++)
+                fprintf(stderr, " %s", nemeses[i].name);
+            fprintf(stderr, "\n");
+            exit(64);
+        }
+        which[n++] = found;
+    }
+    return n;
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: chaos [--workers N] [--lease MS] [--duration S] [--runs N] [--seed N]\n"
+            "             [--nemesis all|a,b,...] [--backend redis] [--url URL] [--keep]\n"
+            "             [--markdown FILE]\nnemeses:\n");
+    for (int i = 0; i < N_COUNT; i++)
+        fprintf(stderr, "  %-18s %s\n", nemeses[i].name, nemeses[i].what);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"workers", 1, NULL, 'w'}, {"lease", 1, NULL, 'l'},   {"duration", 1, NULL, 'd'},
+        {"runs", 1, NULL, 'r'},    {"seed", 1, NULL, 's'},    {"nemesis", 1, NULL, 'n'},
+        {"backend", 1, NULL, 'b'}, {"url", 1, NULL, 'u'},     {"keep", 0, NULL, 'k'},
+        {"markdown", 1, NULL, 'm'}, {"help", 0, NULL, 'h'},   {NULL, 0, NULL, 0}};
+    const char *nemesis_list = NULL;
+    const backend *be = NULL;
+    int which[N_COUNT * 4] = {0}, nw, failed = 0, opt;
+    row rows[N_COUNT * 4];
+    char *slash;
+
+    opt_seed = (unsigned)time(NULL);
+    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'w': opt_workers = atoi(optarg); break;
+        case 'l': opt_lease_ms = atoll(optarg); break;
+        case 'd': opt_duration_s = atoi(optarg); break;
+        case 'r': opt_runs = atoi(optarg); break;
+        case 's': opt_seed = (unsigned)strtoul(optarg, NULL, 10); break;
+        case 'n': nemesis_list = optarg; break;
+        case 'b': opt_backend = optarg; break;
+        case 'u': opt_url = optarg; break;
+        case 'k': opt_keep = 1; break;
+        case 'm': opt_markdown = optarg; break;
+        default: usage(); return opt == 'h' ? 0 : 64;
+        }
+    }
+    if (opt_workers < 2 || opt_workers > CHAOS_MAX_WORKERS || opt_lease_ms < 50 ||
+        opt_duration_s < 1 || opt_runs < 1) {
+        usage();
+        return 64;
+    }
+    for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++)
+        if (strcmp(backends[i].name, opt_backend) == 0)
+            be = &backends[i];
+    if (be == NULL) {
+        fprintf(stderr, "chaos: unknown backend '%s'\n", opt_backend);
+        return 64;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    /* The worker is built beside the runner. */
+    if (readlink("/proc/self/exe", worker_path, sizeof(worker_path) - 32) < 0) {
+        perror("chaos: /proc/self/exe");
+        return 1;
+    }
+    slash = strrchr(worker_path, '/');
+    strcpy(slash + 1, "chaos_worker");
+
+    nw = parse_nemeses(nemesis_list, which);
+    printf("chaos: backend %s, %d workers, lease %lld ms, %d run(s) of %d s per nemesis, "
+           "seed %u\n", be->name, opt_workers, (long long)opt_lease_ms, opt_runs,
+           opt_duration_s, opt_seed);
+    fflush(stdout);
+    for (int i = 0; i < nw; i++) {
+        memset(&rows[i], 0, sizeof(rows[i]));
+        if (opt_url != NULL && nemeses[which[i]].needs_server) {
+            fprintf(stderr, "chaos: %s needs a server of its own; skipped with --url\n",
+                    nemeses[which[i]].name);
+            continue;
+        }
+        for (int k = 0; k < opt_runs; k++)
+            run_once(be, which[i], opt_seed + (unsigned)(i * 1000 + k), &rows[i]);
+        fprintf(stderr, "chaos: %s done\n", nemeses[which[i]].name);
+    }
+    printf("\n");
+    print_rows(stdout, 0, be->name, which, nw, rows);
+    printf("\nholds: lock acquisitions; faults: injected; overlaps: holds during which another\n"
+           "process entered the critical section (expected under pauses and partitions);\n"
+           "fence: holds that started after a hold with an equal or higher fence had it;\n"
+           "lost-up: lost or duplicated register updates; on_lost: callbacks fired; missed:\n"
+           "overtaken holders never told (no on_lost, no ELOST); refused: stale reads and\n"
+           "writes the store refused; unavail: longest time without a valid holder, in\n"
+           "leases (server-kill rows include the server's downtime).\n");
+    if (opt_markdown != NULL) {
+        FILE *f = fopen(opt_markdown, "w");
+        if (f != NULL) {
+            print_rows(f, 1, be->name, which, nw, rows);
+            fclose(f);
+        }
+    }
+    for (int i = 0; i < nw; i++) {
+        char why[96];
+        if (rows[i].runs > 0 && strcmp(verdict(&rows[i], which[i], why, sizeof(why)), "FAIL") == 0)
+            failed++;
+    }
+    printf("%d passed, %d failed\n", nw - failed, failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,19 @@
+/* The harness's TCP fault proxy (chaos_proxy.c). */
+#ifndef DLOCK_CHAOS_PROXY_H
+#define DLOCK_CHAOS_PROXY_H
+
+enum { CHAOS_PROXY_PASS = 0, CHAOS_PROXY_DELAY, CHAOS_PROXY_BLACKHOLE };
+
+typedef struct chaos_proxy chaos_proxy;
+
+/* Listen on a free loopback port, forwarding to 127.0.0.1:upstream_port. */
+int chaos_proxy_start(chaos_proxy **out, int upstream_port);
+int chaos_proxy_port(const chaos_proxy *p);
+/* Switch mode (CHAOS_PROXY_*); delay_ms is used by CHAOS_PROXY_DELAY. */
+void chaos_proxy_set(chaos_proxy *p, int mode, int delay_ms);
+/* Close every open connection now; returns how many. */
+int chaos_proxy_drop(chaos_proxy *p);
+/* Close everything and wait for the threads. NULL is a no-op. */
+void chaos_proxy_stop(chaos_proxy *p);
+
+#endif
