@@ -243,3 +243,389 @@ long long test_redis_calls(test_redis *r, const char *command)
     redisFree(c);
     return v;
 }
+
+/* ------------------------------------------------------------------------
+ * etcd members: single node or a cluster on loopback ports
+ * ---------------------------------------------------------------------- */
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "backends/etcd/etcd_codec.h"
+
+/* Clusters of this process, stopped at exit even when a check failed. */
+static test_etcd *etcd_started[4];
+static pid_t etcd_owner;
+
+static void etcd_cleanup(void)
+{
+    if (getpid() != etcd_owner) /* a forked test child exiting */
+        return;
+    for (int i = 0; i < 4; i++)
+        if (etcd_started[i] != NULL)
+            test_etcd_stop(etcd_started[i]);
+}
+
+typedef struct {
+    char *buf;
+    size_t len;
+} etcd_body;
+
+static size_t etcd_on_data(char *data, size_t size, size_t n, void *arg)
+{
+    etcd_body *b = arg;
+    char *grown = realloc(b->buf, b->len + size * n + 1);
+
+    if (grown == NULL)
+        return 0;
+    memcpy(grown + b->len, data, size * n);
+    b->buf = grown;
+    b->len += size * n;
+    b->buf[b->len] = '\0';
+    return size * n;
+}
+
+/* GET (body NULL) or POST on 127.0.0.1:port; the reply body or NULL. */
+static char *etcd_http(int port, const char *path, const char *body, long timeout_ms)
+{
+    CURL *c = curl_easy_init();
+    etcd_body b = {NULL, 0};
+    char url[128];
+    CURLcode res;
+
+    if (c == NULL)
+        return NULL;
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, etcd_on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    if (body != NULL)
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    res = curl_easy_perform(c);
+    curl_easy_cleanup(c);
+    if (res != CURLE_OK) {
+        free(b.buf);
+        return NULL;
+    }
+    if (b.buf == NULL)
+        b.buf = calloc(1, 1);
+    return b.buf;
+}
+
+static void etcd_spawn(test_etcd *e, int i)
+{
+    char name[16], data[96], client[64], peer[64], cluster[512], token[64], logf[96];
+    char heartbeat[] = "50", election[] = "500", extra[256], *args[48];
+    int n = 0;
+    size_t used = 0;
+
+    snprintf(name, sizeof(name), "n%d", i);
+    snprintf(data, sizeof(data), "%s/m%d", e->dir, i);
+    snprintf(logf, sizeof(logf), "%s/m%d.log", e->dir, i);
+    snprintf(client, sizeof(client), "http://127.0.0.1:%d", e->client_port[i]);
+    snprintf(peer, sizeof(peer), "http://127.0.0.1:%d", e->peer_port[i]);
+    snprintf(token, sizeof(token), "dlock-test-%d-%d", (int)etcd_owner, e->client_port[0]);
+    cluster[0] = '\0';
+    for (int m = 0; m < e->n; m++)
+        used += (size_t)snprintf(cluster + used, sizeof(cluster) - used, "%sn%d=http://127.0.0.1:%d",
+                                 m ? "," : "", m, e->peer_port[m]);
+    args[n++] = "etcd";
+    args[n++] = "--name";
+    args[n++] = name;
+    args[n++] = "--data-dir";
+    args[n++] = data;
+    args[n++] = "--listen-client-urls";
+    args[n++] = client;
+    args[n++] = "--advertise-client-urls";
+    args[n++] = client;
+    args[n++] = "--listen-peer-urls";
+    args[n++] = peer;
+    args[n++] = "--initial-advertise-peer-urls";
+    args[n++] = peer;
+    args[n++] = "--initial-cluster";
+    args[n++] = cluster;
+    args[n++] = "--initial-cluster-state";
+    args[n++] = "new";
+    args[n++] = "--initial-cluster-token";
+    args[n++] = token;
+    /* Fast elections, and a minimum lease TTL of 1 s (3/2 election ticks). */
+    args[n++] = "--heartbeat-interval";
+    args[n++] = heartbeat;
+    args[n++] = "--election-timeout";
+    args[n++] = election;
+    args[n++] = "--logger";
+    args[n++] = "zap";
+    args[n++] = "--log-level";
+    args[n++] = "warn";
+    snprintf(extra, sizeof(extra), "%s", e->extra);
+    for (char *tok = strtok(extra, " "); tok != NULL && n < 46; tok = strtok(NULL, " "))
+        args[n++] = tok;
+    args[n] = NULL;
+
+    e->pid[i] = fork();
+    if (e->pid[i] < 0) {
+        perror("fork");
+        exit(1);
+    }
+    if (e->pid[i] == 0) {
+        /* A test that fails exits at once: take the member with it. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != etcd_owner)
+            _exit(1);
+        int fd = open(logf, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execvp("etcd", args);
+        fprintf(stderr, "cannot run etcd: %s (install it: apt-get install etcd-server)\n",
+                strerror(errno));
+        _exit(127);
+    }
+}
+
+static int etcd_healthy(test_etcd *e, int i)
+{
+    char *r = etcd_http(e->client_port[i], "/health", NULL, 1000);
+    int ok = r != NULL && strstr(r, "\"health\":\"true\"") != NULL;
+
+    free(r);
+    return ok;
+}
+
+static void etcd_show_log(test_etcd *e, int i)
+{
+    char cmd[160];
+
+    snprintf(cmd, sizeof(cmd), "tail -n 20 %s/m%d.log >&2", e->dir, i);
+    if (system(cmd) != 0)
+        fprintf(stderr, "(no log)\n");
+}
+
+/* Wait until member i answers healthy (it has a leader). */
+static void etcd_wait_healthy(test_etcd *e, int i)
+{
+    for (int t = 0; t < 600; t++) {
+        int status;
+        if (waitpid(e->pid[i], &status, WNOHANG) == e->pid[i]) {
+            fprintf(stderr, "etcd member %d exited at start (status %d); its log:\n", i, status);
+            e->pid[i] = 0;
+            etcd_show_log(e, i);
+            exit(1);
+        }
+        if (etcd_healthy(e, i))
+            return;
+        test_sleep_ms(50);
+    }
+    fprintf(stderr, "etcd member %d did not become healthy on port %d; its log:\n", i,
+            e->client_port[i]);
+    etcd_show_log(e, i);
+    exit(1);
+}
+
+void test_etcd_start(test_etcd *e, int members, const char *extra_args)
+{
+    size_t used = 0;
+
+    if (members < 1 || members > TEST_ETCD_MAX) {
+        fprintf(stderr, "test_etcd_start: 1..%d members\n", TEST_ETCD_MAX);
+        exit(1);
+    }
+    if (etcd_owner == 0) {
+        etcd_owner = getpid();
+        atexit(etcd_cleanup);
+    }
+    for (int i = 0; i < 4; i++)
+        if (etcd_started[i] == NULL || etcd_started[i] == e) {
+            etcd_started[i] = e;
+            break;
+        }
+    memset(e, 0, sizeof(*e));
+    e->n = members;
+    snprintf(e->dir, sizeof(e->dir), "/tmp/dlock-etcd-XXXXXX");
+    if (mkdtemp(e->dir) == NULL) {
+        perror("mkdtemp");
+        exit(1);
+    }
+    snprintf(e->extra, sizeof(e->extra), "%s", extra_args ? extra_args : "");
+    used = (size_t)snprintf(e->url, sizeof(e->url), "etcd://");
+    for (int i = 0; i < members; i++) {
+        e->client_port[i] = free_port();
+        e->peer_port[i] = free_port();
+        snprintf(e->member_url[i], sizeof(e->member_url[i]), "etcd://127.0.0.1:%d",
+                 e->client_port[i]);
+        used += (size_t)snprintf(e->url + used, sizeof(e->url) - used, "%s127.0.0.1:%d",
+                                 i ? "," : "", e->client_port[i]);
+    }
+    for (int i = 0; i < members; i++)
+        etcd_spawn(e, i);
+    for (int i = 0; i < members; i++)
+        etcd_wait_healthy(e, i);
+}
+
+void test_etcd_kill(test_etcd *e, int member)
+{
+    if (e->pid[member] > 0) {
+        kill(e->pid[member], SIGKILL);
+        waitpid(e->pid[member], NULL, 0);
+        e->pid[member] = 0;
+    }
+}
+
+void test_etcd_restart(test_etcd *e, int member)
+{
+    etcd_spawn(e, member);
+    etcd_wait_healthy(e, member);
+}
+
+void test_etcd_stop(test_etcd *e)
+{
+    char cmd[128];
+
+    for (int i = 0; i < 4; i++)
+        if (etcd_started[i] == e)
+            etcd_started[i] = NULL;
+    for (int i = 0; i < e->n; i++)
+        test_etcd_kill(e, i);
+    if (e->dir[0] != '\0') {
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", e->dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", e->dir);
+        e->dir[0] = '\0';
+    }
+}
+
+char *test_etcd_post(test_etcd *e, int member, const char *path, const char *json)
+{
+    if (e->pid[member] <= 0)
+        return NULL;
+    return etcd_http(e->client_port[member], path, json, 5000);
+}
+
+/* POST to the first live member that answers; the parsed reply. */
+static json_t *etcd_post_any(test_etcd *e, const char *path, const char *json)
+{
+    for (int i = 0; i < e->n; i++) {
+        char *r = test_etcd_post(e, i, path, json);
+        json_t *j = r != NULL ? json_loads(r, 0, NULL) : NULL;
+        free(r);
+        if (json_is_object(j) && json_object_get(j, "error") == NULL)
+            return j;
+        json_decref(j);
+    }
+    fprintf(stderr, "no etcd member answered %s\n", path);
+    exit(1);
+}
+
+static long long etcd_field(const json_t *j, const char *field)
+{
+    const json_t *v = json_object_get(j, field);
+
+    if (json_is_string(v))
+        return atoll(json_string_value(v));
+    return json_is_integer(v) ? (long long)json_integer_value(v) : 0;
+}
+
+static long long etcd_prefix_op(test_etcd *e, const char *path, const char *prefix,
+                                const char *what, const char *field)
+{
+    char *k = dlock__etcd_b64(prefix, strlen(prefix)), *end = dlock__etcd_prefix_end(prefix);
+    char *kend = dlock__etcd_b64(end, strlen(end)), body[1024];
+    json_t *j;
+    long long v;
+
+    snprintf(body, sizeof(body), "{\"key\":\"%s\",\"range_end\":\"%s\"%s}", k, kend, what);
+    free(k);
+    free(end);
+    free(kend);
+    j = etcd_post_any(e, path, body);
+    v = etcd_field(j, field);
+    json_decref(j);
+    return v;
+}
+
+long long test_etcd_count(test_etcd *e, const char *prefix)
+{
+    return etcd_prefix_op(e, "/v3/kv/range", prefix, ",\"count_only\":true", "count");
+}
+
+long long test_etcd_delete(test_etcd *e, const char *prefix)
+{
+    return etcd_prefix_op(e, "/v3/kv/deleterange", prefix, "", "deleted");
+}
+
+long long test_etcd_leases(test_etcd *e)
+{
+    json_t *j = etcd_post_any(e, "/v3/lease/leases", "{}");
+    const json_t *l = json_object_get(j, "leases");
+    long long n = json_is_array(l) ? (long long)json_array_size(l) : 0;
+
+    json_decref(j);
+    return n;
+}
+
+int test_etcd_leader(test_etcd *e)
+{
+    for (int t = 0; t < 200; t++) {
+        for (int i = 0; i < e->n; i++) {
+            char *r = test_etcd_post(e, i, "/v3/maintenance/status", "{}");
+            json_t *j = r != NULL ? json_loads(r, 0, NULL) : NULL;
+            long long leader = etcd_field(j, "leader");
+            long long me = etcd_field(json_object_get(j, "header"), "member_id");
+            free(r);
+            json_decref(j);
+            if (leader != 0 && leader == me)
+                return i;
+        }
+        test_sleep_ms(50);
+    }
+    fprintf(stderr, "no etcd member leads after 10 s\n");
+    exit(1);
+}
+
+long long test_etcd_metric(test_etcd *e, int member, const char *metric)
+{
+    char *r = etcd_http(e->client_port[member], "/metrics", NULL, 5000);
+    long long sum = 0;
+    size_t n = strlen(metric);
+
+    if (r == NULL) {
+        fprintf(stderr, "etcd member %d: no /metrics\n", member);
+        exit(1);
+    }
+    for (char *line = r; line != NULL && *line != '\0';) {
+        char *next = strchr(line, '\n');
+        if (next != NULL)
+            *next++ = '\0';
+        if (strncmp(line, metric, n) == 0) {
+            char *sp = strrchr(line, ' ');
+            if (sp != NULL)
+                sum += (long long)strtod(sp + 1, NULL);
+        }
+        line = next;
+    }
+    free(r);
+    return sum;
+}
+
+int test_process_alive(int pid)
+{
+    char path[64], buf[256];
+    FILE *f;
+    int alive = 0;
+
+    if (pid <= 0 || kill(pid, 0) != 0)
+        return 0;
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    if (fgets(buf, sizeof(buf), f) != NULL) {
+        char *close_paren = strrchr(buf, ')');
+        alive = close_paren != NULL && close_paren[1] == ' ' && close_paren[2] != 'Z';
+    }
+    fclose(f);
+    return alive;
+}

@@ -85,4 +85,48 @@ long long test_redis_calls(test_redis *r, const char *command);
 /* Sleep ms milliseconds. */
 void test_sleep_ms(long ms);
 
+
+/* ---- private etcd members (single node or a cluster on loopback) ---- */
+
+#define TEST_ETCD_MAX 3
+
+typedef struct {
+    int n;                            /* members */
+    int client_port[TEST_ETCD_MAX];
+    int peer_port[TEST_ETCD_MAX];
+    int pid[TEST_ETCD_MAX];           /* 0 while a member is down */
+    char dir[64];                     /* member i lives in dir/mI, logs in dir/mI.log */
+    char url[256];                    /* etcd://127.0.0.1:P0,127.0.0.1:P1,... */
+    char member_url[TEST_ETCD_MAX][64]; /* etcd://127.0.0.1:PI */
+    char extra[256];                  /* extra etcd arguments, space separated */
+} test_etcd;
+
+/* Start members etcd members (1..TEST_ETCD_MAX) on free loopback ports in a
+ * new temp dir, and wait until the cluster has a leader. Exits the test with
+ * a clear message if etcd is missing (apt-get install etcd-server). Members
+ * are killed at exit, also when a check fails, and die with the test process. */
+void test_etcd_start(test_etcd *e, int members, const char *extra_args);
+/* kill -9 member i and reap it. */
+void test_etcd_kill(test_etcd *e, int member);
+/* Start member i again on its ports and data dir; waits until it is healthy. */
+void test_etcd_restart(test_etcd *e, int member);
+/* Kill every member and remove the dir. */
+void test_etcd_stop(test_etcd *e);
+/* The index of the member that leads now (waits up to 10 s for one). */
+int test_etcd_leader(test_etcd *e);
+/* POST json to path on member i's gateway; the reply body (malloc'd) or NULL
+ * when the member cannot be reached. */
+char *test_etcd_post(test_etcd *e, int member, const char *path, const char *json);
+/* Keys whose name starts with prefix, read through any live member. */
+long long test_etcd_count(test_etcd *e, const char *prefix);
+/* Delete the keys starting with prefix; returns how many. */
+long long test_etcd_delete(test_etcd *e, const char *prefix);
+/* Leases that exist now. */
+long long test_etcd_leases(test_etcd *e);
+/* Sum of member i's Prometheus counters whose line starts with metric, e.g.
+ * "grpc_server_started_total{grpc_method=\"Txn\"". */
+long long test_etcd_metric(test_etcd *e, int member, const char *metric);
+/* 1 if process pid still exists (not reaped, not gone). */
+int test_process_alive(int pid);
+
 #endif
