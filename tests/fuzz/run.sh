@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang (-fsanitize=fuzzer,address,undefined)
+# in their own build folder and runs each one for a bounded time:
+#   1. every file in tests/fuzz/regressions/<target>/ once (what fuzzing found
+#      before: each must pass now);
+#   2. fuzzing from tests/fuzz/corpus/<target>/ for SECONDS (new inputs go to a
+#      scratch folder, never into the tree).
+# A crash, leak, sanitizer report or failed invariant fails the run; the
+# input that did it is left in the scratch folder, named in the output: copy
+# it to regressions/<target>/ once the bug is fixed.
+#
+#   tests/fuzz/run.sh [BUILD_DIR] [SECONDS] [TARGET...]
+set -euo pipefail
+src=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$src/build-fuzz}
+seconds=${2:-30}
+shift 2 2>/dev/null || shift $#
+targets=${*:-"url duration redis_reply"}
+
+command -v clang >/dev/null || {
+    echo "fuzz: clang is missing (apt-get install clang libclang-rt-14-dev; scripts/deps.sh does)" >&2
+    exit 1
+}
+echo "== fuzz: building in $build"
+mkdir -p "$build"
+log="$build/fuzz-build.log"
+CC=clang cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLOCK_FUZZ=ON \
+    -DDLOCK_SANITIZE=address,undefined -DDLOCK_BUILD_BENCH=OFF >"$log" 2>&1 ||
+    { cat "$log" >&2; exit 1; }
+for t in $targets; do
+    cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" --target "fuzz_$t" >>"$log" 2>&1 ||
+        { tail -50 "$log" >&2; exit 1; }
+done
+
+export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1:${ASAN_OPTIONS:-}"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+scratch=$(mktemp -d /tmp/dlock-fuzz-XXXXXX)
+status=0
+for t in $targets; do
+    bin=$(find "$build" -name "fuzz_$t" -type f -perm -u+x | head -1)
+    regressions=("$src/tests/fuzz/regressions/$t"/*)
+    if [ -e "${regressions[0]}" ]; then
+        echo "== fuzz_$t: ${#regressions[@]} regression input(s)"
+        "$bin" -runs=1 "${regressions[@]}" >"$scratch/$t.regress.log" 2>&1 ||
+            { cat "$scratch/$t.regress.log" >&2; status=1; continue; }
+    fi
+    mkdir -p "$scratch/$t"
+    echo "== fuzz_$t: $seconds s from tests/fuzz/corpus/$t"
+    if "$bin" -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+        -artifact_prefix="$scratch/$t-" -print_final_stats=1 \
+        "$scratch/$t" "$src/tests/fuzz/corpus/$t" >"$scratch/$t.log" 2>&1; then
+        grep -E "^stat::number_of_executed_units|^stat::new_units_added|^stat::peak_rss_mb" \
+            "$scratch/$t.log" | sed 's/^/   /'
+        grep -E "^#[0-9]+.*DONE" "$scratch/$t.log" | tail -1 | sed 's/^/   /'
+    else
+        tail -60 "$scratch/$t.log" >&2
+        echo "fuzz_$t FAILED; the input is in $scratch ($(ls "$scratch" | grep "^$t-" | tr '\n' ' '))" >&2
+        status=1
+    fi
+done
+[ $status -eq 0 ] && rm -rf "$scratch"
+exit $status
