@@ -41,8 +41,11 @@
 /* ---- options ------------------------------------------------------------ */
 
 static int opt_workers = 8;
-static int64_t opt_lease_ms = 400;
-static int opt_duration_s = 5;
+static int64_t opt_lease_ms;  /* 0: the backend's default */
+static int opt_duration_s = 5; /* per run, for a 400 ms lease: scaled with the lease */
+/* In force for the backend being run. */
+static int64_t lease_ms;
+static int duration_s;
 static int opt_runs = 1;
 static unsigned opt_seed;
 static int opt_keep;
@@ -60,13 +63,18 @@ static const char chaos_acl[] =
 
 typedef struct server {
     test_redis r;
+    test_etcd e;
     int port;
 } server;
 
 typedef struct {
     const char *name;
+    /* Default lease: the shortest the service keeps well on loopback. */
+    int64_t lease_ms;
+    /* 1 if the service can run without persistence (server-kill-volatile). */
+    int volatile_option;
     /* Start a fresh server, keeping what files it needs in dir; persist:
-     * its data survives kill -9 (AOF with fsync before every reply). */
+     * its data survives kill -9. */
     void (*start)(server *s, const char *dir, int persist);
     void (*kill)(server *s);
     void (*restart)(server *s);
@@ -86,6 +94,7 @@ static void redis_start(server *s, const char *dir, int persist)
         perror("chaos: users.acl");
         exit(1);
     }
+    /* appendfsync always: a reply is sent only once its write is on disk. */
     snprintf(extra, sizeof(extra), "--aclfile %s%s", acl,
              persist ? " --appendonly yes --appendfsync always" : "");
     test_redis_start(&s->r, extra);
@@ -112,8 +121,40 @@ static void redis_url(char *buf, size_t size, int port)
     snprintf(buf, size, "redis://chaos:chaos-pw@127.0.0.1:%d", port);
 }
 
+/* etcd: one member; its WAL is always on disk, so there is no
+ * no-persistence variant. */
+static void etcd_start(server *s, const char *dir, int persist)
+{
+    (void)dir;
+    (void)persist;
+    test_etcd_start(&s->e, 1, NULL);
+    s->port = s->e.client_port[0];
+}
+
+static void etcd_kill(server *s)
+{
+    test_etcd_kill(&s->e, 0);
+}
+
+static void etcd_restart(server *s)
+{
+    test_etcd_restart(&s->e, 0);
+}
+
+static void etcd_stop(server *s)
+{
+    test_etcd_stop(&s->e);
+}
+
+static void etcd_url(char *buf, size_t size, int port)
+{
+    snprintf(buf, size, "etcd://127.0.0.1:%d", port);
+}
+
 static const backend backends[] = {
-    {"redis", redis_start, redis_kill, redis_restart, redis_stop, redis_url},
+    {"redis", 400, 1, redis_start, redis_kill, redis_restart, redis_stop, redis_url},
+    /* etcd leases are whole seconds. */
+    {"etcd", 1000, 0, etcd_start, etcd_kill, etcd_restart, etcd_stop, etcd_url},
 };
 
 /* ---- nemeses ------------------------------------------------------------ */
@@ -122,8 +163,8 @@ enum {
     N_NONE,
     N_PAUSE,
     N_KILL,
-    N_SERVER_AOF,
-    N_SERVER_NOAOF,
+    N_SERVER_PERSIST,
+    N_SERVER_VOLATILE,
     N_DELAY,
     N_DROP,
     N_BLACKHOLE,
@@ -141,13 +182,15 @@ static const struct {
     [N_NONE] = {"none", 0, 0, "no faults"},
     [N_PAUSE] = {"pause", 0, 0, "SIGSTOP a holder for 1.5-3 leases, then SIGCONT"},
     [N_KILL] = {"kill-holder", 0, 0, "SIGKILL a holder, start a new worker"},
-    [N_SERVER_AOF] = {"server-kill-aof", 1, 0, "kill -9 the server, restart (AOF, fsync always)"},
-    [N_SERVER_NOAOF] = {"server-kill-noaof", 1, 0, "kill -9 the server, restart (no persistence)"},
+    [N_SERVER_PERSIST] = {"server-kill", 1, 0, "kill -9 the server, restart it (data on disk; "
+                                               "Redis: AOF, fsync always)"},
+    [N_SERVER_VOLATILE] = {"server-kill-volatile", 1, 0, "kill -9 the server, restart it "
+                                                         "empty (Redis without persistence)"},
     [N_DELAY] = {"proxy-delay", 0, 1, "proxy delays each chunk 20-120 ms each way"},
     [N_DROP] = {"proxy-drop", 0, 1, "proxy closes every connection"},
     [N_BLACKHOLE] = {"proxy-blackhole", 0, 1, "proxy forwards nothing for 0.5-2.5 leases"},
     [N_CLOCK] = {"clock-jump", 0, 0, "libfaketime: workers' wall clock jumps +-hours/days"},
-    [N_MIXED] = {"mixed", 1, 1, "a random one of pause, kill-holder, server-kill-aof, "
+    [N_MIXED] = {"mixed", 1, 1, "a random one of pause, kill-holder, server-kill, "
                                 "proxy-*, each step"},
 };
 
@@ -227,7 +270,7 @@ static void spawn_worker(run_ctx *c, int slot)
     snprintf(history, sizeof(history), "%s/worker-%d.log", c->dir, id);
     snprintf(slot_s, sizeof(slot_s), "%d", slot);
     snprintf(id_s, sizeof(id_s), "%d", id);
-    snprintf(lease_s, sizeof(lease_s), "%lld", (long long)opt_lease_ms);
+    snprintf(lease_s, sizeof(lease_s), "%lld", (long long)lease_ms);
     snprintf(until_s, sizeof(until_s), "%lld", (long long)c->until_us);
     snprintf(seed_s, sizeof(seed_s), "%u", c->seed + (unsigned)id * 7919u);
     pid = fork();
@@ -319,7 +362,7 @@ static int pick_holder(run_ctx *c, int64_t wait_ms)
 static void do_pause(run_ctx *c)
 {
     int slot = pick_holder(c, 400);
-    int64_t pause_ms = opt_lease_ms * 3 / 2 + rnd(c, (unsigned)(opt_lease_ms * 3 / 2));
+    int64_t pause_ms = lease_ms * 3 / 2 + rnd(c, (unsigned)(lease_ms * 3 / 2));
     int id;
 
     if (slot < 0)
@@ -354,7 +397,7 @@ static void do_kill(run_ctx *c)
 
 static void do_server_kill(run_ctx *c)
 {
-    int64_t down_ms = 100 + rnd(c, (unsigned)(opt_lease_ms * 2));
+    int64_t down_ms = 100 + rnd(c, (unsigned)(lease_ms * 2));
 
     c->be->kill(&c->srv);
     runner_event(c, "server_kill", 0, 0);
@@ -387,7 +430,7 @@ static void do_drop(run_ctx *c)
 
 static void do_blackhole(run_ctx *c)
 {
-    int64_t ms = opt_lease_ms / 2 + rnd(c, (unsigned)(opt_lease_ms * 2));
+    int64_t ms = lease_ms / 2 + rnd(c, (unsigned)(lease_ms * 2));
 
     chaos_proxy_set(c->proxy, CHAOS_PROXY_BLACKHOLE, 0);
     runner_event(c, "proxy", CHAOS_PROXY_BLACKHOLE, 0);
@@ -422,17 +465,17 @@ static void nemesis_step(run_ctx *c, int n)
         sleep_until_or(c, 1000);
         break;
     case N_PAUSE:
-        sleep_until_or(c, opt_lease_ms / 2 + rnd(c, (unsigned)opt_lease_ms));
+        sleep_until_or(c, lease_ms / 2 + rnd(c, (unsigned)lease_ms));
         do_pause(c);
         break;
     case N_KILL:
-        sleep_until_or(c, opt_lease_ms / 2 + rnd(c, (unsigned)opt_lease_ms));
+        sleep_until_or(c, lease_ms / 2 + rnd(c, (unsigned)lease_ms));
         do_kill(c);
         break;
-    case N_SERVER_AOF:
-    case N_SERVER_NOAOF:
-        sleep_until_or(c, opt_lease_ms + rnd(c, (unsigned)opt_lease_ms * 2));
-        if (chaos_now_us() < c->until_us - opt_lease_ms * 1000)
+    case N_SERVER_PERSIST:
+    case N_SERVER_VOLATILE:
+        sleep_until_or(c, lease_ms + rnd(c, (unsigned)lease_ms * 2));
+        if (chaos_now_us() < c->until_us - lease_ms * 1000)
             do_server_kill(c);
         break;
     case N_DELAY:
@@ -444,7 +487,7 @@ static void nemesis_step(run_ctx *c, int n)
         do_drop(c);
         break;
     case N_BLACKHOLE:
-        sleep_until_or(c, opt_lease_ms + rnd(c, (unsigned)opt_lease_ms));
+        sleep_until_or(c, lease_ms + rnd(c, (unsigned)lease_ms));
         do_blackhole(c);
         break;
     case N_CLOCK:
@@ -452,7 +495,7 @@ static void nemesis_step(run_ctx *c, int n)
         do_clock(c);
         break;
     case N_MIXED: {
-        static const int pick[] = {N_PAUSE, N_KILL, N_SERVER_AOF, N_DELAY, N_DROP, N_BLACKHOLE};
+        static const int pick[] = {N_PAUSE, N_KILL, N_SERVER_PERSIST, N_DELAY, N_DROP, N_BLACKHOLE};
         nemesis_step(c, pick[rnd(c, sizeof(pick) / sizeof(pick[0]))]);
         break;
     }
@@ -718,7 +761,7 @@ static void check_run(run_ctx *c, row *r, int nemesis)
         int64_t covered = run_start;
         for (size_t i = 0; i < nholds; i++) {
             if (holds[i].t_ok > covered) {
-                double gap = (double)(holds[i].t_ok - covered) / 1000.0 / (double)opt_lease_ms;
+                double gap = (double)(holds[i].t_ok - covered) / 1000.0 / (double)lease_ms;
                 if (gap > r->max_unavail)
                     r->max_unavail = gap;
             }
@@ -783,7 +826,7 @@ static void run_once(const backend *be, int nemesis, unsigned seed, row *r)
     c.runner_fd = open(c.runner_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 
     if (opt_url == NULL) {
-        be->start(&c.srv, c.dir, nemesis == N_SERVER_AOF || nemesis == N_MIXED);
+        be->start(&c.srv, c.dir, nemesis == N_SERVER_PERSIST || nemesis == N_MIXED);
         c.have_server = 1;
     }
     if (nemeses[nemesis].needs_proxy) {
@@ -818,7 +861,7 @@ static void run_once(const backend *be, int nemesis, unsigned seed, row *r)
         c.faketime = 1;
     }
 
-    c.until_us = chaos_now_us() + (int64_t)opt_duration_s * 1000000;
+    c.until_us = chaos_now_us() + (int64_t)duration_s * 1000000;
     for (int i = 0; i < opt_workers; i++)
         spawn_worker(&c, i);
     while (chaos_now_us() < c.until_us) {
@@ -829,7 +872,7 @@ static void run_once(const backend *be, int nemesis, unsigned seed, row *r)
         chaos_proxy_set(c.proxy, CHAOS_PROXY_PASS, 0);
     /* Workers finish their iteration: a wait of 3 leases, a lost-lock wait,
      * timeouts. Anything still running well after is hung. */
-    reap(&c, (int)(opt_lease_ms * 12) + 10000);
+    reap(&c, (int)(lease_ms * 12) + 10000);
     for (int i = 0; i < opt_workers; i++) {
         if (c.pids[i] > 0) {
             fprintf(stderr, "chaos: worker in slot %d (pid %d) hung; killing it\n", i,
@@ -870,7 +913,7 @@ out:
  * where the server forgets its data (no persistence). */
 static const char *verdict(const row *r, int nemesis, char *why, size_t size)
 {
-    int fence_expected = nemesis == N_SERVER_NOAOF;
+    int fence_expected = nemesis == N_SERVER_VOLATILE;
 
     why[0] = '\0';
     if (r->lost_updates)
@@ -899,19 +942,22 @@ static const char *verdict(const row *r, int nemesis, char *why, size_t size)
 }
 
 static void print_rows(FILE *f, int markdown, const char *be_name, const int *which, int nw,
-                       row *rows)
+                       row *rows, int header)
 {
     const char *h = markdown ? "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n"
                              : "%-7s %-18s %4s %6s %6s %8s %6s %7s %7s %7s %7s %8s %s\n";
     char why[96];
 
-    fprintf(f, h, "backend", "nemesis", "runs", "holds", "faults", "overlaps", "fence",
-            "lost-up", "on_lost", "missed", "refused", "unavail", "result");
-    if (markdown)
+    if (header)
+        fprintf(f, h, "backend", "nemesis", "runs", "holds", "faults", "overlaps", "fence",
+                "lost-up", "on_lost", "missed", "refused", "unavail", "result");
+    if (markdown && header)
         fprintf(f, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n");
     for (int i = 0; i < nw; i++) {
         const row *r = &rows[i];
         const char *v = verdict(r, which[i], why, sizeof(why));
+        if (r->runs == 0)
+            continue;
         fprintf(f, markdown ? "| %s | %s | %d | %ld | %ld | %ld | %ld | %ld | %ld | %ld | %ld | "
                               "%.2f | %s%s%s |\n"
                             : "%-7s %-18s %4d %6ld %6ld %8ld %6ld %7ld %7ld %7ld %7ld %8.2f "
@@ -968,10 +1014,11 @@ int main(int argc, char **argv)
         {"backend", 1, NULL, 'b'}, {"url", 1, NULL, 'u'},     {"keep", 0, NULL, 'k'},
         {"markdown", 1, NULL, 'm'}, {"help", 0, NULL, 'h'},   {NULL, 0, NULL, 0}};
     const char *nemesis_list = NULL;
-    const backend *be = NULL;
-    int which[N_COUNT * 4] = {0}, nw, failed = 0, opt;
-    row rows[N_COUNT * 4];
-    char *slash;
+    const backend *chosen[8];
+    int which[N_COUNT * 4] = {0}, nw, nb = 0, failed = 0, total = 0, opt;
+    row rows[8][N_COUNT * 4];
+    char *slash, list[256], *save = NULL;
+    FILE *md = NULL;
 
     opt_seed = (unsigned)time(NULL);
     while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -989,17 +1036,23 @@ int main(int argc, char **argv)
         default: usage(); return opt == 'h' ? 0 : 64;
         }
     }
-    if (opt_workers < 2 || opt_workers > CHAOS_MAX_WORKERS || opt_lease_ms < 50 ||
-        opt_duration_s < 1 || opt_runs < 1) {
+    if (opt_workers < 2 || opt_workers > CHAOS_MAX_WORKERS ||
+        (opt_lease_ms != 0 && opt_lease_ms < 50) || opt_duration_s < 1 || opt_runs < 1) {
         usage();
         return 64;
     }
-    for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++)
-        if (strcmp(backends[i].name, opt_backend) == 0)
-            be = &backends[i];
-    if (be == NULL) {
-        fprintf(stderr, "chaos: unknown backend '%s'\n", opt_backend);
-        return 64;
+    snprintf(list, sizeof(list), "%s", opt_backend);
+    for (char *tok = strtok_r(list, ",", &save); tok != NULL && nb < 8;
+         tok = strtok_r(NULL, ",", &save)) {
+        const backend *be = NULL;
+        for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++)
+            if (strcmp(backends[i].name, tok) == 0)
+                be = &backends[i];
+        if (be == NULL) {
+            fprintf(stderr, "chaos: unknown backend '%s'\n", tok);
+            return 64;
+        }
+        chosen[nb++] = be;
     }
     signal(SIGPIPE, SIG_IGN);
     /* The worker is built beside the runner. */
@@ -1011,23 +1064,39 @@ int main(int argc, char **argv)
     strcpy(slash + 1, "chaos_worker");
 
     nw = parse_nemeses(nemesis_list, which);
-    printf("chaos: backend %s, %d workers, lease %lld ms, %d run(s) of %d s per nemesis, "
-           "seed %u\n", be->name, opt_workers, (long long)opt_lease_ms, opt_runs,
-           opt_duration_s, opt_seed);
-    fflush(stdout);
-    for (int i = 0; i < nw; i++) {
-        memset(&rows[i], 0, sizeof(rows[i]));
-        if (opt_url != NULL && nemeses[which[i]].needs_server) {
-            fprintf(stderr, "chaos: %s needs a server of its own; skipped with --url\n",
-                    nemeses[which[i]].name);
-            continue;
+    for (int b = 0; b < nb; b++) {
+        const backend *be = chosen[b];
+
+        lease_ms = opt_lease_ms != 0 ? opt_lease_ms : be->lease_ms;
+        duration_s = (int)((opt_duration_s * lease_ms + 399) / 400);
+        printf("chaos: backend %s, %d workers, lease %lld ms, %d run(s) of %d s per nemesis, "
+               "seed %u\n", be->name, opt_workers, (long long)lease_ms, opt_runs, duration_s,
+               opt_seed);
+        fflush(stdout);
+        for (int i = 0; i < nw; i++) {
+            memset(&rows[b][i], 0, sizeof(rows[b][i]));
+            if (opt_url != NULL && nemeses[which[i]].needs_server) {
+                fprintf(stderr, "chaos: %s needs a server of its own; skipped with --url\n",
+                        nemeses[which[i]].name);
+                continue;
+            }
+            if (which[i] == N_SERVER_VOLATILE && !be->volatile_option)
+                continue; /* the service always persists */
+            for (int k = 0; k < opt_runs; k++)
+                run_once(be, which[i], opt_seed + (unsigned)(i * 1000 + k), &rows[b][i]);
+            fprintf(stderr, "chaos: %s %s done\n", be->name, nemeses[which[i]].name);
         }
-        for (int k = 0; k < opt_runs; k++)
-            run_once(be, which[i], opt_seed + (unsigned)(i * 1000 + k), &rows[i]);
-        fprintf(stderr, "chaos: %s done\n", nemeses[which[i]].name);
     }
     printf("\n");
-    print_rows(stdout, 0, be->name, which, nw, rows);
+    if (opt_markdown != NULL && (md = fopen(opt_markdown, "w")) == NULL)
+        perror(opt_markdown);
+    for (int b = 0; b < nb; b++) {
+        print_rows(stdout, 0, chosen[b]->name, which, nw, rows[b], b == 0);
+        if (md != NULL)
+            print_rows(md, 1, chosen[b]->name, which, nw, rows[b], b == 0);
+    }
+    if (md != NULL)
+        fclose(md);
     printf("\nholds: lock acquisitions; faults: injected; overlaps: holds during which another\n"
            "process entered the critical section (expected under pauses and partitions);\n"
            "fence: holds that started after a hold with an equal or higher fence had it;\n"
@@ -1035,18 +1104,15 @@ int main(int argc, char **argv)
            "overtaken holders never told (no on_lost, no ELOST); refused: stale reads and\n"
            "writes the store refused; unavail: longest time without a valid holder, in\n"
            "leases (server-kill rows include the server's downtime).\n");
-    if (opt_markdown != NULL) {
-        FILE *f = fopen(opt_markdown, "w");
-        if (f != NULL) {
-            print_rows(f, 1, be->name, which, nw, rows);
-            fclose(f);
+    for (int b = 0; b < nb; b++)
+        for (int i = 0; i < nw; i++) {
+            char why[96];
+            if (rows[b][i].runs == 0)
+                continue;
+            total++;
+            if (strcmp(verdict(&rows[b][i], which[i], why, sizeof(why)), "FAIL") == 0)
+                failed++;
         }
-    }
-    for (int i = 0; i < nw; i++) {
-        char why[96];
-        if (rows[i].runs > 0 && strcmp(verdict(&rows[i], which[i], why, sizeof(why)), "FAIL") == 0)
-            failed++;
-    }
-    printf("%d passed, %d failed\n", nw - failed, failed);
+    printf("%d passed, %d failed\n", total - failed, failed);
     return failed ? 1 : 0;
 }
