@@ -27,6 +27,9 @@ demo: build
 bench: build
 	@$(BUILD)/bench/dlock-bench
 
+chaos: build
+	@$(BUILD)/tests/chaos --backend redis,etcd --duration 15 --runs 3 --markdown $(BUILD)/chaos.md
+
 install: build
 	@cmake --install $(BUILD)
 
