@@ -286,16 +286,25 @@ static size_t etcd_on_data(char *data, size_t size, size_t n, void *arg)
 }
 
 /* GET (body NULL) or POST on 127.0.0.1:port; the reply body or NULL. */
-static char *etcd_http(int port, const char *path, const char *body, long timeout_ms)
+static char *etcd_http(const test_etcd *e, int port, const char *path, const char *body,
+                       long timeout_ms)
 {
     CURL *c = curl_easy_init();
     etcd_body b = {NULL, 0};
-    char url[128];
+    char url[128], file[160];
     CURLcode res;
 
     if (c == NULL)
         return NULL;
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
+    snprintf(url, sizeof(url), "%s://127.0.0.1:%d%s", e->tls[0] ? "https" : "http", port, path);
+    if (e->tls[0]) {
+        snprintf(file, sizeof(file), "%s/ca.pem", e->tls);
+        curl_easy_setopt(c, CURLOPT_CAINFO, file);
+        snprintf(file, sizeof(file), "%s/client.pem", e->tls);
+        curl_easy_setopt(c, CURLOPT_SSLCERT, file);
+        snprintf(file, sizeof(file), "%s/client.key", e->tls);
+        curl_easy_setopt(c, CURLOPT_SSLKEY, file);
+    }
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
@@ -317,14 +326,16 @@ static char *etcd_http(int port, const char *path, const char *body, long timeou
 static void etcd_spawn(test_etcd *e, int i)
 {
     char name[16], data[96], client[64], peer[64], cluster[512], token[64], logf[96];
-    char heartbeat[] = "50", election[] = "500", extra[256], *args[48];
+    char heartbeat[] = "50", election[] = "500", extra[256], *args[56];
+    char cert[160], key[160], ca[160];
     int n = 0;
     size_t used = 0;
 
     snprintf(name, sizeof(name), "n%d", i);
     snprintf(data, sizeof(data), "%s/m%d", e->dir, i);
     snprintf(logf, sizeof(logf), "%s/m%d.log", e->dir, i);
-    snprintf(client, sizeof(client), "http://127.0.0.1:%d", e->client_port[i]);
+    snprintf(client, sizeof(client), "%s://127.0.0.1:%d", e->tls[0] ? "https" : "http",
+             e->client_port[i]);
     snprintf(peer, sizeof(peer), "http://127.0.0.1:%d", e->peer_port[i]);
     snprintf(token, sizeof(token), "dlock-test-%d-%d", (int)etcd_owner, e->client_port[0]);
     cluster[0] = '\0';
@@ -359,8 +370,20 @@ static void etcd_spawn(test_etcd *e, int i)
     args[n++] = "zap";
     args[n++] = "--log-level";
     args[n++] = "warn";
+    if (e->tls[0]) {
+        snprintf(cert, sizeof(cert), "%s/server.pem", e->tls);
+        snprintf(key, sizeof(key), "%s/server.key", e->tls);
+        snprintf(ca, sizeof(ca), "%s/ca.pem", e->tls);
+        args[n++] = "--cert-file";
+        args[n++] = cert;
+        args[n++] = "--key-file";
+        args[n++] = key;
+        args[n++] = "--client-cert-auth";
+        args[n++] = "--trusted-ca-file";
+        args[n++] = ca;
+    }
     snprintf(extra, sizeof(extra), "%s", e->extra);
-    for (char *tok = strtok(extra, " "); tok != NULL && n < 46; tok = strtok(NULL, " "))
+    for (char *tok = strtok(extra, " "); tok != NULL && n < 54; tok = strtok(NULL, " "))
         args[n++] = tok;
     args[n] = NULL;
 
@@ -386,9 +409,39 @@ static void etcd_spawn(test_etcd *e, int i)
     }
 }
 
+/* A CA, and server (127.0.0.1) and client certificates it signed, in
+ * e->dir/tls. */
+static void etcd_make_certs(test_etcd *e)
+{
+    char cmd[2048];
+
+    snprintf(e->tls, sizeof(e->tls), "%s/tls", e->dir);
+    snprintf(cmd, sizeof(cmd),
+             "set -e; mkdir -p %1$s; cd %1$s; exec >openssl.log 2>&1; "
+             "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 "
+             "-subj /CN=dlock-test-ca; "
+             "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr "
+             "-subj /CN=127.0.0.1; "
+             "printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n' "
+             ">server.ext; "
+             "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+             "-out server.pem -days 2 -extfile server.ext; "
+             "openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr "
+             "-subj /CN=dlock-client; "
+             "printf 'extendedKeyUsage=clientAuth\n' >client.ext; "
+             "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+             "-out client.pem -days 2 -extfile client.ext",
+             e->tls);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "cannot make test certificates with openssl in %s (apt-get install "
+                "openssl; see %s/openssl.log)\n", e->tls, e->tls);
+        exit(1);
+    }
+}
+
 static int etcd_healthy(test_etcd *e, int i)
 {
-    char *r = etcd_http(e->client_port[i], "/health", NULL, 1000);
+    char *r = etcd_http(e, e->client_port[i], "/health", NULL, 1000);
     int ok = r != NULL && strstr(r, "\"health\":\"true\"") != NULL;
 
     free(r);
@@ -404,19 +457,39 @@ static void etcd_show_log(test_etcd *e, int i)
         fprintf(stderr, "(no log)\n");
 }
 
-/* Wait until member i answers healthy (it has a leader). */
-static void etcd_wait_healthy(test_etcd *e, int i)
+/* 1 if member i's log says a port was taken. */
+static int etcd_port_taken(test_etcd *e, int i)
+{
+    char path[96], buf[4096];
+    FILE *f;
+    int taken = 0;
+
+    snprintf(path, sizeof(path), "%s/m%d.log", e->dir, i);
+    if ((f = fopen(path, "r")) == NULL)
+        return 0;
+    while (!taken && fgets(buf, sizeof(buf), f) != NULL)
+        taken = strstr(buf, "address already in use") != NULL;
+    fclose(f);
+    return taken;
+}
+
+/* Wait until member i answers healthy (it has a leader). Returns 0, or -1
+ * when it exited because a port was taken (the caller may retry); any other
+ * failure ends the test. */
+static int etcd_wait_healthy(test_etcd *e, int i)
 {
     for (int t = 0; t < 600; t++) {
         int status;
         if (waitpid(e->pid[i], &status, WNOHANG) == e->pid[i]) {
-            fprintf(stderr, "etcd member %d exited at start (status %d); its log:\n", i, status);
             e->pid[i] = 0;
+            if (etcd_port_taken(e, i))
+                return -1;
+            fprintf(stderr, "etcd member %d exited at start (status %d); its log:\n", i, status);
             etcd_show_log(e, i);
             exit(1);
         }
         if (etcd_healthy(e, i))
-            return;
+            return 0;
         test_sleep_ms(50);
     }
     fprintf(stderr, "etcd member %d did not become healthy on port %d; its log:\n", i,
@@ -425,9 +498,43 @@ static void etcd_wait_healthy(test_etcd *e, int i)
     exit(1);
 }
 
-void test_etcd_start(test_etcd *e, int members, const char *extra_args)
+/* A free loopback port below the kernel's ephemeral range, so that no
+ * outgoing connection (of this or a parallel test) takes it between this
+ * check and etcd's bind. */
+static int etcd_free_port(void)
+{
+    static unsigned seed;
+    int low = 32768;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+
+    if (f != NULL) {
+        if (fscanf(f, "%d", &low) != 1)
+            low = 32768;
+        fclose(f);
+    }
+    if (seed == 0)
+        seed = (unsigned)getpid() ^ (unsigned)time(NULL);
+    for (int tries = 0; low > 12000 && tries < 200; tries++) {
+        struct sockaddr_in a;
+        int fd = socket(AF_INET, SOCK_STREAM, 0), port, ok;
+        port = 10000 + (int)(rand_r(&seed) % (unsigned)(low - 10000));
+        memset(&a, 0, sizeof(a));
+        a.sin_family = AF_INET;
+        a.sin_port = htons((uint16_t)port);
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+        if (fd >= 0)
+            close(fd);
+        if (ok)
+            return port;
+    }
+    return free_port();
+}
+
+static void etcd_start(test_etcd *e, int members, const char *extra_args, int tls)
 {
     size_t used = 0;
+    int attempt = 0;
 
     if (members < 1 || members > TEST_ETCD_MAX) {
         fprintf(stderr, "test_etcd_start: 1..%d members\n", TEST_ETCD_MAX);
@@ -450,19 +557,49 @@ void test_etcd_start(test_etcd *e, int members, const char *extra_args)
         exit(1);
     }
     snprintf(e->extra, sizeof(e->extra), "%s", extra_args ? extra_args : "");
-    used = (size_t)snprintf(e->url, sizeof(e->url), "etcd://");
+    if (tls)
+        etcd_make_certs(e);
+again:
+    used = (size_t)snprintf(e->url, sizeof(e->url), tls ? "etcds://" : "etcd://");
     for (int i = 0; i < members; i++) {
-        e->client_port[i] = free_port();
-        e->peer_port[i] = free_port();
-        snprintf(e->member_url[i], sizeof(e->member_url[i]), "etcd://127.0.0.1:%d",
-                 e->client_port[i]);
+        e->client_port[i] = etcd_free_port();
+        e->peer_port[i] = etcd_free_port();
+        snprintf(e->member_url[i], sizeof(e->member_url[i]), "%s://127.0.0.1:%d",
+                 tls ? "etcds" : "etcd", e->client_port[i]);
         used += (size_t)snprintf(e->url + used, sizeof(e->url) - used, "%s127.0.0.1:%d",
                                  i ? "," : "", e->client_port[i]);
     }
+    if (tls)
+        snprintf(e->url + used, sizeof(e->url) - used, "?cacert=%s/ca.pem&cert=%s/client.pem"
+                 "&key=%s/client.key", e->tls, e->tls, e->tls);
     for (int i = 0; i < members; i++)
         etcd_spawn(e, i);
-    for (int i = 0; i < members; i++)
-        etcd_wait_healthy(e, i);
+    for (int i = 0; i < members; i++) {
+        if (etcd_wait_healthy(e, i) == 0)
+            continue;
+        /* A port was taken meanwhile: everything again on other ports. */
+        char cmd[160];
+        for (int m = 0; m < members; m++)
+            test_etcd_kill(e, m);
+        if (++attempt == 5) {
+            fprintf(stderr, "etcd: ports taken five times in a row\n");
+            exit(1);
+        }
+        snprintf(cmd, sizeof(cmd), "rm -rf %s/m[0-9] %s/m[0-9].log", e->dir, e->dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not clean %s\n", e->dir);
+        goto again;
+    }
+}
+
+void test_etcd_start(test_etcd *e, int members, const char *extra_args)
+{
+    etcd_start(e, members, extra_args, 0);
+}
+
+void test_etcd_start_tls(test_etcd *e, int members)
+{
+    etcd_start(e, members, NULL, 1);
 }
 
 void test_etcd_kill(test_etcd *e, int member)
@@ -476,8 +613,16 @@ void test_etcd_kill(test_etcd *e, int member)
 
 void test_etcd_restart(test_etcd *e, int member)
 {
-    etcd_spawn(e, member);
-    etcd_wait_healthy(e, member);
+    for (int attempt = 0;; attempt++) {
+        etcd_spawn(e, member);
+        if (etcd_wait_healthy(e, member) == 0)
+            return;
+        if (attempt == 20) {
+            fprintf(stderr, "etcd member %d: its port stays taken\n", member);
+            exit(1);
+        }
+        test_sleep_ms(250); /* a member's ports cannot change: wait for them */
+    }
 }
 
 void test_etcd_stop(test_etcd *e)
@@ -501,7 +646,7 @@ char *test_etcd_post(test_etcd *e, int member, const char *path, const char *jso
 {
     if (e->pid[member] <= 0)
         return NULL;
-    return etcd_http(e->client_port[member], path, json, 5000);
+    return etcd_http(e, e->client_port[member], path, json, 5000);
 }
 
 /* POST to the first live member that answers; the parsed reply. */
@@ -587,7 +732,7 @@ int test_etcd_leader(test_etcd *e)
 
 long long test_etcd_metric(test_etcd *e, int member, const char *metric)
 {
-    char *r = etcd_http(e->client_port[member], "/metrics", NULL, 5000);
+    char *r = etcd_http(e, e->client_port[member], "/metrics", NULL, 5000);
     long long sum = 0;
     size_t n = strlen(metric);
 

@@ -99,6 +99,7 @@ typedef struct {
     char url[256];                    /* etcd://127.0.0.1:P0,127.0.0.1:P1,... */
     char member_url[TEST_ETCD_MAX][64]; /* etcd://127.0.0.1:PI */
     char extra[256];                  /* extra etcd arguments, space separated */
+    char tls[80];                     /* with TLS: the dir of ca.pem, server.*, client.* */
 } test_etcd;
 
 /* Start members etcd members (1..TEST_ETCD_MAX) on free loopback ports in a
@@ -106,6 +107,10 @@ typedef struct {
  * a clear message if etcd is missing (apt-get install etcd-server). Members
  * are killed at exit, also when a check fails, and die with the test process. */
 void test_etcd_start(test_etcd *e, int members, const char *extra_args);
+/* The same with https client URLs and client certificates required: makes a
+ * CA, a server and a client certificate (openssl) in e->tls; e->url is then
+ * etcds://...?cacert=...&cert=...&key=... */
+void test_etcd_start_tls(test_etcd *e, int members);
 /* kill -9 member i and reap it. */
 void test_etcd_kill(test_etcd *e, int member);
 /* Start member i again on its ports and data dir; waits until it is healthy. */

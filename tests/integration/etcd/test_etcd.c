@@ -806,6 +806,473 @@ static void threads_share_a_client(void)
     test_etcd_stop(&e);
 }
 
+/* ---- authentication and TLS ------------------------------------------- */
+
+static void post_ok(test_etcd *e, const char *path, const char *json)
+{
+    char *r = test_etcd_post(e, 0, path, json);
+
+    if (r == NULL || strstr(r, "\"error\"") != NULL) {
+        fprintf(stderr, "%s: %s\n", path, r ? r : "no reply");
+        exit(1);
+    }
+    free(r);
+}
+
+/* User and password: refused without or with a wrong password (which no
+ * message shows), a token that is renewed when the member forgets it (a
+ * restart), and waiting works through the token too. */
+static void auth_user_password(void)
+{
+    test_etcd e;
+    dlock_client *c = NULL, *c2;
+    dlock_lock *l;
+    waiter_arg a;
+    pthread_t t;
+    char url[300];
+
+    test_etcd_start(&e, 1, NULL);
+    post_ok(&e, "/v3/auth/user/add", "{\"name\":\"root\",\"password\":\"s3cret-pw\"}");
+    post_ok(&e, "/v3/auth/user/grant", "{\"user\":\"root\",\"role\":\"root\"}");
+    post_ok(&e, "/v3/auth/enable", "{}");
+
+    CHECK_RC(dlock_client_open(&c, e.url, NULL), DLOCK_EAUTH);
+    CHECK_CONTAINS(dlock_error_message(), "user:password");
+    snprintf(url, sizeof(url), "etcd://root:wrong-pass@127.0.0.1:%d", e.client_port[0]);
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_EAUTH);
+    CHECK(strstr(dlock_error_message(), "wrong-pass") == NULL);
+    CHECK_CONTAINS(dlock_error_message(), "authentication failed");
+    CHECK(c == NULL);
+
+    snprintf(url, sizeof(url), "etcd://root:s3cret-pw@127.0.0.1:%d", e.client_port[0]);
+    c = open_url(url);
+    c2 = open_url(url);
+    CHECK_RC(dlock_acquire(&l, c, "guarded", NULL), DLOCK_OK);
+    memset(&a, 0, sizeof(a));
+    a.c = c2;
+    a.name = "guarded";
+    a.wait_ms = 20000;
+    CHECK(pthread_create(&t, NULL, waiter_main, &a) == 0);
+    /* (keys cannot be counted without a token here: its watch tells) */
+    for (int i = 0; i < 500 && served(&e, 0, "Watch") < 1; i++)
+        test_sleep_ms(10);
+    CHECK(!atomic_load(&a.done));
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(a.rc, DLOCK_OK);
+    CHECK_RC(dlock_release(a.lock), DLOCK_OK);
+
+    /* A restarted member has forgotten every simple token: log in again. */
+    test_etcd_kill(&e, 0);
+    test_etcd_restart(&e, 0);
+    CHECK_RC(dlock_acquire(&l, c, "guarded", NULL), DLOCK_OK);
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+    dlock_client_free(c2);
+    test_etcd_stop(&e);
+}
+
+/* etcds:// with a CA, and the client certificate etcd requires. */
+static void tls_with_client_certificate(void)
+{
+    test_etcd e;
+    dlock_client *c = NULL;
+    dlock_lock *l;
+    dlock_lock_info info;
+    char url[400];
+
+    test_etcd_start_tls(&e, 1);
+    c = open_client(&e);
+    CHECK_RC(dlock_acquire(&l, c, "secure", NULL), DLOCK_OK);
+    CHECK_RC(dlock_status(&info, c, "secure"), DLOCK_OK);
+    CHECK(info.held && info.fence == dlock_lock_fence(l));
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+    c = NULL;
+
+    /* Without the client certificate, the server refuses the handshake. */
+    snprintf(url, sizeof(url), "etcds://127.0.0.1:%d?cacert=%s/ca.pem", e.client_port[0], e.tls);
+    {
+        dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+        o.command_timeout_ms = 1000;
+        CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_ECONN);
+    }
+    /* Plain http to a TLS port is no answer either, and never falls back. */
+    snprintf(url, sizeof(url), "etcd://127.0.0.1:%d", e.client_port[0]);
+    {
+        dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+        o.command_timeout_ms = 1000;
+        int rc = dlock_client_open(&c, url, &o);
+        CHECK(rc == DLOCK_ECONN || rc == DLOCK_EPROTO);
+    }
+    /* A CA that did not sign the server's certificate. */
+    snprintf(url, sizeof(url), "etcds://127.0.0.1:%d?cacert=%s/client.pem&cert=%s/client.pem"
+             "&key=%s/client.key", e.client_port[0], e.tls, e.tls, e.tls);
+    {
+        dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+        o.command_timeout_ms = 1000;
+        CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_ECONN);
+        CHECK_CONTAINS(dlock_error_message(), "etcd 127.0.0.1:");
+    }
+    CHECK(c == NULL);
+    test_etcd_stop(&e);
+}
+
+/* ---- a 3-member cluster --------------------------------------------------- */
+
+static dlock_client *open_fast(const char *url)
+{
+    dlock_client *c = NULL;
+    dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+
+    o.connect_timeout_ms = 500;
+    o.command_timeout_ms = 2500;
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_OK);
+    return c;
+}
+
+/* etcd://first,others...: the client uses member first until it fails. */
+static void url_first(char *out, size_t size, const test_etcd *e, int first, int skip)
+{
+    size_t used = (size_t)snprintf(out, size, "etcd://127.0.0.1:%d", e->client_port[first]);
+
+    for (int i = 0; i < e->n; i++)
+        if (i != first && i != skip)
+            used += (size_t)snprintf(out + used, size - used, ",127.0.0.1:%d", e->client_port[i]);
+}
+
+/* Every member process of the cluster is gone after the test. */
+static void stop_and_check_no_stray(test_etcd *e)
+{
+    int pids[TEST_ETCD_MAX];
+
+    for (int i = 0; i < e->n; i++)
+        pids[i] = e->pid[i];
+    test_etcd_stop(e);
+    for (int i = 0; i < e->n; i++)
+        CHECK(!test_process_alive(pids[i]));
+}
+
+/*
+ * Hold the lock for about `ms` while a contender on other members keeps
+ * trying: whenever the contender gets the lock, the holder must already know
+ * its lock is lost (never held by two). Returns 1 if the holder kept it.
+ */
+static int hold_against_contender(dlock_client *contender, dlock_lock *held, const char *name,
+                                  int64_t ms)
+{
+    dlock_acquire_options o = opts(0, 3000, 0);
+
+    for (int64_t waited = 0; waited < ms; waited += 100) {
+        dlock_lock *other = NULL;
+        int rc = dlock_acquire(&other, contender, name, &o);
+        if (rc == DLOCK_OK) {
+            CHECK(dlock_lock_lost(held)); /* two holders otherwise */
+            CHECK(dlock_lock_fence(other) > dlock_lock_fence(held));
+            CHECK_RC(dlock_release(other), DLOCK_OK);
+            return 0;
+        }
+        CHECK(rc == DLOCK_EBUSY || rc == DLOCK_ECONN);
+        test_sleep_ms(100);
+    }
+    return !dlock_lock_lost(held);
+}
+
+static void cluster_kill_member_while_holding(void)
+{
+    test_etcd e;
+    dlock_client *holder, *contender;
+    dlock_lock *l;
+    dlock_acquire_options o = opts(0, 3000, 1);
+    char url[300];
+    int used, kept;
+
+    atomic_store(&lost_calls, 0);
+    test_etcd_start(&e, 3, NULL);
+    used = (test_etcd_leader(&e) + 1) % 3; /* a follower */
+    url_first(url, sizeof(url), &e, used, -1);
+    holder = open_fast(url);
+    url_first(url, sizeof(url), &e, (used + 1) % 3, used);
+    contender = open_fast(url);
+    o.on_lost = count_lost;
+    CHECK_RC(dlock_acquire(&l, holder, "ha", &o), DLOCK_OK);
+    test_etcd_kill(&e, used);
+    /* Over 3 leases: renewals go to the next member. */
+    kept = hold_against_contender(contender, l, "ha", 9000);
+    fprintf(stderr, "holder %s the killing of the member it used\n", kept ? "survived" : "lost its lock at");
+    CHECK(kept);
+    CHECK(atomic_load(&lost_calls) == 0);
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, contender, "ha", NULL), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(holder);
+    dlock_client_free(contender);
+    stop_and_check_no_stray(&e);
+}
+
+static void cluster_kill_member_while_waiting(void)
+{
+    test_etcd e;
+    dlock_client *holder, *waiter_c;
+    dlock_lock *l;
+    dlock_acquire_options o = opts(0, 30000, 0);
+    waiter_arg a;
+    pthread_t t;
+    char url[300];
+    int used, other;
+    long long watches;
+
+    test_etcd_start(&e, 3, NULL);
+    used = test_etcd_leader(&e);
+    other = (used + 1) % 3;
+    url_first(url, sizeof(url), &e, other, -1);
+    holder = open_fast(url);
+    CHECK_RC(dlock_acquire(&l, holder, "wq", &o), DLOCK_OK);
+    url_first(url, sizeof(url), &e, used, -1);
+    waiter_c = open_fast(url);
+    memset(&a, 0, sizeof(a));
+    a.c = waiter_c;
+    a.name = "wq";
+    a.wait_ms = 25000; /* shorter than the holder's lease: only a release wakes it */
+    a.lease_ms = 2000;
+    watches = served(&e, used, "Watch");
+    CHECK(pthread_create(&t, NULL, waiter_main, &a) == 0);
+    for (int i = 0; i < 500 && (test_etcd_count(&e, "dlock/wq/") < 2 ||
+                                served(&e, used, "Watch") <= watches); i++)
+        test_sleep_ms(10);
+    CHECK(test_etcd_count(&e, "dlock/wq/") == 2);
+    CHECK(served(&e, used, "Watch") > watches); /* its watch is on the member we kill */
+    test_etcd_kill(&e, used);
+    /* Past the waiter's lease: it keeps its key alive through the others. */
+    test_sleep_ms(3000);
+    CHECK(!atomic_load(&a.done));
+    CHECK(test_etcd_count(&e, "dlock/wq/") == 2);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(a.rc, DLOCK_OK); /* woken through a watch on another member */
+    CHECK_RC(dlock_lock_check(a.lock), DLOCK_OK);
+    CHECK_RC(dlock_release(a.lock), DLOCK_OK);
+    CHECK(test_etcd_count(&e, "dlock/wq/") == 0);
+    dlock_client_free(holder);
+    dlock_client_free(waiter_c);
+    stop_and_check_no_stray(&e);
+}
+
+static void cluster_kill_leader(void)
+{
+    test_etcd e;
+    dlock_client *holder, *contender;
+    dlock_lock *l, *l2;
+    dlock_acquire_options o = opts(0, 3000, 1);
+    char url[300];
+    int leader, next, kept;
+    uint64_t fence;
+
+    atomic_store(&lost_calls, 0);
+    test_etcd_start(&e, 3, NULL);
+    leader = test_etcd_leader(&e);
+    url_first(url, sizeof(url), &e, leader, -1);
+    holder = open_fast(url);
+    url_first(url, sizeof(url), &e, (leader + 1) % 3, leader);
+    contender = open_fast(url);
+    o.on_lost = count_lost;
+    CHECK_RC(dlock_acquire(&l, holder, "lead", &o), DLOCK_OK);
+    fence = dlock_lock_fence(l);
+    test_etcd_kill(&e, leader);
+    next = test_etcd_leader(&e);
+    CHECK(next != leader);
+    kept = hold_against_contender(contender, l, "lead", 9000);
+    fprintf(stderr, "holder %s the killing of the leader\n", kept ? "survived" : "lost its lock at");
+    if (kept) {
+        CHECK(atomic_load(&lost_calls) == 0);
+        CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+    } else {
+        for (int i = 0; i < 300 && atomic_load(&lost_calls) == 0; i++)
+            test_sleep_ms(20);
+        CHECK(atomic_load(&lost_calls) == 1); /* reported, not silent */
+        dlock_release(l);
+    }
+    /* The new leader issues greater fences. */
+    CHECK_RC(dlock_acquire(&l2, holder, "lead", NULL), DLOCK_OK);
+    CHECK(dlock_lock_fence(l2) > fence);
+    CHECK_RC(dlock_release(l2), DLOCK_OK);
+    dlock_client_free(holder);
+    dlock_client_free(contender);
+    stop_and_check_no_stray(&e);
+}
+
+/* A member restarted after locks came and went catches up and serves them:
+ * with another member down, the cluster needs it for its quorum. */
+static void cluster_restart_member(void)
+{
+    test_etcd e;
+    dlock_client *c, *only;
+    dlock_lock *held, *l;
+    dlock_acquire_options o = opts(0, 3000, 1);
+    uint64_t last = 0;
+    int down;
+
+    test_etcd_start(&e, 3, NULL);
+    c = open_fast(e.url);
+    CHECK_RC(dlock_acquire(&held, c, "kept", &o), DLOCK_OK);
+    down = (test_etcd_leader(&e) + 1) % 3;
+    test_etcd_kill(&e, down);
+    for (int i = 0; i < 20; i++) {
+        CHECK_RC(dlock_acquire(&l, c, "cycled", &o), DLOCK_OK);
+        CHECK(dlock_lock_fence(l) > last);
+        last = dlock_lock_fence(l);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+    }
+    test_etcd_restart(&e, down);
+    test_etcd_kill(&e, (down + 1) % 3);
+    test_etcd_leader(&e);
+    only = open_fast(e.member_url[down]);
+    CHECK_RC(dlock_acquire(&l, only, "kept", NULL), DLOCK_EBUSY);
+    CHECK_RC(dlock_acquire(&l, only, "cycled", &o), DLOCK_OK);
+    CHECK(dlock_lock_fence(l) > last);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK_RC(dlock_lock_check(held), DLOCK_OK);
+    CHECK(!dlock_lock_lost(held));
+    CHECK_RC(dlock_release(held), DLOCK_OK);
+    dlock_client_free(c);
+    dlock_client_free(only);
+    stop_and_check_no_stray(&e);
+}
+
+/*
+ * Processes increment a counter in a file under the lock while the leader is
+ * killed and restarted. A holder writes only while its lock is not known
+ * lost; a lost increment means two holders overlapped.
+ */
+static void cluster_mutual_exclusion_leader_killed(void)
+{
+    enum { PROCS = 3 };
+    test_etcd e;
+    char path[] = "/tmp/dlock-counter-XXXXXX";
+    int fd = mkstemp(path);
+    pid_t pids[PROCS];
+    long *shared, total, at_kill, sum = 0;
+    int leader;
+
+    CHECK(fd >= 0);
+    CHECK(write(fd, "0", 1) == 1);
+    close(fd);
+    /* shared[p]: increments by process p; shared[PROCS]: stop flag */
+    shared = mmap(NULL, sizeof(long) * (PROCS + 1), PROT_READ | PROT_WRITE,
+                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(shared != MAP_FAILED);
+    test_etcd_start(&e, 3, NULL);
+    for (int p = 0; p < PROCS; p++) {
+        pids[p] = fork();
+        CHECK(pids[p] >= 0);
+        if (pids[p] == 0) {
+            char url[300];
+            dlock_client *c;
+            dlock_acquire_options o = opts(DLOCK_WAIT_FOREVER, 2000, 1);
+            url_first(url, sizeof(url), &e, p % 3, -1);
+            c = open_fast(url);
+            while (!__atomic_load_n(&shared[PROCS], __ATOMIC_SEQ_CST)) {
+                dlock_lock *l;
+                char buf[32] = {0};
+                long v;
+                int f, rc = dlock_acquire(&l, c, "chaos", &o);
+                if (rc == DLOCK_ECONN)
+                    continue; /* no quorum for a moment */
+                CHECK_RC(rc, DLOCK_OK);
+                f = open(path, O_RDWR);
+                CHECK(f >= 0 && read(f, buf, sizeof(buf) - 1) > 0);
+                v = atol(buf);
+                usleep(300);
+                if (!dlock_lock_lost(l)) {
+                    snprintf(buf, sizeof(buf), "%ld", v + 1);
+                    CHECK(pwrite(f, buf, strlen(buf), 0) == (ssize_t)strlen(buf));
+                    __atomic_add_fetch(&shared[p], 1, __ATOMIC_SEQ_CST);
+                }
+                close(f);
+                dlock_release(l); /* DLOCK_ELOST or ECONN are possible here */
+            }
+            dlock_client_free(c);
+            _exit(0);
+        }
+    }
+    for (int i = 0; i < 500 && shared[0] + shared[1] + shared[2] < 30; i++)
+        test_sleep_ms(10);
+    leader = test_etcd_leader(&e);
+    test_etcd_kill(&e, leader);
+    at_kill = shared[0] + shared[1] + shared[2];
+    test_sleep_ms(1500);
+    test_etcd_restart(&e, leader);
+    test_sleep_ms(1000);
+    __atomic_store_n(&shared[PROCS], 1, __ATOMIC_SEQ_CST);
+    for (int p = 0; p < PROCS; p++)
+        wait_child_ok(pids[p]);
+    {
+        char buf[32] = {0};
+        int f = open(path, O_RDONLY);
+        CHECK(f >= 0 && read(f, buf, sizeof(buf) - 1) > 0);
+        close(f);
+        total = atol(buf);
+    }
+    unlink(path);
+    for (int p = 0; p < PROCS; p++)
+        sum += shared[p];
+    fprintf(stderr, "increments: %ld before the leader was killed, %ld in all\n", at_kill, sum);
+    if (total != sum) {
+        fprintf(stderr, "counter is %ld, %ld increments: two holders overlapped\n", total, sum);
+        exit(1);
+    }
+    CHECK(sum > at_kill + 10); /* the lock kept working after the kill */
+    munmap(shared, sizeof(long) * (PROCS + 1));
+    stop_and_check_no_stray(&e);
+}
+
+/* ---- the CLI ---------------------------------------------------------------- */
+
+/* dlock run with an etcd:// URL: the command's exit code passes through, it
+ * sees DLOCK_FENCE, and a held lock gives 75. */
+static void cli_run(void)
+{
+#ifdef DLOCK_CLI_PATH
+    test_etcd e;
+    dlock_client *c;
+    dlock_lock *l;
+    char cmd[1024], out[] = "/tmp/dlock-cli-fence-XXXXXX";
+    char buf[64] = {0};
+    int fd, status;
+
+    test_etcd_start(&e, 1, NULL);
+    fd = mkstemp(out);
+    CHECK(fd >= 0);
+    snprintf(cmd, sizeof(cmd), "%s --url '%s' run --ttl 3s job -- sh -c "
+             "'echo \"$DLOCK_NAME $DLOCK_FENCE\" > %s; exit 7'", DLOCK_CLI_PATH, e.url, out);
+    status = system(cmd);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 7);
+    CHECK(read(fd, buf, sizeof(buf) - 1) > 0);
+    close(fd);
+    unlink(out);
+    CHECK(strncmp(buf, "job ", 4) == 0 && strtoull(buf + 4, NULL, 10) > 0);
+    CHECK(test_etcd_count(&e, "dlock/") == 0); /* released after the command */
+
+    c = open_client(&e);
+    CHECK_RC(dlock_acquire(&l, c, "job", NULL), DLOCK_OK);
+    snprintf(cmd, sizeof(cmd), "%s --url '%s' run job -- true 2>/dev/null", DLOCK_CLI_PATH, e.url);
+    status = system(cmd);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 75);
+    snprintf(cmd, sizeof(cmd), "%s --url '%s' status job | grep -q 'held, fence %" PRIu64 "'",
+             DLOCK_CLI_PATH, e.url, dlock_lock_fence(l));
+    CHECK(system(cmd) == 0);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+    test_etcd_stop(&e);
+#else
+    fprintf(stderr, "cli_run: built without the dlock command (cli/)\n");
+    exit(1);
+#endif
+}
+
 TEST_MAIN({"codec", codec}, {"url_and_open_errors", url_and_open_errors},
           {"basic_cycle", basic_cycle},
           {"mutual_exclusion_processes", mutual_exclusion_processes},
@@ -820,4 +1287,12 @@ TEST_MAIN({"codec", codec}, {"url_and_open_errors", url_and_open_errors},
           {"release_wakes_one_waiter", release_wakes_one_waiter},
           {"wait_times_out", wait_times_out}, {"try_once_leaves_nothing", try_once_leaves_nothing},
           {"client_freed_before_release", client_freed_before_release},
-          {"threads_share_a_client", threads_share_a_client})
+          {"threads_share_a_client", threads_share_a_client},
+          {"auth_user_password", auth_user_password},
+          {"tls_with_client_certificate", tls_with_client_certificate},
+          {"cluster_kill_member_while_holding", cluster_kill_member_while_holding},
+          {"cluster_kill_member_while_waiting", cluster_kill_member_while_waiting},
+          {"cluster_kill_leader", cluster_kill_leader},
+          {"cluster_restart_member", cluster_restart_member},
+          {"cluster_mutual_exclusion_leader_killed", cluster_mutual_exclusion_leader_killed},
+          {"cli_run", cli_run})
