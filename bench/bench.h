@@ -106,4 +106,12 @@ redisContext *bench_raw_connect(const bench_endpoint *ep);
 void bench_raw_expect(redisContext *c, int type, const char *expect_status, const char *fmt,
                       ...);
 
+/* ------------------------------------------------------------------------
+ * etcd.c: dlock-bench --etcd
+ * ---------------------------------------------------------------------- */
+
+/* The etcd section: cycle and hand-off beside the raw /v3/kv/range round
+ * trip. url NULL: a throwaway etcd from PATH. Returns the exit status. */
+int bench_etcd(const char *url, long iterations);
+
 #endif /* DLOCK_BENCH_H */

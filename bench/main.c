@@ -37,6 +37,7 @@ static char url[1024];
 static bench_endpoint endpoint;
 static long iterations = 5000;
 static int pin = 1;
+static int etcd; /* --etcd: the etcd section (bench/etcd.c) instead */
 static double seconds = 2.0;
 static char key_base[64]; /* unique per run, so runs against one server never meet */
 
@@ -733,7 +734,7 @@ static void load_print(const load_snap *a, const load_snap *b)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: dlock-bench [--url URL] [--iterations N] [--seconds S] [--no-pin]\n"
+            "usage: dlock-bench [--url URL] [--iterations N] [--seconds S] [--no-pin] [--etcd]\n"
             "\n"
             "  --url URL         the Redis server to measure (default: start a throwaway\n"
             "                    redis-server from PATH on a free loopback port)\n"
@@ -742,6 +743,8 @@ static void usage(FILE *f)
             "  --seconds S       length of each throughput run (default 2)\n"
             "  --no-pin          with its own server, do not pin server and client to\n"
             "                    CPUs (default: table A on two CPUs, table B on one)\n"
+            "  --etcd            measure etcd instead (--url etcd://host:port, or a\n"
+            "                    throwaway etcd from PATH); see bench/etcd.c\n"
             "\n"
             "Prints p50/p99 latencies and throughputs beside the raw hiredis round trip\n"
             "of the same run, and whether the targets are met. See docs/bench.md.\n");
@@ -753,6 +756,7 @@ static void parse_args(int argc, char **argv)
                                              {"iterations", required_argument, NULL, 'n'},
                                              {"seconds", required_argument, NULL, 's'},
                                              {"no-pin", no_argument, NULL, 'p'},
+                                             {"etcd", no_argument, NULL, 'e'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     int opt;
@@ -785,6 +789,9 @@ static void parse_args(int argc, char **argv)
             break;
         case 'p':
             pin = 0;
+            break;
+        case 'e':
+            etcd = 1;
             break;
         case 'h':
             usage(stdout);
@@ -909,6 +916,8 @@ int main(int argc, char **argv)
     parse_args(argc, argv);
     bench_signals_init();
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (etcd)
+        return bench_etcd(url[0] ? url : NULL, iterations);
 
     int own_server = url[0] == 0;
     if (own_server)

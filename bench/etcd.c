@@ -1,0 +1,492 @@
+/*
+ * dlock-bench --etcd: what a dlock call costs on etcd, beside the raw round
+ * trip of a /v3/kv/range (a linearizable read) and of a /v3/kv/put (a raft
+ * write) through the same kind of connection dlock uses (libcurl, keep-alive),
+ * measured in the same run, interleaved.
+ *
+ * Without --url it starts a throwaway single-member etcd from PATH on free
+ * loopback ports, with its data in a mkdtemp directory (on disk: every write
+ * is fsynced, as in production). A janitor process owns that etcd and stops
+ * it and removes the directory when the bench exits, whatever the way, even
+ * with SIGKILL: it notices the bench is gone when a pipe closes.
+ */
+#include "bench.h"
+
+#include <dlock/dlock.h>
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define HOLD_MS 1 /* between looks at whether B waits, in the hand-off */
+
+static int etcd_port;
+static char base_url[128]; /* http://127.0.0.1:PORT */
+static int janitor_pipe = -1;
+static pid_t janitor_pid;
+
+/* ---- samples ------------------------------------------------------------ */
+
+typedef struct {
+    int64_t *v;
+    size_t n;
+} series;
+
+static void series_add(series *s, int64_t ns)
+{
+    int64_t *v = realloc(s->v, (s->n + 1) * sizeof *v);
+    if (v == NULL)
+        bench_die("out of memory");
+    s->v = v;
+    s->v[s->n++] = ns;
+}
+
+static int cmp64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static double pct(series *s, double p)
+{
+    size_t rank;
+
+    if (s->n == 0)
+        return 0;
+    qsort(s->v, s->n, sizeof *s->v, cmp64);
+    rank = (size_t)(p / 100.0 * (double)s->n + 0.999999);
+    rank = rank < 1 ? 1 : rank > s->n ? s->n : rank;
+    return (double)s->v[rank - 1] / 1000.0;
+}
+
+/* ---- the throwaway etcd ------------------------------------------------- */
+
+static int free_port(void)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port;
+
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
+        bench_die("cannot find a free port: %s", strerror(errno));
+    port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+static size_t sink(char *data, size_t size, size_t n, void *arg)
+{
+    (void)data;
+    (void)arg;
+    return size * n;
+}
+
+/* POST body to path on the etcd, on handle h (keep-alive). 0 when it
+ * answered 200. */
+static int post(CURL *h, const char *path, const char *body)
+{
+    char url[256];
+    long code = 0;
+
+    snprintf(url, sizeof url, "%s%s", base_url, path);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    if (curl_easy_perform(h) != CURLE_OK)
+        return -1;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    return code == 200 ? 0 : -1;
+}
+
+static CURL *handle(void)
+{
+    CURL *h = curl_easy_init();
+
+    if (h == NULL)
+        bench_die("curl_easy_init failed");
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
+    return h;
+}
+
+/*
+ * The janitor: starts etcd, then waits until the bench closes the pipe (or
+ * dies), kills etcd and removes the directory.
+ */
+static void janitor(int rd, const char *dir, char *const argv[])
+{
+    char buf[16], cmd[600];
+    pid_t etcd;
+    sigset_t none;
+
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGINT, SIG_IGN); /* the bench decides; we follow the pipe */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    etcd = fork();
+    if (etcd == 0) {
+        char logp[400];
+        snprintf(logp, sizeof logp, "%s/etcd.log", dir);
+        int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd >= 0) {
+            dup2(fd, STDOUT_FILENO);
+            dup2(fd, STDERR_FILENO);
+        }
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        execvp("etcd", argv);
+        _exit(127);
+    }
+    while (read(rd, buf, sizeof buf) > 0 || errno == EINTR) {
+    }
+    if (etcd > 0) {
+        kill(etcd, SIGKILL);
+        waitpid(etcd, NULL, 0);
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) {
+        /* nothing more to do */
+    }
+    _exit(0);
+}
+
+static void stop_etcd(void)
+{
+    if (janitor_pipe >= 0) {
+        close(janitor_pipe);
+        janitor_pipe = -1;
+        waitpid(janitor_pid, NULL, 0);
+    }
+}
+
+static void start_etcd(char *url, size_t url_size)
+{
+    static char dir[] = "/tmp/dlock-bench-etcd-XXXXXX";
+    char data[96], client[64], peer[64], cluster[96];
+    int peer_port, fds[2];
+
+    if (mkdtemp(dir) == NULL)
+        bench_die("mkdtemp: %s", strerror(errno));
+    etcd_port = free_port();
+    peer_port = free_port();
+    snprintf(data, sizeof data, "%s/data", dir);
+    snprintf(client, sizeof client, "http://127.0.0.1:%d", etcd_port);
+    snprintf(peer, sizeof peer, "http://127.0.0.1:%d", peer_port);
+    snprintf(cluster, sizeof cluster, "b=%s", peer);
+    char *argv[] = {"etcd", "--name", "b", "--data-dir", data, "--listen-client-urls", client,
+                    "--advertise-client-urls", client, "--listen-peer-urls", peer,
+                    "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster,
+                    "--logger", "zap", "--log-level", "warn", NULL};
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        bench_die("pipe: %s", strerror(errno));
+    janitor_pid = fork();
+    if (janitor_pid < 0)
+        bench_die("fork: %s", strerror(errno));
+    if (janitor_pid == 0) {
+        close(fds[1]);
+        janitor(fds[0], dir, argv);
+    }
+    close(fds[0]);
+    janitor_pipe = fds[1];
+    atexit(stop_etcd);
+    snprintf(base_url, sizeof base_url, "%s", client);
+    snprintf(url, url_size, "etcd://127.0.0.1:%d", etcd_port);
+
+    CURL *h = handle();
+    for (int i = 0; i < 200; i++) {
+        if (post(h, "/v3/kv/range", "{\"key\":\"AA==\"}") == 0) {
+            curl_easy_cleanup(h);
+            return;
+        }
+        usleep(50 * 1000);
+    }
+    bench_die("etcd did not start (is etcd-server installed? see %s/etcd.log)", dir);
+}
+
+/* ---- what a cycle sends: etcd's own request counters -------------------- */
+
+typedef struct {
+    long long grant, revoke, keepalive, txn, range, del, put, watch;
+} reqs;
+
+static size_t collect(char *data, size_t size, size_t n, void *arg)
+{
+    char **buf = arg;
+    size_t old = *buf ? strlen(*buf) : 0;
+    char *grown = realloc(*buf, old + size * n + 1);
+
+    if (grown == NULL)
+        return 0;
+    memcpy(grown + old, data, size * n);
+    grown[old + size * n] = 0;
+    *buf = grown;
+    return size * n;
+}
+
+static long long metric(const char *text, const char *method)
+{
+    char needle[128];
+    long long sum = 0;
+    const char *p = text;
+
+    snprintf(needle, sizeof needle, "grpc_server_started_total{grpc_method=\"%s\"", method);
+    while ((p = strstr(p, needle)) != NULL) {
+        const char *sp = strchr(p, '}');
+        if (sp != NULL)
+            sum += (long long)strtod(sp + 1, NULL);
+        p += strlen(needle);
+    }
+    return sum;
+}
+
+static void reqs_take(reqs *r)
+{
+    CURL *h = handle();
+    char *text = NULL, url[256];
+
+    snprintf(url, sizeof url, "%s/metrics", base_url);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &text);
+    memset(r, 0, sizeof *r);
+    if (curl_easy_perform(h) == CURLE_OK && text != NULL) {
+        r->grant = metric(text, "LeaseGrant");
+        r->revoke = metric(text, "LeaseRevoke");
+        r->keepalive = metric(text, "LeaseKeepAlive");
+        r->txn = metric(text, "Txn");
+        r->range = metric(text, "Range");
+        r->del = metric(text, "DeleteRange");
+        r->put = metric(text, "Put");
+        r->watch = metric(text, "Watch");
+    }
+    free(text);
+    curl_easy_cleanup(h);
+}
+
+static void reqs_print(const char *label, const reqs *a, const reqs *b, long units)
+{
+    double u = (double)units;
+
+    printf("  %-30s grant %.2f, txn %.2f, range %.2f, deleterange %.2f, revoke %.2f, "
+           "keepalive %.2f, watch %.2f\n",
+           label, (b->grant - a->grant) / u, (b->txn - a->txn) / u, (b->range - a->range) / u,
+           (b->del - a->del) / u, (b->revoke - a->revoke) / u,
+           (b->keepalive - a->keepalive) / u, (b->watch - a->watch) / u);
+}
+
+/* ---- measurements ---------------------------------------------------------- */
+
+static void cycle(dlock_client *c, const char *name, int auto_renew, series *s)
+{
+    dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+    dlock_lock *l = NULL;
+    int64_t t0;
+    int rc;
+
+    o.auto_renew = auto_renew;
+    t0 = bench_now_ns();
+    rc = dlock_acquire(&l, c, name, &o);
+    if (rc != DLOCK_OK)
+        bench_die("dlock_acquire: %s (%s)", dlock_strerror(rc), dlock_error_message());
+    rc = dlock_release(l);
+    if (rc != DLOCK_OK)
+        bench_die("dlock_release: %s (%s)", dlock_strerror(rc), dlock_error_message());
+    if (s != NULL)
+        series_add(s, bench_now_ns() - t0);
+}
+
+static void raw(CURL *h, const char *path, const char *body, series *s)
+{
+    int64_t t0 = bench_now_ns();
+
+    if (post(h, path, body) != 0)
+        bench_die("raw %s failed", path);
+    if (s != NULL)
+        series_add(s, bench_now_ns() - t0);
+}
+
+typedef struct {
+    dlock_client *c;
+    const char *name;
+    long count;
+    sem_t go, done;
+    int64_t end;
+} waiter;
+
+static void *waiter_main(void *arg)
+{
+    waiter *w = arg;
+    dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+
+    o.wait_ms = DLOCK_WAIT_FOREVER;
+    for (long i = 0; i < w->count; i++) {
+        dlock_lock *l = NULL;
+        int rc;
+        while (sem_wait(&w->go) != 0) {
+        }
+        rc = dlock_acquire(&l, w->c, w->name, &o);
+        w->end = bench_now_ns();
+        if (rc != DLOCK_OK)
+            bench_die("hand-off: B's dlock_acquire: %s (%s)", dlock_strerror(rc),
+                      dlock_error_message());
+        if (dlock_release(l) != DLOCK_OK)
+            bench_die("hand-off: B's dlock_release: %s", dlock_error_message());
+        sem_post(&w->done);
+    }
+    return NULL;
+}
+
+int bench_etcd(const char *given_url, long iterations)
+{
+    char url[1024], name[2][96], hname[96], rawkey[160];
+    long n = iterations / 5 < 20 ? 20 : iterations / 5, handoffs = n / 10 < 20 ? 20 : n / 10;
+    dlock_client *client[2] = {NULL, NULL}, *ca = NULL, *cb = NULL;
+    series range = {0}, put = {0}, cyc[2] = {{0}, {0}}, hand = {0};
+    reqs r0, r1, r2;
+    CURL *h;
+    waiter w;
+    pthread_t tb;
+    int own = given_url == NULL;
+
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    if (own) {
+        start_etcd(url, sizeof url);
+    } else {
+        const char *p = strstr(given_url, "://");
+        snprintf(url, sizeof url, "%s", given_url);
+        if (strncmp(given_url, "etcd://", 7) != 0 || strpbrk(p + 3, ",@?") != NULL)
+            bench_die("--etcd --url wants etcd://host:port (one endpoint, no TLS or user)");
+        snprintf(base_url, sizeof base_url, "http://%.100s", p + 3);
+        base_url[strcspn(base_url + 7, "/") + 7] = 0;
+    }
+    for (int a = 0; a < 2; a++)
+        if (dlock_client_open(&client[a], url, NULL) != DLOCK_OK)
+            bench_die("dlock_client_open: %s", dlock_error_message());
+    h = handle();
+    snprintf(name[0], sizeof name[0], "bench-%ld-renew0", (long)getpid());
+    snprintf(name[1], sizeof name[1], "bench-%ld-renew1", (long)getpid());
+    snprintf(hname, sizeof hname, "bench-%ld-handoff", (long)getpid());
+    /* base64 of "dlock-bench-raw" */
+    snprintf(rawkey, sizeof rawkey, "{\"key\":\"ZGxvY2stYmVuY2gtcmF3\"}");
+
+    printf("dlock-bench --etcd: dlock %s, etcd at %s%s\n", dlock_version(), url,
+           own ? " (started by this run, data on disk)" : "");
+    printf("  %ld latency samples each, %ld hand-offs\n", n, handoffs);
+
+    for (long i = 0; i < n / 10 + 20; i++) { /* warm-up */
+        raw(h, "/v3/kv/range", rawkey, NULL);
+        cycle(client[1], name[1], 1, NULL);
+        cycle(client[0], name[0], 0, NULL);
+    }
+    for (int round = 0; round < 10; round++) {
+        long per = n / 10 + (round < n % 10);
+        for (long i = 0; i < per; i++)
+            raw(h, "/v3/kv/range", rawkey, &range);
+        for (long i = 0; i < per; i++)
+            raw(h, "/v3/kv/put", "{\"key\":\"ZGxvY2stYmVuY2gtcmF3\",\"value\":\"eA==\"}", &put);
+        for (long i = 0; i < per; i++)
+            cycle(client[1], name[1], 1, &cyc[1]);
+        for (long i = 0; i < per; i++)
+            cycle(client[0], name[0], 0, &cyc[0]);
+    }
+    raw(h, "/v3/kv/deleterange", rawkey, NULL);
+    /* What the cycles send, counted apart from the raw calls. */
+    reqs_take(&r0);
+    for (int i = 0; i < 50; i++) {
+        cycle(client[1], name[1], 1, NULL);
+        cycle(client[0], name[0], 0, NULL);
+    }
+    reqs_take(&r1);
+
+    /* Hand-off: A holds, B waits; A releases at t0, B's acquire returns at t1. */
+    if (dlock_client_open(&ca, url, NULL) != DLOCK_OK || dlock_client_open(&cb, url, NULL) != DLOCK_OK)
+        bench_die("dlock_client_open: %s", dlock_error_message());
+    memset(&w, 0, sizeof w);
+    w.c = cb;
+    w.name = hname;
+    w.count = handoffs + 5;
+    sem_init(&w.go, 0, 0);
+    sem_init(&w.done, 0, 0);
+    if (pthread_create(&tb, NULL, waiter_main, &w) != 0)
+        bench_die("pthread_create failed");
+    for (long i = 0; i < handoffs + 5; i++) {
+        dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+        dlock_lock *l = NULL;
+        struct timespec hold = {0, HOLD_MS * 1000000L};
+        reqs before;
+        int64_t t0;
+        if (dlock_acquire(&l, ca, hname, &o) != DLOCK_OK)
+            bench_die("hand-off: A's dlock_acquire: %s", dlock_error_message());
+        reqs_take(&before);
+        sem_post(&w.go);
+        /* B must be queued and asleep in its watch before A lets go: etcd
+         * counts B's watch stream once it reached the server. */
+        for (int k = 0; k < 5000; k++) {
+            reqs now;
+            nanosleep(&hold, NULL);
+            reqs_take(&now);
+            if (now.watch > before.watch)
+                break;
+        }
+        t0 = bench_now_ns();
+        if (dlock_release(l) != DLOCK_OK)
+            bench_die("hand-off: A's dlock_release: %s", dlock_error_message());
+        while (sem_wait(&w.done) != 0) {
+        }
+        if (w.end < t0)
+            bench_die("hand-off: B got the lock before A released it");
+        if (i >= 5)
+            series_add(&hand, w.end - t0);
+    }
+    pthread_join(tb, NULL);
+    reqs_take(&r2);
+
+    {
+        double r50 = pct(&range, 50), p50 = pct(&put, 50);
+        printf("\n%-38s %9s %9s  %s\n", "measurement", "p50 us", "p99 us", "p50 / range p50");
+        printf("%-38s %9.1f %9.1f  %6.2f\n", "raw /v3/kv/range (libcurl)", r50, pct(&range, 99),
+               1.0);
+        printf("%-38s %9.1f %9.1f  %6.2f\n", "raw /v3/kv/put (raft write)", p50, pct(&put, 99),
+               p50 / r50);
+        for (int a = 1; a >= 0; a--) {
+            char label[64];
+            double c50 = pct(&cyc[a], 50);
+            snprintf(label, sizeof label, "cycle acquire+release, auto_renew=%d", a);
+            printf("%-38s %9.1f %9.1f  %6.2f   (%.2f x put)\n", label, c50, pct(&cyc[a], 99),
+                   c50 / r50, c50 / p50);
+        }
+        printf("%-38s %9.1f %9.1f  %6.2f   (%.2f x put)\n", "hand-off release -> next holder",
+               pct(&hand, 50), pct(&hand, 99), pct(&hand, 50) / r50, pct(&hand, 50) / p50);
+        printf("\netcd requests per unit (etcd's grpc_server_started_total):\n");
+        reqs_print("per cycle:", &r0, &r1, 100);
+        reqs_print("per hand-off (A and B):", &r1, &r2, handoffs + 5);
+    }
+
+    curl_easy_cleanup(h);
+    dlock_client_free(ca);
+    dlock_client_free(cb);
+    dlock_client_free(client[0]);
+    dlock_client_free(client[1]);
+    free(range.v);
+    free(put.v);
+    free(cyc[0].v);
+    free(cyc[1].v);
+    free(hand.v);
+    stop_etcd();
+    return 0;
+}
