@@ -305,8 +305,9 @@ void dlock__etcd_conn_put(dlock__etcd *e, dlock__etcd_conn *c)
 
 /* ---- one request on one endpoint ------------------------------------- */
 
-/* What to do after an attempt. */
-enum { TRY_DONE, TRY_NEXT_ENDPOINT, TRY_LOGIN };
+/* What to do after an attempt. TRY_REFUSED is TRY_NEXT_ENDPOINT for an
+ * endpoint where nothing listens. */
+enum { TRY_DONE, TRY_NEXT_ENDPOINT, TRY_REFUSED, TRY_LOGIN };
 
 /* Build the header list: JSON, no "Expect: 100-continue" (a round trip for
  * nothing), and the auth token with its generation. */
@@ -436,7 +437,10 @@ static int find_error(dlock__etcd_conn *c, const json_t *j)
     if (err == NULL && code == NULL)
         return 0;
     if (json_is_object(err)) {
+        /* grpc-gateway v1 (etcd 3.4, 3.5) says grpc_code, v2 (3.6) code. */
         code = json_object_get(err, "grpc_code");
+        if (code == NULL)
+            code = json_object_get(err, "code");
         msg = json_object_get(err, "message");
     } else if (!json_is_string(msg) && json_is_string(err)) {
         msg = err;
@@ -549,7 +553,7 @@ static int attempt(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const char *
     }
     if (res != CURLE_OK) {
         *rc = dlock__fail(DLOCK_ECONN, "%s: %s", where, curl_text(c, res, text, sizeof(text)));
-        return TRY_NEXT_ENDPOINT;
+        return res == CURLE_COULDNT_CONNECT ? TRY_REFUSED : TRY_NEXT_ENDPOINT;
     }
     curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &http);
     if ((*rc = parse_body(e, c, idx, http, stream, &j)) != DLOCK_OK)
@@ -638,7 +642,7 @@ static int call_body(dlock__etcd *e, dlock__etcd_conn *c, const char *path, cons
                      int with_token, int stream, json_t **out)
 {
     int64_t start = dlock__now_ms(), deadline = start + e->command_timeout_ms;
-    size_t idx = atomic_load(&e->current), failed = 0;
+    size_t idx = atomic_load(&e->current), failed = 0, refused = 0;
     int logged_in = 0, rc = DLOCK_ECONN;
 
     *out = NULL;
@@ -670,7 +674,11 @@ static int call_body(dlock__etcd *e, dlock__etcd_conn *c, const char *path, cons
                 return rc;
             continue;
         }
-        /* TRY_NEXT_ENDPOINT */
+        /* TRY_NEXT_ENDPOINT, TRY_REFUSED. Every endpoint refusing the
+         * connection in a row: nothing runs there, no use waiting. */
+        refused = next == TRY_REFUSED ? refused + 1 : 0;
+        if (refused >= e->neps)
+            break;
         failed++;
         if (e->neps > 1) {
             size_t was = idx;
@@ -686,8 +694,12 @@ static int call_body(dlock__etcd *e, dlock__etcd_conn *c, const char *path, cons
     if (e->neps > 1) {
         char last[400];
         snprintf(last, sizeof(last), "%s", dlock_error_message());
-        rc = dlock__fail(rc, "%s (no endpoint of %zu answered within %lld ms)", last, e->neps,
-                         (long long)e->command_timeout_ms);
+        if (refused >= e->neps)
+            rc = dlock__fail(rc, "%s (and the other %zu endpoints refused too)", last,
+                             e->neps - 1);
+        else
+            rc = dlock__fail(rc, "%s (no endpoint of %zu answered within %lld ms)", last,
+                             e->neps, (long long)e->command_timeout_ms);
     }
     return rc;
 }

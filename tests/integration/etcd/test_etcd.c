@@ -144,10 +144,16 @@ static void url_and_open_errors(void)
         snprintf(where, sizeof(where), "etcd 127.0.0.1:%d", e.client_port[0]);
         CHECK_CONTAINS(dlock_error_message(), where);
     }
-    /* Not an etcd gateway at all: a plain HTTP server answering 404s is
-     * hard to come by here, so a Redis URL scheme mistake instead. */
     CHECK_RC(dlock_client_open(&c, "etcdx://127.0.0.1:1", NULL), DLOCK_EINVAL);
     CHECK_CONTAINS(dlock_error_message(), "etcd://");
+
+    /* An HTTP server that is not the v3 gateway: etcd's own peer port. */
+    test_etcd_start(&e, 1, NULL);
+    snprintf(url, sizeof(url), "etcd://127.0.0.1:%d", e.peer_port[0]);
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_EPROTO);
+    CHECK_CONTAINS(dlock_error_message(), "etcd v3 gateway");
+    CHECK(c == NULL);
+    test_etcd_stop(&e);
 }
 
 static void basic_cycle(void)
