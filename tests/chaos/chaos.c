@@ -945,7 +945,7 @@ static void print_rows(FILE *f, int markdown, const char *be_name, const int *wh
                        row *rows, int header)
 {
     const char *h = markdown ? "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n"
-                             : "%-7s %-18s %4s %6s %6s %8s %6s %7s %7s %7s %7s %8s %s\n";
+                             : "%-7s %-20s %4s %6s %6s %8s %6s %7s %7s %7s %7s %8s %s\n";
     char why[96];
 
     if (header)
@@ -960,7 +960,7 @@ static void print_rows(FILE *f, int markdown, const char *be_name, const int *wh
             continue;
         fprintf(f, markdown ? "| %s | %s | %d | %ld | %ld | %ld | %ld | %ld | %ld | %ld | %ld | "
                               "%.2f | %s%s%s |\n"
-                            : "%-7s %-18s %4d %6ld %6ld %8ld %6ld %7ld %7ld %7ld %7ld %8.2f "
+                            : "%-7s %-20s %4d %6ld %6ld %8ld %6ld %7ld %7ld %7ld %7ld %8.2f "
                               "%s%s%s\n",
                 be_name, nemeses[which[i]].name, r->runs, r->holds, r->faults, r->overlaps,
                 r->fence_viol, r->lost_updates, r->on_lost, r->missed_on_lost, r->refused,
@@ -1003,7 +1003,7 @@ static void usage(void)
             "             [--nemesis all|a,b,...] [--backend redis] [--url URL] [--keep]\n"
             "             [--markdown FILE]\nnemeses:\n");
     for (int i = 0; i < N_COUNT; i++)
-        fprintf(stderr, "  %-18s %s\n", nemeses[i].name, nemeses[i].what);
+        fprintf(stderr, "  %-20s %s\n", nemeses[i].name, nemeses[i].what);
 }
 
 int main(int argc, char **argv)
