@@ -239,6 +239,23 @@ static int lease_left(etcd_backend *be, dlock__etcd_conn *c, int64_t lease, int6
     return rc;
 }
 
+/* Read the answers of a keepalive stream: alive[i] 1 for a lease renewed,
+ * 0 for one gone (no TTL, or TTL 0), left as it was (-1) when unanswered. */
+static int keepalive_results(etcd_backend *be, const json_t *results, const int64_t *ids,
+                             size_t n, int *alive)
+{
+    for (size_t r = 0; r < json_array_size(results); r++) {
+        const json_t *res = json_array_get(results, r);
+        int64_t id = 0, ttl = 0;
+        if (dlock__etcd_int(res, "ID", &id) != 0 || dlock__etcd_int(res, "TTL", &ttl) != 0)
+            return bad_reply(be, "lease keepalive");
+        for (size_t i = 0; i < n; i++)
+            if (ids[i] == id && alive[i] < 0)
+                alive[i] = ttl > 0;
+    }
+    return DLOCK_OK;
+}
+
 /*
  * Keep leases ids[0..n) alive: alive[i] is 1 when the server renewed it, 0
  * when it is gone (a reply without TTL, or TTL 0). The IDs go in chunks of
@@ -263,17 +280,8 @@ static int keepalive(etcd_backend *be, dlock__etcd_conn *c, const int64_t *ids, 
         for (; to < n && to - from < KEEPALIVE_CHUNK; to++)
             len += (size_t)sprintf(body + len, "{\"ID\":\"%" PRId64 "\"}", ids[to]);
         rc = dlock__etcd_call_stream(be->http, c, "/v3/lease/keepalive", body, &results);
-        for (size_t r = 0; rc == DLOCK_OK && r < json_array_size(results); r++) {
-            const json_t *res = json_array_get(results, r);
-            int64_t id = 0, ttl = 0;
-            if (dlock__etcd_int(res, "ID", &id) != 0 || dlock__etcd_int(res, "TTL", &ttl) != 0) {
-                rc = bad_reply(be, "lease keepalive");
-                break;
-            }
-            for (size_t i = from; i < to; i++)
-                if (ids[i] == id && alive[i] < 0)
-                    alive[i] = ttl > 0;
-        }
+        if (rc == DLOCK_OK)
+            rc = keepalive_results(be, results, ids + from, to - from, alive + from);
         json_decref(results);
         if (rc != DLOCK_OK)
             break;
@@ -492,13 +500,15 @@ static int enqueue(etcd_backend *be, dlock__etcd_conn *c, etcd_watch *w, dlock__
 }
 
 /*
- * A try of a waiting acquisition. The lease is refreshed first (granted on
+ * A try of a waiting acquisition. The lease is refreshed in it (granted on
  * the first try, kept alive on later ones), after the core noted the time it
  * sent this try: the server's lease then runs out no earlier than the
- * deadline the core computes. Then one txn reads, at one revision, that our
- * key is still there with the revision we queued at, which key holds the
- * lock, and which is just ahead of ours. So success is only reported while our
- * key exists (etcd 3.4's own lock did not check that after a wait).
+ * deadline the core computes. One txn reads, at one revision, that our key is
+ * still there with the revision we queued at, which key holds the lock, and
+ * which is just ahead of ours; on later tries it goes together with the
+ * keepalive, and success needs both: the lease alive, and our key first. So
+ * success is only reported while our key exists (etcd 3.4's own lock did not
+ * check that after a wait).
  */
 static int try_queued(etcd_backend *be, dlock__etcd_conn *c, etcd_watch *w, uint64_t *fence,
                       int64_t *retry_ms)
@@ -509,38 +519,43 @@ static int try_queued(etcd_backend *be, dlock__etcd_conn *c, etcd_watch *w, uint
     int64_t sent = dlock__now_ms(), rev;
     int rc, found;
 
-    if (w->granted) {
-        int alive = 0;
-        if ((rc = keepalive(be, c, &k->lease, 1, &alive)) != DLOCK_OK)
-            return rc;
-        if (alive) {
-            w->lease_ok_ms = sent;
-        } else {
-            w->granted = 0;
-            w->myrev = 0; /* the key went with the lease */
-        }
-    }
-    if (!w->granted) {
-        if ((rc = grant(be, c, k->lease, k->ttl)) != DLOCK_OK)
-            return rc;
-        w->granted = 1;
-        w->lease_ok_ms = sent;
-        w->myrev = 0;
-    }
-    w->keepalive_at = w->lease_ok_ms + k->ttl * 1000 / 3;
+    if (w->granted && w->myrev > 0) {
+        /* The keepalive and a read-only txn (no raft write), at once: one
+         * round trip after the wake-up, not two. */
+        char ka[48];
+        json_t *txn = json_pack("{s:[{s:o, s:s, s:s, s:I}], s:[o, o]}", "compare", "key",
+                                dlock__etcd_str(k->key), "target", "CREATE", "result", "EQUAL",
+                                "create_revision", (json_int_t)w->myrev, "success",
+                                as_op(range_first(k)), as_op(range_ahead(k, w->myrev)));
+        char *body = txn != NULL ? json_dumps(txn, JSON_COMPACT) : NULL;
+        dlock__etcd_pair p = {{"/v3/lease/keepalive", "/v3/kv/txn"}, {ka, body}, {1, 0},
+                              {NULL, NULL}, {0, 0}, {0, 0}};
+        int alive = -1;
 
-    if (w->myrev > 0) {
-        /* Read-only, so it costs no raft write. */
-        rc = call(be, c, "/v3/kv/txn",
-                  json_pack("{s:[{s:o, s:s, s:s, s:I}], s:[o, o]}", "compare", "key",
-                            dlock__etcd_str(k->key), "target", "CREATE", "result", "EQUAL",
-                            "create_revision", (json_int_t)w->myrev, "success",
-                            as_op(range_first(k)), as_op(range_ahead(k, w->myrev))),
-                  &reply);
-        if (rc != DLOCK_OK)
+        json_decref(txn);
+        if (body == NULL)
+            return dlock__fail(DLOCK_ENOMEM, "out of memory");
+        snprintf(ka, sizeof(ka), "{\"ID\":\"%" PRId64 "\"}", k->lease);
+        rc = dlock__etcd_call_pair(be->http, c, &p);
+        free(body);
+        if (rc == DLOCK_OK)
+            rc = keepalive_results(be, p.out[0], &k->lease, 1, &alive);
+        if (rc == DLOCK_OK && alive < 0)
+            rc = bad_reply(be, "lease keepalive (no answer for the lease)");
+        json_decref(p.out[0]);
+        reply = p.out[1];
+        if (rc != DLOCK_OK) {
+            json_decref(reply);
             return rc;
-        if (!json_is_true(json_object_get(reply, "succeeded"))) {
-            /* Our key is gone (broken by an administrator): queue again. */
+        }
+        if (alive)
+            w->lease_ok_ms = sent;
+        else
+            w->granted = 0; /* the key went with the lease */
+        w->keepalive_at = w->lease_ok_ms + k->ttl * 1000 / 3;
+        if (!alive || !json_is_true(json_object_get(reply, "succeeded"))) {
+            /* Our key is gone (lease ran out in a stall, or an
+             * administrator broke it): queue again. */
             json_decref(reply);
             reply = NULL;
             w->myrev = 0;
@@ -558,7 +573,24 @@ static int try_queued(etcd_backend *be, dlock__etcd_conn *c, etcd_watch *w, uint
             }
             goto decide;
         }
+    } else if (w->granted) {
+        int alive = 0;
+        if ((rc = keepalive(be, c, &k->lease, 1, &alive)) != DLOCK_OK)
+            return rc;
+        if (alive)
+            w->lease_ok_ms = sent;
+        else
+            w->granted = 0;
     }
+    if (!w->granted) {
+        if ((rc = grant(be, c, k->lease, k->ttl)) != DLOCK_OK)
+            return rc;
+        w->granted = 1;
+        w->lease_ok_ms = sent;
+        w->myrev = 0;
+    }
+    w->keepalive_at = w->lease_ok_ms + k->ttl * 1000 / 3;
+
     if ((rc = enqueue(be, c, w, &first)) != DLOCK_OK)
         return rc;
     if (first.create_revision != w->myrev) {

@@ -249,19 +249,35 @@ static void common_options(dlock__etcd *e, CURL *easy)
     }
 }
 
-int dlock__etcd_conn_new(dlock__etcd *e, dlock__etcd_conn **out)
+static dlock__etcd_conn *conn_alloc(dlock__etcd *e)
 {
     dlock__etcd_conn *c = calloc(1, sizeof(*c));
 
-    *out = NULL;
     if (c == NULL || (c->easy = curl_easy_init()) == NULL) {
         free(c);
-        return dlock__fail(DLOCK_ENOMEM, "out of memory (curl handle)");
+        return NULL;
     }
     common_options(e, c->easy);
     curl_easy_setopt(c->easy, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(c->easy, CURLOPT_WRITEDATA, c);
     curl_easy_setopt(c->easy, CURLOPT_ERRORBUFFER, c->errbuf);
+    return c;
+}
+
+int dlock__etcd_conn_new(dlock__etcd *e, dlock__etcd_conn **out)
+{
+    dlock__etcd_conn *c = conn_alloc(e);
+
+    *out = NULL;
+    /* Every transfer runs through the connection's multi handle, whose
+     * cache keeps the connections alive between calls, also the second one
+     * a pair of requests (dlock__etcd_call_pair) needs. */
+    if (c != NULL && (c->multi = curl_multi_init()) == NULL) {
+        dlock__etcd_conn_free(c);
+        c = NULL;
+    }
+    if (c == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory (curl handle)");
     *out = c;
     return DLOCK_OK;
 }
@@ -270,7 +286,10 @@ void dlock__etcd_conn_free(dlock__etcd_conn *c)
 {
     if (c == NULL)
         return;
+    dlock__etcd_conn_free(c->twin);
     curl_easy_cleanup(c->easy);
+    if (c->multi != NULL)
+        curl_multi_cleanup(c->multi);
     free(c->buf);
     free(c);
 }
@@ -507,41 +526,43 @@ static int parse_body(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, long http
     return DLOCK_OK;
 }
 
-static int attempt(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const char *path,
-                   const char *body, int64_t budget_ms, int with_token, int stream,
-                   unsigned long *gen, json_t **out, int *rc)
+/* Set up c for one request; the headers are kept in c until finish(). */
+static int prepare(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const char *path,
+                   const char *body, int64_t budget_ms, int with_token, unsigned long *gen)
 {
-    const char *where = e->eps[idx].where;
-    char url[400], text[CURL_ERROR_SIZE + 32];
-    struct curl_slist *headers;
-    dlock__sigpipe_guard guard;
-    CURLcode res;
-    long http = 0;
-    json_t *j = NULL;
+    char url[400];
 
-    *out = NULL;
     c->grpc_code = 0;
     c->grpc_message[0] = '\0';
     c->errbuf[0] = '\0';
     c->len = 0;
-    headers = make_headers(e, with_token, gen, 0);
-    if (headers == NULL) {
-        *rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
-        return TRY_DONE;
-    }
+    c->headers = make_headers(e, with_token, gen, 0);
+    if (c->headers == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
     snprintf(url, sizeof(url), "%s%s", e->eps[idx].base, path);
     curl_easy_setopt(c->easy, CURLOPT_URL, url);
-    curl_easy_setopt(c->easy, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(c->easy, CURLOPT_HTTPHEADER, c->headers);
     curl_easy_setopt(c->easy, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(c->easy, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
     curl_easy_setopt(c->easy, CURLOPT_TIMEOUT_MS, (long)budget_ms);
     curl_easy_setopt(c->easy, CURLOPT_CONNECTTIMEOUT_MS,
                      (long)(e->connect_timeout_ms < budget_ms ? e->connect_timeout_ms : budget_ms));
-    dlock__sigpipe_block(&guard);
-    res = curl_easy_perform(c->easy);
-    dlock__sigpipe_restore(&guard);
+    return DLOCK_OK;
+}
+
+/* Judge a finished transfer: what to do next, *rc and *out. */
+static int finish(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const char *path, CURLcode res,
+                  int64_t budget_ms, int stream, json_t **out, int *rc)
+{
+    const char *where = e->eps[idx].where;
+    char text[CURL_ERROR_SIZE + 32];
+    long http = 0;
+    json_t *j = NULL;
+
+    *out = NULL;
     curl_easy_setopt(c->easy, CURLOPT_HTTPHEADER, NULL);
-    curl_slist_free_all(headers);
+    curl_slist_free_all(c->headers);
+    c->headers = NULL;
     if (res == CURLE_OUT_OF_MEMORY) {
         *rc = dlock__fail(DLOCK_ENOMEM, "%s: out of memory", where);
         return TRY_DONE;
@@ -570,6 +591,51 @@ static int attempt(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const char *
     *out = j;
     *rc = DLOCK_OK;
     return TRY_DONE;
+}
+
+/*
+ * Run the transfers of easy[0..n) (added to multi) to their end; each one's
+ * own CURLOPT_TIMEOUT_MS bounds it. res[i] is its result.
+ */
+static void run(CURLM *multi, CURL **easy, size_t n, CURLcode *res)
+{
+    dlock__sigpipe_guard guard;
+    int running = 1, left;
+    CURLMsg *msg;
+
+    for (size_t i = 0; i < n; i++)
+        res[i] = curl_multi_add_handle(multi, easy[i]) == CURLM_OK ? CURLE_AGAIN
+                                                                    : CURLE_OUT_OF_MEMORY;
+    dlock__sigpipe_block(&guard);
+    while (running > 0) {
+        if (curl_multi_perform(multi, &running) != CURLM_OK)
+            break;
+        while ((msg = curl_multi_info_read(multi, &left)) != NULL)
+            for (size_t i = 0; i < n; i++)
+                if (msg->msg == CURLMSG_DONE && msg->easy_handle == easy[i])
+                    res[i] = msg->data.result;
+        if (running > 0 && curl_multi_poll(multi, NULL, 0, 1000, NULL) != CURLM_OK)
+            break;
+    }
+    dlock__sigpipe_restore(&guard);
+    for (size_t i = 0; i < n; i++) {
+        curl_multi_remove_handle(multi, easy[i]);
+        if (res[i] == CURLE_AGAIN) /* the loop broke off */
+            res[i] = CURLE_RECV_ERROR;
+    }
+}
+
+static int attempt(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const char *path,
+                   const char *body, int64_t budget_ms, int with_token, int stream,
+                   unsigned long *gen, json_t **out, int *rc)
+{
+    CURLcode res;
+
+    *out = NULL;
+    if ((*rc = prepare(e, c, idx, path, body, budget_ms, with_token, gen)) != DLOCK_OK)
+        return TRY_DONE;
+    run(c->multi, &c->easy, 1, &res);
+    return finish(e, c, idx, path, res, budget_ms, stream, out, rc);
 }
 
 /* ---- calls with failover ----------------------------------------------- */
@@ -722,6 +788,51 @@ int dlock__etcd_call_stream(dlock__etcd *e, dlock__etcd_conn *c, const char *pat
                             const char *body, json_t **results)
 {
     return call_body(e, c, path, body, 1, 1, results);
+}
+
+int dlock__etcd_call_pair(dlock__etcd *e, dlock__etcd_conn *c, dlock__etcd_pair *p)
+{
+    size_t idx = atomic_load(&e->current);
+    int64_t budget = e->command_timeout_ms;
+    unsigned long gen;
+    int next[2] = {TRY_NEXT_ENDPOINT, TRY_NEXT_ENDPOINT};
+    dlock__etcd_conn *cs[2];
+
+    p->rc[0] = p->rc[1] = DLOCK_ECONN;
+    p->out[0] = p->out[1] = NULL;
+    if (c->twin == NULL && (c->twin = conn_alloc(e)) == NULL)
+        return p->rc[0] = p->rc[1] = dlock__fail(DLOCK_ENOMEM, "out of memory (curl handle)");
+    cs[0] = c;
+    cs[1] = c->twin;
+    if (prepare(e, cs[0], idx, p->path[0], p->body[0], budget, 1, &gen) == DLOCK_OK &&
+        prepare(e, cs[1], idx, p->path[1], p->body[1], budget, 1, &gen) == DLOCK_OK) {
+        CURL *easy[2] = {cs[0]->easy, cs[1]->easy};
+        CURLcode res[2];
+        run(c->multi, easy, 2, res);
+        for (int i = 0; i < 2; i++) {
+            next[i] = finish(e, cs[i], idx, p->path[i], res[i], budget, p->stream[i], &p->out[i],
+                             &p->rc[i]);
+            p->grpc_code[i] = cs[i]->grpc_code;
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        if (cs[i]->headers != NULL) {
+            curl_easy_setopt(cs[i]->easy, CURLOPT_HTTPHEADER, NULL);
+            curl_slist_free_all(cs[i]->headers);
+            cs[i]->headers = NULL;
+        }
+    }
+    /* Whatever got no definite answer: again, alone, with failover (both
+     * requests are safe to repeat). The twin shares c's multi handle, so it
+     * runs its transfers itself only inside a pair: here c does them. */
+    for (int i = 0; i < 2; i++) {
+        if (next[i] == TRY_DONE)
+            continue;
+        json_decref(p->out[i]);
+        p->rc[i] = call_body(e, c, p->path[i], p->body[i], 1, p->stream[i], &p->out[i]);
+        p->grpc_code[i] = c->grpc_code;
+    }
+    return p->rc[0] != DLOCK_OK ? p->rc[0] : p->rc[1];
 }
 
 int dlock__etcd_connect(dlock__etcd *e)

@@ -36,6 +36,9 @@ typedef struct dlock__etcd_conn {
      * FailedPrecondition ...), 0 when the last call got none. */
     int grpc_code;
     char grpc_message[200];
+    struct curl_slist *headers; /* of the request in flight */
+    CURLM *multi;                  /* runs the transfers, keeps the connections */
+    struct dlock__etcd_conn *twin; /* the second handle of a pair, on multi */
     struct dlock__etcd_conn *next; /* in the idle pool */
 } dlock__etcd_conn;
 
@@ -77,6 +80,25 @@ int dlock__etcd_call(dlock__etcd *e, dlock__etcd_conn *c, const char *path, json
  */
 int dlock__etcd_call_stream(dlock__etcd *e, dlock__etcd_conn *c, const char *path,
                             const char *body, json_t **results);
+
+/*
+ * Two requests at once on c, on one endpoint over two connections: one round trip
+ * where two are needed and neither depends on the other (a waiter's keepalive
+ * and its txn). A request that fails on the way is sent again alone, with
+ * failover, so both must be safe to repeat. rc[i] and out[i] as for
+ * dlock__etcd_call (stream[i]: as dlock__etcd_call_stream, body[i] the raw
+ * body); returns the first error, or DLOCK_OK.
+ */
+typedef struct {
+    const char *path[2];
+    const char *body[2];
+    int stream[2];
+    json_t *out[2];
+    int rc[2];
+    int grpc_code[2];
+} dlock__etcd_pair;
+
+int dlock__etcd_call_pair(dlock__etcd *e, dlock__etcd_conn *c, dlock__etcd_pair *p);
 
 /* ---- for the watch streams (etcd_watch.c) ---------------------------- */
 
