@@ -105,6 +105,22 @@ DLOCK_EXTERN const char *dlock_version(void);
 /* Longest lease and longest finite wait: 30 days. */
 #define DLOCK_LEASE_MAX_MS ((int64_t)30 * 24 * 3600 * 1000)
 
+/* Longest owner id (dlock_acquire_options.owner), in bytes. */
+#define DLOCK_OWNER_MAX 128
+
+/* Length of an owner id made by dlock_owner_generate (128 random bits in
+ * hex); its buffer needs one more byte for the NUL. */
+#define DLOCK_OWNER_GENERATED_LEN 32
+
+/* Longest leader identity (dlock_campaign), in bytes. */
+#define DLOCK_IDENTITY_MAX 256
+
+/* Most names in one dlock_acquire_multi. */
+#define DLOCK_MULTI_MAX 64
+
+/* Most permits of a semaphore. */
+#define DLOCK_PERMITS_MAX 1000000
+
 /* ------------------------------------------------------------------------
  * Client
  * ---------------------------------------------------------------------- */
@@ -200,6 +216,77 @@ typedef struct dlock_lock dlock_lock;
  */
 typedef void (*dlock_lost_cb)(dlock_lock *lock, int reason, void *payload);
 
+/*
+ * Lock kinds (dlock_acquire_options.kind; docs/family.md). Every kind gives
+ * a dlock_lock handle with a fencing token, renewed by the client's watchdog
+ * under the same on_lost contract, released by dlock_release, and woken by
+ * the server when it may be had (pub/sub), not by polling. Fences of all
+ * kinds of one name come from one counter: strictly increasing across
+ * kinds, holders and permits.
+ *
+ * Use one name with one kind. The kinds keep different state under the
+ * name, and mixing them on one name is not supported (the outcome is
+ * unspecified, but it never touches other names).
+ *
+ * A backend that does not implement a kind refuses it with DLOCK_ENOTSUP
+ * (the Redis backend implements them all).
+ *
+ * DLOCK_KIND_MUTEX  (the default) one holder at a time. With an owner id
+ *     and reentrant (see the options), the owner may take it again.
+ *
+ * DLOCK_KIND_FAIR  one holder at a time; waiters get the lock in the order
+ *     they began to wait (FIFO), and a try (wait_ms 0) succeeds only when
+ *     nobody waits. Each waiter has a place in a queue on the server with
+ *     an expiry in server time, W = min(max(lease_ms, 1 s), 30 s) after its
+ *     last refresh; a waiting caller refreshes it every W/3. So a waiter
+ *     that dies leaves the queue at most W after its last refresh, by the
+ *     server's clock, not the clients'; one whose wait_ms runs out leaves
+ *     at once. A release wakes only the waiter at the head of the queue.
+ *     Reentrant with an owner id like MUTEX (a re-entry skips the queue).
+ *
+ * DLOCK_KIND_READ, DLOCK_KIND_WRITE  the two sides of a read-write lock:
+ *     any number of readers, or one writer. Each reader holds its own lease
+ *     (server time), so a crashed reader holds the lock for its own lease
+ *     only, whatever the other readers do.
+ *     Policy, writer preference: a writer that waits blocks new readers.
+ *     Readers that hold the lock keep it until they release or their
+ *     leases end; new readers wait; the writer gets the lock when the last
+ *     reader is gone. So a stream of readers cannot starve a writer (a
+ *     stream of writers can delay readers). A waiting writer's block is a
+ *     marker with an expiry of W (as for FAIR) in server time, refreshed
+ *     while it waits and dropped when it gives up, so a writer that dies
+ *     blocks readers for W at most. A reader whose owner id already holds a
+ *     read lock on the name is not held back (a nested read never waits
+ *     for a writer that waits for it).
+ *     Downgrade, write to read: dlock_lock_downgrade. Upgrade, read to
+ *     write, is refused: a WRITE acquisition whose owner id holds a read
+ *     lock on the name, and a READ acquisition whose owner id holds the
+ *     write lock, fail at once with DLOCK_EMISUSE, whatever wait_ms says.
+ *     Without owner ids dlock cannot tell that two acquisitions come from
+ *     the same owner: a writer waits for every reader, its own included
+ *     (until wait_ms). Release the read lock first, or use owner ids.
+ *
+ * DLOCK_KIND_SEMAPHORE  one of N permits. Each permit is a lease of its
+ *     own, with its own fence, renewed by the watchdog; a holder that
+ *     crashes gives its permit back when its lease ends (server time). N is
+ *     kept on the server: the first acquisition sets it from
+ *     options.permits (required then), later acquisitions use the stored N
+ *     and ignore theirs, and dlock_semaphore_set_permits changes it at any
+ *     time (the last call wins). N is forgotten after a day in which nobody
+ *     acquired a permit (10 leases if longer); the next acquisition's
+ *     permits then sets it again.
+ *
+ * DLOCK_KIND_LEADER  a handle from dlock_campaign (not for dlock_acquire).
+ * DLOCK_KIND_MULTI   a handle from dlock_acquire_multi (not for dlock_acquire).
+ */
+#define DLOCK_KIND_MUTEX 0
+#define DLOCK_KIND_FAIR 1
+#define DLOCK_KIND_READ 2
+#define DLOCK_KIND_WRITE 3
+#define DLOCK_KIND_SEMAPHORE 4
+#define DLOCK_KIND_LEADER 5
+#define DLOCK_KIND_MULTI 6
+
 typedef struct {
     unsigned version;
     /* 0: try once; > 0: wait up to that long; DLOCK_WAIT_FOREVER. */
@@ -221,10 +308,41 @@ typedef struct {
      * dlock_client_free has returned. */
     dlock_lost_cb on_lost;
     void *payload;
+
+    /* ---- The lock family (see the kinds above). The defaults (0, NULL)
+     * give the plain mutex. ---- */
+
+    /* DLOCK_KIND_MUTEX (default), _FAIR, _READ, _WRITE or _SEMAPHORE. */
+    int kind;
+    /* The owner id: who holds the lock, for reentrancy and to refuse a
+     * read-write upgrade at once. NULL (default): every acquisition is an
+     * owner of its own. Else 1..DLOCK_OWNER_MAX bytes, any but NUL, copied.
+     * It is the caller's choice, not the thread id, so one owner may span
+     * threads, callbacks and thread pools. Whoever knows an owner id can
+     * re-enter the lock as that owner: when parties you do not trust share
+     * the server, make it unguessable (dlock_owner_generate). For MUTEX,
+     * FAIR, READ and WRITE; DLOCK_EINVAL for SEMAPHORE. */
+    const char *owner;
+    /* 1 (MUTEX and FAIR, with an owner id): an owner that already holds the
+     * lock takes it again at once, without waiting or queueing, and gets a
+     * new handle with the same fence. The lock is freed on the server when
+     * the owner's last handle is released. The holds share one lease, which
+     * every live handle renews: it is the longest any of them asked for.
+     * Holds are counted per handle: a handle whose hold ended (lease ran
+     * out, force release) is lost, even if the same owner took the lock
+     * again since. 0 (default): an owner that already holds the lock gets
+     * DLOCK_EMISUSE at once rather than waiting for itself. */
+    int reentrant;
+    /* SEMAPHORE: the number of permits N, 1..DLOCK_PERMITS_MAX, used when
+     * the server has none for this name yet (see DLOCK_KIND_SEMAPHORE); 0
+     * (default) uses the server's N and fails with DLOCK_EINVAL if it has
+     * none. Must be 0 for the other kinds. */
+    int permits;
 } dlock_acquire_options;
 
 #define DLOCK_ACQUIRE_OPTIONS_VERSION 1
-#define DLOCK_ACQUIRE_OPTIONS_INIT {DLOCK_ACQUIRE_OPTIONS_VERSION, 0, 30000, 1, NULL, NULL}
+#define DLOCK_ACQUIRE_OPTIONS_INIT                                                                 \
+    {DLOCK_ACQUIRE_OPTIONS_VERSION, 0, 30000, 1, NULL, NULL, DLOCK_KIND_MUTEX, NULL, 0, 0}
 
 /*
  * Acquire the lock called name. opts NULL means defaults (try once, 30 s
@@ -238,13 +356,25 @@ typedef struct {
  * releases (the release is announced to waiters) or until the holder's lease
  * runs out, whichever is first, then tries again.
  *
+ * The kind, owner id and reentrancy come from the options (see the lock
+ * kinds above); each successful call gives a handle of its own, also when
+ * a reentrant owner takes a lock it holds.
+ *
  * Returns DLOCK_OK and *out, or:
  *   DLOCK_EBUSY     held by another owner and wait_ms is 0
  *   DLOCK_ETIMEOUT  still held by another owner after wait_ms
+ *   DLOCK_EMISUSE   the owner id already holds the lock and reentrant is 0,
+ *                   or a read-write upgrade (see DLOCK_KIND_READ); at once
  *   DLOCK_EINVAL    NULL argument, empty name or over DLOCK_NAME_MAX bytes,
  *                   lease_ms <= 0 or over DLOCK_LEASE_MAX_MS, wait_ms < -1
- *                   or over DLOCK_LEASE_MAX_MS, unknown options version.
- *                   Checked before any network call.
+ *                   or over DLOCK_LEASE_MAX_MS, unknown options version,
+ *                   unknown kind, an owner id that is empty or too long,
+ *                   reentrant without an owner id or for a kind that has
+ *                   none, permits out of range or given for another kind
+ *                   than SEMAPHORE. Checked before any network call. Also
+ *                   a SEMAPHORE acquisition with permits 0 when the server
+ *                   has no N for the name.
+ *   DLOCK_ENOTSUP   a kind the client's backend does not implement
  *   DLOCK_ECONN     the server could not be reached
  *   DLOCK_ESERVER   the server refused (out of memory, read-only replica ...)
  *   DLOCK_EPROTO, DLOCK_EAUTH, DLOCK_ENOMEM
@@ -291,7 +421,9 @@ DLOCK_EXTERN int64_t dlock_lock_valid_ms(const dlock_lock *lock);
 /*
  * Release the lock and free the handle, whatever the result. The key is
  * deleted only if it is still ours (compare-and-delete by owner token), and
- * waiters are told. After this returns the watchdog no longer touches the
+ * waiters are told. For the other kinds: a reentrant hold frees the lock
+ * when it was its owner's last; a reader, a permit or a leader gives back
+ * just its own share; a multi-lock releases all its locks. After this returns the watchdog no longer touches the
  * lock and on_lost is never called. NULL is a no-op returning DLOCK_OK.
  *
  * Returns DLOCK_OK, or
@@ -301,6 +433,171 @@ DLOCK_EXTERN int64_t dlock_lock_valid_ms(const dlock_lock *lock);
  *   DLOCK_ESERVER, DLOCK_EPROTO
  */
 DLOCK_EXTERN int dlock_release(dlock_lock *lock);
+
+/* ------------------------------------------------------------------------
+ * The lock family: calls beside dlock_acquire (docs/family.md)
+ * ---------------------------------------------------------------------- */
+
+/* The kind of a held lock (DLOCK_KIND_*), -1 for NULL. A write lock that
+ * was downgraded reports DLOCK_KIND_READ. Thread-safe, no I/O. */
+DLOCK_EXTERN int dlock_lock_kind(const dlock_lock *lock);
+
+/*
+ * Write a fresh owner id to out: DLOCK_OWNER_GENERATED_LEN hex digits (128
+ * bits from the kernel's CSPRNG) and a NUL, so size must be at least
+ * DLOCK_OWNER_GENERATED_LEN + 1. Use it where an owner id must not be
+ * guessable. Returns DLOCK_OK, DLOCK_EINVAL (NULL or too small), or
+ * DLOCK_ENOTSUP when the kernel has no random source. Thread-safe.
+ */
+DLOCK_EXTERN int dlock_owner_generate(char *out, size_t size);
+
+/*
+ * Turn a held write lock (DLOCK_KIND_WRITE) into a read lock, in place:
+ * one atomic step on the server, so no other writer can come in between.
+ * The handle keeps its fence and lease and becomes DLOCK_KIND_READ; readers
+ * waiting for the writer are woken. (The other way, upgrade, is refused:
+ * see DLOCK_KIND_READ.) Not concurrently with another call on the same
+ * handle that talks to the server.
+ *
+ * Returns DLOCK_OK, DLOCK_EMISUSE (not a write lock), DLOCK_ELOST (no
+ * longer ours: on_lost fires if set), DLOCK_EINVAL (NULL), DLOCK_ECONN,
+ * DLOCK_ESERVER, DLOCK_EPROTO, DLOCK_ENOTSUP.
+ */
+DLOCK_EXTERN int dlock_lock_downgrade(dlock_lock *lock);
+
+/*
+ * Set the number of permits of the semaphore called name to permits
+ * (1..DLOCK_PERMITS_MAX), now and for later acquisitions, and wake its
+ * waiters. Lowering it takes no permit away: holders keep theirs until they
+ * release, and new permits are granted while fewer than N are held. The
+ * last call wins; see DLOCK_KIND_SEMAPHORE for how long N is kept.
+ * Returns DLOCK_OK, DLOCK_EINVAL, DLOCK_ENOTSUP, DLOCK_ECONN, DLOCK_ESERVER,
+ * DLOCK_EPROTO. Thread-safe.
+ */
+DLOCK_EXTERN int dlock_semaphore_set_permits(dlock_client *client, const char *name,
+                                             int permits);
+
+/*
+ * Acquire the n locks names[0..n-1] all or nothing, as one handle. They are
+ * plain mutexes (opts->kind DLOCK_KIND_MUTEX, no owner id): each name is
+ * the same lock dlock_acquire takes.
+ *
+ * When all the names are in one Redis hash slot (they share a hash tag: a
+ * common "{tag}" at the start of each name), one script takes them all at
+ * once or none; a waiter sleeps until a release of the name that was busy
+ * and tries again. Otherwise they are taken one at a time in one global
+ * order, the names sorted by their bytes, each waited for within what is
+ * left of wait_ms; if one cannot be had, those already taken are released
+ * before the call returns. Since every caller takes the names in the same
+ * order, callers locking {a,b} and {b,a} never deadlock (a multi-lock
+ * waits only for names above those it holds, so no cycle can form).
+ *
+ * The handle: dlock_lock_count gives n; dlock_lock_name_at and
+ * dlock_lock_fence_at give each name and its own fence, in the order of
+ * names (each fence is that name's own, strictly increasing per name);
+ * dlock_lock_name and dlock_lock_fence give those of names[0]. Every lock
+ * is renewed by the watchdog; on_lost fires once, with the multi handle,
+ * when any of them is lost, and dlock_lock_lost tells the same. extend,
+ * check and release act on all of them (check: DLOCK_ELOST if any is
+ * lost; release: every lock is released, and the first failure returned).
+ *
+ * Returns DLOCK_OK and *out, or DLOCK_EBUSY / DLOCK_ETIMEOUT with a message
+ * naming the first name that could not be had, DLOCK_EINVAL (NULL names, n
+ * of 0 or over DLOCK_MULTI_MAX, a bad or repeated name, options as for
+ * dlock_acquire or with a kind, owner id or permits set), DLOCK_ENOTSUP,
+ * and the connection errors of dlock_acquire. Thread-safe.
+ */
+DLOCK_EXTERN int dlock_acquire_multi(dlock_lock **out, dlock_client *client,
+                                     const char *const *names, size_t n,
+                                     const dlock_acquire_options *opts);
+
+/* How many locks the handle holds: n for a multi-lock, else 1 (0 for
+ * NULL). Thread-safe, no I/O. */
+DLOCK_EXTERN size_t dlock_lock_count(const dlock_lock *lock);
+
+/* The name and fence of lock i (0 <= i < dlock_lock_count) of a handle, in
+ * the order given to dlock_acquire_multi; for another handle i = 0 is its
+ * name and fence. NULL / 0 when i is out of range. Thread-safe, no I/O. */
+DLOCK_EXTERN const char *dlock_lock_name_at(const dlock_lock *lock, size_t i);
+DLOCK_EXTERN uint64_t dlock_lock_fence_at(const dlock_lock *lock, size_t i);
+
+/* ---- Leader election ---- */
+
+/*
+ * Campaign to lead the election called name: block until this caller is
+ * the leader, then return its handle (DLOCK_KIND_LEADER), whose fence is
+ * strictly greater than that of every leader before. Leadership is a lock
+ * on name: the watchdog renews it, on_lost says when it is lost, and
+ * dlock_resign (or dlock_release) ends it. Observers (dlock_observe) see
+ * identity while this caller leads.
+ *
+ * identity: what observers see, 1..DLOCK_IDENTITY_MAX bytes (copied); NULL
+ * means "HOSTNAME:PID". opts NULL means: wait forever, 30 s lease,
+ * auto-renewed. With opts, wait_ms applies as for dlock_acquire (0: try
+ * once), and kind, owner, reentrant and permits must be left at 0.
+ *
+ * Waiting candidates are woken when the leader resigns; when a leader dies
+ * they take over once its lease has run out.
+ *
+ * Returns as dlock_acquire (DLOCK_EBUSY / DLOCK_ETIMEOUT: another leads).
+ * Thread-safe.
+ */
+DLOCK_EXTERN int dlock_campaign(dlock_lock **out, dlock_client *client, const char *name,
+                                const char *identity, const dlock_acquire_options *opts);
+
+/* Stop leading and free the handle: dlock_release of a leader handle, which
+ * also tells the observers at once. Returns as dlock_release. */
+DLOCK_EXTERN int dlock_resign(dlock_lock *leader);
+
+typedef struct {
+    /* 1 when some campaigner leads now. */
+    int held;
+    /* The leader's fence; 0 when none. */
+    uint64_t fence;
+    /* Lease left, in ms, when held. */
+    int64_t ttl_ms;
+    /* The leader's identity, NUL-terminated; "" when none. */
+    char identity[DLOCK_IDENTITY_MAX + 1];
+} dlock_leader_info;
+
+/*
+ * Read who leads the election called name now, without campaigning.
+ * Returns DLOCK_OK (also when nobody leads: held is 0), DLOCK_EINVAL,
+ * DLOCK_ENOTSUP, DLOCK_ECONN, DLOCK_ESERVER, DLOCK_EPROTO. Thread-safe.
+ */
+DLOCK_EXTERN int dlock_leader(dlock_leader_info *out, dlock_client *client, const char *name);
+
+/* An observer of an election. Opaque. */
+typedef struct dlock_observer dlock_observer;
+
+/*
+ * Called from the observer's own thread: once with the state when the
+ * observer starts, then at each change: a new leader (a new fence, even
+ * with the same identity) or none. leader is borrowed for the call.
+ */
+typedef void (*dlock_observe_cb)(const dlock_leader_info *leader, void *payload);
+
+/*
+ * Watch the election called name. A thread of the observer's calls cb as
+ * described above. Changes are announced by the server (pub/sub) when a
+ * leader starts or resigns; a leader that dies without resigning is seen
+ * as gone when its lease runs out (the observer sleeps until then, it does
+ * not poll). If the server cannot be reached, the observer keeps trying
+ * (once a second) and reports the state when it can read it again; cb is
+ * not called meanwhile.
+ *
+ * Returns DLOCK_OK and *out (cb may already be running), DLOCK_EINVAL,
+ * DLOCK_ENOTSUP, DLOCK_ENOMEM. Thread-safe.
+ */
+DLOCK_EXTERN int dlock_observe(dlock_observer **out, dlock_client *client, const char *name,
+                               dlock_observe_cb cb, void *payload);
+
+/*
+ * Stop the observer and free it. cb is never called after this returns.
+ * NULL is a no-op. Must not be called from cb (it would wait for itself),
+ * and must be called before dlock_client_free of its client.
+ */
+DLOCK_EXTERN void dlock_observer_free(dlock_observer *observer);
 
 /* ------------------------------------------------------------------------
  * Administration

@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 
 #include "core/token.h"
 #include "dlock/sys/backend.h"
@@ -36,11 +37,26 @@ struct dlock_client {
 struct dlock_lock {
     dlock_client *client; /* NULL once the client was freed under it */
     char *name;
-    char owner[DLOCK_OWNER_LEN + 1];
+    char owner[DLOCK_OWNER_LEN + 1]; /* this handle's token */
     uint64_t fence;
     int auto_renew;
     dlock_lost_cb on_lost;
     void *payload;
+
+    /* The lock family (family.c). kind changes only by downgrade, under
+     * client->mu. owner_id is the caller's owner id (NULL: the token owns). */
+    _Atomic int kind;
+    char *owner_id;
+    int reentrant;
+    int permits;
+    char *identity;
+    /* A multi-lock holds its locks as parts, each a plain lock under the
+     * watchdog whose on_lost reports to the parent; the parent itself is
+     * never registered. parts are in the caller's order. */
+    dlock_lock **parts;
+    size_t nparts;
+    dlock_lock *parent;
+    _Atomic int parent_fired; /* the parent's on_lost was called */
 
     /* Guarded by client->mu. */
     int64_t lease_ms;
@@ -69,6 +85,48 @@ int dlock__client_unregister(dlock_client *c, dlock_lock *l);
 /* Record that the lock is lost (first reason wins) and have the watchdog call
  * on_lost. Caller holds c->mu. */
 void dlock__lock_mark_lost(dlock_lock *l, int reason, const char *message);
+
+/* Is the lock of the family (not the backend's v1 plain mutex)? */
+static inline int dlock__lock_is_family(const dlock_lock *l)
+{
+    return l->kind != DLOCK_KIND_MUTEX || l->owner_id != NULL;
+}
+
+/* The family request for l (borrowing its strings). */
+void dlock__lock_request(dlock_request *req, const dlock_lock *l);
+
+/* Does the client's backend implement this optional call? (It may have
+ * been built against a shorter dlock_backend.) */
+#define DLOCK__BACKEND_HAS(b, field)                                                               \
+    ((b)->size >= offsetof(dlock_backend, field) + sizeof((b)->field) && (b)->field != NULL)
+
+/* DLOCK_ENOTSUP with a message naming the backend and what it lacks. */
+int dlock__not_supported(const dlock_client *c, const char *what);
+
+/*
+ * Acquire one lock as described by o (already checked), for dlock_acquire,
+ * dlock_campaign (o->kind LEADER, identity) and the parts of a multi-lock.
+ * Clears nothing and takes ownership of nothing on failure.
+ */
+int dlock__acquire(dlock_lock **out, dlock_client *c, const char *name,
+                   const dlock_acquire_options *o, const char *identity);
+
+/* Check acquire options (version, ranges, family fields); NULL = defaults. */
+int dlock__check_acquire_options(dlock_acquire_options *o, const dlock_acquire_options *given);
+
+/* Free a handle's memory (not its parts). */
+void dlock__lock_free(dlock_lock *l);
+
+/* 1 if the caller is the watchdog thread running l's on_lost. Caller does
+ * not hold c->mu. */
+int dlock__client_in_callback(dlock_client *c, const dlock_lock *l);
+
+/* Take l out of the watchdog's hands (busy) for a call that changes what
+ * the server holds for it, so that no renewal of the old state runs
+ * meanwhile; waits while a renewal or its on_lost runs. DLOCK_EMISUSE from
+ * inside its on_lost. dlock__client_unclaim gives it back. */
+int dlock__client_claim(dlock_client *c, dlock_lock *l);
+void dlock__client_unclaim(dlock_client *c, dlock_lock *l);
 
 /* Validate a lock name (non-empty, at most DLOCK_NAME_MAX bytes). */
 int dlock__check_name(const char *name, const char *what);

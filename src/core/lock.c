@@ -14,7 +14,7 @@
  * this often rather than sleep forever. */
 #define NO_TTL_RECHECK_MS 1000
 
-static int check_acquire_options(dlock_acquire_options *o, const dlock_acquire_options *given)
+int dlock__check_acquire_options(dlock_acquire_options *o, const dlock_acquire_options *given)
 {
     dlock_acquire_options defaults = DLOCK_ACQUIRE_OPTIONS_INIT;
 
@@ -35,13 +35,91 @@ static int check_acquire_options(dlock_acquire_options *o, const dlock_acquire_o
                            (long long)o->wait_ms, (long long)DLOCK_LEASE_MAX_MS);
     if (o->auto_renew != 0 && o->auto_renew != 1)
         return dlock__fail(DLOCK_EINVAL, "acquire options: auto_renew must be 0 or 1");
+    /* The family (LEADER is let through for dlock_campaign, which checks). */
+    if (o->kind < DLOCK_KIND_MUTEX || o->kind > DLOCK_KIND_LEADER)
+        return dlock__fail(DLOCK_EINVAL, "acquire options: kind %d is not one of "
+                           "DLOCK_KIND_MUTEX, _FAIR, _READ, _WRITE, _SEMAPHORE", o->kind);
+    if (o->owner != NULL) {
+        size_t n = strnlen(o->owner, DLOCK_OWNER_MAX + 1);
+        if (n == 0 || n > DLOCK_OWNER_MAX)
+            return dlock__fail(DLOCK_EINVAL, "acquire options: owner id must be 1..%d bytes",
+                               DLOCK_OWNER_MAX);
+        if (o->kind == DLOCK_KIND_SEMAPHORE || o->kind == DLOCK_KIND_LEADER)
+            return dlock__fail(DLOCK_EINVAL, "acquire options: %s takes no owner id",
+                               o->kind == DLOCK_KIND_SEMAPHORE ? "a semaphore" : "a campaign");
+    }
+    if (o->reentrant != 0 && o->reentrant != 1)
+        return dlock__fail(DLOCK_EINVAL, "acquire options: reentrant must be 0 or 1");
+    if (o->reentrant && o->owner == NULL)
+        return dlock__fail(DLOCK_EINVAL, "acquire options: reentrant needs an owner id "
+                           "(options.owner): it is the owner that re-enters");
+    if (o->reentrant && o->kind != DLOCK_KIND_MUTEX && o->kind != DLOCK_KIND_FAIR)
+        return dlock__fail(DLOCK_EINVAL, "acquire options: only DLOCK_KIND_MUTEX and "
+                           "DLOCK_KIND_FAIR are reentrant");
+    if (o->kind == DLOCK_KIND_SEMAPHORE ? (o->permits < 0 || o->permits > DLOCK_PERMITS_MAX)
+                                        : o->permits != 0)
+        return dlock__fail(DLOCK_EINVAL, o->kind == DLOCK_KIND_SEMAPHORE
+                           ? "acquire options: permits is %d, must be 0..%d"
+                           : "acquire options: permits is %d, but only a semaphore has "
+                             "permits (%d at most)", o->permits, DLOCK_PERMITS_MAX);
     return DLOCK_OK;
 }
 
-static void lock_free(dlock_lock *l)
+void dlock__lock_free(dlock_lock *l)
 {
     free(l->name);
+    free(l->owner_id);
+    free(l->identity);
+    free(l->parts);
     free(l);
+}
+
+void dlock__lock_request(dlock_request *req, const dlock_lock *l)
+{
+    req->kind = l->kind;
+    req->name = l->name;
+    req->token = l->owner;
+    req->owner = l->owner_id;
+    req->reentrant = l->reentrant;
+    req->lease_ms = l->lease_ms;
+    req->permits = l->permits;
+    req->identity = l->identity;
+}
+
+int dlock__not_supported(const dlock_client *c, const char *what)
+{
+    return dlock__fail(DLOCK_ENOTSUP, "the %s backend does not implement %s", c->backend->name,
+                       what);
+}
+
+static const char *kind_text(int kind)
+{
+    static const char *const text[] = {"a plain mutex", "fair locks", "read-write locks",
+                                       "read-write locks", "semaphores", "leader election"};
+    return kind >= 0 && kind <= DLOCK_KIND_LEADER ? text[kind] : "this kind";
+}
+
+/* One try: the backend's v1 call for the plain mutex, its family call for
+ * the rest. */
+static int try_acquire(dlock_client *c, dlock_lock *l, void *watch, int64_t *retry_ms)
+{
+    dlock_request req;
+
+    if (!dlock__lock_is_family(l))
+        return c->backend->acquire(c->be, l->name, l->owner, l->lease_ms, watch, &l->fence,
+                                   retry_ms);
+    dlock__lock_request(&req, l);
+    return c->backend->family_acquire(c->be, &req, watch, &l->fence, retry_ms);
+}
+
+static int begin_watch(dlock_client *c, dlock_lock *l, void **watch)
+{
+    dlock_request req;
+
+    if (!dlock__lock_is_family(l))
+        return c->backend->watch_begin(c->be, l->name, watch);
+    dlock__lock_request(&req, l);
+    return c->backend->family_watch_begin(c->be, &req, watch);
 }
 
 /*
@@ -59,13 +137,13 @@ static int wait_for_lock(dlock_client *c, dlock_lock *l, const dlock_acquire_opt
     char shown[80];
     int rc;
 
-    if ((rc = b->watch_begin(c->be, l->name, &watch)) != DLOCK_OK)
+    if ((rc = begin_watch(c, l, &watch)) != DLOCK_OK)
         return rc;
     for (;;) {
         int64_t now, sleep_ms;
 
         *sent_ms = dlock__now_ms();
-        rc = b->acquire(c->be, l->name, l->owner, l->lease_ms, watch, &l->fence, &retry_ms);
+        rc = try_acquire(c, l, watch, &retry_ms);
         if (rc != DLOCK_EBUSY)
             break;
         now = dlock__now_ms();
@@ -89,13 +167,74 @@ static int wait_for_lock(dlock_client *c, dlock_lock *l, const dlock_acquire_opt
     return rc;
 }
 
+int dlock__acquire(dlock_lock **out, dlock_client *c, const char *name,
+                   const dlock_acquire_options *o, const char *identity)
+{
+    dlock_lock *l;
+    int64_t start, sent, retry_ms = -1;
+    char shown[80];
+    int rc;
+
+    *out = NULL;
+    l = calloc(1, sizeof(*l));
+    if (l == NULL || (l->name = strdup(name)) == NULL ||
+        (o->owner != NULL && (l->owner_id = strdup(o->owner)) == NULL) ||
+        (identity != NULL && (l->identity = strdup(identity)) == NULL)) {
+        if (l != NULL)
+            dlock__lock_free(l);
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    }
+    l->client = c;
+    l->lease_ms = o->lease_ms;
+    l->auto_renew = o->auto_renew;
+    l->on_lost = o->on_lost;
+    l->payload = o->payload;
+    l->kind = o->kind;
+    l->reentrant = o->reentrant;
+    l->permits = o->permits;
+    if (dlock__lock_is_family(l) && !DLOCK__BACKEND_HAS(c->backend, family_acquire)) {
+        rc = dlock__not_supported(c, l->kind == DLOCK_KIND_MUTEX ? "owner ids (reentrant locks)"
+                                                                 : kind_text(l->kind));
+        goto err;
+    }
+    if ((rc = dlock__owner_token(l->owner)) != DLOCK_OK)
+        goto err;
+
+    start = sent = dlock__now_ms();
+    rc = try_acquire(c, l, NULL, &retry_ms);
+    if (rc == DLOCK_EBUSY && o->wait_ms != 0)
+        rc = wait_for_lock(c, l, o, start, &sent, retry_ms);
+    else if (rc == DLOCK_EBUSY)
+        rc = dlock__fail(DLOCK_EBUSY, "lock '%s' is held by another owner (lease left %lld ms)",
+                         dlock__printable(shown, sizeof(shown), name), (long long)retry_ms);
+    if (rc != DLOCK_OK)
+        goto err;
+
+    /* The lease counts from when the winning request was sent, so the local
+     * deadline can only be early, never late. */
+    atomic_store(&l->deadline_ms, sent + o->lease_ms);
+    l->next_event_ms = o->auto_renew ? sent + o->lease_ms / 3 : sent + o->lease_ms;
+    if ((rc = dlock__client_register(c, l)) != DLOCK_OK) {
+        dlock_request req;
+        dlock__lock_request(&req, l);
+        if (dlock__lock_is_family(l))
+            c->backend->family_release(c->be, &req);
+        else
+            c->backend->release(c->be, name, l->owner);
+        goto err;
+    }
+    *out = l;
+    return DLOCK_OK;
+
+err:
+    dlock__lock_free(l);
+    return rc;
+}
+
 int dlock_acquire(dlock_lock **out, dlock_client *c, const char *name,
                   const dlock_acquire_options *opts)
 {
     dlock_acquire_options o;
-    dlock_lock *l;
-    int64_t start, sent, retry_ms = -1;
-    char shown[80];
     int rc;
 
     dlock__clear_error();
@@ -105,50 +244,18 @@ int dlock_acquire(dlock_lock **out, dlock_client *c, const char *name,
     *out = NULL;
     if ((rc = dlock__check_name(name, "dlock_acquire")) != DLOCK_OK)
         return rc;
-    if ((rc = check_acquire_options(&o, opts)) != DLOCK_OK)
+    if ((rc = dlock__check_acquire_options(&o, opts)) != DLOCK_OK)
         return rc;
-
-    l = calloc(1, sizeof(*l));
-    if (l == NULL || (l->name = strdup(name)) == NULL) {
-        free(l);
-        return dlock__fail(DLOCK_ENOMEM, "out of memory");
-    }
-    l->client = c;
-    l->lease_ms = o.lease_ms;
-    l->auto_renew = o.auto_renew;
-    l->on_lost = o.on_lost;
-    l->payload = o.payload;
-    if ((rc = dlock__owner_token(l->owner)) != DLOCK_OK)
-        goto err;
-
-    start = sent = dlock__now_ms();
-    rc = c->backend->acquire(c->be, name, l->owner, o.lease_ms, NULL, &l->fence, &retry_ms);
-    if (rc == DLOCK_EBUSY && o.wait_ms != 0)
-        rc = wait_for_lock(c, l, &o, start, &sent, retry_ms);
-    else if (rc == DLOCK_EBUSY)
-        rc = dlock__fail(DLOCK_EBUSY, "lock '%s' is held by another owner (lease left %lld ms)",
-                         dlock__printable(shown, sizeof(shown), name), (long long)retry_ms);
-    if (rc != DLOCK_OK)
-        goto err;
-
-    /* The lease counts from when the winning request was sent, so the local
-     * deadline can only be early, never late. */
-    atomic_store(&l->deadline_ms, sent + o.lease_ms);
-    l->next_event_ms = o.auto_renew ? sent + o.lease_ms / 3 : sent + o.lease_ms;
-    if ((rc = dlock__client_register(c, l)) != DLOCK_OK) {
-        c->backend->release(c->be, name, l->owner);
-        goto err;
-    }
-    *out = l;
-    return DLOCK_OK;
-
-err:
-    lock_free(l);
-    return rc;
+    if (o.kind == DLOCK_KIND_LEADER)
+        return dlock__fail(DLOCK_EINVAL, "dlock_acquire: DLOCK_KIND_LEADER is for "
+                           "dlock_campaign, which publishes the leader's identity");
+    return dlock__acquire(out, c, name, &o, NULL);
 }
 
 uint64_t dlock_lock_fence(const dlock_lock *l)
 {
+    if (l != NULL && l->parts != NULL)
+        return l->parts[0]->fence;
     return l != NULL ? l->fence : 0;
 }
 
@@ -161,6 +268,11 @@ int dlock_lock_lost(const dlock_lock *l)
 {
     if (l == NULL)
         return 1;
+    for (size_t i = 0; i < l->nparts; i++)
+        if (dlock_lock_lost(l->parts[i]))
+            return 1;
+    if (l->parts != NULL)
+        return atomic_load(&l->lost_reason) != 0;
     return atomic_load(&l->lost_reason) != 0 || dlock__now_ms() >= atomic_load(&l->deadline_ms);
 }
 
@@ -170,6 +282,14 @@ int64_t dlock_lock_valid_ms(const dlock_lock *l)
 
     if (l == NULL || atomic_load(&l->lost_reason) != 0)
         return 0;
+    if (l->parts != NULL) {
+        left = INT64_MAX;
+        for (size_t i = 0; i < l->nparts; i++) {
+            int64_t v = dlock_lock_valid_ms(l->parts[i]);
+            left = v < left ? v : left;
+        }
+        return left;
+    }
     left = atomic_load(&l->deadline_ms) - dlock__now_ms();
     return left > 0 ? left : 0;
 }
@@ -201,21 +321,41 @@ static int usable(dlock_lock *l, const char *what)
     return DLOCK_OK;
 }
 
-int dlock_lock_extend(dlock_lock *l, int64_t lease_ms)
+/* Run call on every part of a multi-lock; the first failure wins, and its
+ * message is the one left. */
+static int each_part(dlock_lock *l, int (*call)(dlock_lock *, int64_t), int64_t arg)
+{
+    int first = DLOCK_OK;
+    char msg[512] = "";
+
+    for (size_t i = 0; i < l->nparts; i++) {
+        int rc = call(l->parts[i], arg);
+        if (rc != DLOCK_OK && first == DLOCK_OK) {
+            first = rc;
+            snprintf(msg, sizeof(msg), "%s", dlock_error_message());
+        }
+    }
+    return first == DLOCK_OK ? DLOCK_OK : dlock__fail(first, "%s", msg);
+}
+
+static int extend_one(dlock_lock *l, int64_t lease_ms)
 {
     dlock_client *c;
+    dlock_request req;
     int64_t sent;
     int rc;
 
-    dlock__clear_error();
     if ((rc = usable(l, "dlock_lock_extend")) != DLOCK_OK)
         return rc;
-    if (lease_ms <= 0 || lease_ms > DLOCK_LEASE_MAX_MS)
-        return dlock__fail(DLOCK_EINVAL, "dlock_lock_extend: lease_ms is %lld, must be 1..%lld",
-                           (long long)lease_ms, (long long)DLOCK_LEASE_MAX_MS);
     c = l->client;
     sent = dlock__now_ms();
-    rc = c->backend->extend(c->be, l->name, l->owner, lease_ms);
+    if (dlock__lock_is_family(l)) {
+        dlock__lock_request(&req, l);
+        req.lease_ms = lease_ms;
+        rc = c->backend->family_extend(c->be, &req);
+    } else {
+        rc = c->backend->extend(c->be, l->name, l->owner, lease_ms);
+    }
     if (rc == DLOCK_ELOST)
         return found_lost(l, "dlock_lock_extend");
     if (rc != DLOCK_OK)
@@ -229,6 +369,40 @@ int dlock_lock_extend(dlock_lock *l, int64_t lease_ms)
     return DLOCK_OK;
 }
 
+int dlock_lock_extend(dlock_lock *l, int64_t lease_ms)
+{
+    int rc;
+
+    dlock__clear_error();
+    if ((rc = usable(l, "dlock_lock_extend")) != DLOCK_OK)
+        return rc;
+    if (lease_ms <= 0 || lease_ms > DLOCK_LEASE_MAX_MS)
+        return dlock__fail(DLOCK_EINVAL, "dlock_lock_extend: lease_ms is %lld, must be 1..%lld",
+                           (long long)lease_ms, (long long)DLOCK_LEASE_MAX_MS);
+    if (l->parts != NULL)
+        return each_part(l, extend_one, lease_ms);
+    return extend_one(l, lease_ms);
+}
+
+static int check_one(dlock_lock *l, int64_t unused)
+{
+    dlock_client *c;
+    dlock_request req;
+    int rc;
+
+    (void)unused;
+    if ((rc = usable(l, "dlock_lock_check")) != DLOCK_OK)
+        return rc;
+    c = l->client;
+    if (dlock__lock_is_family(l)) {
+        dlock__lock_request(&req, l);
+        rc = c->backend->family_check(c->be, &req);
+    } else {
+        rc = c->backend->check(c->be, l->name, l->owner);
+    }
+    return rc == DLOCK_ELOST ? found_lost(l, "dlock_lock_check") : rc;
+}
+
 int dlock_lock_check(dlock_lock *l)
 {
     int rc;
@@ -236,31 +410,35 @@ int dlock_lock_check(dlock_lock *l)
     dlock__clear_error();
     if ((rc = usable(l, "dlock_lock_check")) != DLOCK_OK)
         return rc;
-    rc = l->client->backend->check(l->client->be, l->name, l->owner);
-    return rc == DLOCK_ELOST ? found_lost(l, "dlock_lock_check") : rc;
+    if (l->parts != NULL)
+        return each_part(l, check_one, 0);
+    return check_one(l, 0);
 }
 
-int dlock_release(dlock_lock *l)
+/* Release one registered lock (not a multi-lock) and free it. */
+static int release_one(dlock_lock *l)
 {
-    dlock_client *c;
+    dlock_client *c = l->client;
+    dlock_request req;
     char shown[80];
     int rc;
 
-    dlock__clear_error();
-    if (l == NULL)
-        return DLOCK_OK;
-    c = l->client;
     if (c == NULL) {
         rc = dlock__fail(DLOCK_EMISUSE, "dlock_release: the client of lock '%s' was already "
                          "freed; its lease runs out on the server",
                          dlock__printable(shown, sizeof(shown), l->name));
-        lock_free(l);
+        dlock__lock_free(l);
         return rc;
     }
     if ((rc = dlock__client_unregister(c, l)) != DLOCK_OK)
         return rc;
     /* From here on the watchdog cannot see the lock. */
-    rc = c->backend->release(c->be, l->name, l->owner);
+    if (dlock__lock_is_family(l)) {
+        dlock__lock_request(&req, l);
+        rc = c->backend->family_release(c->be, &req);
+    } else {
+        rc = c->backend->release(c->be, l->name, l->owner);
+    }
     if (rc == DLOCK_OK && atomic_load(&l->lost_reason) != 0) {
         /* on_lost already told the holder; stay consistent with it. */
         rc = dlock__fail(DLOCK_ELOST, "dlock_release: %s", l->lost_message);
@@ -268,6 +446,44 @@ int dlock_release(dlock_lock *l)
         rc = dlock__fail(DLOCK_ELOST, "dlock_release: lock '%s' was no longer ours; nothing "
                          "was deleted", dlock__printable(shown, sizeof(shown), l->name));
     }
-    lock_free(l);
+    dlock__lock_free(l);
     return rc;
+}
+
+/* A multi-lock: every part, then the parent. */
+static int release_multi(dlock_lock *l)
+{
+    int first = DLOCK_OK;
+    char msg[512] = "";
+
+    /* Refuse before touching anything if this is the parent's on_lost. */
+    for (size_t i = 0; i < l->nparts; i++)
+        if (l->parts[i]->client != NULL && dlock__client_in_callback(l->parts[i]->client,
+                                                                     l->parts[i]))
+            return dlock__fail(DLOCK_EMISUSE, "dlock_release: called from inside the lock's "
+                               "on_lost callback; release it after the callback returns");
+    for (size_t i = 0; i < l->nparts; i++) {
+        int rc = release_one(l->parts[i]);
+        if (rc != DLOCK_OK && first == DLOCK_OK) {
+            first = rc;
+            snprintf(msg, sizeof(msg), "%s", dlock_error_message());
+        }
+    }
+    if (first == DLOCK_OK && atomic_load(&l->lost_reason) != 0) {
+        first = DLOCK_ELOST;
+        snprintf(msg, sizeof(msg), "dlock_release: %s", l->lost_message);
+    }
+    l->nparts = 0;
+    dlock__lock_free(l);
+    return first == DLOCK_OK ? DLOCK_OK : dlock__fail(first, "%s", msg);
+}
+
+int dlock_release(dlock_lock *l)
+{
+    dlock__clear_error();
+    if (l == NULL)
+        return DLOCK_OK;
+    if (l->parts != NULL)
+        return release_multi(l);
+    return release_one(l);
 }

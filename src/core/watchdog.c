@@ -49,6 +49,8 @@ static void renew_batch(dlock_client *c, dlock_lock **batch, size_t n)
         items[i].owner = batch[i]->owner;
         items[i].lease_ms = batch[i]->lease_ms;
         items[i].result = DLOCK_EPROTO;
+        items[i].kind = batch[i]->kind;
+        items[i].owner_id = batch[i]->owner_id;
     }
     pthread_mutex_unlock(&c->mu);
     sent = dlock__now_ms();
@@ -94,8 +96,8 @@ static void renew_batch(dlock_client *c, dlock_lock **batch, size_t n)
 static int fire_callbacks(dlock_client *c)
 {
     for (dlock_lock *l = c->locks; l != NULL; l = l->next) {
-        if (!l->callback_due || l->releasing)
-            continue;
+        if (!l->callback_due || l->releasing || l->busy)
+            continue; /* busy: claimed by a caller, who pokes us after */
         l->callback_due = 0;
         l->busy = 1;
         pthread_mutex_unlock(&c->mu);
@@ -209,6 +211,39 @@ int dlock__client_unregister(dlock_client *c, dlock_lock *l)
     l->prev = l->next = NULL;
     pthread_mutex_unlock(&c->mu);
     return DLOCK_OK;
+}
+
+int dlock__client_in_callback(dlock_client *c, const dlock_lock *l)
+{
+    int in;
+
+    pthread_mutex_lock(&c->mu);
+    in = l->busy && c->thread_running && pthread_equal(pthread_self(), c->thread);
+    pthread_mutex_unlock(&c->mu);
+    return in;
+}
+
+int dlock__client_claim(dlock_client *c, dlock_lock *l)
+{
+    pthread_mutex_lock(&c->mu);
+    if (l->busy && c->thread_running && pthread_equal(pthread_self(), c->thread)) {
+        pthread_mutex_unlock(&c->mu);
+        return dlock__fail(DLOCK_EMISUSE, "called from inside the lock's on_lost callback");
+    }
+    while (l->busy)
+        pthread_cond_wait(&c->idle, &c->mu);
+    l->busy = 1;
+    pthread_mutex_unlock(&c->mu);
+    return DLOCK_OK;
+}
+
+void dlock__client_unclaim(dlock_client *c, dlock_lock *l)
+{
+    pthread_mutex_lock(&c->mu);
+    l->busy = 0;
+    pthread_cond_broadcast(&c->idle);
+    dlock__watchdog_poke(c, l);
+    pthread_mutex_unlock(&c->mu);
 }
 
 void dlock__watchdog_stop(dlock_client *c)

@@ -56,7 +56,28 @@ typedef struct {
     const char *owner; /* owner token */
     int64_t lease_ms;
     int result;        /* out: DLOCK_OK renewed, DLOCK_ELOST no longer ours */
+    /* The lock family: DLOCK_KIND_* and the caller's owner id. Both are 0 /
+     * NULL for the plain mutex, the only lock a backend without the family
+     * calls (family_acquire NULL) is ever asked to renew. */
+    int kind;
+    const char *owner_id;
 } dlock_renewal;
+
+/*
+ * A lock of the family (dlock.h, "Lock kinds"), as the core asks a backend
+ * for it. The plain mutex (kind DLOCK_KIND_MUTEX, owner NULL) never comes
+ * this way: it uses acquire / release / extend / check above.
+ */
+typedef struct {
+    int kind;             /* DLOCK_KIND_* but MULTI */
+    const char *name;
+    const char *token;    /* this handle's own token, fresh and unguessable */
+    const char *owner;    /* the caller's owner id, or NULL (the token owns) */
+    int reentrant;
+    int64_t lease_ms;
+    int permits;          /* SEMAPHORE: N when the service has none yet */
+    const char *identity; /* LEADER: what observers see */
+} dlock_request;
 
 #define DLOCK_BACKEND_VERSION 1
 
@@ -128,6 +149,48 @@ typedef struct dlock_backend {
     /* Delete the lock whoever holds it, wake waiters; *removed the state
      * just before (never NULL here). */
     int (*force_release)(void *be, const char *name, dlock_lock_info *removed);
+
+    /*
+     * ---- The lock family: optional. ----
+     * A backend leaves these NULL (or is built against an older struct:
+     * size tells) to have the core refuse the family's kinds and calls with
+     * DLOCK_ENOTSUP. One that sets family_acquire must set the four
+     * family_* calls and handle family kinds in renew.
+     */
+
+    /* As acquire, for req. DLOCK_EMISUSE for an owner that holds the lock
+     * but may not take it again (not reentrant, read-write upgrade). */
+    int (*family_acquire)(void *be, const dlock_request *req, void *watch, uint64_t *fence,
+                          int64_t *retry_ms);
+    /* As release, extend (req->lease_ms) and check, for req. */
+    int (*family_release)(void *be, const dlock_request *req);
+    int (*family_extend)(void *be, const dlock_request *req);
+    int (*family_check)(void *be, const dlock_request *req);
+    /* As watch_begin, for waiting on req; watch_wait / watch_end apply. */
+    int (*family_watch_begin)(void *be, const dlock_request *req, void **watch);
+
+    /* Turn the write lock req (kind WRITE) into a read lock held by the same
+     * token, atomically, keeping its fence. DLOCK_ELOST if not ours. */
+    int (*downgrade)(void *be, const dlock_request *req);
+    /* Set the number of permits of semaphore name and wake its waiters. */
+    int (*set_permits)(void *be, const char *name, int permits);
+
+    /* 1 when multi_acquire can take these names in one atomic step. */
+    int (*multi_same_slot)(void *be, const char *const *names, size_t n);
+    /* Try once to take the plain mutexes names[i] for tokens[i], all or
+     * none, issuing fences[i]. DLOCK_EBUSY with *busy the index of a name
+     * held by another and *retry_ms as for acquire. Idempotent as acquire. */
+    int (*multi_acquire)(void *be, const char *const *names, const char *const *tokens,
+                         size_t n, int64_t lease_ms, uint64_t *fences, size_t *busy,
+                         int64_t *retry_ms);
+
+    /* Who leads election name (kind LEADER). */
+    int (*leader_get)(void *be, const char *name, dlock_leader_info *out);
+    /* As watch_begin, but woken by every change of leader of name, and by
+     * watch_wake. */
+    int (*observe_begin)(void *be, const char *name, void **watch);
+    /* Wake the current or next watch_wait of watch. Thread-safe. */
+    void (*watch_wake)(void *be, void *watch);
 } dlock_backend;
 
 #ifdef __cplusplus

@@ -1,20 +1,30 @@
 -- Take the lock and issue its fence in one round trip.
--- KEYS[1] the lock, KEYS[2] its fence counter
+-- KEYS[1] the lock, KEYS[2] its fence counter, KEYS[3] the fence floor,
+-- KEYS[4] the fence registry
 -- ARGV[1] owner token, ARGV[2] lease in ms
 -- Returns {1, fence} when the caller holds the lock, {0, pttl} when another owner does.
+-- #include fence
 local counter = redis.call('GET', KEYS[2])
-if counter and not tonumber(counter) then
-  -- Checked before the SET so that a broken counter never leaves a lock without a fence.
-  return redis.error_reply('DLOCKFENCE fence counter ' .. KEYS[2] .. ' is not an integer')
+-- Checked before anything is written, so that a broken counter never leaves a
+-- lock without a fence.
+local err = dlock_fence_check(KEYS[2], counter, KEYS[3])
+if err then
+  return err
 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  -- INCR, never SET: the counter only grows, also across expiries of the lock key.
-  return {1, redis.call('INCR', KEYS[2])}
-end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
   -- A retry after a lost reply: the key is still ours, so nobody has taken a
   -- fence since ours and the counter holds it.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(counter)}
+  return {1, tonumber(counter) or 0}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+if holder then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+-- The fence first: if issuing it fails (an ACL without INCR, a full server),
+-- the script stops before the lock exists, and no lock is left without a fence.
+-- INCR, never SET: the counter only grows, also across expiries of the lock key.
+local fence = dlock_fence_issue(KEYS[2], KEYS[3], KEYS[4], dlock_registry_clock(KEYS[4]),
+                                tonumber(ARGV[2]))
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return {1, fence}

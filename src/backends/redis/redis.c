@@ -6,7 +6,9 @@
  *   dlock:{NAME}          the lock: owner token, with the lease as its PX expiry
  *   dlock:{NAME}:fence    the fence counter, INCR'd by every acquisition
  *   dlock:{NAME}:release  the pub/sub channel a release is announced on
- * The braces are a hash tag: the three live in one cluster slot.
+ * The braces are a hash tag: the three live in one cluster slot. Two keys
+ * per prefix keep the fences bounded (lib/fence.lua): dlock:fence-floor and
+ * dlock:fence-registry. The lock family's keys are in redis_family.c.
  *
  * Connections: "cmd" for callers (one at a time, under cmd_mu), "watchdog"
  * for renewals (the watchdog thread's alone), "sub" for waiting (the
@@ -17,40 +19,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/redis/redis_conn.h"
-#include "backends/redis/redis_watch.h"
+#include "backends/redis/redis_int.h"
 #include "core/error.h"
 
-typedef struct {
-    char *prefix;
-    pthread_mutex_t cmd_mu;
-    dlock__redis_conn cmd;
-    dlock__redis_conn wd;
-    dlock__redis_watcher *watcher;
-} redis_backend;
-
-/* prefix + '{' + name + '}' + suffix */
-#define KEY_MAX (128 + DLOCK_NAME_MAX + 16)
-
-typedef struct {
-    char buf[KEY_MAX];
-    size_t len;
-} key_buf;
-
-static void make_key(key_buf *k, const redis_backend *be, const char *name, const char *suffix)
+void dlock__redis_key(dlock__redis_key_buf *k, const dlock__redis_be *be, const char *name,
+                      const char *suffix)
 {
     int n = snprintf(k->buf, sizeof(k->buf), "%s{%s}%s", be->prefix, name, suffix);
     k->len = (size_t)n;
 }
 
-static int bad_reply(const dlock__redis_conn *conn, const char *what)
+void dlock__redis_global_key(dlock__redis_key_buf *k, const dlock__redis_be *be,
+                             const char *suffix)
+{
+    int n = snprintf(k->buf, sizeof(k->buf), "%s%s", be->prefix, suffix);
+    k->len = (size_t)n;
+}
+
+int dlock__redis_bad_reply(const dlock__redis_conn *conn, const char *what)
 {
     return dlock__fail(DLOCK_EPROTO, "%s: unexpected reply to %s", conn->where, what);
 }
 
-/* Run a script on the command connection, under its mutex. */
-static int cmd_script(redis_backend *be, const dlock__redis_script *s, redisReply **out,
-                      int nkeys, int argc, const char **argv, const size_t *lens)
+int dlock__redis_cmd_script(dlock__redis_be *be, const dlock__redis_script *s,
+                            redisReply **out, int nkeys, int argc, const char **argv,
+                            const size_t *lens)
 {
     int rc;
 
@@ -59,6 +52,12 @@ static int cmd_script(redis_backend *be, const dlock__redis_script *s, redisRepl
     pthread_mutex_unlock(&be->cmd_mu);
     return rc;
 }
+
+typedef dlock__redis_be redis_backend;
+typedef dlock__redis_key_buf key_buf;
+#define make_key dlock__redis_key
+#define bad_reply dlock__redis_bad_reply
+#define cmd_script dlock__redis_cmd_script
 
 static int int_reply(const dlock__redis_conn *conn, redisReply *r, const char *what,
                      long long *value)
@@ -131,22 +130,26 @@ static int redis_acquire(void *arg, const char *name, const char *owner, int64_t
                          void *watch, uint64_t *fence, int64_t *retry_ms)
 {
     redis_backend *be = arg;
-    key_buf lock, counter;
+    key_buf lock, counter, floor, registry;
     char lease[24];
-    const char *argv[4];
-    size_t lens[4];
+    const char *argv[6];
+    size_t lens[6];
     redisReply *r;
     int rc;
 
     (void)watch; /* pub/sub needs no place in a queue */
     make_key(&lock, be, name, "");
     make_key(&counter, be, name, ":fence");
+    dlock__redis_global_key(&floor, be, DLOCK__REDIS_FENCE_FLOOR);
+    dlock__redis_global_key(&registry, be, DLOCK__REDIS_FENCE_REGISTRY);
     snprintf(lease, sizeof(lease), "%lld", (long long)lease_ms);
     argv[0] = lock.buf, lens[0] = lock.len;
     argv[1] = counter.buf, lens[1] = counter.len;
-    argv[2] = owner, lens[2] = strlen(owner);
-    argv[3] = lease, lens[3] = strlen(lease);
-    if ((rc = cmd_script(be, &dlock__redis_script_acquire, &r, 2, 4, argv, lens)) != DLOCK_OK)
+    argv[2] = floor.buf, lens[2] = floor.len;
+    argv[3] = registry.buf, lens[3] = registry.len;
+    argv[4] = owner, lens[4] = strlen(owner);
+    argv[5] = lease, lens[5] = strlen(lease);
+    if ((rc = cmd_script(be, &dlock__redis_script_acquire, &r, 4, 6, argv, lens)) != DLOCK_OK)
         return rc;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER) {
@@ -238,10 +241,22 @@ static int redis_check(void *arg, const char *name, const char *owner)
     return rc;
 }
 
+static int renew_plain(redis_backend *be, dlock_renewal *items, size_t n);
+
 /* Called from the watchdog thread only: uses the watchdog's connection. */
 static int redis_renew(void *arg, dlock_renewal *items, size_t n)
 {
     redis_backend *be = arg;
+
+    for (size_t i = 0; i < n; i++)
+        if (items[i].kind != DLOCK_KIND_MUTEX || items[i].owner_id != NULL)
+            return dlock__redis_family_renew(be, &be->wd, items, n, 1);
+    return renew_plain(be, items, n);
+}
+
+/* Called from the watchdog thread only: uses the watchdog's connection. */
+static int renew_plain(redis_backend *be, dlock_renewal *items, size_t n)
+{
     key_buf *keys;
     char (*leases)[24];
     const char **argv;
@@ -331,23 +346,84 @@ static int redis_force_release(void *arg, const char *name, dlock_lock_info *rem
 
 /* ---- waiting ----------------------------------------------------------- */
 
+int dlock__redis_watch_open(redis_backend *be, const char *channel, const char *name,
+                            const char *token, dlock__redis_watch **out)
+{
+    dlock__redis_watch *w = calloc(1, sizeof(*w));
+    int rc;
+
+    *out = NULL;
+    if (w == NULL || (name != NULL && (w->name = strdup(name)) == NULL) ||
+        (token != NULL && (w->token = strdup(token)) == NULL)) {
+        rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+        goto err;
+    }
+    if ((rc = dlock__redis_watch_begin(be->watcher, channel, token, &w->waiter)) != DLOCK_OK)
+        goto err;
+    *out = w;
+    return DLOCK_OK;
+err:
+    if (w != NULL) {
+        free(w->name);
+        free(w->token);
+    }
+    free(w);
+    return rc;
+}
+
+void dlock__redis_watch_close(redis_backend *be, dlock__redis_watch *w)
+{
+    if (w == NULL)
+        return;
+    if (w->leave) {
+        /* Best effort: if this fails, the server drops the place or marker
+         * when its expiry passes. */
+        key_buf base, chan;
+        const char *argv[3];
+        size_t lens[3];
+        redisReply *r = NULL;
+        char saved[512];
+
+        snprintf(saved, sizeof(saved), "%s", dlock_error_message());
+        make_key(&base, be, w->name, "");
+        make_key(&chan, be, w->name, ":release");
+        argv[0] = base.buf, lens[0] = base.len;
+        argv[1] = w->token, lens[1] = strlen(w->token);
+        argv[2] = chan.buf, lens[2] = chan.len;
+        if (cmd_script(be, &dlock__redis_script_leave, &r, 1, 3, argv, lens) == DLOCK_OK)
+            freeReplyObject(r);
+        /* The caller reports why it gave up, not how leaving went. */
+        dlock__fail(DLOCK_OK, "%s", saved);
+    }
+    dlock__redis_watch_end(be->watcher, w->waiter);
+    free(w->name);
+    free(w->token);
+    free(w);
+}
+
 static int redis_watch_begin(void *arg, const char *name, void **watch)
 {
     redis_backend *be = arg;
     key_buf chan;
 
     make_key(&chan, be, name, ":release");
-    return dlock__redis_watch_begin(be->watcher, chan.buf, (dlock__redis_waiter **)watch);
+    return dlock__redis_watch_open(be, chan.buf, NULL, NULL, (dlock__redis_watch **)watch);
 }
 
 static int redis_watch_wait(void *arg, void *watch, int64_t timeout_ms)
 {
-    return dlock__redis_watch_wait(((redis_backend *)arg)->watcher, watch, timeout_ms);
+    return dlock__redis_watch_wait(((redis_backend *)arg)->watcher,
+                                   ((dlock__redis_watch *)watch)->waiter, timeout_ms);
 }
 
 static void redis_watch_end(void *arg, void *watch)
 {
-    dlock__redis_watch_end(((redis_backend *)arg)->watcher, watch);
+    dlock__redis_watch_close(arg, watch);
+}
+
+static void redis_watch_wake(void *arg, void *watch)
+{
+    dlock__redis_watch_wake(((redis_backend *)arg)->watcher, ((dlock__redis_watch *)watch)->waiter);
 }
 
 static const char *const redis_schemes[] = {"redis", "unix", "rediss", NULL};
@@ -369,4 +445,16 @@ const dlock_backend dlock__redis_backend = {
     redis_watch_end,
     redis_status,
     redis_force_release,
+    dlock__redis_family_acquire,
+    dlock__redis_family_release,
+    dlock__redis_family_extend,
+    dlock__redis_family_check,
+    dlock__redis_family_watch_begin,
+    dlock__redis_downgrade,
+    dlock__redis_set_permits,
+    dlock__redis_multi_same_slot,
+    dlock__redis_multi_acquire,
+    dlock__redis_leader_get,
+    dlock__redis_observe_begin,
+    redis_watch_wake,
 };

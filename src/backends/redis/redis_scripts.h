@@ -18,4 +18,17 @@ extern const dlock__redis_script dlock__redis_script_extend;
 extern const dlock__redis_script dlock__redis_script_renew;
 extern const dlock__redis_script dlock__redis_script_status;
 
+/* The lock family (redis_family.c). */
+extern const dlock__redis_script dlock__redis_script_excl_acquire;
+extern const dlock__redis_script dlock__redis_script_excl_release;
+extern const dlock__redis_script dlock__redis_script_leave;
+extern const dlock__redis_script dlock__redis_script_rw_acquire;
+extern const dlock__redis_script dlock__redis_script_rw_release;
+extern const dlock__redis_script dlock__redis_script_sem_acquire;
+extern const dlock__redis_script dlock__redis_script_sem_release;
+extern const dlock__redis_script dlock__redis_script_sem_permits;
+extern const dlock__redis_script dlock__redis_script_family_renew;
+extern const dlock__redis_script dlock__redis_script_leader_get;
+extern const dlock__redis_script dlock__redis_script_multi_acquire;
+
 #endif

@@ -38,6 +38,7 @@ typedef struct channel {
 
 struct dlock__redis_waiter {
     channel *chan;
+    char *token; /* NULL, or what a targeted message names */
     pthread_cond_t cond;
     int woken;
     dlock__redis_waiter *next, *prev;
@@ -67,6 +68,32 @@ static void wake_one(channel *ch)
             return;
         }
     }
+}
+
+static void wake_waiter(dlock__redis_waiter *x)
+{
+    x->woken = 1;
+    pthread_cond_signal(&x->cond);
+}
+
+/* A message on ch: wake whom its text names (see redis_watch.h). */
+static void wake_for(channel *ch, const char *text)
+{
+    if (strcmp(text, "all") == 0) {
+        for (dlock__redis_waiter *x = ch->first; x != NULL; x = x->next)
+            wake_waiter(x);
+        return;
+    }
+    for (dlock__redis_waiter *x = ch->first; x != NULL; x = x->next) {
+        if (x->token != NULL && strcmp(x->token, text) == 0) {
+            wake_waiter(x);
+            return;
+        }
+    }
+    /* Tokens are hex digits: a text that names none of ours is either a
+     * waiter of another client, or a plain release. */
+    if (strspn(text, "0123456789abcdef") != strlen(text) || text[0] == '\0')
+        wake_one(ch);
 }
 
 static void wake_all(dlock__redis_watcher *w)
@@ -152,7 +179,7 @@ static void handle_reply(dlock__redis_watcher *w, redisReply *r)
             ch->confirmed = 1;
             pthread_cond_broadcast(&w->confirmed);
         } else if (strcmp(kind, "message") == 0) {
-            wake_one(ch);
+            wake_for(ch, r->element[2]->type == REDIS_REPLY_STRING ? r->element[2]->str : "");
         }
         break;
     }
@@ -297,7 +324,7 @@ void dlock__redis_watcher_free(dlock__redis_watcher *w)
     free(w);
 }
 
-int dlock__redis_watch_begin(dlock__redis_watcher *w, const char *name,
+int dlock__redis_watch_begin(dlock__redis_watcher *w, const char *name, const char *token,
                              dlock__redis_waiter **out)
 {
     dlock__redis_waiter *x;
@@ -307,9 +334,12 @@ int dlock__redis_watch_begin(dlock__redis_watcher *w, const char *name,
 
     *out = NULL;
     x = calloc(1, sizeof(*x));
-    if (x == NULL)
+    if (x == NULL || (token != NULL && (x->token = strdup(token)) == NULL)) {
+        free(x);
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    }
     if (dlock__cond_init(&x->cond) != 0) {
+        free(x->token);
         free(x);
         return dlock__fail(DLOCK_ENOMEM, "cannot create a condition variable");
     }
@@ -324,6 +354,7 @@ int dlock__redis_watch_begin(dlock__redis_watcher *w, const char *name,
             pthread_mutex_unlock(&w->mu);
             free(ch);
             pthread_cond_destroy(&x->cond);
+            free(x->token);
             free(x);
             return dlock__fail(DLOCK_ENOMEM, "out of memory");
         }
@@ -402,5 +433,13 @@ void dlock__redis_watch_end(dlock__redis_watcher *w, dlock__redis_waiter *x)
         ch->idle_since = dlock__now_ms(); /* the thread unsubscribes after LINGER_MS */
     pthread_mutex_unlock(&w->mu);
     pthread_cond_destroy(&x->cond);
+    free(x->token);
     free(x);
+}
+
+void dlock__redis_watch_wake(dlock__redis_watcher *w, dlock__redis_waiter *x)
+{
+    pthread_mutex_lock(&w->mu);
+    wake_waiter(x);
+    pthread_mutex_unlock(&w->mu);
 }

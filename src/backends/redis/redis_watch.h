@@ -1,8 +1,13 @@
 /*
  * Waiting for releases without polling: one subscriber connection per client,
  * driven by one thread, shared by all the client's waiters. Each release
- * PUBLISHes on the lock's channel; the thread wakes one waiter of that channel
- * (the longest waiting), since one release can only be won once.
+ * PUBLISHes on the lock's channel, and the message says whom to wake:
+ *   "all"        every waiter of the channel (a read-write lock can admit
+ *                many readers; an election changed leader);
+ *   a token      only the waiter registered with that token (the head of a
+ *                fair lock's queue), in whichever client it waits;
+ *   anything else ("released") one waiter of the channel, the longest
+ *                waiting, since one release can only be won once.
  */
 #ifndef DLOCK_REDIS_WATCH_H
 #define DLOCK_REDIS_WATCH_H
@@ -20,9 +25,12 @@ int dlock__redis_watcher_new(dlock__redis_watcher **out, const dlock_url *url,
 void dlock__redis_watcher_free(dlock__redis_watcher *w);
 
 /* Subscribe (if no waiter of this client already did) and return once the
- * server has confirmed the subscription, or the command timeout passed. */
-int dlock__redis_watch_begin(dlock__redis_watcher *w, const char *channel,
+ * server has confirmed the subscription, or the command timeout passed.
+ * token (copied; NULL for none) is what a targeted message names. */
+int dlock__redis_watch_begin(dlock__redis_watcher *w, const char *channel, const char *token,
                              dlock__redis_waiter **out);
+/* Wake the waiter's current or next dlock__redis_watch_wait. */
+void dlock__redis_watch_wake(dlock__redis_watcher *w, dlock__redis_waiter *waiter);
 /* DLOCK_OK when a release woke us, DLOCK_ETIMEOUT after timeout_ms. */
 int dlock__redis_watch_wait(dlock__redis_watcher *w, dlock__redis_waiter *waiter,
                             int64_t timeout_ms);

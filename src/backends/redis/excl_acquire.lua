@@ -1,0 +1,104 @@
+-- Take an exclusive lock of the family: a mutex with an owner id (reentrant
+-- or not), a fair lock, or leadership of an election.
+-- KEYS[1] the base key, KEYS[2] the fence floor, KEYS[3] the fence registry
+-- ARGV[1] kind: 'mutex', 'fair' or 'leader'
+-- ARGV[2] this handle's token, ARGV[3] the owner value stored in the lock
+--   (the owner id, or the token), ARGV[4] '1' reentrant
+-- ARGV[5] lease ms, ARGV[6] 'wait' (queue if busy) or 'try' (leave nothing)
+-- ARGV[7] a fair waiter's place expiry in ms (server time)
+-- ARGV[8] leader identity, ARGV[9] the leader channel
+-- Keys: base = the owner value (PX lease), base:holds = token -> fence of
+-- each handle holding it; fair: base:queue = token -> arrival order,
+-- base:queue-exp = token -> expiry; leader: base:leader = identity.
+-- Returns {1, fence}, {0, retry ms} when busy, {-1, 1} when the owner holds
+-- it and may not re-enter, {-1, 2} when it is held by a lock without holds.
+-- #include fence
+-- #include family
+local base, kind, token, value = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
+local lease, waiting, ttl = tonumber(ARGV[5]), ARGV[6] == 'wait', tonumber(ARGV[7])
+local holds, counter = base .. ':holds', base .. ':fence'
+local queue, qexp = base .. ':queue', base .. ':queue-exp'
+
+local err = dlock_fence_check(counter, redis.call('GET', counter), KEYS[2])
+if err then
+  return err
+end
+
+local holder = redis.call('GET', base)
+if holder and holder == value then
+  local mine = redis.call('HGET', holds, token)
+  if not mine then
+    if ARGV[4] ~= '1' then
+      return {-1, 1}
+    end
+    -- Re-entry: one more hold of the owner, with the same fence.
+    mine = redis.call('HVALS', holds)[1]
+    if not mine then
+      return {-1, 2}
+    end
+    redis.call('HSET', holds, token, mine)
+  end
+  -- (Without re-entry: a retry after a lost reply.)
+  dlock_pexpire_max(base, lease)
+  dlock_pexpire_max(holds, lease)
+  if kind == 'leader' then
+    dlock_pexpire_max(base .. ':leader', lease)
+  end
+  return {1, tonumber(mine)}
+end
+
+local now = nil
+-- A fair waiter takes a place at the end of the queue, or keeps its place
+-- alive: its expiry moves ttl past now.
+local function enqueue()
+  if not redis.call('ZSCORE', queue, token) then
+    local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
+    redis.call('ZADD', queue, last[2] and tonumber(last[2]) + 1 or 1, token)
+  end
+  redis.call('ZADD', qexp, now + ttl, token)
+  dlock_pexpire_max(queue, ttl)
+  dlock_pexpire_max(qexp, ttl)
+end
+
+if kind == 'fair' then
+  now = dlock_now_ms()
+  dlock_prune(qexp, now, queue, nil)
+end
+if holder then
+  local retry = redis.call('PTTL', base)
+  if kind == 'fair' and waiting then
+    enqueue()
+    if retry < 0 or retry > dlock_refresh_ms(ttl) then
+      retry = dlock_refresh_ms(ttl)
+    end
+  end
+  return {0, retry}
+end
+if kind == 'fair' then
+  local head = redis.call('ZRANGE', queue, 0, 0)[1]
+  if head and head ~= token then
+    -- Free, but someone came first: it was woken and is on its way (or it
+    -- died, and leaves the queue when its expiry passes).
+    local left = math.max(0, tonumber(redis.call('ZSCORE', qexp, head) or now) - now)
+    if waiting then
+      enqueue()
+      left = math.min(left, dlock_refresh_ms(ttl))
+    end
+    return {0, left}
+  end
+  if head then
+    redis.call('ZREM', queue, token)
+    redis.call('ZREM', qexp, token)
+  end
+end
+
+local fence = dlock_fence_issue(counter, KEYS[2], KEYS[3], dlock_registry_clock(KEYS[3]), lease)
+redis.call('SET', base, value, 'PX', lease)
+redis.call('DEL', holds)
+redis.call('HSET', holds, token, fence)
+redis.call('PEXPIRE', holds, lease)
+if kind == 'leader' then
+  redis.call('SET', base .. ':leader', ARGV[8], 'PX', lease)
+  redis.call('PUBLISH', ARGV[9], 'all')
+end
+return {1, fence}

@@ -1,0 +1,32 @@
+-- Helpers of the lock family's scripts (docs/family.md). Each script gets the
+-- name's base key PREFIX{NAME} as KEYS[1] and derives its other keys from it
+-- by a suffix, so that all of them share its hash tag.
+
+-- PEXPIRE key to ms from now unless it already lives longer (a shared key
+-- must outlive the longest lease of the members it holds).
+local function dlock_pexpire_max(key, ms)
+  local left = redis.call('PTTL', key)
+  if left ~= -2 and left < ms then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
+-- Drop the members of zset (member -> server-time expiry) whose expiry has
+-- passed, and the same members of other_zset and hash when given.
+local function dlock_prune(zset, now, other_zset, hash)
+  local dead = redis.call('ZRANGEBYSCORE', zset, '-inf', now)
+  for _, m in ipairs(dead) do
+    redis.call('ZREM', zset, m)
+    if other_zset then
+      redis.call('ZREM', other_zset, m)
+    end
+    if hash then
+      redis.call('HDEL', hash, m)
+    end
+  end
+end
+
+-- A fair waiter's retries refresh its place this often (its expiry is ttl).
+local function dlock_refresh_ms(ttl)
+  return math.max(1, math.floor(ttl / 3))
+end

@@ -1,0 +1,596 @@
+/*
+ * The lock family on Redis: reentrant and fair locks, read-write locks,
+ * semaphores, multi-locks and leader election (docs/family.md). Every
+ * operation is one script, so each step is atomic on the server; expiries
+ * that decide who is in (a reader, a permit, a fair waiter) are measured in
+ * server time (TIME inside the scripts), never with a client's clock.
+ *
+ * Keys, for name NAME and the default prefix "dlock:" (all share the hash
+ * tag {NAME}; the scripts derive them from the base key):
+ *   dlock:{NAME}               holder of the exclusive kinds: the owner id, or
+ *                              the handle's token; PX lease (as the mutex)
+ *   dlock:{NAME}:holds         HASH token -> fence of each handle holding it
+ *   dlock:{NAME}:fence         the fence counter of every kind
+ *   dlock:{NAME}:queue         fair: ZSET token -> arrival order
+ *   dlock:{NAME}:queue-exp     fair: ZSET token -> place expiry (server ms)
+ *   dlock:{NAME}:readers       ZSET token -> lease end (server ms)
+ *   dlock:{NAME}:reader-fences HASH token -> "fence owner-id"
+ *   dlock:{NAME}:writer-wait   the token of a waiting writer; PX its expiry
+ *   dlock:{NAME}:sem           ZSET token -> lease end (server ms)
+ *   dlock:{NAME}:sem-fences    HASH token -> fence
+ *   dlock:{NAME}:permits       a semaphore's N
+ *   dlock:{NAME}:leader        the leader's identity; PX lease
+ * Channels: dlock:{NAME}:release (waiters; see redis_watch.h for whom a
+ * message wakes) and dlock:{NAME}:leader (observers of an election).
+ * Every key has an expiry, so a name nobody uses leaves nothing behind but
+ * its fence counter, which lib/fence.lua retires.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/redis/redis_int.h"
+#include "core/error.h"
+
+typedef dlock__redis_be redis_backend;
+typedef dlock__redis_key_buf key_buf;
+
+/* How long a fair waiter's place, or a waiting writer's marker, lives past
+ * its last refresh (server time): W in dlock.h. */
+static int64_t waiter_ttl_ms(int64_t lease_ms)
+{
+    return lease_ms < 1000 ? 1000 : lease_ms > 30000 ? 30000 : lease_ms;
+}
+
+static const char *shown(char *buf, size_t size, const char *name)
+{
+    size_t i = 0;
+
+    for (; name[i] != '\0' && i + 4 < size; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        buf[i] = (ch >= 32 && ch < 127) ? (char)ch : '?';
+    }
+    if (name[i] != '\0' && i >= 3)
+        memcpy(buf + i - 3, "...", 3);
+    buf[i] = '\0';
+    return buf;
+}
+
+static const char *owner_value(const dlock_request *req)
+{
+    return req->owner != NULL ? req->owner : req->token;
+}
+
+/* An argument list: the keys then the arguments, as cmd_script takes them. */
+typedef struct {
+    const char *argv[16];
+    size_t lens[16];
+    char nums[4][24];
+    int argc, nnums;
+} args;
+
+static void arg(args *a, const char *s, size_t len)
+{
+    a->argv[a->argc] = s;
+    a->lens[a->argc++] = len;
+}
+
+static void arg_str(args *a, const char *s)
+{
+    arg(a, s, strlen(s));
+}
+
+static void arg_key(args *a, const key_buf *k)
+{
+    arg(a, k->buf, k->len);
+}
+
+static void arg_num(args *a, long long v)
+{
+    char *buf = a->nums[a->nnums++];
+    snprintf(buf, sizeof(a->nums[0]), "%lld", v);
+    arg_str(a, buf);
+}
+
+/* The reply of the acquire scripts: {status, value}. */
+static int pair_reply(redis_backend *be, redisReply *r, const char *what, long long *status,
+                      long long *value)
+{
+    int ok = r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+             r->element[0]->type == REDIS_REPLY_INTEGER &&
+             r->element[1]->type == REDIS_REPLY_INTEGER;
+
+    if (ok) {
+        *status = r->element[0]->integer;
+        *value = r->element[1]->integer;
+    }
+    freeReplyObject(r);
+    return ok ? DLOCK_OK : dlock__redis_bad_reply(&be->cmd, what);
+}
+
+static int int_result(redis_backend *be, redisReply *r, const char *what, long long *value)
+{
+    int ok = r->type == REDIS_REPLY_INTEGER;
+
+    if (ok)
+        *value = r->integer;
+    freeReplyObject(r);
+    return ok ? DLOCK_OK : dlock__redis_bad_reply(&be->cmd, what);
+}
+
+/* ---- acquire ----------------------------------------------------------- */
+
+static int misuse(const dlock_request *req, long long why)
+{
+    char name[80];
+
+    shown(name, sizeof(name), req->name);
+    switch (why) {
+    case 1:
+        if (req->kind == DLOCK_KIND_WRITE)
+            return dlock__fail(DLOCK_EMISUSE, "write lock '%s' is already held by this owner id "
+                               "(read-write locks are not reentrant)", name);
+        return dlock__fail(DLOCK_EMISUSE, "lock '%s' is already held by this owner id and "
+                           "reentrant is off: set reentrant to take it again", name);
+    case 2:
+        if (req->kind == DLOCK_KIND_READ)
+            return dlock__fail(DLOCK_EMISUSE, "read lock '%s' asked by the owner id that holds "
+                               "its write lock: downgrade the write lock instead "
+                               "(dlock_lock_downgrade)", name);
+        return dlock__fail(DLOCK_EMISUSE, "lock '%s' is held by this owner id, but not as a "
+                           "lock of this kind (use one name with one kind)", name);
+    case 3:
+        return dlock__fail(DLOCK_EMISUSE, "write lock '%s' asked by an owner id that holds a "
+                           "read lock on it: upgrade is refused (two upgrading readers would "
+                           "wait for each other for ever); release the read lock first", name);
+    default:
+        return dlock__fail(DLOCK_EPROTO, "lock '%s': the server refused with reason %lld",
+                           name, why);
+    }
+}
+
+int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *watch_arg,
+                                uint64_t *fence, int64_t *retry_ms)
+{
+    redis_backend *be = arg_be;
+    dlock__redis_watch *watch = watch_arg;
+    const dlock__redis_script *script;
+    key_buf base, floor, registry, leader;
+    const char *mode = watch != NULL ? "wait" : "try";
+    int64_t ttl = waiter_ttl_ms(req->lease_ms);
+    long long status = 0, value = 0;
+    char name[80];
+    args a = {0};
+    redisReply *r;
+    int rc;
+
+    dlock__redis_key(&base, be, req->name, "");
+    dlock__redis_key(&leader, be, req->name, ":leader");
+    dlock__redis_global_key(&floor, be, DLOCK__REDIS_FENCE_FLOOR);
+    dlock__redis_global_key(&registry, be, DLOCK__REDIS_FENCE_REGISTRY);
+    arg_key(&a, &base);
+    arg_key(&a, &floor);
+    arg_key(&a, &registry);
+    switch (req->kind) {
+    case DLOCK_KIND_MUTEX:
+    case DLOCK_KIND_FAIR:
+    case DLOCK_KIND_LEADER:
+        script = &dlock__redis_script_excl_acquire;
+        arg_str(&a, req->kind == DLOCK_KIND_FAIR     ? "fair"
+                    : req->kind == DLOCK_KIND_LEADER ? "leader"
+                                                     : "mutex");
+        arg_str(&a, req->token);
+        arg_str(&a, owner_value(req));
+        arg_str(&a, req->reentrant ? "1" : "0");
+        arg_num(&a, req->lease_ms);
+        arg_str(&a, mode);
+        arg_num(&a, ttl);
+        arg_str(&a, req->identity != NULL ? req->identity : "");
+        arg_key(&a, &leader);
+        break;
+    case DLOCK_KIND_READ:
+    case DLOCK_KIND_WRITE:
+        script = &dlock__redis_script_rw_acquire;
+        arg_str(&a, req->kind == DLOCK_KIND_READ ? "read" : "write");
+        arg_str(&a, req->token);
+        arg_str(&a, req->owner != NULL ? req->owner : "");
+        arg_num(&a, req->lease_ms);
+        arg_str(&a, mode);
+        arg_num(&a, ttl);
+        break;
+    case DLOCK_KIND_SEMAPHORE:
+        script = &dlock__redis_script_sem_acquire;
+        arg_str(&a, req->token);
+        arg_num(&a, req->lease_ms);
+        arg_num(&a, req->permits);
+        break;
+    default:
+        return dlock__fail(DLOCK_ENOTSUP, "redis: no lock of kind %d", req->kind);
+    }
+    if ((rc = dlock__redis_cmd_script(be, script, &r, 3, a.argc, a.argv, a.lens)) != DLOCK_OK)
+        return rc;
+    if ((rc = pair_reply(be, r, script->name, &status, &value)) != DLOCK_OK)
+        return rc;
+    if (status == 1) {
+        if (value <= 0)
+            return dlock__redis_bad_reply(&be->cmd, "an acquire script (fence <= 0)");
+        *fence = (uint64_t)value;
+        if (watch != NULL)
+            watch->leave = 0;
+        return DLOCK_OK;
+    }
+    if (status == 0) {
+        *retry_ms = value;
+        /* A fair waiter now has a place in the queue, a writer may have set
+         * its marker: both must go if it gives up. */
+        if (watch != NULL && (req->kind == DLOCK_KIND_FAIR || req->kind == DLOCK_KIND_WRITE))
+            watch->leave = 1;
+        return DLOCK_EBUSY;
+    }
+    if (status == -2)
+        return dlock__fail(DLOCK_EINVAL, "semaphore '%s' has no number of permits yet: give "
+                           "options.permits (or call dlock_semaphore_set_permits)",
+                           shown(name, sizeof(name), req->name));
+    return misuse(req, value);
+}
+
+int dlock__redis_family_watch_begin(void *arg_be, const dlock_request *req, void **watch)
+{
+    redis_backend *be = arg_be;
+    key_buf chan;
+
+    dlock__redis_key(&chan, be, req->name, ":release");
+    /* The name and token are kept to leave the fair queue or drop the
+     * writer's marker; the token also lets a release wake a fair waiter
+     * alone. */
+    return dlock__redis_watch_open(be, chan.buf, req->name, req->token,
+                                   (dlock__redis_watch **)watch);
+}
+
+/* ---- release, downgrade, permits --------------------------------------- */
+
+int dlock__redis_family_release(void *arg_be, const dlock_request *req)
+{
+    redis_backend *be = arg_be;
+    const dlock__redis_script *script;
+    key_buf base, chan, leader;
+    long long v = 0;
+    args a = {0};
+    redisReply *r;
+    int rc;
+
+    dlock__redis_key(&base, be, req->name, "");
+    dlock__redis_key(&chan, be, req->name, ":release");
+    dlock__redis_key(&leader, be, req->name, ":leader");
+    arg_key(&a, &base);
+    switch (req->kind) {
+    case DLOCK_KIND_READ:
+    case DLOCK_KIND_WRITE:
+        script = &dlock__redis_script_rw_release;
+        arg_str(&a, req->kind == DLOCK_KIND_READ ? "read" : "write");
+        arg_str(&a, req->token);
+        arg_str(&a, owner_value(req));
+        arg_key(&a, &chan);
+        arg_num(&a, req->lease_ms);
+        arg_str(&a, req->owner != NULL ? req->owner : "");
+        break;
+    case DLOCK_KIND_SEMAPHORE:
+        script = &dlock__redis_script_sem_release;
+        arg_str(&a, req->token);
+        arg_key(&a, &chan);
+        break;
+    default:
+        script = &dlock__redis_script_excl_release;
+        arg_str(&a, req->kind == DLOCK_KIND_FAIR     ? "fair"
+                    : req->kind == DLOCK_KIND_LEADER ? "leader"
+                                                     : "mutex");
+        arg_str(&a, req->token);
+        arg_str(&a, owner_value(req));
+        arg_key(&a, &chan);
+        arg_key(&a, &leader);
+        break;
+    }
+    if ((rc = dlock__redis_cmd_script(be, script, &r, 1, a.argc, a.argv, a.lens)) != DLOCK_OK)
+        return rc;
+    if ((rc = int_result(be, r, script->name, &v)) != DLOCK_OK)
+        return rc;
+    return v == 1 ? DLOCK_OK : DLOCK_ELOST;
+}
+
+int dlock__redis_downgrade(void *arg_be, const dlock_request *req)
+{
+    redis_backend *be = arg_be;
+    key_buf base, chan;
+    long long v = 0;
+    args a = {0};
+    redisReply *r;
+    int rc;
+
+    dlock__redis_key(&base, be, req->name, "");
+    dlock__redis_key(&chan, be, req->name, ":release");
+    arg_key(&a, &base);
+    arg_str(&a, "downgrade");
+    arg_str(&a, req->token);
+    arg_str(&a, owner_value(req));
+    arg_key(&a, &chan);
+    arg_num(&a, req->lease_ms);
+    arg_str(&a, req->owner != NULL ? req->owner : "");
+    if ((rc = dlock__redis_cmd_script(be, &dlock__redis_script_rw_release, &r, 1, a.argc, a.argv,
+                                      a.lens)) != DLOCK_OK)
+        return rc;
+    if ((rc = int_result(be, r, "the downgrade script", &v)) != DLOCK_OK)
+        return rc;
+    return v == 1 ? DLOCK_OK : DLOCK_ELOST;
+}
+
+int dlock__redis_set_permits(void *arg_be, const char *name, int permits)
+{
+    redis_backend *be = arg_be;
+    key_buf base, chan;
+    long long v = 0;
+    args a = {0};
+    redisReply *r;
+    int rc;
+
+    dlock__redis_key(&base, be, name, "");
+    dlock__redis_key(&chan, be, name, ":release");
+    arg_key(&a, &base);
+    arg_num(&a, permits);
+    arg_key(&a, &chan);
+    if ((rc = dlock__redis_cmd_script(be, &dlock__redis_script_sem_permits, &r, 1, a.argc, a.argv,
+                                      a.lens)) != DLOCK_OK)
+        return rc;
+    return int_result(be, r, "the permits script", &v);
+}
+
+/* ---- renew, extend, check ---------------------------------------------- */
+
+static const char *renew_kind(int kind, const char *owner_id)
+{
+    switch (kind) {
+    case DLOCK_KIND_MUTEX:
+        return owner_id == NULL ? "mutex" : "excl";
+    case DLOCK_KIND_READ:
+        return "read";
+    case DLOCK_KIND_SEMAPHORE:
+        return "sem";
+    case DLOCK_KIND_LEADER:
+        return "leader";
+    default:
+        return "excl"; /* fair, write */
+    }
+}
+
+int dlock__redis_family_renew(redis_backend *be, dlock__redis_conn *conn, dlock_renewal *items,
+                              size_t n, int renew)
+{
+    key_buf *keys = malloc(n * sizeof(*keys));
+    char (*leases)[24] = malloc(n * sizeof(*leases));
+    size_t argc = 1 + 5 * n;
+    const char **argv = malloc(argc * sizeof(*argv));
+    size_t *lens = malloc(argc * sizeof(*lens));
+    redisReply *r = NULL;
+    int rc;
+
+    if (keys == NULL || leases == NULL || argv == NULL || lens == NULL) {
+        rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *kind = renew_kind(items[i].kind, items[i].owner_id);
+        const char *value = items[i].owner_id != NULL ? items[i].owner_id : items[i].owner;
+        size_t at = n + 1 + 4 * i;
+
+        dlock__redis_key(&keys[i], be, items[i].name, "");
+        snprintf(leases[i], sizeof(leases[i]), "%lld", (long long)items[i].lease_ms);
+        argv[i] = keys[i].buf, lens[i] = keys[i].len;
+        argv[at] = kind, lens[at] = strlen(kind);
+        argv[at + 1] = items[i].owner, lens[at + 1] = strlen(items[i].owner);
+        argv[at + 2] = value, lens[at + 2] = strlen(value);
+        argv[at + 3] = leases[i], lens[at + 3] = strlen(leases[i]);
+    }
+    argv[n] = renew ? "renew" : "check";
+    lens[n] = strlen(argv[n]);
+    if (conn == &be->cmd)
+        pthread_mutex_lock(&be->cmd_mu);
+    rc = dlock__redis_conn_script(conn, &dlock__redis_script_family_renew, &r, (int)n, (int)argc,
+                                  argv, lens);
+    if (conn == &be->cmd)
+        pthread_mutex_unlock(&be->cmd_mu);
+    if (rc != DLOCK_OK)
+        goto done;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != n) {
+        rc = dlock__redis_bad_reply(conn, "the family renew script");
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (r->element[i]->type != REDIS_REPLY_INTEGER) {
+            rc = dlock__redis_bad_reply(conn, "the family renew script");
+            goto done;
+        }
+        items[i].result = r->element[i]->integer == 1 ? DLOCK_OK : DLOCK_ELOST;
+    }
+done:
+    if (r != NULL)
+        freeReplyObject(r);
+    free(keys);
+    free(leases);
+    free(argv);
+    free(lens);
+    return rc;
+}
+
+static int renew_one(redis_backend *be, const dlock_request *req, int renew)
+{
+    dlock_renewal item = {req->name, req->token, req->lease_ms, DLOCK_EPROTO, req->kind,
+                          req->owner};
+    int rc = dlock__redis_family_renew(be, &be->cmd, &item, 1, renew);
+
+    return rc != DLOCK_OK ? rc : item.result;
+}
+
+int dlock__redis_family_extend(void *be, const dlock_request *req)
+{
+    return renew_one(be, req, 1);
+}
+
+int dlock__redis_family_check(void *be, const dlock_request *req)
+{
+    return renew_one(be, req, 0);
+}
+
+/* ---- multi-lock ----------------------------------------------------------- */
+
+/* CRC16-CCITT (XMODEM), as Redis Cluster hashes keys. */
+static unsigned crc16(const char *buf, size_t len)
+{
+    unsigned crc = 0;
+
+    for (size_t i = 0; i < len; i++) {
+        crc ^= (unsigned)(unsigned char)buf[i] << 8;
+        for (int b = 0; b < 8; b++)
+            crc = (crc & 0x8000) ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+    }
+    return crc;
+}
+
+/* The cluster slot of a key: only the part inside the first {...} counts,
+ * when it is not empty. */
+static unsigned key_slot(const char *key, size_t len)
+{
+    size_t s, e;
+
+    for (s = 0; s < len && key[s] != '{'; s++)
+        ;
+    if (s < len) {
+        for (e = s + 1; e < len && key[e] != '}'; e++)
+            ;
+        if (e < len && e > s + 1)
+            return crc16(key + s + 1, e - s - 1) & 16383;
+    }
+    return crc16(key, len) & 16383;
+}
+
+int dlock__redis_multi_same_slot(void *arg_be, const char *const *names, size_t n)
+{
+    redis_backend *be = arg_be;
+    unsigned first = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        key_buf k;
+        unsigned slot;
+
+        dlock__redis_key(&k, be, names[i], "");
+        slot = key_slot(k.buf, k.len);
+        if (i == 0)
+            first = slot;
+        else if (slot != first)
+            return 0;
+    }
+    return 1;
+}
+
+int dlock__redis_multi_acquire(void *arg_be, const char *const *names, const char *const *tokens,
+                               size_t n, int64_t lease_ms, uint64_t *fences, size_t *busy,
+                               int64_t *retry_ms)
+{
+    redis_backend *be = arg_be;
+    key_buf *keys = malloc((n + 2) * sizeof(*keys));
+    size_t argc = 2 * n + 3;
+    const char **argv = malloc(argc * sizeof(*argv));
+    size_t *lens = malloc(argc * sizeof(*lens));
+    char lease[24];
+    redisReply *r = NULL;
+    int rc;
+
+    if (keys == NULL || argv == NULL || lens == NULL) {
+        rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        dlock__redis_key(&keys[i], be, names[i], "");
+        argv[i] = keys[i].buf, lens[i] = keys[i].len;
+        argv[n + 2 + i] = tokens[i], lens[n + 2 + i] = strlen(tokens[i]);
+    }
+    dlock__redis_global_key(&keys[n], be, DLOCK__REDIS_FENCE_FLOOR);
+    dlock__redis_global_key(&keys[n + 1], be, DLOCK__REDIS_FENCE_REGISTRY);
+    argv[n] = keys[n].buf, lens[n] = keys[n].len;
+    argv[n + 1] = keys[n + 1].buf, lens[n + 1] = keys[n + 1].len;
+    snprintf(lease, sizeof(lease), "%lld", (long long)lease_ms);
+    argv[2 * n + 2] = lease, lens[2 * n + 2] = strlen(lease);
+    rc = dlock__redis_cmd_script(be, &dlock__redis_script_multi_acquire, &r, (int)n + 2,
+                                 (int)argc, argv, lens);
+    if (rc != DLOCK_OK)
+        goto done;
+    rc = dlock__redis_bad_reply(&be->cmd, "the multi-lock script");
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1)
+        goto done;
+    for (size_t i = 0; i < r->elements; i++)
+        if (r->element[i]->type != REDIS_REPLY_INTEGER)
+            goto done;
+    if (r->element[0]->integer == 1 && r->elements == n + 1) {
+        for (size_t i = 0; i < n; i++) {
+            if (r->element[i + 1]->integer <= 0)
+                goto done;
+            fences[i] = (uint64_t)r->element[i + 1]->integer;
+        }
+        rc = DLOCK_OK;
+    } else if (r->element[0]->integer == 0 && r->elements == 3 && r->element[1]->integer >= 1 &&
+               (size_t)r->element[1]->integer <= n) {
+        *busy = (size_t)r->element[1]->integer - 1;
+        *retry_ms = r->element[2]->integer == -2 ? 0 : r->element[2]->integer;
+        rc = DLOCK_EBUSY;
+    }
+done:
+    if (r != NULL)
+        freeReplyObject(r);
+    free(keys);
+    free(argv);
+    free(lens);
+    return rc;
+}
+
+/* ---- leader election ------------------------------------------------------ */
+
+int dlock__redis_leader_get(void *arg_be, const char *name, dlock_leader_info *out)
+{
+    redis_backend *be = arg_be;
+    key_buf base;
+    const char *argv[1];
+    size_t lens[1];
+    redisReply *r;
+    int rc;
+
+    dlock__redis_key(&base, be, name, "");
+    argv[0] = base.buf, lens[0] = base.len;
+    if ((rc = dlock__redis_cmd_script(be, &dlock__redis_script_leader_get, &r, 1, 1, argv,
+                                      lens)) != DLOCK_OK)
+        return rc;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER ||
+        r->element[2]->type != REDIS_REPLY_STRING || r->element[3]->type != REDIS_REPLY_INTEGER) {
+        freeReplyObject(r);
+        return dlock__redis_bad_reply(&be->cmd, "the leader script");
+    }
+    memset(out, 0, sizeof(*out));
+    out->held = r->element[0]->integer == 1;
+    if (out->held) {
+        size_t len = r->element[2]->len < DLOCK_IDENTITY_MAX ? r->element[2]->len
+                                                             : DLOCK_IDENTITY_MAX;
+        out->ttl_ms = r->element[1]->integer;
+        out->fence = r->element[3]->integer > 0 ? (uint64_t)r->element[3]->integer : 0;
+        memcpy(out->identity, r->element[2]->str, len);
+        out->identity[len] = '\0';
+    }
+    freeReplyObject(r);
+    return DLOCK_OK;
+}
+
+int dlock__redis_observe_begin(void *arg_be, const char *name, void **watch)
+{
+    redis_backend *be = arg_be;
+    key_buf chan;
+
+    dlock__redis_key(&chan, be, name, ":leader");
+    return dlock__redis_watch_open(be, chan.buf, NULL, NULL, (dlock__redis_watch **)watch);
+}

@@ -1,0 +1,88 @@
+/*
+ * What the files of the Redis backend share: the backend's state, key
+ * names, running a script on the command connection, and the watch a
+ * waiter holds. Private to src/backends/redis.
+ */
+#ifndef DLOCK_REDIS_INT_H
+#define DLOCK_REDIS_INT_H
+
+#include <pthread.h>
+
+#include "backends/redis/redis_conn.h"
+#include "backends/redis/redis_watch.h"
+
+typedef struct {
+    char *prefix;
+    pthread_mutex_t cmd_mu;
+    dlock__redis_conn cmd;
+    dlock__redis_conn wd;
+    dlock__redis_watcher *watcher;
+} dlock__redis_be;
+
+/* prefix + '{' + name + '}' + suffix */
+#define DLOCK__REDIS_KEY_MAX (128 + DLOCK_NAME_MAX + 32)
+
+/* The keys that keep fences bounded (lib/fence.lua), one pair per prefix. */
+#define DLOCK__REDIS_FENCE_FLOOR "fence-floor"
+#define DLOCK__REDIS_FENCE_REGISTRY "fence-registry"
+
+typedef struct {
+    char buf[DLOCK__REDIS_KEY_MAX];
+    size_t len;
+} dlock__redis_key_buf;
+
+/* prefix{name}suffix */
+void dlock__redis_key(dlock__redis_key_buf *k, const dlock__redis_be *be, const char *name,
+                      const char *suffix);
+/* prefix + suffix, for the keys that belong to no lock */
+void dlock__redis_global_key(dlock__redis_key_buf *k, const dlock__redis_be *be,
+                             const char *suffix);
+
+int dlock__redis_bad_reply(const dlock__redis_conn *conn, const char *what);
+
+/* Run a script on the command connection, under its mutex. */
+int dlock__redis_cmd_script(dlock__redis_be *be, const dlock__redis_script *s,
+                            redisReply **out, int nkeys, int argc, const char **argv,
+                            const size_t *lens);
+
+/*
+ * What a waiter holds between watch_begin and watch_end. leave is set while
+ * the waiter has left something on the server that must go if it gives up
+ * (a place in a fair queue, a writer-waiting marker).
+ */
+typedef struct {
+    dlock__redis_waiter *waiter;
+    int leave;
+    char *name;  /* for leave */
+    char *token; /* for leave */
+} dlock__redis_watch;
+
+/* Subscribe to channel for a waiter (token: see dlock__redis_watch_begin);
+ * name and token (may be NULL) are kept for a later leave. */
+int dlock__redis_watch_open(dlock__redis_be *be, const char *channel, const char *name,
+                            const char *token, dlock__redis_watch **out);
+/* Leave what the waiter queued (if anything), unsubscribe, free. */
+void dlock__redis_watch_close(dlock__redis_be *be, dlock__redis_watch *watch);
+
+/* ---- redis_family.c: the lock family (dlock_backend's optional calls) ---- */
+
+int dlock__redis_family_acquire(void *be, const dlock_request *req, void *watch,
+                                uint64_t *fence, int64_t *retry_ms);
+int dlock__redis_family_release(void *be, const dlock_request *req);
+int dlock__redis_family_extend(void *be, const dlock_request *req);
+int dlock__redis_family_check(void *be, const dlock_request *req);
+int dlock__redis_family_watch_begin(void *be, const dlock_request *req, void **watch);
+int dlock__redis_downgrade(void *be, const dlock_request *req);
+int dlock__redis_set_permits(void *be, const char *name, int permits);
+int dlock__redis_multi_same_slot(void *be, const char *const *names, size_t n);
+int dlock__redis_multi_acquire(void *be, const char *const *names, const char *const *tokens,
+                               size_t n, int64_t lease_ms, uint64_t *fences, size_t *busy,
+                               int64_t *retry_ms);
+int dlock__redis_leader_get(void *be, const char *name, dlock_leader_info *out);
+int dlock__redis_observe_begin(void *be, const char *name, void **watch);
+
+/* Renew or check (renew 0) items of any kind on conn, in one round trip. */
+int dlock__redis_family_renew(dlock__redis_be *be, dlock__redis_conn *conn,
+                              dlock_renewal *items, size_t n, int renew);
+
+#endif

@@ -1,0 +1,107 @@
+-- Take the read or the write side of a read-write lock.
+-- KEYS[1] the base key, KEYS[2] the fence floor, KEYS[3] the fence registry
+-- ARGV[1] 'read' or 'write', ARGV[2] token, ARGV[3] owner id ('' for none)
+-- ARGV[4] lease ms, ARGV[5] 'wait' or 'try', ARGV[6] a waiting writer's
+-- marker expiry in ms (server time)
+-- Keys: base = the writer's owner value (owner id or token; PX lease),
+-- base:holds = token -> fence of the writer, base:readers = token -> expiry
+-- (server time), base:reader-fences = token -> "fence owner",
+-- base:writer-wait = the token of a waiting writer (PX marker expiry).
+-- Policy, writer preference: while a writer waits, no new reader gets in.
+-- Returns {1, fence}, {0, retry ms}, or {-1, why}: 1 the owner holds the
+-- write lock already, 2 read while the owner holds the write lock, 3 write
+-- while the owner holds a read lock (upgrade).
+-- #include fence
+-- #include family
+local base, kind, token, owner = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
+local lease, waiting, ttl = tonumber(ARGV[4]), ARGV[5] == 'wait', tonumber(ARGV[6])
+local holds, readers, rfences = base .. ':holds', base .. ':readers', base .. ':reader-fences'
+local marker, counter = base .. ':writer-wait', base .. ':fence'
+
+local err = dlock_fence_check(counter, redis.call('GET', counter), KEYS[2])
+if err then
+  return err
+end
+local now = dlock_now_ms()
+dlock_prune(readers, now, nil, rfences)
+
+-- Does this owner id hold a read lock here?
+local function owner_reads()
+  if owner == '' then
+    return false
+  end
+  for _, v in ipairs(redis.call('HVALS', rfences)) do
+    local sp = string.find(v, ' ', 1, true)
+    if sp and string.sub(v, sp + 1) == owner then
+      return true
+    end
+  end
+  return false
+end
+
+local writer = redis.call('GET', base)
+if kind == 'read' then
+  local mine = redis.call('HGET', rfences, token)
+  if mine then -- a retry after a lost reply
+    return {1, tonumber(string.match(mine, '^%d+'))}
+  end
+  if writer then
+    if owner ~= '' and writer == owner then
+      return {-1, 2}
+    end
+    return {0, redis.call('PTTL', base)}
+  end
+  if redis.call('EXISTS', marker) == 1 and not owner_reads() then
+    return {0, redis.call('PTTL', marker)}
+  end
+  local fence = dlock_fence_issue(counter, KEYS[2], KEYS[3], dlock_registry_clock(KEYS[3]), lease)
+  redis.call('ZADD', readers, now + lease, token)
+  redis.call('HSET', rfences, token, fence .. ' ' .. owner)
+  dlock_pexpire_max(readers, lease)
+  dlock_pexpire_max(rfences, lease)
+  return {1, fence}
+end
+
+local value = owner ~= '' and owner or token
+if writer and writer == value then
+  local mine = redis.call('HGET', holds, token)
+  if mine then -- a retry after a lost reply
+    redis.call('PEXPIRE', base, lease)
+    redis.call('PEXPIRE', holds, lease)
+    return {1, tonumber(mine)}
+  end
+  return {-1, 1}
+end
+if owner_reads() then
+  return {-1, 3}
+end
+local busy = nil
+if writer then
+  busy = redis.call('PTTL', base)
+else
+  local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
+  if last[2] then
+    busy = math.max(0, tonumber(last[2]) - now) -- when the last lease ends
+  end
+end
+if busy then
+  if waiting then
+    local w = redis.call('GET', marker)
+    if not w or w == token then
+      redis.call('SET', marker, token, 'PX', ttl)
+    end
+    if busy < 0 or busy > dlock_refresh_ms(ttl) then
+      busy = dlock_refresh_ms(ttl)
+    end
+  end
+  return {0, busy}
+end
+local fence = dlock_fence_issue(counter, KEYS[2], KEYS[3], dlock_registry_clock(KEYS[3]), lease)
+redis.call('SET', base, value, 'PX', lease)
+redis.call('DEL', holds)
+redis.call('HSET', holds, token, fence)
+redis.call('PEXPIRE', holds, lease)
+if redis.call('GET', marker) == token then
+  redis.call('DEL', marker)
+end
+return {1, fence}

@@ -1,0 +1,45 @@
+-- Take one permit of a semaphore.
+-- KEYS[1] the base key, KEYS[2] the fence floor, KEYS[3] the fence registry
+-- ARGV[1] token, ARGV[2] lease ms, ARGV[3] N to set when none is stored (0: none)
+-- Keys: base:sem = token -> expiry (server time), base:sem-fences = token ->
+-- fence, base:permits = N (kept DLOCK_RETENTION_MS past the last acquisition).
+-- Returns {1, fence}, {0, ms until the first permit's lease ends}, or
+-- {-2, 1} when no N is stored and none given.
+-- #include fence
+-- #include family
+local base, token, lease = KEYS[1], ARGV[1], tonumber(ARGV[2])
+local sem, fences, permits = base .. ':sem', base .. ':sem-fences', base .. ':permits'
+local counter = base .. ':fence'
+
+local err = dlock_fence_check(counter, redis.call('GET', counter), KEYS[2])
+if err then
+  return err
+end
+local now = dlock_now_ms()
+dlock_prune(sem, now, nil, fences)
+local mine = redis.call('HGET', fences, token)
+if mine then -- a retry after a lost reply
+  return {1, tonumber(mine)}
+end
+
+local keep = math.max(DLOCK_RETENTION_MS, 10 * lease)
+local n = tonumber(redis.call('GET', permits) or '')
+if not n then
+  n = tonumber(ARGV[3])
+  if n <= 0 then
+    return {-2, 1}
+  end
+  redis.call('SET', permits, n, 'PX', keep)
+elseif redis.call('PTTL', permits) < keep / 2 then
+  redis.call('PEXPIRE', permits, keep)
+end
+if redis.call('ZCARD', sem) >= n then
+  local first = redis.call('ZRANGE', sem, 0, 0, 'WITHSCORES')
+  return {0, first[2] and math.max(0, tonumber(first[2]) - now) or -1}
+end
+local fence = dlock_fence_issue(counter, KEYS[2], KEYS[3], dlock_registry_clock(KEYS[3]), lease)
+redis.call('ZADD', sem, now + lease, token)
+redis.call('HSET', fences, token, fence)
+dlock_pexpire_max(sem, lease)
+dlock_pexpire_max(fences, lease)
+return {1, fence}

@@ -1,0 +1,1379 @@
+/*
+ * The lock family on Redis (docs/family.md) against a real redis-server:
+ * reentrant, fair, read-write, semaphore, multi-lock, leader election and
+ * bounded fence state. Each test starts its own throwaway server. Where a
+ * property needs several holders at once, they are processes sharing a
+ * MAP_SHARED page of atomics, so any overlap the lock should prevent is
+ * seen; no test decides by how long something took.
+ */
+#define _GNU_SOURCE
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test.h"
+
+static dlock_client *open_client(const test_redis *r)
+{
+    dlock_client *c = NULL;
+
+    CHECK_RC(dlock_client_open(&c, r->url, NULL), DLOCK_OK);
+    return c;
+}
+
+static dlock_acquire_options kopts(int kind, int64_t wait_ms, int64_t lease_ms)
+{
+    dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+
+    o.kind = kind;
+    o.wait_ms = wait_ms;
+    o.lease_ms = lease_ms;
+    return o;
+}
+
+static void *shared_page(size_t size)
+{
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+    CHECK(p != MAP_FAILED);
+    memset(p, 0, size);
+    return p;
+}
+
+static void wait_child_ok(pid_t pid)
+{
+    int status;
+
+    CHECK(waitpid(pid, &status, 0) == pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "child %d failed (status %d)\n", (int)pid, status);
+        exit(1);
+    }
+}
+
+static void kill_child(pid_t pid)
+{
+    CHECK(kill(pid, SIGKILL) == 0);
+    CHECK(waitpid(pid, NULL, 0) == pid);
+}
+
+/* Wait (at most 20 s) until a server command's integer reply is want. */
+static void wait_cmd(test_redis *r, long long want, const char *fmt, const char *arg)
+{
+    for (int i = 0; i < 2000; i++) {
+        if (test_redis_cmd(r, fmt, arg) == want)
+            return;
+        test_sleep_ms(10);
+    }
+    fprintf(stderr, "'%s' (%s) never became %lld\n", fmt, arg, want);
+    exit(1);
+}
+
+/* Wait (at most 20 s) for an atomic flag in shared memory to reach want. */
+static void wait_atomic(atomic_int *v, int want, const char *what)
+{
+    for (int i = 0; i < 2000; i++) {
+        if (atomic_load(v) >= want)
+            return;
+        test_sleep_ms(10);
+    }
+    fprintf(stderr, "%s: %d, never reached %d\n", what, atomic_load(v), want);
+    exit(1);
+}
+
+/* A raw command on the server, for keys the family keeps: out gets the
+ * string reply, or the last element of an array reply ("" for nil). */
+static void raw_string(test_redis *r, char *out, size_t size, const char *fmt, ...)
+{
+    struct timeval tv = {2, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
+    redisReply *rep;
+    va_list ap;
+
+    CHECK(c != NULL && !c->err);
+    va_start(ap, fmt);
+    rep = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    CHECK(rep != NULL);
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements > 0 &&
+        rep->element[rep->elements - 1]->type == REDIS_REPLY_STRING)
+        snprintf(out, size, "%s", rep->element[rep->elements - 1]->str);
+    else
+        snprintf(out, size, "%s", rep->type == REDIS_REPLY_STRING ? rep->str : "");
+    freeReplyObject(rep);
+    redisFree(c);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Reentrant */
+
+typedef struct {
+    dlock_client *c;
+    const char *owner;
+    dlock_lock *lock;
+    int rc;
+} reenter_arg;
+
+static void *reenter_main(void *p)
+{
+    reenter_arg *a = p;
+    dlock_acquire_options o = kopts(DLOCK_KIND_MUTEX, 0, 300);
+
+    o.owner = a->owner;
+    o.reentrant = 1;
+    a->rc = dlock_acquire(&a->lock, a->c, "re", &o);
+    return NULL;
+}
+
+/* The same owner takes the lock again from other threads and clients; it
+ * is freed on the last release, not before. */
+static void reentrant_counts(void)
+{
+    test_redis r;
+    dlock_client *c, *c2;
+    dlock_lock *a1, *a2, *other = NULL;
+    dlock_acquire_options o = kopts(DLOCK_KIND_MUTEX, 0, 300), plain = kopts(0, 0, 300);
+    dlock_acquire_options solo = kopts(DLOCK_KIND_MUTEX, 5000, 300);
+    reenter_arg a3 = {0};
+    pthread_t t;
+    char owner[DLOCK_OWNER_GENERATED_LEN + 1], small[8];
+    uint64_t fence;
+
+    test_redis_start(&r, NULL);
+    c = open_client(&r);
+    c2 = open_client(&r);
+    CHECK_RC(dlock_owner_generate(owner, sizeof(owner)), DLOCK_OK);
+    CHECK(strlen(owner) == DLOCK_OWNER_GENERATED_LEN);
+    CHECK(strspn(owner, "0123456789abcdef") == DLOCK_OWNER_GENERATED_LEN);
+    CHECK_RC(dlock_owner_generate(small, sizeof(small)), DLOCK_EINVAL);
+
+    o.owner = owner;
+    o.reentrant = 1;
+    CHECK_RC(dlock_acquire(&a1, c, "re", &o), DLOCK_OK);
+    fence = dlock_lock_fence(a1);
+    CHECK_RC(dlock_acquire(&a2, c, "re", &o), DLOCK_OK);
+    CHECK(a2 != a1 && dlock_lock_fence(a2) == fence);
+    /* Another thread, another client: the owner id is what counts. */
+    a3.c = c2;
+    a3.owner = owner;
+    CHECK(pthread_create(&t, NULL, reenter_main, &a3) == 0);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(a3.rc, DLOCK_OK);
+    CHECK(dlock_lock_fence(a3.lock) == fence);
+    CHECK(dlock_lock_kind(a3.lock) == DLOCK_KIND_MUTEX);
+    CHECK(test_redis_cmd(&r, "HLEN dlock:{re}:holds") == 3);
+
+    CHECK_RC(dlock_acquire(&other, c, "re", &plain), DLOCK_EBUSY);
+    plain.owner = "someone-else";
+    plain.reentrant = 1;
+    CHECK_RC(dlock_acquire(&other, c, "re", &plain), DLOCK_EBUSY);
+    plain.owner = NULL;
+    plain.reentrant = 0;
+
+    /* The watchdog renews all three holds past several leases. */
+    test_sleep_ms(1000);
+    CHECK_RC(dlock_lock_check(a1), DLOCK_OK);
+    CHECK_RC(dlock_lock_check(a3.lock), DLOCK_OK);
+
+    CHECK_RC(dlock_release(a2), DLOCK_OK);
+    CHECK(test_redis_cmd(&r, "HLEN dlock:{re}:holds") == 2);
+    CHECK_RC(dlock_acquire(&other, c, "re", &plain), DLOCK_EBUSY);
+    CHECK_RC(dlock_release(a1), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&other, c, "re", &plain), DLOCK_EBUSY);
+    CHECK_RC(dlock_lock_check(a3.lock), DLOCK_OK);
+    CHECK_RC(dlock_release(a3.lock), DLOCK_OK);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{re}") == 0);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{re}:holds") == 0);
+    CHECK_RC(dlock_acquire(&other, c, "re", &plain), DLOCK_OK);
+    CHECK(dlock_lock_fence(other) == fence + 1);
+    CHECK_RC(dlock_release(other), DLOCK_OK);
+
+    /* Without reentrant, an owner that holds the lock is told at once,
+     * rather than waiting 5 s for itself. */
+    solo.owner = "solo";
+    CHECK_RC(dlock_acquire(&a1, c, "re", &solo), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&a2, c2, "re", &solo), DLOCK_EMISUSE);
+    CHECK_CONTAINS(dlock_error_message(), "reentrant is off");
+    CHECK_RC(dlock_release(a1), DLOCK_OK);
+
+    /* A fair lock re-enters too, skipping the queue. */
+    o.kind = DLOCK_KIND_FAIR;
+    CHECK_RC(dlock_acquire(&a1, c, "re-fair", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&a2, c2, "re-fair", &o), DLOCK_OK);
+    CHECK(dlock_lock_fence(a1) == dlock_lock_fence(a2));
+    CHECK(dlock_lock_kind(a2) == DLOCK_KIND_FAIR);
+    CHECK_RC(dlock_release(a1), DLOCK_OK);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{re-fair}") == 1);
+    CHECK_RC(dlock_release(a2), DLOCK_OK);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{re-fair}") == 0);
+    dlock_client_free(c);
+    dlock_client_free(c2);
+    test_redis_stop(&r);
+}
+
+/* Holds are counted per handle: a handle whose hold ran out stays lost
+ * when the same owner takes the lock again, and cannot release the new
+ * hold. */
+static void reentrant_stale_handle_is_lost(void)
+{
+    test_redis r;
+    dlock_client *c;
+    dlock_lock *old, *cur;
+    dlock_acquire_options o = kopts(DLOCK_KIND_MUTEX, 0, 200);
+
+    test_redis_start(&r, NULL);
+    c = open_client(&r);
+    o.owner = "worker-7";
+    o.reentrant = 1;
+    o.auto_renew = 0;
+    CHECK_RC(dlock_acquire(&old, c, "stale", &o), DLOCK_OK);
+    test_sleep_ms(400);
+    o.lease_ms = 5000;
+    CHECK_RC(dlock_acquire(&cur, c, "stale", &o), DLOCK_OK);
+    CHECK(dlock_lock_fence(cur) > dlock_lock_fence(old));
+    CHECK_RC(dlock_lock_check(old), DLOCK_ELOST);
+    CHECK_RC(dlock_release(old), DLOCK_ELOST);
+    CHECK(test_redis_cmd(&r, "HLEN dlock:{stale}:holds") == 1);
+    CHECK_RC(dlock_lock_check(cur), DLOCK_OK);
+    CHECK_RC(dlock_release(cur), DLOCK_OK);
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Fair */
+
+/* Ten waiters, each a process, queue one after the other and get the lock
+ * in that order; each release wakes only the next waiter. */
+static void fair_fifo_ten_waiters(void)
+{
+    enum { WAITERS = 10 };
+    test_redis r;
+    dlock_client *c;
+    dlock_lock *holder;
+    dlock_acquire_options o = kopts(DLOCK_KIND_FAIR, 0, 10000);
+    struct {
+        atomic_int next;
+        int order[WAITERS];
+    } *sh = shared_page(4096);
+    pid_t pids[WAITERS];
+    long long before, used;
+
+    test_redis_start(&r, NULL);
+    c = open_client(&r);
+    CHECK_RC(dlock_acquire(&holder, c, "fifo", &o), DLOCK_OK);
+    for (int i = 0; i < WAITERS; i++) {
+        pids[i] = fork();
+        CHECK(pids[i] >= 0);
+        if (pids[i] == 0) {
+            dlock_client *cc = open_client(&r);
+            dlock_acquire_options w = kopts(DLOCK_KIND_FAIR, 60000, 10000);
+            dlock_lock *l;
+            CHECK_RC(dlock_acquire(&l, cc, "fifo", &w), DLOCK_OK);
+            sh->order[atomic_fetch_add(&sh->next, 1)] = i;
+            test_sleep_ms(20);
+            CHECK_RC(dlock_release(l), DLOCK_OK);
+            dlock_client_free(cc);
+            _exit(0);
+        }
+        /* The next one starts once this one has its place. */
+        wait_cmd(&r, i + 1, "ZCARD %s", "dlock:{fifo}:queue");
+    }
+    /* A try does not jump the queue, even when the lock is free for the
+     * head that is on its way. */
+    {
+        dlock_lock *l = NULL;
+        CHECK_RC(dlock_acquire(&l, c, "fifo", &o), DLOCK_EBUSY);
+    }
+    before = test_redis_calls(&r, "evalsha");
+    CHECK_RC(dlock_release(holder), DLOCK_OK);
+    for (int i = 0; i < WAITERS; i++)
+        wait_child_ok(pids[i]);
+    used = test_redis_calls(&r, "evalsha") - before;
+    for (int i = 0; i < WAITERS; i++) {
+        if (sh->order[i] != i) {
+            fprintf(stderr, "position %d went to waiter %d:", i, sh->order[i]);
+            for (int j = 0; j < WAITERS; j++)
+                fprintf(stderr, " %d", sh->order[j]);
+            fprintf(stderr, "\n");
+            exit(1);
+        }
+    }
+    /* Each hand-off: one release and one acquire by the woken head (a
+     * refresh or two at most). Waking every waiter at each release would
+     * cost some 55 more. */
+    fprintf(stderr, "scripts for %d fair hand-offs: %lld\n", WAITERS, used);
+    CHECK(used <= 3 * WAITERS);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{fifo}:queue") == 0);
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
+/* A waiter killed in the queue does not block it: its place expires in
+ * server time and the next waiter gets the lock. One that gives up leaves
+ * at once. */
+static void fair_killed_waiter_does_not_block(void)
+{
+    test_redis r;
+    dlock_client *c;
+    dlock_lock *holder, *late = NULL;
+    dlock_acquire_options o = kopts(DLOCK_KIND_FAIR, 0, 2000);
+    dlock_acquire_options quick = kopts(DLOCK_KIND_FAIR, 300, 2000);
+    pid_t dead, next;
+
+    test_redis_start(&r, NULL);
+    c = open_client(&r);
+    CHECK_RC(dlock_acquire(&holder, c, "q", &o), DLOCK_OK);
+    dead = fork();
+    if (dead == 0) {
+        dlock_client *cc = open_client(&r);
+        dlock_acquire_options w = kopts(DLOCK_KIND_FAIR, DLOCK_WAIT_FOREVER, 2000);
+        dlock_lock *l;
+        dlock_acquire(&l, cc, "q", &w);
+        _exit(3); /* never gets here: killed in the queue */
+    }
+    wait_cmd(&r, 1, "ZCARD %s", "dlock:{q}:queue");
+    next = fork();
+    if (next == 0) {
+        dlock_client *cc = open_client(&r);
+        dlock_acquire_options w = kopts(DLOCK_KIND_FAIR, 30000, 2000);
+        dlock_lock *l;
+        CHECK_RC(dlock_acquire(&l, cc, "q", &w), DLOCK_OK);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+        dlock_client_free(cc);
+        _exit(0);
+    }
+    wait_cmd(&r, 2, "ZCARD %s", "dlock:{q}:queue");
+    kill_child(dead);
+    /* One that gives up leaves at once: the last in the queue is still the
+     * second to arrive, not this third. */
+    CHECK_RC(dlock_acquire(&late, c, "q", &quick), DLOCK_ETIMEOUT);
+    {
+        char last[32];
+        raw_string(&r, last, sizeof(last), "ZRANGE dlock:{q}:queue -1 -1 WITHSCORES");
+        CHECK(strcmp(last, "2") == 0);
+    }
+    CHECK_RC(dlock_release(holder), DLOCK_OK);
+    /* The head is dead: the next waiter gets the lock once the dead one's
+     * place has expired (2 s of server time after its last refresh). */
+    wait_child_ok(next);
+    CHECK(test_redis_cmd(&r, "ZCARD dlock:{q}:queue") == 0);
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Read-write */
+
+typedef struct {
+    atomic_int readers, writers, violations, max_readers, ready;
+} rw_state;
+
+static void rw_enter_read(rw_state *s)
+{
+    int n = atomic_fetch_add(&s->readers, 1) + 1;
+    int m = atomic_load(&s->max_readers);
+
+    if (atomic_load(&s->writers) != 0)
+        atomic_fetch_add(&s->violations, 1);
+    while (n > m && !atomic_compare_exchange_weak(&s->max_readers, &m, n))
+        ;
+}
+
+/* Readers hold the lock together; writers hold it alone. */
+static void rw_readers_parallel_writers_alone(void)
+{
+    enum { READERS = 5, PROCS = 6, ITERS = 25 };
+    test_redis r;
+    rw_state *s = shared_page(4096);
+    pid_t pids[PROCS];
+
+    test_redis_start(&r, NULL);
+    /* All five readers inside at once: each waits for the others before it
+     * releases, so a lock that let only one in would never get there. */
+    for (int i = 0; i < READERS; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0) {
+            dlock_client *c = open_client(&r);
+            dlock_acquire_options o = kopts(DLOCK_KIND_READ, 10000, 5000);
+            dlock_lock *l;
+            CHECK_RC(dlock_acquire(&l, c, "rw", &o), DLOCK_OK);
+            rw_enter_read(s);
+            wait_atomic(&s->readers, READERS, "readers inside together");
+            atomic_fetch_add(&s->ready, 1);
+            wait_atomic(&s->ready, READERS, "readers done");
+            atomic_fetch_sub(&s->readers, 1);
+            CHECK_RC(dlock_release(l), DLOCK_OK);
+            dlock_client_free(c);
+            _exit(0);
+        }
+    }
+    for (int i = 0; i < READERS; i++)
+        wait_child_ok(pids[i]);
+    CHECK(atomic_load(&s->max_readers) == READERS);
+
+    /* Three writers and three readers hammer the lock. */
+    atomic_store(&s->max_readers, 0);
+    for (int p = 0; p < PROCS; p++) {
+        pids[p] = fork();
+        if (pids[p] == 0) {
+            dlock_client *c = open_client(&r);
+            int writer = p % 2 == 0;
+            dlock_acquire_options o = kopts(writer ? DLOCK_KIND_WRITE : DLOCK_KIND_READ,
+                                            DLOCK_WAIT_FOREVER, 5000);
+            for (int i = 0; i < ITERS; i++) {
+                dlock_lock *l;
+                CHECK_RC(dlock_acquire(&l, c, "rw", &o), DLOCK_OK);
+                if (writer) {
+                    if (atomic_fetch_add(&s->writers, 1) != 0 || atomic_load(&s->readers) != 0)
+                        atomic_fetch_add(&s->violations, 1);
+                    usleep(300);
+                    if (atomic_load(&s->readers) != 0)
+                        atomic_fetch_add(&s->violations, 1);
+                    atomic_fetch_sub(&s->writers, 1);
+                } else {
+                    rw_enter_read(s);
+                    usleep(300);
+                    if (atomic_load(&s->writers) != 0)
+                        atomic_fetch_add(&s->violations, 1);
+                    atomic_fetch_sub(&s->readers, 1);
+                }
+                CHECK_RC(dlock_release(l), DLOCK_OK);
+            }
+            dlock_client_free(c);
+            _exit(0);
+        }
+    }
+    for (int p = 0; p < PROCS; p++)
+        wait_child_ok(pids[p]);
+    fprintf(stderr, "violations %d, most readers at once %d\n", atomic_load(&s->violations),
+            atomic_load(&s->max_readers));
+    CHECK(atomic_load(&s->violations) == 0);
+    test_redis_stop(&r);
+}
+
+enum { STREAM_READERS = 4, STREAM_SLOT_MS = 10, STREAM_HOLD_MS = 35 };
+
+typedef struct {
+    dlock_client *c;
+    int index;
+    int64_t t0_ms;
+    atomic_int *stop;
+    atomic_long reads;
+    int rc;
+} reader_stream_arg;
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_until_ms(int64_t t)
+{
+    int64_t now = mono_ms();
+    if (t > now)
+        test_sleep_ms(t - now);
+}
+
+/*
+ * A stream of readers without a gap: reader i takes its k-th read at slot
+ * 4k + i (a slot every 10 ms) and holds it 35 ms, so three or four reads
+ * overlap at any time and the readers as a whole never let go. Without a
+ * writer preference, a writer would wait for ever.
+ */
+static void *reader_stream(void *p)
+{
+    reader_stream_arg *a = p;
+    dlock_acquire_options o = kopts(DLOCK_KIND_READ, DLOCK_WAIT_FOREVER, 5000);
+
+    for (long k = 0; !atomic_load(a->stop); k++) {
+        int64_t slot = a->t0_ms + (STREAM_READERS * k + a->index) * STREAM_SLOT_MS;
+        dlock_lock *l;
+        sleep_until_ms(slot);
+        if ((a->rc = dlock_acquire(&l, a->c, "busy-rw", &o)) != DLOCK_OK)
+            return NULL;
+        a->reads++;
+        sleep_until_ms(slot + STREAM_HOLD_MS);
+        dlock_release(l);
+    }
+    return NULL;
+}
+
+/* Readers overlap without a gap, for ever; a writer still gets in. */
+static void rw_writer_not_starved(void)
+{
+    test_redis r;
+    dlock_client *rcs[STREAM_READERS], *wc;
+    reader_stream_arg a[STREAM_READERS];
+    pthread_t t[STREAM_READERS];
+    atomic_int stop = 0;
+    dlock_lock *w;
+    dlock_acquire_options o = kopts(DLOCK_KIND_WRITE, 10000, 5000);
+    int64_t t0;
+    long reads_before = 0, reads_after = 0;
+
+    test_redis_start(&r, NULL);
+    wc = open_client(&r);
+    t0 = mono_ms() + 50;
+    for (int i = 0; i < STREAM_READERS; i++) {
+        rcs[i] = open_client(&r);
+        a[i].c = rcs[i];
+        a[i].index = i;
+        a[i].t0_ms = t0;
+        a[i].stop = &stop;
+        atomic_store(&a[i].reads, 0);
+        a[i].rc = DLOCK_OK;
+        CHECK(pthread_create(&t[i], NULL, reader_stream, &a[i]) == 0);
+    }
+    test_sleep_ms(300);
+    CHECK(test_redis_cmd(&r, "ZCARD dlock:{busy-rw}:readers") >= 1);
+    CHECK_RC(dlock_acquire(&w, wc, "busy-rw", &o), DLOCK_OK);
+    /* While the writer holds the lock, no reader is inside. */
+    CHECK(test_redis_cmd(&r, "ZCARD dlock:{busy-rw}:readers") == 0);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{busy-rw}:writer-wait") == 0);
+    for (int i = 0; i < STREAM_READERS; i++)
+        reads_before += atomic_load(&a[i].reads);
+    CHECK_RC(dlock_release(w), DLOCK_OK);
+    test_sleep_ms(200);
+    atomic_store(&stop, 1);
+    for (int i = 0; i < STREAM_READERS; i++) {
+        CHECK(pthread_join(t[i], NULL) == 0);
+        CHECK_RC(a[i].rc, DLOCK_OK);
+        reads_after += atomic_load(&a[i].reads);
+        dlock_client_free(rcs[i]);
+    }
+    CHECK(reads_after > reads_before); /* readers went on after the writer */
+    dlock_client_free(wc);
+    test_redis_stop(&r);
+}
+
+typedef struct {
+    dlock_client *c;
+    int rc;
+    dlock_lock *lock;
+} writer_arg;
+
+static void *writer_main(void *p)
+{
+    writer_arg *a = p;
+    dlock_acquire_options o = kopts(DLOCK_KIND_WRITE, 20000, 5000);
+
+    a->rc = dlock_acquire(&a->lock, a->c, "grade", &o);
+    return NULL;
+}
+
+/* Write -> read downgrade in place; read -> write upgrade refused at once;
+ * a nested read of an owner is not held back by a waiting writer. */
+static void rw_downgrade_and_upgrade(void)
+{
+    test_redis r;
+    dlock_client *c, *c2;
+    dlock_lock *w, *rd, *rd2, *x = NULL;
+    dlock_acquire_options wo = kopts(DLOCK_KIND_WRITE, 0, 5000);
+    dlock_acquire_options ro = kopts(DLOCK_KIND_READ, 0, 5000);
+    writer_arg wa = {0};
+    pthread_t t;
+    uint64_t fence;
+
+    test_redis_start(&r, NULL);
+    c = open_client(&r);
+    c2 = open_client(&r);
+    wo.owner = "alice";
+    CHECK_RC(dlock_acquire(&w, c, "grade", &wo), DLOCK_OK);
+    fence = dlock_lock_fence(w);
+    CHECK_RC(dlock_acquire(&rd, c2, "grade", &ro), DLOCK_EBUSY);
+    /* alice asking to read while she writes: told to downgrade. */
+    ro.owner = "alice";
+    CHECK_RC(dlock_acquire(&rd, c, "grade", &ro), DLOCK_EMISUSE);
+    CHECK_CONTAINS(dlock_error_message(), "downgrade");
+    CHECK_RC(dlock_acquire(&x, c, "grade", &wo), DLOCK_EMISUSE);
+    ro.owner = NULL;
+
+    CHECK_RC(dlock_lock_downgrade(w), DLOCK_OK);
+    CHECK(dlock_lock_kind(w) == DLOCK_KIND_READ);
+    CHECK(dlock_lock_fence(w) == fence);
+    CHECK_RC(dlock_lock_downgrade(w), DLOCK_EMISUSE);
+    CHECK_RC(dlock_lock_check(w), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&rd, c2, "grade", &ro), DLOCK_OK); /* readers share now */
+    CHECK(dlock_lock_fence(rd) > fence);
+    wo.owner = NULL;
+    CHECK_RC(dlock_acquire(&x, c2, "grade", &wo), DLOCK_EBUSY);
+    /* The downgraded handle is renewed as a read lock. */
+    test_sleep_ms(50);
+    CHECK_RC(dlock_lock_extend(w, 5000), DLOCK_OK);
+    CHECK_RC(dlock_release(rd), DLOCK_OK);
+
+    /* Upgrade: alice holds a read lock and asks to write: refused at once,
+     * even with an endless wait. */
+    wo.owner = "alice";
+    wo.wait_ms = DLOCK_WAIT_FOREVER;
+    CHECK_RC(dlock_acquire(&x, c, "grade", &wo), DLOCK_EMISUSE);
+    CHECK_CONTAINS(dlock_error_message(), "upgrade");
+
+    /* A writer waits for alice's read lock; alice reads again (nested): she
+     * is let in, new readers are not. */
+    wa.c = c2;
+    CHECK(pthread_create(&t, NULL, writer_main, &wa) == 0);
+    wait_cmd(&r, 1, "EXISTS %s", "dlock:{grade}:writer-wait");
+    CHECK_RC(dlock_acquire(&rd, c2, "grade", &ro), DLOCK_EBUSY);
+    ro.owner = "alice";
+    CHECK_RC(dlock_acquire(&rd2, c, "grade", &ro), DLOCK_OK);
+    CHECK_RC(dlock_release(rd2), DLOCK_OK);
+    CHECK_RC(dlock_release(w), DLOCK_OK); /* the last reader: the writer gets in */
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(wa.rc, DLOCK_OK);
+    CHECK(dlock_lock_kind(wa.lock) == DLOCK_KIND_WRITE);
+    CHECK_RC(dlock_release(wa.lock), DLOCK_OK);
+    {
+        dlock_lock *m;
+        dlock_acquire_options mo = kopts(DLOCK_KIND_MUTEX, 0, 5000);
+        CHECK_RC(dlock_acquire(&m, c, "plain", &mo), DLOCK_OK);
+        CHECK_RC(dlock_lock_downgrade(m), DLOCK_EMISUSE);
+        CHECK_RC(dlock_release(m), DLOCK_OK);
+    }
+    dlock_client_free(c);
+    dlock_client_free(c2);
+    test_redis_stop(&r);
+}
+
+/* A reader killed while another reader keeps renewing holds the lock for
+ * its own lease only. */
+static void rw_reader_lease_is_its_own(void)
+{
+    test_redis r;
+    dlock_client *c;
+    dlock_lock *alive, *w;
+    dlock_acquire_options ro = kopts(DLOCK_KIND_READ, 0, 20000);
+    dlock_acquire_options wo = kopts(DLOCK_KIND_WRITE, 0, 5000);
+    pid_t dead;
+
+    test_redis_start(&r, NULL);
+    c = open_client(&r);
+    dead = fork();
+    if (dead == 0) {
+        dlock_client *cc = open_client(&r);
+        dlock_acquire_options o = kopts(DLOCK_KIND_READ, 0, 400);
+        dlock_lock *l;
+        CHECK_RC(dlock_acquire(&l, cc, "leases", &o), DLOCK_OK);
+        for (;;)
+            pause();
+    }
+    wait_cmd(&r, 1, "ZCARD %s", "dlock:{leases}:readers");
+    CHECK_RC(dlock_acquire(&alive, c, "leases", &ro), DLOCK_OK);
+    kill_child(dead);
+    test_sleep_ms(1200); /* three of the dead reader's leases; ours is renewed */
+    CHECK_RC(dlock_acquire(&w, c, "leases", &wo), DLOCK_EBUSY); /* ours still counts */
+    CHECK_RC(dlock_release(alive), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&w, c, "leases", &wo), DLOCK_OK);
+    CHECK_RC(dlock_release(w), DLOCK_OK);
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Semaphore */
+
+/* 20 processes, 3 permits: never more than 3 holders at once, every fence
+ * issued once. */
+static void semaphore_never_exceeds_n(void)
+{
+    enum { PROCS = 20, ITERS = 12, N = 3 };
+    test_redis r;
+    struct {
+        atomic_int holders, max, violations;
+        uint64_t fences[PROCS * ITERS];
+    } *s = shared_page(sizeof(*s));
+    pid_t pids[PROCS];
+
+    test_redis_start(&r, NULL);
+    for (int p = 0; p < PROCS; p++) {
+        pids[p] = fork();
+        if (pids[p] == 0) {
+            dlock_client *c = open_client(&r);
+            dlock_acquire_options o = kopts(DLOCK_KIND_SEMAPHORE, DLOCK_WAIT_FOREVER, 5000);
+            o.permits = N;
+            for (int i = 0; i < ITERS; i++) {
+                dlock_lock *l;
+                int n, m;
+                CHECK_RC(dlock_acquire(&l, c, "pool", &o), DLOCK_OK);
+                s->fences[p * ITERS + i] = dlock_lock_fence(l);
+                n = atomic_fetch_add(&s->holders, 1) + 1;
+                if (n > N)
+                    atomic_fetch_add(&s->violations, 1);
+                m = atomic_load(&s->max);
+                while (n > m && !atomic_compare_exchange_weak(&s->max, &m, n))
+                    ;
+                usleep(1000);
+                atomic_fetch_sub(&s->holders, 1);
+                CHECK_RC(dlock_release(l), DLOCK_OK);
+            }
+            dlock_client_free(c);
+            _exit(0);
+        }
+    }
+    for (int p = 0; p < PROCS; p++)
+        wait_child_ok(pids[p]);
+    fprintf(stderr, "most holders at once: %d of %d permits\n", atomic_load(&s->max), N);
+    CHECK(atomic_load(&s->violations) == 0);
+    CHECK(atomic_load(&s->max) <= N);
+    CHECK(atomic_load(&s->max) >= 2); /* the permits were shared */
+    for (int i = 0; i < PROCS * ITERS; i++)
+        for (int j = 0; j < i; j++)
+            CHECK(s->fences[i] != s->fences[j] && s->fences[i] > 0);
+    test_redis_stop(&r);
+}
+
+typedef struct {
+    dlock_client *c;
+    int rc;
+    dlock_lock *lock;
+} permit_arg;
+
+static void *permit_waiter(void *p)
+{
+    permit_arg *a = p;
+    dlock_acquire_options o = kopts(DLOCK_KIND_SEMAPHORE, 20000, 5000);
+
+    a->rc = dlock_acquire(&a->lock, a->c, "permits", &o);
+    return NULL;
+}
+
+/* A killed holder's permit comes back when its lease ends; N changes at
+ * run time. */
+static void semaphore_killed_holder_permit_returns(void)
+{
+    test_redis r;
+    dlock_client *c, *c2;
+    dlock_lock *mine, *third = NULL, *h1, *h2;
+    dlock_acquire_options o = kopts(DLOCK_KIND_SEMAPHORE, 0, 5000);
+    permit_arg pa = {0};
+    pthread_t t;
+    char v[32];
+    pid_t dead;
+
+    test_redis_start(&r, NULL);
+    c = open_client(&r);
+    c2 = open_client(&r);
+    CHECK_RC(dlock_acquire(&mine, c, "sem", &o), DLOCK_EINVAL); /* no N yet */
+    CHECK_CONTAINS(dlock_error_message(), "permits");
+    o.permits = 2;
+    dead = fork();
+    if (dead == 0) {
+        dlock_client *cc = open_client(&r);
+        dlock_acquire_options k = kopts(DLOCK_KIND_SEMAPHORE, 0, 600);
+        dlock_lock *l;
+        k.permits = 2;
+        CHECK_RC(dlock_acquire(&l, cc, "sem", &k), DLOCK_OK);
+        for (;;)
+            pause();
+    }
+    wait_cmd(&r, 1, "ZCARD %s", "dlock:{sem}:sem");
+    o.permits = 0; /* N is on the server now */
+    CHECK_RC(dlock_acquire(&mine, c, "sem", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&third, c, "sem", &o), DLOCK_EBUSY);
+    kill_child(dead);
+    o.wait_ms = 20000;
+    CHECK_RC(dlock_acquire(&third, c, "sem", &o), DLOCK_OK); /* the dead one's permit */
+    CHECK(dlock_lock_fence(third) > dlock_lock_fence(mine));
+    CHECK(dlock_lock_kind(third) == DLOCK_KIND_SEMAPHORE);
+    CHECK_RC(dlock_release(third), DLOCK_OK);
+    CHECK_RC(dlock_release(mine), DLOCK_OK);
+
+    /* N at run time: raise it and a waiter gets in at once. */
+    o = kopts(DLOCK_KIND_SEMAPHORE, 0, 5000);
+    o.permits = 1;
+    CHECK_RC(dlock_acquire(&h1, c, "permits", &o), DLOCK_OK);
+    pa.c = c2;
+    CHECK(pthread_create(&t, NULL, permit_waiter, &pa) == 0);
+    test_sleep_ms(200);
+    CHECK_RC(dlock_semaphore_set_permits(c, "permits", 2), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(pa.rc, DLOCK_OK);
+    raw_string(&r, v, sizeof(v), "GET dlock:{permits}:permits");
+    CHECK(strcmp(v, "2") == 0);
+    /* Lower it: holders keep their permits, nobody new gets one until
+     * fewer than N are held. */
+    CHECK_RC(dlock_semaphore_set_permits(c, "permits", 1), DLOCK_OK);
+    CHECK_RC(dlock_lock_check(h1), DLOCK_OK);
+    CHECK_RC(dlock_lock_check(pa.lock), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&h2, c, "permits", &o), DLOCK_EBUSY);
+    CHECK_RC(dlock_release(h1), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&h2, c, "permits", &o), DLOCK_EBUSY);
+    CHECK_RC(dlock_release(pa.lock), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&h2, c, "permits", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(h2), DLOCK_OK);
+    CHECK_RC(dlock_semaphore_set_permits(c, "permits", 0), DLOCK_EINVAL);
+    dlock_client_free(c);
+    dlock_client_free(c2);
+    test_redis_stop(&r);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Multi-lock */
+
+/* Many processes lock {a,b} and {b,a}; none deadlocks (each waits at most
+ * 30 s, and ETIMEOUT fails the test) and each pair is held alone. */
+static void multi_no_deadlock(const char *a, const char *b)
+{
+    enum { PROCS = 6, ITERS = 30 };
+    test_redis r;
+    struct {
+        atomic_int in_a, in_b, violations;
+    } *s = shared_page(4096);
+    pid_t pids[PROCS];
+
+    test_redis_start(&r, NULL);
+    for (int p = 0; p < PROCS; p++) {
+        pids[p] = fork();
+        if (pids[p] == 0) {
+            dlock_client *c = open_client(&r);
+            const char *names[2];
+            dlock_acquire_options o = kopts(DLOCK_KIND_MUTEX, 30000, 5000);
+            names[0] = p % 2 ? a : b;
+            names[1] = p % 2 ? b : a;
+            for (int i = 0; i < ITERS; i++) {
+                dlock_lock *l;
+                CHECK_RC(dlock_acquire_multi(&l, c, names, 2, &o), DLOCK_OK);
+                CHECK(dlock_lock_count(l) == 2);
+                CHECK(strcmp(dlock_lock_name_at(l, 0), names[0]) == 0);
+                CHECK(dlock_lock_fence_at(l, 0) == dlock_lock_fence(l));
+                if (atomic_fetch_add(&s->in_a, 1) != 0 || atomic_fetch_add(&s->in_b, 1) != 0)
+                    atomic_fetch_add(&s->violations, 1);
+                usleep(200);
+                atomic_fetch_sub(&s->in_a, 1);
+                atomic_fetch_sub(&s->in_b, 1);
+                CHECK_RC(dlock_release(l), DLOCK_OK);
+            }
+            dlock_client_free(c);
+            _exit(0);
+        }
+    }
+    for (int p = 0; p < PROCS; p++)
+        wait_child_ok(pids[p]);
+    CHECK(atomic_load(&s->violations) == 0);
+    test_redis_stop(&r);
+}
+
+static void multi_no_deadlock_ordered(void)
+{
+    multi_no_deadlock("a", "b");
+}
+
+static void multi_no_deadlock_one_slot(void)
+{
+    multi_no_deadlock("{t}a", "{t}b");
+}
+
+/* All or nothing: when one name is held, none is taken (one slot: never
+ * written; ordered: taken and rolled back). */
+static void multi_all_or_nothing(void)
+{
+    test_redis r;
+    dlock_client *c;
+    dlock_lock *held, *m = NULL;
+    dlock_acquire_options o = kopts(DLOCK_KIND_MUTEX, 0, 5000);
+    const char *spread[3] = {"x", "y", "z"};
+    const char *tagged[3] = {"{g}x", "{g}y", "{g}z"};
+    long long sets;
+
+    test_redis_start(&r, NULL);
+    c = open_client(&r);
+    CHECK_RC(dlock_acquire(&held, c, "z", &o), DLOCK_OK);
+    sets = test_redis_calls(&r, "set");
+    CHECK_RC(dlock_acquire_multi(&m, c, spread, 3, &o), DLOCK_EBUSY);
+    CHECK(m == NULL);
+    CHECK_CONTAINS(dlock_error_message(), "'z'");
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{x} dlock:{y}") == 0);
+    CHECK(test_redis_calls(&r, "set") - sets == 2); /* x and y taken, then rolled back */
+    CHECK_RC(dlock_release(held), DLOCK_OK);
+
+    CHECK_RC(dlock_acquire(&held, c, "{g}y", &o), DLOCK_OK);
+    sets = test_redis_calls(&r, "set");
+    CHECK_RC(dlock_acquire_multi(&m, c, tagged, 3, &o), DLOCK_EBUSY);
+    CHECK(test_redis_calls(&r, "set") == sets); /* one script: nothing written */
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{{g}x} dlock:{{g}z}") == 0);
+    CHECK_RC(dlock_release(held), DLOCK_OK);
+    CHECK_RC(dlock_acquire_multi(&m, c, tagged, 3, &o), DLOCK_OK);
+    CHECK(dlock_lock_kind(m) == DLOCK_KIND_MULTI);
+    CHECK(dlock_lock_fence_at(m, 1) == 2 && dlock_lock_fence_at(m, 0) == 1);
+    CHECK(dlock_lock_name_at(m, 3) == NULL && dlock_lock_fence_at(m, 3) == 0);
+    CHECK_RC(dlock_lock_check(m), DLOCK_OK);
+    CHECK_RC(dlock_lock_extend(m, 8000), DLOCK_OK);
+    CHECK(test_redis_cmd(&r, "PTTL dlock:{{g}z}") > 5000);
+    CHECK_RC(dlock_release(m), DLOCK_OK);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{{g}x} dlock:{{g}y} dlock:{{g}z}") == 0);
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
+static atomic_int multi_lost_calls;
+static dlock_lock *multi_lost_handle;
+
+static void count_multi_lost(dlock_lock *l, int reason, void *payload)
+{
+    (void)payload;
+    CHECK(reason == DLOCK_ELOST);
+    CHECK(dlock_release(l) == DLOCK_EMISUSE);
+    multi_lost_handle = l;
+    atomic_fetch_add(&multi_lost_calls, 1);
+}
+
+/* A lost part makes the whole multi-lock lost, and on_lost fires once with
+ * the multi handle; the other parts are still released. */
+static void multi_on_lost_once(void)
+{
+    test_redis r;
+    dlock_client *c;
+    dlock_lock *m;
+    dlock_acquire_options o = kopts(DLOCK_KIND_MUTEX, 0, 300);
+    const char *names[3] = {"m1", "m2", "m3"};
+
+    test_redis_start(&r, NULL);
+    c = open_client(&r);
+    o.on_lost = count_multi_lost;
+    CHECK_RC(dlock_acquire_multi(&m, c, names, 3, &o), DLOCK_OK);
+    CHECK(test_redis_cmd(&r, "DEL dlock:{m2} dlock:{m3}") == 2);
+    wait_atomic(&multi_lost_calls, 1, "on_lost calls");
+    test_sleep_ms(400);
+    CHECK(atomic_load(&multi_lost_calls) == 1);
+    CHECK(multi_lost_handle == m);
+    CHECK(dlock_lock_lost(m));
+    CHECK_RC(dlock_lock_check(m), DLOCK_ELOST);
+    CHECK_RC(dlock_release(m), DLOCK_ELOST);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{m1}") == 0);
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Leader election */
+
+typedef struct {
+    pthread_mutex_t mu;
+    int calls;
+    dlock_leader_info last;
+} observed;
+
+static void on_leader(const dlock_leader_info *leader, void *payload)
+{
+    observed *o = payload;
+
+    pthread_mutex_lock(&o->mu);
+    o->calls++;
+    o->last = *leader;
+    pthread_mutex_unlock(&o->mu);
+}
+
+/* Wait (at most 20 s) until the observer reports identity ("" for none). */
+static void wait_observed(observed *o, const char *identity)
+{
+    for (int i = 0; i < 2000; i++) {
+        int ok;
+        pthread_mutex_lock(&o->mu);
+        ok = o->calls > 0 && strcmp(o->last.identity, identity) == 0 &&
+             o->last.held == (identity[0] != '\0');
+        pthread_mutex_unlock(&o->mu);
+        if (ok)
+            return;
+        test_sleep_ms(10);
+    }
+    fprintf(stderr, "the observer never reported leader '%s' (last '%s')\n", identity,
+            o->last.identity);
+    exit(1);
+}
+
+/* Candidates in five processes lead in turns: one leader at a time. */
+static void leader_one_at_a_time(void)
+{
+    enum { PROCS = 5, TERMS = 8 };
+    test_redis r;
+    struct {
+        atomic_int leaders, violations, terms, go;
+    } *s = shared_page(4096);
+    pid_t pids[PROCS];
+    dlock_client *c;
+    dlock_observer *ob;
+    observed seen = {PTHREAD_MUTEX_INITIALIZER, 0, {0}};
+
+    test_redis_start(&r, NULL);
+    /* The candidates are forked before this process has threads (the
+     * observer's), and start when the observer has seen that none leads. */
+    for (int p = 0; p < PROCS; p++) {
+        pids[p] = fork();
+        if (pids[p] == 0) {
+            dlock_client *cc;
+            char id[32];
+            wait_atomic(&s->go, 1, "go");
+            cc = open_client(&r);
+            snprintf(id, sizeof(id), "candidate-%d", p);
+            for (int i = 0; i < TERMS; i++) {
+                dlock_lock *l;
+                dlock_leader_info info;
+                CHECK_RC(dlock_campaign(&l, cc, "sched", id, NULL), DLOCK_OK);
+                CHECK(dlock_lock_kind(l) == DLOCK_KIND_LEADER);
+                if (atomic_fetch_add(&s->leaders, 1) != 0)
+                    atomic_fetch_add(&s->violations, 1);
+                CHECK_RC(dlock_leader(&info, cc, "sched"), DLOCK_OK);
+                CHECK(info.held && strcmp(info.identity, id) == 0);
+                CHECK(info.fence == dlock_lock_fence(l));
+                usleep(2000);
+                atomic_fetch_sub(&s->leaders, 1);
+                atomic_fetch_add(&s->terms, 1);
+                CHECK_RC(dlock_resign(l), DLOCK_OK);
+            }
+            dlock_client_free(cc);
+            _exit(0);
+        }
+    }
+    c = open_client(&r);
+    CHECK_RC(dlock_observe(&ob, c, "sched", on_leader, &seen), DLOCK_OK);
+    wait_observed(&seen, "");
+    atomic_store(&s->go, 1);
+    for (int p = 0; p < PROCS; p++)
+        wait_child_ok(pids[p]);
+    CHECK(atomic_load(&s->violations) == 0);
+    CHECK(atomic_load(&s->terms) == PROCS * TERMS);
+    wait_observed(&seen, "");
+    fprintf(stderr, "observer calls: %d for %d terms\n", seen.calls, PROCS * TERMS);
+    CHECK(seen.calls >= 3); /* none, at least one leader, none */
+    dlock_observer_free(ob);
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
+typedef struct {
+    dlock_client *c;
+    int rc;
+    dlock_lock *lock;
+} campaign_arg;
+
+static void *campaign_main(void *p)
+{
+    campaign_arg *a = p;
+    dlock_acquire_options o = kopts(DLOCK_KIND_MUTEX, 20000, 2000);
+
+    a->rc = dlock_campaign(&a->lock, a->c, "jobs", "beta", &o);
+    return NULL;
+}
+
+/* The leader is killed: a waiting candidate takes over once its lease has
+ * run out, and the observer reports each change. */
+static void leader_killed_new_leader(void)
+{
+    test_redis r;
+    dlock_client *c, *c2;
+    dlock_observer *ob;
+    observed seen = {PTHREAD_MUTEX_INITIALIZER, 0, {0}};
+    campaign_arg ca = {0};
+    dlock_leader_info info;
+    uint64_t alpha_fence;
+    pthread_t t;
+    pid_t alpha;
+
+    test_redis_start(&r, NULL);
+    /* Forked before this process has threads. */
+    alpha = fork();
+    if (alpha == 0) {
+        dlock_client *cc = open_client(&r);
+        dlock_acquire_options o = kopts(DLOCK_KIND_MUTEX, 0, 800);
+        dlock_lock *l;
+        CHECK_RC(dlock_campaign(&l, cc, "jobs", "alpha", &o), DLOCK_OK);
+        for (;;)
+            pause();
+    }
+    c = open_client(&r);
+    c2 = open_client(&r);
+    CHECK_RC(dlock_observe(&ob, c, "jobs", on_leader, &seen), DLOCK_OK);
+    wait_observed(&seen, "alpha");
+    alpha_fence = seen.last.fence;
+    CHECK(alpha_fence > 0);
+    ca.c = c2;
+    CHECK(pthread_create(&t, NULL, campaign_main, &ca) == 0);
+    test_sleep_ms(300);
+    CHECK_RC(dlock_leader(&info, c, "jobs"), DLOCK_OK);
+    CHECK(strcmp(info.identity, "alpha") == 0); /* alpha renews: still leads */
+    kill_child(alpha);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(ca.rc, DLOCK_OK);
+    CHECK(dlock_lock_fence(ca.lock) > alpha_fence);
+    wait_observed(&seen, "beta");
+    CHECK(seen.last.fence == dlock_lock_fence(ca.lock));
+    CHECK_RC(dlock_resign(ca.lock), DLOCK_OK);
+    wait_observed(&seen, "");
+    dlock_observer_free(ob);
+    dlock_client_free(c);
+    dlock_client_free(c2);
+    test_redis_stop(&r);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Bounded state */
+
+/* A counter nobody used for its retention is retired into the floor; the
+ * name's next fence is still above every fence it had. */
+static void fence_counter_retired_stays_monotonic(void)
+{
+    test_redis r;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = kopts(DLOCK_KIND_MUTEX, 0, 5000);
+    char v[32];
+
+    test_redis_start(&r, NULL);
+    c = open_client(&r);
+    for (int i = 0; i < 3; i++) {
+        CHECK_RC(dlock_acquire(&l, c, "old", &o), DLOCK_OK);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+    }
+    /* Registered, due in a day or more. */
+    CHECK(test_redis_cmd(&r, "ZCARD dlock:fence-registry") == 1);
+    /* A day passes for "old" (its entry is made due now). */
+    CHECK(test_redis_cmd(&r, "ZADD dlock:fence-registry XX 0 dlock:{old}:fence") == 0);
+    CHECK_RC(dlock_acquire(&l, c, "other", &o), DLOCK_OK); /* any acquisition retires it */
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{old}:fence") == 0);
+    raw_string(&r, v, sizeof(v), "GET dlock:fence-floor");
+    CHECK(strcmp(v, "3") == 0);
+    CHECK_RC(dlock_acquire(&l, c, "old", &o), DLOCK_OK);
+    CHECK(dlock_lock_fence(l) == 4); /* above 3, though its counter was gone */
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    /* The family issues its fences the same way. */
+    CHECK(test_redis_cmd(&r, "ZADD dlock:fence-registry XX 0 dlock:{old}:fence") == 0);
+    CHECK_RC(dlock_acquire(&l, c, "other", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{old}:fence") == 0);
+    o.kind = DLOCK_KIND_SEMAPHORE;
+    o.permits = 2;
+    CHECK_RC(dlock_acquire(&l, c, "old", &o), DLOCK_OK);
+    CHECK(dlock_lock_fence(l) > 4);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
+/* Thousands of names used once leave nothing behind once retired, and
+ * every key of every kind but the counter has an expiry. */
+static void unused_names_leave_bounded_state(void)
+{
+    enum { NAMES = 300 };
+    static const int kinds[] = {DLOCK_KIND_MUTEX, DLOCK_KIND_FAIR, DLOCK_KIND_READ,
+                                DLOCK_KIND_WRITE, DLOCK_KIND_SEMAPHORE};
+    test_redis r;
+    dlock_client *c;
+    dlock_lock *l;
+    struct timeval tv = {2, 0};
+    redisContext *raw;
+    redisReply *keys;
+    long long before;
+
+    test_redis_start(&r, NULL);
+    c = open_client(&r);
+    for (int i = 0; i < NAMES; i++) {
+        char name[32];
+        dlock_acquire_options o = kopts(kinds[i % 5], 0, 5000);
+        snprintf(name, sizeof(name), "job-%d", i);
+        o.permits = kinds[i % 5] == DLOCK_KIND_SEMAPHORE ? 2 : 0;
+        if (i % 7 == 0 && kinds[i % 5] == DLOCK_KIND_MUTEX) {
+            o.owner = "me";
+            o.reentrant = 1;
+        }
+        CHECK_RC(dlock_acquire(&l, c, name, &o), DLOCK_OK);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+    }
+    /* Only counters and the semaphores' N (kept a day) have no short
+     * expiry; nothing has none at all but the counters and the two global
+     * keys. */
+    raw = redisConnectWithTimeout("127.0.0.1", r.port, tv);
+    CHECK(raw != NULL && !raw->err);
+    keys = redisCommand(raw, "KEYS *");
+    CHECK(keys != NULL && keys->type == REDIS_REPLY_ARRAY);
+    for (size_t i = 0; i < keys->elements; i++) {
+        const char *k = keys->element[i]->str;
+        redisReply *ttl = redisCommand(raw, "PTTL %s", k);
+        size_t len = strlen(k);
+        int permanent = (len > 6 && strcmp(k + len - 6, ":fence") == 0) ||
+                        strcmp(k, "dlock:fence-registry") == 0;
+        if (!permanent && ttl->integer < 0) {
+            fprintf(stderr, "key %s has no expiry\n", k);
+            exit(1);
+        }
+        freeReplyObject(ttl);
+    }
+    freeReplyObject(keys);
+    before = test_redis_cmd(&r, "DBSIZE");
+    fprintf(stderr, "keys after %d names: %lld\n", NAMES, before);
+    CHECK(before >= NAMES);
+
+    /* A day passes for all of them; the registry is drained by the next
+     * acquisitions, two counters each. */
+    CHECK(test_redis_cmd(&r, "ZUNIONSTORE dlock:fence-registry 1 dlock:fence-registry "
+                         "WEIGHTS 0") == NAMES);
+    for (int i = 0; i < NAMES / 2 + 1; i++) {
+        dlock_acquire_options o = kopts(DLOCK_KIND_MUTEX, 0, 5000);
+        CHECK_RC(dlock_acquire(&l, c, "hot", &o), DLOCK_OK);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+    }
+    redisFree(raw);
+    /* Left: hot's counter, the registry, the floor, and the N of the
+     * semaphores (kept a day, then gone). */
+    fprintf(stderr, "keys after retiring: %lld\n", test_redis_cmd(&r, "DBSIZE"));
+    CHECK(test_redis_cmd(&r, "DBSIZE") <= 3 + NAMES / 5);
+    CHECK(test_redis_cmd(&r, "ZCARD dlock:fence-registry") == 1);
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Bad input */
+
+static void family_bad_input_before_network(void)
+{
+    test_redis r;
+    dlock_client *c;
+    dlock_lock *l = NULL;
+    dlock_observer *ob = NULL;
+    dlock_acquire_options o;
+    char big[DLOCK_IDENTITY_MAX + 2];
+    const char *dup[2] = {"a", "a"};
+    const char *names[DLOCK_MULTI_MAX + 1];
+    long long before;
+
+    test_redis_start(&r, NULL);
+    c = open_client(&r);
+    before = test_redis_calls(&r, "evalsha") + test_redis_calls(&r, "eval");
+    memset(big, 'o', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+
+    o = kopts(DLOCK_KIND_MUTEX, 0, 1000);
+    o.owner = "";
+    CHECK_RC(dlock_acquire(&l, c, "n", &o), DLOCK_EINVAL);
+    o.owner = big; /* over DLOCK_OWNER_MAX */
+    CHECK_RC(dlock_acquire(&l, c, "n", &o), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "owner id");
+    o = kopts(DLOCK_KIND_MUTEX, 0, 1000);
+    o.reentrant = 1;
+    CHECK_RC(dlock_acquire(&l, c, "n", &o), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "needs an owner id");
+    o.owner = "x";
+    o.reentrant = 2;
+    CHECK_RC(dlock_acquire(&l, c, "n", &o), DLOCK_EINVAL);
+    o = kopts(DLOCK_KIND_READ, 0, 1000);
+    o.owner = "x";
+    o.reentrant = 1;
+    CHECK_RC(dlock_acquire(&l, c, "n", &o), DLOCK_EINVAL);
+    o = kopts(DLOCK_KIND_MUTEX, 0, 1000);
+    o.permits = 3;
+    CHECK_RC(dlock_acquire(&l, c, "n", &o), DLOCK_EINVAL);
+    o = kopts(DLOCK_KIND_SEMAPHORE, 0, 1000);
+    o.permits = -1;
+    CHECK_RC(dlock_acquire(&l, c, "n", &o), DLOCK_EINVAL);
+    o.permits = DLOCK_PERMITS_MAX + 1;
+    CHECK_RC(dlock_acquire(&l, c, "n", &o), DLOCK_EINVAL);
+    o.permits = 1;
+    o.owner = "x";
+    CHECK_RC(dlock_acquire(&l, c, "n", &o), DLOCK_EINVAL);
+    o = kopts(99, 0, 1000);
+    CHECK_RC(dlock_acquire(&l, c, "n", &o), DLOCK_EINVAL);
+    o = kopts(DLOCK_KIND_LEADER, 0, 1000);
+    CHECK_RC(dlock_acquire(&l, c, "n", &o), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "dlock_campaign");
+    o = kopts(DLOCK_KIND_MULTI, 0, 1000);
+    CHECK_RC(dlock_acquire(&l, c, "n", &o), DLOCK_EINVAL);
+
+    o = kopts(DLOCK_KIND_MUTEX, 0, 1000);
+    CHECK_RC(dlock_acquire_multi(&l, c, dup, 0, &o), DLOCK_EINVAL);
+    CHECK_RC(dlock_acquire_multi(&l, c, dup, 2, &o), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "the same");
+    for (int i = 0; i <= DLOCK_MULTI_MAX; i++)
+        names[i] = "n";
+    CHECK_RC(dlock_acquire_multi(&l, c, names, DLOCK_MULTI_MAX + 1, &o), DLOCK_EINVAL);
+    CHECK_RC(dlock_acquire_multi(&l, c, NULL, 1, &o), DLOCK_EINVAL);
+    o.kind = DLOCK_KIND_FAIR;
+    CHECK_RC(dlock_acquire_multi(&l, c, dup, 1, &o), DLOCK_EINVAL);
+
+    CHECK_RC(dlock_campaign(&l, c, "n", big, NULL), DLOCK_EINVAL);
+    CHECK_RC(dlock_campaign(&l, c, "n", "", NULL), DLOCK_EINVAL);
+    o = kopts(DLOCK_KIND_SEMAPHORE, 0, 1000);
+    CHECK_RC(dlock_campaign(&l, c, "n", "me", &o), DLOCK_EINVAL);
+    CHECK_RC(dlock_semaphore_set_permits(c, "n", 0), DLOCK_EINVAL);
+    CHECK_RC(dlock_semaphore_set_permits(c, "", 1), DLOCK_EINVAL);
+    CHECK_RC(dlock_observe(&ob, c, "n", NULL, NULL), DLOCK_EINVAL);
+    CHECK_RC(dlock_lock_downgrade(NULL), DLOCK_EINVAL);
+    CHECK(dlock_lock_kind(NULL) == -1 && dlock_lock_count(NULL) == 0);
+    CHECK(l == NULL && ob == NULL);
+    CHECK(test_redis_calls(&r, "evalsha") + test_redis_calls(&r, "eval") == before);
+    dlock_observer_free(NULL);
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
+static atomic_int family_lost_calls;
+
+static void count_family_lost(dlock_lock *l, int reason, void *payload)
+{
+    (void)l;
+    (void)payload;
+    if (reason == DLOCK_ELOST)
+        atomic_fetch_add(&family_lost_calls, 1);
+}
+
+/* A reader, a permit and a leader taken away on the server: the watchdog
+ * finds each lost and calls on_lost once; release says ELOST. */
+static void family_on_lost_once(void)
+{
+    test_redis r;
+    dlock_client *c;
+    dlock_lock *rd, *pm, *ld;
+    dlock_acquire_options o = kopts(DLOCK_KIND_READ, 0, 300);
+
+    test_redis_start(&r, NULL);
+    c = open_client(&r);
+    o.on_lost = count_family_lost;
+    CHECK_RC(dlock_acquire(&rd, c, "lost-r", &o), DLOCK_OK);
+    o.kind = DLOCK_KIND_SEMAPHORE;
+    o.permits = 4;
+    CHECK_RC(dlock_acquire(&pm, c, "lost-s", &o), DLOCK_OK);
+    o.kind = DLOCK_KIND_MUTEX;
+    o.permits = 0;
+    CHECK_RC(dlock_campaign(&ld, c, "lost-l", "me", &o), DLOCK_OK);
+    test_sleep_ms(500); /* renewed meanwhile */
+    CHECK(atomic_load(&family_lost_calls) == 0);
+    CHECK(test_redis_cmd(&r, "DEL dlock:{lost-r}:readers dlock:{lost-s}:sem dlock:{lost-l}") == 3);
+    wait_atomic(&family_lost_calls, 3, "on_lost calls");
+    test_sleep_ms(400);
+    CHECK(atomic_load(&family_lost_calls) == 3);
+    CHECK(dlock_lock_lost(rd) && dlock_lock_lost(pm) && dlock_lock_lost(ld));
+    CHECK_RC(dlock_release(rd), DLOCK_ELOST);
+    CHECK_RC(dlock_release(pm), DLOCK_ELOST);
+    CHECK_RC(dlock_resign(ld), DLOCK_ELOST);
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
+TEST_MAIN({"reentrant_counts", reentrant_counts},
+          {"reentrant_stale_handle_is_lost", reentrant_stale_handle_is_lost},
+          {"fair_fifo_ten_waiters", fair_fifo_ten_waiters},
+          {"fair_killed_waiter_does_not_block", fair_killed_waiter_does_not_block},
+          {"rw_readers_parallel_writers_alone", rw_readers_parallel_writers_alone},
+          {"rw_writer_not_starved", rw_writer_not_starved},
+          {"rw_downgrade_and_upgrade", rw_downgrade_and_upgrade},
+          {"rw_reader_lease_is_its_own", rw_reader_lease_is_its_own},
+          {"semaphore_never_exceeds_n", semaphore_never_exceeds_n},
+          {"semaphore_killed_holder_permit_returns", semaphore_killed_holder_permit_returns},
+          {"multi_no_deadlock_ordered", multi_no_deadlock_ordered},
+          {"multi_no_deadlock_one_slot", multi_no_deadlock_one_slot},
+          {"multi_all_or_nothing", multi_all_or_nothing},
+          {"multi_on_lost_once", multi_on_lost_once},
+          {"leader_one_at_a_time", leader_one_at_a_time},
+          {"leader_killed_new_leader", leader_killed_new_leader},
+          {"fence_counter_retired_stays_monotonic", fence_counter_retired_stays_monotonic},
+          {"unused_names_leave_bounded_state", unused_names_leave_bounded_state},
+          {"family_bad_input_before_network", family_bad_input_before_network},
+          {"family_on_lost_once", family_on_lost_once})
