@@ -1110,6 +1110,57 @@ static void cluster_kill_leader(void)
     stop_and_check_no_stray(&e);
 }
 
+/*
+ * The member both a holder and a waiter use stops (SIGSTOP): it still
+ * accepts connections but answers nothing. Both move to the other members
+ * within their calls' budget: the holder keeps its lock, the waiter its
+ * place, and the release reaches the waiter through a watch on another
+ * member.
+ */
+static void cluster_stop_member(void)
+{
+    test_etcd e;
+    dlock_client *holder, *waiter_c;
+    dlock_lock *l;
+    dlock_acquire_options o = opts(0, 3000, 1);
+    waiter_arg a;
+    pthread_t t;
+    char url[300];
+    int used;
+
+    atomic_store(&lost_calls, 0);
+    test_etcd_start(&e, 3, NULL);
+    used = (test_etcd_leader(&e) + 1) % 3; /* a follower */
+    url_first(url, sizeof(url), &e, used, -1);
+    holder = open_fast(url);
+    waiter_c = open_fast(url);
+    o.on_lost = count_lost;
+    CHECK_RC(dlock_acquire(&l, holder, "frozen", &o), DLOCK_OK);
+    memset(&a, 0, sizeof(a));
+    a.c = waiter_c;
+    a.name = "frozen";
+    a.wait_ms = 30000;
+    a.lease_ms = 3000;
+    CHECK(pthread_create(&t, NULL, waiter_main, &a) == 0);
+    for (int i = 0; i < 500 && test_etcd_count(&e, "dlock/frozen/") < 2; i++)
+        test_sleep_ms(10);
+    CHECK(test_etcd_count(&e, "dlock/frozen/") == 2);
+    CHECK(kill(e.pid[used], SIGSTOP) == 0);
+    test_sleep_ms(7000); /* more than two leases of both */
+    CHECK(!atomic_load(&a.done));
+    CHECK(!dlock_lock_lost(l));
+    CHECK(atomic_load(&lost_calls) == 0);
+    CHECK(test_etcd_count(&e, "dlock/frozen/") == 2);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(a.rc, DLOCK_OK);
+    CHECK_RC(dlock_release(a.lock), DLOCK_OK);
+    kill(e.pid[used], SIGCONT);
+    dlock_client_free(holder);
+    dlock_client_free(waiter_c);
+    stop_and_check_no_stray(&e);
+}
+
 /* A member restarted after locks came and went catches up and serves them:
  * with another member down, the cluster needs it for its quorum. */
 static void cluster_restart_member(void)
@@ -1300,5 +1351,6 @@ TEST_MAIN({"codec", codec}, {"url_and_open_errors", url_and_open_errors},
           {"cluster_kill_member_while_waiting", cluster_kill_member_while_waiting},
           {"cluster_kill_leader", cluster_kill_leader},
           {"cluster_restart_member", cluster_restart_member},
+          {"cluster_stop_member", cluster_stop_member},
           {"cluster_mutual_exclusion_leader_killed", cluster_mutual_exclusion_leader_killed},
           {"cli_run", cli_run})
