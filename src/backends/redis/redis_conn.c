@@ -108,10 +108,40 @@ int dlock__redis_conn_io_error(dlock__redis_conn *conn)
     return dlock__fail(code, "%s: %s", conn->where, what);
 }
 
+/*
+ * Copy a server's error text for a message, with the password cut out: a
+ * server may quote the command it refused ("unknown command 'AUTH', with args
+ * beginning with: 'user' 'secret'"), and dlock never prints a password.
+ */
+static const char *scrub(char *buf, size_t size, const dlock__redis_conn *conn,
+                         const redisReply *r)
+{
+    const char *pw = conn->url->password, *in = r->str != NULL ? r->str : "";
+    size_t inlen = r->str != NULL ? r->len : 0, pwlen = pw != NULL ? strlen(pw) : 0;
+    size_t i = 0, o = 0;
+
+    while (i < inlen && o + 4 < size) {
+        size_t left = inlen - i;
+        /* The password, or the start of it where the reply was cut off. */
+        if (pwlen > 0 && memcmp(in + i, pw, left < pwlen ? left : pwlen) == 0 &&
+            (left >= pwlen || left >= 3)) {
+            memcpy(buf + o, "***", 3);
+            o += 3;
+            i += left < pwlen ? left : pwlen;
+            continue;
+        }
+        buf[o++] = (unsigned char)in[i] < 32 ? ' ' : in[i];
+        i++;
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
 int dlock__redis_conn_reply_error(dlock__redis_conn *conn, const redisReply *r)
 {
-    const char *s = r->str != NULL ? r->str : "";
-    int n = (int)(r->len > 200 ? 200 : r->len);
+    char text[256];
+    const char *s = scrub(text, sizeof(text), conn, r);
+    int n = (int)strlen(s);
 
     if (strncmp(s, "NOAUTH", 6) == 0 || strncmp(s, "WRONGPASS", 9) == 0 ||
         strncmp(s, "NOPERM", 6) == 0 || strstr(s, "invalid password") != NULL ||
@@ -152,9 +182,17 @@ static int handshake(dlock__redis_conn *conn)
             return dlock__redis_conn_io_error(conn);
         if (r->type == REDIS_REPLY_ERROR && rc == DLOCK_OK) {
             rc = dlock__redis_conn_reply_error(conn, r);
-            if (rc == DLOCK_ESERVER && strncmp(r->str, "ERR AUTH", 8) == 0)
-                rc = dlock__fail(DLOCK_EAUTH, "%s: authentication failed: the server has no "
-                                 "password set but the URL gives one", conn->where);
+            if (rc == DLOCK_ESERVER && i == 0 && u->password != NULL) {
+                /* Whatever the server says to AUTH, it is an authentication
+                 * failure (its text may quote the password: scrubbed). */
+                char text[256];
+                if (strncmp(r->str, "ERR AUTH", 8) == 0)
+                    rc = dlock__fail(DLOCK_EAUTH, "%s: authentication failed: the server has "
+                                     "no password set but the URL gives one", conn->where);
+                else
+                    rc = dlock__fail(DLOCK_EAUTH, "%s: authentication failed: AUTH refused: %s",
+                                     conn->where, scrub(text, sizeof(text), conn, r));
+            }
         } else if (r->type != REDIS_REPLY_STATUS && r->type != REDIS_REPLY_ERROR && rc == DLOCK_OK) {
             rc = dlock__fail(DLOCK_EPROTO, "%s: unexpected reply to the connection handshake",
                              conn->where);
