@@ -114,4 +114,26 @@ void bench_raw_expect(redisContext *c, int type, const char *expect_status, cons
  * trip. url NULL: a throwaway etcd from PATH. Returns the exit status. */
 int bench_etcd(const char *url, long iterations);
 
+/* ------------------------------------------------------------------------
+ * main.c: the table
+ * ---------------------------------------------------------------------- */
+
+/* One row of the table. Numbers < 0 print as "-"; target <= 0 means none. */
+void bench_print_row(const char *name, double p50, double p99, double ops, const char *baseline,
+                     double ratio, double target);
+
+/* ------------------------------------------------------------------------
+ * family.c: the lock family's hand-offs
+ * ---------------------------------------------------------------------- */
+
+/*
+ * Rows for the hand-off latency of the fair lock (release -> the head of
+ * the queue) and of the read-write lock (writer -> waiting reader, last
+ * reader -> waiting writer), count each, beside the PING and the mutex
+ * hand-off medians measured in the same section. Keys under key_base.
+ * Returns how many hand-offs broke exclusion (must be 0).
+ */
+long bench_family(const char *url, const char *key_base, long count, double ping50_us,
+                  double mutex_handoff50_us);
+
 #endif /* DLOCK_BENCH_H */

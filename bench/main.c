@@ -174,6 +174,12 @@ static void print_row(const char *name, double p50, double p99, double ops, cons
     fflush(stdout);
 }
 
+void bench_print_row(const char *name, double p50, double p99, double ops, const char *baseline,
+                     double ratio, double target)
+{
+    print_row(name, p50, p99, ops, baseline, ratio, target);
+}
+
 /* ------------------------------------------------------------------------
  * Server-side command counts (INFO commandstats), to show what a dlock call
  * sends: the top-level commands and, for scripts, what runs inside them.
@@ -887,6 +893,8 @@ static long run_section(const char *title, redisContext *raw, dlock_client *clie
     printf("hand-off check: B got the lock before A released it in %ld of %ld hand-offs "
            "(must be 0);\n  B's shortest time inside dlock_acquire was %.0f us (A holds %d ms)\n",
            H.early, handoffs, H.min_wait_us, HANDOFF_HOLD_MS);
+    /* The lock family (family.c): the same hand-off for its kinds. */
+    H.early += bench_family(url, key_base, handoffs, ping50, h50);
 
     if (with_diagnostics) {
         /* What the server saw, per operation (untimed passes). */

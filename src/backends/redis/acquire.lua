@@ -7,7 +7,7 @@
 local counter = redis.call('GET', KEYS[2])
 -- Checked before anything is written, so that a broken counter never leaves a
 -- lock without a fence.
-local err = dlock_fence_check(KEYS[2], counter, KEYS[3])
+local err = dlock_fence_check(KEYS[2], counter)
 if err then
   return err
 end
@@ -24,7 +24,10 @@ end
 -- The fence first: if issuing it fails (an ACL without INCR, a full server),
 -- the script stops before the lock exists, and no lock is left without a fence.
 -- INCR, never SET: the counter only grows, also across expiries of the lock key.
-local fence = dlock_fence_issue(KEYS[2], KEYS[3], KEYS[4], dlock_registry_clock(KEYS[4]),
-                                tonumber(ARGV[2]))
+local fence
+fence, err = dlock_fence_next(KEYS[2], counter, KEYS[3], KEYS[4], tonumber(ARGV[2]))
+if not fence then
+  return err
+end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {1, fence}

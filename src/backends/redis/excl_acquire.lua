@@ -19,7 +19,8 @@ local lease, waiting, ttl = tonumber(ARGV[5]), ARGV[6] == 'wait', tonumber(ARGV[
 local holds, counter = base .. ':holds', base .. ':fence'
 local queue, qexp = base .. ':queue', base .. ':queue-exp'
 
-local err = dlock_fence_check(counter, redis.call('GET', counter), KEYS[2])
+local count = redis.call('GET', counter)
+local err = dlock_fence_check(counter, count)
 if err then
   return err
 end
@@ -92,7 +93,11 @@ if kind == 'fair' then
   end
 end
 
-local fence = dlock_fence_issue(counter, KEYS[2], KEYS[3], dlock_registry_clock(KEYS[3]), lease)
+local fence
+fence, err = dlock_fence_next(counter, count, KEYS[2], KEYS[3], lease)
+if not fence then
+  return err
+end
 redis.call('SET', base, value, 'PX', lease)
 redis.call('DEL', holds)
 redis.call('HSET', holds, token, fence)

@@ -7,10 +7,11 @@
 -- #include fence
 local n = #KEYS - 2
 local floor, registry, lease = KEYS[n + 1], KEYS[n + 2], tonumber(ARGV[n + 1])
-local holders = {}
+local holders, counts = {}, {}
 for i = 1, n do
   local counter = KEYS[i] .. ':fence'
-  local err = dlock_fence_check(counter, redis.call('GET', counter), floor)
+  counts[i] = redis.call('GET', counter)
+  local err = dlock_fence_check(counter, counts[i])
   if err then
     return err
   end
@@ -19,15 +20,33 @@ for i = 1, n do
     return {0, i, redis.call('PTTL', KEYS[i])}
   end
 end
-local clock = dlock_registry_clock(registry)
-local out = {1}
+local out, upkeep = {1}, {}
+-- Every token first (a broken floor stops the script before any lock is
+-- set), then the locks, then the registry: retiring must come after all
+-- the counters this script read.
 for i = 1, n do
   if holders[i] then -- a retry after a lost reply: ours already
-    redis.call('PEXPIRE', KEYS[i], lease)
-    out[i + 1] = tonumber(redis.call('GET', KEYS[i] .. ':fence')) or 0
+    out[i + 1] = tonumber(counts[i]) or 0
   else
-    out[i + 1] = dlock_fence_issue(KEYS[i] .. ':fence', floor, registry, clock, lease)
-    redis.call('SET', KEYS[i], ARGV[i], 'PX', lease)
+    local fence, err = dlock_fence_issue(KEYS[i] .. ':fence', counts[i], floor)
+    if not fence then
+      return err
+    end
+    out[i + 1] = fence
+    upkeep[i] = dlock_fence_upkeep(counts[i], fence)
   end
 end
+local clock = nil
+for i = 1, n do
+  if holders[i] then
+    redis.call('PEXPIRE', KEYS[i], lease)
+  else
+    redis.call('SET', KEYS[i], ARGV[i], 'PX', lease)
+  end
+  if upkeep[i] then
+    clock = clock or dlock_registry_clock(registry)
+    dlock_fence_note(KEYS[i] .. ':fence', registry, clock, lease)
+  end
+end
+dlock_fence_retire(floor, registry, clock)
 return out

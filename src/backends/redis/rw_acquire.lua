@@ -18,7 +18,8 @@ local lease, waiting, ttl = tonumber(ARGV[4]), ARGV[5] == 'wait', tonumber(ARGV[
 local holds, readers, rfences = base .. ':holds', base .. ':readers', base .. ':reader-fences'
 local marker, counter = base .. ':writer-wait', base .. ':fence'
 
-local err = dlock_fence_check(counter, redis.call('GET', counter), KEYS[2])
+local count = redis.call('GET', counter)
+local err = dlock_fence_check(counter, count)
 if err then
   return err
 end
@@ -54,7 +55,11 @@ if kind == 'read' then
   if redis.call('EXISTS', marker) == 1 and not owner_reads() then
     return {0, redis.call('PTTL', marker)}
   end
-  local fence = dlock_fence_issue(counter, KEYS[2], KEYS[3], dlock_registry_clock(KEYS[3]), lease)
+  local fence
+  fence, err = dlock_fence_next(counter, count, KEYS[2], KEYS[3], lease)
+  if not fence then
+    return err
+  end
   redis.call('ZADD', readers, now + lease, token)
   redis.call('HSET', rfences, token, fence .. ' ' .. owner)
   dlock_pexpire_max(readers, lease)
@@ -96,7 +101,11 @@ if busy then
   end
   return {0, busy}
 end
-local fence = dlock_fence_issue(counter, KEYS[2], KEYS[3], dlock_registry_clock(KEYS[3]), lease)
+local fence
+fence, err = dlock_fence_next(counter, count, KEYS[2], KEYS[3], lease)
+if not fence then
+  return err
+end
 redis.call('SET', base, value, 'PX', lease)
 redis.call('DEL', holds)
 redis.call('HSET', holds, token, fence)

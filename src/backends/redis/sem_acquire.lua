@@ -11,7 +11,8 @@ local base, token, lease = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local sem, fences, permits = base .. ':sem', base .. ':sem-fences', base .. ':permits'
 local counter = base .. ':fence'
 
-local err = dlock_fence_check(counter, redis.call('GET', counter), KEYS[2])
+local count = redis.call('GET', counter)
+local err = dlock_fence_check(counter, count)
 if err then
   return err
 end
@@ -37,7 +38,11 @@ if redis.call('ZCARD', sem) >= n then
   local first = redis.call('ZRANGE', sem, 0, 0, 'WITHSCORES')
   return {0, first[2] and math.max(0, tonumber(first[2]) - now) or -1}
 end
-local fence = dlock_fence_issue(counter, KEYS[2], KEYS[3], dlock_registry_clock(KEYS[3]), lease)
+local fence
+fence, err = dlock_fence_next(counter, count, KEYS[2], KEYS[3], lease)
+if not fence then
+  return err
+end
 redis.call('ZADD', sem, now + lease, token)
 redis.call('HSET', fences, token, fence)
 dlock_pexpire_max(sem, lease)

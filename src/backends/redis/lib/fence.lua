@@ -19,41 +19,46 @@ local function dlock_now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- The server time when this user may keep the registry, else nil.
+-- The server time when this user may keep the registry (its ACL allows
+-- TIME and ZADD: grant the ZSET commands of docs/family.md with them), else
+-- nil.
 local function dlock_registry_clock(registry)
-  if redis.acl_check_cmd('TIME') and redis.acl_check_cmd('ZADD', registry, '0', 'x') and
-     redis.acl_check_cmd('ZSCORE', registry, 'x') and
-     redis.acl_check_cmd('ZRANGEBYSCORE', registry, '0', '0') and
-     redis.acl_check_cmd('ZREM', registry, 'x') and redis.acl_check_cmd('DEL', registry) then
+  if redis.acl_check_cmd('TIME') and redis.acl_check_cmd('ZADD', registry, '0', 'x') then
     return dlock_now_ms()
   end
   return nil
 end
 
--- An error reply if the counter or the floor holds something else than an
--- integer, checked before anything is written.
-local function dlock_fence_check(counter, value, floor_key)
+-- An error reply if the counter holds something else than an integer, to
+-- be checked before anything is written. value: the counter's GET.
+local function dlock_fence_check(counter, value)
   if value and not tonumber(value) then
     return redis.error_reply('DLOCKFENCE fence counter ' .. counter .. ' is not an integer')
-  end
-  local floor = redis.call('GET', floor_key)
-  if floor and not tonumber(floor) then
-    return redis.error_reply('DLOCKFENCE fence floor ' .. floor_key .. ' is not an integer')
   end
   return nil
 end
 
--- Issue the next token of counter. now_ms: from dlock_registry_clock, or nil.
--- The counter is read again here: retiring others (a multi-lock issues
--- several tokens in one script) may have retired it since the check.
-local function dlock_fence_issue(counter, floor_key, registry, now_ms, lease_ms)
-  if not redis.call('GET', counter) then
-    local floor = tonumber(redis.call('GET', floor_key) or '0')
-    if floor > 0 then
+-- Issue the next token of counter, whose value (GET, false when missing)
+-- the caller read in this script. A missing counter starts at the floor.
+-- Returns the token, or nil and an error reply (before any write) when the
+-- floor is broken.
+local function dlock_fence_issue(counter, value, floor_key)
+  if not value then
+    local floor = redis.call('GET', floor_key)
+    if floor then
+      if not tonumber(floor) then
+        return nil, redis.error_reply('DLOCKFENCE fence floor ' .. floor_key ..
+                                      ' is not an integer')
+      end
       redis.call('SET', counter, floor)
     end
   end
-  local fence = redis.call('INCR', counter)
+  return redis.call('INCR', counter)
+end
+
+-- Note in the registry that counter was used at now_ms (from
+-- dlock_registry_clock; nil: nothing to do).
+local function dlock_fence_note(counter, registry, now_ms, lease_ms)
   if now_ms then
     local keep = math.max(DLOCK_RETENTION_MS, 10 * lease_ms)
     local due = redis.call('ZSCORE', registry, counter)
@@ -62,19 +67,52 @@ local function dlock_fence_issue(counter, floor_key, registry, now_ms, lease_ms)
     if not due or tonumber(due) - now_ms < keep / 2 then
       redis.call('ZADD', registry, now_ms + keep, counter)
     end
-    local old = redis.call('ZRANGEBYSCORE', registry, '-inf', now_ms, 'LIMIT', 0, 2)
-    for _, k in ipairs(old) do
-      local last = redis.pcall('GET', k)
-      last = type(last) == 'string' and tonumber(last) or nil
-      if last then
-        local floor = tonumber(redis.call('GET', floor_key) or '0')
-        if last > floor then
-          redis.call('SET', floor_key, last)
-        end
-        redis.call('DEL', k)
+  end
+end
+
+-- Retire up to two counters whose time has come: raise the floor to each
+-- one's value, then delete it. Run after the script's tokens are issued.
+local function dlock_fence_retire(floor_key, registry, now_ms)
+  if not now_ms then
+    return
+  end
+  local old = redis.call('ZRANGEBYSCORE', registry, '-inf', now_ms, 'LIMIT', 0, 2)
+  for _, k in ipairs(old) do
+    local last = redis.pcall('GET', k)
+    last = type(last) == 'string' and tonumber(last) or nil
+    if last then
+      local floor = tonumber(redis.call('GET', floor_key) or '0') or 0
+      if last > floor then
+        redis.call('SET', floor_key, last)
       end
-      redis.call('ZREM', registry, k)
+      redis.call('DEL', k)
     end
+    redis.call('ZREM', registry, k)
+  end
+end
+
+-- Is this token one that keeps the registry? A counter's first token must
+-- (it registers the name); then one token in DLOCK_UPKEEP_EVERY does, so
+-- the common acquisition pays nothing for it. A name used that rarely may
+-- be retired while still in use: safe, its next token just starts at the
+-- floor. Each upkeep retires up to two counters, and every registration
+-- comes with an upkeep, so the registry drains faster than it can grow.
+local DLOCK_UPKEEP_EVERY = 16
+local function dlock_fence_upkeep(value, fence)
+  return not value or fence % DLOCK_UPKEEP_EVERY == 0
+end
+
+-- The usual sequence for one token: issue, then keep the registry when due.
+-- Returns the token, or nil and an error reply.
+local function dlock_fence_next(counter, value, floor_key, registry, lease_ms)
+  local fence, err = dlock_fence_issue(counter, value, floor_key)
+  if not fence then
+    return nil, err
+  end
+  if dlock_fence_upkeep(value, fence) then
+    local now = dlock_registry_clock(registry)
+    dlock_fence_note(counter, registry, now, lease_ms)
+    dlock_fence_retire(floor_key, registry, now)
   end
   return fence
 end
