@@ -676,8 +676,10 @@ static long long etcd_field(const json_t *j, const char *field)
 static long long etcd_prefix_op(test_etcd *e, const char *path, const char *prefix,
                                 const char *what, const char *field)
 {
-    char *k = dlock__etcd_b64(prefix, strlen(prefix)), *end = dlock__etcd_prefix_end(prefix);
-    char *kend = dlock__etcd_b64(end, strlen(end)), body[1024];
+    /* "" is every key: from "\0" to the end of the key space ("\0"). */
+    char *k = prefix[0] ? dlock__etcd_b64(prefix, strlen(prefix)) : strdup("AA==");
+    char *end = prefix[0] ? dlock__etcd_prefix_end(prefix) : NULL;
+    char *kend = end != NULL ? dlock__etcd_b64(end, strlen(end)) : strdup("AA=="), body[1024];
     json_t *j;
     long long v;
 

@@ -122,7 +122,8 @@ int test_etcd_leader(test_etcd *e);
 /* POST json to path on member i's gateway; the reply body (malloc'd) or NULL
  * when the member cannot be reached. */
 char *test_etcd_post(test_etcd *e, int member, const char *path, const char *json);
-/* Keys whose name starts with prefix, read through any live member. */
+/* Keys whose name starts with prefix ("": all keys), read through any live
+ * member. */
 long long test_etcd_count(test_etcd *e, const char *prefix);
 /* Delete the keys starting with prefix; returns how many. */
 long long test_etcd_delete(test_etcd *e, const char *prefix);

@@ -812,6 +812,32 @@ static void threads_share_a_client(void)
     test_etcd_stop(&e);
 }
 
+/* The lock family and leader election are not on etcd (yet): refused with
+ * DLOCK_ENOTSUP, naming the backend, and nothing is left on the server. */
+static void family_not_supported(void)
+{
+    test_etcd e;
+    dlock_client *c;
+    dlock_lock *l = NULL;
+    dlock_leader_info who;
+    dlock_acquire_options o = opts(0, 2000, 1);
+
+    test_etcd_start(&e, 1, NULL);
+    c = open_client(&e);
+    o.kind = DLOCK_KIND_READ;
+    CHECK_RC(dlock_acquire(&l, c, "fam", &o), DLOCK_ENOTSUP);
+    CHECK_CONTAINS(dlock_error_message(), "etcd backend");
+    CHECK(l == NULL);
+    CHECK_RC(dlock_campaign(&l, c, "elect", "me", NULL), DLOCK_ENOTSUP);
+    CHECK_CONTAINS(dlock_error_message(), "etcd backend");
+    CHECK_RC(dlock_leader(&who, c, "elect"), DLOCK_ENOTSUP);
+    CHECK(l == NULL);
+    CHECK(test_etcd_count(&e, "") == 0);
+    CHECK(test_etcd_leases(&e) == 0);
+    dlock_client_free(c);
+    test_etcd_stop(&e);
+}
+
 /* ---- authentication and TLS ------------------------------------------- */
 
 static void post_ok(test_etcd *e, const char *path, const char *json)
@@ -1289,7 +1315,8 @@ static void cluster_mutual_exclusion_leader_killed(void)
 /* ---- the CLI ---------------------------------------------------------------- */
 
 /* dlock run with an etcd:// URL: the command's exit code passes through, it
- * sees DLOCK_FENCE, and a held lock gives 75. */
+ * sees DLOCK_FENCE, a held lock gives 75, and a lock lost under the running
+ * command stops it and gives 76. */
 static void cli_run(void)
 {
 #ifdef DLOCK_CLI_PATH
@@ -1322,6 +1349,25 @@ static void cli_run(void)
              DLOCK_CLI_PATH, e.url, dlock_lock_fence(l));
     CHECK(system(cmd) == 0);
     CHECK_RC(dlock_release(l), DLOCK_OK);
+
+    /* The lock broken under a running command: it is stopped, exit 76. */
+    {
+        pid_t pid = fork();
+        dlock_lock_info removed;
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            execl(DLOCK_CLI_PATH, "dlock", "--url", e.url, "run", "--ttl", "3s", "--grace",
+                  "1s", "broken", "--", "sleep", "60", (char *)NULL);
+            _exit(127);
+        }
+        for (int i = 0; i < 500 && test_etcd_count(&e, "dlock/broken/") == 0; i++)
+            test_sleep_ms(10);
+        CHECK(test_etcd_count(&e, "dlock/broken/") == 1);
+        CHECK_RC(dlock_force_release(&removed, c, "broken"), DLOCK_OK);
+        CHECK(removed.held == 1);
+        CHECK(waitpid(pid, &status, 0) == pid);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 76);
+    }
     dlock_client_free(c);
     test_etcd_stop(&e);
 #else
@@ -1345,6 +1391,7 @@ TEST_MAIN({"codec", codec}, {"url_and_open_errors", url_and_open_errors},
           {"wait_times_out", wait_times_out}, {"try_once_leaves_nothing", try_once_leaves_nothing},
           {"client_freed_before_release", client_freed_before_release},
           {"threads_share_a_client", threads_share_a_client},
+          {"family_not_supported", family_not_supported},
           {"auth_user_password", auth_user_password},
           {"tls_with_client_certificate", tls_with_client_certificate},
           {"cluster_kill_member_while_holding", cluster_kill_member_while_holding},
