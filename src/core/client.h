@@ -74,6 +74,14 @@ struct dlock_lock {
     char lost_message[256];
 };
 
+/* How long after a confirmed renewal the next one is due: a third of the
+ * lease (Redisson's rule), at least 1 ms so that tiny leases do not renew
+ * back to back. */
+static inline int64_t dlock__renew_period(int64_t lease_ms)
+{
+    return lease_ms >= 3 ? lease_ms / 3 : 1;
+}
+
 /* Put a new lock under the client's care (watchdog renewal and deadline
  * checks), starting the watchdog thread on first use. */
 int dlock__client_register(dlock_client *c, dlock_lock *l);

@@ -94,7 +94,7 @@ int dlock_lock_downgrade(dlock_lock *l)
         atomic_store(&l->kind, DLOCK_KIND_READ);
         /* The read lease was set from when the request was sent. */
         atomic_store(&l->deadline_ms, sent + l->lease_ms);
-        l->next_event_ms = l->auto_renew ? sent + l->lease_ms / 3 : sent + l->lease_ms;
+        l->next_event_ms = l->auto_renew ? sent + dlock__renew_period(l->lease_ms) : sent + l->lease_ms;
     } else if (rc == DLOCK_ELOST) {
         snprintf(msg, sizeof(msg), "dlock_lock_downgrade: lock '%s' is no longer ours (lease "
                  "expired or taken over)", dlock__printable(shown, sizeof(shown), l->name));
@@ -288,7 +288,7 @@ static int multi_atomic(dlock_lock *parent, dlock_client *c, const char *const *
         dlock_lock *p = parent->parts[i];
         p->fence = fences[i];
         atomic_store(&p->deadline_ms, sent + o->lease_ms);
-        p->next_event_ms = o->auto_renew ? sent + o->lease_ms / 3 : sent + o->lease_ms;
+        p->next_event_ms = o->auto_renew ? sent + dlock__renew_period(o->lease_ms) : sent + o->lease_ms;
     }
     for (size_t i = 0; i < n; i++) {
         if ((rc = dlock__client_register(c, parent->parts[i])) != DLOCK_OK) {

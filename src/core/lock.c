@@ -213,7 +213,7 @@ int dlock__acquire(dlock_lock **out, dlock_client *c, const char *name,
     /* The lease counts from when the winning request was sent, so the local
      * deadline can only be early, never late. */
     atomic_store(&l->deadline_ms, sent + o->lease_ms);
-    l->next_event_ms = o->auto_renew ? sent + o->lease_ms / 3 : sent + o->lease_ms;
+    l->next_event_ms = o->auto_renew ? sent + dlock__renew_period(o->lease_ms) : sent + o->lease_ms;
     if ((rc = dlock__client_register(c, l)) != DLOCK_OK) {
         dlock_request req;
         dlock__lock_request(&req, l);
@@ -363,7 +363,7 @@ static int extend_one(dlock_lock *l, int64_t lease_ms)
     pthread_mutex_lock(&c->mu);
     l->lease_ms = lease_ms;
     atomic_store(&l->deadline_ms, sent + lease_ms);
-    l->next_event_ms = l->auto_renew ? sent + lease_ms / 3 : sent + lease_ms;
+    l->next_event_ms = l->auto_renew ? sent + dlock__renew_period(lease_ms) : sent + lease_ms;
     dlock__watchdog_poke(c, l);
     pthread_mutex_unlock(&c->mu);
     return DLOCK_OK;

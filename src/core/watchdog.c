@@ -70,7 +70,7 @@ static void renew_batch(dlock_client *c, dlock_lock **batch, size_t n)
         }
         if (rc == DLOCK_OK && items[i].result == DLOCK_OK) {
             atomic_store(&l->deadline_ms, sent + l->lease_ms);
-            l->next_event_ms = sent + l->lease_ms / 3;
+            l->next_event_ms = sent + dlock__renew_period(l->lease_ms);
             l->retry_count = 0;
         } else if (rc == DLOCK_OK) {
             dlock__lock_mark_lost(l, DLOCK_ELOST, "renewal found the lock gone or owned by "

@@ -76,6 +76,7 @@ int dlock__redis_conn_io_error(dlock__redis_conn *conn)
     int code = DLOCK_ECONN;
     char what[160];
 
+    conn->timed_out = 0;
     if (ctx == NULL)
         return dlock__fail(DLOCK_ECONN, "%s: not connected", conn->where);
     switch (ctx->err) {
@@ -95,6 +96,7 @@ int dlock__redis_conn_io_error(dlock__redis_conn *conn)
             strstr(ctx->errstr, "temporarily unavailable") != NULL ||
             strstr(ctx->errstr, "timed out") != NULL) {
             snprintf(what, sizeof(what), "timed out (%s)", ctx->errstr);
+            conn->timed_out = 1;
             break;
         }
         /* fall through */
@@ -147,6 +149,9 @@ int dlock__redis_conn_reply_error(dlock__redis_conn *conn, const redisReply *r)
         strncmp(s, "NOPERM", 6) == 0 || strstr(s, "invalid password") != NULL ||
         strstr(s, "invalid username-password") != NULL)
         return dlock__fail(DLOCK_EAUTH, "%s: authentication failed: %.*s", conn->where, n, s);
+    if (strstr(s, "user executing the script can't run") != NULL)
+        return dlock__fail(DLOCK_EAUTH, "%s: permission denied by the server's ACL: %.*s",
+                           conn->where, n, s);
     if (strncmp(s, "OOM", 3) == 0)
         return dlock__fail(DLOCK_ESERVER, "%s: server out of memory (maxmemory reached): %.*s",
                            conn->where, n, s);
@@ -272,9 +277,10 @@ int dlock__redis_conn_command(dlock__redis_conn *conn, redisReply **out, int arg
     if ((rc = dlock__redis_conn_connect(conn)) != DLOCK_OK)
         return rc;
     rc = command_once(conn, out, argc, argv, lens);
-    if (rc == DLOCK_ECONN && reused) {
+    if (rc == DLOCK_ECONN && reused && !conn->timed_out) {
         /* The connection was dead before we used it (server restart, idle
-         * timeout): one fresh try, then report. */
+         * timeout): one fresh try, then report. Not after a timeout: a
+         * silent server would make the call take twice the timeout. */
         if ((rc = dlock__redis_conn_connect(conn)) != DLOCK_OK)
             return rc;
         rc = command_once(conn, out, argc, argv, lens);
@@ -320,6 +326,8 @@ int dlock__redis_conn_script(dlock__redis_conn *conn, const dlock__redis_script 
         av[1] = script->body;
         al[1] = script->len;
         rc = dlock__redis_conn_command(conn, out, argc + 3, av, al);
+        if (rc == DLOCK_OK)
+            dlock__clear_error(); /* the NOSCRIPT was handled */
     }
     if (av != stack_argv) {
         free(av);

@@ -23,6 +23,7 @@ typedef struct {
     struct timeval command_tv;
     char where[128]; /* "redis 127.0.0.1:6379", for messages */
     redisContext *ctx;
+    int timed_out; /* the last I/O failure was a timeout, not a dead peer */
 } dlock__redis_conn;
 
 /* Fill conn from the URL and options; no I/O. DLOCK_EINVAL for a bad URL. */
