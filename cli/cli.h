@@ -86,6 +86,7 @@ void cli_usage(int to_stderr);
  * returns the process's exit code.
  */
 int cli_run(const char *url, int argc, char **argv);
+int cli_elect(const char *url, int argc, char **argv);
 int cli_status(const char *url, int argc, char **argv);
 int cli_release(const char *url, int argc, char **argv);
 

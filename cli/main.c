@@ -11,7 +11,10 @@
 
 static const char usage_text[] =
     "usage: dlock [--url URL] run [--ttl DUR] [--wait DUR] [--grace DUR] [-E CODE]\n"
+    "                             [--shared | --exclusive | --permits N]\n"
     "                             NAME -- COMMAND [ARG...]\n"
+    "       dlock [--url URL] elect [--ttl DUR] [--grace DUR] [--id ID] [--once]\n"
+    "                               NAME -- COMMAND [ARG...]\n"
     "       dlock [--url URL] status NAME\n"
     "       dlock [--url URL] release --force NAME\n"
     "       dlock demo [ARG...]\n"
@@ -19,6 +22,8 @@ static const char usage_text[] =
     "\n"
     "run       hold the lock NAME while COMMAND runs (no shell), renewing it;\n"
     "          COMMAND gets DLOCK_NAME and DLOCK_FENCE in its environment\n"
+    "elect     campaign to lead the election NAME; while leader, run COMMAND (as\n"
+    "          run does); when it ends, resign and campaign again\n"
     "status    print whether NAME is held, its fencing token and its lease left\n"
     "release   --force: break the lock NAME whoever holds it (administrators)\n"
     "demo      run the demonstration (see `dlock demo --help`)\n"
@@ -34,6 +39,12 @@ static const char usage_text[] =
     "               after DUR (5s, at most half of --ttl); must be shorter\n"
     "               than --ttl\n"
     "  -E CODE      exit code when the lock is busy (75)\n"
+    "  --shared     run: take NAME as a reader of a read-write lock (many at once)\n"
+    "  --exclusive  run: take NAME as its writer (alone; waiting writers go first)\n"
+    "  --permits N  run: take one of N permits of the semaphore NAME (N: the\n"
+    "               latest run's wins)\n"
+    "  --id ID      elect: what observers see as the leader (HOSTNAME:PID)\n"
+    "  --once       elect: exit after the first term, with COMMAND's status\n"
     "DUR is a whole number with a unit ms, s or m (no unit: seconds).\n"
     "\n"
     "Exit codes: COMMAND's own (128+N if it died of signal N); 64 usage error;\n"
@@ -69,6 +80,8 @@ static int dispatch(const char *url, int argc, char **argv)
     }
     if (!strcmp(command, "run"))
         return cli_run(url, argc, argv);
+    if (!strcmp(command, "elect"))
+        return cli_elect(url, argc, argv);
     if (!strcmp(command, "status"))
         return cli_status(url, argc, argv);
     if (!strcmp(command, "release"))

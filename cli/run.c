@@ -1,5 +1,6 @@
 /*
- * dlock run: hold a lock while a command runs.
+ * dlock run: hold a lock while a command runs. dlock elect: run a command
+ * while this instance leads an election, and campaign again after.
  *
  * dlock takes the lock, starts COMMAND and from then on only supervises it,
  * from one poll() loop in the main thread. The loop wakes on a self-pipe to
@@ -43,6 +44,13 @@ typedef struct {
     int64_t grace_ms; /* -1 until given: then 5 s, at most half the TTL */
     int busy_code; /* exit code when the lock is busy (-E) */
     char **command; /* NULL-terminated, points into argv */
+    /* run: the lock kind (--shared, --exclusive, --permits N) */
+    int kind;
+    int permits;
+    /* elect */
+    int elect;
+    const char *identity; /* --id; NULL: the library's HOSTNAME:PID */
+    int once;             /* --once: one term, then exit */
 } run_options;
 
 static int parse_duration(int64_t *out_ms, const char *option, const char *text)
@@ -50,6 +58,31 @@ static int parse_duration(int64_t *out_ms, const char *option, const char *text)
     int err = dlock_duration_parse(out_ms, text);
     if (err != DLOCK_OK)
         return cli_fail(err, "run: bad %s '%s' (a whole number and ms, s or m)", option, text);
+    return 0;
+}
+
+static int parse_permits(int *out, const char *text)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end || v < 1 || v > DLOCK_PERMITS_MAX) {
+        cli_error("run: bad --permits '%s' (a number of permits, 1 to %d)", text,
+                  DLOCK_PERMITS_MAX);
+        return CLI_EXIT_USAGE;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+/* run: one of --shared, --exclusive, --permits N. */
+static int set_kind(run_options *o, int kind, const char *option)
+{
+    if (o->kind != DLOCK_KIND_MUTEX && o->kind != kind) {
+        cli_error("run: %s goes with none of --shared, --exclusive, --permits", option);
+        return CLI_EXIT_USAGE;
+    }
+    o->kind = kind;
     return 0;
 }
 
@@ -67,11 +100,11 @@ static int parse_exit_code(int *out, const char *text)
 }
 
 /*
- * Parse "[options] NAME -- COMMAND [ARG...]" after "run"; options may come
- * before or after NAME, and everything after "--" is COMMAND's. Returns 0;
- * -1 after printing --help (exit 0); or an exit code after a usage error.
- * Everything is checked here, before any connection, so that a typo is
- * reported as one even when the server is down.
+ * Parse "[options] NAME -- COMMAND [ARG...]" after "run" or "elect"; options
+ * may come before or after NAME, and everything after "--" is COMMAND's.
+ * Returns 0; -1 after printing --help (exit 0); or an exit code after a
+ * usage error. Everything is checked here, before any connection, so that a
+ * typo is reported as one even when the server is down.
  */
 static int parse_args(run_options *o, int argc, char **argv)
 {
@@ -81,7 +114,8 @@ static int parse_args(run_options *o, int argc, char **argv)
         int r;
         if (arg[0] != '-' || arg[1] == '\0') {
             if (o->name) {
-                cli_error("run: unexpected argument '%s' (COMMAND goes after '--')", arg);
+                cli_error("%s: unexpected argument '%s' (COMMAND goes after '--')", argv[0],
+                          arg);
                 return CLI_EXIT_USAGE;
             }
             o->name = arg;
@@ -91,12 +125,34 @@ static int parse_args(run_options *o, int argc, char **argv)
             cli_usage(0);
             return -1;
         }
-        if ((r = cli_option_value(argc, argv, &i, "--ttl", &value)) != 0) {
+        if (!o->elect && !strcmp(arg, "--shared")) {
+            if ((rc = set_kind(o, DLOCK_KIND_READ, arg)) != 0)
+                return rc;
+        } else if (!o->elect && !strcmp(arg, "--exclusive")) {
+            if ((rc = set_kind(o, DLOCK_KIND_WRITE, arg)) != 0)
+                return rc;
+        } else if (!o->elect && (r = cli_option_value(argc, argv, &i, "--permits", &value)) != 0) {
+            if (r < 0)
+                return CLI_EXIT_USAGE;
+            if ((rc = set_kind(o, DLOCK_KIND_SEMAPHORE, "--permits")) != 0 ||
+                (rc = parse_permits(&o->permits, value)) != 0)
+                return rc;
+        } else if (o->elect && !strcmp(arg, "--once")) {
+            o->once = 1;
+        } else if (o->elect && (r = cli_option_value(argc, argv, &i, "--id", &value)) != 0) {
+            if (r < 0)
+                return CLI_EXIT_USAGE;
+            if (!*value || strlen(value) > DLOCK_IDENTITY_MAX) {
+                cli_error("elect: --id must be 1 to %d bytes", DLOCK_IDENTITY_MAX);
+                return CLI_EXIT_USAGE;
+            }
+            o->identity = value;
+        } else if ((r = cli_option_value(argc, argv, &i, "--ttl", &value)) != 0) {
             if (r < 0)
                 return CLI_EXIT_USAGE;
             if ((rc = parse_duration(&o->ttl_ms, "--ttl", value)) != 0)
                 return rc;
-        } else if ((r = cli_option_value(argc, argv, &i, "--wait", &value)) != 0) {
+        } else if (!o->elect && (r = cli_option_value(argc, argv, &i, "--wait", &value)) != 0) {
             if (r < 0)
                 return CLI_EXIT_USAGE;
             if (!strcmp(value, "forever"))
@@ -108,35 +164,36 @@ static int parse_args(run_options *o, int argc, char **argv)
                 return CLI_EXIT_USAGE;
             if ((rc = parse_duration(&o->grace_ms, "--grace", value)) != 0)
                 return rc;
-        } else if ((r = cli_option_value(argc, argv, &i, "-E", &value)) != 0) {
+        } else if (!o->elect && (r = cli_option_value(argc, argv, &i, "-E", &value)) != 0) {
             if (r < 0)
                 return CLI_EXIT_USAGE;
             if ((rc = parse_exit_code(&o->busy_code, value)) != 0)
                 return rc;
         } else {
-            cli_error("run: unknown option '%s'%s", arg,
+            cli_error("%s: unknown option '%s'%s", argv[0], arg,
                       strncmp(arg, "--url", 5) ? " (try 'dlock --help')"
+                      : o->elect               ? " (--url goes before 'elect')"
                                                : " (--url goes before 'run')");
             return CLI_EXIT_USAGE;
         }
     }
 
     if (!o->name) {
-        cli_error("run: missing NAME (try 'dlock --help')");
+        cli_error("%s: missing NAME (try 'dlock --help')", argv[0]);
         return CLI_EXIT_USAGE;
     }
     if (i >= argc) {
-        cli_error("run: missing '--' between NAME and COMMAND");
+        cli_error("%s: missing '--' between NAME and COMMAND", argv[0]);
         return CLI_EXIT_USAGE;
     }
     if (i + 1 >= argc) {
-        cli_error("run: missing COMMAND after '--'");
+        cli_error("%s: missing COMMAND after '--'", argv[0]);
         return CLI_EXIT_USAGE;
     }
     o->command = argv + i + 1;
 
     if (o->ttl_ms <= 0) {
-        cli_error("run: --ttl must be more than 0");
+        cli_error("%s: --ttl must be more than 0", argv[0]);
         return CLI_EXIT_USAGE;
     }
     /* Once the lock is lost someone else may hold it, and COMMAND still runs
@@ -146,8 +203,8 @@ static int parse_args(run_options *o, int argc, char **argv)
     if (o->grace_ms < 0)
         o->grace_ms = o->ttl_ms / 2 < 5000 ? o->ttl_ms / 2 : 5000;
     if (o->grace_ms >= o->ttl_ms) {
-        cli_error("run: --grace (%" PRId64 " ms) must be shorter than --ttl (%" PRId64 " ms)",
-                  o->grace_ms, o->ttl_ms);
+        cli_error("%s: --grace (%" PRId64 " ms) must be shorter than --ttl (%" PRId64 " ms)",
+                  argv[0], o->grace_ms, o->ttl_ms);
         return CLI_EXIT_USAGE;
     }
     return 0;
@@ -158,9 +215,11 @@ static int parse_args(run_options *o, int argc, char **argv)
  * ====================================================================== */
 
 /*
- * Bytes on the self-pipe: a signal number (always below 128), or
+ * Bytes on the self-pipe: a signal number to forward (below 64), WAKE_NOTED
+ * + a signal number that went to COMMAND by itself (the terminal's), or
  * WAKE_LOST + the negated on_lost reason (DLOCK_ELOST, DLOCK_ECONN).
  */
+#define WAKE_NOTED 64
 #define WAKE_LOST 128
 
 /* The self-pipe's write end. Set before the lock and the handlers exist;
@@ -184,9 +243,12 @@ static void on_signal(int sig, siginfo_t *info, void *context)
     (void)context;
     /* ^C or a hangup from the terminal (si_code SI_KERNEL) already went to
      * the whole foreground process group, COMMAND included: forwarding it
-     * would deliver it twice (a second ^C often means "abort cleanup"). */
-    if (sig != SIGCHLD && info && info->si_code == SI_KERNEL)
+     * would deliver it twice (a second ^C often means "abort cleanup").
+     * It is only noted (elect stops campaigning). */
+    if (sig != SIGCHLD && info && info->si_code == SI_KERNEL) {
+        wake((unsigned char)(WAKE_NOTED + sig));
         return;
+    }
     wake((unsigned char)sig);
 }
 
@@ -209,6 +271,14 @@ static void save_signal_actions(void)
 {
     for (size_t k = 0; k < NRESTORED; k++)
         sigaction(restored_signals[k], NULL, &initial_actions[k]);
+}
+
+/* Put the dispositions back as dlock found them: elect, between terms, is
+ * ended by a signal like run while it waits. */
+static void restore_signal_actions(void)
+{
+    for (size_t k = 0; k < NRESTORED; k++)
+        sigaction(restored_signals[k], &initial_actions[k], NULL);
 }
 
 static int install_handlers(void)
@@ -453,6 +523,7 @@ typedef struct {
     int status;    /* its wait status, once reaped */
     int lost;      /* the lock was found lost while COMMAND ran */
     int64_t kill_at; /* 0, or when SIGKILL is due (now_ms) */
+    int stop_signal; /* SIGINT, SIGTERM or SIGHUP reached dlock or COMMAND */
 } supervisor;
 
 /* Milliseconds on CLOCK_MONOTONIC (since boot: > 0). */
@@ -477,9 +548,12 @@ static void on_wake_byte(supervisor *s, unsigned char byte)
                   s->opts->name, dlock_strerror(reason), (long)s->pid, s->opts->grace_ms);
         kill(s->pid, SIGTERM);
         s->kill_at = now_ms() + s->opts->grace_ms;
+    } else if (byte >= WAKE_NOTED) {
+        s->stop_signal = byte - WAKE_NOTED;
     } else if (byte != SIGCHLD) {
         /* Until it is reaped, COMMAND's pid cannot be reused: safe to kill. */
         kill(s->pid, byte);
+        s->stop_signal = byte;
     }
 }
 
@@ -566,7 +640,7 @@ static int status_code(int status)
 
 int cli_run(const char *url, int argc, char **argv)
 {
-    run_options opts = {NULL, 30000, 0, -1, CLI_EXIT_BUSY, NULL};
+    run_options opts = {NULL, 30000, 0, -1, CLI_EXIT_BUSY, NULL, DLOCK_KIND_MUTEX, 0, 0, NULL, 0};
     int rc = parse_args(&opts, argc, argv);
     if (rc)
         return rc < 0 ? 0 : rc;
@@ -576,7 +650,7 @@ int cli_run(const char *url, int argc, char **argv)
     char **env = NULL;
     int wake_pipe[2] = {-1, -1};
     fd_plan fds = {NULL, 0, 0, 0};
-    supervisor s = {&opts, -1, 0, 0, 0, 0};
+    supervisor s = {&opts, -1, 0, 0, 0, 0, 0};
     dlock_acquire_options ao = DLOCK_ACQUIRE_OPTIONS_INIT;
     int ran = 0; /* COMMAND was started and has ended */
     int exec_errno = 0;
@@ -604,6 +678,15 @@ int cli_run(const char *url, int argc, char **argv)
     ao.lease_ms = opts.ttl_ms;
     ao.auto_renew = 1;
     ao.on_lost = on_lost;
+    ao.kind = opts.kind;
+    ao.permits = opts.permits;
+    /* --permits N says how many may hold NAME at once: the latest run's N
+     * wins, as if it were part of the command line's contract. */
+    if (opts.kind == DLOCK_KIND_SEMAPHORE &&
+        (err = dlock_semaphore_set_permits(client, opts.name, opts.permits)) != DLOCK_OK) {
+        rc = cli_fail(err, "cannot set the permits of '%s'", opts.name);
+        goto out;
+    }
     err = dlock_acquire(&lock, client, opts.name, &ao);
     if (err != DLOCK_OK) {
         rc = cli_fail(err, "cannot take the lock '%s'", opts.name);
@@ -657,6 +740,131 @@ out:
     }
     dlock_client_free(client);
     free_environment(env);
+    free(fds.keep);
+    if (wake_pipe[0] >= 0) {
+        wake_fd = -1;
+        close(wake_pipe[0]);
+        close(wake_pipe[1]);
+    }
+    return rc;
+}
+
+/* ========================================================================
+ * dlock elect
+ * ====================================================================== */
+
+/* A term lasts at least this long: a COMMAND that fails at once is not
+ * started again in a tight loop. */
+#define ELECT_MIN_TERM_MS 1000
+
+static void sleep_ms(int64_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/*
+ * Campaign; while leader, run COMMAND as `run` does (DLOCK_NAME,
+ * DLOCK_FENCE, signals forwarded, stopped if leadership is lost); when it
+ * ends, resign and campaign again. Stops after a term in which a SIGINT,
+ * SIGTERM or SIGHUP reached COMMAND, or after the first with --once, with
+ * COMMAND's status (76 when leadership was lost). While campaigning, those
+ * signals end dlock at once: it holds nothing then.
+ */
+int cli_elect(const char *url, int argc, char **argv)
+{
+    run_options opts = {NULL, 30000, DLOCK_WAIT_FOREVER, -1, CLI_EXIT_BUSY, NULL,
+                        DLOCK_KIND_MUTEX, 0, 1, NULL, 0};
+    int rc = parse_args(&opts, argc, argv);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+
+    dlock_client *client = NULL;
+    int wake_pipe[2] = {-1, -1};
+    fd_plan fds = {NULL, 0, 0, 0};
+    dlock_acquire_options ao = DLOCK_ACQUIRE_OPTIONS_INIT;
+
+    save_signal_actions();
+    cli_ignore_sigpipe();
+    if (plan_fds(&fds) != 0) {
+        cli_error("out of memory");
+        rc = CLI_EXIT_SOFTWARE;
+        goto out;
+    }
+    if (pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+        cli_error("pipe: %s", strerror(errno));
+        rc = CLI_EXIT_SOFTWARE;
+        goto out;
+    }
+    wake_fd = wake_pipe[1];
+    if ((rc = cli_client_open(&client, url)) != 0)
+        goto out;
+
+    ao.wait_ms = DLOCK_WAIT_FOREVER;
+    ao.lease_ms = opts.ttl_ms;
+    ao.auto_renew = 1;
+    ao.on_lost = on_lost;
+    for (int term = 0;; term++) {
+        supervisor s = {&opts, wake_pipe[0], 0, 0, 0, 0, 0};
+        dlock_lock *lock = NULL;
+        char **env = NULL;
+        int exec_errno = 0, err;
+        int64_t started;
+
+        restore_signal_actions();
+        cli_ignore_sigpipe();
+        err = dlock_campaign(&lock, client, opts.name, opts.identity, &ao);
+        if (err != DLOCK_OK) {
+            if (term == 0 || err != DLOCK_ECONN) {
+                rc = cli_fail(err, "elect: cannot campaign for '%s'", opts.name);
+                break;
+            }
+            /* The server went away between terms: keep trying, as a
+             * service would. */
+            cli_fail(err, "elect: cannot campaign for '%s'; trying again in 1 s", opts.name);
+            sleep_ms(1000);
+            continue;
+        }
+        started = now_ms();
+        if (!(env = build_environment(opts.name, dlock_lock_fence(lock)))) {
+            cli_error("out of memory");
+            rc = CLI_EXIT_SOFTWARE;
+        } else if (install_handlers() != 0) {
+            cli_error("sigaction: %s", strerror(errno));
+            rc = CLI_EXIT_SOFTWARE;
+        } else if ((s.pid = start_command(opts.command, env, &fds, &exec_errno)) == -1) {
+            cli_error("cannot run '%s': %s", opts.command[0], strerror(exec_errno));
+            rc = exec_errno == ENOENT ? CLI_EXIT_NOTFOUND : CLI_EXIT_NOEXEC;
+        } else if (s.pid < 0) {
+            rc = CLI_EXIT_SOFTWARE;
+        } else {
+            supervise(&s);
+            rc = s.lost ? CLI_EXIT_LOST : status_code(s.status);
+        }
+        free_environment(env);
+        err = dlock_resign(lock);
+        if (err == DLOCK_ELOST && s.pid == 0 && !s.lost && rc != CLI_EXIT_SOFTWARE) {
+            cli_error("elect: leadership of '%s' was found lost when COMMAND ended (broken, "
+                      "or its lease ran out, since the last renewal)", opts.name);
+            rc = CLI_EXIT_LOST;
+        } else if (err != DLOCK_OK && err != DLOCK_ELOST) {
+            cli_fail(err, "warning: could not resign '%s' (its lease runs out by itself)",
+                     opts.name);
+        }
+        if (s.pid != 0 || rc == CLI_EXIT_SOFTWARE || exec_errno != 0 || opts.once ||
+            s.stop_signal)
+            break;
+        cli_error("elect: COMMAND ended (exit %d) after leading '%s'; campaigning again", rc,
+                  opts.name);
+        restore_signal_actions();
+        cli_ignore_sigpipe();
+        if (now_ms() - started < ELECT_MIN_TERM_MS)
+            sleep_ms(ELECT_MIN_TERM_MS - (now_ms() - started));
+    }
+
+out:
+    dlock_client_free(client);
     free(fds.keep);
     if (wake_pipe[0] >= 0) {
         wake_fd = -1;
