@@ -1372,6 +1372,84 @@ static void family_on_lost_once(void)
     test_redis_stop(&r);
 }
 
+/* The ACL that docs/family.md gives for the family is enough for every
+ * kind, and the registry upkeep runs under it. */
+#define PLAIN_ACL "+evalsha +eval +get +set +incr +pexpire +pttl +del +publish +exists " \
+                  "+subscribe +unsubscribe +client|setname"
+#define FAMILY_ACL "+time +exists +pttl +pexpire +hset +hget +hdel +hlen +hexists +hvals " \
+                   "+zadd +zrem +zscore +zcard +zrange +zrangebyscore +publish"
+
+static void family_acl_documented_set(void)
+{
+    test_redis r;
+    dlock_client *c;
+    dlock_lock *l, *l2;
+    dlock_observer *ob;
+    observed seen = {PTHREAD_MUTEX_INITIALIZER, 0, {0}};
+    dlock_acquire_options o = kopts(DLOCK_KIND_MUTEX, 0, 2000);
+    const char *names[2] = {"{t}a", "{t}b"}, *spread[2] = {"a", "b"};
+    char url[160];
+
+    test_redis_start(&r, NULL);
+    CHECK(test_redis_cmd(&r, "ACL SETUSER fam on >pw resetkeys ~dlock:* resetchannels &dlock:* "
+                         "-@all " PLAIN_ACL " " FAMILY_ACL) >= 0);
+    snprintf(url, sizeof(url), "redis://fam:pw@127.0.0.1:%d", r.port);
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_OK);
+
+    CHECK_RC(dlock_acquire(&l, c, "m", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(test_redis_cmd(&r, "ZCARD dlock:fence-registry") == 1); /* upkeep ran */
+    o.owner = "me";
+    o.reentrant = 1;
+    CHECK_RC(dlock_acquire(&l, c, "re", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l2, c, "re", &o), DLOCK_OK);
+    CHECK_RC(dlock_lock_extend(l2, 3000), DLOCK_OK);
+    CHECK_RC(dlock_release(l2), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    o.kind = DLOCK_KIND_FAIR;
+    CHECK_RC(dlock_acquire(&l, c, "f", &o), DLOCK_OK);
+    o.owner = NULL;
+    o.reentrant = 0;
+    o.wait_ms = 100;
+    CHECK_RC(dlock_acquire(&l2, c, "f", &o), DLOCK_ETIMEOUT); /* queued, then left */
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    o.kind = DLOCK_KIND_WRITE;
+    o.owner = "w";
+    CHECK_RC(dlock_acquire(&l, c, "rw", &o), DLOCK_OK);
+    CHECK_RC(dlock_lock_downgrade(l), DLOCK_OK);
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    o.owner = NULL;
+    CHECK_RC(dlock_acquire(&l2, c, "rw", &o), DLOCK_ETIMEOUT); /* marker set, then dropped */
+    o.kind = DLOCK_KIND_READ;
+    CHECK_RC(dlock_acquire(&l2, c, "rw", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(l2), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    o = kopts(DLOCK_KIND_SEMAPHORE, 0, 2000);
+    o.permits = 1;
+    CHECK_RC(dlock_acquire(&l, c, "s", &o), DLOCK_OK);
+    CHECK_RC(dlock_semaphore_set_permits(c, "s", 2), DLOCK_OK);
+    CHECK_RC(dlock_lock_extend(l, 3000), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    o = kopts(DLOCK_KIND_MUTEX, 0, 2000);
+    CHECK_RC(dlock_acquire_multi(&l, c, names, 2, &o), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK_RC(dlock_acquire_multi(&l, c, spread, 2, &o), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK_RC(dlock_observe(&ob, c, "lead", on_leader, &seen), DLOCK_OK);
+    CHECK_RC(dlock_campaign(&l, c, "lead", "me", &o), DLOCK_OK);
+    wait_observed(&seen, "me");
+    CHECK_RC(dlock_resign(l), DLOCK_OK);
+    wait_observed(&seen, "");
+    dlock_observer_free(ob);
+    /* The retiring side of the upkeep. */
+    CHECK(test_redis_cmd(&r, "ZADD dlock:fence-registry XX 0 dlock:{m}:fence") == 0);
+    CHECK_RC(dlock_acquire(&l, c, "m2", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{m}:fence") == 0);
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
 TEST_MAIN({"reentrant_counts", reentrant_counts},
           {"reentrant_stale_handle_is_lost", reentrant_stale_handle_is_lost},
           {"fair_fifo_ten_waiters", fair_fifo_ten_waiters},
@@ -1391,4 +1469,5 @@ TEST_MAIN({"reentrant_counts", reentrant_counts},
           {"fence_counter_retired_stays_monotonic", fence_counter_retired_stays_monotonic},
           {"unused_names_leave_bounded_state", unused_names_leave_bounded_state},
           {"family_bad_input_before_network", family_bad_input_before_network},
-          {"family_on_lost_once", family_on_lost_once})
+          {"family_on_lost_once", family_on_lost_once},
+          {"family_acl_documented_set", family_acl_documented_set})
