@@ -29,7 +29,7 @@ int64_t bench_now_ns(void);
 void bench_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
 /* ------------------------------------------------------------------------
- * server.c: the throwaway redis-server
+ * server.c: the throwaway redis-server (the demo's launcher), signals, CPUs
  * ---------------------------------------------------------------------- */
 
 /* Set once SIGINT, SIGTERM or SIGHUP arrived and the clean-up began. */
@@ -45,8 +45,9 @@ void bench_signals_init(void);
 
 /*
  * Start redis-server (found in PATH) on a free loopback port, without
- * persistence, in a fresh mkdtemp directory, and wait until it answers PING.
- * Writes "redis://127.0.0.1:PORT" to url. Dies on failure.
+ * persistence, in a fresh mkdtemp directory, and wait until it accepts
+ * connections (demo_redis_start). Writes "redis://127.0.0.1:PORT" to url.
+ * Dies on failure.
  */
 void bench_server_start(char *url, size_t url_size);
 

@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "redis_embed.h" /* the embedded redis-server */
+
 /* Exit statuses (see demo.h). */
 #define DEMO_EXIT_OK 0
 #define DEMO_EXIT_LOST 1
@@ -179,13 +181,6 @@ typedef struct {
 } demo_instance_config;
 
 int demo_instance_run(const demo_instance_config *cfg);
-
-/* Embedded redis-server. */
-typedef struct demo_redis demo_redis;
-/* Returns a DEMO_EXIT_* status; *out on success. */
-int demo_redis_start(demo_redis **out, const char *dir);
-const char *demo_redis_url(const demo_redis *redis);
-void demo_redis_stop(demo_redis *redis); /* NULL is a no-op */
 
 /* Results of one mode. */
 typedef struct {

@@ -1,6 +1,7 @@
 /*
  * The embedded default: a throwaway redis-server on a free loopback port,
- * with no persistence, living in the demo's temporary folder.
+ * with no persistence, living in the demo's temporary folder (or in one of
+ * its own). dlock-bench starts its server with it too (redis_embed.h).
  */
 #include "demo_int.h"
 
@@ -10,6 +11,7 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +25,28 @@
 struct demo_redis {
     pid_t pid;
     char url[64];
+    char own_dir[PATH_MAX]; /* the folder start made, removed by stop; "" if none */
 };
+
+/* Who the messages are from: the demo (demo_err's prefix) unless dlock-bench
+ * said otherwise. */
+static const char *program = "dlock demo";
+
+void demo_redis_set_program(const char *name)
+{
+    program = name;
+}
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", program);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
 
 /* The first executable redis-server in PATH, into buf. */
 static int find_redis_server(char *buf, size_t len)
@@ -125,7 +148,7 @@ static int try_start(demo_redis *r, const char *exe, const char *dir, int port)
     char portbuf[16], log[PATH_MAX];
     snprintf(portbuf, sizeof portbuf, "%d", port);
     if (snprintf(log, sizeof log, "%s/redis.log", dir) >= (int)sizeof log) {
-        demo_err("temporary folder path too long: %s", dir);
+        say("temporary folder path too long: %s", dir);
         return -1;
     }
     char *argv[] = {
@@ -134,14 +157,14 @@ static int try_start(demo_redis *r, const char *exe, const char *dir, int port)
     };
     int logfd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (logfd < 0) {
-        demo_err("%s: %s", log, strerror(errno));
+        say("%s: %s", log, strerror(errno));
         return -1;
     }
     pid_t parent = getpid();
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
-        demo_err("fork: %s", strerror(errno));
+        say("fork: %s", strerror(errno));
         close(logfd);
         return -1;
     }
@@ -155,6 +178,11 @@ static int try_start(demo_redis *r, const char *exe, const char *dir, int port)
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
         signal(SIGPIPE, SIG_DFL);
+        /* A caller that takes its signals with sigwait (dlock-bench) has
+         * them blocked, and exec would keep them blocked. */
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
         int devnull = open("/dev/null", O_RDONLY);
         if (devnull >= 0)
             dup2(devnull, 0);
@@ -174,7 +202,7 @@ static int try_start(demo_redis *r, const char *exe, const char *dir, int port)
             r->pid = 0;
             if (log_says_in_use(log))
                 return 1;
-            demo_err("redis-server exited before it was ready");
+            say("redis-server exited before it was ready");
             show_log_tail(log);
             return -1;
         }
@@ -182,8 +210,8 @@ static int try_start(demo_redis *r, const char *exe, const char *dir, int port)
             break;
         if (demo_interrupted() || demo_now_us() > deadline) {
             if (!demo_interrupted()) {
-                demo_err("redis-server did not answer on 127.0.0.1:%d within %lld s", port,
-                         (long long)(START_TIMEOUT_US / 1000000));
+                say("redis-server did not answer on 127.0.0.1:%d within %lld s", port,
+                    (long long)(START_TIMEOUT_US / 1000000));
                 show_log_tail(log);
             }
             return -1;
@@ -200,19 +228,32 @@ int demo_redis_start(demo_redis **out, const char *dir)
     *out = NULL;
     char exe[PATH_MAX];
     if (find_redis_server(exe, sizeof exe) != 0) {
-        demo_err("redis-server is not installed (not found in PATH); install it with: "
-                 "apt-get install redis-server   (or pass --url redis://HOST:PORT)");
+        say("redis-server is not installed (not found in PATH); install it with: "
+            "apt-get install redis-server   (or pass --url redis://HOST:PORT)");
         return DEMO_EXIT_UNAVAILABLE;
     }
     demo_redis *r = calloc(1, sizeof *r);
     if (r == NULL) {
-        demo_err("out of memory");
+        say("out of memory");
         return DEMO_EXIT_SOFTWARE;
+    }
+    if (dir == NULL) {
+        const char *tmp = getenv("TMPDIR");
+        if (tmp == NULL || tmp[0] == '\0')
+            tmp = "/tmp";
+        snprintf(r->own_dir, sizeof r->own_dir, "%s/dlock-redis-XXXXXX", tmp);
+        if (mkdtemp(r->own_dir) == NULL) {
+            say("cannot create a temporary folder in %s: %s", tmp, strerror(errno));
+            r->own_dir[0] = '\0';
+            demo_redis_stop(r);
+            return DEMO_EXIT_UNAVAILABLE;
+        }
+        dir = r->own_dir;
     }
     for (int attempt = 0; attempt < 5; attempt++) {
         int port = free_port();
         if (port < 0) {
-            demo_err("cannot find a free loopback port: %s", strerror(errno));
+            say("cannot find a free loopback port: %s", strerror(errno));
             break;
         }
         int rc = try_start(r, exe, dir, port);
@@ -233,6 +274,11 @@ const char *demo_redis_url(const demo_redis *redis)
     return redis->url;
 }
 
+pid_t demo_redis_pid(const demo_redis *redis)
+{
+    return redis->pid;
+}
+
 void demo_redis_stop(demo_redis *redis)
 {
     if (redis == NULL)
@@ -249,5 +295,6 @@ void demo_redis_stop(demo_redis *redis)
             waitpid(redis->pid, &st, 0);
         }
     }
+    demo_rmtree(redis->own_dir);
     free(redis);
 }
