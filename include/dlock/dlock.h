@@ -391,7 +391,9 @@ DLOCK_EXTERN const char *dlock_lock_name(const dlock_lock *lock);
 
 /*
  * Set the lease to lease_ms from now, if the lock is still ours. Also the
- * new renewal period for an auto-renewed lock.
+ * new renewal period for an auto-renewed lock. (Family: a reentrant hold
+ * never shortens the lease its owner's other holds share; a reader or a
+ * permit extends its own lease only; a multi-lock extends all its locks.)
  *
  * Returns DLOCK_OK, DLOCK_ELOST (no longer ours: on_lost fires if set),
  * DLOCK_EINVAL (bad lease), DLOCK_ECONN, DLOCK_ESERVER, DLOCK_EPROTO.

@@ -5,29 +5,31 @@
 -- Returns {1, fence} when the caller holds the lock, {0, pttl} when another owner does.
 -- #include fence
 local counter = redis.call('GET', KEYS[2])
--- Checked before anything is written, so that a broken counter never leaves a
--- lock without a fence.
+-- Checked before the SET so that a broken counter never leaves a lock without a fence.
 local err = dlock_fence_check(KEYS[2], counter)
 if err then
   return err
 end
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  -- INCR, never SET: the counter only grows, also across expiries of the lock key.
+  -- If issuing the fence fails (an ACL without INCR, a broken floor, a full
+  -- server), the lock is taken back: no lock is ever left without a fence.
+  local ok, fence, ferr = pcall(dlock_fence_next, KEYS[2], counter, KEYS[3], KEYS[4],
+                                tonumber(ARGV[2]))
+  if not ok or not fence then
+    redis.call('DEL', KEYS[1])
+    if ok then
+      return ferr
+    end
+    -- (fence is what redis.call raised: a table with err, or a message.)
+    return redis.error_reply(type(fence) == 'table' and fence.err or tostring(fence))
+  end
+  return {1, fence}
+end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
   -- A retry after a lost reply: the key is still ours, so nobody has taken a
   -- fence since ours and the counter holds it.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, tonumber(counter) or 0}
 end
-if holder then
-  return {0, redis.call('PTTL', KEYS[1])}
-end
--- The fence first: if issuing it fails (an ACL without INCR, a full server),
--- the script stops before the lock exists, and no lock is left without a fence.
--- INCR, never SET: the counter only grows, also across expiries of the lock key.
-local fence
-fence, err = dlock_fence_next(KEYS[2], counter, KEYS[3], KEYS[4], tonumber(ARGV[2]))
-if not fence then
-  return err
-end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return {1, fence}
+return {0, redis.call('PTTL', KEYS[1])}
