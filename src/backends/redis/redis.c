@@ -53,6 +53,7 @@ int dlock__redis_cmd_script(dlock__redis_be *be, const dlock__redis_script *s,
     return rc;
 }
 
+/* Short names for this file; redis_int.h has the shared ones. */
 typedef dlock__redis_be redis_backend;
 typedef dlock__redis_key_buf key_buf;
 #define make_key dlock__redis_key

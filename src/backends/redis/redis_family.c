@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "backends/redis/redis_int.h"
+#include "core/client.h"
 #include "core/error.h"
 
 typedef dlock__redis_be redis_backend;
@@ -40,20 +41,6 @@ typedef dlock__redis_key_buf key_buf;
 static int64_t waiter_ttl_ms(int64_t lease_ms)
 {
     return lease_ms < 1000 ? 1000 : lease_ms > 30000 ? 30000 : lease_ms;
-}
-
-static const char *shown(char *buf, size_t size, const char *name)
-{
-    size_t i = 0;
-
-    for (; name[i] != '\0' && i + 4 < size; i++) {
-        unsigned char ch = (unsigned char)name[i];
-        buf[i] = (ch >= 32 && ch < 127) ? (char)ch : '?';
-    }
-    if (name[i] != '\0' && i >= 3)
-        memcpy(buf + i - 3, "...", 3);
-    buf[i] = '\0';
-    return buf;
 }
 
 static const char *owner_value(const dlock_request *req)
@@ -124,7 +111,7 @@ static int misuse(const dlock_request *req, long long why)
 {
     char name[80];
 
-    shown(name, sizeof(name), req->name);
+    dlock__printable(name, sizeof(name), req->name);
     switch (why) {
     case 1:
         if (req->kind == DLOCK_KIND_WRITE)
@@ -230,7 +217,7 @@ int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *wa
     if (status == -2)
         return dlock__fail(DLOCK_EINVAL, "semaphore '%s' has no number of permits yet: give "
                            "options.permits (or call dlock_semaphore_set_permits)",
-                           shown(name, sizeof(name), req->name));
+                           dlock__printable(name, sizeof(name), req->name));
     return misuse(req, value);
 }
 
