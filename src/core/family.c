@@ -278,7 +278,10 @@ static int multi_atomic(dlock_lock *parent, dlock_client *c, const char *const *
         char msg[512];
         snprintf(msg, sizeof(msg), "%s", dlock_error_message());
         b->watch_end(c->be, watch);
-        dlock__fail(rc, "%s", msg);
+        if (rc != DLOCK_OK)
+            dlock__fail(rc, "%s", msg); /* the failure, not how the watch ended */
+        else
+            dlock__clear_error();
     }
     if (rc != DLOCK_OK) {
         rc = multi_fail(rc, names[busy]);
