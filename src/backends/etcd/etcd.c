@@ -27,6 +27,9 @@
  */
 #include <inttypes.h>
 #include <poll.h>
+#include <stdatomic.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +103,8 @@ typedef struct {
     char *key;     /* dir + id: this owner's key */
     int64_t ttl;   /* seconds */
     int64_t lease;
+    const char *value; /* what the key holds: the client name, or a leader's
+                        * identity (borrowed) */
 } lock_keys;
 
 static void keys_free(lock_keys *k)
@@ -115,6 +120,7 @@ static int keys_make(lock_keys *k, const etcd_backend *be, const char *name, con
                      int64_t lease_ms)
 {
     memset(k, 0, sizeof(*k));
+    k->value = be->value;
     k->dir = dlock__etcd_dir(be->prefix, name);
     k->dir_end = k->dir != NULL ? dlock__etcd_prefix_end(k->dir) : NULL;
     if (k->dir_end == NULL)
@@ -204,7 +210,7 @@ static int grant(etcd_backend *be, dlock__etcd_conn *c, int64_t lease, int64_t t
 }
 
 /* Revoke the lease, deleting what is attached. A lease already gone is fine. */
-static int revoke(etcd_backend *be, dlock__etcd_conn *c, int64_t lease)
+static int lease_revoke(etcd_backend *be, dlock__etcd_conn *c, int64_t lease)
 {
     json_t *reply;
     int rc;
@@ -374,6 +380,13 @@ typedef struct {
     dlock__etcd_stream *stream;
     int stream_failures;   /* in a row, for the back-off */
     int64_t stream_retry_at;
+    char *value;           /* a leader's identity (k.value points here) */
+
+    /* An election's observer: any change of the directory wakes it, and so
+     * does watch_wake from another thread (through wake_fd). */
+    int observe;
+    int wake_fd;
+    atomic_int woken;
 } etcd_watch;
 
 /* The holder (first key) and our key's revision out of a txn reply. */
@@ -406,7 +419,7 @@ static int try_once(etcd_backend *be, dlock__etcd_conn *c, const lock_keys *k, u
                         "compare", "key", dlock__etcd_str(k->dir), "range_end",
                         dlock__etcd_str(k->dir_end), "target", "CREATE", "result", "EQUAL",
                         "create_revision", (json_int_t)0, "success", "request_put", "key",
-                        dlock__etcd_str(k->key), "value", dlock__etcd_str(be->value), "lease",
+                        dlock__etcd_str(k->key), "value", dlock__etcd_str(k->value), "lease",
                         (json_int_t)k->lease, "failure", as_op(range_first(k))),
               &reply);
     if (rc != DLOCK_OK)
@@ -430,7 +443,7 @@ static int try_once(etcd_backend *be, dlock__etcd_conn *c, const lock_keys *k, u
         return DLOCK_OK;
     }
     /* Busy (or emptied just now: found == 0, try again at once). */
-    revoke(be, c, k->lease);
+    lease_revoke(be, c, k->lease);
     *retry_ms = 0;
     if (found == 1)
         lease_left(be, c, first.lease, retry_ms);
@@ -453,7 +466,7 @@ static int enqueue(etcd_backend *be, dlock__etcd_conn *c, etcd_watch *w, dlock__
                             "compare", "key", dlock__etcd_str(k->key), "target", "CREATE",
                             "result", "EQUAL", "create_revision", (json_int_t)0, "success",
                             "request_put", "key", dlock__etcd_str(k->key), "value",
-                            dlock__etcd_str(be->value), "lease", (json_int_t)k->lease,
+                            dlock__etcd_str(k->value), "lease", (json_int_t)k->lease,
                             as_op(range_first(k)), "failure", as_op(range_key(k->key)),
                             as_op(range_first(k))),
                   &reply);
@@ -635,29 +648,44 @@ decide:
     return DLOCK_EBUSY;
 }
 
-static int etcd_acquire(void *arg, const char *name, const char *owner, int64_t lease_ms,
-                        void *watch, uint64_t *fence, int64_t *retry_ms)
+/* value: what the key holds (NULL: the client name). */
+static int acquire_as(etcd_backend *be, const char *name, const char *owner, int64_t lease_ms,
+                      const char *value, etcd_watch *w, uint64_t *fence, int64_t *retry_ms)
 {
-    etcd_backend *be = arg;
-    etcd_watch *w = watch;
     dlock__etcd_conn *c;
     lock_keys k;
-    int rc;
+    int rc = DLOCK_OK;
 
     if ((rc = dlock__etcd_conn_get(be->http, &c)) != DLOCK_OK)
         return rc;
     if (w == NULL) {
-        if ((rc = keys_make(&k, be, name, owner, lease_ms)) == DLOCK_OK)
+        if ((rc = keys_make(&k, be, name, owner, lease_ms)) == DLOCK_OK) {
+            if (value != NULL)
+                k.value = value;
             rc = try_once(be, c, &k, fence, retry_ms);
+        }
         keys_free(&k);
     } else {
-        if (w->k.key == NULL)
+        if (w->k.key == NULL) {
             rc = keys_make(&w->k, be, name, owner, lease_ms);
+            if (rc == DLOCK_OK && value != NULL) {
+                if ((w->value = strdup(value)) == NULL)
+                    rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+                else
+                    w->k.value = w->value;
+            }
+        }
         if (rc == DLOCK_OK)
             rc = try_queued(be, c, w, fence, retry_ms);
     }
     dlock__etcd_conn_put(be->http, c);
     return rc;
+}
+
+static int etcd_acquire(void *arg, const char *name, const char *owner, int64_t lease_ms,
+                        void *watch, uint64_t *fence, int64_t *retry_ms)
+{
+    return acquire_as(arg, name, owner, lease_ms, NULL, watch, fence, retry_ms);
 }
 
 /* ---- release, extend, check --------------------------------------------- */
@@ -692,7 +720,7 @@ static int etcd_release(void *arg, const char *name, const char *owner)
     /* No lock of this acquisition remains: end its lease now rather than
      * let it run out. */
     if (rc == DLOCK_OK && prev.lease != 0)
-        revoke(be, c, prev.lease);
+        lease_revoke(be, c, prev.lease);
     free(prev.key);
     dlock__etcd_conn_put(be->http, c);
     keys_free(&k);
@@ -765,18 +793,18 @@ static int etcd_extend(void *arg, const char *name, const char *owner, int64_t l
         rc = grant(be, c, k.lease, k.ttl);
         if (rc == DLOCK_OK)
             rc = call(be, c, "/v3/kv/txn",
-                      json_pack("{s:[{s:o, s:s, s:s, s:I}], s:[{s:{s:o, s:o, s:I}}]}",
+                      json_pack("{s:[{s:o, s:s, s:s, s:I}], s:[{s:{s:o, s:b, s:I}}]}",
                                 "compare", "key", dlock__etcd_str(k.key), "target", "CREATE",
                                 "result", "EQUAL", "create_revision",
                                 (json_int_t)kv.create_revision, "success", "request_put", "key",
-                                dlock__etcd_str(k.key), "value", dlock__etcd_str(be->value),
-                                "lease", (json_int_t)k.lease),
+                                dlock__etcd_str(k.key), "ignore_value", 1, "lease",
+                                (json_int_t)k.lease),
                       &reply);
         if (rc == DLOCK_OK && !json_is_true(json_object_get(reply, "succeeded"))) {
             rc = DLOCK_ELOST;
-            revoke(be, c, k.lease);
+            lease_revoke(be, c, k.lease);
         } else if (rc == DLOCK_OK && kv.lease != 0) {
-            revoke(be, c, kv.lease);
+            lease_revoke(be, c, kv.lease);
         }
         json_decref(reply);
     }
@@ -926,7 +954,7 @@ static int etcd_force_release(void *arg, const char *name, dlock_lock_info *remo
                   &reply);
         json_decref(reply);
         if (rc == DLOCK_OK && holder.lease != 0)
-            revoke(be, c, holder.lease);
+            lease_revoke(be, c, holder.lease);
     }
     dlock__etcd_conn_put(be->http, c);
     free(holder.key);
@@ -936,21 +964,27 @@ static int etcd_force_release(void *arg, const char *name, dlock_lock_info *remo
 
 /* ---- waiting -------------------------------------------------------------- */
 
-static int etcd_watch_begin(void *arg, const char *name, void **watch)
+static int watch_new(const char *name, etcd_watch **out)
 {
     etcd_watch *w = calloc(1, sizeof(*w));
 
-    (void)arg;
-    *watch = NULL;
+    *out = NULL;
     if (w == NULL || (w->name = strdup(name)) == NULL) {
         free(w);
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
     }
+    w->wake_fd = -1;
+    *out = w;
+    return DLOCK_OK;
+}
+
+static int etcd_watch_begin(void *arg, const char *name, void **watch)
+{
+    (void)arg;
     /* Nothing to register yet: the first try queues our key, and the watch
      * of the key ahead starts from the revision that try read, so no
      * deletion after it can be missed. */
-    *watch = w;
-    return DLOCK_OK;
+    return watch_new(name, (etcd_watch **)watch);
 }
 
 static void close_stream(etcd_watch *w)
@@ -972,6 +1006,8 @@ static void sleep_ms(int64_t ms)
  * out (and queues again, or reports the connection error). A broken stream is
  * opened again, on the endpoint now in use, from the same revision.
  */
+static int observe_wait(etcd_backend *be, etcd_watch *w, int64_t end);
+
 static int etcd_watch_wait(void *arg, void *watch, int64_t timeout_ms)
 {
     etcd_backend *be = arg;
@@ -979,6 +1015,8 @@ static int etcd_watch_wait(void *arg, void *watch, int64_t timeout_ms)
     int64_t now = dlock__now_ms();
     int64_t end = timeout_ms >= INT64_MAX - now ? INT64_MAX : now + timeout_ms;
 
+    if (w->observe)
+        return observe_wait(be, w, end);
     for (;;) {
         int64_t until;
         int state;
@@ -1027,13 +1065,13 @@ static int etcd_watch_wait(void *arg, void *watch, int64_t timeout_ms)
                 sleep_ms((until < w->stream_retry_at ? until : w->stream_retry_at) - now);
                 continue;
             }
-            if (dlock__etcd_stream_open(&w->stream, be->http, w->ahead, w->ahead_from) !=
+            if (dlock__etcd_stream_open(&w->stream, be->http, w->ahead, NULL, w->ahead_from) !=
                 DLOCK_OK) {
                 w->stream_retry_at = now + 100;
                 continue;
             }
         }
-        state = dlock__etcd_stream_wait(w->stream, until - now);
+        state = dlock__etcd_stream_wait(w->stream, until - now, -1);
         if (state == DLOCK__ETCD_STREAM_DELETED || state == DLOCK__ETCD_STREAM_CANCELED) {
             close_stream(w);
             free(w->ahead);
@@ -1065,20 +1103,243 @@ static void etcd_watch_end(void *arg, void *watch)
     if (!w->won && w->k.key != NULL && dlock__etcd_conn_get(be->http, &c) == DLOCK_OK) {
         char keep[512];
         snprintf(keep, sizeof(keep), "%s", dlock_error_message());
-        revoke(be, c, w->k.lease);
+        lease_revoke(be, c, w->k.lease);
         dlock__fail(0, "%s", keep); /* the caller's message is the one to keep */
         dlock__etcd_conn_put(be->http, c);
     }
+    if (w->wake_fd >= 0)
+        close(w->wake_fd);
     keys_free(&w->k);
     free(w->ahead);
+    free(w->value);
     free(w->name);
     free(w);
 }
 
+/* ---- the lock family: fair locks and leader election ---------------------- */
+
+/*
+ * The revision queue is first come, first served, and a try succeeds only
+ * when nobody waits: a FAIR lock is exactly the mutex above. A LEADER is one
+ * too, whose key holds the leader's identity. Owner ids (reentrancy),
+ * read-write locks and semaphores are not implemented on etcd.
+ */
+static int family_supported(const dlock_request *req)
+{
+    const char *what = NULL;
+
+    if (req->owner != NULL || req->reentrant)
+        what = "owner ids (reentrant locks)";
+    else if (req->kind == DLOCK_KIND_READ || req->kind == DLOCK_KIND_WRITE)
+        what = "read-write locks";
+    else if (req->kind == DLOCK_KIND_SEMAPHORE)
+        what = "semaphores";
+    else if (req->kind != DLOCK_KIND_FAIR && req->kind != DLOCK_KIND_LEADER)
+        what = "this kind of lock";
+    if (what != NULL)
+        return dlock__fail(DLOCK_ENOTSUP, "the etcd backend does not implement %s", what);
+    return DLOCK_OK;
+}
+
+static int etcd_family_acquire(void *arg, const dlock_request *req, void *watch, uint64_t *fence,
+                               int64_t *retry_ms)
+{
+    int rc = family_supported(req);
+
+    if (rc != DLOCK_OK)
+        return rc;
+    return acquire_as(arg, req->name, req->token, req->lease_ms,
+                      req->kind == DLOCK_KIND_LEADER ? req->identity : NULL, watch, fence,
+                      retry_ms);
+}
+
+static int etcd_family_release(void *arg, const dlock_request *req)
+{
+    return etcd_release(arg, req->name, req->token);
+}
+
+static int etcd_family_extend(void *arg, const dlock_request *req)
+{
+    return etcd_extend(arg, req->name, req->token, req->lease_ms);
+}
+
+static int etcd_family_check(void *arg, const dlock_request *req)
+{
+    return etcd_check(arg, req->name, req->token);
+}
+
+static int etcd_family_watch_begin(void *arg, const dlock_request *req, void **watch)
+{
+    int rc = family_supported(req);
+
+    *watch = NULL;
+    return rc != DLOCK_OK ? rc : etcd_watch_begin(arg, req->name, watch);
+}
+
+/* The leader is the first key of the election's directory; its value is the
+ * identity. */
+static int etcd_leader_get(void *arg, const char *name, dlock_leader_info *out)
+{
+    etcd_backend *be = arg;
+    dlock__etcd_conn *c;
+    dlock__etcd_kv first = {0};
+    json_t *reply = NULL, *req;
+    lock_keys k;
+    int rc, found = 0;
+
+    memset(out, 0, sizeof(*out));
+    if ((rc = keys_make(&k, be, name, NULL, 0)) != DLOCK_OK)
+        return rc;
+    if ((rc = dlock__etcd_conn_get(be->http, &c)) != DLOCK_OK) {
+        keys_free(&k);
+        return rc;
+    }
+    req = range_first(&k);
+    if (req != NULL)
+        json_object_del(req, "keys_only");
+    rc = call(be, c, "/v3/kv/range", req, &reply);
+    if (rc == DLOCK_OK && (found = read_kv(be, reply, &first, "range")) < 0)
+        rc = found;
+    if (rc == DLOCK_OK && found == 1) {
+        char *value = NULL;
+        size_t len = 0;
+        out->held = 1;
+        out->fence = (uint64_t)first.create_revision;
+        if (dlock__etcd_kv_value_at(reply, 0, &value, &len) != 0) {
+            rc = bad_reply(be, "range (value)");
+        } else {
+            if (len > DLOCK_IDENTITY_MAX)
+                len = DLOCK_IDENTITY_MAX;
+            memcpy(out->identity, value, len);
+            out->identity[len] = '\0';
+            rc = lease_left(be, c, first.lease, &out->ttl_ms);
+        }
+        free(value);
+    }
+    json_decref(reply);
+    free(first.key);
+    dlock__etcd_conn_put(be->http, c);
+    keys_free(&k);
+    if (rc != DLOCK_OK)
+        memset(out, 0, sizeof(*out));
+    return rc;
+}
+
+/* An observer watches the whole directory: every campaigner's key coming
+ * and going, the leader's included, also when its lease runs out. From the
+ * revision read here on, so no change after observe_begin returns is
+ * missed. */
+static int etcd_observe_begin(void *arg, const char *name, void **watch)
+{
+    etcd_backend *be = arg;
+    dlock__etcd_conn *c;
+    json_t *reply = NULL;
+    etcd_watch *w;
+    int rc;
+
+    *watch = NULL;
+    if ((rc = watch_new(name, &w)) != DLOCK_OK)
+        return rc;
+    w->observe = 1;
+    w->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (w->wake_fd < 0) {
+        rc = dlock__fail(DLOCK_ENOMEM, "cannot create an eventfd");
+        goto err;
+    }
+    if ((rc = keys_make(&w->k, be, name, NULL, 0)) != DLOCK_OK ||
+        (rc = dlock__etcd_conn_get(be->http, &c)) != DLOCK_OK)
+        goto err;
+    rc = call(be, c, "/v3/kv/range",
+              json_pack("{s:o, s:o, s:b}", "key", dlock__etcd_str(w->k.dir), "range_end",
+                        dlock__etcd_str(w->k.dir_end), "count_only", 1),
+              &reply);
+    dlock__etcd_conn_put(be->http, c);
+    if (rc == DLOCK_OK)
+        w->ahead_from = dlock__etcd_revision(reply) + 1;
+    json_decref(reply);
+    if (rc != DLOCK_OK)
+        goto err;
+    *watch = w;
+    return DLOCK_OK;
+err:
+    etcd_watch_end(be, w);
+    return rc;
+}
+
+static void etcd_watch_wake(void *arg, void *watch)
+{
+    etcd_watch *w = watch;
+    uint64_t one = 1;
+
+    (void)arg;
+    atomic_store(&w->woken, 1);
+    if (w->wake_fd >= 0 && write(w->wake_fd, &one, sizeof(one)) < 0) {
+        /* the counter is full: a wake-up is pending anyway */
+    }
+}
+
+/*
+ * An observer's sleep: until something in the directory changes (DLOCK_OK),
+ * watch_wake, or end (DLOCK_ETIMEOUT). The stream stays open between sleeps;
+ * a broken one is opened again, on the endpoint in use, from the revision
+ * after the last change it reported.
+ */
+static int observe_wait(etcd_backend *be, etcd_watch *w, int64_t end)
+{
+    for (;;) {
+        int64_t now = dlock__now_ms();
+        int state;
+
+        if (atomic_exchange(&w->woken, 0)) {
+            uint64_t n;
+            if (read(w->wake_fd, &n, sizeof(n)) < 0) {
+                /* nothing pending: fine */
+            }
+            return DLOCK_OK;
+        }
+        if (now >= end)
+            return DLOCK_ETIMEOUT;
+        if (w->stream == NULL) {
+            struct pollfd pfd = {w->wake_fd, POLLIN, 0};
+            if (now < w->stream_retry_at) {
+                int64_t until = end < w->stream_retry_at ? end : w->stream_retry_at;
+                poll(&pfd, 1, (int)(until - now));
+                continue;
+            }
+            if (dlock__etcd_stream_open(&w->stream, be->http, w->k.dir, w->k.dir_end,
+                                        w->ahead_from) != DLOCK_OK) {
+                w->stream_retry_at = now + 100;
+                continue;
+            }
+        }
+        state = dlock__etcd_stream_wait(w->stream, end - now > 1000000 ? 1000000 : end - now,
+                                        w->wake_fd);
+        w->ahead_from = dlock__etcd_stream_next_rev(w->stream);
+        if (state == DLOCK__ETCD_STREAM_DELETED) {
+            dlock__etcd_stream_rearm(w->stream);
+            w->stream_failures = 0;
+            return DLOCK_OK;
+        }
+        if (state == DLOCK__ETCD_STREAM_CANCELED) {
+            /* Compacted past our revision: the next read is the news. */
+            close_stream(w);
+            return DLOCK_OK;
+        }
+        if (state == DLOCK__ETCD_STREAM_FAILED) {
+            int64_t pause = 50LL << (w->stream_failures < 5 ? w->stream_failures : 5);
+            dlock__etcd_endpoint_failed(be->http, dlock__etcd_stream_endpoint(w->stream));
+            close_stream(w);
+            w->stream_failures++;
+            w->stream_retry_at = dlock__now_ms() + (pause < 1000 ? pause : 1000);
+        }
+    }
+}
+
 static const char *const etcd_schemes[] = {"etcd", "etcds", NULL};
 
-/* Designated: the calls this backend leaves out (the lock family) stay NULL,
- * and the core answers them with DLOCK_ENOTSUP. */
+/* Designated: the calls this backend leaves out (downgrade, permits, atomic
+ * multi-locks) stay NULL, and the core answers them with DLOCK_ENOTSUP or
+ * does without them. */
 const dlock_backend dlock__etcd_backend = {
     .version = DLOCK_BACKEND_VERSION,
     .size = sizeof(dlock_backend),
@@ -1096,4 +1357,12 @@ const dlock_backend dlock__etcd_backend = {
     .watch_end = etcd_watch_end,
     .status = etcd_status,
     .force_release = etcd_force_release,
+    .family_acquire = etcd_family_acquire,
+    .family_release = etcd_family_release,
+    .family_extend = etcd_family_extend,
+    .family_check = etcd_family_check,
+    .family_watch_begin = etcd_family_watch_begin,
+    .leader_get = etcd_leader_get,
+    .observe_begin = etcd_observe_begin,
+    .watch_wake = etcd_watch_wake,
 };

@@ -154,6 +154,20 @@ int dlock__etcd_kv_in(const json_t *reply, const char *field, size_t i, dlock__e
     return 1;
 }
 
+int dlock__etcd_kv_value_at(const json_t *range_reply, size_t i, char **value, size_t *len)
+{
+    const json_t *kvs = json_object_get(range_reply, "kvs");
+    const json_t *v = json_object_get(json_array_get(kvs, i), "value");
+
+    *value = NULL;
+    *len = 0;
+    if (v == NULL)
+        return (*value = calloc(1, 1)) != NULL ? 0 : -1;
+    if (!json_is_string(v))
+        return -1;
+    return dlock__etcd_unb64(json_string_value(v), value, len);
+}
+
 const json_t *dlock__etcd_txn_op(const json_t *txn_reply, size_t i, const char *kind)
 {
     const json_t *rs = json_is_object(txn_reply) ? json_object_get(txn_reply, "responses") : NULL;

@@ -39,6 +39,9 @@ typedef struct {
 /* Parse kvs[i] of a range reply (obj holds "kvs"); 1 found, 0 none at i, -1
  * malformed. Free kv->key after use. */
 int dlock__etcd_kv_at(const json_t *range_reply, size_t i, dlock__etcd_kv *kv);
+/* The value of kvs[i], decoded, malloc'd with a NUL after len bytes ("" when
+ * etcd left it out). 0, or -1 when malformed or out of memory. */
+int dlock__etcd_kv_value_at(const json_t *range_reply, size_t i, char **value, size_t *len);
 /* The same for another array field ("prev_kvs" of a deleterange reply). */
 int dlock__etcd_kv_in(const json_t *reply, const char *field, size_t i, dlock__etcd_kv *kv);
 

@@ -28,6 +28,8 @@ struct dlock__etcd_stream {
     size_t endpoint;
     char *key;
     size_t key_len;
+    int range;        /* any change under a range, not one key's deletion */
+    int64_t next_rev; /* watch from here after a reconnect */
     int state;
     char *line; /* the part of the body not yet split into lines */
     size_t len, cap;
@@ -65,10 +67,19 @@ static void handle_line(dlock__etcd_stream *s, const char *text, size_t n)
     for (size_t i = 0; json_is_array(events) && i < json_array_size(events); i++) {
         const json_t *ev = json_array_get(events, i);
         const json_t *type = json_object_get(ev, "type");
-        const json_t *key = json_object_get(json_object_get(ev, "kv"), "key");
+        const json_t *kv = json_object_get(ev, "kv");
+        const json_t *key = json_object_get(kv, "key");
         char *k = NULL;
         size_t klen = 0;
+        int64_t rev = 0;
 
+        if (dlock__etcd_int(kv, "mod_revision", &rev) == 0 && rev >= s->next_rev)
+            s->next_rev = rev + 1;
+        if (s->range) {
+            if (s->state == DLOCK__ETCD_STREAM_RUNNING)
+                s->state = DLOCK__ETCD_STREAM_DELETED;
+            continue;
+        }
         if (!json_is_string(type) || strcmp(json_string_value(type), "DELETE") != 0 ||
             !json_is_string(key))
             continue;
@@ -115,7 +126,7 @@ static size_t on_data(char *data, size_t size, size_t n, void *arg)
 }
 
 int dlock__etcd_stream_open(dlock__etcd_stream **out, dlock__etcd *e, const char *key,
-                            int64_t start_rev)
+                            const char *range_end, int64_t start_rev)
 {
     dlock__etcd_stream *s;
     json_t *req;
@@ -129,8 +140,15 @@ int dlock__etcd_stream_open(dlock__etcd_stream **out, dlock__etcd *e, const char
     s->key_len = strlen(key);
     s->key = strdup(key);
     s->endpoint = dlock__etcd_current(e);
-    req = json_pack("{s:{s:o, s:I, s:[s]}}", "create_request", "key", dlock__etcd_str(key),
-                    "start_revision", (json_int_t)start_rev, "filters", "NOPUT");
+    s->range = range_end != NULL;
+    s->next_rev = start_rev;
+    if (s->range)
+        req = json_pack("{s:{s:o, s:o, s:I}}", "create_request", "key", dlock__etcd_str(key),
+                        "range_end", dlock__etcd_str(range_end), "start_revision",
+                        (json_int_t)start_rev);
+    else
+        req = json_pack("{s:{s:o, s:I, s:[s]}}", "create_request", "key", dlock__etcd_str(key),
+                        "start_revision", (json_int_t)start_rev, "filters", "NOPUT");
     if (req != NULL)
         body = json_dumps(req, JSON_COMPACT);
     json_decref(req);
@@ -159,9 +177,10 @@ err:
     return rc;
 }
 
-int dlock__etcd_stream_wait(dlock__etcd_stream *s, int64_t timeout_ms)
+int dlock__etcd_stream_wait(dlock__etcd_stream *s, int64_t timeout_ms, int wake_fd)
 {
     int64_t end = dlock__now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    struct curl_waitfd extra = {wake_fd, CURL_WAIT_POLLIN, 0};
 
     for (;;) {
         int running = 0, left_msgs;
@@ -187,10 +206,24 @@ int dlock__etcd_stream_wait(dlock__etcd_stream *s, int64_t timeout_ms)
         left = end - dlock__now_ms();
         if (left <= 0)
             return s->state;
-        if (curl_multi_poll(s->multi, NULL, 0, left > 1000000 ? 1000000 : (int)left, NULL) !=
-            CURLM_OK)
+        extra.revents = 0;
+        if (curl_multi_poll(s->multi, wake_fd >= 0 ? &extra : NULL, wake_fd >= 0 ? 1 : 0,
+                            left > 1000000 ? 1000000 : (int)left, NULL) != CURLM_OK)
             set_failed(s, "curl multi poll failed");
+        if (extra.revents != 0)
+            return s->state;
     }
+}
+
+void dlock__etcd_stream_rearm(dlock__etcd_stream *s)
+{
+    if (s->state == DLOCK__ETCD_STREAM_DELETED)
+        s->state = DLOCK__ETCD_STREAM_RUNNING;
+}
+
+int64_t dlock__etcd_stream_next_rev(const dlock__etcd_stream *s)
+{
+    return s->next_rev;
 }
 
 size_t dlock__etcd_stream_endpoint(const dlock__etcd_stream *s)

@@ -1,7 +1,8 @@
 /*
  * One etcd watch stream: a streaming POST to /v3/watch on its own curl
  * handle, driven by the waiting thread itself (curl multi), that reports the
- * deletion of one key.
+ * deletion of one key (a waiter's), or any change under a prefix (an
+ * election's observer).
  *
  * The watch starts at a revision, so a deletion that happened after that
  * revision but before the stream was open is still reported: the waiter
@@ -20,20 +21,29 @@ typedef struct dlock__etcd_stream dlock__etcd_stream;
 /* What a stream has seen so far. */
 enum {
     DLOCK__ETCD_STREAM_RUNNING = 0,
-    DLOCK__ETCD_STREAM_DELETED, /* the key was deleted at or after the start revision */
+    DLOCK__ETCD_STREAM_DELETED, /* the key was deleted (or, for a range: something
+                                 * changed) at or after the start revision */
     DLOCK__ETCD_STREAM_CANCELED, /* etcd canceled the watch (compacted revision ...) */
     DLOCK__ETCD_STREAM_FAILED    /* the stream broke or was refused */
 };
 
-/* Start watching for the deletion of key[0..key_len) from revision
- * start_rev, on the endpoint in use. No waiting: the connection is made
- * while the caller waits in dlock__etcd_stream_wait. */
+/* Start watching, from revision start_rev on the endpoint in use, for the
+ * deletion of key (range_end NULL), or for any change of the keys from key to
+ * range_end. No waiting: the connection is made while the caller waits in
+ * dlock__etcd_stream_wait. */
 int dlock__etcd_stream_open(dlock__etcd_stream **out, dlock__etcd *e, const char *key,
-                            int64_t start_rev);
+                            const char *range_end, int64_t start_rev);
 
 /* Drive the stream for up to timeout_ms, or until its state is no longer
- * RUNNING. Returns the state. */
-int dlock__etcd_stream_wait(dlock__etcd_stream *s, int64_t timeout_ms);
+ * RUNNING, or until wake_fd (-1: none) is readable. Returns the state. */
+int dlock__etcd_stream_wait(dlock__etcd_stream *s, int64_t timeout_ms, int wake_fd);
+
+/* After a DELETED report: back to RUNNING, to report the next change. */
+void dlock__etcd_stream_rearm(dlock__etcd_stream *s);
+
+/* The revision to watch from to see nothing twice after a reconnect: one
+ * past the last revision the stream reported, or its start revision. */
+int64_t dlock__etcd_stream_next_rev(const dlock__etcd_stream *s);
 
 /* The endpoint the stream is on, and the reason it failed (for messages). */
 size_t dlock__etcd_stream_endpoint(const dlock__etcd_stream *s);

@@ -561,6 +561,7 @@ typedef struct {
     const char *name;
     int64_t wait_ms;
     int64_t lease_ms;
+    int kind;
     atomic_int done;
     int rc;
     dlock_lock *lock;
@@ -571,6 +572,7 @@ static void *waiter_main(void *p)
     waiter_arg *a = p;
     dlock_acquire_options o = opts(a->wait_ms, a->lease_ms ? a->lease_ms : 10000, 1);
 
+    o.kind = a->kind;
     a->rc = dlock_acquire(&a->lock, a->c, a->name, &o);
     atomic_store(&a->done, 1);
     return NULL;
@@ -812,29 +814,222 @@ static void threads_share_a_client(void)
     test_etcd_stop(&e);
 }
 
-/* The lock family and leader election are not on etcd (yet): refused with
- * DLOCK_ENOTSUP, naming the backend, and nothing is left on the server. */
-static void family_not_supported(void)
+/* ---- the lock family: fair locks and leader election ------------------------ */
+
+/* Read-write locks, semaphores and owner ids are not on etcd: refused with
+ * DLOCK_ENOTSUP, naming the backend, before anything reaches the server. */
+static void family_kinds_not_on_etcd(void)
 {
     test_etcd e;
     dlock_client *c;
     dlock_lock *l = NULL;
-    dlock_leader_info who;
     dlock_acquire_options o = opts(0, 2000, 1);
 
     test_etcd_start(&e, 1, NULL);
     c = open_client(&e);
     o.kind = DLOCK_KIND_READ;
     CHECK_RC(dlock_acquire(&l, c, "fam", &o), DLOCK_ENOTSUP);
-    CHECK_CONTAINS(dlock_error_message(), "etcd backend");
-    CHECK(l == NULL);
-    CHECK_RC(dlock_campaign(&l, c, "elect", "me", NULL), DLOCK_ENOTSUP);
-    CHECK_CONTAINS(dlock_error_message(), "etcd backend");
-    CHECK_RC(dlock_leader(&who, c, "elect"), DLOCK_ENOTSUP);
+    CHECK_CONTAINS(dlock_error_message(), "etcd backend does not implement read-write locks");
+    o.kind = DLOCK_KIND_SEMAPHORE;
+    o.permits = 2;
+    CHECK_RC(dlock_acquire(&l, c, "fam", &o), DLOCK_ENOTSUP);
+    CHECK_CONTAINS(dlock_error_message(), "etcd backend does not implement semaphores");
+    o.kind = DLOCK_KIND_MUTEX;
+    o.permits = 0;
+    o.owner = "worker-1";
+    o.reentrant = 1;
+    CHECK_RC(dlock_acquire(&l, c, "fam", &o), DLOCK_ENOTSUP);
+    CHECK_CONTAINS(dlock_error_message(), "etcd backend does not implement owner ids");
+    o.wait_ms = 1000; /* refused as well before it would wait */
+    CHECK_RC(dlock_acquire(&l, c, "fam", &o), DLOCK_ENOTSUP);
     CHECK(l == NULL);
     CHECK(test_etcd_count(&e, "") == 0);
     CHECK(test_etcd_leases(&e) == 0);
     dlock_client_free(c);
+    test_etcd_stop(&e);
+}
+
+/* FAIR: waiters get the lock in the order they began to wait. */
+static void fair_lock_in_order(void)
+{
+    enum { WAITERS = 4 };
+    test_etcd e;
+    dlock_client *c;
+    dlock_lock *l, *t = NULL;
+    dlock_acquire_options o = opts(0, 10000, 1);
+    waiter_arg a[WAITERS];
+    pthread_t th[WAITERS];
+    char dir[] = "dlock/fair/";
+
+    test_etcd_start(&e, 1, NULL);
+    c = open_client(&e);
+    o.kind = DLOCK_KIND_FAIR;
+    CHECK_RC(dlock_acquire(&l, c, "fair", &o), DLOCK_OK);
+    CHECK(dlock_lock_kind(l) == DLOCK_KIND_FAIR);
+    for (int i = 0; i < WAITERS; i++) {
+        memset(&a[i], 0, sizeof(a[i]));
+        a[i].c = c;
+        a[i].name = "fair";
+        a[i].wait_ms = 30000;
+        a[i].kind = DLOCK_KIND_FAIR;
+        CHECK(pthread_create(&th[i], NULL, waiter_main, &a[i]) == 0);
+        /* the next one starts waiting only once this one is queued */
+        for (int k = 0; k < 500 && test_etcd_count(&e, dir) < 2 + i; k++)
+            test_sleep_ms(10);
+        CHECK(test_etcd_count(&e, dir) == 2 + i);
+    }
+    /* A try while others wait fails, even between two holders. */
+    CHECK_RC(dlock_acquire(&t, c, "fair", &o), DLOCK_EBUSY);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    for (int i = 0; i < WAITERS; i++) {
+        for (int k = 0; k < 1000 && !atomic_load(&a[i].done); k++)
+            test_sleep_ms(10);
+        CHECK(atomic_load(&a[i].done));
+        for (int j = i + 1; j < WAITERS; j++)
+            CHECK(!atomic_load(&a[j].done)); /* nobody behind got ahead */
+        CHECK_RC(a[i].rc, DLOCK_OK);
+        CHECK_RC(dlock_release(a[i].lock), DLOCK_OK);
+        CHECK(pthread_join(th[i], NULL) == 0);
+    }
+    CHECK(test_etcd_count(&e, "dlock/") == 0);
+    dlock_client_free(c);
+    test_etcd_stop(&e);
+}
+
+typedef struct {
+    pthread_mutex_t mu;
+    int calls;
+    dlock_leader_info last;
+} observed;
+
+static void on_leader(const dlock_leader_info *leader, void *payload)
+{
+    observed *o = payload;
+
+    pthread_mutex_lock(&o->mu);
+    o->calls++;
+    o->last = *leader;
+    pthread_mutex_unlock(&o->mu);
+}
+
+/* Wait (at most 20 s) until the observer reports identity ("" for none). */
+static void wait_observed(observed *o, const char *identity)
+{
+    for (int i = 0; i < 2000; i++) {
+        int ok;
+        pthread_mutex_lock(&o->mu);
+        ok = o->calls > 0 && strcmp(o->last.identity, identity) == 0 &&
+             o->last.held == (identity[0] != '\0');
+        pthread_mutex_unlock(&o->mu);
+        if (ok)
+            return;
+        test_sleep_ms(10);
+    }
+    fprintf(stderr, "the observer never reported leader '%s' (last '%s')\n", identity,
+            o->last.identity);
+    exit(1);
+}
+
+typedef struct {
+    dlock_client *c;
+    const char *identity;
+    atomic_int done;
+    int rc;
+    dlock_lock *lock;
+} candidate_arg;
+
+static void *candidate_main(void *p)
+{
+    candidate_arg *a = p;
+
+    a->rc = dlock_campaign(&a->lock, a->c, "election", a->identity, NULL);
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+/* Campaign, resign, observe: one leader at a time, its identity seen by
+ * dlock_leader and the observer; a resignation hands over at once, and a
+ * leader that dies is seen gone when its lease runs out. */
+static void leader_election(void)
+{
+    test_etcd e;
+    dlock_client *c, *c2;
+    dlock_lock *a;
+    dlock_leader_info who;
+    dlock_observer *ob;
+    observed seen = {PTHREAD_MUTEX_INITIALIZER, 0, {0}};
+    candidate_arg b;
+    pthread_t t;
+    int ready[2], go[2];
+    pid_t pid;
+    uint64_t fence_a;
+
+    test_etcd_start(&e, 1, NULL);
+    /* The candidate that dies, forked before this process has threads (a
+     * child of a threaded process may not start threads under TSan). It
+     * campaigns when told (go), says when it leads (ready). */
+    CHECK(pipe(ready) == 0 && pipe(go) == 0);
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        dlock_client *cc;
+        dlock_lock *l;
+        dlock_acquire_options o = opts(DLOCK_WAIT_FOREVER, 1000, 1);
+        char byte;
+        CHECK(read(go[0], &byte, 1) == 1);
+        cc = open_client(&e);
+        CHECK_RC(dlock_campaign(&l, cc, "election", "gamma", &o), DLOCK_OK);
+        CHECK(write(ready[1], "r", 1) == 1);
+        pause();
+        _exit(0);
+    }
+    c = open_client(&e);
+    c2 = open_client(&e);
+    CHECK_RC(dlock_leader(&who, c, "election"), DLOCK_OK);
+    CHECK(who.held == 0 && who.fence == 0 && who.identity[0] == '\0');
+    CHECK_RC(dlock_observe(&ob, c, "election", on_leader, &seen), DLOCK_OK);
+    wait_observed(&seen, "");
+
+    CHECK_RC(dlock_campaign(&a, c, "election", "alpha", NULL), DLOCK_OK);
+    fence_a = dlock_lock_fence(a);
+    CHECK(dlock_lock_kind(a) == DLOCK_KIND_LEADER);
+    CHECK_RC(dlock_leader(&who, c2, "election"), DLOCK_OK);
+    CHECK(who.held && who.fence == fence_a && who.ttl_ms > 0 && strcmp(who.identity, "alpha") == 0);
+    wait_observed(&seen, "alpha");
+
+    memset(&b, 0, sizeof(b));
+    b.c = c2;
+    b.identity = "beta";
+    CHECK(pthread_create(&t, NULL, candidate_main, &b) == 0);
+    for (int i = 0; i < 500 && test_etcd_count(&e, "dlock/election/") < 2; i++)
+        test_sleep_ms(10);
+    CHECK(test_etcd_count(&e, "dlock/election/") == 2);
+    CHECK(!atomic_load(&b.done));
+    CHECK_RC(dlock_lock_extend(a, 8000), DLOCK_OK); /* moves the lease, keeps the identity */
+    CHECK_RC(dlock_leader(&who, c2, "election"), DLOCK_OK);
+    CHECK(who.held && who.fence == fence_a && strcmp(who.identity, "alpha") == 0);
+    CHECK_RC(dlock_resign(a), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(b.rc, DLOCK_OK);
+    CHECK(dlock_lock_fence(b.lock) > fence_a);
+    wait_observed(&seen, "beta");
+    CHECK_RC(dlock_resign(b.lock), DLOCK_OK);
+    wait_observed(&seen, "");
+
+    /* A leader that dies (kill -9) without resigning. */
+    CHECK(write(go[1], "g", 1) == 1);
+    {
+        struct pollfd pfd = {ready[0], POLLIN, 0};
+        char byte;
+        CHECK(poll(&pfd, 1, 20000) == 1 && read(ready[0], &byte, 1) == 1);
+    }
+    wait_observed(&seen, "gamma");
+    CHECK(kill(pid, SIGKILL) == 0);
+    CHECK(waitpid(pid, NULL, 0) == pid);
+    wait_observed(&seen, "");
+    dlock_observer_free(ob);
+    dlock_client_free(c);
+    dlock_client_free(c2);
     test_etcd_stop(&e);
 }
 
@@ -1391,7 +1586,8 @@ TEST_MAIN({"codec", codec}, {"url_and_open_errors", url_and_open_errors},
           {"wait_times_out", wait_times_out}, {"try_once_leaves_nothing", try_once_leaves_nothing},
           {"client_freed_before_release", client_freed_before_release},
           {"threads_share_a_client", threads_share_a_client},
-          {"family_not_supported", family_not_supported},
+          {"family_kinds_not_on_etcd", family_kinds_not_on_etcd},
+          {"fair_lock_in_order", fair_lock_in_order}, {"leader_election", leader_election},
           {"auth_user_password", auth_user_password},
           {"tls_with_client_certificate", tls_with_client_certificate},
           {"cluster_kill_member_while_holding", cluster_kill_member_while_holding},
