@@ -849,6 +849,36 @@ static void family_kinds_not_on_etcd(void)
     test_etcd_stop(&e);
 }
 
+/* A multi-lock: the names one by one in their global order, all released
+ * together; a busy name gives back those already taken. */
+static void multi_lock(void)
+{
+    test_etcd e;
+    dlock_client *c, *c2;
+    dlock_lock *m, *one, *m2 = NULL;
+    const char *names[] = {"b", "a", "c"};
+    dlock_acquire_options o = opts(0, 5000, 1);
+
+    test_etcd_start(&e, 1, NULL);
+    c = open_client(&e);
+    c2 = open_client(&e);
+    CHECK_RC(dlock_acquire_multi(&m, c, names, 3, &o), DLOCK_OK);
+    CHECK(dlock_lock_count(m) == 3);
+    for (size_t i = 0; i < 3; i++)
+        CHECK(dlock_lock_fence_at(m, i) > 0 && strcmp(dlock_lock_name_at(m, i), names[i]) == 0);
+    CHECK_RC(dlock_acquire(&one, c2, "a", &o), DLOCK_EBUSY);
+    CHECK_RC(dlock_release(m), DLOCK_OK);
+    CHECK(test_etcd_count(&e, "dlock/") == 0);
+    CHECK_RC(dlock_acquire(&one, c2, "c", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire_multi(&m2, c, names, 3, &o), DLOCK_EBUSY);
+    CHECK(m2 == NULL);
+    CHECK(test_etcd_count(&e, "dlock/") == 1); /* a and b given back */
+    CHECK_RC(dlock_release(one), DLOCK_OK);
+    dlock_client_free(c);
+    dlock_client_free(c2);
+    test_etcd_stop(&e);
+}
+
 /* FAIR: waiters get the lock in the order they began to wait. */
 static void fair_lock_in_order(void)
 {
@@ -1588,6 +1618,7 @@ TEST_MAIN({"codec", codec}, {"url_and_open_errors", url_and_open_errors},
           {"threads_share_a_client", threads_share_a_client},
           {"family_kinds_not_on_etcd", family_kinds_not_on_etcd},
           {"fair_lock_in_order", fair_lock_in_order}, {"leader_election", leader_election},
+          {"multi_lock", multi_lock},
           {"auth_user_password", auth_user_password},
           {"tls_with_client_certificate", tls_with_client_certificate},
           {"cluster_kill_member_while_holding", cluster_kill_member_while_holding},
