@@ -143,10 +143,12 @@ typedef struct {
     int64_t connect_timeout_ms;
     /* Time allowed for one command's reply. Default 5000 ms. */
     int64_t command_timeout_ms;
-    /* Prefix of every key dlock creates. Default "dlock:". Copied. */
+    /* Prefix of every key dlock creates. Default "dlock:" (etcd: "dlock/").
+     * Copied. */
     const char *key_prefix;
-    /* Connection name shown by the server (Redis CLIENT LIST). Default
-     * "dlock". Copied; letters, digits and "-_.:" only. */
+    /* Connection name shown by the server (Redis CLIENT LIST; etcd: the
+     * value of the lock keys, and part of the User-Agent). Default "dlock".
+     * Copied; letters, digits and "-_.:" only. */
     const char *client_name;
 } dlock_client_options;
 
@@ -161,6 +163,10 @@ typedef struct {
  *   unix:///path/to/redis.sock[?db=N]
  *   rediss://...    refused with DLOCK_ENOTSUP: this build's hiredis has no
  *                   TLS, and dlock never falls back to clear text.
+ *   etcd://[user:password@]host[:port][,host[:port]...]   etcd v3, default
+ *                   port 2379; the next endpoint is tried when one fails
+ *   etcds://...[?cacert=FILE][&cert=FILE&key=FILE]   the same over https
+ *                   (docs/etcd.md; key_prefix defaults to "dlock/" there)
  * User and password may be percent-encoded.
  *
  * The connection is made and checked (AUTH, SELECT, CLIENT SETNAME) before
@@ -188,7 +194,7 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
  */
 DLOCK_EXTERN void dlock_client_free(dlock_client *client);
 
-/* The backend's name ("redis"). Borrowed for the client's lifetime. */
+/* The backend's name ("redis", "etcd"). Borrowed for the client's lifetime. */
 DLOCK_EXTERN const char *dlock_client_backend(const dlock_client *client);
 
 /* ------------------------------------------------------------------------
