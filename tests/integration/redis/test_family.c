@@ -266,6 +266,10 @@ static void fair_fifo_ten_waiters(void)
 
     test_redis_start(&r, NULL);
     c = open_client(&r);
+    /* The holder is not renewed (a long lease instead): this process must
+     * have no thread of the library's when it forks the waiters. */
+    o.lease_ms = 120000;
+    o.auto_renew = 0;
     CHECK_RC(dlock_acquire(&holder, c, "fifo", &o), DLOCK_OK);
     for (int i = 0; i < WAITERS; i++) {
         pids[i] = fork();
@@ -328,6 +332,10 @@ static void fair_killed_waiter_does_not_block(void)
 
     test_redis_start(&r, NULL);
     c = open_client(&r);
+    /* Not renewed (a long lease instead): no thread of the library's in
+     * this process when it forks. */
+    o.lease_ms = 120000;
+    o.auto_renew = 0;
     CHECK_RC(dlock_acquire(&holder, c, "q", &o), DLOCK_OK);
     dead = fork();
     if (dead == 0) {
