@@ -1085,6 +1085,11 @@ static int etcd_watch_wait(void *arg, void *watch, int64_t timeout_ms)
             close_stream(w);
             w->stream_failures++;
             w->stream_retry_at = dlock__now_ms() + (pause < 1000 ? pause : 1000);
+            /* Watches keep failing (a proxy that cuts streams ...): let the
+             * caller look for itself, about once a second, rather than
+             * sleep on a watch that may never work. */
+            if (w->stream_failures >= 3)
+                return DLOCK_OK;
         }
     }
 }
