@@ -1373,7 +1373,7 @@ static void cluster_stop_member(void)
     test_etcd e;
     dlock_client *holder, *waiter_c;
     dlock_lock *l;
-    dlock_acquire_options o = opts(0, 3000, 1);
+    dlock_acquire_options o = opts(0, 4000, 1);
     waiter_arg a;
     pthread_t t;
     char url[300];
@@ -1391,13 +1391,13 @@ static void cluster_stop_member(void)
     a.c = waiter_c;
     a.name = "frozen";
     a.wait_ms = 30000;
-    a.lease_ms = 3000;
+    a.lease_ms = 4000;
     CHECK(pthread_create(&t, NULL, waiter_main, &a) == 0);
     for (int i = 0; i < 500 && test_etcd_count(&e, "dlock/frozen/") < 2; i++)
         test_sleep_ms(10);
     CHECK(test_etcd_count(&e, "dlock/frozen/") == 2);
     CHECK(kill(e.pid[used], SIGSTOP) == 0);
-    test_sleep_ms(7000); /* more than two leases of both */
+    test_sleep_ms(9000); /* more than two leases of both */
     CHECK(!atomic_load(&a.done));
     CHECK(!dlock_lock_lost(l));
     CHECK(atomic_load(&lost_calls) == 0);
