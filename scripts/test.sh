@@ -13,14 +13,19 @@ command -v redis-server >/dev/null || { echo "test.sh: redis-server is missing (
 
 tmp=$(mktemp -d /tmp/dlock-suite-XXXXXX)
 redis_pid=""
+etcd_pid=""
 cleanup() {
     [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null
+    [ -n "$etcd_pid" ] && kill "$etcd_pid" 2>/dev/null && wait "$etcd_pid" 2>/dev/null
     rm -rf "$tmp"
 }
 trap cleanup EXIT INT TERM
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null ||
-       echo $((20000 + RANDOM % 20000)))
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null ||
+        echo $((20000 + RANDOM % 20000))
+}
+port=$(free_port)
 redis-server --port "$port" --bind 127.0.0.1 --dir "$tmp" --save '' --appendonly no \
     --loglevel warning >"$tmp/redis.log" 2>&1 &
 redis_pid=$!
@@ -31,6 +36,24 @@ done
 redis-cli -p "$port" ping >/dev/null || { echo "test.sh: redis-server did not start" >&2; cat "$tmp/redis.log" >&2; exit 1; }
 export DLOCK_TEST_URL="redis://127.0.0.1:$port"
 echo "== redis-server for the cli and demo tests: $DLOCK_TEST_URL"
+
+# An etcd member for the cli tests run with an etcd:// URL.
+command -v etcd >/dev/null || { echo "test.sh: etcd is missing (apt-get install etcd-server)" >&2; exit 1; }
+eport=$(free_port)
+epeer=$(free_port)
+etcd --name dlock-test --data-dir "$tmp/etcd" \
+    --listen-client-urls "http://127.0.0.1:$eport" --advertise-client-urls "http://127.0.0.1:$eport" \
+    --listen-peer-urls "http://127.0.0.1:$epeer" --initial-advertise-peer-urls "http://127.0.0.1:$epeer" \
+    --initial-cluster "dlock-test=http://127.0.0.1:$epeer" >"$tmp/etcd.log" 2>&1 &
+etcd_pid=$!
+for _ in $(seq 1 200); do
+    ETCDCTL_API=3 etcdctl --endpoints="127.0.0.1:$eport" --command-timeout=1s endpoint health >/dev/null 2>&1 && break
+    sleep 0.05
+done
+ETCDCTL_API=3 etcdctl --endpoints="127.0.0.1:$eport" --command-timeout=1s endpoint health >/dev/null 2>&1 ||
+    { echo "test.sh: etcd did not start" >&2; tail -5 "$tmp/etcd.log" >&2; exit 1; }
+export DLOCK_TEST_ETCD_URL="etcd://127.0.0.1:$eport"
+echo "== etcd for the cli tests: $DLOCK_TEST_ETCD_URL"
 
 run_suite() { # build-dir sanitizer ctest-args...
     local dir=$1 san=$2

@@ -7,6 +7,12 @@ DLOCK=${1:?usage: sh $0 path/to/dlock}
 case $DLOCK in /*) ;; *) DLOCK=$PWD/$DLOCK ;; esac
 TEST=$(basename "$0" .sh)
 
+# The same scripts run against etcd (tests/cli/CMakeLists.txt sets
+# DLOCK_CLI_BACKEND=etcd; scripts/test.sh exports DLOCK_TEST_ETCD_URL).
+if [ "${DLOCK_CLI_BACKEND:-redis}" = etcd ]; then
+    DLOCK_TEST_URL=${DLOCK_TEST_ETCD_URL:-}
+    [ -n "$DLOCK_TEST_URL" ] || { echo "FAIL: DLOCK_TEST_ETCD_URL is not set (scripts/test.sh starts an etcd)" >&2; exit 1; }
+fi
 if [ -z "${DLOCK_TEST_URL:-}" ]; then
     echo "FAIL $TEST: DLOCK_TEST_URL is not set; these tests need a redis-server" \
          "(scripts/test.sh starts one; or run redis-server and export" \
@@ -16,7 +22,8 @@ fi
 URL=$DLOCK_TEST_URL
 case $URL in
 redis://*) HOSTPORT=${URL#redis://}; HOSTPORT=${HOSTPORT%%/*}; HOSTPORT=${HOSTPORT##*@} ;;
-*) echo "FAIL $TEST: DLOCK_TEST_URL must be redis://HOST:PORT, got $URL" >&2; exit 1 ;;
+etcd://*) HOSTPORT=${URL#etcd://}; HOSTPORT=${HOSTPORT%%[/?,]*}; HOSTPORT=${HOSTPORT##*@} ;;
+*) echo "FAIL $TEST: DLOCK_TEST_URL must be redis://HOST:PORT or etcd://HOST:PORT, got $URL" >&2; exit 1 ;;
 esac
 # The developer's own settings must not leak into what is tested.
 unset DLOCK_URL DLOCK_NAME DLOCK_FENCE
