@@ -638,6 +638,47 @@ static int status_code(int status)
  * dlock run
  * ====================================================================== */
 
+/*
+ * What run and elect set up before they take a lock, and tear down after:
+ * the saved signal actions, the plan of descriptors COMMAND inherits, the
+ * wake-up pipe and the client. Opened before the library starts any thread;
+ * the caller initialises it to {NULL, {-1, -1}, {NULL, 0, 0, 0}} so that
+ * session_close is safe whatever session_open got to.
+ */
+typedef struct {
+    dlock_client *client;
+    int wake_pipe[2];
+    fd_plan fds;
+} session;
+
+static int session_open(session *ss, const char *url)
+{
+    /* Before the library opens anything, and before our handlers exist. */
+    save_signal_actions();
+    cli_ignore_sigpipe();
+    if (plan_fds(&ss->fds) != 0) {
+        cli_error("out of memory");
+        return CLI_EXIT_SOFTWARE;
+    }
+    if (pipe2(ss->wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+        cli_error("pipe: %s", strerror(errno));
+        return CLI_EXIT_SOFTWARE;
+    }
+    wake_fd = ss->wake_pipe[1];
+    return cli_client_open(&ss->client, url);
+}
+
+static void session_close(session *ss)
+{
+    dlock_client_free(ss->client);
+    free(ss->fds.keep);
+    if (ss->wake_pipe[0] >= 0) {
+        wake_fd = -1;
+        close(ss->wake_pipe[0]);
+        close(ss->wake_pipe[1]);
+    }
+}
+
 int cli_run(const char *url, int argc, char **argv)
 {
     run_options opts = {NULL, 30000, 0, -1, CLI_EXIT_BUSY, NULL, DLOCK_KIND_MUTEX, 0, 0, NULL, 0};
@@ -645,33 +686,16 @@ int cli_run(const char *url, int argc, char **argv)
     if (rc)
         return rc < 0 ? 0 : rc;
 
-    dlock_client *client = NULL;
     dlock_lock *lock = NULL;
     char **env = NULL;
-    int wake_pipe[2] = {-1, -1};
-    fd_plan fds = {NULL, 0, 0, 0};
+    session ss = {NULL, {-1, -1}, {NULL, 0, 0, 0}};
     supervisor s = {&opts, -1, 0, 0, 0, 0, 0};
     dlock_acquire_options ao = DLOCK_ACQUIRE_OPTIONS_INIT;
     int ran = 0; /* COMMAND was started and has ended */
     int exec_errno = 0;
     int err;
 
-    /* Before the library opens anything, and before our handlers exist. */
-    save_signal_actions();
-    cli_ignore_sigpipe();
-    if (plan_fds(&fds) != 0) {
-        cli_error("out of memory");
-        rc = CLI_EXIT_SOFTWARE;
-        goto out;
-    }
-    if (pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
-        cli_error("pipe: %s", strerror(errno));
-        rc = CLI_EXIT_SOFTWARE;
-        goto out;
-    }
-    wake_fd = wake_pipe[1];
-
-    if ((rc = cli_client_open(&client, url)) != 0)
+    if ((rc = session_open(&ss, url)) != 0)
         goto out;
 
     ao.wait_ms = opts.wait_ms;
@@ -683,11 +707,11 @@ int cli_run(const char *url, int argc, char **argv)
     /* --permits N says how many may hold NAME at once: the latest run's N
      * wins, as if it were part of the command line's contract. */
     if (opts.kind == DLOCK_KIND_SEMAPHORE &&
-        (err = dlock_semaphore_set_permits(client, opts.name, opts.permits)) != DLOCK_OK) {
+        (err = dlock_semaphore_set_permits(ss.client, opts.name, opts.permits)) != DLOCK_OK) {
         rc = cli_fail(err, "cannot set the permits of '%s'", opts.name);
         goto out;
     }
-    err = dlock_acquire(&lock, client, opts.name, &ao);
+    err = dlock_acquire(&lock, ss.client, opts.name, &ao);
     if (err != DLOCK_OK) {
         rc = cli_fail(err, "cannot take the lock '%s'", opts.name);
         if (err == DLOCK_EBUSY || err == DLOCK_ETIMEOUT)
@@ -707,8 +731,8 @@ int cli_run(const char *url, int argc, char **argv)
         goto out;
     }
 
-    s.wake_read = wake_pipe[0];
-    s.pid = start_command(opts.command, env, &fds, &exec_errno);
+    s.wake_read = ss.wake_pipe[0];
+    s.pid = start_command(opts.command, env, &ss.fds, &exec_errno);
     if (s.pid == -1) {
         cli_error("cannot run '%s': %s", opts.command[0], strerror(exec_errno));
         rc = exec_errno == ENOENT ? CLI_EXIT_NOTFOUND : CLI_EXIT_NOEXEC;
@@ -738,14 +762,8 @@ out:
                      opts.name);
         }
     }
-    dlock_client_free(client);
     free_environment(env);
-    free(fds.keep);
-    if (wake_pipe[0] >= 0) {
-        wake_fd = -1;
-        close(wake_pipe[0]);
-        close(wake_pipe[1]);
-    }
+    session_close(&ss);
     return rc;
 }
 
@@ -780,25 +798,10 @@ int cli_elect(const char *url, int argc, char **argv)
     if (rc)
         return rc < 0 ? 0 : rc;
 
-    dlock_client *client = NULL;
-    int wake_pipe[2] = {-1, -1};
-    fd_plan fds = {NULL, 0, 0, 0};
+    session ss = {NULL, {-1, -1}, {NULL, 0, 0, 0}};
     dlock_acquire_options ao = DLOCK_ACQUIRE_OPTIONS_INIT;
 
-    save_signal_actions();
-    cli_ignore_sigpipe();
-    if (plan_fds(&fds) != 0) {
-        cli_error("out of memory");
-        rc = CLI_EXIT_SOFTWARE;
-        goto out;
-    }
-    if (pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
-        cli_error("pipe: %s", strerror(errno));
-        rc = CLI_EXIT_SOFTWARE;
-        goto out;
-    }
-    wake_fd = wake_pipe[1];
-    if ((rc = cli_client_open(&client, url)) != 0)
+    if ((rc = session_open(&ss, url)) != 0)
         goto out;
 
     ao.wait_ms = DLOCK_WAIT_FOREVER;
@@ -806,15 +809,15 @@ int cli_elect(const char *url, int argc, char **argv)
     ao.auto_renew = 1;
     ao.on_lost = on_lost;
     for (int term = 0;; term++) {
-        supervisor s = {&opts, wake_pipe[0], 0, 0, 0, 0, 0};
-        dlock_lock *lock = NULL;
+        supervisor s = {&opts, ss.wake_pipe[0], 0, 0, 0, 0, 0};
+    dlock_lock *lock = NULL;
         char **env = NULL;
         int exec_errno = 0, err;
         int64_t started;
 
         restore_signal_actions();
         cli_ignore_sigpipe();
-        err = dlock_campaign(&lock, client, opts.name, opts.identity, &ao);
+        err = dlock_campaign(&lock, ss.client, opts.name, opts.identity, &ao);
         if (err != DLOCK_OK) {
             if (term == 0 || err != DLOCK_ECONN) {
                 rc = cli_fail(err, "elect: cannot campaign for '%s'", opts.name);
@@ -833,7 +836,7 @@ int cli_elect(const char *url, int argc, char **argv)
         } else if (install_handlers() != 0) {
             cli_error("sigaction: %s", strerror(errno));
             rc = CLI_EXIT_SOFTWARE;
-        } else if ((s.pid = start_command(opts.command, env, &fds, &exec_errno)) == -1) {
+        } else if ((s.pid = start_command(opts.command, env, &ss.fds, &exec_errno)) == -1) {
             cli_error("cannot run '%s': %s", opts.command[0], strerror(exec_errno));
             rc = exec_errno == ENOENT ? CLI_EXIT_NOTFOUND : CLI_EXIT_NOEXEC;
         } else if (s.pid < 0) {
@@ -864,12 +867,6 @@ int cli_elect(const char *url, int argc, char **argv)
     }
 
 out:
-    dlock_client_free(client);
-    free(fds.keep);
-    if (wake_pipe[0] >= 0) {
-        wake_fd = -1;
-        close(wake_pipe[0]);
-        close(wake_pipe[1]);
-    }
+    session_close(&ss);
     return rc;
 }
