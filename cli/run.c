@@ -380,12 +380,22 @@ static void close_fds_between(unsigned lo, unsigned hi, unsigned limit)
         close((int)fd);
 }
 
-static void close_other_fds(const fd_plan *plan)
+/* Take fd out of keep[0..nkeep], where start_command put it. */
+static void forget_fd(fd_plan *plan, int fd)
+{
+    size_t k = 0;
+    while (k < plan->nkeep && plan->keep[k] != fd)
+        k++;
+    memmove(plan->keep + k, plan->keep + k + 1, (plan->nkeep - k) * sizeof *plan->keep);
+}
+
+/* Close every fd above 2 but the first n of plan->keep (ascending). */
+static void close_other_fds(const fd_plan *plan, size_t n)
 {
     unsigned lo = 3;
     if (!plan->known)
         return;
-    for (size_t k = 0; k < plan->nkeep; k++) {
+    for (size_t k = 0; k < n; k++) {
         close_fds_between(lo, (unsigned)plan->keep[k] - 1, plan->limit);
         lo = (unsigned)plan->keep[k] + 1;
     }
@@ -463,6 +473,8 @@ static pid_t start_command(char **command, char **env, fd_plan *fds, int *exec_e
         cli_error("pipe: %s", strerror(errno));
         return -2;
     }
+    /* The child keeps the pipe open: it goes into the spare slot of keep
+     * for this fork only, and comes out again below. */
     if (fds->known) {
         fds->keep[fds->nkeep] = report[1];
         qsort(fds->keep, fds->nkeep + 1, sizeof *fds->keep, compare_int);
@@ -481,7 +493,7 @@ static pid_t start_command(char **command, char **env, fd_plan *fds, int *exec_e
         for (size_t k = 0; k < NRESTORED; k++)
             sigaction(restored_signals[k], &initial_actions[k], NULL);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
-        close_other_fds(fds);
+        close_other_fds(fds, fds->nkeep + 1);
         execvpe(command[0], command, env);
         int e = errno;
         while (write(report[1], &e, sizeof e) < 0 && errno == EINTR)
@@ -490,6 +502,8 @@ static pid_t start_command(char **command, char **env, fd_plan *fds, int *exec_e
     }
     int fork_errno = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (fds->known)
+        forget_fd(fds, report[1]);
     close(report[1]);
     if (pid < 0) {
         close(report[0]);

@@ -15,6 +15,19 @@ expect 143 "COMMAND killed by SIGTERM: 128+15" run sh -c 'kill -TERM $$'
 
 expect 127 "COMMAND not found" run "no-such-command-$$"
 grep_file '^dlock: .*no-such-command' "$WORK/err" "not found: message names COMMAND"
+# The exec-error report must survive however dlock's own descriptors lie:
+# none above 2 (as under CI), or one inherited far above the ones dlock opens.
+only_std_fds() {
+    python3 -c 'import os, sys; os.closerange(3, 65536); os.execvp(sys.argv[1], sys.argv[1:])' "$@"
+}
+expect 127 "COMMAND not found, no fd above 2 inherited" only_std_fds "$DLOCK" --url "$URL" run "$N" -- "no-such-command-$$"
+grep_file '^dlock: .*no-such-command' "$WORK/err" "not found, no fd inherited: message names COMMAND"
+high_fd() {
+    python3 -c 'import os, sys; os.dup2(os.open("/dev/null", os.O_RDONLY), 200); os.execvp(sys.argv[1], sys.argv[1:])' "$@"
+}
+expect 127 "COMMAND not found, fd 200 inherited" high_fd "$DLOCK" --url "$URL" run "$N" -- "no-such-command-$$"
+grep_file '^dlock: .*no-such-command' "$WORK/err" "not found, fd 200 inherited: message names COMMAND"
+expect 0 "COMMAND inherits fd 200, as flock(1) would pass it" high_fd "$DLOCK" --url "$URL" run "$N" -- sh -c '[ -e /proc/$$/fd/200 ]'
 printf 'echo hi\n' >"$WORK/script"
 chmod 644 "$WORK/script"
 expect 126 "COMMAND not executable" run "$WORK/script"
