@@ -7,7 +7,7 @@ BUILD ?= build
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all build deps test demo bench install clean chaos
+.PHONY: all build deps test demo bench install clean chaos fuzz
 
 all: build
 
@@ -29,6 +29,9 @@ bench: build
 
 chaos: build
 	@$(BUILD)/tests/chaos --backend redis,etcd --duration 15 --runs 3 --markdown $(BUILD)/chaos.md
+
+fuzz: deps
+	@tests/fuzz/run.sh $(CURDIR)/build-fuzz $${FUZZ_SECONDS:-300}
 
 install: build
 	@cmake --install $(BUILD)

@@ -10,6 +10,11 @@
 # it to regressions/<target>/ once the bug is fixed.
 #
 #   tests/fuzz/run.sh [BUILD_DIR] [SECONDS] [TARGET...]
+#
+# DLOCK_FUZZ_SEED=N fixes libFuzzer's seed. The suite's short run (ctest's
+# fuzz.bounded) sets it, so that run explores about the same inputs on every
+# machine and a red CI means a regression, not the luck of the draw; `make
+# fuzz` leaves it unset and explores anew each time.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$src/build-fuzz}
@@ -46,7 +51,7 @@ for t in $targets; do
     fi
     mkdir -p "$scratch/$t"
     echo "== fuzz_$t: $seconds s from tests/fuzz/corpus/$t"
-    if "$bin" -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+    if "$bin" ${DLOCK_FUZZ_SEED:+-seed="$DLOCK_FUZZ_SEED"} -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
         -artifact_prefix="$scratch/$t-" -print_final_stats=1 \
         "$scratch/$t" "$src/tests/fuzz/corpus/$t" >"$scratch/$t.log" 2>&1; then
         grep -E "^stat::number_of_executed_units|^stat::new_units_added|^stat::peak_rss_mb" \

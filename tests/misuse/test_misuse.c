@@ -466,6 +466,11 @@ static void garbage_server(void)
     static const char *const int_hello[] = {":1\r\n", NULL};
     static const char *const nested[] = {"*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n",
                                          NULL};
+    /* hiredis would allocate 16 GB of element pointers on the header alone;
+     * the 1M-element arrays below stay within the limit one at a time. */
+    static const char *const huge_array[] = {OK, "*2000000000\r\n", NULL};
+    static const char *const arrays_adding_up[] = {
+        OK, "*2\r\n*1048576\r\n:1\r\n*1048576\r\n:1\r\n", NULL};
     static const char *const status_to_eval[] = {OK, "+OK\r\n", NULL};
     static const char *const fence_zero[] = {OK, "*2\r\n:1\r\n:0\r\n", NULL};
     static const char *const fence_negative[] = {OK, "*2\r\n:1\r\n:-4\r\n", NULL};
@@ -483,6 +488,9 @@ static void garbage_server(void)
         {"HTTP server", http, 0, DLOCK_EPROTO, "not a Redis reply"},
         {"integer to CLIENT SETNAME", int_hello, 0, DLOCK_EPROTO, "handshake"},
         {"nesting past hiredis' limit", nested, 0, DLOCK_EPROTO, "not a Redis reply"},
+        {"array header of 2e9 elements", huge_array, 1, DLOCK_EPROTO, "array elements, refused"},
+        {"nested arrays adding up past the limit", arrays_adding_up, 1, DLOCK_EPROTO,
+         "array elements, refused"},
         {"status line to EVALSHA", status_to_eval, 1, DLOCK_EPROTO, "acquire script"},
         {"fence 0", fence_zero, 1, DLOCK_EPROTO, "fence <= 0"},
         {"negative fence", fence_negative, 1, DLOCK_EPROTO, "fence <= 0"},

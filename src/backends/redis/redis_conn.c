@@ -1,5 +1,6 @@
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,16 +81,22 @@ int dlock__redis_conn_io_error(dlock__redis_conn *conn)
     if (ctx == NULL)
         return dlock__fail(DLOCK_ECONN, "%s: not connected", conn->where);
     switch (ctx->err) {
+    case REDIS_ERR_OOM:
+        if (!conn->reply_too_large) {
+            code = DLOCK_ENOMEM;
+            snprintf(what, sizeof(what), "out of memory");
+            break;
+        }
+        code = DLOCK_EPROTO;
+        snprintf(what, sizeof(what), "reply with more than %d array elements, refused",
+                 DLOCK__REDIS_MAX_REPLY_ELEMENTS);
+        break;
     case REDIS_ERR_PROTOCOL:
         code = DLOCK_EPROTO;
         snprintf(what, sizeof(what), "not a Redis reply (%s)", ctx->errstr);
         break;
     case REDIS_ERR_EOF:
         snprintf(what, sizeof(what), "server closed the connection");
-        break;
-    case REDIS_ERR_OOM:
-        code = DLOCK_ENOMEM;
-        snprintf(what, sizeof(what), "out of memory");
         break;
     case REDIS_ERR_IO:
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT ||
@@ -209,6 +216,55 @@ static int handshake(dlock__redis_conn *conn)
     return rc;
 }
 
+/*
+ * hiredis' reply functions, but an array is refused (hiredis then reports
+ * REDIS_ERR_OOM, and io_error tells the two apart) once the reply being read
+ * would hold more than DLOCK__REDIS_MAX_REPLY_ELEMENTS elements in all. The
+ * count restarts at each reply's outermost array.
+ */
+static redisReplyObjectFunctions bounded_functions;
+static void *(*default_create_array)(const redisReadTask *task, int elements);
+static pthread_once_t bounded_once = PTHREAD_ONCE_INIT;
+
+static void *bounded_create_array(const redisReadTask *task, int elements)
+{
+    dlock__redis_conn *conn = task->privdata;
+
+    if (task->parent == NULL)
+        conn->reply_elements = 0;
+    if (elements > 0)
+        conn->reply_elements += (size_t)elements;
+    if (conn->reply_elements > DLOCK__REDIS_MAX_REPLY_ELEMENTS) {
+        conn->reply_too_large = 1;
+        return NULL;
+    }
+    return default_create_array(task, elements);
+}
+
+static void bounded_functions_init(void)
+{
+    redisReader *reader = redisReaderCreate();
+
+    if (reader == NULL)
+        return;
+    bounded_functions = *reader->fn;
+    default_create_array = bounded_functions.createArray;
+    bounded_functions.createArray = bounded_create_array;
+    redisReaderFree(reader);
+}
+
+static int bound_replies(dlock__redis_conn *conn)
+{
+    pthread_once(&bounded_once, bounded_functions_init);
+    if (default_create_array == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "%s: out of memory", conn->where);
+    conn->reply_elements = 0;
+    conn->reply_too_large = 0;
+    conn->ctx->reader->fn = &bounded_functions;
+    conn->ctx->reader->privdata = conn;
+    return DLOCK_OK;
+}
+
 static int connect_now(dlock__redis_conn *conn)
 {
     dlock__redis_conn_close(conn);
@@ -220,6 +276,10 @@ static int connect_now(dlock__redis_conn *conn)
         return dlock__fail(DLOCK_ENOMEM, "%s: out of memory", conn->where);
     if (conn->ctx->err)
         return dlock__redis_conn_io_error(conn);
+    if (bound_replies(conn) != DLOCK_OK) {
+        dlock__redis_conn_close(conn);
+        return DLOCK_ENOMEM;
+    }
     /* hiredis 0.14 leaves the socket inheritable: a program that forks and
      * execs must not hand its authenticated connection to the child. */
     fcntl(conn->ctx->fd, F_SETFD, fcntl(conn->ctx->fd, F_GETFD) | FD_CLOEXEC);

@@ -24,7 +24,18 @@ typedef struct {
     char where[128]; /* "redis 127.0.0.1:6379", for messages */
     redisContext *ctx;
     int timed_out; /* the last I/O failure was a timeout, not a dead peer */
+    /* Array elements of the reply being read (see bounded_create_array). */
+    size_t reply_elements;
+    int reply_too_large;
 } dlock__redis_conn;
+
+/*
+ * A reply may hold at most this many array elements in all (nested arrays
+ * count too). hiredis 0.14 allocates an array's element pointers as soon as
+ * it reads the "*N" header, before any element has arrived: unchecked, a
+ * broken or hostile server could make a 12-byte reply allocate 16 GiB.
+ */
+#define DLOCK__REDIS_MAX_REPLY_ELEMENTS (1 << 20)
 
 /* Fill conn from the URL and options; no I/O. DLOCK_EINVAL for a bad URL. */
 int dlock__redis_conn_init(dlock__redis_conn *conn, const dlock_url *url,
