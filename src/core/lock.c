@@ -143,7 +143,10 @@ static int wait_for_lock(dlock_client *c, dlock_lock *l, const dlock_acquire_opt
         int64_t now, sleep_ms;
 
         *sent_ms = dlock__now_ms();
+        retry_ms = -1;
         rc = try_acquire(c, l, watch, &retry_ms);
+        if (rc == DLOCK_OK && retry_ms > 0 && retry_ms < *sent_ms)
+            *sent_ms = retry_ms; /* handed over: the lease began earlier */
         if (rc != DLOCK_EBUSY)
             break;
         now = dlock__now_ms();

@@ -116,6 +116,13 @@ typedef struct dlock_backend {
      * EBUSY), or the caller's watch from watch_begin when it is waiting: a
      * queue-based service (etcd, ZooKeeper) keeps its place in the queue in
      * the watch between tries.
+     *
+     * A service may hand the lock to a waiter as the holder releases it
+     * (Redis does: the release names the next holder). The next acquire
+     * with that watch then returns DLOCK_OK at once, and sets *retry_ms to
+     * the CLOCK_MONOTONIC time in ms (core/clock.h) at which the waiter's
+     * previous try was sent: the lease began after that, and the core
+     * counts it from there. Otherwise *retry_ms is left alone on DLOCK_OK.
      */
     int (*acquire)(void *be, const char *name, const char *owner, int64_t lease_ms,
                    void *watch, uint64_t *fence, int64_t *retry_ms);

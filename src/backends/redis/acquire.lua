@@ -1,8 +1,13 @@
 -- Take the lock and issue its fence in one round trip.
 -- KEYS[1] the lock, KEYS[2] its fence counter, KEYS[3] the fence floor,
--- KEYS[4] the fence registry
--- ARGV[1] owner token, ARGV[2] lease in ms
+-- KEYS[4] the fence registry, KEYS[5] the hand-off slot
+-- ARGV[1] owner token, ARGV[2] lease in ms; when the caller waits, also
+-- ARGV[3] its hand-off entry "WAITER-ID TOKEN LEASE" and ARGV[4] how long
+-- the entry lasts (ms) unless the waiter comes back
 -- Returns {1, fence} when the caller holds the lock, {0, pttl} when another owner does.
+-- A waiter that finds the lock busy takes the hand-off slot if it is free
+-- (or renews it if it is its own): the release then gives the lock to it
+-- directly (release.lua), with no retry round trip.
 -- #include fence
 local counter = redis.call('GET', KEYS[2])
 -- Checked before the SET so that a broken counter never leaves a lock without a fence.
@@ -10,6 +15,7 @@ local err = dlock_fence_check(KEYS[2], counter)
 if err then
   return err
 end
+local entry = ARGV[3]
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   -- INCR, never SET: the counter only grows, also across expiries of the lock key.
   -- If issuing the fence fails (an ACL without INCR, a broken floor, a full
@@ -24,12 +30,22 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     -- (fence is what redis.call raised: a table with err, or a message.)
     return redis.error_reply(type(fence) == 'table' and fence.err or tostring(fence))
   end
+  if entry and redis.call('GET', KEYS[5]) == entry then
+    redis.call('DEL', KEYS[5])
+  end
   return {1, fence}
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  -- A retry after a lost reply: the key is still ours, so nobody has taken a
-  -- fence since ours and the counter holds it.
+  -- A retry after a lost reply, or a waiter the release handed the lock to:
+  -- the key is ours, so nobody has taken a fence since ours and the counter
+  -- holds it.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, tonumber(counter) or 0}
+end
+if entry then
+  if not redis.call('SET', KEYS[5], entry, 'NX', 'PX', ARGV[4]) and
+     redis.call('GET', KEYS[5]) == entry then
+    redis.call('PEXPIRE', KEYS[5], ARGV[4])
+  end
 end
 return {0, redis.call('PTTL', KEYS[1])}

@@ -20,7 +20,9 @@
 #include <string.h>
 
 #include "backends/redis/redis_int.h"
+#include "core/clock.h"
 #include "core/error.h"
+#include "core/token.h"
 
 void dlock__redis_key(dlock__redis_key_buf *k, const dlock__redis_be *be, const char *name,
                       const char *suffix)
@@ -127,30 +129,83 @@ err:
 
 /* ---- the lock operations --------------------------------------------- */
 
+/* How long a waiter of the plain mutex sleeps at most between tries (each
+ * try keeps its hand-off entry alive), and how long the entry outlives it. */
+static int64_t handoff_refresh_ms(int64_t lease_ms)
+{
+    return lease_ms / 4 > 10 ? lease_ms / 4 : 10;
+}
+
+/* A waiter's hand-off entry, made on its first try: "WAITER-ID TOKEN LEASE". */
+static int handoff_entry(dlock__redis_watch *w, const char *owner, int64_t lease_ms)
+{
+    const char *wid = dlock__redis_watch_id(w->waiter);
+    size_t n = strlen(wid) + strlen(owner) + 24;
+
+    char *token;
+
+    if (w->entry != NULL)
+        return DLOCK_OK;
+    /* w->token held the waiter's id until now; leaving needs the owner's. */
+    if ((token = strdup(owner)) == NULL || (w->entry = malloc(n)) == NULL) {
+        free(token);
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    }
+    snprintf(w->entry, n, "%s %s %lld", wid, owner, (long long)lease_ms);
+    free(w->token);
+    w->token = token;
+    return DLOCK_OK;
+}
+
 static int redis_acquire(void *arg, const char *name, const char *owner, int64_t lease_ms,
                          void *watch, uint64_t *fence, int64_t *retry_ms)
 {
     redis_backend *be = arg;
-    key_buf lock, counter, floor, registry;
-    char lease[24];
-    const char *argv[6];
-    size_t lens[6];
+    dlock__redis_watch *w = watch;
+    key_buf lock, counter, floor, registry, slot;
+    char lease[24], entry_ms[24];
+    const char *argv[9];
+    size_t lens[9];
+    int argc = 7;
+    int64_t sent = 0;
     redisReply *r;
     int rc;
 
-    (void)watch; /* pub/sub needs no place in a queue */
+    if (w != NULL) {
+        /* Handed over by the holder's release while we slept: the lock is
+         * ours since after our last try was sent (release.lua). */
+        uint64_t granted = dlock__redis_watch_granted(be->watcher, w->waiter);
+        if (granted > 0) {
+            w->leave = 0;
+            *fence = granted;
+            *retry_ms = w->entry_sent_ms;
+            return DLOCK_OK;
+        }
+        if ((rc = handoff_entry(w, owner, lease_ms)) != DLOCK_OK)
+            return rc;
+    }
     make_key(&lock, be, name, "");
     make_key(&counter, be, name, ":fence");
     dlock__redis_global_key(&floor, be, DLOCK__REDIS_FENCE_FLOOR);
     dlock__redis_global_key(&registry, be, DLOCK__REDIS_FENCE_REGISTRY);
+    make_key(&slot, be, name, ":next");
     snprintf(lease, sizeof(lease), "%lld", (long long)lease_ms);
     argv[0] = lock.buf, lens[0] = lock.len;
     argv[1] = counter.buf, lens[1] = counter.len;
     argv[2] = floor.buf, lens[2] = floor.len;
     argv[3] = registry.buf, lens[3] = registry.len;
-    argv[4] = owner, lens[4] = strlen(owner);
-    argv[5] = lease, lens[5] = strlen(lease);
-    if ((rc = cmd_script(be, &dlock__redis_script_acquire, &r, 4, 6, argv, lens)) != DLOCK_OK)
+    argv[4] = slot.buf, lens[4] = slot.len;
+    argv[5] = owner, lens[5] = strlen(owner);
+    argv[6] = lease, lens[6] = strlen(lease);
+    if (w != NULL) {
+        snprintf(entry_ms, sizeof(entry_ms), "%lld",
+                 (long long)(2 * handoff_refresh_ms(lease_ms) + 100));
+        argv[7] = w->entry, lens[7] = strlen(w->entry);
+        argv[8] = entry_ms, lens[8] = strlen(entry_ms);
+        argc = 9;
+        sent = dlock__now_ms();
+    }
+    if ((rc = cmd_script(be, &dlock__redis_script_acquire, &r, 5, argc, argv, lens)) != DLOCK_OK)
         return rc;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER) {
@@ -163,11 +218,23 @@ static int redis_acquire(void *arg, const char *name, const char *owner, int64_t
             return bad_reply(&be->cmd, "the acquire script (fence <= 0)");
         }
         *fence = (uint64_t)r->element[1]->integer;
+        if (w != NULL)
+            w->leave = 0;
         rc = DLOCK_OK;
     } else {
         /* PTTL: -1 the key has no expiry, -2 it vanished just now (retry). */
         long long pttl = r->element[1]->integer;
         *retry_ms = pttl == -2 ? 0 : pttl;
+        if (w != NULL) {
+            /* Our entry may be in the slot: come back before it expires,
+             * and before a hand-off's lease would be counted from too long
+             * ago. */
+            int64_t refresh = handoff_refresh_ms(lease_ms);
+            if (*retry_ms < 0 || *retry_ms > refresh)
+                *retry_ms = refresh;
+            w->entry_sent_ms = sent;
+            w->leave = 1;
+        }
         rc = DLOCK_EBUSY;
     }
     freeReplyObject(r);
@@ -199,11 +266,31 @@ static int owner_script(redis_backend *be, const dlock__redis_script *s, const c
 static int redis_release(void *arg, const char *name, const char *owner)
 {
     redis_backend *be = arg;
-    key_buf chan;
+    key_buf lock, counter, floor, registry, slot, chan;
+    const char *argv[7];
+    size_t lens[7];
+    redisReply *r;
+    long long v = 0;
+    int rc;
 
+    make_key(&lock, be, name, "");
+    make_key(&counter, be, name, ":fence");
+    dlock__redis_global_key(&floor, be, DLOCK__REDIS_FENCE_FLOOR);
+    dlock__redis_global_key(&registry, be, DLOCK__REDIS_FENCE_REGISTRY);
+    make_key(&slot, be, name, ":next");
     make_key(&chan, be, name, ":release");
-    return owner_script(be, &dlock__redis_script_release, name, owner, chan.buf,
-                        "the release script");
+    argv[0] = lock.buf, lens[0] = lock.len;
+    argv[1] = counter.buf, lens[1] = counter.len;
+    argv[2] = floor.buf, lens[2] = floor.len;
+    argv[3] = registry.buf, lens[3] = registry.len;
+    argv[4] = slot.buf, lens[4] = slot.len;
+    argv[5] = owner, lens[5] = strlen(owner);
+    argv[6] = chan.buf, lens[6] = chan.len;
+    if ((rc = cmd_script(be, &dlock__redis_script_release, &r, 5, 7, argv, lens)) != DLOCK_OK)
+        return rc;
+    if ((rc = int_reply(&be->cmd, r, "the release script", &v)) != DLOCK_OK)
+        return rc;
+    return v == 1 ? DLOCK_OK : DLOCK_ELOST;
 }
 
 static int redis_extend(void *arg, const char *name, const char *owner, int64_t lease_ms)
@@ -376,7 +463,27 @@ void dlock__redis_watch_close(redis_backend *be, dlock__redis_watch *w)
 {
     if (w == NULL)
         return;
-    if (w->leave) {
+    if (w->leave && w->entry != NULL) {
+        /* Best effort: an entry left behind expires with the slot. */
+        key_buf lock, slot, chan;
+        const char *argv[5];
+        size_t lens[5];
+        redisReply *r = NULL;
+        char saved[512];
+
+        snprintf(saved, sizeof(saved), "%s", dlock_error_message());
+        make_key(&lock, be, w->name, "");
+        make_key(&slot, be, w->name, ":next");
+        make_key(&chan, be, w->name, ":release");
+        argv[0] = lock.buf, lens[0] = lock.len;
+        argv[1] = slot.buf, lens[1] = slot.len;
+        argv[2] = w->entry, lens[2] = strlen(w->entry);
+        argv[3] = w->token, lens[3] = strlen(w->token);
+        argv[4] = chan.buf, lens[4] = chan.len;
+        if (cmd_script(be, &dlock__redis_script_mutex_leave, &r, 2, 5, argv, lens) == DLOCK_OK)
+            freeReplyObject(r);
+        dlock__fail(DLOCK_OK, "%s", saved);
+    } else if (w->leave) {
         /* Best effort: if this fails, the server drops the place or marker
          * when its expiry passes. */
         key_buf base, chan;
@@ -399,6 +506,7 @@ void dlock__redis_watch_close(redis_backend *be, dlock__redis_watch *w)
     dlock__redis_watch_end(be->watcher, w->waiter);
     free(w->name);
     free(w->token);
+    free(w->entry);
     free(w);
 }
 
@@ -406,9 +514,15 @@ static int redis_watch_begin(void *arg, const char *name, void **watch)
 {
     redis_backend *be = arg;
     key_buf chan;
+    char wid[DLOCK_OWNER_LEN + 1];
+    int rc;
 
+    /* The waiter's id is what a hand-off message names: not its owner
+     * token, which must not travel on a channel others can read. */
+    if ((rc = dlock__owner_token(wid)) != DLOCK_OK)
+        return rc;
     make_key(&chan, be, name, ":release");
-    return dlock__redis_watch_open(be, chan.buf, NULL, NULL, (dlock__redis_watch **)watch);
+    return dlock__redis_watch_open(be, chan.buf, name, wid, (dlock__redis_watch **)watch);
 }
 
 static int redis_watch_wait(void *arg, void *watch, int64_t timeout_ms)

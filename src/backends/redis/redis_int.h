@@ -55,6 +55,11 @@ typedef struct {
     int leave;
     char *name;  /* for leave */
     char *token; /* for leave */
+    /* A plain mutex's waiter: its hand-off entry "WAITER-ID TOKEN LEASE"
+     * (acquire.lua; NULL until the first try that waits) and when the try
+     * that last put it in the slot was sent. */
+    char *entry;
+    int64_t entry_sent_ms;
 } dlock__redis_watch;
 
 /* Subscribe to channel for a waiter (token: see dlock__redis_watch_begin);

@@ -14,6 +14,7 @@ typedef struct {
 
 extern const dlock__redis_script dlock__redis_script_acquire;
 extern const dlock__redis_script dlock__redis_script_release;
+extern const dlock__redis_script dlock__redis_script_mutex_leave;
 extern const dlock__redis_script dlock__redis_script_extend;
 extern const dlock__redis_script dlock__redis_script_renew;
 extern const dlock__redis_script dlock__redis_script_status;

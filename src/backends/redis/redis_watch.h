@@ -6,6 +6,9 @@
  *                many readers; an election changed leader);
  *   a token      only the waiter registered with that token (the head of a
  *                fair lock's queue), in whichever client it waits;
+ *   "grant ID FENCE"  the release handed the plain mutex to the waiter
+ *                registered with token ID (redis.c, release.lua): only it
+ *                wakes, and it holds the lock with that fence;
  *   anything else ("released") one waiter of the channel, the longest
  *                waiting, since one release can only be won once.
  */
@@ -31,6 +34,10 @@ int dlock__redis_watch_begin(dlock__redis_watcher *w, const char *channel, const
                              dlock__redis_waiter **out);
 /* Wake the waiter's current or next dlock__redis_watch_wait. */
 void dlock__redis_watch_wake(dlock__redis_watcher *w, dlock__redis_waiter *waiter);
+/* The token the waiter was registered with. */
+const char *dlock__redis_watch_id(const dlock__redis_waiter *waiter);
+/* The fence of a "grant" message naming the waiter, or 0 if none came. */
+uint64_t dlock__redis_watch_granted(dlock__redis_watcher *w, dlock__redis_waiter *waiter);
 /* DLOCK_OK when a release woke us, DLOCK_ETIMEOUT after timeout_ms. */
 int dlock__redis_watch_wait(dlock__redis_watcher *w, dlock__redis_waiter *waiter,
                             int64_t timeout_ms);

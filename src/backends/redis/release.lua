@@ -1,9 +1,33 @@
 -- Compare-and-delete: only the owner may release, and waiters are told.
--- KEYS[1] the lock; ARGV[1] owner token, ARGV[2] release channel
+-- KEYS[1] the lock, KEYS[2] its fence counter, KEYS[3] the fence floor,
+-- KEYS[4] the fence registry, KEYS[5] the hand-off slot
+-- ARGV[1] owner token, ARGV[2] release channel
 -- Returns 1 when released, 0 when the lock was not ours (nothing deleted).
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], 'released')
-  return 1
+--
+-- When a waiter holds the hand-off slot (acquire.lua), the lock goes to it
+-- here, fence and all, and the message "grant WAITER-ID FENCE" tells it so:
+-- the next holder needs no round trip of its own. Otherwise the message
+-- "released" wakes a waiter to try.
+-- #include fence
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
 end
-return 0
+local entry = redis.call('GET', KEYS[5])
+if entry then
+  redis.call('DEL', KEYS[5])
+  local wid, token, lease = string.match(entry, '^(%x+) (%x+) (%d+)$')
+  local counter = redis.call('GET', KEYS[2])
+  if wid and not dlock_fence_check(KEYS[2], counter) then
+    redis.call('SET', KEYS[1], token, 'PX', lease)
+    local ok, fence = pcall(dlock_fence_next, KEYS[2], counter, KEYS[3], KEYS[4],
+                            tonumber(lease))
+    if ok and fence then
+      redis.call('PUBLISH', ARGV[2], 'grant ' .. wid .. ' ' .. fence)
+      return 1
+    end
+  end
+end
+-- No waiter to hand over to, or the hand-over failed: a plain release.
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[2], 'released')
+return 1

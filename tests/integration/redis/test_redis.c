@@ -599,9 +599,11 @@ static void waiter_woken_by_release(void)
     CHECK_RC(a.rc, DLOCK_OK);
     CHECK(dlock_lock_fence(a.lock) == 2);
     used = test_redis_calls(&r, "evalsha") - before;
-    /* try, try after subscribing, release, try after the wake-up */
+    /* try, try after subscribing, release: the release hands the lock over
+     * (release.lua), so the waiter needs no try after its wake-up */
     fprintf(stderr, "scripts during the hand-off: %lld\n", used);
-    CHECK(used <= 5);
+    CHECK(used <= 3);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{handoff}:next") == 0);
     CHECK_RC(dlock_release(a.lock), DLOCK_OK);
     dlock_client_free(holder_c);
     dlock_client_free(waiter_c);
@@ -670,6 +672,86 @@ static void release_wakes_one_waiter(void)
     test_redis_stop(&r);
 }
 
+/* The release hands the lock to the waiter in the hand-off slot: no try of
+ * the waiter's own after the release, the next fence, and a lease the
+ * watchdog then keeps. */
+static void release_hands_over(void)
+{
+    test_redis r;
+    dlock_client *holder_c, *waiter_c;
+    dlock_lock *l;
+    dlock_acquire_options o = opts(0, 20000, 0);
+    waiter_arg a;
+    pthread_t t;
+    long long before;
+
+    test_redis_start(&r, NULL);
+    holder_c = open_client(&r);
+    waiter_c = open_client(&r);
+    CHECK_RC(dlock_acquire(&l, holder_c, "given", &o), DLOCK_OK);
+    memset(&a, 0, sizeof(a));
+    a.c = waiter_c;
+    a.name = "given";
+    a.wait_ms = 8000;
+    CHECK(pthread_create(&t, NULL, waiter_main, &a) == 0);
+    for (int i = 0; i < 500 && test_redis_cmd(&r, "EXISTS dlock:{given}:next") != 1; i++)
+        test_sleep_ms(10);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{given}:next") == 1);
+    test_sleep_ms(100);
+    before = test_redis_calls(&r, "evalsha");
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(a.rc, DLOCK_OK);
+    CHECK(test_redis_calls(&r, "evalsha") - before == 1); /* the release alone */
+    CHECK(dlock_lock_fence(a.lock) == 2);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{given}:next") == 0);
+    CHECK(!dlock_lock_lost(a.lock));
+    CHECK_RC(dlock_lock_check(a.lock), DLOCK_OK);
+    CHECK_RC(dlock_release(a.lock), DLOCK_OK);
+    dlock_client_free(holder_c);
+    dlock_client_free(waiter_c);
+    test_redis_stop(&r);
+}
+
+/* A waiter killed while in the hand-off slot: a release may hand it the
+ * lock, which then stays taken for that waiter's lease, no longer; the next
+ * waiter gets it after, with the next fence. */
+static void handed_to_a_dead_waiter(void)
+{
+    test_redis r;
+    dlock_client *c;
+    dlock_lock *l, *l2;
+    dlock_acquire_options o = opts(0, 20000, 0);
+    dlock_acquire_options w = opts(15000, 5000, 1);
+    pid_t pid;
+
+    test_redis_start(&r, NULL);
+    c = open_client(&r);
+    CHECK_RC(dlock_acquire(&l, c, "ghost", &o), DLOCK_OK);
+    pid = fork();
+    if (pid == 0) {
+        dlock_client *cc = open_client(&r);
+        dlock_lock *x;
+        dlock_acquire_options wo = opts(DLOCK_WAIT_FOREVER, 1500, 1);
+        dlock_acquire(&x, cc, "ghost", &wo);
+        _exit(1); /* never gets here: killed while waiting */
+    }
+    for (int i = 0; i < 500 && test_redis_cmd(&r, "EXISTS dlock:{ghost}:next") != 1; i++)
+        test_sleep_ms(10);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{ghost}:next") == 1);
+    CHECK(kill(pid, SIGKILL) == 0);
+    CHECK(waitpid(pid, NULL, 0) == pid);
+    CHECK_RC(dlock_release(l), DLOCK_OK); /* to the dead waiter, if its entry is still there */
+    CHECK_RC(dlock_acquire(&l2, c, "ghost", &w), DLOCK_OK);
+    /* 2 (handed over) + 1, or 2 when the dead waiter's entry had expired */
+    CHECK(dlock_lock_fence(l2) == 3 || dlock_lock_fence(l2) == 2);
+    fprintf(stderr, "fence after the dead waiter: %llu\n",
+            (unsigned long long)dlock_lock_fence(l2));
+    CHECK_RC(dlock_release(l2), DLOCK_OK);
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
 static void wait_times_out(void)
 {
     test_redis r;
@@ -685,6 +767,8 @@ static void wait_times_out(void)
     CHECK(l2 == NULL);
     CHECK_CONTAINS(dlock_error_message(), "after waiting 300 ms");
     CHECK(test_redis_cmd(&r, "PUBSUB NUMSUB dlock:{busy}:release") >= 0);
+    /* The waiter left the hand-off slot: a release gives nothing to it. */
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{busy}:next") == 0);
     CHECK_RC(dlock_release(l), DLOCK_OK);
     dlock_client_free(c);
     test_redis_stop(&r);
@@ -898,6 +982,8 @@ TEST_MAIN({"basic_cycle", basic_cycle}, {"sockets_cloexec_and_no_sigpipe", socke
           {"waiter_woken_by_release", waiter_woken_by_release},
           {"release_wakes_one_waiter", release_wakes_one_waiter},
           {"wait_times_out", wait_times_out}, {"noscript_and_reconnect", noscript_and_reconnect},
+          {"release_hands_over", release_hands_over},
+          {"handed_to_a_dead_waiter", handed_to_a_dead_waiter},
           {"auth_and_db_and_unix", auth_and_db_and_unix}, {"maxmemory_reached", maxmemory_reached},
           {"client_freed_before_release", client_freed_before_release},
           {"threads_share_a_client", threads_share_a_client})
