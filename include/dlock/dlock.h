@@ -362,6 +362,17 @@ typedef struct {
  * releases (the release is announced to waiters) or until the holder's lease
  * runs out, whichever is first, then tries again.
  *
+ * On Redis, a waiting plain mutex is also handed over: one waiter holds the
+ * lock's hand-off slot, and the holder's release gives the lock (and the next
+ * fence) to that waiter in the same script, so the waiter holds it the moment
+ * the release's message reaches it, without a round trip of its own. Such a
+ * waiter tries again at least every lease_ms / 4 to keep its place, and its
+ * lease is counted from its last try, so it starts with at least three
+ * quarters of lease_ms (less the time a try takes). A waiter that dies while in the slot may be handed
+ * the lock: the lock is then free again once that waiter's lease runs out,
+ * as after the death of any holder (its place lapses after lease_ms / 2 + 100
+ * ms without a try).
+ *
  * The kind, owner id and reentrancy come from the options (see the lock
  * kinds above); each successful call gives a handle of its own, also when
  * a reentrant owner takes a lock it holds.

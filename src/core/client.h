@@ -31,6 +31,11 @@ struct dlock_client {
      * wakes it only for a lock due before then: waking it on every acquire
      * cost a context switch per lock cycle. */
     int64_t sleep_until_ms;
+    /* The shortest time from registration to a lock's first event seen so
+     * far (0: none yet). With no lock to watch, the watchdog still wakes
+     * this often, so that a new lock whose first event comes no sooner
+     * needs no wake-up: its acquisition costs no context switch. */
+    int64_t idle_period_ms;
     dlock_lock *locks; /* doubly linked through prev/next */
 };
 

@@ -22,6 +22,10 @@
 /* Most locks renewed in one backend call. */
 #define BATCH_MAX 128
 
+/* An idle watchdog wakes no more often than this (client.h, idle_period_ms):
+ * a client with short leases pays a wake-up per acquisition instead. */
+#define IDLE_WAKE_MIN_MS 1000
+
 void dlock__lock_mark_lost(dlock_lock *l, int reason, const char *message)
 {
     if (atomic_load(&l->lost_reason) != 0)
@@ -149,6 +153,9 @@ static void *watchdog_main(void *arg)
         }
         if (fire_callbacks(c))
             continue;
+        if (next == INT64_MAX && c->idle_period_ms > 0)
+            next = now + (c->idle_period_ms > IDLE_WAKE_MIN_MS ? c->idle_period_ms
+                                                                : IDLE_WAKE_MIN_MS);
         c->sleep_until_ms = next;
         if (next == INT64_MAX) {
             pthread_cond_wait(&c->wake, &c->mu);
@@ -181,6 +188,9 @@ int dlock__client_register(dlock_client *c, dlock_lock *l)
             c->thread_running = 1;
     }
     if (rc == DLOCK_OK) {
+        int64_t period = l->next_event_ms - dlock__now_ms();
+        if (period > 0 && (c->idle_period_ms == 0 || period < c->idle_period_ms))
+            c->idle_period_ms = period;
         l->next = c->locks;
         if (c->locks != NULL)
             c->locks->prev = l;
