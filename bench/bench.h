@@ -137,4 +137,7 @@ void bench_print_row(const char *name, double p50, double p99, double ops, const
 long bench_family(const char *url, const char *key_base, long count, double ping50_us,
                   double mutex_handoff50_us);
 
+/* url with its password, if any, shown as "***" (a static buffer). */
+const char *bench_redacted(const char *url);
+
 #endif /* DLOCK_BENCH_H */

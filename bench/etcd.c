@@ -384,7 +384,7 @@ int bench_etcd(const char *given_url, long iterations)
     /* base64 of "dlock-bench-raw" */
     snprintf(rawkey, sizeof rawkey, "{\"key\":\"ZGxvY2stYmVuY2gtcmF3\"}");
 
-    printf("dlock-bench --etcd: dlock %s, etcd at %s%s\n", dlock_version(), url,
+    printf("dlock-bench --etcd: dlock %s, etcd at %s%s\n", dlock_version(), bench_redacted(url),
            own ? " (started by this run, data on disk)" : "");
     printf("  %ld latency samples each, %ld hand-offs\n", n, handoffs);
 

@@ -814,6 +814,25 @@ static void parse_args(int argc, char **argv)
     }
 }
 
+/* url with the password, if any, shown as "***": what the bench prints. */
+const char *bench_redacted(const char *text)
+{
+    static char out[1100];
+    const char *auth = strstr(text, "://");
+    const char *at, *colon;
+
+    snprintf(out, sizeof out, "%s", text);
+    if (auth == NULL)
+        return out;
+    auth += 3;
+    at = strchr(auth, '@');
+    colon = memchr(auth, ':', at != NULL ? (size_t)(at - auth) : 0);
+    if (at != NULL && colon != NULL)
+        snprintf(out, sizeof out, "%.*s***%s", (int)(colon + 1 - text), text, at);
+    return out;
+}
+
+
 /*
  * One table: uncontended latency, optionally throughput, and the hand-off,
  * all under the CPU placement the caller has set up. Returns how many
@@ -914,7 +933,7 @@ static long run_section(const char *title, redisContext *raw, dlock_client *clie
         }
         cmdstats_print("hand-off (A's and B's calls):", &hs0, &hs1, handoffs);
         if (!bench_server_pid())
-            printf("  (other clients of %s count too)\n", url);
+            printf("  (other clients of %s count too)\n", bench_redacted(url));
     }
     return H.early;
 }
