@@ -463,32 +463,12 @@ void dlock__redis_watch_close(redis_backend *be, dlock__redis_watch *w)
 {
     if (w == NULL)
         return;
-    if (w->leave && w->entry != NULL) {
-        /* Best effort: an entry left behind expires with the slot. */
-        key_buf lock, slot, chan;
-        const char *argv[5];
-        size_t lens[5];
-        redisReply *r = NULL;
-        char saved[512];
-
-        snprintf(saved, sizeof(saved), "%s", dlock_error_message());
-        make_key(&lock, be, w->name, "");
-        make_key(&slot, be, w->name, ":next");
-        make_key(&chan, be, w->name, ":release");
-        argv[0] = lock.buf, lens[0] = lock.len;
-        argv[1] = slot.buf, lens[1] = slot.len;
-        argv[2] = w->entry, lens[2] = strlen(w->entry);
-        argv[3] = w->token, lens[3] = strlen(w->token);
-        argv[4] = chan.buf, lens[4] = chan.len;
-        if (cmd_script(be, &dlock__redis_script_mutex_leave, &r, 2, 5, argv, lens) == DLOCK_OK)
-            freeReplyObject(r);
-        dlock__fail(DLOCK_OK, "%s", saved);
-    } else if (w->leave) {
-        /* Best effort: if this fails, the server drops the place or marker
-         * when its expiry passes. */
+    if (w->leave) {
+        /* Best effort: if this fails, the server drops the place, marker or
+         * hand-off entry when its expiry passes. */
         key_buf base, chan;
-        const char *argv[3];
-        size_t lens[3];
+        const char *argv[4];
+        size_t lens[4];
         redisReply *r = NULL;
         char saved[512];
 
@@ -498,7 +478,10 @@ void dlock__redis_watch_close(redis_backend *be, dlock__redis_watch *w)
         argv[0] = base.buf, lens[0] = base.len;
         argv[1] = w->token, lens[1] = strlen(w->token);
         argv[2] = chan.buf, lens[2] = chan.len;
-        if (cmd_script(be, &dlock__redis_script_leave, &r, 1, 3, argv, lens) == DLOCK_OK)
+        argv[3] = w->entry, lens[3] = w->entry != NULL ? strlen(w->entry) : 0;
+        if (cmd_script(be, w->entry != NULL ? &dlock__redis_script_mutex_leave
+                                            : &dlock__redis_script_leave,
+                       &r, 1, w->entry != NULL ? 4 : 3, argv, lens) == DLOCK_OK)
             freeReplyObject(r);
         /* The caller reports why it gave up, not how leaving went. */
         dlock__fail(DLOCK_OK, "%s", saved);

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backends/redis/redis_scripts.h"
 #include "test.h"
 
 static dlock_client *open_client(const test_redis *r)
@@ -752,6 +753,33 @@ static void handed_to_a_dead_waiter(void)
     test_redis_stop(&r);
 }
 
+/* A waiter that gives up just after a release handed it the lock (the
+ * grant came after its last try): its leave gives the lock back and frees
+ * the slot. Run on the server state such a race leaves, as watch_end does. */
+static void leave_after_hand_over(void)
+{
+    const dlock__redis_script *s = &dlock__redis_script_mutex_leave;
+    const char *entry = "00ff 0123456789abcdef0123456789abcdef 5000";
+    const char *token = "0123456789abcdef0123456789abcdef";
+    test_redis r;
+
+    test_redis_start(&r, NULL);
+    CHECK(test_redis_cmd(&r, "SET dlock:{late} %s PX 5000", token) >= 0);
+    CHECK(test_redis_cmd(&r, "SET dlock:{late}:next %s PX 5000", entry) >= 0);
+    CHECK(test_redis_cmd(&r, "EVAL %b 1 dlock:{late} %s dlock:{late}:release %s", s->body,
+                         s->len, token, entry) == 1);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{late}") == 0);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{late}:next") == 0);
+    /* Not handed over: another's lock and another's entry stay. */
+    CHECK(test_redis_cmd(&r, "SET dlock:{late} other PX 5000") >= 0);
+    CHECK(test_redis_cmd(&r, "SET dlock:{late}:next other-entry PX 5000") >= 0);
+    CHECK(test_redis_cmd(&r, "EVAL %b 1 dlock:{late} %s dlock:{late}:release %s", s->body,
+                         s->len, token, entry) == 0);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{late}") == 1);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{late}:next") == 1);
+    test_redis_stop(&r);
+}
+
 static void wait_times_out(void)
 {
     test_redis r;
@@ -984,6 +1012,7 @@ TEST_MAIN({"basic_cycle", basic_cycle}, {"sockets_cloexec_and_no_sigpipe", socke
           {"wait_times_out", wait_times_out}, {"noscript_and_reconnect", noscript_and_reconnect},
           {"release_hands_over", release_hands_over},
           {"handed_to_a_dead_waiter", handed_to_a_dead_waiter},
+          {"leave_after_hand_over", leave_after_hand_over},
           {"auth_and_db_and_unix", auth_and_db_and_unix}, {"maxmemory_reached", maxmemory_reached},
           {"client_freed_before_release", client_freed_before_release},
           {"threads_share_a_client", threads_share_a_client})
