@@ -233,7 +233,8 @@ static int lease_left(etcd_backend *be, dlock__etcd_conn *c, int64_t lease, int6
     if (lease == 0)
         return DLOCK_OK;
     rc = call(be, c, "/v3/lease/timetolive", json_pack("{s:I}", "ID", (json_int_t)lease), &reply);
-    if (rc == DLOCK_OK && dlock__etcd_int(reply, "TTL", &ttl) != 0)
+    /* etcd's longest TTL is 9e9 s; one whose ms do not fit is not etcd's. */
+    if (rc == DLOCK_OK && (dlock__etcd_int(reply, "TTL", &ttl) != 0 || ttl > INT64_MAX / 1000))
         rc = bad_reply(be, "lease timetolive");
     json_decref(reply);
     if (rc == DLOCK_ESERVER && c->grpc_code == 5) {

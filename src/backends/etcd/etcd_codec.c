@@ -185,7 +185,8 @@ int64_t dlock__etcd_revision(const json_t *reply)
 
     if (json_is_object(reply))
         dlock__etcd_int(json_object_get(reply, "header"), "revision", &rev);
-    return rev;
+    /* Callers watch from rev + 1: INT64_MAX is no revision to count on. */
+    return rev > 0 && rev < INT64_MAX ? rev : 0;
 }
 
 char *dlock__etcd_dir(const char *prefix, const char *name)

@@ -51,7 +51,8 @@ int dlock__etcd_kv_in(const json_t *reply, const char *field, size_t i, dlock__e
  * "no kvs"). */
 const json_t *dlock__etcd_txn_op(const json_t *txn_reply, size_t i, const char *kind);
 
-/* header.revision of a reply (0 when missing). */
+/* header.revision of a reply: 0 when missing, or not a revision (not a
+ * positive int64, or INT64_MAX, after which nothing can be watched). */
 int64_t dlock__etcd_revision(const json_t *reply);
 
 /*

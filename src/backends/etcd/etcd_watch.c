@@ -73,7 +73,8 @@ static void handle_line(dlock__etcd_stream *s, const char *text, size_t n)
         size_t klen = 0;
         int64_t rev = 0;
 
-        if (dlock__etcd_int(kv, "mod_revision", &rev) == 0 && rev >= s->next_rev)
+        if (dlock__etcd_int(kv, "mod_revision", &rev) == 0 && rev >= s->next_rev &&
+            rev < INT64_MAX)
             s->next_rev = rev + 1;
         if (s->range) {
             if (s->state == DLOCK__ETCD_STREAM_RUNNING)
