@@ -8,12 +8,14 @@
 -- here, fence and all, and the message "grant WAITER-ID FENCE" tells it so:
 -- the next holder needs no round trip of its own. Otherwise the message
 -- "released" wakes a waiter to try.
--- #include fence
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 local entry = redis.call('GET', KEYS[5])
 if entry then
+  -- The fence helpers are defined here, not at the top: a release with no
+  -- waiter (the common case) does not pay for making their closures.
+  -- #include fence
   redis.call('DEL', KEYS[5])
   local wid, token, lease = string.match(entry, '^(%x+) (%x+) (%d+)$')
   local counter = redis.call('GET', KEYS[2])
