@@ -606,7 +606,9 @@ typedef void (*dlock_observe_cb)(const dlock_leader_info *leader, void *payload)
  * not called meanwhile.
  *
  * Returns DLOCK_OK and *out (cb may already be running), DLOCK_EINVAL,
- * DLOCK_ENOTSUP, DLOCK_ENOMEM. Thread-safe.
+ * DLOCK_ENOTSUP, DLOCK_ENOMEM, or a server error (DLOCK_ECONN, DLOCK_EAUTH,
+ * DLOCK_EPROTO, DLOCK_ESERVER) from a backend that reads the election's
+ * state before the observer starts (etcd does). Thread-safe.
  */
 DLOCK_EXTERN int dlock_observe(dlock_observer **out, dlock_client *client, const char *name,
                                dlock_observe_cb cb, void *payload);
