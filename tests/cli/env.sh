@@ -5,10 +5,16 @@
 . "$(dirname "$0")/lib.sh"
 
 N=$(name e)
-# A password the test server accepts (its default user has none) and that
-# must show up nowhere in COMMAND's reach.
+# A password the server accepts and that must show up nowhere in COMMAND's
+# reach. Redis: the test server's default user has none, so any will do.
+# etcd: a private etcd with auth on, so that dlock really logs in with it.
 SECRET="s3cret-$$"
-SECRET_URL="redis://default:$SECRET@$HOSTPORT"
+if [ "$BACKEND" = etcd ]; then
+    start_etcd "$SECRET"
+    SECRET_URL="etcd://root:$SECRET@$ETCD_HOSTPORT"
+else
+    SECRET_URL="redis://default:$SECRET@$HOSTPORT"
+fi
 
 show_env='printf "%s\n%s\n" "$DLOCK_NAME" "$DLOCK_FENCE" > "$0"; env > "$1"'
 expect 0 "first run" "$DLOCK" --url "$URL" run "$N" -- sh -c "$show_env" "$WORK/vars1" "$WORK/env1"

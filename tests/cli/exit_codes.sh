@@ -2,6 +2,8 @@
 # dlock run passes COMMAND's status through (128+N for signal N), and maps
 # what goes wrong around it: 127/126 COMMAND not found / not executable,
 # 69 server unreachable, 77 credentials refused, 64 a URL it cannot use.
+# With etcd (DLOCK_CLI_BACKEND=etcd), credentials are checked against a private
+# etcd with auth on.
 . "$(dirname "$0")/lib.sh"
 
 N=$(name a)
@@ -36,19 +38,39 @@ expect 126 "COMMAND not executable" run "$WORK/script"
 expect 0 "status after the runs" "$DLOCK" --url "$URL" status "$N"
 grep_file "^$N: free, fence [0-9]+$" "$WORK/out" "lock released after every run"
 
+# Nothing listens on port 1.
+DOWN=${URL%%://*}://127.0.0.1:1
 for cmd in "run $N -- true" "status $N" "release --force $N"; do
     # shellcheck disable=SC2086 # cmd is split on purpose
-    expect 69 "unreachable server: $cmd" "$DLOCK" --url redis://127.0.0.1:1 $cmd
+    expect 69 "unreachable server: $cmd" "$DLOCK" --url "$DOWN" $cmd
     grep_file '^dlock: .*127\.0\.0\.1:1' "$WORK/err" "unreachable: message names the server"
 done
-expect 69 "unreachable server from \$DLOCK_URL" env DLOCK_URL=redis://127.0.0.1:1 "$DLOCK" status "$N"
+expect 69 "unreachable server from \$DLOCK_URL" env DLOCK_URL="$DOWN" "$DLOCK" status "$N"
 
-# The server has no such user: AUTH fails with WRONGPASS.
-expect 77 "credentials refused" "$DLOCK" --url "redis://nosuchuser-$$:secret@$HOSTPORT" run "$N" -- true
+if [ "$BACKEND" = etcd ]; then
+    # The shared etcd runs without auth: a private one with auth on, whose
+    # root user has another password.
+    start_etcd "right-$$"
+    expect 0 "the right password is accepted" "$DLOCK" --url "etcd://root:right-$$@$ETCD_HOSTPORT" run "$N" -- true
+    BAD_CREDENTIALS="etcd://root:secret@$ETCD_HOSTPORT"
+else
+    # The server has no such user: AUTH fails with WRONGPASS.
+    BAD_CREDENTIALS="redis://nosuchuser-$$:secret@$HOSTPORT"
+fi
+expect 77 "credentials refused" "$DLOCK" --url "$BAD_CREDENTIALS" run "$N" -- true
 if grep -q secret "$WORK/err"; then fail "the password appears in the message: $(cat "$WORK/err")"; fi
 
-expect 64 "rediss:// is refused, never clear text" "$DLOCK" --url "rediss://$HOSTPORT" status "$N"
-expect 64 "malformed URL" "$DLOCK" --url "redis://$HOSTPORT/notadb" status "$N"
+if [ "$BACKEND" = etcd ]; then
+    expect 77 "no credentials for a server with auth on" "$DLOCK" --url "$ETCD_URL" status "$N"
+    # What rediss:// checks for Redis: what was meant for https is never sent
+    # in clear text.
+    expect 64 "a TLS option on etcd:// is refused, never clear text" \
+        "$DLOCK" --url "etcd://$HOSTPORT?cacert=/dev/null" status "$N"
+    expect 64 "malformed URL" "$DLOCK" --url "etcd://$HOSTPORT/notaprefix" status "$N"
+else
+    expect 64 "rediss:// is refused, never clear text" "$DLOCK" --url "rediss://$HOSTPORT" status "$N"
+    expect 64 "malformed URL" "$DLOCK" --url "redis://$HOSTPORT/notadb" status "$N"
+fi
 expect 64 "empty NAME" "$DLOCK" --url "$URL" run "" -- true
 
 finish

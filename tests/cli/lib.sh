@@ -1,5 +1,6 @@
 # Sourced by the tests in tests/cli. $1 is the dlock binary; DLOCK_TEST_URL the
-# redis-server to use (scripts/test.sh starts a throwaway one and exports it).
+# redis-server to use (scripts/test.sh starts a throwaway one and exports it),
+# or DLOCK_TEST_ETCD_URL the etcd when DLOCK_CLI_BACKEND=etcd.
 # Each test uses lock names of its own (name), so tests may run in parallel.
 set -u
 
@@ -8,8 +9,11 @@ case $DLOCK in /*) ;; *) DLOCK=$PWD/$DLOCK ;; esac
 TEST=$(basename "$0" .sh)
 
 # The same scripts run against etcd (tests/cli/CMakeLists.txt sets
-# DLOCK_CLI_BACKEND=etcd; scripts/test.sh exports DLOCK_TEST_ETCD_URL).
-if [ "${DLOCK_CLI_BACKEND:-redis}" = etcd ]; then
+# DLOCK_CLI_BACKEND=etcd; scripts/test.sh exports DLOCK_TEST_ETCD_URL). BACKEND
+# is redis or etcd: what a script checks where the two differ.
+BACKEND=${DLOCK_CLI_BACKEND:-redis}
+case $BACKEND in redis | etcd) ;; *) echo "FAIL: DLOCK_CLI_BACKEND must be redis or etcd, got $BACKEND" >&2; exit 1 ;; esac
+if [ "$BACKEND" = etcd ]; then
     DLOCK_TEST_URL=${DLOCK_TEST_ETCD_URL:-}
     [ -n "$DLOCK_TEST_URL" ] || { echo "FAIL: DLOCK_TEST_ETCD_URL is not set (scripts/test.sh starts an etcd)" >&2; exit 1; }
 fi
@@ -114,4 +118,77 @@ hold() {
     wait_file "$WORK/$tag.pid"
     HOLDER_CHILD=$(cat "$WORK/$tag.pid")
     CHILD_PIDS="$CHILD_PIDS $HOLDER_CHILD"
+}
+
+# free_port: a free loopback port below the kernel's ephemeral range, so that
+# no outgoing connection takes it before a server binds it (as
+# tests/support/test.c picks them).
+free_port() {
+    python3 -c '
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+while True:
+    s = socket.socket()
+    try:
+        p = random.randrange(10000, max(low, 12000))
+        s.bind(("127.0.0.1", p))
+        print(p)
+        break
+    except OSError:
+        pass
+    finally:
+        s.close()'
+}
+
+# etcd_ctl ARGS...: etcdctl against the private etcd.
+etcd_ctl() {
+    ETCDCTL_API=3 etcdctl --endpoints="$ETCD_HOSTPORT" --command-timeout=5s "$@"
+}
+
+# start_etcd [ROOT_PASSWORD]: a private single-member etcd on free loopback
+# ports, its data in $WORK, stopped on exit with the other background
+# processes. With ROOT_PASSWORD, auth is on and user root has that password.
+# Sets ETCD_PID, ETCD_HOSTPORT and ETCD_URL (without credentials). A port
+# taken between free_port and etcd's bind costs another try.
+start_etcd() {
+    command -v etcd >/dev/null || { fail "etcd is not installed (apt-get install etcd-server)"; finish; }
+    [ $# -eq 0 ] || command -v etcdctl >/dev/null ||
+        { fail "etcdctl is not installed (apt-get install etcd-client)"; finish; }
+    etcd_try=0
+    while :; do
+        etcd_try=$((etcd_try + 1))
+        etcd_client=$(free_port) etcd_peer=$(free_port)
+        ETCD_LOG=$WORK/etcd.$etcd_try.log
+        ETCD_HOSTPORT=127.0.0.1:$etcd_client
+        ETCD_URL=etcd://$ETCD_HOSTPORT
+        # Fast elections, as tests/support/test.c: a minimum lease of 1 s.
+        etcd --name cli --data-dir "$WORK/etcd.$etcd_try" \
+            --listen-client-urls "http://$ETCD_HOSTPORT" --advertise-client-urls "http://$ETCD_HOSTPORT" \
+            --listen-peer-urls "http://127.0.0.1:$etcd_peer" \
+            --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
+            --initial-cluster "cli=http://127.0.0.1:$etcd_peer" \
+            --heartbeat-interval 50 --election-timeout 500 --logger zap --log-level warn \
+            >"$ETCD_LOG" 2>&1 &
+        ETCD_PID=$!
+        BG_PIDS="$BG_PIDS $ETCD_PID"
+        etcd_n=0
+        until "$DLOCK" --url "$ETCD_URL" status probe >/dev/null 2>&1; do
+            etcd_n=$((etcd_n + 1))
+            if grep -q 'address already in use' "$ETCD_LOG" && [ "$etcd_try" -lt 5 ]; then
+                kill -TERM "$ETCD_PID" 2>/dev/null
+                wait "$ETCD_PID" 2>/dev/null
+                continue 2
+            fi
+            if [ "$etcd_n" -gt 600 ]; then
+                fail "the private etcd did not become healthy: $(tail -5 "$ETCD_LOG")"
+                finish
+            fi
+            sleep 0.05
+        done
+        break
+    done
+    [ $# -eq 0 ] && return
+    # etcdctl's auth enable grants root the root role it needs.
+    { etcd_ctl user add "root:$1" && etcd_ctl auth enable; } >>"$ETCD_LOG" 2>&1 ||
+        { fail "cannot turn on auth in the private etcd: $(tail -5 "$ETCD_LOG")"; finish; }
 }
