@@ -32,16 +32,6 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static dlock_acquire_options opts(int64_t wait_ms, int64_t lease_ms, int auto_renew)
-{
-    dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
-
-    o.wait_ms = wait_ms;
-    o.lease_ms = lease_ms;
-    o.auto_renew = auto_renew;
-    return o;
-}
-
 static dlock_client_options short_timeouts(int64_t ms)
 {
     dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
@@ -118,7 +108,7 @@ static void names_huge_and_binary(void)
     dlock_client *c;
     dlock_lock *l = (dlock_lock *)1, *a, *b, *d;
     dlock_lock_info info;
-    dlock_acquire_options o = opts(0, 5000, 0);
+    dlock_acquire_options o = test_opts(0, 5000, 0);
     size_t huge = 1 << 20;
     char *name = malloc(huge + 1), chunk[256];
     long long before;
@@ -178,17 +168,6 @@ static void names_huge_and_binary(void)
 /* ---------------------------------------------------------------------- */
 /* Leases and waits */
 
-static atomic_int lost_calls;
-static atomic_int lost_reason;
-
-static void count_lost(dlock_lock *l, int reason, void *payload)
-{
-    (void)l;
-    (void)payload;
-    atomic_store(&lost_reason, reason);
-    atomic_fetch_add(&lost_calls, 1);
-}
-
 static void absurd_leases_and_waits(void)
 {
     static const int64_t bad_leases[] = {INT64_MIN, -1, DLOCK_LEASE_MAX_MS * 1000, INT64_MAX};
@@ -204,19 +183,19 @@ static void absurd_leases_and_waits(void)
     test_redis_start(&r, NULL);
     c = open_url(r.url);
     for (size_t i = 0; i < sizeof(bad_leases) / sizeof(bad_leases[0]); i++) {
-        o = opts(0, bad_leases[i], 1);
+        o = test_opts(0, bad_leases[i], 1);
         CHECK_RC(dlock_acquire(&l, c, "absurd", &o), DLOCK_EINVAL);
         CHECK_CONTAINS(dlock_error_message(), "lease_ms");
     }
     for (size_t i = 0; i < sizeof(bad_waits) / sizeof(bad_waits[0]); i++) {
-        o = opts(bad_waits[i], 1000, 1);
+        o = test_opts(bad_waits[i], 1000, 1);
         CHECK_RC(dlock_acquire(&l, c, "absurd", &o), DLOCK_EINVAL);
         CHECK_CONTAINS(dlock_error_message(), "wait_ms");
     }
     CHECK(l == NULL);
 
     /* The largest lease and wait are accepted and reach the server as is. */
-    o = opts(DLOCK_LEASE_MAX_MS, DLOCK_LEASE_MAX_MS, 1);
+    o = test_opts(DLOCK_LEASE_MAX_MS, DLOCK_LEASE_MAX_MS, 1);
     CHECK_RC(dlock_acquire(&l, c, "absurd", &o), DLOCK_OK);
     CHECK(test_redis_cmd(&r, "PTTL dlock:{absurd}") > DLOCK_LEASE_MAX_MS - 60000);
     CHECK_RC(dlock_lock_extend(l, 0), DLOCK_EINVAL);
@@ -227,7 +206,7 @@ static void absurd_leases_and_waits(void)
     /* A waiter with the longest wait still times out only when told: a
      * try-once on the held lock answers at once. */
     t0 = now_ms();
-    o = opts(0, 1000, 1);
+    o = test_opts(0, 1000, 1);
     CHECK_RC(dlock_acquire(&t, c, "absurd", &o), DLOCK_EBUSY);
     CHECK(now_ms() - t0 < 1000);
     CHECK_RC(dlock_release(l), DLOCK_OK);
@@ -235,13 +214,13 @@ static void absurd_leases_and_waits(void)
     /* A 1 ms lease, renewed: it cannot be kept over a real network round
      * trip; it is lost, on_lost says so once, release says ELOST. Nothing
      * hangs. */
-    atomic_store(&lost_calls, 0);
-    o = opts(0, 1, 1);
-    o.on_lost = count_lost;
+    atomic_store(&test_lost_calls, 0);
+    o = test_opts(0, 1, 1);
+    o.on_lost = test_count_lost;
     CHECK_RC(dlock_acquire(&l, c, "tiny", &o), DLOCK_OK);
-    for (int i = 0; i < 200 && atomic_load(&lost_calls) == 0; i++)
+    for (int i = 0; i < 200 && atomic_load(&test_lost_calls) == 0; i++)
         test_sleep_ms(10);
-    CHECK(atomic_load(&lost_calls) == 1);
+    CHECK(atomic_load(&test_lost_calls) == 1);
     CHECK(dlock_lock_lost(l));
     CHECK_RC(dlock_release(l), DLOCK_ELOST);
     dlock_client_free(c);
@@ -289,7 +268,7 @@ static void credentials_never_in_messages(void)
     dlock_client *c;
     dlock_lock *l;
     dlock_lock_info info;
-    dlock_acquire_options o = opts(0, 300, 1);
+    dlock_acquire_options o = test_opts(0, 300, 1);
     char url[256];
 
     /* Refused by the parser or the backend, before any I/O. */
@@ -318,17 +297,17 @@ static void credentials_never_in_messages(void)
     test_redis_start(&guarded, "--requirepass " SECRET);
     snprintf(url, sizeof(url), "redis://:" SECRET "@127.0.0.1:%d/2", guarded.port);
     CHECK_RC(dlock_client_open(&c, url, &co), DLOCK_OK);
-    atomic_store(&lost_calls, 0);
-    o.on_lost = count_lost;
+    atomic_store(&test_lost_calls, 0);
+    o.on_lost = test_count_lost;
     CHECK_RC(dlock_acquire(&l, c, "guarded", &o), DLOCK_OK);
     test_redis_kill(&guarded);
     CHECK_RC(dlock_status(&info, c, "guarded"), DLOCK_ECONN);
     CHECK_MESSAGE_CLEAN();
     CHECK_RC(dlock_lock_check(l), DLOCK_ECONN);
     CHECK_MESSAGE_CLEAN();
-    for (int i = 0; i < 300 && atomic_load(&lost_calls) == 0; i++)
+    for (int i = 0; i < 300 && atomic_load(&test_lost_calls) == 0; i++)
         test_sleep_ms(10);
-    CHECK(atomic_load(&lost_calls) == 1);
+    CHECK(atomic_load(&test_lost_calls) == 1);
     test_redis_restart(&guarded);
     CHECK_RC(dlock_release(l), DLOCK_ELOST); /* carries the on_lost text */
     CHECK_MESSAGE_CLEAN();
@@ -508,7 +487,7 @@ static void garbage_server(void)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const garbage_case *gc = &cases[i];
         dlock_client_options co = short_timeouts(500);
-        dlock_acquire_options o = opts(0, 60000, 0);
+        dlock_acquire_options o = test_opts(0, 60000, 0);
         dlock_client *c = NULL;
         dlock_lock *l = NULL;
         dlock_lock_info info;
@@ -563,7 +542,7 @@ static void garbage_renewal(void)
                                      "$1\r\nx\r\n", "$1\r\nx\r\n", "$1\r\nx\r\n", NULL};
     fake_server f;
     dlock_client_options co = short_timeouts(500);
-    dlock_acquire_options o = opts(0, 300, 1);
+    dlock_acquire_options o = test_opts(0, 300, 1);
     dlock_client *c;
     dlock_lock *l;
     int64_t t0;
@@ -574,14 +553,14 @@ static void garbage_renewal(void)
     f.nscripts = 2;
     fake_start(&f);
     CHECK_RC(dlock_client_open(&c, f.url, &co), DLOCK_OK);
-    atomic_store(&lost_calls, 0);
-    o.on_lost = count_lost;
+    atomic_store(&test_lost_calls, 0);
+    o.on_lost = test_count_lost;
     t0 = now_ms();
     CHECK_RC(dlock_acquire(&l, c, "g", &o), DLOCK_OK);
-    for (int i = 0; i < 300 && atomic_load(&lost_calls) == 0; i++)
+    for (int i = 0; i < 300 && atomic_load(&test_lost_calls) == 0; i++)
         test_sleep_ms(10);
-    CHECK(atomic_load(&lost_calls) == 1);
-    CHECK(atomic_load(&lost_reason) == DLOCK_ECONN);
+    CHECK(atomic_load(&test_lost_calls) == 1);
+    CHECK(atomic_load(&test_lost_reason) == DLOCK_ECONN);
     CHECK(now_ms() - t0 >= 290);
     CHECK_RC(dlock_release(l), DLOCK_ELOST);
     CHECK_CONTAINS(dlock_error_message(), "renew script");
@@ -602,7 +581,7 @@ static void late_check(dlock_lock *l, int reason, void *payload)
     (void)payload;
     if (atomic_load(&released_flag))
         atomic_fetch_add(&late_callbacks, 1);
-    atomic_fetch_add(&lost_calls, 1);
+    atomic_fetch_add(&test_lost_calls, 1);
 }
 
 /*
@@ -623,9 +602,9 @@ static void no_on_lost_after_release(void)
     breaker = open_url(r.url);
     CHECK_RC(dlock_release(NULL), DLOCK_OK);
     CHECK(dlock_error_message()[0] == '\0');
-    atomic_store(&lost_calls, 0);
+    atomic_store(&test_lost_calls, 0);
     for (int i = 0; i < 60; i++) {
-        dlock_acquire_options o = opts(0, 15 + i % 20, i % 2);
+        dlock_acquire_options o = test_opts(0, 15 + i % 20, i % 2);
         dlock_lock *l;
         int rc;
 
@@ -643,7 +622,7 @@ static void no_on_lost_after_release(void)
     }
     test_sleep_ms(100);
     fprintf(stderr, "60 releases: %d ELOST, %d on_lost, %d after release\n", elost,
-            atomic_load(&lost_calls), atomic_load(&late_callbacks));
+            atomic_load(&test_lost_calls), atomic_load(&late_callbacks));
     CHECK(atomic_load(&late_callbacks) == 0);
     CHECK(elost > 0);
     dlock_client_free(breaker);
@@ -658,12 +637,12 @@ static void handle_after_client_free(void)
     test_redis r;
     dlock_client *c;
     dlock_lock *l;
-    dlock_acquire_options o = opts(0, 200, 1);
+    dlock_acquire_options o = test_opts(0, 200, 1);
 
     test_redis_start(&r, NULL);
     c = open_url(r.url);
-    atomic_store(&lost_calls, 0);
-    o.on_lost = count_lost;
+    atomic_store(&test_lost_calls, 0);
+    o.on_lost = test_count_lost;
     CHECK_RC(dlock_acquire(&l, c, "orphan", &o), DLOCK_OK);
     dlock_client_free(c);
     CHECK_RC(dlock_lock_extend(l, 1000), DLOCK_EMISUSE);
@@ -675,7 +654,7 @@ static void handle_after_client_free(void)
     test_sleep_ms(400); /* the lease runs out, unrenewed */
     CHECK(dlock_lock_lost(l));
     CHECK(dlock_lock_valid_ms(l) == 0);
-    CHECK(atomic_load(&lost_calls) == 0);
+    CHECK(atomic_load(&test_lost_calls) == 0);
     CHECK(test_redis_cmd(&r, "EXISTS dlock:{orphan}") == 0);
     CHECK_RC(dlock_release(l), DLOCK_EMISUSE);
     test_redis_stop(&r);
@@ -720,14 +699,14 @@ static void lock_used_from_other_thread(void)
 {
     test_redis r;
     dlock_client *c;
-    dlock_acquire_options o = opts(0, 90, 1);
+    dlock_acquire_options o = test_opts(0, 90, 1);
     other_arg a;
     pthread_t t, reader;
 
     test_redis_start(&r, NULL);
     c = open_url(r.url);
-    atomic_store(&lost_calls, 0);
-    o.on_lost = count_lost;
+    atomic_store(&test_lost_calls, 0);
+    o.on_lost = test_count_lost;
     memset(&a, 0, sizeof(a));
     CHECK_RC(dlock_acquire(&a.lock, c, "shared", &o), DLOCK_OK);
     CHECK(pthread_create(&reader, NULL, reader_thread, &a) == 0);
@@ -736,7 +715,7 @@ static void lock_used_from_other_thread(void)
     test_sleep_ms(300); /* renewals alone, past 3 leases */
     atomic_store(&a.stop, 1);
     CHECK(pthread_join(reader, NULL) == 0);
-    CHECK(atomic_load(&lost_calls) == 0);
+    CHECK(atomic_load(&test_lost_calls) == 0);
     CHECK_RC(dlock_release(a.lock), DLOCK_OK);
     CHECK(test_redis_cmd(&r, "EXISTS dlock:{shared}") == 0);
     dlock_client_free(c);
@@ -753,14 +732,14 @@ static void maxmemory_held_lock(void)
     dlock_client *c;
     dlock_lock *held, *l = NULL;
     dlock_lock_info info;
-    dlock_acquire_options o = opts(0, 300, 1);
+    dlock_acquire_options o = test_opts(0, 300, 1);
     char *filler = calloc(1, 65536);
 
     CHECK(filler != NULL);
     test_redis_start(&r, "--maxmemory-policy noeviction");
     c = open_url(r.url);
-    atomic_store(&lost_calls, 0);
-    o.on_lost = count_lost;
+    atomic_store(&test_lost_calls, 0);
+    o.on_lost = test_count_lost;
     CHECK_RC(dlock_acquire(&held, c, "kept", &o), DLOCK_OK);
     for (int i = 0; i < 64; i++)
         test_redis_cmd(&r, "SET filler:%d %b", i, filler, (size_t)65536);
@@ -770,7 +749,7 @@ static void maxmemory_held_lock(void)
     CHECK_CONTAINS(dlock_error_message(), "maxmemory");
     CHECK(l == NULL);
     test_sleep_ms(1000); /* three leases: renewals go on */
-    CHECK(atomic_load(&lost_calls) == 0);
+    CHECK(atomic_load(&test_lost_calls) == 0);
     CHECK_RC(dlock_lock_check(held), DLOCK_OK);
     CHECK_RC(dlock_lock_extend(held, 500), DLOCK_OK);
     CHECK_RC(dlock_status(&info, c, "kept"), DLOCK_OK);
@@ -809,7 +788,7 @@ static void *waiter_main(void *p)
     /* An 8 s lease: without pub/sub a waiter looks again only after a
      * quarter of its lease (2 s) or the holder's lease end, whichever is
      * first: well past the 1.7 s the scenario allows. */
-    dlock_acquire_options o = opts(4000, 8000, 1);
+    dlock_acquire_options o = test_opts(4000, 8000, 1);
     int64_t t0 = now_ms();
 
     a->rc = dlock_acquire(&a->lock, a->c, a->name, &o);
@@ -826,7 +805,7 @@ static void *waiter_main(void *p)
 static int scenario(test_redis *r, const char *url, int *code, char *msg, size_t msgsize)
 {
     dlock_client_options co = short_timeouts(600);
-    dlock_acquire_options o = opts(0, 2000, 1);
+    dlock_acquire_options o = test_opts(0, 2000, 1);
     dlock_client *c = NULL, *c2 = NULL;
     dlock_lock *a = NULL, *b = NULL;
     dlock_lock_info info;

@@ -776,3 +776,107 @@ int test_process_alive(int pid)
     fclose(f);
     return alive;
 }
+
+/* ------------------------------------------------------------------------
+ * Either backend
+ * ---------------------------------------------------------------------- */
+
+void test_server_start(test_server *s, const char *backend)
+{
+    memset(s, 0, sizeof(*s));
+    if (backend != NULL && strcmp(backend, "redis") == 0) {
+        s->backend = "redis";
+        test_redis_start(&s->redis, NULL);
+        s->url = s->redis.url;
+        s->short_lease_ms = 300;
+        s->dense_fences = 1;
+    } else if (backend != NULL && strcmp(backend, "etcd") == 0) {
+        s->backend = "etcd";
+        test_etcd_start(&s->etcd, 1, NULL);
+        s->url = s->etcd.url;
+        s->short_lease_ms = 1000; /* etcd counts leases in whole seconds */
+    } else {
+        fprintf(stderr, "unknown backend '%s' (redis or etcd)\n", backend ? backend : "");
+        exit(2);
+    }
+}
+
+void test_server_stop(test_server *s)
+{
+    if (strcmp(s->backend, "redis") == 0)
+        test_redis_stop(&s->redis);
+    else
+        test_etcd_stop(&s->etcd);
+}
+
+int test_server_held(test_server *s, const char *name)
+{
+    char key[600];
+
+    if (strcmp(s->backend, "redis") == 0)
+        return test_redis_cmd(&s->redis, "EXISTS dlock:{%s}", name) == 1;
+    snprintf(key, sizeof(key), "dlock/%s/", name);
+    return test_etcd_count(&s->etcd, key) > 0;
+}
+
+long long test_server_leftovers(test_server *s, const char *name)
+{
+    char key[600];
+
+    if (strcmp(s->backend, "redis") == 0)
+        return test_redis_cmd(&s->redis, "EXISTS dlock:{%s} dlock:{%s}:next", name, name);
+    snprintf(key, sizeof(key), "dlock/%s/", name);
+    return test_etcd_count(&s->etcd, key) + test_etcd_leases(&s->etcd);
+}
+
+long long test_server_requests(test_server *s)
+{
+    static const char *const redis_cmds[] = {"evalsha", "eval"};
+    static const char *const etcd_methods[] = {"Txn", "Range", "DeleteRange", "Put"};
+    long long n = 0;
+    char metric[160];
+
+    if (strcmp(s->backend, "redis") == 0) {
+        for (size_t i = 0; i < sizeof(redis_cmds) / sizeof(redis_cmds[0]); i++)
+            n += test_redis_calls(&s->redis, redis_cmds[i]);
+        return n;
+    }
+    for (size_t i = 0; i < sizeof(etcd_methods) / sizeof(etcd_methods[0]); i++) {
+        snprintf(metric, sizeof(metric), "grpc_server_started_total{grpc_method=\"%s\"",
+                 etcd_methods[i]);
+        n += test_etcd_metric(&s->etcd, 0, metric);
+    }
+    return n;
+}
+
+dlock_acquire_options test_opts(int64_t wait_ms, int64_t lease_ms, int auto_renew)
+{
+    dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+
+    o.wait_ms = wait_ms;
+    o.lease_ms = lease_ms;
+    o.auto_renew = auto_renew;
+    return o;
+}
+
+void test_wait_child_ok(int pid)
+{
+    int status;
+
+    CHECK(waitpid(pid, &status, 0) == pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "child %d failed (status %d)\n", pid, status);
+        exit(1);
+    }
+}
+
+atomic_int test_lost_calls;
+atomic_int test_lost_reason;
+
+void test_count_lost(dlock_lock *lock, int reason, void *payload)
+{
+    (void)lock;
+    (void)payload;
+    atomic_store(&test_lost_reason, reason);
+    atomic_fetch_add(&test_lost_calls, 1);
+}

@@ -6,6 +6,7 @@
 #ifndef DLOCK_TEST_H
 #define DLOCK_TEST_H
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,16 @@ typedef struct {
     }
 
 int test_run(const test_case *cases, size_t n, int argc, char **argv);
+
+/* DLOCK_ACQUIRE_OPTIONS_INIT with these three set. */
+dlock_acquire_options test_opts(int64_t wait_ms, int64_t lease_ms, int auto_renew);
+/* Reap child pid; fail the test unless it exited with status 0. */
+void test_wait_child_ok(int pid);
+
+/* An on_lost callback that counts its calls and keeps the last reason. */
+extern atomic_int test_lost_calls;
+extern atomic_int test_lost_reason;
+void test_count_lost(dlock_lock *lock, int reason, void *payload);
 
 /* ---- a private redis-server, for tests that count its commands or
  * kill and restart it ---- */
@@ -134,5 +145,31 @@ long long test_etcd_leases(test_etcd *e);
 long long test_etcd_metric(test_etcd *e, int member, const char *metric);
 /* 1 if process pid still exists (not reaped, not gone). */
 int test_process_alive(int pid);
+
+/* ---- either backend: the scenarios every backend must pass
+ * (tests/integration/core) see the server only through these ---- */
+
+typedef struct {
+    const char *backend; /* "redis" or "etcd" */
+    test_redis redis;
+    test_etcd etcd;
+    const char *url;
+    int64_t short_lease_ms; /* the shortest lease the service keeps well */
+    int dense_fences;       /* fences are 1, 2, 3 ... (Redis), not just increasing */
+} test_server;
+
+/* Start a throwaway server of backend ("redis" or "etcd"; etcd: one member).
+ * Exits the test with a message for any other name. */
+void test_server_start(test_server *s, const char *backend);
+void test_server_stop(test_server *s);
+/* 1 if the server holds the lock name for someone now. */
+int test_server_held(test_server *s, const char *name);
+/* What the server keeps for name besides its fence counter: Redis, the lock
+ * and its hand-off entry; etcd, the keys under dlock/NAME/ (holder and
+ * queued waiters) plus every lease there is. 0 once nothing is left. */
+long long test_server_leftovers(test_server *s, const char *name);
+/* Requests so far that take, keep or give up locks (Redis: scripts; etcd:
+ * Txn, Range, DeleteRange and Put). */
+long long test_server_requests(test_server *s);
 
 #endif

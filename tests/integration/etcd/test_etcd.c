@@ -34,27 +34,6 @@ static dlock_client *open_client(const test_etcd *e)
     return open_url(e->url);
 }
 
-static dlock_acquire_options opts(int64_t wait_ms, int64_t lease_ms, int auto_renew)
-{
-    dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
-
-    o.wait_ms = wait_ms;
-    o.lease_ms = lease_ms;
-    o.auto_renew = auto_renew;
-    return o;
-}
-
-static void wait_child_ok(pid_t pid)
-{
-    int status;
-
-    CHECK(waitpid(pid, &status, 0) == pid);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        fprintf(stderr, "child %d failed (status %d)\n", (int)pid, status);
-        exit(1);
-    }
-}
-
 /* Requests etcd served, of one gRPC method ("Txn", "Range", "LeaseGrant"). */
 static long long served(test_etcd *e, int member, const char *method)
 {
@@ -156,308 +135,38 @@ static void url_and_open_errors(void)
     test_etcd_stop(&e);
 }
 
-static void basic_cycle(void)
+/* What etcd keeps for a lock (the core scenarios are in integration/core):
+ * one key and one lease per holder; a try leaves nothing; a longer lease
+ * moves the key to a new lease with fence and place kept, the same lease is
+ * kept alive; release revokes the lease rather than leave it to run out. */
+static void leases_follow_the_lock(void)
 {
     test_etcd e;
     dlock_client *c;
     dlock_lock *a, *b = (dlock_lock *)1;
     dlock_lock_info info;
-    dlock_acquire_options o = opts(0, 5000, 1);
+    dlock_acquire_options o = test_opts(0, 5000, 1);
     uint64_t first;
 
     test_etcd_start(&e, 1, NULL);
     c = open_client(&e);
     CHECK_RC(dlock_acquire(&a, c, "job", &o), DLOCK_OK);
     first = dlock_lock_fence(a);
-    CHECK(first > 0);
-    CHECK(strcmp(dlock_lock_name(a), "job") == 0);
-    CHECK(!dlock_lock_lost(a));
-    CHECK(dlock_lock_valid_ms(a) > 0 && dlock_lock_valid_ms(a) <= 5000);
     CHECK(test_etcd_count(&e, "dlock/job/") == 1);
+    CHECK(test_etcd_leases(&e) == 1);
     CHECK_RC(dlock_acquire(&b, c, "job", &o), DLOCK_EBUSY);
-    CHECK(b == NULL);
-    CHECK_CONTAINS(dlock_error_message(), "'job' is held by another owner");
     CHECK(test_etcd_count(&e, "dlock/job/") == 1); /* the try left nothing */
-    CHECK_RC(dlock_status(&info, c, "job"), DLOCK_OK);
-    CHECK(info.held == 1 && info.fence == first && info.ttl_ms > 0 && info.ttl_ms <= 5000);
-    CHECK_RC(dlock_lock_check(a), DLOCK_OK);
-    /* A longer lease moves the key to a new lease; fence and place stay. */
+    CHECK(test_etcd_leases(&e) == 1);
     CHECK_RC(dlock_lock_extend(a, 8000), DLOCK_OK);
     CHECK_RC(dlock_status(&info, c, "job"), DLOCK_OK);
     CHECK(info.held == 1 && info.fence == first && info.ttl_ms > 5000);
-    CHECK_RC(dlock_lock_check(a), DLOCK_OK);
+    CHECK(test_etcd_leases(&e) == 1); /* the old lease was revoked */
     CHECK_RC(dlock_lock_extend(a, 8000), DLOCK_OK); /* same TTL: a keepalive */
     CHECK(test_etcd_leases(&e) == 1);
+    CHECK_RC(dlock_lock_check(a), DLOCK_OK);
     CHECK_RC(dlock_release(a), DLOCK_OK);
     CHECK(test_etcd_count(&e, "dlock/") == 0);
-    CHECK(test_etcd_leases(&e) == 0); /* the lease was revoked, not left to run out */
-    CHECK_RC(dlock_status(&info, c, "job"), DLOCK_OK);
-    CHECK(info.held == 0 && info.ttl_ms == 0);
-    CHECK_RC(dlock_acquire(&a, c, "job", &o), DLOCK_OK);
-    CHECK(dlock_lock_fence(a) > first);
-    CHECK_RC(dlock_release(a), DLOCK_OK);
-
-    /* Names with '/' and odd bytes are kept apart. */
-    o = opts(0, 2000, 0);
-    CHECK_RC(dlock_acquire(&a, c, "a", &o), DLOCK_OK);
-    CHECK_RC(dlock_acquire(&b, c, "a/b", &o), DLOCK_OK);
-    CHECK_RC(dlock_status(&info, c, "a/b"), DLOCK_OK);
-    CHECK(info.held && info.fence == dlock_lock_fence(b));
-    CHECK_RC(dlock_release(a), DLOCK_OK);
-    CHECK_RC(dlock_release(b), DLOCK_OK);
-    CHECK_RC(dlock_acquire(&a, c, "x y\x01\xff%", &o), DLOCK_OK);
-    CHECK_RC(dlock_release(a), DLOCK_OK);
-    dlock_client_free(c);
-    test_etcd_stop(&e);
-}
-
-/* Several processes do a non-atomic read-modify-write of a counter in a
- * file under the lock; any overlap loses an increment. */
-static void mutual_exclusion_processes(void)
-{
-    enum { PROCS = 5, ITERS = 40 };
-    test_etcd e;
-    char path[] = "/tmp/dlock-counter-XXXXXX";
-    int fd = mkstemp(path);
-    pid_t pids[PROCS];
-    long total;
-
-    CHECK(fd >= 0);
-    CHECK(write(fd, "0", 1) == 1);
-    close(fd);
-    test_etcd_start(&e, 1, NULL);
-    for (int p = 0; p < PROCS; p++) {
-        pids[p] = fork();
-        CHECK(pids[p] >= 0);
-        if (pids[p] == 0) {
-            dlock_client *c = open_client(&e);
-            dlock_acquire_options o = opts(DLOCK_WAIT_FOREVER, 5000, 1);
-            for (int i = 0; i < ITERS; i++) {
-                dlock_lock *l;
-                char buf[32] = {0};
-                long v;
-                int f;
-                CHECK_RC(dlock_acquire(&l, c, "counter", &o), DLOCK_OK);
-                f = open(path, O_RDWR);
-                CHECK(f >= 0 && read(f, buf, sizeof(buf) - 1) > 0);
-                v = atol(buf);
-                usleep(200); /* widen the race window */
-                snprintf(buf, sizeof(buf), "%ld", v + 1);
-                CHECK(pwrite(f, buf, strlen(buf), 0) == (ssize_t)strlen(buf));
-                close(f);
-                CHECK_RC(dlock_release(l), DLOCK_OK);
-            }
-            dlock_client_free(c);
-            _exit(0);
-        }
-    }
-    for (int p = 0; p < PROCS; p++)
-        wait_child_ok(pids[p]);
-    {
-        char buf[32] = {0};
-        int f = open(path, O_RDONLY);
-        CHECK(f >= 0 && read(f, buf, sizeof(buf) - 1) > 0);
-        close(f);
-        total = atol(buf);
-    }
-    unlink(path);
-    if (total != PROCS * ITERS) {
-        fprintf(stderr, "counter is %ld, wanted %d: two holders overlapped\n", total,
-                PROCS * ITERS);
-        exit(1);
-    }
-    CHECK(test_etcd_count(&e, "dlock/") == 0); /* no waiter's key left behind */
-    test_etcd_stop(&e);
-}
-
-/* Fences strictly increase in the order the lock is held, across processes:
- * each holder compares its fence with the last one written under the lock. */
-static void fences_strictly_increase(void)
-{
-    enum { PROCS = 4, ITERS = 150 };
-    test_etcd e;
-    uint64_t *shared;
-    pid_t pids[PROCS];
-
-    test_etcd_start(&e, 1, NULL);
-    shared = mmap(NULL, sizeof(uint64_t) * (1 + PROCS * ITERS), PROT_READ | PROT_WRITE,
-                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    CHECK(shared != MAP_FAILED);
-    for (int p = 0; p < PROCS; p++) {
-        pids[p] = fork();
-        if (pids[p] == 0) {
-            dlock_client *c = open_client(&e);
-            dlock_acquire_options o = opts(DLOCK_WAIT_FOREVER, 5000, 0);
-            for (int i = 0; i < ITERS; i++) {
-                dlock_lock *l;
-                uint64_t f;
-                CHECK_RC(dlock_acquire(&l, c, "fenced", &o), DLOCK_OK);
-                f = dlock_lock_fence(l);
-                /* shared[0]: the last holder's fence (written under the lock) */
-                CHECK(f > __atomic_load_n(&shared[0], __ATOMIC_SEQ_CST));
-                __atomic_store_n(&shared[0], f, __ATOMIC_SEQ_CST);
-                shared[1 + p * ITERS + i] = f;
-                CHECK_RC(dlock_release(l), DLOCK_OK);
-            }
-            dlock_client_free(c);
-            _exit(0);
-        }
-    }
-    for (int p = 0; p < PROCS; p++)
-        wait_child_ok(pids[p]);
-    /* No fence was issued twice. */
-    for (int i = 0; i < PROCS * ITERS; i++)
-        for (int j = i + 1; j < PROCS * ITERS; j++)
-            CHECK(shared[1 + i] != shared[1 + j]);
-    munmap(shared, sizeof(uint64_t) * (1 + PROCS * ITERS));
-    test_etcd_stop(&e);
-}
-
-/* Wait until no key is left under prefix (a lease ran out), up to 10 s. */
-static void wait_keys_gone(test_etcd *e, const char *prefix)
-{
-    for (int i = 0; i < 500 && test_etcd_count(e, prefix) != 0; i++)
-        test_sleep_ms(20);
-    CHECK(test_etcd_count(e, prefix) == 0);
-}
-
-/* A holder whose lease ran out cannot release the next holder's lock. */
-static void release_by_non_owner_refused(void)
-{
-    test_etcd e;
-    dlock_client *c1, *c2;
-    dlock_lock *old, *cur;
-    dlock_acquire_options o = opts(0, 1000, 0);
-    dlock_acquire_options w = opts(8000, 5000, 1);
-
-    test_etcd_start(&e, 1, NULL);
-    c1 = open_client(&e);
-    c2 = open_client(&e);
-    CHECK_RC(dlock_acquire(&old, c1, "shared", &o), DLOCK_OK);
-    CHECK_RC(dlock_acquire(&cur, c2, "shared", &w), DLOCK_OK); /* after the lease ran out */
-    CHECK(dlock_lock_fence(cur) > dlock_lock_fence(old));
-    CHECK(dlock_lock_lost(old));
-    CHECK_RC(dlock_lock_extend(old, 5000), DLOCK_ELOST);
-    CHECK_RC(dlock_lock_check(old), DLOCK_ELOST);
-    CHECK_RC(dlock_release(old), DLOCK_ELOST);
-    CHECK_CONTAINS(dlock_error_message(), "no longer ours");
-    CHECK(test_etcd_count(&e, "dlock/shared/") == 1);
-    CHECK_RC(dlock_lock_check(cur), DLOCK_OK);
-    CHECK_RC(dlock_release(cur), DLOCK_OK);
-    CHECK(test_etcd_count(&e, "dlock/shared/") == 0);
-    dlock_client_free(c1);
-    dlock_client_free(c2);
-    test_etcd_stop(&e);
-}
-
-static void expiry_frees_the_lock(void)
-{
-    test_etcd e;
-    dlock_client *c;
-    dlock_lock *a, *b;
-    dlock_acquire_options o = opts(0, 1000, 0);
-
-    test_etcd_start(&e, 1, NULL);
-    c = open_client(&e);
-    CHECK_RC(dlock_acquire(&a, c, "exp", &o), DLOCK_OK);
-    /* The client counts the lease from before its request: lost locally no
-     * later than on the server. */
-    wait_keys_gone(&e, "dlock/exp/");
-    CHECK(dlock_lock_lost(a));
-    CHECK(dlock_lock_valid_ms(a) == 0);
-    CHECK_RC(dlock_acquire(&b, c, "exp", &o), DLOCK_OK);
-    CHECK(dlock_lock_fence(b) > dlock_lock_fence(a)); /* the fence did not go back */
-    CHECK_RC(dlock_release(a), DLOCK_ELOST);
-    CHECK_RC(dlock_release(b), DLOCK_OK);
     CHECK(test_etcd_leases(&e) == 0);
-    dlock_client_free(c);
-    test_etcd_stop(&e);
-}
-
-static atomic_int lost_calls;
-static atomic_int lost_reason;
-
-static void count_lost(dlock_lock *l, int reason, void *payload)
-{
-    (void)l;
-    (void)payload;
-    atomic_store(&lost_reason, reason);
-    atomic_fetch_add(&lost_calls, 1);
-}
-
-/* The watchdog keeps locks far past their lease, one keepalive request and
- * one txn per batch of renewals. */
-static void watchdog_keeps_lock(void)
-{
-    enum { LOCKS = 20 };
-    test_etcd e;
-    dlock_client *c, *other;
-    dlock_lock *locks[LOCKS], *b;
-    dlock_acquire_options o = opts(0, 1000, 1);
-    long long before, txns;
-
-    atomic_store(&lost_calls, 0);
-    test_etcd_start(&e, 1, NULL);
-    c = open_client(&e);
-    other = open_client(&e);
-    o.on_lost = count_lost;
-    for (int i = 0; i < LOCKS; i++) {
-        char name[16];
-        snprintf(name, sizeof(name), "wd%d", i);
-        CHECK_RC(dlock_acquire(&locks[i], c, name, &o), DLOCK_OK);
-    }
-    before = served(&e, 0, "Txn");
-    test_sleep_ms(3500); /* 3.5x the lease */
-    txns = served(&e, 0, "Txn") - before;
-    for (int i = 0; i < LOCKS; i++) {
-        CHECK(!dlock_lock_lost(locks[i]));
-        CHECK_RC(dlock_lock_check(locks[i]), DLOCK_OK);
-    }
-    CHECK_RC(dlock_acquire(&b, other, "wd0", NULL), DLOCK_EBUSY);
-    /* 20 locks renewed ~every 333 ms for 3.5 s, one by one, would be ~200. */
-    fprintf(stderr, "renewal txns for %d locks over 3.5 leases: %lld\n", LOCKS, txns);
-    CHECK(txns >= 3);
-    CHECK(txns < LOCKS * 2);
-    for (int i = 0; i < LOCKS; i++)
-        CHECK_RC(dlock_release(locks[i]), DLOCK_OK);
-    CHECK(atomic_load(&lost_calls) == 0);
-    CHECK(test_etcd_count(&e, "dlock/") == 0);
-    CHECK(test_etcd_leases(&e) == 0);
-    dlock_client_free(c);
-    dlock_client_free(other);
-    test_etcd_stop(&e);
-}
-
-/* on_lost fires once when an administrator breaks the lock; extend, check
- * and release report it too. */
-static void on_lost_once_after_force_release(void)
-{
-    test_etcd e;
-    dlock_client *c;
-    dlock_lock *l;
-    dlock_lock_info removed;
-    dlock_acquire_options o = opts(0, 1500, 1);
-
-    atomic_store(&lost_calls, 0);
-    test_etcd_start(&e, 1, NULL);
-    c = open_client(&e);
-    o.on_lost = count_lost;
-    CHECK_RC(dlock_acquire(&l, c, "victim", &o), DLOCK_OK);
-    CHECK_RC(dlock_force_release(&removed, c, "victim"), DLOCK_OK);
-    CHECK(removed.held == 1 && removed.fence == dlock_lock_fence(l) && removed.ttl_ms > 0);
-    CHECK(test_etcd_count(&e, "dlock/victim/") == 0);
-    for (int i = 0; i < 200 && atomic_load(&lost_calls) == 0; i++)
-        test_sleep_ms(20);
-    CHECK(atomic_load(&lost_calls) == 1);
-    CHECK(atomic_load(&lost_reason) == DLOCK_ELOST);
-    CHECK(dlock_lock_lost(l));
-    CHECK_RC(dlock_lock_check(l), DLOCK_ELOST);
-    CHECK_RC(dlock_lock_extend(l, 1000), DLOCK_ELOST);
-    test_sleep_ms(1000);
-    CHECK(atomic_load(&lost_calls) == 1);
-    CHECK_RC(dlock_release(l), DLOCK_ELOST);
-    CHECK_RC(dlock_force_release(&removed, c, "victim"), DLOCK_OK);
-    CHECK(removed.held == 0);
     dlock_client_free(c);
     test_etcd_stop(&e);
 }
@@ -469,88 +178,23 @@ static void on_lost_when_key_deleted(void)
     test_etcd e;
     dlock_client *c;
     dlock_lock *l;
-    dlock_acquire_options o = opts(0, 1500, 1);
+    dlock_acquire_options o = test_opts(0, 1500, 1);
 
-    atomic_store(&lost_calls, 0);
+    atomic_store(&test_lost_calls, 0);
     test_etcd_start(&e, 1, NULL);
     c = open_client(&e);
-    o.on_lost = count_lost;
+    o.on_lost = test_count_lost;
     CHECK_RC(dlock_acquire(&l, c, "deleted", &o), DLOCK_OK);
     CHECK(test_etcd_delete(&e, "dlock/deleted/") == 1);
     CHECK(test_etcd_leases(&e) == 1); /* only the key went */
-    for (int i = 0; i < 200 && atomic_load(&lost_calls) == 0; i++)
+    for (int i = 0; i < 200 && atomic_load(&test_lost_calls) == 0; i++)
         test_sleep_ms(20);
-    CHECK(atomic_load(&lost_calls) == 1);
-    CHECK(atomic_load(&lost_reason) == DLOCK_ELOST);
+    CHECK(atomic_load(&test_lost_calls) == 1);
+    CHECK(atomic_load(&test_lost_reason) == DLOCK_ELOST);
     test_sleep_ms(1000); /* more renewal periods: still once */
-    CHECK(atomic_load(&lost_calls) == 1);
+    CHECK(atomic_load(&test_lost_calls) == 1);
     CHECK_RC(dlock_release(l), DLOCK_ELOST);
     dlock_client_free(c);
-    test_etcd_stop(&e);
-}
-
-/* A holder frozen past its lease loses the lock to another process; when it
- * resumes, its on_lost fires and its release returns DLOCK_ELOST. */
-static int stop_pipe[2];
-
-static void lost_to_pipe(dlock_lock *l, int reason, void *payload)
-{
-    char ch = (char)(reason == DLOCK_ELOST ? 'L' : 'C');
-    (void)l;
-    (void)payload;
-    if (write(stop_pipe[1], &ch, 1) != 1)
-        abort();
-}
-
-static void sigstop_holder_loses_lock(void)
-{
-    test_etcd e;
-    int ready[2];
-    pid_t pid;
-    uint64_t *shared;
-
-    test_etcd_start(&e, 1, NULL);
-    shared = mmap(NULL, sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                  -1, 0);
-    CHECK(shared != MAP_FAILED);
-    CHECK(pipe(ready) == 0 && pipe(stop_pipe) == 0);
-    pid = fork();
-    if (pid == 0) {
-        dlock_client *c = open_client(&e);
-        dlock_lock *l;
-        dlock_acquire_options o = opts(0, 1000, 1);
-        struct pollfd pfd = {stop_pipe[0], POLLIN, 0};
-        char why = 0;
-        o.on_lost = lost_to_pipe;
-        CHECK_RC(dlock_acquire(&l, c, "paused", &o), DLOCK_OK);
-        *shared = dlock_lock_fence(l);
-        CHECK(write(ready[1], "r", 1) == 1);
-        /* The parent freezes us here; after SIGCONT the watchdog must notice. */
-        CHECK(poll(&pfd, 1, 30000) == 1);
-        CHECK(read(stop_pipe[0], &why, 1) == 1);
-        CHECK(why == 'L' || why == 'C');
-        CHECK(dlock_lock_lost(l));
-        CHECK_RC(dlock_release(l), DLOCK_ELOST);
-        dlock_client_free(c);
-        _exit(0);
-    }
-    {
-        char byte;
-        dlock_client *c;
-        dlock_lock *l;
-        dlock_acquire_options o = opts(15000, 5000, 1);
-        CHECK(read(ready[0], &byte, 1) == 1);
-        CHECK(kill(pid, SIGSTOP) == 0);
-        c = open_client(&e);
-        CHECK_RC(dlock_acquire(&l, c, "paused", &o), DLOCK_OK); /* the frozen lease runs out */
-        CHECK(dlock_lock_fence(l) > *shared);
-        CHECK(kill(pid, SIGCONT) == 0);
-        wait_child_ok(pid);
-        /* The stale holder's release did not touch ours. */
-        CHECK_RC(dlock_lock_check(l), DLOCK_OK);
-        CHECK_RC(dlock_release(l), DLOCK_OK);
-        dlock_client_free(c);
-    }
     test_etcd_stop(&e);
 }
 
@@ -570,7 +214,7 @@ typedef struct {
 static void *waiter_main(void *p)
 {
     waiter_arg *a = p;
-    dlock_acquire_options o = opts(a->wait_ms, a->lease_ms ? a->lease_ms : 10000, 1);
+    dlock_acquire_options o = test_opts(a->wait_ms, a->lease_ms ? a->lease_ms : 10000, 1);
 
     o.kind = a->kind;
     a->rc = dlock_acquire(&a->lock, a->c, a->name, &o);
@@ -583,7 +227,7 @@ static void waiter_woken_by_release(void)
     test_etcd e;
     dlock_client *holder_c, *waiter_c;
     dlock_lock *l;
-    dlock_acquire_options o = opts(0, 20000, 0);
+    dlock_acquire_options o = test_opts(0, 20000, 0);
     waiter_arg a;
     pthread_t t;
     long long before, asleep;
@@ -635,7 +279,7 @@ static void release_wakes_one_waiter(void)
     test_etcd e;
     dlock_client *holder_c, *waiter_c;
     dlock_lock *l;
-    dlock_acquire_options o = opts(0, 30000, 0);
+    dlock_acquire_options o = test_opts(0, 30000, 0);
     waiter_arg a[WAITERS];
     pthread_t t[WAITERS];
     long long before, used;
@@ -697,123 +341,6 @@ static void release_wakes_one_waiter(void)
     test_etcd_stop(&e);
 }
 
-/* A waiter that gives up takes its key and lease with it; so does a try. */
-static void wait_times_out(void)
-{
-    test_etcd e;
-    dlock_client *c;
-    dlock_lock *l, *l2 = (dlock_lock *)1;
-    dlock_acquire_options o = opts(0, 10000, 1);
-    dlock_acquire_options w = opts(700, 10000, 1);
-
-    test_etcd_start(&e, 1, NULL);
-    c = open_client(&e);
-    CHECK_RC(dlock_acquire(&l, c, "busy", &o), DLOCK_OK);
-    CHECK_RC(dlock_acquire(&l2, c, "busy", &w), DLOCK_ETIMEOUT);
-    CHECK(l2 == NULL);
-    CHECK_CONTAINS(dlock_error_message(), "after waiting 700 ms");
-    CHECK(test_etcd_count(&e, "dlock/busy/") == 1);
-    CHECK(test_etcd_leases(&e) == 1);
-    CHECK_RC(dlock_release(l), DLOCK_OK);
-    CHECK(test_etcd_leases(&e) == 0);
-    dlock_client_free(c);
-    test_etcd_stop(&e);
-}
-
-static void try_once_leaves_nothing(void)
-{
-    test_etcd e;
-    dlock_client *c, *c2;
-    dlock_lock *l, *l2 = (dlock_lock *)1;
-    dlock_acquire_options o = opts(0, 4000, 1);
-
-    test_etcd_start(&e, 1, NULL);
-    c = open_client(&e);
-    c2 = open_client(&e);
-    CHECK_RC(dlock_acquire(&l, c, "once", &o), DLOCK_OK);
-    for (int i = 0; i < 20; i++) {
-        CHECK_RC(dlock_acquire(&l2, c2, "once", &o), DLOCK_EBUSY);
-        CHECK(l2 == NULL);
-        CHECK_CONTAINS(dlock_error_message(), "lease left");
-    }
-    CHECK(test_etcd_count(&e, "dlock/once/") == 1);
-    CHECK(test_etcd_leases(&e) == 1);
-    CHECK_RC(dlock_release(l), DLOCK_OK);
-    CHECK_RC(dlock_acquire(&l2, c2, "once", &o), DLOCK_OK);
-    CHECK_RC(dlock_release(l2), DLOCK_OK);
-    CHECK(test_etcd_count(&e, "dlock/") == 0);
-    CHECK(test_etcd_leases(&e) == 0);
-    dlock_client_free(c);
-    dlock_client_free(c2);
-    test_etcd_stop(&e);
-}
-
-static void client_freed_before_release(void)
-{
-    test_etcd e;
-    dlock_client *c;
-    dlock_lock *l;
-
-    test_etcd_start(&e, 1, NULL);
-    c = open_client(&e);
-    CHECK_RC(dlock_acquire(&l, c, "orphan", NULL), DLOCK_OK);
-    dlock_client_free(c);
-    CHECK(dlock_lock_fence(l) > 0);
-    CHECK_RC(dlock_release(l), DLOCK_EMISUSE);
-    CHECK_CONTAINS(dlock_error_message(), "already freed");
-    test_etcd_stop(&e);
-}
-
-/* One client shared by many threads, with the watchdog renewing. */
-typedef struct {
-    dlock_client *c;
-    atomic_long *counter;
-} shared_arg;
-
-static void *shared_main(void *p)
-{
-    shared_arg *a = p;
-    dlock_acquire_options o = opts(DLOCK_WAIT_FOREVER, 1000, 1);
-
-    for (int i = 0; i < 30; i++) {
-        dlock_lock *l;
-        long v;
-        CHECK_RC(dlock_acquire(&l, a->c, "threads", &o), DLOCK_OK);
-        v = atomic_load_explicit(a->counter, memory_order_relaxed);
-        if (i % 10 == 0)
-            usleep(400 * 1000); /* long enough for the watchdog to renew */
-        CHECK(!dlock_lock_lost(l));
-        CHECK(dlock_lock_valid_ms(l) > 0);
-        atomic_store_explicit(a->counter, v + 1, memory_order_relaxed);
-        CHECK_RC(dlock_release(l), DLOCK_OK);
-    }
-    return NULL;
-}
-
-static void threads_share_a_client(void)
-{
-    enum { THREADS = 6 };
-    test_etcd e;
-    dlock_client *c;
-    pthread_t t[THREADS];
-    shared_arg a[THREADS];
-    atomic_long counter = 0;
-
-    test_etcd_start(&e, 1, NULL);
-    c = open_client(&e);
-    for (int i = 0; i < THREADS; i++) {
-        a[i].c = c;
-        a[i].counter = &counter;
-        CHECK(pthread_create(&t[i], NULL, shared_main, &a[i]) == 0);
-    }
-    for (int i = 0; i < THREADS; i++)
-        CHECK(pthread_join(t[i], NULL) == 0);
-    CHECK(atomic_load(&counter) == THREADS * 30);
-    CHECK(test_etcd_count(&e, "dlock/") == 0);
-    dlock_client_free(c);
-    test_etcd_stop(&e);
-}
-
 /* ---- the lock family: fair locks and leader election ------------------------ */
 
 /* Read-write locks, semaphores and owner ids are not on etcd: refused with
@@ -823,7 +350,7 @@ static void family_kinds_not_on_etcd(void)
     test_etcd e;
     dlock_client *c;
     dlock_lock *l = NULL;
-    dlock_acquire_options o = opts(0, 2000, 1);
+    dlock_acquire_options o = test_opts(0, 2000, 1);
 
     test_etcd_start(&e, 1, NULL);
     c = open_client(&e);
@@ -857,7 +384,7 @@ static void multi_lock(void)
     dlock_client *c, *c2;
     dlock_lock *m, *one, *m2 = NULL;
     const char *names[] = {"b", "a", "c"};
-    dlock_acquire_options o = opts(0, 5000, 1);
+    dlock_acquire_options o = test_opts(0, 5000, 1);
 
     test_etcd_start(&e, 1, NULL);
     c = open_client(&e);
@@ -886,7 +413,7 @@ static void fair_lock_in_order(void)
     test_etcd e;
     dlock_client *c;
     dlock_lock *l, *t = NULL;
-    dlock_acquire_options o = opts(0, 10000, 1);
+    dlock_acquire_options o = test_opts(0, 10000, 1);
     waiter_arg a[WAITERS];
     pthread_t th[WAITERS];
     char dir[] = "dlock/fair/";
@@ -1004,7 +531,7 @@ static void leader_election(void)
     if (pid == 0) {
         dlock_client *cc;
         dlock_lock *l;
-        dlock_acquire_options o = opts(DLOCK_WAIT_FOREVER, 1000, 1);
+        dlock_acquire_options o = test_opts(DLOCK_WAIT_FOREVER, 1000, 1);
         char byte;
         CHECK(read(go[0], &byte, 1) == 1);
         cc = open_client(&e);
@@ -1219,7 +746,7 @@ static void stop_and_check_no_stray(test_etcd *e)
 static int hold_against_contender(dlock_client *contender, dlock_lock *held, const char *name,
                                   int64_t ms)
 {
-    dlock_acquire_options o = opts(0, 3000, 0);
+    dlock_acquire_options o = test_opts(0, 3000, 0);
 
     for (int64_t waited = 0; waited < ms; waited += 100) {
         dlock_lock *other = NULL;
@@ -1241,25 +768,25 @@ static void cluster_kill_member_while_holding(void)
     test_etcd e;
     dlock_client *holder, *contender;
     dlock_lock *l;
-    dlock_acquire_options o = opts(0, 3000, 1);
+    dlock_acquire_options o = test_opts(0, 3000, 1);
     char url[300];
     int used, kept;
 
-    atomic_store(&lost_calls, 0);
+    atomic_store(&test_lost_calls, 0);
     test_etcd_start(&e, 3, NULL);
     used = (test_etcd_leader(&e) + 1) % 3; /* a follower */
     url_first(url, sizeof(url), &e, used, -1);
     holder = open_fast(url);
     url_first(url, sizeof(url), &e, (used + 1) % 3, used);
     contender = open_fast(url);
-    o.on_lost = count_lost;
+    o.on_lost = test_count_lost;
     CHECK_RC(dlock_acquire(&l, holder, "ha", &o), DLOCK_OK);
     test_etcd_kill(&e, used);
     /* Over 3 leases: renewals go to the next member. */
     kept = hold_against_contender(contender, l, "ha", 9000);
     fprintf(stderr, "holder %s the killing of the member it used\n", kept ? "survived" : "lost its lock at");
     CHECK(kept);
-    CHECK(atomic_load(&lost_calls) == 0);
+    CHECK(atomic_load(&test_lost_calls) == 0);
     CHECK_RC(dlock_lock_check(l), DLOCK_OK);
     CHECK_RC(dlock_release(l), DLOCK_OK);
     CHECK_RC(dlock_acquire(&l, contender, "ha", NULL), DLOCK_OK);
@@ -1274,7 +801,7 @@ static void cluster_kill_member_while_waiting(void)
     test_etcd e;
     dlock_client *holder, *waiter_c;
     dlock_lock *l;
-    dlock_acquire_options o = opts(0, 30000, 0);
+    dlock_acquire_options o = test_opts(0, 30000, 0);
     waiter_arg a;
     pthread_t t;
     char url[300];
@@ -1322,19 +849,19 @@ static void cluster_kill_leader(void)
     test_etcd e;
     dlock_client *holder, *contender;
     dlock_lock *l, *l2;
-    dlock_acquire_options o = opts(0, 3000, 1);
+    dlock_acquire_options o = test_opts(0, 3000, 1);
     char url[300];
     int leader, next, kept;
     uint64_t fence;
 
-    atomic_store(&lost_calls, 0);
+    atomic_store(&test_lost_calls, 0);
     test_etcd_start(&e, 3, NULL);
     leader = test_etcd_leader(&e);
     url_first(url, sizeof(url), &e, leader, -1);
     holder = open_fast(url);
     url_first(url, sizeof(url), &e, (leader + 1) % 3, leader);
     contender = open_fast(url);
-    o.on_lost = count_lost;
+    o.on_lost = test_count_lost;
     CHECK_RC(dlock_acquire(&l, holder, "lead", &o), DLOCK_OK);
     fence = dlock_lock_fence(l);
     test_etcd_kill(&e, leader);
@@ -1343,13 +870,13 @@ static void cluster_kill_leader(void)
     kept = hold_against_contender(contender, l, "lead", 9000);
     fprintf(stderr, "holder %s the killing of the leader\n", kept ? "survived" : "lost its lock at");
     if (kept) {
-        CHECK(atomic_load(&lost_calls) == 0);
+        CHECK(atomic_load(&test_lost_calls) == 0);
         CHECK_RC(dlock_lock_check(l), DLOCK_OK);
         CHECK_RC(dlock_release(l), DLOCK_OK);
     } else {
-        for (int i = 0; i < 300 && atomic_load(&lost_calls) == 0; i++)
+        for (int i = 0; i < 300 && atomic_load(&test_lost_calls) == 0; i++)
             test_sleep_ms(20);
-        CHECK(atomic_load(&lost_calls) == 1); /* reported, not silent */
+        CHECK(atomic_load(&test_lost_calls) == 1); /* reported, not silent */
         dlock_release(l);
     }
     /* The new leader issues greater fences. */
@@ -1373,19 +900,19 @@ static void cluster_stop_member(void)
     test_etcd e;
     dlock_client *holder, *waiter_c;
     dlock_lock *l;
-    dlock_acquire_options o = opts(0, 4000, 1);
+    dlock_acquire_options o = test_opts(0, 4000, 1);
     waiter_arg a;
     pthread_t t;
     char url[300];
     int used;
 
-    atomic_store(&lost_calls, 0);
+    atomic_store(&test_lost_calls, 0);
     test_etcd_start(&e, 3, NULL);
     used = (test_etcd_leader(&e) + 1) % 3; /* a follower */
     url_first(url, sizeof(url), &e, used, -1);
     holder = open_fast(url);
     waiter_c = open_fast(url);
-    o.on_lost = count_lost;
+    o.on_lost = test_count_lost;
     CHECK_RC(dlock_acquire(&l, holder, "frozen", &o), DLOCK_OK);
     memset(&a, 0, sizeof(a));
     a.c = waiter_c;
@@ -1400,7 +927,7 @@ static void cluster_stop_member(void)
     test_sleep_ms(9000); /* more than two leases of both */
     CHECK(!atomic_load(&a.done));
     CHECK(!dlock_lock_lost(l));
-    CHECK(atomic_load(&lost_calls) == 0);
+    CHECK(atomic_load(&test_lost_calls) == 0);
     CHECK(test_etcd_count(&e, "dlock/frozen/") == 2);
     CHECK_RC(dlock_release(l), DLOCK_OK);
     CHECK(pthread_join(t, NULL) == 0);
@@ -1419,7 +946,7 @@ static void cluster_restart_member(void)
     test_etcd e;
     dlock_client *c, *only;
     dlock_lock *held, *l;
-    dlock_acquire_options o = opts(0, 3000, 1);
+    dlock_acquire_options o = test_opts(0, 3000, 1);
     uint64_t last = 0;
     int down;
 
@@ -1479,7 +1006,7 @@ static void cluster_mutual_exclusion_leader_killed(void)
         if (pids[p] == 0) {
             char url[300];
             dlock_client *c;
-            dlock_acquire_options o = opts(DLOCK_WAIT_FOREVER, 2000, 1);
+            dlock_acquire_options o = test_opts(DLOCK_WAIT_FOREVER, 2000, 1);
             url_first(url, sizeof(url), &e, p % 3, -1);
             c = open_fast(url);
             while (!__atomic_load_n(&shared[PROCS], __ATOMIC_SEQ_CST)) {
@@ -1516,7 +1043,7 @@ static void cluster_mutual_exclusion_leader_killed(void)
     test_sleep_ms(1000);
     __atomic_store_n(&shared[PROCS], 1, __ATOMIC_SEQ_CST);
     for (int p = 0; p < PROCS; p++)
-        wait_child_ok(pids[p]);
+        test_wait_child_ok(pids[p]);
     {
         char buf[32] = {0};
         int f = open(path, O_RDONLY);
@@ -1602,20 +1129,10 @@ static void cli_run(void)
 }
 
 TEST_MAIN({"codec", codec}, {"url_and_open_errors", url_and_open_errors},
-          {"basic_cycle", basic_cycle},
-          {"mutual_exclusion_processes", mutual_exclusion_processes},
-          {"fences_strictly_increase", fences_strictly_increase},
-          {"release_by_non_owner_refused", release_by_non_owner_refused},
-          {"expiry_frees_the_lock", expiry_frees_the_lock},
-          {"watchdog_keeps_lock", watchdog_keeps_lock},
-          {"on_lost_once_after_force_release", on_lost_once_after_force_release},
+          {"leases_follow_the_lock", leases_follow_the_lock},
           {"on_lost_when_key_deleted", on_lost_when_key_deleted},
-          {"sigstop_holder_loses_lock", sigstop_holder_loses_lock},
           {"waiter_woken_by_release", waiter_woken_by_release},
           {"release_wakes_one_waiter", release_wakes_one_waiter},
-          {"wait_times_out", wait_times_out}, {"try_once_leaves_nothing", try_once_leaves_nothing},
-          {"client_freed_before_release", client_freed_before_release},
-          {"threads_share_a_client", threads_share_a_client},
           {"family_kinds_not_on_etcd", family_kinds_not_on_etcd},
           {"fair_lock_in_order", fair_lock_in_order}, {"leader_election", leader_election},
           {"multi_lock", multi_lock},

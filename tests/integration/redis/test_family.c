@@ -45,17 +45,6 @@ static void *shared_page(size_t size)
     return p;
 }
 
-static void wait_child_ok(pid_t pid)
-{
-    int status;
-
-    CHECK(waitpid(pid, &status, 0) == pid);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        fprintf(stderr, "child %d failed (status %d)\n", (int)pid, status);
-        exit(1);
-    }
-}
-
 static void kill_child(pid_t pid)
 {
     CHECK(kill(pid, SIGKILL) == 0);
@@ -297,7 +286,7 @@ static void fair_fifo_ten_waiters(void)
     before = test_redis_calls(&r, "evalsha");
     CHECK_RC(dlock_release(holder), DLOCK_OK);
     for (int i = 0; i < WAITERS; i++)
-        wait_child_ok(pids[i]);
+        test_wait_child_ok(pids[i]);
     used = test_redis_calls(&r, "evalsha") - before;
     for (int i = 0; i < WAITERS; i++) {
         if (sh->order[i] != i) {
@@ -369,7 +358,7 @@ static void fair_killed_waiter_does_not_block(void)
     CHECK_RC(dlock_release(holder), DLOCK_OK);
     /* The head is dead: the next waiter gets the lock once the dead one's
      * place has expired (2 s of server time after its last refresh). */
-    wait_child_ok(next);
+    test_wait_child_ok(next);
     CHECK(test_redis_cmd(&r, "ZCARD dlock:{q}:queue") == 0);
     dlock_client_free(c);
     test_redis_stop(&r);
@@ -422,7 +411,7 @@ static void rw_readers_parallel_writers_alone(void)
         }
     }
     for (int i = 0; i < READERS; i++)
-        wait_child_ok(pids[i]);
+        test_wait_child_ok(pids[i]);
     CHECK(atomic_load(&s->max_readers) == READERS);
 
     /* Three writers and three readers hammer the lock. */
@@ -458,7 +447,7 @@ static void rw_readers_parallel_writers_alone(void)
         }
     }
     for (int p = 0; p < PROCS; p++)
-        wait_child_ok(pids[p]);
+        test_wait_child_ok(pids[p]);
     fprintf(stderr, "violations %d, most readers at once %d\n", atomic_load(&s->violations),
             atomic_load(&s->max_readers));
     CHECK(atomic_load(&s->violations) == 0);
@@ -727,7 +716,7 @@ static void semaphore_never_exceeds_n(void)
         }
     }
     for (int p = 0; p < PROCS; p++)
-        wait_child_ok(pids[p]);
+        test_wait_child_ok(pids[p]);
     fprintf(stderr, "most holders at once: %d of %d permits\n", atomic_load(&s->max), N);
     CHECK(atomic_load(&s->violations) == 0);
     CHECK(atomic_load(&s->max) <= N);
@@ -864,7 +853,7 @@ static void multi_no_deadlock(const char *a, const char *b)
         }
     }
     for (int p = 0; p < PROCS; p++)
-        wait_child_ok(pids[p]);
+        test_wait_child_ok(pids[p]);
     CHECK(atomic_load(&s->violations) == 0);
     test_redis_stop(&r);
 }
@@ -1046,7 +1035,7 @@ static void leader_one_at_a_time(void)
     wait_observed(&seen, "");
     atomic_store(&s->go, 1);
     for (int p = 0; p < PROCS; p++)
-        wait_child_ok(pids[p]);
+        test_wait_child_ok(pids[p]);
     CHECK(atomic_load(&s->violations) == 0);
     CHECK(atomic_load(&s->terms) == PROCS * TERMS);
     wait_observed(&seen, "");

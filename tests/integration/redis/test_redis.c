@@ -26,63 +26,6 @@ static dlock_client *open_client(const test_redis *r)
     return c;
 }
 
-static dlock_acquire_options opts(int64_t wait_ms, int64_t lease_ms, int auto_renew)
-{
-    dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
-
-    o.wait_ms = wait_ms;
-    o.lease_ms = lease_ms;
-    o.auto_renew = auto_renew;
-    return o;
-}
-
-static void wait_child_ok(pid_t pid)
-{
-    int status;
-
-    CHECK(waitpid(pid, &status, 0) == pid);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        fprintf(stderr, "child %d failed (status %d)\n", (int)pid, status);
-        exit(1);
-    }
-}
-
-/* ---------------------------------------------------------------------- */
-
-static void basic_cycle(void)
-{
-    test_redis r;
-    dlock_client *c;
-    dlock_lock *a, *b = (dlock_lock *)1;
-    dlock_lock_info info;
-    dlock_acquire_options o = opts(0, 5000, 1);
-
-    test_redis_start(&r, NULL);
-    c = open_client(&r);
-    CHECK_RC(dlock_acquire(&a, c, "job", &o), DLOCK_OK);
-    CHECK(dlock_lock_fence(a) == 1);
-    CHECK(strcmp(dlock_lock_name(a), "job") == 0);
-    CHECK(!dlock_lock_lost(a));
-    CHECK(dlock_lock_valid_ms(a) > 0 && dlock_lock_valid_ms(a) <= 5000);
-    CHECK_RC(dlock_acquire(&b, c, "job", &o), DLOCK_EBUSY);
-    CHECK(b == NULL);
-    CHECK_CONTAINS(dlock_error_message(), "'job' is held by another owner");
-    CHECK_RC(dlock_status(&info, c, "job"), DLOCK_OK);
-    CHECK(info.held == 1 && info.fence == 1 && info.ttl_ms > 0 && info.ttl_ms <= 5000);
-    CHECK_RC(dlock_lock_check(a), DLOCK_OK);
-    CHECK_RC(dlock_lock_extend(a, 8000), DLOCK_OK);
-    CHECK(test_redis_cmd(&r, "PTTL dlock:{job}") > 5000);
-    CHECK_RC(dlock_release(a), DLOCK_OK);
-    CHECK(test_redis_cmd(&r, "EXISTS dlock:{job}") == 0);
-    CHECK_RC(dlock_status(&info, c, "job"), DLOCK_OK);
-    CHECK(info.held == 0 && info.fence == 1 && info.ttl_ms == 0);
-    CHECK_RC(dlock_acquire(&a, c, "job", &o), DLOCK_OK);
-    CHECK(dlock_lock_fence(a) == 2);
-    CHECK_RC(dlock_release(a), DLOCK_OK);
-    dlock_client_free(c);
-    test_redis_stop(&r);
-}
-
 static void bad_input_before_network(void)
 {
     test_redis r;
@@ -104,19 +47,19 @@ static void bad_input_before_network(void)
     CHECK_CONTAINS(dlock_error_message(), "empty");
     CHECK_RC(dlock_acquire(&l, c, big, NULL), DLOCK_EINVAL);
     CHECK_CONTAINS(dlock_error_message(), "longer than 512");
-    o = opts(0, 0, 1);
+    o = test_opts(0, 0, 1);
     CHECK_RC(dlock_acquire(&l, c, "n", &o), DLOCK_EINVAL);
     CHECK_CONTAINS(dlock_error_message(), "lease_ms");
-    o = opts(0, -5, 1);
+    o = test_opts(0, -5, 1);
     CHECK_RC(dlock_acquire(&l, c, "n", &o), DLOCK_EINVAL);
-    o = opts(0, DLOCK_LEASE_MAX_MS + 1, 1);
+    o = test_opts(0, DLOCK_LEASE_MAX_MS + 1, 1);
     CHECK_RC(dlock_acquire(&l, c, "n", &o), DLOCK_EINVAL);
-    o = opts(-2, 1000, 1);
+    o = test_opts(-2, 1000, 1);
     CHECK_RC(dlock_acquire(&l, c, "n", &o), DLOCK_EINVAL);
     CHECK_CONTAINS(dlock_error_message(), "wait_ms");
-    o = opts(0, 1000, 7);
+    o = test_opts(0, 1000, 7);
     CHECK_RC(dlock_acquire(&l, c, "n", &o), DLOCK_EINVAL);
-    o = opts(0, 1000, 1);
+    o = test_opts(0, 1000, 1);
     o.version = 0;
     CHECK_RC(dlock_acquire(&l, c, "n", &o), DLOCK_EINVAL);
     CHECK_CONTAINS(dlock_error_message(), "DLOCK_ACQUIRE_OPTIONS_INIT");
@@ -124,7 +67,7 @@ static void bad_input_before_network(void)
     CHECK(test_redis_calls(&r, "evalsha") + test_redis_calls(&r, "eval") == before);
 
     /* Binary-ish names are fine and kept apart. */
-    o = opts(0, 1000, 0);
+    o = test_opts(0, 1000, 0);
     CHECK_RC(dlock_acquire(&l, c, "a b\x01\xff{}", &o), DLOCK_OK);
     CHECK_RC(dlock_release(l), DLOCK_OK);
     memset(big, 'y', DLOCK_NAME_MAX);
@@ -135,264 +78,23 @@ static void bad_input_before_network(void)
     test_redis_stop(&r);
 }
 
-/* Several processes do a non-atomic read-modify-write of a counter in a
- * file under the lock; any overlap loses an increment. */
-static void mutual_exclusion_processes(void)
-{
-    enum { PROCS = 6, ITERS = 60 };
-    test_redis r;
-    char path[] = "/tmp/dlock-counter-XXXXXX";
-    int fd = mkstemp(path);
-    pid_t pids[PROCS];
-    long total = 0;
-
-    CHECK(fd >= 0);
-    CHECK(write(fd, "0", 1) == 1);
-    close(fd);
-    test_redis_start(&r, NULL);
-    for (int p = 0; p < PROCS; p++) {
-        pids[p] = fork();
-        CHECK(pids[p] >= 0);
-        if (pids[p] == 0) {
-            dlock_client *c = open_client(&r);
-            dlock_acquire_options o = opts(DLOCK_WAIT_FOREVER, 5000, 1);
-            for (int i = 0; i < ITERS; i++) {
-                dlock_lock *l;
-                char buf[32] = {0};
-                long v;
-                int f;
-                CHECK_RC(dlock_acquire(&l, c, "counter", &o), DLOCK_OK);
-                f = open(path, O_RDWR);
-                CHECK(f >= 0 && read(f, buf, sizeof(buf) - 1) > 0);
-                v = atol(buf);
-                usleep(200); /* widen the race window */
-                snprintf(buf, sizeof(buf), "%ld", v + 1);
-                CHECK(pwrite(f, buf, strlen(buf), 0) == (ssize_t)strlen(buf));
-                close(f);
-                CHECK_RC(dlock_release(l), DLOCK_OK);
-            }
-            dlock_client_free(c);
-            _exit(0);
-        }
-    }
-    for (int p = 0; p < PROCS; p++)
-        wait_child_ok(pids[p]);
-    {
-        char buf[32] = {0};
-        int f = open(path, O_RDONLY);
-        CHECK(f >= 0 && read(f, buf, sizeof(buf) - 1) > 0);
-        close(f);
-        total = atol(buf);
-    }
-    unlink(path);
-    if (total != PROCS * ITERS) {
-        fprintf(stderr, "counter is %ld, wanted %d: two holders overlapped\n", total,
-                PROCS * ITERS);
-        exit(1);
-    }
-    test_redis_stop(&r);
-}
-
-/* Fences strictly increase over thousands of acquisitions from several
- * clients, and no fence is ever issued twice. */
-static void fences_strictly_increase(void)
-{
-    enum { PROCS = 4, ITERS = 600 };
-    test_redis r;
-    uint64_t *seen;
-    pid_t pids[PROCS];
-
-    test_redis_start(&r, NULL);
-    seen = mmap(NULL, sizeof(uint64_t) * PROCS * ITERS, PROT_READ | PROT_WRITE,
-                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    CHECK(seen != MAP_FAILED);
-    for (int p = 0; p < PROCS; p++) {
-        pids[p] = fork();
-        if (pids[p] == 0) {
-            dlock_client *c = open_client(&r);
-            dlock_acquire_options o = opts(DLOCK_WAIT_FOREVER, 5000, 0);
-            uint64_t prev = 0;
-            for (int i = 0; i < ITERS; i++) {
-                dlock_lock *l;
-                CHECK_RC(dlock_acquire(&l, c, "fenced", &o), DLOCK_OK);
-                CHECK(dlock_lock_fence(l) > prev);
-                prev = dlock_lock_fence(l);
-                seen[p * ITERS + i] = prev;
-                CHECK_RC(dlock_release(l), DLOCK_OK);
-            }
-            dlock_client_free(c);
-            _exit(0);
-        }
-    }
-    for (int p = 0; p < PROCS; p++)
-        wait_child_ok(pids[p]);
-    /* Every fence 1..PROCS*ITERS issued exactly once. */
-    {
-        unsigned char *hit = calloc(PROCS * ITERS + 1, 1);
-        for (int i = 0; i < PROCS * ITERS; i++) {
-            CHECK(seen[i] >= 1 && seen[i] <= PROCS * ITERS);
-            CHECK(!hit[seen[i]]);
-            hit[seen[i]] = 1;
-        }
-        free(hit);
-    }
-    munmap(seen, sizeof(uint64_t) * PROCS * ITERS);
-    test_redis_stop(&r);
-}
-
-/* A holder whose lease ran out cannot release the next holder's lock. */
-static void release_by_non_owner_refused(void)
-{
-    test_redis r;
-    dlock_client *c1, *c2;
-    dlock_lock *old, *cur;
-    dlock_acquire_options o = opts(0, 200, 0);
-    dlock_acquire_options w = opts(3000, 5000, 1);
-
-    test_redis_start(&r, NULL);
-    c1 = open_client(&r);
-    c2 = open_client(&r);
-    CHECK_RC(dlock_acquire(&old, c1, "shared", &o), DLOCK_OK);
-    CHECK_RC(dlock_acquire(&cur, c2, "shared", &w), DLOCK_OK); /* after the lease ran out */
-    CHECK(dlock_lock_fence(cur) > dlock_lock_fence(old));
-    CHECK(dlock_lock_lost(old));
-    CHECK_RC(dlock_lock_extend(old, 5000), DLOCK_ELOST);
-    CHECK_RC(dlock_lock_check(old), DLOCK_ELOST);
-    CHECK_RC(dlock_release(old), DLOCK_ELOST);
-    CHECK_CONTAINS(dlock_error_message(), "no longer ours");
-    CHECK(test_redis_cmd(&r, "EXISTS dlock:{shared}") == 1);
-    CHECK_RC(dlock_lock_check(cur), DLOCK_OK);
-    CHECK_RC(dlock_release(cur), DLOCK_OK);
-    dlock_client_free(c1);
-    dlock_client_free(c2);
-    test_redis_stop(&r);
-}
-
-static void expiry_frees_the_lock(void)
-{
-    test_redis r;
-    dlock_client *c;
-    dlock_lock *a, *b;
-    dlock_acquire_options o = opts(0, 150, 0);
-
-    test_redis_start(&r, NULL);
-    c = open_client(&r);
-    CHECK_RC(dlock_acquire(&a, c, "exp", &o), DLOCK_OK);
-    test_sleep_ms(300);
-    CHECK(dlock_lock_lost(a));
-    CHECK(dlock_lock_valid_ms(a) == 0);
-    CHECK(test_redis_cmd(&r, "EXISTS dlock:{exp}") == 0);
-    CHECK_RC(dlock_acquire(&b, c, "exp", &o), DLOCK_OK);
-    CHECK(dlock_lock_fence(b) == 2); /* the fence did not go back with the key */
-    CHECK_RC(dlock_release(a), DLOCK_ELOST);
-    CHECK_RC(dlock_release(b), DLOCK_OK);
-    dlock_client_free(c);
-    test_redis_stop(&r);
-}
-
-static atomic_int lost_calls;
-static atomic_int lost_reason;
-
-static void count_lost(dlock_lock *l, int reason, void *payload)
-{
-    (void)l;
-    (void)payload;
-    atomic_store(&lost_reason, reason);
-    atomic_fetch_add(&lost_calls, 1);
-}
-
-/* The watchdog keeps a lock far past its lease, with renewals batched. */
-static void watchdog_keeps_lock(void)
-{
-    enum { LOCKS = 40 };
-    test_redis r;
-    dlock_client *c, *other;
-    dlock_lock *locks[LOCKS], *b;
-    dlock_acquire_options o = opts(0, 300, 1);
-    long long before, renewals;
-
-    test_redis_start(&r, NULL);
-    c = open_client(&r);
-    other = open_client(&r);
-    o.on_lost = count_lost;
-    for (int i = 0; i < LOCKS; i++) {
-        char name[16];
-        snprintf(name, sizeof(name), "wd%d", i);
-        CHECK_RC(dlock_acquire(&locks[i], c, name, &o), DLOCK_OK);
-    }
-    before = test_redis_calls(&r, "evalsha");
-    test_sleep_ms(1200); /* 4x the lease */
-    renewals = test_redis_calls(&r, "evalsha") - before;
-    for (int i = 0; i < LOCKS; i++) {
-        CHECK(!dlock_lock_lost(locks[i]));
-        CHECK_RC(dlock_lock_check(locks[i]), DLOCK_OK);
-    }
-    CHECK_RC(dlock_acquire(&b, other, "wd0", NULL), DLOCK_EBUSY);
-    /* 40 locks renewed ~every 100 ms for 1.2 s would be ~480 scripts one by one. */
-    fprintf(stderr, "renew scripts for %d locks over 4 leases: %lld\n", LOCKS, renewals);
-    CHECK(renewals >= 3);
-    CHECK(renewals < LOCKS * 2);
-    for (int i = 0; i < LOCKS; i++)
-        CHECK_RC(dlock_release(locks[i]), DLOCK_OK);
-    CHECK(atomic_load(&lost_calls) == 0);
-    /* No renewal after release: the keys stay gone. */
-    test_sleep_ms(300);
-    CHECK(test_redis_cmd(&r, "EXISTS dlock:{wd0}") == 0);
-    dlock_client_free(c);
-    dlock_client_free(other);
-    test_redis_stop(&r);
-}
-
-/* on_lost fires once when another owner breaks the lock; extend and check
- * report it too. */
-static void on_lost_once_after_force_release(void)
-{
-    test_redis r;
-    dlock_client *c;
-    dlock_lock *l;
-    dlock_lock_info removed;
-    dlock_acquire_options o = opts(0, 300, 1);
-
-    atomic_store(&lost_calls, 0);
-    test_redis_start(&r, NULL);
-    c = open_client(&r);
-    o.on_lost = count_lost;
-    CHECK_RC(dlock_acquire(&l, c, "victim", &o), DLOCK_OK);
-    CHECK_RC(dlock_force_release(&removed, c, "victim"), DLOCK_OK);
-    CHECK(removed.held == 1 && removed.fence == 1 && removed.ttl_ms > 0);
-    for (int i = 0; i < 100 && atomic_load(&lost_calls) == 0; i++)
-        test_sleep_ms(20);
-    CHECK(atomic_load(&lost_calls) == 1);
-    CHECK(atomic_load(&lost_reason) == DLOCK_ELOST);
-    CHECK(dlock_lock_lost(l));
-    CHECK_RC(dlock_lock_check(l), DLOCK_ELOST);
-    CHECK_RC(dlock_lock_extend(l, 1000), DLOCK_ELOST);
-    test_sleep_ms(300);
-    CHECK(atomic_load(&lost_calls) == 1);
-    CHECK_RC(dlock_release(l), DLOCK_ELOST);
-    CHECK_RC(dlock_force_release(&removed, c, "victim"), DLOCK_OK);
-    CHECK(removed.held == 0 && removed.fence == 1);
-    dlock_client_free(c);
-    test_redis_stop(&r);
-}
-
 static void on_lost_via_check(void)
 {
     test_redis r;
     dlock_client *c;
     dlock_lock *l;
-    dlock_acquire_options o = opts(0, 60000, 1);
+    dlock_acquire_options o = test_opts(0, 60000, 1);
 
-    atomic_store(&lost_calls, 0);
+    atomic_store(&test_lost_calls, 0);
     test_redis_start(&r, NULL);
     c = open_client(&r);
-    o.on_lost = count_lost;
+    o.on_lost = test_count_lost;
     CHECK_RC(dlock_acquire(&l, c, "checked", &o), DLOCK_OK);
     CHECK(test_redis_cmd(&r, "DEL dlock:{checked}") == 1);
     CHECK_RC(dlock_lock_check(l), DLOCK_ELOST); /* long before the next renewal */
-    for (int i = 0; i < 100 && atomic_load(&lost_calls) == 0; i++)
+    for (int i = 0; i < 100 && atomic_load(&test_lost_calls) == 0; i++)
         test_sleep_ms(10);
-    CHECK(atomic_load(&lost_calls) == 1);
+    CHECK(atomic_load(&test_lost_calls) == 1);
     CHECK_RC(dlock_release(l), DLOCK_ELOST);
     dlock_client_free(c);
     test_redis_stop(&r);
@@ -416,7 +118,7 @@ static void release_from_on_lost_is_misuse(void)
     test_redis r;
     dlock_client *c;
     dlock_lock *l;
-    dlock_acquire_options o = opts(0, 200, 0);
+    dlock_acquire_options o = test_opts(0, 200, 0);
 
     atomic_store(&misuse_rc, 1);
     test_redis_start(&r, NULL);
@@ -432,64 +134,6 @@ static void release_from_on_lost_is_misuse(void)
     test_redis_stop(&r);
 }
 
-/* A holder frozen past its lease loses the lock to another process; when it
- * resumes, its on_lost fires and its release returns DLOCK_ELOST. */
-static int stop_pipe[2];
-
-static void lost_to_pipe(dlock_lock *l, int reason, void *payload)
-{
-    char c = (char)(reason == DLOCK_ELOST ? 'L' : 'C');
-    (void)l;
-    (void)payload;
-    if (write(stop_pipe[1], &c, 1) != 1)
-        abort();
-}
-
-static void sigstop_holder_loses_lock(void)
-{
-    test_redis r;
-    int ready[2];
-    pid_t pid;
-    char byte;
-
-    test_redis_start(&r, NULL);
-    CHECK(pipe(ready) == 0 && pipe(stop_pipe) == 0);
-    pid = fork();
-    if (pid == 0) {
-        dlock_client *c = open_client(&r);
-        dlock_lock *l;
-        dlock_acquire_options o = opts(0, 400, 1);
-        struct pollfd pfd = {stop_pipe[0], POLLIN, 0};
-        char why = 0;
-        o.on_lost = lost_to_pipe;
-        CHECK_RC(dlock_acquire(&l, c, "paused", &o), DLOCK_OK);
-        CHECK(write(ready[1], "r", 1) == 1);
-        /* The parent freezes us here; after SIGCONT the watchdog must notice. */
-        CHECK(poll(&pfd, 1, 20000) == 1);
-        CHECK(read(stop_pipe[0], &why, 1) == 1 && why == 'L');
-        CHECK(dlock_lock_lost(l));
-        CHECK_RC(dlock_release(l), DLOCK_ELOST);
-        dlock_client_free(c);
-        _exit(0);
-    }
-    CHECK(read(ready[0], &byte, 1) == 1);
-    CHECK(kill(pid, SIGSTOP) == 0);
-    {
-        dlock_client *c = open_client(&r);
-        dlock_lock *l;
-        dlock_acquire_options o = opts(10000, 5000, 1);
-        CHECK_RC(dlock_acquire(&l, c, "paused", &o), DLOCK_OK); /* the frozen lease runs out */
-        CHECK(dlock_lock_fence(l) == 2);
-        CHECK(kill(pid, SIGCONT) == 0);
-        wait_child_ok(pid);
-        /* The stale holder's release did not touch ours. */
-        CHECK_RC(dlock_lock_check(l), DLOCK_OK);
-        CHECK_RC(dlock_release(l), DLOCK_OK);
-        dlock_client_free(c);
-    }
-    test_redis_stop(&r);
-}
-
 /* kill -9 of the server: clear errors, then everything works again after a
  * restart, on the same client, without a crash or leak. */
 static void server_killed_and_restarted(void)
@@ -498,24 +142,24 @@ static void server_killed_and_restarted(void)
     dlock_client *c;
     dlock_lock *l, *l2;
     dlock_lock_info info;
-    dlock_acquire_options o = opts(0, 400, 1);
+    dlock_acquire_options o = test_opts(0, 400, 1);
     char where[64];
 
-    atomic_store(&lost_calls, 0);
+    atomic_store(&test_lost_calls, 0);
     test_redis_start(&r, NULL);
     snprintf(where, sizeof(where), "127.0.0.1:%d", r.port);
     c = open_client(&r);
-    o.on_lost = count_lost;
+    o.on_lost = test_count_lost;
     CHECK_RC(dlock_acquire(&l, c, "survivor", &o), DLOCK_OK);
     test_redis_kill(&r);
     CHECK_RC(dlock_status(&info, c, "survivor"), DLOCK_ECONN);
     CHECK_CONTAINS(dlock_error_message(), where);
     CHECK_RC(dlock_acquire(&l2, c, "other", NULL), DLOCK_ECONN);
     /* The watchdog cannot renew: the lock is lost once the lease runs out. */
-    for (int i = 0; i < 200 && atomic_load(&lost_calls) == 0; i++)
+    for (int i = 0; i < 200 && atomic_load(&test_lost_calls) == 0; i++)
         test_sleep_ms(20);
-    CHECK(atomic_load(&lost_calls) == 1);
-    CHECK(atomic_load(&lost_reason) == DLOCK_ECONN);
+    CHECK(atomic_load(&test_lost_calls) == 1);
+    CHECK(atomic_load(&test_lost_reason) == DLOCK_ECONN);
     CHECK(dlock_lock_lost(l));
     test_redis_restart(&r);
     CHECK_RC(dlock_release(l), DLOCK_ELOST);
@@ -532,7 +176,7 @@ static void fence_survives_restart_with_aof(void)
     test_redis r;
     dlock_client *c;
     dlock_lock *l;
-    dlock_acquire_options o = opts(0, 5000, 0);
+    dlock_acquire_options o = test_opts(0, 5000, 0);
 
     test_redis_start(&r, "--appendonly yes --appendfsync always");
     c = open_client(&r);
@@ -563,7 +207,7 @@ typedef struct {
 static void *waiter_main(void *p)
 {
     waiter_arg *a = p;
-    dlock_acquire_options o = opts(a->wait_ms, 10000, 1);
+    dlock_acquire_options o = test_opts(a->wait_ms, 10000, 1);
 
     a->rc = dlock_acquire(&a->lock, a->c, a->name, &o);
     atomic_store(&a->done, 1);
@@ -575,7 +219,7 @@ static void waiter_woken_by_release(void)
     test_redis r;
     dlock_client *holder_c, *waiter_c;
     dlock_lock *l;
-    dlock_acquire_options o = opts(0, 20000, 0);
+    dlock_acquire_options o = test_opts(0, 20000, 0);
     waiter_arg a;
     pthread_t t;
     long long before, used;
@@ -618,7 +262,7 @@ static void release_wakes_one_waiter(void)
     test_redis r;
     dlock_client *holder_c, *waiter_c;
     dlock_lock *l;
-    dlock_acquire_options o = opts(0, 30000, 0);
+    dlock_acquire_options o = test_opts(0, 30000, 0);
     waiter_arg a[WAITERS];
     pthread_t t[WAITERS];
     long long before, used;
@@ -681,7 +325,7 @@ static void release_hands_over(void)
     test_redis r;
     dlock_client *holder_c, *waiter_c;
     dlock_lock *l;
-    dlock_acquire_options o = opts(0, 20000, 0);
+    dlock_acquire_options o = test_opts(0, 20000, 0);
     waiter_arg a;
     pthread_t t;
     long long before;
@@ -722,8 +366,8 @@ static void handed_to_a_dead_waiter(void)
     test_redis r;
     dlock_client *c;
     dlock_lock *l, *l2;
-    dlock_acquire_options o = opts(0, 20000, 0);
-    dlock_acquire_options w = opts(15000, 5000, 1);
+    dlock_acquire_options o = test_opts(0, 20000, 0);
+    dlock_acquire_options w = test_opts(15000, 5000, 1);
     pid_t pid;
 
     test_redis_start(&r, NULL);
@@ -733,7 +377,7 @@ static void handed_to_a_dead_waiter(void)
     if (pid == 0) {
         dlock_client *cc = open_client(&r);
         dlock_lock *x;
-        dlock_acquire_options wo = opts(DLOCK_WAIT_FOREVER, 1500, 1);
+        dlock_acquire_options wo = test_opts(DLOCK_WAIT_FOREVER, 1500, 1);
         dlock_acquire(&x, cc, "ghost", &wo);
         _exit(1); /* never gets here: killed while waiting */
     }
@@ -777,28 +421,6 @@ static void leave_after_hand_over(void)
                          s->len, token, entry) == 0);
     CHECK(test_redis_cmd(&r, "EXISTS dlock:{late}") == 1);
     CHECK(test_redis_cmd(&r, "EXISTS dlock:{late}:next") == 1);
-    test_redis_stop(&r);
-}
-
-static void wait_times_out(void)
-{
-    test_redis r;
-    dlock_client *c;
-    dlock_lock *l, *l2 = (dlock_lock *)1;
-    dlock_acquire_options o = opts(0, 10000, 1);
-    dlock_acquire_options w = opts(300, 10000, 1);
-
-    test_redis_start(&r, NULL);
-    c = open_client(&r);
-    CHECK_RC(dlock_acquire(&l, c, "busy", &o), DLOCK_OK);
-    CHECK_RC(dlock_acquire(&l2, c, "busy", &w), DLOCK_ETIMEOUT);
-    CHECK(l2 == NULL);
-    CHECK_CONTAINS(dlock_error_message(), "after waiting 300 ms");
-    CHECK(test_redis_cmd(&r, "PUBSUB NUMSUB dlock:{busy}:release") >= 0);
-    /* The waiter left the hand-off slot: a release gives nothing to it. */
-    CHECK(test_redis_cmd(&r, "EXISTS dlock:{busy}:next") == 0);
-    CHECK_RC(dlock_release(l), DLOCK_OK);
-    dlock_client_free(c);
     test_redis_stop(&r);
 }
 
@@ -885,75 +507,6 @@ static void maxmemory_reached(void)
     test_redis_stop(&r);
 }
 
-static void client_freed_before_release(void)
-{
-    test_redis r;
-    dlock_client *c;
-    dlock_lock *l;
-
-    test_redis_start(&r, NULL);
-    c = open_client(&r);
-    CHECK_RC(dlock_acquire(&l, c, "orphan", NULL), DLOCK_OK);
-    dlock_client_free(c);
-    CHECK(dlock_lock_fence(l) == 1);
-    CHECK_RC(dlock_release(l), DLOCK_EMISUSE);
-    CHECK_CONTAINS(dlock_error_message(), "already freed");
-    test_redis_stop(&r);
-}
-
-/* One client shared by many threads, and locks used from other threads
- * while the watchdog renews them. */
-typedef struct {
-    dlock_client *c;
-    atomic_long *counter; /* atomic only to keep TSan quiet: the update is a
-                           * load then a store, protected by the lock alone */
-    int id;
-} shared_arg;
-
-static void *shared_main(void *p)
-{
-    shared_arg *a = p;
-    dlock_acquire_options o = opts(DLOCK_WAIT_FOREVER, 300, 1);
-
-    for (int i = 0; i < 100; i++) {
-        dlock_lock *l;
-        long v;
-        CHECK_RC(dlock_acquire(&l, a->c, "threads", &o), DLOCK_OK);
-        v = atomic_load_explicit(a->counter, memory_order_relaxed);
-        if (i % 25 == 0)
-            usleep(150 * 1000); /* long enough for the watchdog to renew */
-        CHECK(!dlock_lock_lost(l));
-        CHECK(dlock_lock_valid_ms(l) > 0);
-        atomic_store_explicit(a->counter, v + 1, memory_order_relaxed);
-        CHECK_RC(dlock_release(l), DLOCK_OK);
-    }
-    return NULL;
-}
-
-static void threads_share_a_client(void)
-{
-    enum { THREADS = 8 };
-    test_redis r;
-    dlock_client *c;
-    pthread_t t[THREADS];
-    shared_arg a[THREADS];
-    atomic_long counter = 0;
-
-    test_redis_start(&r, NULL);
-    c = open_client(&r);
-    for (int i = 0; i < THREADS; i++) {
-        a[i].c = c;
-        a[i].counter = &counter;
-        a[i].id = i;
-        CHECK(pthread_create(&t[i], NULL, shared_main, &a[i]) == 0);
-    }
-    for (int i = 0; i < THREADS; i++)
-        CHECK(pthread_join(t[i], NULL) == 0);
-    CHECK(atomic_load(&counter) == THREADS * 100);
-    dlock_client_free(c);
-    test_redis_stop(&r);
-}
-
 /* The library's sockets are close-on-exec, and a dead server never raises
  * SIGPIPE (this process keeps SIGPIPE's default action, which would kill it). */
 static void sockets_cloexec_and_no_sigpipe(void)
@@ -961,8 +514,8 @@ static void sockets_cloexec_and_no_sigpipe(void)
     test_redis r;
     dlock_client *c;
     dlock_lock *l, *w;
-    dlock_acquire_options o = opts(0, 60000, 1);
-    dlock_acquire_options wo = opts(300, 60000, 1);
+    dlock_acquire_options o = test_opts(0, 60000, 1);
+    dlock_acquire_options wo = test_opts(300, 60000, 1);
     int sockets = 0;
 
     test_redis_start(&r, NULL);
@@ -995,24 +548,15 @@ static void sockets_cloexec_and_no_sigpipe(void)
     test_redis_stop(&r);
 }
 
-TEST_MAIN({"basic_cycle", basic_cycle}, {"sockets_cloexec_and_no_sigpipe", sockets_cloexec_and_no_sigpipe}, {"bad_input_before_network", bad_input_before_network},
-          {"mutual_exclusion_processes", mutual_exclusion_processes},
-          {"fences_strictly_increase", fences_strictly_increase},
-          {"release_by_non_owner_refused", release_by_non_owner_refused},
-          {"expiry_frees_the_lock", expiry_frees_the_lock},
-          {"watchdog_keeps_lock", watchdog_keeps_lock},
-          {"on_lost_once_after_force_release", on_lost_once_after_force_release},
+TEST_MAIN({"sockets_cloexec_and_no_sigpipe", sockets_cloexec_and_no_sigpipe}, {"bad_input_before_network", bad_input_before_network},
           {"on_lost_via_check", on_lost_via_check},
           {"release_from_on_lost_is_misuse", release_from_on_lost_is_misuse},
-          {"sigstop_holder_loses_lock", sigstop_holder_loses_lock},
           {"server_killed_and_restarted", server_killed_and_restarted},
           {"fence_survives_restart_with_aof", fence_survives_restart_with_aof},
           {"waiter_woken_by_release", waiter_woken_by_release},
           {"release_wakes_one_waiter", release_wakes_one_waiter},
-          {"wait_times_out", wait_times_out}, {"noscript_and_reconnect", noscript_and_reconnect},
+          {"noscript_and_reconnect", noscript_and_reconnect},
           {"release_hands_over", release_hands_over},
           {"handed_to_a_dead_waiter", handed_to_a_dead_waiter},
           {"leave_after_hand_over", leave_after_hand_over},
-          {"auth_and_db_and_unix", auth_and_db_and_unix}, {"maxmemory_reached", maxmemory_reached},
-          {"client_freed_before_release", client_freed_before_release},
-          {"threads_share_a_client", threads_share_a_client})
+          {"auth_and_db_and_unix", auth_and_db_and_unix}, {"maxmemory_reached", maxmemory_reached})

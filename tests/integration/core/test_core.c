@@ -1,0 +1,554 @@
+/*
+ * The core scenarios of issue 2, which every backend must pass: one suite,
+ * run once per backend (`test_core redis CASE`, `test_core etcd CASE`). The
+ * server is seen only through test_server (tests/support), so a new backend
+ * is one more starter there and one more list in tests/CMakeLists.txt.
+ *
+ * What only one backend has (Redis' command counts per hand-off, etcd's
+ * queue keys and clusters) stays in integration/redis and integration/etcd.
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test.h"
+
+static const char *backend; /* argv[1] */
+
+static dlock_client *open_client(const test_server *s)
+{
+    dlock_client *c = NULL;
+
+    CHECK_RC(dlock_client_open(&c, s->url, NULL), DLOCK_OK);
+    CHECK(c != NULL);
+    CHECK(strcmp(dlock_client_backend(c), s->backend) == 0);
+    return c;
+}
+
+/* The fence after prev: the next integer where fences are dense, else any
+ * larger one. */
+static int fence_follows(const test_server *s, uint64_t prev, uint64_t fence)
+{
+    return s->dense_fences ? fence == prev + 1 : fence > prev;
+}
+
+/* ---------------------------------------------------------------------- */
+
+static void basic_cycle(void)
+{
+    test_server s;
+    dlock_client *c;
+    dlock_lock *a, *b = (dlock_lock *)1;
+    dlock_lock_info info;
+    dlock_acquire_options o = test_opts(0, 5000, 1);
+    uint64_t first;
+
+    test_server_start(&s, backend);
+    c = open_client(&s);
+    CHECK_RC(dlock_acquire(&a, c, "job", &o), DLOCK_OK);
+    first = dlock_lock_fence(a);
+    CHECK(s.dense_fences ? first == 1 : first > 0);
+    CHECK(strcmp(dlock_lock_name(a), "job") == 0);
+    CHECK(!dlock_lock_lost(a));
+    CHECK(dlock_lock_valid_ms(a) > 0 && dlock_lock_valid_ms(a) <= 5000);
+    CHECK(test_server_held(&s, "job"));
+    CHECK_RC(dlock_acquire(&b, c, "job", &o), DLOCK_EBUSY);
+    CHECK(b == NULL);
+    CHECK_CONTAINS(dlock_error_message(), "'job' is held by another owner");
+    CHECK_RC(dlock_status(&info, c, "job"), DLOCK_OK);
+    CHECK(info.held == 1 && info.fence == first && info.ttl_ms > 0 && info.ttl_ms <= 5000);
+    CHECK_RC(dlock_lock_check(a), DLOCK_OK);
+    CHECK_RC(dlock_lock_extend(a, 8000), DLOCK_OK);
+    CHECK_RC(dlock_status(&info, c, "job"), DLOCK_OK);
+    CHECK(info.held == 1 && info.fence == first && info.ttl_ms > 5000);
+    CHECK_RC(dlock_lock_check(a), DLOCK_OK);
+    CHECK_RC(dlock_release(a), DLOCK_OK);
+    CHECK(test_server_leftovers(&s, "job") == 0);
+    CHECK_RC(dlock_status(&info, c, "job"), DLOCK_OK);
+    CHECK(info.held == 0 && info.ttl_ms == 0);
+    CHECK_RC(dlock_acquire(&a, c, "job", &o), DLOCK_OK);
+    CHECK(fence_follows(&s, first, dlock_lock_fence(a)));
+    CHECK_RC(dlock_release(a), DLOCK_OK);
+
+    /* Names with '/', braces and odd bytes are kept apart. */
+    o = test_opts(0, 2000, 0);
+    CHECK_RC(dlock_acquire(&a, c, "a", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&b, c, "a/b", &o), DLOCK_OK);
+    CHECK_RC(dlock_status(&info, c, "a/b"), DLOCK_OK);
+    CHECK(info.held && info.fence == dlock_lock_fence(b));
+    CHECK_RC(dlock_release(a), DLOCK_OK);
+    CHECK_RC(dlock_release(b), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&a, c, "x y\x01\xff%{}", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(a), DLOCK_OK);
+    dlock_client_free(c);
+    test_server_stop(&s);
+}
+
+/* Several processes do a non-atomic read-modify-write of a counter in a
+ * file under the lock; any overlap loses an increment. */
+static void mutual_exclusion_processes(void)
+{
+    enum { PROCS = 5, ITERS = 40 };
+    test_server s;
+    char path[] = "/tmp/dlock-counter-XXXXXX";
+    int fd = mkstemp(path);
+    pid_t pids[PROCS];
+    long total;
+
+    CHECK(fd >= 0);
+    CHECK(write(fd, "0", 1) == 1);
+    close(fd);
+    test_server_start(&s, backend);
+    for (int p = 0; p < PROCS; p++) {
+        pids[p] = fork();
+        CHECK(pids[p] >= 0);
+        if (pids[p] == 0) {
+            dlock_client *c = open_client(&s);
+            dlock_acquire_options o = test_opts(DLOCK_WAIT_FOREVER, 5000, 1);
+            for (int i = 0; i < ITERS; i++) {
+                dlock_lock *l;
+                char buf[32] = {0};
+                long v;
+                int f;
+                CHECK_RC(dlock_acquire(&l, c, "counter", &o), DLOCK_OK);
+                f = open(path, O_RDWR);
+                CHECK(f >= 0 && read(f, buf, sizeof(buf) - 1) > 0);
+                v = atol(buf);
+                usleep(200); /* widen the race window */
+                snprintf(buf, sizeof(buf), "%ld", v + 1);
+                CHECK(pwrite(f, buf, strlen(buf), 0) == (ssize_t)strlen(buf));
+                close(f);
+                CHECK_RC(dlock_release(l), DLOCK_OK);
+            }
+            dlock_client_free(c);
+            _exit(0);
+        }
+    }
+    for (int p = 0; p < PROCS; p++)
+        test_wait_child_ok(pids[p]);
+    {
+        char buf[32] = {0};
+        int f = open(path, O_RDONLY);
+        CHECK(f >= 0 && read(f, buf, sizeof(buf) - 1) > 0);
+        close(f);
+        total = atol(buf);
+    }
+    unlink(path);
+    if (total != PROCS * ITERS) {
+        fprintf(stderr, "counter is %ld, wanted %d: two holders overlapped\n", total,
+                PROCS * ITERS);
+        exit(1);
+    }
+    CHECK(test_server_leftovers(&s, "counter") == 0); /* no waiter left anything */
+    test_server_stop(&s);
+}
+
+/* Fences strictly increase in the order the lock is held, across processes
+ * (each holder compares its fence with the last one written under the
+ * lock), and no fence is issued twice; where fences are dense, every one of
+ * 1..N is issued exactly once. */
+static void fences_strictly_increase(void)
+{
+    enum { PROCS = 4, ITERS = 150 };
+    test_server s;
+    uint64_t *shared;
+    pid_t pids[PROCS];
+
+    test_server_start(&s, backend);
+    shared = mmap(NULL, sizeof(uint64_t) * (1 + PROCS * ITERS), PROT_READ | PROT_WRITE,
+                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(shared != MAP_FAILED);
+    for (int p = 0; p < PROCS; p++) {
+        pids[p] = fork();
+        if (pids[p] == 0) {
+            dlock_client *c = open_client(&s);
+            dlock_acquire_options o = test_opts(DLOCK_WAIT_FOREVER, 5000, 0);
+            for (int i = 0; i < ITERS; i++) {
+                dlock_lock *l;
+                uint64_t f;
+                CHECK_RC(dlock_acquire(&l, c, "fenced", &o), DLOCK_OK);
+                f = dlock_lock_fence(l);
+                /* shared[0]: the last holder's fence (written under the lock) */
+                CHECK(f > __atomic_load_n(&shared[0], __ATOMIC_SEQ_CST));
+                __atomic_store_n(&shared[0], f, __ATOMIC_SEQ_CST);
+                shared[1 + p * ITERS + i] = f;
+                CHECK_RC(dlock_release(l), DLOCK_OK);
+            }
+            dlock_client_free(c);
+            _exit(0);
+        }
+    }
+    for (int p = 0; p < PROCS; p++)
+        test_wait_child_ok(pids[p]);
+    for (int i = 0; i < PROCS * ITERS; i++) {
+        CHECK(!s.dense_fences || (shared[1 + i] >= 1 && shared[1 + i] <= PROCS * ITERS));
+        for (int j = i + 1; j < PROCS * ITERS; j++)
+            CHECK(shared[1 + i] != shared[1 + j]);
+    }
+    munmap(shared, sizeof(uint64_t) * (1 + PROCS * ITERS));
+    test_server_stop(&s);
+}
+
+/* Wait until the server holds name for nobody (a lease ran out), up to 10 s. */
+static void wait_not_held(test_server *s, const char *name)
+{
+    for (int i = 0; i < 500 && test_server_held(s, name); i++)
+        test_sleep_ms(20);
+    CHECK(!test_server_held(s, name));
+}
+
+/* A holder whose lease ran out cannot release the next holder's lock. */
+static void release_by_non_owner_refused(void)
+{
+    test_server s;
+    dlock_client *c1, *c2;
+    dlock_lock *old, *cur;
+    dlock_acquire_options o, w;
+
+    test_server_start(&s, backend);
+    o = test_opts(0, s.short_lease_ms, 0);
+    w = test_opts(8000, 5000, 1);
+    c1 = open_client(&s);
+    c2 = open_client(&s);
+    CHECK_RC(dlock_acquire(&old, c1, "shared", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&cur, c2, "shared", &w), DLOCK_OK); /* after the lease ran out */
+    CHECK(dlock_lock_fence(cur) > dlock_lock_fence(old));
+    CHECK(dlock_lock_lost(old));
+    CHECK_RC(dlock_lock_extend(old, 5000), DLOCK_ELOST);
+    CHECK_RC(dlock_lock_check(old), DLOCK_ELOST);
+    CHECK_RC(dlock_release(old), DLOCK_ELOST);
+    CHECK_CONTAINS(dlock_error_message(), "no longer ours");
+    CHECK(test_server_held(&s, "shared"));
+    CHECK_RC(dlock_lock_check(cur), DLOCK_OK);
+    CHECK_RC(dlock_release(cur), DLOCK_OK);
+    CHECK(test_server_leftovers(&s, "shared") == 0);
+    dlock_client_free(c1);
+    dlock_client_free(c2);
+    test_server_stop(&s);
+}
+
+static void expiry_frees_the_lock(void)
+{
+    test_server s;
+    dlock_client *c;
+    dlock_lock *a, *b;
+    dlock_acquire_options o;
+
+    test_server_start(&s, backend);
+    o = test_opts(0, s.short_lease_ms, 0);
+    c = open_client(&s);
+    CHECK_RC(dlock_acquire(&a, c, "exp", &o), DLOCK_OK);
+    /* The client counts the lease from before its request: lost locally no
+     * later than on the server. */
+    wait_not_held(&s, "exp");
+    CHECK(dlock_lock_lost(a));
+    CHECK(dlock_lock_valid_ms(a) == 0);
+    CHECK_RC(dlock_acquire(&b, c, "exp", &o), DLOCK_OK);
+    /* the fence did not go back with the key */
+    CHECK(fence_follows(&s, dlock_lock_fence(a), dlock_lock_fence(b)));
+    CHECK_RC(dlock_release(a), DLOCK_ELOST);
+    CHECK_RC(dlock_release(b), DLOCK_OK);
+    CHECK(test_server_leftovers(&s, "exp") == 0);
+    dlock_client_free(c);
+    test_server_stop(&s);
+}
+
+/* The watchdog keeps locks far past their lease, with renewals batched: 20
+ * locks renewed one by one every lease/3 would take about 3.5 x 3 x 20
+ * requests. No renewal after release. */
+static void watchdog_keeps_lock(void)
+{
+    enum { LOCKS = 20 };
+    test_server s;
+    dlock_client *c, *other;
+    dlock_lock *locks[LOCKS], *b;
+    dlock_acquire_options o;
+    long long before, renewals;
+
+    atomic_store(&test_lost_calls, 0);
+    test_server_start(&s, backend);
+    o = test_opts(0, s.short_lease_ms, 1);
+    c = open_client(&s);
+    other = open_client(&s);
+    o.on_lost = test_count_lost;
+    for (int i = 0; i < LOCKS; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "wd%d", i);
+        CHECK_RC(dlock_acquire(&locks[i], c, name, &o), DLOCK_OK);
+    }
+    before = test_server_requests(&s);
+    test_sleep_ms(s.short_lease_ms * 7 / 2);
+    renewals = test_server_requests(&s) - before;
+    for (int i = 0; i < LOCKS; i++) {
+        CHECK(!dlock_lock_lost(locks[i]));
+        CHECK_RC(dlock_lock_check(locks[i]), DLOCK_OK);
+    }
+    CHECK_RC(dlock_acquire(&b, other, "wd0", NULL), DLOCK_EBUSY);
+    fprintf(stderr, "renewal requests for %d locks over 3.5 leases: %lld\n", LOCKS, renewals);
+    CHECK(renewals >= 3);
+    CHECK(renewals < LOCKS * 2);
+    for (int i = 0; i < LOCKS; i++)
+        CHECK_RC(dlock_release(locks[i]), DLOCK_OK);
+    CHECK(atomic_load(&test_lost_calls) == 0);
+    test_sleep_ms(s.short_lease_ms);
+    CHECK(!test_server_held(&s, "wd0"));
+    CHECK(test_server_leftovers(&s, "wd0") == 0);
+    dlock_client_free(c);
+    dlock_client_free(other);
+    test_server_stop(&s);
+}
+
+/* on_lost fires once when an administrator breaks the lock; extend, check
+ * and release report it too. */
+static void on_lost_once_after_force_release(void)
+{
+    test_server s;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_lock_info removed;
+    dlock_acquire_options o;
+
+    atomic_store(&test_lost_calls, 0);
+    test_server_start(&s, backend);
+    o = test_opts(0, s.short_lease_ms * 3 / 2, 1);
+    c = open_client(&s);
+    o.on_lost = test_count_lost;
+    CHECK_RC(dlock_acquire(&l, c, "victim", &o), DLOCK_OK);
+    CHECK_RC(dlock_force_release(&removed, c, "victim"), DLOCK_OK);
+    CHECK(removed.held == 1 && removed.fence == dlock_lock_fence(l) && removed.ttl_ms > 0);
+    CHECK(!test_server_held(&s, "victim"));
+    for (int i = 0; i < 200 && atomic_load(&test_lost_calls) == 0; i++)
+        test_sleep_ms(20);
+    CHECK(atomic_load(&test_lost_calls) == 1);
+    CHECK(atomic_load(&test_lost_reason) == DLOCK_ELOST);
+    CHECK(dlock_lock_lost(l));
+    CHECK_RC(dlock_lock_check(l), DLOCK_ELOST);
+    CHECK_RC(dlock_lock_extend(l, 1000), DLOCK_ELOST);
+    test_sleep_ms(s.short_lease_ms); /* more renewal periods: still once */
+    CHECK(atomic_load(&test_lost_calls) == 1);
+    CHECK_RC(dlock_release(l), DLOCK_ELOST);
+    CHECK_RC(dlock_force_release(&removed, c, "victim"), DLOCK_OK);
+    CHECK(removed.held == 0);
+    dlock_client_free(c);
+    test_server_stop(&s);
+}
+
+/* A holder frozen past its lease loses the lock to another process; when it
+ * resumes, its on_lost fires and its release returns DLOCK_ELOST. */
+static int stop_pipe[2];
+
+static void lost_to_pipe(dlock_lock *l, int reason, void *payload)
+{
+    char ch = (char)(reason == DLOCK_ELOST ? 'L' : 'C');
+    (void)l;
+    (void)payload;
+    if (write(stop_pipe[1], &ch, 1) != 1)
+        abort();
+}
+
+static void sigstop_holder_loses_lock(void)
+{
+    test_server s;
+    int ready[2];
+    pid_t pid;
+    uint64_t *shared;
+
+    test_server_start(&s, backend);
+    shared = mmap(NULL, sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                  -1, 0);
+    CHECK(shared != MAP_FAILED);
+    CHECK(pipe(ready) == 0 && pipe(stop_pipe) == 0);
+    pid = fork();
+    if (pid == 0) {
+        dlock_client *c = open_client(&s);
+        dlock_lock *l;
+        dlock_acquire_options o = test_opts(0, s.short_lease_ms, 1);
+        struct pollfd pfd = {stop_pipe[0], POLLIN, 0};
+        char why = 0;
+        o.on_lost = lost_to_pipe;
+        CHECK_RC(dlock_acquire(&l, c, "paused", &o), DLOCK_OK);
+        *shared = dlock_lock_fence(l);
+        CHECK(write(ready[1], "r", 1) == 1);
+        /* The parent freezes us here; after SIGCONT the watchdog must notice:
+         * the lock is gone (L), or could not be renewed in time (C). */
+        CHECK(poll(&pfd, 1, 30000) == 1);
+        CHECK(read(stop_pipe[0], &why, 1) == 1);
+        CHECK(why == 'L' || why == 'C');
+        CHECK(dlock_lock_lost(l));
+        CHECK_RC(dlock_release(l), DLOCK_ELOST);
+        dlock_client_free(c);
+        _exit(0);
+    }
+    {
+        char byte;
+        dlock_client *c;
+        dlock_lock *l;
+        dlock_acquire_options o = test_opts(15000, 5000, 1);
+        CHECK(read(ready[0], &byte, 1) == 1);
+        CHECK(kill(pid, SIGSTOP) == 0);
+        c = open_client(&s);
+        CHECK_RC(dlock_acquire(&l, c, "paused", &o), DLOCK_OK); /* the frozen lease runs out */
+        CHECK(fence_follows(&s, *shared, dlock_lock_fence(l)));
+        CHECK(kill(pid, SIGCONT) == 0);
+        test_wait_child_ok(pid);
+        /* The stale holder's release did not touch ours. */
+        CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+        dlock_client_free(c);
+    }
+    munmap(shared, sizeof(uint64_t));
+    test_server_stop(&s);
+}
+
+/* A waiter that gives up leaves nothing behind (no queued key, no hand-off
+ * entry, no lease); a try leaves nothing either. */
+static void wait_times_out(void)
+{
+    test_server s;
+    dlock_client *c;
+    dlock_lock *l, *l2 = (dlock_lock *)1;
+    dlock_acquire_options o = test_opts(0, 10000, 1);
+    dlock_acquire_options w = test_opts(700, 10000, 1);
+    long long held;
+
+    test_server_start(&s, backend);
+    c = open_client(&s);
+    CHECK_RC(dlock_acquire(&l, c, "busy", &o), DLOCK_OK);
+    held = test_server_leftovers(&s, "busy");
+    CHECK_RC(dlock_acquire(&l2, c, "busy", &w), DLOCK_ETIMEOUT);
+    CHECK(l2 == NULL);
+    CHECK_CONTAINS(dlock_error_message(), "after waiting 700 ms");
+    CHECK(test_server_leftovers(&s, "busy") == held);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(test_server_leftovers(&s, "busy") == 0);
+    dlock_client_free(c);
+    test_server_stop(&s);
+}
+
+static void try_once_leaves_nothing(void)
+{
+    test_server s;
+    dlock_client *c, *c2;
+    dlock_lock *l, *l2 = (dlock_lock *)1;
+    dlock_acquire_options o = test_opts(0, 4000, 1);
+    long long held;
+
+    test_server_start(&s, backend);
+    c = open_client(&s);
+    c2 = open_client(&s);
+    CHECK_RC(dlock_acquire(&l, c, "once", &o), DLOCK_OK);
+    held = test_server_leftovers(&s, "once");
+    for (int i = 0; i < 20; i++) {
+        CHECK_RC(dlock_acquire(&l2, c2, "once", &o), DLOCK_EBUSY);
+        CHECK(l2 == NULL);
+        CHECK_CONTAINS(dlock_error_message(), "lease left");
+    }
+    CHECK(test_server_leftovers(&s, "once") == held);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l2, c2, "once", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(l2), DLOCK_OK);
+    CHECK(test_server_leftovers(&s, "once") == 0);
+    dlock_client_free(c);
+    dlock_client_free(c2);
+    test_server_stop(&s);
+}
+
+static void client_freed_before_release(void)
+{
+    test_server s;
+    dlock_client *c;
+    dlock_lock *l;
+
+    test_server_start(&s, backend);
+    c = open_client(&s);
+    CHECK_RC(dlock_acquire(&l, c, "orphan", NULL), DLOCK_OK);
+    dlock_client_free(c);
+    CHECK(dlock_lock_fence(l) > 0);
+    CHECK_RC(dlock_release(l), DLOCK_EMISUSE);
+    CHECK_CONTAINS(dlock_error_message(), "already freed");
+    test_server_stop(&s);
+}
+
+/* One client shared by many threads, with the watchdog renewing. */
+typedef struct {
+    dlock_client *c;
+    atomic_long *counter;
+    int64_t lease_ms;
+} shared_arg;
+
+static void *shared_main(void *p)
+{
+    shared_arg *a = p;
+    dlock_acquire_options o = test_opts(DLOCK_WAIT_FOREVER, a->lease_ms, 1);
+
+    for (int i = 0; i < 30; i++) {
+        dlock_lock *l;
+        long v;
+        CHECK_RC(dlock_acquire(&l, a->c, "threads", &o), DLOCK_OK);
+        v = atomic_load_explicit(a->counter, memory_order_relaxed);
+        if (i % 10 == 0)
+            usleep((useconds_t)(a->lease_ms * 400)); /* the watchdog renews meanwhile */
+        CHECK(!dlock_lock_lost(l));
+        CHECK(dlock_lock_valid_ms(l) > 0);
+        atomic_store_explicit(a->counter, v + 1, memory_order_relaxed);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+    }
+    return NULL;
+}
+
+static void threads_share_a_client(void)
+{
+    enum { THREADS = 6 };
+    test_server s;
+    dlock_client *c;
+    pthread_t t[THREADS];
+    shared_arg a[THREADS];
+    atomic_long counter = 0;
+
+    test_server_start(&s, backend);
+    c = open_client(&s);
+    for (int i = 0; i < THREADS; i++) {
+        a[i].c = c;
+        a[i].counter = &counter;
+        a[i].lease_ms = s.short_lease_ms;
+        CHECK(pthread_create(&t[i], NULL, shared_main, &a[i]) == 0);
+    }
+    for (int i = 0; i < THREADS; i++)
+        CHECK(pthread_join(t[i], NULL) == 0);
+    CHECK(atomic_load(&counter) == THREADS * 30);
+    CHECK(test_server_leftovers(&s, "threads") == 0);
+    dlock_client_free(c);
+    test_server_stop(&s);
+}
+
+static const test_case cases[] = {
+    {"basic_cycle", basic_cycle},
+    {"mutual_exclusion_processes", mutual_exclusion_processes},
+    {"fences_strictly_increase", fences_strictly_increase},
+    {"release_by_non_owner_refused", release_by_non_owner_refused},
+    {"expiry_frees_the_lock", expiry_frees_the_lock},
+    {"watchdog_keeps_lock", watchdog_keeps_lock},
+    {"on_lost_once_after_force_release", on_lost_once_after_force_release},
+    {"sigstop_holder_loses_lock", sigstop_holder_loses_lock},
+    {"wait_times_out", wait_times_out},
+    {"try_once_leaves_nothing", try_once_leaves_nothing},
+    {"client_freed_before_release", client_freed_before_release},
+    {"threads_share_a_client", threads_share_a_client},
+};
+
+/* test_core BACKEND CASE */
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s redis|etcd CASE\n", argv[0]);
+        return 2;
+    }
+    backend = argv[1];
+    return test_run(cases, sizeof(cases) / sizeof(cases[0]), argc - 1, argv + 1);
+}
