@@ -94,14 +94,10 @@ if kind == 'fair' then
 end
 
 local fence
-fence, err = dlock_fence_next(counter, count, KEYS[2], KEYS[3], lease)
+fence, err = dlock_take(base, holds, value, token, lease, counter, count, KEYS[2], KEYS[3])
 if not fence then
   return err
 end
-redis.call('SET', base, value, 'PX', lease)
-redis.call('DEL', holds)
-redis.call('HSET', holds, token, fence)
-redis.call('PEXPIRE', holds, lease)
 if kind == 'leader' then
   redis.call('SET', base .. ':leader', ARGV[8], 'PX', lease)
   redis.call('PUBLISH', ARGV[9], 'all')

@@ -102,14 +102,10 @@ if busy then
   return {0, busy}
 end
 local fence
-fence, err = dlock_fence_next(counter, count, KEYS[2], KEYS[3], lease)
+fence, err = dlock_take(base, holds, value, token, lease, counter, count, KEYS[2], KEYS[3])
 if not fence then
   return err
 end
-redis.call('SET', base, value, 'PX', lease)
-redis.call('DEL', holds)
-redis.call('HSET', holds, token, fence)
-redis.call('PEXPIRE', holds, lease)
 if redis.call('GET', marker) == token then
   redis.call('DEL', marker)
 end

@@ -30,3 +30,19 @@ end
 local function dlock_refresh_ms(ttl)
   return math.max(1, math.floor(ttl / 3))
 end
+
+-- Take the lock base for token (a writer, a reentrant owner, a leader):
+-- issue the next fence of counter (whose GET was count), set base to value
+-- with the lease, and make token the only holder in holds. Needs fence.lua.
+-- Returns the fence, or nil and an error reply (before any write).
+local function dlock_take(base, holds, value, token, lease, counter, count, floor, registry)
+  local fence, err = dlock_fence_next(counter, count, floor, registry, lease)
+  if not fence then
+    return nil, err
+  end
+  redis.call('SET', base, value, 'PX', lease)
+  redis.call('DEL', holds)
+  redis.call('HSET', holds, token, fence)
+  redis.call('PEXPIRE', holds, lease)
+  return fence
+end
