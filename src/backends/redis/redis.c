@@ -6,6 +6,9 @@
  *   dlock:{NAME}          the lock: owner token, with the lease as its PX expiry
  *   dlock:{NAME}:fence    the fence counter, INCR'd by every acquisition
  *   dlock:{NAME}:release  the pub/sub channel a release is announced on
+ *   dlock:{NAME}:next     the hand-off slot: "WAITER-ID TOKEN LEASE" of one
+ *                         waiter, whom the release gives the lock (PX: it
+ *                         lapses unless the waiter keeps trying)
  * The braces are a hash tag: the three live in one cluster slot. Two keys
  * per prefix keep the fences bounded (lib/fence.lua): dlock:fence-floor and
  * dlock:fence-registry. The lock family's keys are in redis_family.c.
