@@ -25,6 +25,7 @@
 #include "backends/redis/redis_int.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/thread.h"
 #include "core/token.h"
 
 void dlock__redis_key(dlock__redis_key_buf *k, const dlock__redis_be *be, const char *name,
@@ -46,15 +47,47 @@ int dlock__redis_bad_reply(const dlock__redis_conn *conn, const char *what)
     return dlock__fail(DLOCK_EPROTO, "%s: unexpected reply to %s", conn->where, what);
 }
 
+dlock__redis_conn *dlock__redis_cmd_take(dlock__redis_be *be)
+{
+    int pick = -1;
+
+    pthread_mutex_lock(&be->cmd_mu);
+    for (;;) {
+        for (int i = 0; i < DLOCK__REDIS_CMD_MAX; i++) {
+            if (be->cmd_busy[i])
+                continue;
+            if (be->cmd[i].ctx != NULL && be->cmd[i].ctx->err == 0) {
+                pick = i;
+                break;
+            }
+            if (pick < 0)
+                pick = i;
+        }
+        if (pick >= 0)
+            break;
+        pthread_cond_wait(&be->cmd_freed, &be->cmd_mu);
+    }
+    be->cmd_busy[pick] = 1;
+    pthread_mutex_unlock(&be->cmd_mu);
+    return &be->cmd[pick];
+}
+
+void dlock__redis_cmd_give(dlock__redis_be *be, dlock__redis_conn *conn)
+{
+    pthread_mutex_lock(&be->cmd_mu);
+    be->cmd_busy[conn - be->cmd] = 0;
+    pthread_cond_signal(&be->cmd_freed);
+    pthread_mutex_unlock(&be->cmd_mu);
+}
+
 int dlock__redis_cmd_script(dlock__redis_be *be, const dlock__redis_script *s,
                             redisReply **out, int nkeys, int argc, const char **argv,
                             const size_t *lens)
 {
-    int rc;
+    dlock__redis_conn *conn = dlock__redis_cmd_take(be);
+    int rc = dlock__redis_conn_script(conn, s, out, nkeys, argc, argv, lens);
 
-    pthread_mutex_lock(&be->cmd_mu);
-    rc = dlock__redis_conn_script(&be->cmd, s, out, nkeys, argc, argv, lens);
-    pthread_mutex_unlock(&be->cmd_mu);
+    dlock__redis_cmd_give(be, conn);
     return rc;
 }
 
@@ -86,8 +119,10 @@ static void redis_close(void *arg)
     if (be == NULL)
         return;
     dlock__redis_watcher_free(be->watcher);
-    dlock__redis_conn_close(&be->cmd);
+    for (int i = 0; i < DLOCK__REDIS_CMD_MAX; i++)
+        dlock__redis_conn_close(&be->cmd[i]);
     dlock__redis_conn_close(&be->wd);
+    pthread_cond_destroy(&be->cmd_freed);
     pthread_mutex_destroy(&be->cmd_mu);
     free(be->prefix);
     free(be);
@@ -110,17 +145,24 @@ static int redis_open(void **out, const dlock_url *url, const dlock_client_optio
         free(be);
         return dlock__fail(DLOCK_ENOMEM, "cannot create a mutex");
     }
+    if (dlock__cond_init(&be->cmd_freed) != 0) {
+        pthread_mutex_destroy(&be->cmd_mu);
+        free(be);
+        return dlock__fail(DLOCK_ENOMEM, "cannot create a condition variable");
+    }
     be->prefix = strdup(opts->key_prefix != NULL ? opts->key_prefix : "dlock:");
     if (be->prefix == NULL) {
         rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
         goto err;
     }
-    if ((rc = dlock__redis_conn_init(&be->cmd, url, opts, "cmd")) != DLOCK_OK ||
-        (rc = dlock__redis_conn_init(&be->wd, url, opts, "watchdog")) != DLOCK_OK ||
+    for (int i = 0; i < DLOCK__REDIS_CMD_MAX; i++)
+        if ((rc = dlock__redis_conn_init(&be->cmd[i], url, opts, "cmd")) != DLOCK_OK)
+            goto err;
+    if ((rc = dlock__redis_conn_init(&be->wd, url, opts, "watchdog")) != DLOCK_OK ||
         (rc = dlock__redis_watcher_new(&be->watcher, url, opts)) != DLOCK_OK)
         goto err;
     /* Connect now so that a wrong address or password is reported by open. */
-    if ((rc = dlock__redis_conn_connect(&be->cmd)) != DLOCK_OK)
+    if ((rc = dlock__redis_conn_connect(&be->cmd[0])) != DLOCK_OK)
         goto err;
     *out = be;
     return DLOCK_OK;
@@ -213,12 +255,12 @@ static int redis_acquire(void *arg, const char *name, const char *owner, int64_t
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER) {
         freeReplyObject(r);
-        return bad_reply(&be->cmd, "the acquire script");
+        return bad_reply(be->cmd, "the acquire script");
     }
     if (r->element[0]->integer == 1) {
         if (r->element[1]->integer <= 0) {
             freeReplyObject(r);
-            return bad_reply(&be->cmd, "the acquire script (fence <= 0)");
+            return bad_reply(be->cmd, "the acquire script (fence <= 0)");
         }
         *fence = (uint64_t)r->element[1]->integer;
         if (w != NULL)
@@ -261,7 +303,7 @@ static int owner_script(redis_backend *be, const dlock__redis_script *s, const c
     argv[2] = arg, lens[2] = strlen(arg);
     if ((rc = cmd_script(be, s, &r, 1, 3, argv, lens)) != DLOCK_OK)
         return rc;
-    if ((rc = int_reply(&be->cmd, r, what, &v)) != DLOCK_OK)
+    if ((rc = int_reply(be->cmd, r, what, &v)) != DLOCK_OK)
         return rc;
     return v == 1 ? DLOCK_OK : DLOCK_ELOST;
 }
@@ -291,7 +333,7 @@ static int redis_release(void *arg, const char *name, const char *owner)
     argv[6] = chan.buf, lens[6] = chan.len;
     if ((rc = cmd_script(be, &dlock__redis_script_release, &r, 5, 7, argv, lens)) != DLOCK_OK)
         return rc;
-    if ((rc = int_reply(&be->cmd, r, "the release script", &v)) != DLOCK_OK)
+    if ((rc = int_reply(be->cmd, r, "the release script", &v)) != DLOCK_OK)
         return rc;
     return v == 1 ? DLOCK_OK : DLOCK_ELOST;
 }
@@ -311,20 +353,21 @@ static int redis_check(void *arg, const char *name, const char *owner)
     key_buf lock;
     const char *argv[2] = {"GET", lock.buf};
     size_t lens[2] = {3, 0};
+    dlock__redis_conn *conn;
     redisReply *r;
     int rc;
 
     make_key(&lock, be, name, "");
     lens[1] = lock.len;
-    pthread_mutex_lock(&be->cmd_mu);
-    rc = dlock__redis_conn_command(&be->cmd, &r, 2, argv, lens);
-    pthread_mutex_unlock(&be->cmd_mu);
+    conn = dlock__redis_cmd_take(be);
+    rc = dlock__redis_conn_command(conn, &r, 2, argv, lens);
+    dlock__redis_cmd_give(be, conn);
     if (rc != DLOCK_OK)
         return rc;
     if (r->type == REDIS_REPLY_NIL)
         rc = DLOCK_ELOST;
     else if (r->type != REDIS_REPLY_STRING)
-        rc = bad_reply(&be->cmd, "GET");
+        rc = bad_reply(be->cmd, "GET");
     else
         rc = (r->len == strlen(owner) && memcmp(r->str, owner, r->len) == 0) ? DLOCK_OK
                                                                              : DLOCK_ELOST;
@@ -416,7 +459,7 @@ static int read_status(redis_backend *be, const char *name, int force, dlock_loc
         r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER ||
         r->element[2]->type != REDIS_REPLY_INTEGER) {
         freeReplyObject(r);
-        return bad_reply(&be->cmd, "the status script");
+        return bad_reply(be->cmd, "the status script");
     }
     out->held = r->element[0]->integer == 1;
     out->ttl_ms = out->held ? r->element[1]->integer : 0;

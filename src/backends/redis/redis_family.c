@@ -92,7 +92,7 @@ static int pair_reply(redis_backend *be, redisReply *r, const char *what, long l
         *value = r->element[1]->integer;
     }
     freeReplyObject(r);
-    return ok ? DLOCK_OK : dlock__redis_bad_reply(&be->cmd, what);
+    return ok ? DLOCK_OK : dlock__redis_bad_reply(be->cmd, what);
 }
 
 static int int_result(redis_backend *be, redisReply *r, const char *what, long long *value)
@@ -102,7 +102,7 @@ static int int_result(redis_backend *be, redisReply *r, const char *what, long l
     if (ok)
         *value = r->integer;
     freeReplyObject(r);
-    return ok ? DLOCK_OK : dlock__redis_bad_reply(&be->cmd, what);
+    return ok ? DLOCK_OK : dlock__redis_bad_reply(be->cmd, what);
 }
 
 /* ---- acquire ----------------------------------------------------------- */
@@ -200,7 +200,7 @@ int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *wa
         return rc;
     if (status == 1) {
         if (value <= 0)
-            return dlock__redis_bad_reply(&be->cmd, "an acquire script (fence <= 0)");
+            return dlock__redis_bad_reply(be->cmd, "an acquire script (fence <= 0)");
         *fence = (uint64_t)value;
         if (watch != NULL)
             watch->leave = 0;
@@ -378,12 +378,14 @@ int dlock__redis_family_renew(redis_backend *be, dlock__redis_conn *conn, dlock_
     }
     argv[n] = renew ? "renew" : "check";
     lens[n] = strlen(argv[n]);
-    if (conn == &be->cmd)
-        pthread_mutex_lock(&be->cmd_mu);
-    rc = dlock__redis_conn_script(conn, &dlock__redis_script_family_renew, &r, (int)n, (int)argc,
-                                  argv, lens);
-    if (conn == &be->cmd)
-        pthread_mutex_unlock(&be->cmd_mu);
+    if (conn != NULL) {
+        rc = dlock__redis_conn_script(conn, &dlock__redis_script_family_renew, &r, (int)n,
+                                      (int)argc, argv, lens);
+    } else {
+        rc = dlock__redis_cmd_script(be, &dlock__redis_script_family_renew, &r, (int)n,
+                                     (int)argc, argv, lens);
+        conn = be->cmd; /* for messages: every command connection has the same name */
+    }
     if (rc != DLOCK_OK)
         goto done;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != n) {
@@ -411,7 +413,7 @@ static int renew_one(redis_backend *be, const dlock_request *req, int renew)
 {
     dlock_renewal item = {req->name, req->token, req->lease_ms, DLOCK_EPROTO, req->kind,
                           req->owner};
-    int rc = dlock__redis_family_renew(be, &be->cmd, &item, 1, renew);
+    int rc = dlock__redis_family_renew(be, NULL, &item, 1, renew);
 
     return rc != DLOCK_OK ? rc : item.result;
 }
@@ -509,7 +511,7 @@ int dlock__redis_multi_acquire(void *arg_be, const char *const *names, const cha
                                  (int)argc, argv, lens);
     if (rc != DLOCK_OK)
         goto done;
-    rc = dlock__redis_bad_reply(&be->cmd, "the multi-lock script");
+    rc = dlock__redis_bad_reply(be->cmd, "the multi-lock script");
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 1)
         goto done;
     for (size_t i = 0; i < r->elements; i++)
@@ -557,7 +559,7 @@ int dlock__redis_leader_get(void *arg_be, const char *name, dlock_leader_info *o
         r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER ||
         r->element[2]->type != REDIS_REPLY_STRING || r->element[3]->type != REDIS_REPLY_INTEGER) {
         freeReplyObject(r);
-        return dlock__redis_bad_reply(&be->cmd, "the leader script");
+        return dlock__redis_bad_reply(be->cmd, "the leader script");
     }
     memset(out, 0, sizeof(*out));
     out->held = r->element[0]->integer == 1;

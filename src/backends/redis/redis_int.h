@@ -1,6 +1,6 @@
 /*
  * What the files of the Redis backend share: the backend's state, key
- * names, running a script on the command connection, and the watch a
+ * names, running a script on a command connection, and the watch a
  * waiter holds. Private to src/backends/redis.
  */
 #ifndef DLOCK_REDIS_INT_H
@@ -11,10 +11,16 @@
 #include "backends/redis/redis_conn.h"
 #include "backends/redis/redis_watch.h"
 
+/* Callers' connections: up to this many, each opened when concurrent calls
+ * first need it; a call has one to itself for its round trip. */
+#define DLOCK__REDIS_CMD_MAX 4
+
 typedef struct {
     char *prefix;
-    pthread_mutex_t cmd_mu;
-    dlock__redis_conn cmd;
+    pthread_mutex_t cmd_mu;    /* guards cmd_busy */
+    pthread_cond_t cmd_freed;  /* a connection came back */
+    dlock__redis_conn cmd[DLOCK__REDIS_CMD_MAX];
+    int cmd_busy[DLOCK__REDIS_CMD_MAX];
     dlock__redis_conn wd;
     dlock__redis_watcher *watcher;
 } dlock__redis_be;
@@ -40,7 +46,12 @@ void dlock__redis_global_key(dlock__redis_key_buf *k, const dlock__redis_be *be,
 
 int dlock__redis_bad_reply(const dlock__redis_conn *conn, const char *what);
 
-/* Run a script on the command connection, under its mutex. */
+/* Take a command connection for one call (waiting while all are in use),
+ * and give it back. An open one is preferred to one not yet opened. */
+dlock__redis_conn *dlock__redis_cmd_take(dlock__redis_be *be);
+void dlock__redis_cmd_give(dlock__redis_be *be, dlock__redis_conn *conn);
+
+/* Run a script on a command connection. */
 int dlock__redis_cmd_script(dlock__redis_be *be, const dlock__redis_script *s,
                             redisReply **out, int nkeys, int argc, const char **argv,
                             const size_t *lens);
@@ -86,7 +97,8 @@ int dlock__redis_multi_acquire(void *be, const char *const *names, const char *c
 int dlock__redis_leader_get(void *be, const char *name, dlock_leader_info *out);
 int dlock__redis_observe_begin(void *be, const char *name, void **watch);
 
-/* Renew or check (renew 0) items of any kind on conn, in one round trip. */
+/* Renew or check (renew 0) items of any kind on conn (NULL: a command
+ * connection), in one round trip. */
 int dlock__redis_family_renew(dlock__redis_be *be, dlock__redis_conn *conn,
                               dlock_renewal *items, size_t n, int renew);
 

@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <hiredis/hiredis.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -424,6 +425,77 @@ static void leave_after_hand_over(void)
     test_redis_stop(&r);
 }
 
+/* Threads sharing one client run their calls on up to DLOCK__REDIS_CMD_MAX
+ * (4) command connections, opened only when calls overlap: one thread uses
+ * one, eight at once use more than one and never more than four. */
+typedef struct {
+    dlock_client *c;
+    int id;
+} cycler_arg;
+
+static void *cycler_main(void *p)
+{
+    cycler_arg *a = p;
+    dlock_acquire_options o = test_opts(0, 5000, 0);
+    char name[32];
+
+    snprintf(name, sizeof(name), "pool%d", a->id);
+    for (int i = 0; i < 300; i++) {
+        dlock_lock *l;
+        CHECK_RC(dlock_acquire(&l, a->c, name, &o), DLOCK_OK);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+    }
+    return NULL;
+}
+
+static long long cmd_connections(test_redis *r)
+{
+    redisContext *ctx = redisConnect("127.0.0.1", r->port);
+    redisReply *rep;
+    long long n = 0;
+
+    CHECK(ctx != NULL && ctx->err == 0);
+    rep = redisCommand(ctx, "CLIENT LIST");
+    CHECK(rep != NULL && rep->type == REDIS_REPLY_STRING);
+    for (const char *p = rep->str; (p = strstr(p, " name=dlock-cmd ")) != NULL; p++)
+        n++;
+    freeReplyObject(rep);
+    redisFree(ctx);
+    return n;
+}
+
+static void command_connections_pool(void)
+{
+    enum { THREADS = 8 };
+    test_redis r;
+    dlock_client *c;
+    pthread_t t[THREADS];
+    cycler_arg a[THREADS];
+    long long n;
+
+    test_redis_start(&r, NULL);
+    c = open_client(&r);
+    a[0].c = c;
+    a[0].id = 0;
+    cycler_main(&a[0]);
+    CHECK(cmd_connections(&r) == 1);
+    for (int i = 0; i < THREADS; i++) {
+        a[i].c = c;
+        a[i].id = i;
+        CHECK(pthread_create(&t[i], NULL, cycler_main, &a[i]) == 0);
+    }
+    for (int i = 0; i < THREADS; i++)
+        CHECK(pthread_join(t[i], NULL) == 0);
+    n = cmd_connections(&r);
+    fprintf(stderr, "command connections after %d threads: %lld\n", THREADS, n);
+    CHECK(n > 1 && n <= 4);
+    dlock_client_free(c);
+    for (int i = 0; i < 250 && cmd_connections(&r) != 0; i++)
+        test_sleep_ms(20); /* the server sees the closes in its own time */
+    CHECK(cmd_connections(&r) == 0);
+    test_redis_stop(&r);
+}
+
 /* Scripts come back after SCRIPT FLUSH (NOSCRIPT), and a connection killed
  * by the server is re-established on next use. */
 static void noscript_and_reconnect(void)
@@ -556,6 +628,7 @@ TEST_MAIN({"sockets_cloexec_and_no_sigpipe", sockets_cloexec_and_no_sigpipe}, {"
           {"waiter_woken_by_release", waiter_woken_by_release},
           {"release_wakes_one_waiter", release_wakes_one_waiter},
           {"noscript_and_reconnect", noscript_and_reconnect},
+          {"command_connections_pool", command_connections_pool},
           {"release_hands_over", release_hands_over},
           {"handed_to_a_dead_waiter", handed_to_a_dead_waiter},
           {"leave_after_hand_over", leave_after_hand_over},
