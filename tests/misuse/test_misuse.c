@@ -1002,6 +1002,39 @@ static void failed_acquire_leaves_no_lock(void)
     test_redis_stop(&r);
 }
 
+/* A fence counter or floor that is not an integer (another program wrote
+ * it): the acquire fails naming the key, and leaves neither a lock without a
+ * fence nor a counter it made; a sound floor starts a new name above it. */
+static void broken_fence_state(void)
+{
+    test_redis r;
+    dlock_client *c;
+    dlock_lock *l = NULL;
+
+    test_redis_start(&r, NULL);
+    c = open_url(r.url);
+    CHECK(test_redis_cmd(&r, "SET dlock:{bc}:fence abc") >= 0);
+    CHECK_RC(dlock_acquire(&l, c, "bc", NULL), DLOCK_ESERVER);
+    CHECK_CONTAINS(dlock_error_message(), "fence counter dlock:{bc}:fence is not an integer");
+    CHECK(l == NULL);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{bc}") == 0);
+
+    CHECK(test_redis_cmd(&r, "SET dlock:fence-floor 4.5") >= 0);
+    CHECK_RC(dlock_acquire(&l, c, "bf", NULL), DLOCK_ESERVER);
+    CHECK_CONTAINS(dlock_error_message(), "fence floor dlock:fence-floor is not an integer");
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{bf} dlock:{bf}:fence") == 0);
+
+    CHECK(test_redis_cmd(&r, "SET dlock:fence-floor 41") >= 0);
+    CHECK_RC(dlock_acquire(&l, c, "bf", NULL), DLOCK_OK);
+    CHECK(dlock_lock_fence(l) == 42);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "bf", NULL), DLOCK_OK);
+    CHECK(dlock_lock_fence(l) == 43);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
 /* ---------------------------------------------------------------------- */
 /* dlock run: the password reaches neither COMMAND's environment nor the
  * command line COMMAND can read (/proc/PPID/cmdline). */
@@ -1077,4 +1110,5 @@ TEST_MAIN({"names_huge_and_binary", names_huge_and_binary},
           {"maxmemory_held_lock", maxmemory_held_lock}, {"acl_minimal_user", acl_minimal_user},
           {"acl_each_command_needed", acl_each_command_needed},
           {"failed_acquire_leaves_no_lock", failed_acquire_leaves_no_lock},
+          {"broken_fence_state", broken_fence_state},
           {"cli_run_hides_password", cli_run_hides_password})

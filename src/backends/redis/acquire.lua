@@ -8,27 +8,41 @@
 -- A waiter that finds the lock busy takes the hand-off slot if it is free
 -- (or renews it if it is its own): the release then gives the lock to it
 -- directly (release.lua), with no retry round trip.
--- #include fence
-local counter = redis.call('GET', KEYS[2])
--- Checked before the SET so that a broken counter never leaves a lock without a fence.
-local err = dlock_fence_check(KEYS[2], counter)
-if err then
-  return err
-end
 local entry = ARGV[3]
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   -- INCR, never SET: the counter only grows, also across expiries of the lock key.
-  -- If issuing the fence fails (an ACL without INCR, a broken floor, a full
-  -- server), the lock is taken back: no lock is ever left without a fence.
-  local ok, fence, ferr = pcall(dlock_fence_next, KEYS[2], counter, KEYS[3], KEYS[4],
-                                tonumber(ARGV[2]))
-  if not ok or not fence then
+  -- If issuing the fence fails (a counter that is not an integer, an ACL
+  -- without INCR, a broken floor, a full server), the lock is taken back:
+  -- no lock is ever left without a fence.
+  local ok, fence = pcall(redis.call, 'INCR', KEYS[2])
+  if not ok then
     redis.call('DEL', KEYS[1])
-    if ok then
-      return ferr
+    local msg = type(fence) == 'table' and fence.err or tostring(fence)
+    if string.find(msg, 'not an integer', 1, true) then
+      msg = 'DLOCKFENCE fence counter ' .. KEYS[2] .. ' is not an integer (or out of range)'
     end
-    -- (fence is what redis.call raised: a table with err, or a message.)
-    return redis.error_reply(type(fence) == 'table' and fence.err or tostring(fence))
+    return redis.error_reply(msg)
+  end
+  if fence == 1 or fence % 16 == 0 then
+    -- A counter INCR just created starts at the floor, and one token in 16
+    -- keeps the registry (lib/fence.lua, DLOCK_UPKEEP_EVERY): only then are
+    -- the helpers defined, so the common acquisition does not pay for them.
+    -- #include fence
+    local incr = fence
+    local ok2, ferr
+    ok2, fence, ferr = pcall(dlock_fence_after_incr, KEYS[2], incr, KEYS[3], KEYS[4],
+                             tonumber(ARGV[2]))
+    if not ok2 or not fence then
+      if incr == 1 then
+        redis.call('DEL', KEYS[2])
+      end
+      redis.call('DEL', KEYS[1])
+      if ok2 then
+        return ferr
+      end
+      -- (fence is what redis.call raised: a table with err, or a message.)
+      return redis.error_reply(type(fence) == 'table' and fence.err or tostring(fence))
+    end
   end
   if entry and redis.call('GET', KEYS[5]) == entry then
     redis.call('DEL', KEYS[5])
@@ -40,7 +54,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   -- the key is ours, so nobody has taken a fence since ours and the counter
   -- holds it.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(counter) or 0}
+  return {1, tonumber(redis.call('GET', KEYS[2])) or 0}
 end
 if entry then
   if not redis.call('SET', KEYS[5], entry, 'NX', 'PX', ARGV[4]) and

@@ -116,3 +116,32 @@ local function dlock_fence_next(counter, value, floor_key, registry, lease_ms)
   end
   return fence
 end
+
+-- The same for a script that has already done INCR counter (the plain
+-- acquire, whose common case needs none of this file): incr is what INCR
+-- returned. A counter INCR just created (1) starts at the floor instead,
+-- and keeps the registry, as does one token in DLOCK_UPKEEP_EVERY. Returns
+-- the token, or nil and an error reply; the caller then undoes the INCR.
+local function dlock_fence_after_incr(counter, incr, floor_key, registry, lease_ms)
+  local fence = incr
+  if incr == 1 then
+    local floor = redis.call('GET', floor_key)
+    if floor then
+      local n = tonumber(floor)
+      if not n or n ~= math.floor(n) then
+        return nil, redis.error_reply('DLOCKFENCE fence floor ' .. floor_key ..
+                                      ' is not an integer')
+      end
+      if n >= 1 then
+        fence = n + 1
+        redis.call('SET', counter, fence)
+      end
+    end
+  end
+  if incr == 1 or fence % DLOCK_UPKEEP_EVERY == 0 then
+    local now = dlock_registry_clock(registry)
+    dlock_fence_note(counter, registry, now, lease_ms)
+    dlock_fence_retire(floor_key, registry, now)
+  end
+  return fence
+end
