@@ -174,6 +174,22 @@ err:
 
 /* ---- the lock operations --------------------------------------------- */
 
+/* The keys of acquire.lua and release.lua, in their order: the lock, its
+ * fence counter, the fence floor and registry, the hand-off slot. */
+#define MUTEX_KEYS 5
+
+static void mutex_keys(redis_backend *be, const char *name, key_buf keys[MUTEX_KEYS],
+                       const char **argv, size_t *lens)
+{
+    make_key(&keys[0], be, name, "");
+    make_key(&keys[1], be, name, ":fence");
+    dlock__redis_global_key(&keys[2], be, DLOCK__REDIS_FENCE_FLOOR);
+    dlock__redis_global_key(&keys[3], be, DLOCK__REDIS_FENCE_REGISTRY);
+    make_key(&keys[4], be, name, ":next");
+    for (int i = 0; i < MUTEX_KEYS; i++)
+        argv[i] = keys[i].buf, lens[i] = keys[i].len;
+}
+
 /* How long a waiter of the plain mutex sleeps at most between tries (each
  * try keeps its hand-off entry alive), and how long the entry outlives it. */
 static int64_t handoff_refresh_ms(int64_t lease_ms)
@@ -186,7 +202,6 @@ static int handoff_entry(dlock__redis_watch *w, const char *owner, int64_t lease
 {
     const char *wid = dlock__redis_watch_id(w->waiter);
     size_t n = strlen(wid) + strlen(owner) + 24;
-
     char *token;
 
     if (w->entry != NULL)
@@ -207,7 +222,7 @@ static int redis_acquire(void *arg, const char *name, const char *owner, int64_t
 {
     redis_backend *be = arg;
     dlock__redis_watch *w = watch;
-    key_buf lock, counter, floor, registry, slot;
+    key_buf keys[MUTEX_KEYS];
     char lease[24], entry_ms[24];
     const char *argv[9];
     size_t lens[9];
@@ -229,17 +244,8 @@ static int redis_acquire(void *arg, const char *name, const char *owner, int64_t
         if ((rc = handoff_entry(w, owner, lease_ms)) != DLOCK_OK)
             return rc;
     }
-    make_key(&lock, be, name, "");
-    make_key(&counter, be, name, ":fence");
-    dlock__redis_global_key(&floor, be, DLOCK__REDIS_FENCE_FLOOR);
-    dlock__redis_global_key(&registry, be, DLOCK__REDIS_FENCE_REGISTRY);
-    make_key(&slot, be, name, ":next");
+    mutex_keys(be, name, keys, argv, lens);
     snprintf(lease, sizeof(lease), "%lld", (long long)lease_ms);
-    argv[0] = lock.buf, lens[0] = lock.len;
-    argv[1] = counter.buf, lens[1] = counter.len;
-    argv[2] = floor.buf, lens[2] = floor.len;
-    argv[3] = registry.buf, lens[3] = registry.len;
-    argv[4] = slot.buf, lens[4] = slot.len;
     argv[5] = owner, lens[5] = strlen(owner);
     argv[6] = lease, lens[6] = strlen(lease);
     if (w != NULL) {
@@ -250,7 +256,8 @@ static int redis_acquire(void *arg, const char *name, const char *owner, int64_t
         argc = 9;
         sent = dlock__now_ms();
     }
-    if ((rc = cmd_script(be, &dlock__redis_script_acquire, &r, 5, argc, argv, lens)) != DLOCK_OK)
+    if ((rc = cmd_script(be, &dlock__redis_script_acquire, &r, MUTEX_KEYS, argc, argv, lens)) !=
+        DLOCK_OK)
         return rc;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER) {
@@ -286,22 +293,15 @@ static int redis_acquire(void *arg, const char *name, const char *owner, int64_t
     return rc;
 }
 
-/* The three owner-checked scripts share one shape: 1 done, 0 not ours. */
-static int owner_script(redis_backend *be, const dlock__redis_script *s, const char *name,
-                        const char *owner, const char *arg, const char *what)
+/* Run an owner-checked script, whose reply is 1 done, 0 not ours. */
+static int owned_script(redis_backend *be, const dlock__redis_script *s, int nkeys, int argc,
+                        const char **argv, const size_t *lens, const char *what)
 {
-    key_buf lock;
-    const char *argv[3];
-    size_t lens[3];
     redisReply *r;
     long long v = 0;
     int rc;
 
-    make_key(&lock, be, name, "");
-    argv[0] = lock.buf, lens[0] = lock.len;
-    argv[1] = owner, lens[1] = strlen(owner);
-    argv[2] = arg, lens[2] = strlen(arg);
-    if ((rc = cmd_script(be, s, &r, 1, 3, argv, lens)) != DLOCK_OK)
+    if ((rc = cmd_script(be, s, &r, nkeys, argc, argv, lens)) != DLOCK_OK)
         return rc;
     if ((rc = int_reply(be->cmd, r, what, &v)) != DLOCK_OK)
         return rc;
@@ -311,40 +311,32 @@ static int owner_script(redis_backend *be, const dlock__redis_script *s, const c
 static int redis_release(void *arg, const char *name, const char *owner)
 {
     redis_backend *be = arg;
-    key_buf lock, counter, floor, registry, slot, chan;
-    const char *argv[7];
-    size_t lens[7];
-    redisReply *r;
-    long long v = 0;
-    int rc;
+    key_buf keys[MUTEX_KEYS], chan;
+    const char *argv[MUTEX_KEYS + 2];
+    size_t lens[MUTEX_KEYS + 2];
 
-    make_key(&lock, be, name, "");
-    make_key(&counter, be, name, ":fence");
-    dlock__redis_global_key(&floor, be, DLOCK__REDIS_FENCE_FLOOR);
-    dlock__redis_global_key(&registry, be, DLOCK__REDIS_FENCE_REGISTRY);
-    make_key(&slot, be, name, ":next");
+    mutex_keys(be, name, keys, argv, lens);
     make_key(&chan, be, name, ":release");
-    argv[0] = lock.buf, lens[0] = lock.len;
-    argv[1] = counter.buf, lens[1] = counter.len;
-    argv[2] = floor.buf, lens[2] = floor.len;
-    argv[3] = registry.buf, lens[3] = registry.len;
-    argv[4] = slot.buf, lens[4] = slot.len;
     argv[5] = owner, lens[5] = strlen(owner);
     argv[6] = chan.buf, lens[6] = chan.len;
-    if ((rc = cmd_script(be, &dlock__redis_script_release, &r, 5, 7, argv, lens)) != DLOCK_OK)
-        return rc;
-    if ((rc = int_reply(be->cmd, r, "the release script", &v)) != DLOCK_OK)
-        return rc;
-    return v == 1 ? DLOCK_OK : DLOCK_ELOST;
+    return owned_script(be, &dlock__redis_script_release, MUTEX_KEYS, MUTEX_KEYS + 2, argv, lens,
+                        "the release script");
 }
 
 static int redis_extend(void *arg, const char *name, const char *owner, int64_t lease_ms)
 {
+    redis_backend *be = arg;
+    key_buf lock;
     char lease[24];
+    const char *argv[3];
+    size_t lens[3];
 
+    make_key(&lock, be, name, "");
     snprintf(lease, sizeof(lease), "%lld", (long long)lease_ms);
-    return owner_script(arg, &dlock__redis_script_extend, name, owner, lease,
-                        "the extend script");
+    argv[0] = lock.buf, lens[0] = lock.len;
+    argv[1] = owner, lens[1] = strlen(owner);
+    argv[2] = lease, lens[2] = strlen(lease);
+    return owned_script(be, &dlock__redis_script_extend, 1, 3, argv, lens, "the extend script");
 }
 
 static int redis_check(void *arg, const char *name, const char *owner)
