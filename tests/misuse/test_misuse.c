@@ -774,28 +774,6 @@ static void maxmemory_held_lock(void)
     "+unsubscribe +client|setname +select"
 #define ACL_KEYS "resetkeys ~dlock:* resetchannels &dlock:* -@all"
 
-typedef struct {
-    dlock_client *c;
-    const char *name;
-    int rc;
-    int64_t took_ms;
-    dlock_lock *lock;
-} waiter_arg;
-
-static void *waiter_main(void *p)
-{
-    waiter_arg *a = p;
-    /* An 8 s lease: without pub/sub a waiter looks again only after a
-     * quarter of its lease (2 s) or the holder's lease end, whichever is
-     * first: well past the 1.7 s the scenario allows. */
-    dlock_acquire_options o = test_opts(4000, 8000, 1);
-    int64_t t0 = now_ms();
-
-    a->rc = dlock_acquire(&a->lock, a->c, a->name, &o);
-    a->took_ms = now_ms() - t0;
-    return NULL;
-}
-
 /*
  * The core scenario, step by step; returns 0 when every step worked, else
  * the number of the first step that did not, with its code in *code. A
@@ -809,7 +787,7 @@ static int scenario(test_redis *r, const char *url, int *code, char *msg, size_t
     dlock_client *c = NULL, *c2 = NULL;
     dlock_lock *a = NULL, *b = NULL;
     dlock_lock_info info;
-    waiter_arg w;
+    test_acquirer w;
     pthread_t t;
     int step = 0, rc;
 
@@ -830,11 +808,12 @@ static int scenario(test_redis *r, const char *url, int *code, char *msg, size_t
     STEP(dlock_acquire(&a, c, "core", &o), DLOCK_OK);                 /* 3 */
     STEP(dlock_lock_check(a), DLOCK_OK);                              /* 4 */
     STEP(dlock_acquire(&b, c2, "core", &o), DLOCK_EBUSY);             /* 5 */
-    memset(&w, 0, sizeof(w));
-    w.c = c2;
-    w.name = "core";
+    /* An 8 s lease: without pub/sub a waiter looks again only after a
+     * quarter of its lease (2 s) or the holder's lease end, whichever is
+     * first: well past the 1.7 s the scenario allows. */
+    test_acquirer_init(&w, c2, "core", test_opts(4000, 8000, 1));
     step++;                                                            /* 6 */
-    CHECK(pthread_create(&t, NULL, waiter_main, &w) == 0);
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &w) == 0);
     test_sleep_ms(700); /* past the subscription, or its timeout */
     rc = dlock_lock_extend(a, 2000);
     if (rc == DLOCK_OK)

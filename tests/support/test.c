@@ -880,3 +880,25 @@ void test_count_lost(dlock_lock *lock, int reason, void *payload)
     atomic_store(&test_lost_reason, reason);
     atomic_fetch_add(&test_lost_calls, 1);
 }
+
+void test_acquirer_init(test_acquirer *a, dlock_client *c, const char *name,
+                        dlock_acquire_options o)
+{
+    memset(a, 0, sizeof(*a));
+    a->c = c;
+    a->name = name;
+    a->o = o;
+}
+
+void *test_acquirer_main(void *arg)
+{
+    test_acquirer *a = arg;
+    struct timespec t0, t1;
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    a->rc = dlock_acquire(&a->lock, a->c, a->name, &a->o);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    a->took_ms = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+    atomic_store(&a->done, 1);
+    return NULL;
+}

@@ -62,6 +62,23 @@ dlock_acquire_options test_opts(int64_t wait_ms, int64_t lease_ms, int auto_rene
 /* Reap child pid; fail the test unless it exited with status 0. */
 void test_wait_child_ok(int pid);
 
+/* dlock_acquire in a thread of its own: test_acquirer_init, then
+ * pthread_create(&t, NULL, test_acquirer_main, &a). done turns 1 once the
+ * call returned, with rc, lock and took_ms (how long it took) set. */
+typedef struct {
+    dlock_client *c;
+    const char *name;
+    dlock_acquire_options o;
+    atomic_int done;
+    int rc;
+    dlock_lock *lock;
+    int64_t took_ms;
+} test_acquirer;
+
+void test_acquirer_init(test_acquirer *a, dlock_client *c, const char *name,
+                        dlock_acquire_options o);
+void *test_acquirer_main(void *arg);
+
 /* An on_lost callback that counts its calls and keeps the last reason. */
 extern atomic_int test_lost_calls;
 extern atomic_int test_lost_reason;

@@ -200,35 +200,13 @@ static void on_lost_when_key_deleted(void)
 
 /* A waiter is woken by the release itself, within a wait shorter than the
  * holder's lease, and asks etcd nothing while it sleeps. */
-typedef struct {
-    dlock_client *c;
-    const char *name;
-    int64_t wait_ms;
-    int64_t lease_ms;
-    int kind;
-    atomic_int done;
-    int rc;
-    dlock_lock *lock;
-} waiter_arg;
-
-static void *waiter_main(void *p)
-{
-    waiter_arg *a = p;
-    dlock_acquire_options o = test_opts(a->wait_ms, a->lease_ms ? a->lease_ms : 10000, 1);
-
-    o.kind = a->kind;
-    a->rc = dlock_acquire(&a->lock, a->c, a->name, &o);
-    atomic_store(&a->done, 1);
-    return NULL;
-}
-
 static void waiter_woken_by_release(void)
 {
     test_etcd e;
     dlock_client *holder_c, *waiter_c;
     dlock_lock *l;
     dlock_acquire_options o = test_opts(0, 20000, 0);
-    waiter_arg a;
+    test_acquirer a;
     pthread_t t;
     long long before, asleep;
     uint64_t held;
@@ -239,12 +217,10 @@ static void waiter_woken_by_release(void)
     waiter_c = open_client(&e);
     CHECK_RC(dlock_acquire(&l, holder_c, "handoff", &o), DLOCK_OK);
     held = dlock_lock_fence(l);
-    memset(&a, 0, sizeof(a));
-    a.c = waiter_c;
-    a.name = "handoff";
-    a.wait_ms = 8000;   /* shorter than the holder's 20 s lease */
-    a.lease_ms = 3000;  /* the waiter keeps its queued key alive meanwhile */
-    CHECK(pthread_create(&t, NULL, waiter_main, &a) == 0);
+    /* A wait shorter than the holder's 20 s lease; a 3 s lease of its own,
+     * which keeps its queued key alive meanwhile. */
+    test_acquirer_init(&a, waiter_c, "handoff", test_opts(8000, 3000, 1));
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
     /* Its key is queued behind the holder's, and its watch is open. */
     for (int i = 0; i < 500 && test_etcd_count(&e, "dlock/handoff/") < 2; i++)
         test_sleep_ms(10);
@@ -280,7 +256,7 @@ static void release_wakes_one_waiter(void)
     dlock_client *holder_c, *waiter_c;
     dlock_lock *l;
     dlock_acquire_options o = test_opts(0, 30000, 0);
-    waiter_arg a[WAITERS];
+    test_acquirer a[WAITERS];
     pthread_t t[WAITERS];
     long long before, used;
     int winners = 0;
@@ -292,11 +268,8 @@ static void release_wakes_one_waiter(void)
     CHECK_RC(dlock_acquire(&l, holder_c, "crowd", &o), DLOCK_OK);
     last = dlock_lock_fence(l);
     for (int i = 0; i < WAITERS; i++) {
-        memset(&a[i], 0, sizeof(a[i]));
-        a[i].c = waiter_c;
-        a[i].name = "crowd";
-        a[i].wait_ms = 30000;
-        CHECK(pthread_create(&t[i], NULL, waiter_main, &a[i]) == 0);
+        test_acquirer_init(&a[i], waiter_c, "crowd", test_opts(30000, 10000, 1));
+        CHECK(pthread_create(&t[i], NULL, test_acquirer_main, &a[i]) == 0);
     }
     for (int i = 0; i < 1000 && test_etcd_count(&e, "dlock/crowd/") < 1 + WAITERS; i++)
         test_sleep_ms(10);
@@ -414,7 +387,7 @@ static void fair_lock_in_order(void)
     dlock_client *c;
     dlock_lock *l, *t = NULL;
     dlock_acquire_options o = test_opts(0, 10000, 1);
-    waiter_arg a[WAITERS];
+    test_acquirer a[WAITERS];
     pthread_t th[WAITERS];
     char dir[] = "dlock/fair/";
 
@@ -424,12 +397,9 @@ static void fair_lock_in_order(void)
     CHECK_RC(dlock_acquire(&l, c, "fair", &o), DLOCK_OK);
     CHECK(dlock_lock_kind(l) == DLOCK_KIND_FAIR);
     for (int i = 0; i < WAITERS; i++) {
-        memset(&a[i], 0, sizeof(a[i]));
-        a[i].c = c;
-        a[i].name = "fair";
-        a[i].wait_ms = 30000;
-        a[i].kind = DLOCK_KIND_FAIR;
-        CHECK(pthread_create(&th[i], NULL, waiter_main, &a[i]) == 0);
+        test_acquirer_init(&a[i], c, "fair", test_opts(30000, 10000, 1));
+        a[i].o.kind = DLOCK_KIND_FAIR;
+        CHECK(pthread_create(&th[i], NULL, test_acquirer_main, &a[i]) == 0);
         /* the next one starts waiting only once this one is queued */
         for (int k = 0; k < 500 && test_etcd_count(&e, dir) < 2 + i; k++)
             test_sleep_ms(10);
@@ -611,7 +581,7 @@ static void auth_user_password(void)
     test_etcd e;
     dlock_client *c = NULL, *c2;
     dlock_lock *l;
-    waiter_arg a;
+    test_acquirer a;
     pthread_t t;
     char url[300];
 
@@ -632,11 +602,8 @@ static void auth_user_password(void)
     c = open_url(url);
     c2 = open_url(url);
     CHECK_RC(dlock_acquire(&l, c, "guarded", NULL), DLOCK_OK);
-    memset(&a, 0, sizeof(a));
-    a.c = c2;
-    a.name = "guarded";
-    a.wait_ms = 20000;
-    CHECK(pthread_create(&t, NULL, waiter_main, &a) == 0);
+    test_acquirer_init(&a, c2, "guarded", test_opts(20000, 10000, 1));
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
     /* (keys cannot be counted without a token here: its watch tells) */
     for (int i = 0; i < 500 && served(&e, 0, "Watch") < 1; i++)
         test_sleep_ms(10);
@@ -802,7 +769,7 @@ static void cluster_kill_member_while_waiting(void)
     dlock_client *holder, *waiter_c;
     dlock_lock *l;
     dlock_acquire_options o = test_opts(0, 30000, 0);
-    waiter_arg a;
+    test_acquirer a;
     pthread_t t;
     char url[300];
     int used, other;
@@ -816,13 +783,10 @@ static void cluster_kill_member_while_waiting(void)
     CHECK_RC(dlock_acquire(&l, holder, "wq", &o), DLOCK_OK);
     url_first(url, sizeof(url), &e, used, -1);
     waiter_c = open_fast(url);
-    memset(&a, 0, sizeof(a));
-    a.c = waiter_c;
-    a.name = "wq";
-    a.wait_ms = 25000; /* shorter than the holder's lease: only a release wakes it */
-    a.lease_ms = 2000;
+    /* A wait shorter than the holder's lease: only a release wakes it. */
+    test_acquirer_init(&a, waiter_c, "wq", test_opts(25000, 2000, 1));
     watches = served(&e, used, "Watch");
-    CHECK(pthread_create(&t, NULL, waiter_main, &a) == 0);
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
     for (int i = 0; i < 500 && (test_etcd_count(&e, "dlock/wq/") < 2 ||
                                 served(&e, used, "Watch") <= watches); i++)
         test_sleep_ms(10);
@@ -901,7 +865,7 @@ static void cluster_stop_member(void)
     dlock_client *holder, *waiter_c;
     dlock_lock *l;
     dlock_acquire_options o = test_opts(0, 4000, 1);
-    waiter_arg a;
+    test_acquirer a;
     pthread_t t;
     char url[300];
     int used;
@@ -914,12 +878,8 @@ static void cluster_stop_member(void)
     waiter_c = open_fast(url);
     o.on_lost = test_count_lost;
     CHECK_RC(dlock_acquire(&l, holder, "frozen", &o), DLOCK_OK);
-    memset(&a, 0, sizeof(a));
-    a.c = waiter_c;
-    a.name = "frozen";
-    a.wait_ms = 30000;
-    a.lease_ms = 4000;
-    CHECK(pthread_create(&t, NULL, waiter_main, &a) == 0);
+    test_acquirer_init(&a, waiter_c, "frozen", test_opts(30000, 4000, 1));
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
     for (int i = 0; i < 500 && test_etcd_count(&e, "dlock/frozen/") < 2; i++)
         test_sleep_ms(10);
     CHECK(test_etcd_count(&e, "dlock/frozen/") == 2);

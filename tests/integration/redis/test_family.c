@@ -551,21 +551,6 @@ static void rw_writer_not_starved(void)
     test_redis_stop(&r);
 }
 
-typedef struct {
-    dlock_client *c;
-    int rc;
-    dlock_lock *lock;
-} writer_arg;
-
-static void *writer_main(void *p)
-{
-    writer_arg *a = p;
-    dlock_acquire_options o = kopts(DLOCK_KIND_WRITE, 20000, 5000);
-
-    a->rc = dlock_acquire(&a->lock, a->c, "grade", &o);
-    return NULL;
-}
-
 /* Write -> read downgrade in place; read -> write upgrade refused at once;
  * a nested read of an owner is not held back by a waiting writer. */
 static void rw_downgrade_and_upgrade(void)
@@ -575,7 +560,7 @@ static void rw_downgrade_and_upgrade(void)
     dlock_lock *w, *rd, *rd2, *x = NULL;
     dlock_acquire_options wo = kopts(DLOCK_KIND_WRITE, 0, 5000);
     dlock_acquire_options ro = kopts(DLOCK_KIND_READ, 0, 5000);
-    writer_arg wa = {0};
+    test_acquirer wa;
     pthread_t t;
     uint64_t fence;
 
@@ -616,8 +601,8 @@ static void rw_downgrade_and_upgrade(void)
 
     /* A writer waits for alice's read lock; alice reads again (nested): she
      * is let in, new readers are not. */
-    wa.c = c2;
-    CHECK(pthread_create(&t, NULL, writer_main, &wa) == 0);
+    test_acquirer_init(&wa, c2, "grade", kopts(DLOCK_KIND_WRITE, 20000, 5000));
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &wa) == 0);
     wait_cmd(&r, 1, "EXISTS %s", "dlock:{grade}:writer-wait");
     CHECK_RC(dlock_acquire(&rd, c2, "grade", &ro), DLOCK_EBUSY);
     ro.owner = "alice";
@@ -727,21 +712,6 @@ static void semaphore_never_exceeds_n(void)
     test_redis_stop(&r);
 }
 
-typedef struct {
-    dlock_client *c;
-    int rc;
-    dlock_lock *lock;
-} permit_arg;
-
-static void *permit_waiter(void *p)
-{
-    permit_arg *a = p;
-    dlock_acquire_options o = kopts(DLOCK_KIND_SEMAPHORE, 20000, 5000);
-
-    a->rc = dlock_acquire(&a->lock, a->c, "permits", &o);
-    return NULL;
-}
-
 /* A killed holder's permit comes back when its lease ends; N changes at
  * run time. */
 static void semaphore_killed_holder_permit_returns(void)
@@ -750,7 +720,7 @@ static void semaphore_killed_holder_permit_returns(void)
     dlock_client *c, *c2;
     dlock_lock *mine, *third = NULL, *h1, *h2;
     dlock_acquire_options o = kopts(DLOCK_KIND_SEMAPHORE, 0, 5000);
-    permit_arg pa = {0};
+    test_acquirer pa;
     pthread_t t;
     char v[32];
     pid_t dead;
@@ -787,8 +757,8 @@ static void semaphore_killed_holder_permit_returns(void)
     o = kopts(DLOCK_KIND_SEMAPHORE, 0, 5000);
     o.permits = 1;
     CHECK_RC(dlock_acquire(&h1, c, "permits", &o), DLOCK_OK);
-    pa.c = c2;
-    CHECK(pthread_create(&t, NULL, permit_waiter, &pa) == 0);
+    test_acquirer_init(&pa, c2, "permits", kopts(DLOCK_KIND_SEMAPHORE, 20000, 5000));
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &pa) == 0);
     test_sleep_ms(200);
     CHECK_RC(dlock_semaphore_set_permits(c, "permits", 2), DLOCK_OK);
     CHECK(pthread_join(t, NULL) == 0);

@@ -196,32 +196,13 @@ static void fence_survives_restart_with_aof(void)
 
 /* A waiter is woken by the release itself: it gets the lock within a wait
  * shorter than the holder's lease, with a handful of commands, not a poll. */
-typedef struct {
-    dlock_client *c;
-    const char *name;
-    int64_t wait_ms;
-    atomic_int done;
-    int rc;
-    dlock_lock *lock;
-} waiter_arg;
-
-static void *waiter_main(void *p)
-{
-    waiter_arg *a = p;
-    dlock_acquire_options o = test_opts(a->wait_ms, 10000, 1);
-
-    a->rc = dlock_acquire(&a->lock, a->c, a->name, &o);
-    atomic_store(&a->done, 1);
-    return NULL;
-}
-
 static void waiter_woken_by_release(void)
 {
     test_redis r;
     dlock_client *holder_c, *waiter_c;
     dlock_lock *l;
     dlock_acquire_options o = test_opts(0, 20000, 0);
-    waiter_arg a;
+    test_acquirer a;
     pthread_t t;
     long long before, used;
 
@@ -229,12 +210,10 @@ static void waiter_woken_by_release(void)
     holder_c = open_client(&r);
     waiter_c = open_client(&r);
     CHECK_RC(dlock_acquire(&l, holder_c, "handoff", &o), DLOCK_OK);
-    memset(&a, 0, sizeof(a));
-    a.c = waiter_c;
-    a.name = "handoff";
-    a.wait_ms = 8000; /* shorter than the holder's 20 s lease */
+    /* A wait shorter than the holder's 20 s lease. */
+    test_acquirer_init(&a, waiter_c, "handoff", test_opts(8000, 10000, 1));
     before = test_redis_calls(&r, "evalsha");
-    CHECK(pthread_create(&t, NULL, waiter_main, &a) == 0);
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
     /* Let the waiter subscribe and fall asleep: it is then on the channel. */
     for (int i = 0; i < 500 && test_redis_cmd(&r, "PUBSUB NUMSUB dlock:{handoff}:release") <= 0; i++)
         test_sleep_ms(10);
@@ -264,7 +243,7 @@ static void release_wakes_one_waiter(void)
     dlock_client *holder_c, *waiter_c;
     dlock_lock *l;
     dlock_acquire_options o = test_opts(0, 30000, 0);
-    waiter_arg a[WAITERS];
+    test_acquirer a[WAITERS];
     pthread_t t[WAITERS];
     long long before, used;
     int winners = 0;
@@ -274,11 +253,8 @@ static void release_wakes_one_waiter(void)
     waiter_c = open_client(&r);
     CHECK_RC(dlock_acquire(&l, holder_c, "crowd", &o), DLOCK_OK);
     for (int i = 0; i < WAITERS; i++) {
-        memset(&a[i], 0, sizeof(a[i]));
-        a[i].c = waiter_c;
-        a[i].name = "crowd";
-        a[i].wait_ms = 20000;
-        CHECK(pthread_create(&t[i], NULL, waiter_main, &a[i]) == 0);
+        test_acquirer_init(&a[i], waiter_c, "crowd", test_opts(20000, 10000, 1));
+        CHECK(pthread_create(&t[i], NULL, test_acquirer_main, &a[i]) == 0);
     }
     /* All waiters did their first two tries. */
     for (int i = 0; i < 500 && test_redis_calls(&r, "evalsha") < 1 + 2 * WAITERS; i++)
@@ -327,7 +303,7 @@ static void release_hands_over(void)
     dlock_client *holder_c, *waiter_c;
     dlock_lock *l;
     dlock_acquire_options o = test_opts(0, 20000, 0);
-    waiter_arg a;
+    test_acquirer a;
     pthread_t t;
     long long before;
 
@@ -335,11 +311,8 @@ static void release_hands_over(void)
     holder_c = open_client(&r);
     waiter_c = open_client(&r);
     CHECK_RC(dlock_acquire(&l, holder_c, "given", &o), DLOCK_OK);
-    memset(&a, 0, sizeof(a));
-    a.c = waiter_c;
-    a.name = "given";
-    a.wait_ms = 8000;
-    CHECK(pthread_create(&t, NULL, waiter_main, &a) == 0);
+    test_acquirer_init(&a, waiter_c, "given", test_opts(8000, 10000, 1));
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
     for (int i = 0; i < 500 && test_redis_cmd(&r, "EXISTS dlock:{given}:next") != 1; i++)
         test_sleep_ms(10);
     CHECK(test_redis_cmd(&r, "EXISTS dlock:{given}:next") == 1);
