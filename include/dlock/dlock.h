@@ -16,8 +16,9 @@
  *   - Options structs start with a version field; initialise them with their
  *     _INIT macro and then set the fields you need. Passing NULL means "all
  *     defaults".
- *   - Every lease and deadline is measured with CLOCK_MONOTONIC. Wall-clock
- *     time never decides whether a lock is held.
+ *   - Every lease and deadline is measured with CLOCK_BOOTTIME, which keeps
+ *     counting while the host is suspended, as the server's clock does.
+ *     Wall-clock time never decides whether a lock is held.
  *
  * What a lease lock can and cannot promise
  * ----------------------------------------
@@ -367,14 +368,23 @@ typedef struct {
  *
  * On Redis, a waiting plain mutex is also handed over: one waiter holds the
  * lock's hand-off slot, and the holder's release gives the lock (and the next
- * fence) to that waiter in the same script, so the waiter holds it the moment
- * the release's message reaches it, without a round trip of its own. Such a
- * waiter tries again at least every lease_ms / 4 to keep its place, and its
- * lease is counted from its last try, so it starts with at least three
- * quarters of lease_ms (less the time a try takes). A waiter that dies while in the slot may be handed
- * the lock: the lock is then free again once that waiter's lease runs out,
- * as after the death of any holder (its place lapses after lease_ms / 2 + 100
- * ms without a try).
+ * fence) to that waiter in the same script, for a confirm window of 2 s (or
+ * the waiter's lease, if shorter). The release's message wakes the waiter,
+ * whose next try finds its own token in the key and renews it to its full
+ * lease: one round trip, and nobody else can take the lock in between. What
+ * is guaranteed: a successful acquisition always holds the full lease_ms,
+ * counted from when the try that won or confirmed the lock was sent; a
+ * waiter that stalled past the confirm window (or whose wake-up was lost)
+ * finds the lock gone or taken and goes on waiting, it never holds a lock
+ * the server has let go. Such a waiter tries again at least every
+ * lease_ms / 4 to keep its place (which lapses after lease_ms / 2 + 100 ms
+ * without a try). A waiter that dies in the slot keeps the lock from the
+ * others for the confirm window at most, whatever its lease.
+ *
+ * A try whose outcome is unknown (a timeout or a dropped connection after
+ * the request was sent) is cleaned up before the call returns, as far as
+ * the server can be reached: a lock or a place it may have taken is given
+ * back by owner token, so a failed acquisition leaves nothing held.
  *
  * The kind, owner id and reentrancy come from the options (see the lock
  * kinds above); each successful call gives a handle of its own, also when
@@ -415,8 +425,14 @@ DLOCK_EXTERN const char *dlock_lock_name(const dlock_lock *lock);
  * never shortens the lease its owner's other holds share; a reader or a
  * permit extends its own lease only; a multi-lock extends all its locks.)
  *
+ * The watchdog does not renew the lock while the call runs, so a renewal
+ * with the old lease never lands after the new one.
+ *
  * Returns DLOCK_OK, DLOCK_ELOST (no longer ours: on_lost fires if set),
- * DLOCK_EINVAL (bad lease), DLOCK_ECONN, DLOCK_ESERVER, DLOCK_EPROTO.
+ * DLOCK_EINVAL (bad lease), DLOCK_ECONN, DLOCK_ESERVER, DLOCK_EPROTO. After
+ * a failure whose outcome is unknown (DLOCK_ECONN, a timeout), the server
+ * may have applied the new lease or not: dlock_lock_valid_ms() is then the
+ * smaller of the two, and the lease renewed after stays the old one.
  */
 DLOCK_EXTERN int dlock_lock_extend(dlock_lock *lock, int64_t lease_ms);
 

@@ -67,6 +67,7 @@ struct dlock_lock {
     int64_t lease_ms;
     int64_t next_event_ms; /* next renewal (auto_renew) or deadline check */
     int busy;              /* renewal in flight or on_lost running */
+    int claimers;          /* callers waiting in dlock__client_claim */
     int releasing;         /* dlock_release has taken it out of the watchdog's view */
     int callback_due;      /* lost, on_lost not yet called */
     int retry_count;       /* renewals in a row that could not reach the server */
@@ -74,7 +75,7 @@ struct dlock_lock {
 
     /* Read by any thread without the mutex. lost_message is written once,
      * before lost_reason is set (release order). */
-    _Atomic int64_t deadline_ms; /* CLOCK_MONOTONIC ms when the lease runs out */
+    _Atomic int64_t deadline_ms; /* lease clock (core/clock.h) ms when the lease runs out */
     _Atomic int lost_reason;     /* 0, or DLOCK_ELOST / DLOCK_ECONN */
     char lost_message[256];
 };

@@ -99,6 +99,28 @@ static const char *kind_text(int kind)
     return kind >= 0 && kind <= DLOCK_KIND_LEADER ? text[kind] : "this kind";
 }
 
+/* Could the server have run a request whose call failed with rc? */
+static int outcome_unknown(int rc)
+{
+    return rc == DLOCK_ECONN || rc == DLOCK_ETIMEOUT || rc == DLOCK_EPROTO;
+}
+
+/* Give back, by owner token, whatever l may hold on the server; best effort,
+ * and the caller's error message stays. */
+static void give_back(dlock_client *c, dlock_lock *l)
+{
+    dlock_request req;
+    char saved[512];
+
+    snprintf(saved, sizeof(saved), "%s", dlock_error_message());
+    dlock__lock_request(&req, l);
+    if (dlock__lock_is_family(l))
+        c->backend->family_release(c->be, &req);
+    else
+        c->backend->release(c->be, l->name, l->owner);
+    dlock__fail(DLOCK_OK, "%s", saved);
+}
+
 /* One try: the backend's v1 call for the plain mutex, its family call for
  * the rest. */
 static int try_acquire(dlock_client *c, dlock_lock *l, void *watch, int64_t *retry_ms)
@@ -145,8 +167,6 @@ static int wait_for_lock(dlock_client *c, dlock_lock *l, const dlock_acquire_opt
         *sent_ms = dlock__now_ms();
         retry_ms = -1;
         rc = try_acquire(c, l, watch, &retry_ms);
-        if (rc == DLOCK_OK && retry_ms > 0 && retry_ms < *sent_ms)
-            *sent_ms = retry_ms; /* handed over: the lease began earlier */
         if (rc != DLOCK_EBUSY)
             break;
         now = dlock__now_ms();
@@ -205,6 +225,10 @@ int dlock__acquire(dlock_lock **out, dlock_client *c, const char *name,
 
     start = sent = dlock__now_ms();
     rc = try_acquire(c, l, NULL, &retry_ms);
+    /* A try without reply may have taken the lock: a waiting try's leave
+     * (watch_end) gives it back, and this one gives back the first. */
+    if (outcome_unknown(rc))
+        give_back(c, l);
     if (rc == DLOCK_EBUSY && o->wait_ms != 0)
         rc = wait_for_lock(c, l, o, start, &sent, retry_ms);
     else if (rc == DLOCK_EBUSY)
@@ -218,12 +242,7 @@ int dlock__acquire(dlock_lock **out, dlock_client *c, const char *name,
     atomic_store(&l->deadline_ms, sent + o->lease_ms);
     l->next_event_ms = o->auto_renew ? sent + dlock__renew_period(o->lease_ms) : sent + o->lease_ms;
     if ((rc = dlock__client_register(c, l)) != DLOCK_OK) {
-        dlock_request req;
-        dlock__lock_request(&req, l);
-        if (dlock__lock_is_family(l))
-            c->backend->family_release(c->be, &req);
-        else
-            c->backend->release(c->be, name, l->owner);
+        give_back(c, l);
         goto err;
     }
     *out = l;
@@ -341,6 +360,14 @@ static int each_part(dlock_lock *l, int (*call)(dlock_lock *, int64_t), int64_t 
     return first == DLOCK_OK ? DLOCK_OK : dlock__fail(first, "%s", msg);
 }
 
+/*
+ * The lock is claimed from the watchdog for the call: a renewal it had sent
+ * with the old lease could otherwise reach the server after ours and cut the
+ * new lease short while the handle believes the long one. A shorter lease
+ * is believed from before the request is sent, since the server may apply
+ * it at any moment from then on; and if the call fails, whatever its
+ * outcome, the handle keeps believing the shorter of the two.
+ */
 static int extend_one(dlock_lock *l, int64_t lease_ms)
 {
     dlock_client *c;
@@ -351,7 +378,19 @@ static int extend_one(dlock_lock *l, int64_t lease_ms)
     if ((rc = usable(l, "dlock_lock_extend")) != DLOCK_OK)
         return rc;
     c = l->client;
+    if ((rc = dlock__client_claim(c, l)) != DLOCK_OK)
+        return rc;
     sent = dlock__now_ms();
+    pthread_mutex_lock(&c->mu);
+    if (sent + lease_ms < atomic_load(&l->deadline_ms)) {
+        /* Renew (with the old lease, should this call fail) before the
+         * shorter one runs out. */
+        int64_t next = l->auto_renew ? sent + dlock__renew_period(lease_ms) : sent + lease_ms;
+        atomic_store(&l->deadline_ms, sent + lease_ms);
+        if (next < l->next_event_ms)
+            l->next_event_ms = next;
+    }
+    pthread_mutex_unlock(&c->mu);
     if (dlock__lock_is_family(l)) {
         dlock__lock_request(&req, l);
         req.lease_ms = lease_ms;
@@ -359,17 +398,18 @@ static int extend_one(dlock_lock *l, int64_t lease_ms)
     } else {
         rc = c->backend->extend(c->be, l->name, l->owner, lease_ms);
     }
+    if (rc == DLOCK_OK) {
+        pthread_mutex_lock(&c->mu);
+        l->lease_ms = lease_ms;
+        atomic_store(&l->deadline_ms, sent + lease_ms);
+        l->next_event_ms = l->auto_renew ? sent + dlock__renew_period(lease_ms)
+                                         : sent + lease_ms;
+        pthread_mutex_unlock(&c->mu);
+    }
+    dlock__client_unclaim(c, l);
     if (rc == DLOCK_ELOST)
         return found_lost(l, "dlock_lock_extend");
-    if (rc != DLOCK_OK)
-        return rc;
-    pthread_mutex_lock(&c->mu);
-    l->lease_ms = lease_ms;
-    atomic_store(&l->deadline_ms, sent + lease_ms);
-    l->next_event_ms = l->auto_renew ? sent + dlock__renew_period(lease_ms) : sent + lease_ms;
-    dlock__watchdog_poke(c, l);
-    pthread_mutex_unlock(&c->mu);
-    return DLOCK_OK;
+    return rc;
 }
 
 int dlock_lock_extend(dlock_lock *l, int64_t lease_ms)

@@ -67,11 +67,6 @@ static void renew_batch(dlock_client *c, dlock_lock **batch, size_t n)
         char msg[256];
 
         l->busy = 0;
-        if (l->lease_ms != items[i].lease_ms) {
-            /* dlock_lock_extend changed the lease meanwhile; it has set the
-             * new deadline itself. */
-            continue;
-        }
         if (rc == DLOCK_OK && items[i].result == DLOCK_OK) {
             atomic_store(&l->deadline_ms, sent + l->lease_ms);
             l->next_event_ms = sent + dlock__renew_period(l->lease_ms);
@@ -128,7 +123,7 @@ static void *watchdog_main(void *arg)
             continue;
 
         for (dlock_lock *l = c->locks; l != NULL; l = l->next) {
-            if (l->releasing || l->busy || atomic_load(&l->lost_reason) != 0)
+            if (l->releasing || l->busy || l->claimers > 0 || atomic_load(&l->lost_reason) != 0)
                 continue;
             if (!l->auto_renew) {
                 /* Nothing to renew; only tell the holder when the lease ends. */
@@ -240,8 +235,13 @@ int dlock__client_claim(dlock_client *c, dlock_lock *l)
         pthread_mutex_unlock(&c->mu);
         return dlock__fail(DLOCK_EMISUSE, "called from inside the lock's on_lost callback");
     }
+    /* While we wait, the watchdog leaves the lock alone: with a lease as
+     * short as a round trip or two, it would otherwise renew it back to
+     * back and never let us have it. */
+    l->claimers++;
     while (l->busy)
         pthread_cond_wait(&c->idle, &c->mu);
+    l->claimers--;
     l->busy = 1;
     pthread_mutex_unlock(&c->mu);
     return DLOCK_OK;

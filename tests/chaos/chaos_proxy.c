@@ -5,6 +5,8 @@
  *
  *   pass       forward as is
  *   delay      hold every chunk delay_ms before forwarding it (each way)
+ *   delay one reply  hold the next chunk from the server delay_ms, then pass:
+ *              a request the server ran whose reply comes too late
  *   blackhole  forward nothing, accept and read nothing: bytes wait in the
  *              kernel's buffers, as in a partition, and are delivered late
  *              when it heals, if the connection is still open
@@ -91,6 +93,13 @@ static void pair_release(chaos_proxy *p, pair *pr)
     pthread_mutex_unlock(&p->mu);
 }
 
+static int one_reply_delayed(chaos_proxy *p)
+{
+    int want = CHAOS_PROXY_DELAY_ONE_REPLY;
+
+    return atomic_compare_exchange_strong(&p->mode, &want, CHAOS_PROXY_PASS);
+}
+
 static void *pump(void *arg)
 {
     pump_arg a = *(pump_arg *)arg;
@@ -115,6 +124,8 @@ static void *pump(void *arg)
         delay = atomic_load(&p->delay_ms);
         if (atomic_load(&p->mode) == CHAOS_PROXY_DELAY && delay > 0)
             nap_ms(delay);
+        if (a.from == a.pr->server_fd && one_reply_delayed(p) && delay > 0)
+            nap_ms(delay);
         while (atomic_load(&p->mode) == CHAOS_PROXY_BLACKHOLE && !atomic_load(&p->stopping))
             nap_ms(5); /* read just before the partition: deliver after it */
         if (write_all(a.to, buf, (size_t)n) != 0)
@@ -127,6 +138,8 @@ static void *pump(void *arg)
     return NULL;
 }
 
+/* In DELAY_ONE_REPLY mode, the first chunk from the server on any connection
+ * is delayed, and the proxy passes everything from then on. */
 static int connect_upstream(int port)
 {
     struct sockaddr_in a;

@@ -117,12 +117,15 @@ typedef struct dlock_backend {
      * queue-based service (etcd, ZooKeeper) keeps its place in the queue in
      * the watch between tries.
      *
-     * A service may hand the lock to a waiter as the holder releases it
-     * (Redis does: the release names the next holder). The next acquire
-     * with that watch then returns DLOCK_OK at once, and sets *retry_ms to
-     * the CLOCK_MONOTONIC time in ms (core/clock.h) at which the waiter's
-     * previous try was sent: the lease began after that, and the core
-     * counts it from there. Otherwise *retry_ms is left alone on DLOCK_OK.
+     * The core counts the lease from when it called acquire, so DLOCK_OK
+     * must mean that the service set (or renewed) the lease for lease_ms
+     * during this call, never earlier. A service may hand the lock to a
+     * waiter as the holder releases it (Redis does: the release names the
+     * next holder and keeps the lock for a short confirm window); the
+     * waiter's next acquire then confirms it in one round trip, and a
+     * message announcing the hand-off is only a reason to try, never a
+     * lock by itself: it may come after the handed-over lease ran out.
+     * *retry_ms is left alone on DLOCK_OK.
      */
     int (*acquire)(void *be, const char *name, const char *owner, int64_t lease_ms,
                    void *watch, uint64_t *fence, int64_t *retry_ms);

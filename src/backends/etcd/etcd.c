@@ -763,17 +763,45 @@ static int etcd_check(void *arg, const char *name, const char *owner)
 }
 
 /*
- * A lease's TTL is fixed when it is granted. The same TTL: keep the lease
- * alive. Another: grant the lease of that TTL, move the key onto it (a put
+ * Move our key kv onto the lease k->lease, granted now for k->ttl: a put
  * keeps the key's create revision, so the fence and the place in the queue
- * stay), and revoke the old one.
+ * stay. The old lease is revoked. DLOCK_ELOST if the key is no longer the
+ * one we read.
+ */
+static int move_to_lease(etcd_backend *be, dlock__etcd_conn *c, const lock_keys *k,
+                         const dlock__etcd_kv *kv)
+{
+    json_t *reply = NULL;
+    int rc;
+
+    rc = grant(be, c, k->lease, k->ttl);
+    if (rc == DLOCK_OK)
+        rc = call(be, c, "/v3/kv/txn",
+                  json_pack("{s:[{s:o, s:s, s:s, s:I}], s:[{s:{s:o, s:b, s:I}}]}", "compare",
+                            "key", dlock__etcd_str(k->key), "target", "CREATE", "result",
+                            "EQUAL", "create_revision", (json_int_t)kv->create_revision,
+                            "success", "request_put", "key", dlock__etcd_str(k->key),
+                            "ignore_value", 1, "lease", (json_int_t)k->lease),
+                  &reply);
+    if (rc == DLOCK_OK && !json_is_true(json_object_get(reply, "succeeded"))) {
+        rc = DLOCK_ELOST;
+        lease_revoke(be, c, k->lease);
+    } else if (rc == DLOCK_OK && kv->lease != 0) {
+        lease_revoke(be, c, kv->lease);
+    }
+    json_decref(reply);
+    return rc;
+}
+
+/*
+ * A lease's TTL is fixed when it is granted. The same TTL: keep the lease
+ * alive. Another: move the key onto the lease of that TTL.
  */
 static int etcd_extend(void *arg, const char *name, const char *owner, int64_t lease_ms)
 {
     etcd_backend *be = arg;
     dlock__etcd_conn *c;
     dlock__etcd_kv kv = {0};
-    json_t *reply = NULL;
     lock_keys k;
     int rc, alive = 0;
 
@@ -791,23 +819,7 @@ static int etcd_extend(void *arg, const char *name, const char *owner, int64_t l
         if (rc == DLOCK_OK && !alive)
             rc = DLOCK_ELOST;
     } else if (rc == 1) {
-        rc = grant(be, c, k.lease, k.ttl);
-        if (rc == DLOCK_OK)
-            rc = call(be, c, "/v3/kv/txn",
-                      json_pack("{s:[{s:o, s:s, s:s, s:I}], s:[{s:{s:o, s:b, s:I}}]}",
-                                "compare", "key", dlock__etcd_str(k.key), "target", "CREATE",
-                                "result", "EQUAL", "create_revision",
-                                (json_int_t)kv.create_revision, "success", "request_put", "key",
-                                dlock__etcd_str(k.key), "ignore_value", 1, "lease",
-                                (json_int_t)k.lease),
-                      &reply);
-        if (rc == DLOCK_OK && !json_is_true(json_object_get(reply, "succeeded"))) {
-            rc = DLOCK_ELOST;
-            lease_revoke(be, c, k.lease);
-        } else if (rc == DLOCK_OK && kv.lease != 0) {
-            lease_revoke(be, c, kv.lease);
-        }
-        json_decref(reply);
+        rc = move_to_lease(be, c, &k, &kv);
     }
     free(kv.key);
     dlock__etcd_conn_put(be->http, c);
@@ -819,8 +831,9 @@ static int etcd_extend(void *arg, const char *name, const char *owner, int64_t l
  * The watchdog's renewal: keep every lock's lease alive, then read every
  * lock's key in one txn, because a key can be deleted while its lease lives
  * (an administrator's force release). A lock is still ours when its key
- * exists: on our lease, alive; or on another lease of ours, which
- * dlock_lock_extend moved it to meanwhile.
+ * exists on our lease, alive. A key on another lease is one an extend whose
+ * reply was lost may have moved (to a lease nobody keeps alive, perhaps
+ * shorter than ours): it is moved back onto the lease renewed here.
  */
 static int etcd_renew(void *arg, dlock_renewal *items, size_t n)
 {
@@ -862,10 +875,17 @@ static int etcd_renew(void *arg, dlock_renewal *items, size_t n)
                 rc = bad_reply(be, "the renewal txn");
                 break;
             }
-            items[i].result = found == 1 && same_key(&kv, keys[i].key) &&
-                                      (kv.lease != keys[i].lease || alive[i] == 1)
-                                  ? DLOCK_OK
-                                  : DLOCK_ELOST;
+            if (found != 1 || !same_key(&kv, keys[i].key))
+                items[i].result = DLOCK_ELOST;
+            else if (kv.lease == keys[i].lease)
+                items[i].result = alive[i] == 1 ? DLOCK_OK : DLOCK_ELOST;
+            else {
+                int moved = move_to_lease(be, be->wd, &keys[i], &kv);
+                if (moved == DLOCK_OK || moved == DLOCK_ELOST)
+                    items[i].result = moved;
+                else
+                    rc = moved;
+            }
             free(kv.key);
         }
         json_decref(reply);

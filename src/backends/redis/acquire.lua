@@ -50,11 +50,19 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {1, fence}
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  -- A retry after a lost reply, or a waiter the release handed the lock to:
-  -- the key is ours, so nobody has taken a fence since ours and the counter
-  -- holds it.
+  -- A retry after a lost reply, or a waiter confirming the lock a release
+  -- handed it (release.lua): the key is ours, so nobody has taken a fence
+  -- since ours and the counter holds it. If the counter was retired
+  -- meanwhile (lib/fence.lua), the floor was raised to at least its value
+  -- and the next token of this name will be above the floor: the floor is
+  -- then a fence no other holder of this name can have or get.
+  local fence = tonumber(redis.call('GET', KEYS[2]) or redis.call('GET', KEYS[3]))
+  if not fence or fence <= 0 then
+    return redis.error_reply('DLOCKFENCE neither the fence counter ' .. KEYS[2] ..
+                             ' nor the floor ' .. KEYS[3] .. ' holds the fence of a held lock')
+  end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('GET', KEYS[2])) or 0}
+  return {1, fence}
 end
 if entry then
   if not redis.call('SET', KEYS[5], entry, 'NX', 'PX', ARGV[4]) and

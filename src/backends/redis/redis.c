@@ -227,23 +227,16 @@ static int redis_acquire(void *arg, const char *name, const char *owner, int64_t
     const char *argv[9];
     size_t lens[9];
     int argc = 7;
-    int64_t sent = 0;
     redisReply *r;
     int rc;
 
-    if (w != NULL) {
-        /* Handed over by the holder's release while we slept: the lock is
-         * ours since after our last try was sent (release.lua). */
-        uint64_t granted = dlock__redis_watch_granted(be->watcher, w->waiter);
-        if (granted > 0) {
-            w->leave = 0;
-            *fence = granted;
-            *retry_ms = w->entry_sent_ms;
-            return DLOCK_OK;
-        }
-        if ((rc = handoff_entry(w, owner, lease_ms)) != DLOCK_OK)
-            return rc;
-    }
+    /* A release may have handed us the lock while we slept (release.lua):
+     * this try is what confirms it, finding our token in the key, and the
+     * lease counts from when this try was sent. A grant message alone is
+     * never trusted: it may be late, for a hand-off whose key has expired
+     * and been taken by another since. */
+    if (w != NULL && (rc = handoff_entry(w, owner, lease_ms)) != DLOCK_OK)
+        return rc;
     mutex_keys(be, name, keys, argv, lens);
     snprintf(lease, sizeof(lease), "%lld", (long long)lease_ms);
     argv[5] = owner, lens[5] = strlen(owner);
@@ -254,7 +247,10 @@ static int redis_acquire(void *arg, const char *name, const char *owner, int64_t
         argv[7] = w->entry, lens[7] = strlen(w->entry);
         argv[8] = entry_ms, lens[8] = strlen(entry_ms);
         argc = 9;
-        sent = dlock__now_ms();
+        /* From here the server may hold our entry, or the lock, even if no
+         * reply comes back (a timeout after the server ran the script):
+         * giving up must clean up (watch_end, mutex_leave.lua). */
+        w->leave = 1;
     }
     if ((rc = cmd_script(be, &dlock__redis_script_acquire, &r, MUTEX_KEYS, argc, argv, lens)) !=
         DLOCK_OK)
@@ -278,14 +274,10 @@ static int redis_acquire(void *arg, const char *name, const char *owner, int64_t
         long long pttl = r->element[1]->integer;
         *retry_ms = pttl == -2 ? 0 : pttl;
         if (w != NULL) {
-            /* Our entry may be in the slot: come back before it expires,
-             * and before a hand-off's lease would be counted from too long
-             * ago. */
+            /* Our entry may be in the slot: come back before it expires. */
             int64_t refresh = handoff_refresh_ms(lease_ms);
             if (*retry_ms < 0 || *retry_ms > refresh)
                 *retry_ms = refresh;
-            w->entry_sent_ms = sent;
-            w->leave = 1;
         }
         rc = DLOCK_EBUSY;
     }
@@ -312,14 +304,17 @@ static int redis_release(void *arg, const char *name, const char *owner)
 {
     redis_backend *be = arg;
     key_buf keys[MUTEX_KEYS], chan;
-    const char *argv[MUTEX_KEYS + 2];
-    size_t lens[MUTEX_KEYS + 2];
+    char window[24];
+    const char *argv[MUTEX_KEYS + 3];
+    size_t lens[MUTEX_KEYS + 3];
 
     mutex_keys(be, name, keys, argv, lens);
     make_key(&chan, be, name, ":release");
+    snprintf(window, sizeof(window), "%d", DLOCK__REDIS_HANDOFF_CONFIRM_MS);
     argv[5] = owner, lens[5] = strlen(owner);
     argv[6] = chan.buf, lens[6] = chan.len;
-    return owned_script(be, &dlock__redis_script_release, MUTEX_KEYS, MUTEX_KEYS + 2, argv, lens,
+    argv[7] = window, lens[7] = strlen(window);
+    return owned_script(be, &dlock__redis_script_release, MUTEX_KEYS, MUTEX_KEYS + 3, argv, lens,
                         "the release script");
 }
 

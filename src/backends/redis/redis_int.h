@@ -28,6 +28,12 @@ typedef struct {
 /* prefix + '{' + name + '}' + suffix */
 #define DLOCK__REDIS_KEY_MAX (128 + DLOCK_NAME_MAX + 32)
 
+/* A lock the release hands to a waiter lives this long (or the waiter's
+ * lease, if shorter) until the waiter's next try confirms it (release.lua):
+ * a waiter that died or stalled in the hand-off slot keeps the lock from
+ * everyone else for this long at most, whatever its lease. */
+#define DLOCK__REDIS_HANDOFF_CONFIRM_MS 2000
+
 /* The keys that keep fences bounded (lib/fence.lua), one pair per prefix. */
 #define DLOCK__REDIS_FENCE_FLOOR "fence-floor"
 #define DLOCK__REDIS_FENCE_REGISTRY "fence-registry"
@@ -67,10 +73,8 @@ typedef struct {
     char *name;  /* for leave */
     char *token; /* for leave */
     /* A plain mutex's waiter: its hand-off entry "WAITER-ID TOKEN LEASE"
-     * (acquire.lua; NULL until the first try that waits) and when the try
-     * that last put it in the slot was sent. */
+     * (acquire.lua; NULL until the first try that waits). */
     char *entry;
-    int64_t entry_sent_ms;
 } dlock__redis_watch;
 
 /* Subscribe to channel for a waiter (token: see dlock__redis_watch_begin);

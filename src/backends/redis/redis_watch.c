@@ -39,7 +39,6 @@ typedef struct channel {
 struct dlock__redis_waiter {
     channel *chan;
     char *token; /* NULL, or what a targeted message names */
-    uint64_t granted; /* the fence of a "grant" naming us, else 0 */
     pthread_cond_t cond;
     int woken;
     dlock__redis_waiter *next, *prev;
@@ -77,30 +76,30 @@ static void wake_waiter(dlock__redis_waiter *x)
     pthread_cond_signal(&x->cond);
 }
 
-/* "grant ID FENCE": hand the fence to our waiter ID, if it is ours. */
+/*
+ * "grant ID FENCE": the release handed the lock to waiter ID. Only a wake-up:
+ * the waiter's next try confirms the hand-off on the server (release.lua),
+ * because this message may arrive after the handed-over key has expired.
+ * When ID is none of ours, one of our waiters looks too: the hand-off is
+ * confirmed or lapses within the confirm window, and if that waiter died,
+ * ours should not sleep a quarter of its own lease before it finds the lock
+ * free.
+ */
 static void grant(channel *ch, const char *text)
 {
     const char *id = text + strlen("grant ");
     const char *space = strchr(id, ' ');
-    char *end;
-    unsigned long long fence;
 
-    if (space == NULL || space[1] < '1' || space[1] > '9')
-        return;
-    errno = 0;
-    fence = strtoull(space + 1, &end, 10);
-    if (*end != '\0' || errno != 0)
+    if (space == NULL)
         return;
     for (dlock__redis_waiter *x = ch->first; x != NULL; x = x->next) {
         if (x->token != NULL && strlen(x->token) == (size_t)(space - id) &&
             memcmp(x->token, id, (size_t)(space - id)) == 0) {
-            x->granted = fence;
             wake_waiter(x);
             return;
         }
     }
-    /* A waiter of another client, or one of ours that has given up (its
-     * leave passes the lock on): nobody here to wake. */
+    wake_one(ch);
 }
 
 /* A message on ch: wake whom its text names (see redis_watch.h). */
@@ -471,16 +470,6 @@ void dlock__redis_watch_end(dlock__redis_watcher *w, dlock__redis_waiter *x)
 const char *dlock__redis_watch_id(const dlock__redis_waiter *x)
 {
     return x->token != NULL ? x->token : "";
-}
-
-uint64_t dlock__redis_watch_granted(dlock__redis_watcher *w, dlock__redis_waiter *x)
-{
-    uint64_t fence;
-
-    pthread_mutex_lock(&w->mu);
-    fence = x->granted;
-    pthread_mutex_unlock(&w->mu);
-    return fence;
 }
 
 void dlock__redis_watch_wake(dlock__redis_watcher *w, dlock__redis_waiter *x)

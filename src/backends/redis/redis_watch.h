@@ -7,8 +7,10 @@
  *   a token      only the waiter registered with that token (the head of a
  *                fair lock's queue), in whichever client it waits;
  *   "grant ID FENCE"  the release handed the plain mutex to the waiter
- *                registered with token ID (redis.c, release.lua): only it
- *                wakes, and it holds the lock with that fence;
+ *                registered with token ID (redis.c, release.lua): it wakes
+ *                to confirm the hand-off with a try (the message alone is
+ *                never trusted), and where ID is not ours, one waiter of
+ *                the channel wakes to look after the confirm window;
  *   anything else ("released") one waiter of the channel, the longest
  *                waiting, since one release can only be won once.
  */
@@ -36,8 +38,6 @@ int dlock__redis_watch_begin(dlock__redis_watcher *w, const char *channel, const
 void dlock__redis_watch_wake(dlock__redis_watcher *w, dlock__redis_waiter *waiter);
 /* The token the waiter was registered with. */
 const char *dlock__redis_watch_id(const dlock__redis_waiter *waiter);
-/* The fence of a "grant" message naming the waiter, or 0 if none came. */
-uint64_t dlock__redis_watch_granted(dlock__redis_watcher *w, dlock__redis_waiter *waiter);
 /* DLOCK_OK when a release woke us, DLOCK_ETIMEOUT after timeout_ms. */
 int dlock__redis_watch_wait(dlock__redis_watcher *w, dlock__redis_waiter *waiter,
                             int64_t timeout_ms);
