@@ -1,4 +1,8 @@
-/* Pure logic, no server: URL parsing, durations, the error table. */
+/* Pure logic, no server: URL parsing, durations, the error table, the clock. */
+#define _GNU_SOURCE
+#include <time.h>
+
+#include "core/clock.h"
 #include "core/url.h"
 #include "test.h"
 
@@ -166,8 +170,31 @@ static void unreachable_is_econn_with_timeout(void)
     CHECK_CONTAINS(dlock_error_message(), "/nonexistent/redis.sock");
 }
 
+/* The lease clock is CLOCK_BOOTTIME, which goes on counting through a
+ * suspend (CLOCK_MONOTONIC stops), and dlock__clock_advance_ms moves it as a
+ * suspend would: forward, and only it. */
+static void lease_clock_is_boottime(void)
+{
+    struct timespec ts;
+    int64_t boot_ms, lease_ms, mono_ms;
+
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    boot_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    lease_ms = dlock__now_ms();
+    CHECK(lease_ms >= boot_ms && lease_ms - boot_ms < 1000);
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    mono_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    dlock__clock_advance_ms(3600 * 1000);
+    CHECK(dlock__now_ms() - lease_ms >= 3600 * 1000);
+    CHECK(dlock__now_ms() - lease_ms < 3600 * 1000 + 1000);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    CHECK((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 - mono_ms < 1000);
+}
+
 TEST_MAIN({"url_redis_full", url_redis_full}, {"url_forms", url_forms}, {"url_bad", url_bad},
           {"url_password_never_in_messages", url_password_never_in_messages},
           {"url_huge", url_huge}, {"duration", duration}, {"error_table", error_table},
           {"open_bad_input", open_bad_input},
-          {"unreachable_is_econn_with_timeout", unreachable_is_econn_with_timeout})
+          {"unreachable_is_econn_with_timeout", unreachable_is_econn_with_timeout},
+          {"lease_clock_is_boottime", lease_clock_is_boottime})
