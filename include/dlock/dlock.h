@@ -160,6 +160,16 @@ typedef struct {
 #define DLOCK_CLIENT_OPTIONS_INIT {DLOCK_CLIENT_OPTIONS_VERSION, 2000, 5000, NULL, NULL}
 
 /*
+ * Fill opts with the defaults of options version (1..DLOCK_CLIENT_OPTIONS_VERSION),
+ * as DLOCK_CLIENT_OPTIONS_INIT does: for callers that cannot use C macros.
+ * Every options struct is read as the version in its first field says, so
+ * a program built against an older header keeps working; fields added
+ * since keep their defaults. DLOCK_EINVAL for NULL or an unknown version.
+ * Thread-safe.
+ */
+DLOCK_EXTERN int dlock_client_options_init(dlock_client_options *opts, unsigned version);
+
+/*
  * Open a client for the lock service at url. opts NULL means defaults.
  *
  * URLs:
@@ -353,6 +363,9 @@ typedef struct {
 #define DLOCK_ACQUIRE_OPTIONS_VERSION 1
 #define DLOCK_ACQUIRE_OPTIONS_INIT                                                                 \
     {DLOCK_ACQUIRE_OPTIONS_VERSION, 0, 30000, 1, NULL, NULL, DLOCK_KIND_MUTEX, NULL, 0, 0}
+
+/* As dlock_client_options_init, for acquire options (DLOCK_ACQUIRE_OPTIONS_INIT). */
+DLOCK_EXTERN int dlock_acquire_options_init(dlock_acquire_options *opts, unsigned version);
 
 /*
  * Acquire the lock called name. opts NULL means defaults (try once, 30 s

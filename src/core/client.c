@@ -4,6 +4,7 @@
 #include "core/client.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/options.h"
 #include "core/url.h"
 
 extern const dlock_backend dlock__redis_backend;
@@ -22,16 +23,10 @@ static const dlock_backend *find_backend(const char *scheme)
 
 static int check_options(dlock_client_options *o, const dlock_client_options *given)
 {
-    dlock_client_options defaults = DLOCK_CLIENT_OPTIONS_INIT;
+    int rc;
 
-    *o = defaults;
-    if (given == NULL)
-        return DLOCK_OK;
-    if (given->version != DLOCK_CLIENT_OPTIONS_VERSION)
-        return dlock__fail(DLOCK_EINVAL, "client options: version %u, this library knows %d "
-                           "(initialise with DLOCK_CLIENT_OPTIONS_INIT)",
-                           given->version, DLOCK_CLIENT_OPTIONS_VERSION);
-    *o = *given;
+    if ((rc = dlock__client_options_copy(o, given)) != DLOCK_OK || given == NULL)
+        return rc;
     if (o->connect_timeout_ms <= 0 || o->connect_timeout_ms > 3600000)
         return dlock__fail(DLOCK_EINVAL, "client options: connect_timeout_ms must be 1..3600000");
     if (o->command_timeout_ms <= 0 || o->command_timeout_ms > 3600000)

@@ -9,6 +9,7 @@
 #include "core/client.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/options.h"
 
 /* A holder's key with no expiry (set by hand) announces nothing: look again
  * this often rather than sleep forever. */
@@ -16,16 +17,10 @@
 
 int dlock__check_acquire_options(dlock_acquire_options *o, const dlock_acquire_options *given)
 {
-    dlock_acquire_options defaults = DLOCK_ACQUIRE_OPTIONS_INIT;
+    int rc;
 
-    *o = defaults;
-    if (given == NULL)
-        return DLOCK_OK;
-    if (given->version != DLOCK_ACQUIRE_OPTIONS_VERSION)
-        return dlock__fail(DLOCK_EINVAL, "acquire options: version %u, this library knows %d "
-                           "(initialise with DLOCK_ACQUIRE_OPTIONS_INIT)",
-                           given->version, DLOCK_ACQUIRE_OPTIONS_VERSION);
-    *o = *given;
+    if ((rc = dlock__acquire_options_copy(o, given)) != DLOCK_OK || given == NULL)
+        return rc;
     if (o->lease_ms <= 0 || o->lease_ms > DLOCK_LEASE_MAX_MS)
         return dlock__fail(DLOCK_EINVAL, "acquire options: lease_ms is %lld, must be 1..%lld",
                            (long long)o->lease_ms, (long long)DLOCK_LEASE_MAX_MS);

@@ -192,9 +192,36 @@ static void lease_clock_is_boottime(void)
     CHECK((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 - mono_ms < 1000);
 }
 
+/* The _init calls give what the _INIT macros give, for callers that cannot
+ * use them; versions are checked. */
+static void options_init_calls(void)
+{
+    const dlock_client_options cm = DLOCK_CLIENT_OPTIONS_INIT;
+    const dlock_acquire_options am = DLOCK_ACQUIRE_OPTIONS_INIT;
+    dlock_client_options c;
+    dlock_acquire_options a;
+
+    memset(&c, 0x5a, sizeof(c));
+    memset(&a, 0x5a, sizeof(a));
+    CHECK_RC(dlock_client_options_init(&c, DLOCK_CLIENT_OPTIONS_VERSION), DLOCK_OK);
+    CHECK(c.version == cm.version && c.connect_timeout_ms == cm.connect_timeout_ms &&
+          c.command_timeout_ms == cm.command_timeout_ms && c.key_prefix == NULL &&
+          c.client_name == NULL);
+    CHECK_RC(dlock_acquire_options_init(&a, DLOCK_ACQUIRE_OPTIONS_VERSION), DLOCK_OK);
+    CHECK(a.version == am.version && a.wait_ms == am.wait_ms && a.lease_ms == am.lease_ms &&
+          a.auto_renew == am.auto_renew && a.on_lost == NULL && a.payload == NULL &&
+          a.kind == am.kind && a.owner == NULL && a.reentrant == 0 && a.permits == 0);
+    CHECK_RC(dlock_acquire_options_init(&a, 0), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "version 0");
+    CHECK_RC(dlock_acquire_options_init(&a, DLOCK_ACQUIRE_OPTIONS_VERSION + 1), DLOCK_EINVAL);
+    CHECK_RC(dlock_client_options_init(NULL, 1), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "NULL");
+}
+
 TEST_MAIN({"url_redis_full", url_redis_full}, {"url_forms", url_forms}, {"url_bad", url_bad},
           {"url_password_never_in_messages", url_password_never_in_messages},
           {"url_huge", url_huge}, {"duration", duration}, {"error_table", error_table},
           {"open_bad_input", open_bad_input},
           {"unreachable_is_econn_with_timeout", unreachable_is_econn_with_timeout},
-          {"lease_clock_is_boottime", lease_clock_is_boottime})
+          {"lease_clock_is_boottime", lease_clock_is_boottime},
+          {"options_init_calls", options_init_calls})
