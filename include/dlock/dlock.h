@@ -69,7 +69,8 @@ extern "C" {
     XX(ENOMEM, -8, "out of memory")                                            \
     XX(ENOTSUP, -9, "not supported")                                           \
     XX(EMISUSE, -10, "API misuse")                                             \
-    XX(ESERVER, -11, "the lock server refused the command")
+    XX(ESERVER, -11, "the lock server refused the command")                   \
+    XX(EINTR, -12, "interrupted by dlock_client_interrupt")
 
 typedef enum {
 #define DLOCK_ERRNO_GEN(name, value, text) DLOCK_##name = (value),
@@ -196,6 +197,26 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
  * still inside a call on this client.
  */
 DLOCK_EXTERN void dlock_client_free(dlock_client *client);
+
+/*
+ * Interrupt every call that waits for a lock on this client: dlock_acquire
+ * and dlock_acquire_multi with wait_ms != 0, and dlock_campaign, that began
+ * before this call. Each leaves whatever queue it joined, as one whose
+ * wait_ms ran out does (Redis: a waiter gives up its place in the hand-off
+ * slot, and passes on a lock handed to it meanwhile; etcd: its queue key is
+ * deleted; the lock family: its place in a queue, its writer's block), and
+ * returns DLOCK_EINTR, within a round trip or two, without a lock. A call
+ * that took the lock before it saw the interruption returns DLOCK_OK as
+ * usual: release the lock. Calls that begin after this returns are not
+ * affected; a try (wait_ms 0) in progress is not cut short.
+ *
+ * Meant for a program that must stop waiting (dlock's CLI on SIGTERM or
+ * ^C) so that the lock does not go to a waiter that is gone. Not
+ * async-signal-safe: call it from a thread, not from a signal handler (the
+ * CLI's handler wakes a thread through a pipe). NULL is a no-op.
+ * Thread-safe.
+ */
+DLOCK_EXTERN void dlock_client_interrupt(dlock_client *client);
 
 /* The backend's name ("redis", "etcd"). Borrowed for the client's lifetime. */
 DLOCK_EXTERN const char *dlock_client_backend(const dlock_client *client);
@@ -395,6 +416,7 @@ typedef struct {
  *                   a SEMAPHORE acquisition with permits 0 when the server
  *                   has no N for the name.
  *   DLOCK_ENOTSUP   a kind the client's backend does not implement
+ *   DLOCK_EINTR     dlock_client_interrupt was called while it waited
  *   DLOCK_ECONN     the server could not be reached
  *   DLOCK_ESERVER   the server refused (out of memory, read-only replica ...)
  *   DLOCK_EPROTO, DLOCK_EAUTH, DLOCK_ENOMEM
@@ -527,6 +549,7 @@ DLOCK_EXTERN int dlock_semaphore_set_permits(dlock_client *client, const char *n
  * naming the first name that could not be had, DLOCK_EINVAL (NULL names, n
  * of 0 or over DLOCK_MULTI_MAX, a bad or repeated name, options as for
  * dlock_acquire or with a kind, owner id or permits set), DLOCK_ENOTSUP,
+ * DLOCK_EINTR (dlock_client_interrupt; the locks taken so far are released)
  * and the connection errors of dlock_acquire. Thread-safe.
  */
 DLOCK_EXTERN int dlock_acquire_multi(dlock_lock **out, dlock_client *client,

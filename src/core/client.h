@@ -12,6 +12,13 @@
 #include "core/token.h"
 #include "dlock/sys/backend.h"
 
+/* A waiting acquisition's watch, listed on its client so that
+ * dlock_client_interrupt can wake it. Lives on the waiter's stack. */
+typedef struct dlock__waiter {
+    void *watch;
+    struct dlock__waiter *next;
+} dlock__waiter;
+
 struct dlock_client {
     const dlock_backend *backend;
     void *be;
@@ -37,6 +44,13 @@ struct dlock_client {
      * needs no wake-up: its acquisition costs no context switch. */
     int64_t idle_period_ms;
     dlock_lock *locks; /* doubly linked through prev/next */
+    /* The watches of the acquisitions waiting now, for dlock_client_interrupt
+     * to wake. */
+    dlock__waiter *waiting;
+
+    /* How many times dlock_client_interrupt was called: a waiting call that
+     * read a lower count when it began gives up. Read without the mutex. */
+    _Atomic uint64_t interrupts;
 };
 
 struct dlock_lock {
@@ -119,10 +133,11 @@ int dlock__not_supported(const dlock_client *c, const char *what);
 /*
  * Acquire one lock as described by o (already checked), for dlock_acquire,
  * dlock_campaign (o->kind LEADER, identity) and the parts of a multi-lock.
- * Clears nothing and takes ownership of nothing on failure.
+ * since: dlock__interrupt_mark when the caller's public call began. Clears
+ * nothing and takes ownership of nothing on failure.
  */
 int dlock__acquire(dlock_lock **out, dlock_client *c, const char *name,
-                   const dlock_acquire_options *o, const char *identity);
+                   const dlock_acquire_options *o, const char *identity, uint64_t since);
 
 /* Check acquire options (version, ranges, family fields); NULL = defaults. */
 int dlock__check_acquire_options(dlock_acquire_options *o, const dlock_acquire_options *given);
@@ -140,6 +155,18 @@ int dlock__client_in_callback(dlock_client *c, const dlock_lock *l);
  * inside its on_lost. dlock__client_unclaim gives it back. */
 int dlock__client_claim(dlock_client *c, dlock_lock *l);
 void dlock__client_unclaim(dlock_client *c, dlock_lock *l);
+
+/* The interrupt count now, for a call that may wait: pass it as since. */
+uint64_t dlock__interrupt_mark(dlock_client *c);
+
+/* DLOCK_EINTR with its message if dlock_client_interrupt was called since
+ * the mark was taken, else DLOCK_OK. name is the lock waited for. */
+int dlock__check_interrupt(dlock_client *c, uint64_t since, const char *name);
+
+/* List a waiting call's watch on the client (w is the caller's), so that
+ * dlock_client_interrupt wakes it; take it off before watch_end. */
+void dlock__waiting_add(dlock_client *c, dlock__waiter *w, void *watch);
+void dlock__waiting_remove(dlock_client *c, dlock__waiter *w);
 
 /* Validate a lock name (non-empty, at most DLOCK_NAME_MAX bytes). */
 int dlock__check_name(const char *name, const char *what);

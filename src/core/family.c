@@ -157,7 +157,7 @@ static int by_name(const void *a, const void *b)
 
 /* One name at a time, in the global order; roll back on failure. */
 static int multi_ordered(dlock_lock *parent, dlock_client *c, const char *const *names, size_t n,
-                         const dlock_acquire_options *o)
+                         const dlock_acquire_options *o, uint64_t since)
 {
     static pthread_mutex_t sort_mu = PTHREAD_MUTEX_INITIALIZER;
     size_t order[DLOCK_MULTI_MAX];
@@ -180,7 +180,8 @@ static int multi_ordered(dlock_lock *parent, dlock_client *c, const char *const 
             int64_t left = deadline - dlock__now_ms();
             part.wait_ms = left > 0 ? left : 0;
         }
-        if ((rc = dlock__acquire(&parent->parts[i], c, names[i], &part, NULL)) != DLOCK_OK) {
+        if ((rc = dlock__acquire(&parent->parts[i], c, names[i], &part, NULL, since)) !=
+            DLOCK_OK) {
             if (rc == DLOCK_EBUSY && o->wait_ms > 0)
                 rc = dlock__fail(DLOCK_ETIMEOUT, "lock '%s' still held by another owner when "
                                  "the wait of %lld ms ran out", names[i],
@@ -205,7 +206,7 @@ static int multi_ordered(dlock_lock *parent, dlock_client *c, const char *const 
 /* All names in one hash slot: one atomic step, retried after a release of
  * the name that was busy. */
 static int multi_atomic(dlock_lock *parent, dlock_client *c, const char *const *names, size_t n,
-                        const dlock_acquire_options *o)
+                        const dlock_acquire_options *o, uint64_t since)
 {
     const dlock_backend *b = c->backend;
     const char *tokens[DLOCK_MULTI_MAX];
@@ -213,6 +214,7 @@ static int multi_atomic(dlock_lock *parent, dlock_client *c, const char *const *
     int64_t start = dlock__now_ms(), sent = start, retry_ms = -1;
     int64_t deadline = o->wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX : start + o->wait_ms;
     void *watch = NULL;
+    dlock__waiter waiter;
     size_t busy = 0, watched = 0;
     char shown[80];
     int rc;
@@ -238,6 +240,8 @@ static int multi_atomic(dlock_lock *parent, dlock_client *c, const char *const *
     for (;;) {
         int64_t now, sleep_ms;
 
+        if (watch != NULL && (rc = dlock__check_interrupt(c, since, names[busy])) != DLOCK_OK)
+            break;
         sent = dlock__now_ms();
         rc = b->multi_acquire(c->be, names, tokens, n, o->lease_ms, fences, &busy, &retry_ms);
         if (rc != DLOCK_EBUSY)
@@ -257,11 +261,14 @@ static int multi_atomic(dlock_lock *parent, dlock_client *c, const char *const *
         if (watch == NULL || watched != busy) {
             /* Watch the name that is busy now, then try again at once: a
              * release between the try and the subscription is not missed. */
-            if (watch != NULL)
+            if (watch != NULL) {
+                dlock__waiting_remove(c, &waiter);
                 b->watch_end(c->be, watch);
+            }
             watch = NULL;
             if ((rc = b->watch_begin(c->be, names[busy], &watch)) != DLOCK_OK)
                 break;
+            dlock__waiting_add(c, &waiter, watch);
             watched = busy;
             continue;
         }
@@ -277,6 +284,7 @@ static int multi_atomic(dlock_lock *parent, dlock_client *c, const char *const *
     if (watch != NULL) {
         char msg[512];
         snprintf(msg, sizeof(msg), "%s", dlock_error_message());
+        dlock__waiting_remove(c, &waiter);
         b->watch_end(c->be, watch);
         if (rc != DLOCK_OK)
             dlock__fail(rc, "%s", msg); /* the failure, not how the watch ended */
@@ -322,6 +330,7 @@ int dlock_acquire_multi(dlock_lock **out, dlock_client *c, const char *const *na
 {
     dlock_acquire_options o;
     dlock_lock *parent;
+    uint64_t since;
     int atomic, rc;
 
     dlock__clear_error();
@@ -367,7 +376,9 @@ int dlock_acquire_multi(dlock_lock **out, dlock_client *c, const char *const *na
     atomic = n > 1 && DLOCK__BACKEND_HAS(c->backend, multi_same_slot) &&
              DLOCK__BACKEND_HAS(c->backend, multi_acquire) &&
              c->backend->multi_same_slot(c->be, names, n);
-    rc = atomic ? multi_atomic(parent, c, names, n, &o) : multi_ordered(parent, c, names, n, &o);
+    since = dlock__interrupt_mark(c);
+    rc = atomic ? multi_atomic(parent, c, names, n, &o, since)
+                : multi_ordered(parent, c, names, n, &o, since);
     if (rc != DLOCK_OK) {
         parent->nparts = 0;
         dlock__lock_free(parent);
@@ -384,6 +395,7 @@ int dlock_campaign(dlock_lock **out, dlock_client *c, const char *name, const ch
 {
     dlock_acquire_options o;
     char own[DLOCK_IDENTITY_MAX + 1];
+    uint64_t since;
     size_t len;
     int rc;
 
@@ -392,6 +404,7 @@ int dlock_campaign(dlock_lock **out, dlock_client *c, const char *name, const ch
         return dlock__fail(DLOCK_EINVAL, "dlock_campaign: %s is NULL",
                            out == NULL ? "out" : "client");
     *out = NULL;
+    since = dlock__interrupt_mark(c);
     if ((rc = dlock__check_name(name, "dlock_campaign")) != DLOCK_OK)
         return rc;
     if ((rc = dlock__check_acquire_options(&o, opts)) != DLOCK_OK)
@@ -414,7 +427,7 @@ int dlock_campaign(dlock_lock **out, dlock_client *c, const char *name, const ch
         return dlock__fail(DLOCK_EINVAL, "dlock_campaign: identity must be 1..%d bytes",
                            DLOCK_IDENTITY_MAX);
     o.kind = DLOCK_KIND_LEADER;
-    return dlock__acquire(out, c, name, &o, identity);
+    return dlock__acquire(out, c, name, &o, identity, since);
 }
 
 int dlock_resign(dlock_lock *leader)

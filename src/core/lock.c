@@ -126,22 +126,28 @@ static int begin_watch(dlock_client *c, dlock_lock *l, void **watch)
  * Wait for the lock after a first try found it busy. The watch is set up
  * before the next try, so a release between that try and the sleep is
  * announced to us and not missed; each sleep is bounded by the holder's lease
- * so a lost announcement costs at most one lease.
+ * so a lost announcement costs at most one lease. dlock_client_interrupt
+ * (since: the count when the call began) ends the wait before the next try,
+ * and watch_end then leaves the queue as after a wait that ran out.
  */
 static int wait_for_lock(dlock_client *c, dlock_lock *l, const dlock_acquire_options *o,
-                         int64_t start_ms, int64_t *sent_ms, int64_t retry_ms)
+                         int64_t start_ms, int64_t *sent_ms, int64_t retry_ms, uint64_t since)
 {
     const dlock_backend *b = c->backend;
     int64_t deadline = o->wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX : start_ms + o->wait_ms;
     void *watch = NULL;
+    dlock__waiter waiter;
     char shown[80];
     int rc;
 
     if ((rc = begin_watch(c, l, &watch)) != DLOCK_OK)
         return rc;
+    dlock__waiting_add(c, &waiter, watch);
     for (;;) {
         int64_t now, sleep_ms;
 
+        if ((rc = dlock__check_interrupt(c, since, l->name)) != DLOCK_OK)
+            break;
         *sent_ms = dlock__now_ms();
         retry_ms = -1;
         rc = try_acquire(c, l, watch, &retry_ms);
@@ -166,12 +172,13 @@ static int wait_for_lock(dlock_client *c, dlock_lock *l, const dlock_acquire_opt
         if (rc != DLOCK_OK && rc != DLOCK_ETIMEOUT)
             break;
     }
+    dlock__waiting_remove(c, &waiter);
     b->watch_end(c->be, watch);
     return rc;
 }
 
 int dlock__acquire(dlock_lock **out, dlock_client *c, const char *name,
-                   const dlock_acquire_options *o, const char *identity)
+                   const dlock_acquire_options *o, const char *identity, uint64_t since)
 {
     dlock_lock *l;
     int64_t start, sent, retry_ms = -1;
@@ -206,7 +213,7 @@ int dlock__acquire(dlock_lock **out, dlock_client *c, const char *name,
     start = sent = dlock__now_ms();
     rc = try_acquire(c, l, NULL, &retry_ms);
     if (rc == DLOCK_EBUSY && o->wait_ms != 0)
-        rc = wait_for_lock(c, l, o, start, &sent, retry_ms);
+        rc = wait_for_lock(c, l, o, start, &sent, retry_ms, since);
     else if (rc == DLOCK_EBUSY)
         rc = dlock__fail(DLOCK_EBUSY, "lock '%s' is held by another owner (lease left %lld ms)",
                          dlock__printable(shown, sizeof(shown), name), (long long)retry_ms);
@@ -252,7 +259,7 @@ int dlock_acquire(dlock_lock **out, dlock_client *c, const char *name,
     if (o.kind == DLOCK_KIND_LEADER)
         return dlock__fail(DLOCK_EINVAL, "dlock_acquire: DLOCK_KIND_LEADER is for "
                            "dlock_campaign, which publishes the leader's identity");
-    return dlock__acquire(out, c, name, &o, NULL);
+    return dlock__acquire(out, c, name, &o, NULL, dlock__interrupt_mark(c));
 }
 
 uint64_t dlock_lock_fence(const dlock_lock *l)

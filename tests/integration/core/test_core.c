@@ -431,6 +431,51 @@ static void wait_times_out(void)
     test_server_stop(&s);
 }
 
+/* dlock_client_interrupt: a waiter gives up at once with DLOCK_EINTR and
+ * leaves what a waiter that times out leaves (nothing); a call begun after
+ * the interrupt waits as usual. */
+static void interrupt_leaves_the_queue(void)
+{
+    test_server s;
+    dlock_client *c, *c2;
+    dlock_lock *l;
+    test_acquirer a;
+    pthread_t t;
+    long long held;
+
+    test_server_start(&s, backend);
+    c = open_client(&s);
+    c2 = open_client(&s);
+    CHECK_RC(dlock_acquire(&l, c, "intr", NULL), DLOCK_OK);
+    held = test_server_leftovers(&s, "intr");
+    dlock_client_interrupt(NULL);
+    dlock_client_interrupt(c2); /* before the call: no effect on it */
+    /* A lease far longer than the test: only leaving frees the queue. */
+    test_acquirer_init(&a, c2, "intr", test_opts(DLOCK_WAIT_FOREVER, 60000, 1));
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
+    for (int i = 0; i < 1000 && test_server_leftovers(&s, "intr") == held; i++)
+        test_sleep_ms(10);
+    CHECK(test_server_leftovers(&s, "intr") > held); /* queued */
+    CHECK(!atomic_load(&a.done));
+    dlock_client_interrupt(c2);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(a.rc, DLOCK_EINTR);
+    CHECK(a.lock == NULL);
+    CHECK(test_server_leftovers(&s, "intr") == held);
+    /* Another waiter on the same client, begun after: served by the release. */
+    test_acquirer_init(&a, c2, "intr", test_opts(DLOCK_WAIT_FOREVER, 60000, 1));
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
+    for (int i = 0; i < 1000 && test_server_leftovers(&s, "intr") == held; i++)
+        test_sleep_ms(10);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(a.rc, DLOCK_OK);
+    CHECK_RC(dlock_release(a.lock), DLOCK_OK);
+    dlock_client_free(c);
+    dlock_client_free(c2);
+    test_server_stop(&s);
+}
+
 static void try_once_leaves_nothing(void)
 {
     test_server s;
@@ -537,6 +582,7 @@ static const test_case cases[] = {
     {"on_lost_once_after_force_release", on_lost_once_after_force_release},
     {"sigstop_holder_loses_lock", sigstop_holder_loses_lock},
     {"wait_times_out", wait_times_out},
+    {"interrupt_leaves_the_queue", interrupt_leaves_the_queue},
     {"try_once_leaves_nothing", try_once_leaves_nothing},
     {"client_freed_before_release", client_freed_before_release},
     {"threads_share_a_client", threads_share_a_client},
