@@ -199,22 +199,24 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
 DLOCK_EXTERN void dlock_client_free(dlock_client *client);
 
 /*
- * Interrupt every call that waits for a lock on this client: dlock_acquire
- * and dlock_acquire_multi with wait_ms != 0, and dlock_campaign, that began
- * before this call. Each leaves whatever queue it joined, as one whose
- * wait_ms ran out does (Redis: a waiter gives up its place in the hand-off
- * slot, and passes on a lock handed to it meanwhile; etcd: its queue key is
- * deleted; the lock family: its place in a queue, its writer's block), and
- * returns DLOCK_EINTR, within a round trip or two, without a lock. A call
- * that took the lock before it saw the interruption returns DLOCK_OK as
- * usual: release the lock. Calls that begin after this returns are not
- * affected; a try (wait_ms 0) in progress is not cut short.
+ * Stop all waiting on this client, for good: every call that waits for a
+ * lock (dlock_acquire and dlock_acquire_multi with wait_ms != 0,
+ * dlock_campaign) returns DLOCK_EINTR instead of waiting, now and for the
+ * rest of the client's life. A call waiting now leaves whatever queue it
+ * joined, as one whose wait_ms ran out does (Redis: a waiter gives up its
+ * place in the hand-off slot, and passes on a lock handed to it meanwhile;
+ * etcd: its queue key is deleted; the lock family: its place in a queue,
+ * its writer's block), and returns within a round trip or two, without a
+ * lock. A call still makes its first try: one that takes the lock before it
+ * sees the interruption returns DLOCK_OK as usual (release the lock). Tries
+ * (wait_ms 0), releases and the other calls work as before.
  *
- * Meant for a program that must stop waiting (dlock's CLI on SIGTERM or
- * ^C) so that the lock does not go to a waiter that is gone. Not
- * async-signal-safe: call it from a thread, not from a signal handler (the
- * CLI's handler wakes a thread through a pipe). NULL is a no-op.
- * Thread-safe.
+ * Meant for a program that is shutting down and must not leave a waiter
+ * behind that is gone: one that died in the queue could be handed the lock
+ * and keep it from the live ones. dlock's CLI calls it on SIGTERM or ^C
+ * while it waits. Not async-signal-safe: call it from a thread, not from a
+ * signal handler (the CLI's handler wakes a thread through a pipe). NULL
+ * is a no-op. Thread-safe.
  */
 DLOCK_EXTERN void dlock_client_interrupt(dlock_client *client);
 

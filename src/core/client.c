@@ -113,16 +113,11 @@ void dlock_client_free(dlock_client *c)
 
 /* ---- interrupting waiters ------------------------------------------------ */
 
-uint64_t dlock__interrupt_mark(dlock_client *c)
-{
-    return atomic_load(&c->interrupts);
-}
-
-int dlock__check_interrupt(dlock_client *c, uint64_t since, const char *name)
+int dlock__check_interrupt(dlock_client *c, const char *name)
 {
     char shown[80];
 
-    if (atomic_load(&c->interrupts) == since)
+    if (!atomic_load(&c->interrupted))
         return DLOCK_OK;
     return dlock__fail(DLOCK_EINTR, "waiting for lock '%s' was interrupted "
                        "(dlock_client_interrupt); left the queue",
@@ -151,8 +146,8 @@ void dlock__waiting_remove(dlock_client *c, dlock__waiter *w)
 }
 
 /*
- * The count moves first, then every listed watch is woken: a waiter reads
- * the count before each try and each sleep, and watch_wake also wakes the
+ * The flag is set first, then every listed watch is woken: a waiter reads
+ * the flag before each try and each sleep, and watch_wake also wakes the
  * next watch_wait, so a waiter between its check and its sleep still wakes.
  * Under the mutex, so that no watch is woken after its waiter took it off
  * the list and ended it. (Lock order: the client's mutex, then the
@@ -163,7 +158,7 @@ void dlock_client_interrupt(dlock_client *c)
     if (c == NULL)
         return;
     pthread_mutex_lock(&c->mu);
-    atomic_fetch_add(&c->interrupts, 1);
+    atomic_store(&c->interrupted, 1);
     if (DLOCK__BACKEND_HAS(c->backend, watch_wake))
         for (dlock__waiter *w = c->waiting; w != NULL; w = w->next)
             c->backend->watch_wake(c->be, w->watch);

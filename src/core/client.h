@@ -48,9 +48,9 @@ struct dlock_client {
      * to wake. */
     dlock__waiter *waiting;
 
-    /* How many times dlock_client_interrupt was called: a waiting call that
-     * read a lower count when it began gives up. Read without the mutex. */
-    _Atomic uint64_t interrupts;
+    /* dlock_client_interrupt was called: no call waits any more. Read
+     * without the mutex. */
+    _Atomic int interrupted;
 };
 
 struct dlock_lock {
@@ -133,11 +133,10 @@ int dlock__not_supported(const dlock_client *c, const char *what);
 /*
  * Acquire one lock as described by o (already checked), for dlock_acquire,
  * dlock_campaign (o->kind LEADER, identity) and the parts of a multi-lock.
- * since: dlock__interrupt_mark when the caller's public call began. Clears
- * nothing and takes ownership of nothing on failure.
+ * Clears nothing and takes ownership of nothing on failure.
  */
 int dlock__acquire(dlock_lock **out, dlock_client *c, const char *name,
-                   const dlock_acquire_options *o, const char *identity, uint64_t since);
+                   const dlock_acquire_options *o, const char *identity);
 
 /* Check acquire options (version, ranges, family fields); NULL = defaults. */
 int dlock__check_acquire_options(dlock_acquire_options *o, const dlock_acquire_options *given);
@@ -156,12 +155,9 @@ int dlock__client_in_callback(dlock_client *c, const dlock_lock *l);
 int dlock__client_claim(dlock_client *c, dlock_lock *l);
 void dlock__client_unclaim(dlock_client *c, dlock_lock *l);
 
-/* The interrupt count now, for a call that may wait: pass it as since. */
-uint64_t dlock__interrupt_mark(dlock_client *c);
-
-/* DLOCK_EINTR with its message if dlock_client_interrupt was called since
- * the mark was taken, else DLOCK_OK. name is the lock waited for. */
-int dlock__check_interrupt(dlock_client *c, uint64_t since, const char *name);
+/* DLOCK_EINTR with its message once dlock_client_interrupt was called, else
+ * DLOCK_OK. name is the lock waited for. */
+int dlock__check_interrupt(dlock_client *c, const char *name);
 
 /* List a waiting call's watch on the client (w is the caller's), so that
  * dlock_client_interrupt wakes it; take it off before watch_end. */

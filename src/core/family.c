@@ -157,7 +157,7 @@ static int by_name(const void *a, const void *b)
 
 /* One name at a time, in the global order; roll back on failure. */
 static int multi_ordered(dlock_lock *parent, dlock_client *c, const char *const *names, size_t n,
-                         const dlock_acquire_options *o, uint64_t since)
+                         const dlock_acquire_options *o)
 {
     static pthread_mutex_t sort_mu = PTHREAD_MUTEX_INITIALIZER;
     size_t order[DLOCK_MULTI_MAX];
@@ -180,8 +180,7 @@ static int multi_ordered(dlock_lock *parent, dlock_client *c, const char *const 
             int64_t left = deadline - dlock__now_ms();
             part.wait_ms = left > 0 ? left : 0;
         }
-        if ((rc = dlock__acquire(&parent->parts[i], c, names[i], &part, NULL, since)) !=
-            DLOCK_OK) {
+        if ((rc = dlock__acquire(&parent->parts[i], c, names[i], &part, NULL)) != DLOCK_OK) {
             if (rc == DLOCK_EBUSY && o->wait_ms > 0)
                 rc = dlock__fail(DLOCK_ETIMEOUT, "lock '%s' still held by another owner when "
                                  "the wait of %lld ms ran out", names[i],
@@ -206,7 +205,7 @@ static int multi_ordered(dlock_lock *parent, dlock_client *c, const char *const 
 /* All names in one hash slot: one atomic step, retried after a release of
  * the name that was busy. */
 static int multi_atomic(dlock_lock *parent, dlock_client *c, const char *const *names, size_t n,
-                        const dlock_acquire_options *o, uint64_t since)
+                        const dlock_acquire_options *o)
 {
     const dlock_backend *b = c->backend;
     const char *tokens[DLOCK_MULTI_MAX];
@@ -240,7 +239,7 @@ static int multi_atomic(dlock_lock *parent, dlock_client *c, const char *const *
     for (;;) {
         int64_t now, sleep_ms;
 
-        if (watch != NULL && (rc = dlock__check_interrupt(c, since, names[busy])) != DLOCK_OK)
+        if (watch != NULL && (rc = dlock__check_interrupt(c, names[busy])) != DLOCK_OK)
             break;
         sent = dlock__now_ms();
         rc = b->multi_acquire(c->be, names, tokens, n, o->lease_ms, fences, &busy, &retry_ms);
@@ -330,7 +329,6 @@ int dlock_acquire_multi(dlock_lock **out, dlock_client *c, const char *const *na
 {
     dlock_acquire_options o;
     dlock_lock *parent;
-    uint64_t since;
     int atomic, rc;
 
     dlock__clear_error();
@@ -376,9 +374,7 @@ int dlock_acquire_multi(dlock_lock **out, dlock_client *c, const char *const *na
     atomic = n > 1 && DLOCK__BACKEND_HAS(c->backend, multi_same_slot) &&
              DLOCK__BACKEND_HAS(c->backend, multi_acquire) &&
              c->backend->multi_same_slot(c->be, names, n);
-    since = dlock__interrupt_mark(c);
-    rc = atomic ? multi_atomic(parent, c, names, n, &o, since)
-                : multi_ordered(parent, c, names, n, &o, since);
+    rc = atomic ? multi_atomic(parent, c, names, n, &o) : multi_ordered(parent, c, names, n, &o);
     if (rc != DLOCK_OK) {
         parent->nparts = 0;
         dlock__lock_free(parent);
@@ -395,7 +391,6 @@ int dlock_campaign(dlock_lock **out, dlock_client *c, const char *name, const ch
 {
     dlock_acquire_options o;
     char own[DLOCK_IDENTITY_MAX + 1];
-    uint64_t since;
     size_t len;
     int rc;
 
@@ -404,7 +399,6 @@ int dlock_campaign(dlock_lock **out, dlock_client *c, const char *name, const ch
         return dlock__fail(DLOCK_EINVAL, "dlock_campaign: %s is NULL",
                            out == NULL ? "out" : "client");
     *out = NULL;
-    since = dlock__interrupt_mark(c);
     if ((rc = dlock__check_name(name, "dlock_campaign")) != DLOCK_OK)
         return rc;
     if ((rc = dlock__check_acquire_options(&o, opts)) != DLOCK_OK)
@@ -427,7 +421,7 @@ int dlock_campaign(dlock_lock **out, dlock_client *c, const char *name, const ch
         return dlock__fail(DLOCK_EINVAL, "dlock_campaign: identity must be 1..%d bytes",
                            DLOCK_IDENTITY_MAX);
     o.kind = DLOCK_KIND_LEADER;
-    return dlock__acquire(out, c, name, &o, identity, since);
+    return dlock__acquire(out, c, name, &o, identity);
 }
 
 int dlock_resign(dlock_lock *leader)

@@ -127,11 +127,11 @@ static int begin_watch(dlock_client *c, dlock_lock *l, void **watch)
  * before the next try, so a release between that try and the sleep is
  * announced to us and not missed; each sleep is bounded by the holder's lease
  * so a lost announcement costs at most one lease. dlock_client_interrupt
- * (since: the count when the call began) ends the wait before the next try,
- * and watch_end then leaves the queue as after a wait that ran out.
+ * ends the wait before the next try, and watch_end then leaves the queue as
+ * after a wait that ran out.
  */
 static int wait_for_lock(dlock_client *c, dlock_lock *l, const dlock_acquire_options *o,
-                         int64_t start_ms, int64_t *sent_ms, int64_t retry_ms, uint64_t since)
+                         int64_t start_ms, int64_t *sent_ms, int64_t retry_ms)
 {
     const dlock_backend *b = c->backend;
     int64_t deadline = o->wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX : start_ms + o->wait_ms;
@@ -146,7 +146,7 @@ static int wait_for_lock(dlock_client *c, dlock_lock *l, const dlock_acquire_opt
     for (;;) {
         int64_t now, sleep_ms;
 
-        if ((rc = dlock__check_interrupt(c, since, l->name)) != DLOCK_OK)
+        if ((rc = dlock__check_interrupt(c, l->name)) != DLOCK_OK)
             break;
         *sent_ms = dlock__now_ms();
         retry_ms = -1;
@@ -178,7 +178,7 @@ static int wait_for_lock(dlock_client *c, dlock_lock *l, const dlock_acquire_opt
 }
 
 int dlock__acquire(dlock_lock **out, dlock_client *c, const char *name,
-                   const dlock_acquire_options *o, const char *identity, uint64_t since)
+                   const dlock_acquire_options *o, const char *identity)
 {
     dlock_lock *l;
     int64_t start, sent, retry_ms = -1;
@@ -213,7 +213,7 @@ int dlock__acquire(dlock_lock **out, dlock_client *c, const char *name,
     start = sent = dlock__now_ms();
     rc = try_acquire(c, l, NULL, &retry_ms);
     if (rc == DLOCK_EBUSY && o->wait_ms != 0)
-        rc = wait_for_lock(c, l, o, start, &sent, retry_ms, since);
+        rc = wait_for_lock(c, l, o, start, &sent, retry_ms);
     else if (rc == DLOCK_EBUSY)
         rc = dlock__fail(DLOCK_EBUSY, "lock '%s' is held by another owner (lease left %lld ms)",
                          dlock__printable(shown, sizeof(shown), name), (long long)retry_ms);
@@ -259,7 +259,7 @@ int dlock_acquire(dlock_lock **out, dlock_client *c, const char *name,
     if (o.kind == DLOCK_KIND_LEADER)
         return dlock__fail(DLOCK_EINVAL, "dlock_acquire: DLOCK_KIND_LEADER is for "
                            "dlock_campaign, which publishes the leader's identity");
-    return dlock__acquire(out, c, name, &o, NULL, dlock__interrupt_mark(c));
+    return dlock__acquire(out, c, name, &o, NULL);
 }
 
 uint64_t dlock_lock_fence(const dlock_lock *l)
