@@ -1,6 +1,7 @@
 #!/bin/sh
 # A dlock run that waits for a busy lock and gets SIGTERM or SIGINT (^C)
-# leaves the queue before it exits: on Redis its hand-off slot, on etcd its
+# leaves the queue before it exits (and so does a waiting candidate of
+# dlock elect): on Redis its hand-off slot, on etcd its
 # queued key. It still dies of the signal (143, 130), and its COMMAND never
 # runs. So when the holder releases, the lock goes to the next waiter that
 # is alive, at once, and not to the dead one for its --ttl (30 s here).
@@ -45,5 +46,33 @@ for sig in TERM INT; do
     expect_bg 143 "SIG$sig: holder stopped" "$HOLDER"
     if [ -e "$WORK/dead-$sig.ran" ]; then fail "SIG$sig: the dead waiter's COMMAND ran"; fi
 done
+
+# A candidate of dlock elect waits the same way, and leaves the same way. On
+# etcd it has a queued key to delete; on Redis a candidate leaves no trace
+# but its subscription.
+if [ "$BACKEND" = etcd ]; then
+    E=$(name elect)
+    "$DLOCK" --url "$URL" elect "$E" -- sh -c 'echo $$ > "$0"; exec sleep 60' \
+        "$WORK/leader.pid" 2>"$WORK/leader.err" &
+    LEADER=$!
+    BG_PIDS="$BG_PIDS $LEADER"
+    wait_file "$WORK/leader.pid"
+    CHILD_PIDS="$CHILD_PIDS $(cat "$WORK/leader.pid")"
+    "$DLOCK" --url "$URL" elect --ttl 30s "$E" -- touch "$WORK/candidate.ran" \
+        2>"$WORK/candidate.err" &
+    CANDIDATE=$!
+    BG_PIDS="$BG_PIDS $CANDIDATE"
+    within 30 queued_is "$E" 1 || fail "elect: the candidate never queued"
+    kill -TERM "$CANDIDATE"
+    expect_bg 143 "elect: SIGTERM to a waiting candidate: it dies of it" "$CANDIDATE"
+    if queued_is "$E" 0; then
+        pass "elect: the candidate left the queue before it exited"
+    else
+        fail "elect: the dead candidate is still queued ($(queued "$E"))"
+    fi
+    kill -TERM "$LEADER"
+    expect_bg 143 "elect: the leader stopped" "$LEADER"
+    if [ -e "$WORK/candidate.ran" ]; then fail "elect: the dead candidate's COMMAND ran"; fi
+fi
 
 finish
