@@ -399,6 +399,12 @@ typedef struct {
  * as after the death of any holder (its place lapses after lease_ms / 2 + 100
  * ms without a try).
  *
+ * On etcd, waiters queue in order, each with a key of its own; while it
+ * waits, that key lives on a lease of 3 s (or lease_ms, if shorter) which
+ * the waiter keeps alive, and it moves to a lease of lease_ms when the
+ * waiter gets the lock. So a waiter that dies holds up the queue for 3 s at
+ * most, whatever its lease_ms (docs/etcd.md).
+ *
  * The kind, owner id and reentrancy come from the options (see the lock
  * kinds above); each successful call gives a handle of its own, also when
  * a reentrant owner takes a lock it holds.
