@@ -41,7 +41,7 @@ static int parse_args(int argc, char **argv, int *force, const char **name)
         return CLI_EXIT_USAGE;
     }
     *name = argv[i];
-    return 0;
+    return cli_check_name(argv[0], *name);
 }
 
 /* "held, fence 42, ttl 2931 ms" or "free, fence 42". */
@@ -68,9 +68,10 @@ int cli_status(const char *url, int argc, char **argv)
     if ((rc = cli_client_open(&client, url)) != 0)
         return rc;
     dlock_lock_info info;
+    char shown[CLI_NAME_SHOWN];
     int err = dlock_status(&info, client, name);
     if (err != DLOCK_OK) {
-        rc = cli_fail(err, "status of '%s'", name);
+        rc = cli_fail(err, "status of '%s'", cli_shown_name(shown, sizeof shown, name));
     } else {
         char text[128];
         describe(text, sizeof text, &info);
@@ -100,9 +101,10 @@ int cli_release(const char *url, int argc, char **argv)
     if ((rc = cli_client_open(&client, url)) != 0)
         return rc;
     dlock_lock_info removed;
+    char shown[CLI_NAME_SHOWN];
     int err = dlock_force_release(&removed, client, name);
     if (err != DLOCK_OK) {
-        rc = cli_fail(err, "release of '%s'", name);
+        rc = cli_fail(err, "release of '%s'", cli_shown_name(shown, sizeof shown, name));
     } else if (removed.held) {
         char text[128];
         describe(text, sizeof text, &removed);

@@ -47,6 +47,29 @@ int cli_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3))
 /* The exit code for a library error code (ECONN 69, EAUTH 77, ...). */
 int cli_exit_code(int err);
 
+/* The shortest --ttl (run, elect): renewals every third of it must get
+ * through, and COMMAND must start well within it; etcd counts leases in
+ * whole seconds anyway. */
+#define CLI_TTL_MIN_MS 1000
+
+/* Room for a NAME as messages show it (cli_shown_name). */
+#define CLI_NAME_SHOWN 64
+
+/*
+ * NAME as messages show it: printable ASCII, other bytes as '?', cut with
+ * "..." to fit size (at most CLI_NAME_SHOWN), so that a long NAME never
+ * crowds out what the message is about. Returns buf.
+ */
+const char *cli_shown_name(char *buf, size_t size, const char *name);
+
+/*
+ * Check NAME as the library will (1 to DLOCK_NAME_MAX bytes), before any
+ * connection, so that a bad one is a usage error (64) even with the server
+ * down. command is the subcommand, for the message. Returns 0, or
+ * CLI_EXIT_USAGE after printing why.
+ */
+int cli_check_name(const char *command, const char *name);
+
 /*
  * Open a client for url. On failure reports it (cli_fail) and returns the
  * exit code, with *out NULL; returns 0 on success.

@@ -73,6 +73,39 @@ int cli_exit_code(int err)
     }
 }
 
+const char *cli_shown_name(char *buf, size_t size, const char *name)
+{
+    size_t i = 0;
+
+    if (size > CLI_NAME_SHOWN)
+        size = CLI_NAME_SHOWN;
+    for (; name[i] != '\0' && i + 1 < size; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        buf[i] = ch >= 32 && ch < 127 ? (char)ch : '?';
+    }
+    if (name[i] != '\0' && i >= 3)
+        memcpy(buf + i - 3, "...", 3);
+    buf[i] = '\0';
+    return buf;
+}
+
+int cli_check_name(const char *command, const char *name)
+{
+    size_t n = strlen(name);
+    char shown[CLI_NAME_SHOWN];
+
+    if (n == 0) {
+        cli_error("%s: NAME is empty", command);
+        return CLI_EXIT_USAGE;
+    }
+    if (n > DLOCK_NAME_MAX) {
+        cli_error("%s: NAME is %zu bytes long, at most %d: '%s'", command, n, DLOCK_NAME_MAX,
+                  cli_shown_name(shown, sizeof shown, name));
+        return CLI_EXIT_USAGE;
+    }
+    return 0;
+}
+
 int cli_option_value(int argc, char **argv, int *i, const char *name, const char **value)
 {
     const char *arg = argv[*i];

@@ -70,7 +70,8 @@ extern "C" {
     XX(ENOMEM, -8, "out of memory")                                            \
     XX(ENOTSUP, -9, "not supported")                                           \
     XX(EMISUSE, -10, "API misuse")                                             \
-    XX(ESERVER, -11, "the lock server refused the command")
+    XX(ESERVER, -11, "the lock server refused the command")                   \
+    XX(EINTR, -12, "interrupted by dlock_client_interrupt")
 
 typedef enum {
 #define DLOCK_ERRNO_GEN(name, value, text) DLOCK_##name = (value),
@@ -207,6 +208,28 @@ DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,
  * still inside a call on this client.
  */
 DLOCK_EXTERN void dlock_client_free(dlock_client *client);
+
+/*
+ * Stop all waiting on this client, for good: every call that waits for a
+ * lock (dlock_acquire and dlock_acquire_multi with wait_ms != 0,
+ * dlock_campaign) returns DLOCK_EINTR instead of waiting, now and for the
+ * rest of the client's life. A call waiting now leaves whatever queue it
+ * joined, as one whose wait_ms ran out does (Redis: a waiter gives up its
+ * place in the hand-off slot, and passes on a lock handed to it meanwhile;
+ * etcd: its queue key is deleted; the lock family: its place in a queue,
+ * its writer's block), and returns within a round trip or two, without a
+ * lock. A call still makes its first try: one that takes the lock before it
+ * sees the interruption returns DLOCK_OK as usual (release the lock). Tries
+ * (wait_ms 0), releases and the other calls work as before.
+ *
+ * Meant for a program that is shutting down and must not leave a waiter
+ * behind that is gone: one that died in the queue could be handed the lock
+ * and keep it from the live ones. dlock's CLI calls it on SIGTERM or ^C
+ * while it waits. Not async-signal-safe: call it from a thread, not from a
+ * signal handler (the CLI's handler wakes a thread through a pipe). NULL
+ * is a no-op. Thread-safe.
+ */
+DLOCK_EXTERN void dlock_client_interrupt(dlock_client *client);
 
 /* The backend's name ("redis", "etcd"). Borrowed for the client's lifetime. */
 DLOCK_EXTERN const char *dlock_client_backend(const dlock_client *client);
@@ -399,6 +422,12 @@ DLOCK_EXTERN int dlock_acquire_options_init(dlock_acquire_options *opts, unsigne
  * the server can be reached: a lock or a place it may have taken is given
  * back by owner token, so a failed acquisition leaves nothing held.
  *
+ * On etcd, waiters queue in order, each with a key of its own; while it
+ * waits, that key lives on a lease of 3 s (or lease_ms, if shorter) which
+ * the waiter keeps alive, and it moves to a lease of lease_ms when the
+ * waiter gets the lock. So a waiter that dies holds up the queue for 3 s at
+ * most, whatever its lease_ms (docs/etcd.md).
+ *
  * The kind, owner id and reentrancy come from the options (see the lock
  * kinds above); each successful call gives a handle of its own, also when
  * a reentrant owner takes a lock it holds.
@@ -418,6 +447,7 @@ DLOCK_EXTERN int dlock_acquire_options_init(dlock_acquire_options *opts, unsigne
  *                   a SEMAPHORE acquisition with permits 0 when the server
  *                   has no N for the name.
  *   DLOCK_ENOTSUP   a kind the client's backend does not implement
+ *   DLOCK_EINTR     dlock_client_interrupt was called while it waited
  *   DLOCK_ECONN     the server could not be reached
  *   DLOCK_ESERVER   the server refused (out of memory, read-only replica ...)
  *   DLOCK_EPROTO, DLOCK_EAUTH, DLOCK_ENOMEM
@@ -556,6 +586,7 @@ DLOCK_EXTERN int dlock_semaphore_set_permits(dlock_client *client, const char *n
  * naming the first name that could not be had, DLOCK_EINVAL (NULL names, n
  * of 0 or over DLOCK_MULTI_MAX, a bad or repeated name, options as for
  * dlock_acquire or with a kind, owner id or permits set), DLOCK_ENOTSUP,
+ * DLOCK_EINTR (dlock_client_interrupt; the locks taken so far are released)
  * and the connection errors of dlock_acquire. Thread-safe.
  */
 DLOCK_EXTERN int dlock_acquire_multi(dlock_lock **out, dlock_client *client,

@@ -106,6 +106,60 @@ void dlock_client_free(dlock_client *c)
     free(c);
 }
 
+/* ---- interrupting waiters ------------------------------------------------ */
+
+int dlock__check_interrupt(dlock_client *c, const char *name)
+{
+    char shown[80];
+
+    if (!atomic_load(&c->interrupted))
+        return DLOCK_OK;
+    return dlock__fail(DLOCK_EINTR, "waiting for lock '%s' was interrupted "
+                       "(dlock_client_interrupt); left the queue",
+                       dlock__printable(shown, sizeof(shown), name));
+}
+
+void dlock__waiting_add(dlock_client *c, dlock__waiter *w, void *watch)
+{
+    w->watch = watch;
+    pthread_mutex_lock(&c->mu);
+    w->next = c->waiting;
+    c->waiting = w;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void dlock__waiting_remove(dlock_client *c, dlock__waiter *w)
+{
+    pthread_mutex_lock(&c->mu);
+    for (dlock__waiter **pp = &c->waiting; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == w) {
+            *pp = w->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/*
+ * The flag is set first, then every listed watch is woken: a waiter reads
+ * the flag before each try and each sleep, and watch_wake also wakes the
+ * next watch_wait, so a waiter between its check and its sleep still wakes.
+ * Under the mutex, so that no watch is woken after its waiter took it off
+ * the list and ended it. (Lock order: the client's mutex, then the
+ * backend's; a backend never takes the client's.)
+ */
+void dlock_client_interrupt(dlock_client *c)
+{
+    if (c == NULL)
+        return;
+    pthread_mutex_lock(&c->mu);
+    atomic_store(&c->interrupted, 1);
+    if (DLOCK__BACKEND_HAS(c->backend, watch_wake))
+        for (dlock__waiter *w = c->waiting; w != NULL; w = w->next)
+            c->backend->watch_wake(c->be, w->watch);
+    pthread_mutex_unlock(&c->mu);
+}
+
 const char *dlock_client_backend(const dlock_client *c)
 {
     return c != NULL ? c->backend->name : NULL;

@@ -12,6 +12,13 @@
 #include "core/token.h"
 #include "dlock/sys/backend.h"
 
+/* A waiting acquisition's watch, listed on its client so that
+ * dlock_client_interrupt can wake it. Lives on the waiter's stack. */
+typedef struct dlock__waiter {
+    void *watch;
+    struct dlock__waiter *next;
+} dlock__waiter;
+
 struct dlock_client {
     const dlock_backend *backend;
     void *be;
@@ -37,6 +44,13 @@ struct dlock_client {
      * needs no wake-up: its acquisition costs no context switch. */
     int64_t idle_period_ms;
     dlock_lock *locks; /* doubly linked through prev/next */
+    /* The watches of the acquisitions waiting now, for dlock_client_interrupt
+     * to wake. */
+    dlock__waiter *waiting;
+
+    /* dlock_client_interrupt was called: no call waits any more. Read
+     * without the mutex. */
+    _Atomic int interrupted;
 };
 
 struct dlock_lock {
@@ -141,6 +155,15 @@ int dlock__client_in_callback(dlock_client *c, const dlock_lock *l);
  * inside its on_lost. dlock__client_unclaim gives it back. */
 int dlock__client_claim(dlock_client *c, dlock_lock *l);
 void dlock__client_unclaim(dlock_client *c, dlock_lock *l);
+
+/* DLOCK_EINTR with its message once dlock_client_interrupt was called, else
+ * DLOCK_OK. name is the lock waited for. */
+int dlock__check_interrupt(dlock_client *c, const char *name);
+
+/* List a waiting call's watch on the client (w is the caller's), so that
+ * dlock_client_interrupt wakes it; take it off before watch_end. */
+void dlock__waiting_add(dlock_client *c, dlock__waiter *w, void *watch);
+void dlock__waiting_remove(dlock_client *c, dlock__waiter *w);
 
 /* Validate a lock name (non-empty, at most DLOCK_NAME_MAX bytes). */
 int dlock__check_name(const char *name, const char *what);

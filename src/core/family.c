@@ -213,6 +213,7 @@ static int multi_atomic(dlock_lock *parent, dlock_client *c, const char *const *
     int64_t start = dlock__now_ms(), sent = start, retry_ms = -1;
     int64_t deadline = o->wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX : start + o->wait_ms;
     void *watch = NULL;
+    dlock__waiter waiter;
     size_t busy = 0, watched = 0;
     char shown[80];
     int rc;
@@ -238,6 +239,8 @@ static int multi_atomic(dlock_lock *parent, dlock_client *c, const char *const *
     for (;;) {
         int64_t now, sleep_ms;
 
+        if (watch != NULL && (rc = dlock__check_interrupt(c, names[busy])) != DLOCK_OK)
+            break;
         sent = dlock__now_ms();
         rc = b->multi_acquire(c->be, names, tokens, n, o->lease_ms, fences, &busy, &retry_ms);
         if (rc != DLOCK_EBUSY)
@@ -257,11 +260,14 @@ static int multi_atomic(dlock_lock *parent, dlock_client *c, const char *const *
         if (watch == NULL || watched != busy) {
             /* Watch the name that is busy now, then try again at once: a
              * release between the try and the subscription is not missed. */
-            if (watch != NULL)
+            if (watch != NULL) {
+                dlock__waiting_remove(c, &waiter);
                 b->watch_end(c->be, watch);
+            }
             watch = NULL;
             if ((rc = b->watch_begin(c->be, names[busy], &watch)) != DLOCK_OK)
                 break;
+            dlock__waiting_add(c, &waiter, watch);
             watched = busy;
             continue;
         }
@@ -277,6 +283,7 @@ static int multi_atomic(dlock_lock *parent, dlock_client *c, const char *const *
     if (watch != NULL) {
         char msg[512];
         snprintf(msg, sizeof(msg), "%s", dlock_error_message());
+        dlock__waiting_remove(c, &waiter);
         b->watch_end(c->be, watch);
         if (rc != DLOCK_OK)
             dlock__fail(rc, "%s", msg); /* the failure, not how the watch ended */

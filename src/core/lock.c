@@ -143,7 +143,9 @@ static int begin_watch(dlock_client *c, dlock_lock *l, void **watch)
  * Wait for the lock after a first try found it busy. The watch is set up
  * before the next try, so a release between that try and the sleep is
  * announced to us and not missed; each sleep is bounded by the holder's lease
- * so a lost announcement costs at most one lease.
+ * so a lost announcement costs at most one lease. dlock_client_interrupt
+ * ends the wait before the next try, and watch_end then leaves the queue as
+ * after a wait that ran out.
  */
 static int wait_for_lock(dlock_client *c, dlock_lock *l, const dlock_acquire_options *o,
                          int64_t start_ms, int64_t *sent_ms, int64_t retry_ms)
@@ -151,14 +153,18 @@ static int wait_for_lock(dlock_client *c, dlock_lock *l, const dlock_acquire_opt
     const dlock_backend *b = c->backend;
     int64_t deadline = o->wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX : start_ms + o->wait_ms;
     void *watch = NULL;
+    dlock__waiter waiter;
     char shown[80];
     int rc;
 
     if ((rc = begin_watch(c, l, &watch)) != DLOCK_OK)
         return rc;
+    dlock__waiting_add(c, &waiter, watch);
     for (;;) {
         int64_t now, sleep_ms;
 
+        if ((rc = dlock__check_interrupt(c, l->name)) != DLOCK_OK)
+            break;
         *sent_ms = dlock__now_ms();
         retry_ms = -1;
         rc = try_acquire(c, l, watch, &retry_ms);
@@ -181,6 +187,7 @@ static int wait_for_lock(dlock_client *c, dlock_lock *l, const dlock_acquire_opt
         if (rc != DLOCK_OK && rc != DLOCK_ETIMEOUT)
             break;
     }
+    dlock__waiting_remove(c, &waiter);
     b->watch_end(c->be, watch);
     return rc;
 }

@@ -13,6 +13,25 @@ expect 9 "busy with -E 9" "$DLOCK" --url "$URL" run -E 9 "$N" -- true
 expect 0 "busy with -E 0" "$DLOCK" --url "$URL" run -E 0 "$N" -- true
 expect 75 "COMMAND never runs while busy" "$DLOCK" --url "$URL" run "$N" -- touch "$WORK/ran"
 if [ -e "$WORK/ran" ]; then fail "COMMAND ran without the lock"; fi
+# A COMMAND that cannot run is reported as such (127, 126), not hidden
+# behind the busy lock's 75.
+expect 127 "busy, COMMAND not found: 127" "$DLOCK" --url "$URL" run --wait 0 "$N" -- "no-such-command-$$"
+grep_file 'no-such-command' "$WORK/err" "busy, COMMAND not found: the message names COMMAND"
+printf 'echo hi\n' >"$WORK/script"
+chmod 644 "$WORK/script"
+expect 126 "busy, COMMAND not executable: 126" "$DLOCK" --url "$URL" run --wait 10s "$N" -- "$WORK/script"
+# A free lock is not taken (no fence spent) for a COMMAND that cannot run.
+F=$(name f)
+expect 0 "a free lock's first run" "$DLOCK" --url "$URL" run "$F" -- true
+expect 0 "status before" "$DLOCK" --url "$URL" status "$F"
+cp "$WORK/out" "$WORK/status.before"
+expect 127 "free lock, COMMAND not found: 127" "$DLOCK" --url "$URL" run "$F" -- "no-such-command-$$"
+expect 0 "status after" "$DLOCK" --url "$URL" status "$F"
+if cmp -s "$WORK/out" "$WORK/status.before"; then
+    pass "free lock, COMMAND not found: the lock was not taken ($(cat "$WORK/out"))"
+else
+    fail "free lock, COMMAND not found: status went from '$(cat "$WORK/status.before")' to '$(cat "$WORK/out")'"
+fi
 
 # SIGTERM to the holder's dlock reaches its sleep, which dies of it: 128+15.
 kill -TERM "$HOLDER"

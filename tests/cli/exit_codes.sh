@@ -17,18 +17,25 @@ expect 143 "COMMAND killed by SIGTERM: 128+15" run sh -c 'kill -TERM $$'
 
 expect 127 "COMMAND not found" run "no-such-command-$$"
 grep_file '^dlock: .*no-such-command' "$WORK/err" "not found: message names COMMAND"
+# COMMAND is looked up before the lock is taken; what passes the look-up
+# and still fails to exec (here: its interpreter is missing, ENOENT) is
+# reported by the child through a pipe, after the lock was taken.
+printf '#!/no/such/interpreter-%s\n' "$$" >"$WORK/badinterp"
+chmod 755 "$WORK/badinterp"
+expect 127 "COMMAND's interpreter not found" run "$WORK/badinterp"
+grep_file '^dlock: .*badinterp' "$WORK/err" "interpreter not found: message names COMMAND"
 # The exec-error report must survive however dlock's own descriptors lie:
 # none above 2 (as under CI), or one inherited far above the ones dlock opens.
 only_std_fds() {
     python3 -c 'import os, sys; os.closerange(3, 65536); os.execvp(sys.argv[1], sys.argv[1:])' "$@"
 }
-expect 127 "COMMAND not found, no fd above 2 inherited" only_std_fds "$DLOCK" --url "$URL" run "$N" -- "no-such-command-$$"
-grep_file '^dlock: .*no-such-command' "$WORK/err" "not found, no fd inherited: message names COMMAND"
+expect 127 "exec fails, no fd above 2 inherited" only_std_fds "$DLOCK" --url "$URL" run "$N" -- "$WORK/badinterp"
+grep_file '^dlock: .*badinterp' "$WORK/err" "exec fails, no fd inherited: message names COMMAND"
 high_fd() {
     python3 -c 'import os, sys; os.dup2(os.open("/dev/null", os.O_RDONLY), 200); os.execvp(sys.argv[1], sys.argv[1:])' "$@"
 }
-expect 127 "COMMAND not found, fd 200 inherited" high_fd "$DLOCK" --url "$URL" run "$N" -- "no-such-command-$$"
-grep_file '^dlock: .*no-such-command' "$WORK/err" "not found, fd 200 inherited: message names COMMAND"
+expect 127 "exec fails, fd 200 inherited" high_fd "$DLOCK" --url "$URL" run "$N" -- "$WORK/badinterp"
+grep_file '^dlock: .*badinterp' "$WORK/err" "exec fails, fd 200 inherited: message names COMMAND"
 expect 0 "COMMAND inherits fd 200, as flock(1) would pass it" high_fd "$DLOCK" --url "$URL" run "$N" -- sh -c '[ -e /proc/$$/fd/200 ]'
 printf 'echo hi\n' >"$WORK/script"
 chmod 644 "$WORK/script"
@@ -62,6 +69,9 @@ if grep -q secret "$WORK/err"; then fail "the password appears in the message: $
 
 if [ "$BACKEND" = etcd ]; then
     expect 77 "no credentials for a server with auth on" "$DLOCK" --url "$ETCD_URL" status "$N"
+    # https asked for, plain http found: say so, not "connection reset".
+    expect 69 "etcds:// to a plain-http etcd" "$DLOCK" --url "etcds://$HOSTPORT" status "$N"
+    grep_file 'TLS was expected' "$WORK/err" "etcds:// to plain http: the message says TLS was expected"
     # What rediss:// checks for Redis: what was meant for https is never sent
     # in clear text.
     expect 64 "a TLS option on etcd:// is refused, never clear text" \
@@ -72,5 +82,14 @@ else
     expect 64 "malformed URL" "$DLOCK" --url "redis://$HOSTPORT/notadb" status "$N"
 fi
 expect 64 "empty NAME" "$DLOCK" --url "$URL" run "" -- true
+expect 64 "a 10 kB NAME" "$DLOCK" --url "$URL" run "$(head -c 10240 /dev/zero | tr '\0' n)" -- true
+grep_file 'at most 512' "$WORK/err" "a 10 kB NAME: the message says why"
+# The longest NAME works on the server, for run, status and release.
+LONGEST=$(name long)
+LONGEST=$LONGEST$(head -c $((512 - ${#LONGEST})) /dev/zero | tr '\0' n)
+expect 0 "a NAME of 512 bytes" "$DLOCK" --url "$URL" run "$LONGEST" -- true
+expect 0 "status of a NAME of 512 bytes" "$DLOCK" --url "$URL" status "$LONGEST"
+expect 0 "release --force of a NAME of 512 bytes" "$DLOCK" --url "$URL" release --force "$LONGEST"
+expect 64 "--ttl 1ms" "$DLOCK" --url "$URL" run --ttl 1ms "$N" -- true
 
 finish

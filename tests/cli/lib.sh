@@ -192,3 +192,60 @@ start_etcd() {
     { etcd_ctl user add "root:$1" && etcd_ctl auth enable; } >>"$ETCD_LOG" 2>&1 ||
         { fail "cannot turn on auth in the private etcd: $(tail -5 "$ETCD_LOG")"; finish; }
 }
+
+# now_ms: the wall clock in milliseconds, to report how long something took.
+now_ms() { date +%s%3N; }
+
+# alive PID: PID runs. A zombie (dead, not yet reaped by its parent, or by
+# init after its parent died) runs no more.
+alive() {
+    alive_state=$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' "/proc/$1/status" 2>/dev/null)
+    [ -n "$alive_state" ] && [ "$alive_state" != Z ]
+}
+
+# within SECONDS CMD...: run CMD every 20 ms until it succeeds (true), or
+# until SECONDS have passed (false). SECONDS is the bound a check allows,
+# generous enough for a loaded machine; the wait ends as soon as CMD holds.
+within() {
+    within_end=$(($(now_ms) + $1 * 1000))
+    shift
+    until "$@"; do
+        [ "$(now_ms)" -lt "$within_end" ] || return 1
+        sleep 0.02
+    done
+}
+
+# gone PID: PID no longer runs.
+gone() { ! alive "$1"; }
+
+# What the server keeps for NAME, read with the backend's own client
+# (redis-cli, etcdctl), to wait on a waiter's state instead of sleeping:
+#   queued NAME: how many acquisitions wait for NAME. etcd: the keys of NAME's
+#     queue but the holder's. Redis: 1 while a waiter holds NAME's hand-off
+#     slot (dlock:{NAME}:next), else 0 (Redis keeps no other trace of a
+#     waiter but its subscription).
+#   subscribed NAME: Redis only, the subscribers to NAME's release channel.
+# Test names are plain ASCII, so NAME needs no escaping in a key.
+queued() {
+    if [ "$BACKEND" = etcd ]; then
+        queued_keys=$(ETCDCTL_API=3 etcdctl --endpoints="$HOSTPORT" --command-timeout=5s \
+            get --prefix --keys-only "dlock/$1/" | grep -c .)
+        echo $((queued_keys > 0 ? queued_keys - 1 : 0))
+    else
+        redis-cli -h "${HOSTPORT%:*}" -p "${HOSTPORT##*:}" EXISTS "dlock:{$1}:next"
+    fi
+}
+subscribed() {
+    redis-cli -h "${HOSTPORT%:*}" -p "${HOSTPORT##*:}" PUBSUB NUMSUB "dlock:{$1}:release" | sed -n 2p
+}
+queued_is() { [ "$(queued "$1")" = "$2" ]; }
+subscribed_is() { [ "$(subscribed "$1")" = "$2" ]; }
+
+# need_server_tools: redis-cli, or etcdctl with etcd, for queued.
+need_server_tools() {
+    if [ "$BACKEND" = etcd ]; then
+        command -v etcdctl >/dev/null || { fail "etcdctl is not installed (apt-get install etcd-client)"; finish; }
+    else
+        command -v redis-cli >/dev/null || { fail "redis-cli is not installed (apt-get install redis-tools)"; finish; }
+    fi
+}

@@ -43,14 +43,67 @@ usage "status: unknown option" --url "$DEAD" status --force "$N"
 usage "release without --force" --url "$DEAD" release "$N"
 usage "release: unknown option" --url "$DEAD" release --forse "$N"
 
+# NAME: 1 to 512 bytes, checked before any connection; a message about a
+# long one says why, and shows only its start.
+LONG=$(head -c 10240 /dev/zero | tr '\0' n)
+usage "run: a 10 kB NAME" --url "$DEAD" run "$LONG" -- true
+grep_file 'NAME is 10240 bytes long, at most 512' "$WORK/err" "a 10 kB NAME: the message says why"
+if [ "$(wc -c <"$WORK/err")" -lt 200 ]; then
+    pass "a 10 kB NAME: the message abbreviates it"
+else
+    fail "a 10 kB NAME: the message is $(wc -c <"$WORK/err") bytes long"
+fi
+usage "elect: a 10 kB NAME" --url "$DEAD" elect "$LONG" -- true
+usage "status: a 10 kB NAME" --url "$DEAD" status "$LONG"
+usage "release: a 10 kB NAME" --url "$DEAD" release --force "$LONG"
+usage "run: empty NAME" --url "$DEAD" run "" -- true
+grep_file 'NAME is empty' "$WORK/err" "empty NAME: the message says so"
+usage "elect: empty NAME" --url "$DEAD" elect "" -- true
+usage "status: empty NAME" --url "$DEAD" status ""
+usage "release: empty NAME" --url "$DEAD" release --force ""
+
+# Leases under a second are refused: renewals every third of one must get
+# through, and COMMAND must start well within it.
+usage "run: --ttl 1ms" --url "$DEAD" run --ttl 1ms "$N" -- true
+grep_file 'ttl .*at least 1s' "$WORK/err" "--ttl 1ms: the message gives the minimum"
+usage "run: --ttl 999ms" --url "$DEAD" run --ttl 999ms "$N" -- true
+usage "elect: --ttl 500ms" --url "$DEAD" elect --ttl 500ms "$N" -- true
+
+# COMMAND is looked up (PATH, the executable bit) before any connection:
+# 127 not found, 126 not executable, as a shell says.
+expect 127 "run: COMMAND not found, with the server down" \
+    "$DLOCK" --url "$DEAD" run "$N" -- "no-such-command-$$"
+grep_file "^dlock: run: cannot run 'no-such-command-$$': command not found" "$WORK/err" \
+    "COMMAND not found: the message says so"
+expect 127 "run: COMMAND given by a path that does not exist" \
+    "$DLOCK" --url "$DEAD" run "$N" -- "$WORK/no-such-file"
+printf 'echo hi\n' >"$WORK/script"
+chmod 644 "$WORK/script"
+expect 126 "run: COMMAND not executable, with the server down" \
+    "$DLOCK" --url "$DEAD" run "$N" -- "$WORK/script"
+expect 126 "run: COMMAND is a directory" "$DLOCK" --url "$DEAD" run "$N" -- "$WORK"
+expect 127 "elect: COMMAND not found, with the server down" \
+    "$DLOCK" --url "$DEAD" elect "$N" -- "no-such-command-$$"
+mkdir "$WORK/bin"
+printf '#!/bin/sh\nexit 0\n' >"$WORK/bin/not-exec-$$"
+chmod 644 "$WORK/bin/not-exec-$$"
+expect 126 "run: found in PATH, not executable" \
+    env PATH="$WORK/bin:$PATH" "$DLOCK" --url "$DEAD" run "$N" -- "not-exec-$$"
+
 # Accepted forms reach the server (here: the unreachable one, 69).
 expect 69 "run: --opt=value forms and -E9" "$DLOCK" --url="$DEAD" run --ttl=2s --wait=0 \
     --grace=500ms -E9 "$N" -- true
 expect 69 "run: options after NAME, 'forever'" "$DLOCK" --url "$DEAD" run "$N" --wait forever -- true
 expect 69 "run: short --ttl with the default grace" "$DLOCK" --url "$DEAD" run --ttl 2s "$N" -- true
+expect 69 "run: --ttl 1s, the shortest" "$DLOCK" --url "$DEAD" run --ttl 1s "$N" -- true
+expect 69 "run: a NAME of 512 bytes, the longest" "$DLOCK" --url "$DEAD" run \
+    "$(head -c 512 /dev/zero | tr '\0' n)" -- true
 
 expect 0 "--help" "$DLOCK" --help
 grep_file '^usage: dlock' "$WORK/out" "--help prints the usage on stdout"
+for scheme in redis:// unix:// rediss:// etcd:// etcds://; do
+    grep_file "$scheme" "$WORK/out" "--help names $scheme"
+done
 expect 0 "run --help" "$DLOCK" run --help
 grep_file '^usage: dlock' "$WORK/out" "run --help prints the usage on stdout"
 expect 0 "--version" "$DLOCK" --version

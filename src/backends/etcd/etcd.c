@@ -46,6 +46,13 @@
 #define KEEPALIVE_CHUNK 32
 /* Key reads per renewal txn (etcd's default --max-txn-ops is 128). */
 #define TXN_CHUNK 64
+/* A waiter's key lives on a lease of this many seconds (or the holder's, if
+ * shorter), kept alive every third of it while the waiter waits, and moved
+ * to the holder's lease when it reaches the head of the queue: a waiter that
+ * dies (SIGKILL, a lost machine) blocks the queue for this long, not for the
+ * lease it asked for. etcd may round it up to its minimum TTL (1.5 x its
+ * election timeout). */
+#define WAIT_TTL_S 3
 
 typedef struct {
     dlock__etcd *http;
@@ -369,7 +376,11 @@ err:
  * stream watching it.
  */
 typedef struct {
-    lock_keys k; /* k.key is NULL until the first acquire through the watch */
+    lock_keys k; /* k.key is NULL until the first acquire through the watch;
+                  * k.lease and k.ttl are the short lease the key waits on */
+    int64_t hold_ttl;   /* the holder's lease (seconds), which the key moves */
+    int64_t hold_lease; /* to at the head of the queue (promote) */
+    int hold_granted;   /* hold_lease may exist and is not yet ours for good */
     char *name;
     int granted;           /* the lease exists, as far as we know */
     int64_t lease_ok_ms;   /* when the last grant or keepalive that succeeded was sent */
@@ -383,8 +394,9 @@ typedef struct {
     int64_t stream_retry_at;
     char *value;           /* a leader's identity (k.value points here) */
 
-    /* An election's observer: any change of the directory wakes it, and so
-     * does watch_wake from another thread (through wake_fd). */
+    /* watch_wake from another thread (dlock_client_interrupt, an observer's
+     * stop) sets woken and writes to wake_fd, which every sleep polls. An
+     * election's observer is also woken by any change of the directory. */
     int observe;
     int wake_fd;
     atomic_int woken;
@@ -514,6 +526,57 @@ static int enqueue(etcd_backend *be, dlock__etcd_conn *c, etcd_watch *w, dlock__
 }
 
 /*
+ * Our key reached the head of the queue on the short lease it waited on:
+ * move it to the holder's lease, granted now at its full length (after the
+ * core noted the time of this try, so the server's lease outlasts the core's
+ * deadline), keeping its create revision, which is the fence; then revoke
+ * the short lease, which has nothing left on it, so that a release leaves no
+ * lease behind. DLOCK_ELOST when the key went meanwhile (its short lease ran
+ * out in a stall). Three raft writes on the way to the lock, paid only when
+ * the holder's lease is longer than WAIT_TTL_S.
+ */
+static int promote(etcd_backend *be, dlock__etcd_conn *c, etcd_watch *w)
+{
+    const lock_keys *k = &w->k;
+    json_t *reply = NULL;
+    int rc, alive = 0;
+
+    w->hold_granted = 1;
+    rc = call(be, c, "/v3/lease/grant",
+              json_pack("{s:I, s:I}", "ID", (json_int_t)w->hold_lease, "TTL",
+                        (json_int_t)w->hold_ttl),
+              &reply);
+    json_decref(reply);
+    reply = NULL;
+    if (rc == DLOCK_ESERVER && c->grpc_code == 9 && strstr(c->grpc_message, "exists") != NULL) {
+        /* Ours from an earlier try whose reply was lost: refresh it to its
+         * full length. */
+        rc = keepalive(be, c, &w->hold_lease, 1, &alive);
+        if (rc == DLOCK_OK && !alive)
+            rc = bad_reply(be, "lease keepalive (the lease just granted is gone)");
+    }
+    if (rc != DLOCK_OK)
+        return rc;
+    rc = call(be, c, "/v3/kv/txn",
+              json_pack("{s:[{s:o, s:s, s:s, s:I}], s:[{s:{s:o, s:b, s:I}}]}", "compare", "key",
+                        dlock__etcd_str(k->key), "target", "CREATE", "result", "EQUAL",
+                        "create_revision", (json_int_t)w->myrev, "success", "request_put",
+                        "key", dlock__etcd_str(k->key), "ignore_value", 1, "lease",
+                        (json_int_t)w->hold_lease),
+              &reply);
+    if (rc == DLOCK_OK && !json_is_true(json_object_get(reply, "succeeded")))
+        rc = DLOCK_ELOST;
+    json_decref(reply);
+    if (rc == DLOCK_ELOST) {
+        lease_revoke(be, c, w->hold_lease); /* nothing is attached to it */
+        w->hold_granted = 0;
+    } else if (rc == DLOCK_OK && lease_revoke(be, c, k->lease) == DLOCK_OK) {
+        w->granted = 0;
+    }
+    return rc;
+}
+
+/*
  * A try of a waiting acquisition. The lease is refreshed in it (granted on
  * the first try, kept alive on later ones), after the core noted the time it
  * sent this try: the server's lease then runs out no earlier than the
@@ -629,6 +692,14 @@ decide:
     if (first.create_revision == w->myrev && same_key(&first, k->key)) {
         free(first.key);
         free(ahead.key);
+        if (w->hold_lease != k->lease && (rc = promote(be, c, w)) != DLOCK_OK) {
+            if (rc != DLOCK_ELOST)
+                return rc;
+            /* Our key is gone: queue again, at once. */
+            w->myrev = 0;
+            *retry_ms = 0;
+            return DLOCK_EBUSY;
+        }
         w->won = 1;
         *fence = (uint64_t)w->myrev;
         return DLOCK_OK;
@@ -669,6 +740,13 @@ static int acquire_as(etcd_backend *be, const char *name, const char *owner, int
     } else {
         if (w->k.key == NULL) {
             rc = keys_make(&w->k, be, name, owner, lease_ms);
+            /* The key waits on a short lease of its own (WAIT_TTL_S). */
+            w->hold_ttl = w->k.ttl;
+            w->hold_lease = w->k.lease;
+            if (rc == DLOCK_OK && w->k.ttl > WAIT_TTL_S) {
+                w->k.ttl = WAIT_TTL_S;
+                w->k.lease = lease_for(owner, WAIT_TTL_S);
+            }
             if (rc == DLOCK_OK && value != NULL) {
                 if ((w->value = strdup(value)) == NULL)
                     rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
@@ -994,9 +1072,27 @@ static int watch_new(const char *name, etcd_watch **out)
         free(w);
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
     }
-    w->wake_fd = -1;
+    w->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (w->wake_fd < 0) {
+        free(w->name);
+        free(w);
+        return dlock__fail(DLOCK_ENOMEM, "cannot create an eventfd");
+    }
     *out = w;
     return DLOCK_OK;
+}
+
+/* A watch_wake since the last look: consume it. */
+static int take_wake(etcd_watch *w)
+{
+    uint64_t n;
+
+    if (!atomic_exchange(&w->woken, 0))
+        return 0;
+    if (read(w->wake_fd, &n, sizeof(n)) < 0) {
+        /* nothing pending: fine */
+    }
+    return 1;
 }
 
 static int etcd_watch_begin(void *arg, const char *name, void **watch)
@@ -1014,18 +1110,22 @@ static void close_stream(etcd_watch *w)
     w->stream = NULL;
 }
 
-static void sleep_ms(int64_t ms)
+/* Sleep ms, or until watch_wake. */
+static void sleep_ms(etcd_watch *w, int64_t ms)
 {
+    struct pollfd pfd = {w->wake_fd, POLLIN, 0};
+
     if (ms > 0)
-        poll(NULL, 0, ms > 1000000 ? 1000000 : (int)ms);
+        poll(&pfd, 1, ms > 1000000 ? 1000000 : (int)ms);
 }
 
 /*
- * Sleep until the key ahead is deleted (DLOCK_OK) or timeout_ms passes
- * (DLOCK_ETIMEOUT). Meanwhile keep our own lease alive, since our key holds
- * our place; if it cannot be kept, return DLOCK_OK so that the next try finds
- * out (and queues again, or reports the connection error). A broken stream is
- * opened again, on the endpoint now in use, from the same revision.
+ * Sleep until the key ahead is deleted (DLOCK_OK), watch_wake (DLOCK_OK) or
+ * timeout_ms passes (DLOCK_ETIMEOUT). Meanwhile keep our own lease alive,
+ * since our key holds our place; if it cannot be kept, return DLOCK_OK so
+ * that the next try finds out (and queues again, or reports the connection
+ * error). A broken stream is opened again, on the endpoint now in use, from
+ * the same revision.
  */
 static int observe_wait(etcd_backend *be, etcd_watch *w, int64_t end);
 
@@ -1042,11 +1142,13 @@ static int etcd_watch_wait(void *arg, void *watch, int64_t timeout_ms)
         int64_t until;
         int state;
 
+        if (take_wake(w))
+            return DLOCK_OK;
         now = dlock__now_ms();
         if (now >= end)
             return DLOCK_ETIMEOUT;
         if (w->k.key == NULL || !w->granted) {
-            sleep_ms(end - now < 1000 ? end - now : 1000);
+            sleep_ms(w, end - now < 1000 ? end - now : 1000);
             return DLOCK_ETIMEOUT;
         }
         if (now >= w->keepalive_at) {
@@ -1078,12 +1180,12 @@ static int etcd_watch_wait(void *arg, void *watch, int64_t timeout_ms)
         }
         until = end < w->keepalive_at ? end : w->keepalive_at;
         if (w->ahead == NULL) {
-            sleep_ms(until - now);
+            sleep_ms(w, until - now);
             continue;
         }
         if (w->stream == NULL) {
             if (now < w->stream_retry_at) {
-                sleep_ms((until < w->stream_retry_at ? until : w->stream_retry_at) - now);
+                sleep_ms(w, (until < w->stream_retry_at ? until : w->stream_retry_at) - now);
                 continue;
             }
             if (dlock__etcd_stream_open(&w->stream, be->http, w->ahead, NULL, w->ahead_from) !=
@@ -1092,7 +1194,7 @@ static int etcd_watch_wait(void *arg, void *watch, int64_t timeout_ms)
                 continue;
             }
         }
-        state = dlock__etcd_stream_wait(w->stream, until - now, -1);
+        state = dlock__etcd_stream_wait(w->stream, until - now, w->wake_fd);
         if (state == DLOCK__ETCD_STREAM_DELETED || state == DLOCK__ETCD_STREAM_CANCELED) {
             close_stream(w);
             free(w->ahead);
@@ -1116,7 +1218,8 @@ static int etcd_watch_wait(void *arg, void *watch, int64_t timeout_ms)
 }
 
 /* Leave the queue unless the last try took the lock: revoking the lease
- * deletes our key with it. */
+ * deletes our key with it (and the holder's lease, if a promote that failed
+ * may have moved the key there). */
 static void etcd_watch_end(void *arg, void *watch)
 {
     etcd_backend *be = arg;
@@ -1130,6 +1233,8 @@ static void etcd_watch_end(void *arg, void *watch)
         char keep[512];
         snprintf(keep, sizeof(keep), "%s", dlock_error_message());
         lease_revoke(be, c, w->k.lease);
+        if (w->hold_granted && w->hold_lease != w->k.lease)
+            lease_revoke(be, c, w->hold_lease);
         dlock__fail(0, "%s", keep); /* the caller's message is the one to keep */
         dlock__etcd_conn_put(be->http, c);
     }
@@ -1267,11 +1372,6 @@ static int etcd_observe_begin(void *arg, const char *name, void **watch)
     if ((rc = watch_new(name, &w)) != DLOCK_OK)
         return rc;
     w->observe = 1;
-    w->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (w->wake_fd < 0) {
-        rc = dlock__fail(DLOCK_ENOMEM, "cannot create an eventfd");
-        goto err;
-    }
     if ((rc = keys_make(&w->k, be, name, NULL, 0)) != DLOCK_OK ||
         (rc = dlock__etcd_conn_get(be->http, &c)) != DLOCK_OK)
         goto err;
@@ -1316,13 +1416,8 @@ static int observe_wait(etcd_backend *be, etcd_watch *w, int64_t end)
         int64_t now = dlock__now_ms();
         int state;
 
-        if (atomic_exchange(&w->woken, 0)) {
-            uint64_t n;
-            if (read(w->wake_fd, &n, sizeof(n)) < 0) {
-                /* nothing pending: fine */
-            }
+        if (take_wake(w))
             return DLOCK_OK;
-        }
         if (now >= end)
             return DLOCK_ETIMEOUT;
         if (w->stream == NULL) {

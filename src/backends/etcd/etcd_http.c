@@ -33,6 +33,7 @@ struct dlock__etcd {
     etcd_endpoint eps[MAX_ENDPOINTS];
     size_t neps;
     atomic_size_t current;
+    int tls;                          /* etcds:// */
     const char *cacert, *cert, *key; /* borrowed from the client's URL */
     const char *user, *password;
     int64_t connect_timeout_ms;
@@ -123,6 +124,7 @@ int dlock__etcd_new(dlock__etcd **out, const dlock_url *url, const dlock_client_
         snprintf(e->eps[i].where, sizeof(e->eps[i].where), v6 ? "etcd [%.255s]:%d" : "etcd %.255s:%d",
                  h, port);
     }
+    e->tls = tls;
     e->cacert = dlock_url_param_get(url, "cacert");
     e->cert = dlock_url_param_get(url, "cert");
     e->key = dlock_url_param_get(url, "key");
@@ -371,12 +373,18 @@ oom:
     return NULL;
 }
 
-/* Lower-case the first letter of curl's message, for "etcd host: message". */
+/* curl's message, for "etcd host: message": its first letter lower-cased,
+ * trailing blanks cut. */
 static const char *curl_text(const dlock__etcd_conn *c, CURLcode res, char *buf, size_t size)
 {
+    size_t n;
+
     snprintf(buf, size, "%s", c->errbuf[0] != '\0' ? c->errbuf : curl_easy_strerror(res));
     if (buf[0] >= 'A' && buf[0] <= 'Z')
         buf[0] = (char)(buf[0] - 'A' + 'a');
+    /* OpenSSL's texts end in a space or a newline. */
+    for (n = strlen(buf); n > 0 && (buf[n - 1] == ' ' || buf[n - 1] == '\n'); n--)
+        buf[n - 1] = '\0';
     return buf;
 }
 
@@ -550,6 +558,22 @@ static int prepare(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const char *
     return DLOCK_OK;
 }
 
+/*
+ * etcds:// to an endpoint that speaks plain http: the TCP connection is
+ * made, and the TLS handshake fails as the server answers the ClientHello
+ * with something else or hangs up ("wrong version number", "connection
+ * reset by peer", SSL_ERROR_SYSCALL), which says nothing of the cause. Say
+ * what was expected. A certificate that does not verify has other codes,
+ * and clear messages of its own.
+ */
+static const char *tls_hint(const dlock__etcd *e, CURLcode res)
+{
+    if (!e->tls || res != CURLE_SSL_CONNECT_ERROR)
+        return "";
+    return " (TLS was expected, as the URL is etcds://, but the TLS handshake failed: is "
+           "this a plain-http endpoint, for etcd://?)";
+}
+
 /* Judge a finished transfer: what to do next, *rc and *out. */
 static int finish(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const char *path, CURLcode res,
                   int64_t budget_ms, int stream, json_t **out, int *rc)
@@ -573,8 +597,12 @@ static int finish(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const char *p
         return TRY_NEXT_ENDPOINT;
     }
     if (res != CURLE_OK) {
-        *rc = dlock__fail(DLOCK_ECONN, "%s: %s", where, curl_text(c, res, text, sizeof(text)));
-        return res == CURLE_COULDNT_CONNECT ? TRY_REFUSED : TRY_NEXT_ENDPOINT;
+        *rc = dlock__fail(DLOCK_ECONN, "%s: %s%s", where, curl_text(c, res, text, sizeof(text)),
+                          tls_hint(e, res));
+        /* A handshake that fails is, like a refused connection, nothing to
+         * wait for on this endpoint. */
+        return res == CURLE_COULDNT_CONNECT || res == CURLE_SSL_CONNECT_ERROR ? TRY_REFUSED
+                                                                              : TRY_NEXT_ENDPOINT;
     }
     curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &http);
     if ((*rc = parse_body(e, c, idx, http, stream, &j)) != DLOCK_OK)

@@ -431,6 +431,54 @@ static void wait_times_out(void)
     test_server_stop(&s);
 }
 
+/* dlock_client_interrupt: a waiter gives up at once with DLOCK_EINTR and
+ * leaves what a waiter that times out leaves (nothing); later waiting calls
+ * on that client fail the same way, while tries and releases still work. */
+static void interrupt_leaves_the_queue(void)
+{
+    test_server s;
+    dlock_client *c, *c2;
+    dlock_lock *l, *l2 = (dlock_lock *)1;
+    test_acquirer a;
+    pthread_t t;
+    long long held, queued;
+
+    test_server_start(&s, backend);
+    c = open_client(&s);
+    c2 = open_client(&s);
+    dlock_client_interrupt(NULL);
+    CHECK_RC(dlock_acquire(&l, c, "intr", NULL), DLOCK_OK);
+    held = test_server_leftovers(&s, "intr");
+    /* Queued: Redis keeps the waiter's hand-off entry, etcd its key and
+     * lease (the first try's lease comes and goes before). */
+    queued = held + (strcmp(backend, "etcd") == 0 ? 2 : 1);
+    /* A lease far longer than the test: only leaving frees the queue. */
+    test_acquirer_init(&a, c2, "intr", test_opts(DLOCK_WAIT_FOREVER, 60000, 1));
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
+    for (int i = 0; i < 1000 && test_server_leftovers(&s, "intr") != queued; i++)
+        test_sleep_ms(10);
+    CHECK(test_server_leftovers(&s, "intr") == queued);
+    CHECK(!atomic_load(&a.done));
+    dlock_client_interrupt(c2);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(a.rc, DLOCK_EINTR);
+    CHECK(a.lock == NULL);
+    CHECK(test_server_leftovers(&s, "intr") == held);
+    /* For good: a later wait on c2 fails at once, a try still tries. */
+    CHECK_RC(dlock_acquire(&l2, c2, "intr", &a.o), DLOCK_EINTR);
+    CHECK(l2 == NULL);
+    CHECK_CONTAINS(dlock_error_message(), "interrupted");
+    CHECK(test_server_leftovers(&s, "intr") == held);
+    CHECK_RC(dlock_acquire(&l2, c2, "intr", NULL), DLOCK_EBUSY);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l2, c2, "intr", NULL), DLOCK_OK);
+    CHECK_RC(dlock_release(l2), DLOCK_OK);
+    CHECK(test_server_leftovers(&s, "intr") == 0);
+    dlock_client_free(c);
+    dlock_client_free(c2);
+    test_server_stop(&s);
+}
+
 static void try_once_leaves_nothing(void)
 {
     test_server s;
@@ -537,6 +585,7 @@ static const test_case cases[] = {
     {"on_lost_once_after_force_release", on_lost_once_after_force_release},
     {"sigstop_holder_loses_lock", sigstop_holder_loses_lock},
     {"wait_times_out", wait_times_out},
+    {"interrupt_leaves_the_queue", interrupt_leaves_the_queue},
     {"try_once_leaves_nothing", try_once_leaves_nothing},
     {"client_freed_before_release", client_freed_before_release},
     {"threads_share_a_client", threads_share_a_client},

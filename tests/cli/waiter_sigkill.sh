@@ -1,0 +1,52 @@
+#!/bin/sh
+# A dlock run killed with SIGKILL while it waits for a busy lock cannot leave
+# the queue. It must still cost the next waiter only a short, fixed time,
+# whatever --ttl it asked for (30 s here):
+#   - etcd: its queued key lives on a lease of a few seconds while it waits
+#     (src/backends/etcd/etcd.c, WAIT_TTL_S), and is gone that long after it
+#     died;
+#   - Redis: a lock the release hands to a waiter is held only for a short
+#     confirm window (min(lease, 2 s)) until that waiter confirms it, which
+#     a dead one never does.
+# The live waiter asks for 30 s too: on Redis the grant that names the dead
+# waiter wakes it to look again once the confirm window is over
+# (redis_watch.c, grant), so its own lease does not bound how soon it
+# notices.
+. "$(dirname "$0")/lib.sh"
+need_server_tools
+
+N=$(name k)
+hold "$N" holder
+"$DLOCK" --url "$URL" run --wait 60s --ttl 30s "$N" -- touch "$WORK/dead.ran" 2>"$WORK/dead.err" &
+DEAD=$!
+BG_PIDS="$BG_PIDS $DEAD"
+within 30 queued_is "$N" 1 || fail "the waiter never queued (queued: $(queued "$N"))"
+kill -KILL "$DEAD"
+wait "$DEAD" 2>/dev/null
+
+"$DLOCK" --url "$URL" run --wait 60s --ttl 30s "$N" -- sh -c 'echo "$DLOCK_FENCE" > "$0"' \
+    "$WORK/live.got" 2>"$WORK/live.err" &
+LIVE=$!
+BG_PIDS="$BG_PIDS $LIVE"
+# The live waiter waits behind the dead one: on etcd its key is queued
+# second; on Redis the dead one's entry keeps the hand-off slot, and the
+# live one is known only by its subscription.
+if [ "$BACKEND" = etcd ]; then
+    within 30 queued_is "$N" 2 || fail "the live waiter never queued (queued: $(queued "$N"))"
+else
+    within 30 subscribed_is "$N" 1 || fail "the live waiter never subscribed"
+fi
+# Released at once, while the dead waiter's place is still held.
+start=$(now_ms)
+kill -TERM "$HOLDER"
+# A few seconds by design; 10 s leaves room for a loaded machine and is far
+# below the dead waiter's 30 s.
+if within 10 gone "$LIVE"; then
+    expect_bg 0 "SIGKILLed waiter: the live waiter ran, $(($(now_ms) - start)) ms after the release" "$LIVE"
+else
+    fail "SIGKILLed waiter: the live waiter still waits 10 s after the release (the dead one's --ttl is 30 s)"
+fi
+expect_bg 143 "holder stopped" "$HOLDER"
+if [ -e "$WORK/dead.ran" ]; then fail "the killed waiter's COMMAND ran"; fi
+
+finish
