@@ -193,7 +193,7 @@ DLOCK_EXTERN int dlock_client_options_init(dlock_client_options *opts, unsigned 
  *   DLOCK_ENOTSUP  a scheme this build cannot serve (rediss://)
  *   DLOCK_ECONN    the server cannot be reached within connect_timeout_ms
  *   DLOCK_EAUTH    the server refused the credentials
- *   DLOCK_EPROTO   the server did not answer like a Redis server
+ *   DLOCK_EPROTO   the server did not answer as its backend's protocol says
  *   DLOCK_ENOMEM
  */
 DLOCK_EXTERN int dlock_client_open(dlock_client **out, const char *url,

@@ -1,3 +1,4 @@
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,18 +8,114 @@
 #include "core/options.h"
 #include "core/url.h"
 
+/* ---- backends ------------------------------------------------------------ */
+
+/* The backends built in: a new one is one line here (and its folder). */
 extern const dlock_backend dlock__redis_backend;
 extern const dlock_backend dlock__etcd_backend;
+static const dlock_backend *const builtin[] = {&dlock__redis_backend, &dlock__etcd_backend};
 
-static const dlock_backend *const backends[] = {&dlock__redis_backend, &dlock__etcd_backend};
+/* Backends registered at run time (dlock_backend_register), each for one
+ * scheme; guarded by registry_mu, never removed. */
+#define REGISTERED_MAX 32
+static struct {
+    char scheme[33];
+    const dlock_backend *backend;
+} registered[REGISTERED_MAX];
+static size_t nregistered;
+static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Caller holds registry_mu. */
+static const dlock_backend *find_backend_locked(const char *scheme)
+{
+    for (size_t i = 0; i < sizeof(builtin) / sizeof(builtin[0]); i++)
+        for (const char *const *s = builtin[i]->schemes; *s != NULL; s++)
+            if (strcmp(*s, scheme) == 0)
+                return builtin[i];
+    for (size_t i = 0; i < nregistered; i++)
+        if (strcmp(registered[i].scheme, scheme) == 0)
+            return registered[i].backend;
+    return NULL;
+}
 
 static const dlock_backend *find_backend(const char *scheme)
 {
-    for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++)
-        for (const char *const *s = backends[i]->schemes; *s != NULL; s++)
-            if (strcmp(*s, scheme) == 0)
-                return backends[i];
-    return NULL;
+    const dlock_backend *b;
+
+    pthread_mutex_lock(&registry_mu);
+    b = find_backend_locked(scheme);
+    pthread_mutex_unlock(&registry_mu);
+    return b;
+}
+
+/* What a backend of this version must have for the caps it claims. */
+static int check_backend(const dlock_backend *b)
+{
+    const char *missing = NULL;
+    unsigned kinds = DLOCK_CAP_KIND(DLOCK_KIND_MUTEX) | DLOCK_CAP_KIND(DLOCK_KIND_FAIR) |
+                     DLOCK_CAP_KIND(DLOCK_KIND_READ) | DLOCK_CAP_KIND(DLOCK_KIND_WRITE) |
+                     DLOCK_CAP_KIND(DLOCK_KIND_SEMAPHORE) | DLOCK_CAP_KIND(DLOCK_KIND_LEADER);
+
+    if (b->version != DLOCK_BACKEND_VERSION || b->size != sizeof(dlock_backend))
+        return dlock__fail(DLOCK_EINVAL, "dlock_backend_register: backend '%s' was built for "
+                           "version %u (size %zu), this library has version %d (size %zu)",
+                           b->name != NULL ? b->name : "?", b->version, b->size,
+                           DLOCK_BACKEND_VERSION, sizeof(dlock_backend));
+    if (b->name == NULL)
+        missing = "name";
+    else if (!(b->caps & DLOCK_CAP_KIND(DLOCK_KIND_MUTEX)))
+        missing = "DLOCK_CAP_KIND(DLOCK_KIND_MUTEX) in caps";
+    else if (b->caps & ~(kinds | DLOCK_CAP_OWNER_IDS))
+        missing = "only known DLOCK_CAP_* bits in caps";
+    else if (!b->open || !b->close || !b->acquire || !b->release || !b->extend || !b->check ||
+             !b->renew || !b->watch_begin || !b->watch_wait || !b->watch_end ||
+             !b->watch_wake || !b->status || !b->force_release)
+        missing = "every call from open to force_release";
+    else if ((b->caps & (DLOCK_CAP_KIND(DLOCK_KIND_READ) | DLOCK_CAP_KIND(DLOCK_KIND_WRITE))) &&
+             !b->downgrade)
+        missing = "downgrade (caps has READ or WRITE)";
+    else if ((b->caps & DLOCK_CAP_KIND(DLOCK_KIND_SEMAPHORE)) && !b->set_permits)
+        missing = "set_permits (caps has SEMAPHORE)";
+    else if ((b->caps & DLOCK_CAP_KIND(DLOCK_KIND_LEADER)) && (!b->leader_get || !b->observe_begin))
+        missing = "leader_get and observe_begin (caps has LEADER)";
+    else if ((b->multi_atomic == NULL) != (b->multi_acquire == NULL))
+        missing = "both multi_atomic and multi_acquire, or neither";
+    if (missing != NULL)
+        return dlock__fail(DLOCK_EINVAL, "dlock_backend_register: backend '%s' needs %s",
+                           b->name != NULL ? b->name : "?", missing);
+    return DLOCK_OK;
+}
+
+int dlock_backend_register(const char *scheme, const dlock_backend *backend)
+{
+    size_t n;
+    int rc;
+
+    dlock__clear_error();
+    if (scheme == NULL || backend == NULL)
+        return dlock__fail(DLOCK_EINVAL, "dlock_backend_register: %s is NULL",
+                           scheme == NULL ? "scheme" : "backend");
+    n = strlen(scheme);
+    if (n == 0 || n >= sizeof(registered[0].scheme) ||
+        strspn(scheme, "abcdefghijklmnopqrstuvwxyz0123456789+-.") != n)
+        return dlock__fail(DLOCK_EINVAL, "dlock_backend_register: scheme must be 1..32 lower "
+                           "case letters, digits, '+', '-' or '.'");
+    if ((rc = check_backend(backend)) != DLOCK_OK)
+        return rc;
+    pthread_mutex_lock(&registry_mu);
+    if (find_backend_locked(scheme) != NULL)
+        rc = dlock__fail(DLOCK_EINVAL, "dlock_backend_register: scheme '%s://' is already "
+                         "served", scheme);
+    else if (nregistered == REGISTERED_MAX)
+        rc = dlock__fail(DLOCK_EINVAL, "dlock_backend_register: %d schemes registered "
+                         "already", REGISTERED_MAX);
+    else {
+        memcpy(registered[nregistered].scheme, scheme, n + 1);
+        registered[nregistered].backend = backend;
+        nregistered++;
+    }
+    pthread_mutex_unlock(&registry_mu);
+    return rc;
 }
 
 static int check_options(dlock_client_options *o, const dlock_client_options *given)
@@ -73,7 +170,8 @@ int dlock_client_open(dlock_client **out, const char *url, const dlock_client_op
     c->backend = find_backend(c->url.scheme);
     if (c->backend == NULL) {
         rc = dlock__fail(DLOCK_EINVAL, "URL scheme '%.32s://' is not known (use redis://, "
-                         "unix://, etcd:// or etcds://)", c->url.scheme);
+                         "unix://, etcd:// or etcds://, or one a program registered with "
+                         "dlock_backend_register)", c->url.scheme);
         goto err;
     }
     if ((rc = c->backend->open(&c->be, &c->url, &o)) != DLOCK_OK)
@@ -154,9 +252,8 @@ void dlock_client_interrupt(dlock_client *c)
         return;
     pthread_mutex_lock(&c->mu);
     atomic_store(&c->interrupted, 1);
-    if (DLOCK__BACKEND_HAS(c->backend, watch_wake))
-        for (dlock__waiter *w = c->waiting; w != NULL; w = w->next)
-            c->backend->watch_wake(c->be, w->watch);
+    for (dlock__waiter *w = c->waiting; w != NULL; w = w->next)
+        c->backend->watch_wake(c->be, w->watch);
     pthread_mutex_unlock(&c->mu);
 }
 

@@ -56,16 +56,16 @@ struct dlock_client {
 struct dlock_lock {
     dlock_client *client; /* NULL once the client was freed under it */
     char *name;
-    char owner[DLOCK_OWNER_LEN + 1]; /* this handle's token */
+    char token[DLOCK__TOKEN_LEN + 1]; /* this acquisition's own token */
     uint64_t fence;
     int auto_renew;
     dlock_lost_cb on_lost;
     void *payload;
 
     /* The lock family (family.c). kind changes only by downgrade, under
-     * client->mu. owner_id is the caller's owner id (NULL: the token owns). */
+     * client->mu. owner is the caller's owner id (NULL: the token owns). */
     _Atomic int kind;
-    char *owner_id;
+    char *owner;
     int reentrant;
     int permits;
     char *identity;
@@ -114,22 +114,20 @@ int dlock__client_unregister(dlock_client *c, dlock_lock *l);
  * on_lost. Caller holds c->mu. */
 void dlock__lock_mark_lost(dlock_lock *l, int reason, const char *message);
 
-/* Is the lock of the family (not the backend's v1 plain mutex)? */
-static inline int dlock__lock_is_family(const dlock_lock *l)
-{
-    return l->kind != DLOCK_KIND_MUTEX || l->owner_id != NULL;
-}
-
 /* The family request for l (borrowing its strings). */
 void dlock__lock_request(dlock_request *req, const dlock_lock *l);
 
-/* Does the client's backend implement this optional call? (It may have
- * been built against a shorter dlock_backend.) */
-#define DLOCK__BACKEND_HAS(b, field)                                                               \
-    ((b)->size >= offsetof(dlock_backend, field) + sizeof((b)->field) && (b)->field != NULL)
-
 /* DLOCK_ENOTSUP with a message naming the backend and what it lacks. */
 int dlock__not_supported(const dlock_client *c, const char *what);
+
+/* A new handle for an acquisition of name as o (checked) describes, with a
+ * fresh token; not yet held or registered. */
+int dlock__lock_new(dlock_lock **out, dlock_client *c, const char *name,
+                    const dlock_acquire_options *o, const char *identity);
+
+/* Start a held lock's lease bookkeeping from from_ms (the lease clock time
+ * the winning request was sent). Before it is registered. */
+void dlock__lock_start(dlock_lock *l, int64_t from_ms);
 
 /*
  * Acquire one lock as described by o (already checked), for dlock_acquire,

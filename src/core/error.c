@@ -29,7 +29,8 @@ void dlock__clear_error(void)
     last_message[0] = '\0';
 }
 
-int dlock__fail(int code, const char *fmt, ...)
+/* The one writer of the thread's message (dlock__fail in the library). */
+int dlock_backend_fail(int code, const char *fmt, ...)
 {
     va_list ap;
 

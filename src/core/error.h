@@ -6,16 +6,13 @@
 #define DLOCK_CORE_ERROR_H
 
 #include "dlock/dlock.h"
-
-#if defined(__GNUC__)
-#define DLOCK_PRINTF(a, b) __attribute__((format(printf, a, b)))
-#else
-#define DLOCK_PRINTF(a, b)
-#endif
+#include "dlock/sys/backend.h"
 
 /* Set this thread's error message and return code, so that a failure path
- * reads `return dlock__fail(DLOCK_EINVAL, "lease_ms must be > 0");`. */
-int dlock__fail(int code, const char *fmt, ...) DLOCK_PRINTF(2, 3);
+ * reads `return dlock__fail(DLOCK_EINVAL, "lease_ms must be > 0");`. The
+ * library's own name for dlock_backend_fail (sys/backend.h), which built-in
+ * and outside backends share. */
+#define dlock__fail dlock_backend_fail
 
 /* Forget this thread's last message: called on entry to each public call. */
 void dlock__clear_error(void);

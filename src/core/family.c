@@ -12,9 +12,10 @@
 #include "core/client.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/wait.h"
 #include "core/thread.h"
 
-_Static_assert(DLOCK_OWNER_GENERATED_LEN == DLOCK_OWNER_LEN, "owner ids are owner tokens");
+_Static_assert(DLOCK_OWNER_GENERATED_LEN == DLOCK__TOKEN_LEN, "owner ids are owner tokens");
 
 /* An observer with no leader to time out on looks again this often, in
  * case an announcement was lost while its connection stayed up. */
@@ -28,7 +29,7 @@ int dlock_owner_generate(char *out, size_t size)
     if (out == NULL || size < DLOCK_OWNER_GENERATED_LEN + 1)
         return dlock__fail(DLOCK_EINVAL, "dlock_owner_generate: the buffer must hold %d bytes",
                            DLOCK_OWNER_GENERATED_LEN + 1);
-    return dlock__owner_token(out);
+    return dlock__token_new(out);
 }
 
 int dlock_lock_kind(const dlock_lock *l)
@@ -80,7 +81,7 @@ int dlock_lock_downgrade(dlock_lock *l)
                            dlock__printable(shown, sizeof(shown), l->name));
     if (atomic_load(&l->lost_reason) != 0)
         return dlock__fail(DLOCK_ELOST, "dlock_lock_downgrade: %s", l->lost_message);
-    if (!DLOCK__BACKEND_HAS(c->backend, downgrade))
+    if (!(c->backend->caps & DLOCK_CAP_KIND(DLOCK_KIND_WRITE)))
         return dlock__not_supported(c, "downgrade of a write lock");
     /* No renewal of the write lock may run while the server swaps it for a
      * read lock: it would find the write lock gone and call it lost. */
@@ -93,8 +94,7 @@ int dlock_lock_downgrade(dlock_lock *l)
     if (rc == DLOCK_OK) {
         atomic_store(&l->kind, DLOCK_KIND_READ);
         /* The read lease was set from when the request was sent. */
-        atomic_store(&l->deadline_ms, sent + l->lease_ms);
-        l->next_event_ms = l->auto_renew ? sent + dlock__renew_period(l->lease_ms) : sent + l->lease_ms;
+        dlock__lock_start(l, sent);
     } else if (rc == DLOCK_ELOST) {
         snprintf(msg, sizeof(msg), "dlock_lock_downgrade: lock '%s' is no longer ours (lease "
                  "expired or taken over)", dlock__printable(shown, sizeof(shown), l->name));
@@ -119,7 +119,7 @@ int dlock_semaphore_set_permits(dlock_client *c, const char *name, int permits)
     if (permits < 1 || permits > DLOCK_PERMITS_MAX)
         return dlock__fail(DLOCK_EINVAL, "dlock_semaphore_set_permits: permits is %d, must be "
                            "1..%d", permits, DLOCK_PERMITS_MAX);
-    if (!DLOCK__BACKEND_HAS(c->backend, set_permits))
+    if (!(c->backend->caps & DLOCK_CAP_KIND(DLOCK_KIND_SEMAPHORE)))
         return dlock__not_supported(c, "semaphores");
     return c->backend->set_permits(c->be, name, permits);
 }
@@ -202,125 +202,100 @@ static int multi_ordered(dlock_lock *parent, dlock_client *c, const char *const 
     return rc;
 }
 
-/* All names in one hash slot: one atomic step, retried after a release of
- * the name that was busy. */
+/* The loop's view of an atomic multi-lock (core/wait.h). */
+typedef struct {
+    dlock_client *c;
+    dlock_request reqs[DLOCK_MULTI_MAX];
+    uint64_t fences[DLOCK_MULTI_MAX];
+    size_t n;
+} multi;
+
+static int multi_try(void *ctx, void *watch, dlock_acquire_result *res)
+{
+    multi *m = ctx;
+
+    (void)watch; /* nothing queued: the watch only wakes us */
+    return m->c->backend->multi_acquire(m->c->be, m->reqs, m->n, m->fences, res);
+}
+
+static const dlock_request *multi_busy(void *ctx, const dlock_acquire_result *res)
+{
+    multi *m = ctx;
+
+    return &m->reqs[res->busy < m->n ? res->busy : 0];
+}
+
+static void multi_give_back(void *ctx)
+{
+    multi *m = ctx;
+    char saved[512];
+
+    snprintf(saved, sizeof(saved), "%s", dlock_error_message());
+    for (size_t i = 0; i < m->n; i++)
+        m->c->backend->release(m->c->be, &m->reqs[i]);
+    dlock__fail(DLOCK_OK, "%s", saved);
+}
+
+/* Can the backend take names (plain mutexes as o asks) in one atomic step? */
+static int same_step(dlock_client *c, const char *const *names, size_t n,
+                     const dlock_acquire_options *o)
+{
+    dlock_request reqs[DLOCK_MULTI_MAX];
+
+    memset(reqs, 0, sizeof(reqs));
+    for (size_t i = 0; i < n; i++) {
+        reqs[i].kind = DLOCK_KIND_MUTEX;
+        reqs[i].name = names[i];
+        reqs[i].lease_ms = o->lease_ms;
+    }
+    return c->backend->multi_atomic(c->be, reqs, n);
+}
+
+/* Names the backend takes in one atomic step (multi_atomic): one try for
+ * all, retried after a release of the name that was busy. */
 static int multi_atomic(dlock_lock *parent, dlock_client *c, const char *const *names, size_t n,
                         const dlock_acquire_options *o)
 {
-    const dlock_backend *b = c->backend;
-    const char *tokens[DLOCK_MULTI_MAX];
-    uint64_t fences[DLOCK_MULTI_MAX];
-    int64_t start = dlock__now_ms(), sent = start, retry_ms = -1;
-    int64_t deadline = o->wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX : start + o->wait_ms;
-    void *watch = NULL;
-    dlock__waiter waiter;
-    size_t busy = 0, watched = 0;
-    char shown[80];
-    int rc;
+    dlock__attempt a = {multi_try, multi_busy, multi_give_back, NULL};
+    dlock_acquire_result res = {0};
+    multi *m = calloc(1, sizeof(*m));
+    int rc = DLOCK_OK;
 
-    for (size_t i = 0; i < n; i++) {
-        dlock_lock *p = calloc(1, sizeof(*p));
-        if (p == NULL || (p->name = strdup(names[i])) == NULL) {
-            free(p);
-            rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
-            goto fail;
-        }
-        parent->parts[i] = p;
-        p->client = c;
-        p->parent = parent;
-        p->lease_ms = o->lease_ms;
-        p->auto_renew = o->auto_renew;
-        p->on_lost = o->on_lost;
-        p->payload = o->payload;
-        if ((rc = dlock__owner_token(p->owner)) != DLOCK_OK)
-            goto fail;
-        tokens[i] = p->owner;
-    }
-    for (;;) {
-        int64_t now, sleep_ms;
-
-        if (watch != NULL && (rc = dlock__check_interrupt(c, names[busy])) != DLOCK_OK)
+    if (m == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    m->c = c;
+    m->n = n;
+    a.ctx = m;
+    for (size_t i = 0; i < n && rc == DLOCK_OK; i++) {
+        if ((rc = dlock__lock_new(&parent->parts[i], c, names[i], o, NULL)) != DLOCK_OK)
             break;
-        sent = dlock__now_ms();
-        rc = b->multi_acquire(c->be, names, tokens, n, o->lease_ms, fences, &busy, &retry_ms);
-        if (rc != DLOCK_EBUSY)
-            break;
-        now = dlock__now_ms();
-        if (o->wait_ms == 0 || now >= deadline) {
-            rc = o->wait_ms == 0
-                     ? dlock__fail(DLOCK_EBUSY, "lock '%s' is held by another owner (lease left "
-                                   "%lld ms)", dlock__printable(shown, sizeof(shown), names[busy]),
-                                   (long long)retry_ms)
-                     : dlock__fail(DLOCK_ETIMEOUT, "lock '%s' still held by another owner after "
-                                   "waiting %lld ms", dlock__printable(shown, sizeof(shown),
-                                                                       names[busy]),
-                                   (long long)o->wait_ms);
-            break;
-        }
-        if (watch == NULL || watched != busy) {
-            /* Watch the name that is busy now, then try again at once: a
-             * release between the try and the subscription is not missed. */
-            if (watch != NULL) {
-                dlock__waiting_remove(c, &waiter);
-                b->watch_end(c->be, watch);
-            }
-            watch = NULL;
-            if ((rc = b->watch_begin(c->be, names[busy], &watch)) != DLOCK_OK)
-                break;
-            dlock__waiting_add(c, &waiter, watch);
-            watched = busy;
-            continue;
-        }
-        sleep_ms = deadline - now;
-        if (retry_ms < 0)
-            retry_ms = 1000;
-        if (retry_ms + 1 < sleep_ms)
-            sleep_ms = retry_ms + 1;
-        rc = b->watch_wait(c->be, watch, sleep_ms);
-        if (rc != DLOCK_OK && rc != DLOCK_ETIMEOUT)
-            break;
+        parent->parts[i]->parent = parent;
+        dlock__lock_request(&m->reqs[i], parent->parts[i]);
     }
-    if (watch != NULL) {
-        char msg[512];
-        snprintf(msg, sizeof(msg), "%s", dlock_error_message());
-        dlock__waiting_remove(c, &waiter);
-        b->watch_end(c->be, watch);
-        if (rc != DLOCK_OK)
-            dlock__fail(rc, "%s", msg); /* the failure, not how the watch ended */
-        else
-            dlock__clear_error();
+    if (rc == DLOCK_OK && (rc = dlock__acquire_loop(c, &a, o->wait_ms, &res)) != DLOCK_OK)
+        rc = multi_fail(rc, m->reqs[res.busy < n ? res.busy : 0].name);
+    for (size_t i = 0; i < n && rc == DLOCK_OK; i++) {
+        parent->parts[i]->fence = m->fences[i];
+        dlock__lock_start(parent->parts[i], res.lease_from_ms);
     }
-    if (rc != DLOCK_OK) {
-        rc = multi_fail(rc, names[busy]);
-        goto fail;
-    }
-    for (size_t i = 0; i < n; i++) {
-        dlock_lock *p = parent->parts[i];
-        p->fence = fences[i];
-        atomic_store(&p->deadline_ms, sent + o->lease_ms);
-        p->next_event_ms = o->auto_renew ? sent + dlock__renew_period(o->lease_ms) : sent + o->lease_ms;
-    }
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n && rc == DLOCK_OK; i++) {
         if ((rc = dlock__client_register(c, parent->parts[i])) != DLOCK_OK) {
             /* Only the first can fail (starting the watchdog thread). */
-            for (size_t j = 0; j < n; j++)
-                if (j >= i)
-                    b->release(c->be, names[j], tokens[j]);
+            multi_give_back(m);
             for (size_t j = 0; j < i; j++) {
                 dlock_release(parent->parts[j]);
                 parent->parts[j] = NULL;
             }
-            goto fail;
         }
     }
-    return DLOCK_OK;
-
-fail:
-    for (size_t i = 0; i < n; i++) {
-        if (parent->parts[i] != NULL)
-            dlock__lock_free(parent->parts[i]);
-        parent->parts[i] = NULL;
+    if (rc != DLOCK_OK) {
+        for (size_t i = 0; i < n; i++) {
+            if (parent->parts[i] != NULL)
+                dlock__lock_free(parent->parts[i]);
+            parent->parts[i] = NULL;
+        }
     }
+    free(m);
     return rc;
 }
 
@@ -371,9 +346,7 @@ int dlock_acquire_multi(dlock_lock **out, dlock_client *c, const char *const *na
     o.on_lost = parent->on_lost != NULL ? part_lost : NULL;
     o.payload = parent;
 
-    atomic = n > 1 && DLOCK__BACKEND_HAS(c->backend, multi_same_slot) &&
-             DLOCK__BACKEND_HAS(c->backend, multi_acquire) &&
-             c->backend->multi_same_slot(c->be, names, n);
+    atomic = n > 1 && c->backend->multi_atomic != NULL && same_step(c, names, n, &o);
     rc = atomic ? multi_atomic(parent, c, names, n, &o) : multi_ordered(parent, c, names, n, &o);
     if (rc != DLOCK_OK) {
         parent->nparts = 0;
@@ -439,7 +412,7 @@ int dlock_leader(dlock_leader_info *out, dlock_client *c, const char *name)
     memset(out, 0, sizeof(*out));
     if ((rc = dlock__check_name(name, "dlock_leader")) != DLOCK_OK)
         return rc;
-    if (!DLOCK__BACKEND_HAS(c->backend, leader_get))
+    if (!(c->backend->caps & DLOCK_CAP_KIND(DLOCK_KIND_LEADER)))
         return dlock__not_supported(c, "leader election");
     return c->backend->leader_get(c->be, name, out);
 }
@@ -505,9 +478,7 @@ int dlock_observe(dlock_observer **out, dlock_client *c, const char *name, dlock
     *out = NULL;
     if ((rc = dlock__check_name(name, "dlock_observe")) != DLOCK_OK)
         return rc;
-    if (!DLOCK__BACKEND_HAS(c->backend, leader_get) ||
-        !DLOCK__BACKEND_HAS(c->backend, observe_begin) ||
-        !DLOCK__BACKEND_HAS(c->backend, watch_wake))
+    if (!(c->backend->caps & DLOCK_CAP_KIND(DLOCK_KIND_LEADER)))
         return dlock__not_supported(c, "leader election");
     ob = calloc(1, sizeof(*ob));
     if (ob == NULL || (ob->name = strdup(name)) == NULL) {

@@ -10,10 +10,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/options.h"
-
-/* A holder's key with no expiry (set by hand) announces nothing: look again
- * this often rather than sleep forever. */
-#define NO_TTL_RECHECK_MS 1000
+#include "core/wait.h"
 
 int dlock__check_acquire_options(dlock_acquire_options *o, const dlock_acquire_options *given)
 {
@@ -63,7 +60,7 @@ int dlock__check_acquire_options(dlock_acquire_options *o, const dlock_acquire_o
 void dlock__lock_free(dlock_lock *l)
 {
     free(l->name);
-    free(l->owner_id);
+    free(l->owner);
     free(l->identity);
     free(l->parts);
     free(l);
@@ -73,8 +70,8 @@ void dlock__lock_request(dlock_request *req, const dlock_lock *l)
 {
     req->kind = l->kind;
     req->name = l->name;
-    req->token = l->owner;
-    req->owner = l->owner_id;
+    req->token = l->token;
+    req->owner = l->owner;
     req->reentrant = l->reentrant;
     req->lease_ms = l->lease_ms;
     req->permits = l->permits;
@@ -94,116 +91,72 @@ static const char *kind_text(int kind)
     return kind >= 0 && kind <= DLOCK_KIND_LEADER ? text[kind] : "this kind";
 }
 
-/* Could the server have run a request whose call failed with rc? */
-static int outcome_unknown(int rc)
+/* The loop's view of one lock (core/wait.h). */
+typedef struct {
+    dlock_client *c;
+    dlock_request req;
+} single;
+
+static int single_try(void *ctx, void *watch, dlock_acquire_result *res)
 {
-    return rc == DLOCK_ECONN || rc == DLOCK_ETIMEOUT || rc == DLOCK_EPROTO;
+    single *s = ctx;
+
+    return s->c->backend->acquire(s->c->be, &s->req, watch, res);
 }
 
-/* Give back, by owner token, whatever l may hold on the server; best effort,
- * and the caller's error message stays. */
-static void give_back(dlock_client *c, dlock_lock *l)
+static const dlock_request *single_busy(void *ctx, const dlock_acquire_result *res)
 {
-    dlock_request req;
+    (void)res;
+    return &((single *)ctx)->req;
+}
+
+/* Give back, by token, whatever req may hold on the server; best effort,
+ * and the caller's error message stays. */
+static void give_back(dlock_client *c, const dlock_request *req)
+{
     char saved[512];
 
     snprintf(saved, sizeof(saved), "%s", dlock_error_message());
-    dlock__lock_request(&req, l);
-    if (dlock__lock_is_family(l))
-        c->backend->family_release(c->be, &req);
-    else
-        c->backend->release(c->be, l->name, l->owner);
+    c->backend->release(c->be, req);
     dlock__fail(DLOCK_OK, "%s", saved);
 }
 
-/* One try: the backend's v1 call for the plain mutex, its family call for
- * the rest. */
-static int try_acquire(dlock_client *c, dlock_lock *l, void *watch, int64_t *retry_ms)
+static void single_give_back(void *ctx)
 {
-    dlock_request req;
+    single *s = ctx;
 
-    if (!dlock__lock_is_family(l))
-        return c->backend->acquire(c->be, l->name, l->owner, l->lease_ms, watch, &l->fence,
-                                   retry_ms);
-    dlock__lock_request(&req, l);
-    return c->backend->family_acquire(c->be, &req, watch, &l->fence, retry_ms);
+    give_back(s->c, &s->req);
 }
 
-static int begin_watch(dlock_client *c, dlock_lock *l, void **watch)
+/* Can the client's backend serve l? */
+static int supported(dlock_client *c, const dlock_lock *l)
 {
-    dlock_request req;
-
-    if (!dlock__lock_is_family(l))
-        return c->backend->watch_begin(c->be, l->name, watch);
-    dlock__lock_request(&req, l);
-    return c->backend->family_watch_begin(c->be, &req, watch);
+    if (!(c->backend->caps & DLOCK_CAP_KIND(l->kind)))
+        return dlock__not_supported(c, kind_text(l->kind));
+    if (l->owner != NULL && !(c->backend->caps & DLOCK_CAP_OWNER_IDS))
+        return dlock__not_supported(c, "owner ids (reentrant locks)");
+    return DLOCK_OK;
 }
 
-/*
- * Wait for the lock after a first try found it busy. The watch is set up
- * before the next try, so a release between that try and the sleep is
- * announced to us and not missed; each sleep is bounded by the holder's lease
- * so a lost announcement costs at most one lease. dlock_client_interrupt
- * ends the wait before the next try, and watch_end then leaves the queue as
- * after a wait that ran out.
- */
-static int wait_for_lock(dlock_client *c, dlock_lock *l, const dlock_acquire_options *o,
-                         int64_t start_ms, int64_t *sent_ms, int64_t retry_ms)
+/* Start l's lease bookkeeping at from_ms, when the winning request was sent:
+ * the local deadline can then only be early, never late. */
+void dlock__lock_start(dlock_lock *l, int64_t from_ms)
 {
-    const dlock_backend *b = c->backend;
-    int64_t deadline = o->wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX : start_ms + o->wait_ms;
-    void *watch = NULL;
-    dlock__waiter waiter;
-    char shown[80];
-    int rc;
-
-    if ((rc = begin_watch(c, l, &watch)) != DLOCK_OK)
-        return rc;
-    dlock__waiting_add(c, &waiter, watch);
-    for (;;) {
-        int64_t now, sleep_ms;
-
-        if ((rc = dlock__check_interrupt(c, l->name)) != DLOCK_OK)
-            break;
-        *sent_ms = dlock__now_ms();
-        retry_ms = -1;
-        rc = try_acquire(c, l, watch, &retry_ms);
-        if (rc != DLOCK_EBUSY)
-            break;
-        now = dlock__now_ms();
-        if (now >= deadline) {
-            rc = dlock__fail(DLOCK_ETIMEOUT, "lock '%s' still held by another owner after "
-                             "waiting %lld ms", dlock__printable(shown, sizeof(shown), l->name),
-                             (long long)o->wait_ms);
-            break;
-        }
-        sleep_ms = deadline - now;
-        if (retry_ms < 0)
-            retry_ms = NO_TTL_RECHECK_MS;
-        /* +1: wake just after the holder's lease, not just before it. */
-        if (retry_ms < INT64_MAX && retry_ms + 1 < sleep_ms)
-            sleep_ms = retry_ms + 1;
-        rc = b->watch_wait(c->be, watch, sleep_ms);
-        if (rc != DLOCK_OK && rc != DLOCK_ETIMEOUT)
-            break;
-    }
-    dlock__waiting_remove(c, &waiter);
-    b->watch_end(c->be, watch);
-    return rc;
+    atomic_store(&l->deadline_ms, from_ms + l->lease_ms);
+    l->next_event_ms = l->auto_renew ? from_ms + dlock__renew_period(l->lease_ms)
+                                     : from_ms + l->lease_ms;
 }
 
-int dlock__acquire(dlock_lock **out, dlock_client *c, const char *name,
-                   const dlock_acquire_options *o, const char *identity)
+int dlock__lock_new(dlock_lock **out, dlock_client *c, const char *name,
+                    const dlock_acquire_options *o, const char *identity)
 {
     dlock_lock *l;
-    int64_t start, sent, retry_ms = -1;
-    char shown[80];
     int rc;
 
     *out = NULL;
     l = calloc(1, sizeof(*l));
     if (l == NULL || (l->name = strdup(name)) == NULL ||
-        (o->owner != NULL && (l->owner_id = strdup(o->owner)) == NULL) ||
+        (o->owner != NULL && (l->owner = strdup(o->owner)) == NULL) ||
         (identity != NULL && (l->identity = strdup(identity)) == NULL)) {
         if (l != NULL)
             dlock__lock_free(l);
@@ -217,34 +170,37 @@ int dlock__acquire(dlock_lock **out, dlock_client *c, const char *name,
     l->kind = o->kind;
     l->reentrant = o->reentrant;
     l->permits = o->permits;
-    if (dlock__lock_is_family(l) && !DLOCK__BACKEND_HAS(c->backend, family_acquire)) {
-        rc = dlock__not_supported(c, l->kind == DLOCK_KIND_MUTEX ? "owner ids (reentrant locks)"
-                                                                 : kind_text(l->kind));
-        goto err;
+    if ((rc = dlock__token_new(l->token)) != DLOCK_OK) {
+        dlock__lock_free(l);
+        return rc;
     }
-    if ((rc = dlock__owner_token(l->owner)) != DLOCK_OK)
-        goto err;
+    *out = l;
+    return DLOCK_OK;
+}
 
-    start = sent = dlock__now_ms();
-    rc = try_acquire(c, l, NULL, &retry_ms);
-    /* A try without reply may have taken the lock: a waiting try's leave
-     * (watch_end) gives it back, and this one gives back the first. */
-    if (outcome_unknown(rc))
-        give_back(c, l);
-    if (rc == DLOCK_EBUSY && o->wait_ms != 0)
-        rc = wait_for_lock(c, l, o, start, &sent, retry_ms);
-    else if (rc == DLOCK_EBUSY)
-        rc = dlock__fail(DLOCK_EBUSY, "lock '%s' is held by another owner (lease left %lld ms)",
-                         dlock__printable(shown, sizeof(shown), name), (long long)retry_ms);
-    if (rc != DLOCK_OK)
-        goto err;
+int dlock__acquire(dlock_lock **out, dlock_client *c, const char *name,
+                   const dlock_acquire_options *o, const char *identity)
+{
+    dlock__attempt a = {single_try, single_busy, single_give_back, NULL};
+    dlock_acquire_result res = {0};
+    single s;
+    dlock_lock *l;
+    int rc;
 
-    /* The lease counts from when the winning request was sent, so the local
-     * deadline can only be early, never late. */
-    atomic_store(&l->deadline_ms, sent + o->lease_ms);
-    l->next_event_ms = o->auto_renew ? sent + dlock__renew_period(o->lease_ms) : sent + o->lease_ms;
+    *out = NULL;
+    if ((rc = dlock__lock_new(&l, c, name, o, identity)) != DLOCK_OK)
+        return rc;
+    if ((rc = supported(c, l)) != DLOCK_OK)
+        goto err;
+    s.c = c;
+    dlock__lock_request(&s.req, l);
+    a.ctx = &s;
+    if ((rc = dlock__acquire_loop(c, &a, o->wait_ms, &res)) != DLOCK_OK)
+        goto err;
+    l->fence = res.fence;
+    dlock__lock_start(l, res.lease_from_ms);
     if ((rc = dlock__client_register(c, l)) != DLOCK_OK) {
-        give_back(c, l);
+        give_back(c, &s.req);
         goto err;
     }
     *out = l;
@@ -393,19 +349,13 @@ static int extend_one(dlock_lock *l, int64_t lease_ms)
             l->next_event_ms = next;
     }
     pthread_mutex_unlock(&c->mu);
-    if (dlock__lock_is_family(l)) {
-        dlock__lock_request(&req, l);
-        req.lease_ms = lease_ms;
-        rc = c->backend->family_extend(c->be, &req);
-    } else {
-        rc = c->backend->extend(c->be, l->name, l->owner, lease_ms);
-    }
+    dlock__lock_request(&req, l);
+    req.lease_ms = lease_ms;
+    rc = c->backend->extend(c->be, &req);
     if (rc == DLOCK_OK) {
         pthread_mutex_lock(&c->mu);
         l->lease_ms = lease_ms;
-        atomic_store(&l->deadline_ms, sent + lease_ms);
-        l->next_event_ms = l->auto_renew ? sent + dlock__renew_period(lease_ms)
-                                         : sent + lease_ms;
+        dlock__lock_start(l, sent);
         pthread_mutex_unlock(&c->mu);
     }
     dlock__client_unclaim(c, l);
@@ -439,12 +389,8 @@ static int check_one(dlock_lock *l, int64_t unused)
     if ((rc = usable(l, "dlock_lock_check")) != DLOCK_OK)
         return rc;
     c = l->client;
-    if (dlock__lock_is_family(l)) {
-        dlock__lock_request(&req, l);
-        rc = c->backend->family_check(c->be, &req);
-    } else {
-        rc = c->backend->check(c->be, l->name, l->owner);
-    }
+    dlock__lock_request(&req, l);
+    rc = c->backend->check(c->be, &req);
     return rc == DLOCK_ELOST ? found_lost(l, "dlock_lock_check") : rc;
 }
 
@@ -478,12 +424,8 @@ static int release_one(dlock_lock *l)
     if ((rc = dlock__client_unregister(c, l)) != DLOCK_OK)
         return rc;
     /* From here on the watchdog cannot see the lock. */
-    if (dlock__lock_is_family(l)) {
-        dlock__lock_request(&req, l);
-        rc = c->backend->family_release(c->be, &req);
-    } else {
-        rc = c->backend->release(c->be, l->name, l->owner);
-    }
+    dlock__lock_request(&req, l);
+    rc = c->backend->release(c->be, &req);
     if (rc == DLOCK_OK && atomic_load(&l->lost_reason) != 0) {
         /* on_lost already told the holder; stay consistent with it. */
         rc = dlock__fail(DLOCK_ELOST, "dlock_release: %s", l->lost_message);

@@ -10,10 +10,10 @@
  * that generated it can release or extend the lock, so it must be unguessable
  * (not a thread id, not a counter) and fresh for every acquisition.
  */
-int dlock__owner_token(char *out)
+int dlock__token_new(char *out)
 {
     static const char hex[] = "0123456789abcdef";
-    unsigned char raw[DLOCK_OWNER_LEN / 2];
+    unsigned char raw[DLOCK__TOKEN_LEN / 2];
     size_t got = 0;
 
     while (got < sizeof(raw)) {
@@ -29,6 +29,6 @@ int dlock__owner_token(char *out)
         out[2 * i] = hex[raw[i] >> 4];
         out[2 * i + 1] = hex[raw[i] & 15];
     }
-    out[DLOCK_OWNER_LEN] = '\0';
+    out[DLOCK__TOKEN_LEN] = '\0';
     return DLOCK_OK;
 }

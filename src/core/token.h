@@ -2,10 +2,10 @@
 #define DLOCK_CORE_TOKEN_H
 
 /* 128 bits from the kernel CSPRNG, as 32 lowercase hex digits. */
-#define DLOCK_OWNER_LEN 32
+#define DLOCK__TOKEN_LEN 32
 
-/* Fill out (DLOCK_OWNER_LEN + 1 bytes) with a fresh owner token. Returns
+/* Fill out (DLOCK__TOKEN_LEN + 1 bytes) with a fresh token. Returns
  * DLOCK_OK or DLOCK_EINVAL-free failure code with a message. */
-int dlock__owner_token(char *out);
+int dlock__token_new(char *out);
 
 #endif

@@ -44,17 +44,16 @@ static int renewal_due(const dlock_lock *l, int64_t now)
 
 static void renew_batch(dlock_client *c, dlock_lock **batch, size_t n)
 {
+    dlock_request reqs[BATCH_MAX];
     dlock_renewal items[BATCH_MAX];
     int64_t sent, now;
     int rc;
 
+    /* The requests borrow the locks' strings, which live while busy. */
     for (size_t i = 0; i < n; i++) {
-        items[i].name = batch[i]->name;
-        items[i].owner = batch[i]->owner;
-        items[i].lease_ms = batch[i]->lease_ms;
+        dlock__lock_request(&reqs[i], batch[i]);
+        items[i].req = &reqs[i];
         items[i].result = DLOCK_EPROTO;
-        items[i].kind = batch[i]->kind;
-        items[i].owner_id = batch[i]->owner_id;
     }
     pthread_mutex_unlock(&c->mu);
     sent = dlock__now_ms();
@@ -68,8 +67,7 @@ static void renew_batch(dlock_client *c, dlock_lock **batch, size_t n)
 
         l->busy = 0;
         if (rc == DLOCK_OK && items[i].result == DLOCK_OK) {
-            atomic_store(&l->deadline_ms, sent + l->lease_ms);
-            l->next_event_ms = sent + dlock__renew_period(l->lease_ms);
+            dlock__lock_start(l, sent);
             l->retry_count = 0;
         } else if (rc == DLOCK_OK) {
             dlock__lock_mark_lost(l, DLOCK_ELOST, "renewal found the lock gone or owned by "

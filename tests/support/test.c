@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "plain_backend.h"
 #include "test.h"
 
 int test_run(const test_case *cases, size_t n, int argc, char **argv)
@@ -790,20 +791,45 @@ void test_server_start(test_server *s, const char *backend)
         s->url = s->redis.url;
         s->short_lease_ms = 300;
         s->dense_fences = 1;
+        s->waiter_leftovers = 1;
+    } else if (backend != NULL && strcmp(backend, "plainredis") == 0) {
+        /* The out-of-tree backend (tests/backend), registered at run time. */
+        s->backend = "plainredis";
+        test_redis_start(&s->redis, NULL);
+        if (dlock_backend_register("plainredis", &plain_backend) != DLOCK_OK)
+            fprintf(stderr, "registering plainredis: %s\n", dlock_error_message()), exit(1);
+        snprintf(s->plain_url, sizeof(s->plain_url), "plainredis://127.0.0.1:%d", s->redis.port);
+        s->url = s->plain_url;
+        s->short_lease_ms = 300;
+        s->dense_fences = 1;
     } else if (backend != NULL && strcmp(backend, "etcd") == 0) {
         s->backend = "etcd";
         test_etcd_start(&s->etcd, 1, NULL);
         s->url = s->etcd.url;
         s->short_lease_ms = 1000; /* etcd counts leases in whole seconds */
+        s->waiter_leftovers = 2;
     } else {
-        fprintf(stderr, "unknown backend '%s' (redis or etcd)\n", backend ? backend : "");
+        fprintf(stderr, "unknown backend '%s' (redis, plainredis or etcd)\n",
+                backend ? backend : "");
         exit(2);
     }
 }
 
+/* A Redis server under the built-in backend or the out-of-tree one. */
+static int on_redis(const test_server *s)
+{
+    return strcmp(s->backend, "etcd") != 0;
+}
+
+/* The key prefix of s's Redis backend. */
+static const char *redis_prefix(const test_server *s)
+{
+    return strcmp(s->backend, "plainredis") == 0 ? "plain:" : "dlock:";
+}
+
 void test_server_stop(test_server *s)
 {
-    if (strcmp(s->backend, "redis") == 0)
+    if (on_redis(s))
         test_redis_stop(&s->redis);
     else
         test_etcd_stop(&s->etcd);
@@ -813,8 +839,8 @@ int test_server_held(test_server *s, const char *name)
 {
     char key[600];
 
-    if (strcmp(s->backend, "redis") == 0)
-        return test_redis_cmd(&s->redis, "EXISTS dlock:{%s}", name) == 1;
+    if (on_redis(s))
+        return test_redis_cmd(&s->redis, "EXISTS %s{%s}", redis_prefix(s), name) == 1;
     snprintf(key, sizeof(key), "dlock/%s/", name);
     return test_etcd_count(&s->etcd, key) > 0;
 }
@@ -823,8 +849,9 @@ long long test_server_leftovers(test_server *s, const char *name)
 {
     char key[600];
 
-    if (strcmp(s->backend, "redis") == 0)
-        return test_redis_cmd(&s->redis, "EXISTS dlock:{%s} dlock:{%s}:next", name, name);
+    if (on_redis(s))
+        return test_redis_cmd(&s->redis, "EXISTS %s{%s} %s{%s}:next", redis_prefix(s), name,
+                              redis_prefix(s), name);
     snprintf(key, sizeof(key), "dlock/%s/", name);
     return test_etcd_count(&s->etcd, key) + test_etcd_leases(&s->etcd);
 }
@@ -836,7 +863,7 @@ long long test_server_requests(test_server *s)
     long long n = 0;
     char metric[160];
 
-    if (strcmp(s->backend, "redis") == 0) {
+    if (on_redis(s)) {
         for (size_t i = 0; i < sizeof(redis_cmds) / sizeof(redis_cmds[0]); i++)
             n += test_redis_calls(&s->redis, redis_cmds[i]);
         return n;

@@ -167,15 +167,21 @@ int test_process_alive(int pid);
  * (tests/integration/core) see the server only through these ---- */
 
 typedef struct {
-    const char *backend; /* "redis" or "etcd" */
-    test_redis redis;
+    const char *backend; /* "redis", "plainredis" (tests/backend) or "etcd" */
+    test_redis redis;    /* redis and plainredis */
     test_etcd etcd;
+    char plain_url[96];
     const char *url;
     int64_t short_lease_ms; /* the shortest lease the service keeps well */
     int dense_fences;       /* fences are 1, 2, 3 ... (Redis), not just increasing */
+    int waiter_leftovers;   /* what a waiting acquisition keeps on the server, as
+                             * test_server_leftovers counts it (Redis: the hand-off
+                             * entry; etcd: its key and lease; plainredis: none) */
 } test_server;
 
-/* Start a throwaway server of backend ("redis" or "etcd"; etcd: one member).
+/* Start a throwaway server of backend ("redis", "etcd": one member, or
+ * "plainredis": a redis-server served by the out-of-tree backend of
+ * tests/backend, registered with dlock_backend_register).
  * Exits the test with a message for any other name. */
 void test_server_start(test_server *s, const char *backend);
 void test_server_stop(test_server *s);

@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include "core/clock.h"
+#include "dlock/sys/backend.h"
 #include "core/url.h"
 #include "test.h"
 
@@ -218,10 +219,80 @@ static void options_init_calls(void)
     CHECK_CONTAINS(dlock_error_message(), "NULL");
 }
 
+/* dlock_backend_register refuses what it cannot serve, naming what is
+ * wrong; a good table is served from then on (its scheme then taken). The
+ * plainredis backend of tests/backend passes the conformance suite
+ * (core-plainredis.*). */
+static int ok_open(void **out, const dlock_url *url, const dlock_client_options *opts)
+{
+    (void)url, (void)opts;
+    *out = NULL;
+    return dlock_backend_fail(DLOCK_ECONN, "unit backend: no server here");
+}
+static void ok_close(void *be) { (void)be; }
+static int ok_req(void *be, const dlock_request *req) { (void)be, (void)req; return 0; }
+static int ok_acquire(void *be, const dlock_request *req, void *w, dlock_acquire_result *o)
+{
+    (void)be, (void)req, (void)w, (void)o;
+    return 0;
+}
+static int ok_renew(void *be, dlock_renewal *items, size_t n) { (void)be, (void)items, (void)n; return 0; }
+static int ok_watch_begin(void *be, const dlock_request *req, void **w)
+{
+    (void)be, (void)req, (void)w;
+    return 0;
+}
+static int ok_watch_wait(void *be, void *w, int64_t t) { (void)be, (void)w, (void)t; return 0; }
+static void ok_watch_end(void *be, void *w) { (void)be, (void)w; }
+static int ok_status(void *be, const char *n, dlock_lock_info *o) { (void)be, (void)n, (void)o; return 0; }
+
+static void backend_register_checks(void)
+{
+    static const char *const schemes[] = {"unitlock", NULL};
+    dlock_backend b = {DLOCK_BACKEND_VERSION, sizeof(dlock_backend), "unit", schemes,
+                       DLOCK_CAP_KIND(DLOCK_KIND_MUTEX), ok_open, ok_close, ok_acquire, ok_req,
+                       ok_req, ok_req, ok_renew, ok_watch_begin, ok_watch_wait, ok_watch_end,
+                       ok_watch_end, ok_status, ok_status, NULL, NULL, NULL, NULL, NULL, NULL};
+    dlock_backend bad = b;
+    dlock_client *c = NULL;
+
+    CHECK_RC(dlock_backend_register(NULL, &b), DLOCK_EINVAL);
+    CHECK_RC(dlock_backend_register("unitlock", NULL), DLOCK_EINVAL);
+    CHECK_RC(dlock_backend_register("Bad Scheme", &b), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "lower case");
+    CHECK_RC(dlock_backend_register("redis", &b), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "already served");
+    bad.version = DLOCK_BACKEND_VERSION - 1;
+    CHECK_RC(dlock_backend_register("unitlock", &bad), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "built for version");
+    bad = b;
+    bad.caps = DLOCK_CAP_KIND(DLOCK_KIND_SEMAPHORE);
+    CHECK_RC(dlock_backend_register("unitlock", &bad), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "DLOCK_KIND_MUTEX");
+    bad.caps |= DLOCK_CAP_KIND(DLOCK_KIND_MUTEX);
+    CHECK_RC(dlock_backend_register("unitlock", &bad), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "set_permits");
+    bad = b;
+    bad.renew = NULL;
+    CHECK_RC(dlock_backend_register("unitlock", &bad), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "every call");
+    /* Not yet registered: not known. */
+    CHECK_RC(dlock_client_open(&c, "unitlock://h", NULL), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "not known");
+    CHECK_RC(dlock_backend_register("unitlock", &b), DLOCK_OK);
+    /* Served now: its open runs (and fails, with its own message). */
+    CHECK_RC(dlock_client_open(&c, "unitlock://h", NULL), DLOCK_ECONN);
+    CHECK_CONTAINS(dlock_error_message(), "unit backend: no server here");
+    CHECK(c == NULL);
+    CHECK_RC(dlock_backend_register("unitlock", &b), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "already served");
+}
+
 TEST_MAIN({"url_redis_full", url_redis_full}, {"url_forms", url_forms}, {"url_bad", url_bad},
           {"url_password_never_in_messages", url_password_never_in_messages},
           {"url_huge", url_huge}, {"duration", duration}, {"error_table", error_table},
           {"open_bad_input", open_bad_input},
           {"unreachable_is_econn_with_timeout", unreachable_is_econn_with_timeout},
           {"lease_clock_is_boottime", lease_clock_is_boottime},
-          {"options_init_calls", options_init_calls})
+          {"options_init_calls", options_init_calls},
+          {"backend_register_checks", backend_register_checks})

@@ -5,10 +5,13 @@
  * backend built for another version.
  *
  * The core owns everything that is the same for every service: argument
- * checks, owner tokens, the acquire/wait loop, lease bookkeeping, the watchdog
- * thread, on_lost, and error text. A backend owns the wire: how to take a lease
- * and issue a fence in one round trip, how to release by owner, how to renew
- * many leases at once, and how to wait for a release without polling.
+ * checks, tokens, the acquire/wait loop, lease bookkeeping, the watchdog
+ * thread, on_lost, and error text. A backend owns the wire: how to take a
+ * lease and issue a fence in one round trip, how to release by token, how to
+ * renew many leases at once, and how to wait for a release without polling.
+ * Every call about a lock takes one request (dlock_request) that carries its
+ * kind; a backend declares the kinds it serves in caps. docs/backends.md has
+ * the contract and the checklist for a new backend.
  *
  * Not yet frozen: DLOCK_BACKEND_VERSION changes with every incompatible
  * change until 1.0.
@@ -50,36 +53,54 @@ typedef struct {
 /* The value of query parameter key, or NULL. */
 DLOCK_EXTERN const char *dlock_url_param_get(const dlock_url *url, const char *key);
 
-/* One entry of a batched renewal. */
-typedef struct {
-    const char *name;  /* lock name */
-    const char *owner; /* owner token */
-    int64_t lease_ms;
-    int result;        /* out: DLOCK_OK renewed, DLOCK_ELOST no longer ours */
-    /* The lock family: DLOCK_KIND_* and the caller's owner id. Both are 0 /
-     * NULL for the plain mutex, the only lock a backend without the family
-     * calls (family_acquire NULL) is ever asked to renew. */
-    int kind;
-    const char *owner_id;
-} dlock_renewal;
-
 /*
- * A lock of the family (dlock.h, "Lock kinds"), as the core asks a backend
- * for it. The plain mutex (kind DLOCK_KIND_MUTEX, owner NULL) never comes
- * this way: it uses acquire / release / extend / check above.
+ * One acquisition, as the core hands it to a backend: every call about a
+ * held or wanted lock takes one. Strings are borrowed for the call.
  */
 typedef struct {
     int kind;             /* DLOCK_KIND_* but MULTI */
     const char *name;
-    const char *token;    /* this handle's own token, fresh and unguessable */
+    const char *token;    /* this acquisition's own token: fresh, unguessable;
+                           * what release, extend and renew compare */
     const char *owner;    /* the caller's owner id, or NULL (the token owns) */
     int reentrant;
-    int64_t lease_ms;
+    int64_t lease_ms;     /* acquire, extend and renew: the lease to set */
     int permits;          /* SEMAPHORE: N when the service has none yet */
     const char *identity; /* LEADER: what observers see */
 } dlock_request;
 
-#define DLOCK_BACKEND_VERSION 1
+/* What an acquire attempt found. */
+typedef struct {
+    /* DLOCK_OK: the fence, > 0 and strictly greater than any fence issued
+     * before for the name. */
+    uint64_t fence;
+    /* DLOCK_EBUSY: how long the core may sleep before it tries again if no
+     * release is announced: the holder's remaining lease (0: try again at
+     * once, e.g. the key vanished between two commands); -1 when unknown
+     * (the core then looks again every second); INT64_MAX when the watch is
+     * certain to announce the release. */
+    int64_t retry_ms;
+    /* Set by the core before the call: the lease-clock time (ms) the
+     * request is sent at, which the lease counts from. A backend that
+     * knows the lease began later may move it later, never earlier. */
+    int64_t lease_from_ms;
+    /* multi_acquire, DLOCK_EBUSY: the index of a name held by another. */
+    size_t busy;
+} dlock_acquire_result;
+
+/* One entry of a batched renewal. */
+typedef struct {
+    const dlock_request *req;
+    int result; /* out: DLOCK_OK renewed, DLOCK_ELOST no longer ours */
+} dlock_renewal;
+
+/* What a backend supports, in dlock_backend.caps. The core answers
+ * DLOCK_ENOTSUP for the rest (kinds, and owner ids without
+ * DLOCK_CAP_OWNER_IDS) before any call reaches the backend. */
+#define DLOCK_CAP_KIND(kind) (1u << (kind)) /* DLOCK_KIND_*: MUTEX is required */
+#define DLOCK_CAP_OWNER_IDS (1u << 16)      /* owner ids and reentrancy */
+
+#define DLOCK_BACKEND_VERSION 2
 
 /*
  * Thread-safety required of a backend: every call but renew may be made
@@ -88,13 +109,14 @@ typedef struct {
  * one call at a time, and should use a connection of its own so that renewals
  * never queue behind a caller's command. Every call must return within the
  * client's timeouts. A failing call sets the thread's message with
- * dlock__fail-style text naming the server, and returns a DLOCK_E* code.
+ * dlock_backend_fail (text naming the server), and returns a DLOCK_E* code.
  */
 typedef struct dlock_backend {
     unsigned version;     /* DLOCK_BACKEND_VERSION */
     size_t size;          /* sizeof(dlock_backend) */
     const char *name;     /* "redis" */
     const char *const *schemes; /* NULL-terminated list of URL schemes served */
+    unsigned caps;        /* DLOCK_CAP_* */
 
     /* Connect and check the connection (credentials, database). */
     int (*open)(void **out, const dlock_url *url, const dlock_client_options *opts);
@@ -103,105 +125,122 @@ typedef struct dlock_backend {
 
     /*
      * Try once, in one round trip where the service allows: take the lock
-     * for owner with a lease of lease_ms and issue the next fence. DLOCK_OK
-     * and *fence (> 0, strictly greater than any fence issued before for
-     * name); DLOCK_EBUSY with *retry_ms set to how long the core may sleep
-     * before it tries again if no release is announced: the holder's
-     * remaining lease, -1 when unknown (the core then looks again every
-     * second), INT64_MAX when the watch is certain to announce it. Must be
-     * idempotent for the same owner: a retry after a lost reply returns the
+     * req asks for (a kind in caps) for req->token with a lease of
+     * req->lease_ms and issue the next fence. DLOCK_OK and out->fence;
+     * DLOCK_EBUSY and out->retry_ms; DLOCK_EMISUSE for an owner that holds
+     * the lock but may not take it again (not reentrant, read-write
+     * upgrade). DLOCK_OK must mean that the service set (or renewed) the
+     * lease for lease_ms during this call, never earlier. Must be
+     * idempotent for the same token: a retry after a lost reply returns the
      * fence already issued.
      *
      * watch is NULL for a try-once acquisition (leave nothing behind on
      * EBUSY), or the caller's watch from watch_begin when it is waiting: a
      * queue-based service (etcd, ZooKeeper) keeps its place in the queue in
-     * the watch between tries.
-     *
-     * The core counts the lease from when it called acquire, so DLOCK_OK
-     * must mean that the service set (or renewed) the lease for lease_ms
-     * during this call, never earlier. A service may hand the lock to a
-     * waiter as the holder releases it (Redis does: the release names the
-     * next holder and keeps the lock for a short confirm window); the
-     * waiter's next acquire then confirms it in one round trip, and a
-     * message announcing the hand-off is only a reason to try, never a
-     * lock by itself: it may come after the handed-over lease ran out.
-     * *retry_ms is left alone on DLOCK_OK.
+     * the watch between tries. A service may hand the lock to a waiter as
+     * the holder releases it (Redis does, for a short confirm window); the
+     * waiter's next acquire confirms it. A message announcing a hand-off is
+     * only a reason to try, never a lock by itself: it may come after the
+     * handed-over lease ran out.
      */
-    int (*acquire)(void *be, const char *name, const char *owner, int64_t lease_ms,
-                   void *watch, uint64_t *fence, int64_t *retry_ms);
-    /* Delete the lock if owner still holds it and wake waiters. DLOCK_OK, or
-     * DLOCK_ELOST when it was not ours (and nothing was deleted). */
-    int (*release)(void *be, const char *name, const char *owner);
-    /* Set the lease to lease_ms from now if owner still holds it. */
-    int (*extend)(void *be, const char *name, const char *owner, int64_t lease_ms);
-    /* DLOCK_OK if owner holds the lock, DLOCK_ELOST if not. */
-    int (*check)(void *be, const char *name, const char *owner);
-    /* Renew n leases in as few round trips as possible, setting each
-     * result. Returns DLOCK_OK when every result is set, else a connection
-     * or protocol error and no result is to be trusted. */
+    int (*acquire)(void *be, const dlock_request *req, void *watch, dlock_acquire_result *out);
+    /* Give the lock up if req->token still holds it, and wake waiters.
+     * DLOCK_OK, or DLOCK_ELOST when it was not ours (and nothing changed). */
+    int (*release)(void *be, const dlock_request *req);
+    /* Set the lease to req->lease_ms from now if req->token still holds it. */
+    int (*extend)(void *be, const dlock_request *req);
+    /* DLOCK_OK if req->token holds the lock, DLOCK_ELOST if not. */
+    int (*check)(void *be, const dlock_request *req);
+    /* Renew n leases (each its req->lease_ms) in as few round trips as
+     * possible, setting each result. Returns DLOCK_OK when every result is
+     * set, else a connection or protocol error and no result is to be
+     * trusted. */
     int (*renew)(void *be, dlock_renewal *items, size_t n);
 
     /*
      * Waiting without polling. watch_begin registers interest in releases of
-     * name and returns only once the registration is active on the server,
-     * so that a release after it returns is never missed. watch_wait sleeps
-     * until a release is announced (DLOCK_OK) or timeout_ms passes
-     * (DLOCK_ETIMEOUT). watch_end drops the registration, and whatever the
-     * waiter queued unless its last acquire with this watch succeeded. A
-     * backend should wake only as many waiters per release as can use it.
+     * the lock req wants and returns only once the registration is active
+     * on the server, so that a release after it returns is never missed.
+     * watch_wait (timeout_ms >= 0) sleeps until a release is announced or
+     * watch_wake is called (DLOCK_OK) or timeout_ms passes (DLOCK_ETIMEOUT);
+     * when the registration broke and may have missed a release, it returns
+     * DLOCK_OK too (a reason to try) and restores it. watch_end drops the
+     * registration, and whatever the waiter queued unless its last acquire
+     * with this watch succeeded, including a lock that a try whose reply
+     * was lost may have taken (by token). It may do I/O: the core keeps its
+     * own error message around it. A try-once acquire (watch NULL) whose
+     * outcome is unknown is given back by the core, with release. A backend
+     * should wake only as many waiters per release as can use it.
      */
-    int (*watch_begin)(void *be, const char *name, void **watch);
+    int (*watch_begin)(void *be, const dlock_request *req, void **watch);
     int (*watch_wait)(void *be, void *watch, int64_t timeout_ms);
     void (*watch_end)(void *be, void *watch);
+    /* Wake the current or next watch_wait of watch, between its
+     * watch_begin (or observe_begin) and watch_end. Thread-safe. */
+    void (*watch_wake)(void *be, void *watch);
 
-    /* Read the state of name. */
+    /* Read the state of name (its plain mutex, or election). */
     int (*status)(void *be, const char *name, dlock_lock_info *out);
     /* Delete the lock whoever holds it, wake waiters; *removed the state
      * just before (never NULL here). */
     int (*force_release)(void *be, const char *name, dlock_lock_info *removed);
 
-    /*
-     * ---- The lock family: optional. ----
-     * A backend leaves these NULL (or is built against an older struct:
-     * size tells) to have the core refuse the family's kinds and calls with
-     * DLOCK_ENOTSUP. One that sets family_acquire must set the four
-     * family_* calls and handle family kinds in renew.
-     */
+    /* ---- Set when caps has the kind they serve; NULL otherwise. ---- */
 
-    /* As acquire, for req. DLOCK_EMISUSE for an owner that holds the lock
-     * but may not take it again (not reentrant, read-write upgrade). */
-    int (*family_acquire)(void *be, const dlock_request *req, void *watch, uint64_t *fence,
-                          int64_t *retry_ms);
-    /* As release, extend (req->lease_ms) and check, for req. */
-    int (*family_release)(void *be, const dlock_request *req);
-    int (*family_extend)(void *be, const dlock_request *req);
-    int (*family_check)(void *be, const dlock_request *req);
-    /* As watch_begin, for waiting on req; watch_wait / watch_end apply. */
-    int (*family_watch_begin)(void *be, const dlock_request *req, void **watch);
-
-    /* Turn the write lock req (kind WRITE) into a read lock held by the same
+    /* READ/WRITE: turn the write lock req into a read lock held by the same
      * token, atomically, keeping its fence. DLOCK_ELOST if not ours. */
     int (*downgrade)(void *be, const dlock_request *req);
-    /* Set the number of permits of semaphore name and wake its waiters. */
+    /* SEMAPHORE: set the number of permits of name and wake its waiters. */
     int (*set_permits)(void *be, const char *name, int permits);
-
-    /* 1 when multi_acquire can take these names in one atomic step. */
-    int (*multi_same_slot)(void *be, const char *const *names, size_t n);
-    /* Try once to take the plain mutexes names[i] for tokens[i], all or
-     * none, issuing fences[i]. DLOCK_EBUSY with *busy the index of a name
-     * held by another and *retry_ms as for acquire. Idempotent as acquire. */
-    int (*multi_acquire)(void *be, const char *const *names, const char *const *tokens,
-                         size_t n, int64_t lease_ms, uint64_t *fences, size_t *busy,
-                         int64_t *retry_ms);
-
-    /* Who leads election name (kind LEADER). */
+    /* LEADER: who leads election name, and a watch woken by every change of
+     * leader of name (and by watch_wake). */
     int (*leader_get)(void *be, const char *name, dlock_leader_info *out);
-    /* As watch_begin, but woken by every change of leader of name, and by
-     * watch_wake. */
     int (*observe_begin)(void *be, const char *name, void **watch);
-    /* Wake the current or next watch_wait of watch. Thread-safe. */
-    void (*watch_wake)(void *be, void *watch);
+
+    /*
+     * Multi-locks: optional (NULL: the core takes the names one at a time
+     * in a global order). multi_atomic says whether the n plain mutexes
+     * reqs can be taken in one atomic step; multi_acquire then tries once
+     * to take them all or none, setting fences[i]; DLOCK_EBUSY with
+     * out->busy and out->retry_ms. Idempotent as acquire.
+     */
+    int (*multi_atomic)(void *be, const dlock_request *reqs, size_t n);
+    int (*multi_acquire)(void *be, const dlock_request *reqs, size_t n, uint64_t *fences,
+                         dlock_acquire_result *out);
 } dlock_backend;
+
+/*
+ * Serve URLs of scheme with backend, for every client opened from now on in
+ * this process: a backend that lives outside the library. The table is
+ * borrowed for the life of the process. scheme: lower case letters, digits,
+ * '+', '-', '.'; a scheme already served (built in or registered) is
+ * refused. Thread-safe.
+ *
+ * Required of every backend: version and size of this header, a name,
+ * DLOCK_CAP_KIND(DLOCK_KIND_MUTEX) in caps (and no unknown bit), every call
+ * from open to force_release; downgrade with READ or WRITE, set_permits
+ * with SEMAPHORE, leader_get and observe_begin with LEADER; multi_atomic
+ * and multi_acquire both or neither. A backend should honour the client
+ * options' key_prefix and client_name where its service has such things
+ * (tests keep apart by key prefix).
+ *
+ * Returns DLOCK_OK, or DLOCK_EINVAL (NULL argument, a bad or taken scheme,
+ * or a backend that misses one of the above; the message says which).
+ */
+DLOCK_EXTERN int dlock_backend_register(const char *scheme, const dlock_backend *backend);
+
+/*
+ * For backends: set the calling thread's error message (printf-style; name
+ * the server, as "redis 127.0.0.1:6390: connection refused") and return
+ * code, so that `return dlock_backend_fail(DLOCK_ECONN, ...)` reports a
+ * failure as the library's own calls do. Whatever code is, the text is set
+ * (code 0 with a saved message puts it back).
+ */
+DLOCK_EXTERN int dlock_backend_fail(int code, const char *fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 
 #ifdef __cplusplus
 }

@@ -761,17 +761,23 @@ static int acquire_as(etcd_backend *be, const char *name, const char *owner, int
     return rc;
 }
 
-static int etcd_acquire(void *arg, const char *name, const char *owner, int64_t lease_ms,
-                        void *watch, uint64_t *fence, int64_t *retry_ms)
+/* Every kind etcd serves (caps) is a queue of keys: the plain mutex, the
+ * fair lock (the same queue), and an election, whose keys hold the
+ * candidates' identities. */
+static int etcd_acquire(void *be, const dlock_request *req, void *watch,
+                        dlock_acquire_result *out)
 {
-    return acquire_as(arg, name, owner, lease_ms, NULL, watch, fence, retry_ms);
+    return acquire_as(be, req->name, req->token, req->lease_ms,
+                      req->kind == DLOCK_KIND_LEADER ? req->identity : NULL, watch, &out->fence,
+                      &out->retry_ms);
 }
 
 /* ---- release, extend, check --------------------------------------------- */
 
-static int etcd_release(void *arg, const char *name, const char *owner)
+static int etcd_release(void *arg, const dlock_request *req)
 {
     etcd_backend *be = arg;
+    const char *name = req->name, *owner = req->token;
     dlock__etcd_conn *c;
     lock_keys k;
     json_t *reply = NULL;
@@ -820,9 +826,10 @@ static int read_own_key(etcd_backend *be, dlock__etcd_conn *c, const char *key, 
     return rc;
 }
 
-static int etcd_check(void *arg, const char *name, const char *owner)
+static int etcd_check(void *arg, const dlock_request *req)
 {
     etcd_backend *be = arg;
+    const char *name = req->name, *owner = req->token;
     dlock__etcd_conn *c;
     dlock__etcd_kv kv = {0};
     lock_keys k;
@@ -875,9 +882,11 @@ static int move_to_lease(etcd_backend *be, dlock__etcd_conn *c, const lock_keys 
  * A lease's TTL is fixed when it is granted. The same TTL: keep the lease
  * alive. Another: move the key onto the lease of that TTL.
  */
-static int etcd_extend(void *arg, const char *name, const char *owner, int64_t lease_ms)
+static int etcd_extend(void *arg, const dlock_request *req)
 {
     etcd_backend *be = arg;
+    const char *name = req->name, *owner = req->token;
+    int64_t lease_ms = req->lease_ms;
     dlock__etcd_conn *c;
     dlock__etcd_kv kv = {0};
     lock_keys k;
@@ -926,7 +935,8 @@ static int etcd_renew(void *arg, dlock_renewal *items, size_t n)
         goto done;
     }
     for (size_t i = 0; i < n && rc == DLOCK_OK; i++) {
-        rc = keys_make(&keys[i], be, items[i].name, items[i].owner, items[i].lease_ms);
+        rc = keys_make(&keys[i], be, items[i].req->name, items[i].req->token,
+                       items[i].req->lease_ms);
         ids[i] = keys[i].lease;
     }
     if (rc == DLOCK_OK)
@@ -1095,8 +1105,10 @@ static int take_wake(etcd_watch *w)
     return 1;
 }
 
-static int etcd_watch_begin(void *arg, const char *name, void **watch)
+static int etcd_watch_begin(void *arg, const dlock_request *req, void **watch)
 {
+    const char *name = req->name;
+
     (void)arg;
     /* Nothing to register yet: the first try queues our key, and the watch
      * of the key ahead starts from the revision that try read, so no
@@ -1247,65 +1259,7 @@ static void etcd_watch_end(void *arg, void *watch)
     free(w);
 }
 
-/* ---- the lock family: fair locks and leader election ---------------------- */
-
-/*
- * The revision queue is first come, first served, and a try succeeds only
- * when nobody waits: a FAIR lock is exactly the mutex above. A LEADER is one
- * too, whose key holds the leader's identity. Owner ids (reentrancy),
- * read-write locks and semaphores are not implemented on etcd.
- */
-static int family_supported(const dlock_request *req)
-{
-    const char *what = NULL;
-
-    if (req->owner != NULL || req->reentrant)
-        what = "owner ids (reentrant locks)";
-    else if (req->kind == DLOCK_KIND_READ || req->kind == DLOCK_KIND_WRITE)
-        what = "read-write locks";
-    else if (req->kind == DLOCK_KIND_SEMAPHORE)
-        what = "semaphores";
-    else if (req->kind != DLOCK_KIND_FAIR && req->kind != DLOCK_KIND_LEADER)
-        what = "this kind of lock";
-    if (what != NULL)
-        return dlock__fail(DLOCK_ENOTSUP, "the etcd backend does not implement %s", what);
-    return DLOCK_OK;
-}
-
-static int etcd_family_acquire(void *arg, const dlock_request *req, void *watch, uint64_t *fence,
-                               int64_t *retry_ms)
-{
-    int rc = family_supported(req);
-
-    if (rc != DLOCK_OK)
-        return rc;
-    return acquire_as(arg, req->name, req->token, req->lease_ms,
-                      req->kind == DLOCK_KIND_LEADER ? req->identity : NULL, watch, fence,
-                      retry_ms);
-}
-
-static int etcd_family_release(void *arg, const dlock_request *req)
-{
-    return etcd_release(arg, req->name, req->token);
-}
-
-static int etcd_family_extend(void *arg, const dlock_request *req)
-{
-    return etcd_extend(arg, req->name, req->token, req->lease_ms);
-}
-
-static int etcd_family_check(void *arg, const dlock_request *req)
-{
-    return etcd_check(arg, req->name, req->token);
-}
-
-static int etcd_family_watch_begin(void *arg, const dlock_request *req, void **watch)
-{
-    int rc = family_supported(req);
-
-    *watch = NULL;
-    return rc != DLOCK_OK ? rc : etcd_watch_begin(arg, req->name, watch);
-}
+/* ---- leader election ------------------------------------------------------ */
 
 /* The leader is the first key of the election's directory; its value is the
  * identity. */
@@ -1466,6 +1420,10 @@ const dlock_backend dlock__etcd_backend = {
     .size = sizeof(dlock_backend),
     .name = "etcd",
     .schemes = etcd_schemes,
+    /* Owner ids, read-write locks and semaphores are not implemented on
+     * etcd (docs/etcd.md); a fair lock is the plain queue. */
+    .caps = DLOCK_CAP_KIND(DLOCK_KIND_MUTEX) | DLOCK_CAP_KIND(DLOCK_KIND_FAIR) |
+            DLOCK_CAP_KIND(DLOCK_KIND_LEADER),
     .open = etcd_open,
     .close = etcd_close,
     .acquire = etcd_acquire,
@@ -1476,14 +1434,9 @@ const dlock_backend dlock__etcd_backend = {
     .watch_begin = etcd_watch_begin,
     .watch_wait = etcd_watch_wait,
     .watch_end = etcd_watch_end,
+    .watch_wake = etcd_watch_wake,
     .status = etcd_status,
     .force_release = etcd_force_release,
-    .family_acquire = etcd_family_acquire,
-    .family_release = etcd_family_release,
-    .family_extend = etcd_family_extend,
-    .family_check = etcd_family_check,
-    .family_watch_begin = etcd_family_watch_begin,
     .leader_get = etcd_leader_get,
     .observe_begin = etcd_observe_begin,
-    .watch_wake = etcd_watch_wake,
 };

@@ -217,10 +217,9 @@ static int handoff_entry(dlock__redis_watch *w, const char *owner, int64_t lease
     return DLOCK_OK;
 }
 
-static int redis_acquire(void *arg, const char *name, const char *owner, int64_t lease_ms,
-                         void *watch, uint64_t *fence, int64_t *retry_ms)
+static int mutex_acquire(redis_backend *be, const char *name, const char *owner,
+                         int64_t lease_ms, void *watch, uint64_t *fence, int64_t *retry_ms)
 {
-    redis_backend *be = arg;
     dlock__redis_watch *w = watch;
     key_buf keys[MUTEX_KEYS];
     char lease[24], entry_ms[24];
@@ -300,9 +299,8 @@ static int owned_script(redis_backend *be, const dlock__redis_script *s, int nke
     return v == 1 ? DLOCK_OK : DLOCK_ELOST;
 }
 
-static int redis_release(void *arg, const char *name, const char *owner)
+static int mutex_release(redis_backend *be, const char *name, const char *owner)
 {
-    redis_backend *be = arg;
     key_buf keys[MUTEX_KEYS], chan;
     char window[24];
     const char *argv[MUTEX_KEYS + 3];
@@ -318,9 +316,9 @@ static int redis_release(void *arg, const char *name, const char *owner)
                         "the release script");
 }
 
-static int redis_extend(void *arg, const char *name, const char *owner, int64_t lease_ms)
+static int mutex_extend(redis_backend *be, const char *name, const char *owner,
+                        int64_t lease_ms)
 {
-    redis_backend *be = arg;
     key_buf lock;
     char lease[24];
     const char *argv[3];
@@ -334,9 +332,8 @@ static int redis_extend(void *arg, const char *name, const char *owner, int64_t 
     return owned_script(be, &dlock__redis_script_extend, 1, 3, argv, lens, "the extend script");
 }
 
-static int redis_check(void *arg, const char *name, const char *owner)
+static int mutex_check(redis_backend *be, const char *name, const char *owner)
 {
-    redis_backend *be = arg;
     key_buf lock;
     const char *argv[2] = {"GET", lock.buf};
     size_t lens[2] = {3, 0};
@@ -362,6 +359,41 @@ static int redis_check(void *arg, const char *name, const char *owner)
     return rc;
 }
 
+/* ---- one call per job: the plain mutex here, the family in redis_family.c ---- */
+
+/* The plain mutex: its own keys and scripts (above), the hand-off slot. */
+static int is_mutex(const dlock_request *req)
+{
+    return req->kind == DLOCK_KIND_MUTEX && req->owner == NULL;
+}
+
+static int redis_acquire(void *be, const dlock_request *req, void *watch,
+                         dlock_acquire_result *out)
+{
+    if (is_mutex(req))
+        return mutex_acquire(be, req->name, req->token, req->lease_ms, watch, &out->fence,
+                             &out->retry_ms);
+    return dlock__redis_family_acquire(be, req, watch, &out->fence, &out->retry_ms);
+}
+
+static int redis_release(void *be, const dlock_request *req)
+{
+    return is_mutex(req) ? mutex_release(be, req->name, req->token)
+                         : dlock__redis_family_release(be, req);
+}
+
+static int redis_extend(void *be, const dlock_request *req)
+{
+    return is_mutex(req) ? mutex_extend(be, req->name, req->token, req->lease_ms)
+                         : dlock__redis_family_extend(be, req);
+}
+
+static int redis_check(void *be, const dlock_request *req)
+{
+    return is_mutex(req) ? mutex_check(be, req->name, req->token)
+                         : dlock__redis_family_check(be, req);
+}
+
 static int renew_plain(redis_backend *be, dlock_renewal *items, size_t n);
 
 /* Called from the watchdog thread only: uses the watchdog's connection. */
@@ -370,7 +402,7 @@ static int redis_renew(void *arg, dlock_renewal *items, size_t n)
     redis_backend *be = arg;
 
     for (size_t i = 0; i < n; i++)
-        if (items[i].kind != DLOCK_KIND_MUTEX || items[i].owner_id != NULL)
+        if (!is_mutex(items[i].req))
             return dlock__redis_family_renew(be, &be->wd, items, n, 1);
     return renew_plain(be, items, n);
 }
@@ -394,10 +426,10 @@ static int renew_plain(redis_backend *be, dlock_renewal *items, size_t n)
         goto done;
     }
     for (size_t i = 0; i < n; i++) {
-        make_key(&keys[i], be, items[i].name, "");
-        snprintf(leases[i], sizeof(leases[i]), "%lld", (long long)items[i].lease_ms);
+        make_key(&keys[i], be, items[i].req->name, "");
+        snprintf(leases[i], sizeof(leases[i]), "%lld", (long long)items[i].req->lease_ms);
         argv[i] = keys[i].buf, lens[i] = keys[i].len;
-        argv[n + i] = items[i].owner, lens[n + i] = strlen(items[i].owner);
+        argv[n + i] = items[i].req->token, lens[n + i] = strlen(items[i].req->token);
         argv[2 * n + i] = leases[i], lens[2 * n + i] = strlen(leases[i]);
     }
     rc = dlock__redis_conn_script(&be->wd, &dlock__redis_script_renew, &r, (int)n, (int)(3 * n),
@@ -526,19 +558,24 @@ void dlock__redis_watch_close(redis_backend *be, dlock__redis_watch *w)
     free(w);
 }
 
-static int redis_watch_begin(void *arg, const char *name, void **watch)
+static int mutex_watch_begin(redis_backend *be, const char *name, void **watch)
 {
-    redis_backend *be = arg;
     key_buf chan;
-    char wid[DLOCK_OWNER_LEN + 1];
+    char wid[DLOCK__TOKEN_LEN + 1];
     int rc;
 
     /* The waiter's id is what a hand-off message names: not its owner
      * token, which must not travel on a channel others can read. */
-    if ((rc = dlock__owner_token(wid)) != DLOCK_OK)
+    if ((rc = dlock__token_new(wid)) != DLOCK_OK)
         return rc;
     make_key(&chan, be, name, ":release");
     return dlock__redis_watch_open(be, chan.buf, name, wid, (dlock__redis_watch **)watch);
+}
+
+static int redis_watch_begin(void *be, const dlock_request *req, void **watch)
+{
+    return is_mutex(req) ? mutex_watch_begin(be, req->name, watch)
+                         : dlock__redis_family_watch_begin(be, req, watch);
 }
 
 static int redis_watch_wait(void *arg, void *watch, int64_t timeout_ms)
@@ -560,32 +597,31 @@ static void redis_watch_wake(void *arg, void *watch)
 static const char *const redis_schemes[] = {"redis", "unix", "rediss", NULL};
 
 const dlock_backend dlock__redis_backend = {
-    DLOCK_BACKEND_VERSION,
-    sizeof(dlock_backend),
-    "redis",
-    redis_schemes,
-    redis_open,
-    redis_close,
-    redis_acquire,
-    redis_release,
-    redis_extend,
-    redis_check,
-    redis_renew,
-    redis_watch_begin,
-    redis_watch_wait,
-    redis_watch_end,
-    redis_status,
-    redis_force_release,
-    dlock__redis_family_acquire,
-    dlock__redis_family_release,
-    dlock__redis_family_extend,
-    dlock__redis_family_check,
-    dlock__redis_family_watch_begin,
-    dlock__redis_downgrade,
-    dlock__redis_set_permits,
-    dlock__redis_multi_same_slot,
-    dlock__redis_multi_acquire,
-    dlock__redis_leader_get,
-    dlock__redis_observe_begin,
-    redis_watch_wake,
+    .version = DLOCK_BACKEND_VERSION,
+    .size = sizeof(dlock_backend),
+    .name = "redis",
+    .schemes = redis_schemes,
+    .caps = DLOCK_CAP_KIND(DLOCK_KIND_MUTEX) | DLOCK_CAP_KIND(DLOCK_KIND_FAIR) |
+            DLOCK_CAP_KIND(DLOCK_KIND_READ) | DLOCK_CAP_KIND(DLOCK_KIND_WRITE) |
+            DLOCK_CAP_KIND(DLOCK_KIND_SEMAPHORE) | DLOCK_CAP_KIND(DLOCK_KIND_LEADER) |
+            DLOCK_CAP_OWNER_IDS,
+    .open = redis_open,
+    .close = redis_close,
+    .acquire = redis_acquire,
+    .release = redis_release,
+    .extend = redis_extend,
+    .check = redis_check,
+    .renew = redis_renew,
+    .watch_begin = redis_watch_begin,
+    .watch_wait = redis_watch_wait,
+    .watch_end = redis_watch_end,
+    .watch_wake = redis_watch_wake,
+    .status = redis_status,
+    .force_release = redis_force_release,
+    .downgrade = dlock__redis_downgrade,
+    .set_permits = dlock__redis_set_permits,
+    .leader_get = dlock__redis_leader_get,
+    .observe_begin = dlock__redis_observe_begin,
+    .multi_atomic = dlock__redis_multi_atomic,
+    .multi_acquire = dlock__redis_multi_acquire,
 };

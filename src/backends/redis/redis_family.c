@@ -332,11 +332,11 @@ int dlock__redis_set_permits(void *arg_be, const char *name, int permits)
 
 /* ---- renew, extend, check ---------------------------------------------- */
 
-static const char *renew_kind(int kind, const char *owner_id)
+static const char *renew_kind(int kind, const char *owner)
 {
     switch (kind) {
     case DLOCK_KIND_MUTEX:
-        return owner_id == NULL ? "mutex" : "excl";
+        return owner == NULL ? "mutex" : "excl";
     case DLOCK_KIND_READ:
         return "read";
     case DLOCK_KIND_SEMAPHORE:
@@ -364,15 +364,16 @@ int dlock__redis_family_renew(redis_backend *be, dlock__redis_conn *conn, dlock_
         goto done;
     }
     for (size_t i = 0; i < n; i++) {
-        const char *kind = renew_kind(items[i].kind, items[i].owner_id);
-        const char *value = items[i].owner_id != NULL ? items[i].owner_id : items[i].owner;
+        const dlock_request *req = items[i].req;
+        const char *kind = renew_kind(req->kind, req->owner);
+        const char *value = req->owner != NULL ? req->owner : req->token;
         size_t at = n + 1 + 4 * i;
 
-        dlock__redis_key(&keys[i], be, items[i].name, "");
-        snprintf(leases[i], sizeof(leases[i]), "%lld", (long long)items[i].lease_ms);
+        dlock__redis_key(&keys[i], be, req->name, "");
+        snprintf(leases[i], sizeof(leases[i]), "%lld", (long long)req->lease_ms);
         argv[i] = keys[i].buf, lens[i] = keys[i].len;
         argv[at] = kind, lens[at] = strlen(kind);
-        argv[at + 1] = items[i].owner, lens[at + 1] = strlen(items[i].owner);
+        argv[at + 1] = req->token, lens[at + 1] = strlen(req->token);
         argv[at + 2] = value, lens[at + 2] = strlen(value);
         argv[at + 3] = leases[i], lens[at + 3] = strlen(leases[i]);
     }
@@ -411,8 +412,7 @@ done:
 
 static int renew_one(redis_backend *be, const dlock_request *req, int renew)
 {
-    dlock_renewal item = {req->name, req->token, req->lease_ms, DLOCK_EPROTO, req->kind,
-                          req->owner};
+    dlock_renewal item = {req, DLOCK_EPROTO};
     int rc = dlock__redis_family_renew(be, NULL, &item, 1, renew);
 
     return rc != DLOCK_OK ? rc : item.result;
@@ -460,7 +460,7 @@ static unsigned key_slot(const char *key, size_t len)
     return crc16(key, len) & 16383;
 }
 
-int dlock__redis_multi_same_slot(void *arg_be, const char *const *names, size_t n)
+int dlock__redis_multi_atomic(void *arg_be, const dlock_request *reqs, size_t n)
 {
     redis_backend *be = arg_be;
     unsigned first = 0;
@@ -469,7 +469,7 @@ int dlock__redis_multi_same_slot(void *arg_be, const char *const *names, size_t 
         key_buf k;
         unsigned slot;
 
-        dlock__redis_key(&k, be, names[i], "");
+        dlock__redis_key(&k, be, reqs[i].name, "");
         slot = key_slot(k.buf, k.len);
         if (i == 0)
             first = slot;
@@ -479,9 +479,8 @@ int dlock__redis_multi_same_slot(void *arg_be, const char *const *names, size_t 
     return 1;
 }
 
-int dlock__redis_multi_acquire(void *arg_be, const char *const *names, const char *const *tokens,
-                               size_t n, int64_t lease_ms, uint64_t *fences, size_t *busy,
-                               int64_t *retry_ms)
+int dlock__redis_multi_acquire(void *arg_be, const dlock_request *reqs, size_t n,
+                               uint64_t *fences, dlock_acquire_result *out)
 {
     redis_backend *be = arg_be;
     key_buf *keys = malloc((n + 2) * sizeof(*keys));
@@ -497,15 +496,15 @@ int dlock__redis_multi_acquire(void *arg_be, const char *const *names, const cha
         goto done;
     }
     for (size_t i = 0; i < n; i++) {
-        dlock__redis_key(&keys[i], be, names[i], "");
+        dlock__redis_key(&keys[i], be, reqs[i].name, "");
         argv[i] = keys[i].buf, lens[i] = keys[i].len;
-        argv[n + 2 + i] = tokens[i], lens[n + 2 + i] = strlen(tokens[i]);
+        argv[n + 2 + i] = reqs[i].token, lens[n + 2 + i] = strlen(reqs[i].token);
     }
     dlock__redis_global_key(&keys[n], be, DLOCK__REDIS_FENCE_FLOOR);
     dlock__redis_global_key(&keys[n + 1], be, DLOCK__REDIS_FENCE_REGISTRY);
     argv[n] = keys[n].buf, lens[n] = keys[n].len;
     argv[n + 1] = keys[n + 1].buf, lens[n + 1] = keys[n + 1].len;
-    snprintf(lease, sizeof(lease), "%lld", (long long)lease_ms);
+    snprintf(lease, sizeof(lease), "%lld", (long long)reqs[0].lease_ms);
     argv[2 * n + 2] = lease, lens[2 * n + 2] = strlen(lease);
     rc = dlock__redis_cmd_script(be, &dlock__redis_script_multi_acquire, &r, (int)n + 2,
                                  (int)argc, argv, lens);
@@ -526,8 +525,8 @@ int dlock__redis_multi_acquire(void *arg_be, const char *const *names, const cha
         rc = DLOCK_OK;
     } else if (r->element[0]->integer == 0 && r->elements == 3 && r->element[1]->integer >= 1 &&
                (size_t)r->element[1]->integer <= n) {
-        *busy = (size_t)r->element[1]->integer - 1;
-        *retry_ms = r->element[2]->integer == -2 ? 0 : r->element[2]->integer;
+        out->busy = (size_t)r->element[1]->integer - 1;
+        out->retry_ms = r->element[2]->integer == -2 ? 0 : r->element[2]->integer;
         rc = DLOCK_EBUSY;
     }
 done:

@@ -94,10 +94,9 @@ int dlock__redis_family_check(void *be, const dlock_request *req);
 int dlock__redis_family_watch_begin(void *be, const dlock_request *req, void **watch);
 int dlock__redis_downgrade(void *be, const dlock_request *req);
 int dlock__redis_set_permits(void *be, const char *name, int permits);
-int dlock__redis_multi_same_slot(void *be, const char *const *names, size_t n);
-int dlock__redis_multi_acquire(void *be, const char *const *names, const char *const *tokens,
-                               size_t n, int64_t lease_ms, uint64_t *fences, size_t *busy,
-                               int64_t *retry_ms);
+int dlock__redis_multi_atomic(void *be, const dlock_request *reqs, size_t n);
+int dlock__redis_multi_acquire(void *be, const dlock_request *reqs, size_t n, uint64_t *fences,
+                               dlock_acquire_result *out);
 int dlock__redis_leader_get(void *be, const char *name, dlock_leader_info *out);
 int dlock__redis_observe_begin(void *be, const char *name, void **watch);
 

@@ -388,16 +388,16 @@ static void own_key_after_counter_retired(void)
     dlock_lock *l;
     const char *token = "0123456789abcdef0123456789abcdef";
     dlock_acquire_options o = test_opts(0, 5000, 0);
-    uint64_t fence = 0;
-    int64_t retry = -1;
+    dlock_request req = {DLOCK_KIND_MUTEX, "retired", token, NULL, 0, 5000, 0, NULL};
+    dlock_acquire_result res = {0};
 
     test_redis_start(&r, NULL);
     c = open_url(r.url, 5000);
     CHECK(test_redis_cmd(&r, "SET dlock:{retired} %s PX 5000", token) >= 0);
     CHECK(test_redis_cmd(&r, "SET dlock:fence-floor 100") >= 0);
     CHECK(test_redis_cmd(&r, "EXISTS dlock:{retired}:fence") == 0);
-    CHECK_RC(c->backend->acquire(c->be, "retired", token, 5000, NULL, &fence, &retry), DLOCK_OK);
-    CHECK(fence == 100);
+    CHECK_RC(c->backend->acquire(c->be, &req, NULL, &res), DLOCK_OK);
+    CHECK(res.fence == 100);
     CHECK(test_redis_cmd(&r, "DEL dlock:{retired}") == 1);
     CHECK_RC(dlock_acquire(&l, c, "retired", &o), DLOCK_OK);
     CHECK(dlock_lock_fence(l) == 101);
@@ -420,8 +420,9 @@ static void timed_out_tries_leave_nothing(void)
     dlock_lock *l, *h;
     dlock_acquire_options o = test_opts(0, 60000, 0);
     void *watch = NULL;
-    uint64_t fence = 0;
-    int64_t retry = -1;
+    dlock_request req = {DLOCK_KIND_MUTEX, "noreply", "00112233445566778899aabbccddeeff", NULL,
+                         0, 60000, 0, NULL};
+    dlock_acquire_result res = {0};
     int rc;
 
     test_redis_start(&r, NULL);
@@ -439,10 +440,9 @@ static void timed_out_tries_leave_nothing(void)
     /* The waiter's side, one backend call at a time as the core makes them. */
     holder = open_url(r.url, 5000);
     CHECK_RC(dlock_acquire(&h, holder, "noreply", &o), DLOCK_OK);
-    CHECK_RC(c->backend->watch_begin(c->be, "noreply", &watch), DLOCK_OK);
+    CHECK_RC(c->backend->watch_begin(c->be, &req, &watch), DLOCK_OK);
     chaos_proxy_set(p, CHAOS_PROXY_DELAY_ONE_REPLY, 600);
-    rc = c->backend->acquire(c->be, "noreply", "00112233445566778899aabbccddeeff", 60000, watch,
-                             &fence, &retry);
+    rc = c->backend->acquire(c->be, &req, watch, &res);
     CHECK(rc == DLOCK_ECONN || rc == DLOCK_ETIMEOUT);
     CHECK(test_redis_cmd(&r, "EXISTS dlock:{noreply}:next") == 1); /* the server ran it */
     c->backend->watch_end(c->be, watch);

@@ -1,0 +1,109 @@
+/*
+ * The one acquire loop, for a single lock and for a multi-lock taken in one
+ * atomic step: try; if busy and the caller waits, watch the lock that was
+ * busy and try again at once (a release between the try and the watch's
+ * registration is then not missed), then sleep until a release is
+ * announced or the holder's lease should have run out, and try again.
+ */
+#include <stdio.h>
+
+#include "core/client.h"
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/wait.h"
+
+/* A holder's key with no expiry (set by hand) announces nothing: look again
+ * this often rather than sleep forever. */
+#define NO_TTL_RECHECK_MS 1000
+
+int dlock__outcome_unknown(int rc)
+{
+    return rc == DLOCK_ECONN || rc == DLOCK_ETIMEOUT || rc == DLOCK_EPROTO;
+}
+
+/* Begin watching req, ending the watch held so far. */
+static int watch_again(dlock_client *c, dlock__waiter *waiter, void **watch,
+                       const dlock_request *req)
+{
+    int rc;
+
+    if (*watch != NULL) {
+        dlock__waiting_remove(c, waiter);
+        c->backend->watch_end(c->be, *watch);
+        *watch = NULL;
+    }
+    rc = c->backend->watch_begin(c->be, req, watch);
+    if (rc == DLOCK_OK)
+        dlock__waiting_add(c, waiter, *watch);
+    return rc;
+}
+
+int dlock__acquire_loop(dlock_client *c, const dlock__attempt *a, int64_t wait_ms,
+                        dlock_acquire_result *res)
+{
+    const dlock_backend *b = c->backend;
+    int64_t start = dlock__now_ms();
+    int64_t deadline = wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX : start + wait_ms;
+    const dlock_request *watched = NULL;
+    dlock__waiter waiter;
+    void *watch = NULL;
+    char shown[80];
+    int rc;
+
+    for (;;) {
+        const dlock_request *busy;
+        int64_t now, sleep_ms, retry;
+
+        if (watch != NULL && (rc = dlock__check_interrupt(c, watched->name)) != DLOCK_OK)
+            break;
+        res->lease_from_ms = dlock__now_ms();
+        res->retry_ms = -1;
+        rc = a->try_once(a->ctx, watch, res);
+        /* A try-once whose reply never came may have taken the lock: give
+         * it back (a waiting try's leave, in watch_end, does the same). */
+        if (watch == NULL && dlock__outcome_unknown(rc))
+            a->give_back(a->ctx);
+        if (rc != DLOCK_EBUSY)
+            break;
+        busy = a->busy(a->ctx, res);
+        now = dlock__now_ms();
+        if (wait_ms == 0 || now >= deadline) {
+            rc = wait_ms == 0
+                     ? dlock__fail(DLOCK_EBUSY, "lock '%s' is held by another owner (lease "
+                                   "left %lld ms)", dlock__printable(shown, sizeof(shown),
+                                                                     busy->name),
+                                   (long long)res->retry_ms)
+                     : dlock__fail(DLOCK_ETIMEOUT, "lock '%s' still held by another owner after "
+                                   "waiting %lld ms", dlock__printable(shown, sizeof(shown),
+                                                                       busy->name),
+                                   (long long)wait_ms);
+            break;
+        }
+        if (watch == NULL || busy != watched) {
+            if ((rc = watch_again(c, &waiter, &watch, busy)) != DLOCK_OK)
+                break;
+            watched = busy;
+            continue;
+        }
+        sleep_ms = deadline - now;
+        retry = res->retry_ms < 0 ? NO_TTL_RECHECK_MS : res->retry_ms;
+        /* +1: wake just after the holder's lease, not just before it. */
+        if (retry < INT64_MAX && retry + 1 < sleep_ms)
+            sleep_ms = retry + 1;
+        rc = b->watch_wait(c->be, watch, sleep_ms);
+        if (rc != DLOCK_OK && rc != DLOCK_ETIMEOUT)
+            break;
+    }
+    if (watch != NULL) {
+        char msg[512];
+        /* The caller reports why it stopped waiting, not how leaving went. */
+        snprintf(msg, sizeof(msg), "%s", dlock_error_message());
+        dlock__waiting_remove(c, &waiter);
+        b->watch_end(c->be, watch);
+        if (rc != DLOCK_OK)
+            dlock__fail(rc, "%s", msg);
+        else
+            dlock__clear_error();
+    }
+    return rc;
+}
