@@ -94,6 +94,10 @@ int dlock__redis_cmd_script(dlock__redis_be *be, const dlock__redis_script *s,
 /* Short names for this file; redis_int.h has the shared ones. */
 typedef dlock__redis_be redis_backend;
 typedef dlock__redis_key_buf key_buf;
+typedef dlock__redis_args args;
+#define arg_key dlock__redis_arg_key
+#define arg_str dlock__redis_arg_str
+#define arg_num dlock__redis_arg_num
 #define make_key dlock__redis_key
 #define bad_reply dlock__redis_bad_reply
 #define cmd_script dlock__redis_cmd_script
@@ -179,7 +183,7 @@ err:
 #define MUTEX_KEYS 5
 
 static void mutex_keys(redis_backend *be, const char *name, key_buf keys[MUTEX_KEYS],
-                       const char **argv, size_t *lens)
+                       args *a)
 {
     make_key(&keys[0], be, name, "");
     make_key(&keys[1], be, name, ":fence");
@@ -187,7 +191,7 @@ static void mutex_keys(redis_backend *be, const char *name, key_buf keys[MUTEX_K
     dlock__redis_global_key(&keys[3], be, DLOCK__REDIS_FENCE_REGISTRY);
     make_key(&keys[4], be, name, ":next");
     for (int i = 0; i < MUTEX_KEYS; i++)
-        argv[i] = keys[i].buf, lens[i] = keys[i].len;
+        arg_key(a, &keys[i]);
 }
 
 /* How long a waiter of the plain mutex sleeps at most between tries (each
@@ -222,10 +226,7 @@ static int mutex_acquire(redis_backend *be, const char *name, const char *owner,
 {
     dlock__redis_watch *w = watch;
     key_buf keys[MUTEX_KEYS];
-    char lease[24], entry_ms[24];
-    const char *argv[9];
-    size_t lens[9];
-    int argc = 7;
+    args a = {0};
     redisReply *r;
     int rc;
 
@@ -236,30 +237,26 @@ static int mutex_acquire(redis_backend *be, const char *name, const char *owner,
      * and been taken by another since. */
     if (w != NULL && (rc = handoff_entry(w, owner, lease_ms)) != DLOCK_OK)
         return rc;
-    mutex_keys(be, name, keys, argv, lens);
-    snprintf(lease, sizeof(lease), "%lld", (long long)lease_ms);
-    argv[5] = owner, lens[5] = strlen(owner);
-    argv[6] = lease, lens[6] = strlen(lease);
+    mutex_keys(be, name, keys, &a);
+    arg_str(&a, owner);
+    arg_num(&a, lease_ms);
     if (w != NULL) {
-        snprintf(entry_ms, sizeof(entry_ms), "%lld",
-                 (long long)(2 * handoff_refresh_ms(lease_ms) + 100));
-        argv[7] = w->entry, lens[7] = strlen(w->entry);
-        argv[8] = entry_ms, lens[8] = strlen(entry_ms);
-        argc = 9;
+        arg_str(&a, w->entry);
+        arg_num(&a, 2 * handoff_refresh_ms(lease_ms) + 100);
         /* From here the server may hold our entry, or the lock, even if no
          * reply comes back (a timeout after the server ran the script):
          * giving up must clean up (watch_end, mutex_leave.lua). */
         w->leave = 1;
     }
-    if ((rc = cmd_script(be, &dlock__redis_script_acquire, &r, MUTEX_KEYS, argc, argv, lens)) !=
-        DLOCK_OK)
+    if ((rc = cmd_script(be, &dlock__redis_script_acquire, &r, MUTEX_KEYS, a.argc, a.argv,
+                         a.lens)) != DLOCK_OK)
         return rc;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER) {
         freeReplyObject(r);
         return bad_reply(be->cmd, "the acquire script");
     }
-    if (r->element[0]->integer == 1) {
+    if (r->element[0]->integer == DLOCK__REDIS_TAKEN) {
         if (r->element[1]->integer <= 0) {
             freeReplyObject(r);
             return bad_reply(be->cmd, "the acquire script (fence <= 0)");
@@ -284,52 +281,45 @@ static int mutex_acquire(redis_backend *be, const char *name, const char *owner,
     return rc;
 }
 
-/* Run an owner-checked script, whose reply is 1 done, 0 not ours. */
-static int owned_script(redis_backend *be, const dlock__redis_script *s, int nkeys, int argc,
-                        const char **argv, const size_t *lens, const char *what)
+/* Run an owner-checked script, whose reply is DLOCK__REDIS_DONE or _NOT_OURS. */
+static int owned_script(redis_backend *be, const dlock__redis_script *s, int nkeys,
+                        args *a, const char *what)
 {
     redisReply *r;
     long long v = 0;
     int rc;
 
-    if ((rc = cmd_script(be, s, &r, nkeys, argc, argv, lens)) != DLOCK_OK)
+    if ((rc = cmd_script(be, s, &r, nkeys, a->argc, a->argv, a->lens)) != DLOCK_OK)
         return rc;
     if ((rc = int_reply(be->cmd, r, what, &v)) != DLOCK_OK)
         return rc;
-    return v == 1 ? DLOCK_OK : DLOCK_ELOST;
+    return v == DLOCK__REDIS_DONE ? DLOCK_OK : DLOCK_ELOST;
 }
 
 static int mutex_release(redis_backend *be, const char *name, const char *owner)
 {
     key_buf keys[MUTEX_KEYS], chan;
-    char window[24];
-    const char *argv[MUTEX_KEYS + 3];
-    size_t lens[MUTEX_KEYS + 3];
+    args a = {0};
 
-    mutex_keys(be, name, keys, argv, lens);
+    mutex_keys(be, name, keys, &a);
     make_key(&chan, be, name, ":release");
-    snprintf(window, sizeof(window), "%d", DLOCK__REDIS_HANDOFF_CONFIRM_MS);
-    argv[5] = owner, lens[5] = strlen(owner);
-    argv[6] = chan.buf, lens[6] = chan.len;
-    argv[7] = window, lens[7] = strlen(window);
-    return owned_script(be, &dlock__redis_script_release, MUTEX_KEYS, MUTEX_KEYS + 3, argv, lens,
-                        "the release script");
+    arg_str(&a, owner);
+    arg_key(&a, &chan);
+    arg_num(&a, DLOCK__REDIS_HANDOFF_CONFIRM_MS);
+    return owned_script(be, &dlock__redis_script_release, MUTEX_KEYS, &a, "the release script");
 }
 
 static int mutex_extend(redis_backend *be, const char *name, const char *owner,
                         int64_t lease_ms)
 {
     key_buf lock;
-    char lease[24];
-    const char *argv[3];
-    size_t lens[3];
+    args a = {0};
 
     make_key(&lock, be, name, "");
-    snprintf(lease, sizeof(lease), "%lld", (long long)lease_ms);
-    argv[0] = lock.buf, lens[0] = lock.len;
-    argv[1] = owner, lens[1] = strlen(owner);
-    argv[2] = lease, lens[2] = strlen(lease);
-    return owned_script(be, &dlock__redis_script_extend, 1, 3, argv, lens, "the extend script");
+    arg_key(&a, &lock);
+    arg_str(&a, owner);
+    arg_num(&a, lease_ms);
+    return owned_script(be, &dlock__redis_script_extend, 1, &a, "the extend script");
 }
 
 static int mutex_check(redis_backend *be, const char *name, const char *owner)
@@ -445,7 +435,7 @@ static int renew_plain(redis_backend *be, dlock_renewal *items, size_t n)
             rc = bad_reply(&be->wd, "the renew script");
             goto done;
         }
-        items[i].result = r->element[i]->integer == 1 ? DLOCK_OK : DLOCK_ELOST;
+        items[i].result = r->element[i]->integer == DLOCK__REDIS_DONE ? DLOCK_OK : DLOCK_ELOST;
     }
 done:
     if (r != NULL)
@@ -460,19 +450,19 @@ done:
 static int read_status(redis_backend *be, const char *name, int force, dlock_lock_info *out)
 {
     key_buf lock, counter, chan;
-    const char *argv[4];
-    size_t lens[4];
+    args a = {0};
     redisReply *r;
     int rc;
 
     make_key(&lock, be, name, "");
     make_key(&counter, be, name, ":fence");
     make_key(&chan, be, name, ":release");
-    argv[0] = lock.buf, lens[0] = lock.len;
-    argv[1] = counter.buf, lens[1] = counter.len;
-    argv[2] = force ? "force" : "read", lens[2] = strlen(argv[2]);
-    argv[3] = chan.buf, lens[3] = chan.len;
-    if ((rc = cmd_script(be, &dlock__redis_script_status, &r, 2, 4, argv, lens)) != DLOCK_OK)
+    arg_key(&a, &lock);
+    arg_key(&a, &counter);
+    arg_str(&a, force ? "force" : "read");
+    arg_key(&a, &chan);
+    if ((rc = cmd_script(be, &dlock__redis_script_status, &r, 2, a.argc, a.argv, a.lens)) !=
+        DLOCK_OK)
         return rc;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
         r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER ||
@@ -532,21 +522,21 @@ void dlock__redis_watch_close(redis_backend *be, dlock__redis_watch *w)
         /* Best effort: if this fails, the server drops the place, marker or
          * hand-off entry when its expiry passes. */
         key_buf base, chan;
-        const char *argv[4];
-        size_t lens[4];
+        args a = {0};
         redisReply *r = NULL;
         char saved[512];
 
         snprintf(saved, sizeof(saved), "%s", dlock_error_message());
         make_key(&base, be, w->name, "");
         make_key(&chan, be, w->name, ":release");
-        argv[0] = base.buf, lens[0] = base.len;
-        argv[1] = w->token, lens[1] = strlen(w->token);
-        argv[2] = chan.buf, lens[2] = chan.len;
-        argv[3] = w->entry, lens[3] = w->entry != NULL ? strlen(w->entry) : 0;
+        arg_key(&a, &base);
+        arg_str(&a, w->token);
+        arg_key(&a, &chan);
+        if (w->entry != NULL)
+            arg_str(&a, w->entry);
         if (cmd_script(be, w->entry != NULL ? &dlock__redis_script_mutex_leave
                                             : &dlock__redis_script_leave,
-                       &r, 1, w->entry != NULL ? 4 : 3, argv, lens) == DLOCK_OK)
+                       &r, 1, a.argc, a.argv, a.lens) == DLOCK_OK)
             freeReplyObject(r);
         /* The caller reports why it gave up, not how leaving went. */
         dlock__fail(DLOCK_OK, "%s", saved);

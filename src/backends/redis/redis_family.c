@@ -48,36 +48,11 @@ static const char *owner_value(const dlock_request *req)
     return req->owner != NULL ? req->owner : req->token;
 }
 
-/* An argument list: the keys then the arguments, as cmd_script takes them. */
-typedef struct {
-    const char *argv[16];
-    size_t lens[16];
-    char nums[4][24];
-    int argc, nnums;
-} args;
-
-static void arg(args *a, const char *s, size_t len)
-{
-    a->argv[a->argc] = s;
-    a->lens[a->argc++] = len;
-}
-
-static void arg_str(args *a, const char *s)
-{
-    arg(a, s, strlen(s));
-}
-
-static void arg_key(args *a, const key_buf *k)
-{
-    arg(a, k->buf, k->len);
-}
-
-static void arg_num(args *a, long long v)
-{
-    char *buf = a->nums[a->nnums++];
-    snprintf(buf, sizeof(a->nums[0]), "%lld", v);
-    arg_str(a, buf);
-}
+typedef dlock__redis_args args;
+#define arg dlock__redis_arg
+#define arg_str dlock__redis_arg_str
+#define arg_key dlock__redis_arg_key
+#define arg_num dlock__redis_arg_num
 
 /* The reply of the acquire scripts: {status, value}. */
 static int pair_reply(redis_backend *be, redisReply *r, const char *what, long long *status,
@@ -113,20 +88,20 @@ static int misuse(const dlock_request *req, long long why)
 
     dlock__printable(name, sizeof(name), req->name);
     switch (why) {
-    case 1:
+    case DLOCK__REDIS_WHY_HELD:
         if (req->kind == DLOCK_KIND_WRITE)
             return dlock__fail(DLOCK_EMISUSE, "write lock '%s' is already held by this owner id "
                                "(read-write locks are not reentrant)", name);
         return dlock__fail(DLOCK_EMISUSE, "lock '%s' is already held by this owner id and "
                            "reentrant is off: set reentrant to take it again", name);
-    case 2:
+    case DLOCK__REDIS_WHY_OTHER_KIND:
         if (req->kind == DLOCK_KIND_READ)
             return dlock__fail(DLOCK_EMISUSE, "read lock '%s' asked by the owner id that holds "
                                "its write lock: downgrade the write lock instead "
                                "(dlock_lock_downgrade)", name);
         return dlock__fail(DLOCK_EMISUSE, "lock '%s' is held by this owner id, but not as a "
                            "lock of this kind (use one name with one kind)", name);
-    case 3:
+    case DLOCK__REDIS_WHY_UPGRADE:
         return dlock__fail(DLOCK_EMISUSE, "write lock '%s' asked by an owner id that holds a "
                            "read lock on it: upgrade is refused (two upgrading readers would "
                            "wait for each other for ever); release the read lock first", name);
@@ -194,11 +169,16 @@ int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *wa
     default:
         return dlock__fail(DLOCK_ENOTSUP, "redis: no lock of kind %d", req->kind);
     }
+    /* A fair waiter's try takes a place in the queue, a writer's may set
+     * its marker: both must go if it gives up, also when this try's reply
+     * never comes. */
+    if (watch != NULL && (req->kind == DLOCK_KIND_FAIR || req->kind == DLOCK_KIND_WRITE))
+        watch->leave = 1;
     if ((rc = dlock__redis_cmd_script(be, script, &r, 3, a.argc, a.argv, a.lens)) != DLOCK_OK)
         return rc;
     if ((rc = pair_reply(be, r, script->name, &status, &value)) != DLOCK_OK)
         return rc;
-    if (status == 1) {
+    if (status == DLOCK__REDIS_TAKEN) {
         if (value <= 0)
             return dlock__redis_bad_reply(be->cmd, "an acquire script (fence <= 0)");
         *fence = (uint64_t)value;
@@ -206,15 +186,11 @@ int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *wa
             watch->leave = 0;
         return DLOCK_OK;
     }
-    if (status == 0) {
+    if (status == DLOCK__REDIS_BUSY) {
         *retry_ms = value;
-        /* A fair waiter now has a place in the queue, a writer may have set
-         * its marker: both must go if it gives up. */
-        if (watch != NULL && (req->kind == DLOCK_KIND_FAIR || req->kind == DLOCK_KIND_WRITE))
-            watch->leave = 1;
         return DLOCK_EBUSY;
     }
-    if (status == -2)
+    if (status == DLOCK__REDIS_NO_PERMITS)
         return dlock__fail(DLOCK_EINVAL, "semaphore '%s' has no number of permits yet: give "
                            "options.permits (or call dlock_semaphore_set_permits)",
                            dlock__printable(name, sizeof(name), req->name));
@@ -281,7 +257,7 @@ int dlock__redis_family_release(void *arg_be, const dlock_request *req)
         return rc;
     if ((rc = int_result(be, r, script->name, &v)) != DLOCK_OK)
         return rc;
-    return v == 1 ? DLOCK_OK : DLOCK_ELOST;
+    return v == DLOCK__REDIS_DONE ? DLOCK_OK : DLOCK_ELOST;
 }
 
 int dlock__redis_downgrade(void *arg_be, const dlock_request *req)
@@ -307,7 +283,7 @@ int dlock__redis_downgrade(void *arg_be, const dlock_request *req)
         return rc;
     if ((rc = int_result(be, r, "the downgrade script", &v)) != DLOCK_OK)
         return rc;
-    return v == 1 ? DLOCK_OK : DLOCK_ELOST;
+    return v == DLOCK__REDIS_DONE ? DLOCK_OK : DLOCK_ELOST;
 }
 
 int dlock__redis_set_permits(void *arg_be, const char *name, int permits)
@@ -398,7 +374,7 @@ int dlock__redis_family_renew(redis_backend *be, dlock__redis_conn *conn, dlock_
             rc = dlock__redis_bad_reply(conn, "the family renew script");
             goto done;
         }
-        items[i].result = r->element[i]->integer == 1 ? DLOCK_OK : DLOCK_ELOST;
+        items[i].result = r->element[i]->integer == DLOCK__REDIS_DONE ? DLOCK_OK : DLOCK_ELOST;
     }
 done:
     if (r != NULL)
@@ -516,14 +492,14 @@ int dlock__redis_multi_acquire(void *arg_be, const dlock_request *reqs, size_t n
     for (size_t i = 0; i < r->elements; i++)
         if (r->element[i]->type != REDIS_REPLY_INTEGER)
             goto done;
-    if (r->element[0]->integer == 1 && r->elements == n + 1) {
+    if (r->element[0]->integer == DLOCK__REDIS_TAKEN && r->elements == n + 1) {
         for (size_t i = 0; i < n; i++) {
             if (r->element[i + 1]->integer <= 0)
                 goto done;
             fences[i] = (uint64_t)r->element[i + 1]->integer;
         }
         rc = DLOCK_OK;
-    } else if (r->element[0]->integer == 0 && r->elements == 3 && r->element[1]->integer >= 1 &&
+    } else if (r->element[0]->integer == DLOCK__REDIS_BUSY && r->elements == 3 && r->element[1]->integer >= 1 &&
                (size_t)r->element[1]->integer <= n) {
         out->busy = (size_t)r->element[1]->integer - 1;
         out->retry_ms = r->element[2]->integer == -2 ? 0 : r->element[2]->integer;

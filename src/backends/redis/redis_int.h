@@ -7,6 +7,8 @@
 #define DLOCK_REDIS_INT_H
 
 #include <pthread.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "backends/redis/redis_conn.h"
 #include "backends/redis/redis_watch.h"
@@ -56,6 +58,57 @@ int dlock__redis_bad_reply(const dlock__redis_conn *conn, const char *what);
  * and give it back. An open one is preferred to one not yet opened. */
 dlock__redis_conn *dlock__redis_cmd_take(dlock__redis_be *be);
 void dlock__redis_cmd_give(dlock__redis_be *be, dlock__redis_conn *conn);
+
+/* A script's keys then arguments, as the script calls take them. */
+typedef struct {
+    const char *argv[16];
+    size_t lens[16];
+    char nums[4][24];
+    int argc, nnums;
+} dlock__redis_args;
+
+static inline void dlock__redis_arg(dlock__redis_args *a, const char *s, size_t len)
+{
+    a->argv[a->argc] = s;
+    a->lens[a->argc++] = len;
+}
+
+static inline void dlock__redis_arg_str(dlock__redis_args *a, const char *s)
+{
+    dlock__redis_arg(a, s, strlen(s));
+}
+
+static inline void dlock__redis_arg_key(dlock__redis_args *a, const dlock__redis_key_buf *k)
+{
+    dlock__redis_arg(a, k->buf, k->len);
+}
+
+static inline void dlock__redis_arg_num(dlock__redis_args *a, long long v)
+{
+    char *buf = a->nums[a->nnums++];
+    snprintf(buf, sizeof(a->nums[0]), "%lld", v);
+    dlock__redis_arg_str(a, buf);
+}
+
+/*
+ * What the scripts answer (each script's header says which): the owner-
+ * checked ones (release, extend, renew, leave) an integer, the acquire
+ * scripts {status, value}.
+ */
+enum {
+    DLOCK__REDIS_NOT_OURS = 0,   /* not ours: nothing changed */
+    DLOCK__REDIS_DONE = 1,
+    DLOCK__REDIS_BUSY = 0,       /* acquire: {0, retry ms}, another holds it */
+    DLOCK__REDIS_TAKEN = 1,      /* acquire: {1, fence} */
+    DLOCK__REDIS_REFUSED = -1,   /* acquire: {-1, DLOCK__REDIS_WHY_*} */
+    DLOCK__REDIS_NO_PERMITS = -2 /* sem_acquire: {-2, 1}, no N for the name */
+};
+/* Why an acquire script refused an owner id that holds the lock. */
+enum {
+    DLOCK__REDIS_WHY_HELD = 1,       /* held by this owner, not reentrant */
+    DLOCK__REDIS_WHY_OTHER_KIND = 2, /* held by this owner as another kind */
+    DLOCK__REDIS_WHY_UPGRADE = 3     /* a reader asks for the write lock */
+};
 
 /* Run a script on a command connection. */
 int dlock__redis_cmd_script(dlock__redis_be *be, const dlock__redis_script *s,
