@@ -65,6 +65,19 @@ static void close_stream(dlock__etcd_watch *w)
     w->stream = NULL;
 }
 
+/* The stream broke or was refused: the next call goes to the next endpoint,
+ * and the stream is opened again after a back-off that doubles from 50 ms
+ * with each failure in a row, up to 1 s. */
+static void stream_failed(dlock__etcd_be *be, dlock__etcd_watch *w)
+{
+    int64_t pause = 50LL << (w->stream_failures < 5 ? w->stream_failures : 5);
+
+    dlock__etcd_endpoint_failed(be->http, dlock__etcd_stream_endpoint(w->stream));
+    close_stream(w);
+    w->stream_failures++;
+    w->stream_retry_at = dlock__now_ms() + (pause < 1000 ? pause : 1000);
+}
+
 /* Sleep ms, or until watch_wake. */
 static void sleep_ms(dlock__etcd_watch *w, int64_t ms)
 {
@@ -158,11 +171,7 @@ int dlock__etcd_watch_wait(void *arg, void *watch, int64_t timeout_ms)
             return DLOCK_OK;
         }
         if (state == DLOCK__ETCD_STREAM_FAILED) {
-            int64_t pause = 50LL << (w->stream_failures < 5 ? w->stream_failures : 5);
-            dlock__etcd_endpoint_failed(be->http, dlock__etcd_stream_endpoint(w->stream));
-            close_stream(w);
-            w->stream_failures++;
-            w->stream_retry_at = dlock__now_ms() + (pause < 1000 ? pause : 1000);
+            stream_failed(be, w);
             /* Watches keep failing (a proxy that cuts streams ...): let the
              * caller look for itself, about once a second, rather than
              * sleep on a watch that may never work. */
@@ -256,13 +265,8 @@ static int observe_wait(dlock__etcd_be *be, dlock__etcd_watch *w, int64_t end)
             close_stream(w);
             return DLOCK_OK;
         }
-        if (state == DLOCK__ETCD_STREAM_FAILED) {
-            int64_t pause = 50LL << (w->stream_failures < 5 ? w->stream_failures : 5);
-            dlock__etcd_endpoint_failed(be->http, dlock__etcd_stream_endpoint(w->stream));
-            close_stream(w);
-            w->stream_failures++;
-            w->stream_retry_at = dlock__now_ms() + (pause < 1000 ? pause : 1000);
-        }
+        if (state == DLOCK__ETCD_STREAM_FAILED)
+            stream_failed(be, w);
     }
 }
 
