@@ -10,6 +10,11 @@
 
 #include <dlock/dlock.h>
 
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/types.h>
+
 /*
  * Exit codes. Values from sysexits.h where one fits, so that scripts and
  * service managers already know what they mean; the command's own status
@@ -102,6 +107,150 @@ void cli_ignore_sigpipe(void);
 
 /* Print the usage text on stdout (--help) or stderr (usage errors). */
 void cli_usage(int to_stderr);
+
+/* ========================================================================
+ * run and elect (run.c), their signals (signals.c) and COMMAND's
+ * supervision (supervise.c)
+ * ====================================================================== */
+
+/* The options of run and elect, as parse_args (run.c) leaves them. */
+typedef struct {
+    const char *name;
+    char shown[CLI_NAME_SHOWN]; /* name as messages show it */
+    int64_t ttl_ms;
+    int64_t wait_ms;
+    int64_t grace_ms; /* -1 until given: then 5 s, at most half the TTL */
+    int busy_code; /* exit code when the lock is busy (-E) */
+    char **command; /* NULL-terminated, points into argv */
+    int kill_group;  /* --kill-group: COMMAND in a process group of its own */
+    /* run: the lock kind (--shared, --exclusive, --permits N) */
+    int kind;
+    int permits;
+    /* elect */
+    int elect;
+    const char *identity; /* --id; NULL: the library's HOSTNAME:PID */
+    int once;             /* --once: one term, then exit */
+} cli_run_options;
+
+
+/* ---- signals.c ---------------------------------------------------------- */
+
+/*
+ * Bytes on the self-pipe: a signal number to forward (below 64), CLI_WAKE_NOTED
+ * + a signal number that went to COMMAND by itself (the terminal's), or
+ * CLI_WAKE_LOST + the negated on_lost reason (DLOCK_ELOST, DLOCK_ECONN); and
+ * CLI_WAKE_QUIT, which ends the interrupter's thread.
+ */
+#define CLI_WAKE_QUIT 0
+#define CLI_WAKE_NOTED 64
+#define CLI_WAKE_LOST 128
+
+/* Make the self-pipe (non-blocking, close-on-exec) that wakes the loop,
+ * and point the handlers and cli_on_lost at it. Returns 0, or
+ * CLI_EXIT_SOFTWARE after printing why. */
+int cli_wake_pipe_open(int wake_pipe[2]);
+/* Close it (if open), after the client and so the watchdog thread are gone. */
+void cli_wake_pipe_close(int wake_pipe[2]);
+
+/* The lock's on_lost callback: a CLI_WAKE_LOST byte on the self-pipe. */
+void cli_on_lost(dlock_lock *lock, int reason, void *payload);
+
+/* Save the dispositions of the signals dlock handles as dlock found them
+ * (first thing, before any handler); put them back (between elect's terms,
+ * and in COMMAND's child before exec: async-signal-safe). */
+void cli_save_signal_actions(void);
+void cli_restore_signal_actions(void);
+/* Handle SIGINT, SIGTERM, SIGHUP (unless ignored) and SIGCHLD by writing
+ * to the self-pipe. -1 with errno when sigaction fails. */
+int cli_install_handlers(void);
+
+/*
+ * While dlock_acquire or dlock_campaign waits in the main thread, the
+ * interrupter's thread reads the self-pipe, one byte at a time (what follows CLI_WAKE_QUIT
+ * stays for the supervisor). The first SIGINT, SIGTERM or SIGHUP, from a
+ * terminal or not, interrupts the client's waiting calls: they leave the
+ * queue and return DLOCK_EINTR, and dlock dies of the signal (cli_die_of).
+ * The three signals are blocked in the main thread meanwhile, and so in
+ * every thread the library starts from it, so that they reach the handler
+ * in this thread and interrupt no system call of the library's.
+ */
+typedef struct {
+    dlock_client *client;
+    int wake_read;
+    pthread_t thread;
+    sigset_t saved_mask;
+    int signal; /* the first stop signal, 0 if none; read after the join */
+} cli_interrupter;
+
+/* Start the interrupter on the self-pipe's read end, blocking the stop
+ * signals in the calling thread. Returns 0, or CLI_EXIT_SOFTWARE after
+ * printing why. */
+int cli_interrupter_start(cli_interrupter *it, dlock_client *client, int wake_read);
+/* Stop it; returns the stop signal that came while waiting, 0 if none. */
+int cli_interrupter_stop(cli_interrupter *it);
+
+/* End dlock by sig, as the signal's default action would have. */
+int cli_die_of(int sig);
+
+/* ---- supervise.c -------------------------------------------------------- */
+
+/*
+ * File descriptors: COMMAND inherits 0-2 and whatever dlock itself was
+ * started with (a `3>file` on the command line), but not the descriptors the
+ * library opened: an authenticated server connection in COMMAND's hands
+ * would be as bad as the password in its environment. The library's sockets
+ * need not be close-on-exec, and the watchdog may reconnect at any moment,
+ * so the child closes them itself, just before exec.
+ */
+typedef struct {
+    int *keep;      /* fds above 2 to leave open, ascending */
+    size_t nkeep;
+    int known;      /* 0: /proc was unreadable, close nothing */
+    unsigned limit; /* highest fd + 1 for the close() loop fallback */
+} cli_fd_plan;
+
+typedef struct {
+    const cli_run_options *opts;
+    int wake_read; /* the self-pipe's read end */
+    pid_t pid;     /* COMMAND; 0 once reaped */
+    int status;    /* its wait status, once reaped */
+    /* --kill-group: COMMAND's process group (its pid; 0 without), and the
+     * guard that kills it should dlock die (0 once reaped), with the write
+     * end of the guard's pipe (-1 once closed). */
+    pid_t group;
+    pid_t guard;
+    int guard_fd;
+    int lost;        /* the lock was found lost while COMMAND ran */
+    int64_t kill_at; /* 0, or when SIGKILL is due (cli_now_ms) */
+    int stop_signal; /* SIGINT, SIGTERM or SIGHUP reached dlock or COMMAND */
+} cli_supervisor;
+
+#define CLI_SUPERVISOR_INIT(o, wake_read) {(o), (wake_read), 0, 0, 0, 0, -1, 0, 0, 0}
+
+
+/* Record the fds open now, before anything opens one. -1 when out of
+ * memory. */
+int cli_plan_fds(cli_fd_plan *plan);
+
+/* COMMAND's environment: dlock's own without DLOCK_URL, with DLOCK_NAME and
+ * DLOCK_FENCE. NULL when out of memory; free with cli_free_environment. */
+char **cli_build_environment(const char *name, uint64_t fence);
+void cli_free_environment(char **env);
+
+/* Fork and exec COMMAND (s->opts->command), with --kill-group in its own
+ * process group under a guard. 0; -1 with *exec_errno when the exec failed;
+ * -2 after printing why no child could be made. */
+int cli_start_command(cli_supervisor *s, char **env, cli_fd_plan *fds, int *exec_errno);
+
+/* Supervise COMMAND to its end (and with --kill-group its whole group);
+ * s->status is then its wait status. */
+void cli_supervise(cli_supervisor *s);
+
+/* The exit code for a wait status, as a shell gives it. */
+int cli_status_code(int status);
+
+/* Milliseconds on CLOCK_MONOTONIC (since boot: > 0). */
+int64_t cli_now_ms(void);
 
 /*
  * The subcommands. argv[0] is the subcommand's name ("run", ...); url is the

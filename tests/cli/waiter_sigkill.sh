@@ -3,8 +3,8 @@
 # the queue. It must still cost the next waiter only a short, fixed time,
 # whatever --ttl it asked for (30 s here):
 #   - etcd: its queued key lives on a lease of a few seconds while it waits
-#     (src/backends/etcd/etcd.c, WAIT_TTL_S), and is gone that long after it
-#     died;
+#     (src/backends/etcd/etcd_queue.c, WAIT_TTL_S), and is gone that long
+#     after it died;
 #   - Redis: a lock the release hands to a waiter is held only for a short
 #     confirm window (min(lease, 2 s)) until that waiter confirms it, which
 #     a dead one never does.

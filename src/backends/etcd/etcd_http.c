@@ -1,5 +1,9 @@
 /*
- * The etcd v3 JSON gateway over libcurl. See etcd_http.h for the contract.
+ * The etcd v3 JSON gateway over libcurl: the client's set-up (endpoints,
+ * TLS files, timeouts), the pool of connections, calls with failover between
+ * endpoints and the login that gets the auth token, and the set-up of a
+ * streaming request. One request on one endpoint is etcd_request.c's. See
+ * etcd_http.h for the contract.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -8,45 +12,19 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backends/etcd/etcd_http.h"
+#include "backends/etcd/etcd_http_int.h"
 #include <sys/socket.h>
 
 #include "core/clock.h"
 #include "core/error.h"
-#include "core/thread.h"
 
 #define DEFAULT_PORT 2379
-#define MAX_ENDPOINTS 16
 /* Idle connections kept for reuse; more are closed when handed back. */
 #define POOL_MAX 16
 /* A reply larger than this is not an answer to anything dlock asks. */
 #define REPLY_MAX (16 * 1024 * 1024)
 /* Pause after every endpoint failed once, before the next round. */
 #define ROUND_PAUSE_MS 50
-
-typedef struct {
-    char base[320];  /* "http://127.0.0.1:2379" */
-    char where[300]; /* "etcd 127.0.0.1:2379" */
-} etcd_endpoint;
-
-struct dlock__etcd {
-    etcd_endpoint eps[MAX_ENDPOINTS];
-    size_t neps;
-    atomic_size_t current;
-    int tls;                          /* etcds:// */
-    const char *cacert, *cert, *key; /* borrowed from the client's URL */
-    const char *user, *password;
-    int64_t connect_timeout_ms;
-    int64_t command_timeout_ms;
-    char user_agent[128];
-
-    pthread_mutex_t mu; /* guards idle, nidle, token, token_gen */
-    dlock__etcd_conn *idle;
-    int nidle;
-    char *token;
-    unsigned long token_gen;
-    pthread_mutex_t login_mu; /* one login at a time */
-};
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc;
@@ -81,11 +59,12 @@ int dlock__etcd_new(dlock__etcd **out, const dlock_url *url, const dlock_client_
         return dlock__fail(DLOCK_ENOMEM, "libcurl cannot be initialised: %s",
                            curl_easy_strerror(curl_init_rc));
     if (url->nhosts == 0)
-        return dlock__fail(DLOCK_EINVAL, "%s URL: no endpoint (expected %s://host:2379[,host:2379...])",
+        return dlock__fail(DLOCK_EINVAL,
+                           "%s URL: no endpoint (expected %s://host:2379[,host:2379...])",
                            url->scheme, url->scheme);
-    if (url->nhosts > MAX_ENDPOINTS)
+    if (url->nhosts > DLOCK__ETCD_MAX_ENDPOINTS)
         return dlock__fail(DLOCK_EINVAL, "%s URL: more than %d endpoints", url->scheme,
-                           MAX_ENDPOINTS);
+                           DLOCK__ETCD_MAX_ENDPOINTS);
     if (url->path != NULL && strcmp(url->path, "/") != 0)
         return dlock__fail(DLOCK_EINVAL, "%s URL: unexpected path '%.64s' (the key prefix is "
                            "the client option key_prefix)", url->scheme, url->path);
@@ -121,8 +100,8 @@ int dlock__etcd_new(dlock__etcd **out, const dlock_url *url, const dlock_client_
         int v6 = strchr(h, ':') != NULL;
         snprintf(e->eps[i].base, sizeof(e->eps[i].base), v6 ? "%s://[%.255s]:%d" : "%s://%.255s:%d",
                  tls ? "https" : "http", h, port);
-        snprintf(e->eps[i].where, sizeof(e->eps[i].where), v6 ? "etcd [%.255s]:%d" : "etcd %.255s:%d",
-                 h, port);
+        snprintf(e->eps[i].where, sizeof(e->eps[i].where),
+                 v6 ? "etcd [%.255s]:%d" : "etcd %.255s:%d", h, port);
     }
     e->tls = tls;
     e->cacert = dlock_url_param_get(url, "cacert");
@@ -324,348 +303,6 @@ void dlock__etcd_conn_put(dlock__etcd *e, dlock__etcd_conn *c)
     dlock__etcd_conn_free(c);
 }
 
-/* ---- one request on one endpoint ------------------------------------- */
-
-/* What to do after an attempt. TRY_REFUSED is TRY_NEXT_ENDPOINT for an
- * endpoint where nothing listens. */
-enum { TRY_DONE, TRY_NEXT_ENDPOINT, TRY_REFUSED, TRY_LOGIN };
-
-/* Build the header list: JSON, no "Expect: 100-continue" (a round trip for
- * nothing), and the auth token with its generation. */
-static struct curl_slist *make_headers(dlock__etcd *e, int with_token, unsigned long *gen,
-                                       int stream)
-{
-    struct curl_slist *h = NULL, *t;
-
-    h = curl_slist_append(h, "Content-Type: application/json");
-    if (h == NULL || (t = curl_slist_append(h, "Expect:")) == NULL)
-        goto oom;
-    h = t;
-    if (stream) {
-        /* etcd then ends the stream when its member loses the leader,
-         * instead of keeping a watch that may never fire. */
-        if ((t = curl_slist_append(h, "Grpc-Metadata-hasleader: true")) == NULL)
-            goto oom;
-        h = t;
-    }
-    pthread_mutex_lock(&e->mu);
-    *gen = e->token_gen;
-    if (with_token && e->token != NULL) {
-        size_t n = strlen(e->token) + 32;
-        char *line = malloc(n);
-        if (line != NULL) {
-            snprintf(line, n, "Authorization: %s", e->token);
-            t = curl_slist_append(h, line);
-            memset(line, 0, n);
-            free(line);
-        }
-        if (line == NULL || t == NULL) {
-            pthread_mutex_unlock(&e->mu);
-            goto oom;
-        }
-        h = t;
-    }
-    pthread_mutex_unlock(&e->mu);
-    return h;
-
-oom:
-    curl_slist_free_all(h);
-    return NULL;
-}
-
-/* curl's message, for "etcd host: message": its first letter lower-cased,
- * trailing blanks cut. */
-static const char *curl_text(const dlock__etcd_conn *c, CURLcode res, char *buf, size_t size)
-{
-    size_t n;
-
-    snprintf(buf, size, "%s", c->errbuf[0] != '\0' ? c->errbuf : curl_easy_strerror(res));
-    if (buf[0] >= 'A' && buf[0] <= 'Z')
-        buf[0] = (char)(buf[0] - 'A' + 'a');
-    /* OpenSSL's texts end in a space or a newline. */
-    for (n = strlen(buf); n > 0 && (buf[n - 1] == ' ' || buf[n - 1] == '\n'); n--)
-        buf[n - 1] = '\0';
-    return buf;
-}
-
-/*
- * Classify a gRPC error reply. Unavailable (no leader, request timed out,
- * leader changed) and the like go to the next endpoint; an invalid or stale
- * token asks for a new login; the rest is the server's answer.
- */
-static int classify(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, int *rc)
-{
-    const char *where = e->eps[idx].where, *m = c->grpc_message;
-
-    switch (c->grpc_code) {
-    case 14: /* Unavailable */
-    case 4:  /* DeadlineExceeded */
-    case 1:  /* Canceled */
-        *rc = dlock__fail(DLOCK_ECONN, "%s: %s", where, m);
-        return TRY_NEXT_ENDPOINT;
-    case 16: /* Unauthenticated */
-        if (strstr(m, "invalid auth token") != NULL && e->user != NULL) {
-            *rc = dlock__fail(DLOCK_EAUTH, "%s: %s", where, m);
-            return TRY_LOGIN;
-        }
-        *rc = dlock__fail(DLOCK_EAUTH, "%s: authentication failed: %s", where, m);
-        return TRY_DONE;
-    case 7: /* PermissionDenied */
-        *rc = dlock__fail(DLOCK_EAUTH, "%s: %s (the user needs read-write on the key prefix)",
-                          where, m);
-        return TRY_DONE;
-    case 3: /* InvalidArgument: several auth errors are reported this way */
-        if (strstr(m, "revision of auth store is old") != NULL && e->user != NULL) {
-            *rc = dlock__fail(DLOCK_EAUTH, "%s: %s", where, m);
-            return TRY_LOGIN;
-        }
-        if (strstr(m, "user name is empty") != NULL) {
-            *rc = dlock__fail(DLOCK_EAUTH, "%s: authentication failed: the server requires a "
-                              "user (give user:password@ in the URL)", where);
-            return TRY_DONE;
-        }
-        if (strstr(m, "authentication failed") != NULL) {
-            *rc = dlock__fail(DLOCK_EAUTH, "%s: authentication failed: invalid user or password",
-                              where);
-            return TRY_DONE;
-        }
-        break;
-    case 9: /* FailedPrecondition */
-        if (strstr(m, "authentication is not enabled") != NULL) {
-            *rc = dlock__fail(DLOCK_EAUTH, "%s: authentication failed: the server has no "
-                              "authentication enabled but the URL gives a user", where);
-            return TRY_DONE;
-        }
-        break;
-    case 8: /* ResourceExhausted */
-        if (strstr(m, "too many requests") != NULL) {
-            *rc = dlock__fail(DLOCK_ECONN, "%s: %s", where, m);
-            return TRY_NEXT_ENDPOINT;
-        }
-        *rc = dlock__fail(DLOCK_ESERVER, "%s: server refused the request: %s%s", where, m,
-                          strstr(m, "space exceeded") ? " (compact and defragment the "
-                          "database, or raise --quota-backend-bytes)" : "");
-        return TRY_DONE;
-    default:
-        break;
-    }
-    *rc = dlock__fail(DLOCK_ESERVER, "%s: server refused the request: %s", where, m);
-    return TRY_DONE;
-}
-
-/* Find a gRPC error in a reply: {"error":"text","code":N,"message":"text"}
- * for a unary call, {"error":{"grpc_code":N,"message":"text"}} in a stream.
- * Returns 1 and fills c->grpc_* when there is one. */
-static int find_error(dlock__etcd_conn *c, const json_t *j)
-{
-    const json_t *err = json_object_get(j, "error");
-    const json_t *code = json_object_get(j, "code"), *msg = json_object_get(j, "message");
-
-    if (err == NULL && code == NULL)
-        return 0;
-    if (json_is_object(err)) {
-        /* grpc-gateway v1 (etcd 3.4, 3.5) says grpc_code, v2 (3.6) code. */
-        code = json_object_get(err, "grpc_code");
-        if (code == NULL)
-            code = json_object_get(err, "code");
-        msg = json_object_get(err, "message");
-    } else if (!json_is_string(msg) && json_is_string(err)) {
-        msg = err;
-    }
-    c->grpc_code = json_is_integer(code) ? (int)json_integer_value(code) : 2;
-    if (c->grpc_code == 0)
-        return 0;
-    snprintf(c->grpc_message, sizeof(c->grpc_message), "%s",
-             json_is_string(msg) ? json_string_value(msg) : "unknown error");
-    return 1;
-}
-
-/*
- * Parse the body: one JSON object, or for a stream (stream = 1) one object
- * per line, each {"result": ...} or {"error": ...}, turned into an array of
- * the results.
- */
-static int parse_body(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, long http, int stream,
-                      json_t **out)
-{
-    const char *where = e->eps[idx].where;
-    json_error_t jerr;
-    json_t *j;
-
-    if (!stream) {
-        j = json_loadb(c->buf != NULL ? c->buf : "", c->len, 0, &jerr);
-        if (!json_is_object(j)) {
-            json_decref(j);
-            return dlock__fail(DLOCK_EPROTO, "%s: HTTP %ld and not a JSON reply: is this the "
-                               "etcd v3 gateway (etcd 3.4 or newer)?", where, http);
-        }
-        *out = j;
-        return DLOCK_OK;
-    }
-    *out = json_array();
-    if (*out == NULL)
-        return dlock__fail(DLOCK_ENOMEM, "out of memory");
-    for (size_t pos = 0; pos < c->len;) {
-        const json_t *result;
-        while (pos < c->len && (c->buf[pos] == '\n' || c->buf[pos] == '\r' || c->buf[pos] == ' '))
-            pos++;
-        if (pos >= c->len)
-            break;
-        j = json_loadb(c->buf + pos, c->len - pos, JSON_DISABLE_EOF_CHECK, &jerr);
-        if (j == NULL || !json_is_object(j)) {
-            json_decref(j);
-            json_decref(*out);
-            *out = NULL;
-            return dlock__fail(DLOCK_EPROTO, "%s: HTTP %ld and not a JSON stream: is this the "
-                               "etcd v3 gateway (etcd 3.4 or newer)?", where, http);
-        }
-        pos += (size_t)jerr.position;
-        result = json_object_get(j, "result");
-        if (result != NULL)
-            json_array_append(*out, (json_t *)result);
-        else if (find_error(c, j)) {
-            /* Report it the same way as a unary error. */
-            json_decref(*out);
-            *out = j;
-            return DLOCK_OK;
-        }
-        json_decref(j);
-    }
-    return DLOCK_OK;
-}
-
-/* Set up c for one request; the headers are kept in c until finish(). */
-static int prepare(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const char *path,
-                   const char *body, int64_t budget_ms, int with_token, unsigned long *gen)
-{
-    char url[400];
-
-    c->grpc_code = 0;
-    c->grpc_message[0] = '\0';
-    c->errbuf[0] = '\0';
-    c->len = 0;
-    c->headers = make_headers(e, with_token, gen, 0);
-    if (c->headers == NULL)
-        return dlock__fail(DLOCK_ENOMEM, "out of memory");
-    snprintf(url, sizeof(url), "%s%s", e->eps[idx].base, path);
-    curl_easy_setopt(c->easy, CURLOPT_URL, url);
-    curl_easy_setopt(c->easy, CURLOPT_HTTPHEADER, c->headers);
-    curl_easy_setopt(c->easy, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(c->easy, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
-    curl_easy_setopt(c->easy, CURLOPT_TIMEOUT_MS, (long)budget_ms);
-    curl_easy_setopt(c->easy, CURLOPT_CONNECTTIMEOUT_MS,
-                     (long)(e->connect_timeout_ms < budget_ms ? e->connect_timeout_ms : budget_ms));
-    return DLOCK_OK;
-}
-
-/*
- * etcds:// to an endpoint that speaks plain http: the TCP connection is
- * made, and the TLS handshake fails as the server answers the ClientHello
- * with something else or hangs up ("wrong version number", "connection
- * reset by peer", SSL_ERROR_SYSCALL), which says nothing of the cause. Say
- * what was expected. A certificate that does not verify has other codes,
- * and clear messages of its own.
- */
-static const char *tls_hint(const dlock__etcd *e, CURLcode res)
-{
-    if (!e->tls || res != CURLE_SSL_CONNECT_ERROR)
-        return "";
-    return " (TLS was expected, as the URL is etcds://, but the TLS handshake failed: is "
-           "this a plain-http endpoint, for etcd://?)";
-}
-
-/* Judge a finished transfer: what to do next, *rc and *out. */
-static int finish(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const char *path, CURLcode res,
-                  int64_t budget_ms, int stream, json_t **out, int *rc)
-{
-    const char *where = e->eps[idx].where;
-    char text[CURL_ERROR_SIZE + 32];
-    long http = 0;
-    json_t *j = NULL;
-
-    *out = NULL;
-    curl_easy_setopt(c->easy, CURLOPT_HTTPHEADER, NULL);
-    curl_slist_free_all(c->headers);
-    c->headers = NULL;
-    if (res == CURLE_OUT_OF_MEMORY) {
-        *rc = dlock__fail(DLOCK_ENOMEM, "%s: out of memory", where);
-        return TRY_DONE;
-    }
-    if (res == CURLE_OPERATION_TIMEDOUT) {
-        *rc = dlock__fail(DLOCK_ECONN, "%s: no reply within %lld ms", where,
-                          (long long)budget_ms);
-        return TRY_NEXT_ENDPOINT;
-    }
-    if (res != CURLE_OK) {
-        *rc = dlock__fail(DLOCK_ECONN, "%s: %s%s", where, curl_text(c, res, text, sizeof(text)),
-                          tls_hint(e, res));
-        /* A handshake that fails is, like a refused connection, nothing to
-         * wait for on this endpoint. */
-        return res == CURLE_COULDNT_CONNECT || res == CURLE_SSL_CONNECT_ERROR ? TRY_REFUSED
-                                                                              : TRY_NEXT_ENDPOINT;
-    }
-    curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &http);
-    if ((*rc = parse_body(e, c, idx, http, stream, &j)) != DLOCK_OK)
-        return http >= 500 ? TRY_NEXT_ENDPOINT : TRY_DONE;
-    if (json_is_object(j) && find_error(c, j)) {
-        json_decref(j);
-        return classify(e, c, idx, rc);
-    }
-    if (http != 200) {
-        json_decref(j);
-        *rc = dlock__fail(DLOCK_EPROTO, "%s: HTTP %ld for %s", where, http, path);
-        return http >= 500 ? TRY_NEXT_ENDPOINT : TRY_DONE;
-    }
-    *out = j;
-    *rc = DLOCK_OK;
-    return TRY_DONE;
-}
-
-/*
- * Run the transfers of easy[0..n) (added to multi) to their end; each one's
- * own CURLOPT_TIMEOUT_MS bounds it. res[i] is its result.
- */
-static void run(CURLM *multi, CURL **easy, size_t n, CURLcode *res)
-{
-    dlock__sigpipe_guard guard;
-    int running = 1, left;
-    CURLMsg *msg;
-
-    for (size_t i = 0; i < n; i++)
-        res[i] = curl_multi_add_handle(multi, easy[i]) == CURLM_OK ? CURLE_AGAIN
-                                                                    : CURLE_OUT_OF_MEMORY;
-    dlock__sigpipe_block(&guard);
-    while (running > 0) {
-        if (curl_multi_perform(multi, &running) != CURLM_OK)
-            break;
-        while ((msg = curl_multi_info_read(multi, &left)) != NULL)
-            for (size_t i = 0; i < n; i++)
-                if (msg->msg == CURLMSG_DONE && msg->easy_handle == easy[i])
-                    res[i] = msg->data.result;
-        if (running > 0 && curl_multi_poll(multi, NULL, 0, 1000, NULL) != CURLM_OK)
-            break;
-    }
-    dlock__sigpipe_restore(&guard);
-    for (size_t i = 0; i < n; i++) {
-        curl_multi_remove_handle(multi, easy[i]);
-        if (res[i] == CURLE_AGAIN) /* the loop broke off */
-            res[i] = CURLE_RECV_ERROR;
-    }
-}
-
-static int attempt(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const char *path,
-                   const char *body, int64_t budget_ms, int with_token, int stream,
-                   unsigned long *gen, json_t **out, int *rc)
-{
-    CURLcode res;
-
-    *out = NULL;
-    if ((*rc = prepare(e, c, idx, path, body, budget_ms, with_token, gen)) != DLOCK_OK)
-        return TRY_DONE;
-    run(c->multi, &c->easy, 1, &res);
-    return finish(e, c, idx, path, res, budget_ms, stream, out, rc);
-}
-
 /* ---- calls with failover ----------------------------------------------- */
 
 static int call_body(dlock__etcd *e, dlock__etcd_conn *c, const char *path, const char *body,
@@ -751,8 +388,9 @@ static int call_body(dlock__etcd *e, dlock__etcd_conn *c, const char *path, cons
          * partitioned) must not eat the whole budget while others remain. */
         if (failed + 1 < e->neps && left >= 400)
             budget = left / 2;
-        next = attempt(e, c, idx, path, body, budget, with_token, stream, &gen, out, &rc);
-        if (next == TRY_DONE) {
+        next = dlock__etcd_attempt(e, c, idx, path, body, budget, with_token, stream, &gen, out,
+                                   &rc);
+        if (next == DLOCK__ETCD_TRY_DONE) {
             if (rc == DLOCK_OK) {
                 size_t was = atomic_load(&e->current);
                 if (was != idx)
@@ -760,7 +398,7 @@ static int call_body(dlock__etcd *e, dlock__etcd_conn *c, const char *path, cons
             }
             return rc;
         }
-        if (next == TRY_LOGIN) {
+        if (next == DLOCK__ETCD_TRY_LOGIN) {
             if (logged_in)
                 return rc;
             logged_in = 1;
@@ -768,9 +406,9 @@ static int call_body(dlock__etcd *e, dlock__etcd_conn *c, const char *path, cons
                 return rc;
             continue;
         }
-        /* TRY_NEXT_ENDPOINT, TRY_REFUSED. Every endpoint refusing the
+        /* DLOCK__ETCD_TRY_NEXT_ENDPOINT, DLOCK__ETCD_TRY_REFUSED. Every endpoint refusing the
          * connection in a row: nothing runs there, no use waiting. */
-        refused = next == TRY_REFUSED ? refused + 1 : 0;
+        refused = next == DLOCK__ETCD_TRY_REFUSED ? refused + 1 : 0;
         if (refused >= e->neps)
             break;
         failed++;
@@ -823,7 +461,7 @@ int dlock__etcd_call_pair(dlock__etcd *e, dlock__etcd_conn *c, dlock__etcd_pair 
     size_t idx = atomic_load(&e->current);
     int64_t budget = e->command_timeout_ms;
     unsigned long gen;
-    int next[2] = {TRY_NEXT_ENDPOINT, TRY_NEXT_ENDPOINT};
+    int next[2] = {DLOCK__ETCD_TRY_NEXT_ENDPOINT, DLOCK__ETCD_TRY_NEXT_ENDPOINT};
     dlock__etcd_conn *cs[2];
 
     p->rc[0] = p->rc[1] = DLOCK_ECONN;
@@ -832,14 +470,14 @@ int dlock__etcd_call_pair(dlock__etcd *e, dlock__etcd_conn *c, dlock__etcd_pair 
         return p->rc[0] = p->rc[1] = dlock__fail(DLOCK_ENOMEM, "out of memory (curl handle)");
     cs[0] = c;
     cs[1] = c->twin;
-    if (prepare(e, cs[0], idx, p->path[0], p->body[0], budget, 1, &gen) == DLOCK_OK &&
-        prepare(e, cs[1], idx, p->path[1], p->body[1], budget, 1, &gen) == DLOCK_OK) {
+    if (dlock__etcd_prepare(e, cs[0], idx, p->path[0], p->body[0], budget, 1, &gen) == DLOCK_OK &&
+        dlock__etcd_prepare(e, cs[1], idx, p->path[1], p->body[1], budget, 1, &gen) == DLOCK_OK) {
         CURL *easy[2] = {cs[0]->easy, cs[1]->easy};
         CURLcode res[2];
-        run(c->multi, easy, 2, res);
+        dlock__etcd_run(c->multi, easy, 2, res);
         for (int i = 0; i < 2; i++) {
-            next[i] = finish(e, cs[i], idx, p->path[i], res[i], budget, p->stream[i], &p->out[i],
-                             &p->rc[i]);
+            next[i] = dlock__etcd_finish(e, cs[i], idx, p->path[i], res[i], budget, p->stream[i],
+                                         &p->out[i], &p->rc[i]);
             p->grpc_code[i] = cs[i]->grpc_code;
         }
     }
@@ -854,7 +492,7 @@ int dlock__etcd_call_pair(dlock__etcd *e, dlock__etcd_conn *c, dlock__etcd_pair 
      * requests are safe to repeat). The twin shares c's multi handle, so it
      * runs its transfers itself only inside a pair: here c does them. */
     for (int i = 0; i < 2; i++) {
-        if (next[i] == TRY_DONE)
+        if (next[i] == DLOCK__ETCD_TRY_DONE)
             continue;
         json_decref(p->out[i]);
         p->rc[i] = call_body(e, c, p->path[i], p->body[i], 1, p->stream[i], &p->out[i]);
@@ -885,7 +523,7 @@ int dlock__etcd_setup_stream(dlock__etcd *e, CURL *easy, size_t endpoint, const 
     char url[400];
     unsigned long gen;
 
-    *headers = make_headers(e, 1, &gen, 1);
+    *headers = dlock__etcd_headers(e, 1, &gen, 1);
     if (*headers == NULL)
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
     snprintf(url, sizeof(url), "%s%s", e->eps[endpoint % e->neps].base, path);

@@ -1,0 +1,75 @@
+/*
+ * What etcd_http.c (the client: endpoints, connection pool, failover, login)
+ * and etcd_request.c (one request on one endpoint) share: the client's
+ * state, and the steps of one attempt with what the caller does after it.
+ * Private to those two files; the rest of the backend uses etcd_http.h.
+ */
+#ifndef DLOCK_ETCD_HTTP_INT_H
+#define DLOCK_ETCD_HTTP_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "backends/etcd/etcd_http.h"
+
+#define DLOCK__ETCD_MAX_ENDPOINTS 16
+
+typedef struct {
+    char base[320];  /* "http://127.0.0.1:2379" */
+    char where[300]; /* "etcd 127.0.0.1:2379" */
+} dlock__etcd_endpoint;
+
+struct dlock__etcd {
+    dlock__etcd_endpoint eps[DLOCK__ETCD_MAX_ENDPOINTS];
+    size_t neps;
+    atomic_size_t current;
+    int tls;                          /* etcds:// */
+    const char *cacert, *cert, *key; /* borrowed from the client's URL */
+    const char *user, *password;
+    int64_t connect_timeout_ms;
+    int64_t command_timeout_ms;
+    char user_agent[128];
+
+    pthread_mutex_t mu; /* guards idle, nidle, token, token_gen */
+    dlock__etcd_conn *idle;
+    int nidle;
+    char *token;
+    unsigned long token_gen;
+    pthread_mutex_t login_mu; /* one login at a time */
+};
+
+/* What to do after an attempt. DLOCK__ETCD_TRY_REFUSED is
+ * DLOCK__ETCD_TRY_NEXT_ENDPOINT for an endpoint where nothing listens. */
+enum {
+    DLOCK__ETCD_TRY_DONE,
+    DLOCK__ETCD_TRY_NEXT_ENDPOINT,
+    DLOCK__ETCD_TRY_REFUSED,
+    DLOCK__ETCD_TRY_LOGIN
+};
+
+/* The header list of a request (stream: of a watch or keepalive stream),
+ * with the auth token when with_token and its generation in *gen. NULL when
+ * out of memory. */
+struct curl_slist *dlock__etcd_headers(dlock__etcd *e, int with_token, unsigned long *gen,
+                                       int stream);
+
+/* Set up c for one request to endpoint idx; the headers are kept in c until
+ * dlock__etcd_finish. */
+int dlock__etcd_prepare(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const char *path,
+                        const char *body, int64_t budget_ms, int with_token, unsigned long *gen);
+
+/* Run the transfers of easy[0..n) on multi to their end; res[i] is each
+ * one's result. */
+void dlock__etcd_run(CURLM *multi, CURL **easy, size_t n, CURLcode *res);
+
+/* Judge a finished transfer: returns what to do next (DLOCK__ETCD_TRY_*),
+ * sets *rc and *out. */
+int dlock__etcd_finish(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const char *path,
+                       CURLcode res, int64_t budget_ms, int stream, json_t **out, int *rc);
+
+/* prepare, run and finish one request on endpoint idx. */
+int dlock__etcd_attempt(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const char *path,
+                        const char *body, int64_t budget_ms, int with_token, int stream,
+                        unsigned long *gen, json_t **out, int *rc);
+
+#endif

@@ -1,0 +1,142 @@
+/*
+ * What the files of the etcd backend share: the backend's state, the keys
+ * and lease of one acquisition, the requests and lease calls every
+ * operation makes, and the state a waiting acquisition keeps. Private to
+ * src/backends/etcd. The design is told at the top of etcd.c.
+ *
+ *   etcd.c        open/close, release, extend, check, renew, status, force
+ *                 release and the backend table
+ *   etcd_keys.c   names: a lock's directory, its key and lease IDs, the
+ *                 range requests that read them
+ *   etcd_lease.c  one request on the backend's connection, reply checks,
+ *                 and the lease calls (grant, revoke, keepalive, TTL left)
+ *   etcd_queue.c  acquiring: a try that will not wait, and the tries of a
+ *                 waiting acquisition in the queue of keys (enqueue, promote)
+ *   etcd_wait.c   waiting between tries: the watch of the key ahead, the
+ *                 observer's watch of a directory, wake-ups
+ *   etcd_elect.c  leader election: the leader, and an observer's start
+ */
+#ifndef DLOCK_ETCD_INT_H
+#define DLOCK_ETCD_INT_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "backends/etcd/etcd_codec.h"
+#include "backends/etcd/etcd_http.h"
+#include "backends/etcd/etcd_watch.h"
+
+typedef struct {
+    dlock__etcd *http;
+    char *prefix;
+    char *value;          /* what every lock key holds: the client name */
+    dlock__etcd_conn *wd; /* the watchdog thread's alone */
+} dlock__etcd_be;
+
+/* ---- etcd_keys.c: names ------------------------------------------------- */
+
+typedef struct {
+    char *dir;     /* prefix + escaped name + '/' */
+    char *dir_end; /* end of the directory's key range */
+    char *key;     /* dir + id: this owner's key */
+    int64_t ttl;   /* seconds */
+    int64_t lease;
+    const char *value; /* what the key holds: the client name, or a leader's
+                        * identity (borrowed) */
+} dlock__etcd_keys;
+
+/* The lease ID of (owner, ttl): derived, so that every call finds it. */
+int64_t dlock__etcd_lease_for(const char *owner, int64_t ttl);
+/* owner may be NULL (status, force release: the directory only). */
+int dlock__etcd_keys_make(dlock__etcd_keys *k, const dlock__etcd_be *be, const char *name,
+                          const char *owner, int64_t lease_ms);
+void dlock__etcd_keys_free(dlock__etcd_keys *k);
+/* kv is the key named key. */
+int dlock__etcd_same_key(const dlock__etcd_kv *kv, const char *key);
+
+/* Range requests, bare (for /v3/kv/range) or as a txn operation (as_op). */
+json_t *dlock__etcd_as_op(json_t *range);
+json_t *dlock__etcd_range_first(const dlock__etcd_keys *k);
+json_t *dlock__etcd_range_ahead(const dlock__etcd_keys *k, int64_t rev);
+json_t *dlock__etcd_range_key(const char *key);
+
+/* ---- etcd_lease.c: requests and leases ---------------------------------- */
+
+int dlock__etcd_bad_reply(dlock__etcd_be *be, const char *what);
+/* Run req (consumed) on path. */
+int dlock__etcd_be_call(dlock__etcd_be *be, dlock__etcd_conn *c, const char *path, json_t *req,
+                        json_t **reply);
+/* The first key of a range reply: 1 found (*kv filled), 0 none, or an error. */
+int dlock__etcd_read_kv(dlock__etcd_be *be, const json_t *range, dlock__etcd_kv *kv,
+                        const char *what);
+/* Grant the lease; one that exists already is ours (a retry). */
+int dlock__etcd_grant(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t lease, int64_t ttl);
+/* Revoke the lease, deleting what is attached. A lease already gone is fine. */
+int dlock__etcd_lease_revoke(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t lease);
+/* Lease left in ms: -1 for no lease (a key set by hand), 0 when expired. */
+int dlock__etcd_lease_left(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t lease,
+                           int64_t *left_ms);
+/* The answers of a keepalive stream for ids[0..n) into alive[] (see
+ * etcd_lease.c). */
+int dlock__etcd_keepalive_results(dlock__etcd_be *be, const json_t *results, const int64_t *ids,
+                                  size_t n, int *alive);
+/* Keep leases ids[0..n) alive: alive[i] 1 renewed, 0 gone. */
+int dlock__etcd_keepalive(dlock__etcd_be *be, dlock__etcd_conn *c, const int64_t *ids, size_t n,
+                          int *alive);
+
+/* ---- etcd_queue.c and etcd_wait.c: acquiring and waiting ---------------- */
+
+/*
+ * What a waiting acquisition keeps between its tries: its key and lease, its
+ * place in the queue (the key's create revision), the key just ahead and the
+ * stream watching it.
+ */
+typedef struct {
+    dlock__etcd_keys k; /* k.key is NULL until the first acquire through the
+                         * watch; k.lease and k.ttl are the short lease the
+                         * key waits on */
+    int64_t hold_ttl;   /* the holder's lease (seconds), which the key moves */
+    int64_t hold_lease; /* to at the head of the queue (promote) */
+    int hold_granted;   /* hold_lease may exist and is not yet ours for good */
+    char *name;
+    int granted;           /* the lease exists, as far as we know */
+    int64_t lease_ok_ms;   /* when the last grant or keepalive that succeeded was sent */
+    int64_t keepalive_at;  /* next keepalive while waiting */
+    int64_t myrev;         /* our key's create revision, 0 when not known */
+    int won;               /* the last acquire through this watch took the lock */
+    char *ahead;           /* the key to wait for, NULL when none */
+    int64_t ahead_from;    /* watch it from this revision */
+    dlock__etcd_stream *stream;
+    int stream_failures;   /* in a row, for the back-off */
+    int64_t stream_retry_at;
+    char *value;           /* a leader's identity (k.value points here) */
+
+    /* watch_wake from another thread (dlock_client_interrupt, an observer's
+     * stop) sets woken and writes to wake_fd, which every sleep polls. An
+     * election's observer is also woken by any change of the directory. */
+    int observe;
+    int wake_fd;
+    atomic_int woken;
+} dlock__etcd_watch;
+
+/* Acquire once (w NULL: a try that never waits) or as a try of the waiting
+ * acquisition w. value: what the key holds (NULL: the client name). */
+int dlock__etcd_acquire_as(dlock__etcd_be *be, const char *name, const char *owner,
+                           int64_t lease_ms, const char *value, dlock__etcd_watch *w,
+                           uint64_t *fence, int64_t *retry_ms);
+
+/* A new waiting state for name, with its wake-up eventfd. */
+int dlock__etcd_watch_new(const char *name, dlock__etcd_watch **out);
+
+/* The backend's watch calls (dlock_backend's watch_begin ... watch_wake). */
+int dlock__etcd_watch_begin(void *arg, const dlock_request *req, void **watch);
+int dlock__etcd_watch_wait(void *arg, void *watch, int64_t timeout_ms);
+void dlock__etcd_watch_end(void *arg, void *watch);
+void dlock__etcd_watch_wake(void *arg, void *watch);
+
+/* ---- etcd_elect.c: leader election --------------------------------------- */
+
+int dlock__etcd_leader_get(void *arg, const char *name, dlock_leader_info *out);
+int dlock__etcd_observe_begin(void *arg, const char *name, void **watch);
+
+#endif

@@ -1,0 +1,125 @@
+/*
+ * The etcd backend's names: the directory of a lock NAME under the key
+ * prefix, the key of one acquisition in it and the lease it lives on, both
+ * derived from the owner token (see the top of etcd.c for why), and the
+ * range requests that read a directory's keys.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/etcd/etcd_int.h"
+#include "core/error.h"
+
+/* ---- names ------------------------------------------------------------- */
+
+static uint64_t hex64(const char *s)
+{
+    uint64_t v = 0;
+
+    for (int i = 0; i < 16 && s[i] != '\0'; i++) {
+        char ch = s[i];
+        int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : 0;
+        v = v << 4 | (uint64_t)d;
+    }
+    return v;
+}
+
+/* splitmix64's finaliser: spreads the TTL over all bits. */
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ x >> 31;
+}
+
+static int64_t positive(uint64_t v)
+{
+    v &= (uint64_t)INT64_MAX;
+    return v != 0 ? (int64_t)v : 1;
+}
+
+/* etcd leases are whole seconds, at least 1: round up, so that the server
+ * never lets a lease go before the client's deadline. */
+static int64_t ttl_of(int64_t lease_ms)
+{
+    int64_t s = (lease_ms + 999) / 1000;
+    return s > 0 ? s : 1;
+}
+
+int64_t dlock__etcd_lease_for(const char *owner, int64_t ttl)
+{
+    return positive(hex64(owner) ^ mix(hex64(owner + 16) + (uint64_t)ttl));
+}
+
+void dlock__etcd_keys_free(dlock__etcd_keys *k)
+{
+    free(k->dir);
+    free(k->dir_end);
+    free(k->key);
+    memset(k, 0, sizeof(*k));
+}
+
+/* owner may be NULL (status, force release: the directory only). */
+int dlock__etcd_keys_make(dlock__etcd_keys *k, const dlock__etcd_be *be, const char *name,
+                          const char *owner, int64_t lease_ms)
+{
+    memset(k, 0, sizeof(*k));
+    k->value = be->value;
+    k->dir = dlock__etcd_dir(be->prefix, name);
+    k->dir_end = k->dir != NULL ? dlock__etcd_prefix_end(k->dir) : NULL;
+    if (k->dir_end == NULL)
+        goto oom;
+    if (owner != NULL) {
+        size_t n = strlen(k->dir) + 17;
+        k->key = malloc(n);
+        if (k->key == NULL)
+            goto oom;
+        snprintf(k->key, n, "%s%016" PRIx64, k->dir, (uint64_t)positive(hex64(owner)));
+        k->ttl = ttl_of(lease_ms);
+        k->lease = dlock__etcd_lease_for(owner, k->ttl);
+    }
+    return DLOCK_OK;
+oom:
+    dlock__etcd_keys_free(k);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+}
+
+int dlock__etcd_same_key(const dlock__etcd_kv *kv, const char *key)
+{
+    return kv->key != NULL && kv->key_len == strlen(key) && memcmp(kv->key, key, kv->key_len) == 0;
+}
+
+/* ---- range requests ---------------------------------------------------- */
+
+/* Range requests, bare (for /v3/kv/range) or as a txn operation. */
+json_t *dlock__etcd_as_op(json_t *range)
+{
+    return range != NULL ? json_pack("{s:o}", "request_range", range) : NULL;
+}
+
+/* The first key of the directory by create revision: the holder. */
+json_t *dlock__etcd_range_first(const dlock__etcd_keys *k)
+{
+    return json_pack("{s:o, s:o, s:s, s:s, s:I, s:b}", "key", dlock__etcd_str(k->dir),
+                     "range_end", dlock__etcd_str(k->dir_end), "sort_order", "ASCEND",
+                     "sort_target", "CREATE", "limit", (json_int_t)1, "keys_only", 1);
+}
+
+/* The key just ahead of create revision rev: the one to wait for. */
+json_t *dlock__etcd_range_ahead(const dlock__etcd_keys *k, int64_t rev)
+{
+    return json_pack("{s:o, s:o, s:s, s:s, s:I, s:I, s:b}", "key", dlock__etcd_str(k->dir),
+                     "range_end", dlock__etcd_str(k->dir_end), "sort_order", "DESCEND",
+                     "sort_target", "CREATE", "max_create_revision", (json_int_t)(rev - 1),
+                     "limit", (json_int_t)1, "keys_only", 1);
+}
+
+json_t *dlock__etcd_range_key(const char *key)
+{
+    return json_pack("{s:o, s:b}", "key", dlock__etcd_str(key), "keys_only", 1);
+}
+

@@ -1,0 +1,382 @@
+/*
+ * Acquiring an etcd lock: a try that will not wait (only into an empty
+ * directory), and the tries of a waiting acquisition, whose key holds its
+ * place in the queue on a short lease of its own and moves to the holder's
+ * lease at the head of the queue (promote). Waiting between the tries is in
+ * etcd_wait.c.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/etcd/etcd_int.h"
+#include "core/clock.h"
+#include "core/error.h"
+
+/* A waiter's key lives on a lease of this many seconds (or the holder's, if
+ * shorter), kept alive every third of it while the waiter waits, and moved
+ * to the holder's lease when it reaches the head of the queue: a waiter that
+ * dies (SIGKILL, a lost machine) blocks the queue for this long, not for the
+ * lease it asked for. etcd may round it up to its minimum TTL (1.5 x its
+ * election timeout). */
+#define WAIT_TTL_S 3
+
+/* ---- acquire ------------------------------------------------------------ */
+
+/*
+ * Try once, for a caller that will not wait: take the lock only if the
+ * directory is empty (no holder, nobody queued), so that a try never jumps
+ * the queue and never leaves a key behind. The lease is granted first (the
+ * put needs it) and revoked again when the lock is busy.
+ */
+static int try_once(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__etcd_keys *k,
+                    uint64_t *fence, int64_t *retry_ms)
+{
+    json_t *reply;
+    dlock__etcd_kv first;
+    int rc, found;
+
+    if ((rc = dlock__etcd_grant(be, c, k->lease, k->ttl)) != DLOCK_OK)
+        return rc;
+    rc = dlock__etcd_be_call(
+        be, c, "/v3/kv/txn",
+        json_pack("{s:[{s:o, s:o, s:s, s:s, s:I}], s:[{s:{s:o, s:o, s:I}}], s:[o]}", "compare",
+                  "key", dlock__etcd_str(k->dir), "range_end", dlock__etcd_str(k->dir_end),
+                  "target", "CREATE", "result", "EQUAL", "create_revision", (json_int_t)0,
+                  "success", "request_put", "key", dlock__etcd_str(k->key), "value",
+                  dlock__etcd_str(k->value), "lease", (json_int_t)k->lease, "failure",
+                  dlock__etcd_as_op(dlock__etcd_range_first(k))),
+        &reply);
+    if (rc != DLOCK_OK)
+        return rc;
+    if (json_is_true(json_object_get(reply, "succeeded"))) {
+        int64_t rev = dlock__etcd_revision(reply);
+        json_decref(reply);
+        if (rev <= 0)
+            return dlock__etcd_bad_reply(be, "the acquire txn (no revision)");
+        *fence = (uint64_t)rev;
+        return DLOCK_OK;
+    }
+    found = dlock__etcd_read_kv(be, dlock__etcd_txn_op(reply, 0, "response_range"), &first,
+                                "the acquire txn");
+    json_decref(reply);
+    if (found < 0)
+        return found;
+    if (found == 1 && dlock__etcd_same_key(&first, k->key) && first.create_revision > 0) {
+        /* Our own put, whose reply was lost before a retry. */
+        *fence = (uint64_t)first.create_revision;
+        free(first.key);
+        return DLOCK_OK;
+    }
+    /* Busy (or emptied just now: found == 0, try again at once). */
+    dlock__etcd_lease_revoke(be, c, k->lease);
+    *retry_ms = 0;
+    if (found == 1)
+        dlock__etcd_lease_left(be, c, first.lease, retry_ms);
+    free(first.key);
+    return DLOCK_EBUSY;
+}
+
+/* Put our key at the end of the queue (or find it there, after a lost
+ * reply): sets w->myrev and *first to the holder. */
+static int enqueue(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w,
+                   dlock__etcd_kv *first)
+{
+    const dlock__etcd_keys *k = &w->k;
+    json_t *reply = NULL;
+    dlock__etcd_kv mine;
+    int rc, found;
+
+    for (int attempt = 0;; attempt++) {
+        rc = dlock__etcd_be_call(
+            be, c, "/v3/kv/txn",
+            json_pack("{s:[{s:o, s:s, s:s, s:I}], s:[{s:{s:o, s:o, s:I}}, o], s:[o, o]}", "compare",
+                      "key", dlock__etcd_str(k->key), "target", "CREATE", "result", "EQUAL",
+                      "create_revision", (json_int_t)0, "success", "request_put", "key",
+                      dlock__etcd_str(k->key), "value", dlock__etcd_str(k->value), "lease",
+                      (json_int_t)k->lease, dlock__etcd_as_op(dlock__etcd_range_first(k)),
+                      "failure", dlock__etcd_as_op(dlock__etcd_range_key(k->key)),
+                      dlock__etcd_as_op(dlock__etcd_range_first(k))),
+            &reply);
+        if (rc == DLOCK_ESERVER && c->grpc_code == 5 && attempt == 0) {
+            /* "requested lease not found": it ran out while we were not
+             * looking (a stall); a new one with the same ID. */
+            w->granted = 0;
+            int64_t sent = dlock__now_ms();
+            if ((rc = dlock__etcd_grant(be, c, k->lease, k->ttl)) != DLOCK_OK)
+                return rc;
+            w->granted = 1;
+            w->lease_ok_ms = sent;
+            continue;
+        }
+        break;
+    }
+    if (rc != DLOCK_OK)
+        return rc;
+    if (json_is_true(json_object_get(reply, "succeeded"))) {
+        w->myrev = dlock__etcd_revision(reply);
+        found = dlock__etcd_read_kv(be, dlock__etcd_txn_op(reply, 1, "response_range"), first,
+                                    "the enqueue txn");
+    } else {
+        found = dlock__etcd_read_kv(be, dlock__etcd_txn_op(reply, 0, "response_range"), &mine,
+                                    "the enqueue txn");
+        if (found == 1)
+            w->myrev = mine.create_revision;
+        free(mine.key);
+        if (found == 1)
+            found = dlock__etcd_read_kv(be, dlock__etcd_txn_op(reply, 1, "response_range"), first,
+                                        "the enqueue txn");
+        else if (found == 0)
+            found = dlock__etcd_bad_reply(be, "the enqueue txn (our key vanished)");
+    }
+    json_decref(reply);
+    if (found < 0)
+        return found;
+    if (found == 0 || w->myrev <= 0) {
+        free(first->key);
+        first->key = NULL;
+        return dlock__etcd_bad_reply(be, "the enqueue txn (empty queue after our put)");
+    }
+    return DLOCK_OK;
+}
+
+/*
+ * Our key reached the head of the queue on the short lease it waited on:
+ * move it to the holder's lease, granted now at its full length (after the
+ * core noted the time of this try, so the server's lease outlasts the core's
+ * deadline), keeping its create revision, which is the fence; then revoke
+ * the short lease, which has nothing left on it, so that a release leaves no
+ * lease behind. DLOCK_ELOST when the key went meanwhile (its short lease ran
+ * out in a stall). Three raft writes on the way to the lock, paid only when
+ * the holder's lease is longer than WAIT_TTL_S.
+ */
+static int promote(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w)
+{
+    const dlock__etcd_keys *k = &w->k;
+    json_t *reply = NULL;
+    int rc, alive = 0;
+
+    w->hold_granted = 1;
+    rc = dlock__etcd_be_call(
+        be, c, "/v3/lease/grant",
+        json_pack("{s:I, s:I}", "ID", (json_int_t)w->hold_lease, "TTL", (json_int_t)w->hold_ttl),
+        &reply);
+    json_decref(reply);
+    reply = NULL;
+    if (rc == DLOCK_ESERVER && c->grpc_code == 9 && strstr(c->grpc_message, "exists") != NULL) {
+        /* Ours from an earlier try whose reply was lost: refresh it to its
+         * full length. */
+        rc = dlock__etcd_keepalive(be, c, &w->hold_lease, 1, &alive);
+        if (rc == DLOCK_OK && !alive)
+            rc = dlock__etcd_bad_reply(be, "lease keepalive (the lease just granted is gone)");
+    }
+    if (rc != DLOCK_OK)
+        return rc;
+    rc = dlock__etcd_be_call(
+        be, c, "/v3/kv/txn",
+        json_pack("{s:[{s:o, s:s, s:s, s:I}], s:[{s:{s:o, s:b, s:I}}]}", "compare", "key",
+                  dlock__etcd_str(k->key), "target", "CREATE", "result", "EQUAL", "create_revision",
+                  (json_int_t)w->myrev, "success", "request_put", "key", dlock__etcd_str(k->key),
+                  "ignore_value", 1, "lease", (json_int_t)w->hold_lease),
+        &reply);
+    if (rc == DLOCK_OK && !json_is_true(json_object_get(reply, "succeeded")))
+        rc = DLOCK_ELOST;
+    json_decref(reply);
+    if (rc == DLOCK_ELOST) {
+        dlock__etcd_lease_revoke(be, c, w->hold_lease); /* nothing is attached to it */
+        w->hold_granted = 0;
+    } else if (rc == DLOCK_OK && dlock__etcd_lease_revoke(be, c, k->lease) == DLOCK_OK) {
+        w->granted = 0;
+    }
+    return rc;
+}
+
+/*
+ * A try of a waiting acquisition. The lease is refreshed in it (granted on
+ * the first try, kept alive on later ones), after the core noted the time it
+ * sent this try: the server's lease then runs out no earlier than the
+ * deadline the core computes. One txn reads, at one revision, that our key is
+ * still there with the revision we queued at, which key holds the lock, and
+ * which is just ahead of ours; on later tries it goes together with the
+ * keepalive, and success needs both: the lease alive, and our key first. So
+ * success is only reported while our key exists (etcd 3.4's own lock did not
+ * check that after a wait).
+ */
+static int try_queued(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w,
+                      uint64_t *fence, int64_t *retry_ms)
+{
+    const dlock__etcd_keys *k = &w->k;
+    dlock__etcd_kv first = {0}, ahead = {0};
+    json_t *reply = NULL;
+    int64_t sent = dlock__now_ms(), rev;
+    int rc, found;
+
+    if (w->granted && w->myrev > 0) {
+        /* The keepalive and a read-only txn (no raft write), at once: one
+         * round trip after the wake-up, not two. */
+        char ka[48];
+        json_t *txn = json_pack("{s:[{s:o, s:s, s:s, s:I}], s:[o, o]}", "compare", "key",
+                                dlock__etcd_str(k->key), "target", "CREATE", "result", "EQUAL",
+                                "create_revision", (json_int_t)w->myrev, "success",
+                                dlock__etcd_as_op(dlock__etcd_range_first(k)),
+                                dlock__etcd_as_op(dlock__etcd_range_ahead(k, w->myrev)));
+        char *body = txn != NULL ? json_dumps(txn, JSON_COMPACT) : NULL;
+        dlock__etcd_pair p = {{"/v3/lease/keepalive", "/v3/kv/txn"}, {ka, body}, {1, 0},
+                              {NULL, NULL}, {0, 0}, {0, 0}};
+        int alive = -1;
+
+        json_decref(txn);
+        if (body == NULL)
+            return dlock__fail(DLOCK_ENOMEM, "out of memory");
+        snprintf(ka, sizeof(ka), "{\"ID\":\"%" PRId64 "\"}", k->lease);
+        rc = dlock__etcd_call_pair(be->http, c, &p);
+        free(body);
+        if (rc == DLOCK_OK)
+            rc = dlock__etcd_keepalive_results(be, p.out[0], &k->lease, 1, &alive);
+        if (rc == DLOCK_OK && alive < 0)
+            rc = dlock__etcd_bad_reply(be, "lease keepalive (no answer for the lease)");
+        json_decref(p.out[0]);
+        reply = p.out[1];
+        if (rc != DLOCK_OK) {
+            json_decref(reply);
+            return rc;
+        }
+        if (alive)
+            w->lease_ok_ms = sent;
+        else
+            w->granted = 0; /* the key went with the lease */
+        w->keepalive_at = w->lease_ok_ms + k->ttl * 1000 / 3;
+        if (!alive || !json_is_true(json_object_get(reply, "succeeded"))) {
+            /* Our key is gone (lease ran out in a stall, or an
+             * administrator broke it): queue again. */
+            json_decref(reply);
+            reply = NULL;
+            w->myrev = 0;
+        } else {
+            found = dlock__etcd_read_kv(be, dlock__etcd_txn_op(reply, 0, "response_range"), &first,
+                                        "the acquire txn");
+            if (found == 1)
+                found = dlock__etcd_read_kv(be, dlock__etcd_txn_op(reply, 1, "response_range"),
+                                            &ahead, "the acquire txn");
+            rev = dlock__etcd_revision(reply);
+            json_decref(reply);
+            if (found < 0) {
+                free(first.key);
+                return found;
+            }
+            goto decide;
+        }
+    } else if (w->granted) {
+        int alive = 0;
+        if ((rc = dlock__etcd_keepalive(be, c, &k->lease, 1, &alive)) != DLOCK_OK)
+            return rc;
+        if (alive)
+            w->lease_ok_ms = sent;
+        else
+            w->granted = 0;
+    }
+    if (!w->granted) {
+        if ((rc = dlock__etcd_grant(be, c, k->lease, k->ttl)) != DLOCK_OK)
+            return rc;
+        w->granted = 1;
+        w->lease_ok_ms = sent;
+        w->myrev = 0;
+    }
+    w->keepalive_at = w->lease_ok_ms + k->ttl * 1000 / 3;
+
+    if ((rc = enqueue(be, c, w, &first)) != DLOCK_OK)
+        return rc;
+    if (first.create_revision != w->myrev) {
+        /* Not first: find the key just ahead, to watch it. */
+        rc = dlock__etcd_be_call(be, c, "/v3/kv/range", dlock__etcd_range_ahead(k, w->myrev),
+                                 &reply);
+        if (rc != DLOCK_OK) {
+            free(first.key);
+            return rc;
+        }
+        found = dlock__etcd_read_kv(be, reply, &ahead, "the range of the key ahead");
+        rev = dlock__etcd_revision(reply);
+        json_decref(reply);
+        if (found < 0) {
+            free(first.key);
+            return found;
+        }
+    } else {
+        rev = 0;
+    }
+
+decide:
+    if (first.create_revision == w->myrev && dlock__etcd_same_key(&first, k->key)) {
+        free(first.key);
+        free(ahead.key);
+        if (w->hold_lease != k->lease && (rc = promote(be, c, w)) != DLOCK_OK) {
+            if (rc != DLOCK_ELOST)
+                return rc;
+            /* Our key is gone: queue again, at once. */
+            w->myrev = 0;
+            *retry_ms = 0;
+            return DLOCK_EBUSY;
+        }
+        w->won = 1;
+        *fence = (uint64_t)w->myrev;
+        return DLOCK_OK;
+    }
+    free(first.key);
+    free(w->ahead);
+    w->ahead = NULL;
+    if (ahead.key != NULL && strlen(ahead.key) == ahead.key_len) {
+        /* The watch from the next revision on cannot miss its deletion. */
+        w->ahead = ahead.key;
+        w->ahead_from = rev + 1;
+        *retry_ms = INT64_MAX;
+    } else {
+        /* The key ahead left between our reads: look again at once. */
+        free(ahead.key);
+        *retry_ms = 0;
+    }
+    return DLOCK_EBUSY;
+}
+
+/* value: what the key holds (NULL: the client name). */
+int dlock__etcd_acquire_as(dlock__etcd_be *be, const char *name, const char *owner,
+                           int64_t lease_ms, const char *value, dlock__etcd_watch *w,
+                           uint64_t *fence, int64_t *retry_ms)
+{
+    dlock__etcd_conn *c;
+    dlock__etcd_keys k;
+    int rc = DLOCK_OK;
+
+    if ((rc = dlock__etcd_conn_get(be->http, &c)) != DLOCK_OK)
+        return rc;
+    if (w == NULL) {
+        if ((rc = dlock__etcd_keys_make(&k, be, name, owner, lease_ms)) == DLOCK_OK) {
+            if (value != NULL)
+                k.value = value;
+            rc = try_once(be, c, &k, fence, retry_ms);
+        }
+        dlock__etcd_keys_free(&k);
+    } else {
+        if (w->k.key == NULL) {
+            rc = dlock__etcd_keys_make(&w->k, be, name, owner, lease_ms);
+            /* The key waits on a short lease of its own (WAIT_TTL_S). */
+            w->hold_ttl = w->k.ttl;
+            w->hold_lease = w->k.lease;
+            if (rc == DLOCK_OK && w->k.ttl > WAIT_TTL_S) {
+                w->k.ttl = WAIT_TTL_S;
+                w->k.lease = dlock__etcd_lease_for(owner, WAIT_TTL_S);
+            }
+            if (rc == DLOCK_OK && value != NULL) {
+                if ((w->value = strdup(value)) == NULL)
+                    rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+                else
+                    w->k.value = w->value;
+            }
+        }
+        if (rc == DLOCK_OK)
+            rc = try_queued(be, c, w, fence, retry_ms);
+    }
+    dlock__etcd_conn_put(be->http, c);
+    return rc;
+}
+

@@ -1,0 +1,353 @@
+/*
+ * One request on one endpoint of etcd's JSON gateway: its headers (the auth
+ * token among them), running the transfers on a connection's multi handle,
+ * and judging what came back: the reply parsed, a gRPC error classified into
+ * a dlock error and what the caller does next (etcd_http_int.h). Failover
+ * between endpoints and the login are etcd_http.c's.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/etcd/etcd_http_int.h"
+#include "core/error.h"
+#include "core/thread.h"
+
+/* Build the header list: JSON, no "Expect: 100-continue" (a round trip for
+ * nothing), and the auth token with its generation. */
+struct curl_slist *dlock__etcd_headers(dlock__etcd *e, int with_token, unsigned long *gen,
+                                       int stream)
+{
+    struct curl_slist *h = NULL, *t;
+
+    h = curl_slist_append(h, "Content-Type: application/json");
+    if (h == NULL || (t = curl_slist_append(h, "Expect:")) == NULL)
+        goto oom;
+    h = t;
+    if (stream) {
+        /* etcd then ends the stream when its member loses the leader,
+         * instead of keeping a watch that may never fire. */
+        if ((t = curl_slist_append(h, "Grpc-Metadata-hasleader: true")) == NULL)
+            goto oom;
+        h = t;
+    }
+    pthread_mutex_lock(&e->mu);
+    *gen = e->token_gen;
+    if (with_token && e->token != NULL) {
+        size_t n = strlen(e->token) + 32;
+        char *line = malloc(n);
+        if (line != NULL) {
+            snprintf(line, n, "Authorization: %s", e->token);
+            t = curl_slist_append(h, line);
+            memset(line, 0, n);
+            free(line);
+        }
+        if (line == NULL || t == NULL) {
+            pthread_mutex_unlock(&e->mu);
+            goto oom;
+        }
+        h = t;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return h;
+
+oom:
+    curl_slist_free_all(h);
+    return NULL;
+}
+
+/* curl's message, for "etcd host: message": its first letter lower-cased,
+ * trailing blanks cut. */
+static const char *curl_text(const dlock__etcd_conn *c, CURLcode res, char *buf, size_t size)
+{
+    size_t n;
+
+    snprintf(buf, size, "%s", c->errbuf[0] != '\0' ? c->errbuf : curl_easy_strerror(res));
+    if (buf[0] >= 'A' && buf[0] <= 'Z')
+        buf[0] = (char)(buf[0] - 'A' + 'a');
+    /* OpenSSL's texts end in a space or a newline. */
+    for (n = strlen(buf); n > 0 && (buf[n - 1] == ' ' || buf[n - 1] == '\n'); n--)
+        buf[n - 1] = '\0';
+    return buf;
+}
+
+/*
+ * Classify a gRPC error reply. Unavailable (no leader, request timed out,
+ * leader changed) and the like go to the next endpoint; an invalid or stale
+ * token asks for a new login; the rest is the server's answer.
+ */
+static int classify(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, int *rc)
+{
+    const char *where = e->eps[idx].where, *m = c->grpc_message;
+
+    switch (c->grpc_code) {
+    case 14: /* Unavailable */
+    case 4:  /* DeadlineExceeded */
+    case 1:  /* Canceled */
+        *rc = dlock__fail(DLOCK_ECONN, "%s: %s", where, m);
+        return DLOCK__ETCD_TRY_NEXT_ENDPOINT;
+    case 16: /* Unauthenticated */
+        if (strstr(m, "invalid auth token") != NULL && e->user != NULL) {
+            *rc = dlock__fail(DLOCK_EAUTH, "%s: %s", where, m);
+            return DLOCK__ETCD_TRY_LOGIN;
+        }
+        *rc = dlock__fail(DLOCK_EAUTH, "%s: authentication failed: %s", where, m);
+        return DLOCK__ETCD_TRY_DONE;
+    case 7: /* PermissionDenied */
+        *rc = dlock__fail(DLOCK_EAUTH, "%s: %s (the user needs read-write on the key prefix)",
+                          where, m);
+        return DLOCK__ETCD_TRY_DONE;
+    case 3: /* InvalidArgument: several auth errors are reported this way */
+        if (strstr(m, "revision of auth store is old") != NULL && e->user != NULL) {
+            *rc = dlock__fail(DLOCK_EAUTH, "%s: %s", where, m);
+            return DLOCK__ETCD_TRY_LOGIN;
+        }
+        if (strstr(m, "user name is empty") != NULL) {
+            *rc = dlock__fail(DLOCK_EAUTH, "%s: authentication failed: the server requires a "
+                              "user (give user:password@ in the URL)", where);
+            return DLOCK__ETCD_TRY_DONE;
+        }
+        if (strstr(m, "authentication failed") != NULL) {
+            *rc = dlock__fail(DLOCK_EAUTH, "%s: authentication failed: invalid user or password",
+                              where);
+            return DLOCK__ETCD_TRY_DONE;
+        }
+        break;
+    case 9: /* FailedPrecondition */
+        if (strstr(m, "authentication is not enabled") != NULL) {
+            *rc = dlock__fail(DLOCK_EAUTH, "%s: authentication failed: the server has no "
+                              "authentication enabled but the URL gives a user", where);
+            return DLOCK__ETCD_TRY_DONE;
+        }
+        break;
+    case 8: /* ResourceExhausted */
+        if (strstr(m, "too many requests") != NULL) {
+            *rc = dlock__fail(DLOCK_ECONN, "%s: %s", where, m);
+            return DLOCK__ETCD_TRY_NEXT_ENDPOINT;
+        }
+        *rc = dlock__fail(DLOCK_ESERVER, "%s: server refused the request: %s%s", where, m,
+                          strstr(m, "space exceeded") ? " (compact and defragment the "
+                          "database, or raise --quota-backend-bytes)" : "");
+        return DLOCK__ETCD_TRY_DONE;
+    default:
+        break;
+    }
+    *rc = dlock__fail(DLOCK_ESERVER, "%s: server refused the request: %s", where, m);
+    return DLOCK__ETCD_TRY_DONE;
+}
+
+/* Find a gRPC error in a reply: {"error":"text","code":N,"message":"text"}
+ * for a unary call, {"error":{"grpc_code":N,"message":"text"}} in a stream.
+ * Returns 1 and fills c->grpc_* when there is one. */
+static int find_error(dlock__etcd_conn *c, const json_t *j)
+{
+    const json_t *err = json_object_get(j, "error");
+    const json_t *code = json_object_get(j, "code"), *msg = json_object_get(j, "message");
+
+    if (err == NULL && code == NULL)
+        return 0;
+    if (json_is_object(err)) {
+        /* grpc-gateway v1 (etcd 3.4, 3.5) says grpc_code, v2 (3.6) code. */
+        code = json_object_get(err, "grpc_code");
+        if (code == NULL)
+            code = json_object_get(err, "code");
+        msg = json_object_get(err, "message");
+    } else if (!json_is_string(msg) && json_is_string(err)) {
+        msg = err;
+    }
+    c->grpc_code = json_is_integer(code) ? (int)json_integer_value(code) : 2;
+    if (c->grpc_code == 0)
+        return 0;
+    snprintf(c->grpc_message, sizeof(c->grpc_message), "%s",
+             json_is_string(msg) ? json_string_value(msg) : "unknown error");
+    return 1;
+}
+
+/*
+ * Parse the body: one JSON object, or for a stream (stream = 1) one object
+ * per line, each {"result": ...} or {"error": ...}, turned into an array of
+ * the results.
+ */
+static int parse_body(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, long http, int stream,
+                      json_t **out)
+{
+    const char *where = e->eps[idx].where;
+    json_error_t jerr;
+    json_t *j;
+
+    if (!stream) {
+        j = json_loadb(c->buf != NULL ? c->buf : "", c->len, 0, &jerr);
+        if (!json_is_object(j)) {
+            json_decref(j);
+            return dlock__fail(DLOCK_EPROTO, "%s: HTTP %ld and not a JSON reply: is this the "
+                               "etcd v3 gateway (etcd 3.4 or newer)?", where, http);
+        }
+        *out = j;
+        return DLOCK_OK;
+    }
+    *out = json_array();
+    if (*out == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    for (size_t pos = 0; pos < c->len;) {
+        const json_t *result;
+        while (pos < c->len && (c->buf[pos] == '\n' || c->buf[pos] == '\r' || c->buf[pos] == ' '))
+            pos++;
+        if (pos >= c->len)
+            break;
+        j = json_loadb(c->buf + pos, c->len - pos, JSON_DISABLE_EOF_CHECK, &jerr);
+        if (j == NULL || !json_is_object(j)) {
+            json_decref(j);
+            json_decref(*out);
+            *out = NULL;
+            return dlock__fail(DLOCK_EPROTO, "%s: HTTP %ld and not a JSON stream: is this the "
+                               "etcd v3 gateway (etcd 3.4 or newer)?", where, http);
+        }
+        pos += (size_t)jerr.position;
+        result = json_object_get(j, "result");
+        if (result != NULL)
+            json_array_append(*out, (json_t *)result);
+        else if (find_error(c, j)) {
+            /* Report it the same way as a unary error. */
+            json_decref(*out);
+            *out = j;
+            return DLOCK_OK;
+        }
+        json_decref(j);
+    }
+    return DLOCK_OK;
+}
+
+/* Set up c for one request; the headers are kept in c until dlock__etcd_finish. */
+int dlock__etcd_prepare(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const char *path,
+                        const char *body, int64_t budget_ms, int with_token, unsigned long *gen)
+{
+    char url[400];
+
+    c->grpc_code = 0;
+    c->grpc_message[0] = '\0';
+    c->errbuf[0] = '\0';
+    c->len = 0;
+    c->headers = dlock__etcd_headers(e, with_token, gen, 0);
+    if (c->headers == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    snprintf(url, sizeof(url), "%s%s", e->eps[idx].base, path);
+    curl_easy_setopt(c->easy, CURLOPT_URL, url);
+    curl_easy_setopt(c->easy, CURLOPT_HTTPHEADER, c->headers);
+    curl_easy_setopt(c->easy, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c->easy, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    curl_easy_setopt(c->easy, CURLOPT_TIMEOUT_MS, (long)budget_ms);
+    curl_easy_setopt(c->easy, CURLOPT_CONNECTTIMEOUT_MS,
+                     (long)(e->connect_timeout_ms < budget_ms ? e->connect_timeout_ms : budget_ms));
+    return DLOCK_OK;
+}
+
+/*
+ * etcds:// to an endpoint that speaks plain http: the TCP connection is
+ * made, and the TLS handshake fails as the server answers the ClientHello
+ * with something else or hangs up ("wrong version number", "connection
+ * reset by peer", SSL_ERROR_SYSCALL), which says nothing of the cause. Say
+ * what was expected. A certificate that does not verify has other codes,
+ * and clear messages of its own.
+ */
+static const char *tls_hint(const dlock__etcd *e, CURLcode res)
+{
+    if (!e->tls || res != CURLE_SSL_CONNECT_ERROR)
+        return "";
+    return " (TLS was expected, as the URL is etcds://, but the TLS handshake failed: is "
+           "this a plain-http endpoint, for etcd://?)";
+}
+
+/* Judge a finished transfer: what to do next, *rc and *out. */
+int dlock__etcd_finish(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const char *path,
+                       CURLcode res, int64_t budget_ms, int stream, json_t **out, int *rc)
+{
+    const char *where = e->eps[idx].where;
+    char text[CURL_ERROR_SIZE + 32];
+    long http = 0;
+    json_t *j = NULL;
+
+    *out = NULL;
+    curl_easy_setopt(c->easy, CURLOPT_HTTPHEADER, NULL);
+    curl_slist_free_all(c->headers);
+    c->headers = NULL;
+    if (res == CURLE_OUT_OF_MEMORY) {
+        *rc = dlock__fail(DLOCK_ENOMEM, "%s: out of memory", where);
+        return DLOCK__ETCD_TRY_DONE;
+    }
+    if (res == CURLE_OPERATION_TIMEDOUT) {
+        *rc = dlock__fail(DLOCK_ECONN, "%s: no reply within %lld ms", where,
+                          (long long)budget_ms);
+        return DLOCK__ETCD_TRY_NEXT_ENDPOINT;
+    }
+    if (res != CURLE_OK) {
+        *rc = dlock__fail(DLOCK_ECONN, "%s: %s%s", where, curl_text(c, res, text, sizeof(text)),
+                          tls_hint(e, res));
+        /* A handshake that fails is, like a refused connection, nothing to
+         * wait for on this endpoint. */
+        return res == CURLE_COULDNT_CONNECT || res == CURLE_SSL_CONNECT_ERROR
+                   ? DLOCK__ETCD_TRY_REFUSED
+                   : DLOCK__ETCD_TRY_NEXT_ENDPOINT;
+    }
+    curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &http);
+    if ((*rc = parse_body(e, c, idx, http, stream, &j)) != DLOCK_OK)
+        return http >= 500 ? DLOCK__ETCD_TRY_NEXT_ENDPOINT : DLOCK__ETCD_TRY_DONE;
+    if (json_is_object(j) && find_error(c, j)) {
+        json_decref(j);
+        return classify(e, c, idx, rc);
+    }
+    if (http != 200) {
+        json_decref(j);
+        *rc = dlock__fail(DLOCK_EPROTO, "%s: HTTP %ld for %s", where, http, path);
+        return http >= 500 ? DLOCK__ETCD_TRY_NEXT_ENDPOINT : DLOCK__ETCD_TRY_DONE;
+    }
+    *out = j;
+    *rc = DLOCK_OK;
+    return DLOCK__ETCD_TRY_DONE;
+}
+
+/*
+ * Run the transfers of easy[0..n) (added to multi) to their end; each one's
+ * own CURLOPT_TIMEOUT_MS bounds it. res[i] is its result.
+ */
+void dlock__etcd_run(CURLM *multi, CURL **easy, size_t n, CURLcode *res)
+{
+    dlock__sigpipe_guard guard;
+    int running = 1, left;
+    CURLMsg *msg;
+
+    for (size_t i = 0; i < n; i++)
+        res[i] = curl_multi_add_handle(multi, easy[i]) == CURLM_OK ? CURLE_AGAIN
+                                                                    : CURLE_OUT_OF_MEMORY;
+    dlock__sigpipe_block(&guard);
+    while (running > 0) {
+        if (curl_multi_perform(multi, &running) != CURLM_OK)
+            break;
+        while ((msg = curl_multi_info_read(multi, &left)) != NULL)
+            for (size_t i = 0; i < n; i++)
+                if (msg->msg == CURLMSG_DONE && msg->easy_handle == easy[i])
+                    res[i] = msg->data.result;
+        if (running > 0 && curl_multi_poll(multi, NULL, 0, 1000, NULL) != CURLM_OK)
+            break;
+    }
+    dlock__sigpipe_restore(&guard);
+    for (size_t i = 0; i < n; i++) {
+        curl_multi_remove_handle(multi, easy[i]);
+        if (res[i] == CURLE_AGAIN) /* the loop broke off */
+            res[i] = CURLE_RECV_ERROR;
+    }
+}
+
+int dlock__etcd_attempt(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const char *path,
+                        const char *body, int64_t budget_ms, int with_token, int stream,
+                        unsigned long *gen, json_t **out, int *rc)
+{
+    CURLcode res;
+
+    *out = NULL;
+    if ((*rc = dlock__etcd_prepare(e, c, idx, path, body, budget_ms, with_token, gen)) != DLOCK_OK)
+        return DLOCK__ETCD_TRY_DONE;
+    dlock__etcd_run(c->multi, &c->easy, 1, &res);
+    return dlock__etcd_finish(e, c, idx, path, res, budget_ms, stream, out, rc);
+}
+

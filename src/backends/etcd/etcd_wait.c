@@ -1,0 +1,272 @@
+/*
+ * Waiting between the tries of an etcd acquisition: sleeping on a watch of
+ * the key just ahead in the queue while keeping our own key's lease alive,
+ * an election observer's watch of the whole directory, leaving the queue,
+ * and the wake-up another thread can send.
+ */
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "backends/etcd/etcd_int.h"
+#include "core/clock.h"
+#include "core/error.h"
+
+/* ---- waiting -------------------------------------------------------------- */
+
+int dlock__etcd_watch_new(const char *name, dlock__etcd_watch **out)
+{
+    dlock__etcd_watch *w = calloc(1, sizeof(*w));
+
+    *out = NULL;
+    if (w == NULL || (w->name = strdup(name)) == NULL) {
+        free(w);
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    }
+    w->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (w->wake_fd < 0) {
+        free(w->name);
+        free(w);
+        return dlock__fail(DLOCK_ENOMEM, "cannot create an eventfd");
+    }
+    *out = w;
+    return DLOCK_OK;
+}
+
+/* A watch_wake since the last look: consume it. */
+static int take_wake(dlock__etcd_watch *w)
+{
+    uint64_t n;
+
+    if (!atomic_exchange(&w->woken, 0))
+        return 0;
+    if (read(w->wake_fd, &n, sizeof(n)) < 0) {
+        /* nothing pending: fine */
+    }
+    return 1;
+}
+
+int dlock__etcd_watch_begin(void *arg, const dlock_request *req, void **watch)
+{
+    (void)arg;
+    /* Nothing to register yet: the first try queues our key, and the watch
+     * of the key ahead starts from the revision that try read, so no
+     * deletion after it can be missed. */
+    return dlock__etcd_watch_new(req->name, (dlock__etcd_watch **)watch);
+}
+
+static void close_stream(dlock__etcd_watch *w)
+{
+    dlock__etcd_stream_close(w->stream);
+    w->stream = NULL;
+}
+
+/* The stream broke or was refused: the next call goes to the next endpoint,
+ * and the stream is opened again after a back-off that doubles from 50 ms
+ * with each failure in a row, up to 1 s. */
+static void stream_failed(dlock__etcd_be *be, dlock__etcd_watch *w)
+{
+    int64_t pause = 50LL << (w->stream_failures < 5 ? w->stream_failures : 5);
+
+    dlock__etcd_endpoint_failed(be->http, dlock__etcd_stream_endpoint(w->stream));
+    close_stream(w);
+    w->stream_failures++;
+    w->stream_retry_at = dlock__now_ms() + (pause < 1000 ? pause : 1000);
+}
+
+/* Sleep ms, or until watch_wake. */
+static void sleep_ms(dlock__etcd_watch *w, int64_t ms)
+{
+    struct pollfd pfd = {w->wake_fd, POLLIN, 0};
+
+    if (ms > 0)
+        poll(&pfd, 1, ms > 1000000 ? 1000000 : (int)ms);
+}
+
+/*
+ * Sleep until the key ahead is deleted (DLOCK_OK), watch_wake (DLOCK_OK) or
+ * timeout_ms passes (DLOCK_ETIMEOUT). Meanwhile keep our own lease alive,
+ * since our key holds our place; if it cannot be kept, return DLOCK_OK so
+ * that the next try finds out (and queues again, or reports the connection
+ * error). A broken stream is opened again, on the endpoint now in use, from
+ * the same revision.
+ */
+static int observe_wait(dlock__etcd_be *be, dlock__etcd_watch *w, int64_t end);
+
+int dlock__etcd_watch_wait(void *arg, void *watch, int64_t timeout_ms)
+{
+    dlock__etcd_be *be = arg;
+    dlock__etcd_watch *w = watch;
+    int64_t now = dlock__now_ms();
+    int64_t end = timeout_ms >= INT64_MAX - now ? INT64_MAX : now + timeout_ms;
+
+    if (w->observe)
+        return observe_wait(be, w, end);
+    for (;;) {
+        int64_t until;
+        int state;
+
+        if (take_wake(w))
+            return DLOCK_OK;
+        now = dlock__now_ms();
+        if (now >= end)
+            return DLOCK_ETIMEOUT;
+        if (w->k.key == NULL || !w->granted) {
+            sleep_ms(w, end - now < 1000 ? end - now : 1000);
+            return DLOCK_ETIMEOUT;
+        }
+        if (now >= w->keepalive_at) {
+            dlock__etcd_conn *c;
+            int alive = 0, rc;
+            if ((rc = dlock__etcd_conn_get(be->http, &c)) != DLOCK_OK)
+                return rc;
+            rc = dlock__etcd_keepalive(be, c, &w->k.lease, 1, &alive);
+            dlock__etcd_conn_put(be->http, c);
+            if (rc == DLOCK_OK && !alive) {
+                w->granted = 0;
+                close_stream(w);
+                return DLOCK_OK;
+            }
+            if (rc == DLOCK_OK) {
+                w->lease_ok_ms = now;
+                w->keepalive_at = now + w->k.ttl * 1000 / 3;
+            } else if (now >= w->lease_ok_ms + w->k.ttl * 1000) {
+                close_stream(w);
+                return DLOCK_OK;
+            } else {
+                w->keepalive_at = now + 200;
+            }
+            /* Calls went elsewhere: the stream's member may be the reason. */
+            if (w->stream != NULL &&
+                dlock__etcd_stream_endpoint(w->stream) != dlock__etcd_current(be->http))
+                close_stream(w);
+            continue;
+        }
+        until = end < w->keepalive_at ? end : w->keepalive_at;
+        if (w->ahead == NULL) {
+            sleep_ms(w, until - now);
+            continue;
+        }
+        if (w->stream == NULL) {
+            if (now < w->stream_retry_at) {
+                sleep_ms(w, (until < w->stream_retry_at ? until : w->stream_retry_at) - now);
+                continue;
+            }
+            if (dlock__etcd_stream_open(&w->stream, be->http, w->ahead, NULL, w->ahead_from) !=
+                DLOCK_OK) {
+                w->stream_retry_at = now + 100;
+                continue;
+            }
+        }
+        state = dlock__etcd_stream_wait(w->stream, until - now, w->wake_fd);
+        if (state == DLOCK__ETCD_STREAM_DELETED || state == DLOCK__ETCD_STREAM_CANCELED) {
+            close_stream(w);
+            free(w->ahead);
+            w->ahead = NULL;
+            w->stream_failures = 0;
+            return DLOCK_OK;
+        }
+        if (state == DLOCK__ETCD_STREAM_FAILED) {
+            stream_failed(be, w);
+            /* Watches keep failing (a proxy that cuts streams ...): let the
+             * caller look for itself, about once a second, rather than
+             * sleep on a watch that may never work. */
+            if (w->stream_failures >= 3)
+                return DLOCK_OK;
+        }
+    }
+}
+
+/* Leave the queue unless the last try took the lock: revoking the lease
+ * deletes our key with it (and the holder's lease, if a promote that failed
+ * may have moved the key there). */
+void dlock__etcd_watch_end(void *arg, void *watch)
+{
+    dlock__etcd_be *be = arg;
+    dlock__etcd_watch *w = watch;
+    dlock__etcd_conn *c;
+
+    if (w == NULL)
+        return;
+    close_stream(w);
+    if (!w->won && w->k.key != NULL && dlock__etcd_conn_get(be->http, &c) == DLOCK_OK) {
+        char keep[512];
+        snprintf(keep, sizeof(keep), "%s", dlock_error_message());
+        dlock__etcd_lease_revoke(be, c, w->k.lease);
+        if (w->hold_granted && w->hold_lease != w->k.lease)
+            dlock__etcd_lease_revoke(be, c, w->hold_lease);
+        dlock__fail(0, "%s", keep); /* the caller's message is the one to keep */
+        dlock__etcd_conn_put(be->http, c);
+    }
+    if (w->wake_fd >= 0)
+        close(w->wake_fd);
+    dlock__etcd_keys_free(&w->k);
+    free(w->ahead);
+    free(w->value);
+    free(w->name);
+    free(w);
+}
+
+void dlock__etcd_watch_wake(void *arg, void *watch)
+{
+    dlock__etcd_watch *w = watch;
+    uint64_t one = 1;
+
+    (void)arg;
+    atomic_store(&w->woken, 1);
+    if (w->wake_fd >= 0 && write(w->wake_fd, &one, sizeof(one)) < 0) {
+        /* the counter is full: a wake-up is pending anyway */
+    }
+}
+
+/*
+ * An observer's sleep: until something in the directory changes (DLOCK_OK),
+ * watch_wake, or end (DLOCK_ETIMEOUT). The stream stays open between sleeps;
+ * a broken one is opened again, on the endpoint in use, from the revision
+ * after the last change it reported.
+ */
+static int observe_wait(dlock__etcd_be *be, dlock__etcd_watch *w, int64_t end)
+{
+    for (;;) {
+        int64_t now = dlock__now_ms();
+        int state;
+
+        if (take_wake(w))
+            return DLOCK_OK;
+        if (now >= end)
+            return DLOCK_ETIMEOUT;
+        if (w->stream == NULL) {
+            struct pollfd pfd = {w->wake_fd, POLLIN, 0};
+            if (now < w->stream_retry_at) {
+                int64_t until = end < w->stream_retry_at ? end : w->stream_retry_at;
+                poll(&pfd, 1, (int)(until - now));
+                continue;
+            }
+            if (dlock__etcd_stream_open(&w->stream, be->http, w->k.dir, w->k.dir_end,
+                                        w->ahead_from) != DLOCK_OK) {
+                w->stream_retry_at = now + 100;
+                continue;
+            }
+        }
+        state = dlock__etcd_stream_wait(w->stream, end - now > 1000000 ? 1000000 : end - now,
+                                        w->wake_fd);
+        w->ahead_from = dlock__etcd_stream_next_rev(w->stream);
+        if (state == DLOCK__ETCD_STREAM_DELETED) {
+            dlock__etcd_stream_rearm(w->stream);
+            w->stream_failures = 0;
+            return DLOCK_OK;
+        }
+        if (state == DLOCK__ETCD_STREAM_CANCELED) {
+            /* Compacted past our revision: the next read is the news. */
+            close_stream(w);
+            return DLOCK_OK;
+        }
+        if (state == DLOCK__ETCD_STREAM_FAILED)
+            stream_failed(be, w);
+    }
+}
+
