@@ -7,7 +7,7 @@ BUILD ?= build
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all build deps test demo bench install clean chaos fuzz
+.PHONY: all build deps test verify demo bench install clean chaos fuzz
 
 all: build
 
@@ -20,6 +20,9 @@ build: deps
 
 test: deps
 	@scripts/test.sh
+
+verify: deps
+	@models/check.sh
 
 demo: build
 	@scripts/demo.sh $(BUILD)

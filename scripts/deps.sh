@@ -2,7 +2,7 @@
 # Installs the Debian packages dlock needs to build, test and demo, when any
 # is missing. Needs root (or sudo) only when something is missing.
 set -eu
-pkgs="build-essential cmake pkg-config python3 libhiredis-dev redis-server redis-tools libsqlite3-dev sqlite3 libpq-dev postgresql etcd-server etcd-client libcurl4-openssl-dev libjansson-dev faketime clang libclang-rt-14-dev"
+pkgs="build-essential cmake pkg-config python3 libhiredis-dev redis-server redis-tools libsqlite3-dev sqlite3 libpq-dev postgresql etcd-server etcd-client libcurl4-openssl-dev libjansson-dev faketime clang libclang-rt-14-dev spin"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

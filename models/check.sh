@@ -1,0 +1,110 @@
+#!/bin/sh
+# Model-checks the Redis mutex protocol (models/redis_mutex.pml) with spin,
+# as `make verify` and CI run it (docs/verification.md):
+#   - under the grant rule the code follows, spin must find no violation of
+#     the three properties, in three configurations;
+#   - under the old rule (-DOLD_GRANT), spin must find property (1) broken;
+#     the counterexample is printed.
+# Each check builds its own pan in a temporary directory. Exits non-zero if
+# any expectation fails.
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+model="$here/redis_mutex.pml"
+cc=${CC:-cc}
+
+command -v spin >/dev/null 2>&1 || {
+    echo "check.sh: spin is missing (apt-get install spin, or scripts/deps.sh)" >&2
+    exit 2
+}
+command -v "$cc" >/dev/null 2>&1 || { echo "check.sh: no C compiler ($cc)" >&2; exit 2; }
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/dlock-verify-XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 130' INT TERM
+
+passed=0
+failed=0
+n=0
+
+# Which property the assertion pan reports is: (2) and (3) assert on their
+# ghosts, (1) on what the clients believe.
+which_property() {
+    if grep -q 'assertion violated.*last_fence' "$1"; then
+        echo 2
+    elif grep -q 'assertion violated.*store_tok' "$1"; then
+        echo 3
+    elif grep -q 'assertion violated' "$1"; then
+        echo 1
+    else
+        echo "?"
+    fi
+}
+
+# check EXPECT TITLE SPIN-FLAGS...
+#   EXPECT: "none" (the exhaustive search finds no violation) or the number
+#           of the property spin must find broken.
+check() {
+    expect=$1 title=$2
+    shift 2
+    n=$((n + 1))
+    dir="$tmp/$n"
+    mkdir "$dir"
+    cp "$model" "$dir/"
+    if ! (cd "$dir" && spin "$@" -a redis_mutex.pml >spin.log 2>&1 &&
+          "$cc" -O2 -w -DSAFETY -DCOLLAPSE -DMEMLIM=4096 -o pan pan.c \
+              >cc.log 2>&1); then
+        echo "FAIL  $title: the model did not build (spin $*)"
+        cat "$dir/spin.log" "$dir/cc.log" 2>/dev/null | head -20 | sed 's/^/      /'
+        failed=$((failed + 1))
+        return
+    fi
+    start=$(date +%s%N)
+    (cd "$dir" && ./pan -m200000 -n >pan.log 2>&1)
+    end=$(date +%s%N)
+    secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", (b - a) / 1e9 }')
+    errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' "$dir/pan.log")
+    states=$(sed -n 's/^ *\([0-9][0-9]*\) states, stored.*/\1/p' "$dir/pan.log")
+    stats="${states:-?} states, ${secs} s"
+    broken=""
+    [ -n "$errors" ] && [ "$errors" != 0 ] && broken=$(which_property "$dir/pan.log")
+
+    if [ -z "$errors" ] ||
+            grep -q -e 'max search depth too small' -e 'MEMLIM' -e 'out of memory' \
+                "$dir/pan.log"; then
+        echo "FAIL  $title: the search did not complete ($stats)"
+        tail -5 "$dir/pan.log" | sed 's/^/      /'
+        failed=$((failed + 1))
+    elif [ "$expect" = none ] && [ -z "$broken" ]; then
+        echo "PASS  $title: no violation of (1)-(3) ($stats)"
+        passed=$((passed + 1))
+    elif [ "$expect" = "$broken" ]; then
+        echo "PASS  $title: spin finds property ($broken) broken, as expected ($stats); the trail:"
+        trail "$dir" "$@"
+        passed=$((passed + 1))
+    elif [ -n "$broken" ]; then
+        echo "FAIL  $title: spin finds property ($broken) broken ($stats); the trail:"
+        trail "$dir" "$@"
+        failed=$((failed + 1))
+    else
+        echo "FAIL  $title: spin finds no violation, but property ($expect) should break ($stats)"
+        failed=$((failed + 1))
+    fi
+}
+
+# trail DIR SPIN-FLAGS...: replay pan's counterexample, printing the model's
+# narration (its printf lines, which start with the time).
+trail() {
+    dir=$1
+    shift
+    (cd "$dir" && spin -t "$@" redis_mutex.pml 2>&1) | sed -n 's/^ *\(t=[0-9]\)/      \1/p'
+}
+
+spin -V
+check none "new grant rule, 3 clients, 8 ticks"
+check none "new grant rule, 2 clients x 2 acquisitions, 10 ticks" -DN=2 -DROUNDS=2 -DTMAX=10
+check none "new grant rule, request and reply delays, 3 clients, 4 ticks" -DDELAY -DTMAX=4
+check 1 "old grant rule (-DOLD_GRANT), 3 clients, 8 ticks" -DOLD_GRANT -DPROPS=1
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

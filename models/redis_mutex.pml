@@ -1,0 +1,550 @@
+/*
+ * The Redis mutex protocol of dlock, checked with spin (models/check.sh,
+ * `make verify`; what is modelled and what is not: docs/verification.md).
+ *
+ * Processes:
+ *   Client(i)      one dlock client using one lock name: its caller's thread
+ *                  (src/core/lock.c: dlock__acquire, dlock_release;
+ *                  src/core/wait.c: dlock__acquire_loop;
+ *                  src/backends/redis/redis.c: mutex_acquire, mutex_release,
+ *                  dlock__redis_watch_close) and its watchdog thread
+ *                  (src/core/watchdog.c: renew_batch), as one process.
+ *   Subscriber(i)  -DOLD_GRANT only: the client's subscriber thread
+ *                  (src/backends/redis/redis_watch.c: grant).
+ *   Clock          time: the server's and the clients' clocks tick together;
+ *                  keys expire, deadlines pass.
+ *   Mutex          property (1), asserted in every reachable state.
+ * The Redis server is the globals below. Each Lua script is an inline that
+ * runs in one atomic step, as Redis runs a script without interleaving.
+ *
+ * The grant rule. By default, the code's rule: release.lua hands the key to
+ * the waiter in the hand-off slot for the confirm window only, the "grant"
+ * message merely wakes the waiter, and the waiter holds the lock once a try
+ * of its own finds its token in the key (acquire.lua then PEXPIREs the full
+ * lease), with the lease counted from when that try was sent. With
+ * -DOLD_GRANT, the rule before the fix: the key is handed over with PX the
+ * waiter's lease, and the grant message itself makes the waiter the holder,
+ * with the lease counted from its last busy try. Spin breaks property (1)
+ * under the old rule and finds no violation under the new one.
+ *
+ * Properties (-DPROPS=n checks property n only; the default, 0, all three):
+ *   (1) at most one client holds the lock and believes its lease valid
+ *       (dlock_lock_lost() would say 0: not marked lost, and its local now
+ *       is before its deadline);
+ *   (2) fences strictly increase in the order of acquisition: each
+ *       acquisition that returns with a valid lease has a higher fence than
+ *       every such acquisition before it;
+ *   (3) a store that keeps the highest fence it has seen, and refuses lower
+ *       ones, accepts no write from a holder that is not the latest it has
+ *       seen: no two holders ever write with the same fence.
+ */
+
+/* ---- bounds and durations (each may be set with -D) ---------------------- */
+#ifndef N
+#define N 3          /* clients (at most 4) */
+#endif
+#ifndef ROUNDS
+#define ROUNDS 1     /* acquisitions per client, each with a fresh token */
+#endif
+#ifndef TMAX
+#define TMAX 8       /* time runs from tick 1 to TMAX (0 means "unset") */
+#endif
+#ifndef PROPS
+#define PROPS 0
+#endif
+#define CHECK(p) (PROPS == 0 || PROPS == p)
+
+/* In ticks; a tick stands for about a second. */
+#ifndef LEASE
+#define LEASE 3      /* every client's lease_ms */
+#endif
+#ifndef CONFIRM
+#define CONFIRM 2    /* DLOCK__REDIS_HANDOFF_CONFIRM_MS (2000 ms) */
+#endif
+#ifndef SLOT_TTL
+#define SLOT_TTL 2   /* the hand-off entry's PX: 2 * (lease / 4) + 100 ms */
+#endif
+
+/* The server's clock may run ahead of the clients' by this many ticks over
+ * a lease: the lock key then expires that much early. 0 is what dlock
+ * assumes; with 1, spin finds property (1) broken (docs/verification.md). */
+#ifndef DRIFT
+#define DRIFT 0
+#endif
+
+#ifdef OLD_GRANT
+#define HANDOFF_PX LEASE                               /* the old release.lua */
+#else
+#define HANDOFF_PX (CONFIRM < LEASE -> CONFIRM : LEASE) /* min(lease, window) */
+#endif
+
+/* An expiry or deadline: every time after TMAX is alike, so all are kept as
+ * TMAX + 1 (fewer states, same behaviour). */
+#define AT(x) ((x) > TMAX -> TMAX + 1 : (x))
+
+/* The lock key's expiry for a PX of px ticks set now. */
+#define KEY_EXP(px) AT(now + (px) - DRIFT)
+
+/* Tokens; 0 is none. Acquisition r (1-based) of client i has token
+ * i * ROUNDS + r: the fresh owner token of each dlock_acquire (token.c),
+ * which also stands for the waiter id (WID) of the watch it opens. */
+#define CLIENT(tk) (((tk) - 1) / ROUNDS)
+
+mtype = { OK, BUSY, FAIL };   /* a script's reply as the client sees it;
+                               * FAIL: none came back */
+
+/* ---- the Redis server ----------------------------------------------------- */
+byte now = 1;          /* the clock, the server's and every client's */
+byte key;              /* dlock:{NAME}: the owner token, 0 when absent */
+byte key_exp;          /* its PX expiry (absolute tick) */
+byte counter;          /* dlock:{NAME}:fence: only ever INCR'd */
+byte slot;             /* dlock:{NAME}:next: the waiter's token, 0 when absent */
+byte slot_exp;
+
+/* ---- the release channel -------------------------------------------------
+ * "released", and "grant" under the new rule, are wake-ups only, and a
+ * waiter's sleep may end at any moment anyway (see watch_wait in Client):
+ * a wake-up, early, late or lost, makes no step possible that was not
+ * possible without it, so the model keeps no state for them. Only the old
+ * rule's grant carries authority (a fence): a PUBLISH reaches the clients
+ * subscribed at that moment, then the message waits in the subscriber's
+ * socket until the subscriber thread handles it (a delay of any number of
+ * ticks) or is dropped (loss). */
+bool subscribed[N];    /* a waiter of client i is registered (watch begin..end) */
+#ifdef OLD_GRANT
+byte m_grant[N];       /* FENCE of a "grant WID FENCE" for client i, unhandled */
+byte granted[N];       /* waiter->granted (the old redis_watch.c) */
+#endif
+
+/* ---- what the clients believe ------------------------------------------- */
+bool hold[N];          /* dlock_acquire returned OK; dlock_release not called */
+bool lost[N];          /* lost_reason: a renewal found the key not ours */
+byte dl[N];            /* deadline_ms; 0 once passed */
+byte tok_of[N];        /* the token of client i's current acquisition */
+
+#define believes(i) (hold[i] && !lost[i] && now < dl[i])
+
+/* ---- ghosts for properties (2) and (3) ----------------------------------- */
+byte last_fence;       /* the fence of the latest acquisition returned valid */
+byte store_max;        /* the store's highest fence seen */
+byte store_tok;        /* the holder (token) that wrote with it */
+
+byte j;                /* scratch, used inside atomic steps only, left 0 */
+
+/* ---- publishing ----------------------------------------------------------- */
+
+#define publish_released() skip
+
+/* PUBLISH "grant WID FENCE": only the client whose waiter is WID takes it
+ * for itself (the others' grant() finds no such waiter). */
+#ifdef OLD_GRANT
+inline publish_grant(w, fence)
+{
+    if
+    :: subscribed[CLIENT(w)] && tok_of[CLIENT(w)] == w -> m_grant[CLIENT(w)] = fence
+    :: else
+    fi
+}
+#else
+#define publish_grant(w, fence) skip
+#endif
+
+/* ---- the Lua scripts ------------------------------------------------------
+ * Keys whose PX has run out are gone already (the Clock deletes them on the
+ * tick they expire), so "key == 0" is SET NX succeeding and "key == t" is
+ * GET returning the caller's token. */
+
+/* acquire.lua. t: the owner token (ARGV[1]); entry: set for a waiter's try,
+ * which passes its hand-off entry "WID TOKEN LEASE" (ARGV[3]), here named by
+ * its token. Out: res and the fence f. */
+inline acquire_lua(t, entry, res, f)
+{
+    if
+    :: key == 0 ->
+        /* SET NX PX lease, then INCR: never a lock without a fence */
+        key = t; key_exp = KEY_EXP(LEASE);
+        counter++; f = counter;
+        if
+        :: entry && slot == t -> slot = 0; slot_exp = 0   /* DEL our entry */
+        :: else
+        fi;
+        res = OK;
+        printf("t=%d c%d acquire.lua: SET NX, fence %d, key expires at %d\n",
+               now, CLIENT(t), f, key_exp)
+    :: key == t ->
+        /* GET == own token: a hand-off to confirm (or a retry). PEXPIRE the
+         * full lease; the fence is the counter's (no fence was issued since
+         * ours: the key has been ours since). The counter never goes away
+         * in the model, so the floor fallback is not needed. */
+        key_exp = KEY_EXP(LEASE); f = counter;
+        res = OK;
+        printf("t=%d c%d acquire.lua: key is ours, PEXPIRE to %d, fence %d\n",
+               now, CLIENT(t), key_exp, f)
+    :: else ->
+        /* busy: take the hand-off slot if free, refresh it if ours */
+        printf("t=%d c%d acquire.lua: busy (the key is c%d's)\n", now, CLIENT(t), CLIENT(key));
+        if
+        :: entry && slot == 0 ->
+            slot = t; slot_exp = AT(now + SLOT_TTL);
+            printf("t=%d c%d takes the hand-off slot\n", now, CLIENT(t))
+        :: entry && slot == t -> slot_exp = AT(now + SLOT_TTL)
+        :: else
+        fi;
+        res = BUSY
+    fi
+}
+
+/* release.lua: compare-and-delete, or the hand-over to the slot's waiter. */
+inline release_lua(t)
+{
+    if
+    :: key == t && slot != 0 ->
+        /* SET key to the waiter's token PX min(lease, confirm window)
+         * (the old rule: PX lease), INCR, PUBLISH "grant WID FENCE" */
+        key = slot; key_exp = KEY_EXP(HANDOFF_PX);
+        counter++;
+        publish_grant(key, counter);
+        slot = 0; slot_exp = 0;
+        printf("t=%d c%d release.lua: hands the key to c%d, fence %d, expires at %d; grant published\n",
+               now, CLIENT(t), CLIENT(key), counter, key_exp)
+    :: key == t && slot == 0 ->
+        key = 0; key_exp = 0;
+        publish_released();
+        printf("t=%d c%d release.lua: DEL key\n", now, CLIENT(t))
+    :: else                           /* not ours: returns 0, touches nothing */
+    fi
+}
+
+/* mutex_leave.lua: a waiter gives up. */
+inline mutex_leave_lua(t)
+{
+    if
+    :: slot == t -> slot = 0; slot_exp = 0
+    :: else
+    fi;
+    if
+    :: key == t ->                    /* a hand-off it had not confirmed */
+        key = 0; key_exp = 0;
+        publish_released()
+    :: else
+    fi
+}
+
+/* renew.lua, for one lock of the batch: compare-and-PEXPIRE. */
+inline renew_lua(t, res)
+{
+    if
+    :: key == t -> key_exp = KEY_EXP(LEASE); res = OK
+    :: else -> res = BUSY             /* 0: no longer ours */
+    fi
+}
+
+/* ---- requests and replies --------------------------------------------------
+ * A request is sent; Redis runs the script some time later; the reply comes
+ * back some time after that. With -DDELAY these are three steps, and time
+ * may pass and other processes act between them (LATER marks the places).
+ * By default they are one step, which loses no violation of the properties:
+ * a request's delay is, to everyone else, the same as its sender pausing
+ * before it sends (and the lease it counts from the send is then longer,
+ * not shorter), and a reply's delay only makes the client believe what the
+ * reply tells later (a renewal whose 0 is still on its way is, until it
+ * arrives, a renewal never sent). So every client believes at least as long
+ * in the one-step model as in the delayed one. check.sh runs both. */
+#ifdef DELAY
+#define LATER }; atomic {
+#else
+#define LATER ;
+#endif
+
+/* The server runs the request and the reply arrives; or it runs it and the
+ * reply is lost (a timeout, a dropped connection); or it never runs it. The
+ * client hears FAIL in the last two cases. (A request that runs only after
+ * its client has given up on it is not modelled: docs/verification.md.) */
+#define RPC(script, res) \
+    if \
+    :: true -> script \
+    :: true -> script; res = FAIL \
+    :: res = FAIL \
+    fi
+
+/* A renewal that never runs is the same as one not sent, and the watchdog
+ * may also not renew: so it runs, and its reply arrives or is lost. */
+#define RPC_RUNS(script, res) \
+    if \
+    :: true -> script \
+    :: true -> script; res = FAIL \
+    fi
+
+/* A request whose reply changes nothing (release, leave): it runs or not. */
+#define SEND(script) \
+    if \
+    :: true -> script \
+    :: skip \
+    fi
+
+/* ---- a client ----------------------------------------------------------- */
+
+/* The end of dlock__acquire: dlock__lock_start(l, lease_from_ms), the lease
+ * counted from when the try that won (or confirmed) the lock was sent.
+ * Property (2) is checked here. */
+inline become_holder(i, t, sent, f)
+{
+    hold[i] = 1; lost[i] = 0;
+    dl[i] = (sent + LEASE > now -> AT(sent + LEASE) : 0);
+    printf("t=%d c%d holds the lock: fence %d, deadline %d\n", now, i, f, dl[i]);
+    if
+    :: CHECK(2) && believes(i) ->
+        assert(f > last_fence);       /* property (2) */
+        last_fence = f
+    :: else
+    fi
+}
+
+/* dlock__redis_watch_end: the waiter leaves the subscriber's list, and
+ * messages still on their way find nobody to wake. */
+inline watch_end(i)
+{
+    subscribed[i] = 0;
+#ifdef OLD_GRANT
+    m_grant[i] = 0; granted[i] = 0
+#endif
+}
+
+proctype Client(byte i)
+{
+    byte t;            /* the owner token of the current acquisition */
+    byte round;
+    byte sent;         /* when the request in hand was sent (client clock) */
+    byte f;            /* the fence */
+    bool leave;        /* w->leave: the server may hold our entry or a hand-off */
+    mtype res;
+#ifdef OLD_GRANT
+    byte es;           /* w->entry_sent_ms: when the last busy try was sent */
+#endif
+
+idle:
+    if
+    :: round < ROUNDS ->
+        round++;
+        t = i * ROUNDS + round;
+        tok_of[i] = t
+    :: else -> goto end_done
+    fi;
+
+    /* dlock__acquire_loop: the first try, without a watch (no hand-off
+     * entry); lease_from_ms = now */
+    atomic {
+        sent = now
+    LATER
+        RPC(acquire_lua(t, 0, res, f), res)
+    LATER
+        if
+        :: res == OK -> become_holder(i, t, sent, f); sent = 0; res = 0; goto held
+        :: res == FAIL -> goto give_back    /* outcome unknown */
+        :: res == BUSY -> sent = 0; res = 0
+        fi
+    }
+    if
+    :: goto wait       /* wait_ms > 0 */
+    :: goto idle       /* wait_ms == 0: DLOCK_EBUSY */
+    fi;
+
+give_back:
+    /* the loop's give_back (lock.c) after an unknown outcome: release.lua
+     * by owner token */
+    atomic { sent = 0; res = 0; f = 0; SEND(release_lua(t)) }
+    goto idle;
+
+wait:
+    /* watch_again: watch_begin subscribes, and the loop tries again at once */
+    subscribed[i] = 1;
+try:
+    /* one turn of dlock__acquire_loop: lease_from_ms = now, then
+     * mutex_acquire with the watch */
+    atomic {
+        sent = now;
+#ifdef OLD_GRANT
+        /* the old redis_acquire: a grant the subscriber has seen is taken as
+         * it is, and the old wait_for_lock counts the lease from the last
+         * busy try */
+        if
+        :: granted[i] != 0 ->
+            f = granted[i]; leave = 0;
+            sent = (es != 0 && es < sent -> es : sent);
+            printf("t=%d c%d takes the grant it was sent (fence %d), lease from t=%d\n",
+                   now, i, f, sent);
+            watch_end(i); es = 0;
+            become_holder(i, t, sent, f);
+            sent = 0;
+            goto held
+        :: else
+        fi;
+#endif
+        leave = 1      /* from here the server may hold our entry or a hand-off */
+    LATER
+        RPC(acquire_lua(t, 1, res, f), res)
+    LATER
+        if
+        :: res == OK ->
+            leave = 0; watch_end(i);
+            become_holder(i, t, sent, f);
+            sent = 0; res = 0;
+#ifdef OLD_GRANT
+            es = 0;
+#endif
+            goto held
+        :: res == FAIL -> goto leave_
+        :: res == BUSY
+        fi;
+#ifdef OLD_GRANT
+        es = sent;     /* the old code: w->entry_sent_ms = sent */
+#endif
+        sent = 0; res = 0; f = 0
+    }
+    /* watch_wait: the sleep ends at a wake-up, or at a timeout bounded by
+     * the holder's PTTL + 1, lease / 4 and wait_ms: it may end at any
+     * moment, and so wake-ups (grant, released) add no behaviour. */
+    if
+    :: goto try
+    :: goto leave_     /* wait_ms ran out: DLOCK_ETIMEOUT */
+    fi;
+
+leave_:
+    /* dlock__redis_watch_close: mutex_leave.lua if leave is set, then
+     * watch_end; the acquisition fails */
+    atomic {
+        sent = 0; res = 0; f = 0;
+        if
+        :: leave -> SEND(mutex_leave_lua(t)); leave = 0
+        :: else
+        fi;
+        watch_end(i);
+#ifdef OLD_GRANT
+        es = 0
+#endif
+    }
+    goto idle;
+
+held:
+    do
+    :: /* The caller's write reaches the store, with its fence. Any holder
+        * writes, also one whose lease has run out: the store must refuse a
+        * stale write by itself. The write carries only (fence, token), so
+        * when it lands is all that matters: at any moment while held. */
+        atomic {
+            if
+            :: f >= store_max ->
+                assert(!CHECK(3) || f > store_max || store_tok == t);  /* (3) */
+                store_max = f; store_tok = t;
+                printf("t=%d c%d writes with fence %d: accepted\n", now, i, f)
+            :: else ->
+                printf("t=%d c%d writes with fence %d: refused\n", now, i, f)
+            fi
+        }
+    :: /* the watchdog (renew_batch), at any moment: renew.lua; on 1,
+        * dlock__lock_start(l, sent) */
+        atomic {
+            sent = now
+        LATER
+            RPC_RUNS(renew_lua(t, res), res)
+        LATER
+            if
+            :: res == OK -> dl[i] = (sent + LEASE > now -> AT(sent + LEASE) : 0)
+            :: res == BUSY -> lost[i] = 1   /* on_lost: not ours any more */
+            :: res == FAIL                  /* tries again; lost once past the deadline */
+            fi;
+            sent = 0; res = 0
+        }
+    :: /* dlock_release: the handle is done with, then release.lua */
+        atomic {
+            hold[i] = 0; lost[i] = 0; dl[i] = 0
+        LATER
+            SEND(release_lua(t));
+            f = 0
+        }
+        goto idle
+    od;
+
+end_done:
+    skip
+}
+
+#ifdef OLD_GRANT
+/* The old subscriber thread, grant(): it handles a grant late, or never. */
+proctype Subscriber(byte i)
+{
+end_loop:
+    do
+    :: atomic {
+        m_grant[i] != 0 ->
+        if
+        :: granted[i] = m_grant[i];   /* waiter->granted = FENCE, never cleared */
+           printf("t=%d c%d's subscriber handles the grant, fence %d\n", now, i, m_grant[i])
+        :: skip                       /* lost */
+        fi;
+        m_grant[i] = 0
+       }
+    od
+}
+#endif
+
+/* Time: one tick for the server and every client alike. */
+active proctype Clock()
+{
+end_tick:
+    do
+    :: atomic {
+        now < TMAX ->
+        now++;
+        if
+        :: key != 0 && now >= key_exp ->
+            printf("t=%d the key of c%d expires\n", now, CLIENT(key));
+            key = 0; key_exp = 0
+        :: else
+        fi;
+        if
+        :: slot != 0 && now >= slot_exp -> slot = 0; slot_exp = 0
+        :: else
+        fi;
+        for (j : 0 .. N - 1) {
+            if
+            :: dl[j] != 0 && now >= dl[j] -> dl[j] = 0
+            :: else
+            fi
+        }
+        j = 0
+       }
+    od
+}
+
+/* Property (1), in every reachable state. */
+#define BEL(i) (believes(i) -> 1 : 0)
+#if N == 2
+#define BELIEVERS (BEL(0) + BEL(1))
+#elif N == 3
+#define BELIEVERS (BEL(0) + BEL(1) + BEL(2))
+#else
+#define BELIEVERS (BEL(0) + BEL(1) + BEL(2) + BEL(3))
+#endif
+
+active proctype Mutex()
+{
+end_check:
+    do
+    :: assert(!CHECK(1) || BELIEVERS <= 1)   /* property (1) */
+    od
+}
+
+init
+{
+    byte k;
+    atomic {
+        for (k : 0 .. N - 1) {
+            run Client(k);
+#ifdef OLD_GRANT
+            run Subscriber(k)
+#endif
+        }
+        k = 0
+    }
+}
