@@ -107,6 +107,9 @@ void test_redis_stop(test_redis *r);
 /* Run one command on it (hiredis, printf-style) and return its integer
  * reply, or the length of a string/array reply. */
 long long test_redis_cmd(test_redis *r, const char *fmt, ...);
+/* Subscribers of a channel now (PUBSUB NUMSUB's count, not its reply's
+ * length, which is always 2). */
+long long test_redis_numsub(test_redis *r, const char *channel);
 /* calls= of one command in INFO commandstats, e.g. "evalsha". */
 long long test_redis_calls(test_redis *r, const char *command);
 

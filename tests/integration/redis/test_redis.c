@@ -214,10 +214,13 @@ static void waiter_woken_by_release(void)
     test_acquirer_init(&a, waiter_c, "handoff", test_opts(8000, 10000, 1));
     before = test_redis_calls(&r, "evalsha");
     CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
-    /* Let the waiter subscribe and fall asleep: it is then on the channel. */
-    for (int i = 0; i < 500 && test_redis_cmd(&r, "PUBSUB NUMSUB dlock:{handoff}:release") <= 0; i++)
+    /* The waiter is on the channel and asleep: subscribed, and both its
+     * tries (before and after subscribing) done. */
+    for (int i = 0; i < 2000 && (test_redis_numsub(&r, "dlock:{handoff}:release") < 1 ||
+                                 test_redis_calls(&r, "evalsha") - before < 2); i++)
         test_sleep_ms(10);
-    test_sleep_ms(300);
+    CHECK(test_redis_numsub(&r, "dlock:{handoff}:release") >= 1);
+    CHECK(test_redis_calls(&r, "evalsha") - before >= 2);
     CHECK(!atomic_load(&a.done));
     CHECK_RC(dlock_release(l), DLOCK_OK);
     CHECK(pthread_join(t, NULL) == 0);
