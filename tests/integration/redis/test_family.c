@@ -63,6 +63,33 @@ static void wait_cmd(test_redis *r, long long want, const char *fmt, const char 
     exit(1);
 }
 
+/* Wait (at most 20 s) until a server command's integer reply is at least
+ * want. */
+static void wait_cmd_at_least(test_redis *r, long long want, const char *fmt, const char *arg)
+{
+    for (int i = 0; i < 2000; i++) {
+        if (test_redis_cmd(r, fmt, arg) >= want)
+            return;
+        test_sleep_ms(10);
+    }
+    fprintf(stderr, "'%s' (%s) never reached %lld\n", fmt, arg, want);
+    exit(1);
+}
+
+/* Wait (at most 20 s) until a waiter that began after the server had run
+ * `scripts` scripts is asleep on channel: subscribed, and both its tries
+ * (before and after subscribing) done. */
+static void wait_asleep(test_redis *r, const char *channel, long long scripts)
+{
+    for (int i = 0; i < 2000; i++) {
+        if (test_redis_numsub(r, channel) >= 1 && test_redis_calls(r, "evalsha") - scripts >= 2)
+            return;
+        test_sleep_ms(10);
+    }
+    fprintf(stderr, "no waiter fell asleep on %s\n", channel);
+    exit(1);
+}
+
 /* Wait (at most 20 s) for an atomic flag in shared memory to reach want. */
 static void wait_atomic(atomic_int *v, int want, const char *what)
 {
@@ -96,6 +123,18 @@ static void raw_string(test_redis *r, char *out, size_t size, const char *fmt, .
         snprintf(out, size, "%s", rep->type == REDIS_REPLY_STRING ? rep->str : "");
     freeReplyObject(rep);
     redisFree(c);
+}
+
+/* Make the registry entry of a fence counter due now, as if its retention
+ * had passed. The entry must exist: ZADD XX CH counts it only if it did
+ * (and its score changed), where a plain ZADD XX returns 0 either way. */
+static void make_due(test_redis *r, const char *counter)
+{
+    char v[32];
+
+    CHECK(test_redis_cmd(r, "ZADD dlock:fence-registry XX CH 0 %s", counter) == 1);
+    raw_string(r, v, sizeof(v), "ZSCORE dlock:fence-registry %s", counter);
+    CHECK(strcmp(v, "0") == 0);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -221,7 +260,7 @@ static void reentrant_stale_handle_is_lost(void)
     o.reentrant = 1;
     o.auto_renew = 0;
     CHECK_RC(dlock_acquire(&old, c, "stale", &o), DLOCK_OK);
-    test_sleep_ms(400);
+    wait_cmd(&r, 0, "EXISTS %s", "dlock:{stale}"); /* its lease ran out, unrenewed */
     o.lease_ms = 5000;
     CHECK_RC(dlock_acquire(&cur, c, "stale", &o), DLOCK_OK);
     CHECK(dlock_lock_fence(cur) > dlock_lock_fence(old));
@@ -529,8 +568,7 @@ static void rw_writer_not_starved(void)
         a[i].rc = DLOCK_OK;
         CHECK(pthread_create(&t[i], NULL, reader_stream, &a[i]) == 0);
     }
-    test_sleep_ms(300);
-    CHECK(test_redis_cmd(&r, "ZCARD dlock:{busy-rw}:readers") >= 1);
+    wait_cmd_at_least(&r, 1, "ZCARD %s", "dlock:{busy-rw}:readers"); /* a reader is in */
     CHECK_RC(dlock_acquire(&w, wc, "busy-rw", &o), DLOCK_OK);
     /* While the writer holds the lock, no reader is inside. */
     CHECK(test_redis_cmd(&r, "ZCARD dlock:{busy-rw}:readers") == 0);
@@ -538,7 +576,15 @@ static void rw_writer_not_starved(void)
     for (int i = 0; i < STREAM_READERS; i++)
         reads_before += atomic_load(&a[i].reads);
     CHECK_RC(dlock_release(w), DLOCK_OK);
-    test_sleep_ms(200);
+    /* Readers go on after the writer: wait for a read that began after it. */
+    for (int i = 0; i < 2000; i++) {
+        long reads = 0;
+        for (int k = 0; k < STREAM_READERS; k++)
+            reads += atomic_load(&a[k].reads);
+        if (reads > reads_before)
+            break;
+        test_sleep_ms(10);
+    }
     atomic_store(&stop, 1);
     for (int i = 0; i < STREAM_READERS; i++) {
         CHECK(pthread_join(t[i], NULL) == 0);
@@ -723,6 +769,7 @@ static void semaphore_killed_holder_permit_returns(void)
     test_acquirer pa;
     pthread_t t;
     char v[32];
+    long long scripts;
     pid_t dead;
 
     test_redis_start(&r, NULL);
@@ -758,8 +805,10 @@ static void semaphore_killed_holder_permit_returns(void)
     o.permits = 1;
     CHECK_RC(dlock_acquire(&h1, c, "permits", &o), DLOCK_OK);
     test_acquirer_init(&pa, c2, "permits", kopts(DLOCK_KIND_SEMAPHORE, 20000, 5000));
+    scripts = test_redis_calls(&r, "evalsha");
     CHECK(pthread_create(&t, NULL, test_acquirer_main, &pa) == 0);
-    test_sleep_ms(200);
+    wait_asleep(&r, "dlock:{permits}:release", scripts); /* the waiter is queued */
+    CHECK(!atomic_load(&pa.done));
     CHECK_RC(dlock_semaphore_set_permits(c, "permits", 2), DLOCK_OK);
     CHECK(pthread_join(t, NULL) == 0);
     CHECK_RC(pa.rc, DLOCK_OK);
@@ -1042,6 +1091,7 @@ static void leader_killed_new_leader(void)
     campaign_arg ca = {0};
     dlock_leader_info info;
     uint64_t alpha_fence;
+    long long scripts;
     pthread_t t;
     pid_t alpha;
 
@@ -1063,8 +1113,9 @@ static void leader_killed_new_leader(void)
     alpha_fence = seen.last.fence;
     CHECK(alpha_fence > 0);
     ca.c = c2;
+    scripts = test_redis_calls(&r, "evalsha");
     CHECK(pthread_create(&t, NULL, campaign_main, &ca) == 0);
-    test_sleep_ms(300);
+    wait_asleep(&r, "dlock:{jobs}:release", scripts); /* beta campaigns */
     CHECK_RC(dlock_leader(&info, c, "jobs"), DLOCK_OK);
     CHECK(strcmp(info.identity, "alpha") == 0); /* alpha renews: still leads */
     kill_child(alpha);
@@ -1104,7 +1155,7 @@ static void fence_counter_retired_stays_monotonic(void)
     CHECK(test_redis_cmd(&r, "ZCARD dlock:fence-registry") == 1);
     /* A day passes for "old" (its entry is made due now). The next
      * acquisition that keeps the registry retires it: a name's first. */
-    CHECK(test_redis_cmd(&r, "ZADD dlock:fence-registry XX 0 dlock:{old}:fence") == 0);
+    make_due(&r, "dlock:{old}:fence");
     CHECK_RC(dlock_acquire(&l, c, "other", &o), DLOCK_OK);
     CHECK_RC(dlock_release(l), DLOCK_OK);
     CHECK(test_redis_cmd(&r, "EXISTS dlock:{old}:fence") == 0);
@@ -1115,7 +1166,7 @@ static void fence_counter_retired_stays_monotonic(void)
     CHECK_RC(dlock_release(l), DLOCK_OK);
 
     /* A busy name keeps the registry too: one acquisition in 16. */
-    CHECK(test_redis_cmd(&r, "ZADD dlock:fence-registry XX 0 dlock:{old}:fence") == 0);
+    make_due(&r, "dlock:{old}:fence");
     for (int i = 0; i < 16 && test_redis_cmd(&r, "EXISTS dlock:{old}:fence") == 1; i++) {
         CHECK_RC(dlock_acquire(&l, c, "other", &o), DLOCK_OK);
         CHECK_RC(dlock_release(l), DLOCK_OK);
@@ -1127,15 +1178,67 @@ static void fence_counter_retired_stays_monotonic(void)
     CHECK_RC(dlock_acquire(&l, c, "old", &o), DLOCK_OK);
     CHECK(dlock_lock_fence(l) == 5);
     CHECK_RC(dlock_release(l), DLOCK_OK);
-    /* So does a multi-lock. */
-    CHECK(test_redis_cmd(&r, "ZADD dlock:fence-registry XX 0 dlock:{old}:fence") == 0);
+    /* So does a multi-lock in several slots (a lock at a time, in order):
+     * taking "new-1" first, with a new counter, retires "old"'s into the
+     * floor, and "old" then starts from there. */
+    make_due(&r, "dlock:{old}:fence");
     {
         const char *names[2] = {"new-1", "old"};
         o = kopts(DLOCK_KIND_MUTEX, 0, 5000);
         CHECK_RC(dlock_acquire_multi(&l, c, names, 2, &o), DLOCK_OK);
         CHECK(dlock_lock_fence_at(l, 1) == 6);
+        raw_string(&r, v, sizeof(v), "GET dlock:fence-floor");
+        CHECK(strcmp(v, "5") == 0); /* old's counter was retired, at 5 */
         CHECK_RC(dlock_release(l), DLOCK_OK);
     }
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
+/* A multi-lock in one hash slot is one script (multi_acquire.lua), which
+ * keeps the registry too: its new counters retire the due ones into the
+ * floor, and a name whose counter was retired gets its fence from the
+ * floor, above every fence issued before. */
+static void multi_one_slot_fence_from_floor(void)
+{
+    test_redis r;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = kopts(DLOCK_KIND_MUTEX, 0, 5000);
+    const char *fresh[2] = {"{g}a", "{g}b"};
+    const char *again[2] = {"{g}a", "{g}old"};
+    long long scripts;
+    char v[32];
+
+    test_redis_start(&r, NULL);
+    c = open_client(&r);
+    for (int i = 0; i < 3; i++) {
+        CHECK_RC(dlock_acquire(&l, c, "{g}old", &o), DLOCK_OK);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+    }
+    /* A counter raised by hand, as after a failover (README): the floor
+     * must end up above it, not at old's 3. */
+    CHECK_RC(dlock_acquire(&l, c, "{g}big", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(test_redis_cmd(&r, "SET dlock:{{g}big}:fence 100") == 2); /* +OK */
+    make_due(&r, "dlock:{{g}old}:fence");
+    make_due(&r, "dlock:{{g}big}:fence");
+
+    CHECK_RC(dlock_acquire_multi(&l, c, fresh, 2, &o), DLOCK_OK);
+    CHECK(dlock_lock_fence_at(l, 0) == 1 && dlock_lock_fence_at(l, 1) == 1);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{{g}old}:fence dlock:{{g}big}:fence") == 0);
+    raw_string(&r, v, sizeof(v), "GET dlock:fence-floor");
+    CHECK(strcmp(v, "100") == 0);
+
+    /* {g}old's counter is gone: its fence comes from the floor, in the one
+     * script (cached now: one EVALSHA for both locks). */
+    scripts = test_redis_calls(&r, "evalsha") + test_redis_calls(&r, "eval");
+    CHECK_RC(dlock_acquire_multi(&l, c, again, 2, &o), DLOCK_OK);
+    CHECK(test_redis_calls(&r, "evalsha") + test_redis_calls(&r, "eval") - scripts == 1);
+    CHECK(dlock_lock_fence_at(l, 0) == 2);
+    CHECK(dlock_lock_fence_at(l, 1) == 101);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
     dlock_client_free(c);
     test_redis_stop(&r);
 }
@@ -1410,7 +1513,7 @@ static void family_acl_documented_set(void)
     wait_observed(&seen, "");
     dlock_observer_free(ob);
     /* The retiring side of the upkeep. */
-    CHECK(test_redis_cmd(&r, "ZADD dlock:fence-registry XX 0 dlock:{m}:fence") == 0);
+    make_due(&r, "dlock:{m}:fence");
     CHECK_RC(dlock_acquire(&l, c, "m2", &o), DLOCK_OK);
     CHECK_RC(dlock_release(l), DLOCK_OK);
     CHECK(test_redis_cmd(&r, "EXISTS dlock:{m}:fence") == 0);
@@ -1435,6 +1538,7 @@ TEST_MAIN({"reentrant_counts", reentrant_counts},
           {"leader_one_at_a_time", leader_one_at_a_time},
           {"leader_killed_new_leader", leader_killed_new_leader},
           {"fence_counter_retired_stays_monotonic", fence_counter_retired_stays_monotonic},
+          {"multi_one_slot_fence_from_floor", multi_one_slot_fence_from_floor},
           {"unused_names_leave_bounded_state", unused_names_leave_bounded_state},
           {"family_bad_input_before_network", family_bad_input_before_network},
           {"family_on_lost_once", family_on_lost_once},
