@@ -858,7 +858,10 @@ long long test_server_leftovers(test_server *s, const char *name)
 long long test_server_requests(test_server *s)
 {
     static const char *const redis_cmds[] = {"evalsha", "eval"};
-    static const char *const etcd_methods[] = {"Txn", "Range", "DeleteRange", "Put"};
+    /* LeaseKeepAlive: one stream per keepalive request, however many
+     * leases it carries. */
+    static const char *const etcd_methods[] = {"Txn", "Range", "DeleteRange", "Put",
+                                               "LeaseKeepAlive"};
     long long n = 0;
     char metric[160];
 

@@ -189,7 +189,7 @@ int test_server_held(test_server *s, const char *name);
  * queued waiters) plus every lease there is. 0 once nothing is left. */
 long long test_server_leftovers(test_server *s, const char *name);
 /* Requests so far that take, keep or give up locks (Redis: scripts; etcd:
- * Txn, Range, DeleteRange and Put). */
+ * Txn, Range, DeleteRange, Put and keepalive requests). */
 long long test_server_requests(test_server *s);
 
 #endif
