@@ -808,12 +808,21 @@ static void cluster_kill_member_while_waiting(void)
     stop_and_check_no_stray(&e);
 }
 
+/*
+ * The leader is killed under a holder: the lock survives. It can only if
+ * the election and the holder's move to another member end before its
+ * lease runs out unconfirmed (the client cannot know that etcd extends
+ * leases on a leader change: at its deadline it reports the lock lost), so
+ * the lease here leaves them 4 s at least, which a loaded machine needs (a
+ * 3 s lease was lost once in some twenty runs). Held past a whole lease
+ * after the kill: the lease was renewed through the new leader.
+ */
 static void cluster_kill_leader(void)
 {
     test_etcd e;
     dlock_client *holder, *contender;
     dlock_lock *l, *l2;
-    dlock_acquire_options o = test_opts(0, 3000, 1);
+    dlock_acquire_options o = test_opts(0, 6000, 1);
     char url[300];
     int leader, next, kept;
     uint64_t fence;
@@ -831,18 +840,12 @@ static void cluster_kill_leader(void)
     test_etcd_kill(&e, leader);
     next = test_etcd_leader(&e);
     CHECK(next != leader);
-    kept = hold_against_contender(contender, l, "lead", 9000);
+    kept = hold_against_contender(contender, l, "lead", 8000);
     fprintf(stderr, "holder %s the killing of the leader\n", kept ? "survived" : "lost its lock at");
-    if (kept) {
-        CHECK(atomic_load(&test_lost_calls) == 0);
-        CHECK_RC(dlock_lock_check(l), DLOCK_OK);
-        CHECK_RC(dlock_release(l), DLOCK_OK);
-    } else {
-        for (int i = 0; i < 300 && atomic_load(&test_lost_calls) == 0; i++)
-            test_sleep_ms(20);
-        CHECK(atomic_load(&test_lost_calls) == 1); /* reported, not silent */
-        dlock_release(l);
-    }
+    CHECK(kept);
+    CHECK(atomic_load(&test_lost_calls) == 0);
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
     /* The new leader issues greater fences. */
     CHECK_RC(dlock_acquire(&l2, holder, "lead", NULL), DLOCK_OK);
     CHECK(dlock_lock_fence(l2) > fence);
