@@ -813,9 +813,9 @@ static void cluster_kill_member_while_waiting(void)
  * the election and the holder's move to another member end before its
  * lease runs out unconfirmed (the client cannot know that etcd extends
  * leases on a leader change: at its deadline it reports the lock lost), so
- * the lease here leaves them 4 s at least, which a loaded machine needs (a
- * 3 s lease was lost once in some twenty runs). Held past a whole lease
- * after the kill: the lease was renewed through the new leader.
+ * the lease here leaves them 4 s at least (a 3 s lease was lost once in 19
+ * runs on a loaded machine). Held past a whole lease after the kill: the
+ * lease was renewed through the new leader.
  */
 static void cluster_kill_leader(void)
 {
