@@ -13,6 +13,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1133,6 +1134,188 @@ static void leader_killed_new_leader(void)
 }
 
 /* ---------------------------------------------------------------------- */
+/* Server time */
+
+/* The server's clock (TIME), in ms. */
+static int64_t server_ms(test_redis *r)
+{
+    struct timeval tv = {2, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
+    redisReply *rep;
+    int64_t ms;
+
+    CHECK(c != NULL && !c->err);
+    rep = redisCommand(c, "TIME");
+    CHECK(rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2);
+    ms = atoll(rep->element[0]->str) * 1000 + atoll(rep->element[1]->str) / 1000;
+    freeReplyObject(rep);
+    redisFree(c);
+    return ms;
+}
+
+/* How far past the server's clock the expiry a ZSET gives member-less
+ * entries lies: its highest score minus TIME, in ms. */
+static int64_t expiry_ahead_ms(test_redis *r, const char *zset)
+{
+    char score[64];
+
+    raw_string(r, score, sizeof(score), "ZRANGE %s -1 -1 WITHSCORES", zset);
+    CHECK(score[0] != '\0');
+    return atoll(score) - server_ms(r);
+}
+
+static const char *faketime_lib(void)
+{
+    static const char *const paths[] = {
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/faketime/libfaketimeMT.so.1",
+        "/usr/local/lib/faketime/libfaketimeMT.so.1",
+    };
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
+        if (access(paths[i], R_OK) == 0)
+            return paths[i];
+    return NULL;
+}
+
+static void *fair_wait_main(void *p)
+{
+    dlock_client *c = p;
+    dlock_acquire_options o = kopts(DLOCK_KIND_FAIR, DLOCK_WAIT_FOREVER, 1000);
+    dlock_lock *l;
+
+    dlock_acquire(&l, c, "skew-fair", &o);
+    return NULL;
+}
+
+/* Run by skewed_clocks in a process of its own whose wall clock libfaketime
+ * moves by a day: a reader, a permit and a fair waiter with 1 s leases,
+ * renewed, until it is killed. Says "ready" on stdout once all three are
+ * in. Not a test by itself (not in CTest). */
+static void skewed_holder(void)
+{
+    const char *url = getenv("DLOCK_TEST_SKEW_URL");
+    dlock_client *c = NULL, *c2 = NULL;
+    dlock_lock *rd, *pm;
+    dlock_acquire_options o = kopts(DLOCK_KIND_READ, 0, 1000);
+    pthread_t t;
+
+    CHECK(url != NULL);
+    CHECK(time(NULL) > 0);
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_OK);
+    CHECK_RC(dlock_client_open(&c2, url, NULL), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&rd, c, "skew-rw", &o), DLOCK_OK);
+    o.kind = DLOCK_KIND_SEMAPHORE;
+    o.permits = 1;
+    CHECK_RC(dlock_acquire(&pm, c, "skew-sem", &o), DLOCK_OK);
+    CHECK(pthread_create(&t, NULL, fair_wait_main, c2) == 0);
+    printf("ready %ld\n", (long)time(NULL));
+    fflush(stdout);
+    for (;;)
+        pause();
+}
+
+/*
+ * Expiries of readers, permits and fair waiters are counted in server time
+ * (docs/family.md): a client whose wall clock is a day ahead or behind
+ * (libfaketime; its lease clock is left alone, as with a real clock step)
+ * gets expiries a lease past the server's clock, keeps them while it
+ * renews, and loses them a lease after it dies. With the client's clock in
+ * the scores, a day behind would expire them at once, a day ahead never.
+ */
+static void skewed_clocks(void)
+{
+    static const char *const skews[] = {"+1d", "-1d"};
+    const char *lib = faketime_lib();
+    char exe[512];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    test_redis r;
+    dlock_client *c;
+    dlock_lock *fair;
+    dlock_acquire_options fo = kopts(DLOCK_KIND_FAIR, 0, 60000);
+
+    if (lib == NULL) {
+        fprintf(stderr, "libfaketime is missing (apt-get install faketime): this test needs it\n");
+        exit(1);
+    }
+    CHECK(n > 0);
+    exe[n] = '\0';
+    test_redis_start(&r, NULL);
+    c = open_client(&r);
+    for (size_t k = 0; k < sizeof(skews) / sizeof(skews[0]); k++) {
+        int out[2];
+        pid_t pid;
+        char line[64] = "";
+        FILE *f;
+        long child_time;
+        dlock_lock *l = NULL;
+        dlock_acquire_options wo = kopts(DLOCK_KIND_WRITE, 0, 5000);
+        dlock_acquire_options so = kopts(DLOCK_KIND_SEMAPHORE, 0, 5000);
+
+        so.permits = 1;
+        fo.auto_renew = 0;
+        CHECK_RC(dlock_acquire(&fair, c, "skew-fair", &fo), DLOCK_OK);
+        CHECK(pipe(out) == 0);
+        pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            const char *asan = getenv("ASAN_OPTIONS");
+            char buf[512];
+            prctl(PR_SET_PDEATHSIG, SIGKILL); /* kept across exec */
+            dup2(out[1], 1);
+            close(out[0]);
+            setenv("DLOCK_TEST_SKEW_URL", r.url, 1);
+            setenv("LD_PRELOAD", lib, 1);
+            setenv("FAKETIME", skews[k], 1);
+            setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1", 1);
+            /* tests/chaos/README.md: else cond waits on CLOCK_MONOTONIC spin. */
+            setenv("FAKETIME_FORCE_MONOTONIC_FIX", "0", 1);
+            snprintf(buf, sizeof(buf), "%s%sverify_asan_link_order=0", asan ? asan : "",
+                     asan ? ":" : "");
+            setenv("ASAN_OPTIONS", buf, 1);
+            execl(exe, exe, "skewed_holder", (char *)NULL);
+            _exit(127);
+        }
+        close(out[1]);
+        f = fdopen(out[0], "r");
+        CHECK(f != NULL && fgets(line, sizeof(line), f) != NULL);
+        fclose(f);
+        CHECK(sscanf(line, "ready %ld", &child_time) == 1);
+        /* Its clock really is a day off. */
+        CHECK(labs(child_time - (long)time(NULL)) > 80000);
+        wait_cmd(&r, 1, "ZCARD %s", "dlock:{skew-fair}:queue-exp"); /* its place */
+
+        for (int round = 0; round < 3; round++) {
+            /* A lease (or W, 1 s) past the server's clock, whatever the client's. */
+            int64_t rd = expiry_ahead_ms(&r, "dlock:{skew-rw}:readers");
+            int64_t sm = expiry_ahead_ms(&r, "dlock:{skew-sem}:sem");
+            int64_t fq = expiry_ahead_ms(&r, "dlock:{skew-fair}:queue-exp");
+            fprintf(stderr, "client clock %s: expiries %lld, %lld, %lld ms ahead of the server\n",
+                    skews[k], (long long)rd, (long long)sm, (long long)fq);
+            CHECK(rd > 0 && rd <= 1000);
+            CHECK(sm > 0 && sm <= 1000);
+            CHECK(fq > 0 && fq <= 1000);
+            /* Held while it renews: past its 1 s leases. */
+            CHECK_RC(dlock_acquire(&l, c, "skew-rw", &wo), DLOCK_EBUSY);
+            CHECK_RC(dlock_acquire(&l, c, "skew-sem", &so), DLOCK_EBUSY);
+            test_sleep_ms(700);
+        }
+        kill_child(pid);
+        /* Dead: a lease (1 s of server time) later the others get in. */
+        wo.wait_ms = so.wait_ms = 20000;
+        CHECK_RC(dlock_acquire(&l, c, "skew-rw", &wo), DLOCK_OK);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+        CHECK_RC(dlock_acquire(&l, c, "skew-sem", &so), DLOCK_OK);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+        CHECK_RC(dlock_release(fair), DLOCK_OK);
+        /* Its place in the fair queue went with it (W of server time). */
+        wait_cmd(&r, 0, "ZCARD %s", "dlock:{skew-fair}:queue-exp");
+    }
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
+/* ---------------------------------------------------------------------- */
 /* Bounded state */
 
 /* A counter nobody used for its retention is retired into the floor; the
@@ -1539,6 +1722,7 @@ TEST_MAIN({"reentrant_counts", reentrant_counts},
           {"leader_killed_new_leader", leader_killed_new_leader},
           {"fence_counter_retired_stays_monotonic", fence_counter_retired_stays_monotonic},
           {"multi_one_slot_fence_from_floor", multi_one_slot_fence_from_floor},
+          {"skewed_clocks", skewed_clocks}, {"skewed_holder", skewed_holder},
           {"unused_names_leave_bounded_state", unused_names_leave_bounded_state},
           {"family_bad_input_before_network", family_bad_input_before_network},
           {"family_on_lost_once", family_on_lost_once},
