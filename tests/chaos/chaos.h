@@ -2,7 +2,7 @@
  * The fault harness (after Jepsen): worker processes take a lock and do a
  * read-modify-write of a register in a separate store that checks fencing
  * tokens; nemeses pause, kill and partition them and the server; every event
- * goes into a history with CLOCK_MONOTONIC times, and a checker reads the
+ * goes into a history with CLOCK_BOOTTIME times, and a checker reads the
  * history and the store afterwards.
  *
  * This header is what the runner (chaos.c) and the worker (chaos_worker.c)
@@ -21,15 +21,20 @@
  *
  *     <t_us> <worker> <kind> <a> <b> <c>
  *
- * t_us is CLOCK_MONOTONIC in microseconds (one clock for every process of
- * the machine; a client clock jump under libfaketime does not move it).
- * worker is the worker id (-1 for the runner).
+ * t_us is CLOCK_BOOTTIME in microseconds, the clock the library counts
+ * leases on: one clock for every process of the machine, read with the raw
+ * system call, so neither a wall clock jump nor anything preloaded
+ * (libfaketime) moves it. worker is the worker id (-1 for the runner).
  *
  *   kind        a        b         c
  *   open_fail   rc
  *   acq_start
  *   acq_ok      fence
  *   acq_fail    rc
+ *   valid       fence    deadline  the holder's belief, logged before every store
+ *                                 step: it holds the lock until t_us deadline
+ *                                 (now + dlock_lock_valid_ms(), or what a broken
+ *                                 worker of the self-test believes instead)
  *   read        fence    value     1 accepted, 0 refused (stale fence), -1 store error
  *   write       fence    new value 1 / 0 / -1 as read
  *   lost        fence    reason                       (on_lost, watchdog thread)
@@ -42,6 +47,7 @@
  *   stop cont kill       worker   fence held or 0
  *   server_kill server_up
  *   proxy       mode     delay ms
+ *   proxy_drop  connections closed
  *   clock       offset s
  */
 #define CHAOS_HISTORY_LINE 160
@@ -82,6 +88,9 @@ void chaos_store_close(chaos_store *s);
 int chaos_store_read(chaos_store *s, uint64_t fence, int64_t *value);
 /* Write read_value + 1 if fence is still the highest. 1 / 0 / -1. */
 int chaos_store_write(chaos_store *s, uint64_t fence, int64_t read_value, int worker);
+/* The highest fence the store has seen, or -1 on error (the self-test's
+ * worker that skips the lock passes it off as its own). */
+int64_t chaos_store_highest(chaos_store *s);
 
 typedef struct {
     int64_t final_value;
@@ -92,6 +101,23 @@ typedef struct {
 
 int chaos_store_check(const char *path, chaos_store_report *out, char *err, size_t errsize);
 
+/* CLOCK_BOOTTIME in microseconds, by the system call itself (never a
+ * preloaded clock_gettime). */
 int64_t chaos_now_us(void);
+
+/* ---- broken workers, for `chaos --self-test` -----------------------------
+ * Each must make its row FAIL; the checker is only worth its verdicts if it
+ * sees every one of them. */
+enum {
+    CHAOS_OK = 0,       /* the correct worker */
+    CHAOS_NO_LOCK,      /* never takes the lock; passes off the store's fence as its own */
+    CHAOS_REUSE_FENCE,  /* gives every later hold its first hold's fence */
+    CHAOS_IGNORE_LOST,  /* never looks at on_lost or the lease: believes it holds until it releases */
+    CHAOS_RAW_DEL,      /* releases by deleting the lock key, whoever holds it (no owner check) */
+    CHAOS_SLOW_CLOCK,   /* renews and believes by a clock that runs at a quarter of the speed */
+    CHAOS_BROKEN_COUNT
+};
+/* Their names on the command line ("ok", "no-lock", ...). */
+extern const char *const chaos_broken_names[CHAOS_BROKEN_COUNT];
 
 #endif

@@ -2,14 +2,20 @@
  * One chaos worker: a process of a user's, on the public API only. Until its
  * end time it loops: acquire the lock, read the fenced register, think, write
  * the register + 1, release; and logs every step to its history file
- * (chaos.h) with CLOCK_MONOTONIC times.
+ * (chaos.h) with CLOCK_BOOTTIME times. Before each store step it logs what it
+ * believes: the deadline until which the library says it holds the lock
+ * (now + dlock_lock_valid_ms()). The checker fails a run where two holders
+ * believed at the same time.
  *
  * When it has reason to believe its lock is lost (dlock_lock_lost, or the
  * store refused its fence) it gives on_lost time to fire before it releases:
  * the checker requires on_lost for every holder that was overtaken, and the
  * contract only promises it while the handle is alive.
  *
- *   chaos_worker URL NAME STORE HISTORY STATE SLOT ID LEASE_MS UNTIL_US SEED
+ * BROKEN (chaos.h, `chaos --self-test`) makes it one of the broken workers
+ * the checker must catch; "ok" or absent, the correct one.
+ *
+ *   chaos_worker URL NAME STORE HISTORY STATE SLOT ID LEASE_MS UNTIL_US SEED [BROKEN]
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +32,9 @@
 
 static int history_fd = -1;
 static int worker_id;
+
+/* The slow clock's worker sees a quarter of the time that passes. */
+#define SLOW_FACTOR 4
 
 static void event(const char *kind, long long a, long long b, long long c)
 {
@@ -65,6 +74,55 @@ static int expected(int rc)
            rc == DLOCK_ECONN || rc == DLOCK_ESERVER || rc == DLOCK_EAUTH;
 }
 
+/* What the worker believes before a store step: the deadline (chaos_now_us
+ * time) until which it holds the lock. */
+static int64_t belief(int broken, dlock_lock *lock, int64_t lease_ms, int64_t renewed_us,
+                      int renew_failed)
+{
+    switch (broken) {
+    case CHAOS_NO_LOCK:
+    case CHAOS_IGNORE_LOST:
+        /* Nobody told it otherwise (it does not listen): a fresh lease. */
+        return chaos_now_us() + lease_ms * 1000;
+    case CHAOS_SLOW_CLOCK:
+        /* Its clock has seen a quarter of the time since the last renewal. */
+        return renew_failed ? chaos_now_us() : renewed_us + SLOW_FACTOR * lease_ms * 1000;
+    default: {
+        /* The clock first: the deadline can then only come out early. */
+        int64_t now = chaos_now_us();
+        return now + dlock_lock_valid_ms(lock) * 1000;
+    }
+    }
+}
+
+/* Think for ms; the slow clock's worker renews its lock itself on the way,
+ * every lease/3 by its clock (4/3 of a lease in real time: too late). */
+static void think(int broken, dlock_lock *lock, long ms, int64_t lease_ms, int64_t *renewed_us,
+                  int *renew_failed)
+{
+    int64_t end = chaos_now_us() + (int64_t)ms * 1000;
+
+    if (broken != CHAOS_SLOW_CLOCK) {
+        sleep_ms(ms);
+        return;
+    }
+    while (chaos_now_us() < end) {
+        int64_t due = *renewed_us + SLOW_FACTOR * lease_ms / 3 * 1000;
+        int64_t now = chaos_now_us();
+        if (!*renew_failed && now >= due) {
+            int rc = dlock_lock_extend(lock, lease_ms);
+            if (rc == DLOCK_OK)
+                *renewed_us = now;
+            else
+                *renew_failed = 1;
+            event("extend", (long long)dlock_lock_fence(lock), rc, 0);
+            continue;
+        }
+        now = chaos_now_us();
+        sleep_ms((long)(((*renew_failed || due > end ? end : due) - now) / 1000) + 1);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *url, *name, *store_path;
@@ -73,14 +131,25 @@ int main(int argc, char **argv)
     dlock_client *client = NULL;
     chaos_store *store;
     int64_t lease_ms, until_us;
+    uint64_t first_fence = 0;
     unsigned seed;
-    int state_fd, slot, rc, bad = 0;
+    int state_fd, slot, rc, bad = 0, broken = CHAOS_OK;
     time_t last_wall = 0;
 
-    if (argc != 11) {
+    if (argc != 11 && argc != 12) {
         fprintf(stderr, "usage: chaos_worker URL NAME STORE HISTORY STATE SLOT ID LEASE_MS "
-                        "UNTIL_US SEED\n");
+                        "UNTIL_US SEED [BROKEN]\n");
         return 2;
+    }
+    if (argc == 12) {
+        broken = -1;
+        for (int i = 0; i < CHAOS_BROKEN_COUNT; i++)
+            if (strcmp(argv[11], chaos_broken_names[i]) == 0)
+                broken = i;
+        if (broken < 0) {
+            fprintf(stderr, "chaos_worker: no broken worker called '%s'\n", argv[11]);
+            return 2;
+        }
     }
     signal(SIGPIPE, SIG_IGN);
     url = argv[1];
@@ -130,10 +199,11 @@ int main(int argc, char **argv)
 
     while (client != NULL && !bad && chaos_now_us() < until_us) {
         dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
-        dlock_lock *lock;
+        dlock_lock *lock = NULL;
         uint64_t fence;
-        int64_t value = 0;
-        int r, w = -2;
+        int64_t value = 0, renewed_us = 0;
+        int r, w = -2, renew_failed = 0;
+        long think_ms;
 
         if (time(NULL) != last_wall) {
             last_wall = time(NULL);
@@ -142,9 +212,25 @@ int main(int argc, char **argv)
         o.wait_ms = lease_ms * 3;
         o.lease_ms = lease_ms;
         o.on_lost = on_lost;
+        if (broken == CHAOS_IGNORE_LOST)
+            o.on_lost = NULL;
+        if (broken == CHAOS_SLOW_CLOCK) {
+            /* It renews by its own clock, and its library's lease timer
+             * (on_lost when the lease runs out) would run as slow. */
+            o.auto_renew = 0;
+            o.on_lost = NULL;
+        }
         atomic_store(&me->phase, PHASE_ACQUIRING);
         event("acq_start", 0, 0, 0);
-        rc = dlock_acquire(&lock, client, name, &o);
+        if (broken == CHAOS_NO_LOCK) {
+            int64_t highest = chaos_store_highest(store);
+            rc = highest >= 0 ? DLOCK_OK : DLOCK_ESERVER;
+            fence = highest >= 0 ? (uint64_t)highest : 0;
+        } else {
+            rc = dlock_acquire(&lock, client, name, &o);
+            fence = rc == DLOCK_OK ? dlock_lock_fence(lock) : 0;
+            renewed_us = chaos_now_us();
+        }
         if (rc != DLOCK_OK) {
             atomic_store(&me->phase, PHASE_IDLE);
             event("acq_fail", rc, 0, 0);
@@ -156,29 +242,49 @@ int main(int argc, char **argv)
             sleep_ms(5 + rand_r(&seed) % 20);
             continue;
         }
-        fence = dlock_lock_fence(lock);
+        if (broken == CHAOS_REUSE_FENCE) {
+            if (first_fence == 0)
+                first_fence = fence;
+            fence = first_fence;
+        }
         atomic_store(&lost_seen, 0);
         atomic_store(&me->fence, fence);
         atomic_store(&me->phase, PHASE_IN_STORE);
         event("acq_ok", (long long)fence, 0, 0);
 
+        event("valid", (long long)fence,
+              (long long)belief(broken, lock, lease_ms, renewed_us, renew_failed), 0);
         r = chaos_store_read(store, fence, &value);
         event("read", (long long)fence, value, r);
         if (r == 1) {
             atomic_store(&me->phase, PHASE_THINKING);
             /* Mostly short; one hold in twenty outlasts its lease, so that the
              * watchdog must renew it and a partition or a pause can catch
-             * the holder inside. */
-            if (rand_r(&seed) % 20 == 0)
-                sleep_ms(lease_ms + rand_r(&seed) % lease_ms);
+             * the holder inside. The slow clock's worker holds a lease and a
+             * half every time: under half a lease by its clock. */
+            if (broken == CHAOS_SLOW_CLOCK)
+                think_ms = (long)(lease_ms * 3 / 2);
+            else if (rand_r(&seed) % 20 == 0)
+                think_ms = (long)(lease_ms + rand_r(&seed) % lease_ms);
             else
-                sleep_ms(1 + rand_r(&seed) % (lease_ms / 10 + 1));
+                think_ms = (long)(1 + rand_r(&seed) % (lease_ms / 10 + 1));
+            think(broken, lock, think_ms, lease_ms, &renewed_us, &renew_failed);
             atomic_store(&me->phase, PHASE_IN_STORE);
+            event("valid", (long long)fence,
+                  (long long)belief(broken, lock, lease_ms, renewed_us, renew_failed), 0);
             w = chaos_store_write(store, fence, value, worker_id);
             event("write", (long long)fence, value + 1, w);
         }
         atomic_store(&me->phase, PHASE_RELEASING);
-        if (dlock_lock_lost(lock) || r == 0 || w == 0) {
+        if (broken == CHAOS_NO_LOCK) {
+            event("rel_start", (long long)fence, 0, 0);
+            event("rel_end", (long long)fence, DLOCK_OK, 0);
+            atomic_store(&me->phase, PHASE_IDLE);
+            sleep_ms(rand_r(&seed) % 3);
+            continue;
+        }
+        if (broken != CHAOS_IGNORE_LOST && broken != CHAOS_SLOW_CLOCK &&
+            (dlock_lock_lost(lock) || r == 0 || w == 0)) {
             /* Lost, as far as we can tell: on_lost must come, within the
              * lease and a renewal's timeouts (the retry doubles them). */
             int64_t t0 = chaos_now_us();
@@ -189,6 +295,15 @@ int main(int argc, char **argv)
                   atomic_load(&lost_seen));
         }
         event("rel_start", (long long)fence, 0, 0);
+        if (broken == CHAOS_RAW_DEL) {
+            /* Delete the lock key whoever holds it now, then free the handle. */
+            rc = dlock_force_release(NULL, client, name);
+            if (!expected(rc)) {
+                fprintf(stderr, "worker %d: force release: %d %s\n", worker_id, rc,
+                        dlock_error_message());
+                bad = 1;
+            }
+        }
         rc = dlock_release(lock);
         event("rel_end", (long long)fence, rc, 0);
         atomic_store(&me->phase, PHASE_IDLE);

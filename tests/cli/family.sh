@@ -21,6 +21,7 @@ expect 75 "so is a second writer" dl run --exclusive "$R" -- true
     2>"$WORK/reader.err" &
 READER=$!
 BG_PIDS="$BG_PIDS $READER"
+wait_subscribed "$R" # the reader waits: it is on the lock's channel
 kill -TERM "$HOLDER"
 expect_bg 143 "the writer stopped" "$HOLDER"
 expect_bg 0 "the waiting reader ran after the writer" "$READER"

@@ -105,6 +105,22 @@ wait_file() {
     done
 }
 
+# wait_subscribed NAME: wait until a waiter of lock NAME is on its release
+# channel (Redis only: PUBSUB NUMSUB dlock:{NAME}:release, through
+# redis-cli). Gives up after 30 s.
+wait_subscribed() {
+    n=0
+    until [ "$(redis-cli -u "$URL" PUBSUB NUMSUB "dlock:{$1}:release" 2>/dev/null | sed -n 2p)" \
+            -ge 1 ] 2>/dev/null; do
+        n=$((n + 1))
+        if [ "$n" -gt 600 ]; then
+            fail "gave up waiting for a waiter of $1"
+            finish
+        fi
+        sleep 0.05
+    done
+}
+
 # hold NAME TAG [run options...]: in the background, hold NAME with a COMMAND
 # that writes its pid to $WORK/TAG.pid and then sleeps. Sets HOLDER (dlock's
 # pid) and HOLDER_CHILD (COMMAND's) once COMMAND runs.

@@ -221,6 +221,32 @@ long long test_redis_cmd(test_redis *r, const char *fmt, ...)
     return v;
 }
 
+long long test_redis_numsub(test_redis *r, const char *channel)
+{
+    redisContext *c = connect_raw(r);
+    redisReply *rep;
+    long long v = -1;
+
+    if (c == NULL) {
+        fprintf(stderr, "test_redis_numsub: cannot connect to port %d\n", r->port);
+        exit(1);
+    }
+    /* The reply is [channel, count]: the count is the second element. */
+    rep = redisCommand(c, "PUBSUB NUMSUB %s", channel);
+    if (rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+        rep->element[1]->type == REDIS_REPLY_INTEGER)
+        v = rep->element[1]->integer;
+    if (rep != NULL)
+        freeReplyObject(rep);
+    redisFree(c);
+    if (v < 0) {
+        fprintf(stderr, "test_redis_numsub: no count in the reply of PUBSUB NUMSUB %s\n",
+                channel);
+        exit(1);
+    }
+    return v;
+}
+
 long long test_redis_calls(test_redis *r, const char *command)
 {
     redisContext *c = connect_raw(r);
@@ -859,7 +885,10 @@ long long test_server_leftovers(test_server *s, const char *name)
 long long test_server_requests(test_server *s)
 {
     static const char *const redis_cmds[] = {"evalsha", "eval"};
-    static const char *const etcd_methods[] = {"Txn", "Range", "DeleteRange", "Put"};
+    /* LeaseKeepAlive: one stream per keepalive request, however many
+     * leases it carries. */
+    static const char *const etcd_methods[] = {"Txn", "Range", "DeleteRange", "Put",
+                                               "LeaseKeepAlive"};
     long long n = 0;
     char metric[160];
 

@@ -107,6 +107,9 @@ void test_redis_stop(test_redis *r);
 /* Run one command on it (hiredis, printf-style) and return its integer
  * reply, or the length of a string/array reply. */
 long long test_redis_cmd(test_redis *r, const char *fmt, ...);
+/* Subscribers of a channel now (PUBSUB NUMSUB's count, not its reply's
+ * length, which is always 2). */
+long long test_redis_numsub(test_redis *r, const char *channel);
 /* calls= of one command in INFO commandstats, e.g. "evalsha". */
 long long test_redis_calls(test_redis *r, const char *command);
 
@@ -192,7 +195,7 @@ int test_server_held(test_server *s, const char *name);
  * queued waiters) plus every lease there is. 0 once nothing is left. */
 long long test_server_leftovers(test_server *s, const char *name);
 /* Requests so far that take, keep or give up locks (Redis: scripts; etcd:
- * Txn, Range, DeleteRange and Put). */
+ * Txn, Range, DeleteRange, Put and keepalive requests). */
 long long test_server_requests(test_server *s);
 
 #endif

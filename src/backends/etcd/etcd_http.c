@@ -140,7 +140,7 @@ void dlock__etcd_free(dlock__etcd *e)
         dlock__etcd_conn_free(c);
     }
     if (e->token != NULL) {
-        memset(e->token, 0, strlen(e->token));
+        explicit_bzero(e->token, strlen(e->token));
         free(e->token);
     }
     pthread_mutex_destroy(&e->login_mu);
@@ -333,7 +333,7 @@ static int login(dlock__etcd *e, dlock__etcd_conn *c, unsigned long gen)
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
     }
     rc = call_body(e, c, "/v3/auth/authenticate", body, 0, 0, &reply);
-    memset(body, 0, strlen(body));
+    explicit_bzero(body, strlen(body)); /* memset before free may be optimized away */
     free(body);
     if (rc == DLOCK_OK) {
         token = json_object_get(reply, "token");
@@ -347,7 +347,7 @@ static int login(dlock__etcd *e, dlock__etcd_conn *c, unsigned long gen)
             } else {
                 pthread_mutex_lock(&e->mu);
                 if (e->token != NULL) {
-                    memset(e->token, 0, strlen(e->token));
+                    explicit_bzero(e->token, strlen(e->token));
                     free(e->token);
                 }
                 e->token = copy;

@@ -261,7 +261,8 @@ static void expiry_frees_the_lock(void)
 
 /* The watchdog keeps locks far past their lease, with renewals batched: 20
  * locks renewed one by one every lease/3 would take about 3.5 x 3 x 20
- * requests. No renewal after release. */
+ * requests (on etcd keepalive requests count too: one per lock would be as
+ * many). No renewal after release. */
 static void watchdog_keeps_lock(void)
 {
     enum { LOCKS = 20 };

@@ -171,6 +171,75 @@ static void leases_follow_the_lock(void)
     test_etcd_stop(&e);
 }
 
+/* The store's revision now (the header of a read). */
+static int64_t store_revision(test_etcd *e)
+{
+    char *r = test_etcd_post(e, 0, "/v3/kv/range", "{\"key\":\"AA==\"}");
+    json_t *j = r != NULL ? json_loads(r, 0, NULL) : NULL;
+    int64_t rev = 0;
+
+    CHECK(j != NULL && dlock__etcd_int(json_object_get(j, "header"), "revision", &rev) == 0);
+    json_decref(j);
+    free(r);
+    CHECK(rev > 0);
+    return rev;
+}
+
+/* What status says of the fence on etcd (docs/etcd.md, "Status"): the
+ * holder's while the lock is held (not a queued waiter's), 0 when it is
+ * free, never the last one issued; an acquisition that begins after the
+ * call gets a fence above the store's revision at the call, and a waiter
+ * queued before it keeps the fence it queued with. */
+static void status_fence_semantics(void)
+{
+    test_etcd e;
+    dlock_client *c, *c2;
+    dlock_lock *a, *b;
+    dlock_lock_info info;
+    test_acquirer w;
+    pthread_t t;
+    int64_t rev;
+
+    test_etcd_start(&e, 1, NULL);
+    c = open_client(&e);
+    c2 = open_client(&e);
+    CHECK_RC(dlock_status(&info, c, "st"), DLOCK_OK);
+    CHECK(info.held == 0 && info.fence == 0 && info.ttl_ms == 0);
+    CHECK_RC(dlock_acquire(&a, c, "st", NULL), DLOCK_OK);
+    CHECK_RC(dlock_status(&info, c, "st"), DLOCK_OK);
+    CHECK(info.held == 1 && info.fence == dlock_lock_fence(a));
+    CHECK(info.ttl_ms > 0 && info.ttl_ms <= 30000);
+    /* A waiter queued behind: status still shows the holder. */
+    test_acquirer_init(&w, c2, "st", test_opts(20000, 5000, 1));
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &w) == 0);
+    for (int i = 0; i < 2000 && test_etcd_count(&e, "dlock/st/") < 2; i++)
+        test_sleep_ms(10);
+    CHECK(test_etcd_count(&e, "dlock/st/") == 2);
+    CHECK_RC(dlock_status(&info, c, "st"), DLOCK_OK);
+    CHECK(info.held == 1 && info.fence == dlock_lock_fence(a));
+    rev = store_revision(&e);
+    CHECK_RC(dlock_release(a), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(w.rc, DLOCK_OK);
+    CHECK(dlock_lock_fence(w.lock) > info.fence);
+    CHECK(dlock_lock_fence(w.lock) <= (uint64_t)rev); /* queued before the call */
+    CHECK_RC(dlock_status(&info, c, "st"), DLOCK_OK);
+    CHECK(info.held == 1 && info.fence == dlock_lock_fence(w.lock));
+    CHECK_RC(dlock_release(w.lock), DLOCK_OK);
+    /* Free again: 0, not the last fence. */
+    CHECK_RC(dlock_status(&info, c, "st"), DLOCK_OK);
+    CHECK(info.held == 0 && info.fence == 0 && info.ttl_ms == 0);
+    rev = store_revision(&e);
+    CHECK_RC(dlock_acquire(&b, c2, "st", NULL), DLOCK_OK);
+    CHECK(dlock_lock_fence(b) > (uint64_t)rev);
+    CHECK_RC(dlock_status(&info, c, "st"), DLOCK_OK);
+    CHECK(info.held == 1 && info.fence == dlock_lock_fence(b));
+    CHECK_RC(dlock_release(b), DLOCK_OK);
+    dlock_client_free(c);
+    dlock_client_free(c2);
+    test_etcd_stop(&e);
+}
+
 /* The key deleted behind the holder's back (its lease still alive): the next
  * renewal notices and on_lost fires once. */
 static void on_lost_when_key_deleted(void)
@@ -808,12 +877,21 @@ static void cluster_kill_member_while_waiting(void)
     stop_and_check_no_stray(&e);
 }
 
+/*
+ * The leader is killed under a holder: the lock survives. It can only if
+ * the election and the holder's move to another member end before its
+ * lease runs out unconfirmed (the client cannot know that etcd extends
+ * leases on a leader change: at its deadline it reports the lock lost), so
+ * the lease here leaves them 4 s at least (a 3 s lease was lost once in 19
+ * runs on a loaded machine). Held past a whole lease after the kill: the
+ * lease was renewed through the new leader.
+ */
 static void cluster_kill_leader(void)
 {
     test_etcd e;
     dlock_client *holder, *contender;
     dlock_lock *l, *l2;
-    dlock_acquire_options o = test_opts(0, 3000, 1);
+    dlock_acquire_options o = test_opts(0, 6000, 1);
     char url[300];
     int leader, next, kept;
     uint64_t fence;
@@ -831,18 +909,12 @@ static void cluster_kill_leader(void)
     test_etcd_kill(&e, leader);
     next = test_etcd_leader(&e);
     CHECK(next != leader);
-    kept = hold_against_contender(contender, l, "lead", 9000);
+    kept = hold_against_contender(contender, l, "lead", 8000);
     fprintf(stderr, "holder %s the killing of the leader\n", kept ? "survived" : "lost its lock at");
-    if (kept) {
-        CHECK(atomic_load(&test_lost_calls) == 0);
-        CHECK_RC(dlock_lock_check(l), DLOCK_OK);
-        CHECK_RC(dlock_release(l), DLOCK_OK);
-    } else {
-        for (int i = 0; i < 300 && atomic_load(&test_lost_calls) == 0; i++)
-            test_sleep_ms(20);
-        CHECK(atomic_load(&test_lost_calls) == 1); /* reported, not silent */
-        dlock_release(l);
-    }
+    CHECK(kept);
+    CHECK(atomic_load(&test_lost_calls) == 0);
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
     /* The new leader issues greater fences. */
     CHECK_RC(dlock_acquire(&l2, holder, "lead", NULL), DLOCK_OK);
     CHECK(dlock_lock_fence(l2) > fence);
@@ -1095,6 +1167,7 @@ TEST_MAIN({"codec", codec}, {"url_and_open_errors", url_and_open_errors},
           {"release_wakes_one_waiter", release_wakes_one_waiter},
           {"family_kinds_not_on_etcd", family_kinds_not_on_etcd},
           {"fair_lock_in_order", fair_lock_in_order}, {"leader_election", leader_election},
+          {"status_fence_semantics", status_fence_semantics},
           {"multi_lock", multi_lock},
           {"auth_user_password", auth_user_password},
           {"tls_with_client_certificate", tls_with_client_certificate},

@@ -214,10 +214,13 @@ static void waiter_woken_by_release(void)
     test_acquirer_init(&a, waiter_c, "handoff", test_opts(8000, 10000, 1));
     before = test_redis_calls(&r, "evalsha");
     CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
-    /* Let the waiter subscribe and fall asleep: it is then on the channel. */
-    for (int i = 0; i < 500 && test_redis_cmd(&r, "PUBSUB NUMSUB dlock:{handoff}:release") <= 0; i++)
+    /* The waiter is on the channel and asleep: subscribed, and both its
+     * tries (before and after subscribing) done. */
+    for (int i = 0; i < 2000 && (test_redis_numsub(&r, "dlock:{handoff}:release") < 1 ||
+                                 test_redis_calls(&r, "evalsha") - before < 2); i++)
         test_sleep_ms(10);
-    test_sleep_ms(300);
+    CHECK(test_redis_numsub(&r, "dlock:{handoff}:release") >= 1);
+    CHECK(test_redis_calls(&r, "evalsha") - before >= 2);
     CHECK(!atomic_load(&a.done));
     CHECK_RC(dlock_release(l), DLOCK_OK);
     CHECK(pthread_join(t, NULL) == 0);
@@ -599,6 +602,61 @@ static void sockets_cloexec_and_no_sigpipe(void)
     test_redis_stop(&r);
 }
 
+/* A wake-up that never comes (the holder's key deleted behind its back, no
+ * message) costs a waiter at most a quarter of its lease (README: each
+ * sleep is bounded by the holder's lease and by a quarter of the
+ * waiter's): the holder's lease is 120 s, the waiter's 12 s, and it has the
+ * lock within 3 s of its last try, 2 s allowed for a loaded machine. */
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void lost_wakeup_costs_a_quarter_lease(void)
+{
+    test_redis r;
+    dlock_client *holder_c, *waiter_c;
+    dlock_lock *l;
+    test_acquirer a;
+    pthread_t t;
+    long long before;
+    int64_t asleep_at, took;
+
+    test_redis_start(&r, NULL);
+    holder_c = open_client(&r);
+    waiter_c = open_client(&r);
+    {
+        dlock_acquire_options o = test_opts(0, 120000, 0);
+        CHECK_RC(dlock_acquire(&l, holder_c, "quiet", &o), DLOCK_OK);
+    }
+    test_acquirer_init(&a, waiter_c, "quiet", test_opts(60000, 12000, 1));
+    before = test_redis_calls(&r, "evalsha");
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
+    /* Asleep: subscribed, and its try after subscribing done. */
+    for (int i = 0; i < 4000 && (test_redis_numsub(&r, "dlock:{quiet}:release") < 1 ||
+                                 test_redis_calls(&r, "evalsha") - before < 2); i++)
+        test_sleep_ms(5);
+    asleep_at = mono_ms();
+    CHECK(test_redis_cmd(&r, "DEL dlock:{quiet}") == 1); /* no release, no message */
+    for (int i = 0; i < 3000 && !atomic_load(&a.done); i++)
+        test_sleep_ms(10);
+    took = mono_ms() - asleep_at;
+    fprintf(stderr, "lock taken %lld ms after the waiter's last try (a quarter lease: 3000)\n",
+            (long long)took);
+    CHECK(atomic_load(&a.done));
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(a.rc, DLOCK_OK);
+    CHECK(took <= 3000 + 2000);
+    CHECK_RC(dlock_release(a.lock), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_ELOST);
+    dlock_client_free(holder_c);
+    dlock_client_free(waiter_c);
+    test_redis_stop(&r);
+}
+
 TEST_MAIN({"sockets_cloexec_and_no_sigpipe", sockets_cloexec_and_no_sigpipe}, {"bad_input_before_network", bad_input_before_network},
           {"on_lost_via_check", on_lost_via_check},
           {"release_from_on_lost_is_misuse", release_from_on_lost_is_misuse},
@@ -611,4 +669,5 @@ TEST_MAIN({"sockets_cloexec_and_no_sigpipe", sockets_cloexec_and_no_sigpipe}, {"
           {"release_hands_over", release_hands_over},
           {"handed_to_a_dead_waiter", handed_to_a_dead_waiter},
           {"leave_after_hand_over", leave_after_hand_over},
-          {"auth_and_db_and_unix", auth_and_db_and_unix}, {"maxmemory_reached", maxmemory_reached})
+          {"auth_and_db_and_unix", auth_and_db_and_unix}, {"maxmemory_reached", maxmemory_reached},
+          {"lost_wakeup_costs_a_quarter_lease", lost_wakeup_costs_a_quarter_lease})
