@@ -1047,6 +1047,10 @@ static void broken_fence_state(void)
 static void run_cli(const char *url_arg, const char *env_url, char *out, size_t size, int *status)
 {
     const char *cli = getenv("DLOCK_CLI");
+#ifdef DLOCK_CLI_PATH
+    if (cli == NULL)
+        cli = DLOCK_CLI_PATH;
+#endif
     int fds[2];
     pid_t pid;
     size_t got = 0;
@@ -1102,18 +1106,18 @@ static void cli_run_hides_password(void)
     test_redis_stop(&r);
 }
 
-TEST_MAIN({"names_huge_and_binary", names_huge_and_binary},
-          {"absurd_leases_and_waits", absurd_leases_and_waits},
-          {"credentials_never_in_messages", credentials_never_in_messages},
-          {"password_echoed_by_server_is_hidden", password_echoed_by_server_is_hidden},
-          {"wrong_password", wrong_password},
-          {"unreachable_and_silent_server", unreachable_and_silent_server},
-          {"garbage_server", garbage_server}, {"garbage_renewal", garbage_renewal},
-          {"no_on_lost_after_release", no_on_lost_after_release},
-          {"handle_after_client_free", handle_after_client_free},
-          {"lock_used_from_other_thread", lock_used_from_other_thread},
-          {"maxmemory_held_lock", maxmemory_held_lock}, {"acl_minimal_user", acl_minimal_user},
-          {"acl_each_command_needed", acl_each_command_needed},
-          {"failed_acquire_leaves_no_lock", failed_acquire_leaves_no_lock},
-          {"broken_fence_state", broken_fence_state},
-          {"cli_run_hides_password", cli_run_hides_password})
+TEST_MAIN({"names_huge_and_binary", names_huge_and_binary, NULL},
+          {"absurd_leases_and_waits", absurd_leases_and_waits, NULL},
+          {"credentials_never_in_messages", credentials_never_in_messages, NULL},
+          {"password_echoed_by_server_is_hidden", password_echoed_by_server_is_hidden, NULL},
+          {"wrong_password", wrong_password, NULL},
+          {"unreachable_and_silent_server", unreachable_and_silent_server, NULL},
+          {"garbage_server", garbage_server, NULL}, {"garbage_renewal", garbage_renewal, NULL},
+          {"no_on_lost_after_release", no_on_lost_after_release, "watchdog"},
+          {"handle_after_client_free", handle_after_client_free, NULL},
+          {"lock_used_from_other_thread", lock_used_from_other_thread, "watchdog"},
+          {"maxmemory_held_lock", maxmemory_held_lock, NULL}, {"acl_minimal_user", acl_minimal_user, NULL},
+          {"acl_each_command_needed", acl_each_command_needed, NULL},
+          {"failed_acquire_leaves_no_lock", failed_acquire_leaves_no_lock, NULL},
+          {"broken_fence_state", broken_fence_state, NULL},
+          {"cli_run_hides_password", cli_run_hides_password, "cli"})

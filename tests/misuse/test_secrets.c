@@ -105,5 +105,5 @@ static void etcd_password_wiped(void)
     test_etcd_stop(&e);
 }
 
-TEST_MAIN({"redis_password_wiped", redis_password_wiped},
-          {"etcd_password_wiped", etcd_password_wiped})
+TEST_MAIN({"redis_password_wiped", redis_password_wiped, NULL},
+          {"etcd_password_wiped", etcd_password_wiped, "etcd"})

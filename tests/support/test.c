@@ -17,11 +17,19 @@ int test_run(const test_case *cases, size_t n, int argc, char **argv)
 {
     /* SIGPIPE keeps its default action: the library must never raise it. */
     if (argc != 2) {
-        fprintf(stderr, "usage: %s TEST\ntests:", argv[0]);
+        fprintf(stderr, "usage: %s TEST | --list\ntests:", argv[0]);
         for (size_t i = 0; i < n; i++)
             fprintf(stderr, " %s", cases[i].name);
         fprintf(stderr, "\n");
         return 2;
+    }
+    if (strcmp(argv[1], "--list") == 0) {
+        for (size_t i = 0; i < n; i++) {
+            if (cases[i].labels != NULL && strcmp(cases[i].labels, TEST_CHILD) == 0)
+                continue;
+            printf("%s %s\n", cases[i].name, cases[i].labels ? cases[i].labels : "");
+        }
+        return 0;
     }
     for (size_t i = 0; i < n; i++) {
         if (strcmp(cases[i].name, argv[1]) == 0) {

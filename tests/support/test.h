@@ -43,9 +43,17 @@
         }                                                                                          \
     } while (0)
 
+/* A test case: its name, its function, and the CTest labels it adds to its
+ * program's (";"-separated, NULL for none), e.g. "watchdog" for the cases
+ * that also run under TSan. CMake reads the list from the program
+ * (PROGRAM --list), so a case added here always runs. A child process's
+ * entry point, run by a case and not a test by itself, has TEST_CHILD as its
+ * labels: it is left out of the list. */
+#define TEST_CHILD "(child)"
 typedef struct {
     const char *name;
     void (*fn)(void);
+    const char *labels;
 } test_case;
 
 #define TEST_MAIN(...)                                                                             \
@@ -55,6 +63,7 @@ typedef struct {
         return test_run(cases, sizeof(cases) / sizeof(cases[0]), argc, argv);                      \
     }
 
+/* PROGRAM CASE runs one case; PROGRAM --list prints "NAME LABELS" a line. */
 int test_run(const test_case *cases, size_t n, int argc, char **argv);
 
 /* DLOCK_ACQUIRE_OPTIONS_INIT with these three set. */

@@ -248,7 +248,7 @@ static int ok_status(void *be, const char *n, dlock_lock_info *o) { (void)be, (v
 
 static void backend_register_checks(void)
 {
-    static const char *const schemes[] = {"unitlock", NULL};
+    static const char *const schemes[] = {"unitlock", NULL, NULL};
     dlock_backend b = {DLOCK_BACKEND_VERSION, sizeof(dlock_backend), "unit", schemes,
                        DLOCK_CAP_KIND(DLOCK_KIND_MUTEX), ok_open, ok_close, ok_acquire, ok_req,
                        ok_req, ok_req, ok_renew, ok_watch_begin, ok_watch_wait, ok_watch_end,
@@ -288,11 +288,11 @@ static void backend_register_checks(void)
     CHECK_CONTAINS(dlock_error_message(), "already served");
 }
 
-TEST_MAIN({"url_redis_full", url_redis_full}, {"url_forms", url_forms}, {"url_bad", url_bad},
-          {"url_password_never_in_messages", url_password_never_in_messages},
-          {"url_huge", url_huge}, {"duration", duration}, {"error_table", error_table},
-          {"open_bad_input", open_bad_input},
-          {"unreachable_is_econn_with_timeout", unreachable_is_econn_with_timeout},
-          {"lease_clock_is_boottime", lease_clock_is_boottime},
-          {"options_init_calls", options_init_calls},
-          {"backend_register_checks", backend_register_checks})
+TEST_MAIN({"url_redis_full", url_redis_full, NULL}, {"url_forms", url_forms, NULL}, {"url_bad", url_bad, NULL},
+          {"url_password_never_in_messages", url_password_never_in_messages, NULL},
+          {"url_huge", url_huge, NULL}, {"duration", duration, NULL}, {"error_table", error_table, NULL},
+          {"open_bad_input", open_bad_input, NULL},
+          {"unreachable_is_econn_with_timeout", unreachable_is_econn_with_timeout, NULL},
+          {"lease_clock_is_boottime", lease_clock_is_boottime, NULL},
+          {"options_init_calls", options_init_calls, NULL},
+          {"backend_register_checks", backend_register_checks, NULL})

@@ -25,6 +25,22 @@
 
 typedef struct dlock__etcd dlock__etcd;
 
+/* gRPC status codes, as the gateway reports them in an error reply's
+ * "code" (or "grpc_code"). Only those the backend acts on are named. */
+typedef enum {
+    DLOCK__GRPC_OK = 0,
+    DLOCK__GRPC_CANCELLED = 1,
+    DLOCK__GRPC_UNKNOWN = 2,
+    DLOCK__GRPC_INVALID_ARGUMENT = 3,
+    DLOCK__GRPC_DEADLINE_EXCEEDED = 4,
+    DLOCK__GRPC_NOT_FOUND = 5,
+    DLOCK__GRPC_PERMISSION_DENIED = 7,
+    DLOCK__GRPC_RESOURCE_EXHAUSTED = 8,
+    DLOCK__GRPC_FAILED_PRECONDITION = 9,
+    DLOCK__GRPC_UNAVAILABLE = 14,
+    DLOCK__GRPC_UNAUTHENTICATED = 16
+} dlock__grpc_status;
+
 /* One HTTP connection (a curl easy handle) and what its last call left. Used
  * by one thread at a time. */
 typedef struct dlock__etcd_conn {
@@ -32,9 +48,9 @@ typedef struct dlock__etcd_conn {
     char *buf; /* the reply body */
     size_t len, cap;
     char errbuf[CURL_ERROR_SIZE];
-    /* The gRPC status code of the last error reply (5 NotFound, 9
-     * FailedPrecondition ...), 0 when the last call got none. */
-    int grpc_code;
+    /* The gRPC status of the last error reply, DLOCK__GRPC_OK when the
+     * last call got none. */
+    dlock__grpc_status grpc_code;
     char grpc_message[200];
     struct curl_slist *headers; /* of the request in flight */
     CURLM *multi;                  /* runs the transfers, keeps the connections */
@@ -95,7 +111,7 @@ typedef struct {
     int stream[2];
     json_t *out[2];
     int rc[2];
-    int grpc_code[2];
+    dlock__grpc_status grpc_code[2];
 } dlock__etcd_pair;
 
 int dlock__etcd_call_pair(dlock__etcd *e, dlock__etcd_conn *c, dlock__etcd_pair *p);

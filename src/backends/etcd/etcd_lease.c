@@ -59,7 +59,8 @@ int dlock__etcd_grant(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t lease, in
         be, c, "/v3/lease/grant",
         json_pack("{s:I, s:I}", "ID", (json_int_t)lease, "TTL", (json_int_t)ttl), &reply);
     json_decref(reply);
-    if (rc == DLOCK_ESERVER && c->grpc_code == 9 && strstr(c->grpc_message, "exists") != NULL)
+    if (rc == DLOCK_ESERVER && c->grpc_code == DLOCK__GRPC_FAILED_PRECONDITION &&
+        strstr(c->grpc_message, "exists") != NULL)
         return DLOCK_OK;
     return rc;
 }
@@ -73,7 +74,7 @@ int dlock__etcd_lease_revoke(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t le
     rc = dlock__etcd_be_call(be, c, "/v3/lease/revoke", json_pack("{s:I}", "ID", (json_int_t)lease),
                              &reply);
     json_decref(reply);
-    if (rc == DLOCK_ESERVER && c->grpc_code == 5)
+    if (rc == DLOCK_ESERVER && c->grpc_code == DLOCK__GRPC_NOT_FOUND)
         return DLOCK_OK;
     return rc;
 }
@@ -94,7 +95,7 @@ int dlock__etcd_lease_left(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t leas
     if (rc == DLOCK_OK && (dlock__etcd_int(reply, "TTL", &ttl) != 0 || ttl > INT64_MAX / 1000))
         rc = dlock__etcd_bad_reply(be, "lease timetolive");
     json_decref(reply);
-    if (rc == DLOCK_ESERVER && c->grpc_code == 5) {
+    if (rc == DLOCK_ESERVER && c->grpc_code == DLOCK__GRPC_NOT_FOUND) {
         *left_ms = 0;
         return DLOCK_OK;
     }

@@ -99,7 +99,7 @@ static int enqueue(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w
                       "failure", dlock__etcd_as_op(dlock__etcd_range_key(k->key)),
                       dlock__etcd_as_op(dlock__etcd_range_first(k))),
             &reply);
-        if (rc == DLOCK_ESERVER && c->grpc_code == 5 && attempt == 0) {
+        if (rc == DLOCK_ESERVER && c->grpc_code == DLOCK__GRPC_NOT_FOUND && attempt == 0) {
             /* "requested lease not found": it ran out while we were not
              * looking (a stall); a new one with the same ID. */
             w->granted = 0;
@@ -164,7 +164,8 @@ static int promote(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w
         &reply);
     json_decref(reply);
     reply = NULL;
-    if (rc == DLOCK_ESERVER && c->grpc_code == 9 && strstr(c->grpc_message, "exists") != NULL) {
+    if (rc == DLOCK_ESERVER && c->grpc_code == DLOCK__GRPC_FAILED_PRECONDITION &&
+        strstr(c->grpc_message, "exists") != NULL) {
         /* Ours from an earlier try whose reply was lost: refresh it to its
          * full length. */
         rc = dlock__etcd_keepalive(be, c, &w->hold_lease, 1, &alive);

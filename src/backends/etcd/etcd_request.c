@@ -82,23 +82,23 @@ static int classify(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, int *rc)
     const char *where = e->eps[idx].where, *m = c->grpc_message;
 
     switch (c->grpc_code) {
-    case 14: /* Unavailable */
-    case 4:  /* DeadlineExceeded */
-    case 1:  /* Canceled */
+    case DLOCK__GRPC_UNAVAILABLE:
+    case DLOCK__GRPC_DEADLINE_EXCEEDED:
+    case DLOCK__GRPC_CANCELLED:
         *rc = dlock__fail(DLOCK_ECONN, "%s: %s", where, m);
         return DLOCK__ETCD_TRY_NEXT_ENDPOINT;
-    case 16: /* Unauthenticated */
+    case DLOCK__GRPC_UNAUTHENTICATED:
         if (strstr(m, "invalid auth token") != NULL && e->user != NULL) {
             *rc = dlock__fail(DLOCK_EAUTH, "%s: %s", where, m);
             return DLOCK__ETCD_TRY_LOGIN;
         }
         *rc = dlock__fail(DLOCK_EAUTH, "%s: authentication failed: %s", where, m);
         return DLOCK__ETCD_TRY_DONE;
-    case 7: /* PermissionDenied */
+    case DLOCK__GRPC_PERMISSION_DENIED:
         *rc = dlock__fail(DLOCK_EAUTH, "%s: %s (the user needs read-write on the key prefix)",
                           where, m);
         return DLOCK__ETCD_TRY_DONE;
-    case 3: /* InvalidArgument: several auth errors are reported this way */
+    case DLOCK__GRPC_INVALID_ARGUMENT: /* several auth errors are reported this way */
         if (strstr(m, "revision of auth store is old") != NULL && e->user != NULL) {
             *rc = dlock__fail(DLOCK_EAUTH, "%s: %s", where, m);
             return DLOCK__ETCD_TRY_LOGIN;
@@ -114,14 +114,14 @@ static int classify(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, int *rc)
             return DLOCK__ETCD_TRY_DONE;
         }
         break;
-    case 9: /* FailedPrecondition */
+    case DLOCK__GRPC_FAILED_PRECONDITION:
         if (strstr(m, "authentication is not enabled") != NULL) {
             *rc = dlock__fail(DLOCK_EAUTH, "%s: authentication failed: the server has no "
                               "authentication enabled but the URL gives a user", where);
             return DLOCK__ETCD_TRY_DONE;
         }
         break;
-    case 8: /* ResourceExhausted */
+    case DLOCK__GRPC_RESOURCE_EXHAUSTED:
         if (strstr(m, "too many requests") != NULL) {
             *rc = dlock__fail(DLOCK_ECONN, "%s: %s", where, m);
             return DLOCK__ETCD_TRY_NEXT_ENDPOINT;
@@ -156,8 +156,11 @@ static int find_error(dlock__etcd_conn *c, const json_t *j)
     } else if (!json_is_string(msg) && json_is_string(err)) {
         msg = err;
     }
-    c->grpc_code = json_is_integer(code) ? (int)json_integer_value(code) : 2;
-    if (c->grpc_code == 0)
+    /* gRPC defines codes 0..16; anything else is an unknown error. */
+    c->grpc_code = DLOCK__GRPC_UNKNOWN;
+    if (json_is_integer(code) && json_integer_value(code) >= 0 && json_integer_value(code) <= 16)
+        c->grpc_code = (dlock__grpc_status)json_integer_value(code);
+    if (c->grpc_code == DLOCK__GRPC_OK)
         return 0;
     snprintf(c->grpc_message, sizeof(c->grpc_message), "%s",
              json_is_string(msg) ? json_string_value(msg) : "unknown error");
@@ -224,7 +227,7 @@ int dlock__etcd_prepare(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const c
 {
     char url[400];
 
-    c->grpc_code = 0;
+    c->grpc_code = DLOCK__GRPC_OK;
     c->grpc_message[0] = '\0';
     c->errbuf[0] = '\0';
     c->len = 0;

@@ -577,26 +577,28 @@ static void threads_share_a_client(void)
 }
 
 static const test_case cases[] = {
-    {"basic_cycle", basic_cycle},
-    {"mutual_exclusion_processes", mutual_exclusion_processes},
-    {"fences_strictly_increase", fences_strictly_increase},
-    {"release_by_non_owner_refused", release_by_non_owner_refused},
-    {"expiry_frees_the_lock", expiry_frees_the_lock},
-    {"watchdog_keeps_lock", watchdog_keeps_lock},
-    {"on_lost_once_after_force_release", on_lost_once_after_force_release},
-    {"sigstop_holder_loses_lock", sigstop_holder_loses_lock},
-    {"wait_times_out", wait_times_out},
-    {"interrupt_leaves_the_queue", interrupt_leaves_the_queue},
-    {"try_once_leaves_nothing", try_once_leaves_nothing},
-    {"client_freed_before_release", client_freed_before_release},
-    {"threads_share_a_client", threads_share_a_client},
+    {"basic_cycle", basic_cycle, NULL},
+    {"mutual_exclusion_processes", mutual_exclusion_processes, NULL},
+    {"fences_strictly_increase", fences_strictly_increase, NULL},
+    {"release_by_non_owner_refused", release_by_non_owner_refused, NULL},
+    {"expiry_frees_the_lock", expiry_frees_the_lock, NULL},
+    {"watchdog_keeps_lock", watchdog_keeps_lock, "watchdog"},
+    {"on_lost_once_after_force_release", on_lost_once_after_force_release, "watchdog"},
+    {"sigstop_holder_loses_lock", sigstop_holder_loses_lock, "watchdog"},
+    {"wait_times_out", wait_times_out, NULL},
+    {"interrupt_leaves_the_queue", interrupt_leaves_the_queue, NULL},
+    {"try_once_leaves_nothing", try_once_leaves_nothing, NULL},
+    {"client_freed_before_release", client_freed_before_release, NULL},
+    {"threads_share_a_client", threads_share_a_client, "watchdog"},
 };
 
-/* test_core BACKEND CASE */
+/* test_core BACKEND CASE, or test_core --list */
 int main(int argc, char **argv)
 {
+    if (argc == 2 && strcmp(argv[1], "--list") == 0)
+        return test_run(cases, sizeof(cases) / sizeof(cases[0]), argc, argv);
     if (argc < 2) {
-        fprintf(stderr, "usage: %s redis|etcd CASE\n", argv[0]);
+        fprintf(stderr, "usage: %s redis|etcd|plainredis CASE | --list\n", argv[0]);
         return 2;
     }
     backend = argv[1];

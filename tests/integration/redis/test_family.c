@@ -1191,7 +1191,7 @@ static void *fair_wait_main(void *p)
 /* Run by skewed_clocks in a process of its own whose wall clock libfaketime
  * moves by a day: a reader, a permit and a fair waiter with 1 s leases,
  * renewed, until it is killed. Says "ready" on stdout once all three are
- * in. Not a test by itself (not in CTest). */
+ * in. Not a test by itself (TEST_CHILD: not in CTest). */
 static void skewed_holder(void)
 {
     const char *url = getenv("DLOCK_TEST_SKEW_URL");
@@ -1704,26 +1704,26 @@ static void family_acl_documented_set(void)
     test_redis_stop(&r);
 }
 
-TEST_MAIN({"reentrant_counts", reentrant_counts},
-          {"reentrant_stale_handle_is_lost", reentrant_stale_handle_is_lost},
-          {"fair_fifo_ten_waiters", fair_fifo_ten_waiters},
-          {"fair_killed_waiter_does_not_block", fair_killed_waiter_does_not_block},
-          {"rw_readers_parallel_writers_alone", rw_readers_parallel_writers_alone},
-          {"rw_writer_not_starved", rw_writer_not_starved},
-          {"rw_downgrade_and_upgrade", rw_downgrade_and_upgrade},
-          {"rw_reader_lease_is_its_own", rw_reader_lease_is_its_own},
-          {"semaphore_never_exceeds_n", semaphore_never_exceeds_n},
-          {"semaphore_killed_holder_permit_returns", semaphore_killed_holder_permit_returns},
-          {"multi_no_deadlock_ordered", multi_no_deadlock_ordered},
-          {"multi_no_deadlock_one_slot", multi_no_deadlock_one_slot},
-          {"multi_all_or_nothing", multi_all_or_nothing},
-          {"multi_on_lost_once", multi_on_lost_once},
-          {"leader_one_at_a_time", leader_one_at_a_time},
-          {"leader_killed_new_leader", leader_killed_new_leader},
-          {"fence_counter_retired_stays_monotonic", fence_counter_retired_stays_monotonic},
-          {"multi_one_slot_fence_from_floor", multi_one_slot_fence_from_floor},
-          {"skewed_clocks", skewed_clocks}, {"skewed_holder", skewed_holder},
-          {"unused_names_leave_bounded_state", unused_names_leave_bounded_state},
-          {"family_bad_input_before_network", family_bad_input_before_network},
-          {"family_on_lost_once", family_on_lost_once},
-          {"family_acl_documented_set", family_acl_documented_set})
+TEST_MAIN({"reentrant_counts", reentrant_counts, "watchdog"},
+          {"reentrant_stale_handle_is_lost", reentrant_stale_handle_is_lost, NULL},
+          {"fair_fifo_ten_waiters", fair_fifo_ten_waiters, NULL},
+          {"fair_killed_waiter_does_not_block", fair_killed_waiter_does_not_block, NULL},
+          {"rw_readers_parallel_writers_alone", rw_readers_parallel_writers_alone, NULL},
+          {"rw_writer_not_starved", rw_writer_not_starved, "watchdog"},
+          {"rw_downgrade_and_upgrade", rw_downgrade_and_upgrade, "watchdog"},
+          {"rw_reader_lease_is_its_own", rw_reader_lease_is_its_own, NULL},
+          {"semaphore_never_exceeds_n", semaphore_never_exceeds_n, NULL},
+          {"semaphore_killed_holder_permit_returns", semaphore_killed_holder_permit_returns, "watchdog"},
+          {"multi_no_deadlock_ordered", multi_no_deadlock_ordered, NULL},
+          {"multi_no_deadlock_one_slot", multi_no_deadlock_one_slot, NULL},
+          {"multi_all_or_nothing", multi_all_or_nothing, NULL},
+          {"multi_on_lost_once", multi_on_lost_once, "watchdog"},
+          {"leader_one_at_a_time", leader_one_at_a_time, "watchdog"},
+          {"leader_killed_new_leader", leader_killed_new_leader, "watchdog"},
+          {"fence_counter_retired_stays_monotonic", fence_counter_retired_stays_monotonic, NULL},
+          {"multi_one_slot_fence_from_floor", multi_one_slot_fence_from_floor, NULL},
+          {"skewed_clocks", skewed_clocks, "watchdog"}, {"skewed_holder", skewed_holder, TEST_CHILD},
+          {"unused_names_leave_bounded_state", unused_names_leave_bounded_state, NULL},
+          {"family_bad_input_before_network", family_bad_input_before_network, NULL},
+          {"family_on_lost_once", family_on_lost_once, "watchdog"},
+          {"family_acl_documented_set", family_acl_documented_set, "watchdog"})

@@ -657,17 +657,17 @@ static void lost_wakeup_costs_a_quarter_lease(void)
     test_redis_stop(&r);
 }
 
-TEST_MAIN({"sockets_cloexec_and_no_sigpipe", sockets_cloexec_and_no_sigpipe}, {"bad_input_before_network", bad_input_before_network},
-          {"on_lost_via_check", on_lost_via_check},
-          {"release_from_on_lost_is_misuse", release_from_on_lost_is_misuse},
-          {"server_killed_and_restarted", server_killed_and_restarted},
-          {"fence_survives_restart_with_aof", fence_survives_restart_with_aof},
-          {"waiter_woken_by_release", waiter_woken_by_release},
-          {"release_wakes_one_waiter", release_wakes_one_waiter},
-          {"noscript_and_reconnect", noscript_and_reconnect},
-          {"command_connections_pool", command_connections_pool},
-          {"release_hands_over", release_hands_over},
-          {"handed_to_a_dead_waiter", handed_to_a_dead_waiter},
-          {"leave_after_hand_over", leave_after_hand_over},
-          {"auth_and_db_and_unix", auth_and_db_and_unix}, {"maxmemory_reached", maxmemory_reached},
-          {"lost_wakeup_costs_a_quarter_lease", lost_wakeup_costs_a_quarter_lease})
+TEST_MAIN({"sockets_cloexec_and_no_sigpipe", sockets_cloexec_and_no_sigpipe, NULL}, {"bad_input_before_network", bad_input_before_network, NULL},
+          {"on_lost_via_check", on_lost_via_check, "watchdog"},
+          {"release_from_on_lost_is_misuse", release_from_on_lost_is_misuse, "watchdog"},
+          {"server_killed_and_restarted", server_killed_and_restarted, "watchdog"},
+          {"fence_survives_restart_with_aof", fence_survives_restart_with_aof, NULL},
+          {"waiter_woken_by_release", waiter_woken_by_release, "watchdog"},
+          {"release_wakes_one_waiter", release_wakes_one_waiter, "watchdog"},
+          {"noscript_and_reconnect", noscript_and_reconnect, NULL},
+          {"command_connections_pool", command_connections_pool, "watchdog"},
+          {"release_hands_over", release_hands_over, "watchdog"},
+          {"handed_to_a_dead_waiter", handed_to_a_dead_waiter, "watchdog"},
+          {"leave_after_hand_over", leave_after_hand_over, NULL},
+          {"auth_and_db_and_unix", auth_and_db_and_unix, NULL}, {"maxmemory_reached", maxmemory_reached, NULL},
+          {"lost_wakeup_costs_a_quarter_lease", lost_wakeup_costs_a_quarter_lease, "watchdog"})

@@ -454,12 +454,12 @@ static void timed_out_tries_leave_nothing(void)
     test_redis_stop(&r);
 }
 
-TEST_MAIN({"late_grant_not_trusted", late_grant_not_trusted},
-          {"hand_off_lease_is_the_servers", hand_off_lease_is_the_servers},
-          {"dead_waiter_costs_the_confirm_window", dead_waiter_costs_the_confirm_window},
-          {"extend_races_watchdog", extend_races_watchdog},
-          {"extend_unknown_outcome", extend_unknown_outcome},
-          {"etcd_renew_follows_the_key", etcd_renew_follows_the_key},
-          {"suspend_counts_against_the_lease", suspend_counts_against_the_lease},
-          {"own_key_after_counter_retired", own_key_after_counter_retired},
-          {"timed_out_tries_leave_nothing", timed_out_tries_leave_nothing})
+TEST_MAIN({"late_grant_not_trusted", late_grant_not_trusted, "redis"},
+          {"hand_off_lease_is_the_servers", hand_off_lease_is_the_servers, "redis"},
+          {"dead_waiter_costs_the_confirm_window", dead_waiter_costs_the_confirm_window, "redis"},
+          {"extend_races_watchdog", extend_races_watchdog, "redis"},
+          {"extend_unknown_outcome", extend_unknown_outcome, "redis"},
+          {"etcd_renew_follows_the_key", etcd_renew_follows_the_key, "etcd"},
+          {"suspend_counts_against_the_lease", suspend_counts_against_the_lease, "redis"},
+          {"own_key_after_counter_retired", own_key_after_counter_retired, "redis"},
+          {"timed_out_tries_leave_nothing", timed_out_tries_leave_nothing, "redis"})
