@@ -384,67 +384,14 @@ static int redis_check(void *be, const dlock_request *req)
                          : dlock__redis_family_check(be, req);
 }
 
-static int renew_plain(redis_backend *be, dlock_renewal *items, size_t n);
-
-/* Called from the watchdog thread only: uses the watchdog's connection. */
+/* Called from the watchdog thread only: uses the watchdog's connection. One
+ * script renews a batch of locks of any kind (family_renew.lua), so a
+ * watchdog holding a mutex and a reader pays one round trip. */
 static int redis_renew(void *arg, dlock_renewal *items, size_t n)
 {
     redis_backend *be = arg;
 
-    for (size_t i = 0; i < n; i++)
-        if (!is_mutex(items[i].req))
-            return dlock__redis_family_renew(be, &be->wd, items, n, 1);
-    return renew_plain(be, items, n);
-}
-
-/* Called from the watchdog thread only: uses the watchdog's connection. */
-static int renew_plain(redis_backend *be, dlock_renewal *items, size_t n)
-{
-    key_buf *keys;
-    char (*leases)[24];
-    const char **argv;
-    size_t *lens;
-    redisReply *r = NULL;
-    int rc;
-
-    keys = malloc(n * sizeof(*keys));
-    leases = malloc(n * sizeof(*leases));
-    argv = malloc(3 * n * sizeof(*argv));
-    lens = malloc(3 * n * sizeof(*lens));
-    if (keys == NULL || leases == NULL || argv == NULL || lens == NULL) {
-        rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
-        goto done;
-    }
-    for (size_t i = 0; i < n; i++) {
-        make_key(&keys[i], be, items[i].req->name, "");
-        snprintf(leases[i], sizeof(leases[i]), "%lld", (long long)items[i].req->lease_ms);
-        argv[i] = keys[i].buf, lens[i] = keys[i].len;
-        argv[n + i] = items[i].req->token, lens[n + i] = strlen(items[i].req->token);
-        argv[2 * n + i] = leases[i], lens[2 * n + i] = strlen(leases[i]);
-    }
-    rc = dlock__redis_conn_script(&be->wd, &dlock__redis_script_renew, &r, (int)n, (int)(3 * n),
-                                  argv, lens);
-    if (rc != DLOCK_OK)
-        goto done;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != n) {
-        rc = bad_reply(&be->wd, "the renew script");
-        goto done;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (r->element[i]->type != REDIS_REPLY_INTEGER) {
-            rc = bad_reply(&be->wd, "the renew script");
-            goto done;
-        }
-        items[i].result = r->element[i]->integer == DLOCK__REDIS_DONE ? DLOCK_OK : DLOCK_ELOST;
-    }
-done:
-    if (r != NULL)
-        freeReplyObject(r);
-    free(keys);
-    free(leases);
-    free(argv);
-    free(lens);
-    return rc;
+    return dlock__redis_family_renew(be, &be->wd, items, n, 1);
 }
 
 static int read_status(redis_backend *be, const char *name, int force, dlock_lock_info *out)

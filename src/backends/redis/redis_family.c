@@ -366,12 +366,12 @@ int dlock__redis_family_renew(redis_backend *be, dlock__redis_conn *conn, dlock_
     if (rc != DLOCK_OK)
         goto done;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != n) {
-        rc = dlock__redis_bad_reply(conn, "the family renew script");
+        rc = dlock__redis_bad_reply(conn, "the renew script");
         goto done;
     }
     for (size_t i = 0; i < n; i++) {
         if (r->element[i]->type != REDIS_REPLY_INTEGER) {
-            rc = dlock__redis_bad_reply(conn, "the family renew script");
+            rc = dlock__redis_bad_reply(conn, "the renew script");
             goto done;
         }
         items[i].result = r->element[i]->integer == DLOCK__REDIS_DONE ? DLOCK_OK : DLOCK_ELOST;

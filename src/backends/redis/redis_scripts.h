@@ -16,10 +16,9 @@ extern const dlock__redis_script dlock__redis_script_acquire;
 extern const dlock__redis_script dlock__redis_script_release;
 extern const dlock__redis_script dlock__redis_script_mutex_leave;
 extern const dlock__redis_script dlock__redis_script_extend;
-extern const dlock__redis_script dlock__redis_script_renew;
 extern const dlock__redis_script dlock__redis_script_status;
 
-/* The lock family (redis_family.c). */
+/* The lock family (redis_family.c); family_renew renews every kind. */
 extern const dlock__redis_script dlock__redis_script_excl_acquire;
 extern const dlock__redis_script dlock__redis_script_excl_release;
 extern const dlock__redis_script dlock__redis_script_leave;
