@@ -370,10 +370,15 @@ static int pick_holder(run_ctx *c, int64_t wait_ms)
 static void do_pause(run_ctx *c)
 {
     int64_t pause_ms = lease_ms * 3 / 2 + rnd(c, (unsigned)(lease_ms * 3 / 2));
+    int64_t left_ms = (c->until_us - chaos_now_us()) / 1000;
     int slot, id;
 
-    /* A holder that resumes after the others have left tests nothing. */
-    if (chaos_now_us() + (pause_ms + lease_ms) * 1000 > c->until_us)
+    /* A holder that resumes after the others have left tests nothing: the
+     * pause ends a lease before the run does, shortened to fit (never below
+     * 1.5 leases), so that a short run in CI still pauses someone. */
+    if (pause_ms > left_ms - lease_ms)
+        pause_ms = left_ms - lease_ms;
+    if (pause_ms < lease_ms * 3 / 2)
         return;
     if ((slot = pick_holder(c, 400)) < 0)
         return;
