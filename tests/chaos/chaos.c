@@ -255,20 +255,6 @@ static void sleep_until_or(run_ctx *c, int64_t ms)
         test_sleep_ms(5);
 }
 
-static const char *faketime_lib(void)
-{
-    static const char *const paths[] = {
-        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
-        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
-        "/usr/lib/faketime/libfaketimeMT.so.1",
-        "/usr/local/lib/faketime/libfaketimeMT.so.1",
-    };
-    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
-        if (access(paths[i], R_OK) == 0)
-            return paths[i];
-    return NULL;
-}
-
 static void spawn_worker(run_ctx *c, int slot)
 {
     char history[192], slot_s[16], id_s[16], lease_s[32], until_s[32], seed_s[32];
@@ -292,7 +278,7 @@ static void spawn_worker(run_ctx *c, int slot)
             char buf[512];
             /* Only the wall clock moves, as with an NTP step: a real clock
              * jump never moves CLOCK_MONOTONIC. */
-            setenv("LD_PRELOAD", faketime_lib(), 1);
+            setenv("LD_PRELOAD", test_faketime_lib(), 1);
             setenv("FAKETIME_TIMESTAMP_FILE", c->faketime_file, 1);
             setenv("FAKETIME_CACHE_DURATION", "1", 1);
             setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1", 1);
@@ -950,7 +936,7 @@ static void run_once(const backend *be, int nemesis, int broken, unsigned seed, 
     }
     if (nemesis == N_CLOCK) {
         FILE *f = fopen(c.faketime_file, "w");
-        if (faketime_lib() == NULL) {
+        if (test_faketime_lib() == NULL) {
             fprintf(stderr, "chaos: libfaketime is missing (apt-get install faketime): the "
                             "clock-jump nemesis cannot run\n");
             r->no_effect++;

@@ -94,31 +94,14 @@ grep_file() {
 # wait_file FILE: wait until FILE exists and is not empty. This waits for the
 # test's processes to be ready; it measures nothing. Gives up after 30 s.
 wait_file() {
-    n=0
-    while [ ! -s "$1" ]; do
-        n=$((n + 1))
-        if [ "$n" -gt 600 ]; then
-            fail "gave up waiting for $1"
-            finish
-        fi
-        sleep 0.05
-    done
+    within 30 test -s "$1" || { fail "gave up waiting for $1"; finish; }
 }
 
 # wait_subscribed NAME: wait until a waiter of lock NAME is on its release
 # channel (Redis only: PUBSUB NUMSUB dlock:{NAME}:release, through
 # redis-cli). Gives up after 30 s.
 wait_subscribed() {
-    n=0
-    until [ "$(redis-cli -u "$URL" PUBSUB NUMSUB "dlock:{$1}:release" 2>/dev/null | sed -n 2p)" \
-            -ge 1 ] 2>/dev/null; do
-        n=$((n + 1))
-        if [ "$n" -gt 600 ]; then
-            fail "gave up waiting for a waiter of $1"
-            finish
-        fi
-        sleep 0.05
-    done
+    within 30 subscribed_some "$1" || { fail "gave up waiting for a waiter of $1"; finish; }
 }
 
 # hold NAME TAG [run options...]: in the background, hold NAME with a COMMAND
@@ -256,6 +239,7 @@ subscribed() {
 }
 queued_is() { [ "$(queued "$1")" = "$2" ]; }
 subscribed_is() { [ "$(subscribed "$1")" = "$2" ]; }
+subscribed_some() { [ "$(subscribed "$1")" -ge 1 ] 2>/dev/null; }
 
 # need_server_tools: redis-cli, or etcdctl with etcd, for queued.
 need_server_tools() {

@@ -49,6 +49,20 @@ void test_sleep_ms(long ms)
         ;
 }
 
+const char *test_faketime_lib(void)
+{
+    static const char *const paths[] = {
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/faketime/libfaketimeMT.so.1",
+        "/usr/local/lib/faketime/libfaketimeMT.so.1",
+    };
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
+        if (access(paths[i], R_OK) == 0)
+            return paths[i];
+    return NULL;
+}
+
 static int free_port(void)
 {
     struct sockaddr_in a;

@@ -125,6 +125,10 @@ long long test_redis_calls(test_redis *r, const char *command);
 /* Sleep ms milliseconds. */
 void test_sleep_ms(long ms);
 
+/* libfaketime's multithreaded library (Debian package faketime), for
+ * LD_PRELOAD in a child whose wall clock a test moves; NULL without it. */
+const char *test_faketime_lib(void);
+
 
 /* ---- private etcd members (single node or a cluster on loopback) ---- */
 

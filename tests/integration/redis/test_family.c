@@ -1164,20 +1164,6 @@ static int64_t expiry_ahead_ms(test_redis *r, const char *zset)
     return atoll(score) - server_ms(r);
 }
 
-static const char *faketime_lib(void)
-{
-    static const char *const paths[] = {
-        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
-        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
-        "/usr/lib/faketime/libfaketimeMT.so.1",
-        "/usr/local/lib/faketime/libfaketimeMT.so.1",
-    };
-    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
-        if (access(paths[i], R_OK) == 0)
-            return paths[i];
-    return NULL;
-}
-
 static void *fair_wait_main(void *p)
 {
     dlock_client *c = p;
@@ -1228,7 +1214,7 @@ static void skewed_holder(void)
 static void skewed_clocks(void)
 {
     static const char *const skews[] = {"+1d", "-1d"};
-    const char *lib = faketime_lib();
+    const char *lib = test_faketime_lib();
     char exe[512];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     test_redis r;
