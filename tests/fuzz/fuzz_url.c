@@ -35,6 +35,11 @@ static char *raw_password(const char *text)
         return NULL;
     if (memchr(colon + 1, '*', (size_t)(at - colon - 1)) != NULL)
         return NULL;
+    /* Messages quote the text they show with ': a password of '@' signs
+     * and a quote is "found" in "got '/u:@@@@@@@@@@@@'", a path's text and
+     * the closing quote, though nothing of the password was copied. */
+    if (memchr(colon + 1, '\'', (size_t)(at - colon - 1)) != NULL)
+        return NULL;
     return strndup(colon + 1, (size_t)(at - colon - 1));
 }
 
