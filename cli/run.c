@@ -412,12 +412,11 @@ out:
     if (lock) {
         err = dlock_release(lock);
         if (err == DLOCK_ELOST && started && !s.lost) {
-            /* Lost after the last renewal and not noticed before COMMAND
-             * ended: it may have run for a while without the lock. */
-            cli_error("the lock '%s' was found lost when COMMAND ended (broken, or its "
-                      "lease ran out, since the last renewal)",
-                      opts.shown);
-            rc = CLI_EXIT_LOST;
+            /* Lost and not noticed before COMMAND ended (broken since the
+             * last renewal, or its lease ran out while a renewal was still
+             * waiting for a silent server): it may have run for a while
+             * without the lock. */
+            rc = cli_fail(err, "the lock '%s' was lost by the time COMMAND ended", opts.shown);
         } else if (err != DLOCK_OK && err != DLOCK_ELOST) {
             /* COMMAND ran under the lock: its status stands. */
             cli_fail(err, "warning: could not release '%s' (its lease runs out by itself)",
@@ -507,9 +506,8 @@ int cli_elect(const char *url, int argc, char **argv)
         rc = run_command(&s, &ss, lock, &started);
         err = dlock_resign(lock);
         if (err == DLOCK_ELOST && started && !s.lost) {
-            cli_error("elect: leadership of '%s' was found lost when COMMAND ended (broken, "
-                      "or its lease ran out, since the last renewal)", opts.shown);
-            rc = CLI_EXIT_LOST;
+            rc = cli_fail(err, "elect: leadership of '%s' was lost by the time COMMAND ended",
+                          opts.shown);
         } else if (err != DLOCK_OK && err != DLOCK_ELOST) {
             cli_fail(err, "warning: could not resign '%s' (its lease runs out by itself)",
                      opts.shown);
