@@ -111,6 +111,7 @@ static int file_status(const char *path)
  */
 static int find_command(const char *subcommand, const char *file)
 {
+    char shown[CLI_COMMAND_SHOWN];
     int e = ENOENT;
 
     if (*file != '\0' && strchr(file, '/')) {
@@ -141,12 +142,12 @@ static int find_command(const char *subcommand, const char *file)
     if (e == 0)
         return 0;
     if (e == ENOENT) {
-        cli_error("%s: cannot run '%.200s': %s", subcommand, file,
+        cli_error("%s: cannot run '%s': %s", subcommand, cli_shown(shown, sizeof shown, file),
                   strchr(file, '/') ? "no such file" : "command not found");
         return CLI_EXIT_NOTFOUND;
     }
-    cli_error("%s: cannot run '%.200s': not an executable file (permission denied)", subcommand,
-              file);
+    cli_error("%s: cannot run '%s': not an executable file (permission denied)", subcommand,
+              cli_shown(shown, sizeof shown, file));
     return CLI_EXIT_NOEXEC;
 }
 
@@ -338,8 +339,9 @@ static int run_command(cli_supervisor *s, session *ss, dlock_lock *lock, int *st
     }
     rc = cli_start_command(s, env, &ss->fds, &exec_errno);
     if (rc == -1) {
-        cli_error("%s: cannot run '%.200s': %s", o->elect ? "elect" : "run", o->command[0],
-                  strerror(exec_errno));
+        char shown[CLI_COMMAND_SHOWN];
+        cli_error("%s: cannot run '%s': %s", o->elect ? "elect" : "run",
+                  cli_shown(shown, sizeof shown, o->command[0]), strerror(exec_errno));
         rc = exec_errno == ENOENT ? CLI_EXIT_NOTFOUND : CLI_EXIT_NOEXEC;
     } else if (rc < 0) {
         rc = CLI_EXIT_SOFTWARE;
