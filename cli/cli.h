@@ -131,6 +131,7 @@ typedef struct {
     int64_t wait_ms;
     int64_t grace_ms; /* -1 until given: then 5 s, at most half the TTL */
     int busy_code; /* exit code when the lock is busy (-E) */
+    int status_offset; /* --command-status-offset: added to COMMAND's non-zero status */
     char **command; /* NULL-terminated, points into argv */
     int kill_group;  /* --kill-group: COMMAND in a process group of its own */
     /* run: the lock kind (--shared, --exclusive, --permits N) */
@@ -258,6 +259,10 @@ void cli_supervise(cli_supervisor *s);
 
 /* The exit code for a wait status, as a shell gives it. */
 int cli_status_code(int status);
+
+/* dlock's exit code for COMMAND's wait status: cli_status_code, a non-zero
+ * one moved by --command-status-offset N (to at most 255). */
+int cli_command_exit_code(const cli_run_options *o, int status);
 
 /* Milliseconds on CLOCK_MONOTONIC (since boot: > 0). */
 int64_t cli_now_ms(void);

@@ -75,17 +75,27 @@ static int set_kind(cli_run_options *o, int kind, const char *option)
     return 0;
 }
 
-static int parse_exit_code(int *out, const char *text)
+/* A number from lo to 255 for option (-E, --command-status-offset). */
+static int parse_exit_code(int *out, const char *command, const char *option, int lo,
+                           const char *text)
 {
     char *end;
     errno = 0;
     long v = strtol(text, &end, 10);
-    if (errno || end == text || *end || v < 0 || v > 255) {
-        cli_error("run: bad -E '%s' (an exit code, 0 to 255)", text);
+    if (errno || end == text || *end || v < lo || v > 255) {
+        cli_error("%s: bad %s '%s' (a number, %d to 255)", command, option, text, lo);
         return CLI_EXIT_USAGE;
     }
     *out = (int)v;
     return 0;
+}
+
+int cli_command_exit_code(const cli_run_options *o, int status)
+{
+    int code = cli_status_code(status);
+    if (code == 0 || o->status_offset == 0)
+        return code;
+    return code + o->status_offset > 255 ? 255 : code + o->status_offset;
 }
 
 /* 0 for an executable regular file, else ENOENT or EACCES, as exec would
@@ -222,7 +232,14 @@ static int parse_args(cli_run_options *o, int argc, char **argv)
         } else if (!o->elect && (r = cli_option_value(argc, argv, &i, "-E", &value)) != 0) {
             if (r < 0)
                 return CLI_EXIT_USAGE;
-            if ((rc = parse_exit_code(&o->busy_code, value)) != 0)
+            if ((rc = parse_exit_code(&o->busy_code, argv[0], "-E", 0, value)) != 0)
+                return rc;
+        } else if ((r = cli_option_value(argc, argv, &i, "--command-status-offset", &value)) !=
+                   0) {
+            if (r < 0)
+                return CLI_EXIT_USAGE;
+            if ((rc = parse_exit_code(&o->status_offset, argv[0], "--command-status-offset", 1,
+                                      value)) != 0)
                 return rc;
         } else {
             cli_error("%s: unknown option '%s'%s", argv[0], arg,
@@ -323,7 +340,8 @@ static cli_run_options default_options(int elect)
 
 /*
  * Start COMMAND under the lock and supervise it to its end; returns the exit
- * code (COMMAND's, 76 when the lock was lost). *started is set when COMMAND
+ * code (COMMAND's, moved by --command-status-offset; 76 when the lock was
+ * lost). *started is set when COMMAND
  * was started (and so has ended).
  */
 static int run_command(cli_supervisor *s, session *ss, dlock_lock *lock, int *started)
@@ -348,7 +366,7 @@ static int run_command(cli_supervisor *s, session *ss, dlock_lock *lock, int *st
     } else {
         *started = 1;
         cli_supervise(s);
-        rc = s->lost ? CLI_EXIT_LOST : cli_status_code(s->status);
+        rc = s->lost ? CLI_EXIT_LOST : cli_command_exit_code(o, s->status);
     }
     cli_free_environment(env);
     return rc;
@@ -516,8 +534,8 @@ int cli_elect(const char *url, int argc, char **argv)
         }
         if (!started || opts.once || s.stop_signal)
             break;
-        cli_error("elect: COMMAND ended (exit %d) after leading '%s'; campaigning again", rc,
-                  opts.shown);
+        cli_error("elect: COMMAND ended (exit %d) after leading '%s'; campaigning again",
+                  cli_status_code(s.status), opts.shown);
         /* Between terms signals end dlock at once: it holds nothing. */
         cli_restore_signal_actions();
         cli_ignore_sigpipe();
