@@ -89,7 +89,9 @@ DLOCK_EXTERN const char *dlock_strerror(int code);
  * The detailed text of the last failure of a dlock call made by this thread,
  * for example "redis 127.0.0.1:6390: connection refused". Never NULL (empty
  * when there was none). Valid until the next dlock call on this thread. It
- * never contains a password. Thread-safe (the text is thread-local).
+ * never contains a password, nor a control character (bytes below 0x20 and
+ * 0x7f, as a hostile server may send in its error text, are shown as '?'):
+ * it is safe to print. Thread-safe (the text is thread-local).
  */
 DLOCK_EXTERN const char *dlock_error_message(void);
 
