@@ -591,6 +591,17 @@ static int has_control(const char *s)
     return 0;
 }
 
+/* Start f with script for the first connection, and then (if not NULL)
+ * for the second (the watchdog's). */
+static void serve(fake_server *f, const char *const *first, const char *const *second)
+{
+    memset(f, 0, sizeof(*f));
+    f->scripts[0] = first;
+    f->scripts[1] = second;
+    f->nscripts = second != NULL ? 2 : 1;
+    fake_start(f);
+}
+
 static void check_sanitised(const char *what)
 {
     const char *m = dlock_error_message();
@@ -624,18 +635,12 @@ static void hostile_error_text(void)
     fake_server f;
     char text[64];
 
-    memset(&f, 0, sizeof(f));
-    f.scripts[0] = handshake;
-    f.nscripts = 1;
-    fake_start(&f);
+    serve(&f, handshake, NULL);
     CHECK(dlock_client_open(&c, f.url, &co) != DLOCK_OK);
     check_sanitised("handshake");
     fake_stop(&f);
 
-    memset(&f, 0, sizeof(f));
-    f.scripts[0] = call;
-    f.nscripts = 1;
-    fake_start(&f);
+    serve(&f, call, NULL);
     CHECK_RC(dlock_client_open(&c, f.url, &co), DLOCK_OK);
     CHECK_RC(dlock_acquire(&l, c, "h", &o), DLOCK_ESERVER);
     check_sanitised("acquire");
@@ -643,11 +648,7 @@ static void hostile_error_text(void)
     fake_stop(&f);
 
     /* The watchdog's renewals get the text until the lease runs out. */
-    memset(&f, 0, sizeof(f));
-    f.scripts[0] = cmd;
-    f.scripts[1] = wd;
-    f.nscripts = 2;
-    fake_start(&f);
+    serve(&f, cmd, wd);
     CHECK_RC(dlock_client_open(&c, f.url, &co), DLOCK_OK);
     o = test_opts(0, 300, 1);
     atomic_store(&test_lost_calls, 0);
