@@ -8,6 +8,18 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Room for a whole NAME with every URL in it redacted: at worst each 5
+ * bytes "a:" "//@" become 8, with "***" before the '@'. */
+#define CLI_NAME_OUT (DLOCK_NAME_MAX / 5 * 8 + 8)
+
+/* NAME as the output shows it: whole, as given (a script may read it), but
+ * for a URL's password, which is redacted as in messages (cli_redact). */
+static const char *shown_whole(char buf[CLI_NAME_OUT], const char *name)
+{
+    cli_redact(buf, CLI_NAME_OUT, name);
+    return buf;
+}
+
 /*
  * Parse "[--force] [--] NAME" after the subcommand's name. force is NULL for
  * a subcommand without --force. Returns 0; -1 after printing --help (exit
@@ -73,9 +85,9 @@ int cli_status(const char *url, int argc, char **argv)
     if (err != DLOCK_OK) {
         rc = cli_fail(err, "status of '%s'", cli_shown_name(shown, sizeof shown, name));
     } else {
-        char text[128];
+        char text[128], whole[CLI_NAME_OUT];
         describe(text, sizeof text, &info);
-        printf("%s: %s\n", name, text);
+        printf("%s: %s\n", shown_whole(whole, name), text);
     }
     dlock_client_free(client);
     return rc;
@@ -106,11 +118,13 @@ int cli_release(const char *url, int argc, char **argv)
     if (err != DLOCK_OK) {
         rc = cli_fail(err, "release of '%s'", cli_shown_name(shown, sizeof shown, name));
     } else if (removed.held) {
-        char text[128];
+        char text[128], whole[CLI_NAME_OUT];
         describe(text, sizeof text, &removed);
-        printf("%s: released by force (was %s)\n", name, text);
+        printf("%s: released by force (was %s)\n", shown_whole(whole, name), text);
     } else {
-        printf("%s: not held, nothing removed (fence %" PRIu64 ")\n", name, removed.fence);
+        char whole[CLI_NAME_OUT];
+        printf("%s: not held, nothing removed (fence %" PRIu64 ")\n", shown_whole(whole, name),
+               removed.fence);
     }
     dlock_client_free(client);
     return rc;

@@ -10,6 +10,8 @@
 
 #include <dlock/dlock.h>
 
+#include "redact.h"
+
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -35,8 +37,9 @@ enum {
 #define CLI_DEFAULT_URL "redis://127.0.0.1:6379"
 
 /*
- * Print "dlock: <message>" and a newline on stderr. Every error and warning
- * the command prints goes through here or cli_fail.
+ * Print "dlock: <message>" and a newline on stderr, with every URL's
+ * password redacted (cli_redact). Every error and warning the command
+ * prints goes through here or cli_fail.
  */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -57,13 +60,20 @@ int cli_exit_code(int err);
  * whole seconds anyway. */
 #define CLI_TTL_MIN_MS 1000
 
-/* Room for a NAME as messages show it (cli_shown_name). */
+/* Room for a NAME as messages show it (cli_shown_name), and for COMMAND. */
 #define CLI_NAME_SHOWN 64
+#define CLI_COMMAND_SHOWN 200
 
 /*
- * NAME as messages show it: printable ASCII, other bytes as '?', cut with
- * "..." to fit size (at most CLI_NAME_SHOWN), so that a long NAME never
- * crowds out what the message is about. Returns buf.
+ * An argument as messages (and status's output) show it: a URL's password
+ * redacted (cli_redact), printable ASCII, other bytes as '?', cut with "..."
+ * to fit size. Returns buf.
+ */
+const char *cli_shown(char *buf, size_t size, const char *text);
+
+/*
+ * NAME as messages show it: cli_shown, at most CLI_NAME_SHOWN bytes, so
+ * that a long NAME never crowds out what the message is about. Returns buf.
  */
 const char *cli_shown_name(char *buf, size_t size, const char *name);
 
@@ -121,6 +131,7 @@ typedef struct {
     int64_t wait_ms;
     int64_t grace_ms; /* -1 until given: then 5 s, at most half the TTL */
     int busy_code; /* exit code when the lock is busy (-E) */
+    int status_offset; /* --command-status-offset: added to COMMAND's non-zero status */
     char **command; /* NULL-terminated, points into argv */
     int kill_group;  /* --kill-group: COMMAND in a process group of its own */
     /* run: the lock kind (--shared, --exclusive, --permits N) */
@@ -248,6 +259,10 @@ void cli_supervise(cli_supervisor *s);
 
 /* The exit code for a wait status, as a shell gives it. */
 int cli_status_code(int status);
+
+/* dlock's exit code for COMMAND's wait status: cli_status_code, a non-zero
+ * one moved by --command-status-offset N (to at most 255). */
+int cli_command_exit_code(const cli_run_options *o, int status);
 
 /* Milliseconds on CLOCK_MONOTONIC (since boot: > 0). */
 int64_t cli_now_ms(void);

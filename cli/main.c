@@ -12,9 +12,10 @@
 static const char usage_text[] =
     "usage: dlock [--url URL] run [--ttl DUR] [--wait DUR] [--grace DUR] [-E CODE]\n"
     "                             [--shared | --exclusive | --permits N] [--kill-group]\n"
-    "                             NAME -- COMMAND [ARG...]\n"
+    "                             [--command-status-offset N] NAME -- COMMAND [ARG...]\n"
     "       dlock [--url URL] elect [--ttl DUR] [--grace DUR] [--id ID] [--once]\n"
-    "                               [--kill-group] NAME -- COMMAND [ARG...]\n"
+    "                               [--kill-group] [--command-status-offset N]\n"
+    "                               NAME -- COMMAND [ARG...]\n"
     "       dlock [--url URL] status NAME\n"
     "       dlock [--url URL] release --force NAME\n"
     "       dlock demo [ARG...]\n"
@@ -45,6 +46,10 @@ static const char usage_text[] =
     "               after DUR (5s, at most half of --ttl); must be shorter\n"
     "               than --ttl\n"
     "  -E CODE      exit code when the lock is busy (75)\n"
+    "  --command-status-offset N\n"
+    "               exit with COMMAND's non-zero status plus N (at most 255),\n"
+    "               so that it cannot be taken for one of dlock's codes (N: 1\n"
+    "               to 255; 128 puts COMMAND's 1..126 at 129..254)\n"
     "  --kill-group run COMMAND in a process group of its own, and stop the\n"
     "               whole group: signals, a lost lock, COMMAND's end, and\n"
     "               dlock's own death (not for COMMANDs that read the terminal)\n"
@@ -57,9 +62,11 @@ static const char usage_text[] =
     "DUR is a whole number with a unit ms, s or m (no unit: seconds).\n"
     "NAME is 1 to 512 bytes. COMMAND dies with dlock, even of SIGKILL.\n"
     "\n"
-    "Exit codes: COMMAND's own (128+N if it died of signal N); 64 usage error;\n"
-    "69 server unreachable; 70 internal error; 75 busy (-E); 76 lock lost;\n"
-    "77 authentication refused; 126 COMMAND not executable; 127 not found.\n";
+    "Exit codes: COMMAND's own (128+N if it died of signal N; plus the\n"
+    "--command-status-offset); 64 usage error; 69 server unreachable; 70 internal\n"
+    "error; 75 busy (-E); 76 lock lost; 77 authentication refused; 126 COMMAND\n"
+    "not executable; 127 not found. COMMAND's own 64..77, 126, 127 look the same\n"
+    "without --command-status-offset.\n";
 
 void cli_usage(int to_stderr)
 {

@@ -75,17 +75,27 @@ static int set_kind(cli_run_options *o, int kind, const char *option)
     return 0;
 }
 
-static int parse_exit_code(int *out, const char *text)
+/* A number from lo to 255 for option (-E, --command-status-offset). */
+static int parse_exit_code(int *out, const char *command, const char *option, int lo,
+                           const char *text)
 {
     char *end;
     errno = 0;
     long v = strtol(text, &end, 10);
-    if (errno || end == text || *end || v < 0 || v > 255) {
-        cli_error("run: bad -E '%s' (an exit code, 0 to 255)", text);
+    if (errno || end == text || *end || v < lo || v > 255) {
+        cli_error("%s: bad %s '%s' (a number, %d to 255)", command, option, text, lo);
         return CLI_EXIT_USAGE;
     }
     *out = (int)v;
     return 0;
+}
+
+int cli_command_exit_code(const cli_run_options *o, int status)
+{
+    int code = cli_status_code(status);
+    if (code == 0 || o->status_offset == 0)
+        return code;
+    return code + o->status_offset > 255 ? 255 : code + o->status_offset;
 }
 
 /* 0 for an executable regular file, else ENOENT or EACCES, as exec would
@@ -111,6 +121,7 @@ static int file_status(const char *path)
  */
 static int find_command(const char *subcommand, const char *file)
 {
+    char shown[CLI_COMMAND_SHOWN];
     int e = ENOENT;
 
     if (*file != '\0' && strchr(file, '/')) {
@@ -141,12 +152,12 @@ static int find_command(const char *subcommand, const char *file)
     if (e == 0)
         return 0;
     if (e == ENOENT) {
-        cli_error("%s: cannot run '%.200s': %s", subcommand, file,
+        cli_error("%s: cannot run '%s': %s", subcommand, cli_shown(shown, sizeof shown, file),
                   strchr(file, '/') ? "no such file" : "command not found");
         return CLI_EXIT_NOTFOUND;
     }
-    cli_error("%s: cannot run '%.200s': not an executable file (permission denied)", subcommand,
-              file);
+    cli_error("%s: cannot run '%s': not an executable file (permission denied)", subcommand,
+              cli_shown(shown, sizeof shown, file));
     return CLI_EXIT_NOEXEC;
 }
 
@@ -221,7 +232,14 @@ static int parse_args(cli_run_options *o, int argc, char **argv)
         } else if (!o->elect && (r = cli_option_value(argc, argv, &i, "-E", &value)) != 0) {
             if (r < 0)
                 return CLI_EXIT_USAGE;
-            if ((rc = parse_exit_code(&o->busy_code, value)) != 0)
+            if ((rc = parse_exit_code(&o->busy_code, argv[0], "-E", 0, value)) != 0)
+                return rc;
+        } else if ((r = cli_option_value(argc, argv, &i, "--command-status-offset", &value)) !=
+                   0) {
+            if (r < 0)
+                return CLI_EXIT_USAGE;
+            if ((rc = parse_exit_code(&o->status_offset, argv[0], "--command-status-offset", 1,
+                                      value)) != 0)
                 return rc;
         } else {
             cli_error("%s: unknown option '%s'%s", argv[0], arg,
@@ -322,7 +340,8 @@ static cli_run_options default_options(int elect)
 
 /*
  * Start COMMAND under the lock and supervise it to its end; returns the exit
- * code (COMMAND's, 76 when the lock was lost). *started is set when COMMAND
+ * code (COMMAND's, moved by --command-status-offset; 76 when the lock was
+ * lost). *started is set when COMMAND
  * was started (and so has ended).
  */
 static int run_command(cli_supervisor *s, session *ss, dlock_lock *lock, int *started)
@@ -338,15 +357,16 @@ static int run_command(cli_supervisor *s, session *ss, dlock_lock *lock, int *st
     }
     rc = cli_start_command(s, env, &ss->fds, &exec_errno);
     if (rc == -1) {
-        cli_error("%s: cannot run '%.200s': %s", o->elect ? "elect" : "run", o->command[0],
-                  strerror(exec_errno));
+        char shown[CLI_COMMAND_SHOWN];
+        cli_error("%s: cannot run '%s': %s", o->elect ? "elect" : "run",
+                  cli_shown(shown, sizeof shown, o->command[0]), strerror(exec_errno));
         rc = exec_errno == ENOENT ? CLI_EXIT_NOTFOUND : CLI_EXIT_NOEXEC;
     } else if (rc < 0) {
         rc = CLI_EXIT_SOFTWARE;
     } else {
         *started = 1;
         cli_supervise(s);
-        rc = s->lost ? CLI_EXIT_LOST : cli_status_code(s->status);
+        rc = s->lost ? CLI_EXIT_LOST : cli_command_exit_code(o, s->status);
     }
     cli_free_environment(env);
     return rc;
@@ -412,12 +432,11 @@ out:
     if (lock) {
         err = dlock_release(lock);
         if (err == DLOCK_ELOST && started && !s.lost) {
-            /* Lost after the last renewal and not noticed before COMMAND
-             * ended: it may have run for a while without the lock. */
-            cli_error("the lock '%s' was found lost when COMMAND ended (broken, or its "
-                      "lease ran out, since the last renewal)",
-                      opts.shown);
-            rc = CLI_EXIT_LOST;
+            /* Lost and not noticed before COMMAND ended (broken since the
+             * last renewal, or its lease ran out while a renewal was still
+             * waiting for a silent server): it may have run for a while
+             * without the lock. */
+            rc = cli_fail(err, "the lock '%s' was lost by the time COMMAND ended", opts.shown);
         } else if (err != DLOCK_OK && err != DLOCK_ELOST) {
             /* COMMAND ran under the lock: its status stands. */
             cli_fail(err, "warning: could not release '%s' (its lease runs out by itself)",
@@ -507,17 +526,16 @@ int cli_elect(const char *url, int argc, char **argv)
         rc = run_command(&s, &ss, lock, &started);
         err = dlock_resign(lock);
         if (err == DLOCK_ELOST && started && !s.lost) {
-            cli_error("elect: leadership of '%s' was found lost when COMMAND ended (broken, "
-                      "or its lease ran out, since the last renewal)", opts.shown);
-            rc = CLI_EXIT_LOST;
+            rc = cli_fail(err, "elect: leadership of '%s' was lost by the time COMMAND ended",
+                          opts.shown);
         } else if (err != DLOCK_OK && err != DLOCK_ELOST) {
             cli_fail(err, "warning: could not resign '%s' (its lease runs out by itself)",
                      opts.shown);
         }
         if (!started || opts.once || s.stop_signal)
             break;
-        cli_error("elect: COMMAND ended (exit %d) after leading '%s'; campaigning again", rc,
-                  opts.shown);
+        cli_error("elect: COMMAND ended (exit %d) after leading '%s'; campaigning again",
+                  cli_status_code(s.status), opts.shown);
         /* Between terms signals end dlock at once: it holds nothing. */
         cli_restore_signal_actions();
         cli_ignore_sigpipe();

@@ -9,23 +9,38 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-/* The one function that writes error text; detail may be NULL. */
+/* The one function that writes error text; detail may be NULL. Whatever
+ * the message echoes (an argument, the library's detail) is redacted whole
+ * (redact.h), before the line is cut to length. */
 static void verror(const char *detail, const char *fmt, va_list ap)
 {
     /* One buffer and one fputs, so that the line is not interleaved with
      * COMMAND's own stderr output, which shares the file. */
-    char line[1024];
-    int n = snprintf(line, sizeof line, "dlock: ");
-    n += vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
-    if (detail && *detail && (size_t)n < sizeof line)
-        n += snprintf(line + n, sizeof line - (size_t)n, ": %s", detail);
-    if ((size_t)n >= sizeof line - 1)
-        n = (int)sizeof line - 2; /* truncated: still end the line */
+    char line[1024], cut[1024];
+    char *text = NULL, *whole = NULL;
+    size_t n;
+
+    if (vasprintf(&text, fmt, ap) < 0) {
+        text = NULL;
+        snprintf(cut, sizeof cut, "(out of memory for a message)");
+    }
+    if (text && asprintf(&whole, "%s%s%s", text, detail && *detail ? ": " : "",
+                         detail && *detail ? detail : "") < 0)
+        whole = NULL;
+    if (text && !whole)
+        snprintf(cut, sizeof cut, "%s", text);
+    n = (size_t)snprintf(line, sizeof line, "dlock: ");
+    n += cli_redact(line + n, sizeof line - n, whole ? whole : cut);
+    if (n >= sizeof line - 1)
+        n = sizeof line - 2; /* truncated: still end the line */
     line[n] = '\n';
     line[n + 1] = '\0';
     fputs(line, stderr);
+    free(whole);
+    free(text);
 }
 
 void cli_error(const char *fmt, ...)
@@ -73,20 +88,22 @@ int cli_exit_code(int err)
     }
 }
 
-const char *cli_shown_name(char *buf, size_t size, const char *name)
+const char *cli_shown(char *buf, size_t size, const char *text)
 {
-    size_t i = 0;
+    size_t n = cli_redact(buf, size, text), i;
 
-    if (size > CLI_NAME_SHOWN)
-        size = CLI_NAME_SHOWN;
-    for (; name[i] != '\0' && i + 1 < size; i++) {
-        unsigned char ch = (unsigned char)name[i];
+    for (i = 0; buf[i] != '\0'; i++) {
+        unsigned char ch = (unsigned char)buf[i];
         buf[i] = ch >= 32 && ch < 127 ? (char)ch : '?';
     }
-    if (name[i] != '\0' && i >= 3)
+    if (n > i && i >= 3)
         memcpy(buf + i - 3, "...", 3);
-    buf[i] = '\0';
     return buf;
+}
+
+const char *cli_shown_name(char *buf, size_t size, const char *name)
+{
+    return cli_shown(buf, size < CLI_NAME_SHOWN ? size : CLI_NAME_SHOWN, name);
 }
 
 int cli_check_name(const char *command, const char *name)

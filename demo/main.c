@@ -4,6 +4,7 @@
  */
 #include "demo.h"
 #include "demo_int.h"
+#include "redact.h"
 
 #include <dlock/dlock.h>
 
@@ -110,12 +111,14 @@ static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)
 
 static int usage_error(const char *fmt, ...)
 {
-    char buf[512];
+    char buf[512], shown[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "dlock demo: %s\n(see `dlock demo payout --help`)\n", buf);
+    /* An option's value may be a URL with a password (--url, --store). */
+    cli_redact(shown, sizeof shown, buf);
+    fprintf(stderr, "dlock demo: %s\n(see `dlock demo payout --help`)\n", shown);
     return DEMO_EXIT_USAGE;
 }
 

@@ -1,5 +1,6 @@
 /* Small helpers of the demo: clock, random numbers, messages, files. */
 #include "demo_int.h"
+#include "redact.h"
 
 #include <dlock/dlock.h>
 
@@ -53,12 +54,13 @@ uint64_t demo_rand_below(uint64_t *state, uint64_t n)
 
 void demo_err(const char *fmt, ...)
 {
-    char buf[1024];
+    char buf[1024], shown[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "dlock demo: %s\n", buf);
+    cli_redact(shown, sizeof shown, buf);
+    fprintf(stderr, "dlock demo: %s\n", shown);
 }
 
 void demo_dlock_err(const char *what, int code)

@@ -89,7 +89,9 @@ DLOCK_EXTERN const char *dlock_strerror(int code);
  * The detailed text of the last failure of a dlock call made by this thread,
  * for example "redis 127.0.0.1:6390: connection refused". Never NULL (empty
  * when there was none). Valid until the next dlock call on this thread. It
- * never contains a password. Thread-safe (the text is thread-local).
+ * never contains a password, nor a control character (bytes below 0x20 and
+ * 0x7f, as a hostile server may send in its error text, are shown as '?'):
+ * it is safe to print. Thread-safe (the text is thread-local).
  */
 DLOCK_EXTERN const char *dlock_error_message(void);
 
@@ -507,8 +509,17 @@ DLOCK_EXTERN int64_t dlock_lock_valid_ms(const dlock_lock *lock);
  * just its own share; a multi-lock releases all its locks. After this returns the watchdog no longer touches the
  * lock and on_lost is never called. NULL is a no-op returning DLOCK_OK.
  *
+ * The release is sent even when the lock is known lost, so that a key still
+ * ours on the server is deleted all the same. But the result reports the
+ * loss, whatever the server answered, when the lock was known lost
+ * (on_lost, a call that found it gone) or when its lease had run out by the
+ * handle's own deadline (dlock_lock_valid_ms() was 0) at the time of the
+ * call: the holder may then have worked while another held the lock.
+ *
  * Returns DLOCK_OK, or
- *   DLOCK_ELOST    the lock was no longer ours; nothing was deleted
+ *   DLOCK_ELOST    the lock was lost or its lease had run out (see above);
+ *                  or it was no longer ours on the server, and nothing was
+ *                  deleted
  *   DLOCK_ECONN    the server could not be reached; the lease will run out
  *   DLOCK_EMISUSE  called from inside this lock's on_lost (handle not freed)
  *   DLOCK_ESERVER, DLOCK_EPROTO

@@ -406,12 +406,24 @@ int dlock_lock_check(dlock_lock *l)
     return check_one(l, 0);
 }
 
-/* Release one registered lock (not a multi-lock) and free it. */
+/*
+ * Release one registered lock (not a multi-lock) and free it. The release
+ * is sent whatever the handle knows, so that nothing stays locked on a
+ * server that can be reached; but the result reports the loss, whatever the
+ * server answered, once it is known (on_lost) or once the lease has run out
+ * by the handle's own deadline: the holder may then have worked while
+ * another held the lock, and a release that found the key still ours (the
+ * server's clock ran slow) or no server at all says nothing against that.
+ * The deadline is the one the watchdog leaves (a renewal in flight is
+ * waited for), compared with the moment the holder called: the work it did
+ * ended then, not when the server answered.
+ */
 static int release_one(dlock_lock *l)
 {
+    int64_t called = dlock__now_ms(), late;
     dlock_client *c = l->client;
     dlock_request req;
-    char shown[80];
+    char shown[80], why[256];
     int rc;
 
     if (c == NULL) {
@@ -426,12 +438,21 @@ static int release_one(dlock_lock *l)
     /* From here on the watchdog cannot see the lock. */
     dlock__lock_request(&req, l);
     rc = c->backend->release(c->be, &req);
-    if (rc == DLOCK_OK && atomic_load(&l->lost_reason) != 0) {
+    dlock__printable(shown, sizeof(shown), l->name);
+    late = called - atomic_load(&l->deadline_ms);
+    if (atomic_load(&l->lost_reason) != 0) {
         /* on_lost already told the holder; stay consistent with it. */
         rc = dlock__fail(DLOCK_ELOST, "dlock_release: %s", l->lost_message);
+    } else if (late >= 0) {
+        snprintf(why, sizeof(why), "%s", rc == DLOCK_OK    ? "released on the server all the same"
+                                         : rc == DLOCK_ELOST ? "it was no longer ours on the server"
+                                                             : dlock_error_message());
+        rc = dlock__fail(DLOCK_ELOST, "dlock_release: the lease of lock '%s' ran out %lld ms "
+                         "before the release, with no renewal confirmed in time (%s)", shown,
+                         (long long)late, why);
     } else if (rc == DLOCK_ELOST) {
         rc = dlock__fail(DLOCK_ELOST, "dlock_release: lock '%s' was no longer ours; nothing "
-                         "was deleted", dlock__printable(shown, sizeof(shown), l->name));
+                         "was deleted", shown);
     }
     dlock__lock_free(l);
     return rc;

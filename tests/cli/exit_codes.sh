@@ -15,6 +15,22 @@ expect 255 "status 255 passes through" run sh -c 'exit 255'
 expect 137 "COMMAND killed by SIGKILL: 128+9" run sh -c 'kill -9 $$'
 expect 143 "COMMAND killed by SIGTERM: 128+15" run sh -c 'kill -TERM $$'
 
+# COMMAND's own 75 looks like dlock's "busy" (docs/cli.md); with
+# --command-status-offset N its non-zero status moves up by N (at most 255),
+# out of dlock's codes, while 0 stays 0.
+expect 75 "COMMAND's 75 passes through, as dlock's busy would" run sh -c 'exit 75'
+off() { "$DLOCK" --url "$URL" run --command-status-offset 128 "$N" -- "$@"; }
+expect 0 "--command-status-offset: 0 stays 0" off true
+expect 203 "--command-status-offset 128: COMMAND's 75 is 203" off sh -c 'exit 75'
+expect 129 "--command-status-offset 128: COMMAND's 1 is 129" off sh -c 'exit 1'
+expect 255 "--command-status-offset 128: COMMAND's 200 is 255 (at most)" off sh -c 'exit 200'
+expect 255 "--command-status-offset 128: killed by SIGTERM (143) is 255" off sh -c 'kill -TERM $$'
+expect 127 "--command-status-offset: not found stays dlock's 127" off "no-such-command-$$"
+expect 176 "--command-status-offset=100 form: COMMAND's 76 is 176" \
+    "$DLOCK" --url "$URL" run --command-status-offset=100 "$N" -- sh -c 'exit 76'
+expect 205 "elect --once --command-status-offset 128: COMMAND's 77 is 205" \
+    "$DLOCK" --url "$URL" elect --once --command-status-offset 128 "$N" -- sh -c 'exit 77'
+
 expect 127 "COMMAND not found" run "no-such-command-$$"
 grep_file '^dlock: .*no-such-command' "$WORK/err" "not found: message names COMMAND"
 # COMMAND is looked up before the lock is taken; what passes the look-up

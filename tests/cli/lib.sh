@@ -192,6 +192,33 @@ start_etcd() {
         { fail "cannot turn on auth in the private etcd: $(tail -5 "$ETCD_LOG")"; finish; }
 }
 
+# start_private_server: a server of the test's own, to stop or kill: a
+# redis-server on a unix socket in $WORK, or with etcd a private member
+# (start_etcd). Sets SERVER (its pid) and SERVER_URL; it is stopped on exit
+# with the other background processes.
+start_private_server() {
+    if [ "$BACKEND" = etcd ]; then
+        start_etcd
+        SERVER=$ETCD_PID SERVER_URL=$ETCD_URL
+        return
+    fi
+    command -v redis-server >/dev/null || { fail "redis-server is not installed"; finish; }
+    SERVER_URL=unix://$WORK/redis.sock
+    redis-server --port 0 --unixsocket "$WORK/redis.sock" --dir "$WORK" --save '' \
+        --appendonly no --loglevel warning >"$WORK/redis.log" 2>&1 &
+    SERVER=$!
+    BG_PIDS="$BG_PIDS $SERVER"
+    n=0
+    until "$DLOCK" --url "$SERVER_URL" status probe >/dev/null 2>&1; do
+        n=$((n + 1))
+        if [ "$n" -gt 600 ] || ! kill -0 "$SERVER" 2>/dev/null; then
+            fail "redis-server did not start: $(cat "$WORK/redis.log")"
+            finish
+        fi
+        sleep 0.05
+    done
+}
+
 # now_ms: the wall clock in milliseconds, to report how long something took.
 now_ms() { date +%s%3N; }
 

@@ -49,4 +49,9 @@ expect_bg 76 "lost lock, COMMAND ignores SIGTERM: exit 76" "$PID"
 grep_file 'sending SIGKILL' "$WORK/kill.err" "SIGKILL after the grace is reported"
 stopped kill "COMMAND stopped by SIGKILL"
 
+# --command-status-offset moves COMMAND's status, not dlock's own 76.
+start offset 'trap "exit 0" TERM' --ttl 3s --command-status-offset 128
+expect 0 "release --force" "$DLOCK" --url "$URL" release --force "$(name offset)"
+expect_bg 76 "lost lock with --command-status-offset: still 76" "$PID"
+
 finish

@@ -37,6 +37,9 @@ usage "run: --grace longer than --ttl" --url "$DEAD" run --ttl 3s --grace 1m "$N
 usage "run: -E not a number" --url "$DEAD" run -E abc "$N" -- true
 usage "run: -E over 255" --url "$DEAD" run -E 256 "$N" -- true
 usage "run: -E negative" --url "$DEAD" run -E -1 "$N" -- true
+usage "run: --command-status-offset 0" --url "$DEAD" run --command-status-offset 0 "$N" -- true
+usage "run: --command-status-offset 256" --url "$DEAD" run --command-status-offset 256 "$N" -- true
+usage "elect: --command-status-offset abc" --url "$DEAD" elect --command-status-offset abc "$N" -- true
 usage "status: missing NAME" --url "$DEAD" status
 usage "status: two names" --url "$DEAD" status "$N" other
 usage "status: unknown option" --url "$DEAD" status --force "$N"

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dlock/sys/backend.h"
 #include "fake_server.h"
 #include "test.h"
 
@@ -577,6 +578,102 @@ static void garbage_renewal(void)
     fake_stop(&f);
 }
 
+/* A server's text carries terminal escapes, a bell, DEL, a lone carriage
+ * return and a newline (a Redis error line ends only at "\r\n"). */
+#define HOSTILE_ERR "-ERR \x1b]0;owned\x07\x1b[2J\x1b[31mred\x1b[0m\nforged line\rx\x08\x7f\x01 end\r\n"
+
+/* 1 if s holds a control character (below 0x20, or DEL). */
+static int has_control(const char *s)
+{
+    for (; *s != '\0'; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return 1;
+    return 0;
+}
+
+/* Start f with script for the first connection, and then (if not NULL)
+ * for the second (the watchdog's). */
+static void serve(fake_server *f, const char *const *first, const char *const *second)
+{
+    memset(f, 0, sizeof(*f));
+    f->scripts[0] = first;
+    f->scripts[1] = second;
+    f->nscripts = second != NULL ? 2 : 1;
+    fake_start(f);
+}
+
+static void check_sanitised(const char *what)
+{
+    const char *m = dlock_error_message();
+
+    fprintf(stderr, "%s: %s\n", what, m);
+    CHECK(!has_control(m));
+    /* Shown, not dropped: the text around the control characters stays. */
+    CHECK_CONTAINS(m, "ERR ");
+    CHECK_CONTAINS(m, "forged line");
+    CHECK_CONTAINS(m, " end");
+}
+
+/*
+ * A hostile server's error text never brings a control character into a
+ * message (issue 19, item 10): not in the handshake, not in a call's
+ * error, not in the text the watchdog keeps for a lost lock. Every message
+ * is written by one function (dlock_backend_fail), which is also checked
+ * directly with what etcd's grpc_message could hold.
+ */
+static void hostile_error_text(void)
+{
+    static const char *const handshake[] = {HOSTILE_ERR, NULL};
+    static const char *const call[] = {OK, HOSTILE_ERR, NULL};
+    static const char *const cmd[] = {OK, ACQ_OK, ":1\r\n", NULL};
+    static const char *const wd[] = {OK, HOSTILE_ERR, HOSTILE_ERR, HOSTILE_ERR, HOSTILE_ERR,
+                                     HOSTILE_ERR, HOSTILE_ERR, HOSTILE_ERR, HOSTILE_ERR, NULL};
+    dlock_client_options co = short_timeouts(500);
+    dlock_acquire_options o = test_opts(0, 60000, 0);
+    dlock_client *c = NULL;
+    dlock_lock *l = NULL;
+    fake_server f;
+    char text[64];
+
+    serve(&f, handshake, NULL);
+    CHECK(dlock_client_open(&c, f.url, &co) != DLOCK_OK);
+    check_sanitised("handshake");
+    fake_stop(&f);
+
+    serve(&f, call, NULL);
+    CHECK_RC(dlock_client_open(&c, f.url, &co), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "h", &o), DLOCK_ESERVER);
+    check_sanitised("acquire");
+    dlock_client_free(c);
+    fake_stop(&f);
+
+    /* The watchdog's renewals get the text until the lease runs out. */
+    serve(&f, cmd, wd);
+    CHECK_RC(dlock_client_open(&c, f.url, &co), DLOCK_OK);
+    o = test_opts(0, 300, 1);
+    atomic_store(&test_lost_calls, 0);
+    o.on_lost = test_count_lost;
+    CHECK_RC(dlock_acquire(&l, c, "h", &o), DLOCK_OK);
+    for (int i = 0; i < 3000 && atomic_load(&test_lost_calls) == 0; i++)
+        test_sleep_ms(10);
+    CHECK(atomic_load(&test_lost_calls) == 1);
+    CHECK_RC(dlock_release(l), DLOCK_ELOST);
+    check_sanitised("lost lock's text, through release");
+    dlock_client_free(c);
+    fake_stop(&f);
+
+    /* etcd's grpc_message is put in messages by the same function. */
+    for (int ch = 1; ch < 0x20; ch++) {
+        snprintf(text, sizeof(text), "ERR forged line%c end", ch);
+        CHECK_RC(dlock_backend_fail(DLOCK_ESERVER, "etcd 127.0.0.1:2379: %s", text),
+                 DLOCK_ESERVER);
+        CHECK(!has_control(dlock_error_message()));
+    }
+    CHECK_RC(dlock_backend_fail(DLOCK_ESERVER, "etcd 127.0.0.1:2379: %s",
+                                "ERR \x1b[2J\x7f forged line\n\r end"), DLOCK_ESERVER);
+    check_sanitised("etcd-style text");
+}
+
 /* ---------------------------------------------------------------------- */
 /* Handles: release, client free, threads */
 
@@ -1113,6 +1210,7 @@ TEST_MAIN({"names_huge_and_binary", names_huge_and_binary, NULL},
           {"wrong_password", wrong_password, NULL},
           {"unreachable_and_silent_server", unreachable_and_silent_server, NULL},
           {"garbage_server", garbage_server, NULL}, {"garbage_renewal", garbage_renewal, NULL},
+          {"hostile_error_text", hostile_error_text, NULL},
           {"no_on_lost_after_release", no_on_lost_after_release, "watchdog"},
           {"handle_after_client_free", handle_after_client_free, NULL},
           {"lock_used_from_other_thread", lock_used_from_other_thread, "watchdog"},

@@ -893,6 +893,15 @@ int test_server_held(test_server *s, const char *name)
     return test_etcd_count(&s->etcd, key) > 0;
 }
 
+void test_server_pause(test_server *s, int paused)
+{
+    int pid = on_redis(s) ? s->redis.pid : s->etcd.pid[0];
+
+    if (kill(pid, paused ? SIGSTOP : SIGCONT) != 0)
+        fprintf(stderr, "kill -%s %d: %s\n", paused ? "STOP" : "CONT", pid, strerror(errno)),
+            exit(1);
+}
+
 long long test_server_leftovers(test_server *s, const char *name)
 {
     char key[600];

@@ -203,6 +203,10 @@ void test_server_start(test_server *s, const char *backend);
 void test_server_stop(test_server *s);
 /* 1 if the server holds the lock name for someone now. */
 int test_server_held(test_server *s, const char *name);
+/* Pause the server's process (SIGSTOP; etcd: its first member), or let it
+ * go on (SIGCONT): while paused, connections stay open and requests go
+ * unanswered, as with a server that hangs or a network that drops. */
+void test_server_pause(test_server *s, int paused);
 /* What the server keeps for name besides its fence counter: Redis, the lock
  * and its hand-off entry; etcd, the keys under dlock/NAME/ (holder and
  * queued waiters) plus every lease there is. 0 once nothing is left. */

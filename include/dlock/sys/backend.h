@@ -234,7 +234,8 @@ DLOCK_EXTERN int dlock_backend_register(const char *scheme, const dlock_backend 
  * the server, as "redis 127.0.0.1:6390: connection refused") and return
  * code, so that `return dlock_backend_fail(DLOCK_ECONN, ...)` reports a
  * failure as the library's own calls do. Whatever code is, the text is set
- * (code 0 with a saved message puts it back).
+ * (code 0 with a saved message puts it back). Control characters in it
+ * (below 0x20, 0x7f), as a server's text may hold, become '?'.
  */
 DLOCK_EXTERN int dlock_backend_fail(int code, const char *fmt, ...)
 #ifdef __GNUC__

@@ -407,6 +407,56 @@ static void sigstop_holder_loses_lock(void)
     test_server_stop(&s);
 }
 
+/*
+ * dlock_release reports a lease that ran out by the handle's own deadline
+ * as DLOCK_ELOST, whatever the server answers (issue 19, item 1): the holder
+ * may have worked while another held the lock. First with the server
+ * paused, so that the release times out (it used to return DLOCK_ECONN);
+ * no on_lost and no auto_renew, so that nothing but the deadline tells.
+ * Then with the server answering and the key still ours there (the handle
+ * believes a shorter lease than the server: an extend that failed): the
+ * release still deletes the key, so that nothing stays locked, and reports
+ * the loss all the same.
+ */
+static void release_after_deadline_is_lost(void)
+{
+    test_server s;
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_client *c = NULL;
+    dlock_lock *l;
+    dlock_acquire_options o;
+
+    test_server_start(&s, backend);
+    co.command_timeout_ms = 3000;
+    CHECK_RC(dlock_client_open(&c, s.url, &co), DLOCK_OK);
+
+    o = test_opts(0, s.short_lease_ms, 0);
+    CHECK_RC(dlock_acquire(&l, c, "lapsed", &o), DLOCK_OK);
+    test_server_pause(&s, 1);
+    while (!dlock_lock_lost(l))
+        test_sleep_ms(10);
+    CHECK_RC(dlock_release(l), DLOCK_ELOST);
+    CHECK_CONTAINS(dlock_error_message(), "ran out");
+    test_server_pause(&s, 0);
+
+    o = test_opts(0, 60000, 0);
+    CHECK_RC(dlock_acquire(&l, c, "kept", &o), DLOCK_OK);
+    test_server_pause(&s, 1);
+    /* Fails (times out): the handle keeps the shorter lease, 2 s from
+     * the request. The server may apply it when it resumes, 3 s after the
+     * request: the key stays there 3 s past the handle's deadline. */
+    CHECK(dlock_lock_extend(l, 2000) != DLOCK_OK);
+    test_server_pause(&s, 0);
+    while (!dlock_lock_lost(l))
+        test_sleep_ms(10);
+    CHECK(test_server_held(&s, "kept"));
+    CHECK_RC(dlock_release(l), DLOCK_ELOST);
+    CHECK_CONTAINS(dlock_error_message(), "ran out");
+    CHECK(!test_server_held(&s, "kept"));
+    dlock_client_free(c);
+    test_server_stop(&s);
+}
+
 /* A waiter that gives up leaves nothing behind (no queued key, no hand-off
  * entry, no lease); a try leaves nothing either. */
 static void wait_times_out(void)
@@ -585,6 +635,7 @@ static const test_case cases[] = {
     {"watchdog_keeps_lock", watchdog_keeps_lock, "watchdog"},
     {"on_lost_once_after_force_release", on_lost_once_after_force_release, "watchdog"},
     {"sigstop_holder_loses_lock", sigstop_holder_loses_lock, "watchdog"},
+    {"release_after_deadline_is_lost", release_after_deadline_is_lost, NULL},
     {"wait_times_out", wait_times_out, NULL},
     {"interrupt_leaves_the_queue", interrupt_leaves_the_queue, NULL},
     {"try_once_leaves_nothing", try_once_leaves_nothing, NULL},
