@@ -33,6 +33,8 @@ static const char usage_text[] =
     "                 unix:///path/to/redis.sock[?db=N]\n"
     "                 etcd://[user:password@]host[:port][,host[:port]...]\n"
     "                 etcds://...[?cacert=FILE][&cert=FILE&key=FILE]  (https)\n"
+    "                 etcd(s) also: ?proxy=URL (proxy variables are ignored),\n"
+    "                 ?insecure_auth=1 (a password over plain etcd://)\n"
     "               (rediss:// is refused: this build's Redis client has no TLS);\n"
     "               default $DLOCK_URL, else " CLI_DEFAULT_URL "\n"
     "               (prefer $DLOCK_URL for a password: other users can read\n"

@@ -11,7 +11,7 @@ N=$(name e)
 SECRET="s3cret-$$"
 if [ "$BACKEND" = etcd ]; then
     start_etcd "$SECRET"
-    SECRET_URL="etcd://root:$SECRET@$ETCD_HOSTPORT"
+    SECRET_URL="etcd://root:$SECRET@$ETCD_HOSTPORT?insecure_auth=1"
 else
     SECRET_URL="redis://default:$SECRET@$HOSTPORT"
 fi

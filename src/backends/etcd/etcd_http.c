@@ -47,6 +47,46 @@ static int check_file(const char *what, const char *path)
     return DLOCK_OK;
 }
 
+/*
+ * proxy=URL: the only way a proxy is used. libcurl would otherwise take one
+ * from http_proxy, https_proxy or ALL_PROXY, and send it the login request
+ * with the password (common_options turns that off). A proxy's own
+ * credentials (user:password@ in proxy=) are refused: the URL's redacted
+ * form, in every message, hides only the etcd password.
+ */
+static int check_proxy(const dlock_url *url)
+{
+    const char *proxy = dlock_url_param_get(url, "proxy");
+
+    if (proxy == NULL)
+        return DLOCK_OK;
+    if (proxy[0] == '\0' || strstr(proxy, "://") == NULL)
+        return dlock__fail(DLOCK_EINVAL, "%s URL: proxy= wants a proxy URL, like "
+                           "proxy=http://host:3128", url->scheme);
+    if (strchr(proxy, '@') != NULL)
+        return dlock__fail(DLOCK_EINVAL, "%s URL: proxy= with credentials (user:password@) is "
+                           "not supported", url->scheme);
+    return DLOCK_OK;
+}
+
+/*
+ * user:password@ on plain etcd:// sends the password, and then the token,
+ * in clear text on every request: refused unless insecure_auth=1 says that
+ * this is meant (a loopback or otherwise private network).
+ */
+static int check_insecure_auth(const dlock_url *url, int tls)
+{
+    const char *v = dlock_url_param_get(url, "insecure_auth");
+
+    if (v != NULL && strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
+        return dlock__fail(DLOCK_EINVAL, "%s URL: insecure_auth= is 0 or 1", url->scheme);
+    if (!tls && url->user != NULL && (v == NULL || strcmp(v, "1") != 0))
+        return dlock__fail(DLOCK_EINVAL, "etcd URL: user:password@ over plain etcd:// would "
+                           "send the password in clear text: use etcds://, or add "
+                           "?insecure_auth=1 to allow it");
+    return DLOCK_OK;
+}
+
 int dlock__etcd_new(dlock__etcd **out, const dlock_url *url, const dlock_client_options *opts)
 {
     dlock__etcd *e;
@@ -73,13 +113,17 @@ int dlock__etcd_new(dlock__etcd **out, const dlock_url *url, const dlock_client_
                            url->scheme);
     for (size_t i = 0; i < url->nparams; i++) {
         const char *k = url->params[i].key;
+        if (strcmp(k, "proxy") == 0 || strcmp(k, "insecure_auth") == 0)
+            continue;
         if (strcmp(k, "cacert") != 0 && strcmp(k, "cert") != 0 && strcmp(k, "key") != 0)
             return dlock__fail(DLOCK_EINVAL, "%s URL: unknown parameter '%.32s' (known: cacert, "
-                               "cert, key)", url->scheme, k);
+                               "cert, key, proxy, insecure_auth)", url->scheme, k);
         if (!tls)
             return dlock__fail(DLOCK_EINVAL, "etcd URL: '%s' is a TLS option: use etcds:// for "
                                "https endpoints", k);
     }
+    if ((rc = check_proxy(url)) != DLOCK_OK || (rc = check_insecure_auth(url, tls)) != DLOCK_OK)
+        return rc;
 
     e = calloc(1, sizeof(*e));
     if (e == NULL)
@@ -107,6 +151,7 @@ int dlock__etcd_new(dlock__etcd **out, const dlock_url *url, const dlock_client_
     e->cacert = dlock_url_param_get(url, "cacert");
     e->cert = dlock_url_param_get(url, "cert");
     e->key = dlock_url_param_get(url, "key");
+    e->proxy = dlock_url_param_get(url, "proxy");
     e->user = url->user;
     e->password = url->password;
     e->connect_timeout_ms = opts->connect_timeout_ms;
@@ -217,6 +262,11 @@ static void common_options(dlock__etcd *e, CURL *easy)
     curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, open_socket);
     curl_easy_setopt(easy, CURLOPT_USERAGENT, e->user_agent);
     curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
+    /* Only proxy= chooses a proxy: "" turns off the environment's
+     * (http_proxy, https_proxy, ALL_PROXY), and NO_PROXY "*" too. */
+    curl_easy_setopt(easy, CURLOPT_PROXY, e->proxy != NULL ? e->proxy : "");
+    if (e->proxy == NULL)
+        curl_easy_setopt(easy, CURLOPT_NOPROXY, "*");
 #if LIBCURL_VERSION_NUM >= 0x075500
     curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
 #else
