@@ -358,6 +358,52 @@ void dlock__etcd_conn_put(dlock__etcd *e, dlock__etcd_conn *c)
 static int call_body(dlock__etcd *e, dlock__etcd_conn *c, const char *path, const char *body,
                      int with_token, int stream, json_t **out);
 
+/*
+ * The login request's body holds the password, and jansson's own copies
+ * are freed without being wiped: json_dumps builds the text in a buffer
+ * that it grows and frees, and the password's json_t keeps a copy. So the
+ * text is written into one buffer of ours, sized for the worst case (every
+ * byte escaped as \u00XX) so that it never moves, which the caller wipes;
+ * and the json_t's copy is wiped before it is freed (wipe_json_string).
+ */
+typedef struct {
+    char *buf;
+    size_t len, cap;
+} fixed_buf;
+
+static int append_fixed(const char *chunk, size_t n, void *arg)
+{
+    fixed_buf *b = arg;
+
+    if (n >= b->cap - b->len)
+        return -1;
+    memcpy(b->buf + b->len, chunk, n);
+    b->len += n;
+    b->buf[b->len] = '\0';
+    return 0;
+}
+
+static char *login_body(const json_t *req, size_t secret_bytes)
+{
+    fixed_buf b = {NULL, 0, 64 + 6 * secret_bytes};
+
+    if ((b.buf = malloc(b.cap)) == NULL)
+        return NULL;
+    b.buf[0] = '\0';
+    if (json_dump_callback(req, append_fixed, &b, JSON_COMPACT) != 0) {
+        explicit_bzero(b.buf, b.cap);
+        free(b.buf);
+        return NULL;
+    }
+    return b.buf;
+}
+
+static void wipe_json_string(json_t *s)
+{
+    if (json_is_string(s))
+        explicit_bzero((char *)json_string_value(s), json_string_length(s));
+}
+
 /* Log in and keep the token, unless another thread already replaced the
  * token of generation gen. */
 static int login(dlock__etcd *e, dlock__etcd_conn *c, unsigned long gen)
@@ -376,14 +422,15 @@ static int login(dlock__etcd *e, dlock__etcd_conn *c, unsigned long gen)
         return DLOCK_OK;
     }
     req = json_pack("{s:s, s:s}", "name", e->user, "password", e->password);
-    body = req != NULL ? json_dumps(req, JSON_COMPACT) : NULL;
+    body = req != NULL ? login_body(req, strlen(e->user) + strlen(e->password)) : NULL;
+    wipe_json_string(json_object_get(req, "password"));
     json_decref(req);
     if (body == NULL) {
         pthread_mutex_unlock(&e->login_mu);
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
     }
     rc = call_body(e, c, "/v3/auth/authenticate", body, 0, 0, &reply);
-    explicit_bzero(body, strlen(body)); /* memset before free may be optimized away */
+    explicit_bzero(body, strlen(body)); /* a memset before free may be optimised away */
     free(body);
     if (rc == DLOCK_OK) {
         token = json_object_get(reply, "token");
@@ -534,7 +581,7 @@ int dlock__etcd_call_pair(dlock__etcd *e, dlock__etcd_conn *c, dlock__etcd_pair 
     for (int i = 0; i < 2; i++) {
         if (cs[i]->headers != NULL) {
             curl_easy_setopt(cs[i]->easy, CURLOPT_HTTPHEADER, NULL);
-            curl_slist_free_all(cs[i]->headers);
+            dlock__etcd_headers_free(cs[i]->headers);
             cs[i]->headers = NULL;
         }
     }
