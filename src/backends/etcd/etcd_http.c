@@ -453,6 +453,10 @@ static int login(dlock__etcd *e, dlock__etcd_conn *c, unsigned long gen)
             }
         }
     }
+    /* The token's other copies: the reply as received, and jansson's. */
+    if (c->buf != NULL)
+        explicit_bzero(c->buf, c->len);
+    wipe_json_string(json_object_get(reply, "token"));
     json_decref(reply);
     pthread_mutex_unlock(&e->login_mu);
     return rc;
