@@ -132,44 +132,40 @@ static void redis_password_wiped(void)
     test_redis_stop(&r);
 }
 
-/* etcd's user:password: the URL's copy and the login request's body, ours
- * and jansson's. */
-static void etcd_password_wiped(void)
+/* Use a client of an etcd with auth on, watching for the password
+ * (password 1) or for header lines with the token (password 0): no block
+ * freed may hold one. */
+static void etcd_watched_use(int password, const char *what)
 {
     test_etcd e;
     char url[200];
 
     json_set_alloc_funcs(lib_malloc, __wrap_free);
     etcd_start_with_auth(&e);
-    atomic_store(&watched, SECRET);
+    atomic_store(password ? &watched : &watched_line, password ? SECRET : "Authorization: ");
     snprintf(url, sizeof(url), "etcd://root:%s@127.0.0.1:%d?insecure_auth=1", SECRET,
              e.client_port[0]);
     use_client(url);
-    atomic_store(&watched, NULL);
-    fprintf(stderr, "blocks freed with the password in them: %d\n", atomic_load(&leaked));
+    atomic_store(password ? &watched : &watched_line, NULL);
+    fprintf(stderr, "blocks freed with %s in them: %d\n", what, atomic_load(&leaked));
     CHECK(atomic_load(&leaked) == 0);
     test_etcd_stop(&e);
+}
+
+/* etcd's user:password: the URL's copy and the login request's body, ours
+ * and jansson's. */
+static void etcd_password_wiped(void)
+{
+    etcd_watched_use(1, "the password");
 }
 
 /* etcd's token: the "Authorization: TOKEN" lines, dlock's and the copies
  * curl_slist_append makes (freed by libcurl), wiped before they are freed. */
 static void etcd_token_header_wiped(void)
 {
-    test_etcd e;
-    char url[200];
-
     CHECK(curl_global_init_mem(CURL_GLOBAL_DEFAULT, lib_malloc, __wrap_free, lib_realloc,
                                lib_strdup, lib_calloc) == CURLE_OK);
-    json_set_alloc_funcs(lib_malloc, __wrap_free);
-    etcd_start_with_auth(&e);
-    atomic_store(&watched_line, "Authorization: ");
-    snprintf(url, sizeof(url), "etcd://root:%s@127.0.0.1:%d?insecure_auth=1", SECRET,
-             e.client_port[0]);
-    use_client(url);
-    atomic_store(&watched_line, NULL);
-    fprintf(stderr, "header lines freed with the token in them: %d\n", atomic_load(&leaked));
-    CHECK(atomic_load(&leaked) == 0);
-    test_etcd_stop(&e);
+    etcd_watched_use(0, "a header line with the token");
 }
 
 TEST_MAIN({"redis_password_wiped", redis_password_wiped, NULL},
