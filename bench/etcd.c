@@ -120,6 +120,8 @@ static CURL *handle(void)
         bench_die("curl_easy_init failed");
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
+    /* As dlock: no proxy from the environment, so both sides go direct. */
+    curl_easy_setopt(h, CURLOPT_PROXY, "");
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
     return h;
 }

@@ -743,7 +743,7 @@ static void usage(FILE *f)
             "usage: dlock-bench [--url URL] [--iterations N] [--seconds S] [--no-pin] [--etcd]\n"
             "\n"
             "  --url URL         the Redis server to measure (default: start a throwaway\n"
-            "                    redis-server from PATH on a free loopback port)\n"
+            "                    redis-server from PATH on a unix socket in a 0700 folder)\n"
             "  --iterations N    latency samples per measurement (default 5000);\n"
             "                    the hand-off is measured N/10 times (at least 10)\n"
             "  --seconds S       length of each throughput run (default 2)\n"

@@ -108,6 +108,25 @@ int cli_option_value(int argc, char **argv, int *i, const char *name, const char
 void cli_ensure_std_fds(void);
 
 /*
+ * Keep secrets out of core dumps and debuggers: dlock's memory holds the URL
+ * with its password (from --url or $DLOCK_URL) and its locks' owner tokens.
+ * Sets RLIMIT_CORE's soft limit to 0 and PR_SET_DUMPABLE to 0, which also
+ * covers a core_pattern that pipes cores to a helper (which may ignore the
+ * limit), and keeps other processes of the same user from attaching with
+ * ptrace or reading /proc/PID/mem and /proc/PID/environ. Always, whatever
+ * the URL, so the rule is one and simple. Called first thing in main; a
+ * failure is only reported.
+ */
+void cli_protect_secrets(void);
+
+/*
+ * Put RLIMIT_CORE back as dlock found it, in COMMAND's child before exec
+ * (async-signal-safe). Dumpability needs no restoring: exec of a binary
+ * that is not set-user-ID makes the process dumpable again.
+ */
+void cli_restore_core_limit(void);
+
+/*
  * Ignore SIGPIPE. hiredis writes to its sockets with plain write(): a
  * server that closed the connection would kill dlock with SIGPIPE instead of
  * producing an error that dlock reports (and, in `run`, leave COMMAND

@@ -34,6 +34,8 @@ static const char usage_text[] =
     "                 unix:///path/to/redis.sock[?db=N]\n"
     "                 etcd://[user:password@]host[:port][,host[:port]...]\n"
     "                 etcds://...[?cacert=FILE][&cert=FILE&key=FILE]  (https)\n"
+    "                 etcd(s) also: ?proxy=URL (proxy variables are ignored),\n"
+    "                 ?insecure_auth=1 (a password over plain etcd://)\n"
     "               (rediss:// is refused: this build's Redis client has no TLS);\n"
     "               default $DLOCK_URL, else " CLI_DEFAULT_URL "\n"
     "               (prefer $DLOCK_URL for a password: other users can read\n"
@@ -78,7 +80,7 @@ void cli_usage(int to_stderr)
  * readable by every user (ps, /proc/PID/cmdline) for as long as it runs,
  * which for `run` is as long as COMMAND. So keep a copy and blank the
  * argument, as curl does with -u. $DLOCK_URL stays the safer way: the
- * argument is visible until this runs.
+ * argument is visible until this runs. Free the copy with drop_secret.
  */
 static char *take_secret(const char *value)
 {
@@ -86,6 +88,15 @@ static char *take_secret(const char *value)
     if (copy)
         memset((char *)value, '*', strlen(value));
     return copy;
+}
+
+/* Wipe and free what take_secret gave. NULL is a no-op. */
+static void drop_secret(char *copy)
+{
+    if (copy == NULL)
+        return;
+    explicit_bzero(copy, strlen(copy)); /* a memset before free may be optimised away */
+    free(copy);
 }
 
 static int dispatch(const char *url, int argc, char **argv)
@@ -114,6 +125,7 @@ int main(int argc, char **argv)
     int i = 1;
 
     cli_ensure_std_fds();
+    cli_protect_secrets();
     for (; i < argc && argv[i][0] == '-'; i++) {
         const char *value;
         int r;
@@ -130,7 +142,7 @@ int main(int argc, char **argv)
         if ((r = cli_option_value(argc, argv, &i, "--url", &value)) != 0) {
             if (r < 0)
                 goto out;
-            free(url); /* the last --url wins */
+            drop_secret(url); /* the last --url wins */
             if (!(url = take_secret(value))) {
                 cli_error("out of memory");
                 rc = CLI_EXIT_SOFTWARE;
@@ -155,6 +167,6 @@ int main(int argc, char **argv)
         rc = dispatch(url, argc - i, argv + i);
     }
 out:
-    free(url);
+    drop_secret(url);
     return rc;
 }

@@ -295,6 +295,7 @@ int cli_start_command(cli_supervisor *s, char **env, cli_fd_plan *fds, int *exec
             _exit(CLI_EXIT_SOFTWARE); /* dlock is gone already */
         } else {
             cli_restore_signal_actions();
+            cli_restore_core_limit();
             pthread_sigmask(SIG_SETMASK, &old, NULL);
             close_other_fds(fds, fds->nkeep + 1);
             execvpe(command[0], command, env);

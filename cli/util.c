@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 
 /* The one function that writes error text; detail may be NULL. Whatever
  * the message echoes (an argument, the library's detail) is redacted whole
@@ -171,6 +173,31 @@ void cli_ignore_sigpipe(void)
     sa.sa_handler = SIG_IGN;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGPIPE, &sa, NULL);
+}
+
+static struct rlimit found_core_limit;
+static int core_limit_changed;
+
+void cli_protect_secrets(void)
+{
+    struct rlimit none;
+
+    if (getrlimit(RLIMIT_CORE, &found_core_limit) == 0) {
+        none = found_core_limit;
+        none.rlim_cur = 0;
+        if (setrlimit(RLIMIT_CORE, &none) == 0)
+            core_limit_changed = 1;
+        else
+            cli_error("setrlimit(RLIMIT_CORE): %s", strerror(errno));
+    }
+    if (prctl(PR_SET_DUMPABLE, 0L, 0L, 0L, 0L) != 0)
+        cli_error("prctl(PR_SET_DUMPABLE): %s", strerror(errno));
+}
+
+void cli_restore_core_limit(void)
+{
+    if (core_limit_changed)
+        (void)setrlimit(RLIMIT_CORE, &found_core_limit);
 }
 
 void cli_ensure_std_fds(void)

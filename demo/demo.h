@@ -20,6 +20,11 @@ extern "C" {
  * money; 64 for usage errors; 69 when the lock server or redis-server is not
  * available; 70 for any other failure; 130 when interrupted by SIGINT/SIGTERM.
  *
+ * The values of --url and --store may hold passwords: they are copied and
+ * blanked ('*') in argv, whose text is the process's command line
+ * (/proc/PID/cmdline, ps), readable by every user; the copies are wiped
+ * before they are freed.
+ *
  * Forks one process per instance and, without --url, a redis-server. It
  * installs handlers for SIGINT, SIGTERM and SIGPIPE while it runs and restores
  * the previous ones before returning. Not thread-safe: call it from the main

@@ -167,6 +167,35 @@ static int parse_modes(const char *text, unsigned *out)
     return 0;
 }
 
+/*
+ * --url and --store may hold a password, and argv is the command line every
+ * user can read (ps, /proc/PID/cmdline) for as long as the demo runs: keep
+ * a copy and blank the argument, as `dlock run` does with --url. *slot
+ * takes the copy (the last one given wins); drop_secret frees it.
+ */
+static void drop_secret(const char **slot)
+{
+    char *copy = (char *)*slot;
+    if (copy != NULL) {
+        explicit_bzero(copy, strlen(copy)); /* a memset before free may be optimised away */
+        free(copy);
+    }
+    *slot = NULL;
+}
+
+static int take_secret(const char **slot, const char *val)
+{
+    drop_secret(slot);
+    char *copy = strdup(val);
+    if (copy == NULL) {
+        demo_err("out of memory");
+        return DEMO_EXIT_SOFTWARE;
+    }
+    memset((char *)val, '*', strlen(val));
+    *slot = copy;
+    return 0;
+}
+
 static int parse_options(demo_options *o, int argc, char **argv, int *help)
 {
     long long v;
@@ -201,11 +230,13 @@ static int parse_options(demo_options *o, int argc, char **argv, int *help)
             val = argv[++i];
         }
         if (strcmp(name, "--url") == 0) {
-            o->url = val;
+            if (take_secret(&o->url, val) != 0)
+                return DEMO_EXIT_SOFTWARE;
         } else if (strcmp(name, "--store") == 0) {
             if (val[0] == '\0')
                 return usage_error("--store: empty");
-            o->store = val;
+            if (take_secret(&o->store, val) != 0)
+                return DEMO_EXIT_SOFTWARE;
         } else if (strcmp(name, "--instances") == 0) {
             if (parse_int(name, val, 2, DEMO_MAX_INSTANCES, &v) != 0)
                 return DEMO_EXIT_USAGE;
@@ -531,18 +562,18 @@ int dlock_demo_main(int argc, char **argv)
     o.lock_name = "dlock-demo:payout";
     int help;
     int rc = parse_options(&o, argc, argv, &help);
-    if (rc != 0)
-        return rc;
-    if (help) {
+    if (rc == 0 && help) {
         fputs(usage_text, stdout);
-        return DEMO_EXIT_OK;
-    }
-    if (o.store != NULL) {
+    } else if (rc == 0 && o.store != NULL) {
         char err[512];
         if (demo_store_unsupported(o.store, err, sizeof err)) {
             demo_err("%s", err);
-            return DEMO_EXIT_USAGE;
+            rc = DEMO_EXIT_USAGE;
         }
     }
-    return payout(&o);
+    if (rc == 0 && !help)
+        rc = payout(&o);
+    drop_secret(&o.url);
+    drop_secret(&o.store);
+    return rc;
 }

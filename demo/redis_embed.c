@@ -1,15 +1,13 @@
 /*
- * The embedded default: a throwaway redis-server on a free loopback port,
- * with no persistence, living in the demo's temporary folder (or in one of
- * its own). dlock-bench starts its server with it too (redis_embed.h).
+ * The embedded default: a throwaway redis-server with no persistence and no
+ * TCP port, on a unix socket in the demo's 0700 temporary folder (or in one
+ * of its own). dlock-bench starts its server with it too (redis_embed.h).
  */
 #include "demo_int.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,6 +15,8 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,7 +24,7 @@
 
 struct demo_redis {
     pid_t pid;
-    char url[64];
+    char url[160];          /* "unix://" and a socket path (at most 107 bytes) */
     char own_dir[PATH_MAX]; /* the folder start made, removed by stop; "" if none */
 };
 
@@ -67,39 +67,36 @@ static int find_redis_server(char *buf, size_t len)
     return -1;
 }
 
-/* A port nobody listens on now: bind port 0 and see what the kernel gave.
- * Someone may take it before redis-server does; start() then tries again. */
-static int free_port(void)
+/* Whether the server's socket accepts connections yet. */
+static int socket_answers(const char *path)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t sl = sizeof sa;
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
-        getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
-        port = ntohs(sa.sin_port);
-    close(fd);
-    return port;
-}
-
-static int port_answers(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return 0;
-    struct sockaddr_in sa;
+    struct sockaddr_un sa;
     memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    sa.sin_port = htons((uint16_t)port);
+    sa.sun_family = AF_UNIX;
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
     int ok = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
     close(fd);
     return ok;
+}
+
+/* The server's folder must be ours alone: whoever can enter it can reach
+ * the socket, and the server asks for no password. */
+static int folder_is_private(const char *dir)
+{
+    struct stat st;
+    if (lstat(dir, &st) != 0) {
+        say("%s: %s", dir, strerror(errno));
+        return 0;
+    }
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+        say("%s is not a folder of this user's with mode 0700: the server's socket would be "
+            "open to others", dir);
+        return 0;
+    }
+    return 1;
 }
 
 /* The last lines of redis-server's log, to say why it did not start. */
@@ -128,32 +125,23 @@ static void show_log_tail(const char *log)
     fprintf(stderr, "redis-server said:\n%s", p);
 }
 
-static int log_says_in_use(const char *log)
+/* Start the server in dir; 0 once its socket answers, -1 failed (said). */
+static int start_server(demo_redis *r, const char *exe, const char *dir)
 {
-    FILE *f = fopen(log, "r");
-    if (f == NULL)
-        return 0;
-    char line[1024];
-    int in_use = 0;
-    while (fgets(line, sizeof line, f) != NULL)
-        if (strstr(line, "Address already in use") != NULL)
-            in_use = 1;
-    fclose(f);
-    return in_use;
-}
-
-/* One try on one port: 0 started, 1 port taken (try another), -1 failed. */
-static int try_start(demo_redis *r, const char *exe, const char *dir, int port)
-{
-    char portbuf[16], log[PATH_MAX];
-    snprintf(portbuf, sizeof portbuf, "%d", port);
-    if (snprintf(log, sizeof log, "%s/redis.log", dir) >= (int)sizeof log) {
-        say("temporary folder path too long: %s", dir);
+    char log[PATH_MAX], sock[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    if (snprintf(log, sizeof log, "%s/redis.log", dir) >= (int)sizeof log ||
+        snprintf(sock, sizeof sock, "%s/redis.sock", dir) >= (int)sizeof sock) {
+        say("temporary folder path too long for a unix socket: %s", dir);
         return -1;
     }
+    if (!folder_is_private(dir))
+        return -1;
+    /* No TCP port: only the socket, in a folder only this user can enter,
+     * so no other local user can reach a server that has no password. */
     char *argv[] = {
-        (char *)exe, "--port", portbuf, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-        "--dir", (char *)dir, "--daemonize", "no", "--logfile", "", NULL,
+        (char *)exe, "--port", "0", "--unixsocket", sock, "--unixsocketperm", "700",
+        "--save", "", "--appendonly", "no", "--dir", (char *)dir, "--daemonize", "no",
+        "--logfile", "", NULL,
     };
     int logfd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (logfd < 0) {
@@ -200,26 +188,24 @@ static int try_start(demo_redis *r, const char *exe, const char *dir, int port)
         int st;
         if (waitpid(pid, &st, WNOHANG) == pid) {
             r->pid = 0;
-            if (log_says_in_use(log))
-                return 1;
             say("redis-server exited before it was ready");
             show_log_tail(log);
             return -1;
         }
-        if (port_answers(port))
+        if (socket_answers(sock))
             break;
         if (demo_interrupted() || demo_now_us() > deadline) {
             if (!demo_interrupted()) {
-                say("redis-server did not answer on 127.0.0.1:%d within %lld s", port,
+                say("redis-server did not answer on %s within %lld s", sock,
                     (long long)(START_TIMEOUT_US / 1000000));
                 show_log_tail(log);
             }
             return -1;
         }
-        /* Starting a server: no event to wait on but its port opening. */
+        /* Starting a server: no event to wait on but its socket opening. */
         demo_sleep_us(5000);
     }
-    snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d", port);
+    snprintf(r->url, sizeof r->url, "unix://%s", sock);
     return 0;
 }
 
@@ -250,19 +236,9 @@ int demo_redis_start(demo_redis **out, const char *dir)
         }
         dir = r->own_dir;
     }
-    for (int attempt = 0; attempt < 5; attempt++) {
-        int port = free_port();
-        if (port < 0) {
-            say("cannot find a free loopback port: %s", strerror(errno));
-            break;
-        }
-        int rc = try_start(r, exe, dir, port);
-        if (rc == 0) {
-            *out = r;
-            return DEMO_EXIT_OK;
-        }
-        if (rc < 0)
-            break;
+    if (start_server(r, exe, dir) == 0) {
+        *out = r;
+        return DEMO_EXIT_OK;
     }
     int interrupted = demo_interrupted();
     demo_redis_stop(r);

@@ -1,7 +1,9 @@
 /*
  * A throwaway redis-server: the demo's embedded default, also used by
- * dlock-bench. Found in PATH, started on a free loopback port without
- * persistence, stopped with SIGTERM (SIGKILL after 3 s).
+ * dlock-bench. Found in PATH, started without persistence and without a TCP
+ * port (--port 0), on a unix socket DIR/redis.sock (--unixsocketperm 700) in
+ * a folder of mode 0700: it asks for no password, so only its user may
+ * reach it. Stopped with SIGTERM (SIGKILL after 3 s).
  *
  * The server dies with its parent (PR_SET_PDEATHSIG, from the thread that
  * called demo_redis_start) and is in its own process group, so a Ctrl-C on
@@ -17,14 +19,16 @@ typedef struct demo_redis demo_redis;
 
 /*
  * Start redis-server with dir as its working folder (its log is
- * dir/redis.log), or, when dir is NULL, in a fresh mkdtemp folder under
- * $TMPDIR that demo_redis_stop removes. Returns DEMO_EXIT_OK (0) and *out
- * once the port accepts connections; else DEMO_EXIT_UNAVAILABLE (69),
+ * dir/redis.log, its socket dir/redis.sock), or, when dir is NULL, in a
+ * fresh mkdtemp folder under $TMPDIR that demo_redis_stop removes. dir must
+ * be the caller's own with mode 0700 (mkdtemp makes it so), and short enough
+ * for a socket path. Returns DEMO_EXIT_OK (0) and *out once the socket
+ * accepts connections; else DEMO_EXIT_UNAVAILABLE (69),
  * DEMO_EXIT_INTERRUPTED (130) or DEMO_EXIT_SOFTWARE (70), with the reason
  * (and the tail of the server's log) already on stderr.
  */
 int demo_redis_start(demo_redis **out, const char *dir);
-/* "redis://127.0.0.1:PORT", borrowed for the server's lifetime. */
+/* "unix:///DIR/redis.sock", borrowed for the server's lifetime. */
 const char *demo_redis_url(const demo_redis *redis);
 /* The server's process id. */
 pid_t demo_redis_pid(const demo_redis *redis);

@@ -184,6 +184,12 @@ DLOCK_EXTERN int dlock_client_options_init(dlock_client_options *opts, unsigned 
  *                   port 2379; the next endpoint is tried when one fails
  *   etcds://...[?cacert=FILE][&cert=FILE&key=FILE]   the same over https
  *                   (docs/etcd.md; key_prefix defaults to "dlock/" there)
+ *   etcd and etcds also take:
+ *     proxy=URL     the only proxy used (http_proxy, https_proxy and
+ *                   ALL_PROXY are ignored); no user:password@ in it
+ *     insecure_auth=1   allows user:password@ on plain etcd://, which is
+ *                   otherwise DLOCK_EINVAL (the password would travel in
+ *                   clear text)
  * User and password may be percent-encoded.
  *
  * The connection is made and checked (AUTH, SELECT, CLIENT SETNAME) before

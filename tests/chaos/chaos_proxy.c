@@ -41,6 +41,7 @@ struct chaos_proxy {
     _Atomic int mode;
     _Atomic int delay_ms;
     _Atomic int stopping;
+    _Atomic int accepted;
     pthread_t acceptor;
     pthread_mutex_t mu;
     pthread_cond_t gone;
@@ -194,6 +195,7 @@ static void *acceptor(void *arg)
         cfd = accept4(p->listen_fd, NULL, NULL, SOCK_CLOEXEC);
         if (cfd < 0)
             continue;
+        atomic_fetch_add(&p->accepted, 1);
         setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         sfd = connect_upstream(p->upstream_port);
         if (sfd < 0) {
@@ -260,6 +262,11 @@ int chaos_proxy_start(chaos_proxy **out, int upstream_port)
 int chaos_proxy_port(const chaos_proxy *p)
 {
     return p->port;
+}
+
+int chaos_proxy_accepted(chaos_proxy *p)
+{
+    return atomic_load(&p->accepted);
 }
 
 void chaos_proxy_set(chaos_proxy *p, int mode, int delay_ms)

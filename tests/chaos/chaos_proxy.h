@@ -9,6 +9,8 @@ typedef struct chaos_proxy chaos_proxy;
 /* Listen on a free loopback port, forwarding to 127.0.0.1:upstream_port. */
 int chaos_proxy_start(chaos_proxy **out, int upstream_port);
 int chaos_proxy_port(const chaos_proxy *p);
+/* Connections accepted so far. */
+int chaos_proxy_accepted(chaos_proxy *p);
 /* Switch mode (CHAOS_PROXY_*); delay_ms is used by CHAOS_PROXY_DELAY and by
  * CHAOS_PROXY_DELAY_ONE_REPLY, which delays the next chunk the server sends
  * on any connection and then turns to CHAOS_PROXY_PASS by itself. */

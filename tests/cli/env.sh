@@ -11,7 +11,7 @@ N=$(name e)
 SECRET="s3cret-$$"
 if [ "$BACKEND" = etcd ]; then
     start_etcd "$SECRET"
-    SECRET_URL="etcd://root:$SECRET@$ETCD_HOSTPORT"
+    SECRET_URL="etcd://root:$SECRET@$ETCD_HOSTPORT?insecure_auth=1"
 else
     SECRET_URL="redis://default:$SECRET@$HOSTPORT"
 fi
@@ -50,6 +50,38 @@ grep -q "$SECRET" "$WORK/env4" && fail "the --url password is in COMMAND's envir
     pass "the --url password is not in COMMAND's environment"
 grep -q "$SECRET" "$WORK/cmdline" && fail "the password stays on dlock's command line: $(cat "$WORK/cmdline")" ||
     pass "the password is blanked from dlock's command line"
+
+# Core dumps and debuggers (docs/cli.md, "Secrets"): dlock, which holds the
+# URL and its password, runs with a core limit of 0 and is not dumpable;
+# COMMAND gets the caller's core limit back, and is dumpable again. Whether
+# a process is dumpable shows in the owner of its /proc/PID files: root:root
+# when it is not, its own uid:gid when it is. As root the uid cannot tell,
+# so dlock runs with group nobody (setpriv) and the gid tells.
+ulimit -S -c 2000 2>/dev/null || ulimit -S -c "$(ulimit -H -c)"
+caller_core=$(grep '^Max core file size' /proc/$$/limits)
+case $caller_core in
+*"size        0 "*) fail "cannot raise the core limit of the test (hard limit 0): the check would prove nothing" ;;
+esac
+as_user=""
+[ "$(id -u)" = 0 ] && as_user="setpriv --regid 65534 --clear-groups"
+want_owner="$(id -u) $(id -g)"
+[ -n "$as_user" ] && want_owner="0 65534"
+# shellcheck disable=SC2086 # as_user is split on purpose
+expect 0 "run with a password, COMMAND reads the limits" env DLOCK_URL="$SECRET_URL" $as_user \
+    "$DLOCK" run "$N" -- sh -c 'grep "^Max core file size" /proc/$PPID/limits > "$0";
+        grep "^Max core file size" /proc/$$/limits > "$1";
+        stat -c "%u %g" /proc/$PPID/environ > "$2"; stat -c "%u %g" /proc/$$/environ > "$3"' \
+    "$WORK/dlock-core" "$WORK/command-core" "$WORK/dlock-owner" "$WORK/command-owner"
+case $(cat "$WORK/dlock-core") in
+*"size        0 "*) pass "dlock's core limit is 0" ;;
+*) fail "dlock's core limit is not 0: $(cat "$WORK/dlock-core")" ;;
+esac
+[ "$(cat "$WORK/command-core")" = "$caller_core" ] && pass "COMMAND has the caller's core limit" ||
+    fail "COMMAND's core limit is '$(cat "$WORK/command-core")', the caller's '$caller_core'"
+[ "$(cat "$WORK/dlock-owner")" = "0 0" ] && pass "dlock is not dumpable" ||
+    fail "dlock is dumpable: its /proc/PID/environ belongs to $(cat "$WORK/dlock-owner"), not 0 0"
+[ "$(cat "$WORK/command-owner")" = "$want_owner" ] && pass "COMMAND is dumpable" ||
+    fail "COMMAND is not dumpable: its /proc/PID/environ belongs to $(cat "$WORK/command-owner"), not $want_owner"
 
 # Descriptors: fd 7 given to dlock reaches COMMAND; the server connections
 # dlock opened (sockets) do not.

@@ -74,8 +74,8 @@ if [ "$BACKEND" = etcd ]; then
     # The shared etcd runs without auth: a private one with auth on, whose
     # root user has another password.
     start_etcd "right-$$"
-    expect 0 "the right password is accepted" "$DLOCK" --url "etcd://root:right-$$@$ETCD_HOSTPORT" run "$N" -- true
-    BAD_CREDENTIALS="etcd://root:secret@$ETCD_HOSTPORT"
+    expect 0 "the right password is accepted" "$DLOCK" --url "etcd://root:right-$$@$ETCD_HOSTPORT?insecure_auth=1" run "$N" -- true
+    BAD_CREDENTIALS="etcd://root:secret@$ETCD_HOSTPORT?insecure_auth=1"
 else
     # The server has no such user: AUTH fails with WRONGPASS.
     BAD_CREDENTIALS="redis://nosuchuser-$$:secret@$HOSTPORT"

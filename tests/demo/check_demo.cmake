@@ -107,19 +107,59 @@ elseif(CASE STREQUAL "pause_off")
   expect(fence stale_writes_refused EQUAL 0)
 
 elseif(CASE STREQUAL "embedded")
-  # No --url: the demo starts, and stops, a throwaway redis-server.
+  # No --url: the demo starts, and stops, a throwaway redis-server. The one
+  # it finds in PATH is a wrapper that writes down its arguments and the
+  # mode of its socket's folder, then runs the real one: the server has no
+  # password, so it must have no TCP port, and its socket a 0700 folder.
+  find_program(real_redis redis-server REQUIRED)
+  set(bin "${WORK}/bin")
+  file(MAKE_DIRECTORY "${bin}")
+  string(CONFIGURE [=[#!/bin/sh
+prev= sock=
+for a in "$@"; do
+    [ "$prev" = --unixsocket ] && sock=$a
+    prev=$a
+done
+printf '%s\n' "$@" > '@WORK@/redis-args'
+stat -c %a "$(dirname "$sock")" > '@WORK@/socket-folder-mode'
+exec '@real_redis@' "$@"
+]=] wrapper @ONLY)
+  file(WRITE "${bin}/redis-server" "${wrapper}")
+  file(CHMOD "${bin}/redis-server" PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE)
+  set(ENV{PATH} "${bin}:$ENV{PATH}")
   set(report "${WORK}/report.html")
   run_demo(${small} --rounds 6 --seed 3 --mode ttl,fence --report "${report}")
   expect_rc(0)
+  file(READ "${WORK}/redis-args" args)
+  string(REPLACE "\n" ";" args "${args}")
+  foreach(want "--port=0" "--unixsocketperm=700")
+    string(REPLACE "=" ";" want "${want}")
+    list(GET want 0 flag)
+    list(GET want 1 value)
+    list(FIND args "${flag}" at)
+    set(got "(none)")
+    if(at GREATER_EQUAL 0)
+      math(EXPR at "${at} + 1")
+      list(GET args ${at} got)
+    endif()
+    if(NOT got STREQUAL value)
+      message(FATAL_ERROR "the embedded redis-server has ${flag} ${got}, want ${value} "
+                          "(no TCP port, a socket for its user only): ${args}")
+    endif()
+  endforeach()
+  file(STRINGS "${WORK}/socket-folder-mode" mode)
+  if(NOT mode STREQUAL "700")
+    message(FATAL_ERROR "the embedded redis-server's socket folder has mode ${mode}, want 700")
+  endif()
+  if(NOT out MATCHES "throwaway redis-server at unix:///[^ \n]+/redis\\.sock")
+    message(FATAL_ERROR "the output does not name the throwaway redis-server's unix socket")
+  endif()
   file(READ "${json}" doc)
   string(JSON server GET "${doc}" lock_server)
   if(NOT server STREQUAL "embedded")
     message(FATAL_ERROR "expected lock_server embedded, got ${server}")
   endif()
   expect_fence_safe_ttl_not(1)
-  if(NOT out MATCHES "throwaway redis-server at redis://127\\.0\\.0\\.1:[0-9]+")
-    message(FATAL_ERROR "the output does not name the throwaway redis-server")
-  endif()
   # The report: one self-contained page with a timeline per mode.
   file(READ "${report}" html)
   string(REGEX MATCHALL "<svg xmlns" svgs "${html}")

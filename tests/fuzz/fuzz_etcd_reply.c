@@ -478,7 +478,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     req = (login ? 2 : 1) * co.command_timeout_ms + 100;
     snprintf(where, sizeof(where), "etcd 127.0.0.1:%d", port);
     if (login)
-        snprintf(url, sizeof(url), "etcd://fuzzer:pw@127.0.0.1:%d", port);
+        snprintf(url, sizeof(url), "etcd://fuzzer:pw@127.0.0.1:%d?insecure_auth=1", port);
     else
         snprintf(url, sizeof(url), "etcd://127.0.0.1:%d", port);
     t0 = now_ms();

@@ -10,10 +10,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1203,6 +1205,68 @@ static void cli_run_hides_password(void)
     test_redis_stop(&r);
 }
 
+/* dlock demo: --url and --store (both forms, --opt VALUE and --opt=VALUE)
+ * are blanked from its command line. Read when the demo connects to the
+ * lock server, which it does after parsing its options: the "server" is a
+ * socket of the test's that never answers, so the demo then fails. */
+static void demo_hides_url_and_store(void)
+{
+    const char *cli = getenv("DLOCK_CLI");
+#ifdef DLOCK_CLI_PATH
+    if (cli == NULL)
+        cli = DLOCK_CLI_PATH;
+#endif
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    struct pollfd pfd;
+    char url[256], store[256], path[64], cmdline[4096];
+    int lfd, cfd, status;
+    ssize_t n;
+    pid_t pid;
+
+    CHECK(cli != NULL && cli[0] != '\0');
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK((lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0);
+    CHECK(bind(lfd, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(lfd, 4) == 0);
+    CHECK(getsockname(lfd, (struct sockaddr *)&a, &len) == 0);
+    snprintf(url, sizeof(url), "--url=redis://:" SECRET "@127.0.0.1:%d", ntohs(a.sin_port));
+    snprintf(store, sizeof(store), "/nonexistent/store-" SECRET ".db");
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, 1);
+        execl(cli, "dlock", "demo", "payout", url, "--store", store, "--rounds", "1",
+              (char *)NULL);
+        _exit(127);
+    }
+    pfd.fd = lfd;
+    pfd.events = POLLIN;
+    CHECK(poll(&pfd, 1, 60000) == 1); /* a bound for a hung demo, not a timing */
+    CHECK((cfd = accept(lfd, NULL, NULL)) >= 0);
+    snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0);
+    n = read(fd, cmdline, sizeof(cmdline) - 1);
+    close(fd);
+    CHECK(n > 0);
+    for (ssize_t i = 0; i < n; i++)
+        if (cmdline[i] == '\0')
+            cmdline[i] = ' ';
+    cmdline[n] = '\0';
+    fprintf(stderr, "the demo's command line: %s\n", cmdline);
+    CHECK(strstr(cmdline, "s3cr3t") == NULL);
+    CHECK(strstr(cmdline, "redis://") == NULL && strstr(cmdline, "store-") == NULL);
+    CHECK_CONTAINS(cmdline, "--url=*****");
+    CHECK_CONTAINS(cmdline, "--store *****");
+    close(cfd);
+    close(lfd);
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 69);
+}
+
 TEST_MAIN({"names_huge_and_binary", names_huge_and_binary, NULL},
           {"absurd_leases_and_waits", absurd_leases_and_waits, NULL},
           {"credentials_never_in_messages", credentials_never_in_messages, NULL},
@@ -1218,4 +1282,5 @@ TEST_MAIN({"names_huge_and_binary", names_huge_and_binary, NULL},
           {"acl_each_command_needed", acl_each_command_needed, NULL},
           {"failed_acquire_leaves_no_lock", failed_acquire_leaves_no_lock, NULL},
           {"broken_fence_state", broken_fence_state, NULL},
-          {"cli_run_hides_password", cli_run_hides_password, "cli"})
+          {"cli_run_hides_password", cli_run_hides_password, "cli"},
+          {"demo_hides_url_and_store", demo_hides_url_and_store, "cli"})

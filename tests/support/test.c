@@ -356,6 +356,7 @@ static char *etcd_http(const test_etcd *e, int port, const char *path, const cha
     }
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_PROXY, ""); /* never http_proxy: the servers are local */
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, etcd_on_data);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);

@@ -47,6 +47,46 @@ static int check_file(const char *what, const char *path)
     return DLOCK_OK;
 }
 
+/*
+ * proxy=URL: the only way a proxy is used. libcurl would otherwise take one
+ * from http_proxy, https_proxy or ALL_PROXY, and send it the login request
+ * with the password (common_options turns that off). A proxy's own
+ * credentials (user:password@ in proxy=) are refused: the URL's redacted
+ * form, in every message, hides only the etcd password.
+ */
+static int check_proxy(const dlock_url *url)
+{
+    const char *proxy = dlock_url_param_get(url, "proxy");
+
+    if (proxy == NULL)
+        return DLOCK_OK;
+    if (proxy[0] == '\0' || strstr(proxy, "://") == NULL)
+        return dlock__fail(DLOCK_EINVAL, "%s URL: proxy= wants a proxy URL, like "
+                           "proxy=http://host:3128", url->scheme);
+    if (strchr(proxy, '@') != NULL)
+        return dlock__fail(DLOCK_EINVAL, "%s URL: proxy= with credentials (user:password@) is "
+                           "not supported", url->scheme);
+    return DLOCK_OK;
+}
+
+/*
+ * user:password@ on plain etcd:// sends the password, and then the token,
+ * in clear text on every request: refused unless insecure_auth=1 says that
+ * this is meant (a loopback or otherwise private network).
+ */
+static int check_insecure_auth(const dlock_url *url, int tls)
+{
+    const char *v = dlock_url_param_get(url, "insecure_auth");
+
+    if (v != NULL && strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
+        return dlock__fail(DLOCK_EINVAL, "%s URL: insecure_auth= is 0 or 1", url->scheme);
+    if (!tls && url->user != NULL && (v == NULL || strcmp(v, "1") != 0))
+        return dlock__fail(DLOCK_EINVAL, "etcd URL: user:password@ over plain etcd:// would "
+                           "send the password in clear text: use etcds://, or add "
+                           "?insecure_auth=1 to allow it");
+    return DLOCK_OK;
+}
+
 int dlock__etcd_new(dlock__etcd **out, const dlock_url *url, const dlock_client_options *opts)
 {
     dlock__etcd *e;
@@ -73,13 +113,17 @@ int dlock__etcd_new(dlock__etcd **out, const dlock_url *url, const dlock_client_
                            url->scheme);
     for (size_t i = 0; i < url->nparams; i++) {
         const char *k = url->params[i].key;
+        if (strcmp(k, "proxy") == 0 || strcmp(k, "insecure_auth") == 0)
+            continue;
         if (strcmp(k, "cacert") != 0 && strcmp(k, "cert") != 0 && strcmp(k, "key") != 0)
             return dlock__fail(DLOCK_EINVAL, "%s URL: unknown parameter '%.32s' (known: cacert, "
-                               "cert, key)", url->scheme, k);
+                               "cert, key, proxy, insecure_auth)", url->scheme, k);
         if (!tls)
             return dlock__fail(DLOCK_EINVAL, "etcd URL: '%s' is a TLS option: use etcds:// for "
                                "https endpoints", k);
     }
+    if ((rc = check_proxy(url)) != DLOCK_OK || (rc = check_insecure_auth(url, tls)) != DLOCK_OK)
+        return rc;
 
     e = calloc(1, sizeof(*e));
     if (e == NULL)
@@ -107,6 +151,7 @@ int dlock__etcd_new(dlock__etcd **out, const dlock_url *url, const dlock_client_
     e->cacert = dlock_url_param_get(url, "cacert");
     e->cert = dlock_url_param_get(url, "cert");
     e->key = dlock_url_param_get(url, "key");
+    e->proxy = dlock_url_param_get(url, "proxy");
     e->user = url->user;
     e->password = url->password;
     e->connect_timeout_ms = opts->connect_timeout_ms;
@@ -217,6 +262,11 @@ static void common_options(dlock__etcd *e, CURL *easy)
     curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, open_socket);
     curl_easy_setopt(easy, CURLOPT_USERAGENT, e->user_agent);
     curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
+    /* Only proxy= chooses a proxy: "" turns off the environment's
+     * (http_proxy, https_proxy, ALL_PROXY), and NO_PROXY "*" too. */
+    curl_easy_setopt(easy, CURLOPT_PROXY, e->proxy != NULL ? e->proxy : "");
+    if (e->proxy == NULL)
+        curl_easy_setopt(easy, CURLOPT_NOPROXY, "*");
 #if LIBCURL_VERSION_NUM >= 0x075500
     curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
 #else
@@ -308,6 +358,52 @@ void dlock__etcd_conn_put(dlock__etcd *e, dlock__etcd_conn *c)
 static int call_body(dlock__etcd *e, dlock__etcd_conn *c, const char *path, const char *body,
                      int with_token, int stream, json_t **out);
 
+/*
+ * The login request's body holds the password, and jansson's own copies
+ * are freed without being wiped: json_dumps builds the text in a buffer
+ * that it grows and frees, and the password's json_t keeps a copy. So the
+ * text is written into one buffer of ours, sized for the worst case (every
+ * byte escaped as \u00XX) so that it never moves, which the caller wipes;
+ * and the json_t's copy is wiped before it is freed (wipe_json_string).
+ */
+typedef struct {
+    char *buf;
+    size_t len, cap;
+} fixed_buf;
+
+static int append_fixed(const char *chunk, size_t n, void *arg)
+{
+    fixed_buf *b = arg;
+
+    if (n >= b->cap - b->len)
+        return -1;
+    memcpy(b->buf + b->len, chunk, n);
+    b->len += n;
+    b->buf[b->len] = '\0';
+    return 0;
+}
+
+static char *login_body(const json_t *req, size_t secret_bytes)
+{
+    fixed_buf b = {NULL, 0, 64 + 6 * secret_bytes};
+
+    if ((b.buf = malloc(b.cap)) == NULL)
+        return NULL;
+    b.buf[0] = '\0';
+    if (json_dump_callback(req, append_fixed, &b, JSON_COMPACT) != 0) {
+        explicit_bzero(b.buf, b.cap);
+        free(b.buf);
+        return NULL;
+    }
+    return b.buf;
+}
+
+static void wipe_json_string(json_t *s)
+{
+    if (json_is_string(s))
+        explicit_bzero((char *)json_string_value(s), json_string_length(s));
+}
+
 /* Log in and keep the token, unless another thread already replaced the
  * token of generation gen. */
 static int login(dlock__etcd *e, dlock__etcd_conn *c, unsigned long gen)
@@ -326,14 +422,15 @@ static int login(dlock__etcd *e, dlock__etcd_conn *c, unsigned long gen)
         return DLOCK_OK;
     }
     req = json_pack("{s:s, s:s}", "name", e->user, "password", e->password);
-    body = req != NULL ? json_dumps(req, JSON_COMPACT) : NULL;
+    body = req != NULL ? login_body(req, strlen(e->user) + strlen(e->password)) : NULL;
+    wipe_json_string(json_object_get(req, "password"));
     json_decref(req);
     if (body == NULL) {
         pthread_mutex_unlock(&e->login_mu);
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
     }
     rc = call_body(e, c, "/v3/auth/authenticate", body, 0, 0, &reply);
-    explicit_bzero(body, strlen(body)); /* memset before free may be optimized away */
+    explicit_bzero(body, strlen(body)); /* a memset before free may be optimised away */
     free(body);
     if (rc == DLOCK_OK) {
         token = json_object_get(reply, "token");
@@ -356,6 +453,10 @@ static int login(dlock__etcd *e, dlock__etcd_conn *c, unsigned long gen)
             }
         }
     }
+    /* The token's other copies: the reply as received, and jansson's. */
+    if (c->buf != NULL)
+        explicit_bzero(c->buf, c->len);
+    wipe_json_string(json_object_get(reply, "token"));
     json_decref(reply);
     pthread_mutex_unlock(&e->login_mu);
     return rc;
@@ -484,7 +585,7 @@ int dlock__etcd_call_pair(dlock__etcd *e, dlock__etcd_conn *c, dlock__etcd_pair 
     for (int i = 0; i < 2; i++) {
         if (cs[i]->headers != NULL) {
             curl_easy_setopt(cs[i]->easy, CURLOPT_HTTPHEADER, NULL);
-            curl_slist_free_all(cs[i]->headers);
+            dlock__etcd_headers_free(cs[i]->headers);
             cs[i]->headers = NULL;
         }
     }

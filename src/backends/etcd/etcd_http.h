@@ -128,9 +128,14 @@ void dlock__etcd_endpoint_failed(dlock__etcd *e, size_t endpoint);
 /*
  * Prepare easy (a handle of the caller's) for a streaming POST of body to
  * path on endpoint: TLS, auth header, connect timeout, no total timeout. The
- * header list is returned in *headers for the caller to free after the
- * transfer.
+ * header list is returned in *headers for the caller to free with
+ * dlock__etcd_headers_free after the transfer.
  */
+/* Free a header list of this backend's, wiping each line first: one holds
+ * the auth token, and curl_slist_free_all frees its copy as it is. NULL is
+ * a no-op. */
+void dlock__etcd_headers_free(struct curl_slist *headers);
+
 int dlock__etcd_setup_stream(dlock__etcd *e, CURL *easy, size_t endpoint, const char *path,
                              const char *body, struct curl_slist **headers);
 

@@ -25,6 +25,7 @@ struct dlock__etcd {
     atomic_size_t current;
     int tls;                          /* etcds:// */
     const char *cacert, *cert, *key; /* borrowed from the client's URL */
+    const char *proxy;               /* proxy=, borrowed too; NULL: none */
     const char *user, *password;
     int64_t connect_timeout_ms;
     int64_t command_timeout_ms;

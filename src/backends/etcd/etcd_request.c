@@ -40,7 +40,7 @@ struct curl_slist *dlock__etcd_headers(dlock__etcd *e, int with_token, unsigned 
         if (line != NULL) {
             snprintf(line, n, "Authorization: %s", e->token);
             t = curl_slist_append(h, line);
-            memset(line, 0, n);
+            explicit_bzero(line, n); /* a memset before free may be optimised away */
             free(line);
         }
         if (line == NULL || t == NULL) {
@@ -53,8 +53,15 @@ struct curl_slist *dlock__etcd_headers(dlock__etcd *e, int with_token, unsigned 
     return h;
 
 oom:
-    curl_slist_free_all(h);
+    dlock__etcd_headers_free(h);
     return NULL;
+}
+
+void dlock__etcd_headers_free(struct curl_slist *headers)
+{
+    for (struct curl_slist *l = headers; l != NULL; l = l->next)
+        explicit_bzero(l->data, strlen(l->data));
+    curl_slist_free_all(headers);
 }
 
 /* curl's message, for "etcd host: message": its first letter lower-cased,
@@ -272,7 +279,7 @@ int dlock__etcd_finish(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const ch
 
     *out = NULL;
     curl_easy_setopt(c->easy, CURLOPT_HTTPHEADER, NULL);
-    curl_slist_free_all(c->headers);
+    dlock__etcd_headers_free(c->headers);
     c->headers = NULL;
     if (res == CURLE_OUT_OF_MEMORY) {
         *rc = dlock__fail(DLOCK_ENOMEM, "%s: out of memory", where);

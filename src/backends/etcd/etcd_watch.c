@@ -247,7 +247,7 @@ void dlock__etcd_stream_close(dlock__etcd_stream *s)
         curl_easy_cleanup(s->easy);
     if (s->multi != NULL)
         curl_multi_cleanup(s->multi);
-    curl_slist_free_all(s->headers);
+    dlock__etcd_headers_free(s->headers);
     free(s->key);
     free(s->line);
     free(s);

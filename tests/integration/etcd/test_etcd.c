@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "backends/etcd/etcd_codec.h"
+#include "chaos_proxy.h"
 #include "test.h"
 
 static dlock_client *open_url(const char *url)
@@ -661,13 +662,13 @@ static void auth_user_password(void)
 
     CHECK_RC(dlock_client_open(&c, e.url, NULL), DLOCK_EAUTH);
     CHECK_CONTAINS(dlock_error_message(), "user:password");
-    snprintf(url, sizeof(url), "etcd://root:wrong-pass@127.0.0.1:%d", e.client_port[0]);
+    snprintf(url, sizeof(url), "etcd://root:wrong-pass@127.0.0.1:%d?insecure_auth=1", e.client_port[0]);
     CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_EAUTH);
     CHECK(strstr(dlock_error_message(), "wrong-pass") == NULL);
     CHECK_CONTAINS(dlock_error_message(), "authentication failed");
     CHECK(c == NULL);
 
-    snprintf(url, sizeof(url), "etcd://root:s3cret-pw@127.0.0.1:%d", e.client_port[0]);
+    snprintf(url, sizeof(url), "etcd://root:s3cret-pw@127.0.0.1:%d?insecure_auth=1", e.client_port[0]);
     c = open_url(url);
     c2 = open_url(url);
     CHECK_RC(dlock_acquire(&l, c, "guarded", NULL), DLOCK_OK);
@@ -690,6 +691,86 @@ static void auth_user_password(void)
     CHECK_RC(dlock_release(l), DLOCK_OK);
     dlock_client_free(c);
     dlock_client_free(c2);
+    test_etcd_stop(&e);
+}
+
+/* Lock, check and release through c: the client works. */
+static void use_client(dlock_client *c)
+{
+    dlock_lock *l;
+
+    CHECK_RC(dlock_acquire(&l, c, "proxied", NULL), DLOCK_OK);
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+}
+
+/*
+ * Credentials and proxies (README, Security). The proxy is the chaos
+ * harness's TCP relay to the member, which serves a proxy's request
+ * ("POST http://127.0.0.1:PORT/v3/...") like any other, and counts the
+ * connections it gets:
+ * - http_proxy, https_proxy and ALL_PROXY pointing at it are ignored: a
+ *   client with user:password@ works and the relay gets no connection;
+ * - proxy=http://127.0.0.1:RELAY does go through it;
+ * - user:password@ over plain etcd:// without insecure_auth=1 is refused,
+ *   naming the parameter, before anything is sent.
+ */
+static void credentials_and_proxies(void)
+{
+    static const char *const vars[] = {"http_proxy", "HTTP_PROXY", "https_proxy",
+                                       "HTTPS_PROXY", "ALL_PROXY", "all_proxy"};
+    test_etcd e;
+    chaos_proxy *relay;
+    dlock_client *c = NULL;
+    char url[300], proxy[64];
+    int rc;
+
+    test_etcd_start(&e, 1, NULL);
+    post_ok(&e, "/v3/auth/user/add", "{\"name\":\"root\",\"password\":\"s3cret-pw\"}");
+    post_ok(&e, "/v3/auth/user/grant", "{\"user\":\"root\",\"role\":\"root\"}");
+    post_ok(&e, "/v3/auth/enable", "{}");
+    CHECK(chaos_proxy_start(&relay, e.client_port[0]) == 0);
+    snprintf(proxy, sizeof(proxy), "http://127.0.0.1:%d", chaos_proxy_port(relay));
+
+    snprintf(url, sizeof(url), "etcd://root:s3cret-pw@127.0.0.1:%d", e.client_port[0]);
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "insecure_auth=1");
+    CHECK(strstr(dlock_error_message(), "s3cret-pw") == NULL);
+    snprintf(url, sizeof(url), "etcd://root:s3cret-pw@127.0.0.1:%d?insecure_auth=yes",
+             e.client_port[0]);
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_EINVAL);
+    CHECK(c == NULL);
+    CHECK(chaos_proxy_accepted(relay) == 0);
+
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+        CHECK(setenv(vars[i], proxy, 1) == 0);
+    CHECK(unsetenv("NO_PROXY") == 0 && unsetenv("no_proxy") == 0);
+    snprintf(url, sizeof(url), "etcd://root:s3cret-pw@127.0.0.1:%d?insecure_auth=1",
+             e.client_port[0]);
+    rc = dlock_client_open(&c, url, NULL);
+    fprintf(stderr, "connections to the proxy of the environment: %d\n",
+            chaos_proxy_accepted(relay));
+    CHECK(chaos_proxy_accepted(relay) == 0);
+    CHECK_RC(rc, DLOCK_OK);
+    use_client(c);
+    dlock_client_free(c);
+    CHECK(chaos_proxy_accepted(relay) == 0);
+
+    /* proxy= is followed (the environment's proxy is still set: the same). */
+    snprintf(url, sizeof(url), "etcd://root:s3cret-pw@127.0.0.1:%d?insecure_auth=1&proxy=%s",
+             e.client_port[0], proxy);
+    c = open_url(url);
+    use_client(c);
+    dlock_client_free(c);
+    CHECK(chaos_proxy_accepted(relay) > 0);
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+        CHECK(unsetenv(vars[i]) == 0);
+
+    snprintf(url, sizeof(url), "etcd://127.0.0.1:%d?proxy=http://u:p@127.0.0.1:1",
+             e.client_port[0]);
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "proxy=");
+    chaos_proxy_stop(relay);
     test_etcd_stop(&e);
 }
 
@@ -1170,6 +1251,7 @@ TEST_MAIN({"codec", codec, NULL}, {"url_and_open_errors", url_and_open_errors, N
           {"status_fence_semantics", status_fence_semantics, NULL},
           {"multi_lock", multi_lock, NULL},
           {"auth_user_password", auth_user_password, "watchdog"},
+          {"credentials_and_proxies", credentials_and_proxies, NULL},
           {"tls_with_client_certificate", tls_with_client_certificate, NULL},
           {"cluster_kill_member_while_holding", cluster_kill_member_while_holding, "watchdog"},
           {"cluster_kill_member_while_waiting", cluster_kill_member_while_waiting, "watchdog"},
