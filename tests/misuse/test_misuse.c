@@ -463,6 +463,14 @@ static void garbage_server(void)
     static const char *const fence_zero[] = {OK, "*2\r\n:1\r\n:0\r\n", NULL};
     static const char *const fence_negative[] = {OK, "*2\r\n:1\r\n:-4\r\n", NULL};
     static const char *const fence_string[] = {OK, "*2\r\n:1\r\n$1\r\n7\r\n", NULL};
+    /* Integers outside int64_t: hiredis 0.14 refuses them (its parser checks
+     * the range; a parser without the check would read -1, INT64_MIN and 5). */
+    static const char *const fence_u64_max[] = {OK, "*2\r\n:1\r\n:18446744073709551615\r\n",
+                                                NULL};
+    static const char *const fence_int64_max_plus_1[] = {
+        OK, "*2\r\n:1\r\n:9223372036854775808\r\n", NULL};
+    static const char *const fence_wraps_to_5[] = {OK, "*2\r\n:1\r\n:18446744073709551621\r\n",
+                                                   NULL};
     static const char *const short_array[] = {OK, "*1\r\n:1\r\n", NULL};
     static const char *const error_reply[] = {OK, "-ERR kaboom\r\n", NULL};
     static const char *const half_reply[] = {OK, FAKE_CLOSE_AFTER "*2\r\n:1\r\n", NULL};
@@ -483,6 +491,9 @@ static void garbage_server(void)
         {"fence 0", fence_zero, 1, DLOCK_EPROTO, "fence <= 0"},
         {"negative fence", fence_negative, 1, DLOCK_EPROTO, "fence <= 0"},
         {"fence as a string", fence_string, 1, DLOCK_EPROTO, "acquire script"},
+        {"fence 2^64-1", fence_u64_max, 1, DLOCK_EPROTO, "Bad integer value"},
+        {"fence 2^63", fence_int64_max_plus_1, 1, DLOCK_EPROTO, "Bad integer value"},
+        {"fence 2^64+5", fence_wraps_to_5, 1, DLOCK_EPROTO, "Bad integer value"},
         {"one-element array", short_array, 1, DLOCK_EPROTO, "acquire script"},
         {"error reply", error_reply, 1, DLOCK_ESERVER, "ERR kaboom"},
         {"half a reply, then hang up", half_reply, 1, DLOCK_ECONN, "closed the connection"},
@@ -540,6 +551,43 @@ static void garbage_server(void)
         dlock_client_free(c);
         fake_stop(&f);
     }
+}
+
+/* A 60 MB bulk string where a script's reply belongs: the client refuses it
+ * once a reply passes its cap (1 MiB) and hangs up, long before the server
+ * has sent it all, and the next call connects again. */
+static void huge_bulk_reply_refused(void)
+{
+    static const char *const big[] = {OK, FAKE_BIG_BULK, NULL};
+    static const char *const then_ok[] = {OK, ACQ_OK, NULL};
+    dlock_client_options co = short_timeouts(5000);
+    dlock_client *c = NULL;
+    dlock_lock *l = NULL;
+    fake_server f;
+    size_t sent;
+
+    memset(&f, 0, sizeof(f));
+    f.scripts[0] = big;
+    f.scripts[1] = then_ok;
+    f.nscripts = 2;
+    fake_start(&f);
+    CHECK_RC(dlock_client_open(&c, f.url, &co), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "g", NULL), DLOCK_EPROTO);
+    fprintf(stderr, "60 MB bulk: %s\n", dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), "longer than 1048576 bytes, refused");
+    CHECK_CONTAINS(dlock_error_message(), f.url + strlen("redis://"));
+    CHECK(l == NULL);
+    /* The connection was dropped: the next call opens a new one, which the
+     * fake server answers with its second script. */
+    CHECK_RC(dlock_acquire(&l, c, "g", NULL), DLOCK_OK);
+    dlock_release(l); /* the script is over: the server hangs up */
+    dlock_client_free(c);
+    fake_stop(&f);
+    sent = __atomic_load_n(&f.big_sent, __ATOMIC_SEQ_CST);
+    fprintf(stderr, "the server sent %zu of %d bytes before the client hung up\n", sent,
+            FAKE_BIG_BYTES);
+    CHECK(f.big_cut);
+    CHECK(sent < FAKE_BIG_BYTES);
 }
 
 /* Garbage in the watchdog's renewals: the lock is kept while the lease
@@ -1113,6 +1161,7 @@ TEST_MAIN({"names_huge_and_binary", names_huge_and_binary, NULL},
           {"wrong_password", wrong_password, NULL},
           {"unreachable_and_silent_server", unreachable_and_silent_server, NULL},
           {"garbage_server", garbage_server, NULL}, {"garbage_renewal", garbage_renewal, NULL},
+          {"huge_bulk_reply_refused", huge_bulk_reply_refused, NULL},
           {"no_on_lost_after_release", no_on_lost_after_release, "watchdog"},
           {"handle_after_client_free", handle_after_client_free, NULL},
           {"lock_used_from_other_thread", lock_used_from_other_thread, "watchdog"},

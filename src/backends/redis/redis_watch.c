@@ -228,7 +228,9 @@ static int read_replies(dlock__redis_watcher *w)
         if (redisGetReplyFromReader(w->conn.ctx, (void **)&r) != REDIS_OK)
             return -1;
         if (r == NULL)
-            return 0;
+            /* What is left is one reply still arriving: a message too
+             * long for any dlock channel drops the connection. */
+            return dlock__redis_conn_over_cap(&w->conn) ? -1 : 0;
         handle_reply(w, r);
         freeReplyObject(r);
     }
