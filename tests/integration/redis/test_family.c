@@ -347,6 +347,102 @@ static void fair_fifo_ten_waiters(void)
     test_redis_stop(&r);
 }
 
+/* Every message published on the prefix's channels, read by a spy with
+ * PSUBSCRIBE dlock:* until one on dlock:spy-stop. */
+typedef struct {
+    int port;
+    atomic_int subscribed;
+    int n;
+    char msgs[64][160];
+} spy_state;
+
+static void *spy_main(void *p)
+{
+    spy_state *s = p;
+    redisContext *c = redisConnect("127.0.0.1", s->port);
+    redisReply *rep;
+
+    CHECK(c != NULL && !c->err);
+    rep = redisCommand(c, "PSUBSCRIBE dlock:*");
+    CHECK(rep != NULL);
+    freeReplyObject(rep);
+    atomic_store(&s->subscribed, 1);
+    for (;;) {
+        CHECK(redisGetReply(c, (void **)&rep) == REDIS_OK);
+        CHECK(rep->type == REDIS_REPLY_ARRAY && rep->elements == 4);
+        if (strcmp(rep->element[2]->str, "dlock:spy-stop") == 0) {
+            freeReplyObject(rep);
+            break;
+        }
+        CHECK(s->n < 64);
+        snprintf(s->msgs[s->n++], sizeof(s->msgs[0]), "%s", rep->element[3]->str);
+        freeReplyObject(rep);
+    }
+    redisFree(c);
+    return NULL;
+}
+
+/* The fair queue's hand-offs wake the head waiter by name, on a channel
+ * anyone with SUBSCRIBE on the prefix reads: the name is a random id of the
+ * waiter's, never an owner token (which release and extend check). A spy
+ * sees every message of two hand-offs; none holds the holder's or a
+ * waiter's token (read from the server's holds), and the targeted ones
+ * name the queued ids. */
+static void fair_tokens_never_on_channels(void)
+{
+    test_redis r;
+    dlock_client *ch, *cw[2];
+    dlock_lock *h;
+    dlock_acquire_options o = kopts(DLOCK_KIND_FAIR, 60000, 10000);
+    test_acquirer w[2];
+    pthread_t t[2], spy;
+    spy_state *s = calloc(1, sizeof(*s));
+    char tokens[3][64], ids[2][64];
+    int named = 0;
+
+    test_redis_start(&r, NULL);
+    s->port = r.port;
+    CHECK(pthread_create(&spy, NULL, spy_main, s) == 0);
+    wait_atomic(&s->subscribed, 1, "spy subscribed");
+    ch = open_client(&r);
+    CHECK_RC(dlock_acquire(&h, ch, "ft", &o), DLOCK_OK);
+    raw_string(&r, tokens[0], sizeof(tokens[0]), "HKEYS dlock:{ft}:holds");
+    for (int i = 0; i < 2; i++) {
+        cw[i] = open_client(&r);
+        test_acquirer_init(&w[i], cw[i], "ft", o);
+        CHECK(pthread_create(&t[i], NULL, test_acquirer_main, &w[i]) == 0);
+        wait_cmd(&r, i + 1, "ZCARD %s", "dlock:{ft}:queue");
+    }
+    raw_string(&r, ids[0], sizeof(ids[0]), "ZRANGE dlock:{ft}:queue 0 0");
+    raw_string(&r, ids[1], sizeof(ids[1]), "ZRANGE dlock:{ft}:queue 1 1");
+    CHECK_RC(dlock_release(h), DLOCK_OK);
+    for (int i = 0; i < 2; i++) {
+        CHECK(pthread_join(t[i], NULL) == 0);
+        CHECK_RC(w[i].rc, DLOCK_OK);
+        raw_string(&r, tokens[i + 1], sizeof(tokens[i + 1]), "HKEYS dlock:{ft}:holds");
+        CHECK_RC(dlock_release(w[i].lock), DLOCK_OK);
+    }
+    CHECK(test_redis_cmd(&r, "PUBLISH dlock:spy-stop x") == 1);
+    CHECK(pthread_join(spy, NULL) == 0);
+    for (int i = 0; i < 3; i++)
+        CHECK(strlen(tokens[i]) == 32);
+    for (int m = 0; m < s->n; m++) {
+        fprintf(stderr, "message %d: %s\n", m, s->msgs[m]);
+        for (int i = 0; i < 3; i++)
+            if (strstr(s->msgs[m], tokens[i]) != NULL) {
+                fprintf(stderr, "  holds the owner token of %s\n", i ? "a waiter" : "the holder");
+                exit(1);
+            }
+        named += strcmp(s->msgs[m], ids[0]) == 0 || strcmp(s->msgs[m], ids[1]) == 0;
+    }
+    CHECK(named == 2); /* each release named the next waiter */
+    for (int i = 0; i < 2; i++)
+        dlock_client_free(cw[i]);
+    dlock_client_free(ch);
+    free(s);
+    test_redis_stop(&r);
+}
+
 /* A waiter killed in the queue does not block it: its place expires in
  * server time and the next waiter gets the lock. One that gives up leaves
  * at once. */
@@ -1696,6 +1792,7 @@ TEST_MAIN({"reentrant_counts", reentrant_counts, "watchdog"},
           {"reentrant_stale_handle_is_lost", reentrant_stale_handle_is_lost, NULL},
           {"fair_fifo_ten_waiters", fair_fifo_ten_waiters, NULL},
           {"fair_killed_waiter_does_not_block", fair_killed_waiter_does_not_block, NULL},
+          {"fair_tokens_never_on_channels", fair_tokens_never_on_channels, NULL},
           {"rw_readers_parallel_writers_alone", rw_readers_parallel_writers_alone, NULL},
           {"rw_writer_not_starved", rw_writer_not_starved, "watchdog"},
           {"rw_downgrade_and_upgrade", rw_downgrade_and_upgrade, "watchdog"},
