@@ -123,6 +123,57 @@ static void late_grant_not_trusted(void)
 }
 
 /*
+ * A forged grant. Anyone allowed to PUBLISH on the prefix's channels can
+ * send "grant WAITER-ID FENCE" with any text for FENCE (the waiter id is
+ * readable in the hand-off slot by whoever can read the keys). The waiter
+ * takes a grant as a wake-up only and never reads its fence: its try finds
+ * the lock still held, it sleeps again, and when the holder releases it
+ * gets the lock with the server's fence (2), not 2^64-1.
+ */
+static void forged_grant_is_only_a_wake_up(void)
+{
+    static const char *const fences[] = {"18446744073709551615", "9223372036854775808", "-1",
+                                         "99999999999999999999999999", "x"};
+    test_redis r;
+    dlock_client *ca, *cw;
+    dlock_lock *a;
+    dlock_acquire_options hold = test_opts(0, 30000, 0);
+    test_acquirer w;
+    pthread_t t;
+    char entry[256], wid[64];
+
+    test_redis_start(&r, NULL);
+    ca = open_url(r.url, 5000);
+    cw = open_url(r.url, 5000);
+    CHECK_RC(dlock_acquire(&a, ca, "forged", &hold), DLOCK_OK);
+    test_acquirer_init(&w, cw, "forged", test_opts(60000, 20000, 1));
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &w) == 0);
+    wait_for_key(&r, "dlock:{forged}:next");
+    get_string(&r, "dlock:{forged}:next", entry, sizeof(entry));
+    CHECK(sscanf(entry, "%63s", wid) == 1);
+    for (size_t i = 0; i < sizeof(fences) / sizeof(fences[0]); i++) {
+        long long before = test_redis_calls(&r, "evalsha");
+        char grant[128];
+
+        snprintf(grant, sizeof(grant), "grant %s %s", wid, fences[i]);
+        CHECK(test_redis_cmd(&r, "PUBLISH dlock:{forged}:release %s", grant) == 1);
+        /* It woke and asked the server, which said busy. */
+        for (int k = 0; k < 2000 && test_redis_calls(&r, "evalsha") == before; k++)
+            test_sleep_ms(10);
+        CHECK(test_redis_calls(&r, "evalsha") > before);
+        CHECK(!atomic_load(&w.done));
+    }
+    CHECK_RC(dlock_release(a), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(w.rc, DLOCK_OK);
+    CHECK(dlock_lock_fence(w.lock) == 2);
+    CHECK_RC(dlock_release(w.lock), DLOCK_OK);
+    dlock_client_free(ca);
+    dlock_client_free(cw);
+    test_redis_stop(&r);
+}
+
+/*
  * The same hand-off, not late: a grant is confirmed by one try, and the
  * lease the handle believes is one the server keeps.
  */
@@ -455,6 +506,7 @@ static void timed_out_tries_leave_nothing(void)
 }
 
 TEST_MAIN({"late_grant_not_trusted", late_grant_not_trusted, "redis"},
+          {"forged_grant_is_only_a_wake_up", forged_grant_is_only_a_wake_up, "redis"},
           {"hand_off_lease_is_the_servers", hand_off_lease_is_the_servers, "redis"},
           {"dead_waiter_costs_the_confirm_window", dead_waiter_costs_the_confirm_window, "redis"},
           {"extend_races_watchdog", extend_races_watchdog, "redis"},
