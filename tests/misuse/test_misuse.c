@@ -1084,6 +1084,17 @@ static void broken_fence_state(void)
     CHECK_RC(dlock_acquire(&l, c, "bf", NULL), DLOCK_OK);
     CHECK(dlock_lock_fence(l) == 43);
     CHECK_RC(dlock_release(l), DLOCK_OK);
+
+    /* A counter SET by hand up to 2^53 - 1, the highest fence a script
+     * returns exactly (Lua numbers are doubles): that fence is issued, the
+     * next is refused, and no lock is left without a fence. */
+    CHECK(test_redis_cmd(&r, "SET dlock:{max}:fence 9007199254740990") >= 0);
+    CHECK_RC(dlock_acquire(&l, c, "max", NULL), DLOCK_OK);
+    CHECK(dlock_lock_fence(l) == 9007199254740991ULL);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "max", NULL), DLOCK_ESERVER);
+    CHECK_CONTAINS(dlock_error_message(), "dlock:{max}:fence would pass 9007199254740991");
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{max}") == 0);
     dlock_client_free(c);
     test_redis_stop(&r);
 }
