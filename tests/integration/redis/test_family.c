@@ -1930,6 +1930,20 @@ static void fence_floor_per_trust_domain(void)
     f = fence_of_next(ca, "v");
     fprintf(stderr, "after tenant B's attempts: v's fence %llu\n", (unsigned long long)f);
     CHECK(f == 4);
+
+    /* The scripts retire only their own prefix's counters: a registry entry
+     * naming b:'s counter, run by a user whom no ACL stops (the default
+     * user), is dropped, not retired into a:'s floor. */
+    CHECK(test_redis_cmd(&r, "ZADD a:fence-registry 0 b:{v}:fence") == 1);
+    {
+        dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+        co.key_prefix = "a:";
+        CHECK_RC(dlock_client_open(&ca2, r.url, &co), DLOCK_OK);
+        fence_of_next(ca2, "w3");
+        dlock_client_free(ca2);
+    }
+    CHECK(test_redis_cmd(&r, "ZSCORE a:fence-registry b:{v}:fence") == -1); /* nil: dropped */
+    CHECK(test_redis_cmd(&r, "EXISTS b:{v}:fence") == 1);
     dlock_client_free(ca);
     dlock_client_free(cb);
     test_redis_stop(&r);
