@@ -590,6 +590,82 @@ static void huge_bulk_reply_refused(void)
     CHECK(sent < FAKE_BIG_BYTES);
 }
 
+/* The id of the server's connection named name (CLIENT LIST), 0 if none. */
+static long long client_id(test_redis *r, const char *name)
+{
+    struct timeval tv = {2, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
+    redisReply *rep;
+    char want[64];
+    long long id = 0;
+
+    CHECK(c != NULL && c->err == 0);
+    rep = redisCommand(c, "CLIENT LIST");
+    CHECK(rep != NULL && rep->type == REDIS_REPLY_STRING);
+    snprintf(want, sizeof(want), " name=%s ", name);
+    for (char *line = rep->str; line != NULL && *line != '\0';) {
+        char *end = strchr(line, '\n');
+        if (end != NULL)
+            *end = '\0';
+        if (strstr(line, want) != NULL)
+            sscanf(line, "id=%lld", &id);
+        line = end != NULL ? end + 1 : NULL;
+    }
+    freeReplyObject(rep);
+    redisFree(c);
+    return id;
+}
+
+/* The same cap on the subscriber's connection: a 2 MB message on a lock's
+ * channel (anyone who may PUBLISH there can send one) makes the subscriber
+ * hang up and connect again; its waiter is woken, sleeps again, and still
+ * gets the lock when the holder releases it. */
+static void huge_message_drops_subscriber(void)
+{
+    enum { BIG = 2 * 1024 * 1024 };
+    test_redis r;
+    dlock_client *ch, *cw;
+    dlock_lock *h;
+    test_acquirer w;
+    pthread_t t;
+    char *big = malloc(BIG);
+    long long sub;
+
+    CHECK(big != NULL);
+    memset(big, 'x', BIG);
+    test_redis_start(&r, NULL);
+    ch = open_url(r.url);
+    cw = open_url(r.url);
+    CHECK_RC(dlock_acquire(&h, ch, "m", NULL), DLOCK_OK);
+    test_acquirer_init(&w, cw, "m", test_opts(60000, 30000, 1));
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &w) == 0);
+    for (int i = 0; i < 2000 && test_redis_numsub(&r, "dlock:{m}:release") != 1; i++)
+        test_sleep_ms(10);
+    CHECK(test_redis_numsub(&r, "dlock:{m}:release") == 1);
+    sub = client_id(&r, "dlock-sub");
+    CHECK(sub != 0);
+    CHECK(test_redis_cmd(&r, "PUBLISH dlock:{m}:release %b", big, (size_t)BIG) == 1);
+    /* The subscriber hung up and is back, subscribed again. */
+    for (int i = 0; i < 2000; i++) {
+        long long now = client_id(&r, "dlock-sub");
+        if (now != 0 && now != sub && test_redis_numsub(&r, "dlock:{m}:release") == 1)
+            break;
+        test_sleep_ms(10);
+    }
+    fprintf(stderr, "subscriber connection: id %lld, after the 2 MB message %lld\n", sub,
+            client_id(&r, "dlock-sub"));
+    CHECK(client_id(&r, "dlock-sub") != sub);
+    CHECK(!atomic_load(&w.done));
+    CHECK_RC(dlock_release(h), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(w.rc, DLOCK_OK);
+    CHECK_RC(dlock_release(w.lock), DLOCK_OK);
+    dlock_client_free(ch);
+    dlock_client_free(cw);
+    free(big);
+    test_redis_stop(&r);
+}
+
 /* Garbage in the watchdog's renewals: the lock is kept while the lease
  * lasts, then reported lost (reason ECONN) with the cause in the text. */
 static void garbage_renewal(void)
@@ -1173,6 +1249,7 @@ TEST_MAIN({"names_huge_and_binary", names_huge_and_binary, NULL},
           {"unreachable_and_silent_server", unreachable_and_silent_server, NULL},
           {"garbage_server", garbage_server, NULL}, {"garbage_renewal", garbage_renewal, NULL},
           {"huge_bulk_reply_refused", huge_bulk_reply_refused, NULL},
+          {"huge_message_drops_subscriber", huge_message_drops_subscriber, NULL},
           {"no_on_lost_after_release", no_on_lost_after_release, "watchdog"},
           {"handle_after_client_free", handle_after_client_free, NULL},
           {"lock_used_from_other_thread", lock_used_from_other_thread, "watchdog"},
