@@ -445,6 +445,16 @@ typedef struct {
     const char *needle;
 } garbage_case;
 
+/* A fake server whose first connection is told first, the others second. */
+static void fake_start_two(fake_server *f, const char *const *first, const char *const *second)
+{
+    memset(f, 0, sizeof(*f));
+    f->scripts[0] = first;
+    f->scripts[1] = second;
+    f->nscripts = 2;
+    fake_start(f);
+}
+
 #define OK "+OK\r\n"
 #define ACQ_OK "*2\r\n:1\r\n:7\r\n"
 
@@ -566,11 +576,7 @@ static void huge_bulk_reply_refused(void)
     fake_server f;
     size_t sent;
 
-    memset(&f, 0, sizeof(f));
-    f.scripts[0] = big;
-    f.scripts[1] = then_ok;
-    f.nscripts = 2;
-    fake_start(&f);
+    fake_start_two(&f, big, then_ok);
     CHECK_RC(dlock_client_open(&c, f.url, &co), DLOCK_OK);
     CHECK_RC(dlock_acquire(&l, c, "g", NULL), DLOCK_EPROTO);
     fprintf(stderr, "60 MB bulk: %s\n", dlock_error_message());
@@ -680,11 +686,7 @@ static void garbage_renewal(void)
     dlock_lock *l;
     int64_t t0;
 
-    memset(&f, 0, sizeof(f));
-    f.scripts[0] = cmd;
-    f.scripts[1] = wd;
-    f.nscripts = 2;
-    fake_start(&f);
+    fake_start_two(&f, cmd, wd);
     CHECK_RC(dlock_client_open(&c, f.url, &co), DLOCK_OK);
     atomic_store(&test_lost_calls, 0);
     o.on_lost = test_count_lost;
