@@ -30,17 +30,48 @@ static void die(const char *what)
     exit(1);
 }
 
-static void send_all(int fd, const char *p, size_t n)
+/* Returns how much was sent: less than n if the client went away. */
+static size_t send_all(int fd, const char *p, size_t n)
 {
-    while (n > 0) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+    size_t sent = 0;
+
+    while (sent < n) {
+        ssize_t w = send(fd, p + sent, n - sent, MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
-            return; /* the client went away: its problem */
-        p += w;
-        n -= (size_t)w;
+            break; /* the client went away: its problem */
+        sent += (size_t)w;
     }
+    return sent;
+}
+
+/* FAKE_BIG_BULK: the whole string unless the client hangs up. */
+static void send_big_bulk(fake_server *f, int fd)
+{
+    static char chunk[64 * 1024];
+    char head[32];
+    int n = snprintf(head, sizeof(head), "$%d\r\n", FAKE_BIG_BYTES);
+    size_t total = 0;
+
+    memset(chunk, 'x', sizeof(chunk));
+    if (send_all(fd, head, (size_t)n) != (size_t)n) {
+        f->big_cut = 1;
+        return;
+    }
+    while (total < FAKE_BIG_BYTES) {
+        size_t want = FAKE_BIG_BYTES - total < sizeof(chunk) ? FAKE_BIG_BYTES - total
+                                                             : sizeof(chunk);
+        size_t got = send_all(fd, chunk, want);
+        total += got;
+        if (got < want) {
+            f->big_cut = 1;
+            break;
+        }
+    }
+    __atomic_store_n(&f->big_sent, total, __ATOMIC_SEQ_CST);
+    if (!f->big_cut)
+        send_all(fd, "\r\n", 2);
 }
 
 static const char *const *script_of(fake_server *f, int index)
@@ -89,6 +120,10 @@ static int answer(fake_server *f, conn *c, const redisReply *cmd)
         reply += strlen(FAKE_CLOSE_AFTER);
         send_all(c->fd, reply, strlen(reply));
         return -1;
+    }
+    if (strcmp(reply, FAKE_BIG_BULK) == 0) {
+        send_big_bulk(f, c->fd);
+        return f->big_cut ? -1 : 0;
     }
     if (strcmp(reply, FAKE_ECHO) == 0) {
         echo_error(c->fd, cmd);

@@ -17,6 +17,10 @@
 #define FAKE_SILENT "@silent" /* never answer this or any later command */
 #define FAKE_CLOSE_AFTER "@close-after:" /* send what follows, then close */
 #define FAKE_ECHO "@echo"     /* -ERR unknown command '<cmd>', with args beginning with: '<a1>' ... */
+/* A bulk string of FAKE_BIG_BYTES, sent in chunks while the client takes
+ * them (big_sent counts them; big_cut is set if the client hung up first). */
+#define FAKE_BIG_BULK "@big-bulk"
+#define FAKE_BIG_BYTES (60 * 1024 * 1024)
 
 #define FAKE_MAX_CONNS 8
 
@@ -32,6 +36,8 @@ typedef struct {
     /* Filled by the server thread; read after fake_stop. */
     int accepted;
     int commands;
+    size_t big_sent;
+    int big_cut;
     int greet; /* send scripts[i][0] on accept, before any command */
     char url[64];
 } fake_server;

@@ -448,6 +448,16 @@ typedef struct {
     const char *needle;
 } garbage_case;
 
+/* A fake server whose first connection is told first, the others second. */
+static void fake_start_two(fake_server *f, const char *const *first, const char *const *second)
+{
+    memset(f, 0, sizeof(*f));
+    f->scripts[0] = first;
+    f->scripts[1] = second;
+    f->nscripts = 2;
+    fake_start(f);
+}
+
 #define OK "+OK\r\n"
 #define ACQ_OK "*2\r\n:1\r\n:7\r\n"
 
@@ -466,6 +476,14 @@ static void garbage_server(void)
     static const char *const fence_zero[] = {OK, "*2\r\n:1\r\n:0\r\n", NULL};
     static const char *const fence_negative[] = {OK, "*2\r\n:1\r\n:-4\r\n", NULL};
     static const char *const fence_string[] = {OK, "*2\r\n:1\r\n$1\r\n7\r\n", NULL};
+    /* Integers outside int64_t: hiredis 0.14 refuses them (its parser checks
+     * the range; a parser without the check would read -1, INT64_MIN and 5). */
+    static const char *const fence_u64_max[] = {OK, "*2\r\n:1\r\n:18446744073709551615\r\n",
+                                                NULL};
+    static const char *const fence_int64_max_plus_1[] = {
+        OK, "*2\r\n:1\r\n:9223372036854775808\r\n", NULL};
+    static const char *const fence_wraps_to_5[] = {OK, "*2\r\n:1\r\n:18446744073709551621\r\n",
+                                                   NULL};
     static const char *const short_array[] = {OK, "*1\r\n:1\r\n", NULL};
     static const char *const error_reply[] = {OK, "-ERR kaboom\r\n", NULL};
     static const char *const half_reply[] = {OK, FAKE_CLOSE_AFTER "*2\r\n:1\r\n", NULL};
@@ -486,6 +504,9 @@ static void garbage_server(void)
         {"fence 0", fence_zero, 1, DLOCK_EPROTO, "fence <= 0"},
         {"negative fence", fence_negative, 1, DLOCK_EPROTO, "fence <= 0"},
         {"fence as a string", fence_string, 1, DLOCK_EPROTO, "acquire script"},
+        {"fence 2^64-1", fence_u64_max, 1, DLOCK_EPROTO, "Bad integer value"},
+        {"fence 2^63", fence_int64_max_plus_1, 1, DLOCK_EPROTO, "Bad integer value"},
+        {"fence 2^64+5", fence_wraps_to_5, 1, DLOCK_EPROTO, "Bad integer value"},
         {"one-element array", short_array, 1, DLOCK_EPROTO, "acquire script"},
         {"error reply", error_reply, 1, DLOCK_ESERVER, "ERR kaboom"},
         {"half a reply, then hang up", half_reply, 1, DLOCK_ECONN, "closed the connection"},
@@ -545,6 +566,115 @@ static void garbage_server(void)
     }
 }
 
+/* A 60 MB bulk string where a script's reply belongs: the client refuses it
+ * once a reply passes its cap (1 MiB) and hangs up, long before the server
+ * has sent it all, and the next call connects again. */
+static void huge_bulk_reply_refused(void)
+{
+    static const char *const big[] = {OK, FAKE_BIG_BULK, NULL};
+    static const char *const then_ok[] = {OK, ACQ_OK, NULL};
+    dlock_client_options co = short_timeouts(5000);
+    dlock_client *c = NULL;
+    dlock_lock *l = NULL;
+    fake_server f;
+    size_t sent;
+
+    fake_start_two(&f, big, then_ok);
+    CHECK_RC(dlock_client_open(&c, f.url, &co), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "g", NULL), DLOCK_EPROTO);
+    fprintf(stderr, "60 MB bulk: %s\n", dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), "longer than 1048576 bytes, refused");
+    CHECK_CONTAINS(dlock_error_message(), f.url + strlen("redis://"));
+    CHECK(l == NULL);
+    /* The connection was dropped: the next call opens a new one, which the
+     * fake server answers with its second script. */
+    CHECK_RC(dlock_acquire(&l, c, "g", NULL), DLOCK_OK);
+    dlock_release(l); /* the script is over: the server hangs up */
+    dlock_client_free(c);
+    fake_stop(&f);
+    sent = __atomic_load_n(&f.big_sent, __ATOMIC_SEQ_CST);
+    fprintf(stderr, "the server sent %zu of %d bytes before the client hung up\n", sent,
+            FAKE_BIG_BYTES);
+    CHECK(f.big_cut);
+    CHECK(sent < FAKE_BIG_BYTES);
+}
+
+/* The id of the server's connection named name (CLIENT LIST), 0 if none. */
+static long long client_id(test_redis *r, const char *name)
+{
+    struct timeval tv = {2, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
+    redisReply *rep;
+    char want[64];
+    long long id = 0;
+
+    CHECK(c != NULL && c->err == 0);
+    rep = redisCommand(c, "CLIENT LIST");
+    CHECK(rep != NULL && rep->type == REDIS_REPLY_STRING);
+    snprintf(want, sizeof(want), " name=%s ", name);
+    for (char *line = rep->str; line != NULL && *line != '\0';) {
+        char *end = strchr(line, '\n');
+        if (end != NULL)
+            *end = '\0';
+        if (strstr(line, want) != NULL)
+            sscanf(line, "id=%lld", &id);
+        line = end != NULL ? end + 1 : NULL;
+    }
+    freeReplyObject(rep);
+    redisFree(c);
+    return id;
+}
+
+/* The same cap on the subscriber's connection: a 2 MB message on a lock's
+ * channel (anyone who may PUBLISH there can send one) makes the subscriber
+ * hang up and connect again; its waiter is woken, sleeps again, and still
+ * gets the lock when the holder releases it. */
+static void huge_message_drops_subscriber(void)
+{
+    enum { BIG = 2 * 1024 * 1024 };
+    test_redis r;
+    dlock_client *ch, *cw;
+    dlock_lock *h;
+    test_acquirer w;
+    pthread_t t;
+    char *big = malloc(BIG);
+    long long sub;
+
+    CHECK(big != NULL);
+    memset(big, 'x', BIG);
+    test_redis_start(&r, NULL);
+    ch = open_url(r.url);
+    cw = open_url(r.url);
+    CHECK_RC(dlock_acquire(&h, ch, "m", NULL), DLOCK_OK);
+    test_acquirer_init(&w, cw, "m", test_opts(60000, 30000, 1));
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &w) == 0);
+    for (int i = 0; i < 2000 && test_redis_numsub(&r, "dlock:{m}:release") != 1; i++)
+        test_sleep_ms(10);
+    CHECK(test_redis_numsub(&r, "dlock:{m}:release") == 1);
+    sub = client_id(&r, "dlock-sub");
+    CHECK(sub != 0);
+    CHECK(test_redis_cmd(&r, "PUBLISH dlock:{m}:release %b", big, (size_t)BIG) == 1);
+    /* The subscriber hung up and is back, subscribed again. */
+    for (int i = 0; i < 2000; i++) {
+        long long now = client_id(&r, "dlock-sub");
+        if (now != 0 && now != sub && test_redis_numsub(&r, "dlock:{m}:release") == 1)
+            break;
+        test_sleep_ms(10);
+    }
+    fprintf(stderr, "subscriber connection: id %lld, after the 2 MB message %lld\n", sub,
+            client_id(&r, "dlock-sub"));
+    CHECK(client_id(&r, "dlock-sub") != sub);
+    CHECK(!atomic_load(&w.done));
+    CHECK_RC(dlock_release(h), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(w.rc, DLOCK_OK);
+    CHECK_RC(dlock_release(w.lock), DLOCK_OK);
+    dlock_client_free(ch);
+    dlock_client_free(cw);
+    free(big);
+    test_redis_stop(&r);
+}
+
 /* Garbage in the watchdog's renewals: the lock is kept while the lease
  * lasts, then reported lost (reason ECONN) with the cause in the text. */
 static void garbage_renewal(void)
@@ -559,11 +689,7 @@ static void garbage_renewal(void)
     dlock_lock *l;
     int64_t t0;
 
-    memset(&f, 0, sizeof(f));
-    f.scripts[0] = cmd;
-    f.scripts[1] = wd;
-    f.nscripts = 2;
-    fake_start(&f);
+    fake_start_two(&f, cmd, wd);
     CHECK_RC(dlock_client_open(&c, f.url, &co), DLOCK_OK);
     atomic_store(&test_lost_calls, 0);
     o.on_lost = test_count_lost;
@@ -1135,6 +1261,17 @@ static void broken_fence_state(void)
     CHECK_RC(dlock_acquire(&l, c, "bf", NULL), DLOCK_OK);
     CHECK(dlock_lock_fence(l) == 43);
     CHECK_RC(dlock_release(l), DLOCK_OK);
+
+    /* A counter SET by hand up to 2^53 - 1, the highest fence a script
+     * returns exactly (Lua numbers are doubles): that fence is issued, the
+     * next is refused, and no lock is left without a fence. */
+    CHECK(test_redis_cmd(&r, "SET dlock:{max}:fence 9007199254740990") >= 0);
+    CHECK_RC(dlock_acquire(&l, c, "max", NULL), DLOCK_OK);
+    CHECK(dlock_lock_fence(l) == 9007199254740991ULL);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "max", NULL), DLOCK_ESERVER);
+    CHECK_CONTAINS(dlock_error_message(), "dlock:{max}:fence would pass 9007199254740991");
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{max}") == 0);
     dlock_client_free(c);
     test_redis_stop(&r);
 }
@@ -1275,6 +1412,8 @@ TEST_MAIN({"names_huge_and_binary", names_huge_and_binary, NULL},
           {"unreachable_and_silent_server", unreachable_and_silent_server, NULL},
           {"garbage_server", garbage_server, NULL}, {"garbage_renewal", garbage_renewal, NULL},
           {"hostile_error_text", hostile_error_text, NULL},
+          {"huge_bulk_reply_refused", huge_bulk_reply_refused, NULL},
+          {"huge_message_drops_subscriber", huge_message_drops_subscriber, NULL},
           {"no_on_lost_after_release", no_on_lost_after_release, "watchdog"},
           {"handle_after_client_free", handle_after_client_free, NULL},
           {"lock_used_from_other_thread", lock_used_from_other_thread, "watchdog"},

@@ -5,6 +5,7 @@
 #include "core/clock.h"
 #include "dlock/sys/backend.h"
 #include "core/url.h"
+#include "backends/etcd/etcd_codec.h"
 #include "test.h"
 
 static void url_redis_full(void)
@@ -288,10 +289,46 @@ static void backend_register_checks(void)
     CHECK_CONTAINS(dlock_error_message(), "already served");
 }
 
+/* etcd revisions become fences (uint64_t): only 0..INT64_MAX is one. A
+ * revision past INT64_MAX, or negative (which the cast would turn into one
+ * past it), makes the key malformed. */
+static void etcd_revision_range(void)
+{
+    static const struct {
+        const char *rev;
+        int want;
+    } rows[] = {{"\"7\"", 1},
+                {"\"9223372036854775807\"", 1},
+                {"\"9223372036854775808\"", -1},
+                {"\"18446744073709551615\"", -1},
+                {"\"-1\"", -1},
+                {"-1", -1},
+                {"18446744073709551615", -1}};
+
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        char text[256];
+        json_error_t err;
+        json_t *reply;
+        dlock__etcd_kv kv;
+        int got;
+
+        snprintf(text, sizeof(text), "{\"kvs\": [{\"key\": \"YQ==\", \"create_revision\": %s}]}",
+                 rows[i].rev);
+        reply = json_loads(text, 0, &err);
+        got = reply != NULL ? dlock__etcd_kv_at(reply, 0, &kv) : -1;
+        fprintf(stderr, "create_revision %s -> %d\n", rows[i].rev, got);
+        CHECK(got == rows[i].want);
+        if (got == 1)
+            free(kv.key);
+        json_decref(reply);
+    }
+}
+
 TEST_MAIN({"url_redis_full", url_redis_full, NULL}, {"url_forms", url_forms, NULL}, {"url_bad", url_bad, NULL},
           {"url_password_never_in_messages", url_password_never_in_messages, NULL},
           {"url_huge", url_huge, NULL}, {"duration", duration, NULL}, {"error_table", error_table, NULL},
           {"open_bad_input", open_bad_input, NULL},
+          {"etcd_revision_range", etcd_revision_range, NULL},
           {"unreachable_is_econn_with_timeout", unreachable_is_econn_with_timeout, NULL},
           {"lease_clock_is_boottime", lease_clock_is_boottime, NULL},
           {"options_init_calls", options_init_calls, NULL},

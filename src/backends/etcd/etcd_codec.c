@@ -144,9 +144,12 @@ int dlock__etcd_kv_in(const json_t *reply, const char *field, size_t i, dlock__e
     if (!json_is_string(key) ||
         dlock__etcd_unb64(json_string_value(key), &kv->key, &kv->key_len) != 0)
         return -1;
+    /* A revision is a fence (cast to uint64_t): a negative one would be
+     * read as one above INT64_MAX. */
     if (dlock__etcd_int(item, "create_revision", &kv->create_revision) != 0 ||
         dlock__etcd_int(item, "mod_revision", &kv->mod_revision) != 0 ||
-        dlock__etcd_int(item, "lease", &kv->lease) != 0) {
+        dlock__etcd_int(item, "lease", &kv->lease) != 0 || kv->create_revision < 0 ||
+        kv->mod_revision < 0) {
         free(kv->key);
         kv->key = NULL;
         return -1;

@@ -23,6 +23,13 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     end
     return redis.error_reply(msg)
   end
+  if fence > 9007199254740991 then
+    -- DLOCK_FENCE_MAX (lib/fence.lua): past it, Lua would round the fence.
+    redis.call('DEL', KEYS[1])
+    return redis.error_reply('DLOCKFENCE fence counter ' .. KEYS[2] .. ' would pass ' ..
+                             '9007199254740991 (2^53 - 1), the highest fence the scripts ' ..
+                             'hold exactly')
+  end
   if fence == 1 or fence % 16 == 0 then
     -- A counter INCR just created starts at the floor, and one token in 16
     -- keeps the registry (lib/fence.lua, DLOCK_UPKEEP_EVERY): only then are

@@ -6,16 +6,19 @@
 --   (the owner id, or the token), ARGV[4] '1' reentrant
 -- ARGV[5] lease ms, ARGV[6] 'wait' (queue if busy) or 'try' (leave nothing)
 -- ARGV[7] a fair waiter's place expiry in ms (server time)
--- ARGV[8] leader identity, ARGV[9] the leader channel
+-- ARGV[8] leader identity, ARGV[9] the leader channel, ARGV[10] a fair
+-- waiter's id ('' for a try): random, apart from the token, because the
+-- release names it on the channel, which the token never travels on
 -- Keys: base = the owner value (PX lease), base:holds = token -> fence of
--- each handle holding it; fair: base:queue = token -> arrival order,
--- base:queue-exp = token -> expiry; leader: base:leader = identity.
+-- each handle holding it; fair: base:queue = waiter id -> arrival order,
+-- base:queue-exp = waiter id -> expiry; leader: base:leader = identity.
 -- Returns {1, fence}, {0, retry ms} when busy, {-1, 1} when the owner holds
 -- it and may not re-enter, {-1, 2} when it is held by a lock without holds.
 -- #include fence
 -- #include family
 local base, kind, token, value = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 local lease, waiting, ttl = tonumber(ARGV[5]), ARGV[6] == 'wait', tonumber(ARGV[7])
+local wid = ARGV[10]
 local holds, counter = base .. ':holds', base .. ':fence'
 local queue, qexp = base .. ':queue', base .. ':queue-exp'
 
@@ -52,11 +55,11 @@ local now = nil
 -- A fair waiter takes a place at the end of the queue, or keeps its place
 -- alive: its expiry moves ttl past now.
 local function enqueue()
-  if not redis.call('ZSCORE', queue, token) then
+  if not redis.call('ZSCORE', queue, wid) then
     local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
-    redis.call('ZADD', queue, last[2] and tonumber(last[2]) + 1 or 1, token)
+    redis.call('ZADD', queue, last[2] and tonumber(last[2]) + 1 or 1, wid)
   end
-  redis.call('ZADD', qexp, now + ttl, token)
+  redis.call('ZADD', qexp, now + ttl, wid)
   dlock_pexpire_max(queue, ttl)
   dlock_pexpire_max(qexp, ttl)
 end
@@ -77,7 +80,7 @@ if holder then
 end
 if kind == 'fair' then
   local head = redis.call('ZRANGE', queue, 0, 0)[1]
-  if head and head ~= token then
+  if head and head ~= wid then
     -- Free, but someone came first: it was woken and is on its way (or it
     -- died, and leaves the queue when its expiry passes).
     local left = math.max(0, tonumber(redis.call('ZSCORE', qexp, head) or now) - now)
@@ -88,8 +91,8 @@ if kind == 'fair' then
     return {0, left}
   end
   if head then
-    redis.call('ZREM', queue, token)
-    redis.call('ZREM', qexp, token)
+    redis.call('ZREM', queue, wid)
+    redis.call('ZREM', qexp, wid)
   end
 end
 

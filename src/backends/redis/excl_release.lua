@@ -4,7 +4,8 @@
 -- channel, ARGV[5] the leader channel
 -- Returns 1 when released, 0 when the hold was not ours (nothing changed).
 -- A fair lock wakes only the waiter at the head of its queue, by publishing
--- that waiter's token; the others wake the waiters with 'released'.
+-- that waiter's id (never a token: see excl_acquire); the others wake the
+-- waiters with 'released'.
 -- #include fence
 -- #include family
 local base, kind, token = KEYS[1], ARGV[1], ARGV[2]

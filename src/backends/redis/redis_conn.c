@@ -80,16 +80,20 @@ int dlock__redis_conn_io_error(dlock__redis_conn *conn)
     conn->timed_out = 0;
     if (ctx == NULL)
         return dlock__fail(DLOCK_ECONN, "%s: not connected", conn->where);
-    switch (ctx->err) {
-    case REDIS_ERR_OOM:
-        if (!conn->reply_too_large) {
-            code = DLOCK_ENOMEM;
-            snprintf(what, sizeof(what), "out of memory");
-            break;
-        }
+    switch (conn->refused ? -1 : ctx->err) {
+    case -1:
+        /* bounded_functions or get_reply refused the reply. */
         code = DLOCK_EPROTO;
-        snprintf(what, sizeof(what), "reply with more than %d array elements, refused",
-                 DLOCK__REDIS_MAX_REPLY_ELEMENTS);
+        if (conn->refused == DLOCK__REDIS_REFUSED_ELEMENTS)
+            snprintf(what, sizeof(what), "reply with more than %d array elements, refused",
+                     DLOCK__REDIS_MAX_REPLY_ELEMENTS);
+        else
+            snprintf(what, sizeof(what), "reply string or line longer than %d bytes, refused "
+                     "(connection dropped)", DLOCK__REDIS_MAX_REPLY_BYTES);
+        break;
+    case REDIS_ERR_OOM:
+        code = DLOCK_ENOMEM;
+        snprintf(what, sizeof(what), "out of memory");
         break;
     case REDIS_ERR_PROTOCOL:
         code = DLOCK_EPROTO;
@@ -113,6 +117,7 @@ int dlock__redis_conn_io_error(dlock__redis_conn *conn)
             what[0] = (char)(what[0] - 'A' + 'a');
         break;
     }
+    conn->refused = 0;
     dlock__redis_conn_close(conn);
     return dlock__fail(code, "%s: %s", conn->where, what);
 }
@@ -190,7 +195,7 @@ static int handshake(dlock__redis_conn *conn)
     sent++;
     for (int i = 0; i < sent; i++) {
         redisReply *r = NULL;
-        if (redisGetReply(conn->ctx, (void **)&r) != REDIS_OK)
+        if (dlock__redis_conn_get_reply(conn, &r) != REDIS_OK)
             return dlock__redis_conn_io_error(conn);
         if (r->type == REDIS_REPLY_ERROR && rc == DLOCK_OK) {
             rc = dlock__redis_conn_reply_error(conn, r);
@@ -218,9 +223,10 @@ static int handshake(dlock__redis_conn *conn)
 
 /*
  * hiredis' reply functions, but an array is refused (hiredis then reports
- * REDIS_ERR_OOM, and io_error tells the two apart) once the reply being read
- * would hold more than DLOCK__REDIS_MAX_REPLY_ELEMENTS elements in all. The
- * count restarts at each reply's outermost array.
+ * REDIS_ERR_OOM, and io_error tells the two apart by conn->refused) once the
+ * reply being read would hold more than DLOCK__REDIS_MAX_REPLY_ELEMENTS
+ * elements in all. The count restarts at each reply's outermost array.
+ * (Integers outside int64_t hiredis refuses itself: "Bad integer value".)
  */
 static redisReplyObjectFunctions bounded_functions;
 static void *(*default_create_array)(const redisReadTask *task, int elements);
@@ -235,7 +241,7 @@ static void *bounded_create_array(const redisReadTask *task, int elements)
     if (elements > 0)
         conn->reply_elements += (size_t)elements;
     if (conn->reply_elements > DLOCK__REDIS_MAX_REPLY_ELEMENTS) {
-        conn->reply_too_large = 1;
+        conn->refused = DLOCK__REDIS_REFUSED_ELEMENTS;
         return NULL;
     }
     return default_create_array(task, elements);
@@ -259,10 +265,49 @@ static int bound_replies(dlock__redis_conn *conn)
     if (default_create_array == NULL)
         return dlock__fail(DLOCK_ENOMEM, "%s: out of memory", conn->where);
     conn->reply_elements = 0;
-    conn->reply_too_large = 0;
+    conn->refused = 0;
     conn->ctx->reader->fn = &bounded_functions;
     conn->ctx->reader->privdata = conn;
     return DLOCK_OK;
+}
+
+int dlock__redis_conn_over_cap(dlock__redis_conn *conn)
+{
+    redisContext *c = conn->ctx;
+
+    if (c->reader->len - c->reader->pos <= DLOCK__REDIS_MAX_REPLY_BYTES)
+        return 0;
+    conn->refused = DLOCK__REDIS_REFUSED_BYTES;
+    c->err = REDIS_ERR_PROTOCOL;
+    snprintf(c->errstr, sizeof(c->errstr), "reply longer than %d bytes",
+             DLOCK__REDIS_MAX_REPLY_BYTES);
+    return 1;
+}
+
+int dlock__redis_conn_get_reply(dlock__redis_conn *conn, redisReply **out)
+{
+    redisContext *c = conn->ctx;
+    void *r = NULL;
+    int done = 0;
+
+    *out = NULL;
+    if (redisGetReplyFromReader(c, &r) != REDIS_OK)
+        return REDIS_ERR;
+    if (r == NULL) {
+        do
+            if (redisBufferWrite(c, &done) != REDIS_OK)
+                return REDIS_ERR;
+        while (!done);
+    }
+    while (r == NULL) {
+        /* Each read adds at most 16 KiB: the cap is checked as it grows. */
+        if (redisBufferRead(c) != REDIS_OK || redisGetReplyFromReader(c, &r) != REDIS_OK)
+            return REDIS_ERR;
+        if (r == NULL && dlock__redis_conn_over_cap(conn))
+            return REDIS_ERR;
+    }
+    *out = r;
+    return REDIS_OK;
 }
 
 static int connect_now(dlock__redis_conn *conn)
@@ -311,10 +356,12 @@ static int command_once(dlock__redis_conn *conn, redisReply **out, int argc, con
     /* hiredis writes with write(2): a server gone away must not raise
      * SIGPIPE in the application. */
     dlock__sigpipe_block(&guard);
-    r = redisCommandArgv(conn->ctx, argc, argv, lens);
-    dlock__sigpipe_restore(&guard);
-    if (r == NULL)
+    if (redisAppendCommandArgv(conn->ctx, argc, argv, lens) != REDIS_OK ||
+        dlock__redis_conn_get_reply(conn, &r) != REDIS_OK) {
+        dlock__sigpipe_restore(&guard);
         return dlock__redis_conn_io_error(conn);
+    }
+    dlock__sigpipe_restore(&guard);
     if (r->type == REDIS_REPLY_ERROR) {
         int rc = dlock__redis_conn_reply_error(conn, r);
         /* Keep NOSCRIPT apart: the caller reloads the script. */

@@ -26,8 +26,14 @@ typedef struct {
     int timed_out; /* the last I/O failure was a timeout, not a dead peer */
     /* Array elements of the reply being read (see bounded_create_array). */
     size_t reply_elements;
-    int reply_too_large;
+    /* Why the last reply was refused: DLOCK__REDIS_REFUSED_* (0: it was not). */
+    int refused;
 } dlock__redis_conn;
+
+enum {
+    DLOCK__REDIS_REFUSED_ELEMENTS = 1, /* past DLOCK__REDIS_MAX_REPLY_ELEMENTS */
+    DLOCK__REDIS_REFUSED_BYTES         /* past DLOCK__REDIS_MAX_REPLY_BYTES */
+};
 
 /*
  * A reply may hold at most this many array elements in all (nested arrays
@@ -36,6 +42,15 @@ typedef struct {
  * broken or hostile server could make a 12-byte reply allocate 16 GiB.
  */
 #define DLOCK__REDIS_MAX_REPLY_ELEMENTS (1 << 20)
+
+/*
+ * A bulk string or a line (status, error, integer) may be at most this long.
+ * hiredis 0.14 reads a bulk string until it has all of it, whatever length
+ * its header announces: a hostile server could make the client buffer
+ * gigabytes. dlock's replies are tokens, owner ids, identities, short error
+ * texts and integers: a few KiB at most.
+ */
+#define DLOCK__REDIS_MAX_REPLY_BYTES (1 << 20)
 
 /* Fill conn from the URL and options; no I/O. DLOCK_EINVAL for a bad URL. */
 int dlock__redis_conn_init(dlock__redis_conn *conn, const dlock_url *url,
@@ -61,6 +76,19 @@ int dlock__redis_conn_command(dlock__redis_conn *conn, redisReply **out, int arg
 int dlock__redis_conn_script(dlock__redis_conn *conn, const dlock__redis_script *script,
                              redisReply **out, int nkeys, int argc, const char **argv,
                              const size_t *lens);
+
+/*
+ * Read one reply (sending what is queued first), as hiredis' redisGetReply
+ * but refusing a reply whose part still to be parsed grows past
+ * DLOCK__REDIS_MAX_REPLY_BYTES: the context then fails with
+ * REDIS_ERR_PROTOCOL and conn->refused set. Returns REDIS_OK or REDIS_ERR.
+ */
+int dlock__redis_conn_get_reply(dlock__redis_conn *conn, redisReply **out);
+
+/* Whether the reader holds more unparsed bytes than a reply may have (then
+ * the context is failed as above). For readers that feed it themselves (the
+ * subscriber), after they took every complete reply. */
+int dlock__redis_conn_over_cap(dlock__redis_conn *conn);
 
 /* Turn a hiredis context failure into a code and message (closing it). */
 int dlock__redis_conn_io_error(dlock__redis_conn *conn);

@@ -11,11 +11,11 @@
  *                              the handle's token; PX lease (as the mutex)
  *   dlock:{NAME}:holds         HASH token -> fence of each handle holding it
  *   dlock:{NAME}:fence         the fence counter of every kind
- *   dlock:{NAME}:queue         fair: ZSET token -> arrival order
- *   dlock:{NAME}:queue-exp     fair: ZSET token -> place expiry (server ms)
+ *   dlock:{NAME}:queue         fair: ZSET waiter id -> arrival order
+ *   dlock:{NAME}:queue-exp     fair: ZSET waiter id -> place expiry (server ms)
  *   dlock:{NAME}:readers       ZSET token -> lease end (server ms)
  *   dlock:{NAME}:reader-fences HASH token -> "fence owner-id"
- *   dlock:{NAME}:writer-wait   the token of a waiting writer; PX its expiry
+ *   dlock:{NAME}:writer-wait   the id of a waiting writer; PX its expiry
  *   dlock:{NAME}:sem           ZSET token -> lease end (server ms)
  *   dlock:{NAME}:sem-fences    HASH token -> fence
  *   dlock:{NAME}:permits       a semaphore's N
@@ -32,6 +32,7 @@
 #include "backends/redis/redis_int.h"
 #include "core/client.h"
 #include "core/error.h"
+#include "core/token.h"
 
 typedef dlock__redis_be redis_backend;
 typedef dlock__redis_key_buf key_buf;
@@ -119,6 +120,9 @@ int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *wa
     const dlock__redis_script *script;
     key_buf base, floor, registry, leader;
     const char *mode = watch != NULL ? "wait" : "try";
+    /* A waiter's place in a fair queue, or its writer marker, is its
+     * watch's id: a release publishes it to wake that waiter alone. */
+    const char *wid = watch != NULL ? dlock__redis_watch_id(watch->waiter) : "";
     int64_t ttl = waiter_ttl_ms(req->lease_ms);
     long long status = 0, value = 0;
     char name[80];
@@ -149,6 +153,7 @@ int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *wa
         arg_num(&a, ttl);
         arg_str(&a, req->identity != NULL ? req->identity : "");
         arg_key(&a, &leader);
+        arg_str(&a, wid);
         break;
     case DLOCK_KIND_READ:
     case DLOCK_KIND_WRITE:
@@ -159,6 +164,7 @@ int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *wa
         arg_num(&a, req->lease_ms);
         arg_str(&a, mode);
         arg_num(&a, ttl);
+        arg_str(&a, wid);
         break;
     case DLOCK_KIND_SEMAPHORE:
         script = &dlock__redis_script_sem_acquire;
@@ -200,14 +206,19 @@ int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *wa
 int dlock__redis_family_watch_begin(void *arg_be, const dlock_request *req, void **watch)
 {
     redis_backend *be = arg_be;
+    char wid[DLOCK__TOKEN_LEN + 1];
     key_buf chan;
+    int rc;
 
+    /* The waiter is known by a random id of its own, not its owner token:
+     * a release names the head of a fair queue on the channel, which anyone
+     * allowed to SUBSCRIBE can read (and a token is what release and extend
+     * check). The name and id are kept to leave the queue or drop the
+     * writer's marker. */
+    if ((rc = dlock__token_new(wid)) != DLOCK_OK)
+        return rc;
     dlock__redis_key(&chan, be, req->name, ":release");
-    /* The name and token are kept to leave the fair queue or drop the
-     * writer's marker; the token also lets a release wake a fair waiter
-     * alone. */
-    return dlock__redis_watch_open(be, chan.buf, req->name, req->token,
-                                   (dlock__redis_watch **)watch);
+    return dlock__redis_watch_open(be, chan.buf, req->name, wid, (dlock__redis_watch **)watch);
 }
 
 /* ---- release, downgrade, permits --------------------------------------- */

@@ -124,14 +124,18 @@ typedef struct {
     dlock__redis_waiter *waiter;
     int leave;
     char *name;  /* for leave */
-    char *token; /* for leave */
+    /* For leave: the waiter's random id (the family's queue place or writer
+     * marker), or, once a plain mutex's waiter has made its hand-off entry,
+     * its owner token (mutex_leave.lua gives back a lock handed to it). */
+    char *token;
     /* A plain mutex's waiter: its hand-off entry "WAITER-ID TOKEN LEASE"
      * (acquire.lua; NULL until the first try that waits). */
     char *entry;
 } dlock__redis_watch;
 
-/* Subscribe to channel for a waiter (token: see dlock__redis_watch_begin);
- * name and token (may be NULL) are kept for a later leave. */
+/* Subscribe to channel for a waiter, known by the random id token (see
+ * dlock__redis_watch_begin; never an owner token, which must not travel on
+ * a channel); name and token (may be NULL) are kept for a later leave. */
 int dlock__redis_watch_open(dlock__redis_be *be, const char *channel, const char *name,
                             const char *token, dlock__redis_watch **out);
 /* Leave what the waiter queued (if anything), unsubscribe, free. */

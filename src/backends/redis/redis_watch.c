@@ -38,7 +38,7 @@ typedef struct channel {
 
 struct dlock__redis_waiter {
     channel *chan;
-    char *token; /* NULL, or what a targeted message names */
+    char *id; /* NULL, or what a targeted message names (a random id) */
     pthread_cond_t cond;
     int woken;
     dlock__redis_waiter *next, *prev;
@@ -93,8 +93,8 @@ static void grant(channel *ch, const char *text)
     if (space == NULL)
         return;
     for (dlock__redis_waiter *x = ch->first; x != NULL; x = x->next) {
-        if (x->token != NULL && strlen(x->token) == (size_t)(space - id) &&
-            memcmp(x->token, id, (size_t)(space - id)) == 0) {
+        if (x->id != NULL && strlen(x->id) == (size_t)(space - id) &&
+            memcmp(x->id, id, (size_t)(space - id)) == 0) {
             wake_waiter(x);
             return;
         }
@@ -115,13 +115,13 @@ static void wake_for(channel *ch, const char *text)
         return;
     }
     for (dlock__redis_waiter *x = ch->first; x != NULL; x = x->next) {
-        if (x->token != NULL && strcmp(x->token, text) == 0) {
+        if (x->id != NULL && strcmp(x->id, text) == 0) {
             wake_waiter(x);
             return;
         }
     }
-    /* Tokens are hex digits: a text that names none of ours is either a
-     * waiter of another client, or a plain release. */
+    /* Waiter ids are hex digits: a text that names none of ours is either
+     * a waiter of another client, or a plain release. */
     if (strspn(text, "0123456789abcdef") != strlen(text) || text[0] == '\0')
         wake_one(ch);
 }
@@ -228,7 +228,9 @@ static int read_replies(dlock__redis_watcher *w)
         if (redisGetReplyFromReader(w->conn.ctx, (void **)&r) != REDIS_OK)
             return -1;
         if (r == NULL)
-            return 0;
+            /* What is left is one reply still arriving: a message too
+             * long for any dlock channel drops the connection. */
+            return dlock__redis_conn_over_cap(&w->conn) ? -1 : 0;
         handle_reply(w, r);
         freeReplyObject(r);
     }
@@ -354,7 +356,7 @@ void dlock__redis_watcher_free(dlock__redis_watcher *w)
     free(w);
 }
 
-int dlock__redis_watch_begin(dlock__redis_watcher *w, const char *name, const char *token,
+int dlock__redis_watch_begin(dlock__redis_watcher *w, const char *name, const char *id,
                              dlock__redis_waiter **out)
 {
     dlock__redis_waiter *x;
@@ -364,12 +366,12 @@ int dlock__redis_watch_begin(dlock__redis_watcher *w, const char *name, const ch
 
     *out = NULL;
     x = calloc(1, sizeof(*x));
-    if (x == NULL || (token != NULL && (x->token = strdup(token)) == NULL)) {
+    if (x == NULL || (id != NULL && (x->id = strdup(id)) == NULL)) {
         free(x);
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
     }
     if (dlock__cond_init(&x->cond) != 0) {
-        free(x->token);
+        free(x->id);
         free(x);
         return dlock__fail(DLOCK_ENOMEM, "cannot create a condition variable");
     }
@@ -384,7 +386,7 @@ int dlock__redis_watch_begin(dlock__redis_watcher *w, const char *name, const ch
             pthread_mutex_unlock(&w->mu);
             free(ch);
             pthread_cond_destroy(&x->cond);
-            free(x->token);
+            free(x->id);
             free(x);
             return dlock__fail(DLOCK_ENOMEM, "out of memory");
         }
@@ -463,13 +465,13 @@ void dlock__redis_watch_end(dlock__redis_watcher *w, dlock__redis_waiter *x)
         ch->idle_since = dlock__now_ms(); /* the thread unsubscribes after LINGER_MS */
     pthread_mutex_unlock(&w->mu);
     pthread_cond_destroy(&x->cond);
-    free(x->token);
+    free(x->id);
     free(x);
 }
 
 const char *dlock__redis_watch_id(const dlock__redis_waiter *x)
 {
-    return x->token != NULL ? x->token : "";
+    return x->id != NULL ? x->id : "";
 }
 
 void dlock__redis_watch_wake(dlock__redis_watcher *w, dlock__redis_waiter *x)

@@ -4,10 +4,12 @@
  * PUBLISHes on the lock's channel, and the message says whom to wake:
  *   "all"        every waiter of the channel (a read-write lock can admit
  *                many readers; an election changed leader);
- *   a token      only the waiter registered with that token (the head of a
- *                fair lock's queue), in whichever client it waits;
+ *   a waiter id  only the waiter registered with that id (the head of a
+ *                fair lock's queue), in whichever client it waits; an id
+ *                is random and not the waiter's owner token, which never
+ *                travels on a channel;
  *   "grant ID FENCE"  the release handed the plain mutex to the waiter
- *                registered with token ID (redis.c, release.lua): it wakes
+ *                registered with id ID (redis.c, release.lua): it wakes
  *                to confirm the hand-off with a try (the message alone is
  *                never trusted), and where ID is not ours, one waiter of
  *                the channel wakes to look after the confirm window;
@@ -31,12 +33,13 @@ void dlock__redis_watcher_free(dlock__redis_watcher *w);
 
 /* Subscribe (if no waiter of this client already did) and return once the
  * server has confirmed the subscription, or the command timeout passed.
- * token (copied; NULL for none) is what a targeted message names. */
-int dlock__redis_watch_begin(dlock__redis_watcher *w, const char *channel, const char *token,
+ * id (copied; NULL for none) is what a targeted message names: a random id
+ * of the waiter's own, never its owner token. */
+int dlock__redis_watch_begin(dlock__redis_watcher *w, const char *channel, const char *id,
                              dlock__redis_waiter **out);
 /* Wake the waiter's current or next dlock__redis_watch_wait. */
 void dlock__redis_watch_wake(dlock__redis_watcher *w, dlock__redis_waiter *waiter);
-/* The token the waiter was registered with. */
+/* The id the waiter was registered with ("" for none). */
 const char *dlock__redis_watch_id(const dlock__redis_waiter *waiter);
 /* DLOCK_OK when a release woke us, DLOCK_ETIMEOUT after timeout_ms. */
 int dlock__redis_watch_wait(dlock__redis_watcher *w, dlock__redis_waiter *waiter,

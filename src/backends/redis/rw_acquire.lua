@@ -2,11 +2,12 @@
 -- KEYS[1] the base key, KEYS[2] the fence floor, KEYS[3] the fence registry
 -- ARGV[1] 'read' or 'write', ARGV[2] token, ARGV[3] owner id ('' for none)
 -- ARGV[4] lease ms, ARGV[5] 'wait' or 'try', ARGV[6] a waiting writer's
--- marker expiry in ms (server time)
+-- marker expiry in ms (server time), ARGV[7] the waiter's id ('' for a try;
+-- see excl_acquire)
 -- Keys: base = the writer's owner value (owner id or token; PX lease),
 -- base:holds = token -> fence of the writer, base:readers = token -> expiry
 -- (server time), base:reader-fences = token -> "fence owner",
--- base:writer-wait = the token of a waiting writer (PX marker expiry).
+-- base:writer-wait = the id of a waiting writer (PX marker expiry).
 -- Policy, writer preference: while a writer waits, no new reader gets in.
 -- Returns {1, fence}, {0, retry ms}, or {-1, why}: 1 the owner holds the
 -- write lock already, 2 read while the owner holds the write lock, 3 write
@@ -15,6 +16,7 @@
 -- #include family
 local base, kind, token, owner = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 local lease, waiting, ttl = tonumber(ARGV[4]), ARGV[5] == 'wait', tonumber(ARGV[6])
+local wid = ARGV[7]
 local holds, readers, rfences = base .. ':holds', base .. ':readers', base .. ':reader-fences'
 local marker, counter = base .. ':writer-wait', base .. ':fence'
 
@@ -92,8 +94,8 @@ end
 if busy then
   if waiting then
     local w = redis.call('GET', marker)
-    if not w or w == token then
-      redis.call('SET', marker, token, 'PX', ttl)
+    if not w or w == wid then
+      redis.call('SET', marker, wid, 'PX', ttl)
     end
     if busy < 0 or busy > dlock_refresh_ms(ttl) then
       busy = dlock_refresh_ms(ttl)
@@ -106,7 +108,7 @@ fence, err = dlock_take(base, holds, value, token, lease, counter, count, KEYS[2
 if not fence then
   return err
 end
-if redis.call('GET', marker) == token then
+if redis.call('GET', marker) == wid then
   redis.call('DEL', marker)
 end
 return {1, fence}

@@ -129,13 +129,18 @@ static void raw_string(test_redis *r, char *out, size_t size, const char *fmt, .
 /* Make the registry entry of a fence counter due now, as if its retention
  * had passed. The entry must exist: ZADD XX CH counts it only if it did
  * (and its score changed), where a plain ZADD XX returns 0 either way. */
-static void make_due(test_redis *r, const char *counter)
+static void make_due_in(test_redis *r, const char *registry, const char *counter)
 {
     char v[32];
 
-    CHECK(test_redis_cmd(r, "ZADD dlock:fence-registry XX CH 0 %s", counter) == 1);
-    raw_string(r, v, sizeof(v), "ZSCORE dlock:fence-registry %s", counter);
+    CHECK(test_redis_cmd(r, "ZADD %s XX CH 0 %s", registry, counter) == 1);
+    raw_string(r, v, sizeof(v), "ZSCORE %s %s", registry, counter);
     CHECK(strcmp(v, "0") == 0);
+}
+
+static void make_due(test_redis *r, const char *counter)
+{
+    make_due_in(r, "dlock:fence-registry", counter);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -344,6 +349,102 @@ static void fair_fifo_ten_waiters(void)
     CHECK(used <= 3 * WAITERS);
     CHECK(test_redis_cmd(&r, "EXISTS dlock:{fifo}:queue") == 0);
     dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
+/* Every message published on the prefix's channels, read by a spy with
+ * PSUBSCRIBE dlock:* until one on dlock:spy-stop. */
+typedef struct {
+    int port;
+    atomic_int subscribed;
+    int n;
+    char msgs[64][160];
+} spy_state;
+
+static void *spy_main(void *p)
+{
+    spy_state *s = p;
+    redisContext *c = redisConnect("127.0.0.1", s->port);
+    redisReply *rep;
+
+    CHECK(c != NULL && !c->err);
+    rep = redisCommand(c, "PSUBSCRIBE dlock:*");
+    CHECK(rep != NULL);
+    freeReplyObject(rep);
+    atomic_store(&s->subscribed, 1);
+    for (;;) {
+        CHECK(redisGetReply(c, (void **)&rep) == REDIS_OK);
+        CHECK(rep->type == REDIS_REPLY_ARRAY && rep->elements == 4);
+        if (strcmp(rep->element[2]->str, "dlock:spy-stop") == 0) {
+            freeReplyObject(rep);
+            break;
+        }
+        CHECK(s->n < 64);
+        snprintf(s->msgs[s->n++], sizeof(s->msgs[0]), "%s", rep->element[3]->str);
+        freeReplyObject(rep);
+    }
+    redisFree(c);
+    return NULL;
+}
+
+/* The fair queue's hand-offs wake the head waiter by name, on a channel
+ * anyone with SUBSCRIBE on the prefix reads: the name is a random id of the
+ * waiter's, never an owner token (which release and extend check). A spy
+ * sees every message of two hand-offs; none holds the holder's or a
+ * waiter's token (read from the server's holds), and the targeted ones
+ * name the queued ids. */
+static void fair_tokens_never_on_channels(void)
+{
+    test_redis r;
+    dlock_client *ch, *cw[2];
+    dlock_lock *h;
+    dlock_acquire_options o = kopts(DLOCK_KIND_FAIR, 60000, 10000);
+    test_acquirer w[2];
+    pthread_t t[2], spy;
+    spy_state *s = calloc(1, sizeof(*s));
+    char tokens[3][64], ids[2][64];
+    int named = 0;
+
+    test_redis_start(&r, NULL);
+    s->port = r.port;
+    CHECK(pthread_create(&spy, NULL, spy_main, s) == 0);
+    wait_atomic(&s->subscribed, 1, "spy subscribed");
+    ch = open_client(&r);
+    CHECK_RC(dlock_acquire(&h, ch, "ft", &o), DLOCK_OK);
+    raw_string(&r, tokens[0], sizeof(tokens[0]), "HKEYS dlock:{ft}:holds");
+    for (int i = 0; i < 2; i++) {
+        cw[i] = open_client(&r);
+        test_acquirer_init(&w[i], cw[i], "ft", o);
+        CHECK(pthread_create(&t[i], NULL, test_acquirer_main, &w[i]) == 0);
+        wait_cmd(&r, i + 1, "ZCARD %s", "dlock:{ft}:queue");
+    }
+    raw_string(&r, ids[0], sizeof(ids[0]), "ZRANGE dlock:{ft}:queue 0 0");
+    raw_string(&r, ids[1], sizeof(ids[1]), "ZRANGE dlock:{ft}:queue 1 1");
+    CHECK_RC(dlock_release(h), DLOCK_OK);
+    for (int i = 0; i < 2; i++) {
+        CHECK(pthread_join(t[i], NULL) == 0);
+        CHECK_RC(w[i].rc, DLOCK_OK);
+        raw_string(&r, tokens[i + 1], sizeof(tokens[i + 1]), "HKEYS dlock:{ft}:holds");
+        CHECK_RC(dlock_release(w[i].lock), DLOCK_OK);
+    }
+    CHECK(test_redis_cmd(&r, "PUBLISH dlock:spy-stop x") == 1);
+    CHECK(pthread_join(spy, NULL) == 0);
+    for (int i = 0; i < 3; i++)
+        CHECK(strlen(tokens[i]) == 32);
+    for (int m = 0; m < s->n; m++) {
+        fprintf(stderr, "message %d: %s\n", m, s->msgs[m]);
+        for (int i = 0; i < 3; i++)
+            if (strstr(s->msgs[m], tokens[i]) != NULL) {
+                fprintf(stderr, "  holds the owner token of %s\n", i ? "a waiter" : "the holder");
+                exit(1);
+            }
+        named += strcmp(s->msgs[m], ids[0]) == 0 || strcmp(s->msgs[m], ids[1]) == 0;
+    }
+    CHECK(named == 2); /* each release named the next waiter */
+    for (int i = 0; i < 2; i++)
+        dlock_client_free(cw[i]);
+    dlock_client_free(ch);
+    free(s);
     test_redis_stop(&r);
 }
 
@@ -1362,6 +1463,21 @@ static void fence_counter_retired_stays_monotonic(void)
         CHECK(strcmp(v, "5") == 0); /* old's counter was retired, at 5 */
         CHECK_RC(dlock_release(l), DLOCK_OK);
     }
+    /* A counter SET by hand past 2^53 (Lua numbers are doubles) is retired
+     * into the floor digit for digit, and no fence is issued from it: the
+     * scripts could not return it exactly. */
+    o = kopts(DLOCK_KIND_MUTEX, 0, 5000);
+    CHECK_RC(dlock_acquire(&l, c, "huge", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(test_redis_cmd(&r, "SET dlock:{huge}:fence 10000000000000001") == 2); /* +OK */
+    make_due(&r, "dlock:{huge}:fence");
+    CHECK_RC(dlock_acquire(&l, c, "new-2", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    raw_string(&r, v, sizeof(v), "GET dlock:fence-floor");
+    CHECK(strcmp(v, "10000000000000001") == 0);
+    CHECK_RC(dlock_acquire(&l, c, "huge", &o), DLOCK_ESERVER);
+    CHECK_CONTAINS(dlock_error_message(), "would pass 9007199254740991 (2^53 - 1)");
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{huge} dlock:{huge}:fence") == 0);
     dlock_client_free(c);
     test_redis_stop(&r);
 }
@@ -1692,10 +1808,152 @@ static void family_acl_documented_set(void)
     test_redis_stop(&r);
 }
 
+/*
+ * The fence floor and trust domains (docs/fencing.md, "Who can move a
+ * fence back"). The floor PREFIX fence-floor is the only record of a
+ * retired counter, and every client of the prefix must be able to write it
+ * (its scripts run as its ACL user): so whoever may use a prefix may also
+ * move its fences back. Isolation is per key prefix, one ACL user per trust
+ * domain. (a) Within one domain the attack works, and this test says so:
+ * the victim's next fence goes back to 1. (b) A user of another domain
+ * (~b:* &b:*) gets NOPERM on a:'s floor, registry and channels, whether by
+ * a plain command, a script or dlock itself, and a:'s fences keep rising.
+ */
+static void acl_user_cmd(test_redis *r, const char *user, int want_ok, const char *fmt, ...)
+{
+    struct timeval tv = {2, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
+    redisReply *rep;
+    va_list ap;
+
+    CHECK(c != NULL && !c->err);
+    rep = redisCommand(c, "AUTH %s pw-%s", user, user);
+    CHECK(rep != NULL && rep->type == REDIS_REPLY_STATUS);
+    freeReplyObject(rep);
+    va_start(ap, fmt);
+    rep = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    CHECK(rep != NULL);
+    fprintf(stderr, "as %s: %s -> %s\n", user, fmt,
+            rep->type == REDIS_REPLY_ERROR ? rep->str : "ok");
+    if (want_ok)
+        CHECK(rep->type != REDIS_REPLY_ERROR);
+    else
+        CHECK(rep->type == REDIS_REPLY_ERROR &&
+              (strncmp(rep->str, "NOPERM", 6) == 0 || /* a script, on a key it names: */
+               strstr(rep->str, "user executing the script can't access") != NULL));
+    freeReplyObject(rep);
+    redisFree(c);
+}
+
+static dlock_client *tenant_client(test_redis *r, const char *user, const char *prefix)
+{
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_client *c = NULL;
+    char url[160];
+
+    co.key_prefix = prefix;
+    snprintf(url, sizeof(url), "redis://%s:pw-%s@127.0.0.1:%d", user, user, r->port);
+    CHECK_RC(dlock_client_open(&c, url, &co), DLOCK_OK);
+    return c;
+}
+
+/* Take and release name on c; returns its fence. */
+static uint64_t fence_of_next(dlock_client *c, const char *name)
+{
+    dlock_acquire_options o = kopts(DLOCK_KIND_MUTEX, 0, 5000);
+    dlock_lock *l;
+    uint64_t f;
+
+    CHECK_RC(dlock_acquire(&l, c, name, &o), DLOCK_OK);
+    f = dlock_lock_fence(l);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    return f;
+}
+
+static void fence_floor_per_trust_domain(void)
+{
+    test_redis r;
+    dlock_client *ca, *ca2, *cb;
+    dlock_lock *l = NULL;
+    char v[32];
+    uint64_t f;
+
+    test_redis_start(&r, NULL);
+    CHECK(test_redis_cmd(&r, "ACL SETUSER tena on >pw-tena resetkeys ~a:* resetchannels &a:* "
+                         "-@all " PLAIN_ACL " " FAMILY_ACL) >= 0);
+    CHECK(test_redis_cmd(&r, "ACL SETUSER tenb on >pw-tenb resetkeys ~b:* resetchannels &b:* "
+                         "-@all " PLAIN_ACL " " FAMILY_ACL) >= 0);
+    ca = tenant_client(&r, "tena", "a:");
+    cb = tenant_client(&r, "tenb", "b:");
+
+    /* (a) One domain: retire v's counter (3) into the floor, then SET the
+     * floor to 0 as the same ACL user: v's next fence goes back. */
+    for (int i = 0; i < 3; i++)
+        fence_of_next(ca, "v");
+    make_due_in(&r, "a:fence-registry", "a:{v}:fence");
+    fence_of_next(ca, "w"); /* a new name: its upkeep retires v's counter */
+    CHECK(test_redis_cmd(&r, "EXISTS a:{v}:fence") == 0);
+    raw_string(&r, v, sizeof(v), "GET a:fence-floor");
+    CHECK(strcmp(v, "3") == 0);
+    acl_user_cmd(&r, "tena", 1, "SET a:fence-floor 0");
+    f = fence_of_next(ca, "v");
+    fprintf(stderr, "within one domain, after SET a:fence-floor 0: v's fence %llu (was 3)\n",
+            (unsigned long long)f);
+    CHECK(f == 1); /* the documented limit: the floor does not protect a domain from itself */
+
+    /* (b) Another domain. v's counter goes to 3 again and is retired. */
+    fence_of_next(ca, "v");
+    fence_of_next(ca, "v");
+    make_due_in(&r, "a:fence-registry", "a:{v}:fence");
+    fence_of_next(ca, "w2");
+    raw_string(&r, v, sizeof(v), "GET a:fence-floor");
+    CHECK(strcmp(v, "3") == 0); /* raised from 0 to 3 */
+    acl_user_cmd(&r, "tenb", 0, "SET a:fence-floor 0");
+    acl_user_cmd(&r, "tenb", 0, "DEL a:fence-floor");
+    acl_user_cmd(&r, "tenb", 0, "EVAL %s 1 %s", "return redis.call('SET', KEYS[1], '0')",
+                 "a:fence-floor");
+    acl_user_cmd(&r, "tenb", 0, "EVAL %s 0", "return redis.call('SET', 'a:fence-floor', '0')");
+    acl_user_cmd(&r, "tenb", 0, "ZADD a:fence-registry 0 a:{v}:fence");
+    acl_user_cmd(&r, "tenb", 0, "SET a:{v}:fence 0");
+    acl_user_cmd(&r, "tenb", 0, "PUBLISH a:{v}:release released");
+    acl_user_cmd(&r, "tenb", 0, "SUBSCRIBE a:{v}:release");
+    /* dlock itself, with B's user and A's prefix: refused too. */
+    ca2 = tenant_client(&r, "tenb", "a:");
+    CHECK_RC(dlock_acquire(&l, ca2, "v", NULL), DLOCK_EAUTH);
+    CHECK_CONTAINS(dlock_error_message(), "NOPERM");
+    dlock_client_free(ca2);
+    /* B's own names count apart, from its own floor. */
+    CHECK(fence_of_next(cb, "v") == 1);
+    raw_string(&r, v, sizeof(v), "GET a:fence-floor");
+    CHECK(strcmp(v, "3") == 0);
+    f = fence_of_next(ca, "v");
+    fprintf(stderr, "after tenant B's attempts: v's fence %llu\n", (unsigned long long)f);
+    CHECK(f == 4);
+
+    /* The scripts retire only their own prefix's counters: a registry entry
+     * naming b:'s counter, run by a user whom no ACL stops (the default
+     * user), is dropped, not retired into a:'s floor. */
+    CHECK(test_redis_cmd(&r, "ZADD a:fence-registry 0 b:{v}:fence") == 1);
+    {
+        dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+        co.key_prefix = "a:";
+        CHECK_RC(dlock_client_open(&ca2, r.url, &co), DLOCK_OK);
+        fence_of_next(ca2, "w3");
+        dlock_client_free(ca2);
+    }
+    CHECK(test_redis_cmd(&r, "ZSCORE a:fence-registry b:{v}:fence") == -1); /* nil: dropped */
+    CHECK(test_redis_cmd(&r, "EXISTS b:{v}:fence") == 1);
+    dlock_client_free(ca);
+    dlock_client_free(cb);
+    test_redis_stop(&r);
+}
+
 TEST_MAIN({"reentrant_counts", reentrant_counts, "watchdog"},
           {"reentrant_stale_handle_is_lost", reentrant_stale_handle_is_lost, NULL},
           {"fair_fifo_ten_waiters", fair_fifo_ten_waiters, NULL},
           {"fair_killed_waiter_does_not_block", fair_killed_waiter_does_not_block, NULL},
+          {"fair_tokens_never_on_channels", fair_tokens_never_on_channels, NULL},
           {"rw_readers_parallel_writers_alone", rw_readers_parallel_writers_alone, NULL},
           {"rw_writer_not_starved", rw_writer_not_starved, "watchdog"},
           {"rw_downgrade_and_upgrade", rw_downgrade_and_upgrade, "watchdog"},
@@ -1714,4 +1972,5 @@ TEST_MAIN({"reentrant_counts", reentrant_counts, "watchdog"},
           {"unused_names_leave_bounded_state", unused_names_leave_bounded_state, NULL},
           {"family_bad_input_before_network", family_bad_input_before_network, NULL},
           {"family_on_lost_once", family_on_lost_once, "watchdog"},
-          {"family_acl_documented_set", family_acl_documented_set, "watchdog"})
+          {"family_acl_documented_set", family_acl_documented_set, "watchdog"},
+          {"fence_floor_per_trust_domain", fence_floor_per_trust_domain, NULL})

@@ -63,6 +63,21 @@ static void wait_for_key(test_redis *r, const char *key)
     CHECK(test_redis_cmd(r, "EXISTS %s", key) == 1);
 }
 
+/* Start w (waiting on cw with o) for name, which another holds, and wait
+ * until it holds the hand-off slot; wid gets its waiter id (64 bytes). */
+static void waiter_in_slot(test_redis *r, test_acquirer *w, pthread_t *t, dlock_client *cw,
+                           const char *name, dlock_acquire_options o, char *wid)
+{
+    char key[128], entry[256];
+
+    test_acquirer_init(w, cw, name, o);
+    CHECK(pthread_create(t, NULL, test_acquirer_main, w) == 0);
+    snprintf(key, sizeof(key), "dlock:{%s}:next", name);
+    wait_for_key(r, key);
+    get_string(r, key, entry, sizeof(entry));
+    CHECK(sscanf(entry, "%63s", wid) == 1);
+}
+
 /*
  * 1. A late grant. A waiter W (lease 3 s) holds the hand-off slot. The lock
  * key is deleted behind the holder's back and C takes it; W's next try is
@@ -86,11 +101,7 @@ static void late_grant_not_trusted(void)
     cw = open_url(r.url, 5000);
     cc = open_url(r.url, 5000);
     CHECK_RC(dlock_acquire(&a, ca, "late", &hold), DLOCK_OK);
-    test_acquirer_init(&w, cw, "late", test_opts(6000, 3000, 1));
-    CHECK(pthread_create(&t, NULL, test_acquirer_main, &w) == 0);
-    wait_for_key(&r, "dlock:{late}:next");
-    get_string(&r, "dlock:{late}:next", entry, sizeof(entry));
-    CHECK(sscanf(entry, "%63s", wid) == 1);
+    waiter_in_slot(&r, &w, &t, cw, "late", test_opts(6000, 3000, 1), wid);
 
     CHECK(test_redis_cmd(&r, "DEL dlock:{late}") == 1);
     CHECK_RC(dlock_acquire(&c, cc, "late", &hold), DLOCK_OK);
@@ -119,6 +130,52 @@ static void late_grant_not_trusted(void)
     dlock_client_free(ca);
     dlock_client_free(cw);
     dlock_client_free(cc);
+    test_redis_stop(&r);
+}
+
+/*
+ * A forged grant. Anyone allowed to PUBLISH on the prefix's channels can
+ * send "grant WAITER-ID FENCE" with any text for FENCE (the waiter id is
+ * readable in the hand-off slot by whoever can read the keys). The waiter
+ * takes a grant as a wake-up only and never reads its fence: its try finds
+ * the lock still held, it sleeps again, and when the holder releases it
+ * gets the lock with the server's fence (2), not 2^64-1.
+ */
+static void forged_grant_is_only_a_wake_up(void)
+{
+    static const char *const fences[] = {"18446744073709551615", "9223372036854775808", "-1",
+                                         "99999999999999999999999999", "x"};
+    test_redis r;
+    dlock_client *c[2]; /* the holder's, the waiter's */
+    dlock_lock *holder;
+    test_acquirer w;
+    pthread_t t;
+    char wid[64];
+
+    test_redis_start(&r, NULL);
+    for (int i = 0; i < 2; i++)
+        c[i] = open_url(r.url, 5000);
+    CHECK_RC(dlock_acquire(&holder, c[0], "forged", NULL), DLOCK_OK);
+    waiter_in_slot(&r, &w, &t, c[1], "forged", test_opts(60000, 20000, 1), wid);
+    for (size_t i = 0; i < sizeof(fences) / sizeof(fences[0]); i++) {
+        long long before = test_redis_calls(&r, "evalsha");
+        char grant[128];
+
+        snprintf(grant, sizeof(grant), "grant %s %s", wid, fences[i]);
+        CHECK(test_redis_cmd(&r, "PUBLISH dlock:{forged}:release %s", grant) == 1);
+        /* It woke and asked the server, which said busy. */
+        for (int k = 0; k < 2000 && test_redis_calls(&r, "evalsha") == before; k++)
+            test_sleep_ms(10);
+        CHECK(test_redis_calls(&r, "evalsha") > before);
+        CHECK(!atomic_load(&w.done));
+    }
+    CHECK_RC(dlock_release(holder), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(w.rc, DLOCK_OK);
+    CHECK(dlock_lock_fence(w.lock) == 2);
+    CHECK_RC(dlock_release(w.lock), DLOCK_OK);
+    for (int i = 0; i < 2; i++)
+        dlock_client_free(c[i]);
     test_redis_stop(&r);
 }
 
@@ -455,6 +512,7 @@ static void timed_out_tries_leave_nothing(void)
 }
 
 TEST_MAIN({"late_grant_not_trusted", late_grant_not_trusted, "redis"},
+          {"forged_grant_is_only_a_wake_up", forged_grant_is_only_a_wake_up, "redis"},
           {"hand_off_lease_is_the_servers", hand_off_lease_is_the_servers, "redis"},
           {"dead_waiter_costs_the_confirm_window", dead_waiter_costs_the_confirm_window, "redis"},
           {"extend_races_watchdog", extend_races_watchdog, "redis"},

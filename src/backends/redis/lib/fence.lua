@@ -13,6 +13,35 @@
 -- Unused counters are retired after this long (ms), or 10 leases if longer.
 local DLOCK_RETENTION_MS = 86400000
 
+-- The highest fence issued: 2^53 - 1. Lua numbers are doubles, so a larger
+-- one would reach the client rounded, and two tokens could come out equal.
+-- (At a million tokens a second, a name takes 285 years to get there; only
+-- a counter or floor SET by hand can.)
+local DLOCK_FENCE_MAX = 9007199254740991
+
+-- Is a greater than b? a is a counter's value that Redis wrote (INCR: no
+-- sign, no leading zero, so a longer one is larger); b is the floor's GET,
+-- taken as 0 unless it is such a positive integer. Compared as text: a
+-- counter SET by hand beyond 2^53 would not survive a trip through a Lua
+-- number.
+local function dlock_int_gt(a, b)
+  if not (b and string.match(b, '^[1-9]%d*$')) then
+    return true
+  end
+  if #a ~= #b then
+    return #a > #b
+  end
+  return a > b
+end
+
+-- The error reply for a counter that would issue a fence above
+-- DLOCK_FENCE_MAX.
+local function dlock_fence_too_high(counter)
+  return redis.error_reply('DLOCKFENCE fence counter ' .. counter .. ' would pass ' ..
+                           string.format('%d', DLOCK_FENCE_MAX) .. ' (2^53 - 1), the ' ..
+                           'highest fence the scripts hold exactly')
+end
+
 -- Server time in ms.
 local function dlock_now_ms()
   local t = redis.call('TIME')
@@ -43,15 +72,19 @@ end
 -- Returns the token, or nil and an error reply (before any write) when the
 -- floor is broken.
 local function dlock_fence_issue(counter, value, floor_key)
+  local start = value
   if not value then
-    local floor = redis.call('GET', floor_key)
-    if floor then
-      if not tonumber(floor) then
-        return nil, redis.error_reply('DLOCKFENCE fence floor ' .. floor_key ..
-                                      ' is not an integer')
-      end
-      redis.call('SET', counter, floor)
+    start = redis.call('GET', floor_key)
+    if start and not tonumber(start) then
+      return nil, redis.error_reply('DLOCKFENCE fence floor ' .. floor_key ..
+                                    ' is not an integer')
     end
+  end
+  if start and tonumber(start) >= DLOCK_FENCE_MAX then
+    return nil, dlock_fence_too_high(counter)
+  end
+  if not value and start then
+    redis.call('SET', counter, start)
   end
   return redis.call('INCR', counter)
 end
@@ -72,20 +105,25 @@ end
 
 -- Retire up to two counters whose time has come: raise the floor to each
 -- one's value, then delete it. Run after the script's tokens are issued.
+-- The floor is only ever raised, never lowered. Only this prefix's counters
+-- (PREFIX{NAME}:fence, PREFIX being the floor's key less 'fence-floor') are
+-- touched: an entry naming any other key is dropped from the registry.
 local function dlock_fence_retire(floor_key, registry, now_ms)
   if not now_ms then
     return
   end
+  local mine = string.sub(floor_key, 1, #floor_key - #'fence-floor') .. '{'
   local old = redis.call('ZRANGEBYSCORE', registry, '-inf', now_ms, 'LIMIT', 0, 2)
   for _, k in ipairs(old) do
-    local last = redis.pcall('GET', k)
-    last = type(last) == 'string' and tonumber(last) or nil
-    if last then
-      local floor = tonumber(redis.call('GET', floor_key) or '0') or 0
-      if last > floor then
-        redis.call('SET', floor_key, last)
+    if string.sub(k, 1, #mine) == mine and string.sub(k, -7) == '}:fence' then
+      local last = redis.pcall('GET', k)
+      if type(last) == 'string' and string.match(last, '^%-?%d+$') then
+        if string.match(last, '^[1-9]%d*$') and
+           dlock_int_gt(last, redis.call('GET', floor_key)) then
+          redis.call('SET', floor_key, last)
+        end
+        redis.call('DEL', k)
       end
-      redis.call('DEL', k)
     end
     redis.call('ZREM', registry, k)
   end
@@ -132,9 +170,13 @@ local function dlock_fence_after_incr(counter, incr, floor_key, registry, lease_
         return nil, redis.error_reply('DLOCKFENCE fence floor ' .. floor_key ..
                                       ' is not an integer')
       end
+      if n >= DLOCK_FENCE_MAX then
+        return nil, dlock_fence_too_high(counter)
+      end
       if n >= 1 then
-        fence = n + 1
-        redis.call('SET', counter, fence)
+        -- The server counts, not Lua: the floor's exact value plus one.
+        redis.call('SET', counter, floor)
+        fence = redis.call('INCR', counter)
       end
     end
   end
