@@ -66,8 +66,11 @@ as_user=""
 [ "$(id -u)" = 0 ] && as_user="setpriv --regid 65534 --clear-groups"
 want_owner="$(id -u) $(id -g)"
 [ -n "$as_user" ] && want_owner="0 65534"
+# Under AddressSanitizer the runtime sets the core limit to 0 itself
+# (disable_coredump): ask it not to, so that the checks see dlock's doing.
 # shellcheck disable=SC2086 # as_user is split on purpose
-expect 0 "run with a password, COMMAND reads the limits" env DLOCK_URL="$SECRET_URL" $as_user \
+expect 0 "run with a password, COMMAND reads the limits" env DLOCK_URL="$SECRET_URL" \
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}disable_coredump=0" $as_user \
     "$DLOCK" run "$N" -- sh -c 'grep "^Max core file size" /proc/$PPID/limits > "$0";
         grep "^Max core file size" /proc/$$/limits > "$1";
         stat -c "%u %g" /proc/$PPID/environ > "$2"; stat -c "%u %g" /proc/$$/environ > "$3"' \
