@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Thin wrapper over CMake. The two set-up commands of the README:
 #   make demo   installs what is missing, builds, runs the payout demo
 #   make test   installs what is missing, builds, runs the whole suite

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * dlock: the command-line tool. Global options and dispatch to the
  * subcommands (run.c, admin.c) and to the demo (demo/).

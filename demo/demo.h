@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * dlock demo: the payout scenario of the seeds, run for real.
  *

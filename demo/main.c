@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * `dlock demo payout`: options, the embedded lock server, the modes one after
  * the other, and the table at the end.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # `make demo`: run the payout demo with its defaults, after the build.
 #   scripts/demo.sh BUILD_DIR
 # The demo starts and stops its own throwaway redis-server and keeps its

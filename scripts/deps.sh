@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # Installs the Debian packages dlock needs to build, test and demo, when any
 # is missing. Needs root (or sudo) only when something is missing.
 set -eu

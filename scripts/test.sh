@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The whole suite, as `make test` and CI run it:
 #   1. a plain build, every test (unit, redis, cli, demo);
 #   2. the same suite built with AddressSanitizer + UndefinedBehaviorSanitizer;

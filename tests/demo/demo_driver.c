@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Stands in for the `dlock` command when the tree has no CLI:
  * `demo_driver demo payout ...` -> dlock_demo_main({"demo", "payout", ...}). */
 #include "demo.h"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Builds the libFuzzer targets with clang (-fsanitize=fuzzer,address,undefined)
 # in their own build folder and runs each one for a bounded time:
 #   1. every file in tests/fuzz/regressions/<target>/ once (what fuzzing found

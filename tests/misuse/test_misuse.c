@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Bad input and misuse, each case a row of docs/errors.md: what the caller
  * gets (code and message) for inputs and situations the library must survive.
