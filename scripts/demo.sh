@@ -11,6 +11,11 @@ if [ ! -x "$dlock" ]; then
     echo "demo.sh: $dlock not found; build first (make build)" >&2
     exit 70
 fi
+# `dlock demo` runs the program dlock-demo beside it.
+if [ ! -x "$build/cli/dlock-demo" ]; then
+    echo "demo.sh: $build/cli/dlock-demo not found; the build has no demo (cmake -DDLOCK_BUILD_DEMO=ON)" >&2
+    exit 70
+fi
 report="$build/demo-report.html"
 status=0
 "$dlock" demo payout --report "$report" || status=$?
