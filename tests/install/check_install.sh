@@ -2,7 +2,10 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # An installed dlock, as a user gets it, moved after installing:
 #   tests/install/check_install.sh SOURCE_DIR BUILD_DIR
-# 1. cmake --install into a temporary prefix, then move the prefix elsewhere;
+#   tests/install/check_install.sh SOURCE_DIR --installed PREFIX
+# 1. cmake --install into a temporary prefix, then move the prefix elsewhere
+#    (--installed: a tree installed otherwise, as the .debs unpacked by
+#    check_debs.sh, whose programs have no RPATH);
 # 2. the README's example (its first C block, with a main) builds against the
 #    moved tree with `pkg-config --cflags --libs dlock` (PKG_CONFIG_PATH only,
 #    no --define-prefix) and with a CMake project (find_package(dlock),
@@ -15,17 +18,23 @@
 # saying why, on the first thing that fails.
 set -eu
 src=$(cd "$1" && pwd)
-build=$(cd "$2" && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/dlock-install-XXXXXX")
 trap 'rm -rf "$work"' EXIT INT TERM
 fail() { echo "check_install: FAIL: $*" >&2; exit 1; }
 ok() { echo "check_install: ok: $*"; }
 
 # ---- 1. install, then move ----
-cmake --install "$build" --prefix "$work/first" >"$work/install.log" 2>&1 ||
-    { cat "$work/install.log" >&2; fail "cmake --install"; }
-mv "$work/first" "$work/moved"
-prefix="$work/moved"
+rpath=1
+if [ "$2" = "--installed" ]; then
+    prefix=$(cd "$3" && pwd)
+    rpath=0
+else
+    build=$(cd "$2" && pwd)
+    cmake --install "$build" --prefix "$work/first" >"$work/install.log" 2>&1 ||
+        { cat "$work/install.log" >&2; fail "cmake --install"; }
+    mv "$work/first" "$work/moved"
+    prefix="$work/moved"
+fi
 pc=$(find "$prefix" -name dlock.pc -path '*/pkgconfig/*')
 [ -n "$pc" ] || fail "no dlock.pc under $prefix"
 libdir=$(dirname "$(dirname "$pc")")
@@ -112,10 +121,17 @@ ok "SONAME $soname; libdlock.a installed"
 
 # ---- 4. man pages ----
 pages=$(find "$prefix/share/man" -type f 2>/dev/null || true)
+if command -v scdoc >/dev/null; then
+    for scd in "$src"/man/*.scd; do
+        [ -e "$scd" ] || continue
+        name=$(basename "$scd" .scd)
+        echo "$pages" | grep -Eq "/man${name##*.}/$name(\.gz)?$" || fail "man/$name.scd was not installed as a page"
+    done
+fi
 if [ -n "$pages" ]; then
     command -v man >/dev/null || fail "man pages installed but no man to render them (apt-get install man-db)"
     for page in $pages; do
-        name=$(basename "$page")
+        name=$(basename "$page" .gz)
         out=$(MANWIDTH=80 man -l "$page" 2>"$work/man.err") || fail "man -l $page"
         [ -s "$work/man.err" ] && { cat "$work/man.err" >&2; fail "man -l $page warns"; }
         [ "$(echo "$out" | wc -l)" -gt 5 ] || fail "man -l $page renders almost nothing"
@@ -130,6 +146,8 @@ fi
 # ---- 5. the dlock command ----
 dlock="$prefix/bin/dlock"
 [ -x "$dlock" ] || fail "no $dlock"
+# Without an RPATH (the .debs), the moved tree's library by the loader's path.
+[ "$rpath" = 1 ] || export LD_LIBRARY_PATH="$libdir"
 "$dlock" --version | grep -qx "dlock $version" || fail "$dlock --version: $("$dlock" --version)"
 libs=$(ldd "$dlock") || fail "ldd $dlock"
 loaded=$(echo "$libs" | sed -n 's/^[[:space:]]*libdlock\.so[^ ]* => \([^ ]*\) .*/\1/p')
