@@ -1,7 +1,11 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Thin wrapper over CMake. The two set-up commands of the README:
 #   make demo   installs what is missing, builds, runs the payout demo
 #   make test   installs what is missing, builds, runs the whole suite
-#               (plain, ASan+UBSan, and the watchdog tests under TSan)
+#               (plain, ASan+UBSan, and the watchdog tests under TSan),
+#               warnings as errors
+# make build and make install only build and install (PREFIX, DESTDIR):
+# they install no packages (scripts/deps.sh lists what the build needs).
 
 BUILD ?= build
 PREFIX ?= /usr/local
@@ -14,7 +18,7 @@ all: build
 deps:
 	@scripts/deps.sh
 
-build: deps
+build:
 	@cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
@@ -24,13 +28,16 @@ test: deps
 verify: deps
 	@models/check.sh
 
-demo: build
+demo: deps
+	@$(MAKE) --no-print-directory build
 	@scripts/demo.sh $(BUILD)
 
-bench: build
+bench: deps
+	@$(MAKE) --no-print-directory build
 	@$(BUILD)/bench/dlock-bench
 
-chaos: build
+chaos: deps
+	@$(MAKE) --no-print-directory build
 	@$(BUILD)/tests/chaos --backend redis,etcd --duration 15 --runs 3 --markdown $(BUILD)/chaos.md
 
 fuzz: deps
@@ -40,4 +47,4 @@ install: build
 	@cmake --install $(BUILD)
 
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan build-release build-clang

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * dlock-bench --etcd: what a dlock call costs on etcd, beside the raw round
  * trip of a /v3/kv/range (a linearizable read) and of a /v3/kv/put (a raft

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * dlock-bench, the lock family: hand-off latency of the fair lock and of the
  * read-write lock, measured like the mutex hand-off in main.c and printed

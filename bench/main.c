@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * dlock-bench: what a dlock call costs, beside the raw Redis round trip
  * measured in the same run.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * dlock-bench: direct hiredis connections, used for the raw round-trip
  * baseline that the dlock figures are compared with.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * dlock-bench: the throwaway redis-server a run starts when it is given no
  * --url (the demo's launcher, demo/redis_embed.h), the signal handling that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * dlock status NAME, dlock release --force NAME: look at a lock and break it,
  * as an administrator, without taking it.

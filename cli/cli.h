@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The `dlock` command: shared declarations of its parts.
  *
@@ -295,5 +296,14 @@ int cli_run(const char *url, int argc, char **argv);
 int cli_elect(const char *url, int argc, char **argv);
 int cli_status(const char *url, int argc, char **argv);
 int cli_release(const char *url, int argc, char **argv);
+
+/*
+ * `dlock demo ...`: replaces this process with the program dlock-demo of
+ * dlock's own folder, argv[0] ("demo") becoming its name. Returns only when
+ * that fails: CLI_EXIT_UNAVAILABLE when the demo is not installed (built
+ * with -DDLOCK_BUILD_DEMO=OFF, or its package is missing), else
+ * CLI_EXIT_SOFTWARE, after printing why.
+ */
+int cli_demo(int argc, char **argv);
 
 #endif /* DLOCK_CLI_H */

@@ -1,9 +1,9 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * dlock: the command-line tool. Global options and dispatch to the
- * subcommands (run.c, admin.c) and to the demo (demo/).
+ * subcommands (run.c, admin.c) and to the demo program (demo.c).
  */
 #include "cli.h"
-#include "demo.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,7 +162,7 @@ int main(int argc, char **argv)
             cli_error("--url before 'demo' is not used: the demo takes its own options "
                       "after 'demo' (see 'dlock demo --help')");
         else
-            rc = dlock_demo_main(argc - i, argv + i);
+            rc = cli_demo(argc - i, argv + i);
     } else {
         rc = dispatch(url, argc - i, argv + i);
     }

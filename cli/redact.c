@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Passwords out of what the command prints (redact.h). */
 #define _GNU_SOURCE /* memmem */
 #include "redact.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Passwords out of everything the `dlock` command and its demo print.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * dlock run: hold a lock while a command runs. dlock elect: run a command
  * while this instance leads an election, and campaign again after.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * dlock run and elect: the self-pipe that wakes the supervising loop, what
  * writes to it (the signal handlers, the lock's on_lost callback), the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * dlock run and elect: COMMAND's process and its supervision. COMMAND gets
  * the environment and descriptors it should (not the library's), is forked

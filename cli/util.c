@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The `dlock` command: error reporting, exit codes, option values, client
  * opening. Shared by the subcommands.

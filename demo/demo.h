@@ -1,8 +1,10 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * dlock demo: the payout scenario of the seeds, run for real.
  *
- * The `dlock` command dispatches `dlock demo ...` here. The demo is an
- * application of libdlock: it uses only the public API in <dlock/dlock.h>.
+ * The program dlock-demo (demo/program.c) runs it, and `dlock demo ...` runs
+ * dlock-demo. The demo is an application of libdlock: it uses only the
+ * public API in <dlock/dlock.h>.
  */
 #ifndef DLOCK_DEMO_H
 #define DLOCK_DEMO_H
@@ -12,8 +14,9 @@ extern "C" {
 #endif
 
 /*
- * Run a demo. argv[0] is "demo", argv[1] the scenario ("payout"), the rest
- * its options (see docs/demo.md or `dlock demo --help`).
+ * Run a demo. argv[0] is the program's name (not used), argv[1] the
+ * scenario ("payout"), the rest its options (see docs/demo.md or
+ * `dlock demo --help`).
  *
  * Returns the process exit status: 0 when the run went through and the
  * `fence` mode (if it ran) paid no order twice; 1 when the `fence` mode lost

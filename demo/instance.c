@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * One instance of the payout service: a process of its own, with its own
  * dlock client and its own store connection, running the payout job each

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The results as JSON (`--json FILE`), for scripts and the tests. */
 #include "demo_int.h"
 

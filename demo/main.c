@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * `dlock demo payout`: options, the embedded lock server, the modes one after
  * the other, and the table at the end.
@@ -198,7 +199,7 @@ static int take_secret(const char **slot, const char *val)
 
 static int parse_options(demo_options *o, int argc, char **argv, int *help)
 {
-    long long v;
+    long long v = 0; /* set by parse_int before use; gcc -O3 cannot tell */
     int seed_given = 0;
     *help = 0;
     for (int i = 2; i < argc; i++) {

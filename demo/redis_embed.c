@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The embedded default: a throwaway redis-server with no persistence and no
  * TCP port, on a unix socket in the demo's 0700 temporary folder (or in one

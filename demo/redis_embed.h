@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A throwaway redis-server: the demo's embedded default, also used by
  * dlock-bench. Found in PATH, started without persistence and without a TCP

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * `--report FILE.html`: one self-contained page (inline CSS and SVG, no
  * script, nothing fetched) with the results table and, for each mode, a

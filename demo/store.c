@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The store: dispatch to the backend named by the spec. */
 #include "store_int.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The store seam: each database the demo can use as its protected resource
  * is a table of function pointers behind demo_store (store.c dispatches).

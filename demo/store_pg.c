@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The store in PostgreSQL (`--store postgres://...`).
  *

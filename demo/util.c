@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Small helpers of the demo: clock, random numbers, messages, files. */
 #include "demo_int.h"
 #include "redact.h"

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # Model-checks the Redis mutex protocol (models/redis_mutex.pml) with spin,
 # as `make verify` and CI run it (docs/verification.md):
 #   - under the grant rule the code follows, spin must find no violation of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The Redis mutex protocol of dlock, checked with spin (models/check.sh,
  * `make verify`; what is modelled and what is not: docs/verification.md).

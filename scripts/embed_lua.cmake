@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Turns every src/backends/redis/*.lua into a C array plus its SHA1, so the
 # client can EVALSHA without a SCRIPT LOAD round trip and reload on NOSCRIPT.
 #

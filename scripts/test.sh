@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The whole suite, as `make test` and CI run it:
 #   1. a plain build, every test (unit, redis, cli, demo);
 #   2. the same suite built with AddressSanitizer + UndefinedBehaviorSanitizer;
@@ -62,7 +63,7 @@ run_suite() { # build-dir sanitizer ctest-args...
     local dir=$1 san=$2
     shift 2
     echo "== build $dir ${san:+(sanitize=$san)}"
-    cmake -S . -B "$dir" -DDLOCK_SANITIZE="$san" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    cmake -S . -B "$dir" -DDLOCK_SANITIZE="$san" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLOCK_WERROR=ON >/dev/null
     cmake --build "$dir" -j "$jobs" >/dev/null
     echo "== test $dir"
     # --no-tests=error: a label or filter that matches nothing fails, not

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Read by CTest, not CMake (a TEST_INCLUDE_FILES script that dlock_add_cases
 # in tests/CMakeLists.txt writes for each test program): asks the program for
 # its cases (PROGRAM --list prints "NAME LABELS" a line) and adds one test

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * dlock: distributed locks with fencing tokens.
  *
@@ -37,6 +38,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* DLOCK_VERSION, DLOCK_VERSION_NUMBER and DLOCK_VERSION_AT_LEAST, generated
+ * from the build's project(VERSION). */
+#include "dlock/version.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -47,10 +52,6 @@ extern "C" {
 #define DLOCK_EXTERN
 #endif
 
-#define DLOCK_VERSION_MAJOR 0
-#define DLOCK_VERSION_MINOR 1
-#define DLOCK_VERSION_PATCH 0
-#define DLOCK_VERSION "0.1.0"
 
 /* ------------------------------------------------------------------------
  * Error codes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The client and lock handle as the core sees them. Not part of the public
  * API: the public header only has opaque typedefs.

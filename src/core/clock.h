@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The one clock for leases: CLOCK_BOOTTIME. Leases and deadlines never look
  * at the wall clock, so a clock step (NTP, an operator, faketime) changes

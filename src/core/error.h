@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Error reporting inside the library: one function writes the thread-local
  * message (after curl's Curl_failf), every failure path returns through it.

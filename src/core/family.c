@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The lock family's calls beside dlock_acquire (docs/family.md): owner ids,
  * downgrade, semaphore permits, multi-locks, and leader election. The kinds

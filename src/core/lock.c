@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The lock handle: acquire (try, then wait for a release without polling),
  * extend, check, release, and the accessors.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Options structs that evolve (after libgit2): a caller built against an
  * older header passes an older version, which is read as far as that

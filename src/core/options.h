@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Reading a caller's options struct of any version this library knows. */
 #ifndef DLOCK_CORE_OPTIONS_H
 #define DLOCK_CORE_OPTIONS_H

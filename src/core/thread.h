@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Library threads and signals. The application owns its signals: dlock's
  * threads block them all, so no handler ever runs on a library thread (and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>

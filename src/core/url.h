@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 #ifndef DLOCK_CORE_URL_H
 #define DLOCK_CORE_URL_H
 

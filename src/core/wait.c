@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The one acquire loop, for a single lock and for a multi-lock taken in one
  * atomic step: try; if busy and the caller waits, watch the lock that was

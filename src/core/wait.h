@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The one acquire loop (wait.c), for single locks and atomic multi-locks. */
 #ifndef DLOCK_CORE_WAIT_H
 #define DLOCK_CORE_WAIT_H

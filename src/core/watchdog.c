@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The watchdog: one thread per client renews every auto-renewed lock at a
  * third of its lease (Redisson's rule), batching the locks that are due at

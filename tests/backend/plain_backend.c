@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * plainredis: about the simplest backend the conformance suite can run, kept
  * outside the library and built on <dlock/dlock.h>, <dlock/sys/backend.h>

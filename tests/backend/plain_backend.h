@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * plainredis: a lock backend that lives outside the library, built on the
  * public headers only, to prove that backends can be added from outside.

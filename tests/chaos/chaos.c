@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The chaos runner: for each backend and nemesis, start a fresh server, K
  * worker processes (chaos_worker) and the fault proxy, inject faults for the

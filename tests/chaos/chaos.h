@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The fault harness (after Jepsen): worker processes take a lock and do a
  * read-modify-write of a register in a separate store that checks fencing

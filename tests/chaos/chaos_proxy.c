@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A small TCP fault proxy between the workers and the server, on loopback:
  * every accepted connection gets its own upstream connection and two pump

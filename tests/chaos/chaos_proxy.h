@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The harness's TCP fault proxy (chaos_proxy.c). */
 #ifndef DLOCK_CHAOS_PROXY_H
 #define DLOCK_CHAOS_PROXY_H

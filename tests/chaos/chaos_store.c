@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The fenced register in SQLite (chaos.h). The pattern of docs/fencing.md:
  * the store keeps the highest fence seen for the job and refuses a lower

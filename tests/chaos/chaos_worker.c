@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * One chaos worker: a process of a user's, on the public API only. Until its
  * end time it loops: acquire the lock, read the fenced register, think, write

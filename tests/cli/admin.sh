@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # status and release --force: one readable line each, exit 0 whether the
 # lock is held or not.
 # The fence they show differs by backend: Redis shows the last token issued

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # A busy lock: 75 when it cannot be had within --wait (try once by default),
 # -E changes that code, and --wait waits for the holder to finish.
 . "$(dirname "$0")/lib.sh"

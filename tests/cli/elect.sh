@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # dlock elect: one leader at a time runs COMMAND; a new leader once the
 # leader stops or is killed; --once; campaigning again after a term; usage.
 . "$(dirname "$0")/lib.sh"

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # COMMAND's environment and file descriptors: DLOCK_NAME and DLOCK_FENCE set,
 # the fence increasing from run to run; no DLOCK_URL, no URL anywhere, no
 # server connection; the descriptors dlock was given are passed on.

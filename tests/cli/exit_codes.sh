@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # dlock run passes COMMAND's status through (128+N for signal N), and maps
 # what goes wrong around it: 127/126 COMMAND not found / not executable,
 # 69 server unreachable, 77 credentials refused, 64 a URL it cannot use.

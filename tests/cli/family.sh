@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # run --shared / --exclusive (the two sides of a read-write lock) and
 # run --permits N (a semaphore): who may run together, and the usage errors.
 . "$(dirname "$0")/lib.sh"

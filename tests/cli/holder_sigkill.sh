@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # dlock run killed with SIGKILL (the OOM killer, kill -9) cannot stop its
 # COMMAND itself: the kernel does, through the death signal dlock sets for
 # COMMAND's process, and with --kill-group a guard process kills COMMAND's

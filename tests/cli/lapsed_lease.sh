@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # The lease runs out while the server does not answer, and COMMAND ends
 # before the watchdog has noticed (issue 19, item 1). The server is paused
 # (SIGSTOP): connections stay open and requests go unanswered, so the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Sourced by the tests in tests/cli. $1 is the dlock binary; DLOCK_TEST_URL the
 # redis-server to use (scripts/test.sh starts a throwaway one and exports it),
 # or DLOCK_TEST_ETCD_URL the etcd when DLOCK_CLI_BACKEND=etcd.

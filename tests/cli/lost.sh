@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # A lock lost while COMMAND runs (here broken with release --force): dlock
 # says so on stderr, stops COMMAND with SIGTERM (SIGKILL after --grace if it
 # does not stop) and exits 76. The watchdog finds the loss at its next

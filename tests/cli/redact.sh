@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # No password in anything dlock prints (issue 19, item 5): a URL with
 # credentials echoed by a usage error (--url after 'run', a misspelt
 # --uri=..., a URL where NAME, COMMAND or an option's value goes), by the

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # The lock server goes away while COMMAND runs: the lease cannot be renewed,
 # so the lock counts as lost when it runs out; dlock stops COMMAND and exits
 # 76 (not killed by SIGPIPE on the dead connection, COMMAND left orphaned).

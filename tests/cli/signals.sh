@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # SIGTERM, SIGHUP and SIGINT sent to dlock reach COMMAND, whose exit status
 # then passes through; a signal dlock was started with ignored (nohup, a
 # background job of a script) stays ignored, for dlock and for COMMAND.

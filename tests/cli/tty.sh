@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # ^C on a terminal: COMMAND gets the SIGINT once (from the terminal, which
 # signals the whole foreground process group), not a second time from dlock.
 # The pseudo-terminal comes from Python's pty module (python3 is among the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Helper of tty.sh: ^C typed on a terminal reaches COMMAND once.
 
 The terminal sends SIGINT to its whole foreground process group, dlock and

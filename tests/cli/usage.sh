@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # Usage errors exit 64 with a "dlock: " message, and are found before any
 # connection: the URL given is unreachable, so checking the command line
 # after connecting would exit 69 instead. --help and --version exit 0.

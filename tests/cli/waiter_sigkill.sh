@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # A dlock run killed with SIGKILL while it waits for a busy lock cannot leave
 # the queue. It must still cost the next waiter only a short, fixed time,
 # whatever --ttl it asked for (30 s here):

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # A dlock run that waits for a busy lock and gets SIGTERM or SIGINT (^C)
 # leaves the queue before it exits (and so does a waiting candidate of
 # dlock elect): on Redis its hand-off slot, on etcd its

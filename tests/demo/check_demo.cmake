@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Runs `dlock demo payout` once in a small, seeded configuration and checks
 # its exit status and its --json results.
 #

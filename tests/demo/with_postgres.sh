@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # Runs "$@" against a private PostgreSQL server: initdb in a temporary folder,
 # a unix socket only (no port to collide on), trust authentication; exports
 # DLOCK_DEMO_STORE as its URL; stops the server and removes the folder after.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * libFuzzer target: dlock_duration_parse against a reference written
  * straight from the header's words: a non-negative integer, then nothing

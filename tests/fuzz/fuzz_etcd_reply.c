@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * libFuzzer target: the etcd backend's reply handling, through the real
  * code paths. A fake HTTP server on a loopback TCP port answers each request

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * libFuzzer target: the Redis backend's reply handling, through the real
  * code paths. A fake server on a unix socket answers every connection with

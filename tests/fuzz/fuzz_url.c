@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * libFuzzer target: the one URL parser (dlock__url_parse) and the Redis
  * backend's reading of a parsed URL (dlock__redis_conn_init, no I/O).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Builds the libFuzzer targets with clang (-fsanitize=fuzzer,address,undefined)
 # in their own build folder and runs each one for a bounded time:
 #   1. every file in tests/fuzz/regressions/<target>/ once (what fuzzing found
@@ -30,7 +31,7 @@ echo "== fuzz: building in $build"
 mkdir -p "$build"
 log="$build/fuzz-build.log"
 CC=clang cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLOCK_FUZZ=ON \
-    -DDLOCK_SANITIZE=address,undefined -DDLOCK_BUILD_BENCH=OFF >"$log" 2>&1 ||
+    -DDLOCK_SANITIZE=address,undefined -DDLOCK_BUILD_BENCH=OFF -DDLOCK_WERROR=ON >"$log" 2>&1 ||
     { cat "$log" >&2; exit 1; }
 for t in $targets; do
     cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" --target "fuzz_$t" >>"$log" 2>&1 ||

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The scripted fake server (fake_server.h). One thread polls the listening
  * socket and every connection; commands are parsed with hiredis' own reader,

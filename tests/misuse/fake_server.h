@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A fake TCP "Redis" for the misuse tests: it answers each command it
  * receives with the next reply of a script, byte for byte, so a test decides

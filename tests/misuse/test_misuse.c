@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Bad input and misuse, each case a row of docs/errors.md: what the caller
  * gets (code and message) for inputs and situations the library must survive.
@@ -1342,6 +1343,7 @@ static void cli_run_hides_password(void)
     test_redis_stop(&r);
 }
 
+#ifdef DLOCK_HAVE_DEMO
 /* dlock demo: --url and --store (both forms, --opt VALUE and --opt=VALUE)
  * are blanked from its command line. Read when the demo connects to the
  * lock server, which it does after parsing its options: the "server" is a
@@ -1403,6 +1405,29 @@ static void demo_hides_url_and_store(void)
     CHECK(waitpid(pid, &status, 0) == pid);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 69);
 }
+#else
+/* Built without the demo (-DDLOCK_BUILD_DEMO=OFF): `dlock demo` says that
+ * it is not installed, exits 69, and does not show the URL's password. */
+static void demo_hides_url_and_store(void)
+{
+    const char *cli = getenv("DLOCK_CLI");
+    char cmd[1024], out[4096];
+    size_t n;
+    FILE *p;
+
+    if (cli == NULL)
+        cli = DLOCK_CLI_PATH;
+    snprintf(cmd, sizeof(cmd), "'%s' demo payout --url=redis://:" SECRET "@127.0.0.1:1 2>&1", cli);
+    CHECK((p = popen(cmd, "r")) != NULL);
+    n = fread(out, 1, sizeof(out) - 1, p);
+    out[n] = '\0';
+    int status = pclose(p);
+    fprintf(stderr, "dlock demo without the demo: %s", out);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 69);
+    CHECK_CONTAINS(out, "not installed");
+    CHECK(strstr(out, SECRET) == NULL);
+}
+#endif
 
 TEST_MAIN({"names_huge_and_binary", names_huge_and_binary, NULL},
           {"absurd_leases_and_waits", absurd_leases_and_waits, NULL},

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Secrets in freed memory (README, Security: "a password is zeroed in
  * memory when the client is freed"; docs/etcd.md: the login request).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A tiny test harness. Each test is a function; a test binary runs the one
  * named on its command line, so CTest runs every test in its own process

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Pure logic, no server: URL parsing, durations, the error table, the clock. */
 #define _GNU_SOURCE
 #include <time.h>

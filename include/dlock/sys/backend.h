@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The backend interface: what a lock service (Redis, etcd, ZooKeeper,
  * PostgreSQL ...) provides to the dlock core. After sqlite3_vfs: a versioned

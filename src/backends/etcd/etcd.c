@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The etcd backend: etcd v3 through its JSON gateway, with a queue of keys
  * per lock like etcd's own concurrency.Mutex, and the holder's create

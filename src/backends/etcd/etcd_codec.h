@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The gateway's JSON conventions: bytes fields in base64, int64 fields as
  * decimal strings, and every zero field left out of a reply. Pure functions,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Leader election on etcd: a LEADER is a mutex whose key holds the leader's
  * identity (acquired through etcd_queue.c); here are reading the leader and

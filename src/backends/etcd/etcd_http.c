@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The etcd v3 JSON gateway over libcurl: the client's set-up (endpoints,
  * TLS files, timeouts), the pool of connections, calls with failover between

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * etcd's v3 JSON gateway over libcurl: the endpoint list and failover, the
  * timeouts, TLS, the auth token, and a pool of connections.

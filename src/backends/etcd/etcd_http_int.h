@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * What etcd_http.c (the client: endpoints, connection pool, failover, login)
  * and etcd_request.c (one request on one endpoint) share: the client's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * What the files of the etcd backend share: the backend's state, the keys
  * and lease of one acquisition, the requests and lease calls every

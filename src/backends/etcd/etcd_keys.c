@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The etcd backend's names: the directory of a lock NAME under the key
  * prefix, the key of one acquisition in it and the lease it lives on, both

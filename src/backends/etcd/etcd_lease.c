@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The etcd backend's requests: one call on a connection with its request
  * built in place, the check of a reply, and the lease calls every lock

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Acquiring an etcd lock: a try that will not wait (only into an empty
  * directory), and the tries of a waiting acquisition, whose key holds its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * One request on one endpoint of etcd's JSON gateway: its headers (the auth
  * token among them), running the transfers on a connection's multi handle,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Waiting between the tries of an etcd acquisition: sleeping on a watch of
  * the key just ahead in the queue while keeping our own key's lease alive,

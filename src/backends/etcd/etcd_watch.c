@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A watch stream. The gateway answers a POST to /v3/watch with one JSON
  * object per line, for as long as the connection stays open:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * One etcd watch stream: a streaming POST to /v3/watch on its own curl
  * handle, driven by the waiting thread itself (curl multi), that reports the

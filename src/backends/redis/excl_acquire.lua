@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: BSD-3-Clause
 -- Take an exclusive lock of the family: a mutex with an owner id (reentrant
 -- or not), a fair lock, or leadership of an election.
 -- KEYS[1] the base key, KEYS[2] the fence floor, KEYS[3] the fence registry

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: BSD-3-Clause
 -- Release one hold of an exclusive lock of the family (see excl_acquire).
 -- KEYS[1] the base key
 -- ARGV[1] kind, ARGV[2] token, ARGV[3] owner value, ARGV[4] the release

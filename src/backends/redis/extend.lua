@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: BSD-3-Clause
 -- Compare-and-pexpire.
 -- KEYS[1] the lock; ARGV[1] owner token, ARGV[2] lease in ms
 -- Returns 1 when extended, 0 when the lock was not ours.

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: BSD-3-Clause
 -- Renew (or only check) many locks of any kind in one round trip: the
 -- watchdog's batch when it holds locks of the family, and extend / check.
 -- KEYS[1..n] the base keys

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: BSD-3-Clause
 -- Who leads an election.
 -- KEYS[1] the base key (see excl_acquire)
 -- Returns {held, pttl, identity, fence}.

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: BSD-3-Clause
 -- A waiter gives up: leave the fair queue, drop a writer-waiting marker.
 -- KEYS[1] the base key; ARGV[1] the waiter's id (its place in the fair queue
 -- and its writer marker, see excl_acquire), ARGV[2] release channel

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: BSD-3-Clause
 -- Take several plain locks in one hash slot, all or none, in one step.
 -- KEYS[1..n] the locks (PREFIX{NAME}), KEYS[n+1] the fence floor,
 -- KEYS[n+2] the fence registry

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: BSD-3-Clause
 -- A waiter of the plain mutex gives up: it leaves the hand-off slot, and if
 -- a release handed it the lock after its last try, it passes the lock on
 -- as a release would (the next waiter tries).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The Redis backend (single node, or a Sentinel-managed master reached by
  * its address).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * One Redis connection with its timeouts, credentials and database, that
  * reconnects on next use after it dropped. Not thread-safe: each user (the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The lock family on Redis: reentrant and fair locks, read-write locks,
  * semaphores, multi-locks and leader election (docs/family.md). Every

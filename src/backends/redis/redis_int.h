@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * What the files of the Redis backend share: the backend's state, key
  * names, running a script on a command connection, and the watch a

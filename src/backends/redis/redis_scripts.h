@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The Lua scripts beside this file, embedded at build time with their SHA1
  * (scripts/embed_lua.cmake) so that they run with EVALSHA. */
 #ifndef DLOCK_REDIS_SCRIPTS_H

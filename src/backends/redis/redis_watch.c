@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The subscriber thread. It alone does I/O on the subscriber connection: it
  * polls the socket and a wake-up pipe, sends SUBSCRIBE / UNSUBSCRIBE for the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Waiting for releases without polling: one subscriber connection per client,
  * driven by one thread, shared by all the client's waiters. Each release

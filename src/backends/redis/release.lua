@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: BSD-3-Clause
 -- Compare-and-delete: only the owner may release, and waiters are told.
 -- KEYS[1] the lock, KEYS[2] its fence counter, KEYS[3] the fence floor,
 -- KEYS[4] the fence registry, KEYS[5] the hand-off slot

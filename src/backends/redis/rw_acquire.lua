@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: BSD-3-Clause
 -- Take the read or the write side of a read-write lock.
 -- KEYS[1] the base key, KEYS[2] the fence floor, KEYS[3] the fence registry
 -- ARGV[1] 'read' or 'write', ARGV[2] token, ARGV[3] owner id ('' for none)

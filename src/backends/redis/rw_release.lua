@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: BSD-3-Clause
 -- Release a read or write lock, or downgrade a write lock to a read lock.
 -- KEYS[1] the base key (see rw_acquire)
 -- ARGV[1] 'read', 'write' or 'downgrade', ARGV[2] token, ARGV[3] the

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: BSD-3-Clause
 -- Take one permit of a semaphore.
 -- KEYS[1] the base key, KEYS[2] the fence floor, KEYS[3] the fence registry
 -- ARGV[1] token, ARGV[2] lease ms, ARGV[3] N to set when none is stored (0: none)

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: BSD-3-Clause
 -- Set a semaphore's number of permits and wake its waiters.
 -- KEYS[1] the base key; ARGV[1] N, ARGV[2] release channel. Returns 1.
 -- #include fence

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: BSD-3-Clause
 -- Give a semaphore permit back.
 -- KEYS[1] the base key; ARGV[1] token, ARGV[2] release channel
 -- Returns 1 when released, 0 when the permit was no longer ours (its lease

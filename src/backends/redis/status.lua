@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: BSD-3-Clause
 -- Read a lock's state; with ARGV[1] = 'force', also break it and wake waiters.
 -- KEYS[1] the lock, KEYS[2] its fence counter; ARGV[2] release channel
 -- Returns {held, pttl, fence}.

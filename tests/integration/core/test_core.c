@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The core scenarios of issue 2, which every backend must pass: one suite,
  * run once per backend (`test_core redis CASE`, `test_core etcd CASE`). The

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The etcd backend against real etcd (Debian's etcd-server): a single member
  * for the functional tests, a 3-member cluster on loopback ports for the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The lock family on Redis (docs/family.md) against a real redis-server:
  * reentrant, fair, read-write, semaphore, multi-lock, leader election and

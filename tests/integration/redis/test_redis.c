@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The Redis backend against a real redis-server. Each test starts its own
  * throwaway server (tests/support), so tests can count its commands, kill it

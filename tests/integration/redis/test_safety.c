@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The windows where two holders could overlap, or where a handle could say
  * "held" for a lock the server has let go (issue 9), each closed and proved

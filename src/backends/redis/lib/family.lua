@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: BSD-3-Clause
 -- Helpers of the lock family's scripts (docs/family.md). Each script gets the
 -- name's base key PREFIX{NAME} as KEYS[1] and derives its other keys from it
 -- by a suffix, so that all of them share its hash tag.

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: BSD-3-Clause
 -- Fences with bounded state (docs/family.md, "Bounded state").
 --
 -- Each lock name has a counter, PREFIX{NAME}:fence, INCR'd for every token.

@@ -1,0 +1,76 @@
+#!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
+# The Debian packages, as a packager builds them (.ci/run runs this):
+#   tests/install/check_debs.sh [OUT_DIR]
+# Copies the tracked files of this tree (with their changes) to a scratch
+# folder, runs `dpkg-buildpackage -b -us -uc` there (no tests: they need
+# servers, and run in CI), then checks what each .deb holds (dpkg -c) and
+# that the dlock command's package depends on no database library; then
+# unpacks them into a folder and builds the README's example against it
+# (check_install.sh --installed). The .debs are left in OUT_DIR when given. Needs dpkg-dev, debhelper and the
+# Build-Depends of debian/control (scripts/deps.sh installs them).
+set -eu
+src=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/dlock-debs-XXXXXX")
+trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT INT TERM
+fail() { echo "check_debs: FAIL: $*" >&2; exit 1; }
+
+mkdir "$work/dlock"
+(cd "$src" && git ls-files -z --cached --others --exclude-standard |
+    xargs -0 sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done' sh |
+    xargs -0 cp --parents -t "$work/dlock")
+echo "== check_debs: dpkg-buildpackage -b -us -uc (log: $work/build.log while it runs)"
+(cd "$work/dlock" && DEB_BUILD_OPTIONS="parallel=2 ${DEB_BUILD_OPTIONS:-}" \
+    dpkg-buildpackage -b -us -uc >"$work/build.log" 2>&1) ||
+    { tail -60 "$work/build.log" >&2; fail "dpkg-buildpackage"; }
+
+deb() { # package -> its .deb
+    f=$(ls "$work"/"$1"_*.deb 2>/dev/null | head -1)
+    [ -n "$f" ] || fail "no $1 package was built"
+    echo "$f"
+}
+has() { # package path-regex what
+    dpkg -c "$(deb "$1")" | awk '{ print $6 }' | grep -Eq "$2" || fail "$1 has no $3"
+}
+hasnt() {
+    dpkg -c "$(deb "$1")" | awk '{ print $6 }' | grep -Eq "$2" && fail "$1 holds $3"
+    return 0
+}
+has libdlock0 '/usr/lib/[^/]+/libdlock\.so\.0\.[0-9]+$' "the SONAME link libdlock.so.0.N"
+hasnt libdlock0 '\.a$|\.pc$|/include/' "development files"
+has libdlock-dev '/usr/include/dlock/dlock\.h$' "dlock.h"
+has libdlock-dev '/usr/include/dlock/version\.h$' "version.h"
+has libdlock-dev '/usr/include/dlock/sys/backend\.h$' "sys/backend.h"
+has libdlock-dev '/usr/lib/[^/]+/libdlock\.a$' "libdlock.a"
+has libdlock-dev '/usr/lib/[^/]+/libdlock\.so$' "the libdlock.so link"
+has libdlock-dev '/usr/lib/[^/]+/pkgconfig/dlock\.pc$' "dlock.pc"
+has libdlock-dev '/usr/lib/[^/]+/cmake/dlock/dlockConfig\.cmake$' "dlockConfig.cmake"
+has dlock '/usr/bin/dlock$' "/usr/bin/dlock"
+hasnt dlock 'dlock-demo' "the demo"
+has dlock-demo '/usr/bin/dlock-demo$' "/usr/bin/dlock-demo"
+for page in "$src"/man/*.scd; do
+    [ -e "$page" ] || continue
+    name=$(basename "$page" .scd)
+    section=${name##*.}
+    pkg=dlock
+    [ "$section" = 3 ] && pkg=libdlock-dev
+    has "$pkg" "/usr/share/man/man$section/$name(\\.gz)?$" "the man page $name"
+done
+depends=$(dpkg-deb -f "$(deb dlock)" Depends)
+echo "$depends" | grep -q "libdlock0" || fail "dlock does not depend on libdlock0: $depends"
+echo "$depends" | grep -Eq 'libpq|libsqlite' && fail "dlock depends on a database library: $depends"
+for p in libdlock0 libdlock-dev dlock dlock-demo; do
+    echo "-- $(basename "$(deb "$p")"): $(dpkg -c "$(deb "$p")" | awk '$6 !~ /\/$/ { print $6 }' | grep -v '/usr/share/doc/' | tr '\n' ' ')"
+done
+# A user's program against the packages' files, unpacked into a folder
+# (not installed: the machine's /usr stays as it is).
+for p in libdlock0 libdlock-dev dlock dlock-demo; do
+    dpkg -x "$(deb "$p")" "$work/root"
+done
+sh "$src/tests/install/check_install.sh" "$src" --installed "$work/root/usr" ||
+    fail "the unpacked packages do not work as an installed dlock"
+if [ -n "${1:-}" ]; then
+    mkdir -p "$1"
+    cp "$work"/*.deb "$1"/
+fi
+echo "check_debs: all passed"

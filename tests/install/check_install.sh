@@ -1,0 +1,163 @@
+#!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
+# An installed dlock, as a user gets it, moved after installing:
+#   tests/install/check_install.sh SOURCE_DIR BUILD_DIR
+#   tests/install/check_install.sh SOURCE_DIR --installed PREFIX
+# 1. cmake --install into a temporary prefix, then move the prefix elsewhere
+#    (--installed: a tree installed otherwise, as the .debs unpacked by
+#    check_debs.sh, whose programs have no RPATH);
+# 2. the README's example (its first C block, with a main) builds against the
+#    moved tree with `pkg-config --cflags --libs dlock` (PKG_CONFIG_PATH only,
+#    no --define-prefix) and with a CMake project (find_package(dlock),
+#    dlock::dlock, and dlock::dlock_static), and runs;
+# 3. the library's SONAME carries the minor version while the ABI is 0.x;
+# 4. `man` renders every installed page, found as `man NAME` too;
+# 5. the installed dlock runs, and links no database library (the demo is
+#    its own program, dlock-demo).
+# Needs cc, cmake, pkg-config; man when pages were built. Exits non-zero,
+# saying why, on the first thing that fails.
+set -eu
+src=$(cd "$1" && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/dlock-install-XXXXXX")
+trap 'rm -rf "$work"' EXIT INT TERM
+fail() { echo "check_install: FAIL: $*" >&2; exit 1; }
+ok() { echo "check_install: ok: $*"; }
+
+# ---- 1. install, then move ----
+rpath=1
+if [ "$2" = "--installed" ]; then
+    prefix=$(cd "$3" && pwd)
+    rpath=0
+else
+    build=$(cd "$2" && pwd)
+    cmake --install "$build" --prefix "$work/first" >"$work/install.log" 2>&1 ||
+        { cat "$work/install.log" >&2; fail "cmake --install"; }
+    mv "$work/first" "$work/moved"
+    prefix="$work/moved"
+fi
+pc=$(find "$prefix" -name dlock.pc -path '*/pkgconfig/*')
+[ -n "$pc" ] || fail "no dlock.pc under $prefix"
+libdir=$(dirname "$(dirname "$pc")")
+grep -q "$work/first" "$pc" && fail "$pc names the install prefix $work/first: not relocatable"
+ok "installed and moved to $prefix (libdir ${libdir#"$prefix"/})"
+
+# ---- 2. the README's example ----
+# The first C block after "## In C", with a stand-in for its store and a main
+# that prints the headers' and the library's versions. Port 1 refuses, so
+# the example fails to connect (exit 1) and touches no server.
+awk '/^## In C/ { inc = 1 } inc && /^```c$/ { on = 1; next } on && /^```$/ { exit } on { print }' \
+    "$src/README.md" >"$work/readme.c"
+grep -q "dlock_acquire" "$work/readme.c" || fail "no C example found in README.md's \"## In C\""
+{
+    echo '#include <stdint.h>'
+    echo '#include <string.h>'
+    echo 'static void pay_with_fence(uint64_t fence) { (void)fence; }'
+    sed 's|redis://127.0.0.1:6379|redis://127.0.0.1:1|' "$work/readme.c"
+    cat <<'C'
+int main(void)
+{
+    printf("headers %s (%d), library %s\n", DLOCK_VERSION, DLOCK_VERSION_NUMBER, dlock_version());
+    if (DLOCK_VERSION_NUMBER != ((DLOCK_VERSION_MAJOR << 16) | (DLOCK_VERSION_MINOR << 8) | DLOCK_VERSION_PATCH) ||
+        !DLOCK_VERSION_AT_LEAST(DLOCK_VERSION_MAJOR, DLOCK_VERSION_MINOR, 0) ||
+        DLOCK_VERSION_AT_LEAST(DLOCK_VERSION_MAJOR, DLOCK_VERSION_MINOR + 1, 0) ||
+        strcmp(DLOCK_VERSION, dlock_version()) != 0)
+        return 3;
+    return pay_pending_orders() == DLOCK_ECONN ? 1 : 2;
+}
+C
+} >"$work/app.c"
+
+run_app() { # what binary
+    set +e
+    out=$(LD_LIBRARY_PATH="$libdir" "$2" 2>&1)
+    rc=$?
+    set -e
+    echo "$out" | sed 's/^/    /'
+    [ "$rc" -eq 1 ] || fail "$1: the example exited $rc, not 1 (connection refused)"
+    echo "$out" | grep -q "^headers $version (.*), library $version$" || fail "$1: versions differ"
+}
+version=$(sed -n 's/^Version: *//p' "$pc")
+
+export PKG_CONFIG_PATH="$libdir/pkgconfig"
+flags=$(pkg-config --cflags --libs dlock) || fail "pkg-config --cflags --libs dlock"
+case "$flags" in *"$prefix"*) ;; *) fail "pkg-config gives '$flags', not paths under $prefix" ;; esac
+# shellcheck disable=SC2086 # the flags are words
+cc -std=c11 -Wall -Wextra -Werror -o "$work/app-pc" "$work/app.c" $flags ||
+    fail "the README's example does not build with pkg-config ($flags)"
+run_app pkg-config "$work/app-pc"
+ok "the README's example builds with pkg-config: $flags"
+
+mkdir -p "$work/cmake-app"
+cp "$work/app.c" "$work/cmake-app/app.c"
+cat >"$work/cmake-app/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.16)
+project(app LANGUAGES C)
+find_package(dlock REQUIRED)
+add_executable(app app.c)
+target_link_libraries(app PRIVATE dlock::dlock)
+add_executable(app-static app.c)
+target_link_libraries(app-static PRIVATE dlock::dlock_static)
+CMAKE
+cmake -S "$work/cmake-app" -B "$work/cmake-app/build" -DCMAKE_PREFIX_PATH="$prefix" \
+    -DCMAKE_C_FLAGS="-Wall -Wextra -Werror" >"$work/cmake.log" 2>&1 ||
+    { cat "$work/cmake.log" >&2; fail "find_package(dlock)"; }
+cmake --build "$work/cmake-app/build" >>"$work/cmake.log" 2>&1 ||
+    { cat "$work/cmake.log" >&2; fail "the README's example does not build with dlock::dlock"; }
+run_app dlock::dlock "$work/cmake-app/build/app"
+readelf -d "$work/cmake-app/build/app-static" | grep -q 'NEEDED.*libdlock' &&
+    fail "app-static (dlock::dlock_static) needs libdlock.so"
+run_app dlock::dlock_static "$work/cmake-app/build/app-static"
+ok "the README's example builds with find_package(dlock): dlock::dlock and dlock::dlock_static"
+
+# ---- 3. the SONAME ----
+major=${version%%.*}
+minor=${version#*.}
+minor=${minor%%.*}
+[ "$major" = 0 ] && want="libdlock.so.$major.$minor" || want="libdlock.so.$major"
+soname=$(readelf -d "$libdir/libdlock.so" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')
+[ "$soname" = "$want" ] || fail "SONAME $soname, expected $want"
+[ -f "$libdir/libdlock.a" ] || fail "no libdlock.a beside libdlock.so"
+ok "SONAME $soname; libdlock.a installed"
+
+# ---- 4. man pages ----
+pages=$(find "$prefix/share/man" -type f 2>/dev/null || true)
+if command -v scdoc >/dev/null; then
+    for scd in "$src"/man/*.scd; do
+        [ -e "$scd" ] || continue
+        name=$(basename "$scd" .scd)
+        echo "$pages" | grep -Eq "/man${name##*.}/$name(\.gz)?$" || fail "man/$name.scd was not installed as a page"
+    done
+fi
+if [ -n "$pages" ]; then
+    command -v man >/dev/null || fail "man pages installed but no man to render them (apt-get install man-db)"
+    for page in $pages; do
+        name=$(basename "$page" .gz)
+        out=$(MANWIDTH=80 man -l "$page" 2>"$work/man.err") || fail "man -l $page"
+        [ -s "$work/man.err" ] && { cat "$work/man.err" >&2; fail "man -l $page warns"; }
+        [ "$(echo "$out" | wc -l)" -gt 5 ] || fail "man -l $page renders almost nothing"
+        MANWIDTH=80 man -M "$prefix/share/man" "${name%.*}" >/dev/null 2>&1 ||
+            fail "man ${name%.*} does not find $page"
+        ok "man ${name%.*} renders ($(echo "$out" | wc -l) lines)"
+    done
+else
+    echo "check_install: no man pages installed (scdoc missing, or DLOCK_BUILD_MANPAGES=OFF)"
+fi
+
+# ---- 5. the dlock command ----
+dlock="$prefix/bin/dlock"
+[ -x "$dlock" ] || fail "no $dlock"
+# Without an RPATH (the .debs), the moved tree's library by the loader's path.
+[ "$rpath" = 1 ] || export LD_LIBRARY_PATH="$libdir"
+"$dlock" --version | grep -qx "dlock $version" || fail "$dlock --version: $("$dlock" --version)"
+libs=$(ldd "$dlock") || fail "ldd $dlock"
+loaded=$(echo "$libs" | sed -n 's/^[[:space:]]*libdlock\.so[^ ]* => \([^ ]*\) .*/\1/p')
+[ -n "$loaded" ] && [ "$(readlink -f "$loaded")" = "$(readlink -f "$libdir/libdlock.so")" ] ||
+    fail "the moved dlock does not load the moved libdlock ($loaded): $libs"
+echo "$libs" | grep -Ei 'libpq|libsqlite|libmysql|libmariadb' &&
+    fail "the installed dlock links a database library"
+if [ -x "$prefix/bin/dlock-demo" ]; then
+    "$dlock" demo --help | grep -q "payout" || fail "dlock demo --help does not run the installed dlock-demo"
+    ok "dlock demo runs the installed dlock-demo"
+fi
+ok "the installed dlock runs from the moved tree and links no database library"
+echo "check_install: all passed"
