@@ -136,6 +136,27 @@ expect 69 "run: --wait in days" "$DLOCK" --url "$DEAD" run --wait 2d "$N" -- tru
 usage "run: --wait over 30 days" --url "$DEAD" run --wait 31d "$N" -- true
 usage "run: --ttl in weeks" --url "$DEAD" run --ttl 1w "$N" -- true
 grep_file 'ms, s, m, h or d' "$WORK/err" "a bad unit names the units"
+# The bash completion (completions/dlock.bash) offers the subcommands and
+# each one's options, and what --help lists.
+COMPLETION=$(dirname "$0")/../../completions/dlock.bash
+complete_words() { # WORD...: what completing the last word offers
+    bash -c '. "$0"; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _dlock; echo "${COMPREPLY[*]}"' \
+        "$COMPLETION" "$@"
+}
+[ "$(complete_words dlock li)" = list ] && pass "completion: list" ||
+    fail "completion of 'dlock li': '$(complete_words dlock li)'"
+[ "$(complete_words dlock status --j)" = --json ] && pass "completion: status --json" ||
+    fail "completion of 'dlock status --j': '$(complete_words dlock status --j)'"
+"$DLOCK" run --help >"$WORK/runhelp"
+for opt in $(sed -n 's/^  \(-[-a-zA-Z]*\).*/\1/p' "$WORK/runhelp" | sort -u); do
+    case $opt in --url | --force | --json | --id | --once) continue ;; esac
+    case " $(complete_words dlock run "$N" -) " in
+    *" $opt "*) ;;
+    *) fail "completion: run does not offer $opt" ;;
+    esac
+done
+pass "completion: run offers every run option of --help"
+
 expect 0 "--version" "$DLOCK" --version
 grep_file '^dlock [0-9]+\.[0-9]+\.[0-9]+$' "$WORK/out" "--version prints 'dlock VERSION'"
 
