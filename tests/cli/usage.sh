@@ -157,6 +157,23 @@ for opt in $(sed -n 's/^  \(-[-a-zA-Z]*\).*/\1/p' "$WORK/runhelp" | sort -u); do
 done
 pass "completion: run offers every run option of --help"
 
+# The man page (man/dlock.1.scd) has every option, subcommand and exit code
+# --help lists.
+MAN=$(dirname "$0")/../../man/dlock.1.scd
+"$DLOCK" --help >"$WORK/help"
+missing=""
+for opt in $(grep -oE -- '(^| |\[)--?[a-zA-Z][-a-zA-Z]*' "$WORK/help" | tr -d ' [' | sort -u); do
+    grep -qF -- "*$opt*" "$MAN" || missing="$missing $opt"
+done
+for word in run elect status list release demo DLOCK_URL DLOCK_NAME DLOCK_FENCE; do
+    grep -qF -- "*$word*" "$MAN" || missing="$missing $word"
+done
+for code in 64 69 70 75 76 77 126 127; do
+    grep -qx -- "\*$code\*" "$MAN" || missing="$missing exit-$code"
+done
+[ -z "$missing" ] && pass "dlock.1.scd has every option, subcommand and exit code" ||
+    fail "dlock.1.scd lacks:$missing"
+
 expect 0 "--version" "$DLOCK" --version
 grep_file '^dlock [0-9]+\.[0-9]+\.[0-9]+$' "$WORK/out" "--version prints 'dlock VERSION'"
 
