@@ -182,7 +182,8 @@ typedef struct {
      * Copied. */
     const char *key_prefix;
     /* Connection name shown by the server (Redis CLIENT LIST; etcd: the
-     * value of the lock keys, and part of the User-Agent). Default "dlock".
+     * first word of the lock keys' value, before the holder record, and part
+     * of the User-Agent). Default "dlock".
      * Copied; letters, digits and "-_.:" only. */
     const char *client_name;
 
