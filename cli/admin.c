@@ -69,6 +69,14 @@ static int parse_args(int argc, char **argv, int *force, int *json, int name_opt
     return cli_check_name(argv[0], *name);
 }
 
+/* The client of status, list and release (they take no lock: no signal
+ * handling beyond SIGPIPE). 0, or the exit code after reporting why. */
+static int admin_open(dlock_client **client, const char *url)
+{
+    cli_ignore_sigpipe();
+    return cli_client_open(client, url);
+}
+
 /* "held, fence 42, ttl 2931 ms" or "free, fence 42". */
 static void describe(char *buf, size_t size, const dlock_lock_info *info)
 {
@@ -144,8 +152,7 @@ int cli_status(const char *url, int argc, char **argv)
         return rc < 0 ? 0 : rc;
 
     dlock_client *client;
-    cli_ignore_sigpipe();
-    if ((rc = cli_client_open(&client, url)) != 0)
+    if ((rc = admin_open(&client, url)) != 0)
         return rc;
     dlock_lock_info info;
     char shown[CLI_NAME_SHOWN];
@@ -191,8 +198,7 @@ int cli_list(const char *url, int argc, char **argv)
         return rc < 0 ? 0 : rc;
 
     dlock_client *client;
-    cli_ignore_sigpipe();
-    if ((rc = cli_client_open(&client, url)) != 0)
+    if ((rc = admin_open(&client, url)) != 0)
         return rc;
     int err = dlock_list(client, prefix, list_one, &ls);
     if (ls.json)
@@ -219,8 +225,7 @@ int cli_release(const char *url, int argc, char **argv)
     }
 
     dlock_client *client;
-    cli_ignore_sigpipe();
-    if ((rc = cli_client_open(&client, url)) != 0)
+    if ((rc = admin_open(&client, url)) != 0)
         return rc;
     dlock_lock_info removed;
     char shown[CLI_NAME_SHOWN];

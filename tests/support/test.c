@@ -42,6 +42,14 @@ int test_run(const test_case *cases, size_t n, int argc, char **argv)
     return 2;
 }
 
+int64_t test_clock_ms(int clock)
+{
+    struct timespec ts;
+
+    clock_gettime((clockid_t)clock, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 void test_sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};

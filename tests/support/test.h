@@ -124,6 +124,8 @@ long long test_redis_calls(test_redis *r, const char *command);
 
 /* Sleep ms milliseconds. */
 void test_sleep_ms(long ms);
+/* Milliseconds on clock (CLOCK_MONOTONIC, CLOCK_REALTIME ...). */
+int64_t test_clock_ms(int clock);
 
 /* libfaketime's multithreaded library (Debian package faketime), for
  * LD_PRELOAD in a child whose wall clock a test moves; NULL without it. */

@@ -673,10 +673,7 @@ static void sockets_cloexec_and_no_sigpipe(void)
  * lock within 3 s of its last try, 2 s allowed for a loaded machine. */
 static int64_t mono_ms(void)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return test_clock_ms(CLOCK_MONOTONIC);
 }
 
 static void lost_wakeup_costs_a_quarter_lease(void)
