@@ -80,7 +80,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   -- A hand-off left no holder record (release.lua deletes the releaser's):
   -- so the record tells a confirmation from a retry after a lost reply.
-  local handed = redis.call('EXISTS', holder) == 0
+  local handed = not redis.call('GET', holder)
   if ARGV[3] ~= '' then
     redis.call('SET', holder, ARGV[3], 'PX', ARGV[2])
   end
