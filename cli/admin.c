@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * dlock status NAME, dlock release --force NAME: look at a lock and break it,
- * as an administrator, without taking it.
+ * dlock status NAME, dlock list [PREFIX], dlock release --force NAME: look at
+ * locks and break one, as an administrator, without taking it.
  */
 #include "cli.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 /* Room for a whole NAME with every URL in it redacted: at worst each 5
  * bytes "a:" "//@" become 8, with "***" before the '@'. */
@@ -22,11 +23,14 @@ static const char *shown_whole(char buf[CLI_NAME_OUT], const char *name)
 }
 
 /*
- * Parse "[--force] [--] NAME" after the subcommand's name. force is NULL for
- * a subcommand without --force. Returns 0; -1 after printing --help (exit
- * 0); or an exit code, after printing a usage error.
+ * Parse "[--force] [--json] [--] NAME" after the subcommand's name. force
+ * and json are NULL for a subcommand without that option; with
+ * name_optional (list), NAME may be left out (*name stays NULL). Returns 0;
+ * -1 after printing --help (exit 0); or an exit code, after printing a
+ * usage error.
  */
-static int parse_args(int argc, char **argv, int *force, const char **name)
+static int parse_args(int argc, char **argv, int *force, int *json, int name_optional,
+                      const char **name)
 {
     int i = 1;
     for (; i < argc && argv[i][0] == '-' && argv[i][1] != '\0'; i++) {
@@ -35,26 +39,43 @@ static int parse_args(int argc, char **argv, int *force, const char **name)
             break;
         }
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            cli_usage(0);
+            cli_command_usage(argv[0]);
             return -1;
         }
         if (force && !strcmp(argv[i], "--force")) {
             *force = 1;
             continue;
         }
-        cli_error("%s: unknown option '%s' (try 'dlock --help')", argv[0], argv[i]);
+        if (json && !strcmp(argv[i], "--json")) {
+            *json = 1;
+            continue;
+        }
+        cli_error("%s: unknown option '%s' (try 'dlock %s --help')", argv[0], argv[i], argv[0]);
         return CLI_EXIT_USAGE;
     }
+    if (i >= argc && name_optional)
+        return 0;
     if (i >= argc) {
-        cli_error("%s: missing NAME (try 'dlock --help')", argv[0]);
+        cli_error("%s: missing NAME (try 'dlock %s --help')", argv[0], argv[0]);
         return CLI_EXIT_USAGE;
     }
     if (i + 1 < argc) {
-        cli_error("%s: unexpected argument '%s' after NAME", argv[0], argv[i + 1]);
+        cli_error("%s: unexpected argument '%s' after %s", argv[0], argv[i + 1],
+                  name_optional ? "PREFIX" : "NAME");
         return CLI_EXIT_USAGE;
     }
     *name = argv[i];
+    if (name_optional && **name == '\0')
+        return 0;
     return cli_check_name(argv[0], *name);
+}
+
+/* The client of status, list and release (they take no lock: no signal
+ * handling beyond SIGPIPE). 0, or the exit code after reporting why. */
+static int admin_open(dlock_client **client, const char *url)
+{
+    cli_ignore_sigpipe();
+    return cli_client_open(client, url);
 }
 
 /* "held, fence 42, ttl 2931 ms" or "free, fence 42". */
@@ -69,27 +90,122 @@ static void describe(char *buf, size_t size, const dlock_lock_info *info)
                  info->ttl_ms);
 }
 
+/* ", holder HOST pid PID since 2024-05-01T10:00:00.123Z (LABEL)", or "". */
+static void describe_holder(char *buf, size_t size, const dlock_lock_info *info)
+{
+    char since[40] = "?", host[DLOCK_HOST_MAX + 1], label[DLOCK_LABEL_MAX + 1];
+    time_t t = (time_t)(info->start_ms / 1000);
+    struct tm tm;
+
+    buf[0] = '\0';
+    if (!info->held || !info->has_holder)
+        return;
+    if (gmtime_r(&t, &tm) != NULL) {
+        size_t n = strftime(since, sizeof since, "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(since + n, sizeof since - n, ".%03dZ", (int)(info->start_ms % 1000));
+    }
+    cli_shown(host, sizeof host, info->host);
+    cli_shown(label, sizeof label, info->label);
+    snprintf(buf, size, ", holder %s pid %" PRId64 " since %s%s%s%s", host, info->pid, since,
+             *label ? " (" : "", label, *label ? ")" : "");
+}
+
+static void print_text(const char *name, const dlock_lock_info *info)
+{
+    char text[128], holder[512], whole[CLI_NAME_OUT];
+
+    describe(text, sizeof text, info);
+    describe_holder(holder, sizeof holder, info);
+    printf("%s: %s%s\n", shown_whole(whole, name), text, holder);
+}
+
+/* {"name": ..., "held": ..., "fence": ..., "ttl_ms": ..., "holder": ...}:
+ * the name whole but for a URL's password, as the text shows it. */
+static void print_json(const char *name, const dlock_lock_info *info)
+{
+    char whole[CLI_NAME_OUT];
+
+    fputs("{\"name\": ", stdout);
+    cli_json_string(stdout, shown_whole(whole, name));
+    printf(", \"held\": %s, \"fence\": %" PRIu64 ", \"ttl_ms\": %" PRId64 ", \"holder\": ",
+           info->held ? "true" : "false", info->fence, info->ttl_ms);
+    if (!info->held || !info->has_holder) {
+        fputs("null}", stdout);
+        return;
+    }
+    fputs("{\"host\": ", stdout);
+    cli_json_string(stdout, info->host);
+    printf(", \"pid\": %" PRId64 ", \"start_ms\": %" PRId64 ", \"label\": ", info->pid,
+           info->start_ms);
+    if (info->label[0] != '\0')
+        cli_json_string(stdout, info->label);
+    else
+        fputs("null", stdout);
+    fputs("}}", stdout);
+}
+
 int cli_status(const char *url, int argc, char **argv)
 {
     const char *name = NULL;
-    int rc = parse_args(argc, argv, NULL, &name);
+    int json = 0;
+    int rc = parse_args(argc, argv, NULL, &json, 0, &name);
     if (rc)
         return rc < 0 ? 0 : rc;
 
     dlock_client *client;
-    cli_ignore_sigpipe();
-    if ((rc = cli_client_open(&client, url)) != 0)
+    if ((rc = admin_open(&client, url)) != 0)
         return rc;
     dlock_lock_info info;
     char shown[CLI_NAME_SHOWN];
     int err = dlock_status(&info, client, name);
     if (err != DLOCK_OK) {
         rc = cli_fail(err, "status of '%s'", cli_shown_name(shown, sizeof shown, name));
+    } else if (json) {
+        print_json(name, &info);
+        putchar('\n');
     } else {
-        char text[128], whole[CLI_NAME_OUT];
-        describe(text, sizeof text, &info);
-        printf("%s: %s\n", shown_whole(whole, name), text);
+        print_text(name, &info);
     }
+    dlock_client_free(client);
+    return rc;
+}
+
+/* dlock list: each lock as status prints it; --json: one array. */
+typedef struct {
+    int json;
+    size_t n;
+} list_state;
+
+static int list_one(const char *name, const dlock_lock_info *info, void *payload)
+{
+    list_state *ls = payload;
+
+    if (ls->json) {
+        fputs(ls->n == 0 ? "[\n  " : ",\n  ", stdout);
+        print_json(name, info);
+    } else {
+        print_text(name, info);
+    }
+    ls->n++;
+    return 0;
+}
+
+int cli_list(const char *url, int argc, char **argv)
+{
+    const char *prefix = NULL;
+    list_state ls = {0, 0};
+    int rc = parse_args(argc, argv, NULL, &ls.json, 1, &prefix);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+
+    dlock_client *client;
+    if ((rc = admin_open(&client, url)) != 0)
+        return rc;
+    int err = dlock_list(client, prefix, list_one, &ls);
+    if (ls.json)
+        fputs(ls.n == 0 ? "[]\n" : "\n]\n", stdout);
+    if (err != DLOCK_OK)
+        rc = cli_fail(err, "cannot list the locks");
     dlock_client_free(client);
     return rc;
 }
@@ -98,7 +214,7 @@ int cli_release(const char *url, int argc, char **argv)
 {
     const char *name = NULL;
     int force = 0;
-    int rc = parse_args(argc, argv, &force, &name);
+    int rc = parse_args(argc, argv, &force, NULL, 0, &name);
     if (rc)
         return rc < 0 ? 0 : rc;
     if (!force) {
@@ -110,8 +226,7 @@ int cli_release(const char *url, int argc, char **argv)
     }
 
     dlock_client *client;
-    cli_ignore_sigpipe();
-    if ((rc = cli_client_open(&client, url)) != 0)
+    if ((rc = admin_open(&client, url)) != 0)
         return rc;
     dlock_lock_info removed;
     char shown[CLI_NAME_SHOWN];
@@ -119,9 +234,10 @@ int cli_release(const char *url, int argc, char **argv)
     if (err != DLOCK_OK) {
         rc = cli_fail(err, "release of '%s'", cli_shown_name(shown, sizeof shown, name));
     } else if (removed.held) {
-        char text[128], whole[CLI_NAME_OUT];
+        char text[128], holder[512], whole[CLI_NAME_OUT];
         describe(text, sizeof text, &removed);
-        printf("%s: released by force (was %s)\n", shown_whole(whole, name), text);
+        describe_holder(holder, sizeof holder, &removed);
+        printf("%s: released by force (was %s%s)\n", shown_whole(whole, name), text, holder);
     } else {
         char whole[CLI_NAME_OUT];
         printf("%s: not held, nothing removed (fence %" PRIu64 ")\n", shown_whole(whole, name),

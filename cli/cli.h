@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 /*
@@ -137,6 +138,22 @@ void cli_ignore_sigpipe(void);
 
 /* Print the usage text on stdout (--help) or stderr (usage errors). */
 void cli_usage(int to_stderr);
+/* Print one subcommand's usage on stdout (dlock SUBCOMMAND --help). */
+void cli_command_usage(const char *command);
+
+/*
+ * The library's log (dlock_client_options.log) for -v: "dlock: warning:
+ * MESSAGE" lines on stderr. Set cli_verbose before cli_client_open.
+ */
+extern int cli_verbose;
+void cli_log(int level, const char *message, void *payload);
+
+/* The client's counters on stderr (--stats), "dlock: stats: ..." lines. */
+void cli_print_stats(dlock_client *client);
+
+/* Write text to out as a JSON string, quotes included: '"', '\\' and
+ * bytes outside printable ASCII escaped (\u00XX). */
+void cli_json_string(FILE *out, const char *text);
 
 /* ========================================================================
  * run and elect (run.c), their signals (signals.c) and COMMAND's
@@ -161,6 +178,8 @@ typedef struct {
     int elect;
     const char *identity; /* --id; NULL: the library's HOSTNAME:PID */
     int once;             /* --once: one term, then exit */
+    const char *label;    /* run --label */
+    int stats;            /* --stats */
 } cli_run_options;
 
 
@@ -296,6 +315,7 @@ int cli_run(const char *url, int argc, char **argv);
 int cli_elect(const char *url, int argc, char **argv);
 int cli_status(const char *url, int argc, char **argv);
 int cli_release(const char *url, int argc, char **argv);
+int cli_list(const char *url, int argc, char **argv);
 
 /*
  * `dlock demo ...`: replaces this process with the program dlock-demo of

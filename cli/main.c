@@ -9,27 +9,41 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char usage_text[] =
+/* The synopsis of each subcommand, and what it does: `dlock --help` prints
+ * them all, `dlock SUBCOMMAND --help` its own with its options. */
+static const char run_synopsis[] =
     "usage: dlock [--url URL] run [--ttl DUR] [--wait DUR] [--grace DUR] [-E CODE]\n"
     "                             [--shared | --exclusive | --permits N] [--kill-group]\n"
-    "                             [--command-status-offset N] NAME -- COMMAND [ARG...]\n"
+    "                             [--command-status-offset N] [--label TEXT] [-v]\n"
+    "                             [--stats] NAME -- COMMAND [ARG...]\n";
+static const char elect_synopsis[] =
     "       dlock [--url URL] elect [--ttl DUR] [--grace DUR] [--id ID] [--once]\n"
-    "                               [--kill-group] [--command-status-offset N]\n"
-    "                               NAME -- COMMAND [ARG...]\n"
-    "       dlock [--url URL] status NAME\n"
-    "       dlock [--url URL] release --force NAME\n"
+    "                               [--kill-group] [--command-status-offset N] [-v]\n"
+    "                               [--stats] NAME -- COMMAND [ARG...]\n";
+static const char admin_synopsis[] =
+    "       dlock [--url URL] status [--json] NAME\n"
+    "       dlock [--url URL] list [--json] [PREFIX]\n"
+    "       dlock [--url URL] release --force NAME\n";
+static const char tail_synopsis[] =
     "       dlock demo [ARG...]\n"
-    "       dlock --version | --help\n"
+    "       dlock --version | --help | SUBCOMMAND --help\n";
+
+static const char commands_text[] =
     "\n"
     "run       hold the lock NAME while COMMAND runs (no shell), renewing it;\n"
     "          COMMAND gets DLOCK_NAME and DLOCK_FENCE in its environment\n"
     "elect     campaign to lead the election NAME; while leader, run COMMAND (as\n"
     "          run does); when it ends, resign and campaign again\n"
-    "status    print whether NAME is held, its fencing token and its lease left\n"
+    "status    print whether NAME is held, its fencing token, its lease left and\n"
+    "          who holds it (host, pid, since when, label)\n"
+    "list      print the locks held now whose names start with PREFIX, with\n"
+    "          their holders\n"
     "release   --force: break the lock NAME whoever holds it (administrators)\n"
-    "demo      run the demonstration (see `dlock demo --help`)\n"
+    "demo      run the demonstration (see `dlock demo --help`)\n";
+
+static const char url_text[] =
     "\n"
-    "  --url URL    lock server, one of\n"
+    "  --url URL    lock server, one of the schemes this build serves:\n"
     "                 redis://[user:password@]host[:port][/db]\n"
     "                 unix:///path/to/redis.sock[?db=N]\n"
     "                 etcd://[user:password@]host[:port][,host[:port]...]\n"
@@ -39,15 +53,17 @@ static const char usage_text[] =
     "               (rediss:// is refused: this build's Redis client has no TLS);\n"
     "               default $DLOCK_URL, else " CLI_DEFAULT_URL "\n"
     "               (prefer $DLOCK_URL for a password: other users can read\n"
-    "               command lines)\n"
+    "               command lines)\n";
+
+static const char run_options_text[] =
     "  --ttl DUR    the lease, renewed every DUR/3 while COMMAND runs (30s;\n"
     "               at least 1s)\n"
-    "  --wait DUR   how long to wait for a busy lock; 0 tries once (0),\n"
+    "  --wait DUR   run: how long to wait for a busy lock; 0 tries once (0),\n"
     "               'forever' waits as long as it takes\n"
     "  --grace DUR  when the lock is lost: SIGTERM to COMMAND, then SIGKILL\n"
     "               after DUR (5s, at most half of --ttl); must be shorter\n"
     "               than --ttl\n"
-    "  -E CODE      exit code when the lock is busy (75)\n"
+    "  -E CODE      run: exit code when the lock is busy (75)\n"
     "  --command-status-offset N\n"
     "               exit with COMMAND's non-zero status plus N (at most 255),\n"
     "               so that it cannot be taken for one of dlock's codes (N: 1\n"
@@ -59,9 +75,23 @@ static const char usage_text[] =
     "  --exclusive  run: take NAME as its writer (alone; waiting writers go first)\n"
     "  --permits N  run: take one of N permits of the semaphore NAME (N: the\n"
     "               latest run's wins)\n"
+    "  --label TEXT run: what `dlock status` and `dlock list` show beside the\n"
+    "               holder's host and pid (1 to 128 printable ASCII bytes)\n"
     "  --id ID      elect: what observers see as the leader (HOSTNAME:PID)\n"
     "  --once       elect: exit after the first term, with COMMAND's status\n"
-    "DUR is a whole number with a unit ms, s or m (no unit: seconds).\n"
+    "  -v           print the library's log on stderr: renew failures,\n"
+    "               reconnections, hand-offs, losses\n"
+    "  --stats      print the client's counters and round-trip and wait\n"
+    "               histograms on stderr at exit\n";
+
+static const char admin_options_text[] =
+    "  --json       status, list: print JSON (an object; list: an array of\n"
+    "               them) with name, held, fence, ttl_ms and holder (null, or\n"
+    "               host, pid, start_ms, label)\n"
+    "  --force      release: required; the holder finds its lock lost\n";
+
+static const char footer_text[] =
+    "DUR is a whole number with a unit ms, s, m, h or d (no unit: seconds).\n"
     "NAME is 1 to 512 bytes. COMMAND dies with dlock, even of SIGKILL.\n"
     "\n"
     "Exit codes: COMMAND's own (128+N if it died of signal N; plus the\n"
@@ -72,7 +102,55 @@ static const char usage_text[] =
 
 void cli_usage(int to_stderr)
 {
-    fputs(usage_text, to_stderr ? stderr : stdout);
+    FILE *out = to_stderr ? stderr : stdout;
+
+    fputs(run_synopsis, out);
+    fputs(elect_synopsis, out);
+    fputs(admin_synopsis, out);
+    fputs(tail_synopsis, out);
+    fputs(commands_text, out);
+    fputs(url_text, out);
+    fputs(run_options_text, out);
+    fputs(admin_options_text, out);
+    fputs(footer_text, out);
+}
+
+void cli_command_usage(const char *command)
+{
+    /* The synopsis lines after the first start with "       dlock". */
+    if (!strcmp(command, "run")) {
+        fputs(run_synopsis, stdout);
+        fputs("\nHold the lock NAME while COMMAND runs (no shell), renewing it; COMMAND\n"
+              "gets DLOCK_NAME and DLOCK_FENCE in its environment.\n", stdout);
+        fputs(url_text, stdout);
+        fputs(run_options_text, stdout);
+    } else if (!strcmp(command, "elect")) {
+        printf("usage:%s", elect_synopsis + strlen("      "));
+        fputs("\nCampaign to lead the election NAME; while leader, run COMMAND (as run\n"
+              "does); when it ends, resign and campaign again.\n", stdout);
+        fputs(url_text, stdout);
+        fputs(run_options_text, stdout);
+    } else {
+        const char *line = strstr(admin_synopsis, command);
+        const char *end = line != NULL ? strchr(line, '\n') : NULL;
+        if (line == NULL || end == NULL) {
+            cli_usage(0);
+            return;
+        }
+        printf("usage: dlock [--url URL] %.*s\n", (int)(end - line), line);
+        if (!strcmp(command, "status"))
+            fputs("\nPrint whether NAME is held, its fencing token, its lease left and who\n"
+                  "holds it: host, pid, since when (UTC), label.\n", stdout);
+        else if (!strcmp(command, "list"))
+            fputs("\nPrint the locks held now whose names start with PREFIX (all when\n"
+                  "none), one a line as status prints them. It scans the server.\n", stdout);
+        else
+            fputs("\nBreak the lock NAME whoever holds it, and wake its waiters. The fence\n"
+                  "counter is kept.\n", stdout);
+        fputs(url_text, stdout);
+        fputs(admin_options_text, stdout);
+    }
+    fputs(footer_text, stdout);
 }
 
 /*
@@ -114,6 +192,8 @@ static int dispatch(const char *url, int argc, char **argv)
         return cli_status(url, argc, argv);
     if (!strcmp(command, "release"))
         return cli_release(url, argc, argv);
+    if (!strcmp(command, "list"))
+        return cli_list(url, argc, argv);
     cli_error("unknown command '%s' (try 'dlock --help')", command);
     return CLI_EXIT_USAGE;
 }

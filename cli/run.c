@@ -47,7 +47,8 @@ static int parse_duration(int64_t *out_ms, const char *option, const char *text)
 {
     int err = dlock_duration_parse(out_ms, text);
     if (err != DLOCK_OK)
-        return cli_fail(err, "run: bad %s '%s' (a whole number and ms, s or m)", option, text);
+        return cli_fail(err, "run: bad %s '%s' (a whole number and ms, s, m, h or d)", option,
+                        text);
     return 0;
 }
 
@@ -186,7 +187,7 @@ static int parse_args(cli_run_options *o, int argc, char **argv)
             continue;
         }
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
-            cli_usage(0);
+            cli_command_usage(argv[0]);
             return -1;
         }
         if (!o->elect && !strcmp(arg, "--shared")) {
@@ -203,6 +204,26 @@ static int parse_args(cli_run_options *o, int argc, char **argv)
                 return rc;
         } else if (!strcmp(arg, "--kill-group")) {
             o->kill_group = 1;
+        } else if (!strcmp(arg, "-v") || !strcmp(arg, "--verbose")) {
+            cli_verbose = 1;
+        } else if (!strcmp(arg, "--stats")) {
+            o->stats = 1;
+        } else if (!o->elect && (r = cli_option_value(argc, argv, &i, "--label", &value)) != 0) {
+            size_t n;
+            if (r < 0)
+                return CLI_EXIT_USAGE;
+            n = strlen(value);
+            if (n == 0 || n > DLOCK_LABEL_MAX) {
+                cli_error("run: --label must be 1 to %d bytes", DLOCK_LABEL_MAX);
+                return CLI_EXIT_USAGE;
+            }
+            for (size_t k = 0; k < n; k++) {
+                if (value[k] < 0x20 || value[k] > 0x7e) {
+                    cli_error("run: --label must be printable ASCII");
+                    return CLI_EXIT_USAGE;
+                }
+            }
+            o->label = value;
         } else if (o->elect && !strcmp(arg, "--once")) {
             o->once = 1;
         } else if (o->elect && (r = cli_option_value(argc, argv, &i, "--id", &value)) != 0) {
@@ -244,7 +265,8 @@ static int parse_args(cli_run_options *o, int argc, char **argv)
                 return rc;
         } else {
             cli_error("%s: unknown option '%s'%s", argv[0], arg,
-                      strncmp(arg, "--url", 5) ? " (try 'dlock --help')"
+                      strncmp(arg, "--url", 5) ? (o->elect ? " (try 'dlock elect --help')"
+                                                           : " (try 'dlock run --help')")
                       : o->elect               ? " (--url goes before 'elect')"
                                                : " (--url goes before 'run')");
             return CLI_EXIT_USAGE;
@@ -398,6 +420,7 @@ int cli_run(const char *url, int argc, char **argv)
     ao.on_lost = cli_on_lost;
     ao.kind = opts.kind;
     ao.permits = opts.permits;
+    ao.label = opts.label;
     /* --permits N says how many may hold NAME at once: the latest run's N
      * wins, as if it were part of the command line's contract. */
     if (opts.kind == DLOCK_KIND_SEMAPHORE &&
@@ -444,6 +467,8 @@ out:
                      opts.shown);
         }
     }
+    if (opts.stats)
+        cli_print_stats(ss.client);
     session_close(&ss);
     return stop ? cli_die_of(stop) : rc;
 }
@@ -545,6 +570,8 @@ int cli_elect(const char *url, int argc, char **argv)
     }
 
 out:
+    if (opts.stats)
+        cli_print_stats(ss.client);
     session_close(&ss);
     return stop ? cli_die_of(stop) : rc;
 }

@@ -6,6 +6,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -156,6 +157,8 @@ int cli_client_open(dlock_client **out, const char *url)
     dlock_client_options opts = DLOCK_CLIENT_OPTIONS_INIT;
     /* Lets an administrator tell the command's connections apart in CLIENT LIST. */
     opts.client_name = "dlock-cli";
+    if (cli_verbose)
+        opts.log = cli_log;
     *out = NULL;
     int err = dlock_client_open(out, url, &opts);
     if (err != DLOCK_OK) {
@@ -208,4 +211,68 @@ void cli_ensure_std_fds(void)
         if (fcntl(fd, F_GETFD) == -1 && errno == EBADF)
             (void)open("/dev/null", O_RDWR);
     }
+}
+
+/* ---- -v, --stats, --json ------------------------------------------------ */
+
+int cli_verbose;
+
+void cli_log(int level, const char *message, void *payload)
+{
+    static const char *const names[] = {"debug", "info", "warning", "error"};
+
+    (void)payload;
+    cli_error("%s: %s", level >= 0 && level <= DLOCK_LOG_ERROR ? names[level] : "log", message);
+}
+
+/* One histogram as "RANGE: COUNT" for its non-empty buckets. */
+static void print_histogram(const char *what, const uint64_t *h)
+{
+    char line[1024];
+    size_t n = 0;
+
+    n += (size_t)snprintf(line, sizeof line, "stats: %s:", what);
+    for (int i = 0; i < DLOCK_STATS_BUCKETS && n < sizeof line - 64; i++) {
+        if (h[i] == 0)
+            continue;
+        if (i == 0)
+            n += (size_t)snprintf(line + n, sizeof line - n, " <1us %" PRIu64, h[i]);
+        else if (i == DLOCK_STATS_BUCKETS - 1)
+            n += (size_t)snprintf(line + n, sizeof line - n, " >=%" PRIu64 "us %" PRIu64,
+                                  (uint64_t)1 << (i - 1), h[i]);
+        else
+            n += (size_t)snprintf(line + n, sizeof line - n, " %" PRIu64 "-%" PRIu64 "us %" PRIu64,
+                                  (uint64_t)1 << (i - 1), ((uint64_t)1 << i) - 1, h[i]);
+    }
+    if (n == strlen(what) + 8)
+        snprintf(line + n, sizeof line - n, " none");
+    cli_error("%s", line);
+}
+
+void cli_print_stats(dlock_client *client)
+{
+    dlock_stats st = DLOCK_STATS_INIT;
+
+    if (client == NULL || dlock_client_stats(&st, client) != DLOCK_OK)
+        return;
+    cli_error("stats: acquires %" PRIu64 ", busy %" PRIu64 ", waits %" PRIu64 ", hand-offs %"
+              PRIu64 ", renewals %" PRIu64 ", renew failures %" PRIu64 ", losses %" PRIu64,
+              st.acquires, st.busy, st.waits, st.handoffs, st.renewals, st.renew_failures,
+              st.losses);
+    print_histogram("round trips", st.round_trip_us);
+    print_histogram("waits", st.wait_us);
+}
+
+void cli_json_string(FILE *out, const char *text)
+{
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(out, "\\%c", *p);
+        else if (*p < 0x20 || *p >= 0x7f)
+            fprintf(out, "\\u%04x", *p);
+        else
+            fputc(*p, out);
+    }
+    fputc('"', out);
 }

@@ -120,6 +120,12 @@ DLOCK_EXTERN const char *dlock_version(void);
 /* Longest leader identity (dlock_campaign), in bytes. */
 #define DLOCK_IDENTITY_MAX 256
 
+/* Longest holder label (dlock_acquire_options.label), in bytes. */
+#define DLOCK_LABEL_MAX 128
+
+/* Longest host name a holder records (dlock_lock_info.host), in bytes. */
+#define DLOCK_HOST_MAX 255
+
 /* Most names in one dlock_acquire_multi. */
 #define DLOCK_MULTI_MAX 64
 
@@ -145,6 +151,28 @@ DLOCK_EXTERN const char *dlock_version(void);
  */
 typedef struct dlock_client dlock_client;
 
+/* Log levels (dlock_client_options.log). */
+#define DLOCK_LOG_DEBUG 0
+#define DLOCK_LOG_INFO 1
+#define DLOCK_LOG_WARN 2
+#define DLOCK_LOG_ERROR 3
+
+/*
+ * The client's log callback (dlock_client_options.log): level is one of
+ * DLOCK_LOG_*, message one line of text without a newline, naming the lock
+ * or the server (never a password, nor a control character), borrowed for
+ * the call. Called from whichever thread met the event, the watchdog's
+ * included, possibly while the library holds internal locks: it must
+ * return quickly and must not call into dlock. Events:
+ *   DLOCK_LOG_WARN   a renewal could not reach the server (it is retried
+ *                    until the lease runs out)
+ *   DLOCK_LOG_ERROR  a lock was lost (before its on_lost is called)
+ *   DLOCK_LOG_INFO   (Redis) a connection to the server was made again
+ *                    after it broke; a waiter was handed the lock by the
+ *                    holder's release
+ */
+typedef void (*dlock_log_cb)(int level, const char *message, void *payload);
+
 typedef struct {
     unsigned version;
     /* Time allowed to open a TCP or unix connection. Default 2000 ms. */
@@ -155,13 +183,21 @@ typedef struct {
      * Copied. */
     const char *key_prefix;
     /* Connection name shown by the server (Redis CLIENT LIST; etcd: the
-     * value of the lock keys, and part of the User-Agent). Default "dlock".
+     * first word of the lock keys' value, before the holder record, and part
+     * of the User-Agent). Default "dlock".
      * Copied; letters, digits and "-_.:" only. */
     const char *client_name;
+
+    /* ---- Version 2 ---- */
+
+    /* Called for renew failures, reconnections, hand-offs and losses (see
+     * dlock_log_cb), with log_payload. NULL (default): nothing is logged. */
+    dlock_log_cb log;
+    void *log_payload;
 } dlock_client_options;
 
-#define DLOCK_CLIENT_OPTIONS_VERSION 1
-#define DLOCK_CLIENT_OPTIONS_INIT {DLOCK_CLIENT_OPTIONS_VERSION, 2000, 5000, NULL, NULL}
+#define DLOCK_CLIENT_OPTIONS_VERSION 2
+#define DLOCK_CLIENT_OPTIONS_INIT {DLOCK_CLIENT_OPTIONS_VERSION, 2000, 5000, NULL, NULL, NULL, NULL}
 
 /*
  * Fill opts with the defaults of options version (1..DLOCK_CLIENT_OPTIONS_VERSION),
@@ -234,9 +270,12 @@ DLOCK_EXTERN void dlock_client_free(dlock_client *client);
  * Meant for a program that is shutting down and must not leave a waiter
  * behind that is gone: one that died in the queue could be handed the lock
  * and keep it from the live ones. dlock's CLI calls it on SIGTERM or ^C
- * while it waits. Not async-signal-safe: call it from a thread, not from a
- * signal handler (the CLI's handler wakes a thread through a pipe). NULL
- * is a no-op. Thread-safe.
+ * while it waits.
+ *
+ * Async-signal-safe: it may be called from a signal handler (it only sets
+ * a flag and writes a byte to a pipe, which a thread of the client's,
+ * started by the first call that waits, reads to wake the waiters), and
+ * from any thread. NULL is a no-op. Thread-safe.
  */
 DLOCK_EXTERN void dlock_client_interrupt(dlock_client *client);
 
@@ -390,11 +429,20 @@ typedef struct {
      * (default) uses the server's N and fails with DLOCK_EINVAL if it has
      * none. Must be 0 for the other kinds. */
     int permits;
+
+    /* ---- Version 2 ---- */
+
+    /* A label for the holder, shown by dlock_status and dlock_list beside
+     * its host, pid and start time (dlock_lock_info): what the holder does
+     * ("nightly backup"). NULL (default): none. Else 1..DLOCK_LABEL_MAX
+     * bytes of printable ASCII (0x20..0x7e), copied. Anyone who can read
+     * the server's keys can read it: no secrets. */
+    const char *label;
 } dlock_acquire_options;
 
-#define DLOCK_ACQUIRE_OPTIONS_VERSION 1
+#define DLOCK_ACQUIRE_OPTIONS_VERSION 2
 #define DLOCK_ACQUIRE_OPTIONS_INIT                                                                 \
-    {DLOCK_ACQUIRE_OPTIONS_VERSION, 0, 30000, 1, NULL, NULL, DLOCK_KIND_MUTEX, NULL, 0, 0}
+    {DLOCK_ACQUIRE_OPTIONS_VERSION, 0, 30000, 1, NULL, NULL, DLOCK_KIND_MUTEX, NULL, 0, 0, NULL}
 
 /* As dlock_client_options_init, for acquire options (DLOCK_ACQUIRE_OPTIONS_INIT). */
 DLOCK_EXTERN int dlock_acquire_options_init(dlock_acquire_options *opts, unsigned version);
@@ -705,22 +753,69 @@ DLOCK_EXTERN void dlock_observer_free(dlock_observer *observer);
  * Administration
  * ---------------------------------------------------------------------- */
 
+/*
+ * The state of a lock, as dlock_status, dlock_force_release and dlock_list
+ * read it. Fields are only ever appended (while the ABI is 0.x, the
+ * library's SONAME changes when they are).
+ */
 typedef struct {
     /* 1 if some owner holds the lock now. */
     int held;
-    /* The highest fencing token issued for this name so far (0: never). */
+    /* The highest fencing token issued for this name so far (0: never;
+     * etcd: the holder's fence, 0 when free). */
     uint64_t fence;
     /* Lease left, in ms, when held; -1 when held with no expiry (a key set
      * by hand); 0 when not held. */
     int64_t ttl_ms;
+
+    /* ---- Who holds it: recorded by each acquisition in the same round
+     * trip that takes the lock (plain mutexes and fair locks; Redis: plain
+     * mutexes). has_holder is 0 when the lock is free or the holder left
+     * no record (another kind, an older dlock, a key set by hand); the
+     * fields below are then empty. ---- */
+    int has_holder;
+    /* The holder's host name (gethostname), NUL-terminated. */
+    char host[DLOCK_HOST_MAX + 1];
+    /* The holder's process id. */
+    int64_t pid;
+    /* When the holder took the lock: its wall clock, in ms since the Unix
+     * epoch. Shown to people only: it decides nothing. */
+    int64_t start_ms;
+    /* dlock_acquire_options.label, "" when none. */
+    char label[DLOCK_LABEL_MAX + 1];
 } dlock_lock_info;
 
 /*
- * Read the state of the lock called name, without taking it.
+ * Read the state of the lock called name, without taking it: whether it is
+ * held, its fence, its lease left and who holds it (dlock_lock_info).
  * Returns DLOCK_OK, DLOCK_EINVAL, DLOCK_ECONN, DLOCK_EPROTO, DLOCK_ESERVER.
  * Thread-safe.
  */
 DLOCK_EXTERN int dlock_status(dlock_lock_info *out, dlock_client *client, const char *name);
+
+/*
+ * dlock_list's callback: one held lock, its name (NUL-terminated, borrowed
+ * for the call) and state (borrowed). Return 0 to go on, anything else to
+ * stop the listing (dlock_list then returns DLOCK_OK).
+ */
+typedef int (*dlock_list_cb)(const char *name, const dlock_lock_info *info, void *payload);
+
+/*
+ * Call cb for every lock held now on the client's server whose name starts
+ * with prefix (NULL or "": every lock under the client's key_prefix), in
+ * no particular order. For operators: it scans the server (Redis: SCAN,
+ * etcd: a range read), so it costs in proportion to the keys there, and a
+ * lock taken or released meanwhile may be listed or not. Lists the locks
+ * whose state dlock_status reads (plain mutexes, fair locks, and, on
+ * Redis, exclusive locks with owner ids and leaders).
+ *
+ * Returns DLOCK_OK, DLOCK_EINVAL (NULL client or cb, a prefix over
+ * DLOCK_NAME_MAX bytes), DLOCK_ENOTSUP (a backend without a listing), or a
+ * server error (DLOCK_ECONN, DLOCK_EPROTO, DLOCK_ESERVER; cb may have been
+ * called for some locks). Thread-safe.
+ */
+DLOCK_EXTERN int dlock_list(dlock_client *client, const char *prefix, dlock_list_cb cb,
+                            void *payload);
 
 /*
  * Break the lock called name whoever holds it, and wake its waiters. For
@@ -732,14 +827,70 @@ DLOCK_EXTERN int dlock_force_release(dlock_lock_info *removed, dlock_client *cli
                                      const char *name);
 
 /* ------------------------------------------------------------------------
+ * Statistics
+ * ---------------------------------------------------------------------- */
+
+/* Buckets of the histograms in dlock_stats. */
+#define DLOCK_STATS_BUCKETS 40
+
+/*
+ * A client's counters since it was opened (dlock_client_stats). Set version
+ * (DLOCK_STATS_INIT) before the call: the library fills the struct as far as
+ * that version goes, so fields are only ever appended.
+ *
+ * Histograms have log2 buckets of microseconds: bucket 0 counts times
+ * under 1 us, bucket i (1 <= i < DLOCK_STATS_BUCKETS - 1) times from
+ * 2^(i-1) us to under 2^i us, the last bucket every longer time.
+ */
+typedef struct {
+    unsigned version;
+    /* Acquisitions that succeeded (dlock_acquire, dlock_campaign, each lock
+     * of a multi-lock taken one at a time, an atomic multi-lock once). */
+    uint64_t acquires;
+    /* Tries the server answered "held by another" (each try counts). */
+    uint64_t busy;
+    /* Acquisitions that waited for a release (they found the lock busy and
+     * wait_ms was not 0), whatever their outcome. */
+    uint64_t waits;
+    /* Acquisitions that were handed the lock by the holder's release
+     * (Redis' hand-off slot). */
+    uint64_t handoffs;
+    /* Leases renewed by the watchdog (one per lock per renewal). */
+    uint64_t renewals;
+    /* Renewals of a lock that could not reach the server (retried until its
+     * lease runs out). */
+    uint64_t renew_failures;
+    /* Locks found lost (on_lost's events, whether or not one is set). */
+    uint64_t losses;
+    /* Round trips: how long each call to the server for a lock took (every
+     * try of an acquisition, release, extend, check, renewal batch). */
+    uint64_t round_trip_us[DLOCK_STATS_BUCKETS];
+    /* How long acquisitions that waited (see waits) waited, till the lock or
+     * till they gave up. */
+    uint64_t wait_us[DLOCK_STATS_BUCKETS];
+} dlock_stats;
+
+#define DLOCK_STATS_VERSION 1
+#define DLOCK_STATS_INIT {DLOCK_STATS_VERSION, 0, 0, 0, 0, 0, 0, 0, {0}, {0}}
+
+/*
+ * Read the client's counters, all at once, into *out (whose version says
+ * how much of it to fill). Each counter is read atomically; the set is not
+ * one snapshot if other threads use the client meanwhile. Returns DLOCK_OK,
+ * or DLOCK_EINVAL (NULL, an unknown version). Thread-safe, no I/O.
+ */
+DLOCK_EXTERN int dlock_client_stats(dlock_stats *out, const dlock_client *client);
+
+/* ------------------------------------------------------------------------
  * Helpers
  * ---------------------------------------------------------------------- */
 
 /*
- * Parse a duration: a non-negative integer with an optional unit, "ms", "s"
- * or "m" ("250ms", "30s", "2m"); no unit means seconds. Returns DLOCK_OK and
- * *out_ms, or DLOCK_EINVAL for anything else (empty, negative, fractional,
- * unknown unit, over DLOCK_LEASE_MAX_MS).
+ * Parse a duration: a non-negative integer with an optional unit, "ms",
+ * "s", "m" (minutes), "h" or "d" (days of 24 h): "250ms", "30s", "2m",
+ * "1h", "7d"; no unit means seconds. Returns DLOCK_OK and *out_ms, or
+ * DLOCK_EINVAL for anything else (empty, negative, fractional, unknown
+ * unit, over DLOCK_LEASE_MAX_MS).
  */
 DLOCK_EXTERN int dlock_duration_parse(int64_t *out_ms, const char *text);
 

@@ -161,6 +161,9 @@ int dlock_client_open(dlock_client **out, const char *url, const dlock_client_op
     if (c == NULL)
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
     c->sleep_until_ms = -1;
+    atomic_store(&c->interrupt_fd, -1);
+    c->log = o.log;
+    c->log_payload = o.log_payload;
     if (pthread_mutex_init(&c->mu, NULL) != 0 || dlock__cond_init(&c->wake) != 0 ||
         dlock__cond_init(&c->idle) != 0) {
         free(c);
@@ -194,6 +197,7 @@ void dlock_client_free(dlock_client *c)
     if (c == NULL)
         return;
     dlock__watchdog_stop(c);
+    dlock__interrupt_stop(c);
     /* Locks still held keep valid handles; dlock_release frees them later. */
     for (dlock_lock *l = c->locks; l != NULL; l = l->next)
         l->client = NULL;
@@ -236,25 +240,6 @@ void dlock__waiting_remove(dlock_client *c, dlock__waiter *w)
             break;
         }
     }
-    pthread_mutex_unlock(&c->mu);
-}
-
-/*
- * The flag is set first, then every listed watch is woken: a waiter reads
- * the flag before each try and each sleep, and watch_wake also wakes the
- * next watch_wait, so a waiter between its check and its sleep still wakes.
- * Under the mutex, so that no watch is woken after its waiter took it off
- * the list and ended it. (Lock order: the client's mutex, then the
- * backend's; a backend never takes the client's.)
- */
-void dlock_client_interrupt(dlock_client *c)
-{
-    if (c == NULL)
-        return;
-    pthread_mutex_lock(&c->mu);
-    atomic_store(&c->interrupted, 1);
-    for (dlock__waiter *w = c->waiting; w != NULL; w = w->next)
-        c->backend->watch_wake(c->be, w->watch);
     pthread_mutex_unlock(&c->mu);
 }
 

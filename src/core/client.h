@@ -13,6 +13,13 @@
 #include "core/token.h"
 #include "dlock/sys/backend.h"
 
+/* A client's counters (dlock_stats), each updated atomically. */
+typedef struct {
+    _Atomic uint64_t acquires, busy, waits, handoffs, renewals, renew_failures, losses;
+    _Atomic uint64_t round_trip_us[DLOCK_STATS_BUCKETS];
+    _Atomic uint64_t wait_us[DLOCK_STATS_BUCKETS];
+} dlock__counters;
+
 /* A waiting acquisition's watch, listed on its client so that
  * dlock_client_interrupt can wake it. Lives on the waiter's stack. */
 typedef struct dlock__waiter {
@@ -52,6 +59,17 @@ struct dlock_client {
     /* dlock_client_interrupt was called: no call waits any more. Read
      * without the mutex. */
     _Atomic int interrupted;
+    /* The write end of the pipe dlock_client_interrupt writes to (-1 until
+     * a call first waits), and the thread that reads it and wakes the
+     * waiters (operator.c). */
+    _Atomic int interrupt_fd;
+    int interrupt_read;
+    pthread_t interrupt_thread;
+
+    /* The log (client options), and the counters (dlock_client_stats). */
+    dlock_log_cb log;
+    void *log_payload;
+    dlock__counters stats;
 };
 
 struct dlock_lock {
@@ -70,6 +88,7 @@ struct dlock_lock {
     int reentrant;
     int permits;
     char *identity;
+    char *holder; /* the record of who holds it (dlock_request.holder) */
     /* A multi-lock holds its locks as parts, each a plain lock under the
      * watchdog whose on_lost reports to the parent; the parent itself is
      * never registered. parts are in the caller's order. */
@@ -175,5 +194,31 @@ const char *dlock__printable(char *buf, size_t size, const char *name);
 void dlock__watchdog_poke(dlock_client *c, const dlock_lock *l);
 
 void dlock__watchdog_stop(dlock_client *c);
+
+/* ---- operator.c: holder records, log, counters, interruption ---- */
+
+/* A new holder record for an acquisition with label (may be NULL):
+ * "HOST PID START_MS[ LABEL]". NULL when out of memory. */
+char *dlock__holder_new(const char *label);
+
+/* Call the client's log, if any, with a printf-style message; the error
+ * message of the thread is left as it was. */
+void dlock__log(dlock_client *c, int level, const char *fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* Add one to a counter; add a time, since start_us (dlock__now_us of
+ * core/clock.h), to a histogram. */
+#define dlock__count(c, field) atomic_fetch_add(&(c)->stats.field, 1)
+void dlock__histogram_add(_Atomic uint64_t *hist, int64_t start_us);
+
+/* Start the thread that wakes the waiters on dlock_client_interrupt, if it
+ * is not running (before a call first waits). DLOCK_OK, or an error with
+ * its message when no pipe or thread can be made. */
+int dlock__interrupt_ready(dlock_client *c);
+/* Stop it (dlock_client_free). */
+void dlock__interrupt_stop(dlock_client *c);
 
 #endif

@@ -12,7 +12,7 @@ int dlock_duration_parse(int64_t *out_ms, const char *text)
     if (out_ms == NULL || text == NULL)
         return dlock__fail(DLOCK_EINVAL, "duration: NULL argument");
     if (*p < '0' || *p > '9')
-        return dlock__fail(DLOCK_EINVAL, "duration '%.64s': expected digits then ms, s or m", text);
+        return dlock__fail(DLOCK_EINVAL, "duration '%.64s': expected digits then ms, s, m, h or d", text);
     for (; *p >= '0' && *p <= '9'; p++) {
         value = value * 10 + (*p - '0');
         if (value > DLOCK_LEASE_MAX_MS)
@@ -24,9 +24,13 @@ int dlock_duration_parse(int64_t *out_ms, const char *text)
         unit = 1;
     else if (strcmp(p, "m") == 0)
         unit = 60000;
+    else if (strcmp(p, "h") == 0)
+        unit = 3600000;
+    else if (strcmp(p, "d") == 0)
+        unit = 86400000;
     else
-        return dlock__fail(DLOCK_EINVAL, "duration '%.64s': unknown unit '%.16s' (use ms, s or m)",
-                           text, p);
+        return dlock__fail(DLOCK_EINVAL, "duration '%.64s': unknown unit '%.16s' (use ms, s, m, "
+                           "h or d)", text, p);
     if (value > DLOCK_LEASE_MAX_MS / unit)
         return dlock__fail(DLOCK_EINVAL, "duration '%.64s': longer than 30 days", text);
     *out_ms = value * unit;

@@ -41,6 +41,16 @@ int dlock__check_acquire_options(dlock_acquire_options *o, const dlock_acquire_o
             return dlock__fail(DLOCK_EINVAL, "acquire options: %s takes no owner id",
                                o->kind == DLOCK_KIND_SEMAPHORE ? "a semaphore" : "a campaign");
     }
+    if (o->label != NULL) {
+        size_t n = strnlen(o->label, DLOCK_LABEL_MAX + 1);
+        if (n == 0 || n > DLOCK_LABEL_MAX)
+            return dlock__fail(DLOCK_EINVAL, "acquire options: label must be 1..%d bytes",
+                               DLOCK_LABEL_MAX);
+        for (size_t i = 0; i < n; i++)
+            if (o->label[i] < 0x20 || o->label[i] > 0x7e)
+                return dlock__fail(DLOCK_EINVAL, "acquire options: label must be printable "
+                                   "ASCII (byte %zu is 0x%02x)", i, (unsigned char)o->label[i]);
+    }
     if (o->reentrant != 0 && o->reentrant != 1)
         return dlock__fail(DLOCK_EINVAL, "acquire options: reentrant must be 0 or 1");
     if (o->reentrant && o->owner == NULL)
@@ -63,6 +73,7 @@ void dlock__lock_free(dlock_lock *l)
     free(l->name);
     free(l->owner);
     free(l->identity);
+    free(l->holder);
     free(l->parts);
     free(l);
 }
@@ -77,6 +88,7 @@ void dlock__lock_request(dlock_request *req, const dlock_lock *l)
     req->lease_ms = l->lease_ms;
     req->permits = l->permits;
     req->identity = l->identity;
+    req->holder = l->holder;
 }
 
 int dlock__not_supported(const dlock_client *c, const char *what)
@@ -158,7 +170,8 @@ int dlock__lock_new(dlock_lock **out, dlock_client *c, const char *name,
     l = calloc(1, sizeof(*l));
     if (l == NULL || (l->name = strdup(name)) == NULL ||
         (o->owner != NULL && (l->owner = strdup(o->owner)) == NULL) ||
-        (identity != NULL && (l->identity = strdup(identity)) == NULL)) {
+        (identity != NULL && (l->identity = strdup(identity)) == NULL) ||
+        (l->holder = dlock__holder_new(o->label)) == NULL) {
         if (l != NULL)
             dlock__lock_free(l);
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
@@ -331,7 +344,7 @@ static int extend_one(dlock_lock *l, int64_t lease_ms)
 {
     dlock_client *c;
     dlock_request req;
-    int64_t sent;
+    int64_t sent, sent_us;
     int rc;
 
     if ((rc = usable(l, "dlock_lock_extend")) != DLOCK_OK)
@@ -352,7 +365,9 @@ static int extend_one(dlock_lock *l, int64_t lease_ms)
     pthread_mutex_unlock(&c->mu);
     dlock__lock_request(&req, l);
     req.lease_ms = lease_ms;
+    sent_us = dlock__now_us();
     rc = c->backend->extend(c->be, &req);
+    dlock__histogram_add(c->stats.round_trip_us, sent_us);
     if (rc == DLOCK_OK) {
         pthread_mutex_lock(&c->mu);
         l->lease_ms = lease_ms;
@@ -390,8 +405,11 @@ static int check_one(dlock_lock *l, int64_t unused)
     if ((rc = usable(l, "dlock_lock_check")) != DLOCK_OK)
         return rc;
     c = l->client;
+    int64_t sent_us = dlock__now_us();
+
     dlock__lock_request(&req, l);
     rc = c->backend->check(c->be, &req);
+    dlock__histogram_add(c->stats.round_trip_us, sent_us);
     return rc == DLOCK_ELOST ? found_lost(l, "dlock_lock_check") : rc;
 }
 
@@ -421,7 +439,7 @@ int dlock_lock_check(dlock_lock *l)
  */
 static int release_one(dlock_lock *l)
 {
-    int64_t called = dlock__now_ms(), late;
+    int64_t called = dlock__now_ms(), late, sent_us;
     dlock_client *c = l->client;
     dlock_request req;
     char shown[80], why[256];
@@ -438,7 +456,9 @@ static int release_one(dlock_lock *l)
         return rc;
     /* From here on the watchdog cannot see the lock. */
     dlock__lock_request(&req, l);
+    sent_us = dlock__now_us();
     rc = c->backend->release(c->be, &req);
+    dlock__histogram_add(c->stats.round_trip_us, sent_us);
     dlock__printable(shown, sizeof(shown), l->name);
     late = called - atomic_load(&l->deadline_ms);
     if (atomic_load(&l->lost_reason) != 0) {

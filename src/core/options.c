@@ -6,6 +6,7 @@
  * _init calls serve callers that cannot use the C macros (other languages'
  * FFIs).
  */
+#include <stddef.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -14,9 +15,9 @@
 /* sizeof each version's struct, index = version; [0] unused. A new version
  * appends its fields and its size here. */
 static const size_t client_sizes[DLOCK_CLIENT_OPTIONS_VERSION + 1] = {
-    0, sizeof(dlock_client_options)};
+    0, offsetof(dlock_client_options, log), sizeof(dlock_client_options)};
 static const size_t acquire_sizes[DLOCK_ACQUIRE_OPTIONS_VERSION + 1] = {
-    0, sizeof(dlock_acquire_options)};
+    0, offsetof(dlock_acquire_options, label), sizeof(dlock_acquire_options)};
 
 /* Defaults into dst, then the fields version had of given on top. */
 static int copy_versioned(void *dst, const void *defaults, const void *given, unsigned version,

@@ -33,6 +33,8 @@ static int watch_again(dlock_client *c, dlock__waiter *waiter, void **watch,
         c->backend->watch_end(c->be, *watch);
         *watch = NULL;
     }
+    if ((rc = dlock__interrupt_ready(c)) != DLOCK_OK)
+        return rc;
     rc = c->backend->watch_begin(c->be, req, watch);
     if (rc == DLOCK_OK)
         dlock__waiting_add(c, waiter, *watch);
@@ -43,7 +45,8 @@ int dlock__acquire_loop(dlock_client *c, const dlock__attempt *a, int64_t wait_m
                         dlock_acquire_result *res)
 {
     const dlock_backend *b = c->backend;
-    int64_t start = dlock__now_ms();
+    int64_t start = dlock__now_ms(), start_us = dlock__now_us();
+    int waited = 0;
     int64_t deadline = wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX : start + wait_ms;
     const dlock_request *watched = NULL;
     dlock__waiter waiter;
@@ -57,15 +60,19 @@ int dlock__acquire_loop(dlock_client *c, const dlock__attempt *a, int64_t wait_m
 
         if (watch != NULL && (rc = dlock__check_interrupt(c, watched->name)) != DLOCK_OK)
             break;
+        int64_t sent_us = dlock__now_us();
         res->lease_from_ms = dlock__now_ms();
         res->retry_ms = -1;
+        res->handed = 0;
         rc = a->try_once(a->ctx, watch, res);
+        dlock__histogram_add(c->stats.round_trip_us, sent_us);
         /* A try-once whose reply never came may have taken the lock: give
          * it back (a waiting try's leave, in watch_end, does the same). */
         if (watch == NULL && dlock__outcome_unknown(rc))
             a->give_back(a->ctx);
         if (rc != DLOCK_EBUSY)
             break;
+        dlock__count(c, busy);
         busy = a->busy(a->ctx, res);
         now = dlock__now_ms();
         if (wait_ms == 0 || now >= deadline) {
@@ -79,6 +86,10 @@ int dlock__acquire_loop(dlock_client *c, const dlock__attempt *a, int64_t wait_m
                                                                        busy->name),
                                    (long long)wait_ms);
             break;
+        }
+        if (!waited) {
+            waited = 1;
+            dlock__count(c, waits);
         }
         if (watch == NULL || busy != watched) {
             if ((rc = watch_again(c, &waiter, &watch, busy)) != DLOCK_OK)
@@ -105,6 +116,16 @@ int dlock__acquire_loop(dlock_client *c, const dlock__attempt *a, int64_t wait_m
             dlock__fail(rc, "%s", msg);
         else
             dlock__clear_error();
+    }
+    if (waited)
+        dlock__histogram_add(c->stats.wait_us, start_us);
+    if (rc == DLOCK_OK) {
+        dlock__count(c, acquires);
+        if (res->handed) {
+            dlock__count(c, handoffs);
+            dlock__log(c, DLOCK_LOG_INFO, "lock '%s' was handed over by its holder's release",
+                       dlock__printable(shown, sizeof(shown), a->busy(a->ctx, res)->name));
+        }
     }
     return rc;
 }

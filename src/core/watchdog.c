@@ -29,10 +29,17 @@
 
 void dlock__lock_mark_lost(dlock_lock *l, int reason, const char *message)
 {
+    char shown[80];
+
     if (atomic_load(&l->lost_reason) != 0)
         return;
     snprintf(l->lost_message, sizeof(l->lost_message), "%s", message);
     atomic_store(&l->lost_reason, reason);
+    if (l->client != NULL) {
+        dlock__count(l->client, losses);
+        dlock__log(l->client, DLOCK_LOG_ERROR, "lock '%s' lost: %s",
+                   dlock__printable(shown, sizeof(shown), l->name), message);
+    }
     l->callback_due = l->on_lost != NULL;
 }
 
@@ -47,7 +54,7 @@ static void renew_batch(dlock_client *c, dlock_lock **batch, size_t n)
 {
     dlock_request reqs[BATCH_MAX];
     dlock_renewal items[BATCH_MAX];
-    int64_t sent, now;
+    int64_t sent, now, sent_us;
     int rc;
 
     /* The requests borrow the locks' strings, which live while busy. */
@@ -58,8 +65,10 @@ static void renew_batch(dlock_client *c, dlock_lock **batch, size_t n)
     }
     pthread_mutex_unlock(&c->mu);
     sent = dlock__now_ms();
+    sent_us = dlock__now_us();
     rc = c->backend->renew(c->be, items, n);
     now = dlock__now_ms();
+    dlock__histogram_add(c->stats.round_trip_us, sent_us);
     pthread_mutex_lock(&c->mu);
 
     for (size_t i = 0; i < n; i++) {
@@ -70,14 +79,22 @@ static void renew_batch(dlock_client *c, dlock_lock **batch, size_t n)
         if (rc == DLOCK_OK && items[i].result == DLOCK_OK) {
             dlock__lock_start(l, sent);
             l->retry_count = 0;
+            dlock__count(c, renewals);
         } else if (rc == DLOCK_OK) {
             dlock__lock_mark_lost(l, DLOCK_ELOST, "renewal found the lock gone or owned by "
                                   "another (lease expired or taken over)");
         } else if (now >= atomic_load(&l->deadline_ms)) {
+            dlock__count(c, renew_failures);
             snprintf(msg, sizeof(msg), "could not renew before the lease ran out: %s",
                      dlock_error_message());
             dlock__lock_mark_lost(l, DLOCK_ECONN, msg);
         } else {
+            char shown[80];
+            dlock__count(c, renew_failures);
+            dlock__log(c, DLOCK_LOG_WARN, "renewal of lock '%s' failed, retrying until its "
+                       "lease runs out in %lld ms: %s",
+                       dlock__printable(shown, sizeof(shown), l->name),
+                       (long long)(atomic_load(&l->deadline_ms) - now), dlock_error_message());
             /* Try again soon, but never later than the deadline. */
             int64_t retry = l->lease_ms / 10 > 1000 ? 1000 : l->lease_ms / 10;
             int64_t next = now + (retry < 20 ? 20 : retry);

@@ -37,18 +37,19 @@ fi
 
 hold "$N" holder --ttl 6s
 expect 0 "status while held" dl status "$N"
-grep_file "^$N: held, fence $held_fence, ttl [0-9]+ ms$" "$WORK/out" "held: fence and ttl"
+grep_file "^$N: held, fence $held_fence, ttl [0-9]+ ms, holder [^ ]+ pid $HOLDER since [0-9-]+T[0-9:.]+Z$" \
+    "$WORK/out" "held: fence, ttl and holder"
 fence2=$(sed -n 's/.*held, fence \([0-9]*\),.*/\1/p' "$WORK/out")
 fence_above "$fence2" "$fence1" "held: a fence above the earlier holder's"
 holder_fence=$(tr '\0' '\n' <"/proc/$HOLDER_CHILD/environ" | sed -n 's/^DLOCK_FENCE=//p')
 [ "$fence2" = "$holder_fence" ] && pass "status shows the holder's DLOCK_FENCE" ||
     fail "status shows fence '$fence2', the holder has DLOCK_FENCE=$holder_fence"
-ttl=$(sed -n 's/.*ttl \([0-9]*\) ms$/\1/p' "$WORK/out")
+ttl=$(sed -n 's/.*ttl \([0-9]*\) ms,.*/\1/p' "$WORK/out")
 [ "${ttl:-0}" -gt 0 ] && [ "$ttl" -le 6000 ] && pass "ttl within the lease ($ttl ms)" ||
     fail "ttl '$ttl' not in (0, 6000]"
 
 expect 0 "release --force while held" dl release --force "$N"
-grep_file "^$N: released by force \(was held, fence $fence2, ttl [0-9]+ ms\)$" "$WORK/out" \
+grep_file "^$N: released by force \(was held, fence $fence2, ttl [0-9]+ ms, holder [^ ]+ pid $HOLDER since [^ ]+\)$" "$WORK/out" \
     "release --force says what it removed"
 expect 0 "status after release --force" dl status "$N"
 if [ "$BACKEND" = etcd ]; then

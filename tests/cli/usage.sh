@@ -108,8 +108,73 @@ grep_file '^usage: dlock' "$WORK/out" "--help prints the usage on stdout"
 for scheme in redis:// unix:// rediss:// etcd:// etcds://; do
     grep_file "$scheme" "$WORK/out" "--help names $scheme"
 done
-expect 0 "run --help" "$DLOCK" run --help
-grep_file '^usage: dlock' "$WORK/out" "run --help prints the usage on stdout"
+# SUBCOMMAND --help: that subcommand's usage and options, not the others'.
+for sub in run elect status list release; do
+    expect 0 "$sub --help" "$DLOCK" "$sub" --help
+    grep_file "^usage: dlock \[--url URL\] $sub " "$WORK/out" "$sub --help: its own synopsis first"
+    grep_file 'ms, s, m, h or d' "$WORK/out" "$sub --help: the duration units"
+    for other in run elect status list release; do
+        [ "$other" = "$sub" ] && continue
+        if grep -q "dlock \[--url URL\] $other " "$WORK/out"; then
+            fail "$sub --help also shows the synopsis of $other"
+        fi
+    done
+done
+grep_file '^  --force' "$WORK/out" "release --help: --force"
+expect 0 "run --help after NAME" "$DLOCK" run "$N" --help
+grep_file 'label TEXT' "$WORK/out" "run --help: --label"
+grep_file ' --stats ' "$WORK/out" "run --help: --stats"
+expect 0 "status --help" "$DLOCK" status --help
+grep_file ' --json ' "$WORK/out" "status --help: --json"
+expect 0 "--help lists list and status --json" "$DLOCK" --help
+grep_file 'list \[--json\] \[PREFIX\]' "$WORK/out" "--help: list"
+grep_file 'status \[--json\] NAME' "$WORK/out" "--help: status --json"
+for scheme in redis:// unix:// rediss:// etcd:// etcds://; do
+    grep_file "$scheme" "$WORK/out" "--help names $scheme"
+done
+expect 69 "run: --ttl in hours" "$DLOCK" --url "$DEAD" run --ttl 1h "$N" -- true
+expect 69 "run: --wait in days" "$DLOCK" --url "$DEAD" run --wait 2d "$N" -- true
+usage "run: --wait over 30 days" --url "$DEAD" run --wait 31d "$N" -- true
+usage "run: --ttl in weeks" --url "$DEAD" run --ttl 1w "$N" -- true
+grep_file 'ms, s, m, h or d' "$WORK/err" "a bad unit names the units"
+# The bash completion (completions/dlock.bash) offers the subcommands and
+# each one's options, and what --help lists.
+COMPLETION=$(dirname "$0")/../../completions/dlock.bash
+complete_words() { # WORD...: what completing the last word offers
+    bash -c '. "$0"; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _dlock; echo "${COMPREPLY[*]}"' \
+        "$COMPLETION" "$@"
+}
+[ "$(complete_words dlock li)" = list ] && pass "completion: list" ||
+    fail "completion of 'dlock li': '$(complete_words dlock li)'"
+[ "$(complete_words dlock status --j)" = --json ] && pass "completion: status --json" ||
+    fail "completion of 'dlock status --j': '$(complete_words dlock status --j)'"
+"$DLOCK" run --help >"$WORK/runhelp"
+for opt in $(sed -n 's/^  \(-[-a-zA-Z]*\).*/\1/p' "$WORK/runhelp" | sort -u); do
+    case $opt in --url | --force | --json | --id | --once) continue ;; esac
+    case " $(complete_words dlock run "$N" -) " in
+    *" $opt "*) ;;
+    *) fail "completion: run does not offer $opt" ;;
+    esac
+done
+pass "completion: run offers every run option of --help"
+
+# The man page (man/dlock.1.scd) has every option, subcommand and exit code
+# --help lists.
+MAN=$(dirname "$0")/../../man/dlock.1.scd
+"$DLOCK" --help >"$WORK/help"
+missing=""
+for opt in $(grep -oE -- '(^| |\[)--?[a-zA-Z][-a-zA-Z]*' "$WORK/help" | tr -d ' [' | sort -u); do
+    grep -qF -- "*$opt*" "$MAN" || missing="$missing $opt"
+done
+for word in run elect status list release demo DLOCK_URL DLOCK_NAME DLOCK_FENCE; do
+    grep -qF -- "*$word*" "$MAN" || missing="$missing $word"
+done
+for code in 64 69 70 75 76 77 126 127; do
+    grep -qx -- "\*$code\*" "$MAN" || missing="$missing exit-$code"
+done
+[ -z "$missing" ] && pass "dlock.1.scd has every option, subcommand and exit code" ||
+    fail "dlock.1.scd lacks:$missing"
+
 expect 0 "--version" "$DLOCK" --version
 grep_file '^dlock [0-9]+\.[0-9]+\.[0-9]+$' "$WORK/out" "--version prints 'dlock VERSION'"
 

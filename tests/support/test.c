@@ -43,6 +43,14 @@ int test_run(const test_case *cases, size_t n, int argc, char **argv)
     return 2;
 }
 
+int64_t test_clock_ms(int clock)
+{
+    struct timespec ts;
+
+    clock_gettime((clockid_t)clock, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 void test_sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -909,8 +917,8 @@ long long test_server_leftovers(test_server *s, const char *name)
     char key[600];
 
     if (on_redis(s))
-        return test_redis_cmd(&s->redis, "EXISTS %s{%s} %s{%s}:next", redis_prefix(s), name,
-                              redis_prefix(s), name);
+        return test_redis_cmd(&s->redis, "EXISTS %s{%s} %s{%s}:next %s{%s}:holder",
+                              redis_prefix(s), name, redis_prefix(s), name, redis_prefix(s), name);
     snprintf(key, sizeof(key), "dlock/%s/", name);
     return test_etcd_count(&s->etcd, key) + test_etcd_leases(&s->etcd);
 }

@@ -125,6 +125,8 @@ long long test_redis_calls(test_redis *r, const char *command);
 
 /* Sleep ms milliseconds. */
 void test_sleep_ms(long ms);
+/* Milliseconds on clock (CLOCK_MONOTONIC, CLOCK_REALTIME ...). */
+int64_t test_clock_ms(int clock);
 
 /* libfaketime's multithreaded library (Debian package faketime), for
  * LD_PRELOAD in a child whose wall clock a test moves; NULL without it. */
@@ -208,8 +210,8 @@ int test_server_held(test_server *s, const char *name);
  * go on (SIGCONT): while paused, connections stay open and requests go
  * unanswered, as with a server that hangs or a network that drops. */
 void test_server_pause(test_server *s, int paused);
-/* What the server keeps for name besides its fence counter: Redis, the lock
- * and its hand-off entry; etcd, the keys under dlock/NAME/ (holder and
+/* What the server keeps for name besides its fence counter: Redis, the lock,
+ * its holder record and its hand-off entry; etcd, the keys under dlock/NAME/ (holder and
  * queued waiters) plus every lease there is. 0 once nothing is left. */
 long long test_server_leftovers(test_server *s, const char *name);
 /* Requests so far that take, keep or give up locks (Redis: scripts; etcd:

@@ -107,8 +107,16 @@ static void duration(void)
     CHECK(ms == 7000);
     CHECK_RC(dlock_duration_parse(&ms, "0"), DLOCK_OK);
     CHECK(ms == 0);
-    static const char *bad[] = {"", "-1s", "1.5s", "5h", "s", "10 s", "99999999999999999999",
-                                "43201m", " 5s"};
+    CHECK_RC(dlock_duration_parse(&ms, "5h"), DLOCK_OK);
+    CHECK(ms == 5 * 3600000);
+    CHECK_RC(dlock_duration_parse(&ms, "7d"), DLOCK_OK);
+    CHECK(ms == 7 * 86400000LL);
+    CHECK_RC(dlock_duration_parse(&ms, "30d"), DLOCK_OK);
+    CHECK(ms == DLOCK_LEASE_MAX_MS);
+    CHECK_RC(dlock_duration_parse(&ms, "720h"), DLOCK_OK);
+    CHECK(ms == DLOCK_LEASE_MAX_MS);
+    static const char *bad[] = {"", "-1s", "1.5s", "5H", "s", "10 s", "99999999999999999999",
+                                "43201m", " 5s", "31d", "721h", "1w", "1dd", "h"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         ms = 42;
         if (dlock_duration_parse(&ms, bad[i]) != DLOCK_EINVAL || ms != 42) {
@@ -117,6 +125,8 @@ static void duration(void)
         }
     }
     CHECK_RC(dlock_duration_parse(NULL, "1s"), DLOCK_EINVAL);
+    CHECK_RC(dlock_duration_parse(&ms, "2x"), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "use ms, s, m, h or d");
     CHECK_RC(dlock_duration_parse(&ms, "43200m"), DLOCK_OK);
     CHECK(ms == DLOCK_LEASE_MAX_MS);
 }
@@ -209,11 +219,19 @@ static void options_init_calls(void)
     CHECK_RC(dlock_client_options_init(&c, DLOCK_CLIENT_OPTIONS_VERSION), DLOCK_OK);
     CHECK(c.version == cm.version && c.connect_timeout_ms == cm.connect_timeout_ms &&
           c.command_timeout_ms == cm.command_timeout_ms && c.key_prefix == NULL &&
-          c.client_name == NULL);
+          c.client_name == NULL && c.log == NULL && c.log_payload == NULL);
+    /* A version 1 caller's struct ends before log: init leaves it alone. */
+    memset(&c, 0x5a, sizeof(c));
+    CHECK_RC(dlock_client_options_init(&c, 1), DLOCK_OK);
+    CHECK(c.version == 1 && c.client_name == NULL && *(unsigned char *)&c.log == 0x5a);
+    memset(&a, 0x5a, sizeof(a));
+    CHECK_RC(dlock_acquire_options_init(&a, 1), DLOCK_OK);
+    CHECK(a.version == 1 && a.permits == 0 && *(unsigned char *)&a.label == 0x5a);
     CHECK_RC(dlock_acquire_options_init(&a, DLOCK_ACQUIRE_OPTIONS_VERSION), DLOCK_OK);
     CHECK(a.version == am.version && a.wait_ms == am.wait_ms && a.lease_ms == am.lease_ms &&
           a.auto_renew == am.auto_renew && a.on_lost == NULL && a.payload == NULL &&
-          a.kind == am.kind && a.owner == NULL && a.reentrant == 0 && a.permits == 0);
+          a.kind == am.kind && a.owner == NULL && a.reentrant == 0 && a.permits == 0 &&
+          a.label == NULL);
     CHECK_RC(dlock_acquire_options_init(&a, 0), DLOCK_EINVAL);
     CHECK_CONTAINS(dlock_error_message(), "version 0");
     CHECK_RC(dlock_acquire_options_init(&a, DLOCK_ACQUIRE_OPTIONS_VERSION + 1), DLOCK_EINVAL);
@@ -254,7 +272,8 @@ static void backend_register_checks(void)
     dlock_backend b = {DLOCK_BACKEND_VERSION, sizeof(dlock_backend), "unit", schemes,
                        DLOCK_CAP_KIND(DLOCK_KIND_MUTEX), ok_open, ok_close, ok_acquire, ok_req,
                        ok_req, ok_req, ok_renew, ok_watch_begin, ok_watch_wait, ok_watch_end,
-                       ok_watch_end, ok_status, ok_status, NULL, NULL, NULL, NULL, NULL, NULL};
+                       ok_watch_end, ok_status, ok_status, NULL, NULL, NULL, NULL, NULL, NULL,
+                       NULL};
     dlock_backend bad = b;
     dlock_client *c = NULL;
 
@@ -288,6 +307,53 @@ static void backend_register_checks(void)
     CHECK(c == NULL);
     CHECK_RC(dlock_backend_register("unitlock", &b), DLOCK_EINVAL);
     CHECK_CONTAINS(dlock_error_message(), "already served");
+}
+
+/* The holder record an acquisition stores, read back as status shows it. */
+static void holder_records(void)
+{
+    dlock_lock_info info;
+    static const char *const bad[] = {"", "host", "host 12", "host x 5", "host 12 x", " 12 5",
+                                      "host 12 5 \x01", "host 12 5 caf\xc3\xa9",
+                                      "host -1 5", "h\xffst 1 2"};
+
+    memset(&info, 0, sizeof(info));
+    CHECK_RC(dlock_holder_parse(&info, "web-1 4242 1700000000123", 24), DLOCK_OK);
+    CHECK(info.has_holder && strcmp(info.host, "web-1") == 0 && info.pid == 4242 &&
+          info.start_ms == 1700000000123LL && info.label[0] == '\0');
+    const char *labelled = "db.example 7 8 nightly backup: all tables";
+    CHECK_RC(dlock_holder_parse(&info, labelled, strlen(labelled)), DLOCK_OK);
+    CHECK(strcmp(info.host, "db.example") == 0 && info.pid == 7 && info.start_ms == 8 &&
+          strcmp(info.label, "nightly backup: all tables") == 0);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (dlock_holder_parse(&info, bad[i], strlen(bad[i])) != DLOCK_EPROTO || info.has_holder ||
+            info.host[0] != '\0' || info.label[0] != '\0') {
+            fprintf(stderr, "holder record '%s' accepted\n", bad[i]);
+            exit(1);
+        }
+    }
+    /* Labels are checked before any network call. */
+    dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+    dlock_lock *l = NULL;
+    char longer[DLOCK_LABEL_MAX + 2];
+    memset(longer, 'a', sizeof(longer) - 1);
+    longer[sizeof(longer) - 1] = '\0';
+    const char *const bad_labels[] = {"", "tab\there", "caf\xc3\xa9", longer};
+    for (size_t i = 0; i < sizeof(bad_labels) / sizeof(bad_labels[0]); i++) {
+        o.label = bad_labels[i];
+        CHECK_RC(dlock_acquire(&l, (dlock_client *)&o, "x", &o), DLOCK_EINVAL);
+        CHECK_CONTAINS(dlock_error_message(), "label");
+    }
+}
+
+/* Stats: the version is checked, and NULL refused. */
+static void stats_bad_input(void)
+{
+    dlock_stats st = DLOCK_STATS_INIT;
+
+    CHECK_RC(dlock_client_stats(NULL, NULL), DLOCK_EINVAL);
+    CHECK_RC(dlock_client_stats(&st, NULL), DLOCK_EINVAL);
+    CHECK_RC(dlock_list(NULL, "", NULL, NULL), DLOCK_EINVAL);
 }
 
 /* etcd revisions become fences (uint64_t): only 0..INT64_MAX is one. A
@@ -333,4 +399,5 @@ TEST_MAIN({"url_redis_full", url_redis_full, NULL}, {"url_forms", url_forms, NUL
           {"unreachable_is_econn_with_timeout", unreachable_is_econn_with_timeout, NULL},
           {"lease_clock_is_boottime", lease_clock_is_boottime, NULL},
           {"options_init_calls", options_init_calls, NULL},
-          {"backend_register_checks", backend_register_checks, NULL})
+          {"backend_register_checks", backend_register_checks, NULL},
+          {"holder_records", holder_records, NULL}, {"stats_bad_input", stats_bad_input, NULL})

@@ -68,7 +68,15 @@ typedef struct {
     int64_t lease_ms;     /* acquire, extend and renew: the lease to set */
     int permits;          /* SEMAPHORE: N when the service has none yet */
     const char *identity; /* LEADER: what observers see */
+    /* Who holds the lock, "HOST PID START_MS[ LABEL]": acquire stores it
+     * with the lock, as it is, in the same round trip, and status gives it
+     * back to dlock_holder_parse. At most DLOCK_HOLDER_MAX bytes, printable
+     * ASCII; NULL when unknown (the other calls may ignore it). */
+    const char *holder;
 } dlock_request;
+
+/* Longest dlock_request.holder. */
+#define DLOCK_HOLDER_MAX (DLOCK_HOST_MAX + 2 * 20 + 3 + DLOCK_LABEL_MAX)
 
 /* What an acquire attempt found. */
 typedef struct {
@@ -87,6 +95,10 @@ typedef struct {
     int64_t lease_from_ms;
     /* multi_acquire, DLOCK_EBUSY: the index of a name held by another. */
     size_t busy;
+    /* DLOCK_OK: set to 1 when the lock was handed to this waiter by the
+     * holder's release (the try confirmed a hand-off), for the client's
+     * statistics and log. The core sets it to 0 before each try. */
+    int handed;
 } dlock_acquire_result;
 
 /* One entry of a batched renewal. */
@@ -101,7 +113,7 @@ typedef struct {
 #define DLOCK_CAP_KIND(kind) (1u << (kind)) /* DLOCK_KIND_*: MUTEX is required */
 #define DLOCK_CAP_OWNER_IDS (1u << 16)      /* owner ids and reentrancy */
 
-#define DLOCK_BACKEND_VERSION 2
+#define DLOCK_BACKEND_VERSION 3
 
 /*
  * Thread-safety required of a backend: every call but renew may be made
@@ -119,7 +131,9 @@ typedef struct dlock_backend {
     const char *const *schemes; /* NULL-terminated list of URL schemes served */
     unsigned caps;        /* DLOCK_CAP_* */
 
-    /* Connect and check the connection (credentials, database). */
+    /* Connect and check the connection (credentials, database). opts->log
+     * (may be NULL) is the client's log: a backend calls it with
+     * DLOCK_LOG_INFO when it connects again after a connection broke. */
     int (*open)(void **out, const dlock_url *url, const dlock_client_options *opts);
     /* Close everything; NULL is a no-op. No other call is running. */
     void (*close)(void *be);
@@ -208,6 +222,15 @@ typedef struct dlock_backend {
     int (*multi_atomic)(void *be, const dlock_request *reqs, size_t n);
     int (*multi_acquire)(void *be, const dlock_request *reqs, size_t n, uint64_t *fences,
                          dlock_acquire_result *out);
+
+    /*
+     * Listing: optional (NULL: dlock_list answers DLOCK_ENOTSUP). Call cb
+     * for each lock held now whose name starts with prefix ("" for all),
+     * with its state as status reads it, until cb returns non-zero (then
+     * return DLOCK_OK). Names the service cannot turn back into lock names
+     * are skipped.
+     */
+    int (*list)(void *be, const char *prefix, dlock_list_cb cb, void *payload);
 } dlock_backend;
 
 /*
@@ -229,6 +252,14 @@ typedef struct dlock_backend {
  * or a backend that misses one of the above; the message says which).
  */
 DLOCK_EXTERN int dlock_backend_register(const char *scheme, const dlock_backend *backend);
+
+/*
+ * For backends: fill the holder fields of *info (has_holder, host, pid,
+ * start_ms, label) from text, len bytes as an acquisition's
+ * dlock_request.holder gave them. Text that is not such a record leaves
+ * has_holder 0 and returns DLOCK_EPROTO; DLOCK_OK otherwise. Thread-safe.
+ */
+DLOCK_EXTERN int dlock_holder_parse(dlock_lock_info *info, const char *text, size_t len);
 
 /*
  * For backends: set the calling thread's error message (printf-style; name

@@ -96,12 +96,24 @@ err:
 /* Every kind etcd serves (caps) is a queue of keys: the plain mutex, the
  * fair lock (the same queue: first come, first served), and an election,
  * whose keys hold the candidates' identities. */
-static int etcd_acquire(void *be, const dlock_request *req, void *watch,
+static int etcd_acquire(void *arg, const dlock_request *req, void *watch,
                         dlock_acquire_result *out)
 {
-    return dlock__etcd_acquire_as(be, req->name, req->token, req->lease_ms,
-                                  req->kind == DLOCK_KIND_LEADER ? req->identity : NULL, watch,
-                                  &out->fence, &out->retry_ms);
+    dlock__etcd_be *be = arg;
+    char *value = NULL;
+    int rc;
+
+    /* A lock key holds "CLIENT-NAME HOLDER" (the client name has no space),
+     * written by the put that queues it: the holder record costs no round
+     * trip. A candidate's key holds its identity, for observers. */
+    if (req->kind != DLOCK_KIND_LEADER && req->holder != NULL &&
+        asprintf(&value, "%s %s", be->value, req->holder) < 0)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    rc = dlock__etcd_acquire_as(be, req->name, req->token, req->lease_ms,
+                                req->kind == DLOCK_KIND_LEADER ? req->identity : value, watch,
+                                &out->fence, &out->retry_ms);
+    free(value);
+    return rc;
 }
 
 /* ---- release, extend, check --------------------------------------------- */
@@ -332,17 +344,36 @@ done:
  * fence. etcd keeps no counter per name: when nobody holds the lock, the
  * fence of the last holder is not known and 0 is reported (docs/etcd.md).
  */
+/* The holder record in a lock key's value, "CLIENT-NAME HOLDER"
+ * (etcd_acquire), into out; a value without one (a candidate's identity, a
+ * key of an older dlock) leaves no holder. */
+static void parse_value(const json_t *range_reply, size_t i, dlock_lock_info *out)
+{
+    char *value = NULL, *sp;
+    size_t len = 0;
+
+    if (dlock__etcd_kv_value_at(range_reply, i, &value, &len) == 0 &&
+        (sp = memchr(value, ' ', len)) != NULL)
+        dlock_holder_parse(out, sp + 1, len - (size_t)(sp + 1 - value));
+    free(value);
+}
+
 static int read_holder(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__etcd_keys *k,
                        dlock_lock_info *out, dlock__etcd_kv *holder)
 {
-    json_t *reply;
+    json_t *reply, *range = dlock__etcd_range_first(k);
     int rc, found;
 
     memset(out, 0, sizeof(*out));
-    rc = dlock__etcd_be_call(be, c, "/v3/kv/range", dlock__etcd_range_first(k), &reply);
+    /* With the value, for the holder record. */
+    if (range != NULL)
+        json_object_set_new(range, "keys_only", json_false());
+    rc = dlock__etcd_be_call(be, c, "/v3/kv/range", range, &reply);
     if (rc != DLOCK_OK)
         return rc;
     found = dlock__etcd_read_kv(be, reply, holder, "range");
+    if (found > 0)
+        parse_value(reply, 0, out);
     json_decref(reply);
     if (found <= 0)
         return found;
@@ -408,6 +439,125 @@ static int etcd_force_release(void *arg, const char *name, dlock_lock_info *remo
     return rc;
 }
 
+/* ---- listing --------------------------------------------------------------- */
+
+/* The lock name of key "PREFIX" + escaped name + "/" + 16 hex digits
+ * (etcd_keys.c) into name; -1 for a key of another shape. */
+static int name_of_key(const dlock__etcd_kv *kv, size_t plen, char name[DLOCK_NAME_MAX + 1])
+{
+    const char *k = kv->key, *slash;
+    size_t n = 0;
+
+    if (kv->key_len < plen + 18 || memchr(k, '\0', kv->key_len) != NULL)
+        return -1;
+    slash = k + kv->key_len - 17;
+    if (*slash != '/' || strspn(slash + 1, "0123456789abcdef") != 16)
+        return -1;
+    for (const char *p = k + plen; p < slash; p++) {
+        unsigned v;
+        if (n == DLOCK_NAME_MAX || *p == '/')
+            return -1;
+        if (*p == '%') {
+            if (slash - p < 3 || sscanf(p + 1, "%2x", &v) != 1)
+                return -1;
+            name[n++] = (char)v;
+            p += 2;
+        } else {
+            name[n++] = *p;
+        }
+    }
+    name[n] = '\0';
+    return n > 0 && strlen(name) == n ? 0 : -1;
+}
+
+/* Tell cb about the holder of name, key i of the range reply. */
+static int list_one(dlock__etcd_be *be, dlock__etcd_conn *c, const json_t *reply, size_t i,
+                    const dlock__etcd_kv *kv, const char *name, dlock_list_cb cb, void *payload,
+                    int *stop)
+{
+    dlock_lock_info info;
+    int rc;
+
+    memset(&info, 0, sizeof(info));
+    info.held = 1;
+    info.fence = (uint64_t)kv->create_revision;
+    parse_value(reply, i, &info);
+    if ((rc = dlock__etcd_lease_left(be, c, kv->lease, &info.ttl_ms)) == DLOCK_OK)
+        *stop = cb(name, &info, payload) != 0;
+    return rc;
+}
+
+/*
+ * One range read of every key under the prefix, in key order, so that each
+ * lock's keys come together; the one with the lowest create revision is
+ * its holder (status's rule). Then each holder's lease left, a round trip
+ * each.
+ */
+static int etcd_list(void *arg, const char *name_prefix, dlock_list_cb cb, void *payload)
+{
+    dlock__etcd_be *be = arg;
+    char *dir = dlock__etcd_dir(be->prefix, name_prefix), *end = NULL;
+    char name[DLOCK_NAME_MAX + 1], held[DLOCK_NAME_MAX + 1] = "";
+    dlock__etcd_conn *c = NULL;
+    dlock__etcd_kv holder = {0};
+    size_t holder_at = 0;
+    json_t *reply = NULL;
+    size_t plen = strlen(be->prefix);
+    int rc, stop = 0;
+
+    if (dir != NULL) {
+        dir[strlen(dir) - 1] = '\0'; /* the directory's '/' */
+        end = dlock__etcd_prefix_end(dir);
+    }
+    if (end == NULL) {
+        free(dir);
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    }
+    if ((rc = dlock__etcd_conn_get(be->http, &c)) != DLOCK_OK)
+        goto out;
+    rc = dlock__etcd_be_call(be, c, "/v3/kv/range",
+                             json_pack("{s:o, s:o}", "key", dlock__etcd_str(dir), "range_end",
+                                       dlock__etcd_str(end)),
+                             &reply);
+    for (size_t i = 0; rc == DLOCK_OK && !stop; i++) {
+        dlock__etcd_kv kv;
+        int found = dlock__etcd_kv_at(reply, i, &kv);
+
+        if (found < 0)
+            rc = dlock__etcd_bad_reply(be, "range");
+        if (found <= 0)
+            break;
+        if (name_of_key(&kv, plen, name) != 0) {
+            free(kv.key);
+            continue;
+        }
+        if (strcmp(name, held) != 0 || holder.key == NULL) {
+            if (holder.key != NULL)
+                rc = list_one(be, c, reply, holder_at, &holder, held, cb, payload, &stop);
+            free(holder.key);
+            holder = kv;
+            holder_at = i;
+            snprintf(held, sizeof(held), "%s", name);
+        } else if (kv.create_revision < holder.create_revision) {
+            free(holder.key);
+            holder = kv;
+            holder_at = i;
+        } else {
+            free(kv.key);
+        }
+    }
+    if (rc == DLOCK_OK && !stop && holder.key != NULL)
+        rc = list_one(be, c, reply, holder_at, &holder, held, cb, payload, &stop);
+    free(holder.key);
+out:
+    json_decref(reply);
+    if (c != NULL)
+        dlock__etcd_conn_put(be->http, c);
+    free(dir);
+    free(end);
+    return rc;
+}
+
 static const char *const etcd_schemes[] = {"etcd", "etcds", NULL};
 
 /* Designated: the calls this backend leaves out (downgrade, permits, atomic
@@ -434,6 +584,7 @@ const dlock_backend dlock__etcd_backend = {
     .watch_wake = dlock__etcd_watch_wake,
     .status = etcd_status,
     .force_release = etcd_force_release,
+    .list = etcd_list,
     .leader_get = dlock__etcd_leader_get,
     .observe_begin = dlock__etcd_observe_begin,
 };

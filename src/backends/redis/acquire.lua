@@ -2,14 +2,18 @@
 -- Take the lock and issue its fence in one round trip.
 -- KEYS[1] the lock, KEYS[2] its fence counter, KEYS[3] the fence floor,
 -- KEYS[4] the fence registry, KEYS[5] the hand-off slot
--- ARGV[1] owner token, ARGV[2] lease in ms; when the caller waits, also
--- ARGV[3] its hand-off entry "WAITER-ID TOKEN LEASE" and ARGV[4] how long
+-- ARGV[1] owner token, ARGV[2] lease in ms, ARGV[3] the holder record
+-- ("HOST PID START_MS[ LABEL]", '' for none), kept in KEYS[1] .. ':holder'
+-- with the lock's expiry (status.lua shows it); when the caller waits, also
+-- ARGV[4] its hand-off entry "WAITER-ID TOKEN LEASE" and ARGV[5] how long
 -- the entry lasts (ms) unless the waiter comes back
--- Returns {1, fence} when the caller holds the lock, {0, pttl} when another owner does.
+-- Returns {1, fence} when the caller holds the lock, {2, fence} when it
+-- confirmed a lock a release handed it, {0, pttl} when another owner does.
 -- A waiter that finds the lock busy takes the hand-off slot if it is free
 -- (or renews it if it is its own): the release then gives the lock to it
 -- directly (release.lua), with no retry round trip.
-local entry = ARGV[3]
+local entry = ARGV[4]
+local holder = KEYS[1] .. ':holder'
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   -- INCR, never SET: the counter only grows, also across expiries of the lock key.
   -- If issuing the fence fails (a counter that is not an integer, an ACL
@@ -55,6 +59,11 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if entry and redis.call('GET', KEYS[5]) == entry then
     redis.call('DEL', KEYS[5])
   end
+  if ARGV[3] ~= '' then
+    redis.call('SET', holder, ARGV[3], 'PX', ARGV[2])
+  else
+    redis.call('DEL', holder)
+  end
   return {1, fence}
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -70,12 +79,18 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
                              ' nor the floor ' .. KEYS[3] .. ' holds the fence of a held lock')
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, fence}
+  -- A hand-off left no holder record (release.lua deletes the releaser's):
+  -- so the record tells a confirmation from a retry after a lost reply.
+  local handed = not redis.call('GET', holder)
+  if ARGV[3] ~= '' then
+    redis.call('SET', holder, ARGV[3], 'PX', ARGV[2])
+  end
+  return {handed and 2 or 1, fence}
 end
 if entry then
-  if not redis.call('SET', KEYS[5], entry, 'NX', 'PX', ARGV[4]) and
+  if not redis.call('SET', KEYS[5], entry, 'NX', 'PX', ARGV[5]) and
      redis.call('GET', KEYS[5]) == entry then
-    redis.call('PEXPIRE', KEYS[5], ARGV[4])
+    redis.call('PEXPIRE', KEYS[5], ARGV[5])
   end
 end
 return {0, redis.call('PTTL', KEYS[1])}

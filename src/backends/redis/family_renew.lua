@@ -20,6 +20,7 @@ for i = 1, #KEYS do
       ok = 1
       if renew then
         redis.call('PEXPIRE', base, lease)
+        redis.call('PEXPIRE', base .. ':holder', lease) -- acquire.lua's record
       end
     end
   elseif kind == 'read' or kind == 'sem' then

@@ -222,9 +222,13 @@ static int handoff_entry(dlock__redis_watch *w, const char *owner, int64_t lease
     return DLOCK_OK;
 }
 
-static int mutex_acquire(redis_backend *be, const char *name, const char *owner,
-                         int64_t lease_ms, void *watch, uint64_t *fence, int64_t *retry_ms)
+static int mutex_acquire(redis_backend *be, const dlock_request *req, void *watch,
+                         dlock_acquire_result *out)
 {
+    const char *name = req->name, *owner = req->token;
+    int64_t lease_ms = req->lease_ms;
+    uint64_t *fence = &out->fence;
+    int64_t *retry_ms = &out->retry_ms;
     dlock__redis_watch *w = watch;
     key_buf keys[MUTEX_KEYS];
     args a = {0};
@@ -241,6 +245,7 @@ static int mutex_acquire(redis_backend *be, const char *name, const char *owner,
     mutex_keys(be, name, keys, &a);
     arg_str(&a, owner);
     arg_num(&a, lease_ms);
+    arg_str(&a, req->holder != NULL ? req->holder : "");
     if (w != NULL) {
         arg_str(&a, w->entry);
         arg_num(&a, 2 * handoff_refresh_ms(lease_ms) + 100);
@@ -257,7 +262,9 @@ static int mutex_acquire(redis_backend *be, const char *name, const char *owner,
         freeReplyObject(r);
         return bad_reply(be->cmd, "the acquire script");
     }
-    if (r->element[0]->integer == DLOCK__REDIS_TAKEN) {
+    if (r->element[0]->integer == DLOCK__REDIS_TAKEN ||
+        r->element[0]->integer == DLOCK__REDIS_HANDED) {
+        out->handed = r->element[0]->integer == DLOCK__REDIS_HANDED;
         if (r->element[1]->integer <= 0) {
             freeReplyObject(r);
             return bad_reply(be->cmd, "the acquire script (fence <= 0)");
@@ -362,8 +369,7 @@ static int redis_acquire(void *be, const dlock_request *req, void *watch,
                          dlock_acquire_result *out)
 {
     if (is_mutex(req))
-        return mutex_acquire(be, req->name, req->token, req->lease_ms, watch, &out->fence,
-                             &out->retry_ms);
+        return mutex_acquire(be, req, watch, out);
     return dlock__redis_family_acquire(be, req, watch, &out->fence, &out->retry_ms);
 }
 
@@ -412,15 +418,18 @@ static int read_status(redis_backend *be, const char *name, int force, dlock_loc
     if ((rc = cmd_script(be, &dlock__redis_script_status, &r, 2, a.argc, a.argv, a.lens)) !=
         DLOCK_OK)
         return rc;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 ||
         r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER ||
-        r->element[2]->type != REDIS_REPLY_INTEGER) {
+        r->element[2]->type != REDIS_REPLY_INTEGER || r->element[3]->type != REDIS_REPLY_STRING) {
         freeReplyObject(r);
         return bad_reply(be->cmd, "the status script");
     }
     out->held = r->element[0]->integer == 1;
     out->ttl_ms = out->held ? r->element[1]->integer : 0;
     out->fence = r->element[2]->integer > 0 ? (uint64_t)r->element[2]->integer : 0;
+    /* A record that is not one (a key set by hand) shows no holder. */
+    if (out->held && r->element[3]->len > 0)
+        dlock_holder_parse(out, r->element[3]->str, r->element[3]->len);
     freeReplyObject(r);
     return DLOCK_OK;
 }
@@ -433,6 +442,82 @@ static int redis_status(void *arg, const char *name, dlock_lock_info *out)
 static int redis_force_release(void *arg, const char *name, dlock_lock_info *removed)
 {
     return read_status(arg, name, 1, removed);
+}
+
+/* ---- listing ----------------------------------------------------------- */
+
+/* Append text to a SCAN pattern, with Redis' glob characters escaped. */
+static size_t glob_escape(char *out, size_t at, const char *text)
+{
+    for (; *text != '\0'; text++) {
+        if (strchr("*?[]\\", *text) != NULL)
+            out[at++] = '\\';
+        out[at++] = *text;
+    }
+    out[at] = '\0';
+    return at;
+}
+
+/*
+ * SCAN for the lock keys "PREFIX{NAME}" whose NAME starts with name_prefix
+ * (every other key of a lock has a suffix after the brace, and the
+ * prefix's own keys no brace), then read each one's state as status does:
+ * one round trip per lock, for an operator's listing.
+ */
+static int redis_list(void *arg, const char *name_prefix, dlock_list_cb cb, void *payload)
+{
+    redis_backend *be = arg;
+    size_t plen = strlen(be->prefix);
+    char *pattern = malloc(2 * (plen + strlen(name_prefix)) + 8), cursor[32] = "0";
+    int rc = DLOCK_OK, stop = 0;
+
+    if (pattern == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    size_t at = glob_escape(pattern, 0, be->prefix);
+    pattern[at++] = '{';
+    at = glob_escape(pattern, at, name_prefix);
+    memcpy(pattern + at, "*}", 3);
+    do {
+        const char *argv[6] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"};
+        size_t lens[6] = {4, strlen(cursor), 5, strlen(pattern), 5, 4};
+        dlock__redis_conn *conn = dlock__redis_cmd_take(be);
+        redisReply *r;
+
+        rc = dlock__redis_conn_command(conn, &r, 6, argv, lens);
+        dlock__redis_cmd_give(be, conn);
+        if (rc != DLOCK_OK)
+            break;
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+            r->element[0]->type != REDIS_REPLY_STRING || r->element[0]->len >= sizeof(cursor) ||
+            r->element[1]->type != REDIS_REPLY_ARRAY) {
+            freeReplyObject(r);
+            rc = bad_reply(be->cmd, "SCAN");
+            break;
+        }
+        memcpy(cursor, r->element[0]->str, r->element[0]->len);
+        cursor[r->element[0]->len] = '\0';
+        for (size_t i = 0; i < r->element[1]->elements && !stop && rc == DLOCK_OK; i++) {
+            const redisReply *k = r->element[1]->element[i];
+            char name[DLOCK_NAME_MAX + 1];
+            dlock_lock_info info;
+            size_t n;
+
+            if (k->type != REDIS_REPLY_STRING || k->len < plen + 3 || k->str[k->len - 1] != '}')
+                continue;
+            n = k->len - plen - 2;
+            if (n > DLOCK_NAME_MAX || memchr(k->str + plen + 1, '\0', n) != NULL)
+                continue;
+            memcpy(name, k->str + plen + 1, n);
+            name[n] = '\0';
+            memset(&info, 0, sizeof(info));
+            rc = read_status(be, name, 0, &info);
+            if (rc == DLOCK_OK && info.held)
+                stop = cb(name, &info, payload) != 0;
+        }
+        freeReplyObject(r);
+    } while (rc == DLOCK_OK && !stop && strcmp(cursor, "0") != 0);
+    free(pattern);
+    return rc;
 }
 
 /* ---- waiting ----------------------------------------------------------- */
@@ -556,6 +641,7 @@ const dlock_backend dlock__redis_backend = {
     .watch_wake = redis_watch_wake,
     .status = redis_status,
     .force_release = redis_force_release,
+    .list = redis_list,
     .downgrade = dlock__redis_downgrade,
     .set_permits = dlock__redis_set_permits,
     .leader_get = dlock__redis_leader_get,

@@ -26,6 +26,9 @@ int dlock__redis_conn_init(dlock__redis_conn *conn, const dlock_url *url,
 
     memset(conn, 0, sizeof(*conn));
     conn->url = url;
+    conn->log = opts->log;
+    conn->log_payload = opts->log_payload;
+    conn->role = role;
     if (strcmp(url->scheme, "unix") == 0) {
         if (url->nhosts != 0 || url->path == NULL || url->path[0] != '/')
             return dlock__fail(DLOCK_EINVAL, "unix URL: expected unix:///path/to/redis.sock");
@@ -344,6 +347,14 @@ int dlock__redis_conn_connect(dlock__redis_conn *conn)
     dlock__sigpipe_block(&guard);
     rc = connect_now(conn);
     dlock__sigpipe_restore(&guard);
+    if (rc == DLOCK_OK && conn->connected && conn->log != NULL) {
+        char msg[200];
+        snprintf(msg, sizeof(msg), "%s: connected again (%s connection)", conn->where,
+                 conn->role);
+        conn->log(DLOCK_LOG_INFO, msg, conn->log_payload);
+    }
+    if (rc == DLOCK_OK)
+        conn->connected = 1;
     return rc;
 }
 

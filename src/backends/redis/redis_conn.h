@@ -29,6 +29,12 @@ typedef struct {
     size_t reply_elements;
     /* Why the last reply was refused: DLOCK__REDIS_REFUSED_* (0: it was not). */
     int refused;
+    /* The client's log, told when the connection is made again after it
+     * broke (connected: it was made once). */
+    dlock_log_cb log;
+    void *log_payload;
+    const char *role;
+    int connected;
 } dlock__redis_conn;
 
 enum {

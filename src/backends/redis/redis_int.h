@@ -101,6 +101,7 @@ enum {
     DLOCK__REDIS_DONE = 1,
     DLOCK__REDIS_BUSY = 0,       /* acquire: {0, retry ms}, another holds it */
     DLOCK__REDIS_TAKEN = 1,      /* acquire: {1, fence} */
+    DLOCK__REDIS_HANDED = 2,     /* acquire: {2, fence}, a hand-off confirmed */
     DLOCK__REDIS_REFUSED = -1,   /* acquire: {-1, DLOCK__REDIS_WHY_*} */
     DLOCK__REDIS_NO_PERMITS = -2 /* sem_acquire: {-2, 1}, no N for the name */
 };

@@ -17,6 +17,9 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
+-- The holder record (acquire.lua) goes with the holder; a waiter handed
+-- the lock writes its own when it confirms.
+redis.call('DEL', KEYS[1] .. ':holder')
 local entry = redis.call('GET', KEYS[5])
 if entry then
   -- The fence helpers are defined here, not at the top: a release with no

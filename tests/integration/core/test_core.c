@@ -15,6 +15,8 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/time.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -627,6 +629,313 @@ static void threads_share_a_client(void)
     test_server_stop(&s);
 }
 
+
+/* ---- the operator's view (issue 16) ------------------------------------ */
+
+static int builtin(const test_server *s)
+{
+    return strcmp(s->backend, "plainredis") != 0;
+}
+
+typedef struct {
+    int n;
+    char names[8][32];
+    dlock_lock_info info[8];
+} listing;
+
+static int collect(const char *name, const dlock_lock_info *info, void *payload)
+{
+    listing *l = payload;
+
+    if (l->n < 8) {
+        snprintf(l->names[l->n], sizeof(l->names[0]), "%s", name);
+        l->info[l->n] = *info;
+    }
+    l->n++;
+    return 0;
+}
+
+static int listed(const listing *l, const char *name)
+{
+    for (int i = 0; i < l->n && i < 8; i++)
+        if (strcmp(l->names[i], name) == 0)
+            return i;
+    return -1;
+}
+
+static int64_t wall_ms(void)
+{
+    return test_clock_ms(CLOCK_REALTIME);
+}
+
+/* Each acquisition records who holds it; status and list show it. */
+static void holder_in_status_and_list(void)
+{
+    test_server s;
+    dlock_client *c, *other;
+    dlock_lock *a, *b, *gone;
+    dlock_lock_info info;
+    dlock_acquire_options o = test_opts(0, 20000, 1);
+    char host[256] = "";
+    listing l;
+    int64_t before = wall_ms(), after;
+    int i;
+
+    CHECK(gethostname(host, sizeof(host)) == 0);
+    test_server_start(&s, backend);
+    c = open_client(&s);
+    other = open_client(&s);
+    o.label = "nightly backup";
+    CHECK_RC(dlock_acquire(&a, c, "ls-a", &o), DLOCK_OK);
+    after = wall_ms();
+    o.label = NULL;
+    CHECK_RC(dlock_acquire(&b, c, "ls-b", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&gone, c, "ls-c", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(gone), DLOCK_OK);
+
+    CHECK_RC(dlock_status(&info, other, "ls-a"), DLOCK_OK);
+    CHECK(info.held && info.fence == dlock_lock_fence(a));
+    if (!builtin(&s)) {
+        /* The out-of-tree backend keeps no record and has no listing. */
+        CHECK(!info.has_holder && info.host[0] == '\0' && info.label[0] == '\0');
+        memset(&l, 0, sizeof(l));
+        CHECK_RC(dlock_list(other, "", collect, &l), DLOCK_ENOTSUP);
+        CHECK_CONTAINS(dlock_error_message(), "listing");
+        goto out;
+    }
+    CHECK(info.has_holder);
+    CHECK(strcmp(info.host, host) == 0);
+    CHECK(info.pid == getpid());
+    CHECK(info.start_ms >= before && info.start_ms <= after);
+    CHECK(strcmp(info.label, "nightly backup") == 0);
+    CHECK_RC(dlock_status(&info, other, "ls-b"), DLOCK_OK);
+    CHECK(info.has_holder && info.label[0] == '\0' && info.pid == getpid());
+    /* A renewal keeps the record as long as the lock (Redis: its expiry). */
+    CHECK_RC(dlock_lock_extend(a, 30000), DLOCK_OK);
+    CHECK_RC(dlock_status(&info, other, "ls-a"), DLOCK_OK);
+    CHECK(info.has_holder && info.ttl_ms > 20000);
+    CHECK_RC(dlock_status(&info, other, "ls-c"), DLOCK_OK);
+    CHECK(!info.held && !info.has_holder);
+
+    memset(&l, 0, sizeof(l));
+    CHECK_RC(dlock_list(other, NULL, collect, &l), DLOCK_OK);
+    CHECK(l.n == 2);
+    CHECK((i = listed(&l, "ls-a")) >= 0);
+    CHECK(l.info[i].held && l.info[i].fence == dlock_lock_fence(a) && l.info[i].ttl_ms > 0 &&
+          l.info[i].has_holder && l.info[i].pid == getpid() &&
+          strcmp(l.info[i].label, "nightly backup") == 0 && strcmp(l.info[i].host, host) == 0);
+    CHECK((i = listed(&l, "ls-b")) >= 0);
+    CHECK(l.info[i].fence == dlock_lock_fence(b) && l.info[i].has_holder);
+    CHECK(listed(&l, "ls-c") < 0);
+    /* A prefix, and one with glob characters that must match as bytes. */
+    memset(&l, 0, sizeof(l));
+    CHECK_RC(dlock_list(other, "ls-b", collect, &l), DLOCK_OK);
+    CHECK(l.n == 1 && listed(&l, "ls-b") == 0);
+    memset(&l, 0, sizeof(l));
+    CHECK_RC(dlock_list(other, "ls-*", collect, &l), DLOCK_OK);
+    CHECK(l.n == 0);
+
+    /* A force release takes the record with the lock. */
+    CHECK_RC(dlock_force_release(&info, other, "ls-b"), DLOCK_OK);
+    CHECK(info.held && info.has_holder);
+    CHECK_RC(dlock_status(&info, other, "ls-b"), DLOCK_OK);
+    CHECK(!info.held && !info.has_holder);
+out:
+    CHECK_RC(dlock_release(a), DLOCK_OK);
+    dlock_release(b);
+    CHECK(test_server_leftovers(&s, "ls-a") == 0);
+    dlock_client_free(c);
+    dlock_client_free(other);
+    test_server_stop(&s);
+}
+
+static uint64_t bucket_sum(const uint64_t *h)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < DLOCK_STATS_BUCKETS; i++)
+        n += h[i];
+    return n;
+}
+
+/* The counters after a known sequence of calls. */
+static void stats_count_exactly(void)
+{
+    test_server s;
+    dlock_client *c, *other;
+    dlock_lock *a, *b = NULL;
+    dlock_acquire_options o = test_opts(0, 20000, 0);
+    dlock_stats st = DLOCK_STATS_INIT;
+
+    test_server_start(&s, backend);
+    c = open_client(&s);
+    other = open_client(&s);
+    CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
+    CHECK(st.acquires == 0 && st.busy == 0 && bucket_sum(st.round_trip_us) == 0);
+
+    CHECK_RC(dlock_acquire(&a, c, "st", &o), DLOCK_OK);            /* 1 try */
+    CHECK_RC(dlock_acquire(&b, c, "st", &o), DLOCK_EBUSY);         /* 1 try, busy */
+    o.wait_ms = 300;
+    CHECK_RC(dlock_acquire(&b, c, "st", &o), DLOCK_ETIMEOUT);      /* waits: busy tries */
+    CHECK_RC(dlock_lock_check(a), DLOCK_OK);                       /* 1 round trip */
+    CHECK_RC(dlock_release(a), DLOCK_OK);                          /* 1 round trip */
+    CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
+    CHECK(st.acquires == 1);
+    CHECK(st.waits == 1);
+    CHECK(st.busy >= 3); /* the try, and the wait's first two tries at least */
+    CHECK(st.handoffs == 0 && st.renewals == 0 && st.renew_failures == 0 && st.losses == 0);
+    CHECK(bucket_sum(st.wait_us) == 1);
+    /* The timed-out wait lasted 300 ms at least: 2^18 us = 262 ms. */
+    for (int i = 0; i < 19; i++)
+        CHECK(st.wait_us[i] == 0);
+    /* Every try is a round trip; so are check and release. */
+    CHECK(bucket_sum(st.round_trip_us) == st.acquires + st.busy + 2);
+
+    /* A loss counts once, whoever finds it. */
+    o = test_opts(0, 20000, 1);
+    o.on_lost = test_count_lost;
+    CHECK_RC(dlock_acquire(&a, c, "st-lost", &o), DLOCK_OK);
+    CHECK_RC(dlock_force_release(NULL, other, "st-lost"), DLOCK_OK);
+    CHECK_RC(dlock_lock_check(a), DLOCK_ELOST);
+    CHECK_RC(dlock_lock_check(a), DLOCK_ELOST);
+    CHECK_RC(dlock_release(a), DLOCK_ELOST);
+    CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
+    CHECK(st.acquires == 2 && st.losses == 1);
+
+    /* Renewals: the watchdog's, one per lock per renewal. */
+    o = test_opts(0, s.short_lease_ms * 3, 1);
+    CHECK_RC(dlock_acquire(&a, c, "st-renew", &o), DLOCK_OK);
+    for (int i = 0; i < 600; i++) {
+        CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
+        if (st.renewals >= 2)
+            break;
+        test_sleep_ms(50);
+    }
+    CHECK(st.renewals >= 2 && st.renew_failures == 0 && st.losses == 1);
+    CHECK_RC(dlock_release(a), DLOCK_OK);
+    /* The other client's counters are its own. */
+    CHECK_RC(dlock_client_stats(&st, other), DLOCK_OK);
+    CHECK(st.acquires == 0 && st.busy == 0 && bucket_sum(st.round_trip_us) == 0);
+    st.version = 99;
+    CHECK_RC(dlock_client_stats(&st, c), DLOCK_EINVAL);
+    dlock_client_free(c);
+    dlock_client_free(other);
+    test_server_stop(&s);
+}
+
+/* What the log callback received. */
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char log_text[8192];
+static int log_levels[4];
+
+static void record_log(int level, const char *message, void *payload)
+{
+    (void)payload;
+    pthread_mutex_lock(&log_mu);
+    if (level >= 0 && level < 4)
+        log_levels[level]++;
+    snprintf(log_text + strlen(log_text), sizeof(log_text) - strlen(log_text), "%d %s\n", level,
+             message);
+    pthread_mutex_unlock(&log_mu);
+}
+
+static int log_count(int level)
+{
+    int n;
+    pthread_mutex_lock(&log_mu);
+    n = log_levels[level];
+    pthread_mutex_unlock(&log_mu);
+    return n;
+}
+
+/* A renewal that cannot reach the server is a warning; the loss an error. */
+static void log_renew_failure_and_loss(void)
+{
+    test_server s;
+    dlock_client *c, *other;
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_acquire_options o = test_opts(0, 6000, 1);
+    dlock_stats st = DLOCK_STATS_INIT;
+    dlock_lock *a;
+
+    test_server_start(&s, backend);
+    co.command_timeout_ms = 300;
+    co.log = record_log;
+    CHECK_RC(dlock_client_open(&c, s.url, &co), DLOCK_OK);
+    other = open_client(&s);
+    o.on_lost = test_count_lost;
+    CHECK_RC(dlock_acquire(&a, c, "logged", &o), DLOCK_OK);
+    /* The renewal due after 2 s times out after 300 ms, well before the
+     * lease runs out at 6 s. */
+    test_server_pause(&s, 1);
+    for (int i = 0; i < 400 && log_count(DLOCK_LOG_WARN) == 0; i++)
+        test_sleep_ms(50);
+    test_server_pause(&s, 0);
+    CHECK(log_count(DLOCK_LOG_WARN) >= 1);
+    CHECK_CONTAINS(log_text, "2 renewal of lock 'logged' failed");
+    CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
+    CHECK(st.renew_failures >= 1);
+    /* Broken by another: the next renewal finds it gone. */
+    CHECK_RC(dlock_force_release(NULL, other, "logged"), DLOCK_OK);
+    for (int i = 0; i < 400 && atomic_load(&test_lost_calls) == 0; i++)
+        test_sleep_ms(50);
+    CHECK(atomic_load(&test_lost_calls) == 1);
+    CHECK(log_count(DLOCK_LOG_ERROR) == 1);
+    CHECK_CONTAINS(log_text, "3 lock 'logged' lost: ");
+    CHECK_RC(dlock_release(a), DLOCK_ELOST);
+    dlock_client_free(c);
+    dlock_client_free(other);
+    test_server_stop(&s);
+}
+
+/* dlock_client_interrupt from a signal handler stops a blocked wait. */
+static dlock_client *alarm_client;
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    dlock_client_interrupt(alarm_client);
+}
+
+static void interrupt_from_signal_handler(void)
+{
+    test_server s;
+    dlock_client *c, *holder;
+    dlock_lock *h, *l = NULL;
+    dlock_acquire_options o = test_opts(0, 600000, 1);
+    struct sigaction sa;
+    struct itimerval it = {{0, 0}, {0, 300000}};
+    int64_t took;
+    long long held;
+
+    test_server_start(&s, backend);
+    holder = open_client(&s);
+    c = open_client(&s);
+    CHECK_RC(dlock_acquire(&h, holder, "sig", &o), DLOCK_OK);
+    held = test_server_leftovers(&s, "sig");
+    alarm_client = c;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_alarm;
+    sigemptyset(&sa.sa_mask);
+    CHECK(sigaction(SIGALRM, &sa, NULL) == 0);
+    CHECK(setitimer(ITIMER_REAL, &it, NULL) == 0);
+    /* The holder's lease is 10 min (and a Redis waiter comes back after a
+     * quarter of it): only the interruption ends this wait before wait_ms. */
+    o.wait_ms = 60000;
+    took = test_clock_ms(CLOCK_MONOTONIC);
+    CHECK_RC(dlock_acquire(&l, c, "sig", &o), DLOCK_EINTR);
+    took = test_clock_ms(CLOCK_MONOTONIC) - took;
+    CHECK(l == NULL);
+    CHECK(took < 60000);
+    CHECK_CONTAINS(dlock_error_message(), "interrupted");
+    CHECK(test_server_leftovers(&s, "sig") == held); /* the waiter left the queue */
+    /* For good: the next wait returns at once. */
+    CHECK_RC(dlock_acquire(&l, c, "sig", &o), DLOCK_EINTR);
+    CHECK_RC(dlock_release(h), DLOCK_OK);
+    dlock_client_free(c);
+    dlock_client_free(holder);
+    test_server_stop(&s);
+}
+
 static const test_case cases[] = {
     {"basic_cycle", basic_cycle, NULL},
     {"mutual_exclusion_processes", mutual_exclusion_processes, NULL},
@@ -642,6 +951,10 @@ static const test_case cases[] = {
     {"try_once_leaves_nothing", try_once_leaves_nothing, NULL},
     {"client_freed_before_release", client_freed_before_release, NULL},
     {"threads_share_a_client", threads_share_a_client, "watchdog"},
+    {"holder_in_status_and_list", holder_in_status_and_list, NULL},
+    {"stats_count_exactly", stats_count_exactly, "watchdog"},
+    {"log_renew_failure_and_loss", log_renew_failure_and_loss, "watchdog"},
+    {"interrupt_from_signal_handler", interrupt_from_signal_handler, NULL},
 };
 
 /* test_core BACKEND CASE, or test_core --list */

@@ -240,6 +240,70 @@ static void waiter_woken_by_release(void)
     test_redis_stop(&r);
 }
 
+
+/* What the log callback received (handoff_counted_and_logged). */
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char log_text[4096];
+
+static void record_log(int level, const char *message, void *payload)
+{
+    (void)payload;
+    pthread_mutex_lock(&log_mu);
+    snprintf(log_text + strlen(log_text), sizeof(log_text) - strlen(log_text), "%d %s\n", level,
+             message);
+    pthread_mutex_unlock(&log_mu);
+}
+
+/* A hand-off is counted and logged on the waiter's client, and the record
+ * of who holds the lock is the waiter's once it confirmed; a connection
+ * made again after the server restarted is logged too. */
+static void handoff_counted_and_logged(void)
+{
+    test_redis r;
+    dlock_client *holder_c, *waiter_c;
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_acquire_options o = test_opts(0, 20000, 0), wo = test_opts(8000, 10000, 1);
+    dlock_stats st = DLOCK_STATS_INIT;
+    dlock_lock_info info;
+    dlock_lock *l;
+    test_acquirer a;
+    pthread_t t;
+
+    test_redis_start(&r, NULL);
+    holder_c = open_client(&r);
+    co.log = record_log;
+    CHECK_RC(dlock_client_open(&waiter_c, r.url, &co), DLOCK_OK);
+    o.label = "holder";
+    CHECK_RC(dlock_acquire(&l, holder_c, "given2", &o), DLOCK_OK);
+    wo.label = "waiter";
+    test_acquirer_init(&a, waiter_c, "given2", wo);
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
+    for (int i = 0; i < 500 && test_redis_cmd(&r, "EXISTS dlock:{given2}:next") != 1; i++)
+        test_sleep_ms(10);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{given2}:next") == 1);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(a.rc, DLOCK_OK);
+    CHECK_RC(dlock_client_stats(&st, waiter_c), DLOCK_OK);
+    CHECK(st.acquires == 1 && st.waits == 1 && st.handoffs == 1);
+    CHECK_CONTAINS(log_text, "1 lock 'given2' was handed over by its holder's release");
+    CHECK_RC(dlock_status(&info, holder_c, "given2"), DLOCK_OK);
+    CHECK(info.held && info.has_holder && strcmp(info.label, "waiter") == 0);
+    /* The holder's client saw no hand-off. */
+    CHECK_RC(dlock_client_stats(&st, holder_c), DLOCK_OK);
+    CHECK(st.acquires == 1 && st.handoffs == 0);
+    CHECK_RC(dlock_release(a.lock), DLOCK_OK);
+
+    test_redis_kill(&r);
+    test_redis_restart(&r);
+    CHECK_RC(dlock_status(&info, waiter_c, "given2"), DLOCK_OK);
+    CHECK_CONTAINS(log_text, "1 redis 127.0.0.1:");
+    CHECK_CONTAINS(log_text, ": connected again (cmd connection)");
+    dlock_client_free(holder_c);
+    dlock_client_free(waiter_c);
+    test_redis_stop(&r);
+}
+
 /* Many waiters of one client: a release wakes one of them, not all. */
 static void release_wakes_one_waiter(void)
 {
@@ -610,10 +674,7 @@ static void sockets_cloexec_and_no_sigpipe(void)
  * lock within 3 s of its last try, 2 s allowed for a loaded machine. */
 static int64_t mono_ms(void)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return test_clock_ms(CLOCK_MONOTONIC);
 }
 
 static void lost_wakeup_costs_a_quarter_lease(void)
@@ -660,6 +721,7 @@ static void lost_wakeup_costs_a_quarter_lease(void)
 
 TEST_MAIN({"sockets_cloexec_and_no_sigpipe", sockets_cloexec_and_no_sigpipe, NULL}, {"bad_input_before_network", bad_input_before_network, NULL},
           {"on_lost_via_check", on_lost_via_check, "watchdog"},
+          {"handoff_counted_and_logged", handoff_counted_and_logged, "watchdog"},
           {"release_from_on_lost_is_misuse", release_from_on_lost_is_misuse, "watchdog"},
           {"server_killed_and_restarted", server_killed_and_restarted, "watchdog"},
           {"fence_survives_restart_with_aof", fence_survives_restart_with_aof, NULL},
