@@ -272,6 +272,14 @@ static void release_on(redlock_backend *be, const dlock_request *req, unsigned m
     dlock__redlock_answers_free(ans, be->n);
 }
 
+/* A quorum granted, but no validity is left. */
+static int too_slow(const dlock_request *req, int64_t elapsed)
+{
+    return dlock__fail(DLOCK_ECONN, "redlock: the nodes took %lld ms to grant lock '%s', not "
+                       "less than its lease of %lld ms", (long long)elapsed, req->name,
+                       (long long)req->lease_ms);
+}
+
 static int acquire_locked(redlock_backend *be, const dlock_request *req, void *watch,
                           dlock_acquire_result *out)
 {
@@ -344,23 +352,20 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
             out->fence = high + 1;
             return DLOCK_OK;
         }
-        if (nconfirmed >= be->quorum)
-            rc = dlock__fail(DLOCK_ECONN, "redlock: the nodes took %lld ms to grant lock '%s', "
-                             "not less than its lease of %lld ms", (long long)elapsed,
-                             req->name, (long long)req->lease_ms);
-        else
-            rc = dlock__redlock_fail_quorum(be, "confirming the fence", nconfirmed, conf,
-                                            granted, DLOCK_ELOST);
-        dlock__redlock_answers_free(conf, be->n);
-        if (rc == DLOCK_ELOST) {
-            /* Our keys lapsed between the rounds: busy now, try again. */
+        if (nconfirmed >= be->quorum) {
+            rc = too_slow(req, elapsed);
+        } else {
+            /* A granting node died or our keys lapsed between the rounds:
+             * no fence was issued. Busy: the next try starts over (and
+             * round 1 reports it if the nodes stay down). */
+            dlock__redlock_fail_quorum(be, "recording the fence", nconfirmed, conf, granted,
+                                       DLOCK_ELOST);
             rc = DLOCK_EBUSY;
-            out->retry_ms = 0;
+            out->retry_ms = jitter_ms(10);
         }
+        dlock__redlock_answers_free(conf, be->n);
     } else if (ngranted >= be->quorum) {
-        rc = dlock__fail(DLOCK_ECONN, "redlock: the nodes took %lld ms to grant lock '%s', not "
-                         "less than its lease of %lld ms", (long long)elapsed, req->name,
-                         (long long)req->lease_ms);
+        rc = too_slow(req, elapsed);
     } else if (nbusy > 0) {
         int64_t left = quorum_free_in(be, pttl, nbusy);
         rc = DLOCK_EBUSY;
