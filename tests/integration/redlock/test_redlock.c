@@ -131,6 +131,28 @@ static void three_killed_clear_error(void)
     stop(&cl);
 }
 
+/* Another token holds a majority: a try is busy, with the holder's time
+ * left, and the keys it took on the other nodes are given back. */
+static void busy_gives_back_the_minority(void)
+{
+    cluster cl;
+    dlock_client *c;
+    dlock_lock *l = (dlock_lock *)1;
+    dlock_acquire_options o = test_opts(0, 5000, 0);
+
+    start(&cl, NULL);
+    c = open_url(cl.url);
+    for (int i = 0; i < 3; i++)
+        CHECK(test_redis_cmd(&cl.r[i], "SET dlock:{minor} someone-else PX 20000") == 2);
+    CHECK_RC(dlock_acquire(&l, c, "minor", &o), DLOCK_EBUSY);
+    CHECK(l == NULL);
+    CHECK(test_redis_cmd(&cl.r[3], "EXISTS dlock:{minor}") == 0);
+    CHECK(test_redis_cmd(&cl.r[4], "EXISTS dlock:{minor}") == 0);
+    CHECK(holders(&cl, "minor") == 3);
+    dlock_client_free(c);
+    stop(&cl);
+}
+
 /* A node restarted empty while the lock is held (no persistence): the next
  * renewal finds the key missing there while a quorum holds it, and sets it
  * again. */
@@ -280,25 +302,26 @@ static void fences_increase_across_restarts(void)
 static void release_reaches_the_late_node(void)
 {
     cluster cl;
-    chaos_proxy *p;
+    chaos_proxy *p[3];
     dlock_client *c;
-    dlock_lock *l;
+    dlock_lock *l = NULL;
     dlock_acquire_options o = test_opts(0, 1000, 0);
     char url[256];
     int i;
 
     start(&cl, NULL);
-    CHECK(chaos_proxy_start(&p, cl.r[0].port) == 0);
+    for (i = 0; i < 3; i++)
+        CHECK(chaos_proxy_start(&p[i], cl.r[i].port) == 0);
     snprintf(url, sizeof(url), "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d,"
-             "127.0.0.1:%d,127.0.0.1:%d", chaos_proxy_port(p), cl.r[1].port, cl.r[2].port,
-             cl.r[3].port, cl.r[4].port);
+             "127.0.0.1:%d,127.0.0.1:%d", chaos_proxy_port(p[0]), chaos_proxy_port(p[1]),
+             chaos_proxy_port(p[2]), cl.r[3].port, cl.r[4].port);
     c = open_url(url);
-    /* Once without delay, so that node 0 has the scripts (a NOSCRIPT
+    /* Once without delay, so that the nodes have the scripts (a NOSCRIPT
      * answered late would leave nothing there to release). */
     CHECK_RC(dlock_acquire(&l, c, "late", &o), DLOCK_OK);
     CHECK_RC(dlock_release(l), DLOCK_OK);
     /* Node timeout: 1000 / 10 = 100 ms; the proxy delays node 0 by 400. */
-    chaos_proxy_set(p, CHAOS_PROXY_DELAY, 400);
+    chaos_proxy_set(p[0], CHAOS_PROXY_DELAY, 400);
     CHECK_RC(dlock_acquire(&l, c, "late", &o), DLOCK_OK);
     CHECK(holders(&cl, "late") >= 4);
     for (i = 0; i < 500 && test_redis_cmd(&cl.r[0], "EXISTS dlock:{late}") != 1; i++)
@@ -306,15 +329,28 @@ static void release_reaches_the_late_node(void)
     CHECK(test_redis_cmd(&cl.r[0], "EXISTS dlock:{late}") == 1);
     CHECK_RC(dlock_release(l), DLOCK_OK);
     CHECK(holders(&cl, "late") == 0);
-    chaos_proxy_set(p, CHAOS_PROXY_PASS, 0);
+
+    /* Three nodes late: no quorum in time, the acquire fails, and the late
+     * nodes set the key after it gave up. Its release, sent after the
+     * acquire on each of their connections, takes the keys away there too:
+     * within the lease (1 s + drift), nothing is left anywhere. */
+    chaos_proxy_set(p[1], CHAOS_PROXY_DELAY, 400);
+    chaos_proxy_set(p[2], CHAOS_PROXY_DELAY, 400);
+    CHECK(dlock_acquire(&l, c, "late2", &o) != DLOCK_OK);
+    for (i = 0; i < 3; i++)
+        chaos_proxy_set(p[i], CHAOS_PROXY_PASS, 0);
+    test_sleep_ms(900);
+    CHECK(holders(&cl, "late2") == 0);
     dlock_client_free(c);
-    chaos_proxy_stop(p);
+    for (i = 0; i < 3; i++)
+        chaos_proxy_stop(p[i]);
     stop(&cl);
 }
 
 TEST_MAIN({"url_checked", url_checked, "unit"},
           {"two_killed_still_works", two_killed_still_works, "watchdog"},
           {"three_killed_clear_error", three_killed_clear_error, NULL},
+          {"busy_gives_back_the_minority", busy_gives_back_the_minority, NULL},
           {"restarted_node_set_again", restarted_node_set_again, "watchdog"},
           {"paused_holder_loses_lock", paused_holder_loses_lock, "watchdog"},
           {"fences_increase_across_restarts", fences_increase_across_restarts, NULL},
