@@ -246,19 +246,14 @@ static int64_t jitter_ms(int64_t max)
     return (int64_t)(v % (unsigned)max);
 }
 
-/* Give a lock up on the nodes of mask, not waiting long for the answers:
- * on a node that did not answer a request, this one runs after it, on the
- * same connection. */
-static void release_on(redlock_backend *be, const dlock_request *req, unsigned mask,
-                       int64_t timeout_ms)
+/* Run release.lua for req on the nodes of mask (answers in ans). */
+static void release_fanout(redlock_backend *be, const dlock_request *req, unsigned mask,
+                           int64_t timeout_ms, answer *ans)
 {
-    answer ans[DLOCK__REDLOCK_NODES_MAX];
     key_buf lock, chan;
     const char *argv[3];
     size_t lens[3];
 
-    if (mask == 0)
-        return;
     make_key(&lock, be, req->name, "");
     make_key(&chan, be, req->name, ":release");
     argv[0] = lock.buf;
@@ -269,6 +264,19 @@ static void release_on(redlock_backend *be, const dlock_request *req, unsigned m
     lens[2] = chan.len;
     dlock__redlock_fanout(be, 0, mask, &dlock__redlock_script_release, 1, 3, argv, lens,
                           timeout_ms, ans);
+}
+
+/* Give a lock up on the nodes of mask, not waiting long for the answers:
+ * on a node that did not answer a request, this one runs after it, on the
+ * same connection. */
+static void release_on(redlock_backend *be, const dlock_request *req, unsigned mask,
+                       int64_t timeout_ms)
+{
+    answer ans[DLOCK__REDLOCK_NODES_MAX];
+
+    if (mask == 0)
+        return;
+    release_fanout(be, req, mask, timeout_ms, ans);
     dlock__redlock_answers_free(ans, be->n);
 }
 
@@ -409,24 +417,13 @@ static int redlock_release(void *arg, const dlock_request *req)
 {
     redlock_backend *be = arg;
     answer ans[DLOCK__REDLOCK_NODES_MAX];
-    key_buf lock, chan;
-    const char *argv[3];
-    size_t lens[3], released = 0, unknown = 0;
+    size_t released = 0, unknown = 0;
     int rc = DLOCK_OK;
 
-    make_key(&lock, be, req->name, "");
-    make_key(&chan, be, req->name, ":release");
-    argv[0] = lock.buf;
-    lens[0] = lock.len;
-    argv[1] = req->token;
-    lens[1] = strlen(req->token);
-    argv[2] = chan.buf;
-    lens[2] = chan.len;
     pthread_mutex_lock(&be->cmd_mu);
     /* Every node, with the command timeout: a node that did not answer the
      * acquire in time may hold the key all the same. */
-    dlock__redlock_fanout(be, 0, all_nodes(be), &dlock__redlock_script_release, 1, 3, argv,
-                          lens, be->command_timeout_ms, ans);
+    release_fanout(be, req, all_nodes(be), be->command_timeout_ms, ans);
     for (size_t i = 0; i < be->n; i++) {
         if (ans[i].reply == NULL)
             unknown++;

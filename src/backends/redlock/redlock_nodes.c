@@ -40,42 +40,19 @@ static void note(dlock__redlock_answer *a, int code)
 static int send_script(dlock__redis_conn *conn, const dlock__redis_script *s, int eval,
                        int nkeys, int argc, const char **argv, const size_t *lens)
 {
-    const char *stack_av[19];
-    size_t stack_al[19];
-    const char **av = stack_av;
-    size_t *al = stack_al;
-    char numkeys[16];
-    int done = 0, rc = DLOCK_OK;
+    dlock__redis_script_cmd c;
+    int done = 0, rc;
 
-    if (argc + 3 > 19) {
-        av = malloc((size_t)(argc + 3) * sizeof(*av));
-        al = malloc((size_t)(argc + 3) * sizeof(*al));
-        if (av == NULL || al == NULL) {
-            free(av);
-            free(al);
-            return dlock__fail(DLOCK_ENOMEM, "out of memory");
-        }
-    }
-    snprintf(numkeys, sizeof(numkeys), "%d", nkeys);
-    av[0] = eval ? "EVAL" : "EVALSHA";
-    al[0] = strlen(av[0]);
-    av[1] = eval ? s->body : s->sha1;
-    al[1] = eval ? s->len : 40;
-    av[2] = numkeys;
-    al[2] = strlen(numkeys);
-    memcpy(av + 3, argv, (size_t)argc * sizeof(*av));
-    memcpy(al + 3, lens, (size_t)argc * sizeof(*al));
-    if (redisAppendCommandArgv(conn->ctx, argc + 3, av, al) != REDIS_OK)
+    if ((rc = dlock__redis_script_cmd_init(&c, s, eval, nkeys, argc, argv, lens)) != DLOCK_OK)
+        return rc;
+    if (redisAppendCommandArgv(conn->ctx, c.argc, c.av, c.al) != REDIS_OK)
         rc = dlock__redis_conn_io_error(conn);
     /* The socket is blocking (with the command timeout): a request this
      * small goes into its empty send buffer at once. */
     while (rc == DLOCK_OK && !done)
         if (redisBufferWrite(conn->ctx, &done) != REDIS_OK)
             rc = dlock__redis_conn_io_error(conn);
-    if (av != stack_av) {
-        free(av);
-        free(al);
-    }
+    dlock__redis_script_cmd_free(&c);
     return rc;
 }
 
