@@ -407,50 +407,72 @@ int dlock__redis_conn_command(dlock__redis_conn *conn, redisReply **out, int arg
     return rc;
 }
 
+void dlock__redis_script_cmd_eval(dlock__redis_script_cmd *c, const dlock__redis_script *script)
+{
+    c->av[0] = "EVAL";
+    c->al[0] = 4;
+    c->av[1] = script->body;
+    c->al[1] = script->len;
+}
+
+int dlock__redis_script_cmd_init(dlock__redis_script_cmd *c, const dlock__redis_script *script,
+                                 int eval, int nkeys, int argc, const char **argv,
+                                 const size_t *lens)
+{
+    c->av = c->stack_av;
+    c->al = c->stack_al;
+    c->argc = argc + 3;
+    if (c->argc > 19) {
+        c->av = malloc((size_t)c->argc * sizeof(*c->av));
+        c->al = malloc((size_t)c->argc * sizeof(*c->al));
+        if (c->av == NULL || c->al == NULL) {
+            free(c->av);
+            free(c->al);
+            c->av = NULL;
+            c->al = NULL;
+            return dlock__fail(DLOCK_ENOMEM, "out of memory");
+        }
+    }
+    snprintf(c->numkeys, sizeof(c->numkeys), "%d", nkeys);
+    c->av[0] = "EVALSHA";
+    c->al[0] = 7;
+    c->av[1] = script->sha1;
+    c->al[1] = 40;
+    c->av[2] = c->numkeys;
+    c->al[2] = strlen(c->numkeys);
+    memcpy(c->av + 3, argv, (size_t)argc * sizeof(*c->av));
+    memcpy(c->al + 3, lens, (size_t)argc * sizeof(*c->al));
+    if (eval)
+        dlock__redis_script_cmd_eval(c, script);
+    return DLOCK_OK;
+}
+
+void dlock__redis_script_cmd_free(dlock__redis_script_cmd *c)
+{
+    if (c->av != c->stack_av) {
+        free(c->av);
+        free(c->al);
+    }
+}
+
 int dlock__redis_conn_script(dlock__redis_conn *conn, const dlock__redis_script *script,
                              redisReply **out, int nkeys, int argc, const char **argv,
                              const size_t *lens)
 {
-    const char *stack_argv[16];
-    size_t stack_lens[16];
-    const char **av = stack_argv;
-    size_t *al = stack_lens;
-    char numkeys[16];
+    dlock__redis_script_cmd c;
     int rc;
 
-    if (argc + 3 > 16) {
-        av = malloc((size_t)(argc + 3) * sizeof(*av));
-        al = malloc((size_t)(argc + 3) * sizeof(*al));
-        if (av == NULL || al == NULL) {
-            free(av);
-            free(al);
-            return dlock__fail(DLOCK_ENOMEM, "out of memory");
-        }
-    }
-    snprintf(numkeys, sizeof(numkeys), "%d", nkeys);
-    av[0] = "EVALSHA";
-    al[0] = 7;
-    av[1] = script->sha1;
-    al[1] = 40;
-    av[2] = numkeys;
-    al[2] = strlen(numkeys);
-    memcpy(av + 3, argv, (size_t)argc * sizeof(*av));
-    memcpy(al + 3, lens, (size_t)argc * sizeof(*al));
-    rc = dlock__redis_conn_command(conn, out, argc + 3, av, al);
+    if ((rc = dlock__redis_script_cmd_init(&c, script, 0, nkeys, argc, argv, lens)) != DLOCK_OK)
+        return rc;
+    rc = dlock__redis_conn_command(conn, out, c.argc, c.av, c.al);
     if (rc == DLOCK_ENOTSUP) {
         /* NOSCRIPT: the server restarted or flushed its script cache. EVAL
          * runs the script and caches it for the next EVALSHA. */
-        av[0] = "EVAL";
-        al[0] = 4;
-        av[1] = script->body;
-        al[1] = script->len;
-        rc = dlock__redis_conn_command(conn, out, argc + 3, av, al);
+        dlock__redis_script_cmd_eval(&c, script);
+        rc = dlock__redis_conn_command(conn, out, c.argc, c.av, c.al);
         if (rc == DLOCK_OK)
             dlock__clear_error(); /* the NOSCRIPT was handled */
     }
-    if (av != stack_argv) {
-        free(av);
-        free(al);
-    }
+    dlock__redis_script_cmd_free(&c);
     return rc;
 }

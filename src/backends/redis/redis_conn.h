@@ -78,6 +78,25 @@ void dlock__redis_conn_close(dlock__redis_conn *conn);
 int dlock__redis_conn_command(dlock__redis_conn *conn, redisReply **out, int argc,
                               const char **argv, const size_t *lens);
 
+/* The command that runs an embedded script: EVALSHA sha1 (or EVAL body)
+ * numkeys, then argv. av/al point into the struct for up to 16 arguments,
+ * else at allocations that dlock__redis_script_cmd_free gives back. */
+typedef struct {
+    const char *stack_av[19];
+    size_t stack_al[19];
+    const char **av;
+    size_t *al;
+    char numkeys[16];
+    int argc; /* of av */
+} dlock__redis_script_cmd;
+
+int dlock__redis_script_cmd_init(dlock__redis_script_cmd *c, const dlock__redis_script *script,
+                                 int eval, int nkeys, int argc, const char **argv,
+                                 const size_t *lens);
+/* Turn the command into EVAL (the script's body) after a NOSCRIPT. */
+void dlock__redis_script_cmd_eval(dlock__redis_script_cmd *c, const dlock__redis_script *script);
+void dlock__redis_script_cmd_free(dlock__redis_script_cmd *c);
+
 /* Run an embedded script with EVALSHA, loading it with EVAL on NOSCRIPT.
  * argv holds the nkeys keys then the arguments (argc in all). */
 int dlock__redis_conn_script(dlock__redis_conn *conn, const dlock__redis_script *script,
