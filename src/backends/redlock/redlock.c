@@ -298,7 +298,7 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
     const char *argv[4];
     size_t lens[4];
     int64_t pttl[DLOCK__REDLOCK_NODES_MAX], timeout = node_timeout_ms(be, req->lease_ms);
-    unsigned granted = 0, busy = 0, confirmed = 0;
+    unsigned granted = 0, busy = 0;
     size_t ngranted = 0, nbusy = 0, nconfirmed = 0;
     uint64_t high = 0;
     int64_t elapsed;
@@ -352,7 +352,7 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
             if (r->type != REDIS_REPLY_INTEGER)
                 bad_reply(&conf[i], &be->nodes[i], "the confirm script");
             else if (r->integer == 1)
-                confirmed |= 1u << i, nconfirmed++;
+                nconfirmed++;
         }
         elapsed = dlock__now_ms() - out->lease_from_ms;
         if (nconfirmed >= be->quorum && elapsed < req->lease_ms) {
@@ -638,7 +638,9 @@ static int read_status(redlock_backend *be, const char *name, int force, dlock_l
         redisReply *r = ans[i].reply;
         if (r == NULL)
             continue;
-        if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+        /* {held, pttl, fence, holder}: Redlock keeps no holder record, so
+         * the fourth (the Redis backend's) is read by nobody. */
+        if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
             r->element[0]->type != REDIS_REPLY_INTEGER ||
             r->element[1]->type != REDIS_REPLY_INTEGER ||
             r->element[2]->type != REDIS_REPLY_INTEGER) {
