@@ -11,6 +11,8 @@
  *                         a holder recorded there while it held the key;
  *                         never decreases (while the node keeps its data)
  *   dlock:{NAME}:release  the pub/sub channel a release is announced on
+ *   dlock:{NAME}:holds    with an owner id (the key then holds the owner id):
+ *                         HASH token -> fence recorded here, one per handle
  *
  * Acquire: round 1 (acquire.lua) on all nodes at once, each with the
  * per-node timeout; held if Q granted and less than the lease has passed
@@ -294,17 +296,19 @@ static void release_on(redlock_backend *be, const dlock_request *req, unsigned m
 /*
  * The fence of a re-entry: the fence T of the owner's tenure when a quorum
  * of the granting nodes recorded T for the owner's holds (tenure[], each
- * node's highest), else 0: a new fence by the usual rule. Such a node held
- * the owner's key without a break since T was recorded there (a new key
- * drops the holds, and a hold set again by a renewal records no fence), so
- * no other holder's majority took the lock after T was issued and before
- * this round; docs/redlock.md, "Reentrancy", has the argument.
+ * node's highest) and no granting node's mark (high: the highest) is above
+ * T; else 0: a new fence by the usual rule. Such a node held the owner's key
+ * without a break since T was recorded there (a new key drops the holds,
+ * and a hold set again by a renewal records no fence), so no other holder
+ * took the lock with T or more before this round; docs/redlock.md,
+ * "Reentrancy", has the argument.
  */
-static uint64_t reentry_fence(const redlock_backend *be, const uint64_t *tenure, size_t n)
+static uint64_t reentry_fence(const redlock_backend *be, const uint64_t *tenure, size_t n,
+                              uint64_t high)
 {
     for (size_t i = 0; i < n; i++) {
         size_t same = 0;
-        if (tenure[i] == 0)
+        if (tenure[i] == 0 || tenure[i] < high)
             continue;
         for (size_t j = 0; j < n; j++)
             same += tenure[j] == tenure[i];
@@ -383,7 +387,7 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
          * them, before anyone may use it: the owner's fence again when
          * this is a re-entry into a tenure a quorum vouches for, else the
          * next one. */
-        fence = reentry_fence(be, tenure, ngranted);
+        fence = reentry_fence(be, tenure, ngranted, high);
         if (fence == 0)
             fence = high + 1;
         snprintf(fence_text, sizeof(fence_text), "%llu", (unsigned long long)fence);
