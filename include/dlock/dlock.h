@@ -230,8 +230,9 @@ DLOCK_EXTERN int dlock_client_options_init(dlock_client_options *opts, unsigned 
  *   redlock://[user:password@]h1:p1,h2:p2,...,hN:pN[/db][?drift_ms=M&node_timeout_ms=T]
  *                   Redlock over N independent Redis masters, N odd, 3 to
  *                   15 (docs/redlock.md): held on a majority, with a fence
- *                   that increases across holders; the plain mutex only
- *                   (the rest is DLOCK_ENOTSUP). drift_ms: the clock-drift
+ *                   that increases across holders; the mutex, with owner
+ *                   ids and reentrancy (other kinds are DLOCK_ENOTSUP).
+ *                   drift_ms: the clock-drift
  *                   margin (default lease / 100 + 2 ms); node_timeout_ms:
  *                   how long a node may take (default lease / 10, at least
  *                   5 ms, at most the command timeout)

@@ -2,21 +2,55 @@
 -- Redlock round 1 on one node: take the lock for a token, and say what
 -- fence this node has seen (docs/redlock.md).
 -- KEYS[1] the lock, KEYS[2] the node's fence high-water mark
--- ARGV[1] token, ARGV[2] lease in ms (the node's PX: lease + drift)
--- Returns {1, high-water} when the key is now ours (set, or ours already,
--- a retry: its expiry is set again), {0, pttl} when another token holds it.
+-- ARGV[1] token, ARGV[2] lease in ms (the node's PX: lease + drift),
+-- ARGV[3] the owner id ('' for the plain mutex, whose key holds the token),
+-- ARGV[4] '1' reentrant
+-- With an owner id the key holds the owner id and KEYS[1]:holds the
+-- owner's holds, handle token -> the fence recorded for it here (0 until
+-- round 2 records one).
+-- Returns {1, high-water, tenure} when the key is now ours (set, or ours
+-- already: a retry or a re-entry, its expiry set again), where tenure is
+-- the highest fence recorded here for the owner's holds (0: none); {0, pttl,
+-- 0} when another holds it; {-1, 0, 0} when the owner holds it here and
+-- may not re-enter.
 -- The high-water mark is only read here: round 2 (confirm.lua) raises it.
+-- #include family
+local token, px, owner = ARGV[1], ARGV[2], ARGV[3]
 local hw = redis.call('GET', KEYS[2])
 if hw and not string.match(hw, '^%d+$') then
   return redis.error_reply('DLOCKFENCE fence high-water mark ' .. KEYS[2] ..
                            ' is not a non-negative integer')
 end
 hw = tonumber(hw or '0')
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, hw}
+local value = owner ~= '' and owner or token
+local holds = KEYS[1] .. ':holds'
+if redis.call('SET', KEYS[1], value, 'NX', 'PX', px) then
+  if owner ~= '' then
+    redis.call('DEL', holds) -- what a forced release left
+    redis.call('HSET', holds, token, 0)
+    redis.call('PEXPIRE', holds, px)
+  end
+  return {1, hw, 0}
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, hw}
+if redis.call('GET', KEYS[1]) ~= value then
+  return {0, redis.call('PTTL', KEYS[1]), 0}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+if owner == '' then
+  redis.call('PEXPIRE', KEYS[1], px)
+  return {1, hw, 0}
+end
+local mine = redis.call('HEXISTS', holds, token) == 1
+if not mine and ARGV[4] ~= '1' and redis.call('HLEN', holds) > 0 then
+  return {-1, 0, 0}
+end
+local tenure = 0
+for _, f in ipairs(redis.call('HVALS', holds)) do
+  tenure = math.max(tenure, tonumber(f) or 0)
+end
+if not mine then
+  redis.call('HSET', holds, token, 0)
+end
+-- The holds share the key's lease: never shorten it for the others.
+dlock_pexpire_max(KEYS[1], tonumber(px))
+dlock_pexpire_max(holds, tonumber(px))
+return {1, hw, tenure}

@@ -11,6 +11,8 @@
  *                         a holder recorded there while it held the key;
  *                         never decreases (while the node keeps its data)
  *   dlock:{NAME}:release  the pub/sub channel a release is announced on
+ *   dlock:{NAME}:holds    with an owner id (the key then holds the owner id):
+ *                         HASH token -> fence recorded here, one per handle
  *
  * Acquire: round 1 (acquire.lua) on all nodes at once, each with the
  * per-node timeout; held if Q granted and less than the lease has passed
@@ -78,11 +80,19 @@ static int64_t node_timeout_ms(const redlock_backend *be, int64_t lease_ms)
     return t < 5 ? 5 : t;
 }
 
-static int is_int_pair(const redisReply *r)
+static int is_int_triple(const redisReply *r)
 {
-    return r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+    return r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
            r->element[0]->type == REDIS_REPLY_INTEGER &&
-           r->element[1]->type == REDIS_REPLY_INTEGER;
+           r->element[1]->type == REDIS_REPLY_INTEGER &&
+           r->element[2]->type == REDIS_REPLY_INTEGER && r->element[2]->integer >= 0;
+}
+
+/* The scripts' owner argument: the owner id, or "" for the plain mutex
+ * (whose key holds the token). */
+static const char *owner_arg(const dlock_request *req)
+{
+    return req->owner != NULL ? req->owner : "";
 }
 
 static void bad_reply(answer *a, const dlock__redlock_node *node, const char *what)
@@ -252,8 +262,8 @@ static void release_fanout(redlock_backend *be, const dlock_request *req, unsign
                            int64_t timeout_ms, answer *ans)
 {
     key_buf lock, chan;
-    const char *argv[3];
-    size_t lens[3];
+    const char *argv[4];
+    size_t lens[4];
 
     make_key(&lock, be, req->name, "");
     make_key(&chan, be, req->name, ":release");
@@ -263,7 +273,9 @@ static void release_fanout(redlock_backend *be, const dlock_request *req, unsign
     lens[1] = strlen(req->token);
     argv[2] = chan.buf;
     lens[2] = chan.len;
-    dlock__redlock_fanout(be, 0, mask, &dlock__redlock_script_release, 1, 3, argv, lens,
+    argv[3] = owner_arg(req);
+    lens[3] = strlen(argv[3]);
+    dlock__redlock_fanout(be, 0, mask, &dlock__redlock_script_release, 1, 4, argv, lens,
                           timeout_ms, ans);
 }
 
@@ -281,6 +293,31 @@ static void release_on(redlock_backend *be, const dlock_request *req, unsigned m
     dlock__redlock_answers_free(ans, be->n);
 }
 
+/*
+ * The fence of a re-entry: the fence T of the owner's tenure when a quorum
+ * of the granting nodes recorded T for the owner's holds (tenure[], each
+ * node's highest) and no granting node's mark (high: the highest) is above
+ * T; else 0: a new fence by the usual rule. Such a node held the owner's key
+ * without a break since T was recorded there (a new key drops the holds,
+ * and a hold set again by a renewal records no fence), so no other holder
+ * took the lock with T or more before this round; docs/redlock.md,
+ * "Reentrancy", has the argument.
+ */
+static uint64_t reentry_fence(const redlock_backend *be, const uint64_t *tenure, size_t n,
+                              uint64_t high)
+{
+    for (size_t i = 0; i < n; i++) {
+        size_t same = 0;
+        if (tenure[i] == 0 || tenure[i] < high)
+            continue;
+        for (size_t j = 0; j < n; j++)
+            same += tenure[j] == tenure[i];
+        if (same >= be->quorum)
+            return tenure[i];
+    }
+    return 0;
+}
+
 /* A quorum granted, but no validity is left. */
 static int too_slow(const dlock_request *req, int64_t elapsed)
 {
@@ -295,12 +332,13 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
     answer ans[DLOCK__REDLOCK_NODES_MAX], conf[DLOCK__REDLOCK_NODES_MAX];
     key_buf lock, mark;
     char px[24], fence_text[24];
-    const char *argv[4];
-    size_t lens[4];
+    const char *argv[6];
+    size_t lens[6];
     int64_t pttl[DLOCK__REDLOCK_NODES_MAX], timeout = node_timeout_ms(be, req->lease_ms);
+    uint64_t tenure[DLOCK__REDLOCK_NODES_MAX];
     unsigned granted = 0, busy = 0;
-    size_t ngranted = 0, nbusy = 0, nconfirmed = 0;
-    uint64_t high = 0;
+    size_t ngranted = 0, nbusy = 0, nconfirmed = 0, nmine = 0;
+    uint64_t high = 0, fence;
     int64_t elapsed;
     int rc;
 
@@ -315,21 +353,28 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
     lens[2] = strlen(req->token);
     argv[3] = px;
     lens[3] = strlen(px);
+    argv[4] = owner_arg(req);
+    lens[4] = strlen(argv[4]);
+    argv[5] = req->reentrant ? "1" : "0";
+    lens[5] = 1;
 
     /* Round 1: take the key on every node, read their marks. */
-    dlock__redlock_fanout(be, 0, all_nodes(be), &dlock__redlock_script_acquire, 2, 4, argv,
+    dlock__redlock_fanout(be, 0, all_nodes(be), &dlock__redlock_script_acquire, 2, 6, argv,
                           lens, timeout, ans);
     for (size_t i = 0; i < be->n; i++) {
         redisReply *r = ans[i].reply;
         if (r == NULL)
             continue;
-        if (!is_int_pair(r) || r->element[1]->integer < (r->element[0]->integer ? 0 : -2)) {
+        if (!is_int_triple(r) || r->element[0]->integer < -1 ||
+            r->element[1]->integer < (r->element[0]->integer ? 0 : -2)) {
             bad_reply(&ans[i], &be->nodes[i], "the acquire script");
         } else if (r->element[0]->integer == 1) {
             granted |= 1u << i;
-            ngranted++;
+            tenure[ngranted++] = (uint64_t)r->element[2]->integer;
             if ((uint64_t)r->element[1]->integer > high)
                 high = (uint64_t)r->element[1]->integer;
+        } else if (r->element[0]->integer == -1) {
+            nmine++; /* the owner holds it there, not reentrant */
         } else {
             busy |= 1u << i;
             pttl[nbusy++] = r->element[1]->integer;
@@ -339,11 +384,16 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
 
     if (ngranted >= be->quorum && elapsed < req->lease_ms) {
         /* Round 2: record the fence on the granting nodes while we hold
-         * them, before anyone may use it. */
-        snprintf(fence_text, sizeof(fence_text), "%llu", (unsigned long long)(high + 1));
-        argv[3] = fence_text;
+         * them, before anyone may use it: the owner's fence again when
+         * this is a re-entry into a tenure a quorum vouches for, else the
+         * next one. */
+        fence = reentry_fence(be, tenure, ngranted, high);
+        if (fence == 0)
+            fence = high + 1;
+        snprintf(fence_text, sizeof(fence_text), "%llu", (unsigned long long)fence);
+        argv[3] = fence_text; /* confirm: token, fence, owner */
         lens[3] = strlen(fence_text);
-        dlock__redlock_fanout(be, 0, granted, &dlock__redlock_script_confirm, 2, 4, argv,
+        dlock__redlock_fanout(be, 0, granted, &dlock__redlock_script_confirm, 2, 5, argv,
                               lens, timeout, conf);
         for (size_t i = 0; i < be->n; i++) {
             redisReply *r = conf[i].reply;
@@ -358,7 +408,7 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
         if (nconfirmed >= be->quorum && elapsed < req->lease_ms) {
             dlock__redlock_answers_free(ans, be->n);
             dlock__redlock_answers_free(conf, be->n);
-            out->fence = high + 1;
+            out->fence = fence;
             return DLOCK_OK;
         }
         if (nconfirmed >= be->quorum) {
@@ -375,6 +425,10 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
         dlock__redlock_answers_free(conf, be->n);
     } else if (ngranted >= be->quorum) {
         rc = too_slow(req, elapsed);
+    } else if (nmine > 0 && ngranted + nmine >= be->quorum) {
+        /* It would wait for itself. */
+        rc = dlock__fail(DLOCK_EMISUSE, "redlock: lock '%s' is already held by this owner id, "
+                         "and the acquisition is not reentrant", req->name);
     } else if (nbusy > 0) {
         int64_t left = quorum_free_in(be, pttl, nbusy);
         rc = DLOCK_EBUSY;
@@ -448,6 +502,17 @@ static int redlock_release(void *arg, const dlock_request *req)
 
 /* ---- extend, check, renew ----------------------------------------------- */
 
+/* One lock's arguments to renew.lua and reset.lua: token, PX, owner. */
+static void lock_args(const char **argv, size_t *lens, const dlock_request *req,
+                      const char *px)
+{
+    argv[0] = req->token;
+    argv[1] = px;
+    argv[2] = owner_arg(req);
+    for (int i = 0; i < 3; i++)
+        lens[i] = strlen(argv[i]);
+}
+
 /*
  * Renew (lease_ms > 0 in each request) or check n locks on all nodes in one
  * round, on the watchdog's connections (wd) or the callers'. A lock a
@@ -459,7 +524,7 @@ static int redlock_release(void *arg, const dlock_request *req)
 static int renew_locked(redlock_backend *be, int wd, dlock_renewal *items, size_t n, int renew)
 {
     answer ans[DLOCK__REDLOCK_NODES_MAX];
-    size_t nargs = 3 * n, ours[128] = {0}, others[128] = {0};
+    size_t nargs = 4 * n, ours[128] = {0}, others[128] = {0};
     unsigned absent[128] = {0};
     key_buf *keys;
     char (*pxs)[24];
@@ -480,7 +545,6 @@ static int renew_locked(redlock_backend *be, int wd, dlock_renewal *items, size_
         rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
         goto out;
     }
-    /* KEYS: every lock; ARGV: token, PX of each. */
     for (size_t i = 0; i < n; i++) {
         const dlock_request *req = items[i].req;
         int64_t t = node_timeout_ms(be, req->lease_ms);
@@ -489,15 +553,12 @@ static int renew_locked(redlock_backend *be, int wd, dlock_renewal *items, size_
                  renew ? (long long)node_px(be, req->lease_ms) : 0LL);
         argv[i] = keys[i].buf;
         lens[i] = keys[i].len;
-        argv[n + 2 * i] = req->token;
-        lens[n + 2 * i] = strlen(req->token);
-        argv[n + 2 * i + 1] = pxs[i];
-        lens[n + 2 * i + 1] = strlen(pxs[i]);
+        lock_args(argv + n + 3 * i, lens + n + 3 * i, req, pxs[i]);
         if (t < timeout)
             timeout = t;
     }
     dlock__redlock_fanout(be, wd, all_nodes(be), &dlock__redlock_script_renew, (int)n,
-                          (int)(3 * n), argv, lens, timeout, ans);
+                          (int)(4 * n), argv, lens, timeout, ans);
     for (size_t j = 0; j < be->n; j++) {
         redisReply *r = ans[j].reply;
         if (r == NULL)
@@ -550,14 +611,11 @@ static int renew_locked(redlock_backend *be, int wd, dlock_renewal *items, size_
         for (size_t i = 0, m = 0; i < n; i++) {
             if (items[i].result != DLOCK_OK || !(absent[i] & (1u << j)))
                 continue;
-            argv[k + 2 * m] = items[i].req->token;
-            lens[k + 2 * m] = strlen(items[i].req->token);
-            argv[k + 2 * m + 1] = pxs[i];
-            lens[k + 2 * m + 1] = strlen(pxs[i]);
+            lock_args(argv + k + 3 * m, lens + k + 3 * m, items[i].req, pxs[i]);
             m++;
         }
         dlock__redlock_fanout(be, wd, 1u << j, &dlock__redlock_script_reset, (int)k,
-                              (int)(3 * k), argv, lens, timeout, ans);
+                              (int)(4 * k), argv, lens, timeout, ans);
         dlock__redlock_answers_free(ans, be->n);
     }
 out:
@@ -701,7 +759,7 @@ const dlock_backend dlock__redlock_backend = {
     .size = sizeof(dlock_backend),
     .name = "redlock",
     .schemes = redlock_schemes,
-    .caps = DLOCK_CAP_KIND(DLOCK_KIND_MUTEX),
+    .caps = DLOCK_CAP_KIND(DLOCK_KIND_MUTEX) | DLOCK_CAP_OWNER_IDS,
     .open = redlock_open,
     .close = redlock_close,
     .acquire = redlock_acquire,

@@ -348,6 +348,195 @@ static void release_reaches_the_late_node(void)
     stop(&cl);
 }
 
+/* ---- the lock family: reentrancy by owner id; the rest not offered ---- */
+
+/* Holds of name on node i: the length of its :holds hash. */
+static long long holds_on(cluster *cl, int i, const char *name)
+{
+    return test_redis_cmd(&cl->r[i], "HLEN dlock:{%s}:holds", name);
+}
+
+static dlock_acquire_options owned(const char *owner, int reentrant, int64_t lease_ms)
+{
+    dlock_acquire_options o = test_opts(0, lease_ms, 1);
+
+    o.owner = owner;
+    o.reentrant = reentrant;
+    return o;
+}
+
+/* An owner re-enters at once with a handle of its own and the same fence;
+ * the lock stays on the quorum until its last handle is released; another
+ * owner (or a plain mutex) is refused meanwhile, and the same owner
+ * without reentrant is told it would wait for itself. The next holder's
+ * fence is greater. */
+static void reentrant_counts(void)
+{
+    cluster cl;
+    dlock_client *c;
+    dlock_lock *h1, *h2, *l = (dlock_lock *)1;
+    dlock_acquire_options mine = owned("job-1", 1, 5000), other = owned("job-2", 1, 5000);
+    dlock_acquire_options plain = test_opts(0, 5000, 0), again = owned("job-1", 0, 5000);
+    uint64_t fence;
+
+    start(&cl, NULL);
+    c = open_url(cl.url);
+    CHECK_RC(dlock_acquire(&h1, c, "re", &mine), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&h2, c, "re", &mine), DLOCK_OK);
+    fence = dlock_lock_fence(h1);
+    CHECK(fence > 0);
+    CHECK(dlock_lock_fence(h2) == fence); /* one tenure, one fence */
+    for (int i = 0; i < NODES; i++)
+        CHECK(holds_on(&cl, i, "re") == 2);
+    CHECK_RC(dlock_acquire(&l, c, "re", &other), DLOCK_EBUSY);
+    CHECK_RC(dlock_acquire(&l, c, "re", &plain), DLOCK_EBUSY);
+    CHECK_RC(dlock_acquire(&l, c, "re", &again), DLOCK_EMISUSE);
+    CHECK_CONTAINS(dlock_error_message(), "already held by this owner id");
+    CHECK(l == NULL);
+
+    CHECK_RC(dlock_release(h1), DLOCK_OK);
+    CHECK(holders(&cl, "re") == NODES);
+    CHECK_RC(dlock_acquire(&l, c, "re", &other), DLOCK_EBUSY);
+    CHECK_RC(dlock_lock_check(h2), DLOCK_OK);
+    CHECK_RC(dlock_release(h2), DLOCK_OK);
+    CHECK(holders(&cl, "re") == 0);
+
+    CHECK_RC(dlock_acquire(&l, c, "re", &other), DLOCK_OK);
+    CHECK(dlock_lock_fence(l) > fence);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+    stop(&cl);
+}
+
+/* A waiting owner gets the lock when the other owner's last handle is
+ * released, not at its first. */
+static void reentrant_other_owner_waits_for_last(void)
+{
+    cluster cl;
+    dlock_client *c;
+    dlock_lock *h1, *h2;
+    dlock_acquire_options mine = owned("job-1", 1, 5000);
+    int fds[2], pid;
+    char b;
+
+    start(&cl, NULL);
+    c = open_url(cl.url);
+    CHECK_RC(dlock_acquire(&h1, c, "rw8", &mine), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&h2, c, "rw8", &mine), DLOCK_OK);
+    CHECK(pipe(fds) == 0);
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        dlock_client *cc = open_url(cl.url);
+        dlock_lock *l;
+        dlock_acquire_options w = owned("job-2", 1, 5000);
+        w.wait_ms = 30000;
+        CHECK_RC(dlock_acquire(&l, cc, "rw8", &w), DLOCK_OK);
+        CHECK(write(fds[1], "x", 1) == 1);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+        _exit(0);
+    }
+    close(fds[1]);
+    CHECK_RC(dlock_release(h1), DLOCK_OK);
+    /* The waiter is still waiting a while after the first release. */
+    test_sleep_ms(300);
+    CHECK_RC(dlock_lock_check(h2), DLOCK_OK);
+    CHECK(holds_on(&cl, 0, "rw8") == 1);
+    CHECK_RC(dlock_release(h2), DLOCK_OK);
+    CHECK(read(fds[0], &b, 1) == 1);
+    test_wait_child_ok(pid);
+    dlock_client_free(c);
+    stop(&cl);
+}
+
+/*
+ * Two handles of one owner while three of the five nodes, one after the
+ * other, restart empty: each time the renewals set the owner's key and both
+ * holds again there, so the lock never drops below a quorum (without that
+ * the last restart would leave it on two nodes). Another owner stays
+ * refused; one release keeps it, the second frees it. A re-entry now gets a
+ * new, greater fence: the restarted nodes do not vouch for the owner's
+ * first fence, and the two that do are no quorum.
+ */
+static void reentrant_survives_restarts(void)
+{
+    cluster cl;
+    dlock_client *c;
+    dlock_lock *h1, *h2, *h3, *l = (dlock_lock *)1;
+    dlock_acquire_options mine = owned("job-1", 1, 600), other = owned("job-2", 1, 600);
+    int i;
+
+    start(&cl, NULL);
+    c = open_url(cl.url);
+    CHECK_RC(dlock_acquire(&h1, c, "rs", &mine), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&h2, c, "rs", &mine), DLOCK_OK);
+    for (int n = 0; n < 3; n++) {
+        test_redis_kill(&cl.r[n]);
+        test_redis_restart(&cl.r[n]);
+        for (i = 0; i < 1000 && holds_on(&cl, n, "rs") != 2; i++)
+            test_sleep_ms(10);
+        CHECK(holds_on(&cl, n, "rs") == 2);
+        CHECK(test_redis_cmd(&cl.r[n], "GET dlock:{rs}") == (long long)strlen("job-1"));
+    }
+    CHECK(!dlock_lock_lost(h1) && !dlock_lock_lost(h2));
+    CHECK_RC(dlock_acquire(&l, c, "rs", &other), DLOCK_EBUSY);
+
+    CHECK_RC(dlock_acquire(&h3, c, "rs", &mine), DLOCK_OK);
+    CHECK(dlock_lock_fence(h3) > dlock_lock_fence(h1));
+    CHECK_RC(dlock_release(h3), DLOCK_OK);
+
+    CHECK_RC(dlock_release(h1), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "rs", &other), DLOCK_EBUSY);
+    CHECK_RC(dlock_lock_check(h2), DLOCK_OK);
+    CHECK_RC(dlock_release(h2), DLOCK_OK);
+    CHECK(holders(&cl, "rs") == 0);
+    CHECK_RC(dlock_acquire(&l, c, "rs", &other), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+    stop(&cl);
+}
+
+/* What a quorum of plain keys cannot give soundly is refused with
+ * DLOCK_ENOTSUP and a message naming the backend, before any node is
+ * asked. */
+static void family_kinds_not_offered(void)
+{
+    static const struct {
+        int kind;
+        const char *what;
+    } kinds[] = {
+        {DLOCK_KIND_READ, "read-write locks"},
+        {DLOCK_KIND_WRITE, "read-write locks"},
+        {DLOCK_KIND_SEMAPHORE, "semaphores"},
+        {DLOCK_KIND_FAIR, "fair locks"},
+    };
+    cluster cl;
+    dlock_client *c;
+    dlock_lock *l = NULL;
+    dlock_leader_info li;
+
+    start(&cl, NULL);
+    c = open_url(cl.url);
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        dlock_acquire_options o = test_opts(1000, 2000, 1);
+        o.kind = kinds[k].kind;
+        o.permits = kinds[k].kind == DLOCK_KIND_SEMAPHORE ? 2 : 0;
+        CHECK_RC(dlock_acquire(&l, c, "fam", &o), DLOCK_ENOTSUP);
+        CHECK_CONTAINS(dlock_error_message(), "redlock backend does not implement");
+        CHECK_CONTAINS(dlock_error_message(), kinds[k].what);
+        CHECK(l == NULL);
+    }
+    CHECK_RC(dlock_campaign(&l, c, "fam", "me", NULL), DLOCK_ENOTSUP);
+    CHECK_CONTAINS(dlock_error_message(), "redlock backend does not implement leader election");
+    CHECK_RC(dlock_leader(&li, c, "fam"), DLOCK_ENOTSUP);
+    CHECK_RC(dlock_semaphore_set_permits(c, "fam", 3), DLOCK_ENOTSUP);
+    CHECK_CONTAINS(dlock_error_message(), "redlock backend does not implement semaphores");
+    for (int i = 0; i < NODES; i++)
+        CHECK(test_redis_cmd(&cl.r[i], "DBSIZE") == 0);
+    dlock_client_free(c);
+    stop(&cl);
+}
+
 TEST_MAIN({"url_checked", url_checked, "unit"},
           {"two_killed_still_works", two_killed_still_works, "watchdog"},
           {"three_killed_clear_error", three_killed_clear_error, NULL},
@@ -355,4 +544,8 @@ TEST_MAIN({"url_checked", url_checked, "unit"},
           {"restarted_node_set_again", restarted_node_set_again, "watchdog"},
           {"paused_holder_loses_lock", paused_holder_loses_lock, "watchdog"},
           {"fences_increase_across_restarts", fences_increase_across_restarts, NULL},
-          {"release_reaches_the_late_node", release_reaches_the_late_node, NULL})
+          {"release_reaches_the_late_node", release_reaches_the_late_node, NULL},
+          {"reentrant_counts", reentrant_counts, NULL},
+          {"reentrant_other_owner_waits_for_last", reentrant_other_owner_waits_for_last, NULL},
+          {"reentrant_survives_restarts", reentrant_survives_restarts, "watchdog"},
+          {"family_kinds_not_offered", family_kinds_not_offered, NULL})
