@@ -13,12 +13,14 @@ command -v redis-server >/dev/null || { echo "test.sh: redis-server is missing (
 
 tmp=$(mktemp -d /tmp/dlock-suite-XXXXXX)
 redis_pid=""
+redlock_pids=""
 etcd_pid=""
 cleanup() {
     # Never fail here: etcd exits 143 on SIGTERM, and under set -e the wait
     # would turn a green run into a failed one.
     set +e
     [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null
+    for p in $redlock_pids; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
     [ -n "$etcd_pid" ] && kill "$etcd_pid" 2>/dev/null && wait "$etcd_pid" 2>/dev/null
     rm -rf "$tmp"
 }
@@ -39,6 +41,25 @@ done
 redis-cli -p "$port" ping >/dev/null || { echo "test.sh: redis-server did not start" >&2; cat "$tmp/redis.log" >&2; exit 1; }
 export DLOCK_TEST_URL="redis://127.0.0.1:$port"
 echo "== redis-server for the cli and demo tests: $DLOCK_TEST_URL"
+
+# Three independent redis-servers for the cli tests run with a redlock:// URL.
+redlock_url=redlock://
+for i in 1 2 3; do
+    rport=$(free_port)
+    mkdir -p "$tmp/redlock$i"
+    redis-server --port "$rport" --bind 127.0.0.1 --dir "$tmp/redlock$i" --save '' --appendonly no \
+        --loglevel warning >"$tmp/redlock$i.log" 2>&1 &
+    redlock_pids="$redlock_pids $!"
+    for _ in $(seq 1 200); do
+        redis-cli -p "$rport" ping >/dev/null 2>&1 && break
+        sleep 0.05
+    done
+    redis-cli -p "$rport" ping >/dev/null || { echo "test.sh: redis-server $i for redlock did not start" >&2; exit 1; }
+    [ "$i" = 1 ] || redlock_url="$redlock_url,"
+    redlock_url="${redlock_url}127.0.0.1:$rport"
+done
+export DLOCK_TEST_REDLOCK_URL=$redlock_url
+echo "== redis-servers for the cli tests on redlock: $DLOCK_TEST_REDLOCK_URL"
 
 # An etcd member for the cli tests run with an etcd:// URL.
 command -v etcd >/dev/null || { echo "test.sh: etcd is missing (apt-get install etcd-server)" >&2; exit 1; }

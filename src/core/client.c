@@ -13,7 +13,9 @@
 /* The backends built in: a new one is one line here (and its folder). */
 extern const dlock_backend dlock__redis_backend;
 extern const dlock_backend dlock__etcd_backend;
-static const dlock_backend *const builtin[] = {&dlock__redis_backend, &dlock__etcd_backend};
+extern const dlock_backend dlock__redlock_backend;
+static const dlock_backend *const builtin[] = {&dlock__redis_backend, &dlock__etcd_backend,
+                                               &dlock__redlock_backend};
 
 /* Backends registered at run time (dlock_backend_register), each for one
  * scheme; guarded by registry_mu, never removed. */

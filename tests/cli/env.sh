@@ -12,6 +12,8 @@ SECRET="s3cret-$$"
 if [ "$BACKEND" = etcd ]; then
     start_etcd "$SECRET"
     SECRET_URL="etcd://root:$SECRET@$ETCD_HOSTPORT?insecure_auth=1"
+elif [ "$BACKEND" = redlock ]; then
+    SECRET_URL="redlock://default:$SECRET@$HOSTS"
 else
     SECRET_URL="redis://default:$SECRET@$HOSTPORT"
 fi

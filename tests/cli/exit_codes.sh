@@ -28,8 +28,15 @@ expect 255 "--command-status-offset 128: killed by SIGTERM (143) is 255" off sh 
 expect 127 "--command-status-offset: not found stays dlock's 127" off "no-such-command-$$"
 expect 176 "--command-status-offset=100 form: COMMAND's 76 is 176" \
     "$DLOCK" --url "$URL" run --command-status-offset=100 "$N" -- sh -c 'exit 76'
-expect 205 "elect --once --command-status-offset 128: COMMAND's 77 is 205" \
-    "$DLOCK" --url "$URL" elect --once --command-status-offset 128 "$N" -- sh -c 'exit 77'
+if [ "$BACKEND" = redlock ]; then
+    # Redlock offers no election: refused with a message (DLOCK_ENOTSUP).
+    expect 64 "elect on redlock:// is not supported" \
+        "$DLOCK" --url "$URL" elect --once "$N" -- true
+    grep_file 'does not implement leader election' "$WORK/err" "elect on redlock: the message says why"
+else
+    expect 205 "elect --once --command-status-offset 128: COMMAND's 77 is 205" \
+        "$DLOCK" --url "$URL" elect --once --command-status-offset 128 "$N" -- sh -c 'exit 77'
+fi
 
 expect 127 "COMMAND not found" run "no-such-command-$$"
 grep_file '^dlock: .*no-such-command' "$WORK/err" "not found: message names COMMAND"
@@ -61,8 +68,9 @@ expect 126 "COMMAND not executable" run "$WORK/script"
 expect 0 "status after the runs" "$DLOCK" --url "$URL" status "$N"
 grep_file "^$N: free, fence [0-9]+$" "$WORK/out" "lock released after every run"
 
-# Nothing listens on port 1.
+# Nothing listens on port 1 (Redlock: nor on 2 and 3).
 DOWN=${URL%%://*}://127.0.0.1:1
+if [ "$BACKEND" = redlock ]; then DOWN=redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3; fi
 for cmd in "run $N -- true" "status $N" "release --force $N"; do
     # shellcheck disable=SC2086 # cmd is split on purpose
     expect 69 "unreachable server: $cmd" "$DLOCK" --url "$DOWN" $cmd
@@ -76,6 +84,8 @@ if [ "$BACKEND" = etcd ]; then
     start_etcd "right-$$"
     expect 0 "the right password is accepted" "$DLOCK" --url "etcd://root:right-$$@$ETCD_HOSTPORT?insecure_auth=1" run "$N" -- true
     BAD_CREDENTIALS="etcd://root:secret@$ETCD_HOSTPORT?insecure_auth=1"
+elif [ "$BACKEND" = redlock ]; then
+    BAD_CREDENTIALS="redlock://nosuchuser-$$:secret@$HOSTS"
 else
     # The server has no such user: AUTH fails with WRONGPASS.
     BAD_CREDENTIALS="redis://nosuchuser-$$:secret@$HOSTPORT"
@@ -93,6 +103,9 @@ if [ "$BACKEND" = etcd ]; then
     expect 64 "a TLS option on etcd:// is refused, never clear text" \
         "$DLOCK" --url "etcd://$HOSTPORT?cacert=/dev/null" status "$N"
     expect 64 "malformed URL" "$DLOCK" --url "etcd://$HOSTPORT/notaprefix" status "$N"
+elif [ "$BACKEND" = redlock ]; then
+    expect 64 "malformed URL" "$DLOCK" --url "redlock://$HOSTS/notadb" status "$N"
+    expect 64 "an even number of nodes" "$DLOCK" --url "redlock://$HOSTS,$HOSTPORT" status "$N"
 else
     expect 64 "rediss:// is refused, never clear text" "$DLOCK" --url "rediss://$HOSTPORT" status "$N"
     expect 64 "malformed URL" "$DLOCK" --url "redis://$HOSTPORT/notadb" status "$N"

@@ -8,14 +8,19 @@ DLOCK=${1:?usage: sh $0 path/to/dlock}
 case $DLOCK in /*) ;; *) DLOCK=$PWD/$DLOCK ;; esac
 TEST=$(basename "$0" .sh)
 
-# The same scripts run against etcd (tests/cli/CMakeLists.txt sets
-# DLOCK_CLI_BACKEND=etcd; scripts/test.sh exports DLOCK_TEST_ETCD_URL). BACKEND
-# is redis or etcd: what a script checks where the two differ.
+# The same scripts run against etcd and Redlock (tests/cli/CMakeLists.txt
+# sets DLOCK_CLI_BACKEND=etcd or redlock; scripts/test.sh exports
+# DLOCK_TEST_ETCD_URL and DLOCK_TEST_REDLOCK_URL). BACKEND is redis, etcd or
+# redlock: what a script checks where they differ.
 BACKEND=${DLOCK_CLI_BACKEND:-redis}
-case $BACKEND in redis | etcd) ;; *) echo "FAIL: DLOCK_CLI_BACKEND must be redis or etcd, got $BACKEND" >&2; exit 1 ;; esac
+case $BACKEND in redis | etcd | redlock) ;; *) echo "FAIL: DLOCK_CLI_BACKEND must be redis, etcd or redlock, got $BACKEND" >&2; exit 1 ;; esac
 if [ "$BACKEND" = etcd ]; then
     DLOCK_TEST_URL=${DLOCK_TEST_ETCD_URL:-}
     [ -n "$DLOCK_TEST_URL" ] || { echo "FAIL: DLOCK_TEST_ETCD_URL is not set (scripts/test.sh starts an etcd)" >&2; exit 1; }
+fi
+if [ "$BACKEND" = redlock ]; then
+    DLOCK_TEST_URL=${DLOCK_TEST_REDLOCK_URL:-}
+    [ -n "$DLOCK_TEST_URL" ] || { echo "FAIL: DLOCK_TEST_REDLOCK_URL is not set (scripts/test.sh starts 3 redis-servers)" >&2; exit 1; }
 fi
 if [ -z "${DLOCK_TEST_URL:-}" ]; then
     echo "FAIL $TEST: DLOCK_TEST_URL is not set; these tests need a redis-server" \
@@ -26,6 +31,8 @@ fi
 URL=$DLOCK_TEST_URL
 case $URL in
 redis://*) HOSTPORT=${URL#redis://}; HOSTPORT=${HOSTPORT%%/*}; HOSTPORT=${HOSTPORT##*@} ;;
+# HOSTS: every node; HOSTPORT: the first, for redis-cli.
+redlock://*) HOSTS=${URL#redlock://}; HOSTS=${HOSTS%%[/?]*}; HOSTS=${HOSTS##*@}; HOSTPORT=${HOSTS%%,*} ;;
 etcd://*) HOSTPORT=${URL#etcd://}; HOSTPORT=${HOSTPORT%%[/?,]*}; HOSTPORT=${HOSTPORT##*@} ;;
 *) echo "FAIL $TEST: DLOCK_TEST_URL must be redis://HOST:PORT or etcd://HOST:PORT, got $URL" >&2; exit 1 ;;
 esac

@@ -154,14 +154,15 @@ static void spawn(test_redis *r)
 }
 
 /* Servers of this process, removed at exit even when a check failed. */
-static test_redis *started[8];
+#define STARTED_MAX 16
+static test_redis *started[STARTED_MAX];
 static pid_t owner;
 
 static void cleanup_servers(void)
 {
     if (getpid() != owner) /* a forked test child exiting */
         return;
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < STARTED_MAX; i++)
         if (started[i] != NULL && started[i]->pid > 0)
             test_redis_stop(started[i]);
 }
@@ -172,7 +173,7 @@ void test_redis_start(test_redis *r, const char *extra_args)
         owner = getpid();
         atexit(cleanup_servers);
     }
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < STARTED_MAX; i++)
         if (started[i] == NULL || started[i] == r) {
             started[i] = r;
             break;
@@ -187,6 +188,22 @@ void test_redis_start(test_redis *r, const char *extra_args)
     r->port = free_port();
     snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
     spawn(r);
+}
+
+void test_redis_start_many(test_redis *r, int n, const char *extra_args, char *url,
+                           size_t size)
+{
+    size_t len = (size_t)snprintf(url, size, "redlock://");
+
+    if (n > TEST_REDLOCK_MAX) {
+        fprintf(stderr, "test_redis_start_many: at most %d servers\n", TEST_REDLOCK_MAX);
+        exit(2);
+    }
+    for (int i = 0; i < n; i++) {
+        test_redis_start(&r[i], extra_args);
+        len += (size_t)snprintf(url + len, len < size ? size - len : 0, "%s127.0.0.1:%d",
+                                i > 0 ? "," : "", r[i].port);
+    }
 }
 
 void test_redis_restart(test_redis *r)
@@ -207,7 +224,7 @@ void test_redis_stop(test_redis *r)
 {
     char cmd[128];
 
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < STARTED_MAX; i++)
         if (started[i] == r)
             started[i] = NULL;
     test_redis_kill(r);
@@ -857,8 +874,15 @@ void test_server_start(test_server *s, const char *backend)
         s->url = s->etcd.url;
         s->short_lease_ms = 1000; /* etcd counts leases in whole seconds */
         s->waiter_leftovers = 2;
+    } else if (backend != NULL && strcmp(backend, "redlock") == 0) {
+        s->backend = "redlock";
+        s->nnodes = 3;
+        test_redis_start_many(s->nodes, s->nnodes, NULL, s->redlock_url,
+                              sizeof(s->redlock_url));
+        s->url = s->redlock_url;
+        s->short_lease_ms = 300;
     } else {
-        fprintf(stderr, "unknown backend '%s' (redis, plainredis or etcd)\n",
+        fprintf(stderr, "unknown backend '%s' (redis, plainredis, etcd or redlock)\n",
                 backend ? backend : "");
         exit(2);
     }
@@ -867,7 +891,12 @@ void test_server_start(test_server *s, const char *backend)
 /* A Redis server under the built-in backend or the out-of-tree one. */
 static int on_redis(const test_server *s)
 {
-    return strcmp(s->backend, "etcd") != 0;
+    return strcmp(s->backend, "redis") == 0 || strcmp(s->backend, "plainredis") == 0;
+}
+
+static int on_redlock(const test_server *s)
+{
+    return strcmp(s->backend, "redlock") == 0;
 }
 
 /* The key prefix of s's Redis backend. */
@@ -878,6 +907,10 @@ static const char *redis_prefix(const test_server *s)
 
 void test_server_stop(test_server *s)
 {
+    for (int i = 0; i < s->nnodes; i++)
+        test_redis_stop(&s->nodes[i]);
+    if (on_redlock(s))
+        return;
     if (on_redis(s))
         test_redis_stop(&s->redis);
     else
@@ -887,7 +920,14 @@ void test_server_stop(test_server *s)
 int test_server_held(test_server *s, const char *name)
 {
     char key[600];
+    int held = 0;
 
+    if (on_redlock(s)) {
+        for (int i = 0; i < s->nnodes; i++)
+            held += s->nodes[i].pid > 0 &&
+                    test_redis_cmd(&s->nodes[i], "EXISTS dlock:{%s}", name) == 1;
+        return held > s->nnodes / 2;
+    }
     if (on_redis(s))
         return test_redis_cmd(&s->redis, "EXISTS %s{%s}", redis_prefix(s), name) == 1;
     snprintf(key, sizeof(key), "dlock/%s/", name);
@@ -898,6 +938,12 @@ void test_server_pause(test_server *s, int paused)
 {
     int pid = on_redis(s) ? s->redis.pid : s->etcd.pid[0];
 
+    for (int i = 0; i < s->nnodes; i++)
+        if (kill(s->nodes[i].pid, paused ? SIGSTOP : SIGCONT) != 0)
+            fprintf(stderr, "kill -%s %d: %s\n", paused ? "STOP" : "CONT", s->nodes[i].pid,
+                    strerror(errno)), exit(1);
+    if (on_redlock(s))
+        return;
     if (kill(pid, paused ? SIGSTOP : SIGCONT) != 0)
         fprintf(stderr, "kill -%s %d: %s\n", paused ? "STOP" : "CONT", pid, strerror(errno)),
             exit(1);
@@ -906,7 +952,15 @@ void test_server_pause(test_server *s, int paused)
 long long test_server_leftovers(test_server *s, const char *name)
 {
     char key[600];
+    long long n = 0;
 
+    if (on_redlock(s)) {
+        /* The lock's key on every node (a waiter leaves nothing). */
+        for (int i = 0; i < s->nnodes; i++)
+            if (s->nodes[i].pid > 0)
+                n += test_redis_cmd(&s->nodes[i], "EXISTS dlock:{%s}", name);
+        return n;
+    }
     if (on_redis(s))
         return test_redis_cmd(&s->redis, "EXISTS %s{%s} %s{%s}:next", redis_prefix(s), name,
                               redis_prefix(s), name);
@@ -924,9 +978,9 @@ long long test_server_requests(test_server *s)
     long long n = 0;
     char metric[160];
 
-    if (on_redis(s)) {
+    if (on_redis(s) || on_redlock(s)) {
         for (size_t i = 0; i < sizeof(redis_cmds) / sizeof(redis_cmds[0]); i++)
-            n += test_redis_calls(&s->redis, redis_cmds[i]);
+            n += test_redis_calls(on_redlock(s) ? &s->nodes[0] : &s->redis, redis_cmds[i]);
         return n;
     }
     for (size_t i = 0; i < sizeof(etcd_methods) / sizeof(etcd_methods[0]); i++) {

@@ -122,6 +122,13 @@ long long test_redis_numsub(test_redis *r, const char *channel);
 /* calls= of one command in INFO commandstats, e.g. "evalsha". */
 long long test_redis_calls(test_redis *r, const char *command);
 
+/* Start n (at most TEST_REDLOCK_MAX) independent redis-servers, each as
+ * test_redis_start, and write the redlock:// URL over all of them to url
+ * (size bytes). */
+#define TEST_REDLOCK_MAX 5
+void test_redis_start_many(test_redis *r, int n, const char *extra_args, char *url,
+                           size_t size);
+
 /* Sleep ms milliseconds. */
 void test_sleep_ms(long ms);
 
@@ -183,8 +190,12 @@ int test_process_alive(int pid);
  * (tests/integration/core) see the server only through these ---- */
 
 typedef struct {
-    const char *backend; /* "redis", "plainredis" (tests/backend) or "etcd" */
+    const char *backend; /* "redis", "plainredis" (tests/backend), "etcd" or
+                          * "redlock" (3 independent redis-servers) */
     test_redis redis;    /* redis and plainredis */
+    test_redis nodes[TEST_REDLOCK_MAX]; /* redlock */
+    int nnodes;
+    char redlock_url[256];
     test_etcd etcd;
     char plain_url[96];
     const char *url;
@@ -201,9 +212,11 @@ typedef struct {
  * Exits the test with a message for any other name. */
 void test_server_start(test_server *s, const char *backend);
 void test_server_stop(test_server *s);
-/* 1 if the server holds the lock name for someone now. */
+/* 1 if the server holds the lock name for someone now (redlock: a quorum
+ * of nodes holds its key). */
 int test_server_held(test_server *s, const char *name);
-/* Pause the server's process (SIGSTOP; etcd: its first member), or let it
+/* Pause the server's process (SIGSTOP; etcd: its first member; redlock:
+ * every node), or let it
  * go on (SIGCONT): while paused, connections stay open and requests go
  * unanswered, as with a server that hangs or a network that drops. */
 void test_server_pause(test_server *s, int paused);
@@ -212,7 +225,8 @@ void test_server_pause(test_server *s, int paused);
  * queued waiters) plus every lease there is. 0 once nothing is left. */
 long long test_server_leftovers(test_server *s, const char *name);
 /* Requests so far that take, keep or give up locks (Redis: scripts; etcd:
- * Txn, Range, DeleteRange, Put and keepalive requests). */
+ * Txn, Range, DeleteRange, Put and keepalive requests; redlock: the scripts
+ * of its first node, which gets one of every request). */
 long long test_server_requests(test_server *s);
 
 #endif

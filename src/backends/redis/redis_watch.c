@@ -39,6 +39,7 @@ typedef struct channel {
 struct dlock__redis_waiter {
     channel *chan;
     char *id; /* NULL, or what a targeted message names (a random id) */
+    dlock__redis_bell *bell; /* NULL, or rung too (redis_watch.h) */
     pthread_cond_t cond;
     int woken;
     dlock__redis_waiter *next, *prev;
@@ -59,21 +60,26 @@ struct dlock__redis_watcher {
 
 /* ---- waiter queue --------------------------------------------------- */
 
-static void wake_one(channel *ch)
-{
-    for (dlock__redis_waiter *x = ch->first; x != NULL; x = x->next) {
-        if (!x->woken) {
-            x->woken = 1;
-            pthread_cond_signal(&x->cond);
-            return;
-        }
-    }
-}
-
 static void wake_waiter(dlock__redis_waiter *x)
 {
     x->woken = 1;
     pthread_cond_signal(&x->cond);
+    if (x->bell != NULL) {
+        pthread_mutex_lock(&x->bell->mu);
+        x->bell->rung = 1;
+        pthread_cond_broadcast(&x->bell->cond);
+        pthread_mutex_unlock(&x->bell->mu);
+    }
+}
+
+static void wake_one(channel *ch)
+{
+    for (dlock__redis_waiter *x = ch->first; x != NULL; x = x->next) {
+        if (!x->woken) {
+            wake_waiter(x);
+            return;
+        }
+    }
 }
 
 /*
@@ -129,10 +135,8 @@ static void wake_for(channel *ch, const char *text)
 static void wake_all(dlock__redis_watcher *w)
 {
     for (channel *ch = w->channels; ch != NULL; ch = ch->next)
-        for (dlock__redis_waiter *x = ch->first; x != NULL; x = x->next) {
-            x->woken = 1;
-            pthread_cond_signal(&x->cond);
-        }
+        for (dlock__redis_waiter *x = ch->first; x != NULL; x = x->next)
+            wake_waiter(x);
 }
 
 static void poke(dlock__redis_watcher *w)
@@ -356,8 +360,8 @@ void dlock__redis_watcher_free(dlock__redis_watcher *w)
     free(w);
 }
 
-int dlock__redis_watch_begin(dlock__redis_watcher *w, const char *name, const char *id,
-                             dlock__redis_waiter **out)
+static int begin(dlock__redis_watcher *w, const char *name, const char *id,
+                 dlock__redis_bell *bell, dlock__redis_waiter **out)
 {
     dlock__redis_waiter *x;
     channel *ch;
@@ -375,6 +379,7 @@ int dlock__redis_watch_begin(dlock__redis_watcher *w, const char *name, const ch
         free(x);
         return dlock__fail(DLOCK_ENOMEM, "cannot create a condition variable");
     }
+    x->bell = bell;
 
     pthread_mutex_lock(&w->mu);
     for (ch = w->channels; ch != NULL; ch = ch->next)
@@ -421,6 +426,25 @@ int dlock__redis_watch_begin(dlock__redis_watcher *w, const char *name, const ch
     pthread_mutex_unlock(&w->mu);
     *out = x;
     return DLOCK_OK;
+}
+
+int dlock__redis_watch_begin(dlock__redis_watcher *w, const char *name, const char *id,
+                             dlock__redis_waiter **out)
+{
+    return begin(w, name, id, NULL, out);
+}
+
+int dlock__redis_watch_begin_bell(dlock__redis_watcher *w, const char *name,
+                                  dlock__redis_bell *bell, dlock__redis_waiter **out)
+{
+    return begin(w, name, NULL, bell, out);
+}
+
+void dlock__redis_watch_consume(dlock__redis_watcher *w, dlock__redis_waiter *x)
+{
+    pthread_mutex_lock(&w->mu);
+    x->woken = 0;
+    pthread_mutex_unlock(&w->mu);
 }
 
 int dlock__redis_watch_wait(dlock__redis_watcher *w, dlock__redis_waiter *x, int64_t timeout_ms)

@@ -19,6 +19,7 @@
 #ifndef DLOCK_REDIS_WATCH_H
 #define DLOCK_REDIS_WATCH_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,6 +38,26 @@ void dlock__redis_watcher_free(dlock__redis_watcher *w);
  * of the waiter's own, never its owner token. */
 int dlock__redis_watch_begin(dlock__redis_watcher *w, const char *channel, const char *id,
                              dlock__redis_waiter **out);
+
+/*
+ * For a waiter on several watchers at once (Redlock: one per node): bell is
+ * rung, besides the waiter's own wake-up, whenever any of them is woken.
+ * The waiter sleeps on the bell instead of dlock__redis_watch_wait; after
+ * the bell rang it clears rung first and then each waiter's wake-up with
+ * dlock__redis_watch_consume (in that order, so no wake-up is lost). Lock
+ * order: a watcher's mutex, then the bell's.
+ */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    int rung;
+} dlock__redis_bell;
+
+/* As dlock__redis_watch_begin, and ring bell (borrowed until watch_end). */
+int dlock__redis_watch_begin_bell(dlock__redis_watcher *w, const char *channel,
+                                  dlock__redis_bell *bell, dlock__redis_waiter **out);
+/* Clear the waiter's wake-up, so that the next message wakes it again. */
+void dlock__redis_watch_consume(dlock__redis_watcher *w, dlock__redis_waiter *waiter);
 /* Wake the waiter's current or next dlock__redis_watch_wait. */
 void dlock__redis_watch_wake(dlock__redis_watcher *w, dlock__redis_waiter *waiter);
 /* The id the waiter was registered with ("" for none). */

@@ -1,0 +1,718 @@
+/*
+ * The Redlock backend: one lock over N independent Redis masters, held
+ * when a majority Q = N/2+1 granted it, with a fence that increases across
+ * holders (docs/redlock.md has the design, what it assumes and why the fence
+ * increases).
+ *
+ * Keys on every node, for lock NAME and the default prefix "dlock:":
+ *   dlock:{NAME}          the lock: token, with PX = lease + drift
+ *   dlock:{NAME}:fence    the node's fence high-water mark: the highest fence
+ *                         a holder recorded there while it held the key;
+ *                         never decreases (while the node keeps its data)
+ *   dlock:{NAME}:release  the pub/sub channel a release is announced on
+ *
+ * Acquire: round 1 (acquire.lua) on all nodes at once, each with the
+ * per-node timeout; held if Q granted and less than the lease has passed
+ * since the requests were sent. The fence F is 1 + the highest mark among
+ * the granting nodes. Round 2 (confirm.lua) writes F to the granting nodes
+ * while the key is still ours there; only when Q confirm is F returned. On
+ * any failure the lock is released on every node but those held by another,
+ * including the nodes that did not answer.
+ *
+ * The lease: the nodes keep the key for lease + drift (drift = lease / 100 +
+ * 2 ms, or drift_ms=), the core counts lease from when the requests were sent.
+ * So the handle's validity is the nodes' time-to-live minus the elapsed time
+ * minus the drift: Redlock's rule, the same for acquire, extend and renew.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "backends/redlock/redlock_int.h"
+#include "core/clock.h"
+#include "core/error.h"
+
+typedef dlock__redlock_be redlock_backend;
+typedef dlock__redlock_answer answer;
+
+/* prefix + '{' + name + '}' + suffix */
+#define KEY_MAX (128 + DLOCK_NAME_MAX + 32)
+
+typedef struct {
+    char buf[KEY_MAX];
+    size_t len;
+} key_buf;
+
+static void make_key(key_buf *k, const redlock_backend *be, const char *name, const char *suffix)
+{
+    k->len = (size_t)snprintf(k->buf, sizeof(k->buf), "%s{%s}%s", be->prefix, name, suffix);
+}
+
+static unsigned all_nodes(const redlock_backend *be)
+{
+    return (1u << be->n) - 1;
+}
+
+static int64_t drift_ms(const redlock_backend *be, int64_t lease_ms)
+{
+    return be->drift_ms >= 0 ? be->drift_ms : lease_ms / 100 + 2;
+}
+
+/* What the nodes set: the lease plus the drift (see the top). */
+static int64_t node_px(const redlock_backend *be, int64_t lease_ms)
+{
+    return lease_ms + drift_ms(be, lease_ms);
+}
+
+static int64_t node_timeout_ms(const redlock_backend *be, int64_t lease_ms)
+{
+    int64_t t = lease_ms / 10;
+
+    if (be->node_timeout_ms >= 0)
+        return be->node_timeout_ms;
+    if (t > be->command_timeout_ms)
+        t = be->command_timeout_ms;
+    return t < 5 ? 5 : t;
+}
+
+static int is_int_pair(const redisReply *r)
+{
+    return r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+           r->element[0]->type == REDIS_REPLY_INTEGER &&
+           r->element[1]->type == REDIS_REPLY_INTEGER;
+}
+
+static void bad_reply(answer *a, const dlock__redlock_node *node, const char *what)
+{
+    a->code = dlock__fail(DLOCK_EPROTO, "%s: unexpected reply to %s", node->cmd.conn.where,
+                          what);
+    snprintf(a->why, sizeof(a->why), "%s", dlock_error_message());
+}
+
+/* ---- open / close ---------------------------------------------------- */
+
+static void redlock_close(void *arg)
+{
+    redlock_backend *be = arg;
+
+    if (be == NULL)
+        return;
+    for (size_t i = 0; i < be->n; i++) {
+        dlock__redis_watcher_free(be->nodes[i].watcher);
+        dlock__redis_conn_close(&be->nodes[i].cmd.conn);
+        dlock__redis_conn_close(&be->nodes[i].wd.conn);
+    }
+    pthread_mutex_destroy(&be->cmd_mu);
+    free(be->prefix);
+    free(be);
+}
+
+static int ms_param(const dlock_url *url, const char *key, int64_t *out)
+{
+    const char *v = dlock_url_param_get(url, key);
+    char *end;
+    long long n;
+
+    *out = -1;
+    if (v == NULL)
+        return DLOCK_OK;
+    errno = 0;
+    n = strtoll(v, &end, 10);
+    if (*v == '\0' || *end != '\0' || errno != 0 || n < 0 || n > 86400000)
+        return dlock__fail(DLOCK_EINVAL, "redlock URL: %s must be a number of ms, got '%.32s'",
+                           key, v);
+    *out = n;
+    return DLOCK_OK;
+}
+
+static int check_url(const dlock_url *url)
+{
+    if (url->nhosts < 3 || url->nhosts % 2 == 0 || url->nhosts > DLOCK__REDLOCK_NODES_MAX)
+        return dlock__fail(DLOCK_EINVAL, "redlock URL: expected an odd number of nodes from 3 "
+                           "to %d (redlock://h1:p1,h2:p2,h3:p3), got %zu",
+                           DLOCK__REDLOCK_NODES_MAX, url->nhosts);
+    for (size_t i = 0; i < url->nparams; i++)
+        if (strcmp(url->params[i].key, "drift_ms") != 0 &&
+            strcmp(url->params[i].key, "node_timeout_ms") != 0)
+            return dlock__fail(DLOCK_EINVAL, "redlock URL: unknown parameter '%.32s' (known: "
+                               "drift_ms, node_timeout_ms)", url->params[i].key);
+    return DLOCK_OK;
+}
+
+static int redlock_open(void **out, const dlock_url *url, const dlock_client_options *opts)
+{
+    redlock_backend *be;
+    size_t up = 0;
+    int rc, first_rc = DLOCK_OK;
+    char first[512] = "";
+
+    *out = NULL;
+    if ((rc = check_url(url)) != DLOCK_OK)
+        return rc;
+    be = calloc(1, sizeof(*be));
+    if (be == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    if (pthread_mutex_init(&be->cmd_mu, NULL) != 0) {
+        free(be);
+        return dlock__fail(DLOCK_ENOMEM, "cannot create a mutex");
+    }
+    be->n = url->nhosts;
+    be->quorum = be->n / 2 + 1;
+    be->command_timeout_ms = opts->command_timeout_ms;
+    if ((rc = ms_param(url, "drift_ms", &be->drift_ms)) != DLOCK_OK ||
+        (rc = ms_param(url, "node_timeout_ms", &be->node_timeout_ms)) != DLOCK_OK)
+        goto err;
+    be->prefix = strdup(opts->key_prefix != NULL ? opts->key_prefix : "dlock:");
+    if (be->prefix == NULL) {
+        rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+        goto err;
+    }
+    for (size_t i = 0; i < be->n; i++) {
+        dlock__redlock_node *node = &be->nodes[i];
+        /* Each node as a redis:// URL of its own: same credentials and
+         * database, one host, none of redlock's parameters. */
+        node->url = *url;
+        node->url.scheme = "redis";
+        node->url.hosts = &url->hosts[i];
+        node->url.nhosts = 1;
+        node->url.params = NULL;
+        node->url.nparams = 0;
+        if ((rc = dlock__redis_conn_init(&node->cmd.conn, &node->url, opts, "cmd")) !=
+                DLOCK_OK ||
+            (rc = dlock__redis_conn_init(&node->wd.conn, &node->url, opts, "watchdog")) !=
+                DLOCK_OK ||
+            (rc = dlock__redis_watcher_new(&node->watcher, &node->url, opts)) != DLOCK_OK)
+            goto err;
+    }
+    /* Connect now: wrong credentials on any node, or fewer than a quorum of
+     * nodes reachable, is reported by open. */
+    for (size_t i = 0; i < be->n; i++) {
+        rc = dlock__redis_conn_connect(&be->nodes[i].cmd.conn);
+        if (rc == DLOCK_OK) {
+            up++;
+        } else if (rc == DLOCK_EAUTH || rc == DLOCK_ENOMEM) {
+            goto err;
+        } else if (first_rc == DLOCK_OK) {
+            first_rc = rc;
+            snprintf(first, sizeof(first), "%s", dlock_error_message());
+        }
+    }
+    if (up < be->quorum) {
+        rc = dlock__fail(first_rc, "redlock: only %zu of %zu nodes reachable (quorum %zu): %s",
+                         up, be->n, be->quorum, first);
+        goto err;
+    }
+    dlock__clear_error();
+    *out = be;
+    return DLOCK_OK;
+
+err:
+    redlock_close(be);
+    return rc;
+}
+
+/* ---- acquire --------------------------------------------------------- */
+
+/* How long until fewer than Q nodes are held by another, from the PTTLs
+ * the busy nodes gave (-1 no expiry: unknown); -1 if that never happens by
+ * expiry alone. */
+static int64_t quorum_free_in(const redlock_backend *be, int64_t *pttl, size_t nbusy)
+{
+    /* Sort descending (at most 15). */
+    for (size_t i = 1; i < nbusy; i++)
+        for (size_t j = i; j > 0 && pttl[j] > pttl[j - 1]; j--) {
+            int64_t t = pttl[j];
+            pttl[j] = pttl[j - 1];
+            pttl[j - 1] = t;
+        }
+    /* Free once at most N - Q nodes are still held. */
+    if (nbusy <= be->n - be->quorum)
+        return 0;
+    for (size_t i = 0; i < nbusy; i++)
+        if (pttl[i] == -1)
+            return -1;
+    return pttl[be->n - be->quorum] < 0 ? 0 : pttl[be->n - be->quorum];
+}
+
+/* 0 to max - 1 ms, at random. */
+static int64_t jitter_ms(int64_t max)
+{
+    unsigned v = 0;
+
+    if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v))
+        v = (unsigned)dlock__now_ms();
+    return (int64_t)(v % (unsigned)max);
+}
+
+/* Give a lock up on the nodes of mask, not waiting long for the answers:
+ * on a node that did not answer a request, this one runs after it, on the
+ * same connection. */
+static void release_on(redlock_backend *be, const dlock_request *req, unsigned mask,
+                       int64_t timeout_ms)
+{
+    answer ans[DLOCK__REDLOCK_NODES_MAX];
+    key_buf lock, chan;
+    const char *argv[3];
+    size_t lens[3];
+
+    if (mask == 0)
+        return;
+    make_key(&lock, be, req->name, "");
+    make_key(&chan, be, req->name, ":release");
+    argv[0] = lock.buf;
+    lens[0] = lock.len;
+    argv[1] = req->token;
+    lens[1] = strlen(req->token);
+    argv[2] = chan.buf;
+    lens[2] = chan.len;
+    dlock__redlock_fanout(be, 0, mask, &dlock__redlock_script_release, 1, 3, argv, lens,
+                          timeout_ms, ans);
+    dlock__redlock_answers_free(ans, be->n);
+}
+
+/* A quorum granted, but no validity is left. */
+static int too_slow(const dlock_request *req, int64_t elapsed)
+{
+    return dlock__fail(DLOCK_ECONN, "redlock: the nodes took %lld ms to grant lock '%s', not "
+                       "less than its lease of %lld ms", (long long)elapsed, req->name,
+                       (long long)req->lease_ms);
+}
+
+static int acquire_locked(redlock_backend *be, const dlock_request *req, void *watch,
+                          dlock_acquire_result *out)
+{
+    answer ans[DLOCK__REDLOCK_NODES_MAX], conf[DLOCK__REDLOCK_NODES_MAX];
+    key_buf lock, mark;
+    char px[24], fence_text[24];
+    const char *argv[4];
+    size_t lens[4];
+    int64_t pttl[DLOCK__REDLOCK_NODES_MAX], timeout = node_timeout_ms(be, req->lease_ms);
+    unsigned granted = 0, busy = 0, confirmed = 0;
+    size_t ngranted = 0, nbusy = 0, nconfirmed = 0;
+    uint64_t high = 0;
+    int64_t elapsed;
+    int rc;
+
+    make_key(&lock, be, req->name, "");
+    make_key(&mark, be, req->name, ":fence");
+    snprintf(px, sizeof(px), "%lld", (long long)node_px(be, req->lease_ms));
+    argv[0] = lock.buf;
+    lens[0] = lock.len;
+    argv[1] = mark.buf;
+    lens[1] = mark.len;
+    argv[2] = req->token;
+    lens[2] = strlen(req->token);
+    argv[3] = px;
+    lens[3] = strlen(px);
+
+    /* Round 1: take the key on every node, read their marks. */
+    dlock__redlock_fanout(be, 0, all_nodes(be), &dlock__redlock_script_acquire, 2, 4, argv,
+                          lens, timeout, ans);
+    for (size_t i = 0; i < be->n; i++) {
+        redisReply *r = ans[i].reply;
+        if (r == NULL)
+            continue;
+        if (!is_int_pair(r) || r->element[1]->integer < (r->element[0]->integer ? 0 : -2)) {
+            bad_reply(&ans[i], &be->nodes[i], "the acquire script");
+        } else if (r->element[0]->integer == 1) {
+            granted |= 1u << i;
+            ngranted++;
+            if ((uint64_t)r->element[1]->integer > high)
+                high = (uint64_t)r->element[1]->integer;
+        } else {
+            busy |= 1u << i;
+            pttl[nbusy++] = r->element[1]->integer;
+        }
+    }
+    elapsed = dlock__now_ms() - out->lease_from_ms;
+
+    if (ngranted >= be->quorum && elapsed < req->lease_ms) {
+        /* Round 2: record the fence on the granting nodes while we hold
+         * them, before anyone may use it. */
+        snprintf(fence_text, sizeof(fence_text), "%llu", (unsigned long long)(high + 1));
+        argv[3] = fence_text;
+        lens[3] = strlen(fence_text);
+        dlock__redlock_fanout(be, 0, granted, &dlock__redlock_script_confirm, 2, 4, argv,
+                              lens, timeout, conf);
+        for (size_t i = 0; i < be->n; i++) {
+            redisReply *r = conf[i].reply;
+            if (r == NULL)
+                continue;
+            if (r->type != REDIS_REPLY_INTEGER)
+                bad_reply(&conf[i], &be->nodes[i], "the confirm script");
+            else if (r->integer == 1)
+                confirmed |= 1u << i, nconfirmed++;
+        }
+        elapsed = dlock__now_ms() - out->lease_from_ms;
+        if (nconfirmed >= be->quorum && elapsed < req->lease_ms) {
+            dlock__redlock_answers_free(ans, be->n);
+            dlock__redlock_answers_free(conf, be->n);
+            out->fence = high + 1;
+            return DLOCK_OK;
+        }
+        if (nconfirmed >= be->quorum) {
+            rc = too_slow(req, elapsed);
+        } else {
+            /* A granting node died or our keys lapsed between the rounds:
+             * no fence was issued. Busy: the next try starts over (and
+             * round 1 reports it if the nodes stay down). */
+            dlock__redlock_fail_quorum(be, "recording the fence", nconfirmed, conf, granted,
+                                       DLOCK_ELOST);
+            rc = DLOCK_EBUSY;
+            out->retry_ms = jitter_ms(10);
+        }
+        dlock__redlock_answers_free(conf, be->n);
+    } else if (ngranted >= be->quorum) {
+        rc = too_slow(req, elapsed);
+    } else if (nbusy > 0) {
+        int64_t left = quorum_free_in(be, pttl, nbusy);
+        rc = DLOCK_EBUSY;
+        /* 0: no one holds a majority (a split vote with other acquirers,
+         * or nodes down): a short random pause, so the next tries differ. */
+        out->retry_ms = left != 0 ? left : 5 + jitter_ms(20);
+        if (watch != NULL) {
+            /* A release on a node down now is never announced. */
+            int64_t cap = req->lease_ms / 4 > 10 ? req->lease_ms / 4 : 10;
+            if (out->retry_ms < 0 || out->retry_ms > cap)
+                out->retry_ms = cap;
+        }
+    } else {
+        rc = dlock__redlock_fail_quorum(be, "acquiring", ngranted, ans, all_nodes(be),
+                                        DLOCK_ECONN);
+    }
+    dlock__redlock_answers_free(ans, be->n);
+    /* Not ours: give back every key we may have taken, including on the
+     * nodes that did not answer (the release runs after the acquire there). */
+    release_on(be, req, all_nodes(be) & ~busy, timeout);
+    return rc;
+}
+
+static int redlock_acquire(void *arg, const dlock_request *req, void *watch,
+                           dlock_acquire_result *out)
+{
+    redlock_backend *be = arg;
+    char saved[1024];
+    int rc;
+
+    pthread_mutex_lock(&be->cmd_mu);
+    rc = acquire_locked(be, req, watch, out);
+    snprintf(saved, sizeof(saved), "%s", dlock_error_message());
+    pthread_mutex_unlock(&be->cmd_mu);
+    return rc == DLOCK_OK ? rc : dlock__fail(rc, "%s", saved);
+}
+
+/* ---- release ----------------------------------------------------------- */
+
+static int redlock_release(void *arg, const dlock_request *req)
+{
+    redlock_backend *be = arg;
+    answer ans[DLOCK__REDLOCK_NODES_MAX];
+    key_buf lock, chan;
+    const char *argv[3];
+    size_t lens[3], released = 0, unknown = 0;
+    int rc = DLOCK_OK;
+
+    make_key(&lock, be, req->name, "");
+    make_key(&chan, be, req->name, ":release");
+    argv[0] = lock.buf;
+    lens[0] = lock.len;
+    argv[1] = req->token;
+    lens[1] = strlen(req->token);
+    argv[2] = chan.buf;
+    lens[2] = chan.len;
+    pthread_mutex_lock(&be->cmd_mu);
+    /* Every node, with the command timeout: a node that did not answer the
+     * acquire in time may hold the key all the same. */
+    dlock__redlock_fanout(be, 0, all_nodes(be), &dlock__redlock_script_release, 1, 3, argv,
+                          lens, be->command_timeout_ms, ans);
+    for (size_t i = 0; i < be->n; i++) {
+        if (ans[i].reply == NULL)
+            unknown++;
+        else if (ans[i].reply->type != REDIS_REPLY_INTEGER)
+            bad_reply(&ans[i], &be->nodes[i], "the release script"), unknown++;
+        else if (ans[i].reply->integer == 1)
+            released++;
+    }
+    if (released < be->quorum) {
+        if (released + unknown >= be->quorum)
+            rc = dlock__redlock_fail_quorum(be, "releasing", released, ans, all_nodes(be),
+                                            DLOCK_ECONN);
+        else
+            rc = dlock__fail(DLOCK_ELOST, "redlock: lock '%s' was not held on a quorum "
+                             "(%zu of %zu nodes had it)", req->name, released, be->n);
+    }
+    dlock__redlock_answers_free(ans, be->n);
+    pthread_mutex_unlock(&be->cmd_mu);
+    return rc;
+}
+
+/* ---- extend, check, renew ----------------------------------------------- */
+
+/*
+ * Renew (lease_ms > 0 in each request) or check n locks on all nodes in one
+ * round, on the watchdog's connections (wd) or the callers'. A lock a
+ * quorum holds for its token is set again on the nodes that lost it (they
+ * restarted empty). results[i]: DLOCK_OK, DLOCK_ELOST, or unknown (a
+ * connection error) when the nodes that answered cannot decide: then the
+ * call returns that error.
+ */
+static int renew_locked(redlock_backend *be, int wd, dlock_renewal *items, size_t n, int renew)
+{
+    answer ans[DLOCK__REDLOCK_NODES_MAX];
+    size_t nargs = 3 * n, ours[128] = {0}, others[128] = {0};
+    unsigned absent[128] = {0};
+    key_buf *keys;
+    char (*pxs)[24];
+    const char **argv;
+    size_t *lens;
+    int64_t timeout = INT64_MAX;
+    int rc = DLOCK_OK;
+
+    if (n == 0)
+        return DLOCK_OK;
+    if (n > 128)
+        return dlock__fail(DLOCK_EINVAL, "redlock: at most 128 locks per renewal");
+    keys = malloc(n * sizeof(*keys));
+    pxs = malloc(n * sizeof(*pxs));
+    argv = malloc(nargs * sizeof(*argv));
+    lens = malloc(nargs * sizeof(*lens));
+    if (keys == NULL || pxs == NULL || argv == NULL || lens == NULL) {
+        rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+        goto out;
+    }
+    /* KEYS: every lock; ARGV: token, PX of each. */
+    for (size_t i = 0; i < n; i++) {
+        const dlock_request *req = items[i].req;
+        int64_t t = node_timeout_ms(be, req->lease_ms);
+        make_key(&keys[i], be, req->name, "");
+        snprintf(pxs[i], sizeof(pxs[i]), "%lld",
+                 renew ? (long long)node_px(be, req->lease_ms) : 0LL);
+        argv[i] = keys[i].buf;
+        lens[i] = keys[i].len;
+        argv[n + 2 * i] = req->token;
+        lens[n + 2 * i] = strlen(req->token);
+        argv[n + 2 * i + 1] = pxs[i];
+        lens[n + 2 * i + 1] = strlen(pxs[i]);
+        if (t < timeout)
+            timeout = t;
+    }
+    dlock__redlock_fanout(be, wd, all_nodes(be), &dlock__redlock_script_renew, (int)n,
+                          (int)(3 * n), argv, lens, timeout, ans);
+    for (size_t j = 0; j < be->n; j++) {
+        redisReply *r = ans[j].reply;
+        if (r == NULL)
+            continue;
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != n) {
+            bad_reply(&ans[j], &be->nodes[j], "the renew script");
+            continue;
+        }
+        for (size_t i = 0; i < n; i++) {
+            long long v = r->element[i]->type == REDIS_REPLY_INTEGER ? r->element[i]->integer
+                                                                    : -1;
+            if (v == 1)
+                ours[i]++;
+            else if (v == 0)
+                absent[i] |= 1u << j;
+            else
+                others[i]++;
+        }
+    }
+    for (size_t i = 0; i < n && rc == DLOCK_OK; i++) {
+        size_t known = ours[i] + others[i];
+        for (unsigned m = absent[i]; m; m &= m - 1)
+            known++;
+        if (ours[i] >= be->quorum)
+            items[i].result = DLOCK_OK;
+        else if (ours[i] + (be->n - known) < be->quorum)
+            items[i].result = DLOCK_ELOST;
+        else
+            rc = dlock__redlock_fail_quorum(be, renew ? "renewing" : "checking", ours[i], ans,
+                                            all_nodes(be), DLOCK_ECONN);
+    }
+    dlock__redlock_answers_free(ans, be->n);
+    if (rc != DLOCK_OK || !renew)
+        goto out;
+
+    /* Set again what a quorum holds and some nodes lost, one batch per
+     * node (the locks it lost). Best effort: the quorum holds already. */
+    for (size_t j = 0; j < be->n; j++) {
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (items[i].result != DLOCK_OK || !(absent[i] & (1u << j)))
+                continue;
+            argv[k] = keys[i].buf;
+            lens[k] = keys[i].len;
+            k++;
+        }
+        if (k == 0)
+            continue;
+        /* The arguments follow the keys: rebuild them for these k locks. */
+        for (size_t i = 0, m = 0; i < n; i++) {
+            if (items[i].result != DLOCK_OK || !(absent[i] & (1u << j)))
+                continue;
+            argv[k + 2 * m] = items[i].req->token;
+            lens[k + 2 * m] = strlen(items[i].req->token);
+            argv[k + 2 * m + 1] = pxs[i];
+            lens[k + 2 * m + 1] = strlen(pxs[i]);
+            m++;
+        }
+        dlock__redlock_fanout(be, wd, 1u << j, &dlock__redlock_script_reset, (int)k,
+                              (int)(3 * k), argv, lens, timeout, ans);
+        dlock__redlock_answers_free(ans, be->n);
+    }
+out:
+    free(keys);
+    free(pxs);
+    free(argv);
+    free(lens);
+    return rc;
+}
+
+static int redlock_renew(void *arg, dlock_renewal *items, size_t n)
+{
+    /* The watchdog's own connections: no lock needed (one call at a time). */
+    return renew_locked(arg, 1, items, n, 1);
+}
+
+static int one_on_cmd(redlock_backend *be, const dlock_request *req, int renew)
+{
+    dlock_renewal item = {req, DLOCK_EPROTO};
+    char saved[1024];
+    int rc;
+
+    pthread_mutex_lock(&be->cmd_mu);
+    rc = renew_locked(be, 0, &item, 1, renew);
+    snprintf(saved, sizeof(saved), "%s", dlock_error_message());
+    pthread_mutex_unlock(&be->cmd_mu);
+    if (rc != DLOCK_OK)
+        return dlock__fail(rc, "%s", saved);
+    if (item.result == DLOCK_ELOST)
+        return dlock__fail(DLOCK_ELOST, "redlock: lock '%s' is not held on a quorum",
+                           req->name);
+    return DLOCK_OK;
+}
+
+static int redlock_extend(void *be, const dlock_request *req)
+{
+    return one_on_cmd(be, req, 1);
+}
+
+static int redlock_check(void *be, const dlock_request *req)
+{
+    return one_on_cmd(be, req, 0);
+}
+
+/* ---- status, force release ------------------------------------------------ */
+
+/*
+ * The Redis backend's status script (same keys: the lock, and the fence key,
+ * here the node's mark) on every node. Held when a quorum holds it; the
+ * lease left is how long a quorum still will, less the drift; the fence the
+ * highest mark.
+ */
+static int read_status(redlock_backend *be, const char *name, int force, dlock_lock_info *out)
+{
+    answer ans[DLOCK__REDLOCK_NODES_MAX];
+    key_buf lock, mark, chan;
+    const char *argv[4];
+    size_t lens[4], replied = 0, held = 0;
+    int64_t ttl[DLOCK__REDLOCK_NODES_MAX];
+    uint64_t fence = 0;
+    int rc = DLOCK_OK;
+
+    make_key(&lock, be, name, "");
+    make_key(&mark, be, name, ":fence");
+    make_key(&chan, be, name, ":release");
+    argv[0] = lock.buf;
+    lens[0] = lock.len;
+    argv[1] = mark.buf;
+    lens[1] = mark.len;
+    argv[2] = force ? "force" : "read";
+    lens[2] = strlen(argv[2]);
+    argv[3] = chan.buf;
+    lens[3] = chan.len;
+    pthread_mutex_lock(&be->cmd_mu);
+    dlock__redlock_fanout(be, 0, all_nodes(be), &dlock__redis_script_status, 2, 4, argv, lens,
+                          be->command_timeout_ms, ans);
+    for (size_t i = 0; i < be->n; i++) {
+        redisReply *r = ans[i].reply;
+        if (r == NULL)
+            continue;
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+            r->element[0]->type != REDIS_REPLY_INTEGER ||
+            r->element[1]->type != REDIS_REPLY_INTEGER ||
+            r->element[2]->type != REDIS_REPLY_INTEGER) {
+            bad_reply(&ans[i], &be->nodes[i], "the status script");
+            continue;
+        }
+        replied++;
+        if (r->element[0]->integer == 1)
+            ttl[held++] = r->element[1]->integer;
+        if (r->element[2]->integer > 0 && (uint64_t)r->element[2]->integer > fence)
+            fence = (uint64_t)r->element[2]->integer;
+    }
+    if (replied < be->quorum) {
+        rc = dlock__redlock_fail_quorum(be, force ? "force-releasing" : "reading the status",
+                                        replied, ans, all_nodes(be), DLOCK_ECONN);
+    } else {
+        memset(out, 0, sizeof(*out));
+        out->held = held >= be->quorum;
+        out->fence = fence;
+        if (out->held) {
+            /* The quorum-th longest: how long a quorum still holds it. */
+            for (size_t i = 1; i < held; i++)
+                for (size_t j = i; j > 0 && (ttl[j] == -1 || (ttl[j - 1] != -1 &&
+                                                               ttl[j] > ttl[j - 1])); j--) {
+                    int64_t t = ttl[j];
+                    ttl[j] = ttl[j - 1];
+                    ttl[j - 1] = t;
+                }
+            out->ttl_ms = ttl[be->quorum - 1];
+            if (out->ttl_ms > 0) {
+                /* Less the drift (estimated from what is left when drift_ms
+                 * is not set): the validity the holder has left. */
+                out->ttl_ms -= be->drift_ms >= 0 ? be->drift_ms : out->ttl_ms / 100 + 2;
+                if (out->ttl_ms < 1)
+                    out->ttl_ms = 1;
+            }
+        }
+    }
+    dlock__redlock_answers_free(ans, be->n);
+    pthread_mutex_unlock(&be->cmd_mu);
+    return rc;
+}
+
+static int redlock_status(void *be, const char *name, dlock_lock_info *out)
+{
+    return read_status(be, name, 0, out);
+}
+
+static int redlock_force_release(void *be, const char *name, dlock_lock_info *removed)
+{
+    return read_status(be, name, 1, removed);
+}
+
+static const char *const redlock_schemes[] = {"redlock", NULL};
+
+const dlock_backend dlock__redlock_backend = {
+    .version = DLOCK_BACKEND_VERSION,
+    .size = sizeof(dlock_backend),
+    .name = "redlock",
+    .schemes = redlock_schemes,
+    .caps = DLOCK_CAP_KIND(DLOCK_KIND_MUTEX),
+    .open = redlock_open,
+    .close = redlock_close,
+    .acquire = redlock_acquire,
+    .release = redlock_release,
+    .extend = redlock_extend,
+    .check = redlock_check,
+    .renew = redlock_renew,
+    .watch_begin = dlock__redlock_watch_begin,
+    .watch_wait = dlock__redlock_watch_wait,
+    .watch_end = dlock__redlock_watch_end,
+    .watch_wake = dlock__redlock_watch_wake,
+    .status = redlock_status,
+    .force_release = redlock_force_release,
+};

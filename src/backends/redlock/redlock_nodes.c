@@ -1,0 +1,277 @@
+/*
+ * One request to every node at once. Each node's connection is the Redis
+ * backend's (redis_conn.c: timeouts, credentials, database, bounded
+ * replies); the requests are written to all of them first, then one poll
+ * over all their sockets reads the replies until the per-node timeout, so a
+ * round costs the slowest answering node's round trip, not the sum.
+ *
+ * A node that does not answer in time keeps its connection: the request is
+ * owed, its reply will come in order before the next one's and is skipped
+ * then (dlock__redlock_link.owed). So a release sent after an acquire that
+ * timed out on a node runs there after it, on the same connection.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/redlock/redlock_int.h"
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/thread.h"
+
+/* What each node of a fan-out is at. */
+typedef struct {
+    dlock__redlock_link *link;
+    int waiting;  /* a reply of ours still to come */
+    int reloaded; /* NOSCRIPT answered by sending EVAL */
+    int reused;   /* the connection was open before this round */
+    int resent;   /* sent again on a fresh connection */
+} node_state;
+
+static void note(dlock__redlock_answer *a, int code)
+{
+    a->code = code;
+    snprintf(a->why, sizeof(a->why), "%s", dlock_error_message());
+}
+
+/* Queue one script call (EVALSHA, or EVAL when eval) and write it out. */
+static int send_script(dlock__redis_conn *conn, const dlock__redis_script *s, int eval,
+                       int nkeys, int argc, const char **argv, const size_t *lens)
+{
+    const char *stack_av[19];
+    size_t stack_al[19];
+    const char **av = stack_av;
+    size_t *al = stack_al;
+    char numkeys[16];
+    int done = 0, rc = DLOCK_OK;
+
+    if (argc + 3 > 19) {
+        av = malloc((size_t)(argc + 3) * sizeof(*av));
+        al = malloc((size_t)(argc + 3) * sizeof(*al));
+        if (av == NULL || al == NULL) {
+            free(av);
+            free(al);
+            return dlock__fail(DLOCK_ENOMEM, "out of memory");
+        }
+    }
+    snprintf(numkeys, sizeof(numkeys), "%d", nkeys);
+    av[0] = eval ? "EVAL" : "EVALSHA";
+    al[0] = strlen(av[0]);
+    av[1] = eval ? s->body : s->sha1;
+    al[1] = eval ? s->len : 40;
+    av[2] = numkeys;
+    al[2] = strlen(numkeys);
+    memcpy(av + 3, argv, (size_t)argc * sizeof(*av));
+    memcpy(al + 3, lens, (size_t)argc * sizeof(*al));
+    if (redisAppendCommandArgv(conn->ctx, argc + 3, av, al) != REDIS_OK)
+        rc = dlock__redis_conn_io_error(conn);
+    /* The socket is blocking (with the command timeout): a request this
+     * small goes into its empty send buffer at once. */
+    while (rc == DLOCK_OK && !done)
+        if (redisBufferWrite(conn->ctx, &done) != REDIS_OK)
+            rc = dlock__redis_conn_io_error(conn);
+    if (av != stack_av) {
+        free(av);
+        free(al);
+    }
+    return rc;
+}
+
+/* Connect if needed and send; a connection found closed starts owing
+ * nothing. */
+static int start(node_state *st, const dlock__redis_script *s, int nkeys, int argc,
+                 const char **argv, const size_t *lens)
+{
+    dlock__redlock_link *l = st->link;
+    int rc;
+
+    st->reused = l->conn.ctx != NULL && l->conn.ctx->err == 0;
+    if (!st->reused)
+        l->owed = 0;
+    if ((rc = dlock__redis_conn_connect(&l->conn)) != DLOCK_OK)
+        return rc;
+    if ((rc = send_script(&l->conn, s, 0, nkeys, argc, argv, lens)) != DLOCK_OK)
+        return rc;
+    st->waiting = 1;
+    return DLOCK_OK;
+}
+
+/*
+ * Read what the node has sent. Returns DLOCK_OK with *out NULL while our
+ * reply has not come, with *out set once it has; a code on failure (the
+ * connection closed).
+ */
+static int take_replies(node_state *st, redisReply **out)
+{
+    dlock__redis_conn *conn = &st->link->conn;
+    void *r;
+
+    *out = NULL;
+    if (redisBufferRead(conn->ctx) != REDIS_OK)
+        return dlock__redis_conn_io_error(conn);
+    for (;;) {
+        r = NULL;
+        if (redisGetReplyFromReader(conn->ctx, &r) != REDIS_OK)
+            return dlock__redis_conn_io_error(conn);
+        if (r == NULL)
+            return dlock__redis_conn_over_cap(conn) ? dlock__redis_conn_io_error(conn)
+                                                     : DLOCK_OK;
+        if (st->link->owed > 0) {
+            /* The reply to a request of an earlier round that timed out. */
+            st->link->owed--;
+            freeReplyObject(r);
+            continue;
+        }
+        *out = r;
+        return DLOCK_OK;
+    }
+}
+
+size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
+                             const dlock__redis_script *s, int nkeys, int argc,
+                             const char **argv, const size_t *lens, int64_t timeout_ms,
+                             dlock__redlock_answer *ans)
+{
+    node_state st[DLOCK__REDLOCK_NODES_MAX];
+    struct pollfd fds[DLOCK__REDLOCK_NODES_MAX];
+    size_t idx[DLOCK__REDLOCK_NODES_MAX];
+    int64_t deadline = dlock__now_ms() + timeout_ms;
+    dlock__sigpipe_guard guard;
+    char saved[512];
+    size_t replied = 0;
+
+    snprintf(saved, sizeof(saved), "%s", dlock_error_message());
+    /* hiredis writes with write(2): a node gone away must not raise
+     * SIGPIPE in the application. */
+    dlock__sigpipe_block(&guard);
+    for (size_t i = 0; i < be->n; i++) {
+        memset(&st[i], 0, sizeof(st[i]));
+        ans[i].reply = NULL;
+        ans[i].code = DLOCK_OK;
+        ans[i].why[0] = '\0';
+        if (!(mask & (1u << i)))
+            continue;
+        st[i].link = wd ? &be->nodes[i].wd : &be->nodes[i].cmd;
+        int rc = start(&st[i], s, nkeys, argc, argv, lens);
+        if (rc != DLOCK_OK && st[i].reused) {
+            /* Dead before we used it (the node restarted): once more. */
+            st[i].reused = 0;
+            rc = start(&st[i], s, nkeys, argc, argv, lens);
+        }
+        if (rc != DLOCK_OK)
+            note(&ans[i], rc);
+    }
+
+    for (;;) {
+        size_t k = 0;
+        int64_t left = deadline - dlock__now_ms();
+        int n;
+
+        for (size_t i = 0; i < be->n; i++)
+            if (st[i].waiting) {
+                fds[k].fd = st[i].link->conn.ctx->fd;
+                fds[k].events = POLLIN;
+                fds[k].revents = 0;
+                idx[k++] = i;
+            }
+        if (k == 0 || left <= 0)
+            break;
+        n = poll(fds, k, (int)(left > 60000 ? 60000 : left));
+        if (n < 0 && errno != EINTR)
+            break;
+        for (size_t j = 0; n > 0 && j < k; j++) {
+            size_t i = idx[j];
+            node_state *x = &st[i];
+            redisReply *r;
+            int rc;
+
+            if (fds[j].revents == 0)
+                continue;
+            rc = take_replies(x, &r);
+            if (rc == DLOCK_ECONN && x->reused && !x->resent && !x->link->conn.timed_out &&
+                x->link->owed == 0) {
+                /* The node closed a connection that looked open (it
+                 * restarted): the request never ran there; send it again. */
+                x->resent = 1;
+                x->waiting = 0;
+                x->reused = 0;
+                rc = start(x, s, nkeys, argc, argv, lens);
+                if (rc == DLOCK_OK)
+                    continue;
+            }
+            if (rc != DLOCK_OK) {
+                x->waiting = 0;
+                note(&ans[i], rc);
+                continue;
+            }
+            if (r == NULL)
+                continue;
+            if (r->type == REDIS_REPLY_ERROR && !x->reloaded && r->len >= 8 &&
+                strncmp(r->str, "NOSCRIPT", 8) == 0) {
+                /* The node restarted or flushed its scripts: EVAL loads it. */
+                freeReplyObject(r);
+                x->reloaded = 1;
+                if ((rc = send_script(&x->link->conn, s, 1, nkeys, argc, argv, lens)) !=
+                    DLOCK_OK) {
+                    x->waiting = 0;
+                    note(&ans[i], rc);
+                }
+                continue;
+            }
+            x->waiting = 0;
+            if (r->type == REDIS_REPLY_ERROR) {
+                note(&ans[i], dlock__redis_conn_reply_error(&x->link->conn, r));
+                freeReplyObject(r);
+                continue;
+            }
+            ans[i].reply = r;
+            replied++;
+        }
+    }
+
+    for (size_t i = 0; i < be->n; i++) {
+        if (!st[i].waiting)
+            continue;
+        dlock__fail(DLOCK_ETIMEOUT, "%s: no reply within %lld ms", st[i].link->conn.where,
+                    (long long)timeout_ms);
+        note(&ans[i], DLOCK_ETIMEOUT);
+        if (++st[i].link->owed > DLOCK__REDLOCK_OWED_MAX)
+            dlock__redis_conn_close(&st[i].link->conn);
+    }
+    dlock__sigpipe_restore(&guard);
+    /* The caller reports the round as a whole (dlock__redlock_fail_quorum). */
+    dlock__fail(DLOCK_OK, "%s", saved);
+    return replied;
+}
+
+void dlock__redlock_answers_free(dlock__redlock_answer *ans, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (ans[i].reply != NULL)
+            freeReplyObject(ans[i].reply);
+        ans[i].reply = NULL;
+    }
+}
+
+int dlock__redlock_fail_quorum(const dlock__redlock_be *be, const char *what, size_t agreed,
+                               const dlock__redlock_answer *ans, unsigned mask, int fallback)
+{
+    char text[1024];
+    size_t len;
+    int code = fallback;
+
+    len = (size_t)snprintf(text, sizeof(text), "redlock: %s: %zu of %zu nodes (quorum %zu)",
+                           what, agreed, be->n, be->quorum);
+    for (size_t i = 0; i < be->n && len < sizeof(text); i++) {
+        if (!(mask & (1u << i)) || ans[i].code == DLOCK_OK)
+            continue;
+        if (code == fallback)
+            code = ans[i].code;
+        len += (size_t)snprintf(text + len, sizeof(text) - len, "; %s", ans[i].why);
+    }
+    if (code == DLOCK_ETIMEOUT)
+        code = DLOCK_ECONN; /* a node that does not answer is a network failure */
+    return dlock__fail(code, "%s", text);
+}

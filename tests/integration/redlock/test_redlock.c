@@ -1,0 +1,357 @@
+/*
+ * What only the Redlock backend has, on 5 real redis-servers: a minority of
+ * nodes down changes nothing, a majority down is a clear error that leaves
+ * nothing held; a node that restarts empty is set again by the renewal; a
+ * holder paused past its validity loses the lock to one with a greater
+ * fence; fences increase across many holders while nodes die and come back
+ * (with appendfsync always); a release reaches the node that answered the
+ * acquire too late (delayed by the chaos proxy). The conformance suite runs
+ * on 3 nodes as core-redlock.*.
+ */
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "chaos_proxy.h"
+#include "test.h"
+
+#define NODES 5
+
+typedef struct {
+    test_redis r[NODES];
+    char url[256];
+} cluster;
+
+static void start(cluster *cl, const char *extra)
+{
+    test_redis_start_many(cl->r, NODES, extra, cl->url, sizeof(cl->url));
+}
+
+static void stop(cluster *cl)
+{
+    for (int i = 0; i < NODES; i++)
+        test_redis_stop(&cl->r[i]);
+}
+
+static dlock_client *open_url(const char *url)
+{
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_client *c = NULL;
+
+    co.command_timeout_ms = 2000;
+    CHECK_RC(dlock_client_open(&c, url, &co), DLOCK_OK);
+    return c;
+}
+
+/* Nodes that are up and hold name's key now. */
+static int holders(cluster *cl, const char *name)
+{
+    int n = 0;
+
+    for (int i = 0; i < NODES; i++)
+        n += cl->r[i].pid > 0 && test_redis_cmd(&cl->r[i], "EXISTS dlock:{%s}", name) == 1;
+    return n;
+}
+
+/* A malformed redlock URL is refused before any I/O. */
+static void url_checked(void)
+{
+    dlock_client *c = NULL;
+
+    CHECK_RC(dlock_client_open(&c, "redlock://127.0.0.1:1,127.0.0.1:2", NULL), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "odd number of nodes");
+    CHECK_RC(dlock_client_open(&c, "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,127.0.0.1:4",
+                               NULL), DLOCK_EINVAL);
+    CHECK_RC(dlock_client_open(&c, "redlock://a:1,b:2,c:3?drift=1", NULL), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "unknown parameter 'drift'");
+    CHECK_RC(dlock_client_open(&c, "redlock://a:1,b:2,c:3?drift_ms=x", NULL), DLOCK_EINVAL);
+    CHECK(c == NULL);
+}
+
+/* Two of five nodes down: acquire, renewals and release work on the other
+ * three. */
+static void two_killed_still_works(void)
+{
+    cluster cl;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 600, 1);
+
+    start(&cl, NULL);
+    c = open_url(cl.url);
+    test_redis_kill(&cl.r[1]);
+    test_redis_kill(&cl.r[3]);
+    CHECK_RC(dlock_acquire(&l, c, "two", &o), DLOCK_OK);
+    CHECK(dlock_lock_fence(l) > 0);
+    CHECK(holders(&cl, "two") == 3);
+    /* Several renewal periods: the watchdog keeps it on the three. */
+    test_sleep_ms(2000);
+    CHECK(!dlock_lock_lost(l));
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    CHECK(holders(&cl, "two") == 3);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(holders(&cl, "two") == 0);
+    dlock_client_free(c);
+    stop(&cl);
+}
+
+/* Three of five down: no quorum. The acquire fails with a message that
+ * says so and names the nodes, and leaves nothing on the two alive. */
+static void three_killed_clear_error(void)
+{
+    cluster cl;
+    dlock_client *c;
+    dlock_lock *l = (dlock_lock *)1, *held;
+    dlock_acquire_options o = test_opts(0, 5000, 1);
+
+    start(&cl, NULL);
+    c = open_url(cl.url);
+    CHECK_RC(dlock_acquire(&held, c, "kept", &o), DLOCK_OK);
+    for (int i = 0; i < 3; i++)
+        test_redis_kill(&cl.r[i]);
+    CHECK_RC(dlock_acquire(&l, c, "three", &o), DLOCK_ECONN);
+    CHECK(l == NULL);
+    CHECK_CONTAINS(dlock_error_message(), "redlock: acquiring: 2 of 5 nodes (quorum 3)");
+    CHECK_CONTAINS(dlock_error_message(), "connection refused");
+    CHECK(holders(&cl, "three") == 0);
+    /* A held lock cannot be released on a quorum either: an error, not
+     * "released"; the two alive nodes give it up all the same. */
+    CHECK_RC(dlock_release(held), DLOCK_ECONN);
+    CHECK_CONTAINS(dlock_error_message(), "redlock: releasing: 2 of 5 nodes (quorum 3)");
+    CHECK(holders(&cl, "kept") == 0);
+    /* A client opened now is refused: fewer than a quorum reachable. */
+    dlock_client *late = NULL;
+    CHECK_RC(dlock_client_open(&late, cl.url, NULL), DLOCK_ECONN);
+    CHECK_CONTAINS(dlock_error_message(), "only 2 of 5 nodes reachable (quorum 3)");
+    dlock_client_free(c);
+    stop(&cl);
+}
+
+/* Another token holds a majority: a try is busy, with the holder's time
+ * left, and the keys it took on the other nodes are given back. */
+static void busy_gives_back_the_minority(void)
+{
+    cluster cl;
+    dlock_client *c;
+    dlock_lock *l = (dlock_lock *)1;
+    dlock_acquire_options o = test_opts(0, 5000, 0);
+
+    start(&cl, NULL);
+    c = open_url(cl.url);
+    for (int i = 0; i < 3; i++)
+        CHECK(test_redis_cmd(&cl.r[i], "SET dlock:{minor} someone-else PX 20000") == 2);
+    CHECK_RC(dlock_acquire(&l, c, "minor", &o), DLOCK_EBUSY);
+    CHECK(l == NULL);
+    CHECK(test_redis_cmd(&cl.r[3], "EXISTS dlock:{minor}") == 0);
+    CHECK(test_redis_cmd(&cl.r[4], "EXISTS dlock:{minor}") == 0);
+    CHECK(holders(&cl, "minor") == 3);
+    dlock_client_free(c);
+    stop(&cl);
+}
+
+/* A node restarted empty while the lock is held (no persistence): the next
+ * renewal finds the key missing there while a quorum holds it, and sets it
+ * again. */
+static void restarted_node_set_again(void)
+{
+    cluster cl;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 600, 1);
+    int i;
+
+    start(&cl, NULL);
+    c = open_url(cl.url);
+    CHECK_RC(dlock_acquire(&l, c, "restart", &o), DLOCK_OK);
+    CHECK(holders(&cl, "restart") == NODES);
+    test_redis_kill(&cl.r[2]);
+    test_redis_restart(&cl.r[2]);
+    CHECK(test_redis_cmd(&cl.r[2], "EXISTS dlock:{restart}") == 0);
+    for (i = 0; i < 1000 && test_redis_cmd(&cl.r[2], "EXISTS dlock:{restart}") != 1; i++)
+        test_sleep_ms(10);
+    CHECK(test_redis_cmd(&cl.r[2], "EXISTS dlock:{restart}") == 1);
+    CHECK(!dlock_lock_lost(l));
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(holders(&cl, "restart") == 0);
+    dlock_client_free(c);
+    stop(&cl);
+}
+
+/* A holder stopped (SIGSTOP) past its validity loses the lock: the next
+ * holder gets it with a greater fence, and the stopped one, resumed, finds
+ * it lost. */
+static void paused_holder_loses_lock(void)
+{
+    cluster cl;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options w = test_opts(20000, 5000, 0);
+    uint64_t first = 0;
+    int fds[2], status, pid;
+
+    start(&cl, NULL);
+    CHECK(pipe(fds) == 0);
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        dlock_client *cc = open_url(cl.url);
+        dlock_lock *cl_lock;
+        dlock_acquire_options o = test_opts(0, 400, 1);
+        uint64_t f;
+        CHECK_RC(dlock_acquire(&cl_lock, cc, "paused", &o), DLOCK_OK);
+        f = dlock_lock_fence(cl_lock);
+        CHECK(write(fds[1], &f, sizeof(f)) == (ssize_t)sizeof(f));
+        /* Resumed: the renewal finds the key another's. */
+        for (int i = 0; i < 2000 && !dlock_lock_lost(cl_lock); i++)
+            test_sleep_ms(10);
+        _exit(dlock_lock_lost(cl_lock) && dlock_release(cl_lock) == DLOCK_ELOST ? 0 : 3);
+    }
+    CHECK(read(fds[0], &first, sizeof(first)) == (ssize_t)sizeof(first));
+    CHECK(kill(pid, SIGSTOP) == 0);
+    c = open_url(cl.url);
+    CHECK_RC(dlock_acquire(&l, c, "paused", &w), DLOCK_OK);
+    fprintf(stderr, "fences: stopped holder %llu, next %llu\n", (unsigned long long)first,
+            (unsigned long long)dlock_lock_fence(l));
+    CHECK(dlock_lock_fence(l) > first);
+    CHECK(kill(pid, SIGCONT) == 0);
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+    stop(&cl);
+}
+
+/*
+ * 4 processes take the lock 200 times in all while the parent kills a
+ * random node and restarts it (appendonly with appendfsync always: it comes
+ * back with its marks). Each holder appends its fence to a shared log while
+ * it holds the lock; the log must be strictly increasing.
+ */
+#define PROCS 4
+#define ROUNDS 50
+static void fences_increase_across_restarts(void)
+{
+    cluster cl;
+    struct shared {
+        atomic_int n;
+        uint64_t fence[PROCS * ROUNDS];
+    } *sh;
+    start(&cl, "--appendonly yes --appendfsync always");
+    sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(sh != MAP_FAILED);
+    memset(sh, 0, sizeof(*sh));
+    for (int p = 0; p < PROCS; p++) {
+        int pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            dlock_client *c = open_url(cl.url);
+            dlock_acquire_options o = test_opts(30000, 3000, 0);
+            for (int i = 0; i < ROUNDS; i++) {
+                dlock_lock *l;
+                int rc = dlock_acquire(&l, c, "fenced", &o);
+                if (rc != DLOCK_OK) {
+                    fprintf(stderr, "acquire: %s\n", dlock_error_message());
+                    _exit(4);
+                }
+                sh->fence[atomic_fetch_add(&sh->n, 1)] = dlock_lock_fence(l);
+                test_sleep_ms(2);
+                if (dlock_release(l) != DLOCK_OK)
+                    fprintf(stderr, "release: %s\n", dlock_error_message());
+            }
+            dlock_client_free(c);
+            _exit(0);
+        }
+    }
+    srand((unsigned)getpid());
+    for (int left = PROCS; left > 0;) {
+        int victim = rand() % NODES, status, pid;
+        test_sleep_ms(50 + rand() % 100);
+        test_redis_kill(&cl.r[victim]);
+        test_sleep_ms(50 + rand() % 100);
+        test_redis_restart(&cl.r[victim]);
+        while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+            left--;
+            if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                fprintf(stderr, "child %d failed (status %d)\n", pid, status);
+                exit(1);
+            }
+        }
+    }
+    CHECK(atomic_load(&sh->n) == PROCS * ROUNDS);
+    for (int i = 1; i < PROCS * ROUNDS; i++)
+        if (sh->fence[i] <= sh->fence[i - 1]) {
+            fprintf(stderr, "fence %d: %llu after %llu\n", i,
+                    (unsigned long long)sh->fence[i], (unsigned long long)sh->fence[i - 1]);
+            CHECK(sh->fence[i] > sh->fence[i - 1]);
+        }
+    munmap(sh, sizeof(*sh));
+    stop(&cl);
+}
+
+/*
+ * One node answers only after the per-node timeout (the chaos proxy delays
+ * it): the lock is held on the other four, and the late node sets the key
+ * when the request reaches it. The release reaches it too, after the
+ * acquire on the same connection: nothing is left anywhere.
+ */
+static void release_reaches_the_late_node(void)
+{
+    cluster cl;
+    chaos_proxy *p[3];
+    dlock_client *c;
+    dlock_lock *l = NULL;
+    dlock_acquire_options o = test_opts(0, 1000, 0);
+    char url[256];
+    int i;
+
+    start(&cl, NULL);
+    for (i = 0; i < 3; i++)
+        CHECK(chaos_proxy_start(&p[i], cl.r[i].port) == 0);
+    snprintf(url, sizeof(url), "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d,"
+             "127.0.0.1:%d,127.0.0.1:%d", chaos_proxy_port(p[0]), chaos_proxy_port(p[1]),
+             chaos_proxy_port(p[2]), cl.r[3].port, cl.r[4].port);
+    c = open_url(url);
+    /* Once without delay, so that the nodes have the scripts (a NOSCRIPT
+     * answered late would leave nothing there to release). */
+    CHECK_RC(dlock_acquire(&l, c, "late", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    /* Node timeout: 1000 / 10 = 100 ms; the proxy delays node 0 by 400. */
+    chaos_proxy_set(p[0], CHAOS_PROXY_DELAY, 400);
+    CHECK_RC(dlock_acquire(&l, c, "late", &o), DLOCK_OK);
+    CHECK(holders(&cl, "late") >= 4);
+    for (i = 0; i < 500 && test_redis_cmd(&cl.r[0], "EXISTS dlock:{late}") != 1; i++)
+        test_sleep_ms(10);
+    CHECK(test_redis_cmd(&cl.r[0], "EXISTS dlock:{late}") == 1);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(holders(&cl, "late") == 0);
+
+    /* Three nodes late: no quorum in time, the acquire fails, and the late
+     * nodes set the key after it gave up. Its release, sent after the
+     * acquire on each of their connections, takes the keys away there too:
+     * within the lease (1 s + drift), nothing is left anywhere. */
+    chaos_proxy_set(p[1], CHAOS_PROXY_DELAY, 400);
+    chaos_proxy_set(p[2], CHAOS_PROXY_DELAY, 400);
+    CHECK(dlock_acquire(&l, c, "late2", &o) != DLOCK_OK);
+    for (i = 0; i < 3; i++)
+        chaos_proxy_set(p[i], CHAOS_PROXY_PASS, 0);
+    test_sleep_ms(900);
+    CHECK(holders(&cl, "late2") == 0);
+    dlock_client_free(c);
+    for (i = 0; i < 3; i++)
+        chaos_proxy_stop(p[i]);
+    stop(&cl);
+}
+
+TEST_MAIN({"url_checked", url_checked, "unit"},
+          {"two_killed_still_works", two_killed_still_works, "watchdog"},
+          {"three_killed_clear_error", three_killed_clear_error, NULL},
+          {"busy_gives_back_the_minority", busy_gives_back_the_minority, NULL},
+          {"restarted_node_set_again", restarted_node_set_again, "watchdog"},
+          {"paused_holder_loses_lock", paused_holder_loses_lock, "watchdog"},
+          {"fences_increase_across_restarts", fences_increase_across_restarts, NULL},
+          {"release_reaches_the_late_node", release_reaches_the_late_node, NULL})
