@@ -7,7 +7,7 @@ BUILD ?= build
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all build deps test verify demo bench install clean chaos fuzz
+.PHONY: all build deps test verify demo bench bench-redlock install clean chaos fuzz
 
 all: build
 
@@ -29,6 +29,17 @@ demo: build
 
 bench: build
 	@$(BUILD)/bench/dlock-bench
+
+# Redlock on 5 throwaway redis-servers beside node-redlock (npm's redlock v5
+# and ioredis, installed under $(BUILD)/node-redlock; docs/bench.md).
+bench-redlock: build
+	@if [ ! -f $(BUILD)/node-redlock/node_modules/redlock/package.json ]; then \
+		if command -v npm >/dev/null 2>&1; then \
+			mkdir -p $(BUILD)/node-redlock && cd $(BUILD)/node-redlock && \
+			npm install --no-audit --no-fund --no-save redlock@5.0.0-beta.2 ioredis@5 >/dev/null; \
+		else echo "bench-redlock: npm is missing (apt-get install nodejs npm); measuring dlock alone"; fi; \
+	fi
+	@$(BUILD)/bench/dlock-bench --redlock
 
 chaos: build
 	@$(BUILD)/tests/chaos --backend redis,etcd --duration 15 --runs 3 --markdown $(BUILD)/chaos.md

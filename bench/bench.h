@@ -115,6 +115,17 @@ void bench_raw_expect(redisContext *c, int type, const char *expect_status, cons
  * trip. url NULL: a throwaway etcd from PATH. Returns the exit status. */
 int bench_etcd(const char *url, long iterations);
 
+/* A free TCP port on 127.0.0.1 (bound, read, closed: free a moment ago). */
+int bench_free_port(void);
+
+/* ------------------------------------------------------------------------
+ * redlock.c: dlock-bench --redlock
+ * ---------------------------------------------------------------------- */
+
+/* Cycle and hand-off on 5 nodes beside 5 parallel PINGs and node-redlock.
+ * url NULL: 5 throwaway redis-servers. Returns the exit status. */
+int bench_redlock(const char *url, long iterations);
+
 /* ------------------------------------------------------------------------
  * main.c: the table
  * ---------------------------------------------------------------------- */

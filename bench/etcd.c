@@ -72,7 +72,7 @@ static double pct(series *s, double p)
 
 /* ---- the throwaway etcd ------------------------------------------------- */
 
-static int free_port(void)
+int bench_free_port(void)
 {
     struct sockaddr_in a;
     socklen_t len = sizeof a;
@@ -184,8 +184,8 @@ static void start_etcd(char *url, size_t url_size)
 
     if (mkdtemp(dir) == NULL)
         bench_die("mkdtemp: %s", strerror(errno));
-    etcd_port = free_port();
-    peer_port = free_port();
+    etcd_port = bench_free_port();
+    peer_port = bench_free_port();
     snprintf(data, sizeof data, "%s/data", dir);
     snprintf(client, sizeof client, "http://127.0.0.1:%d", etcd_port);
     snprintf(peer, sizeof peer, "http://127.0.0.1:%d", peer_port);
