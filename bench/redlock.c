@@ -34,6 +34,7 @@
 #define NODES 5
 #define TARGET_NODE_RATIO 0.6 /* issue 13: dlock's cycle <= 0.6 x node-redlock's */
 #define LEASE_MS 10000
+#define HOLD_MS 2 /* A holds this long once B is subscribed */
 
 static char dir[256];
 static pid_t server_pid[NODES];
@@ -124,43 +125,10 @@ static void start_servers(int port[NODES], const char *password)
     }
 }
 
-/* ---- samples ---------------------------------------------------------------- */
-
-typedef struct {
-    int64_t *v;
-    size_t n;
-} series;
-
-static void add(series *s, int64_t ns)
-{
-    int64_t *v = realloc(s->v, (s->n + 1) * sizeof *v);
-    if (v == NULL)
-        bench_die("out of memory");
-    s->v = v;
-    s->v[s->n++] = ns;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentile, in microseconds. */
-static double us(series *s, double p)
-{
-    if (s->n == 0)
-        return 0;
-    qsort(s->v, s->n, sizeof *s->v, cmp);
-    size_t rank = (size_t)(p / 100.0 * (double)s->n + 0.999999);
-    rank = rank < 1 ? 1 : rank > s->n ? s->n : rank;
-    return (double)s->v[rank - 1] / 1000.0;
-}
-
 /* ---- measurements ------------------------------------------------------------ */
 
 /* PING to every node at once; the time until the last reply. */
-static void parallel_ping(redisContext *c[NODES], series *s)
+static void parallel_ping(redisContext *c[NODES], bench_series *s)
 {
     int64_t t0 = bench_now_ns();
     for (int i = 0; i < NODES; i++)
@@ -173,10 +141,10 @@ static void parallel_ping(redisContext *c[NODES], series *s)
         freeReplyObject(r);
     }
     if (s)
-        add(s, bench_now_ns() - t0);
+        bench_series_add(s, bench_now_ns() - t0);
 }
 
-static void cycle(dlock_client *c, const char *name, int auto_renew, series *s)
+static void cycle(dlock_client *c, const char *name, int auto_renew, bench_series *s)
 {
     dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
     dlock_lock *l = NULL;
@@ -193,39 +161,7 @@ static void cycle(dlock_client *c, const char *name, int auto_renew, series *s)
     if (rc != DLOCK_OK)
         bench_die("dlock_release: %s (%s)", dlock_strerror(rc), dlock_error_message());
     if (s)
-        add(s, bench_now_ns() - t0);
-}
-
-typedef struct {
-    dlock_client *c;
-    const char *name;
-    long count;
-    sem_t go, done;
-    int64_t end;
-    uint64_t fence;
-} waiter;
-
-static void *waiter_main(void *arg)
-{
-    waiter *w = arg;
-    dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
-    o.wait_ms = DLOCK_WAIT_FOREVER;
-    o.lease_ms = LEASE_MS;
-    for (long i = 0; i < w->count; i++) {
-        dlock_lock *l = NULL;
-        while (sem_wait(&w->go) != 0) {
-        }
-        int rc = dlock_acquire(&l, w->c, w->name, &o);
-        w->end = bench_now_ns();
-        if (rc != DLOCK_OK)
-            bench_die("hand-off: B's dlock_acquire: %s (%s)", dlock_strerror(rc),
-                      dlock_error_message());
-        w->fence = dlock_lock_fence(l);
-        if (dlock_release(l) != DLOCK_OK)
-            bench_die("hand-off: B's dlock_release: %s", dlock_error_message());
-        sem_post(&w->done);
-    }
-    return NULL;
+        bench_series_add(s, bench_now_ns() - t0);
 }
 
 /* Subscribers to the lock's release channel on node 0: B's watch is there. */
@@ -240,12 +176,13 @@ static long long subscribers(redisContext *c, const char *name)
     return n;
 }
 
-/* A holds, B waits (subscribed), A releases at t0, B's acquire returns at t1. */
+/* A holds, B waits (subscribed), A releases at t0, B's acquire returns at t1;
+ * B must not get the lock before t0, and its fence must be above A's. */
 static void handoff(const char *url, redisContext *node0, const char *name, long count,
-                    series *s)
+                    bench_series *s)
 {
     dlock_client *ca = NULL, *cb = NULL;
-    waiter w;
+    bench_waiter w;
     pthread_t tb;
     if (dlock_client_open(&ca, url, NULL) != DLOCK_OK ||
         dlock_client_open(&cb, url, NULL) != DLOCK_OK)
@@ -254,9 +191,10 @@ static void handoff(const char *url, redisContext *node0, const char *name, long
     w.c = cb;
     w.name = name;
     w.count = count + 5;
+    w.lease_ms = LEASE_MS;
     sem_init(&w.go, 0, 0);
     sem_init(&w.done, 0, 0);
-    if (pthread_create(&tb, NULL, waiter_main, &w) != 0)
+    if (pthread_create(&tb, NULL, bench_waiter_main, &w) != 0)
         bench_die("pthread_create failed");
     for (long i = 0; i < count + 5; i++) {
         dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
@@ -265,12 +203,13 @@ static void handoff(const char *url, redisContext *node0, const char *name, long
         if (dlock_acquire(&l, ca, name, &o) != DLOCK_OK)
             bench_die("hand-off: A's dlock_acquire: %s", dlock_error_message());
         uint64_t fa = dlock_lock_fence(l);
-        long long before = subscribers(node0, name);
+        struct timespec ms = {0, 1000000L}, hold = {0, HOLD_MS * 1000000L};
         sem_post(&w.go);
-        for (int k = 0; k < 5000 && subscribers(node0, name) <= before; k++) {
-            struct timespec ts = {0, 200 * 1000L};
-            nanosleep(&ts, NULL);
-        }
+        /* B subscribes on every node once and stays subscribed: wait for
+         * that, then give its try time to find the lock busy and sleep. */
+        for (int k = 0; k < 5000 && subscribers(node0, name) < 1; k++)
+            nanosleep(&ms, NULL);
+        nanosleep(&hold, NULL);
         int64_t t0 = bench_now_ns();
         if (dlock_release(l) != DLOCK_OK)
             bench_die("hand-off: A's dlock_release: %s", dlock_error_message());
@@ -282,7 +221,7 @@ static void handoff(const char *url, redisContext *node0, const char *name, long
             bench_die("hand-off: B's fence %llu is not above A's %llu",
                       (unsigned long long)w.fence, (unsigned long long)fa);
         if (i >= 5)
-            add(s, w.end - t0);
+            bench_series_add(s, w.end - t0);
     }
     pthread_join(tb, NULL);
     dlock_client_free(ca);
@@ -428,7 +367,7 @@ int bench_redlock(const char *given_url, long iterations)
            bench_redacted(url), given_url ? "given" : "started by this run, loopback TCP");
     printf("  %ld cycles each, %ld hand-offs, lease %d ms; not pinned\n", n, handoffs, LEASE_MS);
 
-    series ping = {0}, cyc[2] = {{0}, {0}}, hand = {0};
+    bench_series ping = {0}, cyc[2] = {{0}, {0}}, hand = {0};
     for (long i = 0; i < n / 10 + 50; i++) { /* warm-up */
         parallel_ping(raw, NULL);
         cycle(client[1], name[1], 1, NULL);
@@ -452,29 +391,29 @@ int bench_redlock(const char *given_url, long iterations)
     }
     handoff(url, raw[0], hname, handoffs, &hand);
 
-    double p50 = us(&ping, 50);
+    double p50 = bench_series_us(&ping, 50);
     char base[64];
     printf("\n");
     snprintf(base, sizeof base, "%d PINGs in parallel", NODES);
-    bench_print_row(base, p50, us(&ping, 99), -1, NULL, 1.0, 0);
+    bench_print_row(base, p50, bench_series_us(&ping, 99), -1, NULL, 1.0, 0);
     snprintf(base, sizeof base, "parallel PING %.1f", p50);
     for (int a = 0; a < 2; a++) {
         char label[64];
         snprintf(label, sizeof label, "dlock cycle, auto_renew=%d", a);
-        bench_print_row(label, us(&cyc[a], 50), us(&cyc[a], 99), -1, base, us(&cyc[a], 50) / p50,
+        bench_print_row(label, bench_series_us(&cyc[a], 50), bench_series_us(&cyc[a], 99), -1, base, bench_series_us(&cyc[a], 50) / p50,
                         0);
     }
-    bench_print_row("dlock hand-off release -> waiter", us(&hand, 50), us(&hand, 99), -1, base,
-                    us(&hand, 50) / p50, 0);
+    bench_print_row("dlock hand-off release -> waiter", bench_series_us(&hand, 50), bench_series_us(&hand, 99), -1, base,
+                    bench_series_us(&hand, 50) / p50, 0);
     if (node_ok == 0) {
         char nb[64];
         bench_print_row("node-redlock cycle (redlock v5, ioredis)", node50, node99, -1, base,
                         node50 / p50, 0);
         snprintf(nb, sizeof nb, "node-redlock %.1f", node50);
         bench_print_row("dlock cycle (auto_renew=0) vs node-redlock", -1, -1, -1, nb,
-                        us(&cyc[0], 50) / node50, TARGET_NODE_RATIO);
+                        bench_series_us(&cyc[0], 50) / node50, TARGET_NODE_RATIO);
         bench_print_row("dlock cycle (auto_renew=1) vs node-redlock", -1, -1, -1, nb,
-                        us(&cyc[1], 50) / node50, TARGET_NODE_RATIO);
+                        bench_series_us(&cyc[1], 50) / node50, TARGET_NODE_RATIO);
     } else {
         printf("node-redlock: not measured: %s\n", why);
     }
