@@ -36,7 +36,7 @@ bench-redlock: build
 	@if [ ! -f $(BUILD)/node-redlock/node_modules/redlock/package.json ]; then \
 		if command -v npm >/dev/null 2>&1; then \
 			mkdir -p $(BUILD)/node-redlock && cd $(BUILD)/node-redlock && \
-			npm install --no-audit --no-fund --no-save redlock@5.0.0-beta.2 ioredis@5 >/dev/null; \
+			npm install --prefix . --no-audit --no-fund --no-save redlock@5.0.0-beta.2 ioredis@5 >/dev/null; \
 		else echo "bench-redlock: npm is missing (apt-get install nodejs npm); measuring dlock alone"; fi; \
 	fi
 	@$(BUILD)/bench/dlock-bench --redlock
