@@ -11,7 +11,7 @@ BUILD ?= build
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all build deps test verify demo bench install clean chaos fuzz
+.PHONY: all build deps test verify demo bench bench-redlock install clean chaos fuzz
 
 all: build
 
@@ -35,6 +35,18 @@ demo: deps
 bench: deps
 	@$(MAKE) --no-print-directory build
 	@$(BUILD)/bench/dlock-bench
+
+# Redlock on 5 throwaway redis-servers beside node-redlock (npm's redlock v5
+# and ioredis, installed under $(BUILD)/node-redlock; docs/bench.md).
+bench-redlock: deps
+	@$(MAKE) --no-print-directory build
+	@if [ ! -f $(BUILD)/node-redlock/node_modules/redlock/package.json ]; then \
+		if command -v npm >/dev/null 2>&1; then \
+			mkdir -p $(BUILD)/node-redlock && cd $(BUILD)/node-redlock && \
+			npm install --prefix . --no-audit --no-fund --no-save redlock@5.0.0-beta.2 ioredis@5 >/dev/null; \
+		else echo "bench-redlock: npm is missing (apt-get install nodejs npm); measuring dlock alone"; fi; \
+	fi
+	@$(BUILD)/bench/dlock-bench --redlock
 
 chaos: deps
 	@$(MAKE) --no-print-directory build

@@ -14,7 +14,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <dlock/dlock.h>
 #include <hiredis/hiredis.h>
+#include <semaphore.h>
 
 /* ------------------------------------------------------------------------
  * main.c
@@ -115,6 +117,43 @@ void bench_raw_expect(redisContext *c, int type, const char *expect_status, cons
 /* The etcd section: cycle and hand-off beside the raw /v3/kv/range round
  * trip. url NULL: a throwaway etcd from PATH. Returns the exit status. */
 int bench_etcd(const char *url, long iterations);
+
+/* Latency samples in nanoseconds; {0} is empty. */
+typedef struct {
+    int64_t *v;
+    size_t n;
+} bench_series;
+
+void bench_series_add(bench_series *s, int64_t ns);
+
+/* Nearest-rank percentile p (0..100] of the samples, in microseconds. */
+double bench_series_us(bench_series *s, double p);
+
+/* The hand-off's B: count times, waits for go, acquires name on c (waiting
+ * forever, lease_ms if not 0), notes when the call returned (end) and the
+ * fence, releases, posts done. Dies on failure. */
+typedef struct {
+    dlock_client *c;
+    const char *name;
+    long count;
+    long lease_ms;
+    sem_t go, done;
+    int64_t end;
+    uint64_t fence;
+} bench_waiter;
+
+void *bench_waiter_main(void *arg);
+
+/* A free TCP port on 127.0.0.1 (bound, read, closed: free a moment ago). */
+int bench_free_port(void);
+
+/* ------------------------------------------------------------------------
+ * redlock.c: dlock-bench --redlock
+ * ---------------------------------------------------------------------- */
+
+/* Cycle and hand-off on 5 nodes beside 5 parallel PINGs and node-redlock.
+ * url NULL: 5 throwaway redis-servers. Returns the exit status. */
+int bench_redlock(const char *url, long iterations);
 
 /* ------------------------------------------------------------------------
  * main.c: the table

@@ -39,12 +39,7 @@ static pid_t janitor_pid;
 
 /* ---- samples ------------------------------------------------------------ */
 
-typedef struct {
-    int64_t *v;
-    size_t n;
-} series;
-
-static void series_add(series *s, int64_t ns)
+void bench_series_add(bench_series *s, int64_t ns)
 {
     int64_t *v = realloc(s->v, (s->n + 1) * sizeof *v);
     if (v == NULL)
@@ -59,7 +54,7 @@ static int cmp64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static double pct(series *s, double p)
+double bench_series_us(bench_series *s, double p)
 {
     size_t rank;
 
@@ -73,7 +68,7 @@ static double pct(series *s, double p)
 
 /* ---- the throwaway etcd ------------------------------------------------- */
 
-static int free_port(void)
+int bench_free_port(void)
 {
     struct sockaddr_in a;
     socklen_t len = sizeof a;
@@ -185,8 +180,8 @@ static void start_etcd(char *url, size_t url_size)
 
     if (mkdtemp(dir) == NULL)
         bench_die("mkdtemp: %s", strerror(errno));
-    etcd_port = free_port();
-    peer_port = free_port();
+    etcd_port = bench_free_port();
+    peer_port = bench_free_port();
     snprintf(data, sizeof data, "%s/data", dir);
     snprintf(client, sizeof client, "http://127.0.0.1:%d", etcd_port);
     snprintf(peer, sizeof peer, "http://127.0.0.1:%d", peer_port);
@@ -294,7 +289,7 @@ static void reqs_print(const char *label, const reqs *a, const reqs *b, long uni
 
 /* ---- measurements ---------------------------------------------------------- */
 
-static void cycle(dlock_client *c, const char *name, int auto_renew, series *s)
+static void cycle(dlock_client *c, const char *name, int auto_renew, bench_series *s)
 {
     dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
     dlock_lock *l = NULL;
@@ -310,33 +305,27 @@ static void cycle(dlock_client *c, const char *name, int auto_renew, series *s)
     if (rc != DLOCK_OK)
         bench_die("dlock_release: %s (%s)", dlock_strerror(rc), dlock_error_message());
     if (s != NULL)
-        series_add(s, bench_now_ns() - t0);
+        bench_series_add(s, bench_now_ns() - t0);
 }
 
-static void raw(CURL *h, const char *path, const char *body, series *s)
+static void raw(CURL *h, const char *path, const char *body, bench_series *s)
 {
     int64_t t0 = bench_now_ns();
 
     if (post(h, path, body) != 0)
         bench_die("raw %s failed", path);
     if (s != NULL)
-        series_add(s, bench_now_ns() - t0);
+        bench_series_add(s, bench_now_ns() - t0);
 }
 
-typedef struct {
-    dlock_client *c;
-    const char *name;
-    long count;
-    sem_t go, done;
-    int64_t end;
-} waiter;
-
-static void *waiter_main(void *arg)
+void *bench_waiter_main(void *arg)
 {
-    waiter *w = arg;
+    bench_waiter *w = arg;
     dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
 
     o.wait_ms = DLOCK_WAIT_FOREVER;
+    if (w->lease_ms)
+        o.lease_ms = w->lease_ms;
     for (long i = 0; i < w->count; i++) {
         dlock_lock *l = NULL;
         int rc;
@@ -347,6 +336,7 @@ static void *waiter_main(void *arg)
         if (rc != DLOCK_OK)
             bench_die("hand-off: B's dlock_acquire: %s (%s)", dlock_strerror(rc),
                       dlock_error_message());
+        w->fence = dlock_lock_fence(l);
         if (dlock_release(l) != DLOCK_OK)
             bench_die("hand-off: B's dlock_release: %s", dlock_error_message());
         sem_post(&w->done);
@@ -359,10 +349,10 @@ int bench_etcd(const char *given_url, long iterations)
     char url[1024], name[2][96], hname[96], rawkey[160];
     long n = iterations / 5 < 20 ? 20 : iterations / 5, handoffs = n / 10 < 20 ? 20 : n / 10;
     dlock_client *client[2] = {NULL, NULL}, *ca = NULL, *cb = NULL;
-    series range = {0}, put = {0}, cyc[2] = {{0}, {0}}, hand = {0};
+    bench_series range = {0}, put = {0}, cyc[2] = {{0}, {0}}, hand = {0};
     reqs r0, r1, r2;
     CURL *h;
-    waiter w;
+    bench_waiter w;
     pthread_t tb;
     int own = given_url == NULL;
 
@@ -425,7 +415,7 @@ int bench_etcd(const char *given_url, long iterations)
     w.count = handoffs + 5;
     sem_init(&w.go, 0, 0);
     sem_init(&w.done, 0, 0);
-    if (pthread_create(&tb, NULL, waiter_main, &w) != 0)
+    if (pthread_create(&tb, NULL, bench_waiter_main, &w) != 0)
         bench_die("pthread_create failed");
     for (long i = 0; i < handoffs + 5; i++) {
         dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
@@ -454,27 +444,27 @@ int bench_etcd(const char *given_url, long iterations)
         if (w.end < t0)
             bench_die("hand-off: B got the lock before A released it");
         if (i >= 5)
-            series_add(&hand, w.end - t0);
+            bench_series_add(&hand, w.end - t0);
     }
     pthread_join(tb, NULL);
     reqs_take(&r2);
 
     {
-        double r50 = pct(&range, 50), p50 = pct(&put, 50);
+        double r50 = bench_series_us(&range, 50), p50 = bench_series_us(&put, 50);
         printf("\n%-38s %9s %9s  %s\n", "measurement", "p50 us", "p99 us", "p50 / range p50");
-        printf("%-38s %9.1f %9.1f  %6.2f\n", "raw /v3/kv/range (libcurl)", r50, pct(&range, 99),
+        printf("%-38s %9.1f %9.1f  %6.2f\n", "raw /v3/kv/range (libcurl)", r50, bench_series_us(&range, 99),
                1.0);
-        printf("%-38s %9.1f %9.1f  %6.2f\n", "raw /v3/kv/put (raft write)", p50, pct(&put, 99),
+        printf("%-38s %9.1f %9.1f  %6.2f\n", "raw /v3/kv/put (raft write)", p50, bench_series_us(&put, 99),
                p50 / r50);
         for (int a = 1; a >= 0; a--) {
             char label[64];
-            double c50 = pct(&cyc[a], 50);
+            double c50 = bench_series_us(&cyc[a], 50);
             snprintf(label, sizeof label, "cycle acquire+release, auto_renew=%d", a);
-            printf("%-38s %9.1f %9.1f  %6.2f   (%.2f x put)\n", label, c50, pct(&cyc[a], 99),
+            printf("%-38s %9.1f %9.1f  %6.2f   (%.2f x put)\n", label, c50, bench_series_us(&cyc[a], 99),
                    c50 / r50, c50 / p50);
         }
         printf("%-38s %9.1f %9.1f  %6.2f   (%.2f x put)\n", "hand-off release -> next holder",
-               pct(&hand, 50), pct(&hand, 99), pct(&hand, 50) / r50, pct(&hand, 50) / p50);
+               bench_series_us(&hand, 50), bench_series_us(&hand, 99), bench_series_us(&hand, 50) / r50, bench_series_us(&hand, 50) / p50);
         printf("\netcd requests per unit (etcd's grpc_server_started_total):\n");
         reqs_print("per cycle:", &r0, &r1, 100);
         reqs_print("per hand-off (A and B):", &r1, &r2, handoffs + 5);

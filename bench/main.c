@@ -39,6 +39,7 @@ static bench_endpoint endpoint;
 static long iterations = 5000;
 static int pin = 1;
 static int etcd; /* --etcd: the etcd section (bench/etcd.c) instead */
+static int redlock; /* --redlock: the Redlock section (bench/redlock.c) instead */
 static double seconds = 2.0;
 static char key_base[64]; /* unique per run, so runs against one server never meet */
 
@@ -742,6 +743,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: dlock-bench [--url URL] [--iterations N] [--seconds S] [--no-pin] [--etcd]\n"
+            "                   [--redlock]\n"
             "\n"
             "  --url URL         the Redis server to measure (default: start a throwaway\n"
             "                    redis-server from PATH on a unix socket in a 0700 folder)\n"
@@ -752,6 +754,9 @@ static void usage(FILE *f)
             "                    CPUs (default: table A on two CPUs, table B on one)\n"
             "  --etcd            measure etcd instead (--url etcd://host:port, or a\n"
             "                    throwaway etcd from PATH); see bench/etcd.c\n"
+            "  --redlock         measure Redlock on 5 nodes beside node-redlock instead\n"
+            "                    (--url redlock://..., or 5 throwaway redis-servers);\n"
+            "                    see bench/redlock.c and `make bench-redlock`\n"
             "\n"
             "Prints p50/p99 latencies and throughputs beside the raw hiredis round trip\n"
             "of the same run, and whether the targets are met. See docs/bench.md.\n");
@@ -764,6 +769,7 @@ static void parse_args(int argc, char **argv)
                                              {"seconds", required_argument, NULL, 's'},
                                              {"no-pin", no_argument, NULL, 'p'},
                                              {"etcd", no_argument, NULL, 'e'},
+                                             {"redlock", no_argument, NULL, 'r'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     int opt;
@@ -799,6 +805,9 @@ static void parse_args(int argc, char **argv)
             break;
         case 'e':
             etcd = 1;
+            break;
+        case 'r':
+            redlock = 1;
             break;
         case 'h':
             usage(stdout);
@@ -946,6 +955,8 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (etcd)
         return bench_etcd(url[0] ? url : NULL, iterations);
+    if (redlock)
+        return bench_redlock(url[0] ? url : NULL, iterations);
 
     int own_server = url[0] == 0;
     if (own_server)

@@ -1,17 +1,19 @@
 #!/bin/sh
 # SPDX-License-Identifier: BSD-3-Clause
-# Model-checks the Redis mutex protocol (models/redis_mutex.pml) with spin,
-# as `make verify` and CI run it (docs/verification.md):
-#   - under the grant rule the code follows, spin must find no violation of
-#     the three properties, in three configurations;
-#   - under the old rule (-DOLD_GRANT), spin must find property (1) broken;
-#     the counterexample is printed.
+# Model-checks dlock's protocols with spin, as `make verify` and CI run it
+# (docs/verification.md):
+#   - the Redis mutex (models/redis_mutex.pml): under the grant rule the code
+#     follows, spin must find no violation of the three properties, in three
+#     configurations; under the old rule (-DOLD_GRANT), spin must find
+#     property (1) broken; the counterexample is printed;
+#   - the Redlock fence (models/redlock.pml): spin must find no violation of
+#     properties (2) and (3); without round 2 (-DNO_ROUND2) and with a node
+#     that forgets its high-water mark (-DFORGET), it must find (2) broken.
 # Each check builds its own pan in a temporary directory. Exits non-zero if
 # any expectation fails.
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
-model="$here/redis_mutex.pml"
 cc=${CC:-cc}
 
 command -v spin >/dev/null 2>&1 || {
@@ -29,9 +31,10 @@ failed=0
 n=0
 
 # Which property the assertion pan reports is: (2) and (3) assert on their
-# ghosts, (1) on what the clients believe.
+# ghosts (last_fence, or redlock.pml's issued; store_tok), (1) on what the
+# clients believe.
 which_property() {
-    if grep -q 'assertion violated.*last_fence' "$1"; then
+    if grep -q -e 'assertion violated.*last_fence' -e 'assertion violated.*issued' "$1"; then
         echo 2
     elif grep -q 'assertion violated.*store_tok' "$1"; then
         echo 3
@@ -42,17 +45,18 @@ which_property() {
     fi
 }
 
-# check EXPECT TITLE SPIN-FLAGS...
+# check MODEL EXPECT TITLE SPIN-FLAGS...
+#   MODEL:  the file name under models/.
 #   EXPECT: "none" (the exhaustive search finds no violation) or the number
 #           of the property spin must find broken.
 check() {
-    expect=$1 title=$2
-    shift 2
+    model=$1 expect=$2 title=$3
+    shift 3
     n=$((n + 1))
     dir="$tmp/$n"
     mkdir "$dir"
-    cp "$model" "$dir/"
-    if ! (cd "$dir" && spin "$@" -a redis_mutex.pml >spin.log 2>&1 &&
+    cp "$here/$model" "$dir/"
+    if ! (cd "$dir" && spin "$@" -a "$model" >spin.log 2>&1 &&
           "$cc" -O2 -w -DSAFETY -DCOLLAPSE -DMEMLIM=4096 -o pan pan.c \
               >cc.log 2>&1); then
         echo "FAIL  $title: the model did not build (spin $*)"
@@ -77,7 +81,7 @@ check() {
         tail -5 "$dir/pan.log" | sed 's/^/      /'
         failed=$((failed + 1))
     elif [ "$expect" = none ] && [ -z "$broken" ]; then
-        echo "PASS  $title: no violation of (1)-(3) ($stats)"
+        echo "PASS  $title: no violation ($stats)"
         passed=$((passed + 1))
     elif [ "$expect" = "$broken" ]; then
         echo "PASS  $title: spin finds property ($broken) broken, as expected ($stats); the trail:"
@@ -94,18 +98,25 @@ check() {
 }
 
 # trail DIR SPIN-FLAGS...: replay pan's counterexample, printing the model's
-# narration (its printf lines, which start with the time).
+# narration (its printf lines: redis_mutex.pml's start with the time,
+# redlock.pml's with a client or a node).
 trail() {
     dir=$1
     shift
-    (cd "$dir" && spin -t "$@" redis_mutex.pml 2>&1) | sed -n 's/^ *\(t=[0-9]\)/      \1/p'
+    (cd "$dir" && spin -t "$@" "$model" 2>&1) |
+        sed -n 's/^ *\(t=[0-9]\|c[0-9][ :]\|node [0-9]\)/      \1/p'
 }
 
 spin -V
-check none "new grant rule, 3 clients, 8 ticks"
-check none "new grant rule, 2 clients x 2 acquisitions, 10 ticks" -DN=2 -DROUNDS=2 -DTMAX=10
-check none "new grant rule, request and reply delays, 3 clients, 4 ticks" -DDELAY -DTMAX=4
-check 1 "old grant rule (-DOLD_GRANT), 3 clients, 8 ticks" -DOLD_GRANT -DPROPS=1
+m=redis_mutex.pml
+check $m none "mutex: new grant rule, 3 clients, 8 ticks"
+check $m none "mutex: new grant rule, 2 clients x 2 acquisitions, 10 ticks" -DN=2 -DROUNDS=2 -DTMAX=10
+check $m none "mutex: new grant rule, request and reply delays, 3 clients, 4 ticks" -DDELAY -DTMAX=4
+check $m 1 "mutex: old grant rule (-DOLD_GRANT), 3 clients, 8 ticks" -DOLD_GRANT -DPROPS=1
+m=redlock.pml
+check $m none "redlock: 3 nodes, 2 clients, a renewal each"
+check $m 2 "redlock: no round 2 (-DNO_ROUND2), 3 nodes, 3 clients" -DNO_ROUND2 -DCLIENTS=3 -DRENEWS=0
+check $m 2 "redlock: a node forgets its high-water (-DFORGET), 3 nodes, 2 clients" -DFORGET
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

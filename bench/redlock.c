@@ -1,0 +1,434 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * dlock-bench --redlock: what a Redlock cycle and hand-off cost over 5
+ * independent Redis masters, beside 5 raw PINGs sent in parallel (the floor
+ * of any round over the nodes) and beside node-redlock (npm's redlock v5 on
+ * ioredis) on the same servers in the same run.
+ *
+ * Without --url it starts 5 throwaway redis-servers on free loopback ports,
+ * without persistence, in a mkdtemp folder, each with a random password (a
+ * TCP port is open to every local user; node-redlock needs TCP). They die
+ * with the bench (PR_SET_PDEATHSIG) and are stopped when it exits.
+ *
+ * node-redlock runs as `node bench/node_redlock.js` with NODE_PATH set to
+ * DLOCK_BENCH_NODE_MODULES, or by default build/node-redlock/node_modules,
+ * where `make bench-redlock` installs it. Without node or the modules the
+ * bench says so and measures dlock alone.
+ */
+#include "bench.h"
+
+#include <dlock/dlock.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NODES 5
+#define TARGET_NODE_RATIO 0.6 /* issue 13: dlock's cycle <= 0.6 x node-redlock's */
+#define LEASE_MS 10000
+#define HOLD_MS 2 /* A holds this long once B is subscribed */
+
+static char dir[256];
+static pid_t server_pid[NODES];
+static int nservers;
+
+/* ---- the throwaway servers ------------------------------------------------ */
+
+/* In a child before exec: the bench blocks SIGTERM and friends in every
+ * thread (bench_signals_init), and a blocked mask survives exec, so unblock
+ * them, or the servers would ignore the SIGTERM that stops them. Die with
+ * the bench. */
+static void child_signals(void)
+{
+    sigset_t all;
+    sigfillset(&all);
+    sigprocmask(SIG_UNBLOCK, &all, NULL);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+}
+
+static void stop_servers(void)
+{
+    for (int i = 0; i < nservers; i++) {
+        kill(server_pid[i], SIGTERM);
+        waitpid(server_pid[i], NULL, 0);
+    }
+    nservers = 0;
+    if (dir[0]) {
+        char cmd[320];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "dlock-bench: could not remove %s\n", dir);
+        dir[0] = 0;
+    }
+}
+
+static void random_hex(char *out, size_t bytes)
+{
+    unsigned char b[64];
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (f == NULL || bytes > sizeof b || fread(b, 1, bytes, f) != bytes)
+        bench_die("cannot read /dev/urandom");
+    fclose(f);
+    for (size_t i = 0; i < bytes; i++)
+        sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+static void start_servers(int port[NODES], const char *password)
+{
+    snprintf(dir, sizeof dir, "%s/dlock-bench-redlock-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (mkdtemp(dir) == NULL)
+        bench_die("mkdtemp: %s", strerror(errno));
+    for (int i = 0; i < NODES; i++) {
+        char p[16], logf[320];
+        port[i] = bench_free_port();
+        snprintf(p, sizeof p, "%d", port[i]);
+        snprintf(logf, sizeof logf, "%s/redis-%d.log", dir, i);
+        pid_t pid = fork();
+        if (pid < 0)
+            bench_die("fork: %s", strerror(errno));
+        if (pid == 0) {
+            child_signals();
+            execlp("redis-server", "redis-server", "--port", p, "--bind", "127.0.0.1", "--save",
+                   "", "--appendonly", "no", "--dir", dir, "--logfile", logf, "--requirepass",
+                   password, (char *)NULL);
+            _exit(127);
+        }
+        server_pid[nservers++] = pid;
+    }
+    /* Wait until each answers (generous: a loaded machine starts slowly). */
+    for (int i = 0; i < NODES; i++) {
+        int up = 0;
+        for (int k = 0; k < 1000 && !up; k++) {
+            redisContext *c = redisConnect("127.0.0.1", port[i]);
+            if (c && !c->err) {
+                redisReply *r = redisCommand(c, "AUTH %s", password);
+                up = r && r->type == REDIS_REPLY_STATUS;
+                freeReplyObject(r);
+            }
+            redisFree(c);
+            if (!up) {
+                struct timespec ts = {0, 10 * 1000000L};
+                nanosleep(&ts, NULL);
+            }
+        }
+        if (!up)
+            bench_die("redis-server on port %d did not start (see %s)", port[i], dir);
+    }
+}
+
+/* ---- measurements ------------------------------------------------------------ */
+
+/* PING to every node at once; the time until the last reply. */
+static void parallel_ping(redisContext *c[NODES], bench_series *s)
+{
+    int64_t t0 = bench_now_ns();
+    for (int i = 0; i < NODES; i++)
+        if (redisAppendCommand(c[i], "PING") != REDIS_OK)
+            bench_die("PING: %s", c[i]->errstr);
+    for (int i = 0; i < NODES; i++) {
+        redisReply *r = NULL;
+        if (redisGetReply(c[i], (void **)&r) != REDIS_OK || r->type != REDIS_REPLY_STATUS)
+            bench_die("PING: %s", r ? "unexpected reply" : c[i]->errstr);
+        freeReplyObject(r);
+    }
+    if (s)
+        bench_series_add(s, bench_now_ns() - t0);
+}
+
+static void cycle(dlock_client *c, const char *name, int auto_renew, bench_series *s)
+{
+    dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+    dlock_lock *l = NULL;
+    o.wait_ms = 0;
+    o.lease_ms = LEASE_MS;
+    o.auto_renew = auto_renew;
+    int64_t t0 = bench_now_ns();
+    int rc = dlock_acquire(&l, c, name, &o);
+    if (rc != DLOCK_OK)
+        bench_die("dlock_acquire: %s (%s)", dlock_strerror(rc), dlock_error_message());
+    if (dlock_lock_fence(l) == 0)
+        bench_die("dlock_acquire gave a lock with fence 0");
+    rc = dlock_release(l);
+    if (rc != DLOCK_OK)
+        bench_die("dlock_release: %s (%s)", dlock_strerror(rc), dlock_error_message());
+    if (s)
+        bench_series_add(s, bench_now_ns() - t0);
+}
+
+/* Subscribers to the lock's release channel on node 0: B's watch is there. */
+static long long subscribers(redisContext *c, const char *name)
+{
+    redisReply *r = redisCommand(c, "PUBSUB NUMSUB dlock:{%s}:release", name);
+    long long n = 0;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_INTEGER)
+        n = r->element[1]->integer;
+    freeReplyObject(r);
+    return n;
+}
+
+/* A holds, B waits (subscribed), A releases at t0, B's acquire returns at t1;
+ * B must not get the lock before t0, and its fence must be above A's. */
+static void handoff(const char *url, redisContext *node0, const char *name, long count,
+                    bench_series *s)
+{
+    dlock_client *ca = NULL, *cb = NULL;
+    bench_waiter w;
+    pthread_t tb;
+    if (dlock_client_open(&ca, url, NULL) != DLOCK_OK ||
+        dlock_client_open(&cb, url, NULL) != DLOCK_OK)
+        bench_die("dlock_client_open: %s", dlock_error_message());
+    memset(&w, 0, sizeof w);
+    w.c = cb;
+    w.name = name;
+    w.count = count + 5;
+    w.lease_ms = LEASE_MS;
+    sem_init(&w.go, 0, 0);
+    sem_init(&w.done, 0, 0);
+    if (pthread_create(&tb, NULL, bench_waiter_main, &w) != 0)
+        bench_die("pthread_create failed");
+    for (long i = 0; i < count + 5; i++) {
+        dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+        dlock_lock *l = NULL;
+        o.lease_ms = LEASE_MS;
+        if (dlock_acquire(&l, ca, name, &o) != DLOCK_OK)
+            bench_die("hand-off: A's dlock_acquire: %s", dlock_error_message());
+        uint64_t fa = dlock_lock_fence(l);
+        struct timespec ms = {0, 1000000L}, hold = {0, HOLD_MS * 1000000L};
+        sem_post(&w.go);
+        /* B subscribes on every node once and stays subscribed: wait for
+         * that, then give its try time to find the lock busy and sleep. */
+        for (int k = 0; k < 5000 && subscribers(node0, name) < 1; k++)
+            nanosleep(&ms, NULL);
+        nanosleep(&hold, NULL);
+        int64_t t0 = bench_now_ns();
+        if (dlock_release(l) != DLOCK_OK)
+            bench_die("hand-off: A's dlock_release: %s", dlock_error_message());
+        while (sem_wait(&w.done) != 0) {
+        }
+        if (w.end < t0)
+            bench_die("hand-off: B got the lock before A released it");
+        if (w.fence <= fa)
+            bench_die("hand-off: B's fence %llu is not above A's %llu",
+                      (unsigned long long)w.fence, (unsigned long long)fa);
+        if (i >= 5)
+            bench_series_add(s, w.end - t0);
+    }
+    pthread_join(tb, NULL);
+    dlock_client_free(ca);
+    dlock_client_free(cb);
+}
+
+/* ---- node-redlock --------------------------------------------------------------- */
+
+/* Run node_redlock.js; its p50 and p99 in microseconds, or 0 with why. */
+static int node_redlock(const char *hosts, const char *password, long iterations, double *p50,
+                        double *p99, char *why, size_t why_size)
+{
+    const char *modules = getenv("DLOCK_BENCH_NODE_MODULES");
+    if (modules == NULL)
+        modules = DLOCK_BENCH_NODE_MODULES_DEFAULT;
+    char probe[1200];
+    snprintf(probe, sizeof probe, "%s/redlock/package.json", modules);
+    struct stat st;
+    if (stat(probe, &st) != 0) {
+        snprintf(why, why_size, "no %s (make bench-redlock installs it with npm)", probe);
+        return -1;
+    }
+    int fds[2];
+    if (pipe(fds) != 0)
+        bench_die("pipe: %s", strerror(errno));
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0)
+        bench_die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        char n[32];
+        snprintf(n, sizeof n, "%ld", iterations);
+        dup2(fds[1], 1);
+        close(fds[0]);
+        close(fds[1]);
+        child_signals();
+        setenv("NODE_PATH", modules, 1);
+        if (password[0])
+            setenv("DLOCK_BENCH_REDIS_PASSWORD", password, 1);
+        execlp("node", "node", DLOCK_BENCH_NODE_SCRIPT, n, hosts, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    char out[512] = "";
+    size_t len = 0;
+    ssize_t got;
+    while (len < sizeof out - 1 && (got = read(fds[0], out + len, sizeof out - 1 - len)) != 0) {
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            break;
+        len += (size_t)got;
+    }
+    out[len] = 0;
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    const char *a = strstr(out, "cycle_p50_us="), *b = strstr(out, "cycle_p99_us=");
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || a == NULL || b == NULL) {
+        snprintf(why, why_size, "node %s failed (exit %d%s)", DLOCK_BENCH_NODE_SCRIPT,
+                 WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+                 WIFEXITED(status) && WEXITSTATUS(status) == 127 ? ": node not in PATH" : "");
+        return -1;
+    }
+    *p50 = strtod(a + strlen("cycle_p50_us="), NULL);
+    *p99 = strtod(b + strlen("cycle_p99_us="), NULL);
+    return 0;
+}
+
+/* Split redlock://[user:password@]h1:p1,...[/db][?...] into the host list
+ * and the password. */
+static void split_url(const char *url, char *hosts, size_t hosts_size, char *password,
+                      size_t password_size)
+{
+    const char *p = url + strlen("redlock://");
+    const char *at = strchr(p, '@');
+    password[0] = 0;
+    if (at) {
+        const char *colon = memchr(p, ':', (size_t)(at - p));
+        if (colon)
+            snprintf(password, password_size, "%.*s", (int)(at - colon - 1), colon + 1);
+        p = at + 1;
+    }
+    snprintf(hosts, hosts_size, "%.*s", (int)strcspn(p, "/?"), p);
+}
+
+/* ---- the section ------------------------------------------------------------------ */
+
+int bench_redlock(const char *given_url, long iterations)
+{
+    char url[2048], hosts[1024], password[256];
+    int port[NODES];
+    long n = iterations / 2 < 200 ? 200 : iterations / 2;
+    long handoffs = n / 10 < 20 ? 20 : n / 10;
+
+    if (given_url) {
+        if (strncmp(given_url, "redlock://", 10) != 0)
+            bench_die("--redlock --url wants a redlock:// URL");
+        snprintf(url, sizeof url, "%s", given_url);
+    } else {
+        char pw[33];
+        random_hex(pw, 16);
+        start_servers(port, pw);
+        int len = snprintf(url, sizeof url, "redlock://:%s@", pw);
+        for (int i = 0; i < NODES; i++)
+            len += snprintf(url + len, sizeof url - (size_t)len, "%s127.0.0.1:%d", i ? "," : "",
+                            port[i]);
+    }
+    atexit(stop_servers);
+    split_url(url, hosts, sizeof hosts, password, sizeof password);
+
+    dlock_client *client[2] = {NULL, NULL};
+    for (int a = 0; a < 2; a++)
+        if (dlock_client_open(&client[a], url, NULL) != DLOCK_OK)
+            bench_die("dlock_client_open: %s", dlock_error_message());
+    redisContext *raw[NODES];
+    int nraw = 0;
+    for (char *h = hosts; *h && nraw < NODES;) {
+        size_t hl = strcspn(h, ",");
+        char host[256];
+        snprintf(host, sizeof host, "%.*s", (int)hl, h);
+        char *colon = strrchr(host, ':');
+        if (colon == NULL)
+            bench_die("--url: %s has no port", host);
+        *colon = 0;
+        raw[nraw] = redisConnect(host, atoi(colon + 1));
+        if (raw[nraw] == NULL || raw[nraw]->err)
+            bench_die("connect %s: %s", host, raw[nraw] ? raw[nraw]->errstr : "out of memory");
+        if (password[0])
+            bench_raw_expect(raw[nraw], REDIS_REPLY_STATUS, "OK", "AUTH %s", password);
+        nraw++;
+        h += hl + (h[hl] == ',');
+    }
+    if (nraw != NODES)
+        bench_die("--redlock measures %d nodes; the URL has %d", NODES, nraw);
+
+    char name[2][64], hname[64];
+    snprintf(name[0], sizeof name[0], "dlock-bench:%ld:redlock0", (long)getpid());
+    snprintf(name[1], sizeof name[1], "dlock-bench:%ld:redlock1", (long)getpid());
+    snprintf(hname, sizeof hname, "dlock-bench:%ld:redlock-handoff", (long)getpid());
+
+    printf("dlock-bench --redlock: dlock %s, %d redis-servers %s (%s)\n", dlock_version(), NODES,
+           bench_redacted(url), given_url ? "given" : "started by this run, loopback TCP");
+    printf("  %ld cycles each, %ld hand-offs, lease %d ms; not pinned\n", n, handoffs, LEASE_MS);
+
+    bench_series ping = {0}, cyc[2] = {{0}, {0}}, hand = {0};
+    for (long i = 0; i < n / 10 + 50; i++) { /* warm-up */
+        parallel_ping(raw, NULL);
+        cycle(client[1], name[1], 1, NULL);
+        cycle(client[0], name[0], 0, NULL);
+    }
+    /* node-redlock in the middle of dlock's rounds, so that a slow spell of
+     * the machine is as likely to hit either. */
+    double node50 = 0, node99 = 0;
+    char why[1400] = "";
+    int node_ok = -1;
+    for (int round = 0; round < 10; round++) {
+        long per = n / 10 + (round < n % 10);
+        for (long i = 0; i < per; i++)
+            parallel_ping(raw, &ping);
+        for (long i = 0; i < per; i++)
+            cycle(client[0], name[0], 0, &cyc[0]);
+        for (long i = 0; i < per; i++)
+            cycle(client[1], name[1], 1, &cyc[1]);
+        if (round == 4)
+            node_ok = node_redlock(hosts, password, n, &node50, &node99, why, sizeof why);
+    }
+    handoff(url, raw[0], hname, handoffs, &hand);
+
+    double p50 = bench_series_us(&ping, 50);
+    char base[64];
+    printf("\n");
+    snprintf(base, sizeof base, "%d PINGs in parallel", NODES);
+    bench_print_row(base, p50, bench_series_us(&ping, 99), -1, NULL, 1.0, 0);
+    snprintf(base, sizeof base, "parallel PING %.1f", p50);
+    for (int a = 0; a < 2; a++) {
+        char label[64];
+        snprintf(label, sizeof label, "dlock cycle, auto_renew=%d", a);
+        bench_print_row(label, bench_series_us(&cyc[a], 50), bench_series_us(&cyc[a], 99), -1, base, bench_series_us(&cyc[a], 50) / p50,
+                        0);
+    }
+    bench_print_row("dlock hand-off release -> waiter", bench_series_us(&hand, 50), bench_series_us(&hand, 99), -1, base,
+                    bench_series_us(&hand, 50) / p50, 0);
+    if (node_ok == 0) {
+        char nb[64];
+        bench_print_row("node-redlock cycle (redlock v5, ioredis)", node50, node99, -1, base,
+                        node50 / p50, 0);
+        snprintf(nb, sizeof nb, "node-redlock %.1f", node50);
+        bench_print_row("dlock cycle (auto_renew=0) vs node-redlock", -1, -1, -1, nb,
+                        bench_series_us(&cyc[0], 50) / node50, TARGET_NODE_RATIO);
+        bench_print_row("dlock cycle (auto_renew=1) vs node-redlock", -1, -1, -1, nb,
+                        bench_series_us(&cyc[1], 50) / node50, TARGET_NODE_RATIO);
+    } else {
+        printf("node-redlock: not measured: %s\n", why);
+    }
+    printf("\nratios: p50 / the parallel PING's p50; the last lines dlock's cycle p50 / "
+           "node-redlock's.\n  a dlock cycle is 3 rounds over the nodes (round 1, round 2, "
+           "release), node-redlock's 2\n  (acquire, release), with no fence.\n");
+
+    for (int i = 0; i < NODES; i++)
+        redisFree(raw[i]);
+    dlock_client_free(client[0]);
+    dlock_client_free(client[1]);
+    free(ping.v);
+    free(cyc[0].v);
+    free(cyc[1].v);
+    free(hand.v);
+    return 0;
+}
