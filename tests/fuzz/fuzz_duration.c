@@ -2,7 +2,7 @@
 /*
  * libFuzzer target: dlock_duration_parse against a reference written
  * straight from the header's words: a non-negative integer, then nothing
- * (seconds), "ms", "s" or "m"; at most DLOCK_LEASE_MAX_MS; anything else is
+ * (seconds), "ms", "s", "m", "h" or "d"; at most DLOCK_LEASE_MAX_MS; anything else is
  * DLOCK_EINVAL and leaves *out alone.
  */
 #include <stdint.h>
@@ -33,6 +33,10 @@ static int reference(const char *t, int64_t *out)
         unit = 1;
     else if (strcmp(t + i, "m") == 0)
         unit = 60000;
+    else if (strcmp(t + i, "h") == 0)
+        unit = 3600000;
+    else if (strcmp(t + i, "d") == 0)
+        unit = 86400000;
     else
         return DLOCK_EINVAL;
     if (v * unit > DLOCK_LEASE_MAX_MS)
