@@ -1449,8 +1449,8 @@ int main(int argc, char **argv)
            "viol: beliefs (now + dlock_lock_valid_ms(), logged before each store step) that\n"
            "began while another holder's had not run out, been released, stopped, killed or\n"
            "told by on_lost: two holders at once by their own account (fails the row);\n"
-           "fence: holds that started after a hold with an equal or higher fence had it;\n"
-           "lost-up: lost or duplicated register updates; on_lost: callbacks fired; missed:\n"
+           "fence: holds that started after a hold with an equal or higher fence had it,\n"
+           "and fences given to two holds; lost-up: lost or duplicated register updates; on_lost: callbacks fired; missed:\n"
            "overtaken holders never told (no on_lost, no ELOST); refused: stale reads and\n"
            "writes the store refused; unavail: longest time without a valid holder, in\n"
            "leases (server-kill rows include the server's downtime).\n");
