@@ -25,26 +25,33 @@ next_holder() {
     fi
 }
 
+# kill_dlock_check_gone PID TAG NAME WHAT WHO: dlock (PID) runs NAME with a
+# COMMAND that wrote the pid of the process doing the work (WHO) to
+# $WORK/TAG.pid and ticks into $WORK/TAG.marks. SIGKILL dlock: that process
+# must be gone, and the next holder of NAME must never overlap it.
+kill_dlock_check_gone() {
+    BG_PIDS="$BG_PIDS $1"
+    wait_file "$WORK/$2.pid"
+    worker=$(cat "$WORK/$2.pid")
+    CHILD_PIDS="$CHILD_PIDS $worker"
+    wait_file "$WORK/$2.marks"
+    kill -KILL "$1"
+    wait "$1" 2>/dev/null
+    # At once, in truth: the kernel sends the death signal as dlock dies. The
+    # bound only keeps a slow machine from failing a correct dlock.
+    if within 5 gone "$worker"; then
+        pass "$4: $5 (pid $worker) is gone too"
+    else
+        fail "$4: $5 (pid $worker) still runs"
+    fi
+    next_holder "$3" "$WORK/$2.marks" "$4"
+}
+
 # The default: COMMAND is the shell itself.
 N=$(name one)
 "$DLOCK" --url "$URL" run --ttl 2s "$N" -- sh -c "echo \$\$ > \"\$0\"; $ticker" \
     "$WORK/one.pid" "$WORK/one.marks" 2>"$WORK/one.err" &
-PID=$!
-BG_PIDS="$BG_PIDS $PID"
-wait_file "$WORK/one.pid"
-CHILD=$(cat "$WORK/one.pid")
-CHILD_PIDS="$CHILD_PIDS $CHILD"
-wait_file "$WORK/one.marks"
-kill -KILL "$PID"
-wait "$PID" 2>/dev/null
-# At once, in truth: the kernel sends the death signal as dlock dies. The
-# bound only keeps a slow machine from failing a correct dlock.
-if within 5 gone "$CHILD"; then
-    pass "SIGKILL of dlock: COMMAND (pid $CHILD) is gone too"
-else
-    fail "SIGKILL of dlock: COMMAND (pid $CHILD) still runs"
-fi
-next_holder "$N" "$WORK/one.marks" "SIGKILL of dlock"
+kill_dlock_check_gone $! one "$N" "SIGKILL of dlock" "COMMAND"
 
 # --kill-group: the work is done by a child of COMMAND (a shell's background
 # job, a pipeline), which the death signal of COMMAND's own process does not
@@ -53,20 +60,7 @@ G=$(name group)
 "$DLOCK" --url "$URL" run --kill-group --ttl 2s "$G" -- \
     sh -c "($ticker) & echo \$! > \"\$0\"; wait" "$WORK/group.pid" "$WORK/group.marks" \
     2>"$WORK/group.err" &
-PID=$!
-BG_PIDS="$BG_PIDS $PID"
-wait_file "$WORK/group.pid"
-GRANDCHILD=$(cat "$WORK/group.pid")
-CHILD_PIDS="$CHILD_PIDS $GRANDCHILD"
-wait_file "$WORK/group.marks"
-kill -KILL "$PID"
-wait "$PID" 2>/dev/null
-if within 5 gone "$GRANDCHILD"; then
-    pass "--kill-group, SIGKILL of dlock: COMMAND's child (pid $GRANDCHILD) is gone too"
-else
-    fail "--kill-group, SIGKILL of dlock: COMMAND's child (pid $GRANDCHILD) still runs"
-fi
-next_holder "$G" "$WORK/group.marks" "--kill-group, SIGKILL of dlock"
+kill_dlock_check_gone $! group "$G" "--kill-group, SIGKILL of dlock" "COMMAND's child"
 
 # --kill-group on the paths dlock controls: whatever COMMAND leaves running
 # in its group when it ends is killed before the lock is released ...
