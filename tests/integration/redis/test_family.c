@@ -2017,7 +2017,7 @@ static void check_one_holder(dlock_client *c, const char *name, int kind, const 
     if (!info.held || info.kind != kind || info.holders != 1 || !info.has_holder ||
         info.pid != getpid() || strcmp(info.label, label) != 0) {
         fprintf(stderr, "%s: held %d kind %d holders %d has_holder %d label '%s', wanted "
-                "kind %d label '%s'\n", name, info.held, info.kind, info.holders,
+                "held, kind %d, 1 holder, label '%s'\n", name, info.held, info.kind, info.holders,
                 info.has_holder, info.label, kind, label);
         exit(1);
     }
