@@ -2083,17 +2083,21 @@ static void *waiter_main(void *p)
     return NULL;
 }
 
-/* Start a waiter and wait until it is queued (kind's own sign on the
- * server), release the holder, and check the waiter's record replaced
- * the holder's. */
-static void hand_off(test_redis *r, dlock_client *c, dlock_lock *holder, const char *name,
-                     int kind, const char *queued_fmt, long long queued)
+/* Start a waiter of kind and wait until it is queued (its kind's own sign
+ * on the server: queued_fmt's reply is 1); status still shows the holder
+ * (its kind, its label) alone. Release the holder, and check the waiter's
+ * record replaced the holder's, and went with the waiter's release. */
+static void hand_off(test_redis *r, dlock_client *c, dlock_lock *holder, const char *label,
+                     int kind, const char *queued_fmt)
 {
+    char name[64];
     waiter_arg w = {c, name, labelled_opts(kind, 20000, "waiter"), NULL, -1};
     pthread_t t;
 
+    snprintf(name, sizeof(name), "%s", dlock_lock_name(holder)); /* it goes with holder */
     CHECK(pthread_create(&t, NULL, waiter_main, &w) == 0);
-    wait_cmd(r, queued, queued_fmt, name);
+    wait_cmd(r, 1, queued_fmt, name);
+    check_one_holder(c, name, dlock_lock_kind(holder), label);
     CHECK_RC(dlock_release(holder), DLOCK_OK);
     CHECK(pthread_join(t, NULL) == 0);
     CHECK_RC(w.rc, DLOCK_OK);
@@ -2122,7 +2126,7 @@ static void holder_exclusive_kinds(void)
     o = labelled_opts(DLOCK_KIND_MUTEX, 20000, "plain");
     CHECK_RC(dlock_acquire(&a, c, "hm", &o), DLOCK_OK);
     check_one_holder(c, "hm", DLOCK_KIND_MUTEX, "plain");
-    hand_off(&r, c, a, "hm", DLOCK_KIND_MUTEX, "EXISTS dlock:{%s}:next", 1);
+    hand_off(&r, c, a, "plain", DLOCK_KIND_MUTEX, "EXISTS dlock:{%s}:next");
     o = labelled_opts(DLOCK_KIND_MUTEX, 300, "short");
     o.auto_renew = 0;
     CHECK_RC(dlock_acquire(&a, c, "hm", &o), DLOCK_OK);
@@ -2154,7 +2158,7 @@ static void holder_exclusive_kinds(void)
     o = labelled_opts(DLOCK_KIND_FAIR, 20000, "fair");
     CHECK_RC(dlock_acquire(&a, c, "hf", &o), DLOCK_OK);
     check_one_holder(c, "hf", DLOCK_KIND_FAIR, "fair");
-    hand_off(&r, c, a, "hf", DLOCK_KIND_FAIR, "ZCARD dlock:{%s}:queue", 1);
+    hand_off(&r, c, a, "fair", DLOCK_KIND_FAIR, "ZCARD dlock:{%s}:queue");
     CHECK_RC(dlock_acquire(&a, c, "hf", &o), DLOCK_OK);
     CHECK_RC(dlock_force_release(&info, c, "hf"), DLOCK_OK);
     CHECK(info.held && info.has_holder && strcmp(info.label, "fair") == 0 &&
@@ -2231,19 +2235,7 @@ static void holder_rw_lock(void)
      * reader's release. */
     o = labelled_opts(DLOCK_KIND_READ, 20000, "reader one");
     CHECK_RC(dlock_acquire(&r1, c, "hrw", &o), DLOCK_OK);
-    {
-        waiter_arg wa = {c, "hrw", labelled_opts(DLOCK_KIND_WRITE, 20000, "waiter"), NULL, -1};
-        pthread_t t;
-
-        CHECK(pthread_create(&t, NULL, waiter_main, &wa) == 0);
-        wait_cmd(&r, 1, "EXISTS dlock:{%s}:writer-wait", "hrw");
-        check_one_holder(c, "hrw", DLOCK_KIND_READ, "reader one");
-        CHECK_RC(dlock_release(r1), DLOCK_OK);
-        CHECK(pthread_join(t, NULL) == 0);
-        CHECK_RC(wa.rc, DLOCK_OK);
-        check_one_holder(c, "hrw", DLOCK_KIND_WRITE, "waiter");
-        CHECK_RC(dlock_release(wa.lock), DLOCK_OK);
-    }
+    hand_off(&r, c, r1, "reader one", DLOCK_KIND_WRITE, "EXISTS dlock:{%s}:writer-wait");
     check_no_holder(c, "hrw");
     dlock_client_free(c);
     test_redis_stop(&r);
