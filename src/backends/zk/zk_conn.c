@@ -51,10 +51,16 @@ static void cond_init(pthread_cond_t *cv)
     pthread_condattr_destroy(&a);
 }
 
-/* The C client logs to stderr by default; a library must not. */
+/* The C client logs to stderr by default; a library must not, unless
+ * DLOCK_ZK_LOG is set (for debugging). */
 static void quiet_log(const char *message)
 {
     (void)message;
+}
+
+static void stderr_log(const char *message)
+{
+    fprintf(stderr, "zookeeper: %s\n", message);
 }
 
 /* ---- session state ------------------------------------------------------ */
@@ -564,7 +570,8 @@ static int open_handle(dlock__zk_sess *s)
     zhandle_t *zh;
 
     errno = 0;
-    zh = zookeeper_init2(s->be->hosts, session_watcher, (int)s->want_ms, NULL, s, 0, quiet_log);
+    zh = zookeeper_init2(s->be->hosts, session_watcher, (int)s->want_ms, NULL, s, 0,
+                         getenv("DLOCK_ZK_LOG") != NULL ? stderr_log : quiet_log);
     if (zh == NULL)
         return dlock_backend_fail(errno == EINVAL ? DLOCK_EINVAL : DLOCK_ECONN,
                                   "zk %s: cannot start a session: %s", s->be->shown,
