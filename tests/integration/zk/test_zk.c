@@ -183,9 +183,12 @@ static void lost_create_reply_found_again(void)
     req.holder = "host 1 2";
     CHECK_RC(b->watch_begin(be, &req, &w), DLOCK_OK);
     test_zk_pause(&z, 0, 1);
+    test_sleep_ms(200); /* stopped for sure before the create is sent */
     memset(&res, 0, sizeof(res));
     rc = b->acquire(be, &req, w, &res);
+    fprintf(stderr, "paused: %s\n", dlock_error_message());
     CHECK(rc == DLOCK_ECONN);
+    CHECK_CONTAINS(dlock_error_message(), "create");
     test_zk_pause(&z, 0, 0);
     /* The server made the node after all. */
     for (int i = 0; i < 200 && count_nodes(&z, "/dlock/again") != 2; i++)
