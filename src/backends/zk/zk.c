@@ -212,6 +212,21 @@ static void *reaper_main(void *arg)
     return NULL;
 }
 
+/* Start the reaper if it is not running, and wake it (be->mu held). */
+static int reaper_poke(dlock__zk_be *be)
+{
+    int rc = DLOCK_OK;
+
+    if (!be->reaper_running) {
+        if (pthread_create(&be->reaper, NULL, reaper_main, be) == 0)
+            be->reaper_running = 1;
+        else
+            rc = dlock_backend_fail(DLOCK_ENOMEM, "zk: cannot start the lease reaper thread");
+    }
+    pthread_cond_signal(&be->reap_cv);
+    return rc;
+}
+
 int dlock__zk_hold_add(dlock__zk_be *be, const dlock_request *req, dlock__zk_sess *s,
                        uint64_t gen, const char *node, uint64_t czxid)
 {
@@ -242,13 +257,7 @@ int dlock__zk_hold_add(dlock__zk_be *be, const dlock_request *req, dlock__zk_ses
     h->czxid = czxid;
     h->lease_ms = req->lease_ms;
     h->expires_ms = dlock__zk_now_ms() + req->lease_ms;
-    if (!be->reaper_running) {
-        if (pthread_create(&be->reaper, NULL, reaper_main, be) == 0)
-            be->reaper_running = 1;
-        else
-            rc = dlock_backend_fail(DLOCK_ENOMEM, "zk: cannot start the lease reaper thread");
-    }
-    pthread_cond_signal(&be->reap_cv);
+    rc = reaper_poke(be);
     pthread_mutex_unlock(&be->mu);
     return rc;
 }
@@ -273,13 +282,7 @@ int dlock__zk_orphan_add(dlock__zk_be *be, const char *token, dlock__zk_sess *s,
     pthread_mutex_lock(&be->mu);
     h->next = be->holds;
     be->holds = h;
-    if (!be->reaper_running) {
-        if (pthread_create(&be->reaper, NULL, reaper_main, be) == 0)
-            be->reaper_running = 1;
-        else
-            rc = dlock_backend_fail(DLOCK_ENOMEM, "zk: cannot start the lease reaper thread");
-    }
-    pthread_cond_signal(&be->reap_cv);
+    rc = reaper_poke(be);
     pthread_mutex_unlock(&be->mu);
     return rc;
 }
