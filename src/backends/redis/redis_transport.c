@@ -183,6 +183,17 @@ static int fail_ssl(dlock__redis_tp *tp, int code, const char *stage)
     char why[160];
     long v;
 
+    if ((code == SSL_ERROR_ZERO_RETURN || (code == SSL_ERROR_SYSCALL && e == 0)) &&
+        tp->cert_asked && !tp->got_data) {
+        /* In TLS 1.3 the server checks our certificate after our side of
+         * the handshake is over: a refusal comes as an alert that a reset
+         * connection may lose, so this is all we may ever see of it. */
+        tp->auth = 1;
+        return fail(tp, REDIS_ERR_OTHER, tp->client_cert
+                    ? "TLS: the server refused our client certificate (it asked for one and "
+                      "closed the connection before answering: is cert= signed by its CA?)"
+                    : "TLS: the server requires a client certificate (give cert=FILE&key=FILE)");
+    }
     if (code == SSL_ERROR_ZERO_RETURN)
         return fail(tp, REDIS_ERR_EOF, "server closed the connection");
     if (code == SSL_ERROR_SYSCALL && e == 0) {
@@ -250,12 +261,25 @@ static int fail_ssl(dlock__redis_tp *tp, int code, const char *stage)
     }
 }
 
+/* Why file cannot be read, or NULL when it can (then OpenSSL's reason is
+ * the one to tell). */
+static const char *unreadable(const char *file, char *buf, size_t size)
+{
+    if (file == NULL || access(file, R_OK) == 0)
+        return NULL;
+    snprintf(buf, size, "%s", strerror(errno));
+    if (buf[0] >= 'A' && buf[0] <= 'Z')
+        buf[0] = (char)(buf[0] - 'A' + 'a');
+    return buf;
+}
+
 /* The CA, client certificate and key, read at each connect (so rotated
  * files are used from the next reconnect on). */
 static SSL_CTX *make_ssl_ctx(dlock__redis_tp *tp, const dlock__redis_endpoint *ep)
 {
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
     char why[160];
+    const char *bad;
 
     if (ctx == NULL) {
         fail(tp, REDIS_ERR_OOM, "out of memory");
@@ -266,22 +290,26 @@ static SSL_CTX *make_ssl_ctx(dlock__redis_tp *tp, const dlock__redis_endpoint *e
     if (ep->cacert != NULL ? SSL_CTX_load_verify_locations(ctx, ep->cacert, NULL) != 1
                            : SSL_CTX_set_default_verify_paths(ctx) != 1) {
         tp->config = 1;
+        bad = unreadable(ep->cacert, why, sizeof(why));
         fail(tp, REDIS_ERR_OTHER, "TLS: cannot read the CA file cacert=%.100s: %s",
-             ep->cacert != NULL ? ep->cacert : "(system default)", ssl_reason(why, sizeof(why)));
+             ep->cacert != NULL ? ep->cacert : "(system default)",
+             bad != NULL ? bad : ssl_reason(why, sizeof(why)));
         goto err;
     }
     if (ep->cert != NULL) {
         if (SSL_CTX_use_certificate_chain_file(ctx, ep->cert) != 1) {
             tp->config = 1;
+            bad = unreadable(ep->cert, why, sizeof(why));
             fail(tp, REDIS_ERR_OTHER, "TLS: cannot read the client certificate cert=%.100s: %s",
-                 ep->cert, ssl_reason(why, sizeof(why)));
+                 ep->cert, bad != NULL ? bad : ssl_reason(why, sizeof(why)));
             goto err;
         }
         if (SSL_CTX_use_PrivateKey_file(ctx, ep->key, SSL_FILETYPE_PEM) != 1 ||
             SSL_CTX_check_private_key(ctx) != 1) {
             tp->config = 1;
+            bad = unreadable(ep->key, why, sizeof(why));
             fail(tp, REDIS_ERR_OTHER, "TLS: cannot use the client key key=%.100s: %s", ep->key,
-                 ssl_reason(why, sizeof(why)));
+                 bad != NULL ? bad : ssl_reason(why, sizeof(why)));
             goto err;
         }
     }
@@ -300,6 +328,19 @@ static int is_ip(const char *s)
     return inet_pton(AF_INET, s, buf) == 1 || inet_pton(AF_INET6, s, buf) == 1;
 }
 
+/* Notes a CertificateRequest from the server (see fail_ssl). */
+static void on_tls_message(int write_p, int version, int content_type, const void *buf,
+                           size_t len, SSL *ssl, void *arg)
+{
+    dlock__redis_tp *tp = arg;
+
+    (void)version;
+    (void)ssl;
+    if (!write_p && content_type == SSL3_RT_HANDSHAKE && len > 0 &&
+        ((const unsigned char *)buf)[0] == SSL3_MT_CERTIFICATE_REQUEST)
+        tp->cert_asked = 1;
+}
+
 static int tls_handshake(dlock__redis_tp *tp, const dlock__redis_endpoint *ep,
                          int64_t deadline_ms)
 {
@@ -313,6 +354,9 @@ static int tls_handshake(dlock__redis_tp *tp, const dlock__redis_endpoint *ep,
     SSL_CTX_free(ctx); /* the SSL holds its own reference */
     if (tp->ssl == NULL || SSL_set_fd(tp->ssl, tp->fd) != 1)
         return fail(tp, REDIS_ERR_OOM, "out of memory");
+    tp->client_cert = ep->cert != NULL;
+    SSL_set_msg_callback(tp->ssl, on_tls_message);
+    SSL_set_msg_callback_arg(tp->ssl, tp);
     /* SNI carries host names only (RFC 6066), never an address. */
     if (!is_ip(name) && SSL_set_tlsext_host_name(tp->ssl, name) != 1)
         return fail(tp, REDIS_ERR_OTHER, "TLS: bad server name '%.64s'", name);
@@ -336,7 +380,7 @@ static int tls_handshake(dlock__redis_tp *tp, const dlock__redis_endpoint *ep,
             return fail_ssl(tp, code, "handshake");
         n = wait_fd(tp->fd, code == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline_ms);
         if (n == 0)
-            return fail_timeout(tp, "TLS handshake");
+            return fail_timeout(tp, "TLS handshake: no answer; is this a TLS port?");
         if (n < 0)
             return fail_errno(tp, errno, "poll: ");
     }
@@ -489,8 +533,10 @@ static ssize_t read_some(dlock__redis_tp *tp, char *buf, size_t size, short *ev)
         ERR_clear_error();
         errno = 0;
         n = SSL_read(tp->ssl, buf, (int)size);
-        if (n > 0)
+        if (n > 0) {
+            tp->got_data = 1;
             return n;
+        }
         code = SSL_get_error(tp->ssl, (int)n);
         if (code == SSL_ERROR_WANT_READ || code == SSL_ERROR_WANT_WRITE) {
             *ev = code == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;

@@ -52,6 +52,9 @@ typedef struct dlock__redis_tp {
     int timed_out; /* the failure was a deadline, not a dead peer */
     int auth;      /* a TLS authentication failure (certificate, CA, name) */
     int config;    /* a configuration error (a file that cannot be read) */
+    int cert_asked; /* TLS: the server sent a CertificateRequest */
+    int client_cert; /* TLS: we have a client certificate to give */
+    int got_data;  /* TLS: the server has sent application data */
     char errstr[256];
 } dlock__redis_tp;
 
