@@ -220,7 +220,7 @@ static void run_sh(const char *cmd)
 
     if (rc != 0) {
         fprintf(stderr, "making TLS certificates failed (status %d; needs openssl and "
-                "faketime): %s\n", rc, cmd);
+                "faketime; see openssl.log in the folder): %s\n", rc, cmd);
         exit(1);
     }
 }
@@ -235,7 +235,7 @@ const char *test_tls_file(const test_tls *t, const char *name)
 
 void test_tls_make(test_tls *t)
 {
-    char cmd[4096];
+    char cmd[512];
     const char *faketime = test_faketime_lib();
 
     snprintf(t->dir, sizeof(t->dir), "/tmp/dlock-tls-XXXXXX");
@@ -248,23 +248,7 @@ void test_tls_make(test_tls *t)
                 "expired certificate\n");
         exit(1);
     }
-    /* sign NAME CA SAN [env]: a key and a certificate for SAN signed by CA. */
-    snprintf(cmd, sizeof(cmd),
-             "set -e; cd %s; exec 2>openssl.log\n"
-             "ca() { openssl req -x509 -newkey rsa:2048 -nodes -keyout $1.key -out $1.crt "
-             "-days 30 -subj \"/CN=dlock test $1\" >/dev/null; }\n"
-             "sign() { openssl req -newkey rsa:2048 -nodes -keyout $1.key -out $1.csr "
-             "-subj \"/CN=$1\" >/dev/null; printf 'subjectAltName=%%s\\n' \"$3\" >$1.ext; "
-             "$4 openssl x509 -req -in $1.csr -CA $2.crt -CAkey $2.key -CAcreateserial "
-             "-days ${5:-30} -extfile $1.ext -out $1.crt >/dev/null; }\n"
-             "ca ca; ca other-ca\n"
-             "sign server ca 'IP:127.0.0.1,DNS:localhost'\n"
-             "sign client ca 'DNS:dlock-client'\n"
-             "sign other other-ca 'IP:127.0.0.1,DNS:localhost'\n"
-             "sign expired ca 'IP:127.0.0.1,DNS:localhost' "
-             "'env LD_PRELOAD=%s FAKETIME=-2000d' 1\n"
-             "chmod 600 *.key\n",
-             t->dir, faketime);
+    snprintf(cmd, sizeof(cmd), "sh %s %s %s", DLOCK_TEST_MAKE_CERTS, t->dir, faketime);
     run_sh(cmd);
 }
 
