@@ -222,29 +222,29 @@ static void reconnect_after_restart(void)
 /* Redlock with tls=1: every node over TLS; a node whose certificate is not
  * the CA's makes open fail (a wrong certificate is a setting to fix, not
  * an outage to outvote). */
+static void redlock_url(char *url, size_t size, const test_redis r[3], const test_tls *t)
+{
+    size_t n = (size_t)snprintf(url, size, "redlock://");
+
+    for (int i = 0; i < 3; i++)
+        n += (size_t)snprintf(url + n, size - n, "%s127.0.0.1:%d", i ? "," : "", r[i].tls_port);
+    snprintf(url + n, size - n, "?tls=1&cacert=%s", test_tls_file(t, "ca.crt"));
+}
+
 static void redlock_over_tls(void)
 {
     test_tls t;
     test_redis r[3];
     char url[1024];
-    size_t n;
 
     test_tls_make(&t);
     for (int i = 0; i < 3; i++)
         test_redis_start_tls(&r[i], &t, "server", NULL);
-    n = (size_t)snprintf(url, sizeof(url), "redlock://");
-    for (int i = 0; i < 3; i++)
-        n += (size_t)snprintf(url + n, sizeof(url) - n, "%s127.0.0.1:%d", i ? "," : "",
-                              r[i].tls_port);
-    snprintf(url + n, sizeof(url) - n, "?tls=1&cacert=%s", test_tls_file(&t, "ca.crt"));
+    redlock_url(url, sizeof(url), r, &t);
     lock_cycle(url);
     test_redis_stop(&r[2]);
     test_redis_start_tls(&r[2], &t, "other", NULL);
-    n = (size_t)snprintf(url, sizeof(url), "redlock://");
-    for (int i = 0; i < 3; i++)
-        n += (size_t)snprintf(url + n, sizeof(url) - n, "%s127.0.0.1:%d", i ? "," : "",
-                              r[i].tls_port);
-    snprintf(url + n, sizeof(url) - n, "?tls=1&cacert=%s", test_tls_file(&t, "ca.crt"));
+    redlock_url(url, sizeof(url), r, &t);
     refused(url, DLOCK_EAUTH, "unknown CA");
     for (int i = 0; i < 3; i++)
         test_redis_stop(&r[i]);
