@@ -90,6 +90,9 @@ typedef struct {
     char user[256];
     char password[256];
     int db;
+    int tls; /* rediss:// */
+    char cacert[256], cert[256], key[256], sni[256];
+    int insecure;
 } bench_endpoint;
 
 /*
@@ -98,6 +101,17 @@ typedef struct {
  * with a reason in err.
  */
 int bench_endpoint_parse(bench_endpoint *out, const char *url, char *err, size_t err_size);
+
+/* ------------------------------------------------------------------------
+ * tls.c: rediss://, the raw round trip over dlock's own transport
+ * ---------------------------------------------------------------------- */
+
+/* Connect over TLS with the transport dlock uses (redis_transport.c, built
+ * into the bench), AUTH as the URL says. Dies on failure. */
+void *bench_tls_connect(const bench_endpoint *ep);
+/* One PING over it, its round trip in ns. Dies on failure. */
+int64_t bench_tls_ping(void *conn);
+void bench_tls_close(void *conn);
 
 /* Connect, AUTH and SELECT as the URL says. Dies on failure. */
 redisContext *bench_raw_connect(const bench_endpoint *ep);

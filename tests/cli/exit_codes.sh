@@ -108,7 +108,11 @@ elif [ "$BACKEND" = redlock ]; then
     expect 64 "malformed URL" "$DLOCK" --url "redlock://$HOSTS/notadb" status "$N"
     expect 64 "an even number of nodes" "$DLOCK" --url "redlock://$HOSTS,$HOSTPORT" status "$N"
 else
-    expect 64 "rediss:// is refused, never clear text" "$DLOCK" --url "rediss://$HOSTPORT" status "$N"
+    expect 64 "a TLS option on redis:// is refused, never clear text" \
+        "$DLOCK" --url "redis://$HOSTPORT?cacert=/dev/null" status "$N"
+    expect 69 "rediss:// to a plain port: the handshake gets no answer" \
+        "$DLOCK" --url "rediss://$HOSTPORT" status "$N"
+    grep_file 'TLS handshake' "$WORK/err" "rediss:// to a plain port: the message says TLS handshake"
     expect 64 "malformed URL" "$DLOCK" --url "redis://$HOSTPORT/notadb" status "$N"
 fi
 expect 64 "empty NAME" "$DLOCK" --url "$URL" run "" -- true

@@ -14,7 +14,9 @@ TEST=$(basename "$0" .sh)
 # DLOCK_TEST_ETCD_URL and DLOCK_TEST_REDLOCK_URL). BACKEND is redis, etcd or
 # redlock: what a script checks where they differ.
 BACKEND=${DLOCK_CLI_BACKEND:-redis}
-case $BACKEND in redis | etcd | redlock) ;; *) echo "FAIL: DLOCK_CLI_BACKEND must be redis, etcd or redlock, got $BACKEND" >&2; exit 1 ;; esac
+case $BACKEND in redis | etcd | redlock | rediss) ;; *) echo "FAIL: DLOCK_CLI_BACKEND must be redis, etcd, redlock or rediss, got $BACKEND" >&2; exit 1 ;; esac
+# rediss: a private redis-server with TLS, started below (start_redis_tls).
+[ "$BACKEND" = rediss ] && DLOCK_TEST_URL=rediss://pending
 if [ "$BACKEND" = etcd ]; then
     DLOCK_TEST_URL=${DLOCK_TEST_ETCD_URL:-}
     [ -n "$DLOCK_TEST_URL" ] || { echo "FAIL: DLOCK_TEST_ETCD_URL is not set (scripts/test.sh starts an etcd)" >&2; exit 1; }
@@ -35,6 +37,7 @@ redis://*) HOSTPORT=${URL#redis://}; HOSTPORT=${HOSTPORT%%/*}; HOSTPORT=${HOSTPO
 # HOSTS: every node; HOSTPORT: the first, for redis-cli.
 redlock://*) HOSTS=${URL#redlock://}; HOSTS=${HOSTS%%[/?]*}; HOSTS=${HOSTS##*@}; HOSTPORT=${HOSTS%%,*} ;;
 etcd://*) HOSTPORT=${URL#etcd://}; HOSTPORT=${HOSTPORT%%[/?,]*}; HOSTPORT=${HOSTPORT##*@} ;;
+rediss://pending) ;;
 *) echo "FAIL $TEST: DLOCK_TEST_URL must be redis://HOST:PORT or etcd://HOST:PORT, got $URL" >&2; exit 1 ;;
 esac
 # The developer's own settings must not leak into what is tested.
@@ -55,6 +58,35 @@ trap cleanup EXIT
 trap 'exit 1' INT TERM HUP
 
 fail() { echo "FAIL $TEST: $*" >&2; FAILS=$((FAILS + 1)); }
+
+# start_redis_tls [REDIS_SERVER_ARGS...]: a private redis-server with TLS on
+# a free port, certificates from tests/support/make_certs.sh in $WORK/tls,
+# its plain port kept for redis-cli (HOSTPORT). Sets URL to
+# rediss://127.0.0.1:TLS_PORT?cacert=$WORK/tls/ca.crt, TLS_PORT, REDIS_TLS_PID.
+start_redis_tls() {
+    mkdir -p "$WORK/tls"
+    tls_faketime=""
+    for f in /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 \
+             /usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1 \
+             /usr/lib/faketime/libfaketimeMT.so.1; do
+        [ -r "$f" ] && tls_faketime=$f && break
+    done
+    [ -n "$tls_faketime" ] || { echo "FAIL $TEST: libfaketime not found (apt-get install faketime)" >&2; exit 1; }
+    sh "$(dirname "$0")/../support/make_certs.sh" "$WORK/tls" "$tls_faketime" ||
+        { echo "FAIL $TEST: making certificates: $(cat "$WORK/tls/openssl.log")" >&2; exit 1; }
+    tls_plain=$(free_port) TLS_PORT=$(free_port)
+    redis-server --port "$tls_plain" --bind 127.0.0.1 --tls-port "$TLS_PORT" \
+        --tls-cert-file "$WORK/tls/server.crt" --tls-key-file "$WORK/tls/server.key" \
+        --tls-ca-cert-file "$WORK/tls/ca.crt" --tls-auth-clients no --save '' \
+        --appendonly no --dir "$WORK" "$@" >"$WORK/redis.log" 2>&1 &
+    REDIS_TLS_PID=$!
+    BG_PIDS="$BG_PIDS $REDIS_TLS_PID"
+    HOSTPORT=127.0.0.1:$tls_plain
+    URL="rediss://127.0.0.1:$TLS_PORT?cacert=$WORK/tls/ca.crt"
+    DLOCK_TEST_URL=$URL
+    within 30 redis-cli -h 127.0.0.1 -p "$tls_plain" ping >/dev/null 2>&1 ||
+        { echo "FAIL $TEST: the private TLS redis-server did not start: $(tail -5 "$WORK/redis.log")" >&2; exit 1; }
+}
 pass() { echo "ok   $TEST: $*"; }
 
 # finish: the test's verdict, as its exit status.
@@ -284,3 +316,6 @@ need_server_tools() {
         command -v redis-cli >/dev/null || { fail "redis-cli is not installed (apt-get install redis-tools)"; finish; }
     fi
 }
+
+# BACKEND=rediss: the scripts run against a private TLS redis-server.
+if [ "$BACKEND" = rediss ]; then start_redis_tls; fi

@@ -209,7 +209,7 @@ elseif(CASE STREQUAL "postgres")
 
 elseif(CASE STREQUAL "usage")
   foreach(args "--instances;1" "--mode;bogus" "--ttl;0" "--pause;maybe" "--seed;-1"
-               "--bogus" "--rounds" "--url;rediss://127.0.0.1:6379")
+               "--bogus" "--rounds" "--url;redis://127.0.0.1:6379?cacert=/dev/null")
     run_demo(${args})
     expect_rc(64)
   endforeach()

@@ -105,9 +105,9 @@ static redisContext *connect_raw(test_redis *r)
 
 static void spawn(test_redis *r)
 {
-    char port[16], *args[32];
+    char port[16], tls_port[16], *args[64];
     int n = 0;
-    char extra[256];
+    char extra[sizeof(r->extra)];
 
     snprintf(port, sizeof(port), "%d", r->port);
     args[n++] = "redis-server";
@@ -123,8 +123,13 @@ static void spawn(test_redis *r)
     args[n++] = "no";
     args[n++] = "--loglevel";
     args[n++] = "warning";
+    if (r->tls_port != 0) {
+        snprintf(tls_port, sizeof(tls_port), "%d", r->tls_port);
+        args[n++] = "--tls-port";
+        args[n++] = tls_port;
+    }
     snprintf(extra, sizeof(extra), "%s", r->extra);
-    for (char *tok = strtok(extra, " "); tok != NULL && n < 30; tok = strtok(NULL, " "))
+    for (char *tok = strtok(extra, " "); tok != NULL && n < 62; tok = strtok(NULL, " "))
         args[n++] = tok;
     args[n] = NULL;
 
@@ -176,7 +181,9 @@ static void cleanup_servers(void)
             test_redis_stop(started[i]);
 }
 
-void test_redis_start(test_redis *r, const char *extra_args)
+/* Start a server, on a TLS port too when tls; r->url is redis:// (the
+ * caller of a TLS one writes its own). */
+static void start_redis(test_redis *r, const char *extra_args, int tls)
 {
     if (owner == 0) {
         owner = getpid();
@@ -195,8 +202,81 @@ void test_redis_start(test_redis *r, const char *extra_args)
     }
     snprintf(r->extra, sizeof(r->extra), "%s", extra_args ? extra_args : "");
     r->port = free_port();
+    r->tls_port = tls ? free_port() : 0;
     snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
     spawn(r);
+}
+
+void test_redis_start(test_redis *r, const char *extra_args)
+{
+    start_redis(r, extra_args, 0);
+}
+
+/* ---- TLS ---------------------------------------------------------------- */
+
+static void run_sh(const char *cmd)
+{
+    int rc = system(cmd);
+
+    if (rc != 0) {
+        fprintf(stderr, "making TLS certificates failed (status %d; needs openssl and "
+                "faketime; see openssl.log in the folder): %s\n", rc, cmd);
+        exit(1);
+    }
+}
+
+const char *test_tls_file(const test_tls *t, const char *name)
+{
+    static char buf[128];
+
+    snprintf(buf, sizeof(buf), "%s/%s", t->dir, name);
+    return buf;
+}
+
+void test_tls_make(test_tls *t)
+{
+    char cmd[512];
+    const char *faketime = test_faketime_lib();
+
+    snprintf(t->dir, sizeof(t->dir), "/tmp/dlock-tls-XXXXXX");
+    if (mkdtemp(t->dir) == NULL) {
+        perror("mkdtemp");
+        exit(1);
+    }
+    if (faketime == NULL) {
+        fprintf(stderr, "libfaketime not found (apt-get install faketime): needed for the "
+                "expired certificate\n");
+        exit(1);
+    }
+    snprintf(cmd, sizeof(cmd), "sh %s %s %s", DLOCK_TEST_MAKE_CERTS, t->dir, faketime);
+    run_sh(cmd);
+}
+
+void test_tls_remove(test_tls *t)
+{
+    char cmd[128];
+
+    if (t->dir[0] == '\0')
+        return;
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", t->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", t->dir);
+    t->dir[0] = '\0';
+}
+
+void test_redis_start_tls(test_redis *r, const test_tls *t, const char *cert,
+                          const char *extra_args)
+{
+    char extra[sizeof(r->extra)];
+
+    snprintf(extra, sizeof(extra), "--tls-cert-file %s/%s.crt --tls-key-file %s/%s.key "
+             "--tls-ca-cert-file %s/ca.crt %s %s", t->dir, cert, t->dir, cert, t->dir,
+             extra_args != NULL && strstr(extra_args, "--tls-auth-clients") != NULL
+                 ? "" : "--tls-auth-clients no",
+             extra_args != NULL ? extra_args : "");
+    start_redis(r, extra, 1);
+    snprintf(r->url, sizeof(r->url), "rediss://127.0.0.1:%d?cacert=%s/ca.crt", r->tls_port,
+             t->dir);
 }
 
 void test_redis_start_many(test_redis *r, int n, const char *extra_args, char *url,
@@ -860,7 +940,18 @@ int test_process_alive(int pid)
 void test_server_start(test_server *s, const char *backend)
 {
     memset(s, 0, sizeof(*s));
-    if (backend != NULL && strcmp(backend, "redis") == 0) {
+    if (backend != NULL && strcmp(backend, "rediss") == 0) {
+        /* The redis backend over TLS: dlock reaches the server only by
+         * its TLS port. */
+        s->backend = "redis";
+        s->tls = 1;
+        test_tls_make(&s->certs);
+        test_redis_start_tls(&s->redis, &s->certs, "server", NULL);
+        s->url = s->redis.url;
+        s->short_lease_ms = 300;
+        s->dense_fences = 1;
+        s->waiter_leftovers = 1;
+    } else if (backend != NULL && strcmp(backend, "redis") == 0) {
         s->backend = "redis";
         test_redis_start(&s->redis, NULL);
         s->url = s->redis.url;
@@ -899,7 +990,7 @@ void test_server_start(test_server *s, const char *backend)
         s->short_lease_ms = 1000;
         s->waiter_leftovers = 1; /* its node in the queue */
     } else {
-        fprintf(stderr, "unknown backend '%s' (redis, plainredis, etcd, redlock or zk)\n",
+        fprintf(stderr, "unknown backend '%s' (redis, rediss, plainredis, etcd, redlock or zk)\n",
                 backend ? backend : "");
         exit(2);
     }
@@ -947,6 +1038,8 @@ void test_server_stop(test_server *s)
         test_redis_stop(&s->redis);
     else
         test_etcd_stop(&s->etcd);
+    if (s->tls)
+        test_tls_remove(&s->certs);
 }
 
 int test_server_held(test_server *s, const char *name)

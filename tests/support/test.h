@@ -101,13 +101,40 @@ typedef struct {
     int port;
     int pid;
     char dir[64];
-    char url[96];
-    char extra[256]; /* extra redis-server arguments, space separated */
+    char url[512];    /* redis://, or rediss://...?cacert= with a TLS port */
+    char extra[1024]; /* extra redis-server arguments, space separated */
+    int tls_port;     /* also listening for TLS here (0: not) */
 } test_redis;
 
 /* Start redis-server on a free loopback port in a new temp dir; exits the
  * test with a clear message if redis-server is missing. */
 void test_redis_start(test_redis *r, const char *extra_args);
+/* ---- TLS: certificates made with openssl at run time ---- */
+
+typedef struct {
+    char dir[64]; /* mkdtemp; holds every file below, as DIR/NAME */
+} test_tls;
+
+/*
+ * Make, in a new temp dir: ca.crt/ca.key (a CA); server.crt/.key for
+ * 127.0.0.1 and localhost, client.crt/.key, and expired.crt/.key (a server
+ * certificate whose one day of validity ended 2000 days ago), all signed by that CA; and
+ * other-ca.crt with other.crt/.key, a server certificate for 127.0.0.1 from
+ * another CA. Exits the test with a message if openssl or faketime fails.
+ */
+void test_tls_make(test_tls *t);
+void test_tls_remove(test_tls *t);
+/* DIR/name into buf (static, one at a time: copy it). */
+const char *test_tls_file(const test_tls *t, const char *name);
+
+/* Start redis-server as test_redis_start, also listening for TLS with
+ * certificate CERT (t's "server", "expired" or "other") on r->tls_port;
+ * r->url is then rediss://127.0.0.1:TLS_PORT?cacert=DIR/ca.crt. The plain
+ * port stays for the test's own commands (test_redis_cmd). extra_args may
+ * add --tls-auth-clients yes (default here: no). */
+void test_redis_start_tls(test_redis *r, const test_tls *t, const char *cert,
+                          const char *extra_args);
+
 /* Start it again on the same port and dir (after test_redis_kill). */
 void test_redis_restart(test_redis *r);
 /* kill -9 and reap. */
@@ -241,7 +268,10 @@ int test_zk_child_names(test_zk *z, const char *path, char names[][128], int max
 typedef struct {
     const char *backend; /* "redis", "plainredis" (tests/backend), "etcd",
                           * "redlock" (3 independent redis-servers) or "zk"
-                          * (a standalone ZooKeeper) */
+                          * (a standalone ZooKeeper); "rediss" starts "redis"
+                          * over TLS (tls set) */
+    int tls;
+    test_tls certs; /* tls */
     test_redis redis;    /* redis and plainredis */
     test_redis nodes[TEST_REDLOCK_MAX]; /* redlock */
     int nnodes;
@@ -257,7 +287,8 @@ typedef struct {
                              * entry; etcd: its key and lease; plainredis: none) */
 } test_server;
 
-/* Start a throwaway server of backend ("redis", "etcd": one member, or
+/* Start a throwaway server of backend ("redis", "rediss": redis over TLS,
+ * "etcd": one member, or
  * "plainredis": a redis-server served by the out-of-tree backend of
  * tests/backend, registered with dlock_backend_register).
  * Exits the test with a message for any other name. */

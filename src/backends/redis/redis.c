@@ -57,7 +57,7 @@ dlock__redis_conn *dlock__redis_cmd_take(dlock__redis_be *be)
         for (int i = 0; i < DLOCK__REDIS_CMD_MAX; i++) {
             if (be->cmd_busy[i])
                 continue;
-            if (be->cmd[i].ctx != NULL && be->cmd[i].ctx->err == 0) {
+            if (dlock__redis_conn_is_open(&be->cmd[i])) {
                 pick = i;
                 break;
             }
@@ -139,10 +139,6 @@ static int redis_open(void **out, const dlock_url *url, const dlock_client_optio
     int rc;
 
     *out = NULL;
-    if (strcmp(url->scheme, "rediss") == 0)
-        return dlock__fail(DLOCK_ENOTSUP, "rediss:// (Redis over TLS) is not supported: this "
-                           "build's hiredis has no TLS, and dlock will not fall back to clear "
-                           "text; use a TLS tunnel (stunnel, spiped) and a redis:// URL to it");
     be = calloc(1, sizeof(*be));
     if (be == NULL)
         return dlock__fail(DLOCK_ENOMEM, "out of memory");

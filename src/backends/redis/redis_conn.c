@@ -7,49 +7,92 @@
 #include <string.h>
 
 #include "backends/redis/redis_conn.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/thread.h"
 
-static struct timeval to_tv(int64_t ms)
-{
-    struct timeval tv;
+static const char *const tls_keys[] = {"cacert", "cert", "key", "sni", "insecure", NULL};
 
-    tv.tv_sec = ms / 1000;
-    tv.tv_usec = (ms % 1000) * 1000;
-    return tv;
+int dlock__redis_tls_param(const char *key)
+{
+    for (int i = 0; tls_keys[i] != NULL; i++)
+        if (strcmp(key, tls_keys[i]) == 0)
+            return 1;
+    return 0;
+}
+
+int dlock__redis_tls_params(dlock__redis_endpoint *ep, const dlock_url *url)
+{
+    const char *insecure = dlock_url_param_get(url, "insecure");
+
+    ep->cacert = dlock_url_param_get(url, "cacert");
+    ep->cert = dlock_url_param_get(url, "cert");
+    ep->key = dlock_url_param_get(url, "key");
+    ep->sni = dlock_url_param_get(url, "sni");
+    for (int i = 0; tls_keys[i] != NULL; i++) {
+        const char *v = dlock_url_param_get(url, tls_keys[i]);
+        if (v != NULL && v[0] == '\0')
+            return dlock__fail(DLOCK_EINVAL, "%s URL: %s= is empty", url->scheme, tls_keys[i]);
+    }
+    if ((ep->cert == NULL) != (ep->key == NULL))
+        return dlock__fail(DLOCK_EINVAL, "%s URL: a client certificate needs both cert=FILE "
+                           "and key=FILE", url->scheme);
+    if (insecure != NULL && strcmp(insecure, "0") != 0 && strcmp(insecure, "1") != 0)
+        return dlock__fail(DLOCK_EINVAL, "%s URL: insecure must be 0 or 1, got '%.32s'",
+                           url->scheme, insecure);
+    ep->insecure = insecure != NULL && strcmp(insecure, "1") == 0;
+    if (ep->insecure && (ep->cacert != NULL || ep->sni != NULL))
+        return dlock__fail(DLOCK_EINVAL, "%s URL: insecure=1 verifies nothing, so cacert= and "
+                           "sni= would be ignored: drop one or the other", url->scheme);
+    return DLOCK_OK;
 }
 
 int dlock__redis_conn_init(dlock__redis_conn *conn, const dlock_url *url,
                            const dlock_client_options *opts, const char *role)
 {
     const char *db = NULL;
+    int rc;
 
     memset(conn, 0, sizeof(*conn));
+    conn->tp.fd = -1;
     conn->url = url;
     conn->log = opts->log;
     conn->log_payload = opts->log_payload;
     conn->role = role;
+    conn->ep.tls = strcmp(url->scheme, "rediss") == 0;
     if (strcmp(url->scheme, "unix") == 0) {
         if (url->nhosts != 0 || url->path == NULL || url->path[0] != '/')
             return dlock__fail(DLOCK_EINVAL, "unix URL: expected unix:///path/to/redis.sock");
-        conn->unix_path = url->path;
+        conn->ep.unix_path = url->path;
         db = dlock_url_param_get(url, "db");
         snprintf(conn->where, sizeof(conn->where), "redis unix:%.100s", url->path);
     } else {
         if (url->nhosts != 1)
-            return dlock__fail(DLOCK_EINVAL, "redis URL: expected exactly one host, got %zu",
-                               url->nhosts);
-        conn->host = url->hosts[0].host;
-        conn->port = url->hosts[0].port != 0 ? url->hosts[0].port : 6379;
+            return dlock__fail(DLOCK_EINVAL, "%s URL: expected exactly one host, got %zu",
+                               url->scheme, url->nhosts);
+        conn->ep.host = url->hosts[0].host;
+        conn->ep.port = url->hosts[0].port != 0 ? url->hosts[0].port : 6379;
         if (url->path != NULL && strcmp(url->path, "/") != 0)
             db = url->path + 1;
-        snprintf(conn->where, sizeof(conn->where), strchr(conn->host, ':') ? "redis [%.64s]:%d"
-                 : "redis %.64s:%d", conn->host, conn->port);
+        snprintf(conn->where, sizeof(conn->where), strchr(conn->ep.host, ':') ? "%s [%.64s]:%d"
+                 : "%s %.64s:%d", conn->ep.tls ? "rediss" : "redis", conn->ep.host,
+                 conn->ep.port);
     }
-    for (size_t i = 0; i < url->nparams; i++)
-        if (strcmp(url->params[i].key, "db") != 0)
-            return dlock__fail(DLOCK_EINVAL, "%s URL: unknown parameter '%.32s' (known: db)",
-                               url->scheme, url->params[i].key);
+    for (size_t i = 0; i < url->nparams; i++) {
+        const char *k = url->params[i].key;
+        if (conn->ep.tls && dlock__redis_tls_param(k))
+            continue;
+        if (dlock__redis_tls_param(k))
+            /* Never clear text where the user asked for TLS. */
+            return dlock__fail(DLOCK_EINVAL, "%s URL: '%.32s' is a TLS parameter: use "
+                               "rediss://", url->scheme, k);
+        if (strcmp(k, "db") != 0)
+            return dlock__fail(DLOCK_EINVAL, "%s URL: unknown parameter '%.32s' (known: db%s)",
+                               url->scheme, k,
+                               conn->ep.tls ? ", cacert, cert, key, sni, insecure" : "");
+    }
+    if (conn->ep.tls && (rc = dlock__redis_tls_params(&conn->ep, url)) != DLOCK_OK)
+        return rc;
     if (db != NULL) {
         char *end;
         long v;
@@ -62,29 +105,31 @@ int dlock__redis_conn_init(dlock__redis_conn *conn, const dlock_url *url,
     }
     snprintf(conn->client_name, sizeof(conn->client_name), "%s-%s",
              opts->client_name != NULL ? opts->client_name : "dlock", role);
-    conn->connect_tv = to_tv(opts->connect_timeout_ms);
-    conn->command_tv = to_tv(opts->command_timeout_ms);
+    conn->connect_ms = opts->connect_timeout_ms;
+    conn->command_ms = opts->command_timeout_ms;
     return DLOCK_OK;
+}
+
+int dlock__redis_conn_is_open(const dlock__redis_conn *conn)
+{
+    return dlock__redis_tp_ok(&conn->tp);
 }
 
 void dlock__redis_conn_close(dlock__redis_conn *conn)
 {
-    if (conn->ctx != NULL) {
-        redisFree(conn->ctx);
-        conn->ctx = NULL;
-    }
+    dlock__redis_tp_close(&conn->tp);
 }
 
 int dlock__redis_conn_io_error(dlock__redis_conn *conn)
 {
-    redisContext *ctx = conn->ctx;
+    dlock__redis_tp *tp = &conn->tp;
     int code = DLOCK_ECONN;
-    char what[160];
+    char what[300];
 
     conn->timed_out = 0;
-    if (ctx == NULL)
+    if (tp->err == 0)
         return dlock__fail(DLOCK_ECONN, "%s: not connected", conn->where);
-    switch (conn->refused ? -1 : ctx->err) {
+    switch (conn->refused ? -1 : tp->err) {
     case -1:
         /* bounded_functions or get_reply refused the reply. */
         code = DLOCK_EPROTO;
@@ -101,24 +146,18 @@ int dlock__redis_conn_io_error(dlock__redis_conn *conn)
         break;
     case REDIS_ERR_PROTOCOL:
         code = DLOCK_EPROTO;
-        snprintf(what, sizeof(what), "not a Redis reply (%s)", ctx->errstr);
+        snprintf(what, sizeof(what), "not a Redis reply (%s)", tp->errstr);
         break;
-    case REDIS_ERR_EOF:
-        snprintf(what, sizeof(what), "server closed the connection");
-        break;
-    case REDIS_ERR_IO:
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT ||
-            strstr(ctx->errstr, "temporarily unavailable") != NULL ||
-            strstr(ctx->errstr, "timed out") != NULL) {
-            snprintf(what, sizeof(what), "timed out (%s)", ctx->errstr);
-            conn->timed_out = 1;
-            break;
-        }
-        /* fall through */
     default:
-        snprintf(what, sizeof(what), "%s", ctx->errstr[0] ? ctx->errstr : "I/O error");
-        if (what[0] >= 'A' && what[0] <= 'Z')
-            what[0] = (char)(what[0] - 'A' + 'a');
+        /* TLS failures: a certificate, CA or name the other side refused
+         * is an authentication failure, an unreadable file a bad setting;
+         * neither goes away by trying again. */
+        if (tp->auth)
+            code = DLOCK_EAUTH;
+        else if (tp->config)
+            code = DLOCK_EINVAL;
+        conn->timed_out = tp->timed_out;
+        snprintf(what, sizeof(what), "%s", tp->errstr[0] ? tp->errstr : "I/O error");
         break;
     }
     conn->refused = 0;
@@ -186,16 +225,16 @@ static int handshake(dlock__redis_conn *conn)
 
     if (u->password != NULL) {
         if (u->user != NULL)
-            redisAppendCommand(conn->ctx, "AUTH %s %s", u->user, u->password);
+            dlock__redis_tp_append(&conn->tp, "AUTH %s %s", u->user, u->password);
         else
-            redisAppendCommand(conn->ctx, "AUTH %s", u->password);
+            dlock__redis_tp_append(&conn->tp, "AUTH %s", u->password);
         sent++;
     }
     if (conn->db != 0) {
-        redisAppendCommand(conn->ctx, "SELECT %d", conn->db);
+        dlock__redis_tp_append(&conn->tp, "SELECT %d", conn->db);
         sent++;
     }
-    redisAppendCommand(conn->ctx, "CLIENT SETNAME %s", conn->client_name);
+    dlock__redis_tp_append(&conn->tp, "CLIENT SETNAME %s", conn->client_name);
     sent++;
     for (int i = 0; i < sent; i++) {
         redisReply *r = NULL;
@@ -263,49 +302,32 @@ static void bounded_functions_init(void)
     redisReaderFree(reader);
 }
 
-static int bound_replies(dlock__redis_conn *conn)
-{
-    pthread_once(&bounded_once, bounded_functions_init);
-    if (default_create_array == NULL)
-        return dlock__fail(DLOCK_ENOMEM, "%s: out of memory", conn->where);
-    conn->reply_elements = 0;
-    conn->refused = 0;
-    conn->ctx->reader->fn = &bounded_functions;
-    conn->ctx->reader->privdata = conn;
-    return DLOCK_OK;
-}
-
 int dlock__redis_conn_over_cap(dlock__redis_conn *conn)
 {
-    redisContext *c = conn->ctx;
+    redisReader *reader = conn->tp.reader;
 
-    if (c->reader->len - c->reader->pos <= DLOCK__REDIS_MAX_REPLY_BYTES)
+    if (reader == NULL || reader->len - reader->pos <= DLOCK__REDIS_MAX_REPLY_BYTES)
         return 0;
     conn->refused = DLOCK__REDIS_REFUSED_BYTES;
-    c->err = REDIS_ERR_PROTOCOL;
-    snprintf(c->errstr, sizeof(c->errstr), "reply longer than %d bytes",
-             DLOCK__REDIS_MAX_REPLY_BYTES);
+    dlock__redis_tp_fail(&conn->tp, REDIS_ERR_PROTOCOL, "reply too long");
     return 1;
 }
 
 int dlock__redis_conn_get_reply(dlock__redis_conn *conn, redisReply **out)
 {
-    redisContext *c = conn->ctx;
+    dlock__redis_tp *tp = &conn->tp;
+    int64_t deadline = dlock__now_ms() + conn->command_ms;
     void *r = NULL;
-    int done = 0;
 
     *out = NULL;
-    if (redisGetReplyFromReader(c, &r) != REDIS_OK)
+    if (dlock__redis_tp_get_reply(tp, &r) != REDIS_OK)
         return REDIS_ERR;
-    if (r == NULL) {
-        do
-            if (redisBufferWrite(c, &done) != REDIS_OK)
-                return REDIS_ERR;
-        while (!done);
-    }
+    if (r == NULL && dlock__redis_tp_flush(tp, deadline) != REDIS_OK)
+        return REDIS_ERR;
     while (r == NULL) {
         /* Each read adds at most 16 KiB: the cap is checked as it grows. */
-        if (redisBufferRead(c) != REDIS_OK || redisGetReplyFromReader(c, &r) != REDIS_OK)
+        if (dlock__redis_tp_read(tp, deadline) != REDIS_OK ||
+            dlock__redis_tp_get_reply(tp, &r) != REDIS_OK)
             return REDIS_ERR;
         if (r == NULL && dlock__redis_conn_over_cap(conn))
             return REDIS_ERR;
@@ -317,22 +339,15 @@ int dlock__redis_conn_get_reply(dlock__redis_conn *conn, redisReply **out)
 static int connect_now(dlock__redis_conn *conn)
 {
     dlock__redis_conn_close(conn);
-    if (conn->unix_path != NULL)
-        conn->ctx = redisConnectUnixWithTimeout(conn->unix_path, conn->connect_tv);
-    else
-        conn->ctx = redisConnectWithTimeout(conn->host, conn->port, conn->connect_tv);
-    if (conn->ctx == NULL)
+    pthread_once(&bounded_once, bounded_functions_init);
+    if (default_create_array == NULL)
         return dlock__fail(DLOCK_ENOMEM, "%s: out of memory", conn->where);
-    if (conn->ctx->err)
-        return dlock__redis_conn_io_error(conn);
-    if (bound_replies(conn) != DLOCK_OK) {
-        dlock__redis_conn_close(conn);
-        return DLOCK_ENOMEM;
-    }
-    /* hiredis 0.14 leaves the socket inheritable: a program that forks and
+    conn->reply_elements = 0;
+    conn->refused = 0;
+    /* The transport's socket is close-on-exec: a program that forks and
      * execs must not hand its authenticated connection to the child. */
-    fcntl(conn->ctx->fd, F_SETFD, fcntl(conn->ctx->fd, F_GETFD) | FD_CLOEXEC);
-    if (redisSetTimeout(conn->ctx, conn->command_tv) != REDIS_OK)
+    if (dlock__redis_tp_open(&conn->tp, &conn->ep, dlock__now_ms() + conn->connect_ms,
+                             &bounded_functions, conn) != REDIS_OK)
         return dlock__redis_conn_io_error(conn);
     return handshake(conn);
 }
@@ -342,7 +357,7 @@ int dlock__redis_conn_connect(dlock__redis_conn *conn)
     dlock__sigpipe_guard guard;
     int rc;
 
-    if (conn->ctx != NULL && conn->ctx->err == 0)
+    if (dlock__redis_conn_is_open(conn))
         return DLOCK_OK;
     dlock__sigpipe_block(&guard);
     rc = connect_now(conn);
@@ -365,10 +380,10 @@ static int command_once(dlock__redis_conn *conn, redisReply **out, int argc, con
     redisReply *r;
 
     *out = NULL;
-    /* hiredis writes with write(2): a server gone away must not raise
+    /* OpenSSL writes with write(2): a server gone away must not raise
      * SIGPIPE in the application. */
     dlock__sigpipe_block(&guard);
-    if (redisAppendCommandArgv(conn->ctx, argc, argv, lens) != REDIS_OK ||
+    if (dlock__redis_tp_append_argv(&conn->tp, argc, argv, lens) != REDIS_OK ||
         dlock__redis_conn_get_reply(conn, &r) != REDIS_OK) {
         dlock__sigpipe_restore(&guard);
         return dlock__redis_conn_io_error(conn);
@@ -389,7 +404,7 @@ static int command_once(dlock__redis_conn *conn, redisReply **out, int argc, con
 int dlock__redis_conn_command(dlock__redis_conn *conn, redisReply **out, int argc,
                               const char **argv, const size_t *lens)
 {
-    int reused = conn->ctx != NULL && conn->ctx->err == 0;
+    int reused = dlock__redis_conn_is_open(conn);
     int rc;
 
     *out = NULL;

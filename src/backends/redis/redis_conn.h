@@ -11,19 +11,18 @@
 #include <hiredis/hiredis.h>
 
 #include "backends/redis/redis_scripts.h"
+#include "backends/redis/redis_transport.h"
 #include "dlock/sys/backend.h"
 
 typedef struct {
     const dlock_url *url; /* borrowed from the client */
-    const char *unix_path;
-    const char *host;
-    int port;
+    dlock__redis_endpoint ep; /* where and how (TCP, unix socket, TLS) */
     int db;
     char client_name[80];
-    struct timeval connect_tv;
-    struct timeval command_tv;
-    char where[128]; /* "redis 127.0.0.1:6379", for messages */
-    redisContext *ctx;
+    int64_t connect_ms;
+    int64_t command_ms; /* each command's whole round trip */
+    char where[128]; /* "redis 127.0.0.1:6379", "rediss ...", for messages */
+    dlock__redis_tp tp;
     int timed_out; /* the last I/O failure was a timeout, not a dead peer */
     /* Array elements of the reply being read (see bounded_create_array). */
     size_t reply_elements;
@@ -59,9 +58,22 @@ enum {
  */
 #define DLOCK__REDIS_MAX_REPLY_BYTES (1 << 20)
 
-/* Fill conn from the URL and options; no I/O. DLOCK_EINVAL for a bad URL. */
+/* Fill conn from the URL and options; no I/O. DLOCK_EINVAL for a bad URL.
+ * redis://, unix:// and rediss:// (TLS: cacert, cert, key, sni, insecure;
+ * docs/redis-tls.md). */
 int dlock__redis_conn_init(dlock__redis_conn *conn, const dlock_url *url,
                            const dlock_client_options *opts, const char *role);
+
+/* The TLS parameters of url (cacert, cert, key, sni, insecure) into ep;
+ * DLOCK_EINVAL for a bad value or a key without its cert. Parameters that
+ * are not TLS ones are left for the caller to check. */
+int dlock__redis_tls_params(dlock__redis_endpoint *ep, const dlock_url *url);
+
+/* Whether key is one of dlock__redis_tls_params's. */
+int dlock__redis_tls_param(const char *key);
+
+/* Connected and not failed: the next command goes out on this connection. */
+int dlock__redis_conn_is_open(const dlock__redis_conn *conn);
 
 /* Connect (AUTH, SELECT, CLIENT SETNAME) unless connected. */
 int dlock__redis_conn_connect(dlock__redis_conn *conn);
@@ -104,19 +116,20 @@ int dlock__redis_conn_script(dlock__redis_conn *conn, const dlock__redis_script 
                              const size_t *lens);
 
 /*
- * Read one reply (sending what is queued first), as hiredis' redisGetReply
- * but refusing a reply whose part still to be parsed grows past
- * DLOCK__REDIS_MAX_REPLY_BYTES: the context then fails with
+ * Read one reply (sending what is queued first) within the command timeout,
+ * refusing a reply whose part still to be parsed grows past
+ * DLOCK__REDIS_MAX_REPLY_BYTES: the transport then fails with
  * REDIS_ERR_PROTOCOL and conn->refused set. Returns REDIS_OK or REDIS_ERR.
  */
 int dlock__redis_conn_get_reply(dlock__redis_conn *conn, redisReply **out);
 
 /* Whether the reader holds more unparsed bytes than a reply may have (then
- * the context is failed as above). For readers that feed it themselves (the
- * subscriber), after they took every complete reply. */
+ * the transport is failed as above). For readers that feed it themselves (the
+ * subscriber, Redlock's fan-out), after they took every complete reply. */
 int dlock__redis_conn_over_cap(dlock__redis_conn *conn);
 
-/* Turn a hiredis context failure into a code and message (closing it). */
+/* Turn a transport failure into a code and message (closing it): the one
+ * place that writes the text of an I/O or TLS failure. */
 int dlock__redis_conn_io_error(dlock__redis_conn *conn);
 
 /* Turn an error reply into a code and message. */

@@ -116,6 +116,7 @@ static void redlock_close(void *arg)
         dlock__redis_conn_close(&be->nodes[i].wd.conn);
     }
     pthread_mutex_destroy(&be->cmd_mu);
+    free(be->node_params);
     free(be->prefix);
     free(be);
 }
@@ -138,17 +139,36 @@ static int ms_param(const dlock_url *url, const char *key, int64_t *out)
     return DLOCK_OK;
 }
 
-static int check_url(const dlock_url *url)
+/* Checks the URL; *tls: tls=1 (every node over TLS, with the TLS
+ * parameters of rediss://). */
+static int check_url(const dlock_url *url, int *tls)
 {
+    const char *t = dlock_url_param_get(url, "tls");
+    dlock__redis_endpoint ep;
+    int rc;
+
     if (url->nhosts < 3 || url->nhosts % 2 == 0 || url->nhosts > DLOCK__REDLOCK_NODES_MAX)
         return dlock__fail(DLOCK_EINVAL, "redlock URL: expected an odd number of nodes from 3 "
                            "to %d (redlock://h1:p1,h2:p2,h3:p3), got %zu",
                            DLOCK__REDLOCK_NODES_MAX, url->nhosts);
-    for (size_t i = 0; i < url->nparams; i++)
-        if (strcmp(url->params[i].key, "drift_ms") != 0 &&
-            strcmp(url->params[i].key, "node_timeout_ms") != 0)
+    if (t != NULL && strcmp(t, "0") != 0 && strcmp(t, "1") != 0)
+        return dlock__fail(DLOCK_EINVAL, "redlock URL: tls must be 0 or 1, got '%.32s'", t);
+    *tls = t != NULL && strcmp(t, "1") == 0;
+    for (size_t i = 0; i < url->nparams; i++) {
+        const char *k = url->params[i].key;
+        if (dlock__redis_tls_param(k) && !*tls)
+            /* Never clear text where the user asked for TLS. */
+            return dlock__fail(DLOCK_EINVAL, "redlock URL: '%.32s' is a TLS parameter: add "
+                               "tls=1", k);
+        if (strcmp(k, "drift_ms") != 0 && strcmp(k, "node_timeout_ms") != 0 &&
+            strcmp(k, "tls") != 0 && !dlock__redis_tls_param(k))
             return dlock__fail(DLOCK_EINVAL, "redlock URL: unknown parameter '%.32s' (known: "
-                               "drift_ms, node_timeout_ms)", url->params[i].key);
+                               "drift_ms, node_timeout_ms, tls, and with tls=1 cacert, cert, "
+                               "key, sni, insecure)", k);
+    }
+    memset(&ep, 0, sizeof(ep));
+    if (*tls && (rc = dlock__redis_tls_params(&ep, url)) != DLOCK_OK)
+        return rc;
     return DLOCK_OK;
 }
 
@@ -156,11 +176,11 @@ static int redlock_open(void **out, const dlock_url *url, const dlock_client_opt
 {
     redlock_backend *be;
     size_t up = 0;
-    int rc, first_rc = DLOCK_OK;
+    int rc, first_rc = DLOCK_OK, tls = 0;
     char first[512] = "";
 
     *out = NULL;
-    if ((rc = check_url(url)) != DLOCK_OK)
+    if ((rc = check_url(url, &tls)) != DLOCK_OK)
         return rc;
     be = calloc(1, sizeof(*be));
     if (be == NULL)
@@ -180,16 +200,27 @@ static int redlock_open(void **out, const dlock_url *url, const dlock_client_opt
         rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
         goto err;
     }
+    if (tls && url->nparams > 0) {
+        be->node_params = calloc(url->nparams, sizeof(*be->node_params));
+        if (be->node_params == NULL) {
+            rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+            goto err;
+        }
+        for (size_t i = 0; i < url->nparams; i++)
+            if (dlock__redis_tls_param(url->params[i].key))
+                be->node_params[be->nnode_params++] = url->params[i];
+    }
     for (size_t i = 0; i < be->n; i++) {
         dlock__redlock_node *node = &be->nodes[i];
-        /* Each node as a redis:// URL of its own: same credentials and
-         * database, one host, none of redlock's parameters. */
+        /* Each node as a redis:// (or, with tls=1, rediss://) URL of its
+         * own: same credentials and database, one host, none of redlock's
+         * parameters but the TLS ones. */
         node->url = *url;
-        node->url.scheme = "redis";
+        node->url.scheme = tls ? "rediss" : "redis";
         node->url.hosts = &url->hosts[i];
         node->url.nhosts = 1;
-        node->url.params = NULL;
-        node->url.nparams = 0;
+        node->url.params = be->node_params;
+        node->url.nparams = be->nnode_params;
         if ((rc = dlock__redis_conn_init(&node->cmd.conn, &node->url, opts, "cmd")) !=
                 DLOCK_OK ||
             (rc = dlock__redis_conn_init(&node->wd.conn, &node->url, opts, "watchdog")) !=

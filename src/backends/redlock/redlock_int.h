@@ -42,6 +42,10 @@ typedef struct {
     int64_t node_timeout_ms; /* -1: lease / 10, within [5, command timeout] */
     int64_t command_timeout_ms;
     pthread_mutex_t cmd_mu;
+    /* tls=1: each node's URL is rediss:// with these parameters (the
+     * client's TLS ones: cacert, cert, key, sni, insecure; borrowed). */
+    dlock_url_param *node_params;
+    size_t nnode_params;
     dlock__redlock_node nodes[DLOCK__REDLOCK_NODES_MAX];
 } dlock__redlock_be;
 

@@ -42,17 +42,15 @@ static int send_script(dlock__redis_conn *conn, const dlock__redis_script *s, in
                        int nkeys, int argc, const char **argv, const size_t *lens)
 {
     dlock__redis_script_cmd c;
-    int done = 0, rc;
+    int rc;
 
     if ((rc = dlock__redis_script_cmd_init(&c, s, eval, nkeys, argc, argv, lens)) != DLOCK_OK)
         return rc;
-    if (redisAppendCommandArgv(conn->ctx, c.argc, c.av, c.al) != REDIS_OK)
+    /* A request this small goes into the socket's empty send buffer at
+     * once; the command timeout bounds a full one. */
+    if (dlock__redis_tp_append_argv(&conn->tp, c.argc, c.av, c.al) != REDIS_OK ||
+        dlock__redis_tp_flush(&conn->tp, dlock__now_ms() + conn->command_ms) != REDIS_OK)
         rc = dlock__redis_conn_io_error(conn);
-    /* The socket is blocking (with the command timeout): a request this
-     * small goes into its empty send buffer at once. */
-    while (rc == DLOCK_OK && !done)
-        if (redisBufferWrite(conn->ctx, &done) != REDIS_OK)
-            rc = dlock__redis_conn_io_error(conn);
     dlock__redis_script_cmd_free(&c);
     return rc;
 }
@@ -65,7 +63,7 @@ static int start(node_state *st, const dlock__redis_script *s, int nkeys, int ar
     dlock__redlock_link *l = st->link;
     int rc;
 
-    st->reused = l->conn.ctx != NULL && l->conn.ctx->err == 0;
+    st->reused = dlock__redis_conn_is_open(&l->conn);
     if (!st->reused)
         l->owed = 0;
     if ((rc = dlock__redis_conn_connect(&l->conn)) != DLOCK_OK)
@@ -87,11 +85,11 @@ static int take_replies(node_state *st, redisReply **out)
     void *r;
 
     *out = NULL;
-    if (redisBufferRead(conn->ctx) != REDIS_OK)
+    if (dlock__redis_tp_read(&conn->tp, -1) != REDIS_OK)
         return dlock__redis_conn_io_error(conn);
     for (;;) {
         r = NULL;
-        if (redisGetReplyFromReader(conn->ctx, &r) != REDIS_OK)
+        if (dlock__redis_tp_get_reply(&conn->tp, &r) != REDIS_OK)
             return dlock__redis_conn_io_error(conn);
         if (r == NULL)
             return dlock__redis_conn_over_cap(conn) ? dlock__redis_conn_io_error(conn)
@@ -121,7 +119,7 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
     size_t replied = 0;
 
     snprintf(saved, sizeof(saved), "%s", dlock_error_message());
-    /* hiredis writes with write(2): a node gone away must not raise
+    /* OpenSSL writes with write(2): a node gone away must not raise
      * SIGPIPE in the application. */
     dlock__sigpipe_block(&guard);
     for (size_t i = 0; i < be->n; i++) {
@@ -149,7 +147,7 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
 
         for (size_t i = 0; i < be->n; i++)
             if (st[i].waiting) {
-                fds[k].fd = st[i].link->conn.ctx->fd;
+                fds[k].fd = st[i].link->conn.tp.fd;
                 fds[k].events = POLLIN;
                 fds[k].revents = 0;
                 idx[k++] = i;
