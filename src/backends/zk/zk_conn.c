@@ -342,6 +342,23 @@ int dlock__zk_children(dlock__zk_sess *s, const char *path, struct String_vector
     return rc;
 }
 
+int dlock__zk_children_watch(dlock__zk_sess *s, const char *path, struct String_vector *out)
+{
+    zhandle_t *zh;
+    op_t *op;
+    int rc;
+
+    NEW_OP(s, op, zh);
+    rc = op_wait(op, zoo_aget_children(zh, path, 1, on_strings, op));
+    if (rc == ZOK) {
+        *out = op->kids;
+        op->kids.count = 0;
+        op->kids.data = NULL;
+    }
+    op_unref(op);
+    return rc;
+}
+
 int dlock__zk_delete(dlock__zk_sess *s, const char *path, int version)
 {
     zhandle_t *zh;

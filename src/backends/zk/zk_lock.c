@@ -285,6 +285,8 @@ int dlock__zk_acquire(void *arg, const dlock_request *req, void *watch, dlock_ac
 {
     dlock__zk_be *be = arg;
 
+    if (req->kind != DLOCK_KIND_MUTEX)
+        return dlock__zk_family_acquire(be, req, watch, out);
     if (watch == NULL)
         return try_once(be, req, out);
     return try_queued(be, req, watch, out);
@@ -311,6 +313,10 @@ int dlock__zk_watch_begin(void *arg, const dlock_request *req, void **watch)
         dlock__zk_watch_free(w);
         return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
     }
+    if (req->kind != DLOCK_KIND_MUTEX && (rc = dlock__zk_family_watch_begin(w, be, req)) != DLOCK_OK) {
+        dlock__zk_watch_free(w);
+        return rc;
+    }
     *watch = w;
     return DLOCK_OK;
 }
@@ -318,6 +324,8 @@ int dlock__zk_watch_begin(void *arg, const dlock_request *req, void **watch)
 int dlock__zk_watch_wait(void *arg, void *watch, int64_t timeout_ms)
 {
     (void)arg;
+    if (dlock__zk_is_observe(watch))
+        return dlock__zk_observe_wait(watch, timeout_ms);
     return dlock__zk_watch_sleep(watch, timeout_ms);
 }
 
@@ -329,6 +337,10 @@ void dlock__zk_watch_end(void *arg, void *watch)
     (void)arg;
     if (w == NULL)
         return;
+    if (w->extra != NULL) {
+        dlock__zk_family_watch_end(w);
+        return;
+    }
     if (!w->won && (w->node != NULL || w->maybe) &&
         dlock__zk_sess_ready(w->sess, &gen) == DLOCK_OK && gen == w->gen) {
         if (w->node == NULL) {
