@@ -18,7 +18,7 @@
 # Nothing is skipped: without java, javac, the Curator jars or ZooKeeper the
 # test fails and names the Debian package (scripts/deps.sh installs them).
 #
-# The helpers (fail, pass, finish, within, free_port, cleanup of BG_PIDS and
+# The helpers (fail, pass, finish, within, start_zk, cleanup of BG_PIDS and
 # $WORK) are tests/cli/lib.sh's; this test talks to no Redis, the URL given
 # to lib.sh is never used.
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -53,44 +53,6 @@ javac -Xlint:all,-path -Werror -d "$WORK/classes" -cp "$CP" "$HERE/CuratorWorker
     2>"$WORK/javac.err" || { fail "javac CuratorWorker.java: $(cat "$WORK/javac.err")"; finish; }
 CP=$WORK/classes:$CP
 
-# start_zk: a private standalone ZooKeeper on a free loopback port, its data
-# in $WORK; sets ZK (host:port) and ZK_PID. Ready when it answers "srvr".
-zk_ready() {
-    python3 - "$1" <<'EOF' 2>/dev/null
-import socket, sys
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2)
-s.sendall(b"srvr")
-sys.exit(0 if b"Zookeeper version" in s.recv(4096) else 1)
-EOF
-}
-start_zk() {
-    zk_try=0
-    while :; do
-        zk_try=$((zk_try + 1))
-        zk_port=$(free_port)
-        zk_dir=$WORK/zk.$zk_try
-        mkdir -p "$zk_dir/data"
-        printf '%s\n' "tickTime=500" "dataDir=$zk_dir/data" "clientPort=$zk_port" \
-            "clientPortAddress=127.0.0.1" "admin.enableServer=false" \
-            "4lw.commands.whitelist=srvr" "maxSessionTimeout=60000" >"$zk_dir/zoo.cfg"
-        printf '%s\n' "log4j.rootLogger=WARN, F" "log4j.appender.F=org.apache.log4j.FileAppender" \
-            "log4j.appender.F.File=$zk_dir/zk.log" "log4j.appender.F.layout=org.apache.log4j.PatternLayout" \
-            >"$zk_dir/log4j.properties"
-        java -cp "$zk_dir:$J/zookeeper.jar:$J/*" org.apache.zookeeper.server.ZooKeeperServerMain \
-            "$zk_dir/zoo.cfg" >"$zk_dir/out" 2>&1 &
-        ZK_PID=$!
-        BG_PIDS="$BG_PIDS $ZK_PID"
-        if within 60 zk_ready "$zk_port"; then
-            ZK=127.0.0.1:$zk_port
-            return
-        fi
-        if alive "$ZK_PID" || [ "$zk_try" -ge 5 ]; then
-            fail "ZooKeeper did not start on $zk_port: $(tail -5 "$zk_dir/out" "$zk_dir/zk.log" 2>/dev/null)"
-            finish
-        fi
-        wait "$ZK_PID" 2>/dev/null # the port was taken: try another
-    done
-}
 start_zk
 ZKURL=zk://$ZK
 
