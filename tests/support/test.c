@@ -576,8 +576,8 @@ static int etcd_wait_healthy(test_etcd *e, int i)
 
 /* A free loopback port below the kernel's ephemeral range, so that no
  * outgoing connection (of this or a parallel test) takes it between this
- * check and etcd's bind. */
-static int etcd_free_port(void)
+ * check and the server's bind (etcd, ZooKeeper). */
+int test_free_port(void)
 {
     static unsigned seed;
     int low = 32768;
@@ -638,8 +638,8 @@ static void etcd_start(test_etcd *e, int members, const char *extra_args, int tl
 again:
     used = (size_t)snprintf(e->url, sizeof(e->url), tls ? "etcds://" : "etcd://");
     for (int i = 0; i < members; i++) {
-        e->client_port[i] = etcd_free_port();
-        e->peer_port[i] = etcd_free_port();
+        e->client_port[i] = test_free_port();
+        e->peer_port[i] = test_free_port();
         snprintf(e->member_url[i], sizeof(e->member_url[i]), "%s://127.0.0.1:%d",
                  tls ? "etcds" : "etcd", e->client_port[i]);
         used += (size_t)snprintf(e->url + used, sizeof(e->url) - used, "%s127.0.0.1:%d",
@@ -890,8 +890,16 @@ void test_server_start(test_server *s, const char *backend)
                               sizeof(s->redlock_url));
         s->url = s->redlock_url;
         s->short_lease_ms = 300;
+    } else if (backend != NULL && strcmp(backend, "zk") == 0) {
+        s->backend = "zk";
+        test_zk_start(&s->zk, 1, NULL);
+        s->url = s->zk.url;
+        /* Up to the 2 s session of the URL: locks live in the short
+         * session, whose node goes 2 s after its holder stalls. */
+        s->short_lease_ms = 1000;
+        s->waiter_leftovers = 1; /* its node in the queue */
     } else {
-        fprintf(stderr, "unknown backend '%s' (redis, plainredis, etcd or redlock)\n",
+        fprintf(stderr, "unknown backend '%s' (redis, plainredis, etcd, redlock or zk)\n",
                 backend ? backend : "");
         exit(2);
     }
@@ -908,6 +916,19 @@ static int on_redlock(const test_server *s)
     return strcmp(s->backend, "redlock") == 0;
 }
 
+static int on_zk(const test_server *s)
+{
+    return strcmp(s->backend, "zk") == 0;
+}
+
+/* The directory of lock name on ZooKeeper (names in the tests need no
+ * escaping). */
+static const char *zk_dir(char *buf, size_t size, const char *name)
+{
+    snprintf(buf, size, "/dlock/%s", name);
+    return buf;
+}
+
 /* The key prefix of s's Redis backend. */
 static const char *redis_prefix(const test_server *s)
 {
@@ -920,7 +941,9 @@ void test_server_stop(test_server *s)
         test_redis_stop(&s->nodes[i]);
     if (on_redlock(s))
         return;
-    if (on_redis(s))
+    if (on_zk(s))
+        test_zk_stop(&s->zk);
+    else if (on_redis(s))
         test_redis_stop(&s->redis);
     else
         test_etcd_stop(&s->etcd);
@@ -937,6 +960,8 @@ int test_server_held(test_server *s, const char *name)
                     test_redis_cmd(&s->nodes[i], "EXISTS dlock:{%s}", name) == 1;
         return held > s->nnodes / 2;
     }
+    if (on_zk(s))
+        return test_zk_children(&s->zk, zk_dir(key, sizeof(key), name)) > 0;
     if (on_redis(s))
         return test_redis_cmd(&s->redis, "EXISTS %s{%s}", redis_prefix(s), name) == 1;
     snprintf(key, sizeof(key), "dlock/%s/", name);
@@ -945,7 +970,7 @@ int test_server_held(test_server *s, const char *name)
 
 void test_server_pause(test_server *s, int paused)
 {
-    int pid = on_redis(s) ? s->redis.pid : s->etcd.pid[0];
+    int pid = on_redis(s) ? s->redis.pid : on_zk(s) ? s->zk.pid[0] : s->etcd.pid[0];
 
     for (int i = 0; i < s->nnodes; i++)
         if (kill(s->nodes[i].pid, paused ? SIGSTOP : SIGCONT) != 0)
@@ -970,6 +995,8 @@ long long test_server_leftovers(test_server *s, const char *name)
                 n += test_redis_cmd(&s->nodes[i], "EXISTS dlock:{%s}", name);
         return n;
     }
+    if (on_zk(s)) /* the holder's node and the waiters' */
+        return test_zk_children(&s->zk, zk_dir(key, sizeof(key), name));
     if (on_redis(s))
         return test_redis_cmd(&s->redis, "EXISTS %s{%s} %s{%s}:next %s{%s}:holder",
                               redis_prefix(s), name, redis_prefix(s), name, redis_prefix(s), name);
@@ -987,6 +1014,9 @@ long long test_server_requests(test_server *s)
     long long n = 0;
     char metric[160];
 
+    if (on_zk(s)) /* every request the server answered, pings included */
+        return test_zk_mntr(&s->zk, 0, "zk_cnt_readlatency") +
+               test_zk_mntr(&s->zk, 0, "zk_cnt_updatelatency");
     if (on_redis(s) || on_redlock(s)) {
         for (size_t i = 0; i < sizeof(redis_cmds) / sizeof(redis_cmds[0]); i++)
             n += test_redis_calls(on_redlock(s) ? &s->nodes[0] : &s->redis, redis_cmds[i]);

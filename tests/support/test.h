@@ -189,17 +189,65 @@ long long test_etcd_metric(test_etcd *e, int member, const char *metric);
 /* 1 if process pid still exists (not reaped, not gone). */
 int test_process_alive(int pid);
 
+/* A free loopback port below the kernel's ephemeral range (no outgoing
+ * connection takes it between this check and the server's bind). */
+int test_free_port(void);
+
+/* ---- private ZooKeeper servers (tests/support/test_zk.c): standalone or
+ * an ensemble on loopback ---- */
+
+#define TEST_ZK_MAX 3
+
+typedef struct {
+    int n;                          /* members */
+    int client_port[TEST_ZK_MAX];
+    int peer_port[TEST_ZK_MAX];
+    int elect_port[TEST_ZK_MAX];
+    int pid[TEST_ZK_MAX];           /* 0 while a member is down */
+    char dir[64];                   /* member i: dir/mI (zoo.cfg, data), log dir/mI.log */
+    char hosts[256];                /* 127.0.0.1:P0,127.0.0.1:P1,... */
+    char url[320];                  /* zk://HOSTS?session_timeout_ms=2000 */
+    char member_url[TEST_ZK_MAX][96]; /* zk://127.0.0.1:PI?session_timeout_ms=2000 */
+    char extra[256];                /* extra zoo.cfg lines */
+} test_zk;
+
+/* Start members ZooKeeper servers (1: standalone; 3: an ensemble) on free
+ * loopback ports in a new temp dir (ticks of 250 ms, sessions 500 ms to
+ * 1 h), with extra_cfg (zoo.cfg lines, may be NULL), and wait until each
+ * serves. Exits the test with its log if one does not start (apt-get
+ * install zookeeper default-jdk-headless). Killed at exit. */
+void test_zk_start(test_zk *z, int members, const char *extra_cfg);
+/* kill -9 member i and reap it / start it again on its ports and data. */
+void test_zk_kill(test_zk *z, int member);
+void test_zk_restart(test_zk *z, int member);
+/* SIGSTOP / SIGCONT member i. */
+void test_zk_pause(test_zk *z, int member, int paused);
+/* Kill every member and remove the dir. */
+void test_zk_stop(test_zk *z);
+/* The member that leads now (standalone: 0); waits up to 20 s. */
+int test_zk_leader(test_zk *z);
+/* A four-letter word's answer from member i (malloc'd), NULL if none. */
+char *test_zk_4lw(test_zk *z, int member, const char *cmd);
+/* One number from member i's mntr ("zk_cnt_readlatency"), -1 if none. */
+long long test_zk_mntr(test_zk *z, int member, const char *key);
+/* Children of path now (0 when it does not exist), through any live member. */
+long long test_zk_children(test_zk *z, const char *path);
+/* Their names, up to max. */
+int test_zk_child_names(test_zk *z, const char *path, char names[][128], int max);
+
 /* ---- either backend: the scenarios every backend must pass
  * (tests/integration/core) see the server only through these ---- */
 
 typedef struct {
-    const char *backend; /* "redis", "plainredis" (tests/backend), "etcd" or
-                          * "redlock" (3 independent redis-servers) */
+    const char *backend; /* "redis", "plainredis" (tests/backend), "etcd",
+                          * "redlock" (3 independent redis-servers) or "zk"
+                          * (a standalone ZooKeeper) */
     test_redis redis;    /* redis and plainredis */
     test_redis nodes[TEST_REDLOCK_MAX]; /* redlock */
     int nnodes;
     char redlock_url[256];
     test_etcd etcd;
+    test_zk zk;
     char plain_url[96];
     const char *url;
     int64_t short_lease_ms; /* the shortest lease the service keeps well */

@@ -133,6 +133,7 @@ typedef struct {
     pthread_cond_t cv;
     int refs, done, rc;
     dlock__zk_sess *s;
+    uint64_t gen;        /* the session's gen when sent */
     int64_t sent;
     struct Stat stat;
     char *str;
@@ -155,6 +156,9 @@ static op_t *op_new(dlock__zk_sess *s)
     op->refs = 2; /* the caller and the completion */
     op->s = s;
     op->sent = dlock__zk_now_ms();
+    pthread_mutex_lock(&s->mu);
+    op->gen = s->gen;
+    pthread_mutex_unlock(&s->mu);
     return op;
 }
 
@@ -188,13 +192,16 @@ static void op_done(op_t *op, int rc)
         /* The server answered: it heard from the session at op->sent or
          * later. */
         pthread_mutex_lock(&op->s->mu);
-        if (op->sent > op->s->last_contact_ms)
+        if (op->gen == op->s->gen && op->sent > op->s->last_contact_ms)
             op->s->last_contact_ms = op->sent;
         pthread_mutex_unlock(&op->s->mu);
     } else if (rc == ZSESSIONEXPIRED) {
+        /* Only for the session it was sent in: a newer one is not. */
         pthread_mutex_lock(&op->s->mu);
-        op->s->expired = 1;
-        pthread_cond_broadcast(&op->s->cv);
+        if (op->gen == op->s->gen) {
+            op->s->expired = 1;
+            pthread_cond_broadcast(&op->s->cv);
+        }
         pthread_mutex_unlock(&op->s->mu);
     }
     pthread_mutex_lock(&op->mu);
@@ -538,10 +545,7 @@ int dlock__zk_fail(dlock__zk_sess *s, int zrc, const char *what, const char *pat
     case ZSESSIONMOVED:
         return dlock_backend_fail(DLOCK_ECONN, "zk %s: %s %s: %s", shown, what, path,
                                   zerror(zrc));
-    case ZSESSIONEXPIRED:
-        pthread_mutex_lock(&s->mu);
-        s->expired = 1;
-        pthread_mutex_unlock(&s->mu);
+    case ZSESSIONEXPIRED: /* the completion marked the session expired */
         return dlock_backend_fail(DLOCK_ECONN, "zk %s: %s %s: session expired", shown, what,
                                   path);
     case ZNOAUTH:

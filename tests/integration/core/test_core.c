@@ -632,11 +632,13 @@ static void threads_share_a_client(void)
 
 /* ---- the operator's view (issue 16) ------------------------------------ */
 
-/* The backends that keep holder records and list locks: Redis and etcd.
- * Redlock and the out-of-tree backend keep none (docs/redlock.md). */
+/* The backends that keep holder records and list locks: Redis, etcd and
+ * ZooKeeper. Redlock and the out-of-tree backend keep none
+ * (docs/redlock.md). */
 static int records_holders(const test_server *s)
 {
-    return strcmp(s->backend, "redis") == 0 || strcmp(s->backend, "etcd") == 0;
+    return strcmp(s->backend, "redis") == 0 || strcmp(s->backend, "etcd") == 0 ||
+           strcmp(s->backend, "zk") == 0;
 }
 
 typedef struct {
