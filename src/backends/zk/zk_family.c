@@ -158,17 +158,6 @@ static void fam_leave(dlock__zk_sess *s, fam *f, const char *uuid)
 
 /* ---- the queue: one ordered directory ------------------------------------ */
 
-/* The index of node (a full path) among kids, or -1. */
-static int index_of(const struct String_vector *kids, const char *node)
-{
-    const char *base = strrchr(node, '/');
-    base = base != NULL ? base + 1 : node;
-    for (int i = 0; i < kids->count; i++)
-        if (strcmp(kids->data[i], base) == 0)
-            return i;
-    return -1;
-}
-
 /*
  * Who goes first in a queue of kind: the index of the node our node at
  * `at` must wait for, or -1 when ours holds. Writers, candidates and the
@@ -214,7 +203,7 @@ static int queue_try(dlock__zk_sess *s, int kind, const char *dir, const char *u
         if (rc != ZOK && rc != ZNONODE)
             return dlock__zk_fail(s, rc, "list", dir);
         dlock__zk_sort_children(&kids, sort_name);
-        at = index_of(&kids, *node);
+        at = dlock__zk_find_protected(&kids, uuid);
         if (at < 0) {
             deallocate_String_vector(&kids);
             free(*node);
@@ -389,7 +378,7 @@ static int sem_try(dlock__zk_sess *s, const dlock_request *req, fam *f, const ch
         if (rc != ZOK && rc != ZNONODE)
             return dlock__zk_fail(s, rc, "list", f->dir);
         count = kids.count;
-        mine = index_of(&kids, f->node) >= 0;
+        mine = dlock__zk_find_protected(&kids, uuid) >= 0;
         deallocate_String_vector(&kids);
         if (!mine) {
             /* Our lease vanished: make it again. */
