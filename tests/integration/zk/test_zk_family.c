@@ -83,7 +83,7 @@ static void rw_readers_share_writers_alone(void)
     rw_page *pg = shared_page(sizeof(*pg));
     pid_t pids[6];
 
-    start();
+    dlock_client_free(start()); /* the server runs; each process opens its own */
     for (int p = 0; p < 6; p++) {
         if ((pids[p] = fork()) == 0) {
             dlock_client *c = another();
@@ -146,6 +146,8 @@ static void rw_queued_writer_holds_back_new_readers(void)
     CHECK_RC(wa.rc, DLOCK_OK);
     CHECK_RC(dlock_release(wa.lock), DLOCK_OK);
     wait_children("/dlock/order", 0);
+    dlock_client_free(c2);
+    dlock_client_free(c);
 }
 
 /*
@@ -196,6 +198,8 @@ static void rw_downgrade_keeps_place(void)
     CHECK(dlock_lock_fence(wa.lock) > fence);
     CHECK_RC(dlock_release(wa.lock), DLOCK_OK);
     wait_children("/dlock/grade", 0);
+    dlock_client_free(c2);
+    dlock_client_free(c);
 }
 
 /* ---- semaphore -------------------------------------------------------------- */
@@ -209,7 +213,7 @@ static void semaphore_never_exceeds_n(void)
     sem_page *pg = shared_page(sizeof(*pg));
     pid_t pids[8];
 
-    start();
+    dlock_client_free(start());
     for (int p = 0; p < 8; p++) {
         if ((pids[p] = fork()) == 0) {
             dlock_client *c = another();
@@ -384,7 +388,7 @@ static void multi_no_deadlock(void)
 {
     pid_t pids[2];
 
-    start();
+    dlock_client_free(start());
     for (int p = 0; p < 2; p++) {
         if ((pids[p] = fork()) == 0) {
             dlock_client *c = another();
