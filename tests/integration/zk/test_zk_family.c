@@ -258,7 +258,6 @@ static void semaphore_waiter_and_permits(void)
     dlock_lock *a, *b;
     test_acquirer wa;
     pthread_t t;
-    pid_t pid;
 
     o.permits = 1;
     CHECK_RC(dlock_acquire(&a, c, "permits", &o), DLOCK_OK);
@@ -280,25 +279,40 @@ static void semaphore_waiter_and_permits(void)
     wait_children("/dlock/permits/locks", 0);
     CHECK_RC(dlock_release(wa.lock), DLOCK_OK);
     CHECK_RC(dlock_release(a), DLOCK_OK);
+    dlock_client_free(c2);
+    dlock_client_free(c);
+}
 
-    /* A holder killed: its lease goes with its session (2 s here). */
-    CHECK_RC(dlock_semaphore_set_permits(c, "permits", 1), DLOCK_OK);
+/* A killed holder's permit comes back with its session (2 s here). The
+ * holder is forked before the parent has a client (threads). */
+static void semaphore_killed_holder_permit_returns(void)
+{
+    dlock_acquire_options o = kopts(DLOCK_KIND_SEMAPHORE, 60000);
+    dlock_client *c;
+    dlock_lock *b;
+    pid_t pid;
+
+    test_zk_start(&zk, 1, NULL);
     if ((pid = fork()) == 0) {
         dlock_client *ck = another();
         dlock_acquire_options ko = kopts(DLOCK_KIND_SEMAPHORE, 0);
         dlock_lock *k;
-        CHECK_RC(dlock_acquire(&k, ck, "permits", &ko), DLOCK_OK);
+        ko.permits = 1;
+        CHECK_RC(dlock_acquire(&k, ck, "killed", &ko), DLOCK_OK);
         for (;;)
             pause();
     }
     CHECK(pid > 0);
-    wait_children("/dlock/permits/leases", 1);
+    wait_children("/dlock/killed/leases", 1);
+    c = another();
+    {
+        dlock_acquire_options once = kopts(DLOCK_KIND_SEMAPHORE, 0);
+        CHECK_RC(dlock_acquire(&b, c, "killed", &once), DLOCK_EBUSY);
+    }
     CHECK(kill(pid, SIGKILL) == 0);
     CHECK(waitpid(pid, NULL, 0) == pid);
-    o = kopts(DLOCK_KIND_SEMAPHORE, 60000);
-    CHECK_RC(dlock_acquire(&b, c2, "permits", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&b, c, "killed", &o), DLOCK_OK);
     CHECK_RC(dlock_release(b), DLOCK_OK);
-    dlock_client_free(c2);
     dlock_client_free(c);
 }
 
@@ -415,5 +429,7 @@ TEST_MAIN({"rw_readers_share_writers_alone", rw_readers_share_writers_alone, NUL
           {"rw_downgrade_keeps_place", rw_downgrade_keeps_place, "watchdog"},
           {"semaphore_never_exceeds_n", semaphore_never_exceeds_n, NULL},
           {"semaphore_waiter_and_permits", semaphore_waiter_and_permits, NULL},
+          {"semaphore_killed_holder_permit_returns", semaphore_killed_holder_permit_returns,
+           NULL},
           {"leader_latch_and_observer", leader_latch_and_observer, "watchdog"},
           {"multi_no_deadlock", multi_no_deadlock, NULL})
