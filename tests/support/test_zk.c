@@ -3,7 +3,9 @@
  * Throwaway ZooKeeper servers for the tests: a standalone server or an
  * ensemble of up to TEST_ZK_MAX members on loopback ports, each a JVM
  * running ZooKeeperServerMain from Debian's zookeeper package in its own
- * temp dir (zoo.cfg, myid, data), killed at exit. A JVM takes a second or
+ * temp dir (zoo.cfg, myid, data), killed at exit. A member of an ensemble
+ * runs QuorumPeerMain: ZooKeeperServerMain ignores the server.N lines and
+ * serves alone. A JVM takes a second or
  * two to start: start one per test program where you can.
  *
  * The classpath is the jars the server needs, not /usr/share/java/* (which
@@ -98,7 +100,9 @@ static void zk_spawn(test_zk *z, int i)
         setpgid(0, 0); /* a ^C of the test does not reach it first */
         execlp("java", "java", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", cp,
-               "org.apache.zookeeper.server.ZooKeeperServerMain", cfg, (char *)NULL);
+               z->n > 1 ? "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+                        : "org.apache.zookeeper.server.ZooKeeperServerMain",
+               cfg, (char *)NULL);
         fprintf(stderr, "cannot run java: %s (apt-get install default-jdk-headless "
                 "zookeeper)\n", strerror(errno));
         _exit(127);

@@ -46,6 +46,14 @@ typedef struct dlock__zk_hold {
     uint64_t czxid;
     int64_t lease_ms;
     int64_t expires_ms; /* CLOCK_BOOTTIME: the reaper deletes the node then */
+    /* An orphan: a node that may exist in a live session but that nobody
+     * will release (a create whose reply was lost, a leave or release that
+     * could not reach the server). The reaper deletes it (finding it by its
+     * protection id when node is NULL), once a second until it succeeds or
+     * the session is gone. */
+    int orphan;
+    char *dir;
+    char uuid[DLOCK__ZK_UUID_LEN + 1];
 } hold_t;
 
 static void hold_free(hold_t *h)
@@ -54,8 +62,11 @@ static void hold_free(hold_t *h)
         return;
     free(h->token);
     free(h->node);
+    free(h->dir);
     free(h);
 }
+
+#define ORPHAN_RETRY_MS 1000
 
 /* be->mu held. */
 static hold_t *hold_find(dlock__zk_be *be, const char *token)
@@ -90,7 +101,8 @@ static int hold_copy(dlock__zk_be *be, const char *token, hold_t *out)
 
     memset(out, 0, sizeof(*out));
     pthread_mutex_lock(&be->mu);
-    if ((h = hold_find(be, token)) != NULL && (out->node = strdup(h->node)) != NULL) {
+    if ((h = hold_find(be, token)) != NULL && !h->orphan && h->node != NULL &&
+        (out->node = strdup(h->node)) != NULL) {
         out->sess = h->sess;
         out->gen = h->gen;
         out->czxid = h->czxid;
@@ -109,12 +121,39 @@ static void hold_touch(dlock__zk_be *be, const char *token, int64_t lease_ms)
     hold_t *h;
 
     pthread_mutex_lock(&be->mu);
-    if ((h = hold_find(be, token)) != NULL) {
+    if ((h = hold_find(be, token)) != NULL && !h->orphan) {
         h->lease_ms = lease_ms;
         h->expires_ms = dlock__zk_now_ms() + lease_ms;
         pthread_cond_signal(&be->reap_cv);
     }
     pthread_mutex_unlock(&be->mu);
+}
+
+/* Delete h's node (found by its protection id if not known). 1 done (or
+ * nothing to delete), 0 when the server could not be reached. */
+static int reap(hold_t *h)
+{
+    int rc;
+
+    if (h->node == NULL && h->dir != NULL) {
+        struct String_vector kids = {0, NULL};
+        int i;
+        rc = dlock__zk_children(h->sess, h->dir, &kids);
+        if (rc == ZNONODE)
+            return 1;
+        if (rc != ZOK)
+            return rc != ZCONNECTIONLOSS && rc != ZOPERATIONTIMEOUT && rc != ZINVALIDSTATE;
+        i = dlock__zk_find_protected(&kids, h->uuid);
+        if (i >= 0)
+            h->node = dlock__zk_join(h->dir, kids.data[i]);
+        deallocate_String_vector(&kids);
+        if (h->node == NULL)
+            return 1;
+    }
+    if (h->node == NULL)
+        return 1;
+    rc = dlock__zk_delete(h->sess, h->node, -1);
+    return rc != ZCONNECTIONLOSS && rc != ZOPERATIONTIMEOUT && rc != ZINVALIDSTATE;
 }
 
 /*
@@ -143,11 +182,20 @@ static void *reaper_main(void *arg)
                 next = (*p)->expires_ms;
         }
         if (due != NULL) {
+            int gone = 1;
             pthread_mutex_unlock(&be->mu);
             if (dlock__zk_sess_alive(due->sess, due->gen))
-                dlock__zk_delete(due->sess, due->node, -1);
-            hold_free(due);
+                gone = reap(due);
             pthread_mutex_lock(&be->mu);
+            if (gone) {
+                hold_free(due);
+            } else {
+                /* The server could not be reached: again in a second. */
+                due->orphan = 1;
+                due->expires_ms = dlock__zk_now_ms() + ORPHAN_RETRY_MS;
+                due->next = be->holds;
+                be->holds = due;
+            }
             continue;
         }
         if (next == INT64_MAX) {
@@ -162,6 +210,21 @@ static void *reaper_main(void *arg)
     }
     pthread_mutex_unlock(&be->mu);
     return NULL;
+}
+
+/* Start the reaper if it is not running, and wake it (be->mu held). */
+static int reaper_poke(dlock__zk_be *be)
+{
+    int rc = DLOCK_OK;
+
+    if (!be->reaper_running) {
+        if (pthread_create(&be->reaper, NULL, reaper_main, be) == 0)
+            be->reaper_running = 1;
+        else
+            rc = dlock_backend_fail(DLOCK_ENOMEM, "zk: cannot start the lease reaper thread");
+    }
+    pthread_cond_signal(&be->reap_cv);
+    return rc;
 }
 
 int dlock__zk_hold_add(dlock__zk_be *be, const dlock_request *req, dlock__zk_sess *s,
@@ -181,18 +244,45 @@ int dlock__zk_hold_add(dlock__zk_be *be, const dlock_request *req, dlock__zk_ses
         h->next = be->holds;
         be->holds = h;
     }
+    if (h->node == NULL || strcmp(h->node, node) != 0) {
+        free(h->node);
+        if ((h->node = strdup(node)) == NULL) {
+            pthread_mutex_unlock(&be->mu);
+            return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+        }
+    }
+    h->orphan = 0;
     h->sess = s;
     h->gen = gen;
     h->czxid = czxid;
     h->lease_ms = req->lease_ms;
     h->expires_ms = dlock__zk_now_ms() + req->lease_ms;
-    if (!be->reaper_running) {
-        if (pthread_create(&be->reaper, NULL, reaper_main, be) == 0)
-            be->reaper_running = 1;
-        else
-            rc = dlock_backend_fail(DLOCK_ENOMEM, "zk: cannot start the lease reaper thread");
+    rc = reaper_poke(be);
+    pthread_mutex_unlock(&be->mu);
+    return rc;
+}
+
+int dlock__zk_orphan_add(dlock__zk_be *be, const char *token, dlock__zk_sess *s, uint64_t gen,
+                         const char *dir, const char *uuid, const char *node)
+{
+    hold_t *h = calloc(1, sizeof(*h));
+    int rc = DLOCK_OK;
+
+    if (h == NULL || (h->token = strdup(token != NULL ? token : uuid)) == NULL ||
+        (dir != NULL && (h->dir = strdup(dir)) == NULL) ||
+        (node != NULL && (h->node = strdup(node)) == NULL)) {
+        hold_free(h);
+        return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
     }
-    pthread_cond_signal(&be->reap_cv);
+    snprintf(h->uuid, sizeof(h->uuid), "%s", uuid);
+    h->orphan = 1;
+    h->sess = s;
+    h->gen = gen;
+    h->expires_ms = dlock__zk_now_ms() + ORPHAN_RETRY_MS;
+    pthread_mutex_lock(&be->mu);
+    h->next = be->holds;
+    be->holds = h;
+    rc = reaper_poke(be);
     pthread_mutex_unlock(&be->mu);
     return rc;
 }
@@ -433,23 +523,45 @@ static int zk_release(void *arg, const dlock_request *req)
     char *node = NULL;
     int rc;
 
-    if (h != NULL) {
+    uint64_t gen = 0;
+    int orphan = 0;
+
+    if (h != NULL && !h->orphan) {
         if (!dlock__zk_sess_alive(h->sess, h->gen)) {
             hold_free(h);
             return DLOCK_ELOST; /* its session, and so its node, is gone */
         }
         s = h->sess;
+        gen = h->gen;
         node = h->node;
         h->node = NULL;
         hold_free(h);
-    } else if ((rc = find_by_uuid(be, req, &s, &node)) <= 0) {
-        return rc == 0 ? DLOCK_ELOST : rc;
+    } else {
+        /* A try whose reply was lost: find its node by protection id. */
+        orphan = h != NULL;
+        hold_free(h);
+        if ((rc = find_by_uuid(be, req, &s, &node)) <= 0) {
+            if (rc < 0 && orphan) {
+                char uuid[DLOCK__ZK_UUID_LEN + 1], *dir = dlock__zk_dir(be, req->name);
+                dlock__zk_uuid(req->token, uuid);
+                dlock__zk_orphan_add(be, req->token, &be->sess[0], be->sess[0].gen, dir, uuid,
+                                     NULL);
+                free(dir);
+            }
+            return rc == 0 ? DLOCK_ELOST : rc;
+        }
+        gen = s->gen;
     }
     rc = dlock__zk_delete(s, node, -1);
-    if (rc == ZNONODE)
+    if (rc == ZNONODE) {
         rc = DLOCK_ELOST;
-    else if (rc != ZOK)
+    } else if (rc != ZOK) {
+        char uuid[DLOCK__ZK_UUID_LEN + 1];
         rc = dlock__zk_fail(s, rc, "delete", node);
+        /* Still ours on the server, maybe: the reaper deletes it later. */
+        dlock__zk_uuid(req->token, uuid);
+        dlock__zk_orphan_add(be, req->token, s, gen, NULL, uuid, node);
+    }
     free(node);
     return rc;
 }

@@ -51,10 +51,16 @@ static void cond_init(pthread_cond_t *cv)
     pthread_condattr_destroy(&a);
 }
 
-/* The C client logs to stderr by default; a library must not. */
+/* The C client logs to stderr by default; a library must not, unless
+ * DLOCK_ZK_LOG is set (for debugging). */
 static void quiet_log(const char *message)
 {
     (void)message;
+}
+
+static void stderr_log(const char *message)
+{
+    fprintf(stderr, "zookeeper: %s\n", message);
 }
 
 /* ---- session state ------------------------------------------------------ */
@@ -574,7 +580,8 @@ static int open_handle(dlock__zk_sess *s)
     zhandle_t *zh;
 
     errno = 0;
-    zh = zookeeper_init2(s->be->hosts, session_watcher, (int)s->want_ms, NULL, s, 0, quiet_log);
+    zh = zookeeper_init2(s->be->hosts, session_watcher, (int)s->want_ms, NULL, s, 0,
+                         getenv("DLOCK_ZK_LOG") != NULL ? stderr_log : quiet_log);
     if (zh == NULL)
         return dlock_backend_fail(errno == EINVAL ? DLOCK_EINVAL : DLOCK_ECONN,
                                   "zk %s: cannot start a session: %s", s->be->shown,
@@ -587,7 +594,21 @@ static int open_handle(dlock__zk_sess *s)
     return DLOCK_OK;
 }
 
+static int sess_ready_once(dlock__zk_sess *s, uint64_t *gen, int *fresh_expired);
+
 int dlock__zk_sess_ready(dlock__zk_sess *s, uint64_t *gen)
+{
+    int fresh_expired = 0;
+    int rc = sess_ready_once(s, gen, &fresh_expired);
+
+    /* A session that expired as it was made (the server had just resumed
+     * and expired the one before): once more. */
+    if (fresh_expired)
+        rc = sess_ready_once(s, gen, &fresh_expired);
+    return rc;
+}
+
+static int sess_ready_once(dlock__zk_sess *s, uint64_t *gen, int *fresh_expired)
 {
     dlock__zk_be *be = s->be;
     int64_t deadline = dlock__zk_mono_ms() + be->connect_timeout_ms;
@@ -615,9 +636,11 @@ int dlock__zk_sess_ready(dlock__zk_sess *s, uint64_t *gen)
     while (rc == DLOCK_OK && !s->connected && !s->expired)
         if (wait_until(&s->cv, &s->mu, deadline) == ETIMEDOUT)
             break;
-    if (rc == DLOCK_OK && s->expired)
+    if (rc == DLOCK_OK && s->expired) {
+        *fresh_expired = 1;
         rc = dlock_backend_fail(DLOCK_ECONN, "zk %s: session expired while connecting",
                                 be->shown);
+    }
     else if (rc == DLOCK_OK && !s->connected)
         rc = dlock_backend_fail(DLOCK_ECONN, "zk %s: not connected within %lld ms", be->shown,
                                 (long long)be->connect_timeout_ms);
@@ -653,8 +676,12 @@ int dlock__zk_sess_alive(dlock__zk_sess *s, uint64_t gen)
     int alive;
 
     pthread_mutex_lock(&s->mu);
+    /* Connected or not: the server promised nothing past the last
+     * contact + the timeout (after a stall the client may still believe
+     * it is connected). A held lock's renewals keep last contact within
+     * a third of its lease, and its lease within the timeout. */
     alive = s->zh != NULL && s->gen == gen && !s->expired &&
-            (s->connected || dlock__zk_now_ms() < s->last_contact_ms + s->timeout_ms);
+            dlock__zk_now_ms() < s->last_contact_ms + s->timeout_ms;
     pthread_mutex_unlock(&s->mu);
     return alive;
 }

@@ -242,6 +242,12 @@ void dlock__zk_parse_data(const char *data, int len, dlock_lock_info *out);
 int dlock__zk_hold_add(dlock__zk_be *be, const dlock_request *req, dlock__zk_sess *s,
                        uint64_t gen, const char *node, uint64_t czxid);
 
+/* Hand a node that may exist but that nobody will release to the reaper
+ * (token: the acquisition's, or NULL for a waiter's, keyed by uuid; node:
+ * its path, or NULL to find it in dir by uuid). */
+int dlock__zk_orphan_add(dlock__zk_be *be, const char *token, dlock__zk_sess *s, uint64_t gen,
+                         const char *dir, const char *uuid, const char *node);
+
 /* The node and session of token's hold (*node malloc'd); DLOCK_ELOST when
  * token holds nothing here or its session is gone. */
 int dlock__zk_hold_find(dlock__zk_be *be, const char *token, dlock__zk_sess **s, uint64_t *gen,

@@ -186,10 +186,19 @@ static int try_once(dlock__zk_be *be, const dlock_request *req, dlock_acquire_re
     }
     rc = dlock__zk_create_protected(s, dir, uuid, DLOCK__ZK_LOCK_NAME, data, len,
                                     ZOO_EPHEMERAL_SEQUENTIAL, &maybe, &node, &st);
-    if (rc != DLOCK_OK)
+    if (rc != DLOCK_OK) {
+        /* A create whose reply was lost may have made the node (and so may
+         * hold the lock): the core gives it back with release, which finds
+         * it by uuid; if that cannot reach the server either, the reaper
+         * keeps trying. */
+        if (maybe)
+            dlock__zk_orphan_add(be, req->token, s, gen, dir, uuid, NULL);
         goto out;
-    if ((rc = sorted_children(s, dir, &kids)) != DLOCK_OK)
-        goto out; /* unknown: the core gives it back (release, by uuid) */
+    }
+    if ((rc = sorted_children(s, dir, &kids)) != DLOCK_OK) {
+        dlock__zk_orphan_add(be, req->token, s, gen, dir, uuid, node);
+        goto out;
+    }
     at = index_of(&kids, node);
     if (at == 0) {
         out->fence = (uint64_t)st.czxid;
@@ -200,6 +209,7 @@ static int try_once(dlock__zk_be *be, const dlock_request *req, dlock_acquire_re
     rc = dlock__zk_delete(s, node, -1);
     if (rc != ZOK && rc != ZNONODE) {
         rc = dlock__zk_fail(s, rc, "delete", node);
+        dlock__zk_orphan_add(be, req->token, s, gen, dir, uuid, node);
         goto out;
     }
     out->retry_ms = at < 0 ? 0 : -1;
@@ -331,29 +341,37 @@ int dlock__zk_watch_wait(void *arg, void *watch, int64_t timeout_ms)
 
 void dlock__zk_watch_end(void *arg, void *watch)
 {
+    dlock__zk_be *be = arg;
     dlock__zk_watch *w = watch;
     uint64_t gen = 0;
 
-    (void)arg;
     if (w == NULL)
         return;
     if (w->extra != NULL) {
         dlock__zk_family_watch_end(w);
         return;
     }
-    if (!w->won && (w->node != NULL || w->maybe) &&
-        dlock__zk_sess_ready(w->sess, &gen) == DLOCK_OK && gen == w->gen) {
-        if (w->node == NULL) {
+    if (!w->won && (w->node != NULL || w->maybe) && dlock__zk_sess_alive(w->sess, w->gen)) {
+        int rc = dlock__zk_sess_ready(w->sess, &gen) == DLOCK_OK && gen == w->gen ? ZOK
+                                                                                   : ZINVALIDSTATE;
+        if (rc == ZOK && w->node == NULL) {
             /* A create whose reply was lost: find it by its protection id. */
             struct String_vector kids = {0, NULL};
             int i;
-            if (dlock__zk_children(w->sess, w->dir, &kids) == ZOK &&
-                (i = dlock__zk_find_protected(&kids, w->uuid)) >= 0)
+            rc = dlock__zk_children(w->sess, w->dir, &kids);
+            if (rc == ZOK && (i = dlock__zk_find_protected(&kids, w->uuid)) >= 0)
                 w->node = dlock__zk_join(w->dir, kids.data[i]);
             deallocate_String_vector(&kids);
+            if (rc == ZNONODE)
+                rc = ZOK;
         }
-        if (w->node != NULL)
-            dlock__zk_delete(w->sess, w->node, -1);
+        if (rc == ZOK && w->node != NULL)
+            rc = dlock__zk_delete(w->sess, w->node, -1);
+        if (rc != ZOK && rc != ZNONODE)
+            /* The server could not be reached: a node left in the queue
+             * would be handed the lock one day, with nobody to release it.
+             * The reaper deletes it once it can. */
+            dlock__zk_orphan_add(be, NULL, w->sess, w->gen, w->dir, w->uuid, w->node);
     }
     dlock__zk_watch_free(w);
 }
