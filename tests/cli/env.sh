@@ -15,6 +15,10 @@ if [ "$BACKEND" = etcd ]; then
     SECRET_URL="etcd://root:$SECRET@$ETCD_HOSTPORT?insecure_auth=1"
 elif [ "$BACKEND" = redlock ]; then
     SECRET_URL="redlock://default:$SECRET@$HOSTS"
+elif [ "$BACKEND" = zk ]; then
+    # Digest auth: ZooKeeper takes any user:password (it only names who
+    # made a node), so the shared server does.
+    SECRET_URL="zk://dlock:$SECRET@$HOSTPORT"
 else
     SECRET_URL="redis://default:$SECRET@$HOSTPORT"
 fi

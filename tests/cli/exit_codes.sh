@@ -87,12 +87,18 @@ if [ "$BACKEND" = etcd ]; then
     BAD_CREDENTIALS="etcd://root:secret@$ETCD_HOSTPORT?insecure_auth=1"
 elif [ "$BACKEND" = redlock ]; then
     BAD_CREDENTIALS="redlock://nosuchuser-$$:secret@$HOSTS"
+elif [ "$BACKEND" = zk ]; then
+    # ZooKeeper's digest auth refuses nobody (user:password only names who
+    # may touch a node that has an ACL): nothing to refuse here.
+    BAD_CREDENTIALS=""
 else
     # The server has no such user: AUTH fails with WRONGPASS.
     BAD_CREDENTIALS="redis://nosuchuser-$$:secret@$HOSTPORT"
 fi
-expect 77 "credentials refused" "$DLOCK" --url "$BAD_CREDENTIALS" run "$N" -- true
-if grep -q secret "$WORK/err"; then fail "the password appears in the message: $(cat "$WORK/err")"; fi
+if [ -n "$BAD_CREDENTIALS" ]; then
+    expect 77 "credentials refused" "$DLOCK" --url "$BAD_CREDENTIALS" run "$N" -- true
+    if grep -q secret "$WORK/err"; then fail "the password appears in the message: $(cat "$WORK/err")"; fi
+fi
 
 if [ "$BACKEND" = etcd ]; then
     expect 77 "no credentials for a server with auth on" "$DLOCK" --url "$ETCD_URL" status "$N"
@@ -104,6 +110,12 @@ if [ "$BACKEND" = etcd ]; then
     expect 64 "a TLS option on etcd:// is refused, never clear text" \
         "$DLOCK" --url "etcd://$HOSTPORT?cacert=/dev/null" status "$N"
     expect 64 "malformed URL" "$DLOCK" --url "etcd://$HOSTPORT/notaprefix" status "$N"
+elif [ "$BACKEND" = zk ]; then
+    expect 64 "a TLS option on zk:// is refused, never clear text" \
+        "$DLOCK" --url "zk://$HOSTPORT?cacert=/dev/null" status "$N"
+    grep_file "unknown parameter 'cacert'" "$WORK/err" "a TLS option on zk://: the message names it"
+    expect 64 "session_timeout_ms out of range" "$DLOCK" --url "zk://$HOSTPORT?session_timeout_ms=5" status "$N"
+    grep_file "session_timeout_ms '5'" "$WORK/err" "session_timeout_ms out of range: the message names it"
 elif [ "$BACKEND" = redlock ]; then
     expect 64 "malformed URL" "$DLOCK" --url "redlock://$HOSTS/notadb" status "$N"
     expect 64 "an even number of nodes" "$DLOCK" --url "redlock://$HOSTS,$HOSTPORT" status "$N"

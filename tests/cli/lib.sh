@@ -241,10 +241,15 @@ start_etcd() {
 }
 
 # start_private_server: a server of the test's own, to stop or kill: a
-# redis-server on a unix socket in $WORK, or with etcd a private member
-# (start_etcd). Sets SERVER (its pid) and SERVER_URL; it is stopped on exit
+# redis-server on a unix socket in $WORK, with etcd a private member
+# (start_etcd), with ZooKeeper a private standalone server (start_zk). Sets SERVER (its pid) and SERVER_URL; it is stopped on exit
 # with the other background processes.
 start_private_server() {
+    if [ "$BACKEND" = zk ]; then
+        start_zk
+        SERVER=$ZK_PID SERVER_URL=$ZK_URL
+        return
+    fi
     if [ "$BACKEND" = etcd ]; then
         start_etcd
         SERVER=$ETCD_PID SERVER_URL=$ETCD_URL
@@ -300,11 +305,16 @@ gone() { ! alive "$1"; }
 #     waiter but its subscription).
 #   subscribed NAME: Redis only, the subscribers to NAME's release channel.
 # Test names are plain ASCII, so NAME needs no escaping in a key.
+# zk_children NAME: ZooKeeper only, the nodes in /dlock/NAME, one a line
+# (zkCli prints "[a, b]").
+zk_children() {
+    /usr/share/zookeeper/bin/zkCli.sh -server "$HOSTPORT" ls "/dlock/$1" 2>/dev/null |
+        tail -1 | sed -n 's/^\[\(.*\)\]$/\1/p' | tr ',' '\n' | tr -d ' ' | grep .
+}
 queued() {
     if [ "$BACKEND" = zk ]; then
-        # The nodes in /dlock/NAME but the holder's (zkCli prints "[a, b]").
-        zk_kids=$(/usr/share/zookeeper/bin/zkCli.sh -server "$HOSTPORT" ls "/dlock/$1" 2>/dev/null |
-            tail -1 | sed -n 's/^\[\(.*\)\]$/\1/p' | tr ',' '\n' | grep -c .)
+        # The nodes in /dlock/NAME but the holder's.
+        zk_kids=$(zk_children "$1" | grep -c .)
         echo $((zk_kids > 0 ? zk_kids - 1 : 0))
     elif [ "$BACKEND" = etcd ]; then
         queued_keys=$(ETCDCTL_API=3 etcdctl --endpoints="$HOSTPORT" --command-timeout=5s \
@@ -323,9 +333,12 @@ queued_is() { [ "$(queued "$1")" = "$2" ]; }
 subscribed_is() { [ "$(subscribed "$1")" = "$2" ]; }
 subscribed_some() { [ "$(subscribed "$1")" -ge 1 ] 2>/dev/null; }
 
-# need_server_tools: redis-cli, or etcdctl with etcd, for queued.
+# need_server_tools: redis-cli, etcdctl with etcd, or zkCli.sh with
+# ZooKeeper, for queued.
 need_server_tools() {
-    if [ "$BACKEND" = etcd ]; then
+    if [ "$BACKEND" = zk ]; then
+        [ -x /usr/share/zookeeper/bin/zkCli.sh ] || { fail "zkCli.sh is not installed (apt-get install zookeeper)"; finish; }
+    elif [ "$BACKEND" = etcd ]; then
         command -v etcdctl >/dev/null || { fail "etcdctl is not installed (apt-get install etcd-client)"; finish; }
     else
         command -v redis-cli >/dev/null || { fail "redis-cli is not installed (apt-get install redis-tools)"; finish; }
