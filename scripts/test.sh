@@ -16,6 +16,7 @@ tmp=$(mktemp -d /tmp/dlock-suite-XXXXXX)
 redis_pid=""
 redlock_pids=""
 etcd_pid=""
+zk_pid=""
 cleanup() {
     # Never fail here: etcd exits 143 on SIGTERM, and under set -e the wait
     # would turn a green run into a failed one.
@@ -23,6 +24,7 @@ cleanup() {
     [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null
     for p in $redlock_pids; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
     [ -n "$etcd_pid" ] && kill "$etcd_pid" 2>/dev/null && wait "$etcd_pid" 2>/dev/null
+    [ -n "$zk_pid" ] && kill "$zk_pid" 2>/dev/null && wait "$zk_pid" 2>/dev/null
     rm -rf "$tmp"
 }
 trap cleanup EXIT INT TERM
@@ -79,6 +81,44 @@ ETCDCTL_API=3 etcdctl --endpoints="127.0.0.1:$eport" --command-timeout=1s endpoi
     { echo "test.sh: etcd did not start" >&2; tail -5 "$tmp/etcd.log" >&2; exit 1; }
 export DLOCK_TEST_ETCD_URL="etcd://127.0.0.1:$eport"
 echo "== etcd for the cli tests: $DLOCK_TEST_ETCD_URL"
+
+# A standalone ZooKeeper for the cli tests run with a zk:// URL: ticks of
+# 500 ms (sessions from 1 s, as waiter_sigkill.sh asks for), sessions up to
+# 60 s, no fsync, no admin server. The classpath names the jars the server
+# needs, as tests/support/test_zk.c does: all of /usr/share/java/* slows the
+# JVM's start tenfold.
+[ -e /usr/share/java/zookeeper.jar ] || { echo "test.sh: ZooKeeper is missing (apt-get install zookeeper)" >&2; exit 1; }
+zport=$(free_port)
+mkdir -p "$tmp/zk/data"
+printf '%s\n' "tickTime=500" "dataDir=$tmp/zk/data" "clientPort=$zport" "clientPortAddress=127.0.0.1" \
+    "admin.enableServer=false" "4lw.commands.whitelist=srvr" "maxSessionTimeout=60000" \
+    "forceSync=no" >"$tmp/zk/zoo.cfg"
+printf '%s\n' "log4j.rootLogger=WARN, F" "log4j.appender.F=org.apache.log4j.FileAppender" \
+    "log4j.appender.F.File=$tmp/zk/zk.log" "log4j.appender.F.layout=org.apache.log4j.PatternLayout" \
+    >"$tmp/zk/log4j.properties"
+zcp=$tmp/zk
+for j in zookeeper zookeeper-jute slf4j-api slf4j-simple netty-handler netty-common netty-buffer \
+    netty-transport netty-resolver netty-codec netty-transport-native-epoll \
+    netty-transport-native-unix-common commons-io metrics-core snappy-java commons-cli log4j-1.2; do
+    zcp=$zcp:/usr/share/java/$j.jar
+done
+java -cp "$zcp" org.apache.zookeeper.server.ZooKeeperServerMain "$tmp/zk/zoo.cfg" >"$tmp/zk/out" 2>&1 &
+zk_pid=$!
+zk_ready() {
+    python3 - "$zport" <<'PY' 2>/dev/null
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2)
+s.sendall(b"srvr")
+sys.exit(0 if b"Zookeeper version" in s.recv(4096) else 1)
+PY
+}
+for _ in $(seq 1 600); do
+    zk_ready && break
+    sleep 0.1
+done
+zk_ready || { echo "test.sh: ZooKeeper did not start" >&2; tail -5 "$tmp/zk/out" >&2; exit 1; }
+export DLOCK_TEST_ZK_URL="zk://127.0.0.1:$zport"
+echo "== ZooKeeper for the cli tests: $DLOCK_TEST_ZK_URL"
 
 run_suite() { # build-dir sanitizer ctest-args...
     local dir=$1 san=$2
