@@ -610,9 +610,10 @@ static int zk_extend(void *arg, const dlock_request *req)
                                     (long long)req->lease_ms, (long long)timeout);
         } else {
             /* The new lease in the node's data, for status (one write:
-             * extending is rare, renewing is not). */
+             * extending is rare, renewing is not), the fence kept (a
+             * re-entry's node stores it). */
             int len;
-            char *data = dlock__zk_node_data(req, req->lease_ms, &len);
+            char *data = dlock__zk_node_data_fenced(req, req->lease_ms, h.czxid, &len);
             int zrc = data != NULL ? dlock__zk_set(h.sess, h.node, data, len, -1) : ZSYSTEMERROR;
             free(data);
             if (zrc == ZNONODE)
@@ -851,7 +852,7 @@ static const dlock_backend zk_backend = {
     .schemes = zk_schemes,
     .caps = DLOCK_CAP_KIND(DLOCK_KIND_MUTEX) | DLOCK_CAP_KIND(DLOCK_KIND_READ) |
             DLOCK_CAP_KIND(DLOCK_KIND_WRITE) | DLOCK_CAP_KIND(DLOCK_KIND_SEMAPHORE) |
-            DLOCK_CAP_KIND(DLOCK_KIND_LEADER),
+            DLOCK_CAP_KIND(DLOCK_KIND_LEADER) | DLOCK_CAP_OWNER_IDS,
     .open = zk_open,
     .close = zk_close,
     .acquire = dlock__zk_acquire,
