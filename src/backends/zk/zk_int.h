@@ -171,6 +171,9 @@ int dlock__zk_find_protected(const struct String_vector *kids, const char *uuid)
  * Curator's StandardLockInternalsDriver.fixForSorting does (a child without
  * lock_name sorts by its whole name). */
 void dlock__zk_sort_children(struct String_vector *kids, const char *lock_name);
+/* The 10-digit sequence after the last "lock-" of a mutex child's name (a
+ * re-entry's node has its holder's), or NULL. */
+const char *dlock__zk_mutex_seq(const char *child);
 /* dir + "/" + child (malloc'd). */
 char *dlock__zk_join(const char *dir, const char *child);
 /*

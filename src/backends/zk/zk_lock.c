@@ -236,17 +236,6 @@ static int index_of(const struct String_vector *kids, const char *node)
 /* reenter's own: the holder's node went between the read and the create. */
 #define LOOK_AGAIN 2
 
-/* The 10-digit sequence after "lock-" in a mutex child's name, or NULL. */
-static const char *seq_of(const char *child)
-{
-    const char *p = strstr(child, DLOCK__ZK_LOCK_NAME);
-
-    if (p == NULL)
-        return NULL;
-    p += strlen(DLOCK__ZK_LOCK_NAME);
-    return strlen(p) == 10 && strspn(p, "0123456789") == 10 ? p : NULL;
-}
-
 /*
  * Re-entry (docs/zookeeper.md, "Owner ids"). When the holder's node names
  * req->owner as its owner id, the acquisition makes an EPHEMERAL node of its
@@ -278,14 +267,14 @@ static int reenter(dlock__zk_be *be, const dlock_request *req, dlock__zk_sess *s
 
         if ((rc = sorted_children(s, dir, &kids)) != DLOCK_OK)
             return rc;
-        if (kids.count == 0 || (seq = seq_of(kids.data[0])) == NULL) {
+        if (kids.count == 0 || (seq = dlock__zk_mutex_seq(kids.data[0])) == NULL) {
             deallocate_String_vector(&kids);
             return 0;
         }
         /* A node of ours at the holder's sequence already: a try whose
          * reply was lost. */
         for (int i = 0; i < kids.count && mine == NULL; i++) {
-            const char *q = seq_of(kids.data[i]);
+            const char *q = dlock__zk_mutex_seq(kids.data[i]);
             if (q == NULL || strcmp(q, seq) != 0)
                 break;
             if (strncmp(kids.data[i], DLOCK__ZK_PROTECT, strlen(DLOCK__ZK_PROTECT)) == 0 &&

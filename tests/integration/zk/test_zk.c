@@ -447,6 +447,22 @@ static void reentrant_by_owner(void)
     CHECK(w.fence > fence);
     CHECK_RC(dlock_status(&info, c, "re"), DLOCK_OK);
     CHECK(!info.held);
+
+    /* A force release takes the owner's re-entries with the holder's node:
+     * the lock is free, and every hold of the owner lost. */
+    CHECK_RC(dlock_acquire(&a1, c, "re", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&a2, c2, "re", &o), DLOCK_OK);
+    CHECK_RC(dlock_force_release(&info, c2, "re"), DLOCK_OK);
+    CHECK(info.held && info.fence == dlock_lock_fence(a1));
+    CHECK(test_zk_children(&z, "/dlock/re") == 0);
+    plain.owner = NULL;
+    plain.reentrant = 0;
+    CHECK_RC(dlock_acquire(&x, c2, "re", &plain), DLOCK_OK);
+    CHECK_RC(dlock_lock_check(a1), DLOCK_ELOST);
+    CHECK_RC(dlock_lock_check(a2), DLOCK_ELOST);
+    CHECK_RC(dlock_release(x), DLOCK_OK);
+    dlock_release(a1);
+    dlock_release(a2);
     close(go[1]);
     close(back[0]);
     dlock_client_free(c);
