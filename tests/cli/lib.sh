@@ -14,9 +14,16 @@ TEST=$(basename "$0" .sh)
 # DLOCK_TEST_ETCD_URL and DLOCK_TEST_REDLOCK_URL). BACKEND is redis, etcd or
 # redlock: what a script checks where they differ.
 BACKEND=${DLOCK_CLI_BACKEND:-redis}
-case $BACKEND in redis | etcd | redlock | rediss) ;; *) echo "FAIL: DLOCK_CLI_BACKEND must be redis, etcd, redlock or rediss, got $BACKEND" >&2; exit 1 ;; esac
+case $BACKEND in redis | etcd | redlock | rediss | zk) ;; *) echo "FAIL: DLOCK_CLI_BACKEND must be redis, etcd, redlock, rediss or zk, got $BACKEND" >&2; exit 1 ;; esac
 # rediss: a private redis-server with TLS, started below (start_redis_tls).
 [ "$BACKEND" = rediss ] && DLOCK_TEST_URL=rediss://pending
+# zk: DLOCK_TEST_ZK_URL, or else a private ZooKeeper the script starts
+# (start_zk, below) once the helpers are defined.
+ZK_PRIVATE=0
+if [ "$BACKEND" = zk ]; then
+    DLOCK_TEST_URL=${DLOCK_TEST_ZK_URL:-zk://private}
+    [ -n "${DLOCK_TEST_ZK_URL:-}" ] || ZK_PRIVATE=1
+fi
 if [ "$BACKEND" = etcd ]; then
     DLOCK_TEST_URL=${DLOCK_TEST_ETCD_URL:-}
     [ -n "$DLOCK_TEST_URL" ] || { echo "FAIL: DLOCK_TEST_ETCD_URL is not set (scripts/test.sh starts an etcd)" >&2; exit 1; }
@@ -38,6 +45,7 @@ redis://*) HOSTPORT=${URL#redis://}; HOSTPORT=${HOSTPORT%%/*}; HOSTPORT=${HOSTPO
 redlock://*) HOSTS=${URL#redlock://}; HOSTS=${HOSTS%%[/?]*}; HOSTS=${HOSTS##*@}; HOSTPORT=${HOSTS%%,*} ;;
 etcd://*) HOSTPORT=${URL#etcd://}; HOSTPORT=${HOSTPORT%%[/?,]*}; HOSTPORT=${HOSTPORT##*@} ;;
 rediss://pending) ;;
+zk://*) HOSTPORT=${URL#zk://}; HOSTPORT=${HOSTPORT%%[/?,]*}; HOSTPORT=${HOSTPORT##*@} ;;
 *) echo "FAIL $TEST: DLOCK_TEST_URL must be redis://HOST:PORT or etcd://HOST:PORT, got $URL" >&2; exit 1 ;;
 esac
 # The developer's own settings must not leak into what is tested.
@@ -293,7 +301,12 @@ gone() { ! alive "$1"; }
 #   subscribed NAME: Redis only, the subscribers to NAME's release channel.
 # Test names are plain ASCII, so NAME needs no escaping in a key.
 queued() {
-    if [ "$BACKEND" = etcd ]; then
+    if [ "$BACKEND" = zk ]; then
+        # The nodes in /dlock/NAME but the holder's (zkCli prints "[a, b]").
+        zk_kids=$(/usr/share/zookeeper/bin/zkCli.sh -server "$HOSTPORT" ls "/dlock/$1" 2>/dev/null |
+            tail -1 | sed -n 's/^\[\(.*\)\]$/\1/p' | tr ',' '\n' | grep -c .)
+        echo $((zk_kids > 0 ? zk_kids - 1 : 0))
+    elif [ "$BACKEND" = etcd ]; then
         queued_keys=$(ETCDCTL_API=3 etcdctl --endpoints="$HOSTPORT" --command-timeout=5s \
             get --prefix --keys-only "dlock/$1/" | grep -c .)
         echo $((queued_keys > 0 ? queued_keys - 1 : 0))
@@ -302,6 +315,8 @@ queued() {
     fi
 }
 subscribed() {
+    # ZooKeeper: a waiter's node in the queue carries its watch.
+    [ "$BACKEND" = zk ] && { queued "$1"; return; }
     redis-cli -h "${HOSTPORT%:*}" -p "${HOSTPORT##*:}" PUBSUB NUMSUB "dlock:{$1}:release" | sed -n 2p
 }
 queued_is() { [ "$(queued "$1")" = "$2" ]; }
@@ -316,6 +331,62 @@ need_server_tools() {
         command -v redis-cli >/dev/null || { fail "redis-cli is not installed (apt-get install redis-tools)"; finish; }
     fi
 }
+
+# start_zk: a private standalone ZooKeeper (Debian's zookeeper package) on a
+# free loopback port, its data in $WORK, stopped on exit with the other
+# background processes. Sets ZK (host:port), ZK_URL and ZK_PID. Ready when
+# it answers "srvr"; a port taken meanwhile costs another try.
+zk_ready() {
+    python3 - "$1" <<'EOF' 2>/dev/null
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2)
+s.sendall(b"srvr")
+sys.exit(0 if b"Zookeeper version" in s.recv(4096) else 1)
+EOF
+}
+start_zk() {
+    [ -e /usr/share/zookeeper/bin/zkServer.sh ] && [ -e /usr/share/java/zookeeper.jar ] ||
+        { fail "ZooKeeper is not installed (apt-get install zookeeper)"; finish; }
+    zk_try=0
+    while :; do
+        zk_try=$((zk_try + 1))
+        zk_port=$(free_port)
+        zk_dir=$WORK/zk.$zk_try
+        mkdir -p "$zk_dir/data"
+        printf '%s\n' "tickTime=500" "dataDir=$zk_dir/data" "clientPort=$zk_port" \
+            "clientPortAddress=127.0.0.1" "admin.enableServer=false" \
+            "4lw.commands.whitelist=srvr" "maxSessionTimeout=60000" >"$zk_dir/zoo.cfg"
+        printf '%s\n' "log4j.rootLogger=WARN, F" "log4j.appender.F=org.apache.log4j.FileAppender" \
+            "log4j.appender.F.File=$zk_dir/zk.log" "log4j.appender.F.layout=org.apache.log4j.PatternLayout" \
+            >"$zk_dir/log4j.properties"
+        # The jars the server needs (as tests/support/test_zk.c: all of
+        # /usr/share/java/* slows the start down tenfold).
+        zk_cp=$zk_dir
+        for j in zookeeper zookeeper-jute slf4j-api slf4j-simple netty-handler netty-common \
+            netty-buffer netty-transport netty-resolver netty-codec netty-transport-native-epoll \
+            netty-transport-native-unix-common commons-io metrics-core snappy-java commons-cli log4j-1.2; do
+            zk_cp=$zk_cp:/usr/share/java/$j.jar
+        done
+        java -cp "$zk_cp" org.apache.zookeeper.server.ZooKeeperServerMain "$zk_dir/zoo.cfg" \
+            >"$zk_dir/out" 2>&1 &
+        ZK_PID=$!
+        BG_PIDS="$BG_PIDS $ZK_PID"
+        if within 60 zk_ready "$zk_port"; then
+            ZK=127.0.0.1:$zk_port
+            ZK_URL=zk://$ZK
+            return
+        fi
+        if alive "$ZK_PID" || [ "$zk_try" -ge 5 ]; then
+            fail "ZooKeeper did not start on $zk_port: $(tail -5 "$zk_dir/out" "$zk_dir/zk.log" 2>/dev/null)"
+            finish
+        fi
+        wait "$ZK_PID" 2>/dev/null # the port was taken: try another
+    done
+}
+if [ "$ZK_PRIVATE" = 1 ]; then
+    start_zk
+    URL=$ZK_URL HOSTPORT=$ZK DLOCK_TEST_URL=$ZK_URL
+fi
 
 # BACKEND=rediss: the scripts run against a private TLS redis-server.
 if [ "$BACKEND" = rediss ]; then start_redis_tls; fi

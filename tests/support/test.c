@@ -4,6 +4,7 @@
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <stdarg.h>
 #include <sys/socket.h>
@@ -657,6 +658,15 @@ static int etcd_wait_healthy(test_etcd *e, int i)
 /* A free loopback port below the kernel's ephemeral range, so that no
  * outgoing connection (of this or a parallel test) takes it between this
  * check and the server's bind (etcd, ZooKeeper). */
+void *test_shared_page(size_t size)
+{
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+    CHECK(p != MAP_FAILED);
+    memset(p, 0, size);
+    return p;
+}
+
 int test_free_port(void)
 {
     static unsigned seed;

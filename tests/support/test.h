@@ -216,6 +216,10 @@ long long test_etcd_metric(test_etcd *e, int member, const char *metric);
 /* 1 if process pid still exists (not reaped, not gone). */
 int test_process_alive(int pid);
 
+/* A zeroed MAP_SHARED page of size bytes, shared with the processes forked
+ * after (counters of who is inside, for tests of exclusion). */
+void *test_shared_page(size_t size);
+
 /* A free loopback port below the kernel's ephemeral range (no outgoing
  * connection takes it between this check and the server's bind). */
 int test_free_port(void);

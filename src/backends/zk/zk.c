@@ -287,6 +287,40 @@ int dlock__zk_orphan_add(dlock__zk_be *be, const char *token, dlock__zk_sess *s,
     return rc;
 }
 
+int dlock__zk_hold_find(dlock__zk_be *be, const char *token, dlock__zk_sess **s, uint64_t *gen,
+                        char **node)
+{
+    hold_t h;
+
+    if (!hold_copy(be, token, &h) || !dlock__zk_sess_alive(h.sess, h.gen)) {
+        free(h.node);
+        return dlock_backend_fail(DLOCK_ELOST, "zk %s: the lock is no longer ours", be->shown);
+    }
+    *s = h.sess;
+    *gen = h.gen;
+    *node = h.node;
+    return DLOCK_OK;
+}
+
+int dlock__zk_hold_move(dlock__zk_be *be, const char *token, const char *node)
+{
+    char *copy = strdup(node);
+    hold_t *h;
+
+    if (copy == NULL)
+        return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+    pthread_mutex_lock(&be->mu);
+    if ((h = hold_find(be, token)) != NULL) {
+        free(h->node);
+        h->node = copy;
+        copy = NULL;
+    }
+    pthread_mutex_unlock(&be->mu);
+    free(copy);
+    return h != NULL ? DLOCK_OK : dlock_backend_fail(DLOCK_ELOST, "zk %s: the lock is no "
+                                                     "longer ours", be->shown);
+}
+
 /* ---- open and close ------------------------------------------------------ */
 
 static void zk_close(void *arg)
@@ -815,7 +849,9 @@ static const dlock_backend zk_backend = {
     .size = sizeof(dlock_backend),
     .name = "zk",
     .schemes = zk_schemes,
-    .caps = DLOCK_CAP_KIND(DLOCK_KIND_MUTEX),
+    .caps = DLOCK_CAP_KIND(DLOCK_KIND_MUTEX) | DLOCK_CAP_KIND(DLOCK_KIND_READ) |
+            DLOCK_CAP_KIND(DLOCK_KIND_WRITE) | DLOCK_CAP_KIND(DLOCK_KIND_SEMAPHORE) |
+            DLOCK_CAP_KIND(DLOCK_KIND_LEADER),
     .open = zk_open,
     .close = zk_close,
     .acquire = dlock__zk_acquire,
@@ -830,6 +866,10 @@ static const dlock_backend zk_backend = {
     .status = zk_status,
     .force_release = zk_force_release,
     .list = zk_list,
+    .downgrade = dlock__zk_downgrade,
+    .set_permits = dlock__zk_set_permits,
+    .leader_get = dlock__zk_leader_get,
+    .observe_begin = dlock__zk_observe_begin,
 };
 
 DLOCK_BACKEND_MODULE(zk_backend)

@@ -338,14 +338,14 @@ int dlock__zk_create(dlock__zk_sess *s, const char *path, const char *data, int 
     return rc;
 }
 
-int dlock__zk_children(dlock__zk_sess *s, const char *path, struct String_vector *out)
+static int children(dlock__zk_sess *s, const char *path, int watch, struct String_vector *out)
 {
     zhandle_t *zh;
     op_t *op;
     int rc;
 
     NEW_OP(s, op, zh);
-    rc = op_wait(op, zoo_aget_children(zh, path, 0, on_strings, op));
+    rc = op_wait(op, zoo_aget_children(zh, path, watch, on_strings, op));
     if (rc == ZOK) {
         *out = op->kids;
         op->kids.count = 0;
@@ -353,6 +353,16 @@ int dlock__zk_children(dlock__zk_sess *s, const char *path, struct String_vector
     }
     op_unref(op);
     return rc;
+}
+
+int dlock__zk_children(dlock__zk_sess *s, const char *path, struct String_vector *out)
+{
+    return children(s, path, 0, out);
+}
+
+int dlock__zk_children_watch(dlock__zk_sess *s, const char *path, struct String_vector *out)
+{
+    return children(s, path, 1, out);
 }
 
 int dlock__zk_delete(dlock__zk_sess *s, const char *path, int version)

@@ -128,6 +128,9 @@ int dlock__zk_create(dlock__zk_sess *s, const char *path, const char *data, int 
                      char **created, struct Stat *stat);
 /* Children names (deallocate_String_vector after). */
 int dlock__zk_children(dlock__zk_sess *s, const char *path, struct String_vector *out);
+/* The same, also setting a watch on path's children, whose event wakes the
+ * watches that target path. */
+int dlock__zk_children_watch(dlock__zk_sess *s, const char *path, struct String_vector *out);
 /* Delete path at version (-1: any). */
 int dlock__zk_delete(dlock__zk_sess *s, const char *path, int version);
 /* The stat of path; with watch, also a watch on it (ZNONODE: a watch on its
@@ -244,5 +247,30 @@ int dlock__zk_hold_add(dlock__zk_be *be, const dlock_request *req, dlock__zk_ses
  * its path, or NULL to find it in dir by uuid). */
 int dlock__zk_orphan_add(dlock__zk_be *be, const char *token, dlock__zk_sess *s, uint64_t gen,
                          const char *dir, const char *uuid, const char *node);
+
+/* The node and session of token's hold (*node malloc'd); DLOCK_ELOST when
+ * token holds nothing here or its session is gone. */
+int dlock__zk_hold_find(dlock__zk_be *be, const char *token, dlock__zk_sess **s, uint64_t *gen,
+                        char **node);
+/* Token's hold is now node (a downgrade's read node). */
+int dlock__zk_hold_move(dlock__zk_be *be, const char *token, const char *node);
+
+/* ---- zk_family.c: read-write lock, semaphore, leader election --------- */
+
+/* A try of READ, WRITE, SEMAPHORE or LEADER (w NULL: try once). */
+int dlock__zk_family_acquire(dlock__zk_be *be, const dlock_request *req, dlock__zk_watch *w,
+                             dlock_acquire_result *out);
+/* The family's state in a new watch w of req. */
+int dlock__zk_family_watch_begin(dlock__zk_watch *w, dlock__zk_be *be, const dlock_request *req);
+/* Leave what w queued (unless it won) and free it. */
+void dlock__zk_family_watch_end(dlock__zk_watch *w);
+/* 1 for a watch of observe_begin, whose wait sets its watch again. */
+int dlock__zk_is_observe(const dlock__zk_watch *w);
+int dlock__zk_observe_wait(dlock__zk_watch *w, int64_t timeout_ms);
+/* The table's family calls. */
+int dlock__zk_downgrade(void *be, const dlock_request *req);
+int dlock__zk_set_permits(void *be, const char *name, int permits);
+int dlock__zk_leader_get(void *be, const char *name, dlock_leader_info *out);
+int dlock__zk_observe_begin(void *be, const char *name, void **watch);
 
 #endif

@@ -295,6 +295,8 @@ int dlock__zk_acquire(void *arg, const dlock_request *req, void *watch, dlock_ac
 {
     dlock__zk_be *be = arg;
 
+    if (req->kind != DLOCK_KIND_MUTEX)
+        return dlock__zk_family_acquire(be, req, watch, out);
     if (watch == NULL)
         return try_once(be, req, out);
     return try_queued(be, req, watch, out);
@@ -321,6 +323,10 @@ int dlock__zk_watch_begin(void *arg, const dlock_request *req, void **watch)
         dlock__zk_watch_free(w);
         return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
     }
+    if (req->kind != DLOCK_KIND_MUTEX && (rc = dlock__zk_family_watch_begin(w, be, req)) != DLOCK_OK) {
+        dlock__zk_watch_free(w);
+        return rc;
+    }
     *watch = w;
     return DLOCK_OK;
 }
@@ -328,6 +334,8 @@ int dlock__zk_watch_begin(void *arg, const dlock_request *req, void **watch)
 int dlock__zk_watch_wait(void *arg, void *watch, int64_t timeout_ms)
 {
     (void)arg;
+    if (dlock__zk_is_observe(watch))
+        return dlock__zk_observe_wait(watch, timeout_ms);
     return dlock__zk_watch_sleep(watch, timeout_ms);
 }
 
@@ -339,6 +347,10 @@ void dlock__zk_watch_end(void *arg, void *watch)
 
     if (w == NULL)
         return;
+    if (w->extra != NULL) {
+        dlock__zk_family_watch_end(w);
+        return;
+    }
     if (!w->won && (w->node != NULL || w->maybe) && dlock__zk_sess_alive(w->sess, w->gen)) {
         int rc = dlock__zk_sess_ready(w->sess, &gen) == DLOCK_OK && gen == w->gen ? ZOK
                                                                                    : ZINVALIDSTATE;
