@@ -636,7 +636,8 @@ static void threads_share_a_client(void)
  * Redlock and the out-of-tree backend keep none (docs/redlock.md). */
 static int records_holders(const test_server *s)
 {
-    return strcmp(s->backend, "redis") == 0 || strcmp(s->backend, "etcd") == 0;
+    return strcmp(s->backend, "redis") == 0 || strcmp(s->backend, "etcd") == 0 ||
+           (s->pg != NULL && strstr(s->url, "mode=advisory") == NULL); /* postgres lease */
 }
 
 typedef struct {
