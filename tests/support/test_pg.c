@@ -64,9 +64,12 @@ static int port_free(int port)
 }
 
 static test_pg *running[8];
+static pid_t starter;
 
 static void stop_all(void)
 {
+    if (getpid() != starter)
+        return; /* a forked child's exit leaves the server alone */
     for (int i = 0; i < 8; i++)
         if (running[i] != NULL && running[i]->pid > 0)
             test_pg_stop(running[i]);
@@ -168,8 +171,10 @@ void test_pg_start(test_pg *p)
     for (i = 0; i < 8 && running[i] != NULL && running[i] != p; i++)
         ;
     if (i < 8) {
-        if (running[i] == NULL && i == 0)
+        if (running[i] == NULL && i == 0) {
+            starter = getpid();
             atexit(stop_all);
+        }
         running[i] = p;
     }
     test_pg_query(p, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements");

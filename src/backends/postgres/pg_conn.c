@@ -241,6 +241,13 @@ int pg_cmd(pg_be *be, const char *sql, int nparams, const char *const *params, P
     pthread_mutex_unlock(&be->mu);
 
     rc = pg_exec(be, &be->cmd[i], sql, nparams, params, res);
+    /* A pooled connection the server closed while idle (a restart, an
+     * idle timeout) fails on first use: every statement here is
+     * idempotent by token, so try once more on a new one. */
+    if (rc == DLOCK_ECONN && !fresh) {
+        fresh = 1;
+        rc = pg_exec(be, &be->cmd[i], sql, nparams, params, res);
+    }
 
     pthread_mutex_lock(&be->mu);
     if (fresh && be->cmd[i] != NULL) {

@@ -317,7 +317,12 @@ int pg_lease_renew(pg_be *be, dlock_renewal *items, size_t n)
         p[k] = arr[k];
     }
     /* The watchdog's own connection: renewals never queue behind callers. */
-    rc = pg_exec(be, &be->wd, fill(be, sql, renew_tmpl), 3, p, &r);
+    {
+        int reused = be->wd != NULL;
+        rc = pg_exec(be, &be->wd, fill(be, sql, renew_tmpl), 3, p, &r);
+        if (rc == DLOCK_ECONN && reused) /* closed while idle: once more */
+            rc = pg_exec(be, &be->wd, fill(be, sql, renew_tmpl), 3, p, &r);
+    }
     if (rc != DLOCK_OK)
         goto out;
     for (size_t i = 0; i < n; i++) {
