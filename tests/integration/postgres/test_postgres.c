@@ -136,6 +136,8 @@ static void notify_wakes_waiter(void)
     CHECK_RC(dlock_release(la), DLOCK_OK);
     CHECK(pthread_join(t, NULL) == 0);
     CHECK_RC(w.rc, DLOCK_OK);
+    /* Woken by the NOTIFY, not by its own deadline's last try. */
+    CHECK(w.took_ms < w.o.wait_ms);
     CHECK(dlock_lock_fence(w.lock) > dlock_lock_fence(la));
     CHECK_RC(dlock_release(w.lock), DLOCK_OK);
     dlock_client_free(a);
