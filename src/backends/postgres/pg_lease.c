@@ -364,7 +364,8 @@ static void fill_info(dlock_lock_info *out, const PGresult *r, int row, int col)
 
 static const char status_tmpl[] = "SELECT " INFO_COLS " FROM %1$s o WHERE o.name = decode($1, 'hex')";
 
-int pg_lease_status(pg_be *be, const char *name, dlock_lock_info *out)
+/* Run tmpl ($1 the name) and read the lock's state from its one row. */
+static int read_info(pg_be *be, const char *tmpl, const char *name, dlock_lock_info *out)
 {
     char sql[SQL_MAX], *hex = pg_key_hex(be, name);
     const char *p[1] = {hex};
@@ -373,7 +374,7 @@ int pg_lease_status(pg_be *be, const char *name, dlock_lock_info *out)
 
     if (hex == NULL)
         return DLOCK_ENOMEM;
-    rc = pg_cmd(be, fill(be, sql, status_tmpl), 1, p, &r);
+    rc = pg_cmd(be, fill(be, sql, tmpl), 1, p, &r);
     free(hex);
     if (rc != DLOCK_OK)
         return rc;
@@ -382,6 +383,11 @@ int pg_lease_status(pg_be *be, const char *name, dlock_lock_info *out)
         fill_info(out, r, 0, 0);
     PQclear(r);
     return DLOCK_OK;
+}
+
+int pg_lease_status(pg_be *be, const char *name, dlock_lock_info *out)
+{
+    return read_info(be, status_tmpl, name, out);
 }
 
 /* The state before (the statement's snapshot), then the row cleared. */
@@ -394,22 +400,7 @@ static const char force_tmpl[] =
 
 int pg_lease_force_release(pg_be *be, const char *name, dlock_lock_info *removed)
 {
-    char sql[SQL_MAX], *hex = pg_key_hex(be, name);
-    const char *p[1] = {hex};
-    PGresult *r;
-    int rc;
-
-    if (hex == NULL)
-        return DLOCK_ENOMEM;
-    rc = pg_cmd(be, fill(be, sql, force_tmpl), 1, p, &r);
-    free(hex);
-    if (rc != DLOCK_OK)
-        return rc;
-    memset(removed, 0, sizeof(*removed));
-    if (PQntuples(r) == 1)
-        fill_info(removed, r, 0, 0);
-    PQclear(r);
-    return DLOCK_OK;
+    return read_info(be, force_tmpl, name, removed);
 }
 
 /* $1 key_prefix + prefix (hex), $2 the key prefix's length. */
