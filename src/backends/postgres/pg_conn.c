@@ -183,8 +183,10 @@ int pg_exec(pg_be *be, PGconn **pc, const char *sql, int nparams, const char *co
             int ready = wait_fd(PQsocket(*pc), POLLIN, deadline);
             if (ready == 0)
                 goto timeout;
-            if (ready < 0 || !PQconsumeInput(*pc))
+            if (ready < 0 || !PQconsumeInput(*pc)) {
+                PQclear(last);
                 return conn_broke(be, pc, "");
+            }
         }
         r = PQgetResult(*pc);
         if (r == NULL)

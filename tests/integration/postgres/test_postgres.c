@@ -119,6 +119,7 @@ static void notify_wakes_waiter(void)
     dlock_acquire_options o = test_opts(0, 600000, 1);
     test_acquirer w;
     pthread_t t;
+    uint64_t first;
 
     test_pg_start(&p);
     a = open_url(p.url);
@@ -133,12 +134,13 @@ static void notify_wakes_waiter(void)
                             "'LISTEN%%'") == 1);
     test_sleep_ms(200);
     CHECK(!atomic_load(&w.done));
+    first = dlock_lock_fence(la);
     CHECK_RC(dlock_release(la), DLOCK_OK);
     CHECK(pthread_join(t, NULL) == 0);
     CHECK_RC(w.rc, DLOCK_OK);
     /* Woken by the NOTIFY, not by its own deadline's last try. */
     CHECK(w.took_ms < w.o.wait_ms);
-    CHECK(dlock_lock_fence(w.lock) > dlock_lock_fence(la));
+    CHECK(dlock_lock_fence(w.lock) > first);
     CHECK_RC(dlock_release(w.lock), DLOCK_OK);
     dlock_client_free(a);
     dlock_client_free(b);
@@ -186,6 +188,7 @@ static void reentrant_by_owner(void)
     dlock_client *c;
     dlock_lock *a, *b, *x;
     dlock_acquire_options o = test_opts(0, 30000, 1);
+    uint64_t first;
 
     test_pg_start(&p);
     c = open_url(p.url);
@@ -201,9 +204,10 @@ static void reentrant_by_owner(void)
     CHECK_RC(dlock_release(a), DLOCK_OK);
     CHECK_RC(dlock_acquire(&x, c, "re", &o), DLOCK_EBUSY);
     CHECK_RC(dlock_lock_check(b), DLOCK_OK);
+    first = dlock_lock_fence(b);
     CHECK_RC(dlock_release(b), DLOCK_OK);
     CHECK_RC(dlock_acquire(&x, c, "re", &o), DLOCK_OK);
-    CHECK(dlock_lock_fence(x) > dlock_lock_fence(b));
+    CHECK(dlock_lock_fence(x) > first);
     CHECK_RC(dlock_release(x), DLOCK_OK);
     dlock_client_free(c);
     test_pg_stop(&p);
@@ -271,7 +275,7 @@ static void advisory_killed_session(void)
     CHECK(atomic_load(&test_lost_calls) == 1);
     CHECK(atomic_load(&test_lost_reason) == DLOCK_ELOST);
     CHECK_RC(dlock_acquire(&lb, b, "adv", &o), DLOCK_OK);
-    CHECK(dlock_lock_fence(lb) > dlock_lock_fence(la));
+    CHECK(dlock_lock_fence(lb) > dlock_lock_fence(la)); /* la not released yet */
     CHECK_RC(dlock_release(la), DLOCK_ELOST);
     CHECK_RC(dlock_release(lb), DLOCK_OK);
     /* Owner ids are a lease-mode feature. */
