@@ -286,6 +286,7 @@ typedef struct {
     const char *url;
     int64_t short_lease_ms; /* the shortest lease the service keeps well */
     int dense_fences;       /* fences are 1, 2, 3 ... (Redis), not just increasing */
+    struct test_pg *pg;     /* postgres, postgres-advisory (test_pg.c) */
     int waiter_leftovers;   /* what a waiting acquisition keeps on the server, as
                              * test_server_leftovers counts it (Redis: the hand-off
                              * entry; etcd: its key and lease; plainredis: none) */
