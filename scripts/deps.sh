@@ -7,9 +7,10 @@
 set -eu
 pkgs="build-essential cmake pkg-config python3 libhiredis-dev libssl-dev openssl redis-server redis-tools libsqlite3-dev sqlite3 libpq-dev postgresql etcd-server etcd-client libcurl4-openssl-dev libjansson-dev faketime clang libclang-rt-14-dev spin scdoc man-db debhelper"
 missing=""
-# The Curator interop test (tests/interop/curator): Java, Curator's recipes
+# ZooKeeper (the zk module's client library, the server for its tests) and
+# the Curator interop test (tests/interop/curator): Java, Curator's recipes
 # and what they load (the ZooKeeper client jars, Guava, slf4j).
-pkgs="$pkgs default-jdk-headless libcurator-recipes-java libcurator-framework-java libcurator-client-java libzookeeper-java libguava-java libslf4j-java"
+pkgs="$pkgs zookeeper libzookeeper-mt-dev default-jdk-headless libcurator-recipes-java libcurator-framework-java libcurator-client-java libzookeeper-java libguava-java libslf4j-java"
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done

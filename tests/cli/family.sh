@@ -45,6 +45,9 @@ expect 64 "--shared and --exclusive together" dl run --shared --exclusive "$P" -
 expect 64 "--permits 0" dl run --permits 0 "$P" -- true
 expect 64 "--permits x" dl run --permits x "$P" -- true
 expect 64 "--permits without N" dl run "$P" --permits
+# Redis keeps a record per reader and permit holder; ZooKeeper's backend has
+# no multi-holder view yet (docs/zookeeper.md), so these run on Redis.
+if [ "$BACKEND" = redis ]; then
 # The operator's view of a lock several hold (issue 16): status and list
 # count the readers or permit holders and show each, with --json too.
 HOST=$(hostname)
@@ -111,4 +114,5 @@ expect_bg 143 "the first permit holder stopped" "$PID_P1"
 expect_bg 143 "the second permit holder stopped" "$PID_P2"
 expect 0 "list of the semaphore once all left" dl list "$S"
 [ ! -s "$WORK/out" ] && pass "list: nothing once the permits are back" || fail "list: $(cat "$WORK/out")"
+fi
 finish

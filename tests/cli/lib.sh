@@ -345,8 +345,6 @@ need_server_tools() {
     fi
 }
 
-# BACKEND=rediss: the scripts run against a private TLS redis-server.
-if [ "$BACKEND" = rediss ]; then start_redis_tls; fi
 # start_zk: a private standalone ZooKeeper (Debian's zookeeper package) on a
 # free loopback port, its data in $WORK, stopped on exit with the other
 # background processes. Sets ZK (host:port), ZK_URL and ZK_PID. Ready when
@@ -402,3 +400,6 @@ if [ "$ZK_PRIVATE" = 1 ]; then
     start_zk
     URL=$ZK_URL HOSTPORT=$ZK DLOCK_TEST_URL=$ZK_URL
 fi
+
+# BACKEND=rediss: the scripts run against a private TLS redis-server.
+if [ "$BACKEND" = rediss ]; then start_redis_tls; fi

@@ -4,6 +4,7 @@
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <stdarg.h>
 #include <sys/socket.h>
@@ -13,6 +14,9 @@
 
 #include "plain_backend.h"
 #include "test.h"
+#ifdef DLOCK_TEST_POSTGRES
+#include "test_pg.h"
+#endif
 
 int test_run(const test_case *cases, size_t n, int argc, char **argv)
 {
@@ -657,6 +661,15 @@ static int etcd_wait_healthy(test_etcd *e, int i)
 /* A free loopback port below the kernel's ephemeral range, so that no
  * outgoing connection (of this or a parallel test) takes it between this
  * check and the server's bind (etcd, ZooKeeper). */
+void *test_shared_page(size_t size)
+{
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+    CHECK(p != MAP_FAILED);
+    memset(p, 0, size);
+    return p;
+}
+
 int test_free_port(void)
 {
     static unsigned seed;
@@ -989,6 +1002,10 @@ void test_server_start(test_server *s, const char *backend)
          * session, whose node goes 2 s after its holder stalls. */
         s->short_lease_ms = 1000;
         s->waiter_leftovers = 1; /* its node in the queue */
+#ifdef DLOCK_TEST_POSTGRES
+    } else if (backend != NULL && strncmp(backend, "postgres", 8) == 0) {
+        test_pg_server_start(s, backend);
+#endif
     } else {
         fprintf(stderr, "unknown backend '%s' (redis, rediss, plainredis, etcd, redlock or zk)\n",
                 backend ? backend : "");
@@ -1028,6 +1045,12 @@ static const char *redis_prefix(const test_server *s)
 
 void test_server_stop(test_server *s)
 {
+#ifdef DLOCK_TEST_POSTGRES
+    if (s->pg != NULL) {
+        test_pg_stop(s->pg);
+        return;
+    }
+#endif
     for (int i = 0; i < s->nnodes; i++)
         test_redis_stop(&s->nodes[i]);
     if (on_redlock(s))
@@ -1047,6 +1070,10 @@ int test_server_held(test_server *s, const char *name)
     char key[600];
     int held = 0;
 
+#ifdef DLOCK_TEST_POSTGRES
+    if (s->pg != NULL)
+        return test_pg_server_held(s, name);
+#endif
     if (on_redlock(s)) {
         for (int i = 0; i < s->nnodes; i++)
             held += s->nodes[i].pid > 0 &&
@@ -1065,6 +1092,12 @@ void test_server_pause(test_server *s, int paused)
 {
     int pid = on_redis(s) ? s->redis.pid : on_zk(s) ? s->zk.pid[0] : s->etcd.pid[0];
 
+#ifdef DLOCK_TEST_POSTGRES
+    if (s->pg != NULL) {
+        test_pg_pause(s->pg, paused);
+        return;
+    }
+#endif
     for (int i = 0; i < s->nnodes; i++)
         if (kill(s->nodes[i].pid, paused ? SIGSTOP : SIGCONT) != 0)
             fprintf(stderr, "kill -%s %d: %s\n", paused ? "STOP" : "CONT", s->nodes[i].pid,
@@ -1081,6 +1114,10 @@ long long test_server_leftovers(test_server *s, const char *name)
     char key[600];
     long long n = 0;
 
+#ifdef DLOCK_TEST_POSTGRES
+    if (s->pg != NULL)
+        return test_pg_server_leftovers(s, name);
+#endif
     if (on_redlock(s)) {
         /* The lock's key on every node (a waiter leaves nothing). */
         for (int i = 0; i < s->nnodes; i++)
@@ -1110,6 +1147,10 @@ long long test_server_requests(test_server *s)
     if (on_zk(s)) /* every request the server answered, pings included */
         return test_zk_mntr(&s->zk, 0, "zk_cnt_readlatency") +
                test_zk_mntr(&s->zk, 0, "zk_cnt_updatelatency");
+#ifdef DLOCK_TEST_POSTGRES
+    if (s->pg != NULL)
+        return test_pg_server_requests(s);
+#endif
     if (on_redis(s) || on_redlock(s)) {
         for (size_t i = 0; i < sizeof(redis_cmds) / sizeof(redis_cmds[0]); i++)
             n += test_redis_calls(on_redlock(s) ? &s->nodes[0] : &s->redis, redis_cmds[i]);

@@ -216,6 +216,10 @@ long long test_etcd_metric(test_etcd *e, int member, const char *metric);
 /* 1 if process pid still exists (not reaped, not gone). */
 int test_process_alive(int pid);
 
+/* A zeroed MAP_SHARED page of size bytes, shared with the processes forked
+ * after (counters of who is inside, for tests of exclusion). */
+void *test_shared_page(size_t size);
+
 /* A free loopback port below the kernel's ephemeral range (no outgoing
  * connection takes it between this check and the server's bind). */
 int test_free_port(void);
@@ -282,6 +286,7 @@ typedef struct {
     const char *url;
     int64_t short_lease_ms; /* the shortest lease the service keeps well */
     int dense_fences;       /* fences are 1, 2, 3 ... (Redis), not just increasing */
+    struct test_pg *pg;     /* postgres, postgres-advisory (test_pg.c) */
     int waiter_leftovers;   /* what a waiting acquisition keeps on the server, as
                              * test_server_leftovers counts it (Redis: the hand-off
                              * entry; etcd: its key and lease; plainredis: none) */

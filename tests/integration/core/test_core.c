@@ -638,7 +638,8 @@ static void threads_share_a_client(void)
 static int records_holders(const test_server *s)
 {
     return strcmp(s->backend, "redis") == 0 || strcmp(s->backend, "etcd") == 0 ||
-           strcmp(s->backend, "zk") == 0;
+           strcmp(s->backend, "zk") == 0 ||
+           (s->pg != NULL && strstr(s->url, "mode=advisory") == NULL); /* postgres lease */
 }
 
 typedef struct {

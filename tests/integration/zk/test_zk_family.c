@@ -13,7 +13,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,15 +47,6 @@ static dlock_acquire_options kopts(int kind, int64_t wait_ms)
     return o;
 }
 
-static void *shared_page(size_t size)
-{
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-
-    CHECK(p != MAP_FAILED);
-    memset(p, 0, size);
-    return p;
-}
-
 /* Wait (at most 30 s) until path has want children. */
 static void wait_children(const char *path, long long want)
 {
@@ -80,7 +70,7 @@ typedef struct {
  * readers share. */
 static void rw_readers_share_writers_alone(void)
 {
-    rw_page *pg = shared_page(sizeof(*pg));
+    rw_page *pg = test_shared_page(sizeof(*pg));
     pid_t pids[6];
 
     dlock_client_free(start()); /* the server runs; each process opens its own */
@@ -210,7 +200,7 @@ typedef struct {
 
 static void semaphore_never_exceeds_n(void)
 {
-    sem_page *pg = shared_page(sizeof(*pg));
+    sem_page *pg = test_shared_page(sizeof(*pg));
     pid_t pids[8];
 
     dlock_client_free(start());
