@@ -206,6 +206,62 @@ static void wait_not_held(test_server *s, const char *name)
     CHECK(!test_server_held(s, name));
 }
 
+/* The backends that serve owner ids (DLOCK_CAP_OWNER_IDS): all but etcd
+ * and the out-of-tree plainredis. */
+static int serves_owner_ids(const test_server *s)
+{
+    return strcmp(s->backend, "etcd") != 0 && strcmp(s->backend, "plainredis") != 0;
+}
+
+/* Owner ids: the same owner re-enters from another client with the same
+ * fence; without reentrant it is told at once (DLOCK_EMISUSE); another
+ * owner, and no owner, are kept out until the owner's last release; the
+ * next holder's fence is higher. A backend without owner ids refuses them
+ * with DLOCK_ENOTSUP, naming them. */
+static void owner_reentry(void)
+{
+    test_server s;
+    dlock_client *c1, *c2;
+    dlock_lock *a, *b, *x = NULL;
+    dlock_acquire_options o, other;
+    uint64_t fence;
+
+    test_server_start(&s, backend);
+    o = test_opts(0, 5000, 1);
+    other = test_opts(0, 5000, 1);
+    o.owner = "worker-1";
+    o.reentrant = 1;
+    c1 = open_client(&s);
+    c2 = open_client(&s);
+    if (!serves_owner_ids(&s)) {
+        CHECK_RC(dlock_acquire(&a, c1, "own", &o), DLOCK_ENOTSUP);
+        CHECK_CONTAINS(dlock_error_message(), "owner ids");
+        goto out;
+    }
+    CHECK_RC(dlock_acquire(&a, c1, "own", &o), DLOCK_OK);
+    fence = dlock_lock_fence(a);
+    CHECK_RC(dlock_acquire(&b, c2, "own", &o), DLOCK_OK);
+    CHECK(dlock_lock_fence(b) == fence);
+    o.reentrant = 0;
+    CHECK_RC(dlock_acquire(&x, c2, "own", &o), DLOCK_EMISUSE);
+    CHECK_CONTAINS(dlock_error_message(), "reentrant");
+    CHECK_RC(dlock_acquire(&x, c2, "own", &other), DLOCK_EBUSY);
+    other.owner = "worker-2";
+    other.reentrant = 1;
+    CHECK_RC(dlock_acquire(&x, c2, "own", &other), DLOCK_EBUSY);
+    CHECK_RC(dlock_release(a), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&x, c2, "own", &other), DLOCK_EBUSY);
+    CHECK_RC(dlock_lock_check(b), DLOCK_OK);
+    CHECK_RC(dlock_release(b), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&x, c2, "own", &other), DLOCK_OK);
+    CHECK(dlock_lock_fence(x) > fence);
+    CHECK_RC(dlock_release(x), DLOCK_OK);
+out:
+    dlock_client_free(c1);
+    dlock_client_free(c2);
+    test_server_stop(&s);
+}
+
 /* A holder whose lease ran out cannot release the next holder's lock. */
 static void release_by_non_owner_refused(void)
 {
@@ -958,6 +1014,7 @@ static const test_case cases[] = {
     {"mutual_exclusion_processes", mutual_exclusion_processes, NULL},
     {"fences_strictly_increase", fences_strictly_increase, NULL},
     {"release_by_non_owner_refused", release_by_non_owner_refused, NULL},
+    {"owner_reentry", owner_reentry, NULL},
     {"expiry_frees_the_lock", expiry_frees_the_lock, NULL},
     {"watchdog_keeps_lock", watchdog_keeps_lock, "watchdog"},
     {"on_lost_once_after_force_release", on_lost_once_after_force_release, "watchdog"},
