@@ -85,12 +85,22 @@ int dlock__zk_watch_target(dlock__zk_watch *w, const char *path)
     return dlock__zk_fail(s, rc, "watch", path);
 }
 
+/* The longest one watch_sleep waits; the caller then tries again. */
+#define MAX_SLEEP_MS (24 * 3600 * 1000LL)
+
 int dlock__zk_watch_sleep(dlock__zk_watch *w, int64_t timeout_ms)
 {
     dlock__zk_sess *s = w->sess;
-    int64_t deadline = dlock__zk_mono_ms() + timeout_ms;
+    int64_t deadline;
     struct timespec ts;
     int rc;
+
+    /* The core passes up to INT64_MAX (a watch certain to announce the
+     * release): a day is as good as forever here, and the sum stays
+     * within int64_t (UBSan found the overflow). */
+    if (timeout_ms > MAX_SLEEP_MS)
+        timeout_ms = MAX_SLEEP_MS;
+    deadline = dlock__zk_mono_ms() + timeout_ms;
 
     ts.tv_sec = deadline / 1000;
     ts.tv_nsec = (long)(deadline % 1000) * 1000000;
