@@ -151,7 +151,8 @@ int dlock__redis_conn_init(dlock__redis_conn *conn, const dlock_url *url,
         if (dlock__redis_tls_param(k))
             /* Never clear text where the user asked for TLS. */
             return dlock__fail(DLOCK_EINVAL, "%s URL: '%.32s' is a TLS parameter: use "
-                               "rediss://", url->scheme, k);
+                               "%s://", url->scheme, k,
+                               conn->master_name != NULL ? "rediss-sentinel" : "rediss");
         if (conn->master_name != NULL && sentinel_param(k))
             continue;
         if (strcmp(k, "db") != 0)
