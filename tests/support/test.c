@@ -993,16 +993,42 @@ static int sentinel_ready(test_redis *sen)
     return replicas == TEST_SENTINEL_REPLICAS && others == TEST_SENTINELS - 1;
 }
 
+/* Whether replica r has finished its first sync with the master. */
+static int replica_synced(test_redis *r)
+{
+    redisContext *c = connect_raw(r);
+    redisReply *rep;
+    int up;
+
+    if (c == NULL)
+        return 0;
+    rep = redisCommand(c, "INFO replication");
+    up = rep != NULL && rep->type == REDIS_REPLY_STRING &&
+         strstr(rep->str, "master_link_status:up") != NULL &&
+         strstr(rep->str, "master_sync_in_progress:0") != NULL;
+    if (rep != NULL)
+        freeReplyObject(rep);
+    redisFree(c);
+    return up;
+}
+
 void test_sentinel_start(test_sentinel *s, const char *extra_args, int failover)
 {
     char extra[1200];
     size_t len;
     int ready = 0;
 
+    char mextra[1200];
+
     memset(s, 0, sizeof(*s));
-    test_redis_start(&s->nodes[0], extra_args);
+    /* Redis 7 waits 5 s before a diskless full sync, in case more replicas
+     * come: the replicas would not hold the master's data until then. */
+    snprintf(mextra, sizeof(mextra), "%s%s", extra_args ? extra_args : "",
+             failover == TEST_SENTINEL_SYNCING ? "" : " --repl-diskless-sync-delay 0");
+    test_redis_start(&s->nodes[0], mextra);
     snprintf(extra, sizeof(extra), "%s --replicaof 127.0.0.1 %d", extra_args ? extra_args : "",
              s->nodes[0].port);
+
     for (int i = 1; i <= TEST_SENTINEL_REPLICAS; i++)
         test_redis_start(&s->nodes[i], extra);
     len = (size_t)snprintf(s->url, sizeof(s->url), "redis-sentinel://");
@@ -1036,6 +1062,8 @@ void test_sentinel_start(test_sentinel *s, const char *extra_args, int failover)
     snprintf(s->url + len, len < sizeof(s->url) ? sizeof(s->url) - len : 0, "/dlock");
     for (int t = 0; t < 3000 && !ready; t++) {
         ready = 1;
+        for (int i = 1; i <= TEST_SENTINEL_REPLICAS; i++)
+            ready = ready && (failover == TEST_SENTINEL_SYNCING || replica_synced(&s->nodes[i]));
         for (int i = 0; i < TEST_SENTINELS; i++)
             ready = ready && (failover ? sentinel_ready(&s->sentinels[i])
                                        : sentinel_names(&s->sentinels[i]) == s->nodes[0].port);

@@ -274,12 +274,16 @@ typedef struct {
     char url[512]; /* redis-sentinel://127.0.0.1:P1,.../dlock */
 } test_sentinel;
 
-/* Start them and wait until every sentinel names the master. failover:
- * down-after-milliseconds 1000 (else 600000: no failover while a test
- * pauses the master), failover-timeout 3000, and wait until every sentinel
- * also knows both replicas and the other sentinels (a failover needs a
- * majority of them to agree). extra_args go to every redis-server. Exits
- * the test with a message when one does not start. */
+/* Start them and wait until every sentinel names the master and both
+ * replicas have synced. failover non-zero: down-after-milliseconds 1000
+ * (else 600000: no failover while a test pauses the master),
+ * failover-timeout 3000, and wait until every sentinel also knows both
+ * replicas and the other sentinels (a failover needs a majority of them to
+ * agree); TEST_SENTINEL_SYNCING: as 1, but without waiting for the
+ * replicas' first sync (which Redis starts 5 s late, as it does by
+ * default). extra_args go to every redis-server. Exits the test with a
+ * message when one does not start. */
+#define TEST_SENTINEL_SYNCING 2
 void test_sentinel_start(test_sentinel *s, const char *extra_args, int failover);
 void test_sentinel_stop(test_sentinel *s);
 /* The node the sentinels name as master now (-1: none, or they disagree). */
