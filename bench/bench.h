@@ -169,6 +169,10 @@ int bench_free_port(void);
  * url NULL: 5 throwaway redis-servers. Returns the exit status. */
 int bench_redlock(const char *url, long iterations);
 
+/* --sentinel (bench/sentinel.c): min_replicas=1's cycle beside 0's and a
+ * raw PING to the master. */
+int bench_sentinel(const char *url, long iterations);
+
 /* ------------------------------------------------------------------------
  * main.c: the table
  * ---------------------------------------------------------------------- */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * redis-sentinel:// against Debian's redis-server and redis-sentinel: a
  * master, 2 replicas and 3 sentinels on loopback (test_sentinel_start). The
