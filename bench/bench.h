@@ -61,6 +61,10 @@ void bench_server_stop(void);
 /* The pid of the server started by bench_server_start, or 0. */
 pid_t bench_server_pid(void);
 
+/* SIGTERM and reap the n servers in pids (n becomes 0), then remove dir
+ * (a mkdtemp folder; "" when none) and make it "". */
+void bench_stop_children(pid_t *pids, int *n, char *dir);
+
 /*
  * CPUs this process may run on (its affinity when it started): returns how
  * many, and sets *first and *second to the first two of them.

@@ -32,18 +32,7 @@ static int nprocs;
 
 static void stop_all(void)
 {
-    for (int i = 0; i < nprocs; i++) {
-        kill(pids[i], SIGTERM);
-        waitpid(pids[i], NULL, 0);
-    }
-    nprocs = 0;
-    if (dir[0]) {
-        char cmd[320];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "dlock-bench: could not remove %s\n", dir);
-        dir[0] = 0;
-    }
+    bench_stop_children(pids, &nprocs, dir);
 }
 
 /* Run argv (a redis-server or redis-sentinel) with the bench's signals
