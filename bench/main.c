@@ -40,6 +40,7 @@ static long iterations = 5000;
 static int pin = 1;
 static int etcd; /* --etcd: the etcd section (bench/etcd.c) instead */
 static int redlock; /* --redlock: the Redlock section (bench/redlock.c) instead */
+static int sentinel; /* --sentinel: min_replicas's cost (bench/sentinel.c) instead */
 static double seconds = 2.0;
 static char key_base[64]; /* unique per run, so runs against one server never meet */
 
@@ -743,7 +744,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: dlock-bench [--url URL] [--iterations N] [--seconds S] [--no-pin] [--etcd]\n"
-            "                   [--redlock]\n"
+            "                   [--redlock] [--sentinel]\n"
             "\n"
             "  --url URL         the Redis server to measure (default: start a throwaway\n"
             "                    redis-server from PATH on a unix socket in a 0700 folder)\n"
@@ -754,6 +755,9 @@ static void usage(FILE *f)
             "                    CPUs (default: table A on two CPUs, table B on one)\n"
             "  --etcd            measure etcd instead (--url etcd://host:port, or a\n"
             "                    throwaway etcd from PATH); see bench/etcd.c\n"
+            "  --sentinel        measure min_replicas=1 beside 0 on a Sentinel URL instead\n"
+            "                    (--url redis-sentinel://..., or a master, 2 replicas and\n"
+            "                    a sentinel started by the run); see bench/sentinel.c\n"
             "  --redlock         measure Redlock on 5 nodes beside node-redlock instead\n"
             "                    (--url redlock://..., or 5 throwaway redis-servers);\n"
             "                    see bench/redlock.c and `make bench-redlock`\n"
@@ -770,6 +774,7 @@ static void parse_args(int argc, char **argv)
                                              {"no-pin", no_argument, NULL, 'p'},
                                              {"etcd", no_argument, NULL, 'e'},
                                              {"redlock", no_argument, NULL, 'r'},
+                                             {"sentinel", no_argument, NULL, 'S'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     int opt;
@@ -808,6 +813,9 @@ static void parse_args(int argc, char **argv)
             break;
         case 'r':
             redlock = 1;
+            break;
+        case 'S':
+            sentinel = 1;
             break;
         case 'h':
             usage(stdout);
@@ -1014,6 +1022,8 @@ int main(int argc, char **argv)
         return bench_etcd(url[0] ? url : NULL, iterations);
     if (redlock)
         return bench_redlock(url[0] ? url : NULL, iterations);
+    if (sentinel)
+        return bench_sentinel(url[0] ? url : NULL, iterations);
 
     int own_server = url[0] == 0;
     if (own_server)

@@ -57,18 +57,7 @@ static void child_signals(void)
 
 static void stop_servers(void)
 {
-    for (int i = 0; i < nservers; i++) {
-        kill(server_pid[i], SIGTERM);
-        waitpid(server_pid[i], NULL, 0);
-    }
-    nservers = 0;
-    if (dir[0]) {
-        char cmd[320];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "dlock-bench: could not remove %s\n", dir);
-        dir[0] = 0;
-    }
+    bench_stop_children(server_pid, &nservers, dir);
 }
 
 static void random_hex(char *out, size_t bytes)
