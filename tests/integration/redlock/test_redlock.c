@@ -58,6 +58,18 @@ static int holders(cluster *cl, const char *name)
     return n;
 }
 
+/* Wait (a generous bound) until want nodes hold name's key; how many do.
+ * Acquire and release return once a quorum answered: the other nodes run
+ * the request when it reaches them. */
+static int wait_holders(cluster *cl, const char *name, int want)
+{
+    int i, n;
+
+    for (i = 0; i < 1000 && (n = holders(cl, name)) != want; i++)
+        test_sleep_ms(10);
+    return n;
+}
+
 /* A malformed redlock URL is refused before any I/O. */
 static void url_checked(void)
 {
@@ -88,14 +100,14 @@ static void two_killed_still_works(void)
     test_redis_kill(&cl.r[3]);
     CHECK_RC(dlock_acquire(&l, c, "two", &o), DLOCK_OK);
     CHECK(dlock_lock_fence(l) > 0);
-    CHECK(holders(&cl, "two") == 3);
+    CHECK(wait_holders(&cl, "two", 3) == 3);
     /* Several renewal periods: the watchdog keeps it on the three. */
     test_sleep_ms(2000);
     CHECK(!dlock_lock_lost(l));
     CHECK_RC(dlock_lock_check(l), DLOCK_OK);
-    CHECK(holders(&cl, "two") == 3);
+    CHECK(wait_holders(&cl, "two", 3) == 3);
     CHECK_RC(dlock_release(l), DLOCK_OK);
-    CHECK(holders(&cl, "two") == 0);
+    CHECK(wait_holders(&cl, "two", 0) == 0);
     dlock_client_free(c);
     stop(&cl);
 }
@@ -118,12 +130,12 @@ static void three_killed_clear_error(void)
     CHECK(l == NULL);
     CHECK_CONTAINS(dlock_error_message(), "redlock: acquiring: 2 of 5 nodes (quorum 3)");
     CHECK_CONTAINS(dlock_error_message(), "connection refused");
-    CHECK(holders(&cl, "three") == 0);
+    CHECK(wait_holders(&cl, "three", 0) == 0);
     /* A held lock cannot be released on a quorum either: an error, not
      * "released"; the two alive nodes give it up all the same. */
     CHECK_RC(dlock_release(held), DLOCK_ECONN);
     CHECK_CONTAINS(dlock_error_message(), "redlock: releasing: 2 of 5 nodes (quorum 3)");
-    CHECK(holders(&cl, "kept") == 0);
+    CHECK(wait_holders(&cl, "kept", 0) == 0);
     /* A client opened now is refused: fewer than a quorum reachable. */
     dlock_client *late = NULL;
     CHECK_RC(dlock_client_open(&late, cl.url, NULL), DLOCK_ECONN);
@@ -149,7 +161,7 @@ static void busy_gives_back_the_minority(void)
     CHECK(l == NULL);
     CHECK(test_redis_cmd(&cl.r[3], "EXISTS dlock:{minor}") == 0);
     CHECK(test_redis_cmd(&cl.r[4], "EXISTS dlock:{minor}") == 0);
-    CHECK(holders(&cl, "minor") == 3);
+    CHECK(wait_holders(&cl, "minor", 3) == 3);
     dlock_client_free(c);
     stop(&cl);
 }
@@ -168,7 +180,7 @@ static void restarted_node_set_again(void)
     start(&cl, NULL);
     c = open_url(cl.url);
     CHECK_RC(dlock_acquire(&l, c, "restart", &o), DLOCK_OK);
-    CHECK(holders(&cl, "restart") == NODES);
+    CHECK(wait_holders(&cl, "restart", NODES) == NODES);
     test_redis_kill(&cl.r[2]);
     test_redis_restart(&cl.r[2]);
     CHECK(test_redis_cmd(&cl.r[2], "EXISTS dlock:{restart}") == 0);
@@ -177,7 +189,7 @@ static void restarted_node_set_again(void)
     CHECK(test_redis_cmd(&cl.r[2], "EXISTS dlock:{restart}") == 1);
     CHECK(!dlock_lock_lost(l));
     CHECK_RC(dlock_release(l), DLOCK_OK);
-    CHECK(holders(&cl, "restart") == 0);
+    CHECK(wait_holders(&cl, "restart", 0) == 0);
     dlock_client_free(c);
     stop(&cl);
 }
@@ -324,12 +336,16 @@ static void release_reaches_the_late_node(void)
     /* Node timeout: 1000 / 10 = 100 ms; the proxy delays node 0 by 400. */
     chaos_proxy_set(p[0], CHAOS_PROXY_DELAY, 400);
     CHECK_RC(dlock_acquire(&l, c, "late", &o), DLOCK_OK);
+    for (i = 0; i < 1000 && holders(&cl, "late") < 4; i++)
+        test_sleep_ms(10);
     CHECK(holders(&cl, "late") >= 4);
     for (i = 0; i < 500 && test_redis_cmd(&cl.r[0], "EXISTS dlock:{late}") != 1; i++)
         test_sleep_ms(10);
     CHECK(test_redis_cmd(&cl.r[0], "EXISTS dlock:{late}") == 1);
+    /* The release returns once a quorum gave the lock up; the late node
+     * runs it when it comes, after the acquire. */
     CHECK_RC(dlock_release(l), DLOCK_OK);
-    CHECK(holders(&cl, "late") == 0);
+    CHECK(wait_holders(&cl, "late", 0) == 0);
 
     /* Three nodes late: no quorum in time, the acquire fails, and the late
      * nodes set the key after it gave up. Its release, sent after the
@@ -341,7 +357,7 @@ static void release_reaches_the_late_node(void)
     for (i = 0; i < 3; i++)
         chaos_proxy_set(p[i], CHAOS_PROXY_PASS, 0);
     test_sleep_ms(900);
-    CHECK(holders(&cl, "late2") == 0);
+    CHECK(wait_holders(&cl, "late2", 0) == 0);
     dlock_client_free(c);
     for (i = 0; i < 3; i++)
         chaos_proxy_stop(p[i]);
@@ -395,11 +411,11 @@ static void reentrant_counts(void)
     CHECK(l == NULL);
 
     CHECK_RC(dlock_release(h1), DLOCK_OK);
-    CHECK(holders(&cl, "re") == NODES);
+    CHECK(wait_holders(&cl, "re", NODES) == NODES);
     CHECK_RC(dlock_acquire(&l, c, "re", &other), DLOCK_EBUSY);
     CHECK_RC(dlock_lock_check(h2), DLOCK_OK);
     CHECK_RC(dlock_release(h2), DLOCK_OK);
-    CHECK(holders(&cl, "re") == 0);
+    CHECK(wait_holders(&cl, "re", 0) == 0);
 
     CHECK_RC(dlock_acquire(&l, c, "re", &other), DLOCK_OK);
     CHECK(dlock_lock_fence(l) > fence);
@@ -489,7 +505,7 @@ static void reentrant_survives_restarts(void)
     CHECK_RC(dlock_acquire(&l, c, "rs", &other), DLOCK_EBUSY);
     CHECK_RC(dlock_lock_check(h2), DLOCK_OK);
     CHECK_RC(dlock_release(h2), DLOCK_OK);
-    CHECK(holders(&cl, "rs") == 0);
+    CHECK(wait_holders(&cl, "rs", 0) == 0);
     CHECK_RC(dlock_acquire(&l, c, "rs", &other), DLOCK_OK);
     CHECK_RC(dlock_release(l), DLOCK_OK);
     dlock_client_free(c);
