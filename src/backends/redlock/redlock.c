@@ -600,13 +600,44 @@ static void lock_args(const char **argv, size_t *lens, const dlock_request *req,
         lens[i] = strlen(argv[i]);
 }
 
+/* A renewal's fan-out (n locks, each node's reply an array of n) is decided
+ * once every lock is: Q nodes had it, or Q no longer can. Failed nodes make
+ * it wait for the rest, as tally does. */
+typedef struct {
+    const redlock_backend *be;
+    size_t n, failed;
+    size_t yes[128], no[128];
+} renew_tally;
+
+static int renew_decided(void *arg, const answer *ans, size_t node)
+{
+    renew_tally *t = arg;
+    const redisReply *r = ans[node].reply;
+    int all = 1;
+
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != t->n) {
+        t->failed++;
+        return 0;
+    }
+    for (size_t i = 0; i < t->n; i++) {
+        if (r->element[i]->type == REDIS_REPLY_INTEGER && r->element[i]->integer == 1)
+            t->yes[i]++;
+        else
+            t->no[i]++;
+        all &= t->yes[i] >= t->be->quorum || t->no[i] > t->be->n - t->be->quorum;
+    }
+    return all && t->failed == 0;
+}
+
 /*
  * Renew (lease_ms > 0 in each request) or check n locks on all nodes in one
  * round, on the watchdog's connections (wd) or the callers'. A lock a
  * quorum holds for its token is set again on the nodes that lost it (they
  * restarted empty). results[i]: DLOCK_OK, DLOCK_ELOST, or unknown (a
  * connection error) when the nodes that answered cannot decide: then the
- * call returns that error.
+ * call returns that error. It returns once every lock is decided: a node
+ * not waited for is renewed when the request reaches it, or set again at
+ * a later renewal if it lost the key.
  */
 static int renew_locked(redlock_backend *be, int wd, dlock_renewal *items, size_t n, int renew)
 {
@@ -617,6 +648,7 @@ static int renew_locked(redlock_backend *be, int wd, dlock_renewal *items, size_
     char (*pxs)[24];
     const char **argv;
     size_t *lens;
+    renew_tally *rt;
     int64_t timeout = INT64_MAX;
     int rc = DLOCK_OK;
 
@@ -628,7 +660,8 @@ static int renew_locked(redlock_backend *be, int wd, dlock_renewal *items, size_
     pxs = malloc(n * sizeof(*pxs));
     argv = malloc(nargs * sizeof(*argv));
     lens = malloc(nargs * sizeof(*lens));
-    if (keys == NULL || pxs == NULL || argv == NULL || lens == NULL) {
+    rt = calloc(1, sizeof(*rt));
+    if (keys == NULL || pxs == NULL || argv == NULL || lens == NULL || rt == NULL) {
         rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
         goto out;
     }
@@ -644,8 +677,10 @@ static int renew_locked(redlock_backend *be, int wd, dlock_renewal *items, size_
         if (t < timeout)
             timeout = t;
     }
+    rt->be = be;
+    rt->n = n;
     dlock__redlock_fanout(be, wd, all_nodes(be), &dlock__redlock_script_renew, (int)n,
-                          (int)(4 * n), argv, lens, timeout, NULL, NULL, ans);
+                          (int)(4 * n), argv, lens, timeout, renew_decided, rt, ans);
     for (size_t j = 0; j < be->n; j++) {
         redisReply *r = ans[j].reply;
         if (r == NULL)
@@ -706,6 +741,7 @@ static int renew_locked(redlock_backend *be, int wd, dlock_renewal *items, size_
         dlock__redlock_answers_free(ans, be->n);
     }
 out:
+    free(rt);
     free(keys);
     free(pxs);
     free(argv);

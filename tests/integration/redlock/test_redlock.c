@@ -364,6 +364,136 @@ static void release_reaches_the_late_node(void)
     stop(&cl);
 }
 
+/* ---- one round, and returning at quorum ---- */
+
+/* Script calls (EVALSHA and EVAL) all nodes have run. */
+static long long script_calls(cluster *cl)
+{
+    long long n = 0;
+
+    for (int i = 0; i < NODES; i++)
+        n += test_redis_calls(&cl->r[i], "evalsha") + test_redis_calls(&cl->r[i], "eval");
+    return n;
+}
+
+/* With every node's mark alike (no node restarted, no split), a cycle is
+ * round 1 and the release on each node: no round 2. Each grant raised every
+ * node's mark by one, so the fences follow one another. */
+#define CYCLES 20
+static void one_round_when_marks_agree(void)
+{
+    cluster cl;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 10000, 0);
+    uint64_t last = 0;
+    long long calls;
+    int i;
+
+    start(&cl, NULL);
+    c = open_url(cl.url);
+    for (i = 0; i < NODES; i++)
+        CHECK(test_redis_cmd(&cl.r[i], "CONFIG RESETSTAT") >= 0);
+    for (i = 0; i < CYCLES; i++) {
+        CHECK_RC(dlock_acquire(&l, c, "one", &o), DLOCK_OK);
+        CHECK(i == 0 || dlock_lock_fence(l) == last + 1);
+        last = dlock_lock_fence(l);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+    }
+    /* The slowest nodes' last requests may still be on their way. */
+    for (i = 0; i < 1000 && script_calls(&cl) < 2LL * NODES * CYCLES; i++)
+        test_sleep_ms(10);
+    calls = script_calls(&cl);
+    fprintf(stderr, "%d cycles on %d nodes: %lld script calls\n", CYCLES, NODES, calls);
+    CHECK(calls == 2LL * NODES * CYCLES);
+    dlock_client_free(c);
+    stop(&cl);
+}
+
+/* A client whose node and command timeouts are ten minutes: every call
+ * that returns while a node is stopped returned without waiting for it. */
+static dlock_client *open_patient(cluster *cl)
+{
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_client *c = NULL;
+    char url[300];
+
+    snprintf(url, sizeof(url), "%s?node_timeout_ms=600000", cl->url);
+    co.command_timeout_ms = 600000;
+    CHECK_RC(dlock_client_open(&c, url, &co), DLOCK_OK);
+    return c;
+}
+
+/* One node stopped (SIGSTOP): acquire, extend and release return once a
+ * quorum answered, not after the node's timeout (ten minutes here; without
+ * it the case runs into ctest's timeout). Resumed, the node runs what it
+ * was sent in order: the late grant is ours, and the release sent after it
+ * takes it away; nothing is left. */
+static void stopped_node_not_waited_for(void)
+{
+    cluster cl;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 3600000, 0);
+
+    start(&cl, NULL);
+    c = open_patient(&cl);
+    CHECK(kill(cl.r[4].pid, SIGSTOP) == 0);
+    CHECK_RC(dlock_acquire(&l, c, "slow", &o), DLOCK_OK);
+    CHECK_RC(dlock_lock_extend(l, 3600000), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(kill(cl.r[4].pid, SIGCONT) == 0);
+    CHECK(wait_holders(&cl, "slow", 0) == 0);
+    /* It granted late (its mark was raised), then gave the key up. */
+    CHECK(test_redis_cmd(&cl.r[4], "GET dlock:{slow}:fence") > 0);
+    /* The next acquisition reads the replies it owes off its connection. */
+    CHECK_RC(dlock_acquire(&l, c, "slow", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(wait_holders(&cl, "slow", 0) == 0);
+    dlock_client_free(c);
+    stop(&cl);
+}
+
+/*
+ * Nodes 0 and 1 (a minority) have marks far above the rest, so the values
+ * a quorum of granting nodes reply differ: with node 4 stopped, A's quorum
+ * is 3 of nodes 0-3, and includes 0 or 1. A's fence must be recorded on
+ * the nodes that granted (round 2) before A gets it: B, granted by nodes
+ * 2, 3 and 4 only (0 and 1 stopped), must get a greater fence. Taking the
+ * highest value without round 2 would leave it on nodes 0 and 1 alone.
+ */
+static void fence_when_marks_disagree(void)
+{
+    cluster cl;
+    dlock_client *c;
+    dlock_lock *a, *b;
+    dlock_acquire_options o = test_opts(0, 3600000, 0);
+    uint64_t fa, fb;
+
+    start(&cl, NULL);
+    c = open_patient(&cl);
+    CHECK(test_redis_cmd(&cl.r[0], "SET dlock:{split}:fence 100") >= 0);
+    CHECK(test_redis_cmd(&cl.r[1], "SET dlock:{split}:fence 100") >= 0);
+    CHECK(kill(cl.r[4].pid, SIGSTOP) == 0);
+    CHECK_RC(dlock_acquire(&a, c, "split", &o), DLOCK_OK);
+    fa = dlock_lock_fence(a);
+    CHECK(fa == 101);
+    CHECK_RC(dlock_release(a), DLOCK_OK);
+    CHECK(kill(cl.r[0].pid, SIGSTOP) == 0);
+    CHECK(kill(cl.r[1].pid, SIGSTOP) == 0);
+    CHECK(kill(cl.r[4].pid, SIGCONT) == 0);
+    CHECK_RC(dlock_acquire(&b, c, "split", &o), DLOCK_OK);
+    fb = dlock_lock_fence(b);
+    fprintf(stderr, "fences: A %llu, B %llu\n", (unsigned long long)fa, (unsigned long long)fb);
+    CHECK(fb > fa);
+    CHECK_RC(dlock_release(b), DLOCK_OK);
+    CHECK(kill(cl.r[0].pid, SIGCONT) == 0);
+    CHECK(kill(cl.r[1].pid, SIGCONT) == 0);
+    CHECK(wait_holders(&cl, "split", 0) == 0);
+    dlock_client_free(c);
+    stop(&cl);
+}
+
 /* ---- the lock family: reentrancy by owner id; the rest not offered ---- */
 
 /* Holds of name on node i: the length of its :holds hash. */
@@ -554,6 +684,9 @@ static void family_kinds_not_offered(void)
 }
 
 TEST_MAIN({"url_checked", url_checked, "unit"},
+          {"one_round_when_marks_agree", one_round_when_marks_agree, NULL},
+          {"stopped_node_not_waited_for", stopped_node_not_waited_for, NULL},
+          {"fence_when_marks_disagree", fence_when_marks_disagree, NULL},
           {"two_killed_still_works", two_killed_still_works, "watchdog"},
           {"three_killed_clear_error", three_killed_clear_error, NULL},
           {"busy_gives_back_the_minority", busy_gives_back_the_minority, NULL},
