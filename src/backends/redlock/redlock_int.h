@@ -19,10 +19,13 @@
 
 /* A request a node has not answered yet (it timed out, or the outcome was
  * decided without it) stays owed on its connection: the reply comes later,
- * in order, and is skipped. Past this many owed replies the node is taken
- * for hung and the connection closed. A node that is only slower than the
- * others owes one or two: their replies are read at the next fan-out. */
-#define DLOCK__REDLOCK_OWED_MAX 8
+ * in order, and is skipped. A node that is only slower than the others owes
+ * one or two, read at the next fan-out; one whose redis-server was not
+ * scheduled for a few ms (a loaded host) owes one per round meanwhile, and
+ * answers them all at once. Past this many owed replies the node is taken
+ * for hung and the connection closed (a few hundred bytes each: they fit in
+ * the socket's buffers, so writing to a hung node never blocks). */
+#define DLOCK__REDLOCK_OWED_MAX 128
 
 /* One connection to one node, with the replies it still owes. */
 typedef struct {
