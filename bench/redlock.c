@@ -438,7 +438,8 @@ int bench_redlock(const char *given_url, long iterations)
            "node-redlock's.\n  a dlock cycle is 2 rounds over the nodes when their fence marks "
            "agree (round 1, release;\n  round 2 only when they differ), each returning once a "
            "quorum answered; node-redlock's\n  is 2 (acquire, release), waiting for every node, "
-           "with no fence.\n  load average at the end: %s\n", load_average(loadavg, sizeof loadavg));
+           "with no fence.\n  load average at the end: %s\n",
+           load_average(loadavg, sizeof loadavg));
 
     for (int i = 0; i < NODES; i++)
         redisFree(raw[i]);

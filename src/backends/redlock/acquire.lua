@@ -15,7 +15,7 @@
 -- value: when the key was free, the high-water mark is raised by one in the
 -- same step as the SET (mark := mark + 1), and value is the new mark: a
 -- quorum replying the same value has that fence recorded while it holds our
--- key, and round 2 is not needed (docs/redlock.md, "One round"). When the
+-- key, and round 2 is not needed (docs/redlock.md, "Acquire"). When the
 -- key is ours already (a retry with the same token, or a re-entry: its
 -- expiry set again), the mark is not raised and value is the mark as it is:
 -- only our own scripts changed it since our key was set here, so it is at

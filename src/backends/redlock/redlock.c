@@ -373,8 +373,8 @@ static int too_slow(const dlock_request *req, int64_t elapsed)
 }
 
 /* Whether Q of the n granting nodes replied the value f: it is then
- * recorded on a quorum while that quorum holds our key (docs/redlock.md, "One
- * round"). */
+ * recorded on a quorum while that quorum holds our key (docs/redlock.md,
+ * "Acquire" and "Why the fence increases"). */
 static int quorum_replied(const redlock_backend *be, const uint64_t *value, size_t n,
                           uint64_t f)
 {
