@@ -41,7 +41,7 @@ static const dlock_backend *find_backend_locked(const char *scheme)
     return NULL;
 }
 
-static const dlock_backend *find_backend(const char *scheme)
+const dlock_backend *dlock__find_backend(const char *scheme)
 {
     const dlock_backend *b;
 
@@ -173,13 +173,9 @@ int dlock_client_open(dlock_client **out, const char *url, const dlock_client_op
     }
     if ((rc = dlock__url_parse(&c->url, url)) != DLOCK_OK)
         goto err;
-    c->backend = find_backend(c->url.scheme);
-    if (c->backend == NULL) {
-        rc = dlock__fail(DLOCK_EINVAL, "URL scheme '%.32s://' is not known (use redis://, "
-                         "unix://, etcd:// or etcds://, or one a program registered with "
-                         "dlock_backend_register)", c->url.scheme);
+    c->backend = dlock__find_backend(c->url.scheme);
+    if (c->backend == NULL && (rc = dlock__module_load(c->url.scheme, &c->backend)) != DLOCK_OK)
         goto err;
-    }
     if ((rc = c->backend->open(&c->be, &c->url, &o)) != DLOCK_OK)
         goto err;
     *out = c;
@@ -280,7 +276,9 @@ int dlock_status(dlock_lock_info *out, dlock_client *c, const char *name)
     memset(out, 0, sizeof(*out));
     if ((rc = check_name(name, "dlock_status")) != DLOCK_OK)
         return rc;
-    return c->backend->status(c->be, name, out);
+    rc = c->backend->status(c->be, name, out);
+    dlock__info_settle(out);
+    return rc;
 }
 
 int dlock_force_release(dlock_lock_info *removed, dlock_client *c, const char *name)
@@ -296,7 +294,9 @@ int dlock_force_release(dlock_lock_info *removed, dlock_client *c, const char *n
     memset(removed, 0, sizeof(*removed));
     if ((rc = check_name(name, "dlock_force_release")) != DLOCK_OK)
         return rc;
-    return c->backend->force_release(c->be, name, removed);
+    rc = c->backend->force_release(c->be, name, removed);
+    dlock__info_settle(removed);
+    return rc;
 }
 
 const char *dlock__printable(char *buf, size_t size, const char *name)

@@ -124,6 +124,11 @@ static inline int64_t dlock__renew_period(int64_t lease_ms)
 
 /* Put a new lock under the client's care (watchdog renewal and deadline
  * checks), starting the watchdog thread on first use. */
+/* The backend serving scheme (built in or registered), or NULL. */
+const dlock_backend *dlock__find_backend(const char *scheme);
+/* Load the backend module for scheme and serve its schemes (module.c). */
+int dlock__module_load(const char *scheme, const dlock_backend **out);
+
 int dlock__client_register(dlock_client *c, dlock_lock *l);
 
 /* Take the lock out of the watchdog's hands; waits while a renewal or its
@@ -200,6 +205,10 @@ void dlock__watchdog_stop(dlock_client *c);
 /* A new holder record for an acquisition with label (may be NULL):
  * "HOST PID START_MS[ LABEL]". NULL when out of memory. */
 char *dlock__holder_new(const char *label);
+
+/* Complete a backend's dlock_lock_info: one that did not count its holders
+ * (holders 0) gets holders 1 when held, and kind -1 (not known). */
+void dlock__info_settle(dlock_lock_info *info);
 
 /* Call the client's log, if any, with a printf-style message; the error
  * message of the thread is left as it was. */

@@ -113,7 +113,7 @@ typedef struct {
 #define DLOCK_CAP_KIND(kind) (1u << (kind)) /* DLOCK_KIND_*: MUTEX is required */
 #define DLOCK_CAP_OWNER_IDS (1u << 16)      /* owner ids and reentrancy */
 
-#define DLOCK_BACKEND_VERSION 3
+#define DLOCK_BACKEND_VERSION 4
 
 /*
  * Thread-safety required of a backend: every call but renew may be made
@@ -194,7 +194,10 @@ typedef struct dlock_backend {
      * watch_begin (or observe_begin) and watch_end. Thread-safe. */
     void (*watch_wake)(void *be, void *watch);
 
-    /* Read the state of name (its plain mutex, or election). */
+    /* Read the state of name (its plain mutex, or election; a backend that
+     * keeps the lock family's holders: any kind). The core sets
+     * holders = 0 and kind = -1 first: a backend that counts its holders
+     * sets both (the core makes holders 1 for a held lock otherwise). */
     int (*status)(void *be, const char *name, dlock_lock_info *out);
     /* Delete the lock whoever holds it, wake waiters; *removed the state
      * just before (never NULL here). */
@@ -231,6 +234,14 @@ typedef struct dlock_backend {
      * are skipped.
      */
     int (*list)(void *be, const char *prefix, dlock_list_cb cb, void *payload);
+
+    /*
+     * Holders: optional (NULL: dlock_status_holders calls status, and cb
+     * once when held). Call cb for each holder of name, as
+     * dlock_status_holders describes, until cb returns non-zero (then
+     * return DLOCK_OK).
+     */
+    int (*holders)(void *be, const char *name, dlock_list_cb cb, void *payload);
 } dlock_backend;
 
 /*
@@ -252,6 +263,39 @@ typedef struct dlock_backend {
  * or a backend that misses one of the above; the message says which).
  */
 DLOCK_EXTERN int dlock_backend_register(const char *scheme, const dlock_backend *backend);
+
+/*
+ * Backend modules. A backend that needs a client library of its own
+ * (ZooKeeper, PostgreSQL, MariaDB) is built as a loadable module, so that
+ * programs that do not use it never load that library. The first client
+ * opened with a scheme that no built-in or registered backend serves makes
+ * the library look for the module:
+ *   - zk                  -> zk.so
+ *   - postgres, postgresql -> postgres.so
+ *   - mysql, mariadb      -> mysql.so
+ *   - any other scheme of lower case letters and digits -> SCHEME.so
+ * in the directory $DLOCK_MODULE_DIR names (ignored in set-user-id
+ * programs), else in dlock/ beside libdlock.so, else in the library
+ * directory dlock was configured with (LIBDIR/dlock). The module is loaded
+ * for the life of the process; its table is checked as
+ * dlock_backend_register checks one and serves every scheme it lists.
+ *
+ * A module exports its table with DLOCK_BACKEND_MODULE(table), which
+ * defines the function the library looks up (DLOCK_BACKEND_MODULE_SYMBOL).
+ * A module resolves the dlock_* calls it makes in the program that loads
+ * it: libdlock.so, or a static program linked with -rdynamic. A static
+ * program without -rdynamic links the module's code itself and calls
+ * dlock_backend_register; the same sources built with
+ * DLOCK_BACKEND_MODULE_STATIC defined leave the function out.
+ */
+#define DLOCK_BACKEND_MODULE_SYMBOL "dlock_backend_module"
+#ifdef DLOCK_BACKEND_MODULE_STATIC
+#define DLOCK_BACKEND_MODULE(table)
+#else
+#define DLOCK_BACKEND_MODULE(table)                                                             \
+    DLOCK_EXTERN const dlock_backend *dlock_backend_module(void);                               \
+    const dlock_backend *dlock_backend_module(void) { return &(table); }
+#endif
 
 /*
  * For backends: fill the holder fields of *info (has_holder, host, pid,
