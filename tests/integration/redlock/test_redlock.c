@@ -38,14 +38,19 @@ static void stop(cluster *cl)
         test_redis_stop(&cl->r[i]);
 }
 
-static dlock_client *open_url(const char *url)
+static dlock_client *open_with(const char *url, int64_t command_timeout_ms)
 {
     dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
     dlock_client *c = NULL;
 
-    co.command_timeout_ms = 2000;
+    co.command_timeout_ms = command_timeout_ms;
     CHECK_RC(dlock_client_open(&c, url, &co), DLOCK_OK);
     return c;
+}
+
+static dlock_client *open_url(const char *url)
+{
+    return open_with(url, 2000);
 }
 
 /* Nodes that are up and hold name's key now. */
@@ -414,14 +419,10 @@ static void one_round_when_marks_agree(void)
  * that returns while a node is stopped returned without waiting for it. */
 static dlock_client *open_patient(cluster *cl)
 {
-    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
-    dlock_client *c = NULL;
     char url[300];
 
     snprintf(url, sizeof(url), "%s?node_timeout_ms=600000", cl->url);
-    co.command_timeout_ms = 600000;
-    CHECK_RC(dlock_client_open(&c, url, &co), DLOCK_OK);
-    return c;
+    return open_with(url, 600000);
 }
 
 /* One node stopped (SIGSTOP): acquire, extend and release return once a
