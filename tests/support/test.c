@@ -1335,10 +1335,22 @@ long long test_server_leftovers(test_server *s, const char *name)
         return test_pg_server_leftovers(s, name);
 #endif
     if (on_redlock(s)) {
-        /* The lock's key on every node (a waiter leaves nothing). */
-        for (int i = 0; i < s->nnodes; i++)
-            if (s->nodes[i].pid > 0)
-                n += test_redis_cmd(&s->nodes[i], "EXISTS dlock:{%s}", name);
+        /* The lock's key on every node that is up (a waiter leaves
+         * nothing). Acquire and release return once a quorum answered, so
+         * wait (a generous bound) for the others to catch up: until every
+         * node that is up has the key, or none has. */
+        for (int tries = 0; tries < 500; tries++) {
+            int up = 0;
+            n = 0;
+            for (int i = 0; i < s->nnodes; i++)
+                if (s->nodes[i].pid > 0) {
+                    up++;
+                    n += test_redis_cmd(&s->nodes[i], "EXISTS dlock:{%s}", name);
+                }
+            if (n == 0 || n == up)
+                break;
+            test_sleep_ms(10);
+        }
         return n;
     }
     if (on_zk(s)) /* the holder's node and the waiters' */

@@ -341,7 +341,9 @@ int test_server_held(test_server *s, const char *name);
 void test_server_pause(test_server *s, int paused);
 /* What the server keeps for name besides its fence counter: Redis, the lock,
  * its holder record and its hand-off entry; etcd, the keys under dlock/NAME/ (holder and
- * queued waiters) plus every lease there is. 0 once nothing is left. */
+ * queued waiters) plus every lease there is; Redlock, the nodes holding the lock's key,
+ * once every node that is up has it or none has (the slowest nodes run a request after
+ * the call returned). 0 once nothing is left. */
 long long test_server_leftovers(test_server *s, const char *name);
 /* Requests so far that take, keep or give up locks (Redis: scripts; etcd:
  * Txn, Range, DeleteRange, Put and keepalive requests; redlock: the scripts
