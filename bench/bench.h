@@ -61,6 +61,10 @@ void bench_server_stop(void);
 /* The pid of the server started by bench_server_start, or 0. */
 pid_t bench_server_pid(void);
 
+/* SIGTERM and reap the n servers in pids (n becomes 0), then remove dir
+ * (a mkdtemp folder; "" when none) and make it "". */
+void bench_stop_children(pid_t *pids, int *n, char *dir);
+
 /*
  * CPUs this process may run on (its affinity when it started): returns how
  * many, and sets *first and *second to the first two of them.
@@ -168,6 +172,18 @@ int bench_free_port(void);
 /* Cycle and hand-off on 5 nodes beside 5 parallel PINGs and node-redlock.
  * url NULL: 5 throwaway redis-servers. Returns the exit status. */
 int bench_redlock(const char *url, long iterations);
+
+/* --sentinel (bench/sentinel.c): min_replicas=1's cycle beside 0's and a
+ * raw PING to the master. */
+int bench_sentinel(const char *url, long iterations);
+
+/* ------------------------------------------------------------------------
+ * postgres.c: dlock-bench --postgres
+ * ---------------------------------------------------------------------- */
+
+/* The lease-mode cycle beside the raw `SELECT 1` round trip, and the ratio.
+ * url: postgres://... (required). Returns the exit status. */
+int bench_postgres(const char *url, long iterations);
 
 /* ------------------------------------------------------------------------
  * main.c: the table

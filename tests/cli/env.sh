@@ -19,6 +19,13 @@ elif [ "$BACKEND" = zk ]; then
     # Digest auth: ZooKeeper takes any user:password (it only names who
     # made a node), so the shared server does.
     SECRET_URL="zk://dlock:$SECRET@$HOSTPORT"
+elif [ "$BACKEND" = postgres ]; then
+    # A role of the test's own with that password (scripts/test.sh's server
+    # checks passwords on TCP).
+    ROLE=cli_env_$$
+    pg_sql "CREATE ROLE $ROLE LOGIN SUPERUSER PASSWORD '$SECRET'" >/dev/null ||
+        { fail "cannot create role $ROLE"; finish; }
+    SECRET_URL="postgres://$ROLE:$SECRET@$HOSTPORT/postgres"
 else
     SECRET_URL="redis://default:$SECRET@$HOSTPORT"
 fi
@@ -105,5 +112,6 @@ if grep -q 'socket:' "$WORK/fds"; then
 else
     pass "no server connection leaks into COMMAND"
 fi
+[ "$BACKEND" = postgres ] && pg_sql "DROP ROLE $ROLE" >/dev/null
 
 finish

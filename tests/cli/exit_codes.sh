@@ -29,11 +29,11 @@ expect 255 "--command-status-offset 128: killed by SIGTERM (143) is 255" off sh 
 expect 127 "--command-status-offset: not found stays dlock's 127" off "no-such-command-$$"
 expect 176 "--command-status-offset=100 form: COMMAND's 76 is 176" \
     "$DLOCK" --url "$URL" run --command-status-offset=100 "$N" -- sh -c 'exit 76'
-if [ "$BACKEND" = redlock ]; then
-    # Redlock offers no election: refused with a message (DLOCK_ENOTSUP).
-    expect 64 "elect on redlock:// is not supported" \
+if [ "$BACKEND" = redlock ] || [ "$BACKEND" = postgres ]; then
+    # Redlock and PostgreSQL offer no election: refused with a message (DLOCK_ENOTSUP).
+    expect 64 "elect on $BACKEND is not supported" \
         "$DLOCK" --url "$URL" elect --once "$N" -- true
-    grep_file 'does not implement leader election' "$WORK/err" "elect on redlock: the message says why"
+    grep_file 'does not implement leader election' "$WORK/err" "elect on $BACKEND: the message says why"
 else
     expect 205 "elect --once --command-status-offset 128: COMMAND's 77 is 205" \
         "$DLOCK" --url "$URL" elect --once --command-status-offset 128 "$N" -- sh -c 'exit 77'
@@ -91,6 +91,9 @@ elif [ "$BACKEND" = zk ]; then
     # ZooKeeper's digest auth refuses nobody (user:password only names who
     # may touch a node that has an ACL): nothing to refuse here.
     BAD_CREDENTIALS=""
+elif [ "$BACKEND" = postgres ]; then
+    # scripts/test.sh's PostgreSQL asks TCP clients for their password.
+    BAD_CREDENTIALS="postgres://dlock:secret@$HOSTPORT/postgres"
 else
     # The server has no such user: AUTH fails with WRONGPASS.
     BAD_CREDENTIALS="redis://nosuchuser-$$:secret@$HOSTPORT"
@@ -116,6 +119,12 @@ elif [ "$BACKEND" = zk ]; then
     grep_file "unknown parameter 'cacert'" "$WORK/err" "a TLS option on zk://: the message names it"
     expect 64 "session_timeout_ms out of range" "$DLOCK" --url "zk://$HOSTPORT?session_timeout_ms=5" status "$N"
     grep_file "session_timeout_ms '5'" "$WORK/err" "session_timeout_ms out of range: the message names it"
+elif [ "$BACKEND" = postgres ]; then
+    expect 69 "sslmode=require to a server without TLS" \
+        "$DLOCK" --url "$URL&sslmode=require" status "$N"
+    grep_file 'SSL' "$WORK/err" "sslmode=require: the message says the server has no SSL"
+    expect 64 "an unknown URL parameter" "$DLOCK" --url "$URL&nosuchparam=1" status "$N"
+    grep_file 'nosuchparam' "$WORK/err" "an unknown parameter: the message names it"
 elif [ "$BACKEND" = redlock ]; then
     expect 64 "malformed URL" "$DLOCK" --url "redlock://$HOSTS/notadb" status "$N"
     expect 64 "an even number of nodes" "$DLOCK" --url "redlock://$HOSTS,$HOSTPORT" status "$N"

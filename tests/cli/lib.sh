@@ -14,7 +14,7 @@ TEST=$(basename "$0" .sh)
 # DLOCK_TEST_ETCD_URL and DLOCK_TEST_REDLOCK_URL). BACKEND is redis, etcd or
 # redlock: what a script checks where they differ.
 BACKEND=${DLOCK_CLI_BACKEND:-redis}
-case $BACKEND in redis | etcd | redlock | rediss | zk) ;; *) echo "FAIL: DLOCK_CLI_BACKEND must be redis, etcd, redlock, rediss or zk, got $BACKEND" >&2; exit 1 ;; esac
+case $BACKEND in redis | etcd | redlock | rediss | zk | postgres) ;; *) echo "FAIL: DLOCK_CLI_BACKEND must be redis, etcd, redlock, rediss, zk or postgres, got $BACKEND" >&2; exit 1 ;; esac
 # rediss: a private redis-server with TLS, started below (start_redis_tls).
 [ "$BACKEND" = rediss ] && DLOCK_TEST_URL=rediss://pending
 # zk: DLOCK_TEST_ZK_URL, or else a private ZooKeeper the script starts
@@ -27,6 +27,11 @@ fi
 if [ "$BACKEND" = etcd ]; then
     DLOCK_TEST_URL=${DLOCK_TEST_ETCD_URL:-}
     [ -n "$DLOCK_TEST_URL" ] || { echo "FAIL: DLOCK_TEST_ETCD_URL is not set (scripts/test.sh starts an etcd)" >&2; exit 1; }
+fi
+# postgres: the PostgreSQL that scripts/test.sh starts (lease mode).
+if [ "$BACKEND" = postgres ]; then
+    DLOCK_TEST_URL=${DLOCK_TEST_POSTGRES_URL:-}
+    [ -n "$DLOCK_TEST_URL" ] || { echo "FAIL: DLOCK_TEST_POSTGRES_URL is not set (scripts/test.sh starts a PostgreSQL)" >&2; exit 1; }
 fi
 if [ "$BACKEND" = redlock ]; then
     DLOCK_TEST_URL=${DLOCK_TEST_REDLOCK_URL:-}
@@ -46,8 +51,15 @@ redlock://*) HOSTS=${URL#redlock://}; HOSTS=${HOSTS%%[/?]*}; HOSTS=${HOSTS##*@};
 etcd://*) HOSTPORT=${URL#etcd://}; HOSTPORT=${HOSTPORT%%[/?,]*}; HOSTPORT=${HOSTPORT##*@} ;;
 rediss://pending) ;;
 zk://*) HOSTPORT=${URL#zk://}; HOSTPORT=${HOSTPORT%%[/?,]*}; HOSTPORT=${HOSTPORT##*@} ;;
+# HOSTPORT for psql (pg_sql); the URL itself is a libpq connection URI.
+postgres://* | postgresql://*) HOSTPORT=${URL#*://}; HOSTPORT=${HOSTPORT%%[/?,]*}; HOSTPORT=${HOSTPORT##*@} ;;
 *) echo "FAIL $TEST: DLOCK_TEST_URL must be redis://HOST:PORT or etcd://HOST:PORT, got $URL" >&2; exit 1 ;;
 esac
+# postgres: every connection of this script carries its name, so that
+# queued can tell this script's waiters from other tests' on the shared server.
+if [ "$BACKEND" = postgres ]; then
+    case $URL in *\?*) URL="$URL&application_name=cli-$TEST-$$" ;; *) URL="$URL?application_name=cli-$TEST-$$" ;; esac
+fi
 # The developer's own settings must not leak into what is tested.
 unset DLOCK_URL DLOCK_NAME DLOCK_FENCE
 
@@ -312,7 +324,14 @@ zk_children() {
         tail -1 | sed -n 's/^\[\(.*\)\]$/\1/p' | tr ',' '\n' | tr -d ' ' | grep .
 }
 queued() {
-    if [ "$BACKEND" = zk ]; then
+    if [ "$BACKEND" = postgres ]; then
+        # Lease mode keeps no queue: a waiter is a LISTEN session, one per
+        # waiting dlock. The waiters of this script (its application_name)
+        # but not which name they wait for: the scripts wait for one name
+        # at a time.
+        pg_sql "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'cli-$TEST-$$'
+                AND query LIKE 'LISTEN %'"
+    elif [ "$BACKEND" = zk ]; then
         # The nodes in /dlock/NAME but the holder's.
         zk_kids=$(zk_children "$1" | grep -c .)
         echo $((zk_kids > 0 ? zk_kids - 1 : 0))
@@ -324,7 +343,10 @@ queued() {
         redis-cli -h "${HOSTPORT%:*}" -p "${HOSTPORT##*:}" EXISTS "dlock:{$1}:next"
     fi
 }
+# pg_sql SQL: one value, read with psql from the test's PostgreSQL.
+pg_sql() { psql "$DLOCK_TEST_URL" -XAtq -v ON_ERROR_STOP=1 -c "$1"; }
 subscribed() {
+    [ "$BACKEND" = postgres ] && { queued "$1"; return; }
     # ZooKeeper: a waiter's node in the queue carries its watch.
     [ "$BACKEND" = zk ] && { queued "$1"; return; }
     redis-cli -h "${HOSTPORT%:*}" -p "${HOSTPORT##*:}" PUBSUB NUMSUB "dlock:{$1}:release" | sed -n 2p
@@ -336,7 +358,9 @@ subscribed_some() { [ "$(subscribed "$1")" -ge 1 ] 2>/dev/null; }
 # need_server_tools: redis-cli, etcdctl with etcd, or zkCli.sh with
 # ZooKeeper, for queued.
 need_server_tools() {
-    if [ "$BACKEND" = zk ]; then
+    if [ "$BACKEND" = postgres ]; then
+        command -v psql >/dev/null || { fail "psql is not installed (apt-get install postgresql-client)"; finish; }
+    elif [ "$BACKEND" = zk ]; then
         [ -x /usr/share/zookeeper/bin/zkCli.sh ] || { fail "zkCli.sh is not installed (apt-get install zookeeper)"; finish; }
     elif [ "$BACKEND" = etcd ]; then
         command -v etcdctl >/dev/null || { fail "etcdctl is not installed (apt-get install etcd-client)"; finish; }

@@ -114,7 +114,13 @@ static void spawn(test_redis *r)
     char extra[sizeof(r->extra)];
 
     snprintf(port, sizeof(port), "%d", r->port);
-    args[n++] = "redis-server";
+    if (r->conf[0] != '\0') {
+        /* A sentinel: its config file (which it rewrites) comes first. */
+        args[n++] = "redis-sentinel";
+        args[n++] = r->conf;
+    } else {
+        args[n++] = "redis-server";
+    }
     args[n++] = "--port";
     args[n++] = port;
     args[n++] = "--bind";
@@ -144,7 +150,7 @@ static void spawn(test_redis *r)
         int devnull = open("/dev/null", 1);
         if (devnull >= 0)
             dup2(devnull, 1);
-        execvp("redis-server", args);
+        execvp(args[0], args);
         fprintf(stderr, "cannot run redis-server: %s (install it: apt-get install "
                 "redis-server)\n", strerror(errno));
         _exit(127);
@@ -172,7 +178,7 @@ static void spawn(test_redis *r)
 }
 
 /* Servers of this process, removed at exit even when a check failed. */
-#define STARTED_MAX 16
+#define STARTED_MAX 24
 static test_redis *started[STARTED_MAX];
 static pid_t owner;
 
@@ -187,7 +193,7 @@ static void cleanup_servers(void)
 
 /* Start a server, on a TLS port too when tls; r->url is redis:// (the
  * caller of a TLS one writes its own). */
-static void start_redis(test_redis *r, const char *extra_args, int tls)
+static void start_redis(test_redis *r, const char *extra_args, int tls, const char *conf)
 {
     if (owner == 0) {
         owner = getpid();
@@ -205,6 +211,7 @@ static void start_redis(test_redis *r, const char *extra_args, int tls)
         exit(1);
     }
     snprintf(r->extra, sizeof(r->extra), "%s", extra_args ? extra_args : "");
+    snprintf(r->conf, sizeof(r->conf), "%s", conf ? conf : "");
     r->port = free_port();
     r->tls_port = tls ? free_port() : 0;
     snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
@@ -213,7 +220,13 @@ static void start_redis(test_redis *r, const char *extra_args, int tls)
 
 void test_redis_start(test_redis *r, const char *extra_args)
 {
-    start_redis(r, extra_args, 0);
+    start_redis(r, extra_args, 0, NULL);
+}
+
+/* A redis-sentinel on a free port with its config file conf. */
+static void start_sentinel(test_redis *r, const char *conf)
+{
+    start_redis(r, NULL, 0, conf);
 }
 
 /* ---- TLS ---------------------------------------------------------------- */
@@ -278,7 +291,7 @@ void test_redis_start_tls(test_redis *r, const test_tls *t, const char *cert,
              extra_args != NULL && strstr(extra_args, "--tls-auth-clients") != NULL
                  ? "" : "--tls-auth-clients no",
              extra_args != NULL ? extra_args : "");
-    start_redis(r, extra, 1);
+    start_redis(r, extra, 1, NULL);
     snprintf(r->url, sizeof(r->url), "rediss://127.0.0.1:%d?cacert=%s/ca.crt", r->tls_port,
              t->dir);
 }
@@ -947,6 +960,190 @@ int test_process_alive(int pid)
 }
 
 /* ------------------------------------------------------------------------
+ * Sentinel
+ * ---------------------------------------------------------------------- */
+
+/* The port sentinel i names as master of "dlock" (0: none, -1: unreachable). */
+static int sentinel_names(test_redis *sen)
+{
+    redisContext *c = connect_raw(sen);
+    redisReply *rep;
+    int port = -1;
+
+    if (c == NULL)
+        return -1;
+    rep = redisCommand(c, "SENTINEL get-master-addr-by-name dlock");
+    if (rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2)
+        port = atoi(rep->element[1]->str);
+    else if (rep != NULL)
+        port = 0;
+    if (rep != NULL)
+        freeReplyObject(rep);
+    redisFree(c);
+    return port;
+}
+
+/* Whether sentinel sen knows both replicas and the other sentinels. */
+static int sentinel_ready(test_redis *sen)
+{
+    redisContext *c = connect_raw(sen);
+    redisReply *rep;
+    int replicas = -1, others = -1;
+
+    if (c == NULL)
+        return 0;
+    rep = redisCommand(c, "SENTINEL master dlock");
+    for (size_t i = 0; rep != NULL && rep->type == REDIS_REPLY_ARRAY && i + 1 < rep->elements;
+         i += 2) {
+        if (strcmp(rep->element[i]->str, "num-slaves") == 0)
+            replicas = atoi(rep->element[i + 1]->str);
+        if (strcmp(rep->element[i]->str, "num-other-sentinels") == 0)
+            others = atoi(rep->element[i + 1]->str);
+    }
+    if (rep != NULL)
+        freeReplyObject(rep);
+    redisFree(c);
+    return replicas == TEST_SENTINEL_REPLICAS && others == TEST_SENTINELS - 1;
+}
+
+/* Whether replica r has finished its first sync with the master. */
+static int replica_synced(test_redis *r)
+{
+    redisContext *c = connect_raw(r);
+    redisReply *rep;
+    int up;
+
+    if (c == NULL)
+        return 0;
+    rep = redisCommand(c, "INFO replication");
+    up = rep != NULL && rep->type == REDIS_REPLY_STRING &&
+         strstr(rep->str, "master_link_status:up") != NULL &&
+         strstr(rep->str, "master_sync_in_progress:0") != NULL;
+    if (rep != NULL)
+        freeReplyObject(rep);
+    redisFree(c);
+    return up;
+}
+
+void test_sentinel_start(test_sentinel *s, const char *extra_args, int failover)
+{
+    char extra[1200];
+    size_t len;
+    int ready = 0;
+
+    char mextra[1200];
+
+    memset(s, 0, sizeof(*s));
+    /* Redis 7 waits 5 s before a diskless full sync, in case more replicas
+     * come: the replicas would not hold the master's data until then. */
+    snprintf(mextra, sizeof(mextra), "%s%s", extra_args ? extra_args : "",
+             failover == TEST_SENTINEL_SYNCING ? "" : " --repl-diskless-sync-delay 0");
+    test_redis_start(&s->nodes[0], mextra);
+    snprintf(extra, sizeof(extra), "%s --replicaof 127.0.0.1 %d", extra_args ? extra_args : "",
+             s->nodes[0].port);
+
+    for (int i = 1; i <= TEST_SENTINEL_REPLICAS; i++)
+        test_redis_start(&s->nodes[i], extra);
+    len = (size_t)snprintf(s->url, sizeof(s->url), "redis-sentinel://");
+    for (int i = 0; i < TEST_SENTINELS; i++) {
+        test_redis *sen = &s->sentinels[i];
+        char conf[sizeof(sen->conf)];
+        FILE *f;
+
+        /* The config must exist before the sentinel starts (which
+         * rewrites it): in a directory of its own. */
+        snprintf(conf, sizeof(conf), "/tmp/dlock-sentinel-XXXXXX");
+        if (mkdtemp(conf) == NULL) {
+            perror("mkdtemp");
+            exit(1);
+        }
+        snprintf(conf + strlen(conf), sizeof(conf) - strlen(conf), "/sentinel.conf");
+        if ((f = fopen(conf, "w")) == NULL) {
+            perror(conf);
+            exit(1);
+        }
+        fprintf(f, "sentinel monitor dlock 127.0.0.1 %d 2\n"
+                   "sentinel down-after-milliseconds dlock %d\n"
+                   "sentinel failover-timeout dlock 3000\n"
+                   "sentinel parallel-syncs dlock 2\n", s->nodes[0].port,
+                failover ? 1000 : 600000);
+        fclose(f);
+        start_sentinel(sen, conf);
+        len += (size_t)snprintf(s->url + len, len < sizeof(s->url) ? sizeof(s->url) - len : 0,
+                                "%s127.0.0.1:%d", i > 0 ? "," : "", sen->port);
+    }
+    snprintf(s->url + len, len < sizeof(s->url) ? sizeof(s->url) - len : 0, "/dlock");
+    for (int t = 0; t < 3000 && !ready; t++) {
+        ready = 1;
+        for (int i = 1; i <= TEST_SENTINEL_REPLICAS; i++)
+            ready = ready && (failover == TEST_SENTINEL_SYNCING || replica_synced(&s->nodes[i]));
+        for (int i = 0; i < TEST_SENTINELS; i++)
+            ready = ready && (failover ? sentinel_ready(&s->sentinels[i])
+                                       : sentinel_names(&s->sentinels[i]) == s->nodes[0].port);
+        if (!ready)
+            test_sleep_ms(20);
+    }
+    if (!ready) {
+        fprintf(stderr, "test_sentinel_start: the sentinels did not find the replicas and "
+                "each other within 60 s\n");
+        exit(1);
+    }
+}
+
+void test_sentinel_stop(test_sentinel *s)
+{
+    for (int i = 0; i < TEST_SENTINELS; i++) {
+        char dir[96];
+        snprintf(dir, sizeof(dir), "%s", s->sentinels[i].conf);
+        test_redis_stop(&s->sentinels[i]);
+        if (strrchr(dir, '/') != NULL) {
+            char cmd[128];
+            *strrchr(dir, '/') = '\0';
+            snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+            if (system(cmd) != 0)
+                fprintf(stderr, "could not remove %s\n", dir);
+        }
+    }
+    for (int i = 0; i <= TEST_SENTINEL_REPLICAS; i++)
+        test_redis_stop(&s->nodes[i]);
+}
+
+int test_sentinel_master(test_sentinel *s)
+{
+    int port = 0;
+
+    for (int i = 0; i < TEST_SENTINELS; i++) {
+        int p;
+        if (s->sentinels[i].pid <= 0)
+            continue;
+        p = sentinel_names(&s->sentinels[i]);
+        if (p <= 0 || (port != 0 && p != port))
+            return -1;
+        port = p;
+    }
+    for (int i = 0; i <= TEST_SENTINEL_REPLICAS; i++)
+        if (s->nodes[i].port == port)
+            return i;
+    return -1;
+}
+
+int test_sentinel_failover(test_sentinel *s)
+{
+    int old = test_sentinel_master(s);
+
+    if (old < 0)
+        return -1;
+    test_redis_kill(&s->nodes[old]);
+    for (int t = 0; t < 3000; t++) {
+        int now = test_sentinel_master(s);
+        if (now >= 0 && now != old)
+            return now;
+        test_sleep_ms(20);
+    }
+    return -1;
+}
+
+/* ------------------------------------------------------------------------
  * Either backend
  * ---------------------------------------------------------------------- */
 
@@ -961,6 +1158,18 @@ void test_server_start(test_server *s, const char *backend)
         test_tls_make(&s->certs);
         test_redis_start_tls(&s->redis, &s->certs, "server", NULL);
         s->url = s->redis.url;
+        s->short_lease_ms = 300;
+        s->dense_fences = 1;
+        s->waiter_leftovers = 1;
+    } else if (backend != NULL && strcmp(backend, "redis-sentinel") == 0) {
+        /* The redis backend on the master the sentinels name; checks read
+         * that master (s->redis, a copy of its test_redis). */
+        s->backend = "redis";
+        if ((s->sentinel = malloc(sizeof(*s->sentinel))) == NULL)
+            fprintf(stderr, "out of memory\n"), exit(1);
+        test_sentinel_start(s->sentinel, NULL, 0);
+        s->redis = s->sentinel->nodes[0];
+        s->url = s->sentinel->url;
         s->short_lease_ms = 300;
         s->dense_fences = 1;
         s->waiter_leftovers = 1;
@@ -1007,7 +1216,8 @@ void test_server_start(test_server *s, const char *backend)
         test_pg_server_start(s, backend);
 #endif
     } else {
-        fprintf(stderr, "unknown backend '%s' (redis, rediss, plainredis, etcd, redlock or zk)\n",
+        fprintf(stderr, "unknown backend '%s' (redis, rediss, redis-sentinel, plainredis, etcd, "
+                "redlock or zk)\n",
                 backend ? backend : "");
         exit(2);
     }
@@ -1055,6 +1265,12 @@ void test_server_stop(test_server *s)
         test_redis_stop(&s->nodes[i]);
     if (on_redlock(s))
         return;
+    if (s->sentinel != NULL) {
+        test_sentinel_stop(s->sentinel);
+        free(s->sentinel);
+        s->sentinel = NULL;
+        return;
+    }
     if (on_zk(s))
         test_zk_stop(&s->zk);
     else if (on_redis(s))
@@ -1119,10 +1335,22 @@ long long test_server_leftovers(test_server *s, const char *name)
         return test_pg_server_leftovers(s, name);
 #endif
     if (on_redlock(s)) {
-        /* The lock's key on every node (a waiter leaves nothing). */
-        for (int i = 0; i < s->nnodes; i++)
-            if (s->nodes[i].pid > 0)
-                n += test_redis_cmd(&s->nodes[i], "EXISTS dlock:{%s}", name);
+        /* The lock's key on every node that is up (a waiter leaves
+         * nothing). Acquire and release return once a quorum answered, so
+         * wait (a generous bound) for the others to catch up: until every
+         * node that is up has the key, or none has. */
+        for (int tries = 0; tries < 500; tries++) {
+            int up = 0;
+            n = 0;
+            for (int i = 0; i < s->nnodes; i++)
+                if (s->nodes[i].pid > 0) {
+                    up++;
+                    n += test_redis_cmd(&s->nodes[i], "EXISTS dlock:{%s}", name);
+                }
+            if (n == 0 || n == up)
+                break;
+            test_sleep_ms(10);
+        }
         return n;
     }
     if (on_zk(s)) /* the holder's node and the waiters' */

@@ -104,6 +104,7 @@ typedef struct {
     char url[512];    /* redis://, or rediss://...?cacert= with a TLS port */
     char extra[1024]; /* extra redis-server arguments, space separated */
     int tls_port;     /* also listening for TLS here (0: not) */
+    char conf[96];    /* set: a redis-sentinel run with this config file */
 } test_redis;
 
 /* Start redis-server on a free loopback port in a new temp dir; exits the
@@ -266,6 +267,35 @@ long long test_zk_children(test_zk *z, const char *path);
 /* Their names, up to max. */
 int test_zk_child_names(test_zk *z, const char *path, char names[][128], int max);
 
+/* ---- Sentinel: a master, 2 replicas and 3 sentinels on loopback ---- */
+
+#define TEST_SENTINEL_REPLICAS 2
+#define TEST_SENTINELS 3
+
+typedef struct {
+    test_redis nodes[1 + TEST_SENTINEL_REPLICAS]; /* [0] the first master */
+    test_redis sentinels[TEST_SENTINELS];
+    char url[512]; /* redis-sentinel://127.0.0.1:P1,.../dlock */
+} test_sentinel;
+
+/* Start them and wait until every sentinel names the master and both
+ * replicas have synced. failover non-zero: down-after-milliseconds 1000
+ * (else 600000: no failover while a test pauses the master),
+ * failover-timeout 3000, and wait until every sentinel also knows both
+ * replicas and the other sentinels (a failover needs a majority of them to
+ * agree); TEST_SENTINEL_SYNCING: as 1, but without waiting for the
+ * replicas' first sync (which Redis starts 5 s late, as it does by
+ * default). extra_args go to every redis-server. Exits the test with a
+ * message when one does not start. */
+#define TEST_SENTINEL_SYNCING 2
+void test_sentinel_start(test_sentinel *s, const char *extra_args, int failover);
+void test_sentinel_stop(test_sentinel *s);
+/* The node the sentinels name as master now (-1: none, or they disagree). */
+int test_sentinel_master(test_sentinel *s);
+/* SIGKILL the master and wait (up to 60 s) until every live sentinel names
+ * another node; returns that node's index, or -1 after the wait. */
+int test_sentinel_failover(test_sentinel *s);
+
 /* ---- either backend: the scenarios every backend must pass
  * (tests/integration/core) see the server only through these ---- */
 
@@ -273,10 +303,12 @@ typedef struct {
     const char *backend; /* "redis", "plainredis" (tests/backend), "etcd",
                           * "redlock" (3 independent redis-servers) or "zk"
                           * (a standalone ZooKeeper); "rediss" starts "redis"
-                          * over TLS (tls set) */
+                          * over TLS (tls set); "redis-sentinel" starts
+                          * "redis" as a master, 2 replicas and 3 sentinels */
     int tls;
     test_tls certs; /* tls */
-    test_redis redis;    /* redis and plainredis */
+    test_redis redis;    /* redis and plainredis; redis-sentinel: its master */
+    test_sentinel *sentinel; /* redis-sentinel */
     test_redis nodes[TEST_REDLOCK_MAX]; /* redlock */
     int nnodes;
     char redlock_url[256];
@@ -309,7 +341,9 @@ int test_server_held(test_server *s, const char *name);
 void test_server_pause(test_server *s, int paused);
 /* What the server keeps for name besides its fence counter: Redis, the lock,
  * its holder record and its hand-off entry; etcd, the keys under dlock/NAME/ (holder and
- * queued waiters) plus every lease there is. 0 once nothing is left. */
+ * queued waiters) plus every lease there is; Redlock, the nodes holding the lock's key,
+ * once every node that is up has it or none has (the slowest nodes run a request after
+ * the call returned). 0 once nothing is left. */
 long long test_server_leftovers(test_server *s, const char *name);
 /* Requests so far that take, keep or give up locks (Redis: scripts; etcd:
  * Txn, Range, DeleteRange, Put and keepalive requests; redlock: the scripts

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * The Redis backend (single node, or a Sentinel-managed master reached by
- * its address).
+ * The Redis backend: one node, or the master of a Sentinel deployment
+ * (redis-sentinel://, found and followed by redis_conn.c).
  *
  * Keys, for lock NAME and the default prefix "dlock:":
  *   dlock:{NAME}          the lock: owner token, with the lease as its PX expiry
@@ -368,24 +368,49 @@ static int is_mutex(const dlock_request *req)
     return req->kind == DLOCK_KIND_MUTEX && req->owner == NULL;
 }
 
-static int redis_acquire(void *be, const dlock_request *req, void *watch,
-                         dlock_acquire_result *out)
-{
-    if (is_mutex(req))
-        return mutex_acquire(be, req, watch, out);
-    return dlock__redis_family_acquire(be, req, watch, &out->fence, &out->retry_ms);
-}
-
 static int redis_release(void *be, const dlock_request *req)
 {
     return is_mutex(req) ? mutex_release(be, req->name, req->token)
                          : dlock__redis_family_release(be, req);
 }
 
+/* min_replicas=N (Sentinel): a hold that fewer than N replicas acknowledged
+ * in time is given back at once (owner-checked, as any release) and the
+ * acquisition fails with DLOCK_ESERVER, "... 0 of 1 replicas acknowledged
+ * ...: the lock was released". */
+static int give_back_unreplicated(void *be, const dlock_request *reqs, size_t n)
+{
+    char saved[512];
+
+    dlock__redis_wait_fail("the lock was released");
+    snprintf(saved, sizeof(saved), "%s", dlock_error_message());
+    for (size_t i = 0; i < n; i++)
+        redis_release(be, &reqs[i]);
+    return dlock__fail(DLOCK_ESERVER, "%s", saved);
+}
+
+static int redis_acquire(void *be, const dlock_request *req, void *watch,
+                         dlock_acquire_result *out)
+{
+    int rc = is_mutex(req) ? mutex_acquire(be, req, watch, out)
+                           : dlock__redis_family_acquire(be, req, watch, &out->fence,
+                                                         &out->retry_ms);
+
+    if (rc == DLOCK_OK && dlock__redis_wait_short())
+        return give_back_unreplicated(be, req, 1);
+    return rc;
+}
+
+/* min_replicas: an extension fewer replicas acknowledged fails, the lock
+ * still held on the master (the caller may release it or try again). */
 static int redis_extend(void *be, const dlock_request *req)
 {
-    return is_mutex(req) ? mutex_extend(be, req->name, req->token, req->lease_ms)
-                         : dlock__redis_family_extend(be, req);
+    int rc = is_mutex(req) ? mutex_extend(be, req->name, req->token, req->lease_ms)
+                           : dlock__redis_family_extend(be, req);
+
+    if (rc == DLOCK_OK && dlock__redis_wait_short())
+        return dlock__redis_wait_fail("the lease was extended on the master only");
+    return rc;
 }
 
 static int redis_check(void *be, const dlock_request *req)
@@ -401,7 +426,13 @@ static int redis_renew(void *arg, dlock_renewal *items, size_t n)
 {
     redis_backend *be = arg;
 
-    return dlock__redis_family_renew(be, &be->wd, items, n, 1);
+    int rc = dlock__redis_family_renew(be, &be->wd, items, n, 1);
+
+    /* min_replicas: a renewal fewer replicas acknowledged counts as a
+     * failed one: the watchdog tries again until the lease runs out. */
+    if (rc == DLOCK_OK && dlock__redis_wait_short())
+        return dlock__redis_wait_fail("renewed on the master only");
+    return rc;
 }
 
 /* status.lua's kind words, as DLOCK_KIND_*; -1 for '' (free, or a hold of
@@ -722,7 +753,18 @@ static void redis_watch_wake(void *arg, void *watch)
     dlock__redis_watch_wake(((redis_backend *)arg)->watcher, ((dlock__redis_watch *)watch)->waiter);
 }
 
-static const char *const redis_schemes[] = {"redis", "unix", "rediss", NULL};
+static int redis_multi_acquire(void *be, const dlock_request *reqs, size_t n, uint64_t *fences,
+                               dlock_acquire_result *out)
+{
+    int rc = dlock__redis_multi_acquire(be, reqs, n, fences, out);
+
+    if (rc == DLOCK_OK && dlock__redis_wait_short())
+        return give_back_unreplicated(be, reqs, n);
+    return rc;
+}
+
+static const char *const redis_schemes[] = {"redis", "unix", "rediss", "redis-sentinel",
+                                            "rediss-sentinel", NULL};
 
 const dlock_backend dlock__redis_backend = {
     .version = DLOCK_BACKEND_VERSION,
@@ -753,5 +795,5 @@ const dlock_backend dlock__redis_backend = {
     .leader_get = dlock__redis_leader_get,
     .observe_begin = dlock__redis_observe_begin,
     .multi_atomic = dlock__redis_multi_atomic,
-    .multi_acquire = dlock__redis_multi_acquire,
+    .multi_acquire = redis_multi_acquire,
 };

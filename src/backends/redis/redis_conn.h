@@ -34,6 +34,22 @@ typedef struct {
     void *log_payload;
     const char *role;
     int connected;
+    /* The master's credentials: the URL's user:password, or password= on a
+     * Sentinel URL. NULL: none. */
+    const char *user;
+    const char *password;
+    /* Sentinel (redis-sentinel://, rediss-sentinel://): the master is asked
+     * of the sentinels (the URL's hosts) at each connect and its ROLE
+     * checked; ep.host then points at master_host. NULL: not Sentinel. */
+    const char *master_name;
+    const char *sentinel_password;
+    char master_host[256];
+    size_t sentinel_next; /* the sentinel that answered last, asked first */
+    /* min_replicas=N: scripts that write a hold are followed, in the same
+     * round trip, by WAIT N wait_ms (docs/redis-sentinel.md). */
+    int min_replicas;
+    int64_t wait_ms;
+    int readonly; /* the last error reply was READONLY (a demoted master) */
 } dlock__redis_conn;
 
 enum {
@@ -60,7 +76,8 @@ enum {
 
 /* Fill conn from the URL and options; no I/O. DLOCK_EINVAL for a bad URL.
  * redis://, unix:// and rediss:// (TLS: cacert, cert, key, sni, insecure;
- * docs/redis-tls.md). */
+ * docs/redis-tls.md); redis-sentinel:// and rediss-sentinel://
+ * (docs/redis-sentinel.md). */
 int dlock__redis_conn_init(dlock__redis_conn *conn, const dlock_url *url,
                            const dlock_client_options *opts, const char *role);
 
@@ -110,10 +127,26 @@ void dlock__redis_script_cmd_eval(dlock__redis_script_cmd *c, const dlock__redis
 void dlock__redis_script_cmd_free(dlock__redis_script_cmd *c);
 
 /* Run an embedded script with EVALSHA, loading it with EVAL on NOSCRIPT.
- * argv holds the nkeys keys then the arguments (argc in all). */
+ * argv holds the nkeys keys then the arguments (argc in all). With
+ * min_replicas=N and a script that writes a hold (acquire, extend, renew),
+ * WAIT N follows it in the same round trip; how many replicas acknowledged
+ * is then told by dlock__redis_wait_short. */
 int dlock__redis_conn_script(dlock__redis_conn *conn, const dlock__redis_script *script,
                              redisReply **out, int nkeys, int argc, const char **argv,
                              const size_t *lens);
+
+/*
+ * After the last dlock__redis_conn_script of this thread: 1 if it was
+ * followed by WAIT and fewer than min_replicas replicas acknowledged (the
+ * script's reply was still given back: the caller, which knows what the
+ * script took, gives it back and fails with dlock__redis_wait_fail), else 0.
+ * Thread-local, as the script call is synchronous on the caller's thread.
+ */
+int dlock__redis_wait_short(void);
+
+/* DLOCK_ESERVER, "WHERE: N of M replicas acknowledged the write within W ms
+ * (min_replicas=M): what" (what: "the lock was released", ...). */
+int dlock__redis_wait_fail(const char *what);
 
 /*
  * Read one reply (sending what is queued first) within the command timeout,
