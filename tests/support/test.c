@@ -890,8 +890,18 @@ void test_server_start(test_server *s, const char *backend)
                               sizeof(s->redlock_url));
         s->url = s->redlock_url;
         s->short_lease_ms = 300;
+    } else if (backend != NULL && (strcmp(backend, "mysql") == 0 ||
+                                   strcmp(backend, "mysql-named") == 0)) {
+        s->backend = "mysql";
+        s->sql_named = strcmp(backend, "mysql-named") == 0;
+        test_mariadb_start(&s->mariadb);
+        snprintf(s->sql_url, sizeof(s->sql_url), "%s%s", s->mariadb.url,
+                 s->sql_named ? "?mode=named" : "");
+        s->url = s->sql_url;
+        s->short_lease_ms = 1000; /* a statement's round trip is slower than Redis' */
     } else {
-        fprintf(stderr, "unknown backend '%s' (redis, plainredis, etcd or redlock)\n",
+        fprintf(stderr, "unknown backend '%s' (redis, plainredis, etcd, redlock, mysql or "
+                "mysql-named)\n",
                 backend ? backend : "");
         exit(2);
     }
@@ -914,8 +924,17 @@ static const char *redis_prefix(const test_server *s)
     return strcmp(s->backend, "plainredis") == 0 ? "plain:" : "dlock:";
 }
 
+static int on_mysql(const test_server *s)
+{
+    return strcmp(s->backend, "mysql") == 0;
+}
+
 void test_server_stop(test_server *s)
 {
+    if (on_mysql(s)) {
+        test_mariadb_stop(&s->mariadb);
+        return;
+    }
     for (int i = 0; i < s->nnodes; i++)
         test_redis_stop(&s->nodes[i]);
     if (on_redlock(s))
@@ -931,6 +950,8 @@ int test_server_held(test_server *s, const char *name)
     char key[600];
     int held = 0;
 
+    if (on_mysql(s))
+        return test_mysql_held(s, name);
     if (on_redlock(s)) {
         for (int i = 0; i < s->nnodes; i++)
             held += s->nodes[i].pid > 0 &&
@@ -945,7 +966,7 @@ int test_server_held(test_server *s, const char *name)
 
 void test_server_pause(test_server *s, int paused)
 {
-    int pid = on_redis(s) ? s->redis.pid : s->etcd.pid[0];
+    int pid = on_redis(s) ? s->redis.pid : on_mysql(s) ? s->mariadb.pid : s->etcd.pid[0];
 
     for (int i = 0; i < s->nnodes; i++)
         if (kill(s->nodes[i].pid, paused ? SIGSTOP : SIGCONT) != 0)
@@ -963,6 +984,8 @@ long long test_server_leftovers(test_server *s, const char *name)
     char key[600];
     long long n = 0;
 
+    if (on_mysql(s))
+        return test_mysql_leftovers(s, name);
     if (on_redlock(s)) {
         /* The lock's key on every node (a waiter leaves nothing). */
         for (int i = 0; i < s->nnodes; i++)
@@ -987,6 +1010,8 @@ long long test_server_requests(test_server *s)
     long long n = 0;
     char metric[160];
 
+    if (on_mysql(s))
+        return test_mysql_requests(s);
     if (on_redis(s) || on_redlock(s)) {
         for (size_t i = 0; i < sizeof(redis_cmds) / sizeof(redis_cmds[0]); i++)
             n += test_redis_calls(on_redlock(s) ? &s->nodes[0] : &s->redis, redis_cmds[i]);

@@ -189,6 +189,31 @@ long long test_etcd_metric(test_etcd *e, int member, const char *metric);
 /* 1 if process pid still exists (not reaped, not gone). */
 int test_process_alive(int pid);
 
+/* ---- private MariaDB servers (test_mysql.c) ---- */
+
+typedef struct {
+    int port;       /* of 47400..47499 */
+    int pid;        /* 0 while down */
+    char dir[64];   /* data/, sock, err.log */
+    char sock[96];
+    char url[160];  /* mysql://dlock:dlockpw@127.0.0.1:PORT/dlock_test */
+} test_mariadb;
+
+/* Start mariadbd on a copy of a data directory made once (account dlock,
+ * password dlockpw, database dlock_test); exits the test with a message if
+ * MariaDB is missing. Killed at exit, also when a check fails. */
+void test_mariadb_start(test_mariadb *m);
+/* Start it again on the same port and data (after test_mariadb_kill). */
+void test_mariadb_restart(test_mariadb *m);
+/* kill -9 and reap. */
+void test_mariadb_kill(test_mariadb *m);
+/* Kill it and remove its dir. */
+void test_mariadb_stop(test_mariadb *m);
+/* Run one statement (printf-style) as root in dlock_test: the first column
+ * of the first row as an integer (-1 for NULL or no row), or the rows a
+ * statement without a result changed. */
+long long test_mariadb_query(test_mariadb *m, const char *fmt, ...);
+
 /* ---- either backend: the scenarios every backend must pass
  * (tests/integration/core) see the server only through these ---- */
 
@@ -204,6 +229,9 @@ typedef struct {
     const char *url;
     int64_t short_lease_ms; /* the shortest lease the service keeps well */
     int dense_fences;       /* fences are 1, 2, 3 ... (Redis), not just increasing */
+    test_mariadb mariadb;   /* mysql, mysql-named */
+    int sql_named;          /* mysql-named: the URL's mode=named */
+    char sql_url[200];
     int waiter_leftovers;   /* what a waiting acquisition keeps on the server, as
                              * test_server_leftovers counts it (Redis: the hand-off
                              * entry; etcd: its key and lease; plainredis: none) */
@@ -218,6 +246,10 @@ void test_server_stop(test_server *s);
 /* 1 if the server holds the lock name for someone now (redlock: a quorum
  * of nodes holds its key). */
 int test_server_held(test_server *s, const char *name);
+/* test_server_held, _leftovers and _requests on MariaDB (test_mysql.c). */
+int test_mysql_held(test_server *s, const char *name);
+long long test_mysql_leftovers(test_server *s, const char *name);
+long long test_mysql_requests(test_server *s);
 /* Pause the server's process (SIGSTOP; etcd: its first member; redlock:
  * every node), or let it
  * go on (SIGCONT): while paused, connections stay open and requests go
