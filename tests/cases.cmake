@@ -6,7 +6,8 @@
 # C therefore always runs; there is no second list to forget it in.
 #
 # In: DLOCK_CASES_EXE, DLOCK_CASES_PREFIX, DLOCK_CASES_ARGS (a list) and
-# DLOCK_CASES_LABELS (the program's labels; a case may add its own).
+# DLOCK_CASES_LABELS (the program's labels; a case may add its own),
+# DLOCK_CASES_MODULE_DIR (build/dlock, where the backend modules are).
 execute_process(COMMAND "${DLOCK_CASES_EXE}" --list
                 OUTPUT_VARIABLE dlock_out ERROR_VARIABLE dlock_err
                 RESULT_VARIABLE dlock_rc)
@@ -25,7 +26,8 @@ foreach(dlock_line IN LISTS dlock_lines)
   set(dlock_name ${DLOCK_CASES_PREFIX}.${CMAKE_MATCH_1})
   set(dlock_labels ${DLOCK_CASES_LABELS} ${CMAKE_MATCH_2})
   add_test(${dlock_name} "${DLOCK_CASES_EXE}" ${DLOCK_CASES_ARGS} ${CMAKE_MATCH_1})
-  set_tests_properties(${dlock_name} PROPERTIES LABELS "${dlock_labels}" TIMEOUT 120)
+  set_tests_properties(${dlock_name} PROPERTIES LABELS "${dlock_labels}" TIMEOUT 120
+                      ENVIRONMENT "DLOCK_MODULE_DIR=${DLOCK_CASES_MODULE_DIR}")
   math(EXPR dlock_count "${dlock_count} + 1")
 endforeach()
 if(dlock_count EQUAL 0)

@@ -41,7 +41,7 @@ static const dlock_backend *find_backend_locked(const char *scheme)
     return NULL;
 }
 
-static const dlock_backend *find_backend(const char *scheme)
+const dlock_backend *dlock__find_backend(const char *scheme)
 {
     const dlock_backend *b;
 
@@ -173,13 +173,9 @@ int dlock_client_open(dlock_client **out, const char *url, const dlock_client_op
     }
     if ((rc = dlock__url_parse(&c->url, url)) != DLOCK_OK)
         goto err;
-    c->backend = find_backend(c->url.scheme);
-    if (c->backend == NULL) {
-        rc = dlock__fail(DLOCK_EINVAL, "URL scheme '%.32s://' is not known (use redis://, "
-                         "unix://, etcd:// or etcds://, or one a program registered with "
-                         "dlock_backend_register)", c->url.scheme);
+    c->backend = dlock__find_backend(c->url.scheme);
+    if (c->backend == NULL && (rc = dlock__module_load(c->url.scheme, &c->backend)) != DLOCK_OK)
         goto err;
-    }
     if ((rc = c->backend->open(&c->be, &c->url, &o)) != DLOCK_OK)
         goto err;
     *out = c;

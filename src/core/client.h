@@ -124,6 +124,11 @@ static inline int64_t dlock__renew_period(int64_t lease_ms)
 
 /* Put a new lock under the client's care (watchdog renewal and deadline
  * checks), starting the watchdog thread on first use. */
+/* The backend serving scheme (built in or registered), or NULL. */
+const dlock_backend *dlock__find_backend(const char *scheme);
+/* Load the backend module for scheme and serve its schemes (module.c). */
+int dlock__module_load(const char *scheme, const dlock_backend **out);
+
 int dlock__client_register(dlock_client *c, dlock_lock *l);
 
 /* Take the lock out of the watchdog's hands; waits while a renewal or its

@@ -13,7 +13,8 @@
 # 3. the library's SONAME carries the minor version while the ABI is 0.x;
 # 4. `man` renders every installed page, found as `man NAME` too;
 # 5. the installed dlock runs, and links no database library (the demo is
-#    its own program, dlock-demo).
+#    its own program, dlock-demo; database backends are modules);
+# 6. it loads the installed backend modules from the moved tree.
 # Needs cc, cmake, pkg-config; man when pages were built. Exits non-zero,
 # saying why, on the first thing that fails.
 set -eu
@@ -160,4 +161,26 @@ if [ -x "$prefix/bin/dlock-demo" ]; then
     ok "dlock demo runs the installed dlock-demo"
 fi
 ok "the installed dlock runs from the moved tree and links no database library"
+
+# ---- 6. backend modules, found beside the moved libdlock ----
+# Each installed module (LIBDIR/dlock/*.so) needs only the public calls; the
+# dlock command loads one by its scheme from the moved tree (no
+# DLOCK_MODULE_DIR), and a connection refused on port 1 shows it was loaded.
+unset DLOCK_MODULE_DIR
+for so in "$libdir"/dlock/*.so; do
+    [ -e "$so" ] || continue
+    mod=$(basename "$so" .so)
+    out=$("$dlock" --url "$mod://127.0.0.1:1/x" status x 2>&1) && fail "$mod:// to port 1 succeeded: $out"
+    case $out in
+    *"needs the backend module"* | *"not known"* | *"could not be loaded"*) fail "the moved dlock did not load $so: $out" ;;
+    esac
+    ok "the moved dlock loads the $mod module ($out)"
+done
+out=$("$dlock" --url "zk://127.0.0.1:1/x" status x 2>&1) || true
+if [ ! -e "$libdir/dlock/zk.so" ]; then
+    case $out in
+    *"needs the backend module zk.so, found in neither $prefix/"*"/dlock nor"*) ok "a missing module is named with the moved tree's directory" ;;
+    *) fail "zk:// without zk.so: $out" ;;
+    esac
+fi
 echo "check_install: all passed"

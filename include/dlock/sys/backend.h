@@ -254,6 +254,39 @@ typedef struct dlock_backend {
 DLOCK_EXTERN int dlock_backend_register(const char *scheme, const dlock_backend *backend);
 
 /*
+ * Backend modules. A backend that needs a client library of its own
+ * (ZooKeeper, PostgreSQL, MariaDB) is built as a loadable module, so that
+ * programs that do not use it never load that library. The first client
+ * opened with a scheme that no built-in or registered backend serves makes
+ * the library look for the module:
+ *   - zk                  -> zk.so
+ *   - postgres, postgresql -> postgres.so
+ *   - mysql, mariadb      -> mysql.so
+ *   - any other scheme of lower case letters and digits -> SCHEME.so
+ * in the directory $DLOCK_MODULE_DIR names (ignored in set-user-id
+ * programs), else in dlock/ beside libdlock.so, else in the library
+ * directory dlock was configured with (LIBDIR/dlock). The module is loaded
+ * for the life of the process; its table is checked as
+ * dlock_backend_register checks one and serves every scheme it lists.
+ *
+ * A module exports its table with DLOCK_BACKEND_MODULE(table), which
+ * defines the function the library looks up (DLOCK_BACKEND_MODULE_SYMBOL).
+ * A module resolves the dlock_* calls it makes in the program that loads
+ * it: libdlock.so, or a static program linked with -rdynamic. A static
+ * program without -rdynamic links the module's code itself and calls
+ * dlock_backend_register; the same sources built with
+ * DLOCK_BACKEND_MODULE_STATIC defined leave the function out.
+ */
+#define DLOCK_BACKEND_MODULE_SYMBOL "dlock_backend_module"
+#ifdef DLOCK_BACKEND_MODULE_STATIC
+#define DLOCK_BACKEND_MODULE(table)
+#else
+#define DLOCK_BACKEND_MODULE(table)                                                             \
+    DLOCK_EXTERN const dlock_backend *dlock_backend_module(void);                               \
+    const dlock_backend *dlock_backend_module(void) { return &(table); }
+#endif
+
+/*
  * For backends: fill the holder fields of *info (has_holder, host, pid,
  * start_ms, label) from text, len bytes as an acquisition's
  * dlock_request.holder gave them. Text that is not such a record leaves

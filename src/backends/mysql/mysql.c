@@ -161,13 +161,4 @@ static const dlock_backend mysql_backend = {
     .list = my_list,
 };
 
-#ifdef DLOCK_BACKEND_MODULE
 DLOCK_BACKEND_MODULE(mysql_backend)
-#else
-/* Until the loader's macro is in backend.h: the same entry point. */
-const dlock_backend *dlock_backend_module(void);
-__attribute__((visibility("default"))) const dlock_backend *dlock_backend_module(void)
-{
-    return &mysql_backend;
-}
-#endif

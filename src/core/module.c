@@ -1,0 +1,161 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Backend modules: the backends that need a client library of their own
+ * (ZooKeeper, PostgreSQL, MariaDB) live in loadable modules, found by URL
+ * scheme the first time a client needs one (include/dlock/sys/backend.h has
+ * the rules). Loaded once per process and never unloaded: clients and
+ * their threads may still run the module's code at exit.
+ */
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/client.h"
+#include "core/error.h"
+
+#ifndef DLOCK_MODULE_LIBDIR
+#define DLOCK_MODULE_LIBDIR "/usr/local/lib/dlock"
+#endif
+
+/* Schemes whose module has another name. */
+static const struct {
+    const char *scheme;
+    const char *module;
+} aliases[] = {
+    {"zk", "zk"},
+    {"postgres", "postgres"},
+    {"postgresql", "postgres"},
+    {"mysql", "mysql"},
+    {"mariadb", "mysql"},
+};
+
+/* One load at a time: two threads opening zk:// at once load it once. */
+static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static const char *module_name(const char *scheme)
+{
+    size_t n = strlen(scheme);
+
+    for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++)
+        if (strcmp(aliases[i].scheme, scheme) == 0)
+            return aliases[i].module;
+    /* Letters and digits only: the name becomes a file name. */
+    if (n == 0 || n > 32 || strspn(scheme, "abcdefghijklmnopqrstuvwxyz0123456789") != n)
+        return NULL;
+    return scheme;
+}
+
+/* dlock/ beside the libdlock.so this code runs from, or "" when it runs
+ * from a program linked with the static library. */
+static void dir_beside_library(char *buf, size_t size)
+{
+    Dl_info info;
+    const char *slash, *base;
+
+    buf[0] = '\0';
+    if (dladdr((void *)dlock_client_open, &info) == 0 || info.dli_fname == NULL)
+        return;
+    slash = strrchr(info.dli_fname, '/');
+    base = slash != NULL ? slash + 1 : info.dli_fname;
+    if (slash == NULL || strncmp(base, "libdlock", 8) != 0)
+        return;
+    if (snprintf(buf, size, "%.*s/dlock", (int)(slash - info.dli_fname), info.dli_fname) >=
+        (int)size)
+        buf[0] = '\0';
+}
+
+static int load_from(const char *dir, const char *module, const char *scheme,
+                     const dlock_backend **out)
+{
+    char path[PATH_MAX];
+    void *handle;
+    const dlock_backend *(*entry)(void);
+    const dlock_backend *b;
+    const char *err;
+    int rc;
+
+    if (snprintf(path, sizeof(path), "%s/%s.so", dir, module) >= (int)sizeof(path))
+        return dlock__fail(DLOCK_EINVAL, "URL scheme '%s://': module path too long", scheme);
+    handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (handle == NULL) {
+        err = dlerror();
+        return dlock__fail(DLOCK_EINVAL, "URL scheme '%s://' needs the backend module %s, "
+                           "which could not be loaded: %s", scheme, path,
+                           err != NULL ? err : "unknown error");
+    }
+    *(void **)&entry = dlsym(handle, DLOCK_BACKEND_MODULE_SYMBOL);
+    if (entry == NULL) {
+        dlclose(handle);
+        return dlock__fail(DLOCK_EINVAL, "%s is not a dlock backend module (no %s())", path,
+                           DLOCK_BACKEND_MODULE_SYMBOL);
+    }
+    b = entry();
+    if (b == NULL || b->schemes == NULL) {
+        dlclose(handle);
+        return dlock__fail(DLOCK_EINVAL, "%s: the module's table lists no schemes", path);
+    }
+    for (const char *const *s = b->schemes; *s != NULL; s++)
+        if (strcmp(*s, scheme) == 0)
+            goto serves;
+    dlclose(handle);
+    return dlock__fail(DLOCK_EINVAL, "%s does not serve scheme '%s://'", path, scheme);
+serves:
+    for (const char *const *s = b->schemes; *s != NULL; s++)
+        if (dlock__find_backend(*s) != b && (rc = dlock_backend_register(*s, b)) != DLOCK_OK)
+            /* The module stays mapped: an earlier scheme may be served. */
+            return dlock__fail(rc, "%s: %s", path, dlock_error_message());
+    *out = b;
+    return DLOCK_OK;
+}
+
+int dlock__module_load(const char *scheme, const dlock_backend **out)
+{
+    char dirs[2][PATH_MAX], probe[PATH_MAX];
+    const char *module = module_name(scheme);
+    const char *env = secure_getenv("DLOCK_MODULE_DIR");
+    int rc = DLOCK_OK, found = 0;
+
+    *out = NULL;
+    if (module == NULL)
+        return dlock__fail(DLOCK_EINVAL, "URL scheme '%.32s://' is not known (use redis://, "
+                           "unix://, etcd://, etcds://, redlock://, zk://, postgres:// or "
+                           "mysql://, or one a program registered with "
+                           "dlock_backend_register)", scheme);
+    /* Where to look: DLOCK_MODULE_DIR alone, or beside libdlock.so and then
+     * the configured LIBDIR/dlock. */
+    if (env != NULL && env[0] != '\0') {
+        snprintf(dirs[0], sizeof(dirs[0]), "%s", env);
+        dirs[1][0] = '\0';
+    } else {
+        dir_beside_library(dirs[0], sizeof(dirs[0]));
+        snprintf(dirs[1], sizeof(dirs[1]), "%s", DLOCK_MODULE_LIBDIR);
+    }
+    pthread_mutex_lock(&load_mu);
+    /* Another thread may have loaded it meanwhile. */
+    found = (*out = dlock__find_backend(scheme)) != NULL;
+    for (int i = 0; i < 2 && !found; i++)
+        if (dirs[i][0] != '\0' &&
+            snprintf(probe, sizeof(probe), "%s/%s.so", dirs[i], module) < (int)sizeof(probe) &&
+            access(probe, F_OK) == 0) {
+            found = 1;
+            rc = load_from(dirs[i], module, scheme, out);
+        }
+    pthread_mutex_unlock(&load_mu);
+    if (found)
+        return rc;
+    if (module == scheme) /* no module of that name: a typo, most likely */
+        return dlock__fail(DLOCK_EINVAL, "URL scheme '%s://' is not known (use redis://, "
+                           "unix://, etcd://, etcds://, redlock://, zk://, postgres:// or "
+                           "mysql://, one a program registered with dlock_backend_register, "
+                           "or a backend module %s.so in %s)", scheme, module,
+                           dirs[1][0] != '\0' ? dirs[1] : dirs[0]);
+    return dlock__fail(DLOCK_EINVAL, "URL scheme '%s://' needs the backend module %s.so, "
+                       "found in neither %s nor %s (build dlock with it, or install its "
+                       "package; DLOCK_MODULE_DIR names another directory)", scheme, module,
+                       dirs[0][0] != '\0' ? dirs[0] : "(no libdlock.so)",
+                       dirs[1][0] != '\0' ? dirs[1] : "(DLOCK_MODULE_DIR is set)");
+}
