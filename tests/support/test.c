@@ -894,6 +894,7 @@ void test_server_start(test_server *s, const char *backend)
                                    strcmp(backend, "mysql-named") == 0)) {
         s->backend = "mysql";
         s->sql_named = strcmp(backend, "mysql-named") == 0;
+        s->conn_bound = s->sql_named;
         test_mariadb_start(&s->mariadb);
         snprintf(s->sql_url, sizeof(s->sql_url), "%s%s", s->mariadb.url,
                  s->sql_named ? "?mode=named" : "");

@@ -231,6 +231,10 @@ typedef struct {
     int dense_fences;       /* fences are 1, 2, 3 ... (Redis), not just increasing */
     test_mariadb mariadb;   /* mysql, mysql-named */
     int sql_named;          /* mysql-named: the URL's mode=named */
+    int conn_bound;         /* the lock lives on a connection of its own (MySQL
+                             * named mode): a renewal is a statement per lock on
+                             * it, and one that times out ends the lock at once
+                             * (the server ends it with the connection) */
     char sql_url[200];
     int waiter_leftovers;   /* what a waiting acquisition keeps on the server, as
                              * test_server_leftovers counts it (Redis: the hand-off

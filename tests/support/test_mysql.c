@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Throwaway MariaDB servers for the tests (test.h, "private MariaDB
  * servers"). mariadb-install-db takes seconds, so one data directory is
@@ -91,6 +92,7 @@ static void spawn_on(test_mariadb *m, const char *datadir, int port)
     args[n++] = "--innodb-use-native-aio=0";
     args[n++] = "--performance-schema=0";
     args[n++] = "--max-connections=400";
+    args[n++] = "--open-files-limit=4096";
     if (geteuid() == 0)
         args[n++] = "--user=root"; /* mariadbd refuses root without it */
     args[n] = NULL;

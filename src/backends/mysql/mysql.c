@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The MySQL / MariaDB backend (module mysql.so; schemes mysql and mariadb):
  * open and close, and the table that sends each call to the mode the URL
@@ -99,8 +100,7 @@ static int my_release(void *arg, const dlock_request *req)
 
 static int my_extend(void *arg, const dlock_request *req)
 {
-    /* Named mode has no lease on the server: extending is checking. */
-    return ((my_be *)arg)->named ? my_named_check(arg, req) : my_lease_extend(arg, req);
+    return ((my_be *)arg)->named ? my_named_extend(arg, req) : my_lease_extend(arg, req);
 }
 
 static int my_check(void *arg, const dlock_request *req)
@@ -139,7 +139,10 @@ static int my_list(void *arg, const char *prefix, dlock_list_cb cb, void *payloa
 
 static const char *const my_schemes[] = {"mysql", "mariadb", NULL};
 
-static const dlock_backend mysql_backend = {
+/* The table: the module's entry returns it; a static user registers it
+ * (dlock_backend_register("mysql", &dlock_mysql_backend)). */
+extern const dlock_backend dlock_mysql_backend;
+const dlock_backend dlock_mysql_backend = {
     .version = DLOCK_BACKEND_VERSION,
     .size = sizeof(dlock_backend),
     .name = "mysql",
@@ -161,4 +164,4 @@ static const dlock_backend mysql_backend = {
     .list = my_list,
 };
 
-DLOCK_BACKEND_MODULE(mysql_backend)
+DLOCK_BACKEND_MODULE(dlock_mysql_backend)

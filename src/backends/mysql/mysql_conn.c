@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The MySQL backend's connection job: the URL, connecting with the client
  * library's timeouts, one statement with its results drained, error codes,
@@ -254,6 +255,12 @@ int my_connect(my_be *be, MYSQL **out)
 
 int my_query(my_be *be, MYSQL **slot, const char *sql, MYSQL_RES **res, int *unknown)
 {
+    return my_query_rows(be, slot, sql, res, unknown, NULL);
+}
+
+int my_query_rows(my_be *be, MYSQL **slot, const char *sql, MYSQL_RES **res, int *unknown,
+                  uint64_t *affected)
+{
     MYSQL_RES *first = NULL;
     int rc, more;
 
@@ -272,7 +279,11 @@ int my_query(my_be *be, MYSQL **slot, const char *sql, MYSQL_RES **res, int *unk
     /* Every result of the statement, the first kept: a CALL ends with a
      * status result that must be read before the next statement. */
     do {
-        MYSQL_RES *r = mysql_store_result(*slot);
+        MYSQL_RES *r;
+        /* Read before the results are drained, which resets it. */
+        if (affected != NULL && mysql_field_count(*slot) == 0)
+            *affected = (uint64_t)mysql_affected_rows(*slot);
+        r = mysql_store_result(*slot);
         if (r == NULL && mysql_field_count(*slot) != 0) {
             if (first != NULL)
                 mysql_free_result(first);

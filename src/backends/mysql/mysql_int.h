@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The MySQL / MariaDB backend's shared pieces (docs/mysql.md): the backend
  * state, one connection, and the helpers every part uses to talk SQL.
@@ -87,6 +88,10 @@ int my_fail(my_be *be, MYSQL **slot, const char *what, int *unknown);
  * mysql_free_result) with every further result of a CALL drained. res may
  * be NULL to discard. */
 int my_query(my_be *be, MYSQL **slot, const char *sql, MYSQL_RES **res, int *unknown);
+/* my_query, and the rows the (first) statement changed or matched into
+ * *affected (may be NULL). */
+int my_query_rows(my_be *be, MYSQL **slot, const char *sql, MYSQL_RES **res, int *unknown,
+                  uint64_t *affected);
 /* my_query on the callers' connection, under mu. */
 int my_cmd(my_be *be, const char *sql, MYSQL_RES **res, int *unknown);
 /* One row of res (freed), its n first columns as int64 (NULL -> def).
@@ -132,6 +137,7 @@ void my_wake_hold(my_be *be, const char *name, int hold);
 int my_named_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acquire_result *out);
 int my_named_release(void *be, const dlock_request *req);
 int my_named_check(void *be, const dlock_request *req);
+int my_named_extend(void *be, const dlock_request *req);
 int my_named_renew(void *be, dlock_renewal *items, size_t n);
 int my_named_status(my_be *be, const char *name, int force, dlock_lock_info *out);
 int my_named_list(my_be *be, const char *prefix, dlock_list_cb cb, void *payload);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The MySQL backend's lease mode: one row per lock in dlock_locks, taken
  * by the procedure dlock_acquire_v1 (mysql_schema.c) in one round trip,
@@ -106,6 +107,7 @@ int my_lease_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acq
 static int owned_update(my_be *be, const char *name, const char *token, const char *set)
 {
     char key[MY_HEX_MAX], tok[80], sql[MY_HEX_MAX + 512];
+    uint64_t affected = 0;
     int rc;
 
     if ((rc = my_key_hex(be, name, key)) != DLOCK_OK)
@@ -118,10 +120,11 @@ static int owned_update(my_be *be, const char *name, const char *token, const ch
              " AND expires > UTC_TIMESTAMP(6)",
              set, key, tok);
     pthread_mutex_lock(&be->mu);
-    rc = my_query(be, &be->cmd, sql, NULL, NULL);
-    if (rc == DLOCK_OK)
-        rc = mysql_affected_rows(be->cmd) == 1 ? DLOCK_OK : DLOCK_ELOST;
+    rc = my_query_rows(be, &be->cmd, sql, NULL, NULL, &affected);
     pthread_mutex_unlock(&be->mu);
+    if (rc == DLOCK_OK && affected != 1)
+        rc = dlock_backend_fail(DLOCK_ELOST, "%s: the lease is no longer this token's",
+                                be->where);
     return rc;
 }
 
@@ -194,6 +197,7 @@ int my_lease_renew(void *arg, dlock_renewal *items, size_t n)
     char *sql = NULL, *where = NULL, (*keys)[MY_HEX_MAX] = NULL;
     char tok[80];
     size_t len = 0, wlen = 0;
+    uint64_t affected = 0;
     MYSQL_RES *res = NULL;
     int rc;
 
@@ -222,9 +226,9 @@ int my_lease_renew(void *arg, dlock_renewal *items, size_t n)
     }
     snprintf(sql + len, cap - len,
              " ELSE 0 END MICROSECOND WHERE (%s) AND expires > UTC_TIMESTAMP(6)", where);
-    if ((rc = my_query(be, &be->wd, sql, NULL, NULL)) != DLOCK_OK)
+    if ((rc = my_query_rows(be, &be->wd, sql, NULL, NULL, &affected)) != DLOCK_OK)
         goto done;
-    if (mysql_affected_rows(be->wd) == (my_ulonglong)n) {
+    if (affected == n) {
         for (size_t i = 0; i < n; i++)
             items[i].result = DLOCK_OK;
         goto done;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The MySQL backend's named mode: the server's user-level locks. GET_LOCK
  * belongs to a session, so each held lock has a connection of its own,
@@ -7,10 +8,16 @@
  * the same CALL (dlock_named_acquire_v1), and dlock_named records the last
  * taker's fence, holder record and connection for status.
  *
- * There is no lease on the server: renew, extend and check ask whether the
- * lock's connection still holds it (IS_USED_LOCK(name) = its
- * CONNECTION_ID()), from the watchdog's connection, every held lock in one
- * statement; the client's lease is only how often that is asked.
+ * The lease on the server is the lock connection's wait_timeout, set to
+ * the lease in whole seconds (rounded up) by the acquiring CALL: the server
+ * closes a connection idle that long, and the lock goes with it, so a
+ * holder that stops renewing (paused, cut off) loses the lock on the
+ * server too, never before the client counts it lost. Renewal is a
+ * statement on each lock's own connection, which resets its idle clock
+ * and asks whether it still holds the lock (IS_USED_LOCK(name) =
+ * CONNECTION_ID()); the watchdog sends them all first, then reads the
+ * replies, so n locks cost one round trip of time. be->named_mu is held
+ * across it: release waits for a renewal running on its connection.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,11 +29,21 @@ struct my_named {
     my_named *next;
     char *token;
     char *name;
+    char *key;          /* the stored name, as a hex literal */
     MYSQL *c;
     unsigned long conn; /* c's CONNECTION_ID() */
     uint64_t fence;
+    int64_t lease_s;    /* c's wait_timeout */
     char expr[MY_LOCKEXPR_MAX];
 };
+
+/* The server's lease for lease_ms: whole seconds, rounded up. */
+static int64_t lease_seconds(int64_t ms)
+{
+    int64_t s = (ms + 999) / 1000;
+
+    return s < 1 ? 1 : s > 31536000 ? 31536000 : s;
+}
 
 int my_named_take_conn(my_be *be, MYSQL **out)
 {
@@ -52,6 +69,7 @@ static void free_named(my_named *h)
     my_drop(&h->c);
     free(h->token);
     free(h->name);
+    free(h->key);
     free(h);
 }
 
@@ -101,20 +119,30 @@ int my_named_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acq
         return DLOCK_OK;
     }
     pthread_mutex_unlock(&be->named_mu);
-    /* Granted to the waiter's connection already, or a fresh try. */
-    if ((c = my_watch_take_granted(watch)) == NULL &&
-        (rc = my_named_take_conn(be, &c)) != DLOCK_OK)
-        return rc;
     if (req->holder != NULL && strlen(req->holder) <= DLOCK_HOLDER_MAX)
         my_hex(holder, req->holder, strlen(req->holder));
     else
         snprintf(holder, sizeof(holder), "NULL");
-    snprintf(sql, sizeof(sql), "CALL dlock_named_acquire_v1(%s, %s, %s)", key, expr, holder);
-    /* A reply lost is a connection closed: the lock, if taken, goes with
-     * it, so a retry starts afresh. */
-    if ((rc = my_query(be, &c, sql, &res, NULL)) != DLOCK_OK) {
+    snprintf(sql, sizeof(sql), "CALL dlock_named_acquire_v1(%s, %s, %lld, %s)", key, expr,
+             (long long)lease_seconds(req->lease_ms), holder);
+    /* Granted to the waiter's connection already, or a fresh try; a spare
+     * connection the server closed meanwhile is replaced once. A reply
+     * lost is a connection closed: the lock, if taken, goes with it, so a
+     * retry starts afresh. */
+    for (int tries = 0;; tries++) {
+        int spare = 0;
+        if ((c = my_watch_take_granted(watch)) == NULL) {
+            pthread_mutex_lock(&be->named_mu);
+            spare = be->nspare > 0;
+            pthread_mutex_unlock(&be->named_mu);
+            if ((rc = my_named_take_conn(be, &c)) != DLOCK_OK)
+                return rc;
+        }
+        if ((rc = my_query(be, &c, sql, &res, NULL)) == DLOCK_OK)
+            break;
         my_drop(&c);
-        return rc;
+        if (!spare || tries > 0)
+            return rc;
     }
     if ((rc = my_row_ints(be, res, v, 2, 0, &found, "dlock_named_acquire_v1")) != DLOCK_OK ||
         !found) {
@@ -135,7 +163,7 @@ int my_named_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acq
                                   (long long)v[1]);
     }
     if ((h = calloc(1, sizeof(*h))) == NULL || (h->token = strdup(req->token)) == NULL ||
-        (h->name = strdup(req->name)) == NULL) {
+        (h->name = strdup(req->name)) == NULL || (h->key = strdup(key)) == NULL) {
         if (h != NULL)
             free_named(h);
         my_drop(&c);
@@ -144,6 +172,7 @@ int my_named_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acq
     h->c = c;
     h->conn = mysql_thread_id(c);
     h->fence = (uint64_t)v[1];
+    h->lease_s = lease_seconds(req->lease_ms);
     snprintf(h->expr, sizeof(h->expr), "%s", expr);
     pthread_mutex_lock(&be->named_mu);
     h->next = be->held;
@@ -162,7 +191,7 @@ int my_named_release(void *arg, const dlock_request *req)
     int64_t v;
     int found, rc;
 
-    pthread_mutex_lock(&be->named_mu);
+    pthread_mutex_lock(&be->named_mu); /* waits for a renewal on h->c */
     if ((h = find(be, req->token, &link)) != NULL)
         *link = h->next;
     pthread_mutex_unlock(&be->named_mu);
@@ -176,8 +205,7 @@ int my_named_release(void *arg, const dlock_request *req)
     if (rc == DLOCK_OK)
         rc = my_row_ints(be, res, &v, 1, 0, &found, "the release");
     if (rc == DLOCK_OK && found && v == 1) {
-        my_named_give_conn(be, h->c);
-        h->c = NULL;
+        /* Closed, not kept: its wait_timeout is this lease's. */
     } else if (rc == DLOCK_OK || rc == DLOCK_ECONN) {
         /* Not held by our connection, or the connection is gone: lost. */
         rc = dlock_backend_fail(DLOCK_ELOST, "%s: the named lock's connection no longer held it",
@@ -187,90 +215,139 @@ int my_named_release(void *arg, const dlock_request *req)
     return rc;
 }
 
-/* Is each of n tokens' lock still held by its connection? One statement on
- * *slot; results[i] DLOCK_OK or DLOCK_ELOST. */
-static int still_held(my_be *be, MYSQL **slot, const char *const *tokens, int *results, size_t n)
+/* Read the reply to a statement sent on h->c: DLOCK_OK if it says the lock
+ * is still held there, else DLOCK_ELOST (and h->c closed if broken). */
+static int read_held(my_named *h)
 {
-    size_t cap = 64 + n * (MY_LOCKEXPR_MAX + 48), len;
-    char *sql = malloc(cap);
-    MYSQL_RES *res = NULL;
+    MYSQL_RES *res;
     MYSQL_ROW row;
-    int rc = DLOCK_OK;
+    int held = 0;
 
-    if (sql == NULL)
-        return dlock_backend_fail(DLOCK_ENOMEM, "%s: out of memory", be->where);
-    len = (size_t)snprintf(sql, cap, "SELECT 0");
+    if (mysql_read_query_result(h->c) != 0 || (res = mysql_store_result(h->c)) == NULL) {
+        my_drop(&h->c);
+        return DLOCK_ELOST;
+    }
+    if ((row = mysql_fetch_row(res)) != NULL && row[0] != NULL)
+        held = strcmp(row[0], "1") == 0;
+    mysql_free_result(res);
+    return held ? DLOCK_OK : DLOCK_ELOST;
+}
+
+/* Set h's lease on the server (its connection's wait_timeout). */
+static int set_lease(my_be *be, my_named *h, int64_t lease_s)
+{
+    char sql[MY_HEX_MAX + 160];
+
+    if (h->c == NULL || lease_s == h->lease_s)
+        return h->c == NULL ? DLOCK_ELOST : DLOCK_OK;
+    snprintf(sql, sizeof(sql), "SET SESSION wait_timeout = %lld", (long long)lease_s);
+    if (my_query(be, &h->c, sql, NULL, NULL) != DLOCK_OK)
+        return DLOCK_ELOST;
+    /* For status: the record's lease, while this connection is the holder. */
+    snprintf(sql, sizeof(sql),
+             "UPDATE dlock_named SET lease_s = %lld WHERE name = %s AND conn = CONNECTION_ID()",
+             (long long)lease_s, h->key);
+    if (my_query(be, &h->c, sql, NULL, NULL) != DLOCK_OK)
+        return DLOCK_ELOST;
+    h->lease_s = lease_s;
+    return DLOCK_OK;
+}
+
+/*
+ * Renew (or check, lease_ms < 0: no new lease) the locks of n requests on
+ * their own connections: every statement sent first, then every reply
+ * read. A connection that fails loses its lock (the server ends the lock
+ * with it); no error is the batch's.
+ */
+static void renew_held(my_be *be, const dlock_request *const *reqs, int *results, size_t n)
+{
+    my_named **hs = calloc(n ? n : 1, sizeof(*hs));
+
     pthread_mutex_lock(&be->named_mu);
     for (size_t i = 0; i < n; i++) {
-        my_named *h = find(be, tokens[i], NULL);
-        if (h == NULL)
-            len += (size_t)snprintf(sql + len, cap - len, ", 0");
-        else
-            len += (size_t)snprintf(sql + len, cap - len, ", IS_USED_LOCK(%s) <=> %lu", h->expr,
-                                    h->conn);
-    }
-    pthread_mutex_unlock(&be->named_mu);
-    if ((rc = my_query(be, slot, sql, &res, NULL)) != DLOCK_OK)
-        goto done;
-    if (res == NULL || mysql_num_fields(res) != n + 1 || (row = mysql_fetch_row(res)) == NULL) {
-        rc = dlock_backend_fail(DLOCK_EPROTO, "%s: the lock check returned no row", be->where);
-        goto done;
+        char sql[MY_LOCKEXPR_MAX + 96];
+        my_named *h = find(be, reqs[i]->token, NULL);
+        results[i] = DLOCK_ELOST;
+        if (h == NULL || hs == NULL)
+            continue;
+        if (reqs[i]->lease_ms >= 0 && set_lease(be, h, lease_seconds(reqs[i]->lease_ms)) != DLOCK_OK)
+            continue;
+        snprintf(sql, sizeof(sql), "SELECT IS_USED_LOCK(%s) <=> CONNECTION_ID()", h->expr);
+        if (h->c == NULL || mysql_send_query(h->c, sql, (unsigned long)strlen(sql)) != 0) {
+            my_drop(&h->c);
+            continue;
+        }
+        hs[i] = h;
     }
     for (size_t i = 0; i < n; i++)
-        results[i] = row[i + 1] != NULL && strcmp(row[i + 1], "1") == 0 ? DLOCK_OK : DLOCK_ELOST;
-done:
-    if (res != NULL)
-        mysql_free_result(res);
-    free(sql);
-    return rc;
+        if (hs != NULL && hs[i] != NULL)
+            results[i] = read_held(hs[i]);
+    pthread_mutex_unlock(&be->named_mu);
+    free(hs);
 }
 
 int my_named_check(void *arg, const dlock_request *req)
 {
-    my_be *be = arg;
-    const char *tokens[1] = {req->token};
-    int result, rc;
+    dlock_request r = *req;
+    const dlock_request *p = &r;
+    int result;
 
-    pthread_mutex_lock(&be->mu);
-    rc = still_held(be, &be->cmd, tokens, &result, 1);
-    pthread_mutex_unlock(&be->mu);
-    return rc != DLOCK_OK ? rc : result;
+    r.lease_ms = -1;
+    renew_held(arg, &p, &result, 1);
+    return result == DLOCK_OK ? DLOCK_OK
+                              : dlock_backend_fail(DLOCK_ELOST, "%s: the named lock's connection "
+                                                   "no longer holds it", ((my_be *)arg)->where);
+}
+
+int my_named_extend(void *arg, const dlock_request *req)
+{
+    int result;
+
+    renew_held(arg, &req, &result, 1);
+    return result == DLOCK_OK ? DLOCK_OK
+                              : dlock_backend_fail(DLOCK_ELOST, "%s: the named lock's connection "
+                                                   "no longer holds it", ((my_be *)arg)->where);
 }
 
 int my_named_renew(void *arg, dlock_renewal *items, size_t n)
 {
     my_be *be = arg;
-    const char **tokens = malloc((n ? n : 1) * sizeof(*tokens));
+    const dlock_request **reqs = calloc(n ? n : 1, sizeof(*reqs));
     int *results = malloc((n ? n : 1) * sizeof(*results));
-    int rc;
 
-    if (tokens == NULL || results == NULL) {
-        free(tokens);
+    if (reqs == NULL || results == NULL) {
+        free(reqs);
         free(results);
         return dlock_backend_fail(DLOCK_ENOMEM, "%s: out of memory", be->where);
     }
     for (size_t i = 0; i < n; i++)
-        tokens[i] = items[i].req->token;
-    rc = n == 0 ? DLOCK_OK : still_held(be, &be->wd, tokens, results, n);
-    for (size_t i = 0; rc == DLOCK_OK && i < n; i++)
+        reqs[i] = items[i].req;
+    renew_held(be, reqs, results, n);
+    for (size_t i = 0; i < n; i++)
         items[i].result = results[i];
-    free(tokens);
+    free(reqs);
     free(results);
-    return rc;
+    return DLOCK_OK;
 }
 
 /* Columns: held, fence, ttl, holder, name, holding connection, recorded
  * connection. */
 #define NAMED_COLS(lock)                                                                           \
-    "IS_USED_LOCK(" lock ") IS NOT NULL, n.fence, -1, n.holder, n.name, IS_USED_LOCK(" lock "),"  \
-    " n.conn"
+    "IS_USED_LOCK(" lock ") IS NOT NULL, n.fence,"                                                 \
+    " (SELECT GREATEST(1, n.lease_s - p.TIME) * 1000 FROM information_schema.PROCESSLIST AS p"     \
+    "  WHERE p.ID = IS_USED_LOCK(" lock ")), n.holder, n.name, IS_USED_LOCK(" lock "), n.conn"
 
 static void fill_named(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out)
 {
     memset(out, 0, sizeof(*out));
     out->held = row[0] != NULL && strcmp(row[0], "1") == 0;
     out->fence = row[1] != NULL ? strtoull(row[1], NULL, 10) : 0;
-    out->ttl_ms = out->held ? -1 : 0;
+    /* The holder's idle limit less its idle time (whole seconds); -1 when
+     * the lock is someone else's GET_LOCK. */
+    out->ttl_ms = !out->held ? 0 : row[2] != NULL && row[5] != NULL && row[6] != NULL &&
+                                           strcmp(row[5], row[6]) == 0
+                                       ? strtoll(row[2], NULL, 10)
+                                       : -1;
     /* The record is the holder's only if its connection still holds it. */
     if (out->held && row[5] != NULL && row[6] != NULL && strcmp(row[5], row[6]) == 0)
         my_holder_fill(out, row[3], lens[3]);
@@ -278,7 +355,7 @@ static void fill_named(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out)
 
 int my_named_status(my_be *be, const char *name, int force, dlock_lock_info *out)
 {
-    char key[MY_HEX_MAX], expr[MY_LOCKEXPR_MAX], sql[MY_HEX_MAX + 3 * MY_LOCKEXPR_MAX + 256];
+    char key[MY_HEX_MAX], expr[MY_LOCKEXPR_MAX], sql[MY_HEX_MAX + 5 * MY_LOCKEXPR_MAX + 1024];
     MYSQL_RES *res = NULL;
     MYSQL_ROW row;
     unsigned long long conn = 0;
@@ -288,11 +365,19 @@ int my_named_status(my_be *be, const char *name, int force, dlock_lock_info *out
     if ((rc = my_key_hex(be, name, key)) != DLOCK_OK ||
         (rc = my_lock_expr(be, name, 'n', expr)) != DLOCK_OK)
         return rc;
-    snprintf(sql, sizeof(sql),
-             "SELECT IS_USED_LOCK(%s) IS NOT NULL, n.fence, -1, n.holder, n.name,"
-             " IS_USED_LOCK(%s), n.conn FROM (SELECT 1) AS d LEFT JOIN dlock_named AS n"
-             " ON n.name = %s",
-             expr, expr, key);
+    {
+        /* NAMED_COLS with the lock's expression for n.lockname. */
+        char cols[4 * MY_LOCKEXPR_MAX + 512];
+        snprintf(cols, sizeof(cols),
+                 "IS_USED_LOCK(%s) IS NOT NULL, n.fence,"
+                 " (SELECT GREATEST(1, n.lease_s - p.TIME) * 1000"
+                 " FROM information_schema.PROCESSLIST AS p WHERE p.ID = IS_USED_LOCK(%s)),"
+                 " n.holder, n.name, IS_USED_LOCK(%s), n.conn",
+                 expr, expr, expr);
+        snprintf(sql, sizeof(sql),
+                 "SELECT %s FROM (SELECT 1) AS d LEFT JOIN dlock_named AS n ON n.name = %s",
+                 cols, key);
+    }
     if ((rc = my_cmd(be, sql, &res, NULL)) != DLOCK_OK)
         return rc;
     if (res == NULL || mysql_num_fields(res) != 7 || (row = mysql_fetch_row(res)) == NULL) {
@@ -316,7 +401,7 @@ int my_named_status(my_be *be, const char *name, int force, dlock_lock_info *out
 
 int my_named_list(my_be *be, const char *prefix, dlock_list_cb cb, void *payload)
 {
-    char key[MY_HEX_MAX], sql[MY_HEX_MAX + 512], name[DLOCK_NAME_MAX + 1];
+    char key[MY_HEX_MAX], sql[MY_HEX_MAX + 1024], name[DLOCK_NAME_MAX + 1];
     size_t lp = strlen(be->prefix);
     MYSQL_RES *res = NULL;
     MYSQL_ROW row;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The MySQL backend's schema: the tables and the stored procedures that
  * make acquisition one round trip, created on first use (open) unless the
@@ -77,36 +78,40 @@ static const char acquire_ddl[] =
     "  END IF;\n"
     "END";
 
-/* Named mode: who took each user-level lock last (fence, holder record and
- * the connection that holds it), for status; the lock itself is the
- * server's GET_LOCK, held by that connection. */
+/* Named mode: who took each user-level lock last (fence, holder record,
+ * the connection that holds it and its idle limit), for status; the lock
+ * itself is the server's GET_LOCK, held by that connection. */
 static const char named_ddl[] =
     "CREATE TABLE IF NOT EXISTS dlock_named (\n"
     "  name VARBINARY(640) NOT NULL PRIMARY KEY,\n"
     "  lockname VARCHAR(64) NOT NULL,\n"
     "  fence BIGINT UNSIGNED NOT NULL,\n"
     "  conn BIGINT UNSIGNED NOT NULL,\n"
+    "  lease_s INT UNSIGNED NOT NULL,\n"
     "  holder VARBINARY(512) NULL\n"
     ") ENGINE=InnoDB";
 
 /* Named mode's acquire, one CALL on the connection that will hold the
- * lock: GET_LOCK without waiting, and the fence in the same round trip.
- * Returns (1, fence) taken, (0, 0) held by another. */
+ * lock: GET_LOCK without waiting, the fence in the same round trip, and
+ * the connection's wait_timeout set to the lease (whole seconds, rounded
+ * up): a holder that stops renewing is cut off by the server, and the lock
+ * with it. Returns (1, fence) taken, (0, 0) held by another. */
 static const char named_acquire_ddl[] =
     "CREATE PROCEDURE dlock_named_acquire_v1(IN p_name VARBINARY(640), IN p_lock VARCHAR(64),\n"
-    "                                        IN p_holder VARBINARY(512))\n"
+    "                                        IN p_lease_s INT, IN p_holder VARBINARY(512))\n"
     "MODIFIES SQL DATA\n"
     "BEGIN\n"
     "  DECLARE v_fence BIGINT UNSIGNED;\n"
     "  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; DO RELEASE_LOCK(p_lock); RESIGNAL; END;\n"
     "  IF GET_LOCK(p_lock, 0) = 1 THEN\n"
+    "    SET SESSION wait_timeout = p_lease_s;\n"
     "    START TRANSACTION;\n"
     "    REPLACE INTO dlock_fence (stub) VALUES ('f');\n"
     "    SET v_fence = LAST_INSERT_ID();\n"
-    "    INSERT INTO dlock_named (name, lockname, fence, conn, holder)\n"
-    "      VALUES (p_name, p_lock, v_fence, CONNECTION_ID(), p_holder)\n"
+    "    INSERT INTO dlock_named (name, lockname, fence, conn, lease_s, holder)\n"
+    "      VALUES (p_name, p_lock, v_fence, CONNECTION_ID(), p_lease_s, p_holder)\n"
     "      ON DUPLICATE KEY UPDATE lockname = VALUES(lockname), fence = VALUES(fence),\n"
-    "        conn = VALUES(conn), holder = VALUES(holder);\n"
+    "        conn = VALUES(conn), lease_s = VALUES(lease_s), holder = VALUES(holder);\n"
     "    COMMIT;\n"
     "    SELECT 1, v_fence;\n"
     "  ELSE\n"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The MySQL backend's waiting. MySQL has no LISTEN/NOTIFY; what it has that
  * a session can block on and another session's release (or death) ends is
