@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -253,6 +254,16 @@ int my_connect(my_be *be, MYSQL **out)
     return DLOCK_OK;
 }
 
+/* An idle connection has nothing to read: if it has, the server closed it
+ * (or said why before it did), and a statement sent on it would be lost
+ * with its outcome unknown. */
+static int closed_by_server(MYSQL *c)
+{
+    struct pollfd pf = {.fd = (int)mysql_get_socket(c), .events = POLLIN};
+
+    return pf.fd >= 0 && poll(&pf, 1, 0) > 0;
+}
+
 int my_query(my_be *be, MYSQL **slot, const char *sql, MYSQL_RES **res, int *unknown)
 {
     return my_query_rows(be, slot, sql, res, unknown, NULL);
@@ -268,6 +279,8 @@ int my_query_rows(my_be *be, MYSQL **slot, const char *sql, MYSQL_RES **res, int
         *res = NULL;
     if (unknown != NULL)
         *unknown = 0;
+    if (*slot != NULL && closed_by_server(*slot))
+        my_drop(slot); /* a restart, a KILL, wait_timeout: connect again */
     if (*slot == NULL) {
         if ((rc = my_connect(be, slot)) != DLOCK_OK)
             return rc;
