@@ -15,6 +15,10 @@ if [ "$BACKEND" = etcd ]; then
     SECRET_URL="etcd://root:$SECRET@$ETCD_HOSTPORT?insecure_auth=1"
 elif [ "$BACKEND" = redlock ]; then
     SECRET_URL="redlock://default:$SECRET@$HOSTS"
+elif [ "$BACKEND" = mysql ]; then
+    # The shared MariaDB's own password (scripts/test.sh makes it distinctive).
+    SECRET=${URL#*://*:}; SECRET=${SECRET%%@*}
+    SECRET_URL=$URL
 else
     SECRET_URL="redis://default:$SECRET@$HOSTPORT"
 fi

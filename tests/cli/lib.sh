@@ -12,9 +12,18 @@ TEST=$(basename "$0" .sh)
 # The same scripts run against etcd and Redlock (tests/cli/CMakeLists.txt
 # sets DLOCK_CLI_BACKEND=etcd or redlock; scripts/test.sh exports
 # DLOCK_TEST_ETCD_URL and DLOCK_TEST_REDLOCK_URL). BACKEND is redis, etcd or
-# redlock: what a script checks where they differ.
+# redlock (or mysql: DLOCK_TEST_MYSQL_URL): what a script checks where they
+# differ.
 BACKEND=${DLOCK_CLI_BACKEND:-redis}
-case $BACKEND in redis | etcd | redlock) ;; *) echo "FAIL: DLOCK_CLI_BACKEND must be redis, etcd or redlock, got $BACKEND" >&2; exit 1 ;; esac
+case $BACKEND in redis | etcd | redlock | mysql) ;; *) echo "FAIL: DLOCK_CLI_BACKEND must be redis, etcd, redlock or mysql, got $BACKEND" >&2; exit 1 ;; esac
+if [ "$BACKEND" = mysql ]; then
+    # The URL has the server's password: kept out of the environment that
+    # dlock and its COMMAND inherit (env.sh looks for it there).
+    mysql_url=${DLOCK_TEST_MYSQL_URL:-}
+    unset DLOCK_TEST_URL DLOCK_TEST_MYSQL_URL
+    DLOCK_TEST_URL=$mysql_url
+    [ -n "$DLOCK_TEST_URL" ] || { echo "FAIL: DLOCK_TEST_MYSQL_URL is not set (scripts/test.sh starts a MariaDB)" >&2; exit 1; }
+fi
 if [ "$BACKEND" = etcd ]; then
     DLOCK_TEST_URL=${DLOCK_TEST_ETCD_URL:-}
     [ -n "$DLOCK_TEST_URL" ] || { echo "FAIL: DLOCK_TEST_ETCD_URL is not set (scripts/test.sh starts an etcd)" >&2; exit 1; }
@@ -35,7 +44,10 @@ redis://*) HOSTPORT=${URL#redis://}; HOSTPORT=${HOSTPORT%%/*}; HOSTPORT=${HOSTPO
 # HOSTS: every node; HOSTPORT: the first, for redis-cli.
 redlock://*) HOSTS=${URL#redlock://}; HOSTS=${HOSTS%%[/?]*}; HOSTS=${HOSTS##*@}; HOSTPORT=${HOSTS%%,*} ;;
 etcd://*) HOSTPORT=${URL#etcd://}; HOSTPORT=${HOSTPORT%%[/?,]*}; HOSTPORT=${HOSTPORT##*@} ;;
-*) echo "FAIL $TEST: DLOCK_TEST_URL must be redis://HOST:PORT or etcd://HOST:PORT, got $URL" >&2; exit 1 ;;
+# MYSQL_DB: the database the URL names.
+mysql://* | mariadb://*) HOSTPORT=${URL#*://}; HOSTPORT=${HOSTPORT%%[/?]*}; HOSTPORT=${HOSTPORT##*@}
+    MYSQL_DB=${URL#*://*/}; MYSQL_DB=${MYSQL_DB%%\?*} ;;
+*) echo "FAIL $TEST: DLOCK_TEST_URL must be redis://, etcd://, redlock:// or mysql://, got $URL" >&2; exit 1 ;;
 esac
 # The developer's own settings must not leak into what is tested.
 unset DLOCK_URL DLOCK_NAME DLOCK_FENCE
