@@ -207,6 +207,18 @@ elseif(CASE STREQUAL "postgres")
   expect_fence_safe_ttl_not(3)
   expect(nolock double_payouts GREATER_EQUAL 1)
 
+elseif(CASE STREQUAL "mysql_lock")
+  # MariaDB as the lock server (lease mode): scripts/test.sh exports its URL.
+  if("$ENV{DLOCK_TEST_MYSQL_URL}" STREQUAL "")
+    message(FATAL_ERROR "DLOCK_TEST_MYSQL_URL is not set: this test needs the MariaDB that "
+                        "scripts/test.sh starts (run the suite with `make test`)")
+  endif()
+  run_demo(--url "$ENV{DLOCK_TEST_MYSQL_URL}" ${small} --rounds 10 --seed 7)
+  expect_rc(0)
+  expect_fence_safe_ttl_not(3)
+  expect(nolock double_payouts GREATER_EQUAL 1)
+  expect(fence unpaid EQUAL 0)
+
 elseif(CASE STREQUAL "usage")
   foreach(args "--instances;1" "--mode;bogus" "--ttl;0" "--pause;maybe" "--seed;-1"
                "--bogus" "--rounds" "--url;rediss://127.0.0.1:6379")

@@ -14,6 +14,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <mysql.h>
+
 #include "dlock/sys/backend.h"
 #include "test.h"
 
@@ -401,6 +403,93 @@ static void bad_url_and_credentials(void)
     expect_open(url, DLOCK_ECONN, "cannot connect");
 }
 
+/* ---- the resource side ------------------------------------------------------ */
+
+static MYSQL *root_session(const test_mariadb *m, unsigned long flags)
+{
+    MYSQL *c = mysql_init(NULL);
+    unsigned t = 10;
+
+    mysql_options(c, MYSQL_OPT_READ_TIMEOUT, &t);
+    CHECK(mysql_real_connect(c, "localhost", "root", NULL, "dlock_test", 0, m->sock, flags) !=
+          NULL);
+    return c;
+}
+
+/* One integer from a statement on c. */
+static long long one(MYSQL *c, const char *sql)
+{
+    MYSQL_RES *r;
+    MYSQL_ROW row;
+    long long v = -1;
+
+    if (mysql_query(c, sql) != 0) {
+        fprintf(stderr, "%s: %s\n", sql, mysql_error(c));
+        exit(1);
+    }
+    CHECK((r = mysql_store_result(c)) != NULL);
+    if ((row = mysql_fetch_row(r)) != NULL && row[0] != NULL)
+        v = strtoll(row[0], NULL, 10);
+    mysql_free_result(r);
+    return v;
+}
+
+/* examples/mysql_fence.sql as it stands: the fence row takes fence 17 and
+ * its write, refuses the stale fence 16; and SKIP LOCKED gives two workers
+ * two different jobs without either waiting. */
+static void resource_fence_and_skip_locked(void)
+{
+    test_mariadb m;
+    MYSQL *c, *a, *b;
+    FILE *f;
+    char *sql;
+    long n;
+
+    test_mariadb_start(&m);
+    CHECK((f = fopen(DLOCK_SOURCE_DIR "/examples/mysql_fence.sql", "r")) != NULL);
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    rewind(f);
+    CHECK((sql = calloc(1, (size_t)n + 1)) != NULL);
+    CHECK(fread(sql, 1, (size_t)n, f) == (size_t)n);
+    fclose(f);
+    c = root_session(&m, CLIENT_MULTI_STATEMENTS);
+    if (mysql_query(c, sql) != 0) {
+        fprintf(stderr, "examples/mysql_fence.sql: %s\n", mysql_error(c));
+        exit(1);
+    }
+    for (int more = 0; more == 0; more = mysql_next_result(c)) {
+        MYSQL_RES *r = mysql_store_result(c);
+        if (r != NULL)
+            mysql_free_result(r);
+        CHECK(mysql_errno(c) == 0);
+    }
+    free(sql);
+    CHECK(one(c, "SELECT @stale_accepted") == 0);
+    CHECK(one(c, "SELECT @job") == 1);
+    CHECK(one(c, "SELECT fence FROM resource_fence WHERE resource = 'payout:42'") == 17);
+    CHECK(one(c, "SELECT balance FROM accounts WHERE id = 42") == 900);
+    mysql_close(c);
+
+    /* Two workers at once: each gets a job of its own, neither waits (a
+     * lock wait would fail after 1 s instead of skipping). */
+    a = root_session(&m, 0);
+    b = root_session(&m, 0);
+    CHECK(mysql_query(a, "SET SESSION innodb_lock_wait_timeout = 1") == 0);
+    CHECK(mysql_query(b, "SET SESSION innodb_lock_wait_timeout = 1") == 0);
+    CHECK(mysql_query(a, "START TRANSACTION") == 0);
+    CHECK(mysql_query(b, "START TRANSACTION") == 0);
+    CHECK(one(a, "SELECT id FROM jobs WHERE state = 'queued' ORDER BY id LIMIT 1"
+                 " FOR UPDATE SKIP LOCKED") == 2);
+    CHECK(one(b, "SELECT id FROM jobs WHERE state = 'queued' ORDER BY id LIMIT 1"
+                 " FOR UPDATE SKIP LOCKED") == 3);
+    CHECK(mysql_query(a, "COMMIT") == 0);
+    CHECK(mysql_query(b, "COMMIT") == 0);
+    mysql_close(a);
+    mysql_close(b);
+    test_mariadb_stop(&m);
+}
+
 TEST_MAIN({"expiry_by_server_clock", expiry_by_server_clock, NULL},
           {"named_killed_connection_loses_lock", named_killed_connection_loses_lock, "watchdog"},
           {"lease_killed_holder_expires", lease_killed_holder_expires, NULL},
@@ -408,4 +497,5 @@ TEST_MAIN({"expiry_by_server_clock", expiry_by_server_clock, NULL},
           {"release_wakes_waiters", release_wakes_waiters, NULL},
           {"long_name_is_hashed", long_name_is_hashed, NULL},
           {"server_restart_keeps_lease_and_fence", server_restart_keeps_lease_and_fence, NULL},
-          {"bad_url_and_credentials", bad_url_and_credentials, NULL})
+          {"bad_url_and_credentials", bad_url_and_credentials, NULL},
+          {"resource_fence_and_skip_locked", resource_fence_and_skip_locked, NULL})
