@@ -275,7 +275,15 @@ static void release_wakes_waiters(void)
             w[i].name = "handoff";
             CHECK(pthread_create(&t[i], NULL, wait_main, &w[i]) == 0);
         }
-        test_sleep_ms(500); /* both waiting */
+        /* Both waiting, each blocked in GET_LOCK on the server (a waiter
+         * without a channel to block on would sleep to the expiry). */
+        for (int i = 0; i < 500 && test_mariadb_query(&m, "SELECT COUNT(*) FROM"
+                                                          " information_schema.PROCESSLIST"
+                                                          " WHERE STATE = 'User lock'") < 2;
+             i++)
+            test_sleep_ms(20);
+        CHECK(test_mariadb_query(&m, "SELECT COUNT(*) FROM information_schema.PROCESSLIST"
+                                     " WHERE STATE = 'User lock'") == 2);
         CHECK(!atomic_load(&w[0].done) && !atomic_load(&w[1].done));
         CHECK_RC(dlock_release(a), DLOCK_OK);
         for (int i = 0; i < 2; i++) {
