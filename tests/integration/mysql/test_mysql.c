@@ -261,6 +261,7 @@ static void release_wakes_waiters(void)
         dlock_acquire_options o = test_opts(0, 60000, 0);
         waiter w[2];
         pthread_t t[2];
+        uint64_t held;
 
         if (named)
             named_url(&m, url, sizeof(url));
@@ -285,11 +286,12 @@ static void release_wakes_waiters(void)
         CHECK(test_mariadb_query(&m, "SELECT COUNT(*) FROM information_schema.PROCESSLIST"
                                      " WHERE STATE = 'User lock'") == 2);
         CHECK(!atomic_load(&w[0].done) && !atomic_load(&w[1].done));
+        held = dlock_lock_fence(a);
         CHECK_RC(dlock_release(a), DLOCK_OK);
         for (int i = 0; i < 2; i++) {
             pthread_join(t[i], NULL);
             CHECK_RC(w[i].rc, DLOCK_OK);
-            CHECK(w[i].fence > dlock_lock_fence(a));
+            CHECK(w[i].fence > held);
             dlock_client_free(wc[i]);
         }
         CHECK(w[0].fence != w[1].fence);
