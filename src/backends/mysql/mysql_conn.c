@@ -354,6 +354,39 @@ int my_row_ints(my_be *be, MYSQL_RES *res, int64_t *v, int n, int64_t def, int *
     return DLOCK_OK;
 }
 
+int my_list_query(my_be *be, const char *sql, unsigned ncols, my_fill_fn fill, dlock_list_cb cb,
+                  void *payload)
+{
+    char name[DLOCK_NAME_MAX + 1];
+    size_t lp = strlen(be->prefix);
+    MYSQL_RES *res = NULL;
+    MYSQL_ROW row;
+    int rc;
+
+    if ((rc = my_cmd(be, sql, &res, NULL)) != DLOCK_OK)
+        return rc;
+    if (res == NULL || mysql_num_fields(res) != ncols) {
+        if (res != NULL)
+            mysql_free_result(res);
+        return dlock_backend_fail(DLOCK_EPROTO, "%s: the list query returned no rows", be->where);
+    }
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        unsigned long *lens = mysql_fetch_lengths(res);
+        dlock_lock_info info;
+        /* A name not under our prefix, or with a NUL, is no lock name. */
+        if (lens[4] < lp || lens[4] - lp > DLOCK_NAME_MAX ||
+            memchr(row[4] + lp, '\0', lens[4] - lp) != NULL)
+            continue;
+        memcpy(name, row[4] + lp, lens[4] - lp);
+        name[lens[4] - lp] = '\0';
+        fill(row, lens, &info);
+        if (cb(name, &info, payload) != 0)
+            break;
+    }
+    mysql_free_result(res);
+    return DLOCK_OK;
+}
+
 /* ---- names -------------------------------------------------------------- */
 
 void my_hex(char *out, const char *s, size_t len)

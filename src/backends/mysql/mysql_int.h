@@ -100,6 +100,13 @@ int my_cmd(my_be *be, const char *sql, MYSQL_RES **res, int *unknown);
 int my_row_ints(my_be *be, MYSQL_RES *res, int64_t *v, int n, int64_t def, int *found,
                 const char *what);
 
+/* Run a listing's sql (the stored name in column 4 of ncols), and call cb
+ * with each name under key_prefix and its state as fill reads the row,
+ * until cb returns non-zero. */
+typedef void (*my_fill_fn)(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out);
+int my_list_query(my_be *be, const char *sql, unsigned ncols, my_fill_fn fill, dlock_list_cb cb,
+                  void *payload);
+
 /* s (len bytes) as X'hex' into out (2 len + 4 bytes). */
 void my_hex(char *out, const char *s, size_t len);
 /* The stored name of lock name: key_prefix + name, as a hex literal.

@@ -401,10 +401,8 @@ int my_named_status(my_be *be, const char *name, int force, dlock_lock_info *out
 
 int my_named_list(my_be *be, const char *prefix, dlock_list_cb cb, void *payload)
 {
-    char key[MY_HEX_MAX], sql[MY_HEX_MAX + 1024], name[DLOCK_NAME_MAX + 1];
+    char key[MY_HEX_MAX], sql[MY_HEX_MAX + 1024];
     size_t lp = strlen(be->prefix);
-    MYSQL_RES *res = NULL;
-    MYSQL_ROW row;
     int rc;
 
     if ((rc = my_key_hex(be, prefix, key)) != DLOCK_OK)
@@ -414,25 +412,5 @@ int my_named_list(my_be *be, const char *prefix, dlock_list_cb cb, void *payload
              " WHERE LEFT(n.name, %zu) = %s AND IS_USED_LOCK(n.lockname) IS NOT NULL"
              " ORDER BY n.name",
              lp + strlen(prefix), key);
-    if ((rc = my_cmd(be, sql, &res, NULL)) != DLOCK_OK)
-        return rc;
-    if (res == NULL || mysql_num_fields(res) != 7) {
-        if (res != NULL)
-            mysql_free_result(res);
-        return dlock_backend_fail(DLOCK_EPROTO, "%s: the list query returned no rows", be->where);
-    }
-    while ((row = mysql_fetch_row(res)) != NULL) {
-        unsigned long *lens = mysql_fetch_lengths(res);
-        dlock_lock_info info;
-        if (lens[4] < lp || lens[4] - lp > DLOCK_NAME_MAX ||
-            memchr(row[4] + lp, '\0', lens[4] - lp) != NULL)
-            continue;
-        memcpy(name, row[4] + lp, lens[4] - lp);
-        name[lens[4] - lp] = '\0';
-        fill_named(row, lens, &info);
-        if (cb(name, &info, payload) != 0)
-            break;
-    }
-    mysql_free_result(res);
-    return DLOCK_OK;
+    return my_list_query(be, sql, 7, fill_named, cb, payload);
 }

@@ -385,19 +385,27 @@ static void bad_url_and_credentials(void)
     test_mariadb m;
     char url[300];
 
+    static const struct {
+        const char *url; /* %d: the port */
+        int rc;
+        const char *text;
+    } bad[] = {
+        {"mysql://dlock:wrongpw@127.0.0.1:%d/dlock_test", DLOCK_EAUTH, "Access denied"},
+        {"mysql://dlock:dlockpw@127.0.0.1:%d/nosuchdb", DLOCK_ESERVER, "nosuchdb"},
+        {"mysql://dlock:dlockpw@127.0.0.1:%d/", DLOCK_EINVAL, "names no database"},
+        {"mysql://dlock:dlockpw@127.0.0.1:%d/dlock_test?mode=advisory", DLOCK_EINVAL,
+         "mode must be lease or named"},
+        {"mysql://dlock:dlockpw@127.0.0.1:%d/dlock_test?sslmode=require", DLOCK_EINVAL,
+         "unknown parameter 'sslmode'"},
+        {"mysql://dlock:dlockpw@127.0.0.1:%d/dlock_test?create=maybe", DLOCK_EINVAL,
+         "create must be 0 or 1"},
+    };
+
     test_mariadb_start(&m);
-    snprintf(url, sizeof(url), "mysql://dlock:wrongpw@127.0.0.1:%d/dlock_test", m.port);
-    expect_open(url, DLOCK_EAUTH, "Access denied");
-    snprintf(url, sizeof(url), "mysql://dlock:dlockpw@127.0.0.1:%d/nosuchdb", m.port);
-    expect_open(url, DLOCK_ESERVER, "nosuchdb");
-    snprintf(url, sizeof(url), "mysql://dlock:dlockpw@127.0.0.1:%d/", m.port);
-    expect_open(url, DLOCK_EINVAL, "names no database");
-    snprintf(url, sizeof(url), "%s?mode=advisory", m.url);
-    expect_open(url, DLOCK_EINVAL, "mode must be lease or named");
-    snprintf(url, sizeof(url), "%s?sslmode=require", m.url);
-    expect_open(url, DLOCK_EINVAL, "unknown parameter 'sslmode'");
-    snprintf(url, sizeof(url), "%s?create=maybe", m.url);
-    expect_open(url, DLOCK_EINVAL, "create must be 0 or 1");
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(url, sizeof(url), bad[i].url, m.port);
+        expect_open(url, bad[i].rc, bad[i].text);
+    }
     /* create=0 on a database without the schema. */
     CHECK(test_mariadb_query(&m, "CREATE DATABASE bare") >= 0);
     snprintf(url, sizeof(url), "mysql://dlock:dlockpw@127.0.0.1:%d/bare?create=0", m.port);
