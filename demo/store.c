@@ -29,8 +29,23 @@ int demo_store_unsupported(const char *spec, char *err, size_t errlen)
 #endif
 }
 
+static int is_mysql(const char *spec)
+{
+    return strncmp(spec, "mysql://", 8) == 0 || strncmp(spec, "mariadb://", 10) == 0;
+}
+
 demo_store *demo_store_open(const char *spec, const char *ns, char *err, size_t errlen)
 {
+    if (is_mysql(spec)) {
+#ifdef DLOCK_DEMO_HAVE_MYSQL
+        return demo_store_mysql_open(spec, ns, err, errlen);
+#else
+        snprintf(err, errlen, "--store mysql://: MariaDB is not supported in this build "
+                 "(libmariadb was not found when it was configured; install libmariadb-dev "
+                 "and rebuild)");
+        return NULL;
+#endif
+    }
     if (is_postgres(spec)) {
 #ifdef DLOCK_DEMO_HAVE_PG
         return demo_store_pg_open(spec, ns, err, errlen);

@@ -39,6 +39,9 @@ demo_store *demo_store_sqlite_open(const char *path, char *err, size_t errlen);
 #ifdef DLOCK_DEMO_HAVE_PG
 demo_store *demo_store_pg_open(const char *url, const char *ns, char *err, size_t errlen);
 #endif
+#ifdef DLOCK_DEMO_HAVE_MYSQL
+demo_store *demo_store_mysql_open(const char *url, const char *ns, char *err, size_t errlen);
+#endif
 
 /* The tables, the same in both databases:
  *   demo_payout(order_id, round, amount_cents, status 'pending'|'paid', fence)

@@ -207,14 +207,21 @@ elseif(CASE STREQUAL "postgres")
   expect_fence_safe_ttl_not(3)
   expect(nolock double_payouts GREATER_EQUAL 1)
 
-elseif(CASE STREQUAL "mysql_lock")
-  # MariaDB as the lock server (lease mode): scripts/test.sh exports its URL.
+elseif(CASE STREQUAL "mysql")
+  # MariaDB as the lock server (lease mode) and as the store: scripts/test.sh
+  # exports its URL.
   if("$ENV{DLOCK_TEST_MYSQL_URL}" STREQUAL "")
     message(FATAL_ERROR "DLOCK_TEST_MYSQL_URL is not set: this test needs the MariaDB that "
                         "scripts/test.sh starts (run the suite with `make test`)")
   endif()
-  run_demo(--url "$ENV{DLOCK_TEST_MYSQL_URL}" ${small} --rounds 10 --seed 7)
+  run_demo(--url "$ENV{DLOCK_TEST_MYSQL_URL}" --store "$ENV{DLOCK_TEST_MYSQL_URL}" ${small}
+           --rounds 10 --seed 7)
   expect_rc(0)
+  file(READ "${json}" doc)
+  string(JSON store GET "${doc}" store)
+  if(NOT store STREQUAL "mysql")
+    message(FATAL_ERROR "expected store mysql, got ${store}")
+  endif()
   expect_fence_safe_ttl_not(3)
   expect(nolock double_payouts GREATER_EQUAL 1)
   expect(fence unpaid EQUAL 0)
