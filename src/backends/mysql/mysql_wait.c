@@ -277,8 +277,15 @@ void my_watch_end(void *arg, void *watch)
         return;
     if (w->lost_token != NULL && !be->named)
         my_lease_release_token(be, w->name, w->lost_token); /* best effort */
-    /* A lock granted and not taken, or a GET_LOCK in flight: the server
-     * lets go of both with the connection. */
+    /* A GET_LOCK in flight is ended on the server first: a session blocked
+     * in it does not notice its client has gone, and would be granted the
+     * lock at the holder's release and keep it until it tried to answer.
+     * A lock granted and not taken goes with the connection. */
+    if (w->pending && w->c != NULL) {
+        char sql[48];
+        snprintf(sql, sizeof(sql), "KILL QUERY %lu", mysql_thread_id(w->c));
+        my_cmd(be, sql, NULL, NULL); /* best effort; the core keeps its message */
+    }
     my_drop(&w->c);
     free(w->lost_token);
     close(w->wake_fd);

@@ -300,6 +300,54 @@ static void release_wakes_waiters(void)
     test_mariadb_stop(&m);
 }
 
+/* A waiter that gives up (interrupted) leaves no session blocked in
+ * GET_LOCK on the server, in both modes: a session left there would be
+ * granted the named lock at the holder's release and keep it for a while. */
+static void interrupted_waiter_leaves_no_session(void)
+{
+    test_mariadb m;
+    char url[256];
+
+    test_mariadb_start(&m);
+    for (int named = 0; named < 2; named++) {
+        dlock_client *c, *wc;
+        dlock_lock *a;
+        dlock_acquire_options o = test_opts(0, 60000, 0);
+        test_acquirer w;
+        pthread_t t;
+        long long blocked = 0;
+
+        if (named)
+            named_url(&m, url, sizeof(url));
+        else
+            snprintf(url, sizeof(url), "%s", m.url);
+        c = open_url(url);
+        wc = open_url(url);
+        CHECK_RC(dlock_acquire(&a, c, "gone", &o), DLOCK_OK);
+        test_acquirer_init(&w, wc, "gone", test_opts(50000, 5000, 0));
+        CHECK(pthread_create(&t, NULL, test_acquirer_main, &w) == 0);
+        for (int i = 0; i < 500 && (blocked = test_mariadb_query(
+                                        &m, "SELECT COUNT(*) FROM information_schema.PROCESSLIST"
+                                            " WHERE STATE = 'User lock'")) < 1;
+             i++)
+            test_sleep_ms(20);
+        CHECK(blocked == 1);
+        dlock_client_interrupt(wc);
+        pthread_join(t, NULL);
+        CHECK_RC(w.rc, DLOCK_EINTR);
+        for (int i = 0; i < 500 && (blocked = test_mariadb_query(
+                                        &m, "SELECT COUNT(*) FROM information_schema.PROCESSLIST"
+                                            " WHERE STATE = 'User lock'")) > 0;
+             i++)
+            test_sleep_ms(20);
+        CHECK(blocked == 0);
+        CHECK_RC(dlock_release(a), DLOCK_OK);
+        dlock_client_free(wc);
+        dlock_client_free(c);
+    }
+    test_mariadb_stop(&m);
+}
+
 /* ---- names past GET_LOCK's 64 characters ---------------------------------- */
 
 static void long_name_is_hashed(void)
@@ -513,6 +561,7 @@ TEST_MAIN({"expiry_by_server_clock", expiry_by_server_clock, NULL},
           {"lease_killed_holder_expires", lease_killed_holder_expires, NULL},
           {"same_token_same_fence", same_token_same_fence, NULL},
           {"release_wakes_waiters", release_wakes_waiters, NULL},
+          {"interrupted_waiter_leaves_no_session", interrupted_waiter_leaves_no_session, NULL},
           {"long_name_is_hashed", long_name_is_hashed, NULL},
           {"server_restart_keeps_lease_and_fence", server_restart_keeps_lease_and_fence, NULL},
           {"bad_url_and_credentials", bad_url_and_credentials, NULL},
