@@ -96,7 +96,7 @@ mariadb-install-db --no-defaults --datadir="$tmp/mysql" --auth-root-authenticati
     { echo "test.sh: mariadb-install-db failed" >&2; tail -20 "$tmp/mysql-install.log" >&2; exit 1; }
 mariadbd --no-defaults --datadir="$tmp/mysql" --socket="$tmp/mysql.sock" --port="$mport" \
     --bind-address=127.0.0.1 --skip-name-resolve --skip-log-bin --innodb-buffer-pool-size=32M \
-    --pid-file="$tmp/mysql.pid" --log-error="$tmp/mysql.log" $mysql_user 2>/dev/null &
+    --pid-file="$tmp/mysql.pid" --log-error="$tmp/mysql.log" --tmpdir="$tmp" $mysql_user 2>/dev/null &
 mysql_pid=$!
 for _ in $(seq 1 600); do
     mariadb --no-defaults -S "$tmp/mysql.sock" -uroot -e 'SELECT 1' >/dev/null 2>&1 && break

@@ -68,7 +68,7 @@ static void run(const char *cmd)
 
 static void spawn_on(test_mariadb *m, const char *datadir, int port)
 {
-    char a_datadir[160], a_socket[160], a_port[32], a_pid[160], a_log[160];
+    char a_datadir[160], a_socket[160], a_port[32], a_pid[160], a_log[160], a_tmp[160];
     char *args[24];
     int n = 0;
 
@@ -77,6 +77,9 @@ static void spawn_on(test_mariadb *m, const char *datadir, int port)
     snprintf(a_port, sizeof(a_port), "--port=%d", port);
     snprintf(a_pid, sizeof(a_pid), "--pid-file=%s/mariadbd.pid", m->dir);
     snprintf(a_log, sizeof(a_log), "--log-error=%s/err.log", m->dir);
+    /* Its own: temporary tables are named by the server's pid, and servers
+     * in other pid namespaces share /tmp. */
+    snprintf(a_tmp, sizeof(a_tmp), "--tmpdir=%s", m->dir);
     args[n++] = "mariadbd";
     args[n++] = "--no-defaults";
     args[n++] = a_datadir;
@@ -84,6 +87,7 @@ static void spawn_on(test_mariadb *m, const char *datadir, int port)
     args[n++] = a_port;
     args[n++] = a_pid;
     args[n++] = a_log;
+    args[n++] = a_tmp;
     args[n++] = "--bind-address=127.0.0.1";
     args[n++] = "--skip-name-resolve";
     args[n++] = "--skip-log-bin";
@@ -119,13 +123,28 @@ static MYSQL *root_conn(const test_mariadb *m)
     return c;
 }
 
-static void wait_up(test_mariadb *m)
+/* 1 if the server's log says its port was taken (by a server another test
+ * started between our check and its bind). */
+static int port_taken(const test_mariadb *m)
+{
+    char cmd[200];
+
+    snprintf(cmd, sizeof(cmd), "grep -q 'Address already in use' %s/err.log", m->dir);
+    return system(cmd) == 0;
+}
+
+/* Wait until the server answers; 1 if it exited because its port was
+ * taken (try another), else the test ends with its log. */
+static int wait_up(test_mariadb *m)
 {
     for (int i = 0; i < 6000; i++) {
         int status;
         MYSQL *c;
         if (waitpid(m->pid, &status, WNOHANG) == m->pid) {
             char cmd[200];
+            m->pid = 0;
+            if (port_taken(m))
+                return 1;
             fprintf(stderr, "mariadbd exited at start (status %d); its log:\n", status);
             snprintf(cmd, sizeof(cmd), "tail -20 %s/err.log >&2", m->dir);
             if (system(cmd) != 0) {
@@ -134,7 +153,7 @@ static void wait_up(test_mariadb *m)
         }
         if ((c = root_conn(m)) != NULL) {
             mysql_close(c);
-            return;
+            return 0;
         }
         test_sleep_ms(20);
     }
@@ -186,8 +205,14 @@ static const char *template_dir(void)
         snprintf(m.dir, sizeof(m.dir), "%s/tmp", dir);
         snprintf(m.sock, sizeof(m.sock), "%s/tmp/sock", dir);
         snprintf(cmd, sizeof(cmd), "%s/tmp/data", dir);
-        spawn_on(&m, cmd, mariadb_port());
-        wait_up(&m);
+        for (;;) {
+            char log[160];
+            snprintf(log, sizeof(log), "%s/err.log", m.dir);
+            unlink(log); /* a taken port is read from this attempt's log */
+            spawn_on(&m, cmd, mariadb_port());
+            if (wait_up(&m) == 0)
+                break;
+        }
         if ((c = root_conn(&m)) == NULL) {
             fprintf(stderr, "cannot connect to the template server\n");
             exit(1);
@@ -223,7 +248,7 @@ static void mariadb_cleanup(void)
 
 void test_mariadb_start(test_mariadb *m)
 {
-    char cmd[400];
+    char cmd[400], data[120];
     const char *tpl = template_dir();
 
     if (my_owner == 0) {
@@ -244,9 +269,20 @@ void test_mariadb_start(test_mariadb *m)
     snprintf(m->sock, sizeof(m->sock), "%s/sock", m->dir);
     snprintf(cmd, sizeof(cmd), "cp -a %s/data %s/data", tpl, m->dir);
     run(cmd);
-    m->port = mariadb_port();
+    snprintf(data, sizeof(data), "%s/data", m->dir);
+    for (int tries = 0;; tries++) {
+        m->port = mariadb_port();
+        spawn_on(m, data, m->port);
+        if (wait_up(m) == 0)
+            break;
+        if (tries == 20) {
+            fprintf(stderr, "no port of 47400..47499 stayed free for mariadbd\n");
+            exit(1);
+        }
+        snprintf(cmd, sizeof(cmd), "rm -f %s/err.log", m->dir);
+        run(cmd);
+    }
     snprintf(m->url, sizeof(m->url), "mysql://dlock:dlockpw@127.0.0.1:%d/dlock_test", m->port);
-    test_mariadb_restart(m);
 }
 
 void test_mariadb_restart(test_mariadb *m)
@@ -255,7 +291,10 @@ void test_mariadb_restart(test_mariadb *m)
 
     snprintf(data, sizeof(data), "%s/data", m->dir);
     spawn_on(m, data, m->port);
-    wait_up(m);
+    if (wait_up(m) != 0) {
+        fprintf(stderr, "mariadbd could not have its port %d again\n", m->port);
+        exit(1);
+    }
 }
 
 void test_mariadb_kill(test_mariadb *m)
