@@ -61,6 +61,10 @@ void bench_server_stop(void);
 /* The pid of the server started by bench_server_start, or 0. */
 pid_t bench_server_pid(void);
 
+/* SIGTERM and reap the n servers in pids (n becomes 0), then remove dir
+ * (a mkdtemp folder; "" when none) and make it "". */
+void bench_stop_children(pid_t *pids, int *n, char *dir);
+
 /*
  * CPUs this process may run on (its affinity when it started): returns how
  * many, and sets *first and *second to the first two of them.
@@ -90,6 +94,9 @@ typedef struct {
     char user[256];
     char password[256];
     int db;
+    int tls; /* rediss:// */
+    char cacert[256], cert[256], key[256], sni[256];
+    int insecure;
 } bench_endpoint;
 
 /*
@@ -98,6 +105,17 @@ typedef struct {
  * with a reason in err.
  */
 int bench_endpoint_parse(bench_endpoint *out, const char *url, char *err, size_t err_size);
+
+/* ------------------------------------------------------------------------
+ * tls.c: rediss://, the raw round trip over dlock's own transport
+ * ---------------------------------------------------------------------- */
+
+/* Connect over TLS with the transport dlock uses (redis_transport.c, built
+ * into the bench), AUTH as the URL says. Dies on failure. */
+void *bench_tls_connect(const bench_endpoint *ep);
+/* One PING over it, its round trip in ns. Dies on failure. */
+int64_t bench_tls_ping(void *conn);
+void bench_tls_close(void *conn);
 
 /* Connect, AUTH and SELECT as the URL says. Dies on failure. */
 redisContext *bench_raw_connect(const bench_endpoint *ep);
@@ -154,6 +172,18 @@ int bench_free_port(void);
 /* Cycle and hand-off on 5 nodes beside 5 parallel PINGs and node-redlock.
  * url NULL: 5 throwaway redis-servers. Returns the exit status. */
 int bench_redlock(const char *url, long iterations);
+
+/* --sentinel (bench/sentinel.c): min_replicas=1's cycle beside 0's and a
+ * raw PING to the master. */
+int bench_sentinel(const char *url, long iterations);
+
+/* ------------------------------------------------------------------------
+ * postgres.c: dlock-bench --postgres
+ * ---------------------------------------------------------------------- */
+
+/* The lease-mode cycle beside the raw `SELECT 1` round trip, and the ratio.
+ * url: postgres://... (required). Returns the exit status. */
+int bench_postgres(const char *url, long iterations);
 
 /* ------------------------------------------------------------------------
  * main.c: the table

@@ -39,7 +39,9 @@ static bench_endpoint endpoint;
 static long iterations = 5000;
 static int pin = 1;
 static int etcd; /* --etcd: the etcd section (bench/etcd.c) instead */
+static int postgres; /* --postgres: the PostgreSQL section (bench/postgres.c) instead */
 static int redlock; /* --redlock: the Redlock section (bench/redlock.c) instead */
+static int sentinel; /* --sentinel: min_replicas's cost (bench/sentinel.c) instead */
 static double seconds = 2.0;
 static char key_base[64]; /* unique per run, so runs against one server never meet */
 
@@ -743,7 +745,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: dlock-bench [--url URL] [--iterations N] [--seconds S] [--no-pin] [--etcd]\n"
-            "                   [--redlock]\n"
+            "                   [--redlock] [--sentinel]\n"
             "\n"
             "  --url URL         the Redis server to measure (default: start a throwaway\n"
             "                    redis-server from PATH on a unix socket in a 0700 folder)\n"
@@ -752,8 +754,13 @@ static void usage(FILE *f)
             "  --seconds S       length of each throughput run (default 2)\n"
             "  --no-pin          with its own server, do not pin server and client to\n"
             "                    CPUs (default: table A on two CPUs, table B on one)\n"
+            "  --postgres        measure PostgreSQL's lease mode beside SELECT 1\n"
+            "                    (--url postgres://..., required); see bench/postgres.c\n"
             "  --etcd            measure etcd instead (--url etcd://host:port, or a\n"
             "                    throwaway etcd from PATH); see bench/etcd.c\n"
+            "  --sentinel        measure min_replicas=1 beside 0 on a Sentinel URL instead\n"
+            "                    (--url redis-sentinel://..., or a master, 2 replicas and\n"
+            "                    a sentinel started by the run); see bench/sentinel.c\n"
             "  --redlock         measure Redlock on 5 nodes beside node-redlock instead\n"
             "                    (--url redlock://..., or 5 throwaway redis-servers);\n"
             "                    see bench/redlock.c and `make bench-redlock`\n"
@@ -770,6 +777,8 @@ static void parse_args(int argc, char **argv)
                                              {"no-pin", no_argument, NULL, 'p'},
                                              {"etcd", no_argument, NULL, 'e'},
                                              {"redlock", no_argument, NULL, 'r'},
+                                             {"sentinel", no_argument, NULL, 'S'},
+                                             {"postgres", no_argument, NULL, 'g'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     int opt;
@@ -808,6 +817,12 @@ static void parse_args(int argc, char **argv)
             break;
         case 'r':
             redlock = 1;
+            break;
+        case 'S':
+            sentinel = 1;
+            break;
+        case 'g':
+            postgres = 1;
             break;
         case 'h':
             usage(stdout);
@@ -948,6 +963,63 @@ static long run_section(const char *title, redisContext *raw, dlock_client *clie
     return H.early;
 }
 
+/*
+ * rediss://: the cycle beside the raw TLS round trip (a PING over dlock's
+ * own transport), interleaved in 10 rounds as the plain table is. One
+ * unpinned table: the server is the one the URL names.
+ */
+static int run_tls(dlock_client *client[2])
+{
+    char err[256];
+    samples ping, cycle[2], acq[2], rel[2];
+    char name[128], base[64];
+
+    if (bench_endpoint_parse(&endpoint, url, err, sizeof err) != 0)
+        bench_die("%s", err);
+    void *raw = bench_tls_connect(&endpoint);
+    snprintf(name, sizeof name, "%s:tls", key_base);
+    samples_init(&ping, (size_t)iterations);
+    for (int a = 0; a < 2; a++) {
+        samples_init(&cycle[a], (size_t)iterations);
+        samples_init(&acq[a], (size_t)iterations);
+        samples_init(&rel[a], (size_t)iterations);
+    }
+    printf("dlock-bench: dlock %s over TLS at %s\n", dlock_version(), bench_redacted(url));
+    printf("  %ld latency samples each (unpinned)\n", iterations);
+    for (long i = 0; i < iterations / 10; i++) { /* warm-up: scripts loaded */
+        bench_tls_ping(raw);
+        dlock_cycle(client[0], name, 0, NULL, NULL, NULL);
+        dlock_cycle(client[1], name, 1, NULL, NULL, NULL);
+    }
+    for (int round = 0; round < 10; round++) {
+        long n = iterations / 10;
+        for (long i = 0; i < n; i++)
+            samples_add(&ping, bench_tls_ping(raw));
+        for (int a = 1; a >= 0; a--)
+            for (long i = 0; i < n; i++)
+                dlock_cycle(client[a], name, a, &cycle[a], &acq[a], &rel[a]);
+    }
+    print_header();
+    double ping50 = pct_us(&ping, 50);
+    print_row("raw PING (dlock's TLS transport)", ping50, pct_us(&ping, 99), NA, NULL, NA, 0);
+    snprintf(base, sizeof base, "2x PING p50 %.1f", 2 * ping50);
+    for (int a = 1; a >= 0; a--) {
+        char label[96];
+        snprintf(label, sizeof label, "TLS cycle acquire+release, auto_renew=%d", a);
+        print_row(label, pct_us(&cycle[a], 50), pct_us(&cycle[a], 99), NA, base,
+                  pct_us(&cycle[a], 50) / (2 * ping50), 0);
+    }
+    bench_tls_close(raw);
+    free(ping.v);
+    for (int a = 0; a < 2; a++) {
+        free(cycle[a].v);
+        free(acq[a].v);
+        free(rel[a].v);
+        dlock_client_free(client[a]);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     parse_args(argc, argv);
@@ -957,6 +1029,17 @@ int main(int argc, char **argv)
         return bench_etcd(url[0] ? url : NULL, iterations);
     if (redlock)
         return bench_redlock(url[0] ? url : NULL, iterations);
+    if (sentinel)
+        return bench_sentinel(url[0] ? url : NULL, iterations);
+#ifdef DLOCK_BENCH_HAVE_PG
+    if (postgres)
+        return bench_postgres(url[0] ? url : NULL, iterations);
+#else
+    if (postgres) {
+        fprintf(stderr, "dlock-bench: built without libpq (apt-get install libpq-dev)\n");
+        return 69;
+    }
+#endif
 
     int own_server = url[0] == 0;
     if (own_server)
@@ -970,6 +1053,8 @@ int main(int argc, char **argv)
         if (rc != DLOCK_OK)
             die_dlock("dlock_client_open", rc);
     }
+    if (strncmp(url, "rediss://", 9) == 0)
+        return run_tls(client);
     char err[256];
     if (bench_endpoint_parse(&endpoint, url, err, sizeof err) != 0)
         bench_die("%s", err);

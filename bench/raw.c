@@ -11,6 +11,7 @@
 #include "bench.h"
 
 #include <ctype.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,12 +71,34 @@ int bench_endpoint_parse(bench_endpoint *out, const char *url, char *err, size_t
         }
         return 0;
     }
-    if (strncmp(url, "redis://", 8) != 0)
+    if (strncmp(url, "rediss://", 9) == 0)
+        out->tls = 1;
+    else if (strncmp(url, "redis://", 8) != 0)
         goto bad;
 
-    const char *auth = url + 8;
-    const char *slash = strchr(auth, '/');
-    const char *end = slash ? slash : auth + strlen(auth);
+    const char *auth = url + (out->tls ? 9 : 8);
+    const char *query = strchr(auth, '?');
+    const char *slash = memchr(auth, '/', query ? (size_t)(query - auth) : strlen(auth));
+    const char *end = slash ? slash : query ? query : auth + strlen(auth);
+    /* rediss's TLS settings (the library has checked them already). */
+    for (const char *p = query; p != NULL && *p != 0; p = strchr(p + 1, '&')) {
+        static const struct { const char *name; size_t off; } keys[] = {
+            {"cacert=", offsetof(bench_endpoint, cacert)},
+            {"cert=", offsetof(bench_endpoint, cert)},
+            {"key=", offsetof(bench_endpoint, key)},
+            {"sni=", offsetof(bench_endpoint, sni)},
+        };
+        const char *kv = p + 1, *amp = strchr(kv, '&');
+        size_t len = amp ? (size_t)(amp - kv) : strlen(kv);
+        if (strncmp(kv, "insecure=1", len) == 0 && len == 10)
+            out->insecure = 1;
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+            size_t n = strlen(keys[i].name);
+            if (len > n && strncmp(kv, keys[i].name, n) == 0 &&
+                copy_decoded((char *)out + keys[i].off, 256, kv + n, len - n) != 0)
+                goto bad;
+        }
+    }
     const char *at = NULL;
     for (const char *p = auth; p < end; p++)
         if (*p == '@')
@@ -126,8 +149,16 @@ int bench_endpoint_parse(bench_endpoint *out, const char *url, char *err, size_t
             goto bad;
         out->port = (int)v;
     }
-    if (slash && slash[1] != 0 && parse_db(slash + 1, &out->db) != 0)
-        goto bad;
+    if (slash && slash + 1 != (query ? query : slash + 1 + strlen(slash + 1))) {
+        char db[16];
+        size_t n = (size_t)((query ? query : slash + strlen(slash)) - slash - 1);
+        if (n >= sizeof db)
+            goto bad;
+        memcpy(db, slash + 1, n);
+        db[n] = 0;
+        if (parse_db(db, &out->db) != 0)
+            goto bad;
+    }
     return 0;
 
 bad:

@@ -20,6 +20,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -177,4 +178,20 @@ const char *bench_server_version(redisContext *c)
     if (r)
         freeReplyObject(r);
     return version;
+}
+
+void bench_stop_children(pid_t *pids, int *n, char *dir)
+{
+    for (int i = 0; i < *n; i++) {
+        kill(pids[i], SIGTERM);
+        waitpid(pids[i], NULL, 0);
+    }
+    *n = 0;
+    if (dir[0]) {
+        char cmd[320];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "dlock-bench: could not remove %s\n", dir);
+        dir[0] = 0;
+    }
 }

@@ -7,6 +7,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -110,27 +111,87 @@ static void describe_holder(char *buf, size_t size, const dlock_lock_info *info)
              *label ? " (" : "", label, *label ? ")" : "");
 }
 
-static void print_text(const char *name, const dlock_lock_info *info)
+/* The holders of one lock, as dlock_status_holders gives them. */
+typedef struct {
+    dlock_lock_info *each;
+    size_t n, cap;
+} holder_list;
+
+static int add_holder(const char *name, const dlock_lock_info *info, void *payload)
+{
+    holder_list *hl = payload;
+
+    (void)name;
+    if (hl->n == hl->cap) {
+        size_t cap = hl->cap ? 2 * hl->cap : 8;
+        dlock_lock_info *more = realloc(hl->each, cap * sizeof(*more));
+        if (more == NULL)
+            return 1; /* show those we have */
+        hl->each = more, hl->cap = cap;
+    }
+    hl->each[hl->n++] = *info;
+    return 0;
+}
+
+/* Readers, permit holders, a reentrant owner's handles: shown one a line
+ * (text) or each in "holders" (JSON), read with dlock_status_holders. */
+static int several(const dlock_lock_info *info)
+{
+    return info->held && (info->holders > 1 || info->kind == DLOCK_KIND_READ ||
+                          info->kind == DLOCK_KIND_SEMAPHORE);
+}
+
+/* The holders of name into *hl: a second round trip for a lock several
+ * hold, else the one info shows. 0, or the exit code after reporting. */
+static int read_holders(dlock_client *client, const char *name, const dlock_lock_info *info,
+                        holder_list *hl)
+{
+    char shown[CLI_NAME_SHOWN];
+    int err;
+
+    if (!info->held)
+        return 0;
+    if (!several(info))
+        return add_holder(name, info, hl) ? cli_fail(DLOCK_ENOMEM, "out of memory") : 0;
+    if ((err = dlock_status_holders(client, name, add_holder, hl)) != DLOCK_OK)
+        return cli_fail(err, "holders of '%s'", cli_shown_name(shown, sizeof shown, name));
+    return 0;
+}
+
+static const char *holder_word(int kind, size_t n)
+{
+    if (kind == DLOCK_KIND_READ)
+        return n == 1 ? "reader" : "readers";
+    if (kind == DLOCK_KIND_SEMAPHORE)
+        return n == 1 ? "permit holder" : "permit holders";
+    return n == 1 ? "holder" : "holders";
+}
+
+/* One line as before for a lock with one holder; with several, "NAME: held
+ * by 3 readers, fence 42, ttl 2931 ms" and a line for each. */
+static void print_text(const char *name, const dlock_lock_info *info, const holder_list *hl)
 {
     char text[128], holder[512], whole[CLI_NAME_OUT];
 
     describe(text, sizeof text, info);
-    describe_holder(holder, sizeof holder, info);
-    printf("%s: %s%s\n", shown_whole(whole, name), text, holder);
+    if (!several(info)) {
+        describe_holder(holder, sizeof holder, info);
+        printf("%s: %s%s\n", shown_whole(whole, name), text, holder);
+        return;
+    }
+    printf("%s: held by %d %s, %s\n", shown_whole(whole, name), info->holders,
+           holder_word(info->kind, (size_t)info->holders), text + strlen("held, "));
+    for (size_t i = 0; i < hl->n; i++) {
+        describe(text, sizeof text, &hl->each[i]);
+        describe_holder(holder, sizeof holder, &hl->each[i]);
+        printf("  %s %s%s\n", holder_word(info->kind, 1), text + strlen("held, "), holder);
+    }
 }
 
-/* {"name": ..., "held": ..., "fence": ..., "ttl_ms": ..., "holder": ...}:
- * the name whole but for a URL's password, as the text shows it. */
-static void print_json(const char *name, const dlock_lock_info *info)
+static void print_json_holder(const dlock_lock_info *info)
 {
-    char whole[CLI_NAME_OUT];
-
-    fputs("{\"name\": ", stdout);
-    cli_json_string(stdout, shown_whole(whole, name));
-    printf(", \"held\": %s, \"fence\": %" PRIu64 ", \"ttl_ms\": %" PRId64 ", \"holder\": ",
-           info->held ? "true" : "false", info->fence, info->ttl_ms);
     if (!info->held || !info->has_holder) {
-        fputs("null}", stdout);
+        fputs("null", stdout);
         return;
     }
     fputs("{\"host\": ", stdout);
@@ -141,7 +202,40 @@ static void print_json(const char *name, const dlock_lock_info *info)
         cli_json_string(stdout, info->label);
     else
         fputs("null", stdout);
-    fputs("}}", stdout);
+    fputs("}", stdout);
+}
+
+static const char *kind_name(int kind)
+{
+    static const char *const names[] = {"mutex", "fair", "read", "write", "semaphore", "leader"};
+    return kind >= DLOCK_KIND_MUTEX && kind <= DLOCK_KIND_LEADER ? names[kind] : NULL;
+}
+
+/* {"name": ..., "held": ..., "fence": ..., "ttl_ms": ..., "holder": ...,
+ * "kind": ..., "holders": [{"fence": ..., "ttl_ms": ..., "holder": ...}]}:
+ * the name whole but for a URL's password, as the text shows it. */
+static void print_json(const char *name, const dlock_lock_info *info, const holder_list *hl)
+{
+    char whole[CLI_NAME_OUT];
+
+    fputs("{\"name\": ", stdout);
+    cli_json_string(stdout, shown_whole(whole, name));
+    printf(", \"held\": %s, \"fence\": %" PRIu64 ", \"ttl_ms\": %" PRId64 ", \"holder\": ",
+           info->held ? "true" : "false", info->fence, info->ttl_ms);
+    print_json_holder(info);
+    fputs(", \"kind\": ", stdout);
+    if (kind_name(info->kind) != NULL)
+        printf("\"%s\"", kind_name(info->kind));
+    else
+        fputs("null", stdout);
+    fputs(", \"holders\": [", stdout);
+    for (size_t i = 0; i < hl->n; i++) {
+        printf("%s{\"fence\": %" PRIu64 ", \"ttl_ms\": %" PRId64 ", \"holder\": ",
+               i ? ", " : "", hl->each[i].fence, hl->each[i].ttl_ms);
+        print_json_holder(&hl->each[i]);
+        fputs("}", stdout);
+    }
+    fputs("]}", stdout);
 }
 
 int cli_status(const char *url, int argc, char **argv)
@@ -156,45 +250,61 @@ int cli_status(const char *url, int argc, char **argv)
     if ((rc = admin_open(&client, url)) != 0)
         return rc;
     dlock_lock_info info;
+    holder_list hl = {NULL, 0, 0};
     char shown[CLI_NAME_SHOWN];
     int err = dlock_status(&info, client, name);
     if (err != DLOCK_OK) {
         rc = cli_fail(err, "status of '%s'", cli_shown_name(shown, sizeof shown, name));
+    } else if ((rc = read_holders(client, name, &info, &hl)) != 0) {
+        /* reported */
     } else if (json) {
-        print_json(name, &info);
+        print_json(name, &info, &hl);
         putchar('\n');
     } else {
-        print_text(name, &info);
+        print_text(name, &info, &hl);
     }
+    free(hl.each);
     dlock_client_free(client);
     return rc;
 }
 
-/* dlock list: each lock as status prints it; --json: one array. */
+/* dlock list: each lock as status prints it; --json: one array. The
+ * listing is gathered first: the holders of a lock several hold are read
+ * after it, not from inside dlock_list's callback. */
 typedef struct {
-    int json;
-    size_t n;
+    char *name;
+    dlock_lock_info info;
+} listed;
+
+typedef struct {
+    listed *each;
+    size_t n, cap;
+    int failed;
 } list_state;
 
 static int list_one(const char *name, const dlock_lock_info *info, void *payload)
 {
     list_state *ls = payload;
 
-    if (ls->json) {
-        fputs(ls->n == 0 ? "[\n  " : ",\n  ", stdout);
-        print_json(name, info);
-    } else {
-        print_text(name, info);
+    if (ls->n == ls->cap) {
+        size_t cap = ls->cap ? 2 * ls->cap : 16;
+        listed *more = realloc(ls->each, cap * sizeof(*more));
+        if (more == NULL)
+            return ls->failed = 1;
+        ls->each = more, ls->cap = cap;
     }
-    ls->n++;
+    if ((ls->each[ls->n].name = strdup(name)) == NULL)
+        return ls->failed = 1;
+    ls->each[ls->n++].info = *info;
     return 0;
 }
 
 int cli_list(const char *url, int argc, char **argv)
 {
     const char *prefix = NULL;
-    list_state ls = {0, 0};
-    int rc = parse_args(argc, argv, NULL, &ls.json, 1, &prefix);
+    list_state ls = {NULL, 0, 0, 0};
+    int json = 0;
+    int rc = parse_args(argc, argv, NULL, &json, 1, &prefix);
     if (rc)
         return rc < 0 ? 0 : rc;
 
@@ -202,10 +312,28 @@ int cli_list(const char *url, int argc, char **argv)
     if ((rc = admin_open(&client, url)) != 0)
         return rc;
     int err = dlock_list(client, prefix, list_one, &ls);
-    if (ls.json)
+    if (err == DLOCK_OK && ls.failed)
+        err = DLOCK_ENOMEM;
+    for (size_t i = 0; i < ls.n; i++) {
+        holder_list hl = {NULL, 0, 0};
+        int r = read_holders(client, ls.each[i].name, &ls.each[i].info, &hl);
+
+        if (r != 0) {
+            rc = r;
+        } else if (json) {
+            fputs(i == 0 ? "[\n  " : ",\n  ", stdout);
+            print_json(ls.each[i].name, &ls.each[i].info, &hl);
+        } else {
+            print_text(ls.each[i].name, &ls.each[i].info, &hl);
+        }
+        free(hl.each);
+        free(ls.each[i].name);
+    }
+    if (json)
         fputs(ls.n == 0 ? "[]\n" : "\n]\n", stdout);
     if (err != DLOCK_OK)
         rc = cli_fail(err, "cannot list the locks");
+    free(ls.each);
     dlock_client_free(client);
     return rc;
 }

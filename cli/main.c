@@ -50,7 +50,7 @@ static const char url_text[] =
     "                 etcds://...[?cacert=FILE][&cert=FILE&key=FILE]  (https)\n"
     "                 etcd(s) also: ?proxy=URL (proxy variables are ignored),\n"
     "                 ?insecure_auth=1 (a password over plain etcd://)\n"
-    "               (rediss:// is refused: this build's Redis client has no TLS);\n"
+    "                 rediss://...?cacert=FILE[&cert=FILE&key=FILE][&sni=NAME]  (TLS)\n"
     "               default $DLOCK_URL, else " CLI_DEFAULT_URL "\n"
     "               (prefer $DLOCK_URL for a password: other users can read\n"
     "               command lines)\n";

@@ -54,6 +54,7 @@ demo_store *demo_store_mysql_open(const char *url, const char *ns, char *err, si
 /* The tables, the same in both databases:
  *   demo_payout(order_id, round, amount_cents, status 'pending'|'paid', fence)
  *   demo_ledger(id, order_id, instance, fence, amount_cents)  one row a transfer
- *   demo_job(job, fence)   the highest fence registered for the payout job */
+ *   demo_job(job, fence)   the highest fence registered for the payout job
+ *                          (PostgreSQL: dlock_fence, examples/pg_resource.h) */
 
 #endif /* DLOCK_DEMO_STORE_INT_H */

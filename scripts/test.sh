@@ -17,6 +17,8 @@ tmp=$(mktemp -d /tmp/dlock-suite-XXXXXX)
 redis_pid=""
 redlock_pids=""
 etcd_pid=""
+pg_ctl_bin=""
+pg_as=""
 mysql_pid=""
 cleanup() {
     # Never fail here: etcd exits 143 on SIGTERM, and under set -e the wait
@@ -25,6 +27,7 @@ cleanup() {
     [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null
     for p in $redlock_pids; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
     [ -n "$etcd_pid" ] && kill "$etcd_pid" 2>/dev/null && wait "$etcd_pid" 2>/dev/null
+    [ -n "$pg_ctl_bin" ] && $pg_as "$pg_ctl_bin" -D "$tmp/pg/data" -m immediate stop >/dev/null 2>&1
     [ -n "$mysql_pid" ] && kill "$mysql_pid" 2>/dev/null && wait "$mysql_pid" 2>/dev/null
     rm -rf "$tmp"
 }
@@ -83,6 +86,40 @@ ETCDCTL_API=3 etcdctl --endpoints="127.0.0.1:$eport" --command-timeout=1s endpoi
 export DLOCK_TEST_ETCD_URL="etcd://127.0.0.1:$eport"
 echo "== etcd for the cli tests: $DLOCK_TEST_ETCD_URL"
 
+# A PostgreSQL for the cli tests run with a postgres:// URL (as
+# tests/support/test_pg.c starts one): initdb into $tmp/pg, password
+# authentication on TCP (so that a wrong password is refused: exit_codes.sh),
+# trust on its unix socket (for psql in the scripts), a free loopback port.
+# PostgreSQL refuses to run as root: as root it runs as nobody.
+pg_bindir=""
+for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+    [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ] && { pg_bindir=$d; break; }
+done
+[ -n "$pg_bindir" ] || { echo "test.sh: the PostgreSQL server is missing (apt-get install postgresql)" >&2; exit 1; }
+mkdir -p "$tmp/pg"
+if [ "$(id -u)" -eq 0 ]; then
+    chown nobody "$tmp/pg"
+    chmod 755 "$tmp" "$tmp/pg"
+    pg_as="runuser -u nobody --"
+fi
+pg_password=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+printf '%s\n' "$pg_password" >"$tmp/pg/pw"
+chmod 644 "$tmp/pg/pw"
+$pg_as "$pg_bindir/initdb" -D "$tmp/pg/data" -U dlock --pwfile="$tmp/pg/pw" \
+    --auth-local=trust --auth-host=scram-sha-256 -E UTF8 >"$tmp/pg/initdb.log" 2>&1 ||
+    { echo "test.sh: initdb failed" >&2; cat "$tmp/pg/initdb.log" >&2; exit 1; }
+rm -f "$tmp/pg/pw"
+pg_ctl_bin=$pg_bindir/pg_ctl
+for _ in 1 2 3 4 5; do
+    pgport=$(free_port)
+    $pg_as "$pg_ctl_bin" -D "$tmp/pg/data" -l "$tmp/pg/server.log" -w -t 60 \
+        -o "-c listen_addresses=127.0.0.1 -p $pgport -k $tmp/pg -c fsync=off -c synchronous_commit=off -c max_connections=300" \
+        start >/dev/null 2>&1 && break
+    pgport=""
+done
+[ -n "$pgport" ] || { echo "test.sh: postgres did not start" >&2; tail -5 "$tmp/pg/server.log" >&2; exit 1; }
+export DLOCK_TEST_POSTGRES_URL="postgres://dlock:$pg_password@127.0.0.1:$pgport/postgres"
+echo "== PostgreSQL for the cli tests: postgres://dlock:***@127.0.0.1:$pgport/postgres"
 # A MariaDB for the cli tests run with a mysql:// URL: mariadb-install-db into
 # the temp dir, mariadbd on a free port and a socket there (as root it needs
 # --user=root). The password is distinctive: env.sh looks for it where it

@@ -778,10 +778,12 @@ typedef struct {
     int64_t ttl_ms;
 
     /* ---- Who holds it: recorded by each acquisition in the same round
-     * trip that takes the lock (plain mutexes and fair locks; Redis: plain
-     * mutexes). has_holder is 0 when the lock is free or the holder left
+     * trip that takes the lock (etcd: plain mutexes and fair locks; Redis:
+     * every kind). has_holder is 0 when the lock is free or the holder left
      * no record (another kind, an older dlock, a key set by hand); the
-     * fields below are then empty. ---- */
+     * fields below are then empty. When several hold the lock (readers,
+     * permits, the handles of a reentrant owner), these are the oldest
+     * holder's (the lowest fence): dlock_status_holders gives each. ---- */
     int has_holder;
     /* The holder's host name (gethostname), NUL-terminated. */
     char host[DLOCK_HOST_MAX + 1];
@@ -792,6 +794,19 @@ typedef struct {
     int64_t start_ms;
     /* dlock_acquire_options.label, "" when none. */
     char label[DLOCK_LABEL_MAX + 1];
+
+    /* ---- Appended while the ABI is 0.x (issue 16). ---- */
+
+    /* How many hold the lock now: 0 when free; the number of readers of a
+     * read-write lock or permit holders of a semaphore; the number of
+     * handles of a reentrant owner; else 1 (also when the backend cannot
+     * count them). */
+    int holders;
+    /* What holds it, when the backend records that (Redis): DLOCK_KIND_MUTEX
+     * (a plain mutex, or one with owner ids), _FAIR, _WRITE (the writer of
+     * a read-write lock), _READ (its readers), _SEMAPHORE (permit holders)
+     * or _LEADER; -1 when free or not known. */
+    int kind;
 } dlock_lock_info;
 
 /*
@@ -805,9 +820,28 @@ DLOCK_EXTERN int dlock_status(dlock_lock_info *out, dlock_client *client, const 
 /*
  * dlock_list's callback: one held lock, its name (NUL-terminated, borrowed
  * for the call) and state (borrowed). Return 0 to go on, anything else to
- * stop the listing (dlock_list then returns DLOCK_OK).
+ * stop the listing (dlock_list then returns DLOCK_OK). Also
+ * dlock_status_holders': one holder.
  */
 typedef int (*dlock_list_cb)(const char *name, const dlock_lock_info *info, void *payload);
+
+/*
+ * Call cb once for each holder of the lock called name, in no particular
+ * order: each reader of a read-write lock, each permit holder of a
+ * semaphore, each handle of a reentrant owner, or the one holder. info is
+ * the lock's state as dlock_status reads it (held, holders, kind), with
+ * fence, ttl_ms and the holder fields of that holder: its own fence, its
+ * own lease left (readers and permits have one each), its record. Nothing
+ * is called for a free lock. All holders are read in one round trip.
+ * A backend that keeps no list of holders (etcd, Redlock) calls cb once,
+ * with dlock_status' answer, when the lock is held.
+ *
+ * Returns DLOCK_OK (also when cb stopped it by returning non-zero),
+ * DLOCK_EINVAL (NULL client or cb, a bad name), or a server error as
+ * dlock_status. Thread-safe.
+ */
+DLOCK_EXTERN int dlock_status_holders(dlock_client *client, const char *name, dlock_list_cb cb,
+                                      void *payload);
 
 /*
  * Call cb for every lock held now on the client's server whose name starts
@@ -815,8 +849,9 @@ typedef int (*dlock_list_cb)(const char *name, const dlock_lock_info *info, void
  * no particular order. For operators: it scans the server (Redis: SCAN,
  * etcd: a range read), so it costs in proportion to the keys there, and a
  * lock taken or released meanwhile may be listed or not. Lists the locks
- * whose state dlock_status reads (plain mutexes, fair locks, and, on
- * Redis, exclusive locks with owner ids and leaders).
+ * whose state dlock_status reads (etcd: plain mutexes and fair locks;
+ * Redis: every kind, a read-write lock or semaphore once however many hold
+ * it; each part of a multi-lock by its own name).
  *
  * Returns DLOCK_OK, DLOCK_EINVAL (NULL client or cb, a prefix over
  * DLOCK_NAME_MAX bytes), DLOCK_ENOTSUP (a backend without a listing), or a

@@ -276,7 +276,9 @@ int dlock_status(dlock_lock_info *out, dlock_client *c, const char *name)
     memset(out, 0, sizeof(*out));
     if ((rc = check_name(name, "dlock_status")) != DLOCK_OK)
         return rc;
-    return c->backend->status(c->be, name, out);
+    rc = c->backend->status(c->be, name, out);
+    dlock__info_settle(out);
+    return rc;
 }
 
 int dlock_force_release(dlock_lock_info *removed, dlock_client *c, const char *name)
@@ -292,7 +294,9 @@ int dlock_force_release(dlock_lock_info *removed, dlock_client *c, const char *n
     memset(removed, 0, sizeof(*removed));
     if ((rc = check_name(name, "dlock_force_release")) != DLOCK_OK)
         return rc;
-    return c->backend->force_release(c->be, name, removed);
+    rc = c->backend->force_release(c->be, name, removed);
+    dlock__info_settle(removed);
+    return rc;
 }
 
 const char *dlock__printable(char *buf, size_t size, const char *name)

@@ -206,6 +206,10 @@ void dlock__watchdog_stop(dlock_client *c);
  * "HOST PID START_MS[ LABEL]". NULL when out of memory. */
 char *dlock__holder_new(const char *label);
 
+/* Complete a backend's dlock_lock_info: one that did not count its holders
+ * (holders 0) gets holders 1 when held, and kind -1 (not known). */
+void dlock__info_settle(dlock_lock_info *info);
+
 /* Call the client's log, if any, with a printf-style message; the error
  * message of the thread is left as it was. */
 void dlock__log(dlock_client *c, int level, const char *fmt, ...)

@@ -106,8 +106,53 @@ int dlock_holder_parse(dlock_lock_info *info, const char *text, size_t len)
 
 /* ---- the listing --------------------------------------------------------- */
 
+void dlock__info_settle(dlock_lock_info *info)
+{
+    if (info->holders == 0) {
+        info->kind = -1;
+        info->holders = info->held ? 1 : 0;
+    }
+}
+
+/* The caller's callback, given each backend answer settled. */
+typedef struct {
+    dlock_list_cb cb;
+    void *payload;
+} settled;
+
+static int settle_each(const char *name, const dlock_lock_info *info, void *payload)
+{
+    settled *s = payload;
+    dlock_lock_info copy = *info;
+
+    dlock__info_settle(&copy);
+    return s->cb(name, &copy, s->payload);
+}
+
+int dlock_status_holders(dlock_client *c, const char *name, dlock_list_cb cb, void *payload)
+{
+    settled s = {cb, payload};
+    dlock_lock_info info;
+    int rc;
+
+    dlock__clear_error();
+    if (c == NULL || cb == NULL)
+        return dlock__fail(DLOCK_EINVAL, "dlock_status_holders: %s is NULL",
+                           c == NULL ? "client" : "cb");
+    if ((rc = dlock__check_name(name, "dlock_status_holders")) != DLOCK_OK)
+        return rc;
+    if (c->backend->holders != NULL)
+        return c->backend->holders(c->be, name, settle_each, &s);
+    /* No list of holders: the one status reads. */
+    if ((rc = dlock_status(&info, c, name)) == DLOCK_OK && info.held)
+        cb(name, &info, payload);
+    return rc;
+}
+
 int dlock_list(dlock_client *c, const char *prefix, dlock_list_cb cb, void *payload)
 {
+    settled s = {cb, payload};
+
     dlock__clear_error();
     if (c == NULL || cb == NULL)
         return dlock__fail(DLOCK_EINVAL, "dlock_list: %s is NULL", c == NULL ? "client" : "cb");
@@ -118,7 +163,7 @@ int dlock_list(dlock_client *c, const char *prefix, dlock_list_cb cb, void *payl
                            DLOCK_NAME_MAX);
     if (c->backend->list == NULL)
         return dlock__not_supported(c, "listing locks (dlock_list)");
-    return c->backend->list(c->be, prefix, cb, payload);
+    return c->backend->list(c->be, prefix, settle_each, &s);
 }
 
 /* ---- log and counters ---------------------------------------------------- */

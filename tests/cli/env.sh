@@ -15,6 +15,13 @@ if [ "$BACKEND" = etcd ]; then
     SECRET_URL="etcd://root:$SECRET@$ETCD_HOSTPORT?insecure_auth=1"
 elif [ "$BACKEND" = redlock ]; then
     SECRET_URL="redlock://default:$SECRET@$HOSTS"
+elif [ "$BACKEND" = postgres ]; then
+    # A role of the test's own with that password (scripts/test.sh's server
+    # checks passwords on TCP).
+    ROLE=cli_env_$$
+    pg_sql "CREATE ROLE $ROLE LOGIN SUPERUSER PASSWORD '$SECRET'" >/dev/null ||
+        { fail "cannot create role $ROLE"; finish; }
+    SECRET_URL="postgres://$ROLE:$SECRET@$HOSTPORT/postgres"
 elif [ "$BACKEND" = mysql ]; then
     # The shared MariaDB's own password (scripts/test.sh makes it distinctive).
     SECRET=${URL#*://*:}; SECRET=${SECRET%%@*}
@@ -105,5 +112,6 @@ if grep -q 'socket:' "$WORK/fds"; then
 else
     pass "no server connection leaks into COMMAND"
 fi
+[ "$BACKEND" = postgres ] && pg_sql "DROP ROLE $ROLE" >/dev/null
 
 finish

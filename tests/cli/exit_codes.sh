@@ -29,8 +29,8 @@ expect 255 "--command-status-offset 128: killed by SIGTERM (143) is 255" off sh 
 expect 127 "--command-status-offset: not found stays dlock's 127" off "no-such-command-$$"
 expect 176 "--command-status-offset=100 form: COMMAND's 76 is 176" \
     "$DLOCK" --url "$URL" run --command-status-offset=100 "$N" -- sh -c 'exit 76'
-if [ "$BACKEND" = redlock ] || [ "$BACKEND" = mysql ]; then
-    # Redlock and MySQL offer no election: refused with a message (DLOCK_ENOTSUP).
+if [ "$BACKEND" = redlock ] || [ "$BACKEND" = postgres ] || [ "$BACKEND" = mysql ]; then
+    # Redlock, PostgreSQL and MySQL offer no election: refused with a message (DLOCK_ENOTSUP).
     expect 64 "elect on $BACKEND is not supported" \
         "$DLOCK" --url "$URL" elect --once "$N" -- true
     grep_file 'does not implement leader election' "$WORK/err" "elect on $BACKEND: the message says why"
@@ -90,6 +90,9 @@ elif [ "$BACKEND" = redlock ]; then
     BAD_CREDENTIALS="redlock://nosuchuser-$$:secret@$HOSTS"
 elif [ "$BACKEND" = mysql ]; then
     BAD_CREDENTIALS="mysql://nosuchuser-$$:secret@$HOSTPORT/$MYSQL_DB"
+elif [ "$BACKEND" = postgres ]; then
+    # scripts/test.sh's PostgreSQL asks TCP clients for their password.
+    BAD_CREDENTIALS="postgres://dlock:secret@$HOSTPORT/postgres"
 else
     # The server has no such user: AUTH fails with WRONGPASS.
     BAD_CREDENTIALS="redis://nosuchuser-$$:secret@$HOSTPORT"
@@ -110,11 +113,21 @@ if [ "$BACKEND" = etcd ]; then
 elif [ "$BACKEND" = mysql ]; then
     expect 64 "malformed URL: no database" "$DLOCK" --url "mysql://$HOSTPORT" status "$N"
     expect 64 "malformed URL: a mode there is not" "$DLOCK" --url "$URL?mode=advisory" status "$N"
+elif [ "$BACKEND" = postgres ]; then
+    expect 69 "sslmode=require to a server without TLS" \
+        "$DLOCK" --url "$URL&sslmode=require" status "$N"
+    grep_file 'SSL' "$WORK/err" "sslmode=require: the message says the server has no SSL"
+    expect 64 "an unknown URL parameter" "$DLOCK" --url "$URL&nosuchparam=1" status "$N"
+    grep_file 'nosuchparam' "$WORK/err" "an unknown parameter: the message names it"
 elif [ "$BACKEND" = redlock ]; then
     expect 64 "malformed URL" "$DLOCK" --url "redlock://$HOSTS/notadb" status "$N"
     expect 64 "an even number of nodes" "$DLOCK" --url "redlock://$HOSTS,$HOSTPORT" status "$N"
 else
-    expect 64 "rediss:// is refused, never clear text" "$DLOCK" --url "rediss://$HOSTPORT" status "$N"
+    expect 64 "a TLS option on redis:// is refused, never clear text" \
+        "$DLOCK" --url "redis://$HOSTPORT?cacert=/dev/null" status "$N"
+    expect 69 "rediss:// to a plain port: the handshake gets no answer" \
+        "$DLOCK" --url "rediss://$HOSTPORT" status "$N"
+    grep_file 'TLS handshake' "$WORK/err" "rediss:// to a plain port: the message says TLS handshake"
     expect 64 "malformed URL" "$DLOCK" --url "redis://$HOSTPORT/notadb" status "$N"
 fi
 expect 64 "empty NAME" "$DLOCK" --url "$URL" run "" -- true

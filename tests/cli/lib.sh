@@ -15,7 +15,16 @@ TEST=$(basename "$0" .sh)
 # redlock (or mysql: DLOCK_TEST_MYSQL_URL): what a script checks where they
 # differ.
 BACKEND=${DLOCK_CLI_BACKEND:-redis}
-case $BACKEND in redis | etcd | redlock | mysql) ;; *) echo "FAIL: DLOCK_CLI_BACKEND must be redis, etcd, redlock or mysql, got $BACKEND" >&2; exit 1 ;; esac
+case $BACKEND in redis | etcd | redlock | rediss | zk | postgres | mysql) ;; *) echo "FAIL: DLOCK_CLI_BACKEND must be redis, etcd, redlock, rediss, zk, postgres or mysql, got $BACKEND" >&2; exit 1 ;; esac
+# rediss: a private redis-server with TLS, started below (start_redis_tls).
+[ "$BACKEND" = rediss ] && DLOCK_TEST_URL=rediss://pending
+# zk: DLOCK_TEST_ZK_URL, or else a private ZooKeeper the script starts
+# (start_zk, below) once the helpers are defined.
+ZK_PRIVATE=0
+if [ "$BACKEND" = zk ]; then
+    DLOCK_TEST_URL=${DLOCK_TEST_ZK_URL:-zk://private}
+    [ -n "${DLOCK_TEST_ZK_URL:-}" ] || ZK_PRIVATE=1
+fi
 if [ "$BACKEND" = mysql ]; then
     # The URL has the server's password: kept out of the environment that
     # dlock and its COMMAND inherit (env.sh looks for it there).
@@ -27,6 +36,11 @@ fi
 if [ "$BACKEND" = etcd ]; then
     DLOCK_TEST_URL=${DLOCK_TEST_ETCD_URL:-}
     [ -n "$DLOCK_TEST_URL" ] || { echo "FAIL: DLOCK_TEST_ETCD_URL is not set (scripts/test.sh starts an etcd)" >&2; exit 1; }
+fi
+# postgres: the PostgreSQL that scripts/test.sh starts (lease mode).
+if [ "$BACKEND" = postgres ]; then
+    DLOCK_TEST_URL=${DLOCK_TEST_POSTGRES_URL:-}
+    [ -n "$DLOCK_TEST_URL" ] || { echo "FAIL: DLOCK_TEST_POSTGRES_URL is not set (scripts/test.sh starts a PostgreSQL)" >&2; exit 1; }
 fi
 if [ "$BACKEND" = redlock ]; then
     DLOCK_TEST_URL=${DLOCK_TEST_REDLOCK_URL:-}
@@ -44,11 +58,20 @@ redis://*) HOSTPORT=${URL#redis://}; HOSTPORT=${HOSTPORT%%/*}; HOSTPORT=${HOSTPO
 # HOSTS: every node; HOSTPORT: the first, for redis-cli.
 redlock://*) HOSTS=${URL#redlock://}; HOSTS=${HOSTS%%[/?]*}; HOSTS=${HOSTS##*@}; HOSTPORT=${HOSTS%%,*} ;;
 etcd://*) HOSTPORT=${URL#etcd://}; HOSTPORT=${HOSTPORT%%[/?,]*}; HOSTPORT=${HOSTPORT##*@} ;;
+rediss://pending) ;;
+zk://*) HOSTPORT=${URL#zk://}; HOSTPORT=${HOSTPORT%%[/?,]*}; HOSTPORT=${HOSTPORT##*@} ;;
+# HOSTPORT for psql (pg_sql); the URL itself is a libpq connection URI.
+postgres://* | postgresql://*) HOSTPORT=${URL#*://}; HOSTPORT=${HOSTPORT%%[/?,]*}; HOSTPORT=${HOSTPORT##*@} ;;
 # MYSQL_DB: the database the URL names.
 mysql://* | mariadb://*) HOSTPORT=${URL#*://}; HOSTPORT=${HOSTPORT%%[/?]*}; HOSTPORT=${HOSTPORT##*@}
     MYSQL_DB=${URL#*://*/}; MYSQL_DB=${MYSQL_DB%%\?*} ;;
-*) echo "FAIL $TEST: DLOCK_TEST_URL must be redis://, etcd://, redlock:// or mysql://, got $URL" >&2; exit 1 ;;
+*) echo "FAIL $TEST: DLOCK_TEST_URL must be redis://, etcd://, redlock://, zk://, postgres:// or mysql://, got $URL" >&2; exit 1 ;;
 esac
+# postgres: every connection of this script carries its name, so that
+# queued can tell this script's waiters from other tests' on the shared server.
+if [ "$BACKEND" = postgres ]; then
+    case $URL in *\?*) URL="$URL&application_name=cli-$TEST-$$" ;; *) URL="$URL?application_name=cli-$TEST-$$" ;; esac
+fi
 # The developer's own settings must not leak into what is tested.
 unset DLOCK_URL DLOCK_NAME DLOCK_FENCE
 
@@ -67,6 +90,35 @@ trap cleanup EXIT
 trap 'exit 1' INT TERM HUP
 
 fail() { echo "FAIL $TEST: $*" >&2; FAILS=$((FAILS + 1)); }
+
+# start_redis_tls [REDIS_SERVER_ARGS...]: a private redis-server with TLS on
+# a free port, certificates from tests/support/make_certs.sh in $WORK/tls,
+# its plain port kept for redis-cli (HOSTPORT). Sets URL to
+# rediss://127.0.0.1:TLS_PORT?cacert=$WORK/tls/ca.crt, TLS_PORT, REDIS_TLS_PID.
+start_redis_tls() {
+    mkdir -p "$WORK/tls"
+    tls_faketime=""
+    for f in /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 \
+             /usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1 \
+             /usr/lib/faketime/libfaketimeMT.so.1; do
+        [ -r "$f" ] && tls_faketime=$f && break
+    done
+    [ -n "$tls_faketime" ] || { echo "FAIL $TEST: libfaketime not found (apt-get install faketime)" >&2; exit 1; }
+    sh "$(dirname "$0")/../support/make_certs.sh" "$WORK/tls" "$tls_faketime" ||
+        { echo "FAIL $TEST: making certificates: $(cat "$WORK/tls/openssl.log")" >&2; exit 1; }
+    tls_plain=$(free_port) TLS_PORT=$(free_port)
+    redis-server --port "$tls_plain" --bind 127.0.0.1 --tls-port "$TLS_PORT" \
+        --tls-cert-file "$WORK/tls/server.crt" --tls-key-file "$WORK/tls/server.key" \
+        --tls-ca-cert-file "$WORK/tls/ca.crt" --tls-auth-clients no --save '' \
+        --appendonly no --dir "$WORK" "$@" >"$WORK/redis.log" 2>&1 &
+    REDIS_TLS_PID=$!
+    BG_PIDS="$BG_PIDS $REDIS_TLS_PID"
+    HOSTPORT=127.0.0.1:$tls_plain
+    URL="rediss://127.0.0.1:$TLS_PORT?cacert=$WORK/tls/ca.crt"
+    DLOCK_TEST_URL=$URL
+    within 30 redis-cli -h 127.0.0.1 -p "$tls_plain" ping >/dev/null 2>&1 ||
+        { echo "FAIL $TEST: the private TLS redis-server did not start: $(tail -5 "$WORK/redis.log")" >&2; exit 1; }
+}
 pass() { echo "ok   $TEST: $*"; }
 
 # finish: the test's verdict, as its exit status.
@@ -273,7 +325,19 @@ gone() { ! alive "$1"; }
 #   subscribed NAME: Redis only, the subscribers to NAME's release channel.
 # Test names are plain ASCII, so NAME needs no escaping in a key.
 queued() {
-    if [ "$BACKEND" = etcd ]; then
+    if [ "$BACKEND" = postgres ]; then
+        # Lease mode keeps no queue: a waiter is a LISTEN session, one per
+        # waiting dlock. The waiters of this script (its application_name)
+        # but not which name they wait for: the scripts wait for one name
+        # at a time.
+        pg_sql "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'cli-$TEST-$$'
+                AND query LIKE 'LISTEN %'"
+    elif [ "$BACKEND" = zk ]; then
+        # The nodes in /dlock/NAME but the holder's (zkCli prints "[a, b]").
+        zk_kids=$(/usr/share/zookeeper/bin/zkCli.sh -server "$HOSTPORT" ls "/dlock/$1" 2>/dev/null |
+            tail -1 | sed -n 's/^\[\(.*\)\]$/\1/p' | tr ',' '\n' | grep -c .)
+        echo $((zk_kids > 0 ? zk_kids - 1 : 0))
+    elif [ "$BACKEND" = etcd ]; then
         queued_keys=$(ETCDCTL_API=3 etcdctl --endpoints="$HOSTPORT" --command-timeout=5s \
             get --prefix --keys-only "dlock/$1/" | grep -c .)
         echo $((queued_keys > 0 ? queued_keys - 1 : 0))
@@ -281,7 +345,12 @@ queued() {
         redis-cli -h "${HOSTPORT%:*}" -p "${HOSTPORT##*:}" EXISTS "dlock:{$1}:next"
     fi
 }
+# pg_sql SQL: one value, read with psql from the test's PostgreSQL.
+pg_sql() { psql "$DLOCK_TEST_URL" -XAtq -v ON_ERROR_STOP=1 -c "$1"; }
 subscribed() {
+    [ "$BACKEND" = postgres ] && { queued "$1"; return; }
+    # ZooKeeper: a waiter's node in the queue carries its watch.
+    [ "$BACKEND" = zk ] && { queued "$1"; return; }
     redis-cli -h "${HOSTPORT%:*}" -p "${HOSTPORT##*:}" PUBSUB NUMSUB "dlock:{$1}:release" | sed -n 2p
 }
 queued_is() { [ "$(queued "$1")" = "$2" ]; }
@@ -290,9 +359,70 @@ subscribed_some() { [ "$(subscribed "$1")" -ge 1 ] 2>/dev/null; }
 
 # need_server_tools: redis-cli, or etcdctl with etcd, for queued.
 need_server_tools() {
-    if [ "$BACKEND" = etcd ]; then
+    if [ "$BACKEND" = postgres ]; then
+        command -v psql >/dev/null || { fail "psql is not installed (apt-get install postgresql-client)"; finish; }
+    elif [ "$BACKEND" = etcd ]; then
         command -v etcdctl >/dev/null || { fail "etcdctl is not installed (apt-get install etcd-client)"; finish; }
     else
         command -v redis-cli >/dev/null || { fail "redis-cli is not installed (apt-get install redis-tools)"; finish; }
     fi
 }
+
+# start_zk: a private standalone ZooKeeper (Debian's zookeeper package) on a
+# free loopback port, its data in $WORK, stopped on exit with the other
+# background processes. Sets ZK (host:port), ZK_URL and ZK_PID. Ready when
+# it answers "srvr"; a port taken meanwhile costs another try.
+zk_ready() {
+    python3 - "$1" <<'EOF' 2>/dev/null
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2)
+s.sendall(b"srvr")
+sys.exit(0 if b"Zookeeper version" in s.recv(4096) else 1)
+EOF
+}
+start_zk() {
+    [ -e /usr/share/zookeeper/bin/zkServer.sh ] && [ -e /usr/share/java/zookeeper.jar ] ||
+        { fail "ZooKeeper is not installed (apt-get install zookeeper)"; finish; }
+    zk_try=0
+    while :; do
+        zk_try=$((zk_try + 1))
+        zk_port=$(free_port)
+        zk_dir=$WORK/zk.$zk_try
+        mkdir -p "$zk_dir/data"
+        printf '%s\n' "tickTime=500" "dataDir=$zk_dir/data" "clientPort=$zk_port" \
+            "clientPortAddress=127.0.0.1" "admin.enableServer=false" \
+            "4lw.commands.whitelist=srvr" "maxSessionTimeout=60000" >"$zk_dir/zoo.cfg"
+        printf '%s\n' "log4j.rootLogger=WARN, F" "log4j.appender.F=org.apache.log4j.FileAppender" \
+            "log4j.appender.F.File=$zk_dir/zk.log" "log4j.appender.F.layout=org.apache.log4j.PatternLayout" \
+            >"$zk_dir/log4j.properties"
+        # The jars the server needs (as tests/support/test_zk.c: all of
+        # /usr/share/java/* slows the start down tenfold).
+        zk_cp=$zk_dir
+        for j in zookeeper zookeeper-jute slf4j-api slf4j-simple netty-handler netty-common \
+            netty-buffer netty-transport netty-resolver netty-codec netty-transport-native-epoll \
+            netty-transport-native-unix-common commons-io metrics-core snappy-java commons-cli log4j-1.2; do
+            zk_cp=$zk_cp:/usr/share/java/$j.jar
+        done
+        java -cp "$zk_cp" org.apache.zookeeper.server.ZooKeeperServerMain "$zk_dir/zoo.cfg" \
+            >"$zk_dir/out" 2>&1 &
+        ZK_PID=$!
+        BG_PIDS="$BG_PIDS $ZK_PID"
+        if within 60 zk_ready "$zk_port"; then
+            ZK=127.0.0.1:$zk_port
+            ZK_URL=zk://$ZK
+            return
+        fi
+        if alive "$ZK_PID" || [ "$zk_try" -ge 5 ]; then
+            fail "ZooKeeper did not start on $zk_port: $(tail -5 "$zk_dir/out" "$zk_dir/zk.log" 2>/dev/null)"
+            finish
+        fi
+        wait "$ZK_PID" 2>/dev/null # the port was taken: try another
+    done
+}
+if [ "$ZK_PRIVATE" = 1 ]; then
+    start_zk
+    URL=$ZK_URL HOSTPORT=$ZK DLOCK_TEST_URL=$ZK_URL
+fi
+
+# BACKEND=rediss: the scripts run against a private TLS redis-server.
+if [ "$BACKEND" = rediss ]; then start_redis_tls; fi

@@ -212,6 +212,23 @@ elseif(CASE STREQUAL "postgres")
   expect_fence_safe_ttl_not(3)
   expect(nolock double_payouts GREATER_EQUAL 1)
 
+elseif(CASE STREQUAL "postgres_lock")
+  # PostgreSQL as the lock server (lease mode, the fence from its sequence)
+  # and as the store: one database, nothing else.
+  if("$ENV{DLOCK_DEMO_STORE}" STREQUAL "")
+    message(FATAL_ERROR "DLOCK_DEMO_STORE is not set: run this case through with_postgres.sh")
+  endif()
+  run_demo(--lock "$ENV{DLOCK_DEMO_STORE}" ${small} --rounds 10 --seed 7
+           --store "$ENV{DLOCK_DEMO_STORE}")
+  expect_rc(0)
+  file(READ "${json}" doc)
+  string(JSON server GET "${doc}" lock_server)
+  if(NOT server STREQUAL "url" OR NOT out MATCHES "lock server: postgresql://demo@/postgres")
+    message(FATAL_ERROR "expected the PostgreSQL as the lock server, got ${server}")
+  endif()
+  expect_fence_safe_ttl_not(3)
+  expect(nolock double_payouts GREATER_EQUAL 1)
+  expect(fence highest_fence GREATER_EQUAL 10)
 elseif(CASE STREQUAL "mysql")
   # MariaDB as the lock server (lease mode) and as the store: scripts/test.sh
   # exports its URL.
@@ -222,7 +239,7 @@ elseif(CASE STREQUAL "mysql")
   # A longer lease than ${small}'s: every step is a round trip with a
   # durable commit, and a holder whose lease ran out before it reached the
   # chosen order is never frozen (fewer pauses).
-  run_demo(--url "$ENV{DLOCK_TEST_MYSQL_URL}" --store "$ENV{DLOCK_TEST_MYSQL_URL}" ${small}
+  run_demo(--lock "$ENV{DLOCK_TEST_MYSQL_URL}" --store "$ENV{DLOCK_TEST_MYSQL_URL}" ${small}
            --ttl 400ms --rounds 10 --seed 7)
   expect_rc(0)
   expect_store(mysql)
@@ -232,7 +249,7 @@ elseif(CASE STREQUAL "mysql")
 
 elseif(CASE STREQUAL "usage")
   foreach(args "--instances;1" "--mode;bogus" "--ttl;0" "--pause;maybe" "--seed;-1"
-               "--bogus" "--rounds" "--url;rediss://127.0.0.1:6379")
+               "--bogus" "--rounds" "--url;redis://127.0.0.1:6379?cacert=/dev/null")
     run_demo(${args})
     expect_rc(64)
   endforeach()

@@ -280,7 +280,7 @@ static void credentials_never_in_messages(void)
 
     /* Refused by the parser or the backend, before any I/O. */
     expect_open_fails("memcached://u:" SECRET "@h", DLOCK_EINVAL, NULL);
-    expect_open_fails("rediss://u:" SECRET "@h:6380", DLOCK_ENOTSUP, NULL);
+    expect_open_fails("rediss://u:" SECRET "@h:6380?cert=/c.pem", DLOCK_EINVAL, NULL);
     expect_open_fails("redis://u:" SECRET "@h:99999", DLOCK_EINVAL, NULL);
     expect_open_fails("redis://u:" SECRET "@h?timeout=1", DLOCK_EINVAL, NULL);
     expect_open_fails("redis://u:" SECRET "@h/db9", DLOCK_EINVAL, NULL);
@@ -1139,6 +1139,55 @@ static void acl_minimal_user(void)
     test_redis_stop(&r);
 }
 
+/* The same over rediss://: the minimal user runs the core scenario through
+ * TLS; without EVALSHA, or outside its key pattern, a clear DLOCK_EAUTH. */
+static void acl_over_tls(void)
+{
+    test_tls t;
+    test_redis r;
+    dlock_client *c;
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_lock *l = NULL;
+    char url[1024], msg[512];
+    int code = 0, step;
+
+    test_tls_make(&t);
+    test_redis_start_tls(&r, &t, "server", NULL);
+    acl_setuser(&r, "dlock", SECRET, ACL_KEYS " " ACL_COMMANDS);
+    acl_setuser(&r, "noevalsha", SECRET, ACL_KEYS " +eval +get +set +incr +pexpire +pttl +del "
+                "+publish +exists +subscribe +unsubscribe +client|setname +select");
+    snprintf(url, sizeof(url), "rediss://dlock:" SECRET "@127.0.0.1:%d/3?cacert=%s",
+             r.tls_port, test_tls_file(&t, "ca.crt"));
+    step = scenario(&r, url, &code, msg, sizeof(msg));
+    if (step != 0) {
+        fprintf(stderr, "minimal ACL user over TLS: step %d failed: %d (%s): %s\n", step, code,
+                dlock_strerror(code), msg);
+        exit(1);
+    }
+    co.key_prefix = "other:";
+    CHECK_RC(dlock_client_open(&c, url, &co), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "core", NULL), DLOCK_EAUTH);
+    CHECK_CONTAINS(dlock_error_message(), "NOPERM");
+    CHECK_MESSAGE_CLEAN();
+    dlock_client_free(c);
+    snprintf(url, sizeof(url), "rediss://noevalsha:" SECRET "@127.0.0.1:%d?cacert=%s",
+             r.tls_port, test_tls_file(&t, "ca.crt"));
+    c = open_url(url);
+    CHECK_RC(dlock_acquire(&l, c, "core", NULL), DLOCK_EAUTH);
+    fprintf(stderr, "without EVALSHA: %s\n", dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), "rediss 127.0.0.1:");
+    CHECK_CONTAINS(dlock_error_message(), "'evalsha'");
+    CHECK_MESSAGE_CLEAN();
+    dlock_client_free(c);
+    /* A wrong password over TLS is the same EAUTH as in clear text. */
+    snprintf(url, sizeof(url), "rediss://dlock:wrong@127.0.0.1:%d?cacert=%s", r.tls_port,
+             test_tls_file(&t, "ca.crt"));
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_EAUTH);
+    CHECK_CONTAINS(dlock_error_message(), "WRONGPASS");
+    test_redis_stop(&r);
+    test_tls_remove(&t);
+}
+
 /* Each command of the minimal set, taken away alone: what breaks. */
 static void acl_each_command_needed(void)
 {
@@ -1446,6 +1495,7 @@ TEST_MAIN({"names_huge_and_binary", names_huge_and_binary, NULL},
           {"lock_used_from_other_thread", lock_used_from_other_thread, "watchdog"},
           {"maxmemory_held_lock", maxmemory_held_lock, NULL}, {"acl_minimal_user", acl_minimal_user, NULL},
           {"acl_each_command_needed", acl_each_command_needed, NULL},
+          {"acl_over_tls", acl_over_tls, "tls"},
           {"failed_acquire_leaves_no_lock", failed_acquire_leaves_no_lock, NULL},
           {"broken_fence_state", broken_fence_state, NULL},
           {"cli_run_hides_password", cli_run_hides_password, "cli"},

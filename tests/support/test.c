@@ -4,6 +4,7 @@
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <stdarg.h>
 #include <sys/socket.h>
@@ -13,6 +14,9 @@
 
 #include "plain_backend.h"
 #include "test.h"
+#ifdef DLOCK_TEST_POSTGRES
+#include "test_pg.h"
+#endif
 
 int test_run(const test_case *cases, size_t n, int argc, char **argv)
 {
@@ -105,12 +109,18 @@ static redisContext *connect_raw(test_redis *r)
 
 static void spawn(test_redis *r)
 {
-    char port[16], *args[32];
+    char port[16], tls_port[16], *args[64];
     int n = 0;
-    char extra[256];
+    char extra[sizeof(r->extra)];
 
     snprintf(port, sizeof(port), "%d", r->port);
-    args[n++] = "redis-server";
+    if (r->conf[0] != '\0') {
+        /* A sentinel: its config file (which it rewrites) comes first. */
+        args[n++] = "redis-sentinel";
+        args[n++] = r->conf;
+    } else {
+        args[n++] = "redis-server";
+    }
     args[n++] = "--port";
     args[n++] = port;
     args[n++] = "--bind";
@@ -123,8 +133,13 @@ static void spawn(test_redis *r)
     args[n++] = "no";
     args[n++] = "--loglevel";
     args[n++] = "warning";
+    if (r->tls_port != 0) {
+        snprintf(tls_port, sizeof(tls_port), "%d", r->tls_port);
+        args[n++] = "--tls-port";
+        args[n++] = tls_port;
+    }
     snprintf(extra, sizeof(extra), "%s", r->extra);
-    for (char *tok = strtok(extra, " "); tok != NULL && n < 30; tok = strtok(NULL, " "))
+    for (char *tok = strtok(extra, " "); tok != NULL && n < 62; tok = strtok(NULL, " "))
         args[n++] = tok;
     args[n] = NULL;
 
@@ -135,7 +150,7 @@ static void spawn(test_redis *r)
         int devnull = open("/dev/null", 1);
         if (devnull >= 0)
             dup2(devnull, 1);
-        execvp("redis-server", args);
+        execvp(args[0], args);
         fprintf(stderr, "cannot run redis-server: %s (install it: apt-get install "
                 "redis-server)\n", strerror(errno));
         _exit(127);
@@ -163,7 +178,7 @@ static void spawn(test_redis *r)
 }
 
 /* Servers of this process, removed at exit even when a check failed. */
-#define STARTED_MAX 16
+#define STARTED_MAX 24
 static test_redis *started[STARTED_MAX];
 static pid_t owner;
 
@@ -176,7 +191,9 @@ static void cleanup_servers(void)
             test_redis_stop(started[i]);
 }
 
-void test_redis_start(test_redis *r, const char *extra_args)
+/* Start a server, on a TLS port too when tls; r->url is redis:// (the
+ * caller of a TLS one writes its own). */
+static void start_redis(test_redis *r, const char *extra_args, int tls, const char *conf)
 {
     if (owner == 0) {
         owner = getpid();
@@ -194,9 +211,89 @@ void test_redis_start(test_redis *r, const char *extra_args)
         exit(1);
     }
     snprintf(r->extra, sizeof(r->extra), "%s", extra_args ? extra_args : "");
+    snprintf(r->conf, sizeof(r->conf), "%s", conf ? conf : "");
     r->port = free_port();
+    r->tls_port = tls ? free_port() : 0;
     snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
     spawn(r);
+}
+
+void test_redis_start(test_redis *r, const char *extra_args)
+{
+    start_redis(r, extra_args, 0, NULL);
+}
+
+/* A redis-sentinel on a free port with its config file conf. */
+static void start_sentinel(test_redis *r, const char *conf)
+{
+    start_redis(r, NULL, 0, conf);
+}
+
+/* ---- TLS ---------------------------------------------------------------- */
+
+static void run_sh(const char *cmd)
+{
+    int rc = system(cmd);
+
+    if (rc != 0) {
+        fprintf(stderr, "making TLS certificates failed (status %d; needs openssl and "
+                "faketime; see openssl.log in the folder): %s\n", rc, cmd);
+        exit(1);
+    }
+}
+
+const char *test_tls_file(const test_tls *t, const char *name)
+{
+    static char buf[128];
+
+    snprintf(buf, sizeof(buf), "%s/%s", t->dir, name);
+    return buf;
+}
+
+void test_tls_make(test_tls *t)
+{
+    char cmd[512];
+    const char *faketime = test_faketime_lib();
+
+    snprintf(t->dir, sizeof(t->dir), "/tmp/dlock-tls-XXXXXX");
+    if (mkdtemp(t->dir) == NULL) {
+        perror("mkdtemp");
+        exit(1);
+    }
+    if (faketime == NULL) {
+        fprintf(stderr, "libfaketime not found (apt-get install faketime): needed for the "
+                "expired certificate\n");
+        exit(1);
+    }
+    snprintf(cmd, sizeof(cmd), "sh %s %s %s", DLOCK_TEST_MAKE_CERTS, t->dir, faketime);
+    run_sh(cmd);
+}
+
+void test_tls_remove(test_tls *t)
+{
+    char cmd[128];
+
+    if (t->dir[0] == '\0')
+        return;
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", t->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", t->dir);
+    t->dir[0] = '\0';
+}
+
+void test_redis_start_tls(test_redis *r, const test_tls *t, const char *cert,
+                          const char *extra_args)
+{
+    char extra[sizeof(r->extra)];
+
+    snprintf(extra, sizeof(extra), "--tls-cert-file %s/%s.crt --tls-key-file %s/%s.key "
+             "--tls-ca-cert-file %s/ca.crt %s %s", t->dir, cert, t->dir, cert, t->dir,
+             extra_args != NULL && strstr(extra_args, "--tls-auth-clients") != NULL
+                 ? "" : "--tls-auth-clients no",
+             extra_args != NULL ? extra_args : "");
+    start_redis(r, extra, 1, NULL);
+    snprintf(r->url, sizeof(r->url), "rediss://127.0.0.1:%d?cacert=%s/ca.crt", r->tls_port,
+             t->dir);
 }
 
 void test_redis_start_many(test_redis *r, int n, const char *extra_args, char *url,
@@ -576,8 +673,17 @@ static int etcd_wait_healthy(test_etcd *e, int i)
 
 /* A free loopback port below the kernel's ephemeral range, so that no
  * outgoing connection (of this or a parallel test) takes it between this
- * check and etcd's bind. */
-static int etcd_free_port(void)
+ * check and the server's bind (etcd, ZooKeeper). */
+void *test_shared_page(size_t size)
+{
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+    CHECK(p != MAP_FAILED);
+    memset(p, 0, size);
+    return p;
+}
+
+int test_free_port(void)
 {
     static unsigned seed;
     int low = 32768;
@@ -638,8 +744,8 @@ static void etcd_start(test_etcd *e, int members, const char *extra_args, int tl
 again:
     used = (size_t)snprintf(e->url, sizeof(e->url), tls ? "etcds://" : "etcd://");
     for (int i = 0; i < members; i++) {
-        e->client_port[i] = etcd_free_port();
-        e->peer_port[i] = etcd_free_port();
+        e->client_port[i] = test_free_port();
+        e->peer_port[i] = test_free_port();
         snprintf(e->member_url[i], sizeof(e->member_url[i]), "%s://127.0.0.1:%d",
                  tls ? "etcds" : "etcd", e->client_port[i]);
         used += (size_t)snprintf(e->url + used, sizeof(e->url) - used, "%s127.0.0.1:%d",
@@ -854,13 +960,220 @@ int test_process_alive(int pid)
 }
 
 /* ------------------------------------------------------------------------
+ * Sentinel
+ * ---------------------------------------------------------------------- */
+
+/* The port sentinel i names as master of "dlock" (0: none, -1: unreachable). */
+static int sentinel_names(test_redis *sen)
+{
+    redisContext *c = connect_raw(sen);
+    redisReply *rep;
+    int port = -1;
+
+    if (c == NULL)
+        return -1;
+    rep = redisCommand(c, "SENTINEL get-master-addr-by-name dlock");
+    if (rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2)
+        port = atoi(rep->element[1]->str);
+    else if (rep != NULL)
+        port = 0;
+    if (rep != NULL)
+        freeReplyObject(rep);
+    redisFree(c);
+    return port;
+}
+
+/* Whether sentinel sen knows both replicas and the other sentinels. */
+static int sentinel_ready(test_redis *sen)
+{
+    redisContext *c = connect_raw(sen);
+    redisReply *rep;
+    int replicas = -1, others = -1;
+
+    if (c == NULL)
+        return 0;
+    rep = redisCommand(c, "SENTINEL master dlock");
+    for (size_t i = 0; rep != NULL && rep->type == REDIS_REPLY_ARRAY && i + 1 < rep->elements;
+         i += 2) {
+        if (strcmp(rep->element[i]->str, "num-slaves") == 0)
+            replicas = atoi(rep->element[i + 1]->str);
+        if (strcmp(rep->element[i]->str, "num-other-sentinels") == 0)
+            others = atoi(rep->element[i + 1]->str);
+    }
+    if (rep != NULL)
+        freeReplyObject(rep);
+    redisFree(c);
+    return replicas == TEST_SENTINEL_REPLICAS && others == TEST_SENTINELS - 1;
+}
+
+/* Whether replica r has finished its first sync with the master. */
+static int replica_synced(test_redis *r)
+{
+    redisContext *c = connect_raw(r);
+    redisReply *rep;
+    int up;
+
+    if (c == NULL)
+        return 0;
+    rep = redisCommand(c, "INFO replication");
+    up = rep != NULL && rep->type == REDIS_REPLY_STRING &&
+         strstr(rep->str, "master_link_status:up") != NULL &&
+         strstr(rep->str, "master_sync_in_progress:0") != NULL;
+    if (rep != NULL)
+        freeReplyObject(rep);
+    redisFree(c);
+    return up;
+}
+
+void test_sentinel_start(test_sentinel *s, const char *extra_args, int failover)
+{
+    char extra[1200];
+    size_t len;
+    int ready = 0;
+
+    char mextra[1200];
+
+    memset(s, 0, sizeof(*s));
+    /* Redis 7 waits 5 s before a diskless full sync, in case more replicas
+     * come: the replicas would not hold the master's data until then. */
+    snprintf(mextra, sizeof(mextra), "%s%s", extra_args ? extra_args : "",
+             failover == TEST_SENTINEL_SYNCING ? "" : " --repl-diskless-sync-delay 0");
+    test_redis_start(&s->nodes[0], mextra);
+    snprintf(extra, sizeof(extra), "%s --replicaof 127.0.0.1 %d", extra_args ? extra_args : "",
+             s->nodes[0].port);
+
+    for (int i = 1; i <= TEST_SENTINEL_REPLICAS; i++)
+        test_redis_start(&s->nodes[i], extra);
+    len = (size_t)snprintf(s->url, sizeof(s->url), "redis-sentinel://");
+    for (int i = 0; i < TEST_SENTINELS; i++) {
+        test_redis *sen = &s->sentinels[i];
+        char conf[sizeof(sen->conf)];
+        FILE *f;
+
+        /* The config must exist before the sentinel starts (which
+         * rewrites it): in a directory of its own. */
+        snprintf(conf, sizeof(conf), "/tmp/dlock-sentinel-XXXXXX");
+        if (mkdtemp(conf) == NULL) {
+            perror("mkdtemp");
+            exit(1);
+        }
+        snprintf(conf + strlen(conf), sizeof(conf) - strlen(conf), "/sentinel.conf");
+        if ((f = fopen(conf, "w")) == NULL) {
+            perror(conf);
+            exit(1);
+        }
+        fprintf(f, "sentinel monitor dlock 127.0.0.1 %d 2\n"
+                   "sentinel down-after-milliseconds dlock %d\n"
+                   "sentinel failover-timeout dlock 3000\n"
+                   "sentinel parallel-syncs dlock 2\n", s->nodes[0].port,
+                failover ? 1000 : 600000);
+        fclose(f);
+        start_sentinel(sen, conf);
+        len += (size_t)snprintf(s->url + len, len < sizeof(s->url) ? sizeof(s->url) - len : 0,
+                                "%s127.0.0.1:%d", i > 0 ? "," : "", sen->port);
+    }
+    snprintf(s->url + len, len < sizeof(s->url) ? sizeof(s->url) - len : 0, "/dlock");
+    for (int t = 0; t < 3000 && !ready; t++) {
+        ready = 1;
+        for (int i = 1; i <= TEST_SENTINEL_REPLICAS; i++)
+            ready = ready && (failover == TEST_SENTINEL_SYNCING || replica_synced(&s->nodes[i]));
+        for (int i = 0; i < TEST_SENTINELS; i++)
+            ready = ready && (failover ? sentinel_ready(&s->sentinels[i])
+                                       : sentinel_names(&s->sentinels[i]) == s->nodes[0].port);
+        if (!ready)
+            test_sleep_ms(20);
+    }
+    if (!ready) {
+        fprintf(stderr, "test_sentinel_start: the sentinels did not find the replicas and "
+                "each other within 60 s\n");
+        exit(1);
+    }
+}
+
+void test_sentinel_stop(test_sentinel *s)
+{
+    for (int i = 0; i < TEST_SENTINELS; i++) {
+        char dir[96];
+        snprintf(dir, sizeof(dir), "%s", s->sentinels[i].conf);
+        test_redis_stop(&s->sentinels[i]);
+        if (strrchr(dir, '/') != NULL) {
+            char cmd[128];
+            *strrchr(dir, '/') = '\0';
+            snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+            if (system(cmd) != 0)
+                fprintf(stderr, "could not remove %s\n", dir);
+        }
+    }
+    for (int i = 0; i <= TEST_SENTINEL_REPLICAS; i++)
+        test_redis_stop(&s->nodes[i]);
+}
+
+int test_sentinel_master(test_sentinel *s)
+{
+    int port = 0;
+
+    for (int i = 0; i < TEST_SENTINELS; i++) {
+        int p;
+        if (s->sentinels[i].pid <= 0)
+            continue;
+        p = sentinel_names(&s->sentinels[i]);
+        if (p <= 0 || (port != 0 && p != port))
+            return -1;
+        port = p;
+    }
+    for (int i = 0; i <= TEST_SENTINEL_REPLICAS; i++)
+        if (s->nodes[i].port == port)
+            return i;
+    return -1;
+}
+
+int test_sentinel_failover(test_sentinel *s)
+{
+    int old = test_sentinel_master(s);
+
+    if (old < 0)
+        return -1;
+    test_redis_kill(&s->nodes[old]);
+    for (int t = 0; t < 3000; t++) {
+        int now = test_sentinel_master(s);
+        if (now >= 0 && now != old)
+            return now;
+        test_sleep_ms(20);
+    }
+    return -1;
+}
+
+/* ------------------------------------------------------------------------
  * Either backend
  * ---------------------------------------------------------------------- */
 
 void test_server_start(test_server *s, const char *backend)
 {
     memset(s, 0, sizeof(*s));
-    if (backend != NULL && strcmp(backend, "redis") == 0) {
+    if (backend != NULL && strcmp(backend, "rediss") == 0) {
+        /* The redis backend over TLS: dlock reaches the server only by
+         * its TLS port. */
+        s->backend = "redis";
+        s->tls = 1;
+        test_tls_make(&s->certs);
+        test_redis_start_tls(&s->redis, &s->certs, "server", NULL);
+        s->url = s->redis.url;
+        s->short_lease_ms = 300;
+        s->dense_fences = 1;
+        s->waiter_leftovers = 1;
+    } else if (backend != NULL && strcmp(backend, "redis-sentinel") == 0) {
+        /* The redis backend on the master the sentinels name; checks read
+         * that master (s->redis, a copy of its test_redis). */
+        s->backend = "redis";
+        if ((s->sentinel = malloc(sizeof(*s->sentinel))) == NULL)
+            fprintf(stderr, "out of memory\n"), exit(1);
+        test_sentinel_start(s->sentinel, NULL, 0);
+        s->redis = s->sentinel->nodes[0];
+        s->url = s->sentinel->url;
+        s->short_lease_ms = 300;
+        s->dense_fences = 1;
+        s->waiter_leftovers = 1;
+    } else if (backend != NULL && strcmp(backend, "redis") == 0) {
         s->backend = "redis";
         test_redis_start(&s->redis, NULL);
         s->url = s->redis.url;
@@ -890,6 +1203,18 @@ void test_server_start(test_server *s, const char *backend)
                               sizeof(s->redlock_url));
         s->url = s->redlock_url;
         s->short_lease_ms = 300;
+    } else if (backend != NULL && strcmp(backend, "zk") == 0) {
+        s->backend = "zk";
+        test_zk_start(&s->zk, 1, NULL);
+        s->url = s->zk.url;
+        /* Up to the 2 s session of the URL: locks live in the short
+         * session, whose node goes 2 s after its holder stalls. */
+        s->short_lease_ms = 1000;
+        s->waiter_leftovers = 1; /* its node in the queue */
+#ifdef DLOCK_TEST_POSTGRES
+    } else if (backend != NULL && strncmp(backend, "postgres", 8) == 0) {
+        test_pg_server_start(s, backend);
+#endif
     } else if (backend != NULL && (strcmp(backend, "mysql") == 0 ||
                                    strcmp(backend, "mysql-named") == 0)) {
         s->backend = "mysql";
@@ -901,8 +1226,8 @@ void test_server_start(test_server *s, const char *backend)
         s->url = s->sql_url;
         s->short_lease_ms = 1000; /* a statement's round trip is slower than Redis' */
     } else {
-        fprintf(stderr, "unknown backend '%s' (redis, plainredis, etcd, redlock, mysql or "
-                "mysql-named)\n",
+        fprintf(stderr, "unknown backend '%s' (redis, rediss, redis-sentinel, plainredis, etcd, "
+                "redlock, zk, mysql or mysql-named)\n",
                 backend ? backend : "");
         exit(2);
     }
@@ -919,6 +1244,19 @@ static int on_redlock(const test_server *s)
     return strcmp(s->backend, "redlock") == 0;
 }
 
+static int on_zk(const test_server *s)
+{
+    return strcmp(s->backend, "zk") == 0;
+}
+
+/* The directory of lock name on ZooKeeper (names in the tests need no
+ * escaping). */
+static const char *zk_dir(char *buf, size_t size, const char *name)
+{
+    snprintf(buf, size, "/dlock/%s", name);
+    return buf;
+}
+
 /* The key prefix of s's Redis backend. */
 static const char *redis_prefix(const test_server *s)
 {
@@ -932,6 +1270,12 @@ static int on_mysql(const test_server *s)
 
 void test_server_stop(test_server *s)
 {
+#ifdef DLOCK_TEST_POSTGRES
+    if (s->pg != NULL) {
+        test_pg_stop(s->pg);
+        return;
+    }
+#endif
     if (on_mysql(s)) {
         test_mariadb_stop(&s->mariadb);
         return;
@@ -940,10 +1284,20 @@ void test_server_stop(test_server *s)
         test_redis_stop(&s->nodes[i]);
     if (on_redlock(s))
         return;
-    if (on_redis(s))
+    if (s->sentinel != NULL) {
+        test_sentinel_stop(s->sentinel);
+        free(s->sentinel);
+        s->sentinel = NULL;
+        return;
+    }
+    if (on_zk(s))
+        test_zk_stop(&s->zk);
+    else if (on_redis(s))
         test_redis_stop(&s->redis);
     else
         test_etcd_stop(&s->etcd);
+    if (s->tls)
+        test_tls_remove(&s->certs);
 }
 
 int test_server_held(test_server *s, const char *name)
@@ -951,6 +1305,10 @@ int test_server_held(test_server *s, const char *name)
     char key[600];
     int held = 0;
 
+#ifdef DLOCK_TEST_POSTGRES
+    if (s->pg != NULL)
+        return test_pg_server_held(s, name);
+#endif
     if (on_mysql(s))
         return test_mysql_held(s, name);
     if (on_redlock(s)) {
@@ -959,6 +1317,8 @@ int test_server_held(test_server *s, const char *name)
                     test_redis_cmd(&s->nodes[i], "EXISTS dlock:{%s}", name) == 1;
         return held > s->nnodes / 2;
     }
+    if (on_zk(s))
+        return test_zk_children(&s->zk, zk_dir(key, sizeof(key), name)) > 0;
     if (on_redis(s))
         return test_redis_cmd(&s->redis, "EXISTS %s{%s}", redis_prefix(s), name) == 1;
     snprintf(key, sizeof(key), "dlock/%s/", name);
@@ -967,8 +1327,15 @@ int test_server_held(test_server *s, const char *name)
 
 void test_server_pause(test_server *s, int paused)
 {
-    int pid = on_redis(s) ? s->redis.pid : on_mysql(s) ? s->mariadb.pid : s->etcd.pid[0];
+    int pid = on_redis(s) ? s->redis.pid : on_zk(s) ? s->zk.pid[0] : on_mysql(s) ? s->mariadb.pid
+                                                                                : s->etcd.pid[0];
 
+#ifdef DLOCK_TEST_POSTGRES
+    if (s->pg != NULL) {
+        test_pg_pause(s->pg, paused);
+        return;
+    }
+#endif
     for (int i = 0; i < s->nnodes; i++)
         if (kill(s->nodes[i].pid, paused ? SIGSTOP : SIGCONT) != 0)
             fprintf(stderr, "kill -%s %d: %s\n", paused ? "STOP" : "CONT", s->nodes[i].pid,
@@ -985,18 +1352,36 @@ long long test_server_leftovers(test_server *s, const char *name)
     char key[600];
     long long n = 0;
 
+#ifdef DLOCK_TEST_POSTGRES
+    if (s->pg != NULL)
+        return test_pg_server_leftovers(s, name);
+#endif
     if (on_mysql(s))
         return test_mysql_leftovers(s, name);
     if (on_redlock(s)) {
-        /* The lock's key on every node (a waiter leaves nothing). */
-        for (int i = 0; i < s->nnodes; i++)
-            if (s->nodes[i].pid > 0)
-                n += test_redis_cmd(&s->nodes[i], "EXISTS dlock:{%s}", name);
+        /* The lock's key on every node that is up (a waiter leaves
+         * nothing). Acquire and release return once a quorum answered, so
+         * wait (a generous bound) for the others to catch up: until every
+         * node that is up has the key, or none has. */
+        for (int tries = 0; tries < 500; tries++) {
+            int up = 0;
+            n = 0;
+            for (int i = 0; i < s->nnodes; i++)
+                if (s->nodes[i].pid > 0) {
+                    up++;
+                    n += test_redis_cmd(&s->nodes[i], "EXISTS dlock:{%s}", name);
+                }
+            if (n == 0 || n == up)
+                break;
+            test_sleep_ms(10);
+        }
         return n;
     }
+    if (on_zk(s)) /* the holder's node and the waiters' */
+        return test_zk_children(&s->zk, zk_dir(key, sizeof(key), name));
     if (on_redis(s))
-        return test_redis_cmd(&s->redis, "EXISTS %s{%s} %s{%s}:next %s{%s}:holder",
-                              redis_prefix(s), name, redis_prefix(s), name, redis_prefix(s), name);
+        return test_redis_cmd(&s->redis, "EXISTS %s{%s} %s{%s}:next", redis_prefix(s), name,
+                              redis_prefix(s), name);
     snprintf(key, sizeof(key), "dlock/%s/", name);
     return test_etcd_count(&s->etcd, key) + test_etcd_leases(&s->etcd);
 }
@@ -1011,6 +1396,13 @@ long long test_server_requests(test_server *s)
     long long n = 0;
     char metric[160];
 
+    if (on_zk(s)) /* every request the server answered, pings included */
+        return test_zk_mntr(&s->zk, 0, "zk_cnt_readlatency") +
+               test_zk_mntr(&s->zk, 0, "zk_cnt_updatelatency");
+#ifdef DLOCK_TEST_POSTGRES
+    if (s->pg != NULL)
+        return test_pg_server_requests(s);
+#endif
     if (on_mysql(s))
         return test_mysql_requests(s);
     if (on_redis(s) || on_redlock(s)) {

@@ -101,13 +101,41 @@ typedef struct {
     int port;
     int pid;
     char dir[64];
-    char url[96];
-    char extra[256]; /* extra redis-server arguments, space separated */
+    char url[512];    /* redis://, or rediss://...?cacert= with a TLS port */
+    char extra[1024]; /* extra redis-server arguments, space separated */
+    int tls_port;     /* also listening for TLS here (0: not) */
+    char conf[96];    /* set: a redis-sentinel run with this config file */
 } test_redis;
 
 /* Start redis-server on a free loopback port in a new temp dir; exits the
  * test with a clear message if redis-server is missing. */
 void test_redis_start(test_redis *r, const char *extra_args);
+/* ---- TLS: certificates made with openssl at run time ---- */
+
+typedef struct {
+    char dir[64]; /* mkdtemp; holds every file below, as DIR/NAME */
+} test_tls;
+
+/*
+ * Make, in a new temp dir: ca.crt/ca.key (a CA); server.crt/.key for
+ * 127.0.0.1 and localhost, client.crt/.key, and expired.crt/.key (a server
+ * certificate whose one day of validity ended 2000 days ago), all signed by that CA; and
+ * other-ca.crt with other.crt/.key, a server certificate for 127.0.0.1 from
+ * another CA. Exits the test with a message if openssl or faketime fails.
+ */
+void test_tls_make(test_tls *t);
+void test_tls_remove(test_tls *t);
+/* DIR/name into buf (static, one at a time: copy it). */
+const char *test_tls_file(const test_tls *t, const char *name);
+
+/* Start redis-server as test_redis_start, also listening for TLS with
+ * certificate CERT (t's "server", "expired" or "other") on r->tls_port;
+ * r->url is then rediss://127.0.0.1:TLS_PORT?cacert=DIR/ca.crt. The plain
+ * port stays for the test's own commands (test_redis_cmd). extra_args may
+ * add --tls-auth-clients yes (default here: no). */
+void test_redis_start_tls(test_redis *r, const test_tls *t, const char *cert,
+                          const char *extra_args);
+
 /* Start it again on the same port and dir (after test_redis_kill). */
 void test_redis_restart(test_redis *r);
 /* kill -9 and reap. */
@@ -189,6 +217,84 @@ long long test_etcd_metric(test_etcd *e, int member, const char *metric);
 /* 1 if process pid still exists (not reaped, not gone). */
 int test_process_alive(int pid);
 
+/* A zeroed MAP_SHARED page of size bytes, shared with the processes forked
+ * after (counters of who is inside, for tests of exclusion). */
+void *test_shared_page(size_t size);
+
+/* A free loopback port below the kernel's ephemeral range (no outgoing
+ * connection takes it between this check and the server's bind). */
+int test_free_port(void);
+
+/* ---- private ZooKeeper servers (tests/support/test_zk.c): standalone or
+ * an ensemble on loopback ---- */
+
+#define TEST_ZK_MAX 3
+
+typedef struct {
+    int n;                          /* members */
+    int client_port[TEST_ZK_MAX];
+    int peer_port[TEST_ZK_MAX];
+    int elect_port[TEST_ZK_MAX];
+    int pid[TEST_ZK_MAX];           /* 0 while a member is down */
+    char dir[64];                   /* member i: dir/mI (zoo.cfg, data), log dir/mI.log */
+    char hosts[256];                /* 127.0.0.1:P0,127.0.0.1:P1,... */
+    char url[320];                  /* zk://HOSTS?session_timeout_ms=2000 */
+    char member_url[TEST_ZK_MAX][96]; /* zk://127.0.0.1:PI?session_timeout_ms=2000 */
+    char extra[256];                /* extra zoo.cfg lines */
+} test_zk;
+
+/* Start members ZooKeeper servers (1: standalone; 3: an ensemble) on free
+ * loopback ports in a new temp dir (ticks of 250 ms, sessions 500 ms to
+ * 1 h), with extra_cfg (zoo.cfg lines, may be NULL), and wait until each
+ * serves. Exits the test with its log if one does not start (apt-get
+ * install zookeeper default-jdk-headless). Killed at exit. */
+void test_zk_start(test_zk *z, int members, const char *extra_cfg);
+/* kill -9 member i and reap it / start it again on its ports and data. */
+void test_zk_kill(test_zk *z, int member);
+void test_zk_restart(test_zk *z, int member);
+/* SIGSTOP / SIGCONT member i. */
+void test_zk_pause(test_zk *z, int member, int paused);
+/* Kill every member and remove the dir. */
+void test_zk_stop(test_zk *z);
+/* The member that leads now (standalone: 0); waits up to 20 s. */
+int test_zk_leader(test_zk *z);
+/* A four-letter word's answer from member i (malloc'd), NULL if none. */
+char *test_zk_4lw(test_zk *z, int member, const char *cmd);
+/* One number from member i's mntr ("zk_cnt_readlatency"), -1 if none. */
+long long test_zk_mntr(test_zk *z, int member, const char *key);
+/* Children of path now (0 when it does not exist), through any live member. */
+long long test_zk_children(test_zk *z, const char *path);
+/* Their names, up to max. */
+int test_zk_child_names(test_zk *z, const char *path, char names[][128], int max);
+
+/* ---- Sentinel: a master, 2 replicas and 3 sentinels on loopback ---- */
+
+#define TEST_SENTINEL_REPLICAS 2
+#define TEST_SENTINELS 3
+
+typedef struct {
+    test_redis nodes[1 + TEST_SENTINEL_REPLICAS]; /* [0] the first master */
+    test_redis sentinels[TEST_SENTINELS];
+    char url[512]; /* redis-sentinel://127.0.0.1:P1,.../dlock */
+} test_sentinel;
+
+/* Start them and wait until every sentinel names the master and both
+ * replicas have synced. failover non-zero: down-after-milliseconds 1000
+ * (else 600000: no failover while a test pauses the master),
+ * failover-timeout 3000, and wait until every sentinel also knows both
+ * replicas and the other sentinels (a failover needs a majority of them to
+ * agree); TEST_SENTINEL_SYNCING: as 1, but without waiting for the
+ * replicas' first sync (which Redis starts 5 s late, as it does by
+ * default). extra_args go to every redis-server. Exits the test with a
+ * message when one does not start. */
+#define TEST_SENTINEL_SYNCING 2
+void test_sentinel_start(test_sentinel *s, const char *extra_args, int failover);
+void test_sentinel_stop(test_sentinel *s);
+/* The node the sentinels name as master now (-1: none, or they disagree). */
+int test_sentinel_master(test_sentinel *s);
+/* SIGKILL the master and wait (up to 60 s) until every live sentinel names
+ * another node; returns that node's index, or -1 after the wait. */
+int test_sentinel_failover(test_sentinel *s);
 /* ---- private MariaDB servers (test_mysql.c) ---- */
 
 typedef struct {
@@ -218,13 +324,20 @@ long long test_mariadb_query(test_mariadb *m, const char *fmt, ...);
  * (tests/integration/core) see the server only through these ---- */
 
 typedef struct {
-    const char *backend; /* "redis", "plainredis" (tests/backend), "etcd" or
-                          * "redlock" (3 independent redis-servers) */
-    test_redis redis;    /* redis and plainredis */
+    const char *backend; /* "redis", "plainredis" (tests/backend), "etcd",
+                          * "redlock" (3 independent redis-servers) or "zk"
+                          * (a standalone ZooKeeper); "rediss" starts "redis"
+                          * over TLS (tls set); "redis-sentinel" starts
+                          * "redis" as a master, 2 replicas and 3 sentinels */
+    int tls;
+    test_tls certs; /* tls */
+    test_redis redis;    /* redis and plainredis; redis-sentinel: its master */
+    test_sentinel *sentinel; /* redis-sentinel */
     test_redis nodes[TEST_REDLOCK_MAX]; /* redlock */
     int nnodes;
     char redlock_url[256];
     test_etcd etcd;
+    test_zk zk;
     char plain_url[96];
     const char *url;
     int64_t short_lease_ms; /* the shortest lease the service keeps well */
@@ -236,12 +349,14 @@ typedef struct {
                              * it, and one that times out ends the lock at once
                              * (the server ends it with the connection) */
     char sql_url[200];
+    struct test_pg *pg;     /* postgres, postgres-advisory (test_pg.c) */
     int waiter_leftovers;   /* what a waiting acquisition keeps on the server, as
                              * test_server_leftovers counts it (Redis: the hand-off
                              * entry; etcd: its key and lease; plainredis: none) */
 } test_server;
 
-/* Start a throwaway server of backend ("redis", "etcd": one member, or
+/* Start a throwaway server of backend ("redis", "rediss": redis over TLS,
+ * "etcd": one member, or
  * "plainredis": a redis-server served by the out-of-tree backend of
  * tests/backend, registered with dlock_backend_register).
  * Exits the test with a message for any other name. */
@@ -261,7 +376,9 @@ long long test_mysql_requests(test_server *s);
 void test_server_pause(test_server *s, int paused);
 /* What the server keeps for name besides its fence counter: Redis, the lock,
  * its holder record and its hand-off entry; etcd, the keys under dlock/NAME/ (holder and
- * queued waiters) plus every lease there is. 0 once nothing is left. */
+ * queued waiters) plus every lease there is; Redlock, the nodes holding the lock's key,
+ * once every node that is up has it or none has (the slowest nodes run a request after
+ * the call returned). 0 once nothing is left. */
 long long test_server_leftovers(test_server *s, const char *name);
 /* Requests so far that take, keep or give up locks (Redis: scripts; etcd:
  * Txn, Range, DeleteRange, Put and keepalive requests; redlock: the scripts

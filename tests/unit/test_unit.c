@@ -150,8 +150,24 @@ static void open_bad_input(void)
     CHECK_RC(dlock_client_open(NULL, "redis://h", NULL), DLOCK_EINVAL);
     CHECK_RC(dlock_client_open(&c, "memcached://h", NULL), DLOCK_EINVAL);
     CHECK_CONTAINS(dlock_error_message(), "memcached");
-    CHECK_RC(dlock_client_open(&c, "rediss://h:6380", NULL), DLOCK_ENOTSUP);
-    CHECK_CONTAINS(dlock_error_message(), "TLS");
+    /* TLS settings are checked before any I/O; never clear text where
+     * TLS was asked for (redis:// or redlock without tls=1). */
+    CHECK_RC(dlock_client_open(&c, "rediss://h:6380?cert=/c.pem", NULL), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "both cert=FILE and key=FILE");
+    CHECK_RC(dlock_client_open(&c, "redis://h:6380?cacert=/ca.pem", NULL), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "use rediss://");
+    CHECK_RC(dlock_client_open(&c, "rediss://h:6380?insecure=yes", NULL), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "insecure must be 0 or 1");
+    CHECK_RC(dlock_client_open(&c, "rediss://h:6380?insecure=1&cacert=/ca.pem", NULL),
+             DLOCK_EINVAL);
+    CHECK_RC(dlock_client_open(&c, "rediss://h:6380?cacert=", NULL), DLOCK_EINVAL);
+    CHECK_RC(dlock_client_open(&c, "rediss://h:6380?tls=1", NULL), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "cacert, cert, key, sni, insecure");
+    CHECK_RC(dlock_client_open(&c, "redlock://a:1,b:2,c:3?cacert=/ca.pem", NULL), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "add tls=1");
+    CHECK_RC(dlock_client_open(&c, "redlock://a:1,b:2,c:3?tls=yes", NULL), DLOCK_EINVAL);
+    CHECK_RC(dlock_client_open(&c, "redlock://a:1,b:2,c:3?tls=1&key=/k.pem", NULL),
+             DLOCK_EINVAL);
     CHECK_RC(dlock_client_open(&c, "redis://a:1,b:2", NULL), DLOCK_EINVAL);
     CHECK_RC(dlock_client_open(&c, "redis://", NULL), DLOCK_EINVAL);
     CHECK_CONTAINS(dlock_error_message(), "one host");
@@ -273,7 +289,7 @@ static void backend_register_checks(void)
                        DLOCK_CAP_KIND(DLOCK_KIND_MUTEX), ok_open, ok_close, ok_acquire, ok_req,
                        ok_req, ok_req, ok_renew, ok_watch_begin, ok_watch_wait, ok_watch_end,
                        ok_watch_end, ok_status, ok_status, NULL, NULL, NULL, NULL, NULL, NULL,
-                       NULL};
+                       NULL, NULL};
     dlock_backend bad = b;
     dlock_client *c = NULL;
 

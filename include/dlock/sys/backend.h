@@ -113,7 +113,7 @@ typedef struct {
 #define DLOCK_CAP_KIND(kind) (1u << (kind)) /* DLOCK_KIND_*: MUTEX is required */
 #define DLOCK_CAP_OWNER_IDS (1u << 16)      /* owner ids and reentrancy */
 
-#define DLOCK_BACKEND_VERSION 3
+#define DLOCK_BACKEND_VERSION 4
 
 /*
  * Thread-safety required of a backend: every call but renew may be made
@@ -194,7 +194,10 @@ typedef struct dlock_backend {
      * watch_begin (or observe_begin) and watch_end. Thread-safe. */
     void (*watch_wake)(void *be, void *watch);
 
-    /* Read the state of name (its plain mutex, or election). */
+    /* Read the state of name (its plain mutex, or election; a backend that
+     * keeps the lock family's holders: any kind). The core sets
+     * holders = 0 and kind = -1 first: a backend that counts its holders
+     * sets both (the core makes holders 1 for a held lock otherwise). */
     int (*status)(void *be, const char *name, dlock_lock_info *out);
     /* Delete the lock whoever holds it, wake waiters; *removed the state
      * just before (never NULL here). */
@@ -231,6 +234,14 @@ typedef struct dlock_backend {
      * are skipped.
      */
     int (*list)(void *be, const char *prefix, dlock_list_cb cb, void *payload);
+
+    /*
+     * Holders: optional (NULL: dlock_status_holders calls status, and cb
+     * once when held). Call cb for each holder of name, as
+     * dlock_status_holders describes, until cb returns non-zero (then
+     * return DLOCK_OK).
+     */
+    int (*holders)(void *be, const char *name, dlock_list_cb cb, void *payload);
 } dlock_backend;
 
 /*

@@ -277,15 +277,26 @@ void my_watch_end(void *arg, void *watch)
         return;
     if (w->lost_token != NULL && !be->named)
         my_lease_release_token(be, w->name, w->lost_token); /* best effort */
-    /* A GET_LOCK in flight is ended on the server first: a session blocked
-     * in it does not notice its client has gone, and would be granted the
-     * lock at the holder's release and keep it until it tried to answer.
-     * A lock granted and not taken goes with the connection. */
+    /* A GET_LOCK in flight is ended on the server first, and its answer
+     * read: a session blocked in GET_LOCK does not notice that its client
+     * has gone, and would be granted the lock at the holder's release and
+     * keep it until it tried to answer. A lock granted (before the kill,
+     * or not taken by an acquire) is given back before the connection is
+     * closed, whose end the server handles only later. */
     if (w->pending && w->c != NULL) {
         char sql[48];
+        struct pollfd pf = {.fd = (int)mysql_get_socket(w->c), .events = POLLIN};
+        int got = 0, was_free = 0;
+
         snprintf(sql, sizeof(sql), "KILL QUERY %lu", mysql_thread_id(w->c));
         my_cmd(be, sql, NULL, NULL); /* best effort; the core keeps its message */
+        if (poll(&pf, 1, be->command_ms > INT_MAX ? INT_MAX : (int)be->command_ms) > 0 &&
+            read_reply(w, be->named, &got, &was_free) == 0 && be->named && got)
+            w->granted = 1;
+        w->pending = 0;
     }
+    if (w->granted && w->c != NULL)
+        my_query(be, &w->c, "DO RELEASE_ALL_LOCKS()", NULL, NULL);
     my_drop(&w->c);
     free(w->lost_token);
     close(w->wake_fd);

@@ -3,8 +3,9 @@
 -- KEYS[1] the lock, KEYS[2] its fence counter, KEYS[3] the fence floor,
 -- KEYS[4] the fence registry, KEYS[5] the hand-off slot
 -- ARGV[1] owner token, ARGV[2] lease in ms, ARGV[3] the holder record
--- ("HOST PID START_MS[ LABEL]", '' for none), kept in KEYS[1] .. ':holder'
--- with the lock's expiry (status.lua shows it); when the caller waits, also
+-- ("HOST PID START_MS[ LABEL]", '' for none), kept in the lock's value after
+-- the token, "TOKEN HOLDER" (status.lua shows it): no key or command of its
+-- own, and it goes with the lock; when the caller waits, also
 -- ARGV[4] its hand-off entry "WAITER-ID TOKEN LEASE" and ARGV[5] how long
 -- the entry lasts (ms) unless the waiter comes back
 -- Returns {1, fence} when the caller holds the lock, {2, fence} when it
@@ -13,8 +14,8 @@
 -- (or renews it if it is its own): the release then gives the lock to it
 -- directly (release.lua), with no retry round trip.
 local entry = ARGV[4]
-local holder = KEYS[1] .. ':holder'
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local value = ARGV[3] ~= '' and ARGV[1] .. ' ' .. ARGV[3] or ARGV[1]
+if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
   -- INCR, never SET: the counter only grows, also across expiries of the lock key.
   -- If issuing the fence fails (a counter that is not an integer, an ACL
   -- without INCR, a broken floor, a full server), the lock is taken back:
@@ -59,14 +60,10 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if entry and redis.call('GET', KEYS[5]) == entry then
     redis.call('DEL', KEYS[5])
   end
-  if ARGV[3] ~= '' then
-    redis.call('SET', holder, ARGV[3], 'PX', ARGV[2])
-  else
-    redis.call('DEL', holder)
-  end
   return {1, fence}
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local held = redis.call('GET', KEYS[1])
+if held == ARGV[1] or held == value then
   -- A retry after a lost reply, or a waiter confirming the lock a release
   -- handed it (release.lua): the key is ours, so nobody has taken a fence
   -- since ours and the counter holds it. If the counter was retired
@@ -78,13 +75,10 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
     return redis.error_reply('DLOCKFENCE neither the fence counter ' .. KEYS[2] ..
                              ' nor the floor ' .. KEYS[3] .. ' holds the fence of a held lock')
   end
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  -- A hand-off left no holder record (release.lua deletes the releaser's):
-  -- so the record tells a confirmation from a retry after a lost reply.
-  local handed = not redis.call('GET', holder)
-  if ARGV[3] ~= '' then
-    redis.call('SET', holder, ARGV[3], 'PX', ARGV[2])
-  end
+  -- A hand-off sets the bare token (release.lua): the record then tells a
+  -- confirmation, which writes it, from a retry after a lost reply.
+  local handed = held ~= value
+  redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
   return {handed and 2 or 1, fence}
 end
 if entry then

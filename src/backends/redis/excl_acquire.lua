@@ -9,9 +9,10 @@
 -- ARGV[7] a fair waiter's place expiry in ms (server time)
 -- ARGV[8] leader identity, ARGV[9] the leader channel, ARGV[10] a fair
 -- waiter's id ('' for a try): random, apart from the token, because the
--- release names it on the channel, which the token never travels on
--- Keys: base = the owner value (PX lease), base:holds = token -> fence of
--- each handle holding it; fair: base:queue = waiter id -> arrival order,
+-- release names it on the channel, which the token never travels on;
+-- ARGV[11] the holder record ('' for none)
+-- Keys: base = the owner value (PX lease), base:holds = token -> "FENCE
+-- HOLDER\nKIND" of each handle holding it (lib/family.lua, dlock_hold_value); fair: base:queue = waiter id -> arrival order,
 -- base:queue-exp = waiter id -> expiry; leader: base:leader = identity.
 -- Returns {1, fence}, {0, retry ms} when busy, {-1, 1} when the owner holds
 -- it and may not re-enter, {-1, 2} when it is held by a lock without holds.
@@ -19,7 +20,7 @@
 -- #include family
 local base, kind, token, value = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 local lease, waiting, ttl = tonumber(ARGV[5]), ARGV[6] == 'wait', tonumber(ARGV[7])
-local wid = ARGV[10]
+local wid, record = ARGV[10], ARGV[11]
 local holds, counter = base .. ':holds', base .. ':fence'
 local queue, qexp = base .. ':queue', base .. ':queue-exp'
 
@@ -41,7 +42,10 @@ if holder and holder == value then
     if not mine then
       return {-1, 2}
     end
-    redis.call('HSET', holds, token, mine)
+    mine = dlock_hold_fence(mine)
+    redis.call('HSET', holds, token, dlock_hold_value(mine, record, kind))
+  else
+    mine = dlock_hold_fence(mine)
   end
   -- (Without re-entry: a retry after a lost reply.)
   dlock_pexpire_max(base, lease)
@@ -49,7 +53,7 @@ if holder and holder == value then
   if kind == 'leader' then
     dlock_pexpire_max(base .. ':leader', lease)
   end
-  return {1, tonumber(mine)}
+  return {1, mine}
 end
 
 local now = nil
@@ -98,7 +102,8 @@ if kind == 'fair' then
 end
 
 local fence
-fence, err = dlock_take(base, holds, value, token, lease, counter, count, KEYS[2], KEYS[3])
+fence, err = dlock_take(base, holds, value, token, lease, counter, count, KEYS[2], KEYS[3],
+                        record, kind)
 if not fence then
   return err
 end

@@ -16,11 +16,12 @@ for i = 1, #KEYS do
   local lease = tonumber(ARGV[4 * i + 1])
   local ok = 0
   if kind == 'mutex' then
-    if redis.call('GET', base) == token then
+    -- "TOKEN[ HOLDER]" (acquire.lua): the record lives and dies with it.
+    local held = redis.call('GET', base)
+    if held and (held == token or string.sub(held, 1, #token + 1) == token .. ' ') then
       ok = 1
       if renew then
         redis.call('PEXPIRE', base, lease)
-        redis.call('PEXPIRE', base .. ':holder', lease) -- acquire.lua's record
       end
     end
   elseif kind == 'read' or kind == 'sem' then

@@ -2,12 +2,15 @@
 -- Take several plain locks in one hash slot, all or none, in one step.
 -- KEYS[1..n] the locks (PREFIX{NAME}), KEYS[n+1] the fence floor,
 -- KEYS[n+2] the fence registry
--- ARGV[1..n] the owner token of each, ARGV[n+1] lease ms
+-- ARGV[1..n] the owner token of each, ARGV[n+1] lease ms, ARGV[n+2] the
+-- holder record ('' for none), kept in each lock's value as acquire.lua
+-- does ("TOKEN HOLDER")
 -- Returns {1, fence_1, ..., fence_n}, or {0, i, pttl} when lock i is held
 -- by another owner (then nothing was written).
 -- #include fence
 local n = #KEYS - 2
 local floor, registry, lease = KEYS[n + 1], KEYS[n + 2], tonumber(ARGV[n + 1])
+local record = ARGV[n + 2] or ''
 local holders, counts = {}, {}
 for i = 1, n do
   local counter = KEYS[i] .. ':fence'
@@ -17,7 +20,8 @@ for i = 1, n do
     return err
   end
   holders[i] = redis.call('GET', KEYS[i])
-  if holders[i] and holders[i] ~= ARGV[i] then
+  if holders[i] and holders[i] ~= ARGV[i] and
+     string.sub(holders[i], 1, #ARGV[i] + 1) ~= ARGV[i] .. ' ' then
     return {0, i, redis.call('PTTL', KEYS[i])}
   end
 end
@@ -42,7 +46,7 @@ for i = 1, n do
   if holders[i] then
     redis.call('PEXPIRE', KEYS[i], lease)
   else
-    redis.call('SET', KEYS[i], ARGV[i], 'PX', lease)
+    redis.call('SET', KEYS[i], record ~= '' and ARGV[i] .. ' ' .. record or ARGV[i], 'PX', lease)
   end
   if upkeep[i] then
     clock = clock or dlock_registry_clock(registry)

@@ -9,7 +9,10 @@ local slot = KEYS[1] .. ':next'
 if redis.call('GET', slot) == ARGV[3] then
   redis.call('DEL', slot)
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+-- The value is its bare token (handed to it) or "TOKEN HOLDER" (a try
+-- whose reply was lost took it).
+local held = redis.call('GET', KEYS[1])
+if held and (held == ARGV[1] or string.sub(held, 1, #ARGV[1] + 1) == ARGV[1] .. ' ') then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], 'released')
   return 1

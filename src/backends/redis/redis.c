@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * The Redis backend (single node, or a Sentinel-managed master reached by
- * its address).
+ * The Redis backend: one node, or the master of a Sentinel deployment
+ * (redis-sentinel://, found and followed by redis_conn.c).
  *
  * Keys, for lock NAME and the default prefix "dlock:":
  *   dlock:{NAME}          the lock: owner token, with the lease as its PX expiry
@@ -57,7 +57,7 @@ dlock__redis_conn *dlock__redis_cmd_take(dlock__redis_be *be)
         for (int i = 0; i < DLOCK__REDIS_CMD_MAX; i++) {
             if (be->cmd_busy[i])
                 continue;
-            if (be->cmd[i].ctx != NULL && be->cmd[i].ctx->err == 0) {
+            if (dlock__redis_conn_is_open(&be->cmd[i])) {
                 pick = i;
                 break;
             }
@@ -139,10 +139,6 @@ static int redis_open(void **out, const dlock_url *url, const dlock_client_optio
     int rc;
 
     *out = NULL;
-    if (strcmp(url->scheme, "rediss") == 0)
-        return dlock__fail(DLOCK_ENOTSUP, "rediss:// (Redis over TLS) is not supported: this "
-                           "build's hiredis has no TLS, and dlock will not fall back to clear "
-                           "text; use a TLS tunnel (stunnel, spiped) and a redis:// URL to it");
     be = calloc(1, sizeof(*be));
     if (be == NULL)
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
@@ -330,6 +326,14 @@ static int mutex_extend(redis_backend *be, const char *name, const char *owner,
     return owned_script(be, &dlock__redis_script_extend, 1, &a, "the extend script");
 }
 
+/* Is a plain mutex's value, "TOKEN[ HOLDER]" (acquire.lua), token's? */
+static int value_is_token(const char *value, size_t len, const char *token)
+{
+    size_t n = strlen(token);
+
+    return len >= n && memcmp(value, token, n) == 0 && (len == n || value[n] == ' ');
+}
+
 static int mutex_check(redis_backend *be, const char *name, const char *owner)
 {
     key_buf lock;
@@ -351,8 +355,7 @@ static int mutex_check(redis_backend *be, const char *name, const char *owner)
     else if (r->type != REDIS_REPLY_STRING)
         rc = bad_reply(be->cmd, "GET");
     else
-        rc = (r->len == strlen(owner) && memcmp(r->str, owner, r->len) == 0) ? DLOCK_OK
-                                                                             : DLOCK_ELOST;
+        rc = value_is_token(r->str, r->len, owner) ? DLOCK_OK : DLOCK_ELOST;
     freeReplyObject(r);
     return rc;
 }
@@ -365,24 +368,49 @@ static int is_mutex(const dlock_request *req)
     return req->kind == DLOCK_KIND_MUTEX && req->owner == NULL;
 }
 
-static int redis_acquire(void *be, const dlock_request *req, void *watch,
-                         dlock_acquire_result *out)
-{
-    if (is_mutex(req))
-        return mutex_acquire(be, req, watch, out);
-    return dlock__redis_family_acquire(be, req, watch, &out->fence, &out->retry_ms);
-}
-
 static int redis_release(void *be, const dlock_request *req)
 {
     return is_mutex(req) ? mutex_release(be, req->name, req->token)
                          : dlock__redis_family_release(be, req);
 }
 
+/* min_replicas=N (Sentinel): a hold that fewer than N replicas acknowledged
+ * in time is given back at once (owner-checked, as any release) and the
+ * acquisition fails with DLOCK_ESERVER, "... 0 of 1 replicas acknowledged
+ * ...: the lock was released". */
+static int give_back_unreplicated(void *be, const dlock_request *reqs, size_t n)
+{
+    char saved[512];
+
+    dlock__redis_wait_fail("the lock was released");
+    snprintf(saved, sizeof(saved), "%s", dlock_error_message());
+    for (size_t i = 0; i < n; i++)
+        redis_release(be, &reqs[i]);
+    return dlock__fail(DLOCK_ESERVER, "%s", saved);
+}
+
+static int redis_acquire(void *be, const dlock_request *req, void *watch,
+                         dlock_acquire_result *out)
+{
+    int rc = is_mutex(req) ? mutex_acquire(be, req, watch, out)
+                           : dlock__redis_family_acquire(be, req, watch, &out->fence,
+                                                         &out->retry_ms);
+
+    if (rc == DLOCK_OK && dlock__redis_wait_short())
+        return give_back_unreplicated(be, req, 1);
+    return rc;
+}
+
+/* min_replicas: an extension fewer replicas acknowledged fails, the lock
+ * still held on the master (the caller may release it or try again). */
 static int redis_extend(void *be, const dlock_request *req)
 {
-    return is_mutex(req) ? mutex_extend(be, req->name, req->token, req->lease_ms)
-                         : dlock__redis_family_extend(be, req);
+    int rc = is_mutex(req) ? mutex_extend(be, req->name, req->token, req->lease_ms)
+                           : dlock__redis_family_extend(be, req);
+
+    if (rc == DLOCK_OK && dlock__redis_wait_short())
+        return dlock__redis_wait_fail("the lease was extended on the master only");
+    return rc;
 }
 
 static int redis_check(void *be, const dlock_request *req)
@@ -398,12 +426,62 @@ static int redis_renew(void *arg, dlock_renewal *items, size_t n)
 {
     redis_backend *be = arg;
 
-    return dlock__redis_family_renew(be, &be->wd, items, n, 1);
+    int rc = dlock__redis_family_renew(be, &be->wd, items, n, 1);
+
+    /* min_replicas: a renewal fewer replicas acknowledged counts as a
+     * failed one: the watchdog tries again until the lease runs out. */
+    if (rc == DLOCK_OK && dlock__redis_wait_short())
+        return dlock__redis_wait_fail("renewed on the master only");
+    return rc;
 }
 
-static int read_status(redis_backend *be, const char *name, int force, dlock_lock_info *out)
+/* status.lua's kind words, as DLOCK_KIND_*; -1 for '' (free, or a hold of
+ * an older dlock). */
+static int kind_of(const redisReply *r)
+{
+    static const struct {
+        const char *word;
+        int kind;
+    } kinds[] = {{"mutex", DLOCK_KIND_MUTEX},   {"fair", DLOCK_KIND_FAIR},
+                 {"write", DLOCK_KIND_WRITE},   {"leader", DLOCK_KIND_LEADER},
+                 {"read", DLOCK_KIND_READ},     {"sem", DLOCK_KIND_SEMAPHORE}};
+
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+        if (r->len == strlen(kinds[i].word) && memcmp(r->str, kinds[i].word, r->len) == 0)
+            return kinds[i].kind;
+    return -1;
+}
+
+/* status.lua's reply: {held, pttl, fence, kind, then fence, ttl, record
+ * for each holder}. */
+static int status_reply_ok(const redisReply *r)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 4 || (r->elements - 4) % 3 != 0 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER ||
+        r->element[2]->type != REDIS_REPLY_INTEGER || r->element[3]->type != REDIS_REPLY_STRING)
+        return 0;
+    for (size_t i = 4; i < r->elements; i += 3)
+        if (r->element[i]->type != REDIS_REPLY_INTEGER ||
+            r->element[i + 1]->type != REDIS_REPLY_INTEGER ||
+            r->element[i + 2]->type != REDIS_REPLY_STRING)
+            return 0;
+    return 1;
+}
+
+/*
+ * Read name's state with status.lua (force: and break it). *out gets the
+ * lock's state, its holder fields those of the oldest holder (the lowest
+ * fence) when several hold it (readers, permits, a reentrant owner's
+ * handles); each, when not NULL, is called for every holder with *out as
+ * that holder sees it (its fence, its lease left, its record), until it
+ * returns non-zero. A record that is not one (a key set by hand) shows no
+ * holder.
+ */
+static int read_status(redis_backend *be, const char *name, int force, dlock_lock_info *out,
+                       dlock_list_cb each, void *payload)
 {
     key_buf lock, counter, chan;
+    uint64_t oldest = UINT64_MAX;
     args a = {0};
     redisReply *r;
     int rc;
@@ -418,30 +496,57 @@ static int read_status(redis_backend *be, const char *name, int force, dlock_loc
     if ((rc = cmd_script(be, &dlock__redis_script_status, &r, 2, a.argc, a.argv, a.lens)) !=
         DLOCK_OK)
         return rc;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 ||
-        r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER ||
-        r->element[2]->type != REDIS_REPLY_INTEGER || r->element[3]->type != REDIS_REPLY_STRING) {
+    if (!status_reply_ok(r)) {
         freeReplyObject(r);
         return bad_reply(be->cmd, "the status script");
     }
     out->held = r->element[0]->integer == 1;
     out->ttl_ms = out->held ? r->element[1]->integer : 0;
     out->fence = r->element[2]->integer > 0 ? (uint64_t)r->element[2]->integer : 0;
-    /* A record that is not one (a key set by hand) shows no holder. */
-    if (out->held && r->element[3]->len > 0)
-        dlock_holder_parse(out, r->element[3]->str, r->element[3]->len);
+    out->kind = out->held ? kind_of(r->element[3]) : -1;
+    out->holders = out->held ? (int)((r->elements - 4) / 3) : 0;
+    for (size_t i = 4; out->held && i < r->elements; i += 3) {
+        uint64_t fence = (uint64_t)r->element[i]->integer;
+        dlock_lock_info one = *out;
+
+        if (fence < oldest && r->element[i + 2]->len > 0 &&
+            dlock_holder_parse(&one, r->element[i + 2]->str, r->element[i + 2]->len) ==
+                DLOCK_OK) {
+            oldest = fence;
+            *out = one;
+        }
+    }
+    for (size_t i = 4; each != NULL && out->held && i < r->elements; i += 3) {
+        dlock_lock_info one = *out;
+
+        one.fence = r->element[i]->integer > 0 ? (uint64_t)r->element[i]->integer : 0;
+        one.ttl_ms = r->element[i + 1]->integer;
+        if (r->element[i + 2]->len == 0 ||
+            dlock_holder_parse(&one, r->element[i + 2]->str, r->element[i + 2]->len) != DLOCK_OK)
+            dlock_holder_parse(&one, NULL, 0); /* clears the fields: no record */
+        if (each(name, &one, payload) != 0)
+            break;
+    }
     freeReplyObject(r);
     return DLOCK_OK;
 }
 
 static int redis_status(void *arg, const char *name, dlock_lock_info *out)
 {
-    return read_status(arg, name, 0, out);
+    return read_status(arg, name, 0, out, NULL, NULL);
+}
+
+static int redis_holders(void *arg, const char *name, dlock_list_cb cb, void *payload)
+{
+    dlock_lock_info info;
+
+    memset(&info, 0, sizeof(info));
+    return read_status(arg, name, 0, &info, cb, payload);
 }
 
 static int redis_force_release(void *arg, const char *name, dlock_lock_info *removed)
 {
-    return read_status(arg, name, 1, removed);
+    return read_status(arg, name, 1, removed, NULL, NULL);
 }
 
 /* ---- listing ----------------------------------------------------------- */
@@ -458,11 +563,45 @@ static size_t glob_escape(char *out, size_t at, const char *text)
     return at;
 }
 
+/* The keys a lock is listed by, as status.lua reads them: "PREFIX{NAME}"
+ * (the exclusive kinds), "...}:readers" and "...}:sem" (shared holds), with
+ * the kinds status then reports for it. */
+static const struct {
+    const char *suffix;
+    int shared; /* 0: any kind but READ and SEMAPHORE; else that kind */
+} list_keys[] = {{"}", 0}, {"}:readers", DLOCK_KIND_READ}, {"}:sem", DLOCK_KIND_SEMAPHORE}};
+
+/* The name in a key of list_keys, into name (DLOCK_NAME_MAX + 1 bytes);
+ * the entry's index, or -1 for another key. */
+static int list_key_name(const redis_backend *be, const redisReply *k, char *name)
+{
+    size_t plen = strlen(be->prefix);
+
+    if (k->type != REDIS_REPLY_STRING || k->len < plen + 3)
+        return -1;
+    for (int i = 0; i < (int)(sizeof(list_keys) / sizeof(list_keys[0])); i++) {
+        size_t slen = strlen(list_keys[i].suffix), n;
+
+        if (k->len < plen + 1 + slen + 1 ||
+            memcmp(k->str + k->len - slen, list_keys[i].suffix, slen) != 0)
+            continue;
+        n = k->len - plen - 1 - slen;
+        if (n > DLOCK_NAME_MAX || memchr(k->str + plen + 1, '\0', n) != NULL)
+            return -1;
+        memcpy(name, k->str + plen + 1, n);
+        name[n] = '\0';
+        return i;
+    }
+    return -1;
+}
+
 /*
- * SCAN for the lock keys "PREFIX{NAME}" whose NAME starts with name_prefix
- * (every other key of a lock has a suffix after the brace, and the
- * prefix's own keys no brace), then read each one's state as status does:
- * one round trip per lock, for an operator's listing.
+ * SCAN for the keys a lock is listed by (list_keys) whose NAME starts with
+ * name_prefix (the prefix's own keys have no brace), then read each one's
+ * state as status does: one round trip per lock, for an operator's
+ * listing. A name is listed by the key its state was read from, so once
+ * (a read-write lock whose writer holds it now, and whose readers' keys
+ * are not gone yet, is listed by its writer's key).
  */
 static int redis_list(void *arg, const char *name_prefix, dlock_list_cb cb, void *payload)
 {
@@ -476,7 +615,7 @@ static int redis_list(void *arg, const char *name_prefix, dlock_list_cb cb, void
     size_t at = glob_escape(pattern, 0, be->prefix);
     pattern[at++] = '{';
     at = glob_escape(pattern, at, name_prefix);
-    memcpy(pattern + at, "*}", 3);
+    memcpy(pattern + at, "*}*", 4);
     do {
         const char *argv[6] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"};
         size_t lens[6] = {4, strlen(cursor), 5, strlen(pattern), 5, 4};
@@ -497,21 +636,18 @@ static int redis_list(void *arg, const char *name_prefix, dlock_list_cb cb, void
         memcpy(cursor, r->element[0]->str, r->element[0]->len);
         cursor[r->element[0]->len] = '\0';
         for (size_t i = 0; i < r->element[1]->elements && !stop && rc == DLOCK_OK; i++) {
-            const redisReply *k = r->element[1]->element[i];
             char name[DLOCK_NAME_MAX + 1];
+            int key = list_key_name(be, r->element[1]->element[i], name);
             dlock_lock_info info;
-            size_t n;
+            int shared;
 
-            if (k->type != REDIS_REPLY_STRING || k->len < plen + 3 || k->str[k->len - 1] != '}')
+            if (key < 0)
                 continue;
-            n = k->len - plen - 2;
-            if (n > DLOCK_NAME_MAX || memchr(k->str + plen + 1, '\0', n) != NULL)
-                continue;
-            memcpy(name, k->str + plen + 1, n);
-            name[n] = '\0';
             memset(&info, 0, sizeof(info));
-            rc = read_status(be, name, 0, &info);
-            if (rc == DLOCK_OK && info.held)
+            rc = read_status(be, name, 0, &info, NULL, NULL);
+            shared = info.kind == DLOCK_KIND_READ || info.kind == DLOCK_KIND_SEMAPHORE;
+            if (rc == DLOCK_OK && info.held &&
+                (list_keys[key].shared ? info.kind == list_keys[key].shared : !shared))
                 stop = cb(name, &info, payload) != 0;
         }
         freeReplyObject(r);
@@ -617,7 +753,18 @@ static void redis_watch_wake(void *arg, void *watch)
     dlock__redis_watch_wake(((redis_backend *)arg)->watcher, ((dlock__redis_watch *)watch)->waiter);
 }
 
-static const char *const redis_schemes[] = {"redis", "unix", "rediss", NULL};
+static int redis_multi_acquire(void *be, const dlock_request *reqs, size_t n, uint64_t *fences,
+                               dlock_acquire_result *out)
+{
+    int rc = dlock__redis_multi_acquire(be, reqs, n, fences, out);
+
+    if (rc == DLOCK_OK && dlock__redis_wait_short())
+        return give_back_unreplicated(be, reqs, n);
+    return rc;
+}
+
+static const char *const redis_schemes[] = {"redis", "unix", "rediss", "redis-sentinel",
+                                            "rediss-sentinel", NULL};
 
 const dlock_backend dlock__redis_backend = {
     .version = DLOCK_BACKEND_VERSION,
@@ -642,10 +789,11 @@ const dlock_backend dlock__redis_backend = {
     .status = redis_status,
     .force_release = redis_force_release,
     .list = redis_list,
+    .holders = redis_holders,
     .downgrade = dlock__redis_downgrade,
     .set_permits = dlock__redis_set_permits,
     .leader_get = dlock__redis_leader_get,
     .observe_begin = dlock__redis_observe_begin,
     .multi_atomic = dlock__redis_multi_atomic,
-    .multi_acquire = dlock__redis_multi_acquire,
+    .multi_acquire = redis_multi_acquire,
 };

@@ -5,51 +5,165 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backends/redis/redis_conn.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/thread.h"
 
-static struct timeval to_tv(int64_t ms)
-{
-    struct timeval tv;
+static const char *const tls_keys[] = {"cacert", "cert", "key", "sni", "insecure", NULL};
 
-    tv.tv_sec = ms / 1000;
-    tv.tv_usec = (ms % 1000) * 1000;
-    return tv;
+int dlock__redis_tls_param(const char *key)
+{
+    for (int i = 0; tls_keys[i] != NULL; i++)
+        if (strcmp(key, tls_keys[i]) == 0)
+            return 1;
+    return 0;
+}
+
+int dlock__redis_tls_params(dlock__redis_endpoint *ep, const dlock_url *url)
+{
+    const char *insecure = dlock_url_param_get(url, "insecure");
+
+    ep->cacert = dlock_url_param_get(url, "cacert");
+    ep->cert = dlock_url_param_get(url, "cert");
+    ep->key = dlock_url_param_get(url, "key");
+    ep->sni = dlock_url_param_get(url, "sni");
+    for (int i = 0; tls_keys[i] != NULL; i++) {
+        const char *v = dlock_url_param_get(url, tls_keys[i]);
+        if (v != NULL && v[0] == '\0')
+            return dlock__fail(DLOCK_EINVAL, "%s URL: %s= is empty", url->scheme, tls_keys[i]);
+    }
+    if ((ep->cert == NULL) != (ep->key == NULL))
+        return dlock__fail(DLOCK_EINVAL, "%s URL: a client certificate needs both cert=FILE "
+                           "and key=FILE", url->scheme);
+    if (insecure != NULL && strcmp(insecure, "0") != 0 && strcmp(insecure, "1") != 0)
+        return dlock__fail(DLOCK_EINVAL, "%s URL: insecure must be 0 or 1, got '%.32s'",
+                           url->scheme, insecure);
+    ep->insecure = insecure != NULL && strcmp(insecure, "1") == 0;
+    if (ep->insecure && (ep->cacert != NULL || ep->sni != NULL))
+        return dlock__fail(DLOCK_EINVAL, "%s URL: insecure=1 verifies nothing, so cacert= and "
+                           "sni= would be ignored: drop one or the other", url->scheme);
+    return DLOCK_OK;
+}
+
+/* ---- Sentinel: the URL ------------------------------------------------- */
+
+static const char *const sentinel_keys[] = {"min_replicas", "password", "sentinel_password",
+                                            NULL};
+
+static int sentinel_param(const char *key)
+{
+    for (int i = 0; sentinel_keys[i] != NULL; i++)
+        if (strcmp(key, sentinel_keys[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/*
+ * redis-sentinel://[user:pass@]s1:26379,s2:26379/MASTERNAME[?min_replicas=N
+ * &password=P&sentinel_password=SP]: the hosts are sentinels (port 26379 by
+ * default), the path the master's name. user:pass and password= are the
+ * master's (one or the other), sentinel_password the sentinels'.
+ */
+static int sentinel_init(dlock__redis_conn *conn, const dlock_url *url)
+{
+    const char *mr = dlock_url_param_get(url, "min_replicas");
+    const char *pw = dlock_url_param_get(url, "password");
+
+    if (url->nhosts == 0)
+        return dlock__fail(DLOCK_EINVAL, "%s URL: no sentinel given (expected %s://HOST:PORT,"
+                           ".../MASTERNAME)", url->scheme, url->scheme);
+    if (url->path == NULL || url->path[0] != '/' || url->path[1] == '\0' ||
+        strchr(url->path + 1, '/') != NULL)
+        return dlock__fail(DLOCK_EINVAL, "%s URL: expected the master's name as the path "
+                           "(%s://HOST:PORT,.../MASTERNAME)", url->scheme, url->scheme);
+    conn->master_name = url->path + 1;
+    for (int i = 0; sentinel_keys[i] != NULL; i++) {
+        const char *v = dlock_url_param_get(url, sentinel_keys[i]);
+        if (v != NULL && v[0] == '\0')
+            return dlock__fail(DLOCK_EINVAL, "%s URL: %s= is empty", url->scheme,
+                               sentinel_keys[i]);
+    }
+    if (pw != NULL && url->password != NULL)
+        return dlock__fail(DLOCK_EINVAL, "%s URL: the master's password is given twice "
+                           "(user:password@ and password=): keep one", url->scheme);
+    if (pw != NULL)
+        conn->password = pw;
+    conn->sentinel_password = dlock_url_param_get(url, "sentinel_password");
+    if (mr != NULL) {
+        char *end;
+        long v;
+        errno = 0;
+        v = strtol(mr, &end, 10);
+        if (*end != '\0' || errno != 0 || v < 0 || v > 1000)
+            return dlock__fail(DLOCK_EINVAL, "%s URL: min_replicas must be a number from 0 to "
+                               "1000, got '%.32s'", url->scheme, mr);
+        conn->min_replicas = (int)v;
+    }
+    snprintf(conn->where, sizeof(conn->where), "%s %.64s (master not asked yet)", url->scheme,
+             conn->master_name);
+    return DLOCK_OK;
 }
 
 int dlock__redis_conn_init(dlock__redis_conn *conn, const dlock_url *url,
                            const dlock_client_options *opts, const char *role)
 {
     const char *db = NULL;
+    int rc;
 
     memset(conn, 0, sizeof(*conn));
+    conn->tp.fd = -1;
     conn->url = url;
     conn->log = opts->log;
     conn->log_payload = opts->log_payload;
     conn->role = role;
-    if (strcmp(url->scheme, "unix") == 0) {
+    conn->user = url->user;
+    conn->password = url->password;
+    conn->ep.tls = strcmp(url->scheme, "rediss") == 0 ||
+                   strcmp(url->scheme, "rediss-sentinel") == 0;
+    if (strncmp(url->scheme + conn->ep.tls, "redis-sentinel", 14) == 0) {
+        if ((rc = sentinel_init(conn, url)) != DLOCK_OK)
+            return rc;
+    } else if (strcmp(url->scheme, "unix") == 0) {
         if (url->nhosts != 0 || url->path == NULL || url->path[0] != '/')
             return dlock__fail(DLOCK_EINVAL, "unix URL: expected unix:///path/to/redis.sock");
-        conn->unix_path = url->path;
+        conn->ep.unix_path = url->path;
         db = dlock_url_param_get(url, "db");
         snprintf(conn->where, sizeof(conn->where), "redis unix:%.100s", url->path);
     } else {
         if (url->nhosts != 1)
-            return dlock__fail(DLOCK_EINVAL, "redis URL: expected exactly one host, got %zu",
-                               url->nhosts);
-        conn->host = url->hosts[0].host;
-        conn->port = url->hosts[0].port != 0 ? url->hosts[0].port : 6379;
+            return dlock__fail(DLOCK_EINVAL, "%s URL: expected exactly one host, got %zu",
+                               url->scheme, url->nhosts);
+        conn->ep.host = url->hosts[0].host;
+        conn->ep.port = url->hosts[0].port != 0 ? url->hosts[0].port : 6379;
         if (url->path != NULL && strcmp(url->path, "/") != 0)
             db = url->path + 1;
-        snprintf(conn->where, sizeof(conn->where), strchr(conn->host, ':') ? "redis [%.64s]:%d"
-                 : "redis %.64s:%d", conn->host, conn->port);
+        snprintf(conn->where, sizeof(conn->where), strchr(conn->ep.host, ':') ? "%s [%.64s]:%d"
+                 : "%s %.64s:%d", conn->ep.tls ? "rediss" : "redis", conn->ep.host,
+                 conn->ep.port);
     }
-    for (size_t i = 0; i < url->nparams; i++)
-        if (strcmp(url->params[i].key, "db") != 0)
-            return dlock__fail(DLOCK_EINVAL, "%s URL: unknown parameter '%.32s' (known: db)",
-                               url->scheme, url->params[i].key);
+    for (size_t i = 0; i < url->nparams; i++) {
+        const char *k = url->params[i].key;
+        if (conn->ep.tls && dlock__redis_tls_param(k))
+            continue;
+        if (dlock__redis_tls_param(k))
+            /* Never clear text where the user asked for TLS. */
+            return dlock__fail(DLOCK_EINVAL, "%s URL: '%.32s' is a TLS parameter: use "
+                               "%s://", url->scheme, k,
+                               conn->master_name != NULL ? "rediss-sentinel" : "rediss");
+        if (conn->master_name != NULL && sentinel_param(k))
+            continue;
+        if (strcmp(k, "db") != 0)
+            return dlock__fail(DLOCK_EINVAL, "%s URL: unknown parameter '%.32s' (known: db%s%s)",
+                               url->scheme, k,
+                               conn->master_name != NULL
+                                   ? ", min_replicas, password, sentinel_password" : "",
+                               conn->ep.tls ? ", cacert, cert, key, sni, insecure" : "");
+    }
+    if (conn->ep.tls && (rc = dlock__redis_tls_params(&conn->ep, url)) != DLOCK_OK)
+        return rc;
     if (db != NULL) {
         char *end;
         long v;
@@ -62,29 +176,34 @@ int dlock__redis_conn_init(dlock__redis_conn *conn, const dlock_url *url,
     }
     snprintf(conn->client_name, sizeof(conn->client_name), "%s-%s",
              opts->client_name != NULL ? opts->client_name : "dlock", role);
-    conn->connect_tv = to_tv(opts->connect_timeout_ms);
-    conn->command_tv = to_tv(opts->command_timeout_ms);
+    conn->connect_ms = opts->connect_timeout_ms;
+    conn->command_ms = opts->command_timeout_ms;
+    /* WAIT gets half of the round trip's time; the other half is the
+     * script's and the network's. */
+    conn->wait_ms = conn->command_ms / 2 > 0 ? conn->command_ms / 2 : 1;
     return DLOCK_OK;
+}
+
+int dlock__redis_conn_is_open(const dlock__redis_conn *conn)
+{
+    return dlock__redis_tp_ok(&conn->tp);
 }
 
 void dlock__redis_conn_close(dlock__redis_conn *conn)
 {
-    if (conn->ctx != NULL) {
-        redisFree(conn->ctx);
-        conn->ctx = NULL;
-    }
+    dlock__redis_tp_close(&conn->tp);
 }
 
 int dlock__redis_conn_io_error(dlock__redis_conn *conn)
 {
-    redisContext *ctx = conn->ctx;
+    dlock__redis_tp *tp = &conn->tp;
     int code = DLOCK_ECONN;
-    char what[160];
+    char what[300];
 
     conn->timed_out = 0;
-    if (ctx == NULL)
+    if (tp->err == 0)
         return dlock__fail(DLOCK_ECONN, "%s: not connected", conn->where);
-    switch (conn->refused ? -1 : ctx->err) {
+    switch (conn->refused ? -1 : tp->err) {
     case -1:
         /* bounded_functions or get_reply refused the reply. */
         code = DLOCK_EPROTO;
@@ -101,24 +220,18 @@ int dlock__redis_conn_io_error(dlock__redis_conn *conn)
         break;
     case REDIS_ERR_PROTOCOL:
         code = DLOCK_EPROTO;
-        snprintf(what, sizeof(what), "not a Redis reply (%s)", ctx->errstr);
+        snprintf(what, sizeof(what), "not a Redis reply (%s)", tp->errstr);
         break;
-    case REDIS_ERR_EOF:
-        snprintf(what, sizeof(what), "server closed the connection");
-        break;
-    case REDIS_ERR_IO:
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT ||
-            strstr(ctx->errstr, "temporarily unavailable") != NULL ||
-            strstr(ctx->errstr, "timed out") != NULL) {
-            snprintf(what, sizeof(what), "timed out (%s)", ctx->errstr);
-            conn->timed_out = 1;
-            break;
-        }
-        /* fall through */
     default:
-        snprintf(what, sizeof(what), "%s", ctx->errstr[0] ? ctx->errstr : "I/O error");
-        if (what[0] >= 'A' && what[0] <= 'Z')
-            what[0] = (char)(what[0] - 'A' + 'a');
+        /* TLS failures: a certificate, CA or name the other side refused
+         * is an authentication failure, an unreadable file a bad setting;
+         * neither goes away by trying again. */
+        if (tp->auth)
+            code = DLOCK_EAUTH;
+        else if (tp->config)
+            code = DLOCK_EINVAL;
+        conn->timed_out = tp->timed_out;
+        snprintf(what, sizeof(what), "%s", tp->errstr[0] ? tp->errstr : "I/O error");
         break;
     }
     conn->refused = 0;
@@ -134,18 +247,24 @@ int dlock__redis_conn_io_error(dlock__redis_conn *conn)
 static const char *scrub(char *buf, size_t size, const dlock__redis_conn *conn,
                          const redisReply *r)
 {
-    const char *pw = conn->url->password, *in = r->str != NULL ? r->str : "";
-    size_t inlen = r->str != NULL ? r->len : 0, pwlen = pw != NULL ? strlen(pw) : 0;
+    const char *pws[2] = {conn->password, conn->sentinel_password};
+    const char *in = r->str != NULL ? r->str : "";
+    size_t inlen = r->str != NULL ? r->len : 0;
     size_t i = 0, o = 0;
 
     while (i < inlen && o + 4 < size) {
-        size_t left = inlen - i;
-        /* The password, or the start of it where the reply was cut off. */
-        if (pwlen > 0 && memcmp(in + i, pw, left < pwlen ? left : pwlen) == 0 &&
-            (left >= pwlen || left >= 3)) {
+        size_t left = inlen - i, cut = 0;
+        /* A password, or the start of one where the reply was cut off. */
+        for (int p = 0; p < 2 && cut == 0; p++) {
+            size_t pwlen = pws[p] != NULL ? strlen(pws[p]) : 0;
+            if (pwlen > 0 && memcmp(in + i, pws[p], left < pwlen ? left : pwlen) == 0 &&
+                (left >= pwlen || left >= 3))
+                cut = left < pwlen ? left : pwlen;
+        }
+        if (cut > 0) {
             memcpy(buf + o, "***", 3);
             o += 3;
-            i += left < pwlen ? left : pwlen;
+            i += cut;
             continue;
         }
         buf[o++] = (unsigned char)in[i] < 32 ? ' ' : in[i];
@@ -181,21 +300,20 @@ int dlock__redis_conn_reply_error(dlock__redis_conn *conn, const redisReply *r)
 /* AUTH, SELECT and CLIENT SETNAME, pipelined into one round trip. */
 static int handshake(dlock__redis_conn *conn)
 {
-    const dlock_url *u = conn->url;
     int sent = 0, rc = DLOCK_OK;
 
-    if (u->password != NULL) {
-        if (u->user != NULL)
-            redisAppendCommand(conn->ctx, "AUTH %s %s", u->user, u->password);
+    if (conn->password != NULL) {
+        if (conn->user != NULL)
+            dlock__redis_tp_append(&conn->tp, "AUTH %s %s", conn->user, conn->password);
         else
-            redisAppendCommand(conn->ctx, "AUTH %s", u->password);
+            dlock__redis_tp_append(&conn->tp, "AUTH %s", conn->password);
         sent++;
     }
     if (conn->db != 0) {
-        redisAppendCommand(conn->ctx, "SELECT %d", conn->db);
+        dlock__redis_tp_append(&conn->tp, "SELECT %d", conn->db);
         sent++;
     }
-    redisAppendCommand(conn->ctx, "CLIENT SETNAME %s", conn->client_name);
+    dlock__redis_tp_append(&conn->tp, "CLIENT SETNAME %s", conn->client_name);
     sent++;
     for (int i = 0; i < sent; i++) {
         redisReply *r = NULL;
@@ -203,7 +321,7 @@ static int handshake(dlock__redis_conn *conn)
             return dlock__redis_conn_io_error(conn);
         if (r->type == REDIS_REPLY_ERROR && rc == DLOCK_OK) {
             rc = dlock__redis_conn_reply_error(conn, r);
-            if (rc == DLOCK_ESERVER && i == 0 && u->password != NULL) {
+            if (rc == DLOCK_ESERVER && i == 0 && conn->password != NULL) {
                 /* Whatever the server says to AUTH, it is an authentication
                  * failure (its text may quote the password: scrubbed). */
                 char text[256];
@@ -263,49 +381,32 @@ static void bounded_functions_init(void)
     redisReaderFree(reader);
 }
 
-static int bound_replies(dlock__redis_conn *conn)
-{
-    pthread_once(&bounded_once, bounded_functions_init);
-    if (default_create_array == NULL)
-        return dlock__fail(DLOCK_ENOMEM, "%s: out of memory", conn->where);
-    conn->reply_elements = 0;
-    conn->refused = 0;
-    conn->ctx->reader->fn = &bounded_functions;
-    conn->ctx->reader->privdata = conn;
-    return DLOCK_OK;
-}
-
 int dlock__redis_conn_over_cap(dlock__redis_conn *conn)
 {
-    redisContext *c = conn->ctx;
+    redisReader *reader = conn->tp.reader;
 
-    if (c->reader->len - c->reader->pos <= DLOCK__REDIS_MAX_REPLY_BYTES)
+    if (reader == NULL || reader->len - reader->pos <= DLOCK__REDIS_MAX_REPLY_BYTES)
         return 0;
     conn->refused = DLOCK__REDIS_REFUSED_BYTES;
-    c->err = REDIS_ERR_PROTOCOL;
-    snprintf(c->errstr, sizeof(c->errstr), "reply longer than %d bytes",
-             DLOCK__REDIS_MAX_REPLY_BYTES);
+    dlock__redis_tp_fail(&conn->tp, REDIS_ERR_PROTOCOL, "reply too long");
     return 1;
 }
 
 int dlock__redis_conn_get_reply(dlock__redis_conn *conn, redisReply **out)
 {
-    redisContext *c = conn->ctx;
+    dlock__redis_tp *tp = &conn->tp;
+    int64_t deadline = dlock__now_ms() + conn->command_ms;
     void *r = NULL;
-    int done = 0;
 
     *out = NULL;
-    if (redisGetReplyFromReader(c, &r) != REDIS_OK)
+    if (dlock__redis_tp_get_reply(tp, &r) != REDIS_OK)
         return REDIS_ERR;
-    if (r == NULL) {
-        do
-            if (redisBufferWrite(c, &done) != REDIS_OK)
-                return REDIS_ERR;
-        while (!done);
-    }
+    if (r == NULL && dlock__redis_tp_flush(tp, deadline) != REDIS_OK)
+        return REDIS_ERR;
     while (r == NULL) {
         /* Each read adds at most 16 KiB: the cap is checked as it grows. */
-        if (redisBufferRead(c) != REDIS_OK || redisGetReplyFromReader(c, &r) != REDIS_OK)
+        if (dlock__redis_tp_read(tp, deadline) != REDIS_OK ||
+            dlock__redis_tp_get_reply(tp, &r) != REDIS_OK)
             return REDIS_ERR;
         if (r == NULL && dlock__redis_conn_over_cap(conn))
             return REDIS_ERR;
@@ -314,27 +415,211 @@ int dlock__redis_conn_get_reply(dlock__redis_conn *conn, redisReply **out)
     return REDIS_OK;
 }
 
-static int connect_now(dlock__redis_conn *conn)
+/* Connect to conn->ep and shake hands, before deadline_ms. */
+static int open_endpoint(dlock__redis_conn *conn, int64_t deadline_ms)
 {
     dlock__redis_conn_close(conn);
-    if (conn->unix_path != NULL)
-        conn->ctx = redisConnectUnixWithTimeout(conn->unix_path, conn->connect_tv);
-    else
-        conn->ctx = redisConnectWithTimeout(conn->host, conn->port, conn->connect_tv);
-    if (conn->ctx == NULL)
+    pthread_once(&bounded_once, bounded_functions_init);
+    if (default_create_array == NULL)
         return dlock__fail(DLOCK_ENOMEM, "%s: out of memory", conn->where);
-    if (conn->ctx->err)
-        return dlock__redis_conn_io_error(conn);
-    if (bound_replies(conn) != DLOCK_OK) {
-        dlock__redis_conn_close(conn);
-        return DLOCK_ENOMEM;
-    }
-    /* hiredis 0.14 leaves the socket inheritable: a program that forks and
+    conn->reply_elements = 0;
+    conn->refused = 0;
+    /* The transport's socket is close-on-exec: a program that forks and
      * execs must not hand its authenticated connection to the child. */
-    fcntl(conn->ctx->fd, F_SETFD, fcntl(conn->ctx->fd, F_GETFD) | FD_CLOEXEC);
-    if (redisSetTimeout(conn->ctx, conn->command_tv) != REDIS_OK)
+    if (dlock__redis_tp_open(&conn->tp, &conn->ep, deadline_ms, &bounded_functions, conn) !=
+        REDIS_OK)
         return dlock__redis_conn_io_error(conn);
     return handshake(conn);
+}
+
+static int command_once(dlock__redis_conn *conn, redisReply **out, int argc, const char **argv,
+                        const size_t *lens, int wait);
+
+/* ---- Sentinel: finding the master -------------------------------------- */
+
+/* Between tries to find the master, a sentinel's +switch-master is waited
+ * for this long at most (a failover ends with one; a master that comes
+ * back where it was sends none). */
+#define SENTINEL_RETRY_MS 250
+
+static int is_fatal(int rc)
+{
+    return rc == DLOCK_EAUTH || rc == DLOCK_EINVAL || rc == DLOCK_ENOMEM;
+}
+
+/*
+ * Ask the sentinels in turn, from the one that answered last, for the
+ * master's address (SENTINEL get-master-addr-by-name), each within its share
+ * of the time left. The one that answered stays open in *s (for
+ * switch_wait). why gets each failure's text.
+ */
+static int ask_sentinels(dlock__redis_conn *conn, dlock__redis_conn *s, int64_t deadline,
+                         int *port, char *why, size_t whysize)
+{
+    const dlock_url *u = conn->url;
+    size_t n = u->nhosts;
+
+    for (size_t i = 0; i < n; i++) {
+        size_t at = (conn->sentinel_next + i) % n;
+        const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", conn->master_name};
+        size_t lens[3] = {8, 23, strlen(conn->master_name)};
+        int64_t left = deadline - dlock__now_ms(), share = left / (int64_t)(n - i);
+        redisReply *r = NULL;
+        int rc;
+
+        if (left <= 0)
+            break;
+        memset(s, 0, sizeof(*s));
+        s->tp.fd = -1;
+        s->url = u;
+        s->ep = conn->ep;
+        s->ep.host = u->hosts[at].host;
+        s->ep.port = u->hosts[at].port != 0 ? u->hosts[at].port : 26379;
+        s->password = conn->sentinel_password;
+        s->role = conn->role;
+        snprintf(s->client_name, sizeof(s->client_name), "%s", conn->client_name);
+        s->connect_ms = s->command_ms = share < 100 ? (left < 100 ? left : 100) : share;
+        snprintf(s->where, sizeof(s->where), "sentinel %.64s:%d", s->ep.host, s->ep.port);
+        if ((rc = dlock__redis_conn_connect(s)) == DLOCK_OK)
+            rc = command_once(s, &r, 3, argv, lens, 0);
+        if (rc != DLOCK_OK) {
+            snprintf(why, whysize, "%s", dlock_error_message());
+            dlock__redis_conn_close(s);
+            if (is_fatal(rc))
+                return rc;
+            continue;
+        }
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+            r->element[0]->type == REDIS_REPLY_STRING &&
+            r->element[1]->type == REDIS_REPLY_STRING &&
+            r->element[0]->len < sizeof(conn->master_host) && r->element[1]->len < 6 &&
+            atoi(r->element[1]->str) > 0 && atoi(r->element[1]->str) < 65536) {
+            memcpy(conn->master_host, r->element[0]->str, r->element[0]->len);
+            conn->master_host[r->element[0]->len] = '\0';
+            *port = atoi(r->element[1]->str);
+            conn->sentinel_next = at;
+            freeReplyObject(r);
+            return DLOCK_OK;
+        }
+        snprintf(why, whysize, "%s: %s", s->where,
+                 r->type == REDIS_REPLY_NIL ? "does not know this master name"
+                                            : "unexpected reply to SENTINEL get-master-addr-by-name");
+        freeReplyObject(r);
+        dlock__redis_conn_close(s);
+    }
+    return DLOCK_ECONN;
+}
+
+/* Connect to the master the sentinels named and check with ROLE that it
+ * is one: a sentinel may name an old master that came back as a replica,
+ * before it learns of the failover. */
+static int master_open(dlock__redis_conn *conn, int port, int64_t deadline)
+{
+    const char *argv[1] = {"ROLE"};
+    size_t lens[1] = {4};
+    redisReply *r = NULL;
+    int rc;
+
+    conn->ep.host = conn->master_host;
+    conn->ep.port = port;
+    snprintf(conn->where, sizeof(conn->where), "%s %.48s (master %.64s:%d)", conn->url->scheme,
+             conn->master_name, conn->master_host, port);
+    if ((rc = open_endpoint(conn, deadline)) != DLOCK_OK ||
+        (rc = command_once(conn, &r, 1, argv, lens, 0)) != DLOCK_OK) {
+        dlock__redis_conn_close(conn);
+        return rc;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->element[0]->type != REDIS_REPLY_STRING) {
+        rc = dlock__fail(DLOCK_EPROTO, "%s: unexpected reply to ROLE", conn->where);
+    } else if (strcmp(r->element[0]->str, "master") != 0) {
+        rc = dlock__fail(DLOCK_ECONN, "%s: the sentinels named it but it is not the master "
+                         "(ROLE: %.32s)", conn->where, r->element[0]->str);
+    }
+    freeReplyObject(r);
+    if (rc != DLOCK_OK)
+        dlock__redis_conn_close(conn);
+    return rc;
+}
+
+/* Wait on sentinel s for +switch-master until until_ms (s open), or just
+ * until then (no sentinel answered: nothing to wait on). */
+static void switch_wait(dlock__redis_conn *s, int64_t until_ms)
+{
+    if (!dlock__redis_conn_is_open(s)) {
+        int64_t ms = until_ms - dlock__now_ms();
+        if (ms > 0) {
+            struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+            while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+                ;
+        }
+        return;
+    }
+    if (dlock__redis_tp_append(&s->tp, "SUBSCRIBE +switch-master") != REDIS_OK ||
+        dlock__redis_tp_flush(&s->tp, until_ms) != REDIS_OK)
+        return;
+    while (dlock__redis_tp_read(&s->tp, until_ms) == REDIS_OK) {
+        void *v = NULL;
+        while (dlock__redis_tp_get_reply(&s->tp, &v) == REDIS_OK && v != NULL) {
+            redisReply *m = v;
+            int done = m->type == REDIS_REPLY_ARRAY && m->elements == 3 &&
+                       m->element[0]->type == REDIS_REPLY_STRING &&
+                       strcmp(m->element[0]->str, "message") == 0;
+            freeReplyObject(m);
+            if (done)
+                return;
+        }
+        if (dlock__redis_conn_over_cap(s))
+            return;
+    }
+}
+
+/*
+ * Sentinel: ask the sentinels for the master, connect to it and check its
+ * role; again until that works or the connect timeout is over, waiting
+ * between tries on a sentinel's +switch-master (a failover under way).
+ */
+static int sentinel_connect(dlock__redis_conn *conn)
+{
+    int64_t deadline = dlock__now_ms() + conn->connect_ms;
+    char why[400] = "no sentinel answered";
+    int rc;
+
+    for (;;) {
+        dlock__redis_conn s;
+        int port = 0;
+        int64_t now;
+
+        rc = ask_sentinels(conn, &s, deadline, &port, why, sizeof(why));
+        if (rc == DLOCK_OK) {
+            if ((rc = master_open(conn, port, deadline)) == DLOCK_OK) {
+                dlock__redis_conn_close(&s);
+                return DLOCK_OK;
+            }
+            snprintf(why, sizeof(why), "%s", dlock_error_message());
+        }
+        if (is_fatal(rc)) {
+            dlock__redis_conn_close(&s);
+            return rc;
+        }
+        now = dlock__now_ms();
+        if (now >= deadline) {
+            dlock__redis_conn_close(&s);
+            break;
+        }
+        switch_wait(&s, now + SENTINEL_RETRY_MS < deadline ? now + SENTINEL_RETRY_MS : deadline);
+        dlock__redis_conn_close(&s);
+    }
+    return dlock__fail(DLOCK_ECONN, "%s %s: no master found within the connect timeout "
+                       "(%lld ms): %s", conn->url->scheme, conn->master_name,
+                       (long long)conn->connect_ms, why);
+}
+
+static int connect_now(dlock__redis_conn *conn)
+{
+    if (conn->master_name != NULL)
+        return sentinel_connect(conn);
+    return open_endpoint(conn, dlock__now_ms() + conn->connect_ms);
 }
 
 int dlock__redis_conn_connect(dlock__redis_conn *conn)
@@ -342,7 +627,7 @@ int dlock__redis_conn_connect(dlock__redis_conn *conn)
     dlock__sigpipe_guard guard;
     int rc;
 
-    if (conn->ctx != NULL && conn->ctx->err == 0)
+    if (dlock__redis_conn_is_open(conn))
         return DLOCK_OK;
     dlock__sigpipe_block(&guard);
     rc = connect_now(conn);
@@ -358,27 +643,80 @@ int dlock__redis_conn_connect(dlock__redis_conn *conn)
     return rc;
 }
 
+static int bad_wait(const dlock__redis_conn *conn, const redisReply *w)
+{
+    return dlock__fail(DLOCK_EPROTO, "%s: unexpected reply to WAIT (type %d)", conn->where,
+                       w->type);
+}
+
+/* What the last script's WAIT found, for dlock__redis_wait_short. */
+static _Thread_local struct {
+    int short_of;
+    long long acked;
+    int wanted;
+    long long wait_ms;
+    char where[128];
+} wait_result;
+
+int dlock__redis_wait_short(void)
+{
+    return wait_result.short_of;
+}
+
+int dlock__redis_wait_fail(const char *what)
+{
+    return dlock__fail(DLOCK_ESERVER, "%s: %lld of %d replicas acknowledged the write within "
+                       "%lld ms (min_replicas=%d): %s", wait_result.where, wait_result.acked,
+                       wait_result.wanted, wait_result.wait_ms, wait_result.wanted, what);
+}
+
+/* Send one command (then WAIT min_replicas, when wait) and read its
+ * reply (and WAIT's, into wait_result). */
 static int command_once(dlock__redis_conn *conn, redisReply **out, int argc, const char **argv,
-                        const size_t *lens)
+                        const size_t *lens, int wait)
 {
     dlock__sigpipe_guard guard;
-    redisReply *r;
+    redisReply *r = NULL, *w = NULL;
+    int rc = DLOCK_OK;
 
     *out = NULL;
-    /* hiredis writes with write(2): a server gone away must not raise
+    conn->readonly = 0;
+    /* OpenSSL writes with write(2): a server gone away must not raise
      * SIGPIPE in the application. */
     dlock__sigpipe_block(&guard);
-    if (redisAppendCommandArgv(conn->ctx, argc, argv, lens) != REDIS_OK ||
-        dlock__redis_conn_get_reply(conn, &r) != REDIS_OK) {
+    if (dlock__redis_tp_append_argv(&conn->tp, argc, argv, lens) != REDIS_OK ||
+        (wait && dlock__redis_tp_append(&conn->tp, "WAIT %d %lld", conn->min_replicas,
+                                        (long long)conn->wait_ms) != REDIS_OK) ||
+        dlock__redis_conn_get_reply(conn, &r) != REDIS_OK ||
+        (wait && dlock__redis_conn_get_reply(conn, &w) != REDIS_OK)) {
         dlock__sigpipe_restore(&guard);
+        if (r != NULL)
+            freeReplyObject(r);
         return dlock__redis_conn_io_error(conn);
     }
     dlock__sigpipe_restore(&guard);
     if (r->type == REDIS_REPLY_ERROR) {
-        int rc = dlock__redis_conn_reply_error(conn, r);
+        rc = dlock__redis_conn_reply_error(conn, r);
+        /* A master demoted by a failover answers writes with READONLY (a
+         * script's with "... READONLY ..."). */
+        conn->readonly = strstr(r->str, "READONLY") != NULL;
         /* Keep NOSCRIPT apart: the caller reloads the script. */
         if (r->len >= 8 && strncmp(r->str, "NOSCRIPT", 8) == 0)
             rc = DLOCK_ENOTSUP;
+    } else if (wait && w->type == REDIS_REPLY_ERROR) {
+        rc = dlock__redis_conn_reply_error(conn, w);
+    } else if (wait && w->type != REDIS_REPLY_INTEGER) {
+        rc = bad_wait(conn, w);
+    } else if (wait) {
+        wait_result.short_of = w->integer < conn->min_replicas;
+        wait_result.acked = w->integer;
+        wait_result.wanted = conn->min_replicas;
+        wait_result.wait_ms = conn->wait_ms;
+        snprintf(wait_result.where, sizeof(wait_result.where), "%s", conn->where);
+    }
+    if (w != NULL)
+        freeReplyObject(w);
+    if (rc != DLOCK_OK) {
         freeReplyObject(r);
         return rc;
     }
@@ -386,25 +724,39 @@ static int command_once(dlock__redis_conn *conn, redisReply **out, int argc, con
     return DLOCK_OK;
 }
 
-int dlock__redis_conn_command(dlock__redis_conn *conn, redisReply **out, int argc,
-                              const char **argv, const size_t *lens)
+static int command(dlock__redis_conn *conn, redisReply **out, int argc, const char **argv,
+                   const size_t *lens, int wait)
 {
-    int reused = conn->ctx != NULL && conn->ctx->err == 0;
+    int reused = dlock__redis_conn_is_open(conn);
     int rc;
 
     *out = NULL;
     if ((rc = dlock__redis_conn_connect(conn)) != DLOCK_OK)
         return rc;
-    rc = command_once(conn, out, argc, argv, lens);
-    if (rc == DLOCK_ECONN && reused && !conn->timed_out) {
+    rc = command_once(conn, out, argc, argv, lens, wait);
+    if (conn->master_name != NULL && ((rc == DLOCK_ECONN && !conn->timed_out) ||
+                                      conn->readonly)) {
+        /* A failover: the master died or was demoted. Ask the sentinels
+         * again (within the connect timeout) and send once more. */
+        dlock__redis_conn_close(conn);
+        if ((rc = dlock__redis_conn_connect(conn)) != DLOCK_OK)
+            return rc;
+        rc = command_once(conn, out, argc, argv, lens, wait);
+    } else if (rc == DLOCK_ECONN && reused && !conn->timed_out) {
         /* The connection was dead before we used it (server restart, idle
          * timeout): one fresh try, then report. Not after a timeout: a
          * silent server would make the call take twice the timeout. */
         if ((rc = dlock__redis_conn_connect(conn)) != DLOCK_OK)
             return rc;
-        rc = command_once(conn, out, argc, argv, lens);
+        rc = command_once(conn, out, argc, argv, lens, wait);
     }
     return rc;
+}
+
+int dlock__redis_conn_command(dlock__redis_conn *conn, redisReply **out, int argc,
+                              const char **argv, const size_t *lens)
+{
+    return command(conn, out, argc, argv, lens, 0);
 }
 
 void dlock__redis_script_cmd_eval(dlock__redis_script_cmd *c, const dlock__redis_script *script)
@@ -455,21 +807,39 @@ void dlock__redis_script_cmd_free(dlock__redis_script_cmd *c)
     }
 }
 
+/* The scripts that write a hold (take, extend or renew one): with
+ * min_replicas, WAIT follows them. */
+static int writes_hold(const dlock__redis_script *script)
+{
+    static const dlock__redis_script *const holds[] = {
+        &dlock__redis_script_acquire,     &dlock__redis_script_extend,
+        &dlock__redis_script_excl_acquire, &dlock__redis_script_rw_acquire,
+        &dlock__redis_script_sem_acquire, &dlock__redis_script_family_renew,
+        &dlock__redis_script_multi_acquire};
+
+    for (size_t i = 0; i < sizeof(holds) / sizeof(holds[0]); i++)
+        if (holds[i] == script)
+            return 1;
+    return 0;
+}
+
 int dlock__redis_conn_script(dlock__redis_conn *conn, const dlock__redis_script *script,
                              redisReply **out, int nkeys, int argc, const char **argv,
                              const size_t *lens)
 {
     dlock__redis_script_cmd c;
+    int wait = conn->min_replicas > 0 && writes_hold(script);
     int rc;
 
+    wait_result.short_of = 0;
     if ((rc = dlock__redis_script_cmd_init(&c, script, 0, nkeys, argc, argv, lens)) != DLOCK_OK)
         return rc;
-    rc = dlock__redis_conn_command(conn, out, c.argc, c.av, c.al);
+    rc = command(conn, out, c.argc, c.av, c.al, wait);
     if (rc == DLOCK_ENOTSUP) {
         /* NOSCRIPT: the server restarted or flushed its script cache. EVAL
          * runs the script and caches it for the next EVALSHA. */
         dlock__redis_script_cmd_eval(&c, script);
-        rc = dlock__redis_conn_command(conn, out, c.argc, c.av, c.al);
+        rc = command(conn, out, c.argc, c.av, c.al, wait);
         if (rc == DLOCK_OK)
             dlock__clear_error(); /* the NOSCRIPT was handled */
     }

@@ -11,19 +11,18 @@
 #include <hiredis/hiredis.h>
 
 #include "backends/redis/redis_scripts.h"
+#include "backends/redis/redis_transport.h"
 #include "dlock/sys/backend.h"
 
 typedef struct {
     const dlock_url *url; /* borrowed from the client */
-    const char *unix_path;
-    const char *host;
-    int port;
+    dlock__redis_endpoint ep; /* where and how (TCP, unix socket, TLS) */
     int db;
     char client_name[80];
-    struct timeval connect_tv;
-    struct timeval command_tv;
-    char where[128]; /* "redis 127.0.0.1:6379", for messages */
-    redisContext *ctx;
+    int64_t connect_ms;
+    int64_t command_ms; /* each command's whole round trip */
+    char where[128]; /* "redis 127.0.0.1:6379", "rediss ...", for messages */
+    dlock__redis_tp tp;
     int timed_out; /* the last I/O failure was a timeout, not a dead peer */
     /* Array elements of the reply being read (see bounded_create_array). */
     size_t reply_elements;
@@ -35,6 +34,22 @@ typedef struct {
     void *log_payload;
     const char *role;
     int connected;
+    /* The master's credentials: the URL's user:password, or password= on a
+     * Sentinel URL. NULL: none. */
+    const char *user;
+    const char *password;
+    /* Sentinel (redis-sentinel://, rediss-sentinel://): the master is asked
+     * of the sentinels (the URL's hosts) at each connect and its ROLE
+     * checked; ep.host then points at master_host. NULL: not Sentinel. */
+    const char *master_name;
+    const char *sentinel_password;
+    char master_host[256];
+    size_t sentinel_next; /* the sentinel that answered last, asked first */
+    /* min_replicas=N: scripts that write a hold are followed, in the same
+     * round trip, by WAIT N wait_ms (docs/redis-sentinel.md). */
+    int min_replicas;
+    int64_t wait_ms;
+    int readonly; /* the last error reply was READONLY (a demoted master) */
 } dlock__redis_conn;
 
 enum {
@@ -59,9 +74,23 @@ enum {
  */
 #define DLOCK__REDIS_MAX_REPLY_BYTES (1 << 20)
 
-/* Fill conn from the URL and options; no I/O. DLOCK_EINVAL for a bad URL. */
+/* Fill conn from the URL and options; no I/O. DLOCK_EINVAL for a bad URL.
+ * redis://, unix:// and rediss:// (TLS: cacert, cert, key, sni, insecure;
+ * docs/redis-tls.md); redis-sentinel:// and rediss-sentinel://
+ * (docs/redis-sentinel.md). */
 int dlock__redis_conn_init(dlock__redis_conn *conn, const dlock_url *url,
                            const dlock_client_options *opts, const char *role);
+
+/* The TLS parameters of url (cacert, cert, key, sni, insecure) into ep;
+ * DLOCK_EINVAL for a bad value or a key without its cert. Parameters that
+ * are not TLS ones are left for the caller to check. */
+int dlock__redis_tls_params(dlock__redis_endpoint *ep, const dlock_url *url);
+
+/* Whether key is one of dlock__redis_tls_params's. */
+int dlock__redis_tls_param(const char *key);
+
+/* Connected and not failed: the next command goes out on this connection. */
+int dlock__redis_conn_is_open(const dlock__redis_conn *conn);
 
 /* Connect (AUTH, SELECT, CLIENT SETNAME) unless connected. */
 int dlock__redis_conn_connect(dlock__redis_conn *conn);
@@ -98,25 +127,42 @@ void dlock__redis_script_cmd_eval(dlock__redis_script_cmd *c, const dlock__redis
 void dlock__redis_script_cmd_free(dlock__redis_script_cmd *c);
 
 /* Run an embedded script with EVALSHA, loading it with EVAL on NOSCRIPT.
- * argv holds the nkeys keys then the arguments (argc in all). */
+ * argv holds the nkeys keys then the arguments (argc in all). With
+ * min_replicas=N and a script that writes a hold (acquire, extend, renew),
+ * WAIT N follows it in the same round trip; how many replicas acknowledged
+ * is then told by dlock__redis_wait_short. */
 int dlock__redis_conn_script(dlock__redis_conn *conn, const dlock__redis_script *script,
                              redisReply **out, int nkeys, int argc, const char **argv,
                              const size_t *lens);
 
 /*
- * Read one reply (sending what is queued first), as hiredis' redisGetReply
- * but refusing a reply whose part still to be parsed grows past
- * DLOCK__REDIS_MAX_REPLY_BYTES: the context then fails with
+ * After the last dlock__redis_conn_script of this thread: 1 if it was
+ * followed by WAIT and fewer than min_replicas replicas acknowledged (the
+ * script's reply was still given back: the caller, which knows what the
+ * script took, gives it back and fails with dlock__redis_wait_fail), else 0.
+ * Thread-local, as the script call is synchronous on the caller's thread.
+ */
+int dlock__redis_wait_short(void);
+
+/* DLOCK_ESERVER, "WHERE: N of M replicas acknowledged the write within W ms
+ * (min_replicas=M): what" (what: "the lock was released", ...). */
+int dlock__redis_wait_fail(const char *what);
+
+/*
+ * Read one reply (sending what is queued first) within the command timeout,
+ * refusing a reply whose part still to be parsed grows past
+ * DLOCK__REDIS_MAX_REPLY_BYTES: the transport then fails with
  * REDIS_ERR_PROTOCOL and conn->refused set. Returns REDIS_OK or REDIS_ERR.
  */
 int dlock__redis_conn_get_reply(dlock__redis_conn *conn, redisReply **out);
 
 /* Whether the reader holds more unparsed bytes than a reply may have (then
- * the context is failed as above). For readers that feed it themselves (the
- * subscriber), after they took every complete reply. */
+ * the transport is failed as above). For readers that feed it themselves (the
+ * subscriber, Redlock's fan-out), after they took every complete reply. */
 int dlock__redis_conn_over_cap(dlock__redis_conn *conn);
 
-/* Turn a hiredis context failure into a code and message (closing it). */
+/* Turn a transport failure into a code and message (closing it): the one
+ * place that writes the text of an I/O or TLS failure. */
 int dlock__redis_conn_io_error(dlock__redis_conn *conn);
 
 /* Turn an error reply into a code and message. */

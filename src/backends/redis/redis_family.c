@@ -10,15 +10,17 @@
  * tag {NAME}; the scripts derive them from the base key):
  *   dlock:{NAME}               holder of the exclusive kinds: the owner id, or
  *                              the handle's token; PX lease (as the mutex)
- *   dlock:{NAME}:holds         HASH token -> fence of each handle holding it
+ *   dlock:{NAME}:holds         HASH token -> "FENCE HOLDER\nKIND" of each
+ *                              handle holding it (HOLDER its holder record,
+ *                              lib/family.lua)
  *   dlock:{NAME}:fence         the fence counter of every kind
  *   dlock:{NAME}:queue         fair: ZSET waiter id -> arrival order
  *   dlock:{NAME}:queue-exp     fair: ZSET waiter id -> place expiry (server ms)
  *   dlock:{NAME}:readers       ZSET token -> lease end (server ms)
- *   dlock:{NAME}:reader-fences HASH token -> "fence owner-id"
+ *   dlock:{NAME}:reader-fences HASH token -> "FENCE HOLDER\nOWNER-ID"
  *   dlock:{NAME}:writer-wait   the id of a waiting writer; PX its expiry
  *   dlock:{NAME}:sem           ZSET token -> lease end (server ms)
- *   dlock:{NAME}:sem-fences    HASH token -> fence
+ *   dlock:{NAME}:sem-fences    HASH token -> "FENCE HOLDER\n"
  *   dlock:{NAME}:permits       a semaphore's N
  *   dlock:{NAME}:leader        the leader's identity; PX lease
  * Channels: dlock:{NAME}:release (waiters; see redis_watch.h for whom a
@@ -125,6 +127,8 @@ int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *wa
      * watch's id: a release publishes it to wake that waiter alone. */
     const char *wid = watch != NULL ? dlock__redis_watch_id(watch->waiter) : "";
     int64_t ttl = waiter_ttl_ms(req->lease_ms);
+    /* Who holds it, kept in the hold's value (lib/family.lua). */
+    const char *holder = req->holder != NULL ? req->holder : "";
     long long status = 0, value = 0;
     char name[80];
     args a = {0};
@@ -155,6 +159,7 @@ int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *wa
         arg_str(&a, req->identity != NULL ? req->identity : "");
         arg_key(&a, &leader);
         arg_str(&a, wid);
+        arg_str(&a, holder);
         break;
     case DLOCK_KIND_READ:
     case DLOCK_KIND_WRITE:
@@ -166,12 +171,14 @@ int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *wa
         arg_str(&a, mode);
         arg_num(&a, ttl);
         arg_str(&a, wid);
+        arg_str(&a, holder);
         break;
     case DLOCK_KIND_SEMAPHORE:
         script = &dlock__redis_script_sem_acquire;
         arg_str(&a, req->token);
         arg_num(&a, req->lease_ms);
         arg_num(&a, req->permits);
+        arg_str(&a, holder);
         break;
     default:
         return dlock__fail(DLOCK_ENOTSUP, "redis: no lock of kind %d", req->kind);
@@ -472,7 +479,7 @@ int dlock__redis_multi_acquire(void *arg_be, const dlock_request *reqs, size_t n
 {
     redis_backend *be = arg_be;
     key_buf *keys = malloc((n + 2) * sizeof(*keys));
-    size_t argc = 2 * n + 3;
+    size_t argc = 2 * n + 4;
     const char **argv = malloc(argc * sizeof(*argv));
     size_t *lens = malloc(argc * sizeof(*lens));
     char lease[24];
@@ -494,6 +501,10 @@ int dlock__redis_multi_acquire(void *arg_be, const dlock_request *reqs, size_t n
     argv[n + 1] = keys[n + 1].buf, lens[n + 1] = keys[n + 1].len;
     snprintf(lease, sizeof(lease), "%lld", (long long)reqs[0].lease_ms);
     argv[2 * n + 2] = lease, lens[2 * n + 2] = strlen(lease);
+    /* Every part has the same record (dlock__lock_new of the same options,
+     * the same process). */
+    argv[2 * n + 3] = reqs[0].holder != NULL ? reqs[0].holder : "";
+    lens[2 * n + 3] = strlen(argv[2 * n + 3]);
     rc = dlock__redis_cmd_script(be, &dlock__redis_script_multi_acquire, &r, (int)n + 2,
                                  (int)argc, argv, lens);
     if (rc != DLOCK_OK)

@@ -176,11 +176,11 @@ static int sync_subscriptions(dlock__redis_watcher *w)
     while (*pp != NULL) {
         channel *ch = *pp;
         if (ch->refs > 0 && !ch->sent) {
-            redisAppendCommand(w->conn.ctx, "SUBSCRIBE %s", ch->name);
+            dlock__redis_tp_append(&w->conn.tp, "SUBSCRIBE %s", ch->name);
             ch->sent = 1;
         } else if (ch->refs == 0 && (!ch->sent || now - ch->idle_since >= LINGER_MS)) {
             if (ch->sent)
-                redisAppendCommand(w->conn.ctx, "UNSUBSCRIBE %s", ch->name);
+                dlock__redis_tp_append(&w->conn.tp, "UNSUBSCRIBE %s", ch->name);
             *pp = ch->next;
             free(ch->name);
             free(ch);
@@ -226,11 +226,11 @@ static int read_replies(dlock__redis_watcher *w)
 {
     redisReply *r;
 
-    if (redisBufferRead(w->conn.ctx) != REDIS_OK)
+    if (dlock__redis_tp_read(&w->conn.tp, -1) != REDIS_OK)
         return -1;
     for (;;) {
         r = NULL;
-        if (redisGetReplyFromReader(w->conn.ctx, (void **)&r) != REDIS_OK)
+        if (dlock__redis_tp_get_reply(&w->conn.tp, (void **)&r) != REDIS_OK)
             return -1;
         if (r == NULL)
             /* What is left is one reply still arriving: a message too
@@ -243,12 +243,9 @@ static int read_replies(dlock__redis_watcher *w)
 
 static int flush_writes(dlock__redis_watcher *w)
 {
-    int done = 0;
-
-    while (!done)
-        if (redisBufferWrite(w->conn.ctx, &done) != REDIS_OK)
-            return -1;
-    return 0;
+    return dlock__redis_tp_flush(&w->conn.tp, dlock__now_ms() + w->conn.command_ms) == REDIS_OK
+               ? 0
+               : -1;
 }
 
 static void *watcher_main(void *arg)
@@ -266,7 +263,7 @@ static void *watcher_main(void *arg)
         if (stopping)
             break;
 
-        if (w->conn.ctx == NULL || w->conn.ctx->err) {
+        if (!dlock__redis_conn_is_open(&w->conn)) {
             if (dlock__redis_conn_connect(&w->conn) != DLOCK_OK) {
                 drop_connection(w);
                 /* Wait before the next try, but wake at once to stop. */
@@ -283,7 +280,7 @@ static void *watcher_main(void *arg)
             drop_connection(w);
             continue;
         }
-        fds[0].fd = w->conn.ctx->fd;
+        fds[0].fd = w->conn.tp.fd;
         fds[0].events = POLLIN;
         fds[1].fd = w->pipe_fd[0];
         fds[1].events = POLLIN;

@@ -14,12 +14,13 @@
 -- stalled keeps the lock from others for the window at most, and a grant
 -- that arrives late can never be taken for a lease the server does not keep.
 -- Otherwise the message "released" wakes a waiter to try.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+-- The value is "TOKEN HOLDER" (acquire.lua), or the bare token of a
+-- hand-off not confirmed yet: the holder record goes with the value, and a
+-- waiter handed the lock writes its own when it confirms.
+local held = redis.call('GET', KEYS[1])
+if not held or (held ~= ARGV[1] and string.sub(held, 1, #ARGV[1] + 1) ~= ARGV[1] .. ' ') then
   return 0
 end
--- The holder record (acquire.lua) goes with the holder; a waiter handed
--- the lock writes its own when it confirms.
-redis.call('DEL', KEYS[1] .. ':holder')
 local entry = redis.call('GET', KEYS[5])
 if entry then
   -- The fence helpers are defined here, not at the top: a release with no

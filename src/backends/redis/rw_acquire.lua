@@ -4,10 +4,11 @@
 -- ARGV[1] 'read' or 'write', ARGV[2] token, ARGV[3] owner id ('' for none)
 -- ARGV[4] lease ms, ARGV[5] 'wait' or 'try', ARGV[6] a waiting writer's
 -- marker expiry in ms (server time), ARGV[7] the waiter's id ('' for a try;
--- see excl_acquire)
+-- see excl_acquire), ARGV[8] the holder record ('' for none)
 -- Keys: base = the writer's owner value (owner id or token; PX lease),
--- base:holds = token -> fence of the writer, base:readers = token -> expiry
--- (server time), base:reader-fences = token -> "fence owner",
+-- base:holds = token -> "FENCE HOLDER\nwrite" of the writer, base:readers =
+-- token -> expiry (server time), base:reader-fences = token -> "FENCE
+-- HOLDER\nOWNER" (lib/family.lua, dlock_hold_value),
 -- base:writer-wait = the id of a waiting writer (PX marker expiry).
 -- Policy, writer preference: while a writer waits, no new reader gets in.
 -- Returns {1, fence}, {0, retry ms}, or {-1, why}: 1 the owner holds the
@@ -17,7 +18,7 @@
 -- #include family
 local base, kind, token, owner = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 local lease, waiting, ttl = tonumber(ARGV[4]), ARGV[5] == 'wait', tonumber(ARGV[6])
-local wid = ARGV[7]
+local wid, record = ARGV[7], ARGV[8]
 local holds, readers, rfences = base .. ':holds', base .. ':readers', base .. ':reader-fences'
 local marker, counter = base .. ':writer-wait', base .. ':fence'
 
@@ -35,8 +36,7 @@ local function owner_reads()
     return false
   end
   for _, v in ipairs(redis.call('HVALS', rfences)) do
-    local sp = string.find(v, ' ', 1, true)
-    if sp and string.sub(v, sp + 1) == owner then
+    if dlock_hold_rest(v) == owner then
       return true
     end
   end
@@ -47,7 +47,7 @@ local writer = redis.call('GET', base)
 if kind == 'read' then
   local mine = redis.call('HGET', rfences, token)
   if mine then -- a retry after a lost reply
-    return {1, tonumber(string.match(mine, '^%d+'))}
+    return {1, dlock_hold_fence(mine)}
   end
   if writer then
     if owner ~= '' and writer == owner then
@@ -64,7 +64,7 @@ if kind == 'read' then
     return err
   end
   redis.call('ZADD', readers, now + lease, token)
-  redis.call('HSET', rfences, token, fence .. ' ' .. owner)
+  redis.call('HSET', rfences, token, dlock_hold_value(fence, record, owner))
   dlock_pexpire_max(readers, lease)
   dlock_pexpire_max(rfences, lease)
   return {1, fence}
@@ -76,7 +76,7 @@ if writer and writer == value then
   if mine then -- a retry after a lost reply
     redis.call('PEXPIRE', base, lease)
     redis.call('PEXPIRE', holds, lease)
-    return {1, tonumber(mine)}
+    return {1, dlock_hold_fence(mine)}
   end
   return {-1, 1}
 end
@@ -105,7 +105,8 @@ if busy then
   return {0, busy}
 end
 local fence
-fence, err = dlock_take(base, holds, value, token, lease, counter, count, KEYS[2], KEYS[3])
+fence, err = dlock_take(base, holds, value, token, lease, counter, count, KEYS[2], KEYS[3],
+                        record, 'write')
 if not fence then
   return err
 end

@@ -29,15 +29,17 @@ end
 if redis.call('GET', base) ~= ARGV[3] then
   return 0
 end
-local fence = redis.call('HGET', holds, token)
-if not fence then
+local hold = redis.call('HGET', holds, token)
+if not hold then
   return 0
 end
 redis.call('DEL', base, holds)
 if op == 'downgrade' then
   local lease = tonumber(ARGV[5])
   redis.call('ZADD', readers, now + lease, token)
-  redis.call('HSET', rfences, token, fence .. ' ' .. ARGV[6])
+  -- The reader keeps the writer's fence and holder record.
+  redis.call('HSET', rfences, token,
+             dlock_hold_value(dlock_hold_fence(hold), dlock_hold_record(hold), ARGV[6]))
   dlock_pexpire_max(readers, lease)
   dlock_pexpire_max(rfences, lease)
 end

@@ -1,9 +1,11 @@
 -- SPDX-License-Identifier: BSD-3-Clause
 -- Take one permit of a semaphore.
 -- KEYS[1] the base key, KEYS[2] the fence floor, KEYS[3] the fence registry
--- ARGV[1] token, ARGV[2] lease ms, ARGV[3] N to set when none is stored (0: none)
+-- ARGV[1] token, ARGV[2] lease ms, ARGV[3] N to set when none is stored (0: none),
+-- ARGV[4] the holder record ('' for none)
 -- Keys: base:sem = token -> expiry (server time), base:sem-fences = token ->
--- fence, base:permits = N (kept DLOCK_RETENTION_MS past the last acquisition).
+-- "FENCE HOLDER\n" (lib/family.lua, dlock_hold_value), base:permits = N
+-- (kept DLOCK_RETENTION_MS past the last acquisition).
 -- Returns {1, fence}, {0, ms until the first permit's lease ends}, or
 -- {-2, 1} when no N is stored and none given.
 -- #include fence
@@ -21,7 +23,7 @@ local now = dlock_now_ms()
 dlock_prune(sem, now, nil, fences)
 local mine = redis.call('HGET', fences, token)
 if mine then -- a retry after a lost reply
-  return {1, tonumber(mine)}
+  return {1, dlock_hold_fence(mine)}
 end
 
 local keep = math.max(DLOCK_RETENTION_MS, 10 * lease)
@@ -45,7 +47,7 @@ if not fence then
   return err
 end
 redis.call('ZADD', sem, now + lease, token)
-redis.call('HSET', fences, token, fence)
+redis.call('HSET', fences, token, dlock_hold_value(fence, ARGV[4], ''))
 dlock_pexpire_max(sem, lease)
 dlock_pexpire_max(fences, lease)
 return {1, fence}

@@ -637,12 +637,13 @@ static void threads_share_a_client(void)
 /* ---- the operator's view (issue 16) ------------------------------------ */
 
 /* The backends that keep holder records and list locks: Redis, etcd and
- * MySQL.
- * Redlock and the out-of-tree backend keep none (docs/redlock.md). */
+ * ZooKeeper and MySQL. Redlock and the out-of-tree backend keep none
+ * (docs/redlock.md). */
 static int records_holders(const test_server *s)
 {
     return strcmp(s->backend, "redis") == 0 || strcmp(s->backend, "etcd") == 0 ||
-           strcmp(s->backend, "mysql") == 0;
+           strcmp(s->backend, "zk") == 0 || strcmp(s->backend, "mysql") == 0 ||
+           (s->pg != NULL && strstr(s->url, "mode=advisory") == NULL); /* postgres lease */
 }
 
 typedef struct {
@@ -702,7 +703,19 @@ static void holder_in_status_and_list(void)
     CHECK_RC(dlock_release(gone), DLOCK_OK);
 
     CHECK_RC(dlock_status(&info, other, "ls-a"), DLOCK_OK);
-    CHECK(info.held && info.fence == dlock_lock_fence(a));
+    CHECK(info.held && info.fence == dlock_lock_fence(a) && info.holders == 1);
+    /* One holder, also from a backend without a list of holders (the core
+     * answers with status). */
+    memset(&l, 0, sizeof(l));
+    CHECK_RC(dlock_status_holders(other, "ls-a", collect, &l), DLOCK_OK);
+    CHECK(l.n == 1 && strcmp(l.names[0], "ls-a") == 0 && l.info[0].held &&
+          l.info[0].has_holder == info.has_holder);
+    memset(&l, 0, sizeof(l));
+    CHECK_RC(dlock_status_holders(other, "ls-c", collect, &l), DLOCK_OK);
+    CHECK(l.n == 0);
+    CHECK_RC(dlock_status_holders(other, "ls-a", NULL, NULL), DLOCK_EINVAL);
+    CHECK_RC(dlock_status_holders(NULL, "ls-a", collect, &l), DLOCK_EINVAL);
+    CHECK_RC(dlock_status_holders(other, "", collect, &l), DLOCK_EINVAL);
     if (!records_holders(&s)) {
         /* No record and no listing: status says so, list is not supported. */
         CHECK(!info.has_holder && info.host[0] == '\0' && info.label[0] == '\0');
@@ -723,7 +736,7 @@ static void holder_in_status_and_list(void)
     CHECK_RC(dlock_status(&info, other, "ls-a"), DLOCK_OK);
     CHECK(info.has_holder && info.ttl_ms > 20000);
     CHECK_RC(dlock_status(&info, other, "ls-c"), DLOCK_OK);
-    CHECK(!info.held && !info.has_holder);
+    CHECK(!info.held && !info.has_holder && info.holders == 0 && info.kind == -1);
 
     memset(&l, 0, sizeof(l));
     CHECK_RC(dlock_list(other, NULL, collect, &l), DLOCK_OK);

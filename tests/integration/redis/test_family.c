@@ -1010,9 +1010,9 @@ static void multi_all_or_nothing(void)
     CHECK(m == NULL);
     CHECK_CONTAINS(dlock_error_message(), "'z'");
     CHECK(test_redis_cmd(&r, "EXISTS dlock:{x} dlock:{y}") == 0);
-    /* x and y taken (then rolled back), z tried: three SET NX, and the
-     * holder records of x and y. */
-    CHECK(test_redis_calls(&r, "set") - sets == 5);
+    /* x and y taken (then rolled back), z tried: three SET NX (the holder
+     * records are in the values: no SET of their own). */
+    CHECK(test_redis_calls(&r, "set") - sets == 3);
     CHECK_RC(dlock_release(held), DLOCK_OK);
 
     CHECK_RC(dlock_acquire(&held, c, "{g}y", &o), DLOCK_OK);
@@ -1951,6 +1951,365 @@ static void fence_floor_per_trust_domain(void)
     test_redis_stop(&r);
 }
 
+/* ---- holder records of every kind (issue 16) ---------------------------- */
+
+/* What dlock_list gave, for the holder tests. */
+typedef struct {
+    int n;
+    int holders[8], kinds[8];
+} listing;
+
+static int collect_listed(const char *name, const dlock_lock_info *info, void *payload)
+{
+    listing *l = payload;
+
+    (void)name;
+    if (l->n < 8) {
+        l->holders[l->n] = info->holders;
+        l->kinds[l->n] = info->kind;
+    }
+    l->n++;
+    return 0;
+}
+
+/* The holders of a lock, as dlock_status_holders gives them. */
+typedef struct {
+    int n;
+    dlock_lock_info each[8];
+} holders_seen;
+
+static int see_holder(const char *name, const dlock_lock_info *info, void *payload)
+{
+    holders_seen *h = payload;
+
+    (void)name;
+    if (h->n < 8)
+        h->each[h->n] = *info;
+    h->n++;
+    return 0;
+}
+
+static holders_seen holders_of(dlock_client *c, const char *name)
+{
+    holders_seen h;
+
+    memset(&h, 0, sizeof(h));
+    CHECK_RC(dlock_status_holders(c, name, see_holder, &h), DLOCK_OK);
+    return h;
+}
+
+/* The holder with this label among h, or NULL. */
+static const dlock_lock_info *labelled(const holders_seen *h, const char *label)
+{
+    for (int i = 0; i < h->n && i < 8; i++)
+        if (h->each[i].has_holder && strcmp(h->each[i].label, label) == 0)
+            return &h->each[i];
+    return NULL;
+}
+
+/* Status shows one holder, of kind, labelled label (NULL: no record). */
+static void check_one_holder(dlock_client *c, const char *name, int kind, const char *label)
+{
+    dlock_lock_info info;
+    holders_seen h;
+
+    CHECK_RC(dlock_status(&info, c, name), DLOCK_OK);
+    if (!info.held || info.kind != kind || info.holders != 1 || !info.has_holder ||
+        info.pid != getpid() || strcmp(info.label, label) != 0) {
+        fprintf(stderr, "%s: held %d kind %d holders %d has_holder %d label '%s', wanted "
+                "held, kind %d, 1 holder, label '%s'\n", name, info.held, info.kind, info.holders,
+                info.has_holder, info.label, kind, label);
+        exit(1);
+    }
+    h = holders_of(c, name);
+    CHECK(h.n == 1 && labelled(&h, label) != NULL);
+}
+
+/* Status shows name free, with no holder, and lists no holder of it. */
+static void check_no_holder(dlock_client *c, const char *name)
+{
+    dlock_lock_info info;
+    holders_seen h;
+
+    CHECK_RC(dlock_status(&info, c, name), DLOCK_OK);
+    if (info.held || info.has_holder || info.holders != 0 || info.kind != -1) {
+        fprintf(stderr, "%s: held %d has_holder %d holders %d kind %d label '%s': wanted "
+                "no holder\n", name, info.held, info.has_holder, info.holders, info.kind,
+                info.label);
+        exit(1);
+    }
+    h = holders_of(c, name);
+    CHECK(h.n == 0);
+}
+
+/* Wait (at most 20 s) until status shows name free. */
+static void wait_free(dlock_client *c, const char *name)
+{
+    dlock_lock_info info;
+
+    for (int i = 0; i < 2000; i++) {
+        CHECK_RC(dlock_status(&info, c, name), DLOCK_OK);
+        if (!info.held)
+            return;
+        test_sleep_ms(10);
+    }
+    fprintf(stderr, "%s still held after 20 s\n", name);
+    exit(1);
+}
+
+static dlock_acquire_options labelled_opts(int kind, int64_t lease_ms, const char *label)
+{
+    dlock_acquire_options o = kopts(kind, 0, lease_ms);
+
+    o.label = label;
+    return o;
+}
+
+/* A waiter in a thread: takes name as o says, with wait_ms forever. */
+typedef struct {
+    dlock_client *c;
+    const char *name;
+    dlock_acquire_options o;
+    dlock_lock *lock;
+    int rc;
+} waiter_arg;
+
+static void *waiter_main(void *p)
+{
+    waiter_arg *w = p;
+
+    w->o.wait_ms = DLOCK_WAIT_FOREVER;
+    w->rc = dlock_acquire(&w->lock, w->c, w->name, &w->o);
+    return NULL;
+}
+
+/* Start a waiter of kind and wait until it is queued (its kind's own sign
+ * on the server: queued_fmt's reply is 1); status still shows the holder
+ * (its kind, its label) alone. Release the holder, and check the waiter's
+ * record replaced the holder's, and went with the waiter's release. */
+static void hand_off(test_redis *r, dlock_client *c, dlock_lock *holder, const char *label,
+                     int kind, const char *queued_fmt)
+{
+    char name[64];
+    waiter_arg w = {c, name, labelled_opts(kind, 20000, "waiter"), NULL, -1};
+    pthread_t t;
+
+    snprintf(name, sizeof(name), "%s", dlock_lock_name(holder)); /* it goes with holder */
+    CHECK(pthread_create(&t, NULL, waiter_main, &w) == 0);
+    wait_cmd(r, 1, queued_fmt, name);
+    check_one_holder(c, name, dlock_lock_kind(holder), label);
+    CHECK_RC(dlock_release(holder), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(w.rc, DLOCK_OK);
+    check_one_holder(c, name, kind, "waiter");
+    CHECK_RC(dlock_release(w.lock), DLOCK_OK);
+    check_no_holder(c, name);
+}
+
+/* The exclusive kinds: the plain mutex (its hand-off slot), one with owner
+ * ids (two handles of a reentrant owner), the fair lock, the leader. Each
+ * record goes with the lock: release, expiry, force release, hand-off. */
+static void holder_exclusive_kinds(void)
+{
+    test_redis r;
+    dlock_client *c;
+    dlock_lock *a, *b;
+    dlock_acquire_options o;
+    dlock_lock_info info;
+    holders_seen h;
+
+    test_redis_start(&r, NULL);
+    c = open_client(&r);
+
+    /* Plain mutex: release, hand-off (the waiter confirms with its own
+     * record), expiry. */
+    o = labelled_opts(DLOCK_KIND_MUTEX, 20000, "plain");
+    CHECK_RC(dlock_acquire(&a, c, "hm", &o), DLOCK_OK);
+    check_one_holder(c, "hm", DLOCK_KIND_MUTEX, "plain");
+    hand_off(&r, c, a, "plain", DLOCK_KIND_MUTEX, "EXISTS dlock:{%s}:next");
+    o = labelled_opts(DLOCK_KIND_MUTEX, 300, "short");
+    o.auto_renew = 0;
+    CHECK_RC(dlock_acquire(&a, c, "hm", &o), DLOCK_OK);
+    check_one_holder(c, "hm", DLOCK_KIND_MUTEX, "short");
+    wait_free(c, "hm");
+    check_no_holder(c, "hm");
+    CHECK_RC(dlock_release(a), DLOCK_ELOST);
+
+    /* Owner ids, reentrant: two handles, two holders, one fence. */
+    o = labelled_opts(DLOCK_KIND_MUTEX, 20000, "first");
+    o.owner = "job-7";
+    o.reentrant = 1;
+    CHECK_RC(dlock_acquire(&a, c, "ho", &o), DLOCK_OK);
+    check_one_holder(c, "ho", DLOCK_KIND_MUTEX, "first");
+    o.label = "second";
+    CHECK_RC(dlock_acquire(&b, c, "ho", &o), DLOCK_OK);
+    CHECK_RC(dlock_status(&info, c, "ho"), DLOCK_OK);
+    CHECK(info.held && info.holders == 2 && info.kind == DLOCK_KIND_MUTEX && info.has_holder);
+    h = holders_of(c, "ho");
+    CHECK(h.n == 2 && labelled(&h, "first") && labelled(&h, "second"));
+    CHECK(labelled(&h, "first")->fence == dlock_lock_fence(a));
+    CHECK(labelled(&h, "second")->fence == dlock_lock_fence(a));
+    CHECK_RC(dlock_release(a), DLOCK_OK);
+    check_one_holder(c, "ho", DLOCK_KIND_MUTEX, "second");
+    CHECK_RC(dlock_release(b), DLOCK_OK);
+    check_no_holder(c, "ho");
+
+    /* Fair: release, the head of the queue handed the lock, force. */
+    o = labelled_opts(DLOCK_KIND_FAIR, 20000, "fair");
+    CHECK_RC(dlock_acquire(&a, c, "hf", &o), DLOCK_OK);
+    check_one_holder(c, "hf", DLOCK_KIND_FAIR, "fair");
+    hand_off(&r, c, a, "fair", DLOCK_KIND_FAIR, "ZCARD dlock:{%s}:queue");
+    CHECK_RC(dlock_acquire(&a, c, "hf", &o), DLOCK_OK);
+    CHECK_RC(dlock_force_release(&info, c, "hf"), DLOCK_OK);
+    CHECK(info.held && info.has_holder && strcmp(info.label, "fair") == 0 &&
+          info.kind == DLOCK_KIND_FAIR);
+    check_no_holder(c, "hf");
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{%s}:holds", "hf") == 0);
+    CHECK_RC(dlock_release(a), DLOCK_ELOST);
+
+    /* Leader: the leader's record, gone when it resigns. */
+    o = labelled_opts(DLOCK_KIND_MUTEX, 20000, "leader");
+    CHECK_RC(dlock_campaign(&a, c, "hl", "alpha", &o), DLOCK_OK);
+    check_one_holder(c, "hl", DLOCK_KIND_LEADER, "leader");
+    CHECK_RC(dlock_resign(a), DLOCK_OK);
+    check_no_holder(c, "hl");
+
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
+/* The read-write lock: the readers (how many, each with its own fence and
+ * lease), or the writer; each reader's record goes with its release or
+ * its lease; a downgrade keeps the writer's record. Listed once. */
+static void holder_rw_lock(void)
+{
+    test_redis r;
+    dlock_client *c;
+    dlock_lock *r1, *r2, *w;
+    dlock_acquire_options o;
+    dlock_lock_info info;
+    holders_seen h;
+    listing l;
+
+    test_redis_start(&r, NULL);
+    c = open_client(&r);
+    o = labelled_opts(DLOCK_KIND_READ, 20000, "reader one");
+    CHECK_RC(dlock_acquire(&r1, c, "hrw", &o), DLOCK_OK);
+    o = labelled_opts(DLOCK_KIND_READ, 300, "reader two");
+    o.auto_renew = 0;
+    CHECK_RC(dlock_acquire(&r2, c, "hrw", &o), DLOCK_OK);
+    CHECK_RC(dlock_status(&info, c, "hrw"), DLOCK_OK);
+    CHECK(info.held && info.kind == DLOCK_KIND_READ && info.holders == 2);
+    /* The oldest reader's record (the lowest fence), the longest lease. */
+    CHECK(info.has_holder && strcmp(info.label, "reader one") == 0 && info.ttl_ms > 10000);
+    h = holders_of(c, "hrw");
+    CHECK(h.n == 2 && labelled(&h, "reader one") && labelled(&h, "reader two"));
+    CHECK(labelled(&h, "reader one")->fence == dlock_lock_fence(r1));
+    CHECK(labelled(&h, "reader two")->fence == dlock_lock_fence(r2));
+    CHECK(labelled(&h, "reader two")->ttl_ms <= 300);
+    memset(&l, 0, sizeof(l));
+    CHECK_RC(dlock_list(c, "hrw", collect_listed, &l), DLOCK_OK);
+    CHECK(l.n == 1 && l.holders[0] == 2 && l.kinds[0] == DLOCK_KIND_READ);
+
+    /* Reader two's lease ends: its record with it. */
+    for (int i = 0; i < 2000 && holders_of(c, "hrw").n != 1; i++)
+        test_sleep_ms(10);
+    check_one_holder(c, "hrw", DLOCK_KIND_READ, "reader one");
+    CHECK_RC(dlock_release(r2), DLOCK_ELOST);
+    CHECK_RC(dlock_release(r1), DLOCK_OK);
+    check_no_holder(c, "hrw");
+
+    /* The writer; its downgrade keeps its record as a reader's. */
+    o = labelled_opts(DLOCK_KIND_WRITE, 20000, "writer");
+    CHECK_RC(dlock_acquire(&w, c, "hrw", &o), DLOCK_OK);
+    check_one_holder(c, "hrw", DLOCK_KIND_WRITE, "writer");
+    memset(&l, 0, sizeof(l));
+    CHECK_RC(dlock_list(c, "hrw", collect_listed, &l), DLOCK_OK);
+    CHECK(l.n == 1 && l.kinds[0] == DLOCK_KIND_WRITE);
+    CHECK_RC(dlock_lock_downgrade(w), DLOCK_OK);
+    check_one_holder(c, "hrw", DLOCK_KIND_READ, "writer");
+    CHECK_RC(dlock_release(w), DLOCK_OK);
+    check_no_holder(c, "hrw");
+
+    /* A writer waiting for the readers is handed the lock by the last
+     * reader's release. */
+    o = labelled_opts(DLOCK_KIND_READ, 20000, "reader one");
+    CHECK_RC(dlock_acquire(&r1, c, "hrw", &o), DLOCK_OK);
+    hand_off(&r, c, r1, "reader one", DLOCK_KIND_WRITE, "EXISTS dlock:{%s}:writer-wait");
+    check_no_holder(c, "hrw");
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
+/* The semaphore: each permit holder, gone with its release; a force
+ * release takes them all (their holders find their permits lost). */
+static void holder_semaphore(void)
+{
+    test_redis r;
+    dlock_client *c;
+    dlock_lock *p1, *p2;
+    dlock_acquire_options o;
+    dlock_lock_info info;
+    holders_seen h;
+    listing l;
+
+    test_redis_start(&r, NULL);
+    c = open_client(&r);
+    o = labelled_opts(DLOCK_KIND_SEMAPHORE, 20000, "permit one");
+    o.permits = 3;
+    CHECK_RC(dlock_acquire(&p1, c, "hs", &o), DLOCK_OK);
+    check_one_holder(c, "hs", DLOCK_KIND_SEMAPHORE, "permit one");
+    o.label = "permit two";
+    CHECK_RC(dlock_acquire(&p2, c, "hs", &o), DLOCK_OK);
+    CHECK_RC(dlock_status(&info, c, "hs"), DLOCK_OK);
+    CHECK(info.held && info.kind == DLOCK_KIND_SEMAPHORE && info.holders == 2 &&
+          strcmp(info.label, "permit one") == 0);
+    h = holders_of(c, "hs");
+    CHECK(h.n == 2 && labelled(&h, "permit one") && labelled(&h, "permit two"));
+    CHECK(labelled(&h, "permit two")->fence == dlock_lock_fence(p2));
+    memset(&l, 0, sizeof(l));
+    CHECK_RC(dlock_list(c, "", collect_listed, &l), DLOCK_OK);
+    CHECK(l.n == 1 && l.holders[0] == 2 && l.kinds[0] == DLOCK_KIND_SEMAPHORE);
+    CHECK_RC(dlock_release(p1), DLOCK_OK);
+    check_one_holder(c, "hs", DLOCK_KIND_SEMAPHORE, "permit two");
+    o.label = "permit three";
+    CHECK_RC(dlock_acquire(&p1, c, "hs", &o), DLOCK_OK);
+    CHECK_RC(dlock_force_release(&info, c, "hs"), DLOCK_OK);
+    CHECK(info.held && info.holders == 2);
+    check_no_holder(c, "hs");
+    CHECK_RC(dlock_lock_check(p1), DLOCK_ELOST);
+    CHECK_RC(dlock_release(p1), DLOCK_ELOST);
+    CHECK_RC(dlock_release(p2), DLOCK_ELOST);
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
+/* Multi-locks: each name shows the holder, in one slot (one script) and
+ * spread (one name at a time); all go with the release. */
+static void holder_multi(void)
+{
+    test_redis r;
+    dlock_client *c;
+    dlock_lock *m;
+    dlock_acquire_options o = labelled_opts(DLOCK_KIND_MUTEX, 20000, "multi");
+    const char *tagged[2] = {"{g}a", "{g}b"};
+    const char *spread[2] = {"ma", "mb"};
+    const char *const *sets[2] = {tagged, spread};
+
+    test_redis_start(&r, NULL);
+    c = open_client(&r);
+    for (int k = 0; k < 2; k++) {
+        CHECK_RC(dlock_acquire_multi(&m, c, sets[k], 2, &o), DLOCK_OK);
+        for (int i = 0; i < 2; i++)
+            check_one_holder(c, sets[k][i], DLOCK_KIND_MUTEX, "multi");
+        CHECK_RC(dlock_release(m), DLOCK_OK);
+        for (int i = 0; i < 2; i++)
+            check_no_holder(c, sets[k][i]);
+    }
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
 TEST_MAIN({"reentrant_counts", reentrant_counts, "watchdog"},
           {"reentrant_stale_handle_is_lost", reentrant_stale_handle_is_lost, NULL},
           {"fair_fifo_ten_waiters", fair_fifo_ten_waiters, NULL},
@@ -1975,4 +2334,8 @@ TEST_MAIN({"reentrant_counts", reentrant_counts, "watchdog"},
           {"family_bad_input_before_network", family_bad_input_before_network, NULL},
           {"family_on_lost_once", family_on_lost_once, "watchdog"},
           {"family_acl_documented_set", family_acl_documented_set, "watchdog"},
-          {"fence_floor_per_trust_domain", fence_floor_per_trust_domain, NULL})
+          {"fence_floor_per_trust_domain", fence_floor_per_trust_domain, NULL},
+          {"holder_exclusive_kinds", holder_exclusive_kinds, NULL},
+          {"holder_rw_lock", holder_rw_lock, NULL},
+          {"holder_semaphore", holder_semaphore, NULL},
+          {"holder_multi", holder_multi, NULL})

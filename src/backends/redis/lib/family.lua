@@ -32,18 +32,50 @@ local function dlock_refresh_ms(ttl)
   return math.max(1, math.floor(ttl / 3))
 end
 
+-- A hold's value in the hashes that keep each holder's fence (base:holds,
+-- base:reader-fences, base:sem-fences): "FENCE HOLDER\nREST", HOLDER the
+-- holder record ("HOST PID START_MS[ LABEL]", '' when none; printable, so
+-- never a newline) and REST what the kind keeps beside it (the hold's kind
+-- word in base:holds, a reader's owner id). Keeping the record in the value
+-- the acquisition writes anyway costs no command; it goes with the hold.
+local function dlock_hold_value(fence, holder, rest)
+  return fence .. ' ' .. holder .. '\n' .. rest
+end
+
+-- The fence of a hold's value (also of an older dlock's "FENCE[ OWNER]").
+local function dlock_hold_fence(v)
+  return tonumber(string.match(v, '^%d+'))
+end
+
+-- The holder record of a hold's value ('' for none, or an older dlock's).
+local function dlock_hold_record(v)
+  return string.match(v, '^%d+ ([^\n]*)\n') or ''
+end
+
+-- The REST of a hold's value; an older dlock's "FENCE OWNER" is all REST.
+local function dlock_hold_rest(v)
+  local nl = string.find(v, '\n', 1, true)
+  if nl then
+    return string.sub(v, nl + 1)
+  end
+  local sp = string.find(v, ' ', 1, true)
+  return sp and string.sub(v, sp + 1) or ''
+end
+
 -- Take the lock base for token (a writer, a reentrant owner, a leader):
 -- issue the next fence of counter (whose GET was count), set base to value
--- with the lease, and make token the only holder in holds. Needs fence.lua.
+-- with the lease, and make token the only holder in holds, with its holder
+-- record and kind word (dlock_hold_value). Needs fence.lua.
 -- Returns the fence, or nil and an error reply (before any write).
-local function dlock_take(base, holds, value, token, lease, counter, count, floor, registry)
+local function dlock_take(base, holds, value, token, lease, counter, count, floor, registry,
+                          holder, kind)
   local fence, err = dlock_fence_next(counter, count, floor, registry, lease)
   if not fence then
     return nil, err
   end
   redis.call('SET', base, value, 'PX', lease)
   redis.call('DEL', holds)
-  redis.call('HSET', holds, token, fence)
+  redis.call('HSET', holds, token, dlock_hold_value(fence, holder, kind))
   redis.call('PEXPIRE', holds, lease)
   return fence
 end

@@ -1,0 +1,290 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The PostgreSQL backend (module postgres.so; schemes postgres and
+ * postgresql): the URL turned into libpq's connection parameters, the
+ * table of calls, and the dispatch between the two modes (pg_lease.c,
+ * pg_advisory.c). docs/postgres.md has the design.
+ *
+ *   postgres://USER:PASS@HOST:PORT/DB?mode=lease|advisory&create=1&table=T
+ *
+ * Every other query parameter is a libpq connection parameter (sslmode,
+ * sslrootcert, connect_timeout, application_name, host=/unix/socket/dir
+ * ...), passed through; an unknown one is refused at open.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pg_int.h"
+
+#define KW_MAX 48
+
+static int kw_add(pg_be *be, int *n, const char *k, const char *v)
+{
+    if (*n >= KW_MAX - 1)
+        return dlock_backend_fail(DLOCK_EINVAL, "postgres URL: too many parameters");
+    be->kw[*n] = strdup(k);
+    be->val[*n] = strdup(v);
+    if (be->kw[*n] == NULL || be->val[*n] == NULL)
+        return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+    (*n)++;
+    return DLOCK_OK;
+}
+
+/* 1 if key is a connection keyword libpq knows. */
+static int libpq_knows(const char *key)
+{
+    PQconninfoOption *opts = PQconndefaults(), *o;
+    int found = 0;
+
+    for (o = opts; o != NULL && o->keyword != NULL; o++)
+        if (strcmp(o->keyword, key) == 0)
+            found = 1;
+    PQconninfoFree(opts);
+    return found;
+}
+
+static int valid_ident(const char *s)
+{
+    if (s == NULL || !*s || strlen(s) > PG_IDENT_MAX || !(islower((unsigned char)*s) || *s == '_'))
+        return 0;
+    for (; *s; s++)
+        if (!islower((unsigned char)*s) && !isdigit((unsigned char)*s) && *s != '_')
+            return 0;
+    return 1;
+}
+
+/* host and port lists as libpq takes them ("h1,h2", "p1,p2"). */
+static int url_hosts(pg_be *be, int *n, const dlock_url *url)
+{
+    char hosts[1024] = "", ports[256] = "";
+    size_t hl = 0, pl = 0;
+    int any_port = 0, rc;
+
+    for (size_t i = 0; i < url->nhosts; i++) {
+        hl += (size_t)snprintf(hosts + hl, hl < sizeof(hosts) ? sizeof(hosts) - hl : 0, "%s%s",
+                               i ? "," : "", url->hosts[i].host);
+        if (url->hosts[i].port)
+            any_port = 1;
+        pl += (size_t)snprintf(ports + pl, pl < sizeof(ports) ? sizeof(ports) - pl : 0, "%s%d",
+                               i ? "," : "", url->hosts[i].port ? url->hosts[i].port : 5432);
+        if (hl >= sizeof(hosts) || pl >= sizeof(ports))
+            return dlock_backend_fail(DLOCK_EINVAL, "postgres URL: host list too long");
+    }
+    if (url->nhosts > 0 && (rc = kw_add(be, n, "host", hosts)) != DLOCK_OK)
+        return rc;
+    if (any_port && (rc = kw_add(be, n, "port", ports)) != DLOCK_OK)
+        return rc;
+    snprintf(be->where, sizeof(be->where), "postgres %s%s%s", url->nhosts ? url->hosts[0].host : "",
+             url->nhosts && url->hosts[0].port ? ":" : "", "");
+    if (url->nhosts && url->hosts[0].port)
+        snprintf(be->where + strlen(be->where), sizeof(be->where) - strlen(be->where), "%d",
+                 url->hosts[0].port);
+    return DLOCK_OK;
+}
+
+static void be_free(pg_be *be)
+{
+    if (be == NULL)
+        return;
+    pg_listener_free(be);
+    pg_adv_close_all(be);
+    pg_conns_close(be);
+    for (int i = 0; be->kw != NULL && i < KW_MAX; i++) {
+        free(be->kw[i]);
+        free(be->val[i]);
+    }
+    free(be->kw);
+    free(be->val);
+    free(be->prefix);
+    pthread_mutex_destroy(&be->mu);
+    pthread_cond_destroy(&be->cv);
+    pthread_mutex_destroy(&be->smu);
+    free(be);
+}
+
+static int pg_open(void **out, const dlock_url *url, const dlock_client_options *opts)
+{
+    pg_be *be;
+    const char *mode = dlock_url_param_get(url, "mode");
+    const char *create = dlock_url_param_get(url, "create");
+    const char *table = dlock_url_param_get(url, "table");
+    const char *prefix = opts->key_prefix != NULL ? opts->key_prefix : "dlock:";
+    int n = 0, rc;
+
+    *out = NULL;
+    if ((be = calloc(1, sizeof(*be))) == NULL)
+        return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+    pthread_mutex_init(&be->mu, NULL);
+    pthread_cond_init(&be->cv, NULL);
+    pthread_mutex_init(&be->smu, NULL);
+    be->kw = calloc(KW_MAX, sizeof(char *));
+    be->val = calloc(KW_MAX, sizeof(char *));
+    be->prefix = strdup(prefix);
+    if (be->kw == NULL || be->val == NULL || be->prefix == NULL) {
+        be_free(be);
+        return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+    }
+    be->prefix_len = strlen(prefix);
+    be->connect_ms = opts->connect_timeout_ms;
+    be->command_ms = opts->command_timeout_ms;
+    be->log = opts->log;
+    be->log_payload = opts->log_payload;
+
+    if (mode == NULL || strcmp(mode, "lease") == 0)
+        be->mode = PG_MODE_LEASE;
+    else if (strcmp(mode, "advisory") == 0)
+        be->mode = PG_MODE_ADVISORY;
+    else {
+        be_free(be);
+        return dlock_backend_fail(DLOCK_EINVAL, "postgres URL: mode must be lease or advisory");
+    }
+    if (create != NULL && strcmp(create, "0") != 0 && strcmp(create, "1") != 0) {
+        be_free(be);
+        return dlock_backend_fail(DLOCK_EINVAL, "postgres URL: create must be 0 or 1");
+    }
+    if (table != NULL && !valid_ident(table)) {
+        be_free(be);
+        return dlock_backend_fail(DLOCK_EINVAL,
+                                  "postgres URL: table must be 1..%d of a-z, 0-9 and _, "
+                                  "not starting with a digit",
+                                  PG_IDENT_MAX);
+    }
+    snprintf(be->table, sizeof(be->table), "%s", table ? table : "dlock_locks");
+    snprintf(be->seq, sizeof(be->seq), "%s_fence", be->table);
+
+    if ((rc = url_hosts(be, &n, url)) != DLOCK_OK)
+        goto fail;
+    if (url->user != NULL && (rc = kw_add(be, &n, "user", url->user)) != DLOCK_OK)
+        goto fail;
+    if (url->password != NULL && (rc = kw_add(be, &n, "password", url->password)) != DLOCK_OK)
+        goto fail;
+    if (url->path != NULL && url->path[0] == '/' && url->path[1] != '\0' &&
+        (rc = kw_add(be, &n, "dbname", url->path + 1)) != DLOCK_OK)
+        goto fail;
+    if ((rc = kw_add(be, &n, "fallback_application_name",
+                     opts->client_name != NULL ? opts->client_name : "dlock")) != DLOCK_OK)
+        goto fail;
+    for (size_t i = 0; i < url->nparams; i++) {
+        const char *k = url->params[i].key;
+        if (strcmp(k, "mode") == 0 || strcmp(k, "create") == 0 || strcmp(k, "table") == 0)
+            continue;
+        if (strcmp(k, "password") == 0 || strcmp(k, "dbname") == 0 || !libpq_knows(k)) {
+            rc = dlock_backend_fail(DLOCK_EINVAL,
+                                    "postgres URL: unknown parameter '%s' (dlock's: mode, "
+                                    "create, table; else libpq's connection parameters)",
+                                    k);
+            goto fail;
+        }
+        if ((rc = kw_add(be, &n, k, url->params[i].value ? url->params[i].value : "")) !=
+            DLOCK_OK)
+            goto fail;
+    }
+    if (url->nhosts == 0) {
+        const char *h = dlock_url_param_get(url, "host");
+        snprintf(be->where, sizeof(be->where), "postgres %s", h ? h : "(default socket)");
+    }
+    /* Connects and checks credentials and database; makes the table and
+     * the sequence on first use unless create=0. */
+    if ((rc = pg_create(be, create == NULL || strcmp(create, "1") == 0)) != DLOCK_OK)
+        goto fail;
+    *out = be;
+    return DLOCK_OK;
+fail:
+    be_free(be);
+    return rc;
+}
+
+static void pg_close(void *be)
+{
+    be_free(be);
+}
+
+static int pg_acquire(void *vbe, const dlock_request *req, void *watch, dlock_acquire_result *out)
+{
+    pg_be *be = vbe;
+    int rc = be->mode == PG_MODE_LEASE ? pg_lease_acquire(be, req, out)
+                                       : pg_adv_acquire(be, req, out);
+    /* A lost reply may have taken the lock (lease mode; in advisory mode
+     * the closed session gave it back). */
+    pg_watch_note(watch, rc == DLOCK_ECONN && be->mode == PG_MODE_LEASE ? req->token : NULL);
+    return rc;
+}
+
+int pg_release(void *vbe, const dlock_request *req)
+{
+    pg_be *be = vbe;
+    return be->mode == PG_MODE_LEASE ? pg_lease_release(be, req) : pg_adv_release(be, req);
+}
+
+static int pg_extend(void *vbe, const dlock_request *req)
+{
+    pg_be *be = vbe;
+    return be->mode == PG_MODE_LEASE ? pg_lease_extend(be, req) : pg_adv_extend(be, req);
+}
+
+static int pg_check(void *vbe, const dlock_request *req)
+{
+    pg_be *be = vbe;
+    return be->mode == PG_MODE_LEASE ? pg_lease_check(be, req) : pg_adv_check(be, req);
+}
+
+static int pg_renew(void *vbe, dlock_renewal *items, size_t n)
+{
+    pg_be *be = vbe;
+    return be->mode == PG_MODE_LEASE ? pg_lease_renew(be, items, n) : pg_adv_renew(be, items, n);
+}
+
+static int pg_status(void *vbe, const char *name, dlock_lock_info *out)
+{
+    pg_be *be = vbe;
+    return be->mode == PG_MODE_LEASE ? pg_lease_status(be, name, out)
+                                     : pg_adv_status(be, name, out);
+}
+
+static int pg_force_release(void *vbe, const char *name, dlock_lock_info *removed)
+{
+    pg_be *be = vbe;
+    return be->mode == PG_MODE_LEASE ? pg_lease_force_release(be, name, removed)
+                                     : pg_adv_force_release(be, name, removed);
+}
+
+static int pg_list(void *vbe, const char *prefix, dlock_list_cb cb, void *payload)
+{
+    pg_be *be = vbe;
+    if (be->mode != PG_MODE_LEASE)
+        return dlock_backend_fail(DLOCK_ENOTSUP,
+                                  "%s: listing is not offered in advisory mode (pg_locks "
+                                  "shows hashes, not names)",
+                                  be->where);
+    return pg_lease_list(be, prefix, cb, payload);
+}
+
+static const char *const pg_schemes[] = {"postgres", "postgresql", NULL};
+
+/* Not static: a static program registers it (dlock_backend_postgres). */
+extern const dlock_backend dlock_postgres_backend;
+const dlock_backend dlock_postgres_backend = {
+    .version = DLOCK_BACKEND_VERSION,
+    .size = sizeof(dlock_backend),
+    .name = "postgres",
+    .schemes = pg_schemes,
+    .caps = DLOCK_CAP_KIND(DLOCK_KIND_MUTEX) | DLOCK_CAP_OWNER_IDS,
+    .open = pg_open,
+    .close = pg_close,
+    .acquire = pg_acquire,
+    .release = pg_release,
+    .extend = pg_extend,
+    .check = pg_check,
+    .renew = pg_renew,
+    .watch_begin = pg_watch_begin,
+    .watch_wait = pg_watch_wait,
+    .watch_end = pg_watch_end,
+    .watch_wake = pg_watch_wake,
+    .status = pg_status,
+    .force_release = pg_force_release,
+    .list = pg_list,
+};
+
+DLOCK_BACKEND_MODULE(dlock_postgres_backend)

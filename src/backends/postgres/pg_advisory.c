@@ -1,0 +1,295 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Advisory mode (?mode=advisory): a session-level pg_try_advisory_lock on a
+ * 64-bit hash of key_prefix + name (FNV-1a; two names with one hash are one
+ * lock: docs/postgres.md), the fence from the same sequence in the same
+ * statement. The lock lives as long as its session, so every held lock has
+ * a connection of its own (pg_session), closed by release. The lease is
+ * the session's idle_session_timeout, set to lease_ms in the acquiring
+ * round trip: a holder that stops talking (SIGSTOP, a dead network) has its
+ * session ended by the server after its lease, by the server's clock, and
+ * the lock with it. The watchdog's renew is the keepalive: a statement on
+ * the session that asks pg_locks whether the session still holds the lock.
+ *
+ * Once a session's connection broke or timed out it is closed, and its lock
+ * is gone (or goes when the server sees the close): every later call on the
+ * handle answers DLOCK_ELOST.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pg_int.h"
+
+struct pg_session {
+    pg_session *next;
+    pthread_mutex_t mu; /* guards c: the watchdog and the caller share it */
+    PGconn *c;          /* NULL once broken: the lock is gone */
+    char *token;
+    uint64_t key, fence;
+    int64_t lease_ms;   /* the idle_session_timeout the session has */
+};
+
+uint64_t pg_advisory_key(const pg_be *be, const char *name)
+{
+    uint64_t h = 1469598103934665603ULL;
+
+    for (size_t i = 0; i < be->prefix_len; i++)
+        h = (h ^ (unsigned char)be->prefix[i]) * 1099511628211ULL;
+    for (const char *p = name; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    return h;
+}
+
+static long long timeout_of(int64_t lease_ms)
+{
+    return lease_ms > INT_MAX ? INT_MAX : (long long)lease_ms;
+}
+
+static void session_free(pg_session *s)
+{
+    if (s == NULL)
+        return;
+    PQfinish(s->c);
+    pthread_mutex_destroy(&s->mu);
+    free(s->token);
+    free(s);
+}
+
+/* The session holding req's lock, taken out of the list when take. */
+static pg_session *find(pg_be *be, const char *token, int take)
+{
+    pg_session **pp, *s = NULL;
+
+    pthread_mutex_lock(&be->smu);
+    for (pp = &be->sessions; *pp != NULL; pp = &(*pp)->next)
+        if (strcmp((*pp)->token, token) == 0) {
+            s = *pp;
+            if (take)
+                *pp = s->next;
+            break;
+        }
+    pthread_mutex_unlock(&be->smu);
+    return s;
+}
+
+static int gone(pg_be *be, const dlock_request *req)
+{
+    return dlock_backend_fail(DLOCK_ELOST, "%s: lock '%s': its session ended (advisory mode)",
+                              be->where, req->name);
+}
+
+int pg_adv_acquire(pg_be *be, const dlock_request *req, dlock_acquire_result *out)
+{
+    char sql[256];
+    pg_session *s;
+    PGresult *r;
+    int rc;
+
+    if (req->owner != NULL)
+        return dlock_backend_fail(DLOCK_ENOTSUP,
+                                  "%s: owner ids and reentrancy are not offered in advisory "
+                                  "mode (use mode=lease)",
+                                  be->where);
+    if ((s = find(be, req->token, 0)) != NULL) {
+        /* The same token again: the fence already issued. */
+        out->fence = s->fence;
+        return DLOCK_OK;
+    }
+    if ((s = calloc(1, sizeof(*s))) == NULL || (s->token = strdup(req->token)) == NULL) {
+        free(s);
+        return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    s->key = pg_advisory_key(be, req->name);
+    s->lease_ms = req->lease_ms;
+    /* One round trip: the session's lease, the lock, and the fence drawn
+     * only when the lock was taken. */
+    snprintf(sql, sizeof(sql),
+             "SET idle_session_timeout = %lld;"
+             "SELECT CASE WHEN pg_try_advisory_lock(%lld) THEN nextval('%s') END",
+             timeout_of(req->lease_ms), (long long)s->key, be->seq);
+    if ((rc = pg_exec(be, &s->c, sql, 0, NULL, &r)) != DLOCK_OK) {
+        session_free(s);
+        return rc;
+    }
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        session_free(s);
+        return dlock_backend_fail(DLOCK_EPROTO, "%s: acquire: unexpected reply", be->where);
+    }
+    if (PQgetisnull(r, 0, 0)) {
+        PQclear(r);
+        session_free(s);
+        out->retry_ms = -1; /* a session has no expiry we can read */
+        return dlock_backend_fail(DLOCK_EBUSY, "%s: lock '%s' is held by another owner",
+                                  be->where, req->name);
+    }
+    s->fence = (uint64_t)pg_num(r, 0, 0);
+    PQclear(r);
+    pthread_mutex_lock(&be->smu);
+    s->next = be->sessions;
+    be->sessions = s;
+    pthread_mutex_unlock(&be->smu);
+    out->fence = s->fence;
+    return DLOCK_OK;
+}
+
+/* Ask the session whether it still holds its lock, after setting its
+ * lease to lease_ms (when > 0 and changed). s->mu held. */
+static int keepalive(pg_be *be, pg_session *s, int64_t lease_ms)
+{
+    char sql[320], set[64] = "";
+    PGresult *r;
+    int rc, held;
+
+    if (s->c == NULL)
+        return DLOCK_ELOST;
+    if (lease_ms > 0 && lease_ms != s->lease_ms)
+        snprintf(set, sizeof(set), "SET idle_session_timeout = %lld;", timeout_of(lease_ms));
+    snprintf(sql, sizeof(sql),
+             "%sSELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+             " AND pid = pg_backend_pid() AND classid = %u AND objid = %u AND objsubid = 1",
+             set, (unsigned)(s->key >> 32), (unsigned)(s->key & 0xffffffffu));
+    rc = pg_exec(be, &s->c, sql, 0, NULL, &r);
+    if (rc != DLOCK_OK) {
+        /* Closed by pg_exec or refused: either way the session is done. */
+        PQfinish(s->c);
+        s->c = NULL;
+        return DLOCK_ELOST;
+    }
+    held = PQntuples(r) == 1 && pg_num(r, 0, 0) > 0;
+    PQclear(r);
+    if (held && lease_ms > 0)
+        s->lease_ms = lease_ms;
+    return held ? DLOCK_OK : DLOCK_ELOST;
+}
+
+static int on_session(pg_be *be, const dlock_request *req, int64_t lease_ms)
+{
+    pg_session *s = find(be, req->token, 0);
+    int rc;
+
+    if (s == NULL)
+        return gone(be, req);
+    pthread_mutex_lock(&s->mu);
+    rc = keepalive(be, s, lease_ms);
+    pthread_mutex_unlock(&s->mu);
+    return rc == DLOCK_OK ? rc : gone(be, req);
+}
+
+int pg_adv_extend(pg_be *be, const dlock_request *req)
+{
+    return on_session(be, req, req->lease_ms);
+}
+
+int pg_adv_check(pg_be *be, const dlock_request *req)
+{
+    return on_session(be, req, 0);
+}
+
+int pg_adv_renew(pg_be *be, dlock_renewal *items, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        pg_session *s = find(be, items[i].req->token, 0);
+        if (s == NULL) {
+            items[i].result = DLOCK_ELOST;
+            continue;
+        }
+        pthread_mutex_lock(&s->mu);
+        items[i].result = keepalive(be, s, items[i].req->lease_ms);
+        pthread_mutex_unlock(&s->mu);
+    }
+    return DLOCK_OK;
+}
+
+int pg_adv_release(pg_be *be, const dlock_request *req)
+{
+    pg_session *s = find(be, req->token, 1);
+    char sql[256], *hex;
+    PGresult *r;
+    int rc, ours = 0;
+
+    if (s == NULL)
+        return gone(be, req);
+    if ((hex = pg_key_hex(be, req->name)) == NULL) {
+        session_free(s);
+        return DLOCK_ENOMEM;
+    }
+    pthread_mutex_lock(&s->mu);
+    if (s->c != NULL) {
+        const char *p[1] = {hex};
+        snprintf(sql, sizeof(sql),
+                 "SELECT pg_advisory_unlock(%lld), pg_notify('%s', $1)", (long long)s->key,
+                 be->table);
+        rc = pg_exec(be, &s->c, sql, 1, p, &r);
+        if (rc == DLOCK_OK) {
+            ours = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+            PQclear(r);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    free(hex);
+    session_free(s); /* closing the session gives up anything it held */
+    return ours ? DLOCK_OK : gone(be, req);
+}
+
+/* The sessions holding name's key now, from any client. */
+#define HOLDERS                                                                                    \
+    "FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = %u AND objid = %u"     \
+    " AND objsubid = 1 AND database = (SELECT oid FROM pg_database"                              \
+    " WHERE datname = current_database())"
+
+int pg_adv_status(pg_be *be, const char *name, dlock_lock_info *out)
+{
+    uint64_t key = pg_advisory_key(be, name);
+    char sql[512];
+    PGresult *r;
+    int rc;
+
+    snprintf(sql, sizeof(sql), "SELECT count(*) " HOLDERS, (unsigned)(key >> 32),
+             (unsigned)(key & 0xffffffffu));
+    if ((rc = pg_cmd(be, sql, 0, NULL, &r)) != DLOCK_OK)
+        return rc;
+    memset(out, 0, sizeof(*out));
+    out->held = PQntuples(r) == 1 && pg_num(r, 0, 0) > 0;
+    out->ttl_ms = out->held ? -1 : 0; /* a session has no expiry to read */
+    PQclear(r);
+    return DLOCK_OK;
+}
+
+int pg_adv_force_release(pg_be *be, const char *name, dlock_lock_info *removed)
+{
+    uint64_t key = pg_advisory_key(be, name);
+    char sql[640], *hex;
+    PGresult *r;
+    int rc;
+
+    if ((rc = pg_adv_status(be, name, removed)) != DLOCK_OK)
+        return rc;
+    if ((hex = pg_key_hex(be, name)) == NULL)
+        return DLOCK_ENOMEM;
+    /* The only way to take a session's lock: end the session. */
+    snprintf(sql, sizeof(sql),
+             "SELECT count(pg_terminate_backend(pid)), pg_notify('%s', $1) " HOLDERS, be->table,
+             (unsigned)(key >> 32), (unsigned)(key & 0xffffffffu));
+    {
+        const char *p[1] = {hex};
+        rc = pg_cmd(be, sql, 1, p, &r);
+    }
+    free(hex);
+    if (rc != DLOCK_OK)
+        return rc;
+    PQclear(r);
+    return DLOCK_OK;
+}
+
+void pg_adv_close_all(pg_be *be)
+{
+    while (be->sessions != NULL) {
+        pg_session *s = be->sessions;
+        be->sessions = s->next;
+        session_free(s);
+    }
+}

@@ -1,0 +1,307 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Connections to PostgreSQL: libpq in nonblocking mode, every wait a poll()
+ * on the connection's socket with the time left, so that a connect never
+ * takes longer than connect_timeout_ms and a statement never longer than
+ * command_timeout_ms, whatever the server or the network does. A statement
+ * that timed out leaves its connection in an unknown state: it is closed
+ * (the server ends the statement when it notices) and opened again on next
+ * use. The pool of command connections for callers is here too.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pg_int.h"
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* libpq prints NOTICEs (CREATE ... IF NOT EXISTS) to stderr by default. */
+static void quiet(void *arg, const char *message)
+{
+    (void)arg;
+    (void)message;
+}
+
+/* Wait until fd is ready for events or deadline (monotonic ms) passes:
+ * 1 ready, 0 timed out, -1 error. */
+static int wait_fd(int fd, short events, int64_t deadline)
+{
+    for (;;) {
+        int64_t left = deadline - mono_ms();
+        struct pollfd p = {fd, events, 0};
+        int rc;
+
+        if (left <= 0)
+            return 0;
+        rc = poll(&p, 1, left > 60000 ? 60000 : (int)left);
+        if (rc > 0)
+            return 1;
+        if (rc < 0 && errno != EINTR)
+            return -1;
+    }
+}
+
+/* libpq's last message, one line, without its trailing newline. */
+static void pq_text(PGconn *c, char *out, size_t size)
+{
+    const char *m = c != NULL ? PQerrorMessage(c) : "out of memory";
+    size_t n;
+
+    snprintf(out, size, "%s", m != NULL && *m ? m : "connection failed");
+    n = strlen(out);
+    while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == ' '))
+        out[--n] = '\0';
+    for (char *p = out; *p; p++)
+        if (*p == '\n')
+            *p = ' ';
+}
+
+static int connect_failed(pg_be *be, PGconn *c, const char *what)
+{
+    char text[400];
+    int code = DLOCK_ECONN;
+
+    pq_text(c, text, sizeof(text));
+    if (strstr(text, "authentication failed") != NULL ||
+        strstr(text, "no password supplied") != NULL ||
+        strstr(text, "no pg_hba.conf entry") != NULL || strstr(text, "role \"") != NULL)
+        code = DLOCK_EAUTH;
+    else if (strstr(text, "database \"") != NULL && strstr(text, "does not exist") != NULL)
+        code = DLOCK_ESERVER;
+    else if (strstr(text, "invalid connection option") != NULL ||
+             strstr(text, "invalid sslmode") != NULL || strstr(text, "invalid integer") != NULL)
+        code = DLOCK_EINVAL;
+    PQfinish(c);
+    return dlock_backend_fail(code, "%s: %s%s", be->where, what, text);
+}
+
+int pg_connect(pg_be *be, PGconn **out)
+{
+    PGconn *c;
+    int64_t deadline = mono_ms() + be->connect_ms;
+
+    *out = NULL;
+    c = PQconnectStartParams((const char *const *)be->kw, (const char *const *)be->val, 0);
+    if (c == NULL)
+        return dlock_backend_fail(DLOCK_ENOMEM, "%s: out of memory", be->where);
+    if (PQstatus(c) == CONNECTION_BAD)
+        return connect_failed(be, c, "");
+    for (;;) {
+        PostgresPollingStatusType st = PQconnectPoll(c);
+        int ready;
+
+        if (st == PGRES_POLLING_OK)
+            break;
+        if (st == PGRES_POLLING_FAILED)
+            return connect_failed(be, c, "");
+        ready = wait_fd(PQsocket(c), st == PGRES_POLLING_WRITING ? POLLOUT : POLLIN, deadline);
+        if (ready == 0) {
+            PQfinish(c);
+            return dlock_backend_fail(DLOCK_ECONN, "%s: connect timed out after %lld ms",
+                                      be->where, (long long)be->connect_ms);
+        }
+        if (ready < 0)
+            return connect_failed(be, c, "poll: ");
+    }
+    PQsetNoticeProcessor(c, quiet, NULL);
+    if (PQsetnonblocking(c, 1) != 0)
+        return connect_failed(be, c, "nonblocking: ");
+    *out = c;
+    return DLOCK_OK;
+}
+
+/* The code for a server's error: the SQLSTATE's class decides. */
+static int server_error(pg_be *be, const PGresult *r, const char *sql)
+{
+    const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    const char *msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+    int code = DLOCK_ESERVER;
+
+    if (state != NULL && strncmp(state, "28", 2) == 0)
+        code = DLOCK_EAUTH;
+    else if (state != NULL && strncmp(state, "08", 2) == 0)
+        code = DLOCK_ECONN;
+    (void)sql;
+    return dlock_backend_fail(code, "%s: %s (SQLSTATE %s)", be->where, msg ? msg : "error",
+                              state ? state : "?");
+}
+
+static int conn_broke(pg_be *be, PGconn **pc, const char *what)
+{
+    char text[400];
+
+    pq_text(*pc, text, sizeof(text));
+    PQfinish(*pc);
+    *pc = NULL;
+    return dlock_backend_fail(DLOCK_ECONN, "%s: %s%s", be->where, what, text);
+}
+
+int pg_exec(pg_be *be, PGconn **pc, const char *sql, int nparams, const char *const *params,
+            PGresult **res)
+{
+    int64_t deadline;
+    PGresult *last = NULL, *r;
+    int rc, sent;
+
+    *res = NULL;
+    if (*pc != NULL && PQstatus(*pc) == CONNECTION_BAD) {
+        PQfinish(*pc);
+        *pc = NULL;
+    }
+    if (*pc == NULL && (rc = pg_connect(be, pc)) != DLOCK_OK)
+        return rc;
+    deadline = mono_ms() + be->command_ms;
+    /* Without parameters, the simple protocol: it allows several
+     * statements (the DDL's transaction) in one round trip. */
+    sent = nparams > 0 || params != NULL
+               ? PQsendQueryParams(*pc, sql, nparams, NULL, params, NULL, NULL, 0)
+               : PQsendQuery(*pc, sql);
+    if (!sent)
+        return conn_broke(be, pc, "send: ");
+    for (;;) {
+        int f = PQflush(*pc);
+        if (f == 0)
+            break;
+        if (f < 0)
+            return conn_broke(be, pc, "send: ");
+        if (wait_fd(PQsocket(*pc), POLLOUT | POLLIN, deadline) <= 0)
+            goto timeout;
+        if (!PQconsumeInput(*pc))
+            return conn_broke(be, pc, "");
+    }
+    for (;;) {
+        while (PQisBusy(*pc)) {
+            int ready = wait_fd(PQsocket(*pc), POLLIN, deadline);
+            if (ready == 0)
+                goto timeout;
+            if (ready < 0 || !PQconsumeInput(*pc)) {
+                PQclear(last);
+                return conn_broke(be, pc, "");
+            }
+        }
+        r = PQgetResult(*pc);
+        if (r == NULL)
+            break;
+        /* Keep an error over any later result. */
+        if (last != NULL && PQresultStatus(last) == PGRES_FATAL_ERROR)
+            PQclear(r);
+        else {
+            PQclear(last);
+            last = r;
+        }
+    }
+    if (last == NULL)
+        return conn_broke(be, pc, "no reply: ");
+    switch (PQresultStatus(last)) {
+    case PGRES_TUPLES_OK:
+    case PGRES_COMMAND_OK:
+        *res = last;
+        return DLOCK_OK;
+    default:
+        rc = server_error(be, last, sql);
+        PQclear(last);
+        if (PQstatus(*pc) == CONNECTION_BAD) {
+            /* pg_terminate_backend, a shutdown: the session is gone. */
+            PQfinish(*pc);
+            *pc = NULL;
+            if (rc == DLOCK_ESERVER)
+                rc = DLOCK_ECONN;
+        }
+        return rc;
+    }
+timeout:
+    PQclear(last);
+    PQfinish(*pc);
+    *pc = NULL;
+    return dlock_backend_fail(DLOCK_ECONN, "%s: no reply within %lld ms", be->where,
+                              (long long)be->command_ms);
+}
+
+int pg_cmd(pg_be *be, const char *sql, int nparams, const char *const *params, PGresult **res)
+{
+    int i, rc, fresh;
+
+    pthread_mutex_lock(&be->mu);
+    for (;;) {
+        for (i = 0; i < PG_CMD_MAX && be->cmd_busy[i]; i++)
+            ;
+        if (i < PG_CMD_MAX)
+            break;
+        pthread_cond_wait(&be->cv, &be->mu);
+    }
+    be->cmd_busy[i] = 1;
+    fresh = be->cmd[i] == NULL || PQstatus(be->cmd[i]) == CONNECTION_BAD;
+    pthread_mutex_unlock(&be->mu);
+
+    rc = pg_exec(be, &be->cmd[i], sql, nparams, params, res);
+    /* A pooled connection the server closed while idle (a restart, an
+     * idle timeout) fails on first use: every statement here is
+     * idempotent by token, so try once more on a new one. */
+    if (rc == DLOCK_ECONN && !fresh) {
+        fresh = 1;
+        rc = pg_exec(be, &be->cmd[i], sql, nparams, params, res);
+    }
+
+    pthread_mutex_lock(&be->mu);
+    if (fresh && be->cmd[i] != NULL) {
+        if (be->ever_connected && be->log != NULL)
+            be->log(DLOCK_LOG_INFO, "postgres: connected again", be->log_payload);
+        be->ever_connected = 1;
+    }
+    be->cmd_busy[i] = 0;
+    pthread_cond_signal(&be->cv);
+    pthread_mutex_unlock(&be->mu);
+    return rc;
+}
+
+void pg_conns_close(pg_be *be)
+{
+    for (int i = 0; i < PG_CMD_MAX; i++) {
+        PQfinish(be->cmd[i]);
+        be->cmd[i] = NULL;
+    }
+    PQfinish(be->wd);
+    be->wd = NULL;
+}
+
+void pg_hex(char *out, const void *s, size_t len)
+{
+    static const char digits[] = "0123456789abcdef";
+    const unsigned char *p = s;
+
+    for (size_t i = 0; i < len; i++) {
+        out[2 * i] = digits[p[i] >> 4];
+        out[2 * i + 1] = digits[p[i] & 15];
+    }
+    out[2 * len] = '\0';
+}
+
+char *pg_key_hex(const pg_be *be, const char *name)
+{
+    size_t n = strlen(name);
+    char *out = malloc(2 * (be->prefix_len + n) + 1);
+
+    if (out == NULL) {
+        dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+        return NULL;
+    }
+    pg_hex(out, be->prefix, be->prefix_len);
+    pg_hex(out + 2 * be->prefix_len, name, n);
+    return out;
+}
+
+int64_t pg_num(const PGresult *r, int row, int col)
+{
+    if (PQgetisnull(r, row, col))
+        return 0;
+    return strtoll(PQgetvalue(r, row, col), NULL, 10);
+}

@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The PostgreSQL backend's shared state (docs/postgres.md).
+ *
+ * Connections, each a libpq connection in nonblocking mode driven by
+ * poll() (pg_conn.c), so that every connect is bounded by the client's
+ * connect_timeout_ms and every statement by its command_timeout_ms; a
+ * connection that timed out or broke is closed and opened again on next use:
+ *   cmd[]     up to PG_CMD_MAX for callers, one statement at a time each;
+ *   wd        the watchdog's (renew), its thread's alone;
+ *   listener  LISTENs on the table's channel for releases (pg_wait.c), read
+ *             by one thread per client that wakes the watches;
+ *   sessions  advisory mode: one per held lock (pg_advisory.c), because a
+ *             session-level advisory lock lives and dies with its session.
+ */
+#ifndef DLOCK_PG_INT_H
+#define DLOCK_PG_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include <libpq-fe.h>
+
+#include "dlock/sys/backend.h"
+
+#define PG_CMD_MAX 4
+#define PG_IDENT_MAX 48 /* table name; the sequence adds "_fence" */
+
+typedef enum { PG_MODE_LEASE, PG_MODE_ADVISORY } pg_mode;
+
+typedef struct pg_listener pg_listener;
+typedef struct pg_session pg_session;
+
+typedef struct {
+    char where[160]; /* "postgres HOST:PORT", for messages */
+    /* libpq's connection keywords and values, NULL-terminated, owned. */
+    char **kw, **val;
+    int64_t connect_ms, command_ms;
+    pg_mode mode;
+    char table[PG_IDENT_MAX + 1]; /* the lock table; also the NOTIFY channel */
+    char seq[PG_IDENT_MAX + 8];   /* TABLE_fence */
+    char *prefix;                 /* key_prefix, put before every name */
+    size_t prefix_len;
+    dlock_log_cb log;
+    void *log_payload;
+
+    pthread_mutex_t mu; /* guards cmd, cmd_busy, ever_connected */
+    pthread_cond_t cv;
+    PGconn *cmd[PG_CMD_MAX];
+    int cmd_busy[PG_CMD_MAX];
+    int ever_connected;
+    PGconn *wd;
+
+    pg_listener *listener;
+
+    pthread_mutex_t smu; /* guards sessions (advisory) */
+    pg_session *sessions;
+} pg_be;
+
+/* ---- pg_conn.c ---- */
+
+/* Connect (bounded by connect_ms) into *out; DLOCK_ECONN/EAUTH/ESERVER. */
+int pg_connect(pg_be *be, PGconn **out);
+/* Run sql with nparams text parameters on *pc (connecting first when *pc
+ * is NULL), bounded by command_ms; *res the last result (PQclear it).
+ * A connection error or a timeout closes *pc (NULL after) and returns
+ * DLOCK_ECONN; an error the server reports, DLOCK_ESERVER (or EAUTH). */
+int pg_exec(pg_be *be, PGconn **pc, const char *sql, int nparams, const char *const *params,
+            PGresult **res);
+/* pg_exec on one of the command connections. */
+int pg_cmd(pg_be *be, const char *sql, int nparams, const char *const *params, PGresult **res);
+/* Close every connection of the pool. */
+void pg_conns_close(pg_be *be);
+/* Hex of len bytes of s into out (2 * len + 1 bytes). */
+void pg_hex(char *out, const void *s, size_t len);
+/* prefix + name in hex, malloc'd; NULL when out of memory (message set). */
+char *pg_key_hex(const pg_be *be, const char *name);
+/* The integer in column col of row (0 when NULL). */
+int64_t pg_num(const PGresult *r, int row, int col);
+
+/* ---- pg_lease.c: the lease-mode calls (and the admin ones of both) ---- */
+int pg_create(pg_be *be, int create);
+int pg_lease_acquire(pg_be *be, const dlock_request *req, dlock_acquire_result *out);
+int pg_lease_release(pg_be *be, const dlock_request *req);
+int pg_lease_extend(pg_be *be, const dlock_request *req);
+int pg_lease_check(pg_be *be, const dlock_request *req);
+int pg_lease_renew(pg_be *be, dlock_renewal *items, size_t n);
+int pg_lease_status(pg_be *be, const char *name, dlock_lock_info *out);
+int pg_lease_force_release(pg_be *be, const char *name, dlock_lock_info *removed);
+int pg_lease_list(pg_be *be, const char *prefix, dlock_list_cb cb, void *payload);
+
+/* ---- pg_advisory.c ---- */
+uint64_t pg_advisory_key(const pg_be *be, const char *name);
+int pg_adv_acquire(pg_be *be, const dlock_request *req, dlock_acquire_result *out);
+int pg_adv_release(pg_be *be, const dlock_request *req);
+int pg_adv_extend(pg_be *be, const dlock_request *req);
+int pg_adv_check(pg_be *be, const dlock_request *req);
+int pg_adv_renew(pg_be *be, dlock_renewal *items, size_t n);
+int pg_adv_status(pg_be *be, const char *name, dlock_lock_info *out);
+int pg_adv_force_release(pg_be *be, const char *name, dlock_lock_info *removed);
+void pg_adv_close_all(pg_be *be);
+
+/* ---- pg_wait.c ---- */
+int pg_watch_begin(void *be, const dlock_request *req, void **watch);
+int pg_watch_wait(void *be, void *watch, int64_t timeout_ms);
+void pg_watch_end(void *be, void *watch);
+void pg_watch_wake(void *be, void *watch);
+void pg_listener_free(pg_be *be);
+/* The outcome of watch's last try: token when unknown (a lost reply), NULL
+ * when known. watch_end gives back a lock a lost reply may hold. */
+void pg_watch_note(void *watch, const char *token);
+
+/* ---- pg.c ---- */
+int pg_release(void *be, const dlock_request *req);
+
+#endif

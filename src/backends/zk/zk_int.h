@@ -1,0 +1,276 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * What the files of the ZooKeeper backend share. Private to src/backends/zk.
+ * The design (paths, node names, sessions, the lease) is told in
+ * docs/zookeeper.md and at the top of zk.c.
+ *
+ *   zk.c        open/close, release, extend, check, renew, status, force
+ *               release, list, the holds table and its reaper, the table
+ *   zk_conn.c   sessions: connect, digest auth, session state, every
+ *               ZooKeeper call with the client's command timeout
+ *   zk_path.c   paths: a lock's directory, escaping names, the protected
+ *               node name (Curator's _c_<uuid>-lock-<seq>), sorting
+ *   zk_lock.c   the mutex: a try, the tries of a waiting acquisition, the
+ *               predecessor watch, leaving the queue
+ *
+ * Locking: be->mu guards the holds table; each session's mu guards its
+ * state and its list of watches. Neither is held across a ZooKeeper call or
+ * while waiting for one; the library's completion thread takes a session's
+ * mu only (never be->mu).
+ *
+ * For the family on ZooKeeper (zk_family.c): take a session with
+ * dlock__zk_sess_for(be, lease_ms), call the server with the dlock__zk_*
+ * calls below (each bounded by the command timeout, each failing with a
+ * message naming the server), create queue nodes with
+ * dlock__zk_create_protected (a lost reply is found again by its protection
+ * id), order children with dlock__zk_sort_children, and wait for a
+ * predecessor with dlock__zk_watch_target / dlock__zk_watch_sleep.
+ */
+#ifndef DLOCK_ZK_INT_H
+#define DLOCK_ZK_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <zookeeper/zookeeper.h>
+
+#include "dlock/sys/backend.h"
+
+/* Curator's protection prefix ("_c_" + uuid + "-") and InterProcessMutex's
+ * lock name: a holder node is "_c_<uuid>-lock-<10 digits>". */
+#define DLOCK__ZK_PROTECT "_c_"
+#define DLOCK__ZK_LOCK_NAME "lock-"
+#define DLOCK__ZK_UUID_LEN 36
+
+typedef struct dlock__zk_be dlock__zk_be;
+typedef struct dlock__zk_watch dlock__zk_watch;
+
+/*
+ * One ZooKeeper session. A client keeps two (docs/zookeeper.md, "The
+ * lease"): the short one, whose timeout is session_timeout_ms (default
+ * 10 s), for leases up to it, and the long one, asked for with the longest
+ * timeout the server grants, for longer leases. So a lease the core counts
+ * never outlives the session that keeps the node: timeout_ms >= lease_ms.
+ *
+ * The slot is stable for the client's life; the ZooKeeper handle in it is
+ * replaced (gen + 1) when the session expired. A node created under an
+ * older gen is gone.
+ */
+typedef struct {
+    dlock__zk_be *be;
+    int64_t want_ms;      /* the timeout asked for */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;    /* CLOCK_MONOTONIC; broadcast on every state change */
+    zhandle_t *zh;        /* NULL until opened */
+    uint64_t gen;         /* 1 for the first handle, + 1 for each new session */
+    int connected;        /* gen's session is connected now */
+    int expired;          /* gen's session expired (or auth failed): reopen */
+    int64_t session_id;   /* of gen, once connected */
+    int64_t timeout_ms;   /* negotiated with the server, once connected */
+    /* The CLOCK_BOOTTIME time (ms) a request was sent whose reply came
+     * back: the server heard from the session no earlier, so it keeps the
+     * session at least until last_contact_ms + timeout_ms. */
+    int64_t last_contact_ms;
+    dlock__zk_watch *watches; /* waiting on events of this session */
+} dlock__zk_sess;
+
+struct dlock__zk_be {
+    char *hosts;          /* "h1:p1,h2:p2[/chroot]", as zookeeper_init takes it */
+    char *shown;          /* the URL for messages (redacted) */
+    char *auth;           /* "user:password" for digest auth, or NULL */
+    char *prefix;         /* "/dlock/": a lock NAME lives at prefix + NAME */
+    int64_t connect_timeout_ms;
+    int64_t command_timeout_ms;
+    dlock_log_cb log;
+    void *log_payload;
+    dlock__zk_sess sess[2]; /* [0] short, [1] long */
+
+    pthread_mutex_t mu;   /* the holds table and the reaper */
+    pthread_cond_t reap_cv;
+    struct dlock__zk_hold *holds;
+    pthread_t reaper;
+    int reaper_running, stopping;
+};
+
+/* ---- zk_conn.c: sessions and calls -------------------------------------- */
+
+int64_t dlock__zk_now_ms(void); /* CLOCK_BOOTTIME */
+int64_t dlock__zk_mono_ms(void); /* CLOCK_MONOTONIC, for waits */
+
+/* Open the session slot (no connection yet) / close its handle. */
+void dlock__zk_sess_init(dlock__zk_sess *s, dlock__zk_be *be, int64_t want_ms);
+void dlock__zk_sess_close(dlock__zk_sess *s);
+
+/* The session a lock with lease lease_ms lives in, connected (opening it or
+ * a new one after expiry, within the connect timeout). DLOCK_EINVAL when the
+ * server grants no session as long as the lease. *gen: the session's gen. */
+int dlock__zk_sess_for(dlock__zk_be *be, int64_t lease_ms, dlock__zk_sess **out, uint64_t *gen);
+/* Connect s if it is not (or no longer: expired). */
+int dlock__zk_sess_ready(dlock__zk_sess *s, uint64_t *gen);
+/* 1 while gen's session may still be alive on the server: not expired, and
+ * connected or disconnected for less than its timeout since the last
+ * contact. */
+int dlock__zk_sess_alive(dlock__zk_sess *s, uint64_t gen);
+
+/* An error for ZooKeeper return code zrc during what ("create /dlock/x"):
+ * ECONN for the connection and the session, EAUTH, ESERVER. */
+int dlock__zk_fail(dlock__zk_sess *s, int zrc, const char *what, const char *path);
+
+/*
+ * Calls, each waiting at most the command timeout for its reply. Each
+ * returns ZOK or the ZooKeeper code (ZNONODE, ZNODEEXISTS, ZNOTEMPTY ... as
+ * the server said, ZOPERATIONTIMEOUT when no reply came in time), for the
+ * caller to judge; dlock__zk_fail turns the unexpected ones into messages.
+ * Out-parameters are set only on ZOK.
+ */
+/* Create path with data (len bytes) and flags (ZOO_EPHEMERAL_SEQUENTIAL ...);
+ * *created (malloc'd, may be NULL) the path made, *stat its stat. */
+int dlock__zk_create(dlock__zk_sess *s, const char *path, const char *data, int len, int flags,
+                     char **created, struct Stat *stat);
+/* Children names (deallocate_String_vector after). */
+int dlock__zk_children(dlock__zk_sess *s, const char *path, struct String_vector *out);
+/* The same, also setting a watch on path's children, whose event wakes the
+ * watches that target path. */
+int dlock__zk_children_watch(dlock__zk_sess *s, const char *path, struct String_vector *out);
+/* Delete path at version (-1: any). */
+int dlock__zk_delete(dlock__zk_sess *s, const char *path, int version);
+/* The stat of path; with watch, also a watch on it (ZNONODE: a watch on its
+ * creation), whose event wakes the watches that target path. */
+int dlock__zk_exists(dlock__zk_sess *s, const char *path, int watch, struct Stat *stat);
+/* Data (malloc'd, *len bytes, NUL-terminated for convenience) and stat. */
+int dlock__zk_get(dlock__zk_sess *s, const char *path, char **data, int *len, struct Stat *stat);
+/* Set path's data at version (-1: any). */
+int dlock__zk_set(dlock__zk_sess *s, const char *path, const char *data, int len, int version);
+/* Check that each of paths[0..n) exists, in one multi request; ok[i] 1 or
+ * 0. ZOK when every ok[i] is set. */
+int dlock__zk_check_many(dlock__zk_sess *s, const char *const *paths, size_t n, int *ok);
+/* Create the missing parents of path (up to its last '/') as containers,
+ * as Curator's creatingParentContainersIfNeeded does. */
+int dlock__zk_make_parents(dlock__zk_sess *s, const char *path);
+
+/* ---- zk_path.c: paths and node names ------------------------------------ */
+
+/* prefix + escaped name (malloc'd): a lock's directory. Bytes outside
+ * [A-Za-z0-9._:@+=,~-] and '%' are written %XX, and "." and ".." too, so
+ * that any name is one path component. */
+char *dlock__zk_dir(const dlock__zk_be *be, const char *name);
+/* The name back from an escaped component, or NULL if it is not one of
+ * ours (malloc'd). */
+char *dlock__zk_unescape(const char *component);
+/* The protection id of an acquisition: its token as a UUID (8-4-4-4-12 hex),
+ * out holds DLOCK__ZK_UUID_LEN + 1 bytes. */
+void dlock__zk_uuid(const char *token, char *out);
+/* The child of kids whose name starts with "_c_<uuid>-", or -1. */
+int dlock__zk_find_protected(const struct String_vector *kids, const char *uuid);
+/* Sort children by sequence, the 10 digits after lock_name ("lock-"), as
+ * Curator's StandardLockInternalsDriver.fixForSorting does (a child without
+ * lock_name sorts by its whole name). */
+void dlock__zk_sort_children(struct String_vector *kids, const char *lock_name);
+/* dir + "/" + child (malloc'd). */
+char *dlock__zk_join(const char *dir, const char *child);
+/*
+ * Create dir/_c_<uuid>-<name_part> with flags and data, unless a node of
+ * that protection id exists already in dir (a create whose reply was lost,
+ * here or in an earlier call: *maybe set), which is then taken as it is.
+ * Sets *maybe before a create whose outcome is unknown, clears it once the
+ * node is known. *node (malloc'd) and *stat of the node.
+ */
+int dlock__zk_create_protected(dlock__zk_sess *s, const char *dir, const char *uuid,
+                               const char *name_part, const char *data, int len, int flags,
+                               int *maybe, char **node, struct Stat *stat);
+
+/* ---- zk_lock.c: the mutex and waiting ----------------------------------- */
+
+/*
+ * A waiting acquisition (the backend's watch). It belongs to a session; the
+ * session's completion thread sets fired when an event for target comes (a
+ * node deleted, created or changed, children changed) or the session's
+ * state changes; watch_wake sets woken.
+ */
+struct dlock__zk_watch {
+    dlock__zk_sess *sess;
+    dlock__zk_watch *next; /* in sess->watches */
+    pthread_cond_t cv;     /* with sess->mu, CLOCK_MONOTONIC */
+    char *target;          /* the path whose events wake us, or NULL */
+    int fired, woken;      /* under sess->mu */
+
+    /* The acquisition (the mutex; the family keeps its own state in
+     * extra). */
+    int kind;
+    char *name;
+    char *dir;
+    char uuid[DLOCK__ZK_UUID_LEN + 1];
+    uint64_t gen;          /* the session gen the node was made in */
+    char *node;            /* our node's path, once known */
+    int maybe;             /* a create whose reply was lost: look for it */
+    uint64_t czxid;        /* the node's, once known */
+    int won;               /* the last acquire through this watch took the lock */
+    void *extra;           /* for zk_family.c, freed by extra_free */
+    void (*extra_free)(void *extra);
+};
+
+/* A watch in session s (registered in its list, target none). */
+int dlock__zk_watch_new(dlock__zk_sess *s, dlock__zk_watch **out);
+/* Unregister and free (does not touch the server). */
+void dlock__zk_watch_free(dlock__zk_watch *w);
+/*
+ * Wait for path: target it, then set a ZooKeeper watch on it (exists). 1
+ * when the node is there (the watch is set: its deletion will wake w), 0
+ * when it is gone already (try again at once), or a dlock error.
+ */
+int dlock__zk_watch_target(dlock__zk_watch *w, const char *path);
+/* Sleep until w fired or was woken (DLOCK_OK, clearing both) or timeout_ms
+ * passed (DLOCK_ETIMEOUT). */
+int dlock__zk_watch_sleep(dlock__zk_watch *w, int64_t timeout_ms);
+
+/* The mutex's backend calls. */
+int dlock__zk_acquire(void *arg, const dlock_request *req, void *watch, dlock_acquire_result *out);
+int dlock__zk_watch_begin(void *arg, const dlock_request *req, void **watch);
+int dlock__zk_watch_wait(void *arg, void *watch, int64_t timeout_ms);
+void dlock__zk_watch_end(void *arg, void *watch);
+void dlock__zk_watch_wake(void *arg, void *watch);
+
+/* The node data of a holder: req->holder, a NUL, "lease_ms=N" (status
+ * reads the lease back; Curator ignores the data). *len its length. */
+char *dlock__zk_node_data(const dlock_request *req, int64_t lease_ms, int *len);
+/* Read holder record and lease from node data. */
+void dlock__zk_parse_data(const char *data, int len, dlock_lock_info *out);
+
+/* ---- zk.c: holds ---------------------------------------------------------- */
+
+/* Remember a lock taken (token -> node, session, lease) for release, renew
+ * and the reaper, which deletes the node when its lease ran out unrenewed. */
+int dlock__zk_hold_add(dlock__zk_be *be, const dlock_request *req, dlock__zk_sess *s,
+                       uint64_t gen, const char *node, uint64_t czxid);
+
+/* Hand a node that may exist but that nobody will release to the reaper
+ * (token: the acquisition's, or NULL for a waiter's, keyed by uuid; node:
+ * its path, or NULL to find it in dir by uuid). */
+int dlock__zk_orphan_add(dlock__zk_be *be, const char *token, dlock__zk_sess *s, uint64_t gen,
+                         const char *dir, const char *uuid, const char *node);
+
+/* The node and session of token's hold (*node malloc'd); DLOCK_ELOST when
+ * token holds nothing here or its session is gone. */
+int dlock__zk_hold_find(dlock__zk_be *be, const char *token, dlock__zk_sess **s, uint64_t *gen,
+                        char **node);
+/* Token's hold is now node (a downgrade's read node). */
+int dlock__zk_hold_move(dlock__zk_be *be, const char *token, const char *node);
+
+/* ---- zk_family.c: read-write lock, semaphore, leader election --------- */
+
+/* A try of READ, WRITE, SEMAPHORE or LEADER (w NULL: try once). */
+int dlock__zk_family_acquire(dlock__zk_be *be, const dlock_request *req, dlock__zk_watch *w,
+                             dlock_acquire_result *out);
+/* The family's state in a new watch w of req. */
+int dlock__zk_family_watch_begin(dlock__zk_watch *w, dlock__zk_be *be, const dlock_request *req);
+/* Leave what w queued (unless it won) and free it. */
+void dlock__zk_family_watch_end(dlock__zk_watch *w);
+/* 1 for a watch of observe_begin, whose wait sets its watch again. */
+int dlock__zk_is_observe(const dlock__zk_watch *w);
+int dlock__zk_observe_wait(dlock__zk_watch *w, int64_t timeout_ms);
+/* The table's family calls. */
+int dlock__zk_downgrade(void *be, const dlock_request *req);
+int dlock__zk_set_permits(void *be, const char *name, int permits);
+int dlock__zk_leader_get(void *be, const char *name, dlock_leader_info *out);
+int dlock__zk_observe_begin(void *be, const char *name, void **watch);
+
+#endif

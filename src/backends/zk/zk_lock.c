@@ -1,0 +1,388 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The mutex, as Curator's InterProcessMutex with protection takes it: each
+ * acquisition creates one EPHEMERAL_SEQUENTIAL child of the lock's
+ * directory, "_c_<uuid>-lock-<seq>"; the child with the lowest sequence
+ * holds the lock, and a waiter watches only the child just before its own,
+ * so a release wakes one waiter. The fence is the holder node's czxid: the
+ * zxid of the transaction that created it, which only grows.
+ *
+ * A try that will not wait creates its node and keeps it only if it is the
+ * lowest (two round trips, as Curator's); otherwise it deletes it at once,
+ * so it never jumps the queue and leaves nothing behind.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zk_int.h"
+
+/* ---- watches -------------------------------------------------------------- */
+
+int dlock__zk_watch_new(dlock__zk_sess *s, dlock__zk_watch **out)
+{
+    dlock__zk_watch *w = calloc(1, sizeof(*w));
+    pthread_condattr_t a;
+
+    if (w == NULL)
+        return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+    w->sess = s;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cv, &a);
+    pthread_condattr_destroy(&a);
+    pthread_mutex_lock(&s->mu);
+    w->next = s->watches;
+    s->watches = w;
+    pthread_mutex_unlock(&s->mu);
+    *out = w;
+    return DLOCK_OK;
+}
+
+void dlock__zk_watch_free(dlock__zk_watch *w)
+{
+    dlock__zk_sess *s;
+
+    if (w == NULL)
+        return;
+    s = w->sess;
+    pthread_mutex_lock(&s->mu);
+    for (dlock__zk_watch **p = &s->watches; *p != NULL; p = &(*p)->next)
+        if (*p == w) {
+            *p = w->next;
+            break;
+        }
+    pthread_mutex_unlock(&s->mu);
+    if (w->extra_free != NULL)
+        w->extra_free(w->extra);
+    pthread_cond_destroy(&w->cv);
+    free(w->target);
+    free(w->name);
+    free(w->dir);
+    free(w->node);
+    free(w);
+}
+
+int dlock__zk_watch_target(dlock__zk_watch *w, const char *path)
+{
+    dlock__zk_sess *s = w->sess;
+    char *copy = strdup(path);
+    int rc;
+
+    if (copy == NULL)
+        return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+    /* Target first: an event that comes before exists returns is ours. */
+    pthread_mutex_lock(&s->mu);
+    free(w->target);
+    w->target = copy;
+    pthread_mutex_unlock(&s->mu);
+    rc = dlock__zk_exists(s, path, 1, NULL);
+    if (rc == ZOK)
+        return 1;
+    if (rc == ZNONODE)
+        return 0;
+    return dlock__zk_fail(s, rc, "watch", path);
+}
+
+int dlock__zk_watch_sleep(dlock__zk_watch *w, int64_t timeout_ms)
+{
+    dlock__zk_sess *s = w->sess;
+    int64_t deadline = dlock__zk_mono_ms() + timeout_ms;
+    struct timespec ts;
+    int rc;
+
+    ts.tv_sec = deadline / 1000;
+    ts.tv_nsec = (long)(deadline % 1000) * 1000000;
+    pthread_mutex_lock(&s->mu);
+    while (!w->fired && !w->woken)
+        if (pthread_cond_timedwait(&w->cv, &s->mu, &ts) != 0 && dlock__zk_mono_ms() >= deadline)
+            break;
+    rc = w->fired || w->woken ? DLOCK_OK : DLOCK_ETIMEOUT;
+    w->fired = w->woken = 0;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+/* ---- node data -------------------------------------------------------------- */
+
+char *dlock__zk_node_data(const dlock_request *req, int64_t lease_ms, int *len)
+{
+    const char *holder = req->holder != NULL ? req->holder : "";
+    size_t hlen = strlen(holder);
+    char tail[40];
+    int tlen = snprintf(tail, sizeof(tail), "lease_ms=%" PRId64, lease_ms);
+    char *out = malloc(hlen + 1 + (size_t)tlen + 1);
+
+    if (out == NULL)
+        return NULL;
+    memcpy(out, holder, hlen);
+    out[hlen] = '\0';
+    memcpy(out + hlen + 1, tail, (size_t)tlen + 1);
+    *len = (int)(hlen + 1 + (size_t)tlen);
+    return out;
+}
+
+void dlock__zk_parse_data(const char *data, int len, dlock_lock_info *out)
+{
+    size_t hlen = data != NULL ? strnlen(data, (size_t)len) : 0;
+    long long lease;
+
+    out->ttl_ms = -1; /* a node dlock did not write: held while its session lives */
+    if (data == NULL || len <= 0)
+        return;
+    if (hlen > 0)
+        dlock_holder_parse(out, data, hlen);
+    if ((int)hlen < len && sscanf(data + hlen + 1, "lease_ms=%lld", &lease) == 1 && lease > 0)
+        out->ttl_ms = lease;
+}
+
+/* ---- acquiring ------------------------------------------------------------ */
+
+/* The children of dir in sequence order; ZNONODE gives none. */
+static int sorted_children(dlock__zk_sess *s, const char *dir, struct String_vector *kids)
+{
+    int rc = dlock__zk_children(s, dir, kids);
+
+    if (rc == ZNONODE) {
+        kids->count = 0;
+        kids->data = NULL;
+        return DLOCK_OK;
+    }
+    if (rc != ZOK)
+        return dlock__zk_fail(s, rc, "list", dir);
+    dlock__zk_sort_children(kids, DLOCK__ZK_LOCK_NAME);
+    return DLOCK_OK;
+}
+
+/* The index of node (a full path) among kids, or -1. */
+static int index_of(const struct String_vector *kids, const char *node)
+{
+    const char *base = strrchr(node, '/');
+    base = base != NULL ? base + 1 : node;
+    for (int i = 0; i < kids->count; i++)
+        if (strcmp(kids->data[i], base) == 0)
+            return i;
+    return -1;
+}
+
+/* A try that will not wait: create, keep if lowest, else delete. */
+static int try_once(dlock__zk_be *be, const dlock_request *req, dlock_acquire_result *out)
+{
+    dlock__zk_sess *s;
+    uint64_t gen;
+    struct String_vector kids = {0, NULL};
+    struct Stat st;
+    char uuid[DLOCK__ZK_UUID_LEN + 1], *dir = NULL, *node = NULL, *data = NULL;
+    int rc, len = 0, maybe = 0, at;
+
+    if ((rc = dlock__zk_sess_for(be, req->lease_ms, &s, &gen)) != DLOCK_OK)
+        return rc;
+    dlock__zk_uuid(req->token, uuid);
+    if ((dir = dlock__zk_dir(be, req->name)) == NULL ||
+        (data = dlock__zk_node_data(req, req->lease_ms, &len)) == NULL) {
+        rc = dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+        goto out;
+    }
+    rc = dlock__zk_create_protected(s, dir, uuid, DLOCK__ZK_LOCK_NAME, data, len,
+                                    ZOO_EPHEMERAL_SEQUENTIAL, &maybe, &node, &st);
+    if (rc != DLOCK_OK) {
+        /* A create whose reply was lost may have made the node (and so may
+         * hold the lock): the core gives it back with release, which finds
+         * it by uuid; if that cannot reach the server either, the reaper
+         * keeps trying. */
+        if (maybe)
+            dlock__zk_orphan_add(be, req->token, s, gen, dir, uuid, NULL);
+        goto out;
+    }
+    if ((rc = sorted_children(s, dir, &kids)) != DLOCK_OK) {
+        dlock__zk_orphan_add(be, req->token, s, gen, dir, uuid, node);
+        goto out;
+    }
+    at = index_of(&kids, node);
+    if (at == 0) {
+        out->fence = (uint64_t)st.czxid;
+        rc = dlock__zk_hold_add(be, req, s, gen, node, (uint64_t)st.czxid);
+        goto out;
+    }
+    /* Busy: leave nothing behind. */
+    rc = dlock__zk_delete(s, node, -1);
+    if (rc != ZOK && rc != ZNONODE) {
+        rc = dlock__zk_fail(s, rc, "delete", node);
+        dlock__zk_orphan_add(be, req->token, s, gen, dir, uuid, node);
+        goto out;
+    }
+    out->retry_ms = at < 0 ? 0 : -1;
+    rc = DLOCK_EBUSY;
+out:
+    deallocate_String_vector(&kids);
+    free(dir);
+    free(node);
+    free(data);
+    return rc;
+}
+
+/* A try of a waiting acquisition: queue (once), then see whether we lead;
+ * if not, watch the node just before ours. */
+static int try_queued(dlock__zk_be *be, const dlock_request *req, dlock__zk_watch *w,
+                      dlock_acquire_result *out)
+{
+    dlock__zk_sess *s = w->sess;
+    struct String_vector kids = {0, NULL};
+    struct Stat st;
+    uint64_t gen;
+    int rc, at;
+
+    if ((rc = dlock__zk_sess_ready(s, &gen)) != DLOCK_OK)
+        return rc;
+    if (w->node != NULL && w->gen != gen) {
+        /* The session that kept our node expired: the node went with it. */
+        free(w->node);
+        w->node = NULL;
+        w->maybe = 0;
+    }
+    if (w->node == NULL) {
+        char *data;
+        int len;
+        if ((data = dlock__zk_node_data(req, req->lease_ms, &len)) == NULL)
+            return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+        if (w->maybe && w->gen != gen)
+            w->maybe = 0;
+        w->gen = gen;
+        rc = dlock__zk_create_protected(s, w->dir, w->uuid, DLOCK__ZK_LOCK_NAME, data, len,
+                                        ZOO_EPHEMERAL_SEQUENTIAL, &w->maybe, &w->node, &st);
+        free(data);
+        if (rc != DLOCK_OK)
+            return rc;
+        w->czxid = (uint64_t)st.czxid;
+    }
+    if ((rc = sorted_children(s, w->dir, &kids)) != DLOCK_OK)
+        return rc;
+    at = index_of(&kids, w->node);
+    if (at == 0) {
+        deallocate_String_vector(&kids);
+        if ((rc = dlock__zk_hold_add(be, req, s, w->gen, w->node, w->czxid)) != DLOCK_OK)
+            return rc;
+        w->won = 1;
+        out->fence = w->czxid;
+        return DLOCK_OK;
+    }
+    if (at < 0) {
+        /* Our node is gone (broken by an operator, or its session ended):
+         * queue again at once. */
+        deallocate_String_vector(&kids);
+        free(w->node);
+        w->node = NULL;
+        out->retry_ms = 0;
+        return DLOCK_EBUSY;
+    }
+    {
+        char *ahead = dlock__zk_join(w->dir, kids.data[at - 1]);
+        deallocate_String_vector(&kids);
+        if (ahead == NULL)
+            return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+        rc = dlock__zk_watch_target(w, ahead);
+        free(ahead);
+    }
+    if (rc < 0)
+        return rc;
+    /* 1: watching it, its deletion wakes us; 0: gone already. */
+    out->retry_ms = rc == 1 ? INT64_MAX : 0;
+    return DLOCK_EBUSY;
+}
+
+int dlock__zk_acquire(void *arg, const dlock_request *req, void *watch, dlock_acquire_result *out)
+{
+    dlock__zk_be *be = arg;
+
+    if (req->kind != DLOCK_KIND_MUTEX)
+        return dlock__zk_family_acquire(be, req, watch, out);
+    if (watch == NULL)
+        return try_once(be, req, out);
+    return try_queued(be, req, watch, out);
+}
+
+/* ---- the backend's watch calls ---------------------------------------------- */
+
+int dlock__zk_watch_begin(void *arg, const dlock_request *req, void **watch)
+{
+    dlock__zk_be *be = arg;
+    dlock__zk_sess *s;
+    dlock__zk_watch *w;
+    uint64_t gen;
+    int rc;
+
+    if ((rc = dlock__zk_sess_for(be, req->lease_ms, &s, &gen)) != DLOCK_OK)
+        return rc;
+    if ((rc = dlock__zk_watch_new(s, &w)) != DLOCK_OK)
+        return rc;
+    w->kind = req->kind;
+    w->gen = gen;
+    dlock__zk_uuid(req->token, w->uuid);
+    if ((w->name = strdup(req->name)) == NULL || (w->dir = dlock__zk_dir(be, req->name)) == NULL) {
+        dlock__zk_watch_free(w);
+        return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+    }
+    if (req->kind != DLOCK_KIND_MUTEX && (rc = dlock__zk_family_watch_begin(w, be, req)) != DLOCK_OK) {
+        dlock__zk_watch_free(w);
+        return rc;
+    }
+    *watch = w;
+    return DLOCK_OK;
+}
+
+int dlock__zk_watch_wait(void *arg, void *watch, int64_t timeout_ms)
+{
+    (void)arg;
+    if (dlock__zk_is_observe(watch))
+        return dlock__zk_observe_wait(watch, timeout_ms);
+    return dlock__zk_watch_sleep(watch, timeout_ms);
+}
+
+void dlock__zk_watch_end(void *arg, void *watch)
+{
+    dlock__zk_be *be = arg;
+    dlock__zk_watch *w = watch;
+    uint64_t gen = 0;
+
+    if (w == NULL)
+        return;
+    if (w->extra != NULL) {
+        dlock__zk_family_watch_end(w);
+        return;
+    }
+    if (!w->won && (w->node != NULL || w->maybe) && dlock__zk_sess_alive(w->sess, w->gen)) {
+        int rc = dlock__zk_sess_ready(w->sess, &gen) == DLOCK_OK && gen == w->gen ? ZOK
+                                                                                   : ZINVALIDSTATE;
+        if (rc == ZOK && w->node == NULL) {
+            /* A create whose reply was lost: find it by its protection id. */
+            struct String_vector kids = {0, NULL};
+            int i;
+            rc = dlock__zk_children(w->sess, w->dir, &kids);
+            if (rc == ZOK && (i = dlock__zk_find_protected(&kids, w->uuid)) >= 0)
+                w->node = dlock__zk_join(w->dir, kids.data[i]);
+            deallocate_String_vector(&kids);
+            if (rc == ZNONODE)
+                rc = ZOK;
+        }
+        if (rc == ZOK && w->node != NULL)
+            rc = dlock__zk_delete(w->sess, w->node, -1);
+        if (rc != ZOK && rc != ZNONODE)
+            /* The server could not be reached: a node left in the queue
+             * would be handed the lock one day, with nobody to release it.
+             * The reaper deletes it once it can. */
+            dlock__zk_orphan_add(be, NULL, w->sess, w->gen, w->dir, w->uuid, w->node);
+    }
+    dlock__zk_watch_free(w);
+}
+
+void dlock__zk_watch_wake(void *arg, void *watch)
+{
+    dlock__zk_watch *w = watch;
+
+    (void)arg;
+    pthread_mutex_lock(&w->sess->mu);
+    w->woken = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->sess->mu);
+}

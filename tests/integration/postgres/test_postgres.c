@@ -1,0 +1,371 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * What only the PostgreSQL backend has (docs/postgres.md): expiry by the
+ * server's clock, the same token twice (a lost reply), NOTIFY waking a
+ * waiter, a session killed from the server (advisory), the lease of a
+ * stopped holder's session, the server restarted under a held lock, owner
+ * ids, and bad URLs and credentials. Each case starts its own server
+ * (tests/support/test_pg.c).
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dlock/sys/backend.h"
+#include "test_pg.h"
+
+extern const dlock_backend dlock_postgres_backend;
+
+static dlock_client *open_url(const char *url)
+{
+    dlock_client *c = NULL;
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_OK);
+    return c;
+}
+
+static char *url_with(const test_pg *p, const char *query)
+{
+    static char buf[4][256];
+    static int i;
+    char *u = buf[i++ % 4];
+    snprintf(u, 256, "%s%s", p->url, query);
+    return u;
+}
+
+/* The holder's lease ends when the server's clock says so: a row whose
+ * expiry is in the past is free to take, whatever the holder believes. */
+static void expiry_by_server_clock(void)
+{
+    test_pg p;
+    dlock_client *a, *b;
+    dlock_lock *la, *lb;
+    dlock_acquire_options o = test_opts(0, 600000, 0);
+
+    test_pg_start(&p);
+    a = open_url(p.url);
+    b = open_url(p.url);
+    CHECK_RC(dlock_acquire(&la, a, "clock", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&lb, b, "clock", &o), DLOCK_EBUSY);
+    CHECK(test_pg_query(&p, "UPDATE dlock_locks SET expires = clock_timestamp() - "
+                            "interval '1 second' WHERE name = 'dlock:clock'::bytea") == 0);
+    CHECK_RC(dlock_acquire(&lb, b, "clock", &o), DLOCK_OK);
+    CHECK(dlock_lock_fence(lb) > dlock_lock_fence(la));
+    /* The holder still believes its 10 minutes; the server says no. */
+    CHECK(!dlock_lock_lost(la));
+    CHECK_RC(dlock_lock_check(la), DLOCK_ELOST);
+    CHECK_RC(dlock_lock_extend(la, 1000), DLOCK_ELOST);
+    CHECK_RC(dlock_release(la), DLOCK_ELOST);
+    CHECK_RC(dlock_release(lb), DLOCK_OK);
+    dlock_client_free(a);
+    dlock_client_free(b);
+    test_pg_stop(&p);
+}
+
+/* The table called directly: the same token again (a retry after a lost
+ * reply) gets the fence already issued; another token is busy with the
+ * holder's lease left; the sequence is NO CYCLE. */
+static void lost_reply_idempotent(void)
+{
+    test_pg p;
+    dlock_url_host h = {"127.0.0.1", 0};
+    dlock_url u;
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_request req;
+    dlock_acquire_result r1, r2, r3;
+    void *be;
+
+    test_pg_start(&p);
+    h.port = p.port;
+    memset(&u, 0, sizeof(u));
+    u.scheme = "postgres";
+    u.user = "dlock";
+    u.hosts = &h;
+    u.nhosts = 1;
+    u.path = "/postgres";
+    u.redacted = p.url;
+    CHECK_RC(dlock_postgres_backend.open(&be, &u, &co), DLOCK_OK);
+    memset(&req, 0, sizeof(req));
+    req.kind = DLOCK_KIND_MUTEX;
+    req.name = "retry";
+    req.token = "0123456789abcdef0123456789abcdef";
+    req.lease_ms = 60000;
+    memset(&r1, 0, sizeof(r1));
+    memset(&r2, 0, sizeof(r2));
+    memset(&r3, 0, sizeof(r3));
+    CHECK_RC(dlock_postgres_backend.acquire(be, &req, NULL, &r1), DLOCK_OK);
+    CHECK_RC(dlock_postgres_backend.acquire(be, &req, NULL, &r2), DLOCK_OK);
+    CHECK(r1.fence > 0 && r2.fence == r1.fence);
+    req.token = "fedcba9876543210fedcba9876543210";
+    CHECK_RC(dlock_postgres_backend.acquire(be, &req, NULL, &r3), DLOCK_EBUSY);
+    CHECK(r3.retry_ms > 50000 && r3.retry_ms <= 60000);
+    CHECK(test_pg_query(&p, "SELECT count(*) FROM pg_sequences WHERE sequencename = "
+                            "'dlock_locks_fence' AND NOT cycle") == 1);
+    req.token = "0123456789abcdef0123456789abcdef";
+    CHECK_RC(dlock_postgres_backend.release(be, &req), DLOCK_OK);
+    CHECK_RC(dlock_postgres_backend.release(be, &req), DLOCK_ELOST);
+    dlock_postgres_backend.close(be);
+    test_pg_stop(&p);
+}
+
+/* A waiter sleeps until the release's NOTIFY: the holder's lease is 10
+ * minutes and the waiter waits 5 at most, so only the notification can
+ * hand it the lock. Its client has one LISTEN connection. */
+static void notify_wakes_waiter(void)
+{
+    test_pg p;
+    dlock_client *a, *b;
+    dlock_lock *la;
+    dlock_acquire_options o = test_opts(0, 600000, 1);
+    test_acquirer w;
+    pthread_t t;
+    uint64_t first;
+
+    test_pg_start(&p);
+    a = open_url(p.url);
+    b = open_url(p.url);
+    CHECK_RC(dlock_acquire(&la, a, "nt", &o), DLOCK_OK);
+    test_acquirer_init(&w, b, "nt", test_opts(300000, 600000, 1));
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &w) == 0);
+    for (int i = 0; i < 1000 && test_pg_query(&p, "SELECT count(*) FROM pg_stat_activity "
+                                                   "WHERE query LIKE 'LISTEN%%'") == 0; i++)
+        test_sleep_ms(20);
+    CHECK(test_pg_query(&p, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE "
+                            "'LISTEN%%'") == 1);
+    test_sleep_ms(200);
+    CHECK(!atomic_load(&w.done));
+    first = dlock_lock_fence(la);
+    CHECK_RC(dlock_release(la), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(w.rc, DLOCK_OK);
+    /* Woken by the NOTIFY, not by its own deadline's last try. */
+    CHECK(w.took_ms < w.o.wait_ms);
+    CHECK(dlock_lock_fence(w.lock) > first);
+    CHECK_RC(dlock_release(w.lock), DLOCK_OK);
+    dlock_client_free(a);
+    dlock_client_free(b);
+    test_pg_stop(&p);
+}
+
+/* A holder killed with SIGKILL: its row's lease runs out by the server's
+ * clock and a waiter takes the lock (no NOTIFY came: the lease bound it). */
+static void killed_holder_lease_expires(void)
+{
+    test_pg p;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(120000, 1000, 1);
+    int pid, status, fds[2];
+    char byte;
+
+    test_pg_start(&p);
+    CHECK(pipe(fds) == 0);
+    pid = fork();
+    if (pid == 0) {
+        dlock_client *h = open_url(p.url);
+        dlock_lock *hl;
+        CHECK_RC(dlock_acquire(&hl, h, "killed", &o), DLOCK_OK);
+        CHECK(write(fds[1], "x", 1) == 1);
+        for (;;)
+            pause();
+    }
+    CHECK(read(fds[0], &byte, 1) == 1);
+    CHECK(test_pg_query(&p, "SELECT count(*) FROM dlock_locks WHERE tokens IS NOT NULL") == 1);
+    kill(pid, SIGKILL);
+    CHECK(waitpid(pid, &status, 0) == pid);
+    c = open_url(p.url);
+    CHECK_RC(dlock_acquire(&l, c, "killed", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+    test_pg_stop(&p);
+}
+
+/* Owner ids: the same owner re-enters with the same fence (reentrant), is
+ * refused without reentrant; another owner waits for the last release. */
+static void reentrant_by_owner(void)
+{
+    test_pg p;
+    dlock_client *c;
+    dlock_lock *a, *b, *x;
+    dlock_acquire_options o = test_opts(0, 30000, 1);
+    uint64_t first;
+
+    test_pg_start(&p);
+    c = open_url(p.url);
+    o.owner = "worker-1";
+    o.reentrant = 1;
+    CHECK_RC(dlock_acquire(&a, c, "re", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&b, c, "re", &o), DLOCK_OK);
+    CHECK(dlock_lock_fence(a) == dlock_lock_fence(b));
+    o.reentrant = 0;
+    CHECK_RC(dlock_acquire(&x, c, "re", &o), DLOCK_EMISUSE);
+    o.owner = "worker-2";
+    CHECK_RC(dlock_acquire(&x, c, "re", &o), DLOCK_EBUSY);
+    CHECK_RC(dlock_release(a), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&x, c, "re", &o), DLOCK_EBUSY);
+    CHECK_RC(dlock_lock_check(b), DLOCK_OK);
+    first = dlock_lock_fence(b);
+    CHECK_RC(dlock_release(b), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&x, c, "re", &o), DLOCK_OK);
+    CHECK(dlock_lock_fence(x) > first);
+    CHECK_RC(dlock_release(x), DLOCK_OK);
+    dlock_client_free(c);
+    test_pg_stop(&p);
+}
+
+/* The server restarted while a lock is held: the row survives (a
+ * checkpoint first: the tests run with fsync off), the watchdog connects
+ * again and keeps the lock; nobody else gets it. */
+static void server_restart_keeps_lock(void)
+{
+    test_pg p;
+    dlock_client *a, *b;
+    dlock_lock *la, *lb;
+    dlock_acquire_options o = test_opts(0, 3000, 1);
+    dlock_stats st = DLOCK_STATS_INIT;
+
+    atomic_store(&test_lost_calls, 0);
+    test_pg_start(&p);
+    a = open_url(p.url);
+    o.on_lost = test_count_lost;
+    CHECK_RC(dlock_acquire(&la, a, "rs", &o), DLOCK_OK);
+    test_pg_query(&p, "CHECKPOINT");
+    test_pg_restart(&p);
+    b = open_url(p.url);
+    CHECK_RC(dlock_acquire(&lb, b, "rs", &o), DLOCK_EBUSY);
+    for (int i = 0; i < 600; i++) {
+        CHECK_RC(dlock_client_stats(&st, a), DLOCK_OK);
+        if (st.renewals >= 3)
+            break;
+        test_sleep_ms(50);
+    }
+    CHECK(st.renewals >= 3);
+    CHECK(atomic_load(&test_lost_calls) == 0);
+    CHECK_RC(dlock_lock_check(la), DLOCK_OK);
+    CHECK_RC(dlock_release(la), DLOCK_OK);
+    dlock_client_free(a);
+    dlock_client_free(b);
+    test_pg_stop(&p);
+}
+
+/* Advisory mode: the holder's session terminated from the server
+ * (pg_terminate_backend) loses the lock: the watchdog's keepalive finds
+ * the session gone and on_lost fires; another client takes the lock. */
+static void advisory_killed_session(void)
+{
+    test_pg p;
+    dlock_client *a, *b;
+    dlock_lock *la, *lb;
+    dlock_acquire_options o = test_opts(0, 900, 1);
+    unsigned long long k = test_pg_advisory_key("adv");
+
+    atomic_store(&test_lost_calls, 0);
+    test_pg_start(&p);
+    a = open_url(url_with(&p, "?mode=advisory"));
+    b = open_url(url_with(&p, "?mode=advisory"));
+    o.on_lost = test_count_lost;
+    CHECK_RC(dlock_acquire(&la, a, "adv", &o), DLOCK_OK);
+    CHECK(dlock_lock_fence(la) > 0);
+    CHECK_RC(dlock_acquire(&lb, b, "adv", &o), DLOCK_EBUSY);
+    CHECK(test_pg_query(&p, "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE "
+                            "locktype = 'advisory' AND classid = %u AND objid = %u",
+                            (unsigned)(k >> 32), (unsigned)(k & 0xffffffffu)) == 1);
+    for (int i = 0; i < 500 && atomic_load(&test_lost_calls) == 0; i++)
+        test_sleep_ms(20);
+    CHECK(atomic_load(&test_lost_calls) == 1);
+    CHECK(atomic_load(&test_lost_reason) == DLOCK_ELOST);
+    CHECK_RC(dlock_acquire(&lb, b, "adv", &o), DLOCK_OK);
+    CHECK(dlock_lock_fence(lb) > dlock_lock_fence(la)); /* la not released yet */
+    CHECK_RC(dlock_release(la), DLOCK_ELOST);
+    CHECK_RC(dlock_release(lb), DLOCK_OK);
+    /* Owner ids are a lease-mode feature. */
+    o.owner = "me";
+    CHECK_RC(dlock_acquire(&lb, b, "adv", &o), DLOCK_ENOTSUP);
+    CHECK_CONTAINS(dlock_error_message(), "advisory");
+    dlock_client_free(a);
+    dlock_client_free(b);
+    test_pg_stop(&p);
+}
+
+/* Advisory mode: a stopped holder's session ends after its lease (the
+ * server's idle_session_timeout), and the lock with it. */
+static void advisory_stopped_holder(void)
+{
+    test_pg p;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 600, 0);
+    int pid, status;
+
+    test_pg_start(&p);
+    pid = fork();
+    if (pid == 0) {
+        dlock_client *h = open_url(url_with(&p, "?mode=advisory"));
+        dlock_lock *hl;
+        CHECK_RC(dlock_acquire(&hl, h, "stopped", &o), DLOCK_OK);
+        raise(SIGSTOP);
+        _exit(0);
+    }
+    CHECK(waitpid(pid, &status, WUNTRACED) == pid && WIFSTOPPED(status));
+    c = open_url(url_with(&p, "?mode=advisory"));
+    o.wait_ms = 60000;
+    CHECK_RC(dlock_acquire(&l, c, "stopped", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    dlock_client_free(c);
+    test_pg_stop(&p);
+}
+
+static void open_fails(const char *url, int want, const char *text)
+{
+    dlock_client *c = NULL;
+
+    CHECK_RC(dlock_client_open(&c, url, NULL), want);
+    CHECK(c == NULL);
+    CHECK_CONTAINS(dlock_error_message(), text);
+    CHECK(strstr(dlock_error_message(), "s3cret") == NULL);
+    CHECK(strstr(dlock_error_message(), "wrong") == NULL);
+}
+
+static void bad_url_and_credentials(void)
+{
+    test_pg p;
+    char u[256];
+    dlock_client *c;
+
+    test_pg_start(&p);
+    open_fails(url_with(&p, "?mode=bogus"), DLOCK_EINVAL, "mode must be lease or advisory");
+    open_fails(url_with(&p, "?create=2"), DLOCK_EINVAL, "create must be 0 or 1");
+    open_fails(url_with(&p, "?table=Bad-Name"), DLOCK_EINVAL, "table must be");
+    open_fails(url_with(&p, "?colour=red"), DLOCK_EINVAL, "unknown parameter 'colour'");
+    open_fails(url_with(&p, "?sslmode=sometimes"), DLOCK_EINVAL, "sslmode");
+    /* create=0 on a database without the table names it. */
+    open_fails(url_with(&p, "?create=0&table=mine"), DLOCK_ESERVER,
+               "mine_fence does not exist, and create=0");
+    snprintf(u, sizeof(u), "postgres://secret:wrong@127.0.0.1:%d/postgres", p.port);
+    open_fails(u, DLOCK_EAUTH, "password authentication failed");
+    snprintf(u, sizeof(u), "postgres://secret:s3cret@127.0.0.1:%d/nosuchdb", p.port);
+    open_fails(u, DLOCK_ESERVER, "nosuchdb");
+    snprintf(u, sizeof(u), "postgresql://secret:s3cret@127.0.0.1:%d/postgres?sslmode=disable",
+             p.port);
+    c = open_url(u);
+    CHECK(strcmp(dlock_client_backend(c), "postgres") == 0);
+    dlock_client_free(c);
+    /* After the tables exist, create=0 is happy. */
+    c = open_url(url_with(&p, "?create=0"));
+    dlock_client_free(c);
+    test_pg_stop(&p);
+    /* Nobody listens there now. */
+    open_fails(p.url, DLOCK_ECONN, "127.0.0.1");
+}
+
+TEST_MAIN({"expiry_by_server_clock", expiry_by_server_clock, NULL},
+          {"lost_reply_idempotent", lost_reply_idempotent, NULL},
+          {"notify_wakes_waiter", notify_wakes_waiter, "watchdog"},
+          {"killed_holder_lease_expires", killed_holder_lease_expires, NULL},
+          {"reentrant_by_owner", reentrant_by_owner, NULL},
+          {"server_restart_keeps_lock", server_restart_keeps_lock, "watchdog"},
+          {"advisory_killed_session", advisory_killed_session, "watchdog"},
+          {"advisory_stopped_holder", advisory_stopped_holder, NULL},
+          {"bad_url_and_credentials", bad_url_and_credentials, NULL})

@@ -1,0 +1,242 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * redis-sentinel:// against Debian's redis-server and redis-sentinel: a
+ * master, 2 replicas and 3 sentinels on loopback (test_sentinel_start). The
+ * URL's errors, min_replicas's WAIT, and a SIGKILLed master while locks are
+ * held: the client follows the new master, holds that survive are counted
+ * (printed for min_replicas=0 and 1), and with 1 no fence goes back. The
+ * conformance suite runs on a Sentinel URL too (core-redis-sentinel).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "test.h"
+
+static void refused(const char *url, const char *needle)
+{
+    dlock_client *c = NULL;
+
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_EINVAL);
+    CHECK(c == NULL);
+    fprintf(stderr, "refused as expected: %s\n", dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), needle);
+}
+
+/* Bad Sentinel URLs are refused before any I/O, naming what is wrong. */
+static void url_errors(void)
+{
+    refused("redis-sentinel://127.0.0.1:1", "expected the master's name as the path");
+    refused("redis-sentinel://127.0.0.1:1/a/b", "expected the master's name as the path");
+    refused("redis-sentinel://127.0.0.1:1/m?min_replicas=x", "min_replicas must be a number");
+    refused("redis-sentinel://127.0.0.1:1/m?min_replicas=-1", "min_replicas must be a number");
+    refused("redis-sentinel://u:p@127.0.0.1:1/m?password=q", "password is given twice");
+    refused("redis-sentinel://127.0.0.1:1/m?sentinel_password=", "sentinel_password= is empty");
+    refused("redis-sentinel://127.0.0.1:1/m?db=1&wait=3", "unknown parameter 'wait'");
+    refused("redis-sentinel://127.0.0.1:1/m?cacert=/x", "use rediss-sentinel://");
+    refused("rediss-sentinel://127.0.0.1:1/m?insecure=2", "insecure must be 0 or 1");
+}
+
+/* No sentinel knows the master: ECONN after the connect timeout, saying so. */
+static void unknown_master(void)
+{
+    test_sentinel s;
+    dlock_client *c = NULL;
+    dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+    char url[600];
+
+    test_sentinel_start(&s, NULL, 0);
+    snprintf(url, sizeof(url), "%.*s/other", (int)(strrchr(s.url, '/') - s.url), s.url);
+    o.connect_timeout_ms = 500;
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_ECONN);
+    CHECK_CONTAINS(dlock_error_message(), "does not know this master name");
+    test_sentinel_stop(&s);
+}
+
+/* min_replicas=N: N replicas acknowledge (2 of 2), or the acquire fails
+ * with DLOCK_ESERVER and the key is gone from the master (3 of 2). */
+static void min_replicas_wait(void)
+{
+    test_sentinel s;
+    dlock_client *c = NULL;
+    dlock_lock *l = NULL;
+    dlock_acquire_options ao = test_opts(0, 10000, 1);
+    char url[600];
+
+    test_sentinel_start(&s, NULL, 0);
+    snprintf(url, sizeof(url), "%s?min_replicas=2", s.url);
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "two", &ao), DLOCK_OK);
+    /* acknowledged by both: the replicas hold it as the master does */
+    for (int i = 1; i <= TEST_SENTINEL_REPLICAS; i++)
+        CHECK(test_redis_cmd(&s.nodes[i], "EXISTS dlock:{two}") == 1);
+    CHECK_RC(dlock_lock_extend(l, 10000), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+
+    snprintf(url, sizeof(url), "%s?min_replicas=3", s.url);
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "three", &ao), DLOCK_ESERVER);
+    CHECK(l == NULL);
+    CHECK_CONTAINS(dlock_error_message(), "2 of 3 replicas acknowledged the write");
+    CHECK_CONTAINS(dlock_error_message(), "the lock was released");
+    CHECK(test_redis_cmd(&s.nodes[0], "EXISTS dlock:{three}") == 0);
+    dlock_client_free(c);
+    test_sentinel_stop(&s);
+}
+
+/* ---- a failover while locks are held ------------------------------------ */
+
+#define HOLDS_MAX 3000
+
+typedef struct {
+    dlock_client *c;
+    atomic_int stop;
+    int n;
+    dlock_lock *locks[HOLDS_MAX];
+    uint64_t fences[HOLDS_MAX];
+    int errors;
+} holder;
+
+/* Take locks h0, h1, ... one after another (long leases, not renewed)
+ * until told to stop, through the failover. */
+static void *hold_many(void *arg)
+{
+    holder *h = arg;
+    dlock_acquire_options ao = test_opts(0, 120000, 0);
+
+    while (!atomic_load(&h->stop) && h->n < HOLDS_MAX) {
+        char name[32];
+        snprintf(name, sizeof(name), "h%d", h->n);
+        if (dlock_acquire(&h->locks[h->n], h->c, name, &ao) == DLOCK_OK) {
+            h->fences[h->n] = dlock_lock_fence(h->locks[h->n]);
+            h->n++;
+        } else {
+            h->errors++;
+        }
+    }
+    return NULL;
+}
+
+typedef struct {
+    int held, survived, fences_back, follow_ok;
+} failover_count;
+
+/*
+ * Hold locks while the master is SIGKILLed and the sentinels promote a
+ * replica; then count the holds the new master still has (dlock_lock_check)
+ * and, taking each name again, the fences not above the one given before.
+ */
+static failover_count failover_run(int min_replicas, int mode)
+{
+    test_sentinel s;
+    holder *h = calloc(1, sizeof(*h));
+    dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_acquire_options ao = test_opts(0, 120000, 0);
+    failover_count n = {0};
+    pthread_t t;
+    char url[600];
+    int promoted;
+
+    CHECK(h != NULL);
+    test_sentinel_start(&s, NULL, mode);
+    snprintf(url, sizeof(url), "%s?min_replicas=%d", s.url, min_replicas);
+    /* The failover takes a few seconds (down-after-milliseconds 1000):
+     * a call that meets it waits for the new master this long. */
+    o.connect_timeout_ms = 30000;
+    CHECK_RC(dlock_client_open(&h->c, url, &o), DLOCK_OK);
+    CHECK(pthread_create(&t, NULL, hold_many, h) == 0);
+    while (h->n < 200)
+        test_sleep_ms(5);
+    promoted = test_sentinel_failover(&s);
+    CHECK(promoted > 0);
+    /* The client follows: a lock taken now is on the new master. */
+    {
+        dlock_lock *l = NULL;
+        CHECK_RC(dlock_acquire(&l, h->c, "after", &ao), DLOCK_OK);
+        CHECK(test_redis_cmd(&s.nodes[promoted], "EXISTS dlock:{after}") == 1);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+        n.follow_ok = 1;
+    }
+    atomic_store(&h->stop, 1);
+    pthread_join(t, NULL);
+    n.held = h->n;
+    for (int i = 0; i < h->n; i++) {
+        dlock_lock *again = NULL;
+        char name[32];
+
+        if (dlock_lock_check(h->locks[i]) == DLOCK_OK)
+            n.survived++;
+        dlock_release(h->locks[i]);
+        snprintf(name, sizeof(name), "h%d", i);
+        CHECK_RC(dlock_acquire(&again, h->c, name, &ao), DLOCK_OK);
+        if (dlock_lock_fence(again) <= h->fences[i] && ++n.fences_back <= 3) {
+            fprintf(stderr, "min_replicas=%d: %s: fence %llu after the failover, %llu before\n",
+                    min_replicas, name, (unsigned long long)dlock_lock_fence(again),
+                    (unsigned long long)h->fences[i]);
+        }
+        CHECK_RC(dlock_release(again), DLOCK_OK);
+    }
+    printf("sentinel failover (SIGKILL of the master), replicas %s, min_replicas=%d: %d of "
+           "%d holds survived, %d fences not above the one given before (%d acquisitions "
+           "failed)\n", mode == TEST_SENTINEL_SYNCING ? "in their first sync" : "in sync",
+           min_replicas, n.survived, n.held, n.fences_back, h->errors);
+    fflush(stdout);
+    dlock_client_free(h->c);
+    free(h);
+    test_sentinel_stop(&s);
+    return n;
+}
+
+/* min_replicas=1: every hold acknowledged by a replica survives the
+ * failover to that replica (Sentinel promotes the most advanced one), and
+ * no fence goes back. */
+static void check_min_replicas_1(int mode)
+{
+    failover_count n = failover_run(1, mode);
+
+    CHECK(n.follow_ok);
+    CHECK(n.held >= 200);
+    CHECK(n.survived == n.held);
+    CHECK(n.fences_back == 0);
+}
+
+/* min_replicas=0: the client follows the new master; how many holds
+ * survive is counted and printed, not asserted (writes that had not
+ * reached a replica before the SIGKILL are gone). */
+static void check_min_replicas_0(int mode)
+{
+    failover_count n = failover_run(0, mode);
+
+    CHECK(n.follow_ok);
+    CHECK(n.held >= 200);
+}
+
+static void failover_synced_1(void)
+{
+    check_min_replicas_1(1);
+}
+
+static void failover_synced_0(void)
+{
+    check_min_replicas_0(1);
+}
+
+/* The master dies while the replicas have not finished their first sync
+ * (a replica just added or restarted). */
+static void failover_syncing_1(void)
+{
+    check_min_replicas_1(TEST_SENTINEL_SYNCING);
+}
+
+static void failover_syncing_0(void)
+{
+    check_min_replicas_0(TEST_SENTINEL_SYNCING);
+}
+
+TEST_MAIN({"url_errors", url_errors, NULL}, {"unknown_master", unknown_master, NULL},
+          {"min_replicas_wait", min_replicas_wait, NULL},
+          {"failover_synced_1", failover_synced_1, NULL},
+          {"failover_synced_0", failover_synced_0, NULL},
+          {"failover_syncing_1", failover_syncing_1, NULL},
+          {"failover_syncing_0", failover_syncing_0, NULL})

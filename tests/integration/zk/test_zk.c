@@ -1,0 +1,412 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * What only the ZooKeeper backend has: Curator's node names, a create whose
+ * reply was lost, sessions (a stalled holder, a killed waiter), and an
+ * ensemble losing the member the client is on, then its leader. Each case
+ * starts its own servers (tests/support/test_zk.c).
+ */
+#define _GNU_SOURCE
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dlock/sys/backend.h"
+#include "test.h"
+
+static void log_stderr(int level, const char *message, void *payload)
+{
+    (void)payload;
+    fprintf(stderr, "dlock log %d: %s\n", level, message);
+}
+
+static dlock_client *open_url(const char *url, int64_t command_timeout_ms)
+{
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_client *c = NULL;
+
+    co.command_timeout_ms = command_timeout_ms;
+    co.log = log_stderr;
+    CHECK_RC(dlock_client_open(&c, url, &co), DLOCK_OK);
+    CHECK(strcmp(dlock_client_backend(c), "zk") == 0);
+    return c;
+}
+
+/* Nodes are named as Curator's InterProcessMutex with protection names
+ * them, under /dlock/NAME; the fence is the holder node's czxid, so it
+ * grows across holders. */
+static void curator_node_names(void)
+{
+    test_zk z;
+    dlock_client *c;
+    dlock_lock *l, *m;
+    char names[4][128];
+    uint64_t f1;
+
+    test_zk_start(&z, 1, NULL);
+    c = open_url(z.url, 5000);
+    CHECK_RC(dlock_acquire(&l, c, "names", NULL), DLOCK_OK);
+    CHECK(test_zk_child_names(&z, "/dlock/names", names, 4) == 1);
+    /* _c_ + 8-4-4-4-12 uuid + "-lock-" + 10 digits */
+    fprintf(stderr, "node: %s\n", names[0]);
+    CHECK(strncmp(names[0], "_c_", 3) == 0 && strlen(names[0]) == 3 + 36 + 6 + 10);
+    CHECK(names[0][11] == '-' && names[0][16] == '-' && names[0][21] == '-' &&
+          names[0][26] == '-' && strncmp(names[0] + 39, "-lock-", 6) == 0);
+    f1 = dlock_lock_fence(l);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(test_zk_children(&z, "/dlock/names") == 0);
+    CHECK_RC(dlock_acquire(&m, c, "names", NULL), DLOCK_OK);
+    CHECK(dlock_lock_fence(m) > f1); /* a later czxid */
+    /* A name with '/' is one component, escaped. */
+    CHECK_RC(dlock_acquire(&l, c, "a/b", NULL), DLOCK_OK);
+    CHECK(test_zk_children(&z, "/dlock/a%2Fb") == 1);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK_RC(dlock_release(m), DLOCK_OK);
+    dlock_client_free(c);
+    test_zk_stop(&z);
+}
+
+/* How many children of dir carry protection id uuid's prefix "_c_". */
+static int count_nodes(test_zk *z, const char *dir)
+{
+    char names[8][128];
+    return test_zk_child_names(z, dir, names, 8);
+}
+
+/*
+ * A create the server made but whose reply was lost (the server paused
+ * past the command timeout, then let go) is found again by its protection
+ * id on the next try and never duplicated; the waiter then gets the lock
+ * with that node's fence. And a try (wait 0) whose reply was lost leaves
+ * nothing behind: the core gives it back, and what cannot reach the server
+ * then, the reaper deletes later.
+ */
+typedef struct {
+    dlock_client *c;
+    dlock_lock *l;
+    int rc;
+    atomic_int done;
+} waiter_arg;
+
+static void *waiter_main(void *p)
+{
+    waiter_arg *a = p;
+    dlock_acquire_options o = test_opts(30000, 20000, 1);
+    a->rc = dlock_acquire(&a->l, a->c, "lost-reply", &o);
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+static void lost_create_reply(void)
+{
+    test_zk z;
+    dlock_client *holder, *c;
+    dlock_lock *h, *t = NULL;
+    dlock_acquire_options once = test_opts(0, 20000, 1);
+    waiter_arg a;
+    pthread_t th;
+    char names[4][128];
+
+    test_zk_start(&z, 1, NULL);
+    holder = open_url(z.url, 5000);
+    c = open_url(z.url, 700);
+    CHECK_RC(dlock_acquire(&h, holder, "lost-reply", NULL), DLOCK_OK);
+
+    /* The try: its create reaches the paused server, whose reply comes
+     * after the 700 ms command timeout. */
+    test_zk_pause(&z, 0, 1);
+    CHECK(dlock_acquire(&t, c, "lost-reply", &once) == DLOCK_ECONN);
+    test_zk_pause(&z, 0, 0);
+    /* The node it made is deleted (by the reaper, at the latest a second
+     * or so later): only the holder's is left. */
+    for (int i = 0; i < 200 && count_nodes(&z, "/dlock/lost-reply") != 1; i++)
+        test_sleep_ms(50);
+    CHECK(count_nodes(&z, "/dlock/lost-reply") == 1);
+    CHECK_RC(dlock_status(&(dlock_lock_info){0}, c, "lost-reply"), DLOCK_OK);
+
+    /* The waiter: queued; the server pauses, the waiter is woken (its
+     * predecessor's release is lost on the way? no: we force a retry by
+     * pausing while the waiter's first queued create is sent). */
+    memset(&a, 0, sizeof(a));
+    a.c = c;
+    test_zk_pause(&z, 0, 1);
+    CHECK(pthread_create(&th, NULL, waiter_main, &a) == 0);
+    test_sleep_ms(1500); /* its try's create and queued create time out */
+    test_zk_pause(&z, 0, 0);
+    CHECK(pthread_join(th, NULL) == 0);
+    /* The wait failed on the lost reply (DLOCK_ECONN): its queued node,
+     * made late, is found by uuid and removed; no duplicate stays. */
+    fprintf(stderr, "waiter: %d (%s)\n", a.rc, dlock_strerror(a.rc));
+    for (int i = 0; i < 200 && count_nodes(&z, "/dlock/lost-reply") != 1; i++)
+        test_sleep_ms(50);
+    CHECK(count_nodes(&z, "/dlock/lost-reply") == 1);
+    CHECK(test_zk_child_names(&z, "/dlock/lost-reply", names, 4) == 1);
+    CHECK_RC(dlock_release(h), DLOCK_OK);
+    CHECK(test_zk_children(&z, "/dlock/lost-reply") == 0);
+    dlock_client_free(c);
+    dlock_client_free(holder);
+    test_zk_stop(&z);
+}
+
+/* The same through the backend's own calls, where a test can hold a waiting
+ * acquisition across the lost reply: the next try with the same token finds
+ * the node by its protection id and does not create a second one. */
+static void lost_create_reply_found_again(void)
+{
+    extern const dlock_backend *dlock_zk_backend(void);
+    const dlock_backend *b = dlock_zk_backend();
+    test_zk z;
+    dlock_client *holder;
+    dlock_lock *h;
+    dlock_url_host host = {"127.0.0.1", 0};
+    dlock_url_param param = {"session_timeout_ms", "2000"};
+    dlock_url url = {"zk", NULL, NULL, &host, 1, NULL, &param, 1, "zk://test"};
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_request req = {0};
+    dlock_acquire_result res;
+    void *be = NULL, *w = NULL;
+    char names[4][128];
+    int rc, mine = -1;
+
+    test_zk_start(&z, 1, NULL);
+    host.port = z.client_port[0];
+    holder = open_url(z.url, 5000);
+    CHECK_RC(dlock_acquire(&h, holder, "again", NULL), DLOCK_OK);
+    co.command_timeout_ms = 700;
+    CHECK_RC(b->open(&be, &url, &co), DLOCK_OK);
+    req.kind = DLOCK_KIND_MUTEX;
+    req.name = "again";
+    req.token = "0123456789abcdef0123456789abcdef";
+    req.lease_ms = 20000;
+    req.holder = "host 1 2";
+    CHECK_RC(b->watch_begin(be, &req, &w), DLOCK_OK);
+    test_zk_pause(&z, 0, 1);
+    test_sleep_ms(200); /* stopped for sure before the create is sent */
+    memset(&res, 0, sizeof(res));
+    rc = b->acquire(be, &req, w, &res);
+    fprintf(stderr, "paused: %s\n", dlock_error_message());
+    CHECK(rc == DLOCK_ECONN);
+    CHECK_CONTAINS(dlock_error_message(), "create");
+    test_zk_pause(&z, 0, 0);
+    /* The server made the node after all. */
+    for (int i = 0; i < 200 && count_nodes(&z, "/dlock/again") != 2; i++)
+        test_sleep_ms(50);
+    CHECK(count_nodes(&z, "/dlock/again") == 2);
+    memset(&res, 0, sizeof(res));
+    CHECK_RC(b->acquire(be, &req, w, &res), DLOCK_EBUSY);
+    CHECK(res.retry_ms == INT64_MAX); /* queued, watching the holder */
+    CHECK(test_zk_child_names(&z, "/dlock/again", names, 4) == 2); /* not 3 */
+    for (int i = 0; i < 2; i++)
+        if (strncmp(names[i], "_c_01234567-89ab-cdef-0123-456789abcdef-lock-", 45) == 0)
+            mine = i;
+    CHECK(mine >= 0);
+    CHECK_RC(dlock_release(h), DLOCK_OK);
+    CHECK_RC(b->watch_wait(be, w, 10000), DLOCK_OK);
+    memset(&res, 0, sizeof(res));
+    CHECK_RC(b->acquire(be, &req, w, &res), DLOCK_OK);
+    CHECK(res.fence > 0);
+    b->watch_end(be, w);
+    CHECK_RC(b->release(be, &req), DLOCK_OK);
+    CHECK(test_zk_children(&z, "/dlock/again") == 0);
+    b->close(be);
+    dlock_client_free(holder);
+    test_zk_stop(&z);
+}
+
+/* A holder stopped past its session timeout: its node vanishes, the waiter
+ * queued behind it gets the lock, and after SIGCONT the stale holder's
+ * on_lost fires (DLOCK_ELOST) and its release changes nothing. */
+static int lost_pipe[2];
+
+static void lost_to_pipe(dlock_lock *l, int reason, void *payload)
+{
+    char ch = (char)(reason == DLOCK_ELOST ? 'L' : 'C');
+    (void)l, (void)payload;
+    if (write(lost_pipe[1], &ch, 1) != 1)
+        abort();
+}
+
+static void sigstop_holder(void)
+{
+    test_zk z;
+    int ready[2];
+    pid_t pid;
+
+    test_zk_start(&z, 1, NULL);
+    CHECK(pipe(ready) == 0 && pipe(lost_pipe) == 0);
+    pid = fork();
+    if (pid == 0) {
+        dlock_client *c = open_url(z.url, 5000);
+        dlock_lock *l;
+        dlock_acquire_options o = test_opts(0, 1500, 1);
+        struct pollfd pfd = {lost_pipe[0], POLLIN, 0};
+        char why = 0;
+        o.on_lost = lost_to_pipe;
+        CHECK_RC(dlock_acquire(&l, c, "stopped", &o), DLOCK_OK);
+        CHECK(write(ready[1], "r", 1) == 1);
+        CHECK(poll(&pfd, 1, 30000) == 1);
+        CHECK(read(lost_pipe[0], &why, 1) == 1);
+        fprintf(stderr, "stale holder: on_lost %c\n", why);
+        CHECK(why == 'L');
+        CHECK(dlock_lock_lost(l));
+        CHECK_RC(dlock_release(l), DLOCK_ELOST);
+        test_sleep_ms(300);
+        CHECK(poll(&pfd, 1, 0) == 0); /* once */
+        dlock_client_free(c);
+        _exit(0);
+    }
+    {
+        char byte;
+        dlock_client *c = open_url(z.url, 5000);
+        test_acquirer a;
+        pthread_t t;
+        CHECK(read(ready[0], &byte, 1) == 1);
+        test_acquirer_init(&a, c, "stopped", test_opts(30000, 1500, 1));
+        CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
+        for (int i = 0; i < 400 && test_zk_children(&z, "/dlock/stopped") != 2; i++)
+            test_sleep_ms(25);
+        CHECK(test_zk_children(&z, "/dlock/stopped") == 2); /* holder and waiter */
+        CHECK(kill(pid, SIGSTOP) == 0);
+        CHECK(pthread_join(t, NULL) == 0);
+        CHECK_RC(a.rc, DLOCK_OK);
+        fprintf(stderr, "waiter got the lock %lld ms after it began\n", (long long)a.took_ms);
+        CHECK(test_zk_children(&z, "/dlock/stopped") == 1); /* the stale node vanished */
+        CHECK(kill(pid, SIGCONT) == 0);
+        test_wait_child_ok(pid);
+        CHECK_RC(dlock_lock_check(a.lock), DLOCK_OK);
+        CHECK_RC(dlock_release(a.lock), DLOCK_OK);
+        dlock_client_free(c);
+    }
+    test_zk_stop(&z);
+}
+
+/* A waiter killed (SIGKILL: no leave) leaves the queue when its session
+ * times out; the next waiter then gets the lock from the holder. */
+static void killed_waiter_leaves_queue(void)
+{
+    test_zk z;
+    dlock_client *c;
+    dlock_lock *h, *n;
+    pid_t pid;
+
+    test_zk_start(&z, 1, NULL);
+    c = open_url(z.url, 5000);
+    CHECK_RC(dlock_acquire(&h, c, "killed", NULL), DLOCK_OK);
+    pid = fork();
+    if (pid == 0) {
+        dlock_client *w = open_url(z.url, 5000);
+        dlock_lock *l;
+        dlock_acquire_options o = test_opts(DLOCK_WAIT_FOREVER, 1000, 1);
+        dlock_acquire(&l, w, "killed", &o);
+        _exit(3);
+    }
+    for (int i = 0; i < 400 && test_zk_children(&z, "/dlock/killed") != 2; i++)
+        test_sleep_ms(25);
+    CHECK(test_zk_children(&z, "/dlock/killed") == 2);
+    CHECK(kill(pid, SIGKILL) == 0);
+    CHECK(waitpid(pid, NULL, 0) == pid);
+    /* Its session (2 s) times out on the server. */
+    for (int i = 0; i < 400 && test_zk_children(&z, "/dlock/killed") != 1; i++)
+        test_sleep_ms(25);
+    CHECK(test_zk_children(&z, "/dlock/killed") == 1);
+    CHECK_RC(dlock_release(h), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&n, c, "killed", NULL), DLOCK_OK);
+    CHECK_RC(dlock_release(n), DLOCK_OK);
+    dlock_client_free(c);
+    test_zk_stop(&z);
+}
+
+/* The member whose connection list shows the most client sessions: the
+ * one our client is on (the others only see this 4lw connection). */
+static int member_of_client(test_zk *z)
+{
+    int best = -1, most = 0;
+
+    for (int i = 0; i < z->n; i++) {
+        char *r = z->pid[i] > 0 ? test_zk_4lw(z, i, "cons") : NULL;
+        int n = 0;
+        for (char *p = r; p != NULL && (p = strstr(p, "sid=0x")) != NULL; p += 6)
+            if (strncmp(p, "sid=0x0,", 8) != 0 && strncmp(p, "sid=0x0)", 8) != 0)
+                n++;
+        free(r);
+        if (n > most)
+            most = n, best = i;
+    }
+    return best;
+}
+
+/* An ensemble of 3: kill the member the client is on, then (with it back)
+ * the leader; the lock is kept (the session moves to a live member within
+ * its timeout), not lost, and still excludes others. */
+static void ensemble_member_and_leader_killed(void)
+{
+    test_zk z;
+    dlock_client *c, *other;
+    dlock_lock *l, *x = NULL;
+    dlock_acquire_options o = test_opts(0, 8000, 1);
+    char url[400];
+    uint64_t fence;
+    int on, leader;
+
+    atomic_store(&test_lost_calls, 0);
+    test_zk_start(&z, 3, NULL);
+    snprintf(url, sizeof(url), "zk://%s?session_timeout_ms=10000", z.hosts);
+    c = open_url(url, 5000);
+    other = open_url(url, 5000);
+    o.on_lost = test_count_lost;
+    CHECK_RC(dlock_acquire(&l, c, "ens", &o), DLOCK_OK);
+
+    on = member_of_client(&z);
+    CHECK(on >= 0);
+    fprintf(stderr, "client on member %d; killing it\n", on);
+    test_zk_kill(&z, on);
+    test_sleep_ms(12000); /* past the session timeout and the lease */
+    CHECK(atomic_load(&test_lost_calls) == 0);
+    CHECK(!dlock_lock_lost(l));
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&x, other, "ens", NULL), DLOCK_EBUSY);
+
+    test_zk_restart(&z, on);
+    leader = test_zk_leader(&z);
+    fprintf(stderr, "killing the leader, member %d\n", leader);
+    test_zk_kill(&z, leader);
+    test_sleep_ms(12000);
+    CHECK(atomic_load(&test_lost_calls) == 0);
+    CHECK(!dlock_lock_lost(l));
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    /* The other client may still be finding a member that serves. */
+    for (int i = 0; i < 60 && dlock_acquire(&x, other, "ens", NULL) == DLOCK_ECONN; i++)
+        test_sleep_ms(500);
+    CHECK_RC(dlock_acquire(&x, other, "ens", NULL), DLOCK_EBUSY);
+    fence = dlock_lock_fence(l);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&x, other, "ens", NULL), DLOCK_OK);
+    CHECK(dlock_lock_fence(x) > fence); /* czxids grow across leaders */
+    CHECK_RC(dlock_release(x), DLOCK_OK);
+    dlock_client_free(c);
+    dlock_client_free(other);
+    test_zk_stop(&z);
+}
+
+/* Bad URLs are refused with a message naming what is wrong. */
+static void bad_urls(void)
+{
+    dlock_client *c = NULL;
+
+    CHECK_RC(dlock_client_open(&c, "zk://127.0.0.1:1?session_timeout_ms=abc", NULL),
+             DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "session_timeout_ms");
+    CHECK_RC(dlock_client_open(&c, "zk://127.0.0.1:1?sesion_timeout_ms=1000", NULL),
+             DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "unknown parameter 'sesion_timeout_ms'");
+}
+
+TEST_MAIN({"curator_node_names", curator_node_names, NULL},
+          {"lost_create_reply", lost_create_reply, NULL},
+          {"lost_create_reply_found_again", lost_create_reply_found_again, NULL},
+          {"sigstop_holder", sigstop_holder, "watchdog"},
+          {"killed_waiter_leaves_queue", killed_waiter_leaves_queue, NULL},
+          {"ensemble_member_and_leader_killed", ensemble_member_and_leader_killed, NULL},
+          {"bad_urls", bad_urls, NULL})

@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * A private PostgreSQL server for tests: initdb into a temporary folder and
+ * postgres on a free loopback port of 47300-47399, run as nobody when the
+ * test runs as root (PostgreSQL refuses root), trust authentication for
+ * user dlock (password authentication for user secret, password "s3cret"),
+ * pg_stat_statements loaded to count the backend's statements.
+ */
+#ifndef DLOCK_TEST_PG_H
+#define DLOCK_TEST_PG_H
+
+#include "test.h"
+
+typedef struct test_pg {
+    int port;
+    int pid;        /* the postmaster; 0 while stopped */
+    char dir[64];   /* data in dir/data, the log in dir/log */
+    char url[160];  /* postgres://dlock@127.0.0.1:PORT/postgres */
+} test_pg;
+
+/* Start it; exits the test with a clear message when PostgreSQL is missing
+ * or does not start. The server goes with the test process. */
+void test_pg_start(test_pg *p);
+/* Stop it (immediate) and start it again on the same port and data. */
+void test_pg_restart(test_pg *p);
+/* Stop it and remove its folder. */
+void test_pg_stop(test_pg *p);
+/* Run sql (printf-style) as the superuser; the first column of the first
+ * row as a number (0 when none or NULL); the test fails on an error. */
+long long test_pg_query(test_pg *p, const char *fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* SIGSTOP (paused 1) or SIGCONT the postmaster and every backend. */
+void test_pg_pause(test_pg *p, int paused);
+
+/* The test_server hooks (test.c calls them for "postgres" and
+ * "postgres-advisory"). */
+void test_pg_server_start(test_server *s, const char *backend);
+int test_pg_server_held(test_server *s, const char *name);
+long long test_pg_server_leftovers(test_server *s, const char *name);
+long long test_pg_server_requests(test_server *s);
+
+/* The advisory key of name under key prefix "dlock:" (as the backend
+ * computes it: FNV-1a 64). */
+unsigned long long test_pg_advisory_key(const char *name);
+
+#endif
