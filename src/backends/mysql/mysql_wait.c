@@ -186,7 +186,8 @@ int my_watch_wait(void *arg, void *watch, int64_t timeout_ms)
 {
     my_be *be = arg;
     my_watch *w = watch;
-    int64_t deadline = timeout_ms < 0 ? -1 : my_now_ms() + timeout_ms;
+    /* A timeout past any deadline (the core's wait forever) is none. */
+    int64_t deadline = timeout_ms < 0 || timeout_ms > INT64_MAX / 2 ? -1 : my_now_ms() + timeout_ms;
 
     if (w->granted)
         return DLOCK_OK; /* the next acquire takes it */
