@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mysql_int.h"
 
@@ -392,9 +393,29 @@ int my_named_status(my_be *be, const char *name, int force, dlock_lock_info *out
     mysql_free_result(res);
     if (force && out->held && conn != 0) {
         /* Only its session can release a user-level lock: end it. */
+        int64_t until = my_now_ms() + be->command_ms;
         snprintf(sql, sizeof(sql), "KILL CONNECTION %llu", conn);
         if ((rc = my_cmd(be, sql, NULL, NULL)) != DLOCK_OK)
             return rc;
+        /* KILL returns before the killed session has let go of its locks:
+         * confirm it did (it takes the server a moment), so that the lock
+         * is free when this returns. */
+        snprintf(sql, sizeof(sql), "SELECT IS_USED_LOCK(%s) <=> %llu", expr, conn);
+        for (long pause_us = 1000;; pause_us = pause_us < 50000 ? pause_us * 2 : pause_us) {
+            MYSQL_RES *r;
+            int64_t v;
+            int found;
+            if ((rc = my_cmd(be, sql, &r, NULL)) != DLOCK_OK ||
+                (rc = my_row_ints(be, r, &v, 1, 0, &found, "the check after KILL")) != DLOCK_OK)
+                return rc;
+            if (v != 1)
+                break;
+            if (my_now_ms() >= until)
+                return dlock_backend_fail(DLOCK_ECONN, "%s: connection %llu still holds the lock "
+                                          "%lld ms after KILL", be->where, conn,
+                                          (long long)be->command_ms);
+            usleep((useconds_t)pause_us);
+        }
     }
     return DLOCK_OK;
 }
