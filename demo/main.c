@@ -28,8 +28,8 @@ static const char usage_text[] =
     "store counts what got paid twice. Modes: nolock, ttl, fence-per-row, fence.\n"
     "\n"
     "  --url URL          lock server (default: a throwaway redis-server started here),\n"
-    "  --lock URL         e.g. redis://..., etcd://..., postgres://... (the same option)\n"
-    "  --store URL        postgres://... or a SQLite file path\n"
+    "  --lock URL         e.g. redis://..., etcd://..., postgres://..., mysql://... (the same option)\n"
+    "  --store URL        postgres://..., mysql://... or a SQLite file path\n"
     "                     (default: a SQLite file in a temporary folder)\n"
     "  --instances N      instance processes (default 6)\n"
     "  --orders N         new pending orders before each round (default 20)\n"
@@ -505,6 +505,9 @@ static int payout(demo_options *o)
     const char *store_kind = "sqlite";
     if (o->store != NULL && (strncmp(o->store, "postgres", 8) == 0))
         store_kind = "postgres";
+    else if (o->store != NULL &&
+             (strncmp(o->store, "mysql://", 8) == 0 || strncmp(o->store, "mariadb://", 10) == 0))
+        store_kind = "mysql";
     if (o->json != NULL &&
         demo_json_write(o->json, o, store_kind, redis != NULL, results, nres, !lost) != 0 &&
         status == DEMO_EXIT_OK)

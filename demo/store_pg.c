@@ -142,21 +142,6 @@ err:
     return -1;
 }
 
-static int query_int(pg_store *s, const char *sql, int64_t *out)
-{
-    PGresult *res = run(s, sql, 0, NULL);
-    if (res == NULL)
-        return -1;
-    if (PQntuples(res) != 1) {
-        demo_store_set_error(&s->base, "postgres: %s: no row", sql);
-        PQclear(res);
-        return -1;
-    }
-    *out = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-    PQclear(res);
-    return 0;
-}
-
 static int query_ids(pg_store *s, const char *sql, int64_t **ids, size_t *count)
 {
     PGresult *res = run(s, sql, 0, NULL);
@@ -180,26 +165,19 @@ static int query_ids(pg_store *s, const char *sql, int64_t **ids, size_t *count)
     return 0;
 }
 
+static int pg_ids(demo_store *store, const char *sql, int64_t **ids, size_t *count)
+{
+    return query_ids((pg_store *)store, sql, ids, count);
+}
+
 static int pg_summary(demo_store *store, demo_store_summary *out)
 {
-    pg_store *s = (pg_store *)store;
-    if (query_int(s, "SELECT count(*) FROM demo_payout", &out->orders) != 0 ||
-        query_int(s, "SELECT count(*) FROM demo_ledger", &out->payouts) != 0 ||
-        query_int(s, "SELECT count(*) FROM demo_payout WHERE status = 'pending'", &out->unpaid) ||
-        query_ids(s,
-                  "SELECT order_id FROM demo_ledger GROUP BY order_id HAVING count(*) > 1 "
-                  "ORDER BY order_id",
-                  &out->doubles, &out->ndoubles) != 0)
-        return -1;
-    out->double_paid = (int64_t)out->ndoubles;
-    return 0;
+    return demo_store_sql_summary(store, pg_ids, out);
 }
 
 static int pg_pending(demo_store *store, int64_t **ids, size_t *count)
 {
-    return query_ids((pg_store *)store,
-                     "SELECT order_id FROM demo_payout WHERE status = 'pending' ORDER BY order_id",
-                     ids, count);
+    return pg_ids(store, demo_store_pending_sql, ids, count);
 }
 
 static demo_store_result pg_register(demo_store *store, uint64_t fence)

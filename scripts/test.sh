@@ -5,7 +5,8 @@
 #   2. the same suite built with AddressSanitizer + UndefinedBehaviorSanitizer;
 #   3. the watchdog and waiter tests built with ThreadSanitizer.
 # Tests labelled redis start their own throwaway servers; the cli and demo
-# tests use the one this script starts on a free loopback port (DLOCK_TEST_URL).
+# tests use the one this script starts on a free loopback port (DLOCK_TEST_URL;
+# and an etcd, 3 redis-servers for Redlock and a MariaDB, each its URL).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +20,7 @@ etcd_pid=""
 zk_pid=""
 pg_ctl_bin=""
 pg_as=""
+mysql_pid=""
 cleanup() {
     # Never fail here: etcd exits 143 on SIGTERM, and under set -e the wait
     # would turn a green run into a failed one.
@@ -28,6 +30,7 @@ cleanup() {
     [ -n "$etcd_pid" ] && kill "$etcd_pid" 2>/dev/null && wait "$etcd_pid" 2>/dev/null
     [ -n "$zk_pid" ] && kill "$zk_pid" 2>/dev/null && wait "$zk_pid" 2>/dev/null
     [ -n "$pg_ctl_bin" ] && $pg_as "$pg_ctl_bin" -D "$tmp/pg/data" -m immediate stop >/dev/null 2>&1
+    [ -n "$mysql_pid" ] && kill "$mysql_pid" 2>/dev/null && wait "$mysql_pid" 2>/dev/null
     rm -rf "$tmp"
 }
 trap cleanup EXIT INT TERM
@@ -157,6 +160,30 @@ done
 [ -n "$pgport" ] || { echo "test.sh: postgres did not start" >&2; tail -5 "$tmp/pg/server.log" >&2; exit 1; }
 export DLOCK_TEST_POSTGRES_URL="postgres://dlock:$pg_password@127.0.0.1:$pgport/postgres"
 echo "== PostgreSQL for the cli tests: postgres://dlock:***@127.0.0.1:$pgport/postgres"
+# A MariaDB for the cli tests run with a mysql:// URL: mariadb-install-db into
+# the temp dir, mariadbd on a free port and a socket there (as root it needs
+# --user=root). The password is distinctive: env.sh looks for it where it
+# must not be.
+command -v mariadb-install-db >/dev/null || { echo "test.sh: MariaDB is missing (apt-get install mariadb-server)" >&2; exit 1; }
+mport=$(free_port)
+mysql_user=""
+[ "$(id -u)" -eq 0 ] && mysql_user=--user=root
+mariadb-install-db --no-defaults --datadir="$tmp/mysql" --auth-root-authentication-method=normal \
+    --skip-test-db $mysql_user >"$tmp/mysql-install.log" 2>&1 ||
+    { echo "test.sh: mariadb-install-db failed" >&2; tail -20 "$tmp/mysql-install.log" >&2; exit 1; }
+mariadbd --no-defaults --datadir="$tmp/mysql" --socket="$tmp/mysql.sock" --port="$mport" \
+    --bind-address=127.0.0.1 --skip-name-resolve --skip-log-bin --innodb-buffer-pool-size=32M \
+    --pid-file="$tmp/mysql.pid" --log-error="$tmp/mysql.log" --tmpdir="$tmp" $mysql_user 2>/dev/null &
+mysql_pid=$!
+for _ in $(seq 1 600); do
+    mariadb --no-defaults -S "$tmp/mysql.sock" -uroot -e 'SELECT 1' >/dev/null 2>&1 && break
+    sleep 0.1
+done
+mariadb --no-defaults -S "$tmp/mysql.sock" -uroot -e "CREATE USER 'dlock'@'%' IDENTIFIED BY 'dlock-cli-s3cret';
+    GRANT ALL ON *.* TO 'dlock'@'%'; CREATE DATABASE dlock_cli" ||
+    { echo "test.sh: MariaDB did not start" >&2; tail -20 "$tmp/mysql.log" >&2; exit 1; }
+export DLOCK_TEST_MYSQL_URL="mysql://dlock:dlock-cli-s3cret@127.0.0.1:$mport/dlock_cli"
+echo "== MariaDB for the cli tests: mysql://dlock:***@127.0.0.1:$mport/dlock_cli"
 
 run_suite() { # build-dir sanitizer ctest-args...
     local dir=$1 san=$2

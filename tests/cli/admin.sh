@@ -31,9 +31,10 @@ expect 0 "status after a run" dl status "$N"
 if [ "$BACKEND" = etcd ] || [ "$BACKEND" = zk ]; then
     grep_file "^$N: free, fence 0$" "$WORK/out" "after a run: free, fence 0"
     held_fence='[0-9]+'
-elif [ "$BACKEND" = postgres ]; then
-    # One sequence for every name (docs/postgres.md, "Fences"): the row
-    # keeps the last fence issued for the name, not a count.
+elif [ "$BACKEND" = postgres ] || [ "$BACKEND" = mysql ]; then
+    # One sequence (MySQL: one counter) for every name (docs/postgres.md,
+    # "Fences"; docs/mysql.md): the row keeps the last fence issued for the
+    # name, not a count.
     grep_file "^$N: free, fence $fence1$" "$WORK/out" "after a run: free, the run's fence kept"
     held_fence='[0-9]+'
 else
@@ -60,7 +61,7 @@ grep_file "^$N: released by force \(was held, fence $fence2, ttl [0-9]+ ms, hold
 expect 0 "status after release --force" dl status "$N"
 if [ "$BACKEND" = etcd ] || [ "$BACKEND" = zk ]; then
     grep_file "^$N: free, fence 0$" "$WORK/out" "after release --force: free"
-elif [ "$BACKEND" = postgres ]; then
+elif [ "$BACKEND" = postgres ] || [ "$BACKEND" = mysql ]; then
     grep_file "^$N: free, fence $fence2$" "$WORK/out" "after release --force: free, the fence kept"
 else
     grep_file "^$N: free, fence 2$" "$WORK/out" "after release --force: free, the fence kept"

@@ -26,6 +26,10 @@ elif [ "$BACKEND" = postgres ]; then
     pg_sql "CREATE ROLE $ROLE LOGIN SUPERUSER PASSWORD '$SECRET'" >/dev/null ||
         { fail "cannot create role $ROLE"; finish; }
     SECRET_URL="postgres://$ROLE:$SECRET@$HOSTPORT/postgres"
+elif [ "$BACKEND" = mysql ]; then
+    # The shared MariaDB's own password (scripts/test.sh makes it distinctive).
+    SECRET=${URL#*://*:}; SECRET=${SECRET%%@*}
+    SECRET_URL=$URL
 else
     SECRET_URL="redis://default:$SECRET@$HOSTPORT"
 fi

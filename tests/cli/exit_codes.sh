@@ -29,8 +29,8 @@ expect 255 "--command-status-offset 128: killed by SIGTERM (143) is 255" off sh 
 expect 127 "--command-status-offset: not found stays dlock's 127" off "no-such-command-$$"
 expect 176 "--command-status-offset=100 form: COMMAND's 76 is 176" \
     "$DLOCK" --url "$URL" run --command-status-offset=100 "$N" -- sh -c 'exit 76'
-if [ "$BACKEND" = redlock ] || [ "$BACKEND" = postgres ]; then
-    # Redlock and PostgreSQL offer no election: refused with a message (DLOCK_ENOTSUP).
+if [ "$BACKEND" = redlock ] || [ "$BACKEND" = postgres ] || [ "$BACKEND" = mysql ]; then
+    # Redlock, PostgreSQL and MySQL offer no election: refused with a message (DLOCK_ENOTSUP).
     expect 64 "elect on $BACKEND is not supported" \
         "$DLOCK" --url "$URL" elect --once "$N" -- true
     grep_file 'does not implement leader election' "$WORK/err" "elect on $BACKEND: the message says why"
@@ -72,6 +72,7 @@ grep_file "^$N: free, fence [0-9]+$" "$WORK/out" "lock released after every run"
 # Nothing listens on port 1 (Redlock: nor on 2 and 3).
 DOWN=${URL%%://*}://127.0.0.1:1
 if [ "$BACKEND" = redlock ]; then DOWN=redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3; fi
+if [ "$BACKEND" = mysql ]; then DOWN=mysql://127.0.0.1:1/$MYSQL_DB; fi
 for cmd in "run $N -- true" "status $N" "release --force $N"; do
     # shellcheck disable=SC2086 # cmd is split on purpose
     expect 69 "unreachable server: $cmd" "$DLOCK" --url "$DOWN" $cmd
@@ -91,6 +92,8 @@ elif [ "$BACKEND" = zk ]; then
     # ZooKeeper's digest auth refuses nobody (user:password only names who
     # may touch a node that has an ACL): nothing to refuse here.
     BAD_CREDENTIALS=""
+elif [ "$BACKEND" = mysql ]; then
+    BAD_CREDENTIALS="mysql://nosuchuser-$$:secret@$HOSTPORT/$MYSQL_DB"
 elif [ "$BACKEND" = postgres ]; then
     # scripts/test.sh's PostgreSQL asks TCP clients for their password.
     BAD_CREDENTIALS="postgres://dlock:secret@$HOSTPORT/postgres"
@@ -119,6 +122,9 @@ elif [ "$BACKEND" = zk ]; then
     grep_file "unknown parameter 'cacert'" "$WORK/err" "a TLS option on zk://: the message names it"
     expect 64 "session_timeout_ms out of range" "$DLOCK" --url "zk://$HOSTPORT?session_timeout_ms=5" status "$N"
     grep_file "session_timeout_ms '5'" "$WORK/err" "session_timeout_ms out of range: the message names it"
+elif [ "$BACKEND" = mysql ]; then
+    expect 64 "malformed URL: no database" "$DLOCK" --url "mysql://$HOSTPORT" status "$N"
+    expect 64 "malformed URL: a mode there is not" "$DLOCK" --url "$URL?mode=advisory" status "$N"
 elif [ "$BACKEND" = postgres ]; then
     expect 69 "sslmode=require to a server without TLS" \
         "$DLOCK" --url "$URL&sslmode=require" status "$N"

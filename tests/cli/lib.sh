@@ -12,9 +12,10 @@ TEST=$(basename "$0" .sh)
 # The same scripts run against etcd and Redlock (tests/cli/CMakeLists.txt
 # sets DLOCK_CLI_BACKEND=etcd or redlock; scripts/test.sh exports
 # DLOCK_TEST_ETCD_URL and DLOCK_TEST_REDLOCK_URL). BACKEND is redis, etcd or
-# redlock: what a script checks where they differ.
+# redlock (or mysql: DLOCK_TEST_MYSQL_URL): what a script checks where they
+# differ.
 BACKEND=${DLOCK_CLI_BACKEND:-redis}
-case $BACKEND in redis | etcd | redlock | rediss | zk | postgres) ;; *) echo "FAIL: DLOCK_CLI_BACKEND must be redis, etcd, redlock, rediss, zk or postgres, got $BACKEND" >&2; exit 1 ;; esac
+case $BACKEND in redis | etcd | redlock | rediss | zk | postgres | mysql) ;; *) echo "FAIL: DLOCK_CLI_BACKEND must be redis, etcd, redlock, rediss, zk, postgres or mysql, got $BACKEND" >&2; exit 1 ;; esac
 # rediss: a private redis-server with TLS, started below (start_redis_tls).
 [ "$BACKEND" = rediss ] && DLOCK_TEST_URL=rediss://pending
 # zk: DLOCK_TEST_ZK_URL, or else a private ZooKeeper the script starts
@@ -23,6 +24,14 @@ ZK_PRIVATE=0
 if [ "$BACKEND" = zk ]; then
     DLOCK_TEST_URL=${DLOCK_TEST_ZK_URL:-zk://private}
     [ -n "${DLOCK_TEST_ZK_URL:-}" ] || ZK_PRIVATE=1
+fi
+if [ "$BACKEND" = mysql ]; then
+    # The URL has the server's password: kept out of the environment that
+    # dlock and its COMMAND inherit (env.sh looks for it there).
+    mysql_url=${DLOCK_TEST_MYSQL_URL:-}
+    unset DLOCK_TEST_URL DLOCK_TEST_MYSQL_URL
+    DLOCK_TEST_URL=$mysql_url
+    [ -n "$DLOCK_TEST_URL" ] || { echo "FAIL: DLOCK_TEST_MYSQL_URL is not set (scripts/test.sh starts a MariaDB)" >&2; exit 1; }
 fi
 if [ "$BACKEND" = etcd ]; then
     DLOCK_TEST_URL=${DLOCK_TEST_ETCD_URL:-}
@@ -53,7 +62,10 @@ rediss://pending) ;;
 zk://*) HOSTPORT=${URL#zk://}; HOSTPORT=${HOSTPORT%%[/?,]*}; HOSTPORT=${HOSTPORT##*@} ;;
 # HOSTPORT for psql (pg_sql); the URL itself is a libpq connection URI.
 postgres://* | postgresql://*) HOSTPORT=${URL#*://}; HOSTPORT=${HOSTPORT%%[/?,]*}; HOSTPORT=${HOSTPORT##*@} ;;
-*) echo "FAIL $TEST: DLOCK_TEST_URL must be redis://HOST:PORT or etcd://HOST:PORT, got $URL" >&2; exit 1 ;;
+# MYSQL_DB: the database the URL names.
+mysql://* | mariadb://*) HOSTPORT=${URL#*://}; HOSTPORT=${HOSTPORT%%[/?]*}; HOSTPORT=${HOSTPORT##*@}
+    MYSQL_DB=${URL#*://*/}; MYSQL_DB=${MYSQL_DB%%\?*} ;;
+*) echo "FAIL $TEST: DLOCK_TEST_URL must be redis://, etcd://, redlock://, zk://, postgres:// or mysql://, got $URL" >&2; exit 1 ;;
 esac
 # postgres: every connection of this script carries its name, so that
 # queued can tell this script's waiters from other tests' on the shared server.

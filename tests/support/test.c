@@ -1215,9 +1215,19 @@ void test_server_start(test_server *s, const char *backend)
     } else if (backend != NULL && strncmp(backend, "postgres", 8) == 0) {
         test_pg_server_start(s, backend);
 #endif
+    } else if (backend != NULL && (strcmp(backend, "mysql") == 0 ||
+                                   strcmp(backend, "mysql-named") == 0)) {
+        s->backend = "mysql";
+        s->sql_named = strcmp(backend, "mysql-named") == 0;
+        s->conn_bound = s->sql_named;
+        test_mariadb_start(&s->mariadb);
+        snprintf(s->sql_url, sizeof(s->sql_url), "%s%s", s->mariadb.url,
+                 s->sql_named ? "?mode=named" : "");
+        s->url = s->sql_url;
+        s->short_lease_ms = 1000; /* a statement's round trip is slower than Redis' */
     } else {
         fprintf(stderr, "unknown backend '%s' (redis, rediss, redis-sentinel, plainredis, etcd, "
-                "redlock or zk)\n",
+                "redlock, zk, mysql or mysql-named)\n",
                 backend ? backend : "");
         exit(2);
     }
@@ -1253,6 +1263,11 @@ static const char *redis_prefix(const test_server *s)
     return strcmp(s->backend, "plainredis") == 0 ? "plain:" : "dlock:";
 }
 
+static int on_mysql(const test_server *s)
+{
+    return strcmp(s->backend, "mysql") == 0;
+}
+
 void test_server_stop(test_server *s)
 {
 #ifdef DLOCK_TEST_POSTGRES
@@ -1261,6 +1276,10 @@ void test_server_stop(test_server *s)
         return;
     }
 #endif
+    if (on_mysql(s)) {
+        test_mariadb_stop(&s->mariadb);
+        return;
+    }
     for (int i = 0; i < s->nnodes; i++)
         test_redis_stop(&s->nodes[i]);
     if (on_redlock(s))
@@ -1290,6 +1309,8 @@ int test_server_held(test_server *s, const char *name)
     if (s->pg != NULL)
         return test_pg_server_held(s, name);
 #endif
+    if (on_mysql(s))
+        return test_mysql_held(s, name);
     if (on_redlock(s)) {
         for (int i = 0; i < s->nnodes; i++)
             held += s->nodes[i].pid > 0 &&
@@ -1306,7 +1327,8 @@ int test_server_held(test_server *s, const char *name)
 
 void test_server_pause(test_server *s, int paused)
 {
-    int pid = on_redis(s) ? s->redis.pid : on_zk(s) ? s->zk.pid[0] : s->etcd.pid[0];
+    int pid = on_redis(s) ? s->redis.pid : on_zk(s) ? s->zk.pid[0] : on_mysql(s) ? s->mariadb.pid
+                                                                                : s->etcd.pid[0];
 
 #ifdef DLOCK_TEST_POSTGRES
     if (s->pg != NULL) {
@@ -1334,6 +1356,8 @@ long long test_server_leftovers(test_server *s, const char *name)
     if (s->pg != NULL)
         return test_pg_server_leftovers(s, name);
 #endif
+    if (on_mysql(s))
+        return test_mysql_leftovers(s, name);
     if (on_redlock(s)) {
         /* The lock's key on every node that is up (a waiter leaves
          * nothing). Acquire and release return once a quorum answered, so
@@ -1379,6 +1403,8 @@ long long test_server_requests(test_server *s)
     if (s->pg != NULL)
         return test_pg_server_requests(s);
 #endif
+    if (on_mysql(s))
+        return test_mysql_requests(s);
     if (on_redis(s) || on_redlock(s)) {
         for (size_t i = 0; i < sizeof(redis_cmds) / sizeof(redis_cmds[0]); i++)
             n += test_redis_calls(on_redlock(s) ? &s->nodes[0] : &s->redis, redis_cmds[i]);
