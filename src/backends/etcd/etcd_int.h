@@ -101,6 +101,8 @@ void dlock__etcd_spares_free(dlock__etcd_be *be);
 /* 1 and *lease: a spare of ttl seconds, alive by its last confirmation.
  * Asks the spare thread for the next one either way. */
 int dlock__etcd_spare_take(dlock__etcd_be *be, int64_t ttl, int64_t *lease);
+/* The spare taken for ttl is used up: the thread grants the next. */
+void dlock__etcd_spare_used(dlock__etcd_be *be, int64_t ttl);
 /* A spare taken but not used, confirmed alive at ok_ms: kept, or revoked. */
 void dlock__etcd_spare_return(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t ttl,
                               int64_t lease, int64_t ok_ms);

@@ -171,9 +171,13 @@ static int try_once(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__etcd_k
     int64_t spare;
     int rc;
 
-    if (dlock__etcd_spare_take(be, k->ttl, &spare) &&
-        (rc = try_spare(be, c, k, spare, owner, fence, retry_ms)) != SPARE_GONE)
-        return rc;
+    if (dlock__etcd_spare_take(be, k->ttl, &spare)) {
+        rc = try_spare(be, c, k, spare, owner, fence, retry_ms);
+        if (rc != DLOCK_EBUSY) /* EBUSY gave it back */
+            dlock__etcd_spare_used(be, k->ttl);
+        if (rc != SPARE_GONE)
+            return rc;
+    }
     if ((rc = dlock__etcd_grant(be, c, k->lease, k->ttl)) != DLOCK_OK)
         return rc;
     json_t *reply = NULL;

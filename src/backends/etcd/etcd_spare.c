@@ -33,10 +33,13 @@
 #define SPARES 4
 /* A spare unused this long is revoked. */
 #define SPARE_IDLE_MS 60000
+/* The slot's spare is in an acquire's hands: it comes back (the lock was
+ * busy) or is used up (dlock__etcd_spare_used). */
+#define TAKEN (-1)
 
 typedef struct {
     int64_t ttl;     /* seconds; 0: the slot is free */
-    int64_t lease;   /* 0: wanted, not granted yet */
+    int64_t lease;   /* 0: wanted, not granted yet; TAKEN: an acquire has it */
     int64_t ok_ms;   /* send time of the grant or keepalive that last confirmed it */
     int64_t used_ms; /* last time an acquire asked for this TTL */
     int64_t retry_at; /* a grant failed: not again before */
@@ -118,7 +121,7 @@ static void *spare_main(void *arg)
             int64_t ttl = s->ttl, lease = s->lease, ok = 0;
             int alive = 0;
 
-            if (ttl == 0)
+            if (ttl == 0 || lease == TAKEN)
                 continue;
             if (now - s->used_ms > SPARE_IDLE_MS) {
                 memset(s, 0, sizeof(*s));
@@ -188,7 +191,7 @@ void dlock__etcd_spares_free(dlock__etcd_be *be)
     if (sp->started)
         pthread_join(sp->thread, NULL);
     for (int i = 0; i < SPARES && sp->conn != NULL; i++)
-        if (sp->s[i].lease != 0)
+        if (sp->s[i].lease > 0)
             dlock__etcd_lease_revoke(be, sp->conn, sp->s[i].lease);
     while (sp->held != NULL) {
         owned *o = sp->held;
@@ -231,12 +234,14 @@ int dlock__etcd_spare_take(dlock__etcd_be *be, int64_t ttl, int64_t *lease)
         /* Left to run out: the thread never sees it again. */
         memset(s, 0, sizeof(*s));
     }
-    if (s->ttl == ttl && s->lease != 0 && now < s->ok_ms + ttl * 1000 - 250) {
+    if (s->ttl == ttl && s->lease > 0 && now < s->ok_ms + ttl * 1000 - 250) {
         *lease = s->lease;
         got = 1;
     }
     s->ttl = ttl;
-    s->lease = 0;
+    /* Taken: the next one is asked for only when this one is used, so that
+     * a busy try, which gives it back, costs no grant. */
+    s->lease = got ? TAKEN : s->lease == TAKEN ? TAKEN : 0;
     s->used_ms = now;
     if (!sp->started && !sp->stop) {
         if (dlock__thread_create(&sp->thread, spare_main, be) == 0)
@@ -258,7 +263,7 @@ void dlock__etcd_spare_return(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t t
 
     pthread_mutex_lock(&sp->mu);
     for (int i = 0; i < SPARES && !kept; i++)
-        if (sp->s[i].ttl == ttl && sp->s[i].lease == 0) {
+        if (sp->s[i].ttl == ttl && sp->s[i].lease == TAKEN) {
             sp->s[i].lease = lease;
             sp->s[i].ok_ms = ok_ms;
             kept = 1;
@@ -266,6 +271,20 @@ void dlock__etcd_spare_return(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t t
     pthread_mutex_unlock(&sp->mu);
     if (!kept)
         dlock__etcd_lease_revoke(be, c, lease);
+}
+
+/* The spare taken for ttl is used up (or lost to an error): ask the thread
+ * for the next. */
+void dlock__etcd_spare_used(dlock__etcd_be *be, int64_t ttl)
+{
+    dlock__etcd_spares *sp = be->spares;
+
+    pthread_mutex_lock(&sp->mu);
+    for (int i = 0; i < SPARES; i++)
+        if (sp->s[i].ttl == ttl && sp->s[i].lease == TAKEN)
+            sp->s[i].lease = 0;
+    pthread_cond_signal(&sp->cond);
+    pthread_mutex_unlock(&sp->mu);
 }
 
 /* ---- the leases the acquisitions hold ----------------------------------- */
