@@ -17,11 +17,13 @@
  * One lease per acquisition, not one per client session as in etcd's
  * Mutex: dlock's leases, auto_renew and dlock_lock_extend are per lock, and
  * a lease shared by the client's locks would be kept alive by the renewals of
- * one lock on behalf of another whose holder stopped renewing it. The lease ID
- * is derived from the owner token and the TTL, so every call can name the key
- * and the lease of (name, owner) without keeping a table, and a retried grant
- * or put after a lost reply finds its own earlier work ("lease already
- * exists", "key exists") instead of doing it twice.
+ * one lock on behalf of another whose holder stopped renewing it. An
+ * uncontended acquire puts its key on a spare lease granted ahead of need
+ * (etcd_spare.c), so its path makes one raft write, and a release is one
+ * revoke of the lease the acquisition holds (the client keeps a table of
+ * them). Other leases have IDs derived from the owner token and the TTL, so
+ * a retried grant or put after a lost reply finds its own earlier work
+ * ("lease already exists", "key exists") instead of doing it twice.
  *
  * Connections: callers take one from the pool; the watchdog has its own; each
  * waiting acquisition has a watch stream of its own (etcd_watch.c).
