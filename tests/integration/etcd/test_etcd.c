@@ -272,6 +272,16 @@ static void two_raft_writes_per_cycle(void)
         dlock_client_free(c2);
     }
     CHECK_RC(dlock_release(l), DLOCK_OK);
+    /* A release whose lease is gone (revoked by a force release; no
+     * watchdog to have told the core) is DLOCK_ELOST: the revoke finds
+     * no lease, and the delete by name finds no key. */
+    {
+        dlock_lock_info removed;
+        CHECK_RC(dlock_acquire(&l, c, "w", &o), DLOCK_OK);
+        CHECK_RC(dlock_force_release(&removed, c, "w"), DLOCK_OK);
+        CHECK(removed.held == 1 && removed.fence == dlock_lock_fence(l));
+        CHECK_RC(dlock_release(l), DLOCK_ELOST);
+    }
     /* Closing revokes the spares. */
     dlock_client_free(c);
     CHECK(test_etcd_spares(&e) == 0);
