@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "backends/etcd/etcd_int.h"
+#include "core/clock.h"
 #include "core/error.h"
 
 /* Key reads per renewal txn (etcd's default --max-txn-ops is 128). */
@@ -313,8 +314,11 @@ static int etcd_renew(void *arg, dlock_renewal *items, size_t n)
 {
     dlock__etcd_be *be = arg;
     dlock__etcd_keys *keys = calloc(n, sizeof(*keys));
-    int64_t *ids = calloc(n, sizeof(*ids));
-    int *alive = calloc(n, sizeof(*alive));
+    /* The locks' leases, then the spares' (etcd_spare.c), in one request. */
+    int64_t *ids = calloc(n + DLOCK__ETCD_SPARES, sizeof(*ids));
+    int *alive = calloc(n + DLOCK__ETCD_SPARES, sizeof(*alive));
+    int64_t sent = dlock__now_ms();
+    size_t spares = 0;
     int rc = DLOCK_OK;
 
     if (keys == NULL || ids == NULL || alive == NULL) {
@@ -329,8 +333,12 @@ static int etcd_renew(void *arg, dlock_renewal *items, size_t n)
         dlock__etcd_held_get(be, items[i].req->token, &held, &held_ttl);
         ids[i] = held != 0 && held_ttl == keys[i].ttl ? held : keys[i].lease;
     }
-    if (rc == DLOCK_OK)
-        rc = dlock__etcd_keepalive(be, be->wd, ids, n, alive);
+    if (rc == DLOCK_OK) {
+        spares = dlock__etcd_spares_alive(be, ids + n, DLOCK__ETCD_SPARES);
+        rc = dlock__etcd_keepalive(be, be->wd, ids, n + spares, alive);
+    }
+    for (size_t i = n; rc == DLOCK_OK && i < n + spares; i++)
+        dlock__etcd_spare_renewed(be, ids[i], alive[i] == 1, sent);
     for (size_t from = 0; from < n && rc == DLOCK_OK; from += TXN_CHUNK) {
         size_t to = from + TXN_CHUNK < n ? from + TXN_CHUNK : n;
         json_t *ops = json_array(), *reply = NULL;

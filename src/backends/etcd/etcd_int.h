@@ -95,12 +95,19 @@ int dlock__etcd_keepalive(dlock__etcd_be *be, dlock__etcd_conn *c, const int64_t
 
 /* ---- etcd_spare.c: spare leases, held leases ----------------------------- */
 
+/* TTLs with a spare at a time per client: one uses one or two lease lengths. */
+#define DLOCK__ETCD_SPARES 4
+
 int dlock__etcd_spares_new(dlock__etcd_be *be);
 /* Stop the spare thread and revoke the spares. */
 void dlock__etcd_spares_free(dlock__etcd_be *be);
 /* 1 and *lease: a spare of ttl seconds, alive by its last confirmation.
  * Asks the spare thread for the next one either way. */
 int dlock__etcd_spare_take(dlock__etcd_be *be, int64_t ttl, int64_t *lease);
+/* The spares' IDs (up to max) to keep alive in the watchdog's renewal,
+ * and what it found of each, sent at sent_ms. */
+size_t dlock__etcd_spares_alive(dlock__etcd_be *be, int64_t *ids, size_t max);
+void dlock__etcd_spare_renewed(dlock__etcd_be *be, int64_t lease, int alive, int64_t sent_ms);
 /* The spare taken for ttl is used up: the thread grants the next. */
 void dlock__etcd_spare_used(dlock__etcd_be *be, int64_t ttl);
 /* A spare taken but not used, confirmed alive at ok_ms: kept, or revoked. */

@@ -135,8 +135,11 @@ static int try_spare(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__etcd_
         return SPARE_GONE;
     }
     if (rc != DLOCK_OK || p.rc[0] != DLOCK_OK) {
-        /* The key may be on the spare: nothing keeps it alive, and the
-         * core, seeing the error, does not count the lock as held. */
+        /* The core, seeing the error, does not count the lock as held: a
+         * key the txn put on the spare goes with it now (best effort; else
+         * when it runs out, as nothing keeps it alive). */
+        if (p.rc[1] == DLOCK_OK && json_is_true(json_object_get(p.out[1], "succeeded")))
+            dlock__etcd_lease_revoke(be, c, lease);
         json_decref(p.out[1]);
         return rc != DLOCK_OK ? rc : p.rc[0];
     }

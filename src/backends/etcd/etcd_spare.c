@@ -10,8 +10,10 @@
  * that a grant whose reply was lost is still known: when the grant fails,
  * the thread revokes that ID (best effort), and if that fails too the lease
  * runs out by its own TTL, since nothing keeps it alive. A spare is kept
- * alive by the thread every third of its TTL while it waits; one not used
- * for SPARE_IDLE_MS is revoked. Closing the client revokes the spares; a
+ * alive while it waits: in the watchdog's renewal request when locks are
+ * renewed (its ID added to theirs: no request of its own), else by the
+ * thread once half its TTL has gone; one not used for SPARE_IDLE_MS is
+ * revoked. Closing the client revokes the spares; a
  * client that crashes leaves them to run out by their TTL.
  *
  * Why a spare granted earlier is safe for an acquisition's lease: see
@@ -29,8 +31,7 @@
 #include "core/error.h"
 #include "core/thread.h"
 
-/* TTLs with a spare at a time; a client uses one or two lease lengths. */
-#define SPARES 4
+#define SPARES DLOCK__ETCD_SPARES
 /* A spare unused this long is revoked. */
 #define SPARE_IDLE_MS 60000
 /* The slot's spare is in an acquire's hands: it comes back (the lock was
@@ -147,17 +148,20 @@ static void *spare_main(void *arg)
                     pthread_mutex_lock(&sp->mu);
                 }
                 did = 1;
-            } else if (now >= s->ok_ms + ttl * 1000 / 3) {
+            } else if (now >= s->ok_ms + ttl * 1000 / 2) {
                 ok = now;
                 pthread_mutex_unlock(&sp->mu);
                 if (dlock__etcd_keepalive(be, sp->conn, &lease, 1, &alive) != DLOCK_OK)
                     alive = 0;
                 pthread_mutex_lock(&sp->mu);
-                if (s->lease == lease)
-                    s->ok_ms = alive ? ok : 0, s->lease = alive ? lease : 0;
+                if (s->lease == lease && alive) {
+                    s->ok_ms = ok;
+                } else if (s->lease == lease) {
+                    s->lease = 0; /* gone, or not known: a new one */
+                }
                 did = 1;
-            } else if (s->ok_ms + ttl * 1000 / 3 < next) {
-                next = s->ok_ms + ttl * 1000 / 3;
+            } else if (s->ok_ms + ttl * 1000 / 2 < next) {
+                next = s->ok_ms + ttl * 1000 / 2;
             }
         }
         if (!did && !sp->stop) {
@@ -271,6 +275,38 @@ void dlock__etcd_spare_return(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t t
     pthread_mutex_unlock(&sp->mu);
     if (!kept)
         dlock__etcd_lease_revoke(be, c, lease);
+}
+
+/* The spares to keep alive with the watchdog's renewal: up to max IDs into
+ * ids; returns how many. */
+size_t dlock__etcd_spares_alive(dlock__etcd_be *be, int64_t *ids, size_t max)
+{
+    dlock__etcd_spares *sp = be->spares;
+    size_t n = 0;
+
+    pthread_mutex_lock(&sp->mu);
+    for (int i = 0; i < SPARES && n < max; i++)
+        if (sp->s[i].lease > 0)
+            ids[n++] = sp->s[i].lease;
+    pthread_mutex_unlock(&sp->mu);
+    return n;
+}
+
+/* The renewal sent at sent_ms kept spare lease alive (or found it gone). */
+void dlock__etcd_spare_renewed(dlock__etcd_be *be, int64_t lease, int alive, int64_t sent_ms)
+{
+    dlock__etcd_spares *sp = be->spares;
+
+    pthread_mutex_lock(&sp->mu);
+    for (int i = 0; i < SPARES; i++)
+        if (sp->s[i].lease == lease) {
+            if (alive)
+                sp->s[i].ok_ms = sent_ms;
+            else
+                sp->s[i].lease = 0;
+        }
+    pthread_cond_signal(&sp->cond);
+    pthread_mutex_unlock(&sp->mu);
 }
 
 /* The spare taken for ttl is used up (or lost to an error): ask the thread
