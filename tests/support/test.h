@@ -210,7 +210,10 @@ long long test_etcd_count(test_etcd *e, const char *prefix);
 /* Delete the keys starting with prefix; returns how many. */
 long long test_etcd_delete(test_etcd *e, const char *prefix);
 /* Leases that exist now. */
+/* Leases in use (a spare lease of dlock's with a key attached included). */
 long long test_etcd_leases(test_etcd *e);
+/* dlock's spare leases (ID bit 62 set) with no key attached. */
+long long test_etcd_spares(test_etcd *e);
 /* Sum of member i's Prometheus counters whose line starts with metric, e.g.
  * "grpc_server_started_total{grpc_method=\"Txn\"". */
 long long test_etcd_metric(test_etcd *e, int member, const char *metric);
