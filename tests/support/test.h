@@ -296,6 +296,33 @@ int test_sentinel_master(test_sentinel *s);
  * another node; returns that node's index, or -1 after the wait. */
 int test_sentinel_failover(test_sentinel *s);
 
+/* ---- Cluster: 3 masters on loopback (redis-cli --cluster create) ---- */
+
+#define TEST_CLUSTER_NODES 3
+
+typedef struct {
+    test_redis nodes[TEST_CLUSTER_NODES];
+    char url[256]; /* redis-cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3 */
+} test_cluster;
+
+/* Start 3 cluster-enabled redis-servers on ports of 48200-48299 free then
+ * (the cluster bus takes port+10000), join them with redis-cli --cluster
+ * create (slots split in three) and wait until every node says
+ * cluster_state:ok. extra_args go to every redis-server. */
+void test_cluster_start(test_cluster *c, const char *extra_args);
+void test_cluster_stop(test_cluster *c);
+/* The slot of key (CLUSTER KEYSLOT) and the node serving it now (-1:
+ * none agrees). */
+int test_cluster_slot(test_cluster *c, const char *key);
+int test_cluster_owner(test_cluster *c, int slot);
+/* Move slot to node to by hand, as redis-cli --cluster reshard does it
+ * (SETSLOT IMPORTING / MIGRATING, MIGRATE of its keys, SETSLOT NODE),
+ * pausing pause_ms between marking it migrating and moving its keys: ASK
+ * and TRYAGAIN answer meanwhile. Exits the test when a step fails. */
+void test_cluster_move_slot(test_cluster *c, int slot, int to, int pause_ms);
+/* Run a command on the node serving key's slot (as test_redis_cmd). */
+long long test_cluster_cmd(test_cluster *c, const char *key, const char *fmt, ...);
+
 /* ---- either backend: the scenarios every backend must pass
  * (tests/integration/core) see the server only through these ---- */
 
@@ -304,11 +331,14 @@ typedef struct {
                           * "redlock" (3 independent redis-servers) or "zk"
                           * (a standalone ZooKeeper); "rediss" starts "redis"
                           * over TLS (tls set); "redis-sentinel" starts
-                          * "redis" as a master, 2 replicas and 3 sentinels */
+                          * "redis" as a master, 2 replicas and 3 sentinels;
+                          * "redis-cluster" starts "redis" on a 3-master
+                          * cluster */
     int tls;
     test_tls certs; /* tls */
     test_redis redis;    /* redis and plainredis; redis-sentinel: its master */
     test_sentinel *sentinel; /* redis-sentinel */
+    test_cluster *cluster;   /* redis-cluster: 3 masters */
     test_redis nodes[TEST_REDLOCK_MAX]; /* redlock */
     int nnodes;
     char redlock_url[256];

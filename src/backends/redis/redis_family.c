@@ -137,8 +137,7 @@ int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *wa
 
     dlock__redis_key(&base, be, req->name, "");
     dlock__redis_key(&leader, be, req->name, ":leader");
-    dlock__redis_global_key(&floor, be, DLOCK__REDIS_FENCE_FLOOR);
-    dlock__redis_global_key(&registry, be, DLOCK__REDIS_FENCE_REGISTRY);
+    dlock__redis_fence_keys(&floor, &registry, be, req->name);
     arg_key(&a, &base);
     arg_key(&a, &floor);
     arg_key(&a, &registry);
@@ -343,8 +342,73 @@ static const char *renew_kind(int kind, const char *owner)
     }
 }
 
+static int renew_batch(redis_backend *be, dlock__redis_conn *conn, dlock_renewal *items,
+                       size_t n, int renew);
+
+static unsigned item_slot(redis_backend *be, const dlock_renewal *item)
+{
+    key_buf k;
+
+    dlock__redis_key(&k, be, item->req->name, "");
+    return dlock__redis_key_slot(k.buf, k.len);
+}
+
+/*
+ * On a cluster a script runs in one hash slot: the batch goes out as one
+ * script per slot (the router sends each to its slot's master), the items
+ * of a slot gathered into a copy and their results copied back (the
+ * caller's order is kept: the watchdog pairs items with its locks by
+ * index). A failed slot's items keep their result unset and the failure
+ * is reported; the other slots are still renewed.
+ */
 int dlock__redis_family_renew(redis_backend *be, dlock__redis_conn *conn, dlock_renewal *items,
                               size_t n, int renew)
+{
+    dlock_renewal *group;
+    unsigned *slots;
+    size_t *at;
+    int rc = DLOCK_OK;
+
+    if (!be->cmd[0].is_cluster || n <= 1)
+        return renew_batch(be, conn, items, n, renew);
+    group = malloc(n * sizeof(*group));
+    slots = malloc(n * sizeof(*slots));
+    at = malloc(n * sizeof(*at));
+    if (group == NULL || slots == NULL || at == NULL) {
+        free(group);
+        free(slots);
+        free(at);
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++)
+        slots[i] = item_slot(be, &items[i]);
+    for (size_t i = 0; i < n; i++) {
+        size_t k = 0;
+        int brc;
+        if (slots[i] == DLOCK__REDIS_SLOTS)
+            continue; /* done with an earlier slot */
+        for (size_t j = i; j < n; j++) {
+            if (slots[j] != slots[i] || (j > i && slots[j] == DLOCK__REDIS_SLOTS))
+                continue;
+            at[k] = j;
+            group[k++] = items[j];
+        }
+        brc = renew_batch(be, conn, group, k, renew);
+        for (size_t g = 0; g < k; g++) {
+            items[at[g]].result = group[g].result;
+            slots[at[g]] = DLOCK__REDIS_SLOTS;
+        }
+        if (brc != DLOCK_OK && rc == DLOCK_OK)
+            rc = brc;
+    }
+    free(group);
+    free(slots);
+    free(at);
+    return rc;
+}
+
+static int renew_batch(redis_backend *be, dlock__redis_conn *conn, dlock_renewal *items,
+                       size_t n, int renew)
 {
     key_buf *keys = malloc(n * sizeof(*keys));
     char (*leases)[24] = malloc(n * sizeof(*leases));
@@ -425,36 +489,6 @@ int dlock__redis_family_check(void *be, const dlock_request *req)
 
 /* ---- multi-lock ----------------------------------------------------------- */
 
-/* CRC16-CCITT (XMODEM), as Redis Cluster hashes keys. */
-static unsigned crc16(const char *buf, size_t len)
-{
-    unsigned crc = 0;
-
-    for (size_t i = 0; i < len; i++) {
-        crc ^= (unsigned)(unsigned char)buf[i] << 8;
-        for (int b = 0; b < 8; b++)
-            crc = (crc & 0x8000) ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
-    }
-    return crc;
-}
-
-/* The cluster slot of a key: only the part inside the first {...} counts,
- * when it is not empty. */
-static unsigned key_slot(const char *key, size_t len)
-{
-    size_t s, e;
-
-    for (s = 0; s < len && key[s] != '{'; s++)
-        ;
-    if (s < len) {
-        for (e = s + 1; e < len && key[e] != '}'; e++)
-            ;
-        if (e < len && e > s + 1)
-            return crc16(key + s + 1, e - s - 1) & 16383;
-    }
-    return crc16(key, len) & 16383;
-}
-
 int dlock__redis_multi_atomic(void *arg_be, const dlock_request *reqs, size_t n)
 {
     redis_backend *be = arg_be;
@@ -465,11 +499,13 @@ int dlock__redis_multi_atomic(void *arg_be, const dlock_request *reqs, size_t n)
         unsigned slot;
 
         dlock__redis_key(&k, be, reqs[i].name, "");
-        slot = key_slot(k.buf, k.len);
+        slot = dlock__redis_key_slot(k.buf, k.len);
         if (i == 0)
             first = slot;
         else if (slot != first)
-            return 0;
+            /* On a cluster the names go to dlock__redis_multi_acquire all
+             * the same, which refuses them (one script, one slot). */
+            return be->cmd[0].is_cluster;
     }
     return 1;
 }
@@ -492,11 +528,21 @@ int dlock__redis_multi_acquire(void *arg_be, const dlock_request *reqs, size_t n
     }
     for (size_t i = 0; i < n; i++) {
         dlock__redis_key(&keys[i], be, reqs[i].name, "");
+        if (i > 0 && dlock__redis_key_slot(keys[i].buf, keys[i].len) !=
+                         dlock__redis_key_slot(keys[0].buf, keys[0].len)) {
+            /* Only on a cluster (dlock__redis_multi_atomic): taken one by
+             * one, they would not be all or none. */
+            rc = dlock__fail(DLOCK_EINVAL, "%s: the names '%.64s' and '%.64s' are in different "
+                             "hash slots, and a multi-lock on Redis Cluster is taken in one "
+                             "slot: give them a shared hash tag, as {TAG}a and {TAG}b",
+                             be->cmd[0].url->scheme, reqs[0].name, reqs[i].name);
+            goto done;
+        }
         argv[i] = keys[i].buf, lens[i] = keys[i].len;
         argv[n + 2 + i] = reqs[i].token, lens[n + 2 + i] = strlen(reqs[i].token);
     }
-    dlock__redis_global_key(&keys[n], be, DLOCK__REDIS_FENCE_FLOOR);
-    dlock__redis_global_key(&keys[n + 1], be, DLOCK__REDIS_FENCE_REGISTRY);
+    /* One slot for all (dlock__redis_multi_atomic): the first name's. */
+    dlock__redis_fence_keys(&keys[n], &keys[n + 1], be, reqs[0].name);
     argv[n] = keys[n].buf, lens[n] = keys[n].len;
     argv[n + 1] = keys[n + 1].buf, lens[n + 1] = keys[n + 1].len;
     snprintf(lease, sizeof(lease), "%lld", (long long)reqs[0].lease_ms);
