@@ -177,6 +177,10 @@ int bench_redlock(const char *url, long iterations);
  * raw PING to the master. */
 int bench_sentinel(const char *url, long iterations);
 
+/* --cluster (bench/cluster.c): the cycle on Redis Cluster beside a raw PING
+ * to the master of the lock's slot. url NULL: 3 throwaway masters. */
+int bench_cluster(const char *url, long iterations);
+
 /* ------------------------------------------------------------------------
  * main.c: the table
  * ---------------------------------------------------------------------- */

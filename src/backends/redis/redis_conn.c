@@ -173,8 +173,9 @@ int dlock__redis_conn_init(dlock__redis_conn *conn, const dlock_url *url,
         if (conn->master_name != NULL && sentinel_param(k))
             continue;
         if (strcmp(k, "db") != 0 || conn->is_cluster)
-            return dlock__fail(DLOCK_EINVAL, "%s URL: unknown parameter '%.32s' (known: db%s%s)",
+            return dlock__fail(DLOCK_EINVAL, "%s URL: unknown parameter '%.32s' (known: %s%s%s)",
                                url->scheme, k,
+                               conn->is_cluster ? (conn->ep.tls ? "TLS's only" : "none") : "db",
                                conn->master_name != NULL
                                    ? ", min_replicas, password, sentinel_password" : "",
                                conn->ep.tls ? ", cacert, cert, key, sni, insecure" : "");
