@@ -1307,7 +1307,7 @@ static void cluster_must(redisReply *rep, const char *what)
     freeReplyObject(rep);
 }
 
-void test_cluster_move_slot(test_cluster *c, int slot, int to, int pause_ms)
+void test_cluster_migrate_keys(test_cluster *c, int slot, int to, int pause_ms)
 {
     int from = test_cluster_owner(c, slot);
     char from_id[64], to_id[64];
@@ -1340,6 +1340,14 @@ void test_cluster_move_slot(test_cluster *c, int slot, int to, int pause_ms)
         if (n == 0)
             break;
     }
+}
+
+void test_cluster_finish_slot(test_cluster *c, int slot, int to)
+{
+    int from = test_cluster_owner(c, slot);
+    char to_id[64];
+
+    cluster_id(c, to, to_id, sizeof(to_id));
     cluster_must(cluster_raw(&c->nodes[to], "CLUSTER SETSLOT %d NODE %s", slot, to_id),
                  "SETSLOT NODE (target)");
     cluster_must(cluster_raw(&c->nodes[from], "CLUSTER SETSLOT %d NODE %s", slot, to_id),
@@ -1348,6 +1356,12 @@ void test_cluster_move_slot(test_cluster *c, int slot, int to, int pause_ms)
         if (i != from && i != to)
             cluster_must(cluster_raw(&c->nodes[i], "CLUSTER SETSLOT %d NODE %s", slot, to_id),
                          "SETSLOT NODE (other)");
+}
+
+void test_cluster_move_slot(test_cluster *c, int slot, int to, int pause_ms)
+{
+    test_cluster_migrate_keys(c, slot, to, pause_ms);
+    test_cluster_finish_slot(c, slot, to);
 }
 
 long long test_cluster_cmd(test_cluster *c, const char *key, const char *fmt, ...)

@@ -320,6 +320,11 @@ int test_cluster_owner(test_cluster *c, int slot);
  * pausing pause_ms between marking it migrating and moving its keys: ASK
  * and TRYAGAIN answer meanwhile. Exits the test when a step fails. */
 void test_cluster_move_slot(test_cluster *c, int slot, int to, int pause_ms);
+/* Its two halves: mark the slot importing on to and migrating on its
+ * owner and move its keys (the slot stays half migrated: its owner answers
+ * ASK); then give the slot to to on every node. */
+void test_cluster_migrate_keys(test_cluster *c, int slot, int to, int pause_ms);
+void test_cluster_finish_slot(test_cluster *c, int slot, int to);
 /* Run a command on the node serving key's slot (as test_redis_cmd). */
 long long test_cluster_cmd(test_cluster *c, const char *key, const char *fmt, ...);
 

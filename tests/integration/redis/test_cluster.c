@@ -9,8 +9,10 @@
  * master (MOVED, ASK, TRYAGAIN) with the holder keeping it. The
  * conformance suite runs on a cluster too (core-redis-cluster).
  */
+#include <hiredis/hiredis.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "test.h"
@@ -216,6 +218,27 @@ static void renew_across_masters(void)
     test_cluster_stop(&t);
 }
 
+/* How many times the nodes answered with error word (MOVED, ASK, TRYAGAIN)
+ * so far: INFO errorstats' errorstat_WORD:count=N, summed over the nodes. */
+static long long redirections(test_cluster *t, const char *word)
+{
+    long long n = 0;
+    char needle[64];
+
+    snprintf(needle, sizeof(needle), "errorstat_%s:count=", word);
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++) {
+        redisContext *c = redisConnect("127.0.0.1", t->nodes[i].port);
+        redisReply *r = c != NULL && !c->err ? redisCommand(c, "INFO errorstats") : NULL;
+        const char *at;
+        CHECK(r != NULL && r->type == REDIS_REPLY_STRING);
+        if ((at = strstr(r->str, needle)) != NULL)
+            n += atoll(at + strlen(needle));
+        freeReplyObject(r);
+        redisFree(c);
+    }
+    return n;
+}
+
 /*
  * A held lock's slot moves to another master while a waiter waits on it:
  * its keys are migrated one by one (ASK and TRYAGAIN meanwhile), then the
@@ -264,6 +287,11 @@ static void slot_moved_while_held(void)
     CHECK_RC(dlock_lock_check(l), DLOCK_OK);
     CHECK(test_redis_cmd(&t.nodes[to], "PTTL dlock:{mv}") > 0);
     CHECK(!atomic_load(&waiter.done));
+    /* The renewals met the move: redirected by MOVED at least (ASK and
+     * TRYAGAIN when one fell in the migration's window). */
+    fprintf(stderr, "redirections: MOVED %lld, ASK %lld, TRYAGAIN %lld\n",
+            redirections(&t, "MOVED"), redirections(&t, "ASK"), redirections(&t, "TRYAGAIN"));
+    CHECK(redirections(&t, "MOVED") > 0);
     CHECK_RC(dlock_release(l), DLOCK_OK);
     CHECK(pthread_join(th, NULL) == 0);
     CHECK_RC(waiter.rc, DLOCK_OK);
@@ -277,7 +305,45 @@ static void slot_moved_while_held(void)
     test_cluster_stop(&t);
 }
 
+/*
+ * A slot left half migrated (its keys on the importing master, the slot
+ * still the old master's): the old master answers ASK, and a check and an
+ * extend of the held lock go to the new one with ASKING. Then the slot is
+ * given over and the release finds the lock there (MOVED).
+ */
+static void ask_while_migrating(void)
+{
+    test_cluster t;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 30000, 0);
+    int slot, from, to;
+    long long asks;
+
+    test_cluster_start(&t, NULL);
+    c = open_client(&t);
+    CHECK_RC(dlock_acquire(&l, c, "ak", &o), DLOCK_OK);
+    slot = test_cluster_slot(&t, "dlock:{ak}");
+    from = test_cluster_owner(&t, slot);
+    to = (from + 1) % TEST_CLUSTER_NODES;
+    test_cluster_migrate_keys(&t, slot, to, 0);
+    CHECK(test_redis_cmd(&t.nodes[to], "EXISTS dlock:{ak}") == -1); /* MOVED: not its slot */
+    asks = redirections(&t, "ASK");
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    CHECK_RC(dlock_lock_extend(l, 60000), DLOCK_OK);
+    fprintf(stderr, "ASK answers during the check and extend: %lld\n",
+            redirections(&t, "ASK") - asks);
+    CHECK(redirections(&t, "ASK") - asks >= 2);
+    test_cluster_finish_slot(&t, slot, to);
+    CHECK(test_redis_cmd(&t.nodes[to], "PTTL dlock:{ak}") > 30000);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(test_redis_cmd(&t.nodes[to], "EXISTS dlock:{ak}") == 0);
+    dlock_client_free(c);
+    test_cluster_stop(&t);
+}
+
 TEST_MAIN({"url_errors", url_errors, NULL}, {"no_node", no_node, NULL},
           {"one_slot_per_lock", one_slot_per_lock, NULL}, {"multi_slots", multi_slots, NULL},
           {"renew_across_masters", renew_across_masters, "watchdog"},
-          {"slot_moved_while_held", slot_moved_while_held, "watchdog"})
+          {"slot_moved_while_held", slot_moved_while_held, "watchdog"},
+          {"ask_while_migrating", ask_while_migrating, NULL})
