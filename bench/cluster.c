@@ -234,6 +234,9 @@ int bench_cluster(const char *given_url, long iterations)
     snprintf(base, sizeof base, "PING %.1f", p50);
     bench_print_row("dlock cycle on the cluster", c50, bench_series_us(&cyc, 99), -1, base,
                     c50 / p50, 0);
+    /* A cycle is two round trips (acquire, release), as on one node. */
+    snprintf(base, sizeof base, "2 x PING %.1f", 2 * p50);
+    bench_print_row("cycle vs two raw round trips", -1, -1, -1, base, c50 / (2 * p50), 0);
     redisFree(raw);
     dlock_client_free(client);
     return 0;
