@@ -14,15 +14,10 @@
 
 #include <dlock/dlock.h>
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,21 +31,6 @@ static int nprocs;
 static void stop_all(void)
 {
     bench_stop_children(pids, &nprocs, dir);
-}
-
-static int port_free(int port)
-{
-    struct sockaddr_in a;
-    int fd = socket(AF_INET, SOCK_STREAM, 0), ok;
-
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons((uint16_t)port);
-    ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
-    if (fd >= 0)
-        close(fd);
-    return ok;
 }
 
 static void pause_ms(long ms)
@@ -81,7 +61,7 @@ static void start_all(char *url, size_t size)
     if (mkdtemp(dir) == NULL)
         bench_die("mkdtemp: %s", strerror(errno));
     for (int p = 48200; p < 48300 && n < NODES; p++)
-        if (port_free(p) && port_free(p + 10000))
+        if (bench_bind_port(p) == p && bench_bind_port(p + 10000) == p + 10000)
             port[n++] = p;
     if (n < NODES)
         bench_die("no 3 free port pairs in 48200-48299 (+10000 for the cluster bus)");
@@ -96,28 +76,19 @@ static void start_all(char *url, size_t size)
                         "--appendonly", "no", "--dir", ndir, "--logfile", logf,
                         "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                         NULL};
-        pid_t pid = fork();
-        if (pid < 0)
-            bench_die("fork: %s", strerror(errno));
-        if (pid == 0) {
-            sigset_t all;
-            sigfillset(&all);
-            sigprocmask(SIG_UNBLOCK, &all, NULL);
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            execvp(argv[0], argv);
-            _exit(127);
-        }
-        pids[nprocs++] = pid;
+        bench_spawn(pids, &nprocs, argv);
     }
     for (int i = 0; i < NODES; i++) {
-        int k = 0;
-        for (redisContext *c; k < 500; k++, pause_ms(10)) {
-            c = redisConnect("127.0.0.1", port[i]);
-            int up = c && !c->err;
+        int up = 0;
+        for (int k = 0; k < 1500 && !up; k++) {
+            redisContext *c = redisConnect("127.0.0.1", port[i]);
+            up = c != NULL && !c->err;
             redisFree(c);
-            if (up)
-                break;
+            if (!up)
+                pause_ms(10);
         }
+        if (!up)
+            bench_die("redis-server on port %d did not start (see %s)", port[i], dir);
     }
     len = (size_t)snprintf(cmd, sizeof cmd, "redis-cli --cluster create");
     for (int i = 0; i < NODES; i++)
@@ -134,24 +105,6 @@ static void start_all(char *url, size_t size)
     }
     snprintf(url, size, "redis-cluster://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", port[0],
              port[1], port[2]);
-}
-
-static void cycle(dlock_client *c, const char *name, bench_series *s)
-{
-    dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
-    dlock_lock *l = NULL;
-    o.wait_ms = 0;
-    o.lease_ms = 10000;
-    o.auto_renew = 0;
-    int64_t t0 = bench_now_ns();
-    int rc = dlock_acquire(&l, c, name, &o);
-    if (rc != DLOCK_OK)
-        bench_die("dlock_acquire: %s (%s)", dlock_strerror(rc), dlock_error_message());
-    rc = dlock_release(l);
-    if (rc != DLOCK_OK)
-        bench_die("dlock_release: %s (%s)", dlock_strerror(rc), dlock_error_message());
-    if (s)
-        bench_series_add(s, bench_now_ns() - t0);
 }
 
 /* The master serving key: asked of the first node, followed once if MOVED. */
@@ -211,20 +164,14 @@ int bench_cluster(const char *given_url, long iterations)
     for (long i = 0; i < n / 10 + 50; i++) { /* warm-up: the slot map, the scripts */
         redisReply *r = redisCommand(raw, "PING");
         freeReplyObject(r);
-        cycle(client, name, NULL);
+        bench_cycle(client, name, NULL);
     }
     for (int round = 0; round < 10; round++) {
         long per = n / 10 + (round < n % 10);
-        for (long i = 0; i < per; i++) {
-            int64_t t0 = bench_now_ns();
-            redisReply *r = redisCommand(raw, "PING");
-            if (r == NULL)
-                bench_die("PING: %s", raw->errstr);
-            freeReplyObject(r);
-            bench_series_add(&ping, bench_now_ns() - t0);
-        }
         for (long i = 0; i < per; i++)
-            cycle(client, name, &cyc);
+            bench_timed_ping(raw, &ping);
+        for (long i = 0; i < per; i++)
+            bench_cycle(client, name, &cyc);
     }
     double p50 = bench_series_us(&ping, 50), c50 = bench_series_us(&cyc, 50);
     char base[64];

@@ -107,6 +107,18 @@ static redisContext *connect_raw(test_redis *r)
     return c;
 }
 
+/* connect_raw, or exit the test naming who could not connect. */
+static redisContext *connect_must(test_redis *r, const char *who)
+{
+    redisContext *c = connect_raw(r);
+
+    if (c == NULL) {
+        fprintf(stderr, "%s: cannot connect to port %d\n", who, r->port);
+        exit(1);
+    }
+    return c;
+}
+
 static void spawn(test_redis *r)
 {
     char port[16], tls_port[16], *args[64];
@@ -345,20 +357,12 @@ void test_redis_stop(test_redis *r)
         fprintf(stderr, "could not remove %s\n", r->dir);
 }
 
-long long test_redis_cmd(test_redis *r, const char *fmt, ...)
+/* A command's reply as test_redis_cmd tells it (-1: an error or none),
+ * freed. */
+static long long reply_number(redisReply *rep)
 {
-    redisContext *c = connect_raw(r);
-    redisReply *rep;
     long long v = -1;
-    va_list ap;
 
-    if (c == NULL) {
-        fprintf(stderr, "test_redis_cmd: cannot connect to port %d\n", r->port);
-        exit(1);
-    }
-    va_start(ap, fmt);
-    rep = redisvCommand(c, fmt, ap);
-    va_end(ap);
     if (rep != NULL) {
         if (rep->type == REDIS_REPLY_INTEGER)
             v = rep->integer;
@@ -368,8 +372,29 @@ long long test_redis_cmd(test_redis *r, const char *fmt, ...)
             v = (long long)rep->elements;
         freeReplyObject(rep);
     }
-    redisFree(c);
     return v;
+}
+
+/* One command on a connection of its own to r (who: for the message when
+ * it cannot connect). */
+static redisReply *raw_vcommand(test_redis *r, const char *who, const char *fmt, va_list ap)
+{
+    redisContext *c = connect_must(r, who);
+    redisReply *rep = redisvCommand(c, fmt, ap);
+
+    redisFree(c);
+    return rep;
+}
+
+long long test_redis_cmd(test_redis *r, const char *fmt, ...)
+{
+    redisReply *rep;
+    va_list ap;
+
+    va_start(ap, fmt);
+    rep = raw_vcommand(r, "test_redis_cmd", fmt, ap);
+    va_end(ap);
+    return reply_number(rep);
 }
 
 long long test_redis_numsub(test_redis *r, const char *channel)
@@ -1190,18 +1215,12 @@ static int cluster_port(const test_cluster *c, int upto)
 
 static redisReply *cluster_raw(test_redis *r, const char *fmt, ...)
 {
-    redisContext *c = connect_raw(r);
     redisReply *rep;
     va_list ap;
 
-    if (c == NULL) {
-        fprintf(stderr, "cluster: cannot connect to port %d\n", r->port);
-        exit(1);
-    }
     va_start(ap, fmt);
-    rep = redisvCommand(c, fmt, ap);
+    rep = raw_vcommand(r, "cluster", fmt, ap);
     va_end(ap);
-    redisFree(c);
     return rep;
 }
 
@@ -1367,29 +1386,17 @@ void test_cluster_move_slot(test_cluster *c, int slot, int to, int pause_ms)
 long long test_cluster_cmd(test_cluster *c, const char *key, const char *fmt, ...)
 {
     int at = test_cluster_owner(c, test_cluster_slot(c, key));
-    redisContext *rc;
     redisReply *rep;
-    long long v = -1;
     va_list ap;
 
-    if (at < 0 || (rc = connect_raw(&c->nodes[at])) == NULL) {
-        fprintf(stderr, "test_cluster_cmd: no node for %s\n", key);
+    if (at < 0) {
+        fprintf(stderr, "test_cluster_cmd: no node serves %s\n", key);
         exit(1);
     }
     va_start(ap, fmt);
-    rep = redisvCommand(rc, fmt, ap);
+    rep = raw_vcommand(&c->nodes[at], "test_cluster_cmd", fmt, ap);
     va_end(ap);
-    if (rep != NULL) {
-        if (rep->type == REDIS_REPLY_INTEGER)
-            v = rep->integer;
-        else if (rep->type == REDIS_REPLY_STRING || rep->type == REDIS_REPLY_STATUS)
-            v = (long long)rep->len;
-        else if (rep->type == REDIS_REPLY_ARRAY)
-            v = (long long)rep->elements;
-        freeReplyObject(rep);
-    }
-    redisFree(rc);
-    return v;
+    return reply_number(rep);
 }
 
 /* ------------------------------------------------------------------------
@@ -1662,6 +1669,16 @@ long long test_server_requests(test_server *s)
         n += test_etcd_metric(&s->etcd, 0, metric);
     }
     return n;
+}
+
+void test_url_refused(const char *url, const char *needle)
+{
+    dlock_client *c = NULL;
+
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_EINVAL);
+    CHECK(c == NULL);
+    fprintf(stderr, "refused as expected: %s\n", dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), needle);
 }
 
 dlock_acquire_options test_opts(int64_t wait_ms, int64_t lease_ms, int auto_renew)

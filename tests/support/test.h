@@ -359,6 +359,10 @@ typedef struct {
                              * entry; etcd: its key and lease; plainredis: none) */
 } test_server;
 
+/* dlock_client_open(url) is DLOCK_EINVAL (before any I/O) with a message
+ * containing needle. */
+void test_url_refused(const char *url, const char *needle);
+
 /* Start a throwaway server of backend ("redis", "rediss": redis over TLS,
  * "etcd": one member, or
  * "plainredis": a redis-server served by the out-of-tree backend of
