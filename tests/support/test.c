@@ -1326,7 +1326,7 @@ static void cluster_must(redisReply *rep, const char *what)
     freeReplyObject(rep);
 }
 
-void test_cluster_migrate_keys(test_cluster *c, int slot, int to, int pause_ms)
+void test_cluster_mark_migrating(test_cluster *c, int slot, int to)
 {
     int from = test_cluster_owner(c, slot);
     char from_id[64], to_id[64];
@@ -1342,6 +1342,20 @@ void test_cluster_migrate_keys(test_cluster *c, int slot, int to, int pause_ms)
                  "SETSLOT IMPORTING");
     cluster_must(cluster_raw(&c->nodes[from], "CLUSTER SETSLOT %d MIGRATING %s", slot, to_id),
                  "SETSLOT MIGRATING");
+}
+
+void test_cluster_migrate_key(test_cluster *c, int slot, int to, const char *key)
+{
+    cluster_must(cluster_raw(&c->nodes[test_cluster_owner(c, slot)],
+                             "MIGRATE 127.0.0.1 %d %s 0 5000", c->nodes[to].port, key),
+                 "MIGRATE");
+}
+
+void test_cluster_migrate_keys(test_cluster *c, int slot, int to, int pause_ms)
+{
+    int from = test_cluster_owner(c, slot);
+
+    test_cluster_mark_migrating(c, slot, to);
     test_sleep_ms(pause_ms);
     for (;;) {
         redisReply *keys = cluster_raw(&c->nodes[from], "CLUSTER GETKEYSINSLOT %d 100", slot);
@@ -1349,9 +1363,7 @@ void test_cluster_migrate_keys(test_cluster *c, int slot, int to, int pause_ms)
         for (size_t i = 0; i < n; i++) {
             /* One key at a time: the others of the slot wait meanwhile,
              * as with a reshard's batches. */
-            cluster_must(cluster_raw(&c->nodes[from], "MIGRATE 127.0.0.1 %d %s 0 5000",
-                                     c->nodes[to].port, keys->element[i]->str),
-                         "MIGRATE");
+            test_cluster_migrate_key(c, slot, to, keys->element[i]->str);
             test_sleep_ms(pause_ms / 4);
         }
         if (keys != NULL)

@@ -324,6 +324,10 @@ void test_cluster_move_slot(test_cluster *c, int slot, int to, int pause_ms);
  * owner and move its keys (the slot stays half migrated: its owner answers
  * ASK); then give the slot to to on every node. */
 void test_cluster_migrate_keys(test_cluster *c, int slot, int to, int pause_ms);
+/* Its steps: mark the slot importing on to and migrating on its owner;
+ * MIGRATE one key of it to to. */
+void test_cluster_mark_migrating(test_cluster *c, int slot, int to);
+void test_cluster_migrate_key(test_cluster *c, int slot, int to, const char *key);
 void test_cluster_finish_slot(test_cluster *c, int slot, int to);
 /* Run a command on the node serving key's slot (as test_redis_cmd). */
 long long test_cluster_cmd(test_cluster *c, const char *key, const char *fmt, ...);

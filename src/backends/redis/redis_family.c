@@ -115,13 +115,49 @@ static int misuse(const dlock_request *req, long long why)
     }
 }
 
+/*
+ * On a cluster, the keys an acquire script derives from the base key (its
+ * fence counter, holds, queue, readers...) are declared too, after the
+ * script's own KEYS (which it reads by index, so it ignores them). Redis
+ * routes by declared keys only: while the slot migrates, a script whose
+ * derived key had already gone would fail on the old master ("attempted to
+ * access a non local key"), or, for a key not there yet, write it where the
+ * migration has passed. Declared, every key must be on the master that runs
+ * it (else ASK or TRYAGAIN, which the router follows and waits out), so a
+ * script never sees half of a lock's state (docs/redis-cluster.md).
+ * Returns how many keys were added to a (0 on a single server).
+ */
+#define STATE_MAX 5
+static int declare_state(redis_backend *be, int kind, const char *name,
+                         key_buf state[STATE_MAX], args *a)
+{
+    static const char *const excl[] = {":fence", ":holds", ":leader", ":queue", ":queue-exp",
+                                       NULL};
+    static const char *const rw[] = {":fence", ":holds", ":reader-fences", ":readers",
+                                     ":writer-wait", NULL};
+    static const char *const sem[] = {":fence", ":permits", ":sem", ":sem-fences", NULL};
+    const char *const *suffixes = kind == DLOCK_KIND_READ || kind == DLOCK_KIND_WRITE ? rw
+                                  : kind == DLOCK_KIND_SEMAPHORE                     ? sem
+                                                                                     : excl;
+    int n = 0;
+
+    if (!be->cmd[0].is_cluster)
+        return 0;
+    for (; suffixes[n] != NULL && n < STATE_MAX; n++) {
+        dlock__redis_key(&state[n], be, name, suffixes[n]);
+        arg_key(a, &state[n]);
+    }
+    return n;
+}
+
 int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *watch_arg,
                                 uint64_t *fence, int64_t *retry_ms)
 {
     redis_backend *be = arg_be;
     dlock__redis_watch *watch = watch_arg;
     const dlock__redis_script *script;
-    key_buf base, floor, registry, leader;
+    key_buf base, floor, registry, leader, state[STATE_MAX];
+    int nkeys;
     const char *mode = watch != NULL ? "wait" : "try";
     /* A waiter's place in a fair queue, or its writer marker, is its
      * watch's id: a release publishes it to wake that waiter alone. */
@@ -141,6 +177,7 @@ int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *wa
     arg_key(&a, &base);
     arg_key(&a, &floor);
     arg_key(&a, &registry);
+    nkeys = 3 + declare_state(be, req->kind, req->name, state, &a);
     switch (req->kind) {
     case DLOCK_KIND_MUTEX:
     case DLOCK_KIND_FAIR:
@@ -187,7 +224,8 @@ int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *wa
      * never comes. */
     if (watch != NULL && (req->kind == DLOCK_KIND_FAIR || req->kind == DLOCK_KIND_WRITE))
         watch->leave = 1;
-    if ((rc = dlock__redis_cmd_script(be, script, &r, 3, a.argc, a.argv, a.lens)) != DLOCK_OK)
+    if ((rc = dlock__redis_cmd_script(be, script, &r, nkeys, a.argc, a.argv, a.lens)) !=
+        DLOCK_OK)
         return rc;
     if ((rc = pair_reply(be, r, script->name, &status, &value)) != DLOCK_OK)
         return rc;
@@ -514,8 +552,11 @@ int dlock__redis_multi_acquire(void *arg_be, const dlock_request *reqs, size_t n
                                uint64_t *fences, dlock_acquire_result *out)
 {
     redis_backend *be = arg_be;
-    key_buf *keys = malloc((n + 2) * sizeof(*keys));
-    size_t argc = 2 * n + 4;
+    /* The locks, the floor and registry, and on a cluster the locks' fence
+     * counters (declared: see declare_state). */
+    size_t nkeys = n + 2 + (be->cmd[0].is_cluster ? n : 0);
+    key_buf *keys = malloc(nkeys * sizeof(*keys));
+    size_t argc = nkeys + n + 2;
     const char **argv = malloc(argc * sizeof(*argv));
     size_t *lens = malloc(argc * sizeof(*lens));
     char lease[24];
@@ -538,20 +579,21 @@ int dlock__redis_multi_acquire(void *arg_be, const dlock_request *reqs, size_t n
                              be->cmd[0].url->scheme, reqs[0].name, reqs[i].name);
             goto done;
         }
-        argv[i] = keys[i].buf, lens[i] = keys[i].len;
-        argv[n + 2 + i] = reqs[i].token, lens[n + 2 + i] = strlen(reqs[i].token);
+        if (nkeys > n + 2)
+            dlock__redis_key(&keys[n + 2 + i], be, reqs[i].name, ":fence");
+        argv[nkeys + i] = reqs[i].token, lens[nkeys + i] = strlen(reqs[i].token);
     }
     /* One slot for all (dlock__redis_multi_atomic): the first name's. */
     dlock__redis_fence_keys(&keys[n], &keys[n + 1], be, reqs[0].name);
-    argv[n] = keys[n].buf, lens[n] = keys[n].len;
-    argv[n + 1] = keys[n + 1].buf, lens[n + 1] = keys[n + 1].len;
+    for (size_t i = 0; i < nkeys; i++)
+        argv[i] = keys[i].buf, lens[i] = keys[i].len;
     snprintf(lease, sizeof(lease), "%lld", (long long)reqs[0].lease_ms);
-    argv[2 * n + 2] = lease, lens[2 * n + 2] = strlen(lease);
+    argv[nkeys + n] = lease, lens[nkeys + n] = strlen(lease);
     /* Every part has the same record (dlock__lock_new of the same options,
      * the same process). */
-    argv[2 * n + 3] = reqs[0].holder != NULL ? reqs[0].holder : "";
-    lens[2 * n + 3] = strlen(argv[2 * n + 3]);
-    rc = dlock__redis_cmd_script(be, &dlock__redis_script_multi_acquire, &r, (int)n + 2,
+    argv[nkeys + n + 1] = reqs[0].holder != NULL ? reqs[0].holder : "";
+    lens[nkeys + n + 1] = strlen(argv[nkeys + n + 1]);
+    rc = dlock__redis_cmd_script(be, &dlock__redis_script_multi_acquire, &r, (int)nkeys,
                                  (int)argc, argv, lens);
     if (rc != DLOCK_OK)
         goto done;

@@ -66,8 +66,8 @@ void dlock__redis_cmd_give(dlock__redis_be *be, dlock__redis_conn *conn);
 
 /* A script's keys then arguments, as the script calls take them. */
 typedef struct {
-    const char *argv[16];
-    size_t lens[16];
+    const char *argv[24];
+    size_t lens[24];
     char nums[4][24];
     int argc, nnums;
 } dlock__redis_args;

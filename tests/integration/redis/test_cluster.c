@@ -337,8 +337,82 @@ static void ask_while_migrating(void)
     test_cluster_stop(&t);
 }
 
+/*
+ * A slot half migrated in the worst order: a held fair lock's queue has
+ * gone to the new master, its base key, fence counter, floor and registry
+ * not yet. A waiter's try must not run on the old master then (Redis 7
+ * stops the script there with "non local key", an error the router cannot
+ * wait out). Its acquire script declares every key it touches, so Redis
+ * answers TRYAGAIN, the router retries until the call's timeout, and
+ * nothing is left on the old master. Once the slot is over, the waiter
+ * gets the lock after the holder's release, with a greater fence.
+ */
+static void partial_migration(void)
+{
+    test_cluster t;
+    dlock_client *c, *w;
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_lock *h, *h2, *wl = NULL;
+    dlock_acquire_options o = test_opts(0, 30000, 0);
+    char floor_key[64];
+    int slot, from, to, rc;
+    uint64_t f1;
+
+    test_cluster_start(&t, NULL);
+    c = open_client(&t);
+    co.command_timeout_ms = 500;
+    CHECK_RC(dlock_client_open(&w, t.url, &co), DLOCK_OK);
+    o.kind = DLOCK_KIND_FAIR;
+    CHECK_RC(dlock_acquire(&h, c, "pm", &o), DLOCK_OK);
+    f1 = dlock_lock_fence(h);
+    /* A second waiter, queued: the queue exists. */
+    o.wait_ms = 200;
+    CHECK_RC(dlock_acquire(&h2, c, "pm", &o), DLOCK_ETIMEOUT);
+    slot = test_cluster_slot(&t, "dlock:{pm}");
+    from = test_cluster_owner(&t, slot);
+    to = (from + 1) % TEST_CLUSTER_NODES;
+    /* A floor in the slot (0: no counter retired yet), so that every key
+     * the script names itself exists on the old master. */
+    for (unsigned n = 0;; n++) {
+        snprintf(floor_key, sizeof(floor_key), "dlock:{fence:%u}fence-floor", n);
+        if (test_cluster_slot(&t, floor_key) == slot)
+            break;
+    }
+    CHECK(test_cluster_cmd(&t, "dlock:{pm}", "SET %s 0", floor_key) == 2);
+    if (test_redis_cmd(&t.nodes[from], "EXISTS dlock:{pm}:queue") == 1) {
+        test_cluster_mark_migrating(&t, slot, to);
+        test_cluster_migrate_key(&t, slot, to, "dlock:{pm}:queue");
+        if (test_redis_cmd(&t.nodes[from], "EXISTS dlock:{pm}:queue-exp") == 1)
+            test_cluster_migrate_key(&t, slot, to, "dlock:{pm}:queue-exp");
+    } else {
+        /* (The queue expired already: a slow machine.) */
+        test_cluster_mark_migrating(&t, slot, to);
+    }
+    o.wait_ms = 300;
+    rc = dlock_acquire(&wl, w, "pm", &o);
+    fprintf(stderr, "waiter's try in the half-migrated slot: %s (%s)\n", dlock_strerror(rc),
+            dlock_error_message());
+    CHECK(rc != DLOCK_OK);
+    CHECK_CONTAINS(dlock_error_message(), "TRYAGAIN");
+    /* Nothing new on the old master: its keys all still migrate. */
+    CHECK(test_redis_cmd(&t.nodes[from], "EXISTS dlock:{pm}:queue") != 1);
+    test_cluster_migrate_keys(&t, slot, to, 0);
+    test_cluster_finish_slot(&t, slot, to);
+    o.wait_ms = 0;
+    CHECK_RC(dlock_acquire(&wl, w, "pm", &o), DLOCK_EBUSY);
+    CHECK_RC(dlock_release(h), DLOCK_OK);
+    o.wait_ms = 60000;
+    CHECK_RC(dlock_acquire(&wl, w, "pm", &o), DLOCK_OK);
+    CHECK(dlock_lock_fence(wl) > f1);
+    CHECK_RC(dlock_release(wl), DLOCK_OK);
+    dlock_client_free(c);
+    dlock_client_free(w);
+    test_cluster_stop(&t);
+}
+
 TEST_MAIN({"url_errors", url_errors, NULL}, {"no_node", no_node, NULL},
           {"one_slot_per_lock", one_slot_per_lock, NULL}, {"multi_slots", multi_slots, NULL},
           {"renew_across_masters", renew_across_masters, "watchdog"},
           {"slot_moved_while_held", slot_moved_while_held, "watchdog"},
-          {"ask_while_migrating", ask_while_migrating, NULL})
+          {"ask_while_migrating", ask_while_migrating, NULL},
+          {"partial_migration", partial_migration, NULL})
