@@ -4,6 +4,7 @@
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <stdarg.h>
@@ -1194,6 +1195,24 @@ static int port_free(int port)
     return ok;
 }
 
+/* Claim port among this machine's test processes: an flock on a file of
+ * its own, held until this process exits (parallel tests would otherwise
+ * see the same port free and race to start on it). */
+static int port_claim(int port)
+{
+    char path[64];
+    int fd;
+
+    snprintf(path, sizeof(path), "/tmp/dlock-test-port-%d.lock", port);
+    if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0)
+        return 0;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        close(fd);
+        return 0;
+    }
+    return 1; /* fd stays open: the claim lasts as long as the process */
+}
+
 /* A port of 48200-48299 whose cluster bus port (+10000) is free too,
  * from a random start (parallel tests), skipping taken ones. */
 static int cluster_port(const test_cluster *c, int upto)
@@ -1206,7 +1225,7 @@ static int cluster_port(const test_cluster *c, int upto)
         int port = 48200 + (start + i) % 100, mine = 0;
         for (int j = 0; j < upto; j++)
             mine = mine || c->nodes[j].port == port;
-        if (!mine && port_free(port) && port_free(port + 10000))
+        if (!mine && port_free(port) && port_free(port + 10000) && port_claim(port))
             return port;
     }
     fprintf(stderr, "test_cluster_start: no free port pair in 48200-48299 (+10000)\n");
