@@ -198,6 +198,14 @@ int bench_sentinel(const char *url, long iterations);
 int bench_cluster(const char *url, long iterations);
 
 /* ------------------------------------------------------------------------
+ * postgres.c: dlock-bench --postgres
+ * ---------------------------------------------------------------------- */
+
+/* The lease-mode cycle beside the raw `SELECT 1` round trip, and the ratio.
+ * url: postgres://... (required). Returns the exit status. */
+int bench_postgres(const char *url, long iterations);
+
+/* ------------------------------------------------------------------------
  * main.c: the table
  * ---------------------------------------------------------------------- */
 

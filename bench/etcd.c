@@ -3,7 +3,10 @@
  * dlock-bench --etcd: what a dlock call costs on etcd, beside the raw round
  * trip of a /v3/kv/range (a linearizable read) and of a /v3/kv/put (a raft
  * write) through the same kind of connection dlock uses (libcurl, keep-alive),
- * measured in the same run, interleaved.
+ * measured in the same run, interleaved. Then python-etcd3's Lock (a Python
+ * library over gRPC: bench/etcd3_lock.py, Debian's python3-etcd3) on the
+ * same etcd, for the cycle and the hand-off, with the ratios to dlock's and
+ * to the raw put.
  *
  * Without --url it starts a throwaway single-member etcd from PATH on free
  * loopback ports, with its data in a mkdtemp directory (on disk: every write
@@ -300,6 +303,40 @@ static void reqs_print(const char *label, const reqs *a, const reqs *b, long uni
            (b->keepalive - a->keepalive) / u, (b->watch - a->watch) / u);
 }
 
+/* ---- python-etcd3 --------------------------------------------------------- */
+
+/* Run etcd3_lock.py on the etcd at base_url: its cycle and hand-off p50 and
+ * p99 in microseconds (v[4]), or 0 with why. */
+static int python_etcd3(long cycles, long handoffs, double v[4], char *why, size_t why_size)
+{
+    char cmd[1024], line[256], host[128];
+    int port = 0, rc;
+    FILE *p;
+
+    if (sscanf(base_url, "http://%127[^:]:%d", host, &port) != 2) {
+        snprintf(why, why_size, "cannot read host:port from %s", base_url);
+        return 0;
+    }
+    /* Debian's python3, where python3-etcd3 is, whatever PATH says. */
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s' %d %ld %ld 2>&1",
+             DLOCK_BENCH_ETCD3_SCRIPT, host, port, cycles, handoffs);
+    if ((p = popen(cmd, "r")) == NULL) {
+        snprintf(why, why_size, "popen: %s", strerror(errno));
+        return 0;
+    }
+    why[0] = 0;
+    while (fgets(line, sizeof line, p) != NULL)
+        if (sscanf(line, "%lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3]) != 4 && why[0] == 0)
+            snprintf(why, why_size, "%.*s", (int)strcspn(line, "\n"), line);
+    rc = pclose(p);
+    if (rc != 0 || v[0] <= 0) {
+        if (why[0] == 0)
+            snprintf(why, why_size, "etcd3_lock.py failed (is python3-etcd3 installed?)");
+        return 0;
+    }
+    return 1;
+}
+
 /* ---- measurements ---------------------------------------------------------- */
 
 static void cycle(dlock_client *c, const char *name, int auto_renew, bench_series *s)
@@ -367,7 +404,9 @@ int bench_etcd(const char *given_url, long iterations)
     CURL *h;
     bench_waiter w;
     pthread_t tb;
-    int own = given_url == NULL;
+    int own = given_url == NULL, py_ok;
+    double py[4] = {0, 0, 0, 0};
+    char why[256];
 
     curl_global_init(CURL_GLOBAL_DEFAULT);
     if (own) {
@@ -461,6 +500,7 @@ int bench_etcd(const char *given_url, long iterations)
     }
     pthread_join(tb, NULL);
     reqs_take(&r2);
+    py_ok = python_etcd3(n, handoffs, py, why, sizeof why);
 
     {
         double r50 = bench_series_us(&range, 50), p50 = bench_series_us(&put, 50);
@@ -478,6 +518,17 @@ int bench_etcd(const char *given_url, long iterations)
         }
         printf("%-38s %9.1f %9.1f  %6.2f   (%.2f x put)\n", "hand-off release -> next holder",
                bench_series_us(&hand, 50), bench_series_us(&hand, 99), bench_series_us(&hand, 50) / r50, bench_series_us(&hand, 50) / p50);
+        if (py_ok) {
+            double c0 = bench_series_us(&cyc[0], 50), h50 = bench_series_us(&hand, 50);
+            printf("%-38s %9.1f %9.1f  %6.2f   (%.2f x put)\n", "python-etcd3 Lock cycle", py[0], py[1],
+                   py[0] / r50, py[0] / p50);
+            printf("%-38s %9.1f %9.1f  %6.2f   (%.2f x put)\n", "python-etcd3 Lock hand-off", py[2],
+                   py[3], py[2] / r50, py[2] / p50);
+            printf("\ndlock / python-etcd3 (p50): cycle (auto_renew=0) %.2fx, hand-off %.2fx "
+                   "(the goal: at most 0.6x)\n", c0 / py[0], h50 / py[2]);
+        } else {
+            printf("\npython-etcd3: not measured: %s\n", why);
+        }
         printf("\netcd requests per unit (etcd's grpc_server_started_total):\n");
         reqs_print("per cycle:", &r0, &r1, 100);
         reqs_print("per hand-off (A and B):", &r1, &r2, handoffs + 5);

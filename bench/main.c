@@ -39,6 +39,7 @@ static bench_endpoint endpoint;
 static long iterations = 5000;
 static int pin = 1;
 static int etcd; /* --etcd: the etcd section (bench/etcd.c) instead */
+static int postgres; /* --postgres: the PostgreSQL section (bench/postgres.c) instead */
 static int redlock; /* --redlock: the Redlock section (bench/redlock.c) instead */
 static int sentinel; /* --sentinel: min_replicas's cost (bench/sentinel.c) instead */
 static int cluster;  /* --cluster: the cycle on Redis Cluster (bench/cluster.c) instead */
@@ -745,7 +746,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: dlock-bench [--url URL] [--iterations N] [--seconds S] [--no-pin] [--etcd]\n"
-            "                   [--redlock] [--sentinel] [--cluster]\n"
+            "                   [--redlock] [--sentinel] [--cluster] [--postgres]\n"
             "\n"
             "  --url URL         the Redis server to measure (default: start a throwaway\n"
             "                    redis-server from PATH on a unix socket in a 0700 folder)\n"
@@ -754,6 +755,8 @@ static void usage(FILE *f)
             "  --seconds S       length of each throughput run (default 2)\n"
             "  --no-pin          with its own server, do not pin server and client to\n"
             "                    CPUs (default: table A on two CPUs, table B on one)\n"
+            "  --postgres        measure PostgreSQL's lease mode beside SELECT 1\n"
+            "                    (--url postgres://..., required); see bench/postgres.c\n"
             "  --etcd            measure etcd instead (--url etcd://host:port, or a\n"
             "                    throwaway etcd from PATH); see bench/etcd.c\n"
             "  --sentinel        measure min_replicas=1 beside 0 on a Sentinel URL instead\n"
@@ -780,6 +783,7 @@ static void parse_args(int argc, char **argv)
                                              {"redlock", no_argument, NULL, 'r'},
                                              {"sentinel", no_argument, NULL, 'S'},
                                              {"cluster", no_argument, NULL, 'C'},
+                                             {"postgres", no_argument, NULL, 'g'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     int opt;
@@ -824,6 +828,9 @@ static void parse_args(int argc, char **argv)
             break;
         case 'S':
             sentinel = 1;
+            break;
+        case 'g':
+            postgres = 1;
             break;
         case 'h':
             usage(stdout);
@@ -1034,6 +1041,15 @@ int main(int argc, char **argv)
         return bench_sentinel(url[0] ? url : NULL, iterations);
     if (cluster)
         return bench_cluster(url[0] ? url : NULL, iterations);
+#ifdef DLOCK_BENCH_HAVE_PG
+    if (postgres)
+        return bench_postgres(url[0] ? url : NULL, iterations);
+#else
+    if (postgres) {
+        fprintf(stderr, "dlock-bench: built without libpq (apt-get install libpq-dev)\n");
+        return 69;
+    }
+#endif
 
     int own_server = url[0] == 0;
     if (own_server)

@@ -41,6 +41,21 @@ static char dir[256];
 static pid_t server_pid[NODES];
 static int nservers;
 
+/* The 1, 5 and 15 minute load averages, to print beside the figures. */
+static const char *load_average(char *buf, size_t size)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    double a = 0, b = 0, c = 0;
+
+    if (f == NULL || fscanf(f, "%lf %lf %lf", &a, &b, &c) != 3)
+        snprintf(buf, size, "unknown");
+    else
+        snprintf(buf, size, "%.2f %.2f %.2f", a, b, c);
+    if (f != NULL)
+        fclose(f);
+    return buf;
+}
+
 /* ---- the throwaway servers ------------------------------------------------ */
 
 /* In a child before exec: the bench blocks SIGTERM and friends in every
@@ -302,7 +317,7 @@ static void split_url(const char *url, char *hosts, size_t hosts_size, char *pas
 
 int bench_redlock(const char *given_url, long iterations)
 {
-    char url[2048], hosts[1024], password[256];
+    char url[2048], hosts[1024], password[256], loadavg[64];
     int port[NODES];
     long n = iterations / 2 < 200 ? 200 : iterations / 2;
     long handoffs = n / 10 < 20 ? 20 : n / 10;
@@ -355,7 +370,8 @@ int bench_redlock(const char *given_url, long iterations)
 
     printf("dlock-bench --redlock: dlock %s, %d redis-servers %s (%s)\n", dlock_version(), NODES,
            bench_redacted(url), given_url ? "given" : "started by this run, loopback TCP");
-    printf("  %ld cycles each, %ld hand-offs, lease %d ms; not pinned\n", n, handoffs, LEASE_MS);
+    printf("  %ld cycles each, %ld hand-offs, lease %d ms; not pinned; load average %s\n", n,
+           handoffs, LEASE_MS, load_average(loadavg, sizeof loadavg));
 
     bench_series ping = {0}, cyc[2] = {{0}, {0}}, hand = {0};
     for (long i = 0; i < n / 10 + 50; i++) { /* warm-up */
@@ -408,8 +424,11 @@ int bench_redlock(const char *given_url, long iterations)
         printf("node-redlock: not measured: %s\n", why);
     }
     printf("\nratios: p50 / the parallel PING's p50; the last lines dlock's cycle p50 / "
-           "node-redlock's.\n  a dlock cycle is 3 rounds over the nodes (round 1, round 2, "
-           "release), node-redlock's 2\n  (acquire, release), with no fence.\n");
+           "node-redlock's.\n  a dlock cycle is 2 rounds over the nodes when their fence marks "
+           "agree (round 1, release;\n  round 2 only when they differ), each returning once a "
+           "quorum answered; node-redlock's\n  is 2 (acquire, release), waiting for every node, "
+           "with no fence.\n  load average at the end: %s\n",
+           load_average(loadavg, sizeof loadavg));
 
     for (int i = 0; i < NODES; i++)
         redisFree(raw[i]);

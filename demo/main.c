@@ -27,8 +27,9 @@ static const char usage_text[] =
     "same job each round, the lock holder is frozen (SIGSTOP) past its lease, and the\n"
     "store counts what got paid twice. Modes: nolock, ttl, fence-per-row, fence.\n"
     "\n"
-    "  --url URL          lock server (default: a throwaway redis-server started here)\n"
-    "  --store URL        postgres://... or a SQLite file path\n"
+    "  --url URL          lock server (default: a throwaway redis-server started here),\n"
+    "  --lock URL         e.g. redis://..., etcd://..., postgres://..., mysql://... (the same option)\n"
+    "  --store URL        postgres://..., mysql://... or a SQLite file path\n"
     "                     (default: a SQLite file in a temporary folder)\n"
     "  --instances N      instance processes (default 6)\n"
     "  --orders N         new pending orders before each round (default 20)\n"
@@ -230,7 +231,9 @@ static int parse_options(demo_options *o, int argc, char **argv, int *help)
                 return usage_error("%s needs a value", name);
             val = argv[++i];
         }
-        if (strcmp(name, "--url") == 0) {
+        if (strcmp(name, "--url") == 0 || strcmp(name, "--lock") == 0) {
+            /* --lock is --url's other name: `--lock postgres://...` reads
+             * well beside `--store postgres://...`. */
             if (take_secret(&o->url, val) != 0)
                 return DEMO_EXIT_SOFTWARE;
         } else if (strcmp(name, "--store") == 0) {
@@ -502,6 +505,9 @@ static int payout(demo_options *o)
     const char *store_kind = "sqlite";
     if (o->store != NULL && (strncmp(o->store, "postgres", 8) == 0))
         store_kind = "postgres";
+    else if (o->store != NULL &&
+             (strncmp(o->store, "mysql://", 8) == 0 || strncmp(o->store, "mariadb://", 10) == 0))
+        store_kind = "mysql";
     if (o->json != NULL &&
         demo_json_write(o->json, o, store_kind, redis != NULL, results, nres, !lost) != 0 &&
         status == DEMO_EXIT_OK)

@@ -29,8 +29,23 @@ int demo_store_unsupported(const char *spec, char *err, size_t errlen)
 #endif
 }
 
+static int is_mysql(const char *spec)
+{
+    return strncmp(spec, "mysql://", 8) == 0 || strncmp(spec, "mariadb://", 10) == 0;
+}
+
 demo_store *demo_store_open(const char *spec, const char *ns, char *err, size_t errlen)
 {
+    if (is_mysql(spec)) {
+#ifdef DLOCK_DEMO_HAVE_MYSQL
+        return demo_store_mysql_open(spec, ns, err, errlen);
+#else
+        snprintf(err, errlen, "--store mysql://: MariaDB is not supported in this build "
+                 "(libmariadb was not found when it was configured; install libmariadb-dev "
+                 "and rebuild)");
+        return NULL;
+#endif
+    }
     if (is_postgres(spec)) {
 #ifdef DLOCK_DEMO_HAVE_PG
         return demo_store_pg_open(spec, ns, err, errlen);
@@ -68,6 +83,40 @@ void demo_store_set_error(demo_store *store, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(store->error, sizeof store->error, fmt, ap);
     va_end(ap);
+}
+
+const char demo_store_pending_sql[] =
+    "SELECT order_id FROM demo_payout WHERE status = 'pending' ORDER BY order_id";
+
+int demo_store_sql_summary(demo_store *store, demo_store_query_ids query, demo_store_summary *out)
+{
+    static const char *const counts[] = {
+        "SELECT count(*) FROM demo_payout",
+        "SELECT count(*) FROM demo_ledger",
+        "SELECT count(*) FROM demo_payout WHERE status = 'pending'",
+    };
+    int64_t *dst[] = {&out->orders, &out->payouts, &out->unpaid};
+
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        int64_t *v;
+        size_t n;
+        if (query(store, counts[i], &v, &n) != 0)
+            return -1;
+        if (n != 1) {
+            free(v);
+            demo_store_set_error(store, "%s: %s: no row", store->ops->kind, counts[i]);
+            return -1;
+        }
+        *dst[i] = v[0];
+        free(v);
+    }
+    if (query(store,
+              "SELECT order_id FROM demo_ledger GROUP BY order_id HAVING count(*) > 1 "
+              "ORDER BY order_id",
+              &out->doubles, &out->ndoubles) != 0)
+        return -1;
+    out->double_paid = (int64_t)out->ndoubles;
+    return 0;
 }
 
 int64_t demo_store_amount(uint64_t *rng)

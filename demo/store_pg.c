@@ -5,13 +5,12 @@
  * Each run works in a schema of its own (made by setup, dropped by
  * teardown), so runs against a shared database do not meet.
  *
- * Under READ COMMITTED a check in one statement and a write in another need
- * a row lock between them: a fenced payment reads the job's fence FOR SHARE,
- * so a newer holder's registration (an UPDATE of that row) waits for the
- * payment to commit, and the newer holder's read of the pending orders,
- * which follows its registration, sees the order paid.
+ * The job's fence lives in the fence row of examples/pg_resource.c
+ * (dlock_fence, resource 'payout'), which says why it is read FOR SHARE.
  */
 #include "store_int.h"
+
+#include "pg_resource.h" /* examples/: the fence row and its check */
 
 #include <inttypes.h>
 #include <libpq-fe.h>
@@ -90,7 +89,7 @@ static int pg_setup(demo_store *store)
     snprintf(sql, sizeof sql,
              "CREATE SCHEMA IF NOT EXISTS %s;"
              "SET search_path TO %s;"
-             "DROP TABLE IF EXISTS demo_ledger, demo_payout, demo_job;"
+             "DROP TABLE IF EXISTS demo_ledger, demo_payout, dlock_fence;"
              "CREATE TABLE demo_payout("
              "  order_id BIGSERIAL PRIMARY KEY,"
              "  round INTEGER NOT NULL,"
@@ -103,11 +102,15 @@ static int pg_setup(demo_store *store)
              "  instance INTEGER NOT NULL,"
              "  fence BIGINT NOT NULL,"
              "  amount_cents BIGINT NOT NULL);"
-             "CREATE INDEX demo_ledger_order ON demo_ledger(order_id);"
-             "CREATE TABLE demo_job(job TEXT PRIMARY KEY, fence BIGINT NOT NULL);"
-             "INSERT INTO demo_job VALUES ('payout', 0);",
+             "CREATE INDEX demo_ledger_order ON demo_ledger(order_id);",
              s->schema, s->schema);
-    return run_ok(s, sql, 0, NULL);
+    if (run_ok(s, sql, 0, NULL) != 0)
+        return -1;
+    if (pg_fence_setup(s->conn) != 0) {
+        pg_error(s, "creating dlock_fence", NULL);
+        return -1;
+    }
+    return 0;
 }
 
 static int pg_teardown(demo_store *store)
@@ -139,21 +142,6 @@ err:
     return -1;
 }
 
-static int query_int(pg_store *s, const char *sql, int64_t *out)
-{
-    PGresult *res = run(s, sql, 0, NULL);
-    if (res == NULL)
-        return -1;
-    if (PQntuples(res) != 1) {
-        demo_store_set_error(&s->base, "postgres: %s: no row", sql);
-        PQclear(res);
-        return -1;
-    }
-    *out = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-    PQclear(res);
-    return 0;
-}
-
 static int query_ids(pg_store *s, const char *sql, int64_t **ids, size_t *count)
 {
     PGresult *res = run(s, sql, 0, NULL);
@@ -177,41 +165,30 @@ static int query_ids(pg_store *s, const char *sql, int64_t **ids, size_t *count)
     return 0;
 }
 
+static int pg_ids(demo_store *store, const char *sql, int64_t **ids, size_t *count)
+{
+    return query_ids((pg_store *)store, sql, ids, count);
+}
+
 static int pg_summary(demo_store *store, demo_store_summary *out)
 {
-    pg_store *s = (pg_store *)store;
-    if (query_int(s, "SELECT count(*) FROM demo_payout", &out->orders) != 0 ||
-        query_int(s, "SELECT count(*) FROM demo_ledger", &out->payouts) != 0 ||
-        query_int(s, "SELECT count(*) FROM demo_payout WHERE status = 'pending'", &out->unpaid) ||
-        query_ids(s,
-                  "SELECT order_id FROM demo_ledger GROUP BY order_id HAVING count(*) > 1 "
-                  "ORDER BY order_id",
-                  &out->doubles, &out->ndoubles) != 0)
-        return -1;
-    out->double_paid = (int64_t)out->ndoubles;
-    return 0;
+    return demo_store_sql_summary(store, pg_ids, out);
 }
 
 static int pg_pending(demo_store *store, int64_t **ids, size_t *count)
 {
-    return query_ids((pg_store *)store,
-                     "SELECT order_id FROM demo_payout WHERE status = 'pending' ORDER BY order_id",
-                     ids, count);
+    return pg_ids(store, demo_store_pending_sql, ids, count);
 }
 
 static demo_store_result pg_register(demo_store *store, uint64_t fence)
 {
     pg_store *s = (pg_store *)store;
-    char f[24];
-    snprintf(f, sizeof f, "%" PRIu64, fence);
-    const char *p[] = {f};
-    PGresult *res =
-        run(s, "UPDATE demo_job SET fence = $1 WHERE job = 'payout' AND fence < $1", 1, p);
-    if (res == NULL)
+    int rc = pg_fence_register(s->conn, "payout", fence);
+    if (rc < 0) {
+        pg_error(s, "registering the fence", NULL);
         return STORE_ERROR;
-    long n = affected(res);
-    PQclear(res);
-    return n == 1 ? STORE_OK : STORE_REFUSED;
+    }
+    return rc == 1 ? STORE_OK : STORE_REFUSED;
 }
 
 static const char ledger_sql[] =
@@ -230,7 +207,6 @@ static demo_store_result pg_pay(demo_store *store, demo_mode mode, int64_t order
     const char *p_ledger[] = {o, in, f};
     demo_store_result result = STORE_OK;
     PGresult *res = NULL;
-    int64_t stored;
 
     if (run_ok(s, "BEGIN", 0, NULL) != 0)
         return STORE_ERROR;
@@ -252,12 +228,18 @@ static demo_store_result pg_pay(demo_store *store, demo_mode mode, int64_t order
         PQclear(res);
         break;
     case DEMO_FENCE:
-        if (query_int(s, "SELECT fence FROM demo_job WHERE job = 'payout' FOR SHARE", &stored) != 0)
-            goto err;
-        if ((uint64_t)stored != fence) {
+        switch (pg_fence_check(s->conn, "payout", fence)) {
+        case 1:
+            break;
+        case 0:
             result = STORE_REFUSED;
             break;
+        default:
+            pg_error(s, "checking the fence", NULL);
+            goto err;
         }
+        if (result == STORE_REFUSED)
+            break;
         if (run_ok(s, "UPDATE demo_payout SET status = 'paid', fence = $2 WHERE order_id = $1", 2,
                    p_of) != 0)
             goto err;

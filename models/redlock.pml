@@ -6,8 +6,9 @@
  *
  * Processes:
  *   Client(i)   one dlock client using one lock name over NODES independent
- *               Redis masters (src/backends/redlock/): acquire in two rounds,
- *               write to a fenced store while it holds, renew, release.
+ *               Redis masters (src/backends/redlock/): acquire in one round
+ *               (two when the granting nodes' values differ), write to a
+ *               fenced store while it holds, renew, release.
  *   Nodes       time, as the nodes see it: a key expires on its node's own
  *               clock, and nothing ties that clock to any other (a node's
  *               clock may run fast, stop, or jump), so a key may expire at
@@ -17,27 +18,35 @@
  *
  * The protocol (docs/redlock.md), per acquisition attempt, every request to
  * every node in any order, each run and answered, run with its reply lost,
- * or never run:
- *   round 1  SET NX PX lease on dlock:{NAME} (PEXPIRE if it holds our own
- *            token: a retry), answering the node's high-water mark
- *            dlock:{NAME}:fence. Held if a quorum granted and the time since
- *            round 1 was sent is below the lease. F = 1 + max(high-water of
- *            the nodes that granted).
- *   round 2  on the nodes that granted: high-water = max(high-water, F) if
- *            dlock:{NAME} still holds our token. The acquisition succeeds if
- *            a quorum confirmed; otherwise (and when round 1 failed) it
- *            releases on every node and fails (or tries again).
+ * or never run; and once a quorum answered yes, the client may stop
+ * waiting: the requests not run yet are late, and each runs at any later
+ * moment (its reply unread) or never, but before the next request to that
+ * node (one connection per node: the release runs after it):
+ *   round 1  SET NX PX lease on dlock:{NAME}, and in the same step raise the
+ *            node's high-water mark dlock:{NAME}:fence by one, answering the
+ *            new mark (if the key holds our own token already: PEXPIRE, and
+ *            the mark as it is). Held if a quorum granted and the time since
+ *            round 1 was sent is below the lease. F = max(the values the
+ *            granting nodes answered). If a quorum of them answered F, the
+ *            acquisition succeeds with F at once (one round).
+ *   round 2  otherwise, on the nodes that granted: high-water =
+ *            max(high-water, F) if dlock:{NAME} still holds our token. The
+ *            acquisition succeeds if a quorum confirmed; otherwise (and when
+ *            round 1 failed) it releases on every node and fails (or tries
+ *            again).
  *   holding  writes to the store with F; renewals (compare-and-PEXPIRE on
  *            every node; with a quorum renewed, SET again where the key is
  *            gone); release (compare-and-delete on every node).
  *
  * Switches that must break the fence (check.sh expects a counterexample):
- *   -DNO_ROUND2  no write-back: round 1 INCRs the node's own counter when it
- *                grants, and F = the maximum over the granting nodes
- *                (= 1 + max of what they held): the per-node counter and
- *                the maximum over the majority, which is not monotonic.
+ *   -DNO_UNANIMITY  no quorum check and no round 2: F = the maximum of the
+ *                values the granting nodes answered, always in one round:
+ *                the per-node counter and the maximum over the majority,
+ *                which is not monotonic.
  *   -DFORGET     a node restarts once and forgets its high-water mark (and
  *                its key): no appendfsync always, or a disk lost.
+ * And one that does not (the full wait of the code before issue 13's speed
+ * work, to compare): -DWAIT_ALL, every request answered before deciding.
  *
  * Properties (-DPROPS=n checks property n only; the default, 0, both):
  *   (2) fences strictly increase in the order of acquisition: an acquisition
@@ -98,18 +107,20 @@ byte store_tok;        /* the holder (token) that wrote with it */
  * A key whose PX ran out on its node's clock is gone already (Nodes deletes
  * it), so "key[n] == 0" is SET NX succeeding. */
 
-/* Round 1 on node n for token t: SET NX PX (or PEXPIRE our own key), and
- * the high-water mark. Out: res, h. */
+/* Round 1 on node n for token t: SET NX PX and raise the high-water mark
+ * (or PEXPIRE our own key and leave the mark), answering the mark. Out:
+ * res, h. */
 inline round1_lua(n, t, res, h)
 {
     if
-    :: key[n] == 0 || key[n] == t ->
-        key[n] = t;    /* PX lease (or PEXPIRE) */
-#ifdef NO_ROUND2
-        hw[n]++;       /* the node's own counter, INCR on each grant */
-#endif
+    :: key[n] == 0 ->
+        key[n] = t;    /* PX lease */
+        hw[n]++;       /* in the same step */
         h = hw[n]; res = OK;
-        printf("c%d round 1 on node %d: granted, high-water %d\n", CLIENT(t), n, h)
+        printf("c%d round 1 on node %d: granted, high-water now %d\n", CLIENT(t), n, h)
+    :: key[n] == t ->  /* PEXPIRE: a retry */
+        h = hw[n]; res = OK;
+        printf("c%d round 1 on node %d: ours already, high-water %d\n", CLIENT(t), n, h)
     :: else ->
         res = BUSY;
         printf("c%d round 1 on node %d: busy (c%d's)\n", CLIENT(t), n, CLIENT(key[n]))
@@ -213,6 +224,34 @@ inline pick(n, mask)
 
 /* ---- a client ----------------------------------------------------------- */
 
+/* A late request (sent in a round the client stopped waiting for) runs on
+ * its node now, its reply unread; or it never runs (its connection
+ * closed). Client locals: late (round 1's), late2 (round 2's). */
+inline run_late()
+{
+    if
+    :: late != 0 ->
+        pick(n, late);
+        printf("c%d: round 1's late request to node %d\n", i, n);
+        SEND(round1_lua(n, t, res, h))
+    :: late2 != 0 ->
+        pick(n, late2);
+        printf("c%d: round 2's late request to node %d\n", i, n);
+        SEND(round2_lua(n, t, f, res))
+    fi;
+    n = 0; h = 0; res = 0
+}
+
+/* Before the release is sent: it runs after the late requests on each
+ * node (or they never run). */
+inline flush_late()
+{
+    do
+    :: late != 0 || late2 != 0 -> run_late()
+    :: else -> break
+    od
+}
+
 proctype Client(byte i)
 {
     byte t;            /* the owner token of the current acquisition */
@@ -220,11 +259,14 @@ proctype Client(byte i)
     byte attempt;
     byte before;       /* done_max when round 1 was sent */
     byte todo;         /* nodes not asked yet in this round */
+    byte late;         /* round 1 requests not run yet, not waited for */
+    byte late2;        /* round 2's */
     byte got;          /* nodes that granted (round 1) or confirmed (round 2) */
     byte cnt;
+    byte same;         /* granting nodes that answered f */
     byte n;
     byte h;
-    byte f;            /* the fence */
+    byte f;            /* the fence: the highest value answered */
     byte renews;
     mtype res;
 
@@ -238,12 +280,16 @@ idle:
 
 attempt_:
     attempt++;
-    atomic { before = done_max; todo = ALL; got = 0; cnt = 0; f = 0 }
+    atomic { before = done_max; todo = ALL; got = 0; cnt = 0; same = 0; f = 0 }
 
     /* round 1 */
     do
     :: todo == 0 -> break
-    :: else ->
+#ifndef WAIT_ALL
+    :: cnt >= QUORUM ->   /* decided: the rest are late */
+        atomic { late = todo; todo = 0; break }
+#endif
+    :: todo != 0 ->
         atomic {
             pick(n, todo);
             RPC(round1_lua(n, t, res, h), res);
@@ -251,7 +297,8 @@ attempt_:
             :: res == OK ->
                 got = got | (1 << n); cnt++;
                 if
-                :: h > f -> f = h
+                :: h > f -> f = h; same = 1
+                :: h == f -> same++
                 :: else
                 fi
             :: else
@@ -265,10 +312,14 @@ attempt_:
         :: true -> goto fail    /* fewer than a quorum, or elapsed >= lease:
                                  * the clients' clock is free too */
         fi;
-#ifdef NO_ROUND2
-        goto success   /* F is the maximum of the counters, as INCR'd */
+#ifdef NO_UNANIMITY
+        goto success   /* F is the maximum of the counters, as raised */
 #else
-        f++;           /* F = 1 + max(high-water of the granting nodes) */
+        if
+        :: same >= QUORUM -> goto success   /* one round: F is each mark of
+                                             * a quorum, set with our key */
+        :: else
+        fi;
         todo = got; got = 0; cnt = 0
 #endif
     }
@@ -276,7 +327,11 @@ attempt_:
     /* round 2, on the nodes that granted */
     do
     :: todo == 0 -> break
-    :: else ->
+#ifndef WAIT_ALL
+    :: cnt >= QUORUM ->
+        atomic { late2 = todo; todo = 0; break }
+#endif
+    :: todo != 0 ->
         atomic {
             pick(n, todo);
             RPC(round2_lua(n, t, f, res), res);
@@ -286,6 +341,7 @@ attempt_:
             fi;
             n = 0; res = 0
         }
+    :: atomic { late != 0 -> run_late() }
     od;
     atomic {
         if
@@ -297,8 +353,9 @@ attempt_:
 fail:
     /* release on every node, those that timed out included */
     atomic {
+        flush_late();
         printf("c%d fails, releases on every node\n", i);
-        got = 0; cnt = 0; f = 0; before = 0; release_all(t)
+        got = 0; cnt = 0; same = 0; f = 0; before = 0; release_all(t)
     }
     if
     :: attempt < ATTEMPTS -> goto attempt_   /* the retry, same token */
@@ -315,7 +372,7 @@ success:
         :: f > done_max -> done_max = f
         :: else
         fi;
-        todo = 0; got = 0; cnt = 0; before = 0; renews = 0
+        todo = 0; got = 0; cnt = 0; same = 0; before = 0; renews = 0
     }
 
 held:
@@ -332,12 +389,16 @@ held:
                 printf("c%d writes with fence %d: refused\n", i, f)
             fi
         }
-    :: /* a renewal (one step, see renew_all) */
+    :: /* a renewal (one step, see renew_all), on the watchdog's own
+        * connections: the late requests may run before or after it */
         atomic { renews < RENEWS -> renews++; renew_all(t) }
+    :: /* a late request runs on its node */
+        atomic { (late != 0 || late2 != 0) -> run_late() }
     :: /* release on every node */
         break
     od;
     atomic {
+        flush_late();
         printf("c%d releases on every node\n", i);
         f = 0; renews = 0; release_all(t)
     }

@@ -2,10 +2,12 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # The whole suite, as `make test` and CI run it:
 #   1. a plain build, every test (unit, redis, cli, demo);
-#   2. the same suite built with AddressSanitizer + UndefinedBehaviorSanitizer;
+#   2. the same suite (but the Curator interop tests) built with
+#      AddressSanitizer + UndefinedBehaviorSanitizer;
 #   3. the watchdog and waiter tests built with ThreadSanitizer.
 # Tests labelled redis start their own throwaway servers; the cli and demo
-# tests use the one this script starts on a free loopback port (DLOCK_TEST_URL).
+# tests use the one this script starts on a free loopback port (DLOCK_TEST_URL;
+# and an etcd, 3 redis-servers for Redlock and a MariaDB, each its URL).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +18,10 @@ tmp=$(mktemp -d /tmp/dlock-suite-XXXXXX)
 redis_pid=""
 redlock_pids=""
 etcd_pid=""
+zk_pid=""
+pg_ctl_bin=""
+pg_as=""
+mysql_pid=""
 cleanup() {
     # Never fail here: etcd exits 143 on SIGTERM, and under set -e the wait
     # would turn a green run into a failed one.
@@ -23,6 +29,9 @@ cleanup() {
     [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null
     for p in $redlock_pids; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
     [ -n "$etcd_pid" ] && kill "$etcd_pid" 2>/dev/null && wait "$etcd_pid" 2>/dev/null
+    [ -n "$zk_pid" ] && kill "$zk_pid" 2>/dev/null && wait "$zk_pid" 2>/dev/null
+    [ -n "$pg_ctl_bin" ] && $pg_as "$pg_ctl_bin" -D "$tmp/pg/data" -m immediate stop >/dev/null 2>&1
+    [ -n "$mysql_pid" ] && kill "$mysql_pid" 2>/dev/null && wait "$mysql_pid" 2>/dev/null
     rm -rf "$tmp"
 }
 trap cleanup EXIT INT TERM
@@ -80,6 +89,103 @@ ETCDCTL_API=3 etcdctl --endpoints="127.0.0.1:$eport" --command-timeout=1s endpoi
 export DLOCK_TEST_ETCD_URL="etcd://127.0.0.1:$eport"
 echo "== etcd for the cli tests: $DLOCK_TEST_ETCD_URL"
 
+# A standalone ZooKeeper for the cli tests run with a zk:// URL: ticks of
+# 500 ms (sessions from 1 s, as waiter_sigkill.sh asks for), sessions up to
+# 60 s, no fsync, no admin server. The classpath names the jars the server
+# needs, as tests/support/test_zk.c does: all of /usr/share/java/* slows the
+# JVM's start tenfold.
+[ -e /usr/share/java/zookeeper.jar ] || { echo "test.sh: ZooKeeper is missing (apt-get install zookeeper)" >&2; exit 1; }
+zport=$(free_port)
+mkdir -p "$tmp/zk/data"
+printf '%s\n' "tickTime=500" "dataDir=$tmp/zk/data" "clientPort=$zport" "clientPortAddress=127.0.0.1" \
+    "admin.enableServer=false" "4lw.commands.whitelist=srvr" "maxSessionTimeout=60000" \
+    "forceSync=no" >"$tmp/zk/zoo.cfg"
+printf '%s\n' "log4j.rootLogger=WARN, F" "log4j.appender.F=org.apache.log4j.FileAppender" \
+    "log4j.appender.F.File=$tmp/zk/zk.log" "log4j.appender.F.layout=org.apache.log4j.PatternLayout" \
+    >"$tmp/zk/log4j.properties"
+zcp=$tmp/zk
+for j in zookeeper zookeeper-jute slf4j-api slf4j-simple netty-handler netty-common netty-buffer \
+    netty-transport netty-resolver netty-codec netty-transport-native-epoll \
+    netty-transport-native-unix-common commons-io metrics-core snappy-java commons-cli log4j-1.2; do
+    zcp=$zcp:/usr/share/java/$j.jar
+done
+java -cp "$zcp" org.apache.zookeeper.server.ZooKeeperServerMain "$tmp/zk/zoo.cfg" >"$tmp/zk/out" 2>&1 &
+zk_pid=$!
+zk_ready() {
+    python3 - "$zport" <<'PY' 2>/dev/null
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2)
+s.sendall(b"srvr")
+sys.exit(0 if b"Zookeeper version" in s.recv(4096) else 1)
+PY
+}
+for _ in $(seq 1 600); do
+    zk_ready && break
+    sleep 0.1
+done
+zk_ready || { echo "test.sh: ZooKeeper did not start" >&2; tail -5 "$tmp/zk/out" >&2; exit 1; }
+export DLOCK_TEST_ZK_URL="zk://127.0.0.1:$zport"
+echo "== ZooKeeper for the cli tests: $DLOCK_TEST_ZK_URL"
+
+# A PostgreSQL for the cli tests run with a postgres:// URL (as
+# tests/support/test_pg.c starts one): initdb into $tmp/pg, password
+# authentication on TCP (so that a wrong password is refused: exit_codes.sh),
+# trust on its unix socket (for psql in the scripts), a free loopback port.
+# PostgreSQL refuses to run as root: as root it runs as nobody.
+pg_bindir=""
+for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+    [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ] && { pg_bindir=$d; break; }
+done
+[ -n "$pg_bindir" ] || { echo "test.sh: the PostgreSQL server is missing (apt-get install postgresql)" >&2; exit 1; }
+mkdir -p "$tmp/pg"
+if [ "$(id -u)" -eq 0 ]; then
+    chown nobody "$tmp/pg"
+    chmod 755 "$tmp" "$tmp/pg"
+    pg_as="runuser -u nobody --"
+fi
+pg_password=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+printf '%s\n' "$pg_password" >"$tmp/pg/pw"
+chmod 644 "$tmp/pg/pw"
+$pg_as "$pg_bindir/initdb" -D "$tmp/pg/data" -U dlock --pwfile="$tmp/pg/pw" \
+    --auth-local=trust --auth-host=scram-sha-256 -E UTF8 >"$tmp/pg/initdb.log" 2>&1 ||
+    { echo "test.sh: initdb failed" >&2; cat "$tmp/pg/initdb.log" >&2; exit 1; }
+rm -f "$tmp/pg/pw"
+pg_ctl_bin=$pg_bindir/pg_ctl
+for _ in 1 2 3 4 5; do
+    pgport=$(free_port)
+    $pg_as "$pg_ctl_bin" -D "$tmp/pg/data" -l "$tmp/pg/server.log" -w -t 60 \
+        -o "-c listen_addresses=127.0.0.1 -p $pgport -k $tmp/pg -c fsync=off -c synchronous_commit=off -c max_connections=300" \
+        start >/dev/null 2>&1 && break
+    pgport=""
+done
+[ -n "$pgport" ] || { echo "test.sh: postgres did not start" >&2; tail -5 "$tmp/pg/server.log" >&2; exit 1; }
+export DLOCK_TEST_POSTGRES_URL="postgres://dlock:$pg_password@127.0.0.1:$pgport/postgres"
+echo "== PostgreSQL for the cli tests: postgres://dlock:***@127.0.0.1:$pgport/postgres"
+# A MariaDB for the cli tests run with a mysql:// URL: mariadb-install-db into
+# the temp dir, mariadbd on a free port and a socket there (as root it needs
+# --user=root). The password is distinctive: env.sh looks for it where it
+# must not be.
+command -v mariadb-install-db >/dev/null || { echo "test.sh: MariaDB is missing (apt-get install mariadb-server)" >&2; exit 1; }
+mport=$(free_port)
+mysql_user=""
+[ "$(id -u)" -eq 0 ] && mysql_user=--user=root
+mariadb-install-db --no-defaults --datadir="$tmp/mysql" --auth-root-authentication-method=normal \
+    --skip-test-db $mysql_user >"$tmp/mysql-install.log" 2>&1 ||
+    { echo "test.sh: mariadb-install-db failed" >&2; tail -20 "$tmp/mysql-install.log" >&2; exit 1; }
+mariadbd --no-defaults --datadir="$tmp/mysql" --socket="$tmp/mysql.sock" --port="$mport" \
+    --bind-address=127.0.0.1 --skip-name-resolve --skip-log-bin --innodb-buffer-pool-size=32M \
+    --pid-file="$tmp/mysql.pid" --log-error="$tmp/mysql.log" --tmpdir="$tmp" $mysql_user 2>/dev/null &
+mysql_pid=$!
+for _ in $(seq 1 600); do
+    mariadb --no-defaults -S "$tmp/mysql.sock" -uroot -e 'SELECT 1' >/dev/null 2>&1 && break
+    sleep 0.1
+done
+mariadb --no-defaults -S "$tmp/mysql.sock" -uroot -e "CREATE USER 'dlock'@'%' IDENTIFIED BY 'dlock-cli-s3cret';
+    GRANT ALL ON *.* TO 'dlock'@'%'; CREATE DATABASE dlock_cli" ||
+    { echo "test.sh: MariaDB did not start" >&2; tail -20 "$tmp/mysql.log" >&2; exit 1; }
+export DLOCK_TEST_MYSQL_URL="mysql://dlock:dlock-cli-s3cret@127.0.0.1:$mport/dlock_cli"
+echo "== MariaDB for the cli tests: mysql://dlock:***@127.0.0.1:$mport/dlock_cli"
+
 run_suite() { # build-dir sanitizer ctest-args...
     local dir=$1 san=$2
     shift 2
@@ -98,6 +204,8 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:exitcode=86"
 
 run_suite build "" 
-run_suite build-asan "address,undefined"
+# The Curator interop tests run Java beside the dlock command: the plain
+# run covers them, and the sanitizers have nothing of ours to add there.
+run_suite build-asan "address,undefined" -LE interop
 run_suite build-tsan "thread" -L watchdog
 echo "== all suites passed"

@@ -105,9 +105,14 @@ static int load_from(const char *dir, const char *module, const char *scheme,
     return dlock__fail(DLOCK_EINVAL, "%s does not serve scheme '%s://'", path, scheme);
 serves:
     for (const char *const *s = b->schemes; *s != NULL; s++)
-        if (dlock__find_backend(*s) != b && (rc = dlock_backend_register(*s, b)) != DLOCK_OK)
-            /* The module stays mapped: an earlier scheme may be served. */
-            return dlock__fail(rc, "%s: %s", path, dlock_error_message());
+        if (dlock__find_backend(*s) != b && (rc = dlock_backend_register(*s, b)) != DLOCK_OK) {
+            char why[512];
+
+            /* The message buffer is the one dlock__fail writes: copy it. The
+             * module stays mapped: an earlier scheme may be served. */
+            snprintf(why, sizeof(why), "%s", dlock_error_message());
+            return dlock__fail(rc, "%s: %s", path, why);
+        }
     *out = b;
     return DLOCK_OK;
 }

@@ -6,7 +6,7 @@
  * history and the store and print one row.
  *
  *   chaos [--workers 8] [--lease MS] [--duration S] [--runs N] [--seed N]
- *         [--nemesis a,b,...] [--backend redis,etcd,redlock] [--url URL] [--keep]
+ *         [--nemesis a,b,...] [--backend redis,etcd,redlock,zk] [--url URL] [--keep]
  *         [--markdown FILE] [--self-test]
  *
  * Exit status 0 when no row failed: a row fails when two holders believed
@@ -76,6 +76,7 @@ static const char chaos_acl[] =
 typedef struct server {
     test_redis r[CHAOS_NODES_MAX]; /* redis: r[0]; redlock: one per node */
     test_etcd e;
+    test_zk z;
     int port[CHAOS_NODES_MAX]; /* each node's loopback port */
 } server;
 
@@ -206,6 +207,39 @@ static void etcd_url(char *buf, size_t size, const int *port)
     snprintf(buf, size, "etcd://127.0.0.1:%d", port[0]);
 }
 
+/* ZooKeeper: one standalone server; its transaction log is written before
+ * it answers (without fsync in the tests, but kill -9 of the JVM keeps what
+ * the kernel has), so there is no no-persistence variant. */
+static void zk_start(server *s, const char *dir, int persist)
+{
+    (void)dir;
+    (void)persist;
+    test_zk_start(&s->z, 1, NULL);
+    s->port[0] = s->z.client_port[0];
+}
+
+static void zk_kill(server *s, int node)
+{
+    test_zk_kill(&s->z, node);
+}
+
+static void zk_restart(server *s, int node)
+{
+    test_zk_restart(&s->z, node);
+}
+
+static void zk_stop(server *s)
+{
+    test_zk_stop(&s->z);
+}
+
+/* A short session (1.5 s, above the 1 s lease): a paused or killed holder's
+ * node goes soon after its lease, as on the other backends. */
+static void zk_url(char *buf, size_t size, const int *port)
+{
+    snprintf(buf, size, "zk://127.0.0.1:%d?session_timeout_ms=1500", port[0]);
+}
+
 static const backend backends[] = {
     {"redis", 400, 1, 1, redis_start, redis_kill, redis_restart, redis_stop, redis_url},
     /* etcd leases are whole seconds. */
@@ -214,6 +248,8 @@ static const backend backends[] = {
      * that is 40 ms, which an fsync on a loaded disk can exceed. */
     {"redlock", 1000, 1, REDLOCK_NODES, redlock_start, redis_kill, redis_restart, redlock_stop,
      redlock_url},
+    /* A lease must fit in the session (docs/zookeeper.md): 1 s in 1.5 s. */
+    {"zk", 1000, 0, 1, zk_start, zk_kill, zk_restart, zk_stop, zk_url},
 };
 
 /* ---- nemeses ------------------------------------------------------------ */
@@ -1263,7 +1299,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: chaos [--workers N] [--lease MS] [--duration S] [--runs N] [--seed N]\n"
-            "             [--nemesis all|a,b,...] [--backend redis,etcd,redlock] [--url URL]\n"
+            "             [--nemesis all|a,b,...] [--backend redis,etcd,redlock,zk] [--url URL]\n"
             "             [--keep] [--markdown FILE] [--self-test]\nnemeses:\n");
     for (int i = 0; i < N_COUNT; i++)
         fprintf(stderr, "  %-20s %s\n", nemeses[i].name, nemeses[i].what);

@@ -15,6 +15,21 @@ if [ "$BACKEND" = etcd ]; then
     SECRET_URL="etcd://root:$SECRET@$ETCD_HOSTPORT?insecure_auth=1"
 elif [ "$BACKEND" = redlock ]; then
     SECRET_URL="redlock://default:$SECRET@$HOSTS"
+elif [ "$BACKEND" = zk ]; then
+    # Digest auth: ZooKeeper takes any user:password (it only names who
+    # made a node), so the shared server does.
+    SECRET_URL="zk://dlock:$SECRET@$HOSTPORT"
+elif [ "$BACKEND" = postgres ]; then
+    # A role of the test's own with that password (scripts/test.sh's server
+    # checks passwords on TCP).
+    ROLE=cli_env_$$
+    pg_sql "CREATE ROLE $ROLE LOGIN SUPERUSER PASSWORD '$SECRET'" >/dev/null ||
+        { fail "cannot create role $ROLE"; finish; }
+    SECRET_URL="postgres://$ROLE:$SECRET@$HOSTPORT/postgres"
+elif [ "$BACKEND" = mysql ]; then
+    # The shared MariaDB's own password (scripts/test.sh makes it distinctive).
+    SECRET=${URL#*://*:}; SECRET=${SECRET%%@*}
+    SECRET_URL=$URL
 else
     SECRET_URL="redis://default:$SECRET@$HOSTPORT"
 fi
@@ -101,5 +116,6 @@ if grep -q 'socket:' "$WORK/fds"; then
 else
     pass "no server connection leaks into COMMAND"
 fi
+[ "$BACKEND" = postgres ] && pg_sql "DROP ROLE $ROLE" >/dev/null
 
 finish

@@ -29,11 +29,11 @@ expect 255 "--command-status-offset 128: killed by SIGTERM (143) is 255" off sh 
 expect 127 "--command-status-offset: not found stays dlock's 127" off "no-such-command-$$"
 expect 176 "--command-status-offset=100 form: COMMAND's 76 is 176" \
     "$DLOCK" --url "$URL" run --command-status-offset=100 "$N" -- sh -c 'exit 76'
-if [ "$BACKEND" = redlock ]; then
-    # Redlock offers no election: refused with a message (DLOCK_ENOTSUP).
-    expect 64 "elect on redlock:// is not supported" \
+if [ "$BACKEND" = redlock ] || [ "$BACKEND" = postgres ] || [ "$BACKEND" = mysql ]; then
+    # Redlock, PostgreSQL and MySQL offer no election: refused with a message (DLOCK_ENOTSUP).
+    expect 64 "elect on $BACKEND is not supported" \
         "$DLOCK" --url "$URL" elect --once "$N" -- true
-    grep_file 'does not implement leader election' "$WORK/err" "elect on redlock: the message says why"
+    grep_file 'does not implement leader election' "$WORK/err" "elect on $BACKEND: the message says why"
 else
     expect 205 "elect --once --command-status-offset 128: COMMAND's 77 is 205" \
         "$DLOCK" --url "$URL" elect --once --command-status-offset 128 "$N" -- sh -c 'exit 77'
@@ -72,6 +72,7 @@ grep_file "^$N: free, fence [0-9]+$" "$WORK/out" "lock released after every run"
 # Nothing listens on port 1 (Redlock: nor on 2 and 3).
 DOWN=${URL%%://*}://127.0.0.1:1
 if [ "$BACKEND" = redlock ]; then DOWN=redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3; fi
+if [ "$BACKEND" = mysql ]; then DOWN=mysql://127.0.0.1:1/$MYSQL_DB; fi
 for cmd in "run $N -- true" "status $N" "release --force $N"; do
     # shellcheck disable=SC2086 # cmd is split on purpose
     expect 69 "unreachable server: $cmd" "$DLOCK" --url "$DOWN" $cmd
@@ -87,12 +88,23 @@ if [ "$BACKEND" = etcd ]; then
     BAD_CREDENTIALS="etcd://root:secret@$ETCD_HOSTPORT?insecure_auth=1"
 elif [ "$BACKEND" = redlock ]; then
     BAD_CREDENTIALS="redlock://nosuchuser-$$:secret@$HOSTS"
+elif [ "$BACKEND" = zk ]; then
+    # ZooKeeper's digest auth refuses nobody (user:password only names who
+    # may touch a node that has an ACL): nothing to refuse here.
+    BAD_CREDENTIALS=""
+elif [ "$BACKEND" = mysql ]; then
+    BAD_CREDENTIALS="mysql://nosuchuser-$$:secret@$HOSTPORT/$MYSQL_DB"
+elif [ "$BACKEND" = postgres ]; then
+    # scripts/test.sh's PostgreSQL asks TCP clients for their password.
+    BAD_CREDENTIALS="postgres://dlock:secret@$HOSTPORT/postgres"
 else
     # The server has no such user: AUTH fails with WRONGPASS.
     BAD_CREDENTIALS="redis://nosuchuser-$$:secret@$HOSTPORT"
 fi
-expect 77 "credentials refused" "$DLOCK" --url "$BAD_CREDENTIALS" run "$N" -- true
-if grep -q secret "$WORK/err"; then fail "the password appears in the message: $(cat "$WORK/err")"; fi
+if [ -n "$BAD_CREDENTIALS" ]; then
+    expect 77 "credentials refused" "$DLOCK" --url "$BAD_CREDENTIALS" run "$N" -- true
+    if grep -q secret "$WORK/err"; then fail "the password appears in the message: $(cat "$WORK/err")"; fi
+fi
 
 if [ "$BACKEND" = etcd ]; then
     expect 77 "no credentials for a server with auth on" "$DLOCK" --url "$ETCD_URL" status "$N"
@@ -104,6 +116,21 @@ if [ "$BACKEND" = etcd ]; then
     expect 64 "a TLS option on etcd:// is refused, never clear text" \
         "$DLOCK" --url "etcd://$HOSTPORT?cacert=/dev/null" status "$N"
     expect 64 "malformed URL" "$DLOCK" --url "etcd://$HOSTPORT/notaprefix" status "$N"
+elif [ "$BACKEND" = zk ]; then
+    expect 64 "a TLS option on zk:// is refused, never clear text" \
+        "$DLOCK" --url "zk://$HOSTPORT?cacert=/dev/null" status "$N"
+    grep_file "unknown parameter 'cacert'" "$WORK/err" "a TLS option on zk://: the message names it"
+    expect 64 "session_timeout_ms out of range" "$DLOCK" --url "zk://$HOSTPORT?session_timeout_ms=5" status "$N"
+    grep_file "session_timeout_ms '5'" "$WORK/err" "session_timeout_ms out of range: the message names it"
+elif [ "$BACKEND" = mysql ]; then
+    expect 64 "malformed URL: no database" "$DLOCK" --url "mysql://$HOSTPORT" status "$N"
+    expect 64 "malformed URL: a mode there is not" "$DLOCK" --url "$URL?mode=advisory" status "$N"
+elif [ "$BACKEND" = postgres ]; then
+    expect 69 "sslmode=require to a server without TLS" \
+        "$DLOCK" --url "$URL&sslmode=require" status "$N"
+    grep_file 'SSL' "$WORK/err" "sslmode=require: the message says the server has no SSL"
+    expect 64 "an unknown URL parameter" "$DLOCK" --url "$URL&nosuchparam=1" status "$N"
+    grep_file 'nosuchparam' "$WORK/err" "an unknown parameter: the message names it"
 elif [ "$BACKEND" = redlock ]; then
     expect 64 "malformed URL" "$DLOCK" --url "redlock://$HOSTS/notadb" status "$N"
     expect 64 "an even number of nodes" "$DLOCK" --url "redlock://$HOSTS,$HOSTPORT" status "$N"

@@ -12,9 +12,10 @@ TEST=$(basename "$0" .sh)
 # The same scripts run against etcd and Redlock (tests/cli/CMakeLists.txt
 # sets DLOCK_CLI_BACKEND=etcd or redlock; scripts/test.sh exports
 # DLOCK_TEST_ETCD_URL and DLOCK_TEST_REDLOCK_URL). BACKEND is redis, etcd or
-# redlock: what a script checks where they differ.
+# redlock (or mysql: DLOCK_TEST_MYSQL_URL): what a script checks where they
+# differ.
 BACKEND=${DLOCK_CLI_BACKEND:-redis}
-case $BACKEND in redis | etcd | redlock | rediss | zk) ;; *) echo "FAIL: DLOCK_CLI_BACKEND must be redis, etcd, redlock, rediss or zk, got $BACKEND" >&2; exit 1 ;; esac
+case $BACKEND in redis | etcd | redlock | rediss | zk | postgres | mysql) ;; *) echo "FAIL: DLOCK_CLI_BACKEND must be redis, etcd, redlock, rediss, zk, postgres or mysql, got $BACKEND" >&2; exit 1 ;; esac
 # rediss: a private redis-server with TLS, started below (start_redis_tls).
 [ "$BACKEND" = rediss ] && DLOCK_TEST_URL=rediss://pending
 # zk: DLOCK_TEST_ZK_URL, or else a private ZooKeeper the script starts
@@ -24,9 +25,22 @@ if [ "$BACKEND" = zk ]; then
     DLOCK_TEST_URL=${DLOCK_TEST_ZK_URL:-zk://private}
     [ -n "${DLOCK_TEST_ZK_URL:-}" ] || ZK_PRIVATE=1
 fi
+if [ "$BACKEND" = mysql ]; then
+    # The URL has the server's password: kept out of the environment that
+    # dlock and its COMMAND inherit (env.sh looks for it there).
+    mysql_url=${DLOCK_TEST_MYSQL_URL:-}
+    unset DLOCK_TEST_URL DLOCK_TEST_MYSQL_URL
+    DLOCK_TEST_URL=$mysql_url
+    [ -n "$DLOCK_TEST_URL" ] || { echo "FAIL: DLOCK_TEST_MYSQL_URL is not set (scripts/test.sh starts a MariaDB)" >&2; exit 1; }
+fi
 if [ "$BACKEND" = etcd ]; then
     DLOCK_TEST_URL=${DLOCK_TEST_ETCD_URL:-}
     [ -n "$DLOCK_TEST_URL" ] || { echo "FAIL: DLOCK_TEST_ETCD_URL is not set (scripts/test.sh starts an etcd)" >&2; exit 1; }
+fi
+# postgres: the PostgreSQL that scripts/test.sh starts (lease mode).
+if [ "$BACKEND" = postgres ]; then
+    DLOCK_TEST_URL=${DLOCK_TEST_POSTGRES_URL:-}
+    [ -n "$DLOCK_TEST_URL" ] || { echo "FAIL: DLOCK_TEST_POSTGRES_URL is not set (scripts/test.sh starts a PostgreSQL)" >&2; exit 1; }
 fi
 if [ "$BACKEND" = redlock ]; then
     DLOCK_TEST_URL=${DLOCK_TEST_REDLOCK_URL:-}
@@ -46,8 +60,18 @@ redlock://*) HOSTS=${URL#redlock://}; HOSTS=${HOSTS%%[/?]*}; HOSTS=${HOSTS##*@};
 etcd://*) HOSTPORT=${URL#etcd://}; HOSTPORT=${HOSTPORT%%[/?,]*}; HOSTPORT=${HOSTPORT##*@} ;;
 rediss://pending) ;;
 zk://*) HOSTPORT=${URL#zk://}; HOSTPORT=${HOSTPORT%%[/?,]*}; HOSTPORT=${HOSTPORT##*@} ;;
-*) echo "FAIL $TEST: DLOCK_TEST_URL must be redis://HOST:PORT or etcd://HOST:PORT, got $URL" >&2; exit 1 ;;
+# HOSTPORT for psql (pg_sql); the URL itself is a libpq connection URI.
+postgres://* | postgresql://*) HOSTPORT=${URL#*://}; HOSTPORT=${HOSTPORT%%[/?,]*}; HOSTPORT=${HOSTPORT##*@} ;;
+# MYSQL_DB: the database the URL names.
+mysql://* | mariadb://*) HOSTPORT=${URL#*://}; HOSTPORT=${HOSTPORT%%[/?]*}; HOSTPORT=${HOSTPORT##*@}
+    MYSQL_DB=${URL#*://*/}; MYSQL_DB=${MYSQL_DB%%\?*} ;;
+*) echo "FAIL $TEST: DLOCK_TEST_URL must be redis://, etcd://, redlock://, zk://, postgres:// or mysql://, got $URL" >&2; exit 1 ;;
 esac
+# postgres: every connection of this script carries its name, so that
+# queued can tell this script's waiters from other tests' on the shared server.
+if [ "$BACKEND" = postgres ]; then
+    case $URL in *\?*) URL="$URL&application_name=cli-$TEST-$$" ;; *) URL="$URL?application_name=cli-$TEST-$$" ;; esac
+fi
 # The developer's own settings must not leak into what is tested.
 unset DLOCK_URL DLOCK_NAME DLOCK_FENCE
 
@@ -241,10 +265,15 @@ start_etcd() {
 }
 
 # start_private_server: a server of the test's own, to stop or kill: a
-# redis-server on a unix socket in $WORK, or with etcd a private member
-# (start_etcd). Sets SERVER (its pid) and SERVER_URL; it is stopped on exit
+# redis-server on a unix socket in $WORK, with etcd a private member
+# (start_etcd), with ZooKeeper a private standalone server (start_zk). Sets SERVER (its pid) and SERVER_URL; it is stopped on exit
 # with the other background processes.
 start_private_server() {
+    if [ "$BACKEND" = zk ]; then
+        start_zk
+        SERVER=$ZK_PID SERVER_URL=$ZK_URL
+        return
+    fi
     if [ "$BACKEND" = etcd ]; then
         start_etcd
         SERVER=$ETCD_PID SERVER_URL=$ETCD_URL
@@ -300,11 +329,23 @@ gone() { ! alive "$1"; }
 #     waiter but its subscription).
 #   subscribed NAME: Redis only, the subscribers to NAME's release channel.
 # Test names are plain ASCII, so NAME needs no escaping in a key.
+# zk_children NAME: ZooKeeper only, the nodes in /dlock/NAME, one a line
+# (zkCli prints "[a, b]").
+zk_children() {
+    /usr/share/zookeeper/bin/zkCli.sh -server "$HOSTPORT" ls "/dlock/$1" 2>/dev/null |
+        tail -1 | sed -n 's/^\[\(.*\)\]$/\1/p' | tr ',' '\n' | tr -d ' ' | grep .
+}
 queued() {
-    if [ "$BACKEND" = zk ]; then
-        # The nodes in /dlock/NAME but the holder's (zkCli prints "[a, b]").
-        zk_kids=$(/usr/share/zookeeper/bin/zkCli.sh -server "$HOSTPORT" ls "/dlock/$1" 2>/dev/null |
-            tail -1 | sed -n 's/^\[\(.*\)\]$/\1/p' | tr ',' '\n' | grep -c .)
+    if [ "$BACKEND" = postgres ]; then
+        # Lease mode keeps no queue: a waiter is a LISTEN session, one per
+        # waiting dlock. The waiters of this script (its application_name)
+        # but not which name they wait for: the scripts wait for one name
+        # at a time.
+        pg_sql "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'cli-$TEST-$$'
+                AND query LIKE 'LISTEN %'"
+    elif [ "$BACKEND" = zk ]; then
+        # The nodes in /dlock/NAME but the holder's.
+        zk_kids=$(zk_children "$1" | grep -c .)
         echo $((zk_kids > 0 ? zk_kids - 1 : 0))
     elif [ "$BACKEND" = etcd ]; then
         queued_keys=$(ETCDCTL_API=3 etcdctl --endpoints="$HOSTPORT" --command-timeout=5s \
@@ -314,7 +355,10 @@ queued() {
         redis-cli -h "${HOSTPORT%:*}" -p "${HOSTPORT##*:}" EXISTS "dlock:{$1}:next"
     fi
 }
+# pg_sql SQL: one value, read with psql from the test's PostgreSQL.
+pg_sql() { psql "$DLOCK_TEST_URL" -XAtq -v ON_ERROR_STOP=1 -c "$1"; }
 subscribed() {
+    [ "$BACKEND" = postgres ] && { queued "$1"; return; }
     # ZooKeeper: a waiter's node in the queue carries its watch.
     [ "$BACKEND" = zk ] && { queued "$1"; return; }
     redis-cli -h "${HOSTPORT%:*}" -p "${HOSTPORT##*:}" PUBSUB NUMSUB "dlock:{$1}:release" | sed -n 2p
@@ -323,9 +367,14 @@ queued_is() { [ "$(queued "$1")" = "$2" ]; }
 subscribed_is() { [ "$(subscribed "$1")" = "$2" ]; }
 subscribed_some() { [ "$(subscribed "$1")" -ge 1 ] 2>/dev/null; }
 
-# need_server_tools: redis-cli, or etcdctl with etcd, for queued.
+# need_server_tools: redis-cli, etcdctl with etcd, or zkCli.sh with
+# ZooKeeper, for queued.
 need_server_tools() {
-    if [ "$BACKEND" = etcd ]; then
+    if [ "$BACKEND" = postgres ]; then
+        command -v psql >/dev/null || { fail "psql is not installed (apt-get install postgresql-client)"; finish; }
+    elif [ "$BACKEND" = zk ]; then
+        [ -x /usr/share/zookeeper/bin/zkCli.sh ] || { fail "zkCli.sh is not installed (apt-get install zookeeper)"; finish; }
+    elif [ "$BACKEND" = etcd ]; then
         command -v etcdctl >/dev/null || { fail "etcdctl is not installed (apt-get install etcd-client)"; finish; }
     else
         command -v redis-cli >/dev/null || { fail "redis-cli is not installed (apt-get install redis-tools)"; finish; }

@@ -9,6 +9,11 @@
 #   - Redis: a lock the release hands to a waiter is held only for a short
 #     confirm window (min(lease, 2 s)) until that waiter confirms it, which
 #     a dead one never does.
+#   - ZooKeeper: its queue node is ephemeral and goes when its session
+#     times out: the session its lease lives in (docs/zookeeper.md), so
+#     there the dead waiter asks for a short session and a lease within it
+#     (session_timeout_ms=3000, --ttl 3s): a dead waiter costs the session
+#     timeout, which a deployment where waiters may die keeps short.
 # The live waiter asks for 30 s too: on Redis the grant that names the dead
 # waiter wakes it to look again once the confirm window is over
 # (redis_watch.c, grant), so its own lease does not bound how soon it
@@ -18,12 +23,18 @@ need_server_tools
 
 N=$(name k)
 hold "$N" holder
-"$DLOCK" --url "$URL" run --wait 60s --ttl 30s "$N" -- touch "$WORK/dead.ran" 2>"$WORK/dead.err" &
+DEAD_URL=$URL DEAD_TTL=30s
+if [ "$BACKEND" = zk ]; then DEAD_URL="$URL?session_timeout_ms=3000" DEAD_TTL=3s; fi
+"$DLOCK" --url "$DEAD_URL" run --wait 60s --ttl "$DEAD_TTL" "$N" -- touch "$WORK/dead.ran" 2>"$WORK/dead.err" &
 DEAD=$!
 BG_PIDS="$BG_PIDS $DEAD"
 within 30 queued_is "$N" 1 || fail "the waiter never queued (queued: $(queued "$N"))"
+[ "$BACKEND" = zk ] && zk_children "$N" >"$WORK/before"
 kill -KILL "$DEAD"
 wait "$DEAD" 2>/dev/null
+# PostgreSQL: the dead waiter's LISTEN session ends when the server sees
+# its connection closed; then only the live one is counted.
+[ "$BACKEND" = postgres ] && { within 30 queued_is "$N" 0 || fail "the killed waiter still LISTENs"; }
 
 "$DLOCK" --url "$URL" run --wait 60s --ttl 30s "$N" -- sh -c 'echo "$DLOCK_FENCE" > "$0"' \
     "$WORK/live.got" 2>"$WORK/live.err" &
@@ -31,8 +42,14 @@ LIVE=$!
 BG_PIDS="$BG_PIDS $LIVE"
 # The live waiter waits behind the dead one: on etcd its key is queued
 # second; on Redis the dead one's entry keeps the hand-off slot, and the
-# live one is known only by its subscription.
-if [ "$BACKEND" = etcd ]; then
+# live one is known only by its subscription. ZooKeeper: its node is second
+# in the lock's directory, behind the dead one's.
+# ZooKeeper: a node that was not there before it came (the dead one's
+# goes when its session times out, maybe before zkCli looks).
+live_queued() { zk_children "$N" | grep -qvxF -f "$WORK/before"; }
+if [ "$BACKEND" = zk ]; then
+    within 30 live_queued || fail "the live waiter never queued ($(zk_children "$N" | tr '\n' ' '))"
+elif [ "$BACKEND" = etcd ]; then
     within 30 queued_is "$N" 2 || fail "the live waiter never queued (queued: $(queued "$N"))"
 else
     within 30 subscribed_is "$N" 1 || fail "the live waiter never subscribed"

@@ -66,6 +66,15 @@ endfunction()
 
 # What every run with pauses must show: the fence mode lost nothing, the
 # ttl mode (lease, watchdog, lost-check before each write) did not.
+# expect_store(<kind>): the results say the run used that store.
+function(expect_store kind)
+  file(READ "${json}" doc)
+  string(JSON store GET "${doc}" store)
+  if(NOT store STREQUAL "${kind}")
+    message(FATAL_ERROR "expected store ${kind}, got ${store}")
+  endif()
+endfunction()
+
 function(expect_fence_safe_ttl_not min_pauses)
   expect(fence double_payouts EQUAL 0)
   expect(fence errors EQUAL 0)
@@ -199,13 +208,44 @@ elseif(CASE STREQUAL "postgres")
   endif()
   run_demo(--url "${url}" ${small} --rounds 10 --seed 7 --store "$ENV{DLOCK_DEMO_STORE}")
   expect_rc(0)
+  expect_store(postgres)
+  expect_fence_safe_ttl_not(3)
+  expect(nolock double_payouts GREATER_EQUAL 1)
+
+elseif(CASE STREQUAL "postgres_lock")
+  # PostgreSQL as the lock server (lease mode, the fence from its sequence)
+  # and as the store: one database, nothing else.
+  if("$ENV{DLOCK_DEMO_STORE}" STREQUAL "")
+    message(FATAL_ERROR "DLOCK_DEMO_STORE is not set: run this case through with_postgres.sh")
+  endif()
+  run_demo(--lock "$ENV{DLOCK_DEMO_STORE}" ${small} --rounds 10 --seed 7
+           --store "$ENV{DLOCK_DEMO_STORE}")
+  expect_rc(0)
   file(READ "${json}" doc)
-  string(JSON store GET "${doc}" store)
-  if(NOT store STREQUAL "postgres")
-    message(FATAL_ERROR "expected store postgres, got ${store}")
+  string(JSON server GET "${doc}" lock_server)
+  if(NOT server STREQUAL "url" OR NOT out MATCHES "lock server: postgresql://demo@/postgres")
+    message(FATAL_ERROR "expected the PostgreSQL as the lock server, got ${server}")
   endif()
   expect_fence_safe_ttl_not(3)
   expect(nolock double_payouts GREATER_EQUAL 1)
+  expect(fence highest_fence GREATER_EQUAL 10)
+elseif(CASE STREQUAL "mysql")
+  # MariaDB as the lock server (lease mode) and as the store: scripts/test.sh
+  # exports its URL.
+  if("$ENV{DLOCK_TEST_MYSQL_URL}" STREQUAL "")
+    message(FATAL_ERROR "DLOCK_TEST_MYSQL_URL is not set: this test needs the MariaDB that "
+                        "scripts/test.sh starts (run the suite with `make test`)")
+  endif()
+  # A longer lease than ${small}'s: every step is a round trip with a
+  # durable commit, and a holder whose lease ran out before it reached the
+  # chosen order is never frozen (fewer pauses).
+  run_demo(--lock "$ENV{DLOCK_TEST_MYSQL_URL}" --store "$ENV{DLOCK_TEST_MYSQL_URL}" ${small}
+           --ttl 400ms --rounds 10 --seed 7)
+  expect_rc(0)
+  expect_store(mysql)
+  expect_fence_safe_ttl_not(3)
+  expect(nolock double_payouts GREATER_EQUAL 1)
+  expect(fence unpaid EQUAL 0)
 
 elseif(CASE STREQUAL "usage")
   foreach(args "--instances;1" "--mode;bogus" "--ttl;0" "--pause;maybe" "--seed;-1"

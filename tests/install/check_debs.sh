@@ -50,7 +50,7 @@ hasnt dlock 'dlock-demo' "the demo"
 has dlock-demo '/usr/bin/dlock-demo$' "/usr/bin/dlock-demo"
 # Each backend module in a package of its own, so that libdlock0 and dlock
 # depend on no database library.
-for mod in zk postgres; do
+for mod in zk postgres mysql; do
     has dlock-backend-$mod "/usr/lib/[^/]+/dlock/$mod\\.so\$" "the $mod module"
     hasnt libdlock0 "/dlock/$mod\\.so\$" "the $mod module"
 done
@@ -67,12 +67,12 @@ done
 depends=$(dpkg-deb -f "$(deb dlock)" Depends)
 echo "$depends" | grep -q "libdlock0" || fail "dlock does not depend on libdlock0: $depends"
 echo "$depends" | grep -Eq 'libpq|libsqlite' && fail "dlock depends on a database library: $depends"
-for p in libdlock0 libdlock-dev dlock dlock-demo dlock-backend-zk dlock-backend-postgres; do
+for p in libdlock0 libdlock-dev dlock dlock-demo dlock-backend-zk dlock-backend-postgres dlock-backend-mysql; do
     echo "-- $(basename "$(deb "$p")"): $(dpkg -c "$(deb "$p")" | awk '$6 !~ /\/$/ { print $6 }' | grep -v '/usr/share/doc/' | tr '\n' ' ')"
 done
 # A user's program against the packages' files, unpacked into a folder
 # (not installed: the machine's /usr stays as it is).
-for p in libdlock0 libdlock-dev dlock dlock-demo dlock-backend-zk dlock-backend-postgres; do
+for p in libdlock0 libdlock-dev dlock dlock-demo dlock-backend-zk dlock-backend-postgres dlock-backend-mysql; do
     dpkg -x "$(deb "$p")" "$work/root"
 done
 sh "$src/tests/install/check_install.sh" "$src" --installed "$work/root/usr" ||

@@ -917,14 +917,50 @@ long long test_etcd_delete(test_etcd *e, const char *prefix)
     return etcd_prefix_op(e, "/v3/kv/deleterange", prefix, "", "deleted");
 }
 
-long long test_etcd_leases(test_etcd *e)
+/* Leases of dlock's etcd backend with bit 62 set are spares, granted ahead
+ * of need (etcd_spare.c): *spares counts those with no key attached, the
+ * rest are leases in use. */
+static long long etcd_leases(test_etcd *e, long long *spares)
 {
     json_t *j = etcd_post_any(e, "/v3/lease/leases", "{}");
     const json_t *l = json_object_get(j, "leases");
-    long long n = json_is_array(l) ? (long long)json_array_size(l) : 0;
+    long long n = 0;
 
+    *spares = 0;
+    for (size_t i = 0; i < json_array_size(l); i++) {
+        long long id = etcd_field(json_array_get(l, i), "ID");
+        char body[64];
+        json_t *t;
+
+        if ((id & (1LL << 62)) == 0) {
+            n++;
+            continue;
+        }
+        snprintf(body, sizeof(body), "{\"ID\":\"%lld\",\"keys\":true}", id);
+        t = etcd_post_any(e, "/v3/lease/timetolive", body);
+        if (json_array_size(json_object_get(t, "keys")) > 0)
+            n++;
+        else
+            (*spares)++;
+        json_decref(t);
+    }
     json_decref(j);
     return n;
+}
+
+long long test_etcd_leases(test_etcd *e)
+{
+    long long spares;
+
+    return etcd_leases(e, &spares);
+}
+
+long long test_etcd_spares(test_etcd *e)
+{
+    long long spares;
+
+    etcd_leases(e, &spares);
+    return spares;
 }
 
 int test_etcd_leader(test_etcd *e)
@@ -1513,9 +1549,19 @@ void test_server_start(test_server *s, const char *backend)
     } else if (backend != NULL && strncmp(backend, "postgres", 8) == 0) {
         test_pg_server_start(s, backend);
 #endif
+    } else if (backend != NULL && (strcmp(backend, "mysql") == 0 ||
+                                   strcmp(backend, "mysql-named") == 0)) {
+        s->backend = "mysql";
+        s->sql_named = strcmp(backend, "mysql-named") == 0;
+        s->conn_bound = s->sql_named;
+        test_mariadb_start(&s->mariadb);
+        snprintf(s->sql_url, sizeof(s->sql_url), "%s%s", s->mariadb.url,
+                 s->sql_named ? "?mode=named" : "");
+        s->url = s->sql_url;
+        s->short_lease_ms = 1000; /* a statement's round trip is slower than Redis' */
     } else {
         fprintf(stderr, "unknown backend '%s' (redis, rediss, redis-sentinel, plainredis, etcd, "
-                "redlock or zk)\n",
+                "redlock, zk, mysql or mysql-named)\n",
                 backend ? backend : "");
         exit(2);
     }
@@ -1551,6 +1597,11 @@ static const char *redis_prefix(const test_server *s)
     return strcmp(s->backend, "plainredis") == 0 ? "plain:" : "dlock:";
 }
 
+static int on_mysql(const test_server *s)
+{
+    return strcmp(s->backend, "mysql") == 0;
+}
+
 void test_server_stop(test_server *s)
 {
 #ifdef DLOCK_TEST_POSTGRES
@@ -1559,6 +1610,10 @@ void test_server_stop(test_server *s)
         return;
     }
 #endif
+    if (on_mysql(s)) {
+        test_mariadb_stop(&s->mariadb);
+        return;
+    }
     for (int i = 0; i < s->nnodes; i++)
         test_redis_stop(&s->nodes[i]);
     if (on_redlock(s))
@@ -1594,6 +1649,8 @@ int test_server_held(test_server *s, const char *name)
     if (s->pg != NULL)
         return test_pg_server_held(s, name);
 #endif
+    if (on_mysql(s))
+        return test_mysql_held(s, name);
     if (on_redlock(s)) {
         for (int i = 0; i < s->nnodes; i++)
             held += s->nodes[i].pid > 0 &&
@@ -1614,7 +1671,8 @@ int test_server_held(test_server *s, const char *name)
 
 void test_server_pause(test_server *s, int paused)
 {
-    int pid = on_redis(s) ? s->redis.pid : on_zk(s) ? s->zk.pid[0] : s->etcd.pid[0];
+    int pid = on_redis(s) ? s->redis.pid : on_zk(s) ? s->zk.pid[0] : on_mysql(s) ? s->mariadb.pid
+                                                                                : s->etcd.pid[0];
 
 #ifdef DLOCK_TEST_POSTGRES
     if (s->pg != NULL) {
@@ -1646,11 +1704,25 @@ long long test_server_leftovers(test_server *s, const char *name)
     if (s->pg != NULL)
         return test_pg_server_leftovers(s, name);
 #endif
+    if (on_mysql(s))
+        return test_mysql_leftovers(s, name);
     if (on_redlock(s)) {
-        /* The lock's key on every node (a waiter leaves nothing). */
-        for (int i = 0; i < s->nnodes; i++)
-            if (s->nodes[i].pid > 0)
-                n += test_redis_cmd(&s->nodes[i], "EXISTS dlock:{%s}", name);
+        /* The lock's key on every node that is up (a waiter leaves
+         * nothing). Acquire and release return once a quorum answered, so
+         * wait (a generous bound) for the others to catch up: until every
+         * node that is up has the key, or none has. */
+        for (int tries = 0; tries < 500; tries++) {
+            int up = 0;
+            n = 0;
+            for (int i = 0; i < s->nnodes; i++)
+                if (s->nodes[i].pid > 0) {
+                    up++;
+                    n += test_redis_cmd(&s->nodes[i], "EXISTS dlock:{%s}", name);
+                }
+            if (n == 0 || n == up)
+                break;
+            test_sleep_ms(10);
+        }
         return n;
     }
     if (on_zk(s)) /* the holder's node and the waiters' */
@@ -1683,6 +1755,8 @@ long long test_server_requests(test_server *s)
     if (s->pg != NULL)
         return test_pg_server_requests(s);
 #endif
+    if (on_mysql(s))
+        return test_mysql_requests(s);
     if (s->cluster != NULL) {
         for (int k = 0; k < TEST_CLUSTER_NODES; k++)
             for (size_t i = 0; i < sizeof(redis_cmds) / sizeof(redis_cmds[0]); i++)

@@ -210,7 +210,10 @@ long long test_etcd_count(test_etcd *e, const char *prefix);
 /* Delete the keys starting with prefix; returns how many. */
 long long test_etcd_delete(test_etcd *e, const char *prefix);
 /* Leases that exist now. */
+/* Leases in use (a spare lease of dlock's with a key attached included). */
 long long test_etcd_leases(test_etcd *e);
+/* dlock's spare leases (ID bit 62 set) with no key attached. */
+long long test_etcd_spares(test_etcd *e);
 /* Sum of member i's Prometheus counters whose line starts with metric, e.g.
  * "grpc_server_started_total{grpc_method=\"Txn\"". */
 long long test_etcd_metric(test_etcd *e, int member, const char *metric);
@@ -295,6 +298,30 @@ int test_sentinel_master(test_sentinel *s);
 /* SIGKILL the master and wait (up to 60 s) until every live sentinel names
  * another node; returns that node's index, or -1 after the wait. */
 int test_sentinel_failover(test_sentinel *s);
+/* ---- private MariaDB servers (test_mysql.c) ---- */
+
+typedef struct {
+    int port;       /* of 47400..47499 */
+    int pid;        /* 0 while down */
+    char dir[64];   /* data/, sock, err.log */
+    char sock[96];
+    char url[160];  /* mysql://dlock:dlockpw@127.0.0.1:PORT/dlock_test */
+} test_mariadb;
+
+/* Start mariadbd on a copy of a data directory made once (account dlock,
+ * password dlockpw, database dlock_test); exits the test with a message if
+ * MariaDB is missing. Killed at exit, also when a check fails. */
+void test_mariadb_start(test_mariadb *m);
+/* Start it again on the same port and data (after test_mariadb_kill). */
+void test_mariadb_restart(test_mariadb *m);
+/* kill -9 and reap. */
+void test_mariadb_kill(test_mariadb *m);
+/* Kill it and remove its dir. */
+void test_mariadb_stop(test_mariadb *m);
+/* Run one statement (printf-style) as root in dlock_test: the first column
+ * of the first row as an integer (-1 for NULL or no row), or the rows a
+ * statement without a result changed. */
+long long test_mariadb_query(test_mariadb *m, const char *fmt, ...);
 
 /* ---- Cluster: 3 masters on loopback (redis-cli --cluster create) ---- */
 
@@ -357,6 +384,13 @@ typedef struct {
     const char *url;
     int64_t short_lease_ms; /* the shortest lease the service keeps well */
     int dense_fences;       /* fences are 1, 2, 3 ... (Redis), not just increasing */
+    test_mariadb mariadb;   /* mysql, mysql-named */
+    int sql_named;          /* mysql-named: the URL's mode=named */
+    int conn_bound;         /* the lock lives on a connection of its own (MySQL
+                             * named mode): a renewal is a statement per lock on
+                             * it, and one that times out ends the lock at once
+                             * (the server ends it with the connection) */
+    char sql_url[200];
     struct test_pg *pg;     /* postgres, postgres-advisory (test_pg.c) */
     int waiter_leftovers;   /* what a waiting acquisition keeps on the server, as
                              * test_server_leftovers counts it (Redis: the hand-off
@@ -377,6 +411,10 @@ void test_server_stop(test_server *s);
 /* 1 if the server holds the lock name for someone now (redlock: a quorum
  * of nodes holds its key). */
 int test_server_held(test_server *s, const char *name);
+/* test_server_held, _leftovers and _requests on MariaDB (test_mysql.c). */
+int test_mysql_held(test_server *s, const char *name);
+long long test_mysql_leftovers(test_server *s, const char *name);
+long long test_mysql_requests(test_server *s);
 /* Pause the server's process (SIGSTOP; etcd: its first member; redlock:
  * every node), or let it
  * go on (SIGCONT): while paused, connections stay open and requests go
@@ -384,7 +422,9 @@ int test_server_held(test_server *s, const char *name);
 void test_server_pause(test_server *s, int paused);
 /* What the server keeps for name besides its fence counter: Redis, the lock,
  * its holder record and its hand-off entry; etcd, the keys under dlock/NAME/ (holder and
- * queued waiters) plus every lease there is. 0 once nothing is left. */
+ * queued waiters) plus every lease there is; Redlock, the nodes holding the lock's key,
+ * once every node that is up has it or none has (the slowest nodes run a request after
+ * the call returned). 0 once nothing is left. */
 long long test_server_leftovers(test_server *s, const char *name);
 /* Requests so far that take, keep or give up locks (Redis: scripts; etcd:
  * Txn, Range, DeleteRange, Put and keepalive requests; redlock: the scripts

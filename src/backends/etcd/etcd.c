@@ -17,11 +17,13 @@
  * One lease per acquisition, not one per client session as in etcd's
  * Mutex: dlock's leases, auto_renew and dlock_lock_extend are per lock, and
  * a lease shared by the client's locks would be kept alive by the renewals of
- * one lock on behalf of another whose holder stopped renewing it. The lease ID
- * is derived from the owner token and the TTL, so every call can name the key
- * and the lease of (name, owner) without keeping a table, and a retried grant
- * or put after a lost reply finds its own earlier work ("lease already
- * exists", "key exists") instead of doing it twice.
+ * one lock on behalf of another whose holder stopped renewing it. An
+ * uncontended acquire puts its key on a spare lease granted ahead of need
+ * (etcd_spare.c), so its path makes one raft write, and a release is one
+ * revoke of the lease the acquisition holds (the client keeps a table of
+ * them). Other leases have IDs derived from the owner token and the TTL, so
+ * a retried grant or put after a lost reply finds its own earlier work
+ * ("lease already exists", "key exists") instead of doing it twice.
  *
  * Connections: callers take one from the pool; the watchdog has its own; each
  * waiting acquisition has a watch stream of its own (etcd_watch.c).
@@ -33,6 +35,7 @@
 #include <string.h>
 
 #include "backends/etcd/etcd_int.h"
+#include "core/clock.h"
 #include "core/error.h"
 
 /* Key reads per renewal txn (etcd's default --max-txn-ops is 128). */
@@ -46,6 +49,7 @@ static void etcd_close(void *arg)
 
     if (be == NULL)
         return;
+    dlock__etcd_spares_free(be); /* revokes the spares: before the pool goes */
     dlock__etcd_conn_free(be->wd);
     dlock__etcd_free(be->http);
     free(be->prefix);
@@ -72,6 +76,7 @@ static int etcd_open(void **out, const dlock_url *url, const dlock_client_option
     }
     if ((rc = dlock__etcd_new(&be->http, url, opts)) != DLOCK_OK ||
         (rc = dlock__etcd_conn_new(be->http, &be->wd)) != DLOCK_OK ||
+        (rc = dlock__etcd_spares_new(be)) != DLOCK_OK ||
         (rc = dlock__etcd_connect(be->http)) != DLOCK_OK ||
         (rc = dlock__etcd_conn_get(be->http, &c)) != DLOCK_OK)
         goto err;
@@ -118,6 +123,26 @@ static int etcd_acquire(void *arg, const dlock_request *req, void *watch,
 
 /* ---- release, extend, check --------------------------------------------- */
 
+/*
+ * Release by a revoke of the lease the acquisition holds, which deletes its
+ * key with it: one raft write. "Lease not found" means the lease ran out or
+ * was revoked (a force release), and the key went with it, unless an extend
+ * whose reply was lost moved it to another lease: the delete below finds
+ * out. One answer differs from a delete's: a key deleted by hand while its
+ * lease lived (etcdctl del) is released without DLOCK_ELOST, as the
+ * revoke cannot tell; the watchdog reports such a key lost (on_lost) within
+ * a renewal period, and dlock_release then says DLOCK_ELOST.
+ */
+static int release_by_revoke(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t lease)
+{
+    int rc = dlock__etcd_lease_revoke(be, c, lease);
+
+    /* lease_revoke takes a lease already gone for done; c says which. */
+    if (rc == DLOCK_OK && c->grpc_code == DLOCK__GRPC_NOT_FOUND)
+        return DLOCK_ELOST;
+    return rc;
+}
+
 static int etcd_release(void *arg, const dlock_request *req)
 {
     dlock__etcd_be *be = arg;
@@ -126,12 +151,19 @@ static int etcd_release(void *arg, const dlock_request *req)
     dlock__etcd_keys k;
     json_t *reply = NULL;
     dlock__etcd_kv prev = {0};
-    int64_t deleted = 0;
+    int64_t deleted = 0, lease = 0, ttl = 0;
     int rc, found = 0;
 
+    dlock__etcd_held_get(be, owner, &lease, &ttl);
+    dlock__etcd_held_drop(be, owner);
     if ((rc = dlock__etcd_keys_make(&k, be, name, owner, 1)) != DLOCK_OK)
         return rc;
     if ((rc = dlock__etcd_conn_get(be->http, &c)) != DLOCK_OK) {
+        dlock__etcd_keys_free(&k);
+        return rc;
+    }
+    if (lease != 0 && (rc = release_by_revoke(be, c, lease)) != DLOCK_ELOST) {
+        dlock__etcd_conn_put(be->http, c);
         dlock__etcd_keys_free(&k);
         return rc;
     }
@@ -237,10 +269,12 @@ static int etcd_extend(void *arg, const dlock_request *req)
     dlock__etcd_conn *c;
     dlock__etcd_kv kv = {0};
     dlock__etcd_keys k;
+    int64_t held = 0, held_ttl = 0;
     int rc, alive = 0;
 
     if ((rc = dlock__etcd_keys_make(&k, be, name, owner, lease_ms)) != DLOCK_OK)
         return rc;
+    dlock__etcd_held_get(be, owner, &held, &held_ttl);
     if ((rc = dlock__etcd_conn_get(be->http, &c)) != DLOCK_OK) {
         dlock__etcd_keys_free(&k);
         return rc;
@@ -248,12 +282,19 @@ static int etcd_extend(void *arg, const dlock_request *req)
     rc = read_own_key(be, c, k.key, &kv);
     if (rc == 0) {
         rc = DLOCK_ELOST;
-    } else if (rc == 1 && kv.lease == k.lease) {
-        rc = dlock__etcd_keepalive(be, c, &k.lease, 1, &alive);
+    } else if (rc == 1 && (kv.lease == k.lease || (kv.lease == held && held_ttl == k.ttl))) {
+        /* The same TTL (a spare's of this length included): a keepalive. */
+        rc = dlock__etcd_keepalive(be, c, &kv.lease, 1, &alive);
         if (rc == DLOCK_OK && !alive)
             rc = DLOCK_ELOST;
+        if (rc == DLOCK_OK)
+            rc = dlock__etcd_held_set(be, owner, kv.lease, k.ttl);
     } else if (rc == 1) {
         rc = move_to_lease(be, c, &k, &kv);
+        /* Where the key is after a failure is not known: a release then
+         * deletes it by name. */
+        if (dlock__etcd_held_set(be, owner, rc == DLOCK_OK ? k.lease : 0, k.ttl) != DLOCK_OK)
+            rc = DLOCK_ENOMEM;
     }
     free(kv.key);
     dlock__etcd_conn_put(be->http, c);
@@ -273,8 +314,11 @@ static int etcd_renew(void *arg, dlock_renewal *items, size_t n)
 {
     dlock__etcd_be *be = arg;
     dlock__etcd_keys *keys = calloc(n, sizeof(*keys));
-    int64_t *ids = calloc(n, sizeof(*ids));
-    int *alive = calloc(n, sizeof(*alive));
+    /* The locks' leases, then the spares' (etcd_spare.c), in one request. */
+    int64_t *ids = calloc(n + DLOCK__ETCD_SPARES, sizeof(*ids));
+    int *alive = calloc(n + DLOCK__ETCD_SPARES, sizeof(*alive));
+    int64_t sent = dlock__now_ms();
+    size_t spares = 0;
     int rc = DLOCK_OK;
 
     if (keys == NULL || ids == NULL || alive == NULL) {
@@ -282,12 +326,19 @@ static int etcd_renew(void *arg, dlock_renewal *items, size_t n)
         goto done;
     }
     for (size_t i = 0; i < n && rc == DLOCK_OK; i++) {
+        int64_t held = 0, held_ttl = 0;
         rc = dlock__etcd_keys_make(&keys[i], be, items[i].req->name, items[i].req->token,
                                    items[i].req->lease_ms);
-        ids[i] = keys[i].lease;
+        /* A spare's lease (of this TTL), else the one derived from the token. */
+        dlock__etcd_held_get(be, items[i].req->token, &held, &held_ttl);
+        ids[i] = held != 0 && held_ttl == keys[i].ttl ? held : keys[i].lease;
     }
-    if (rc == DLOCK_OK)
-        rc = dlock__etcd_keepalive(be, be->wd, ids, n, alive);
+    if (rc == DLOCK_OK) {
+        spares = dlock__etcd_spares_alive(be, ids + n, DLOCK__ETCD_SPARES);
+        rc = dlock__etcd_keepalive(be, be->wd, ids, n + spares, alive);
+    }
+    for (size_t i = n; rc == DLOCK_OK && i < n + spares; i++)
+        dlock__etcd_spare_renewed(be, ids[i], alive[i] == 1, sent);
     for (size_t from = 0; from < n && rc == DLOCK_OK; from += TXN_CHUNK) {
         size_t to = from + TXN_CHUNK < n ? from + TXN_CHUNK : n;
         json_t *ops = json_array(), *reply = NULL;
@@ -315,10 +366,12 @@ static int etcd_renew(void *arg, dlock_renewal *items, size_t n)
             }
             if (found != 1 || !dlock__etcd_same_key(&kv, keys[i].key))
                 items[i].result = DLOCK_ELOST;
-            else if (kv.lease == keys[i].lease)
+            else if (kv.lease == ids[i])
                 items[i].result = alive[i] == 1 ? DLOCK_OK : DLOCK_ELOST;
             else {
                 int moved = move_to_lease(be, be->wd, &keys[i], &kv);
+                dlock__etcd_held_set(be, items[i].req->token, moved == DLOCK_OK ? keys[i].lease : 0,
+                                     keys[i].ttl);
                 if (moved == DLOCK_OK || moved == DLOCK_ELOST)
                     items[i].result = moved;
                 else

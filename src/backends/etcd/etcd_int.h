@@ -16,6 +16,8 @@
  *   etcd_wait.c   waiting between tries: the watch of the key ahead, the
  *                 observer's watch of a directory, wake-ups
  *   etcd_elect.c  leader election: the leader, and an observer's start
+ *   etcd_spare.c  spare leases granted ahead of need, and the leases the
+ *                 acquisitions hold (release is one revoke)
  */
 #ifndef DLOCK_ETCD_INT_H
 #define DLOCK_ETCD_INT_H
@@ -27,11 +29,14 @@
 #include "backends/etcd/etcd_http.h"
 #include "backends/etcd/etcd_watch.h"
 
+typedef struct dlock__etcd_spares dlock__etcd_spares;
+
 typedef struct {
     dlock__etcd *http;
     char *prefix;
     char *value;          /* what every lock key holds: the client name */
     dlock__etcd_conn *wd; /* the watchdog thread's alone */
+    dlock__etcd_spares *spares; /* etcd_spare.c */
 } dlock__etcd_be;
 
 /* ---- etcd_keys.c: names ------------------------------------------------- */
@@ -45,6 +50,9 @@ typedef struct {
     const char *value; /* what the key holds: the client name, or a leader's
                         * identity (borrowed) */
 } dlock__etcd_keys;
+
+/* Set in the IDs of spare leases (etcd_spare.c) alone. */
+#define DLOCK__ETCD_SPARE_BIT (1ULL << 62)
 
 /* The lease ID of (owner, ttl): derived, so that every call finds it. */
 int64_t dlock__etcd_lease_for(const char *owner, int64_t ttl);
@@ -84,6 +92,32 @@ int dlock__etcd_keepalive_results(dlock__etcd_be *be, const json_t *results, con
 /* Keep leases ids[0..n) alive: alive[i] 1 renewed, 0 gone. */
 int dlock__etcd_keepalive(dlock__etcd_be *be, dlock__etcd_conn *c, const int64_t *ids, size_t n,
                           int *alive);
+
+/* ---- etcd_spare.c: spare leases, held leases ----------------------------- */
+
+/* TTLs with a spare at a time per client: one uses one or two lease lengths. */
+#define DLOCK__ETCD_SPARES 4
+
+int dlock__etcd_spares_new(dlock__etcd_be *be);
+/* Stop the spare thread and revoke the spares. */
+void dlock__etcd_spares_free(dlock__etcd_be *be);
+/* 1 and *lease: a spare of ttl seconds, alive by its last confirmation.
+ * Asks the spare thread for the next one either way. */
+int dlock__etcd_spare_take(dlock__etcd_be *be, int64_t ttl, int64_t *lease);
+/* The spares' IDs (up to max) to keep alive in the watchdog's renewal,
+ * and what it found of each, sent at sent_ms. */
+size_t dlock__etcd_spares_alive(dlock__etcd_be *be, int64_t *ids, size_t max);
+void dlock__etcd_spare_renewed(dlock__etcd_be *be, int64_t lease, int alive, int64_t sent_ms);
+/* The spare taken for ttl is used up: the thread grants the next. */
+void dlock__etcd_spare_used(dlock__etcd_be *be, int64_t ttl);
+/* A spare taken but not used, confirmed alive at ok_ms: kept, or revoked. */
+void dlock__etcd_spare_return(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t ttl,
+                              int64_t lease, int64_t ok_ms);
+/* The lease the acquisition of token holds (lease 0: not known). */
+int dlock__etcd_held_set(dlock__etcd_be *be, const char *token, int64_t lease, int64_t ttl);
+/* 1 and *lease, *ttl when token's lease is in the table, else 0. */
+int dlock__etcd_held_get(dlock__etcd_be *be, const char *token, int64_t *lease, int64_t *ttl);
+void dlock__etcd_held_drop(dlock__etcd_be *be, const char *token);
 
 /* ---- etcd_queue.c and etcd_wait.c: acquiring and waiting ---------------- */
 

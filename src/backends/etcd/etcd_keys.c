@@ -51,9 +51,11 @@ static int64_t ttl_of(int64_t lease_ms)
     return s > 0 ? s : 1;
 }
 
+/* Bit 62 clear: spare leases have it set (etcd_spare.c). */
 int64_t dlock__etcd_lease_for(const char *owner, int64_t ttl)
 {
-    return positive(hex64(owner) ^ mix(hex64(owner + 16) + (uint64_t)ttl));
+    return positive((hex64(owner) ^ mix(hex64(owner + 16) + (uint64_t)ttl)) &
+                    ~DLOCK__ETCD_SPARE_BIT);
 }
 
 void dlock__etcd_keys_free(dlock__etcd_keys *k)

@@ -25,32 +25,29 @@
 
 /* ---- acquire ------------------------------------------------------------ */
 
-/*
- * Try once, for a caller that will not wait: take the lock only if the
- * directory is empty (no holder, nobody queued), so that a try never jumps
- * the queue and never leaves a key behind. The lease is granted first (the
- * put needs it) and revoked again when the lock is busy.
- */
-static int try_once(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__etcd_keys *k,
-                    uint64_t *fence, int64_t *retry_ms)
+/* The acquire txn: if the directory is empty (no holder, nobody queued),
+ * put our key on k->lease; else read the first key. */
+static json_t *acquire_txn(const dlock__etcd_keys *k)
 {
-    json_t *reply;
-    dlock__etcd_kv first;
-    int rc, found;
+    return json_pack("{s:[{s:o, s:o, s:s, s:s, s:I}], s:[{s:{s:o, s:o, s:I}}], s:[o]}", "compare",
+                     "key", dlock__etcd_str(k->dir), "range_end", dlock__etcd_str(k->dir_end),
+                     "target", "CREATE", "result", "EQUAL", "create_revision", (json_int_t)0,
+                     "success", "request_put", "key", dlock__etcd_str(k->key), "value",
+                     dlock__etcd_str(k->value), "lease", (json_int_t)k->lease, "failure",
+                     dlock__etcd_as_op(dlock__etcd_range_first(k)));
+}
 
-    if ((rc = dlock__etcd_grant(be, c, k->lease, k->ttl)) != DLOCK_OK)
-        return rc;
-    rc = dlock__etcd_be_call(
-        be, c, "/v3/kv/txn",
-        json_pack("{s:[{s:o, s:o, s:s, s:s, s:I}], s:[{s:{s:o, s:o, s:I}}], s:[o]}", "compare",
-                  "key", dlock__etcd_str(k->dir), "range_end", dlock__etcd_str(k->dir_end),
-                  "target", "CREATE", "result", "EQUAL", "create_revision", (json_int_t)0,
-                  "success", "request_put", "key", dlock__etcd_str(k->key), "value",
-                  dlock__etcd_str(k->value), "lease", (json_int_t)k->lease, "failure",
-                  dlock__etcd_as_op(dlock__etcd_range_first(k))),
-        &reply);
-    if (rc != DLOCK_OK)
-        return rc;
+/*
+ * What the acquire txn's reply (consumed) says: DLOCK_OK and *fence, or
+ * DLOCK_EBUSY with *first the holder (first->key NULL: the directory
+ * emptied between the compare and the read).
+ */
+static int acquire_reply(dlock__etcd_be *be, const dlock__etcd_keys *k, json_t *reply,
+                         uint64_t *fence, dlock__etcd_kv *first)
+{
+    int found;
+
+    memset(first, 0, sizeof(*first));
     if (json_is_true(json_object_get(reply, "succeeded"))) {
         int64_t rev = dlock__etcd_revision(reply);
         json_decref(reply);
@@ -59,24 +56,144 @@ static int try_once(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__etcd_k
         *fence = (uint64_t)rev;
         return DLOCK_OK;
     }
-    found = dlock__etcd_read_kv(be, dlock__etcd_txn_op(reply, 0, "response_range"), &first,
+    found = dlock__etcd_read_kv(be, dlock__etcd_txn_op(reply, 0, "response_range"), first,
                                 "the acquire txn");
     json_decref(reply);
     if (found < 0)
         return found;
-    if (found == 1 && dlock__etcd_same_key(&first, k->key) && first.create_revision > 0) {
+    if (found == 1 && dlock__etcd_same_key(first, k->key) && first->create_revision > 0) {
         /* Our own put, whose reply was lost before a retry. */
-        *fence = (uint64_t)first.create_revision;
-        free(first.key);
+        *fence = (uint64_t)first->create_revision;
+        free(first->key);
+        first->key = NULL;
         return DLOCK_OK;
     }
-    /* Busy (or emptied just now: found == 0, try again at once). */
-    dlock__etcd_lease_revoke(be, c, k->lease);
-    *retry_ms = 0;
-    if (found == 1)
-        dlock__etcd_lease_left(be, c, first.lease, retry_ms);
-    free(first.key);
     return DLOCK_EBUSY;
+}
+
+/* Busy: how long the holder's lease has left, for the core's sleep. */
+static int busy(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_kv *first, int64_t *retry_ms)
+{
+    *retry_ms = 0;
+    if (first->key != NULL)
+        dlock__etcd_lease_left(be, c, first->lease, retry_ms);
+    free(first->key);
+    first->key = NULL;
+    return DLOCK_EBUSY;
+}
+
+/* try_spare could not use the spare: grant a lease as before. */
+#define SPARE_GONE 1
+
+/*
+ * The acquire on a spare lease (etcd_spare.c), granted ahead of need: one
+ * round trip carrying the acquire txn, which puts our key on the spare,
+ * and a keepalive of the spare, sent at once on two connections. One raft
+ * write: a keepalive is none (etcd's leader renews a lease in memory).
+ *
+ * Why the server cannot let the key go before the client's deadline,
+ * however long ago the spare was granted: the core counts the lease from
+ * lease_from_ms, noted before this call; the keepalive is sent after that,
+ * and etcd's leader sets the lease's expiry to the time it handles the
+ * keepalive plus the lease's TTL. The spare was granted with this
+ * acquisition's TTL, ceil(lease_ms / 1000) s (etcd only ever raises a TTL,
+ * to its minimum), so the server's expiry is at least lease_from_ms +
+ * lease_ms, the client's deadline. The put and the keepalive may be handled
+ * in either order, and success needs both: the put done and the lease
+ * found alive. A lease that ran out between the two took the key with it,
+ * so the acquire falls back to a lease of its own (SPARE_GONE), as it does
+ * when the put finds the lease gone.
+ */
+static int try_spare(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__etcd_keys *k,
+                     int64_t lease, const char *owner, uint64_t *fence, int64_t *retry_ms)
+{
+    dlock__etcd_keys on_spare = *k;
+    dlock__etcd_kv first;
+    int64_t sent = dlock__now_ms();
+    json_t *txn;
+    char ka[48], *body;
+    int rc, alive = -1;
+
+    on_spare.lease = lease;
+    txn = acquire_txn(&on_spare);
+    body = txn != NULL ? json_dumps(txn, JSON_COMPACT) : NULL;
+    json_decref(txn);
+    if (body == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    snprintf(ka, sizeof(ka), "{\"ID\":\"%" PRId64 "\"}", lease);
+
+    dlock__etcd_pair p = {{"/v3/lease/keepalive", "/v3/kv/txn"}, {ka, body}, {1, 0},
+                          {NULL, NULL}, {0, 0}, {0, 0}};
+    rc = dlock__etcd_call_pair(be->http, c, &p);
+    free(body);
+    if (p.rc[0] == DLOCK_OK)
+        p.rc[0] = dlock__etcd_keepalive_results(be, p.out[0], &lease, 1, &alive);
+    json_decref(p.out[0]);
+    if (p.rc[1] == DLOCK_ESERVER && p.grpc_code[1] == DLOCK__GRPC_NOT_FOUND) {
+        /* "requested lease not found": the spare ran out unused. */
+        json_decref(p.out[1]);
+        return SPARE_GONE;
+    }
+    if (rc != DLOCK_OK || p.rc[0] != DLOCK_OK) {
+        /* The core, seeing the error, does not count the lock as held: a
+         * key the txn put on the spare goes with it now (best effort; else
+         * when it runs out, as nothing keeps it alive). */
+        if (p.rc[1] == DLOCK_OK && json_is_true(json_object_get(p.out[1], "succeeded")))
+            dlock__etcd_lease_revoke(be, c, lease);
+        json_decref(p.out[1]);
+        return rc != DLOCK_OK ? rc : p.rc[0];
+    }
+    rc = acquire_reply(be, &on_spare, p.out[1], fence, &first);
+    if (alive != 1) {
+        /* Ran out between the put and the keepalive, with our key if the
+         * put was done. */
+        free(first.key);
+        return SPARE_GONE;
+    }
+    if (rc == DLOCK_OK)
+        return dlock__etcd_held_set(be, owner, lease, k->ttl);
+    if (rc == DLOCK_EBUSY) {
+        /* Unused and just renewed: the next acquire's spare. */
+        dlock__etcd_spare_return(be, c, k->ttl, lease, sent);
+        return busy(be, c, &first, retry_ms);
+    }
+    return rc;
+}
+
+/*
+ * Try once, for a caller that will not wait: take the lock only if the
+ * directory is empty (no holder, nobody queued), so that a try never jumps
+ * the queue and never leaves a key behind. On a spare lease when there is
+ * one (try_spare); else the lease is granted first (the put needs it) and
+ * revoked again when the lock is busy.
+ */
+static int try_once(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__etcd_keys *k,
+                    const char *owner, uint64_t *fence, int64_t *retry_ms)
+{
+    dlock__etcd_kv first;
+    int64_t spare;
+    int rc;
+
+    if (dlock__etcd_spare_take(be, k->ttl, &spare)) {
+        rc = try_spare(be, c, k, spare, owner, fence, retry_ms);
+        if (rc != DLOCK_EBUSY) /* EBUSY gave it back */
+            dlock__etcd_spare_used(be, k->ttl);
+        if (rc != SPARE_GONE)
+            return rc;
+    }
+    if ((rc = dlock__etcd_grant(be, c, k->lease, k->ttl)) != DLOCK_OK)
+        return rc;
+    json_t *reply = NULL;
+    rc = dlock__etcd_be_call(be, c, "/v3/kv/txn", acquire_txn(k), &reply);
+    if (rc != DLOCK_OK)
+        return rc;
+    rc = acquire_reply(be, k, reply, fence, &first);
+    if (rc == DLOCK_OK)
+        return dlock__etcd_held_set(be, owner, k->lease, k->ttl);
+    if (rc != DLOCK_EBUSY)
+        return rc;
+    dlock__etcd_lease_revoke(be, c, k->lease);
+    return busy(be, c, &first, retry_ms);
 }
 
 /* Put our key at the end of the queue (or find it there, after a lost
@@ -355,7 +472,7 @@ int dlock__etcd_acquire_as(dlock__etcd_be *be, const char *name, const char *own
         if ((rc = dlock__etcd_keys_make(&k, be, name, owner, lease_ms)) == DLOCK_OK) {
             if (value != NULL)
                 k.value = value;
-            rc = try_once(be, c, &k, fence, retry_ms);
+            rc = try_once(be, c, &k, owner, fence, retry_ms);
         }
         dlock__etcd_keys_free(&k);
     } else {
@@ -377,6 +494,8 @@ int dlock__etcd_acquire_as(dlock__etcd_be *be, const char *name, const char *own
         }
         if (rc == DLOCK_OK)
             rc = try_queued(be, c, w, fence, retry_ms);
+        if (rc == DLOCK_OK)
+            rc = dlock__etcd_held_set(be, owner, w->hold_lease, w->hold_ttl);
     }
     dlock__etcd_conn_put(be->http, c);
     return rc;

@@ -8,12 +8,18 @@
 -- With an owner id the key holds the owner id and KEYS[1]:holds the
 -- owner's holds, handle token -> the fence recorded for it here (0 until
 -- round 2 records one).
--- Returns {1, high-water, tenure} when the key is now ours (set, or ours
--- already: a retry or a re-entry, its expiry set again), where tenure is
--- the highest fence recorded here for the owner's holds (0: none); {0, pttl,
--- 0} when another holds it; {-1, 0, 0} when the owner holds it here and
--- may not re-enter.
--- The high-water mark is only read here: round 2 (confirm.lua) raises it.
+-- Returns {1, value, tenure} when the key is now ours, {0, pttl, 0} when
+-- another holds it; {-1, 0, 0} when the owner holds it here and may not
+-- re-enter. tenure is the highest fence recorded here for the owner's holds
+-- (0: none).
+-- value: when the key was free, the high-water mark is raised by one in the
+-- same step as the SET (mark := mark + 1), and value is the new mark: a
+-- quorum replying the same value has that fence recorded while it holds our
+-- key, and round 2 is not needed (docs/redlock.md, "Acquire"). When the
+-- key is ours already (a retry with the same token, or a re-entry: its
+-- expiry set again), the mark is not raised and value is the mark as it is:
+-- only our own scripts changed it since our key was set here, so it is at
+-- least the value this node gave us then (a retry is idempotent).
 -- #include family
 local token, px, owner = ARGV[1], ARGV[2], ARGV[3]
 local hw = redis.call('GET', KEYS[2])
@@ -25,6 +31,8 @@ hw = tonumber(hw or '0')
 local value = owner ~= '' and owner or token
 local holds = KEYS[1] .. ':holds'
 if redis.call('SET', KEYS[1], value, 'NX', 'PX', px) then
+  hw = hw + 1
+  redis.call('SET', KEYS[2], hw)
   if owner ~= '' then
     redis.call('DEL', holds) -- what a forced release left
     redis.call('HSET', holds, token, 0)

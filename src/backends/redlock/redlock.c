@@ -15,12 +15,15 @@
  *                         HASH token -> fence recorded here, one per handle
  *
  * Acquire: round 1 (acquire.lua) on all nodes at once, each with the
- * per-node timeout; held if Q granted and less than the lease has passed
- * since the requests were sent. The fence F is 1 + the highest mark among
- * the granting nodes. Round 2 (confirm.lua) writes F to the granting nodes
- * while the key is still ours there; only when Q confirm is F returned. On
- * any failure the lock is released on every node but those held by another,
- * including the nodes that did not answer.
+ * per-node timeout, until Q granted or Q no longer can; held if Q granted
+ * and less than the lease has passed since the requests were sent. A node
+ * that grants raises its mark by one in the same step and replies it; the
+ * fence F is the highest value the granting nodes replied. When Q of them
+ * replied F, F is recorded on a quorum while it holds our key, and it is
+ * returned at once (one round). Otherwise round 2 (confirm.lua) writes F to
+ * the granting nodes while the key is still ours there; only when Q confirm
+ * is F returned. On any failure the lock is released on every node but
+ * those held by another, including the nodes that did not answer.
  *
  * The lease: the nodes keep the key for lease + drift (drift = lease / 100 +
  * 2 ms, or drift_ms=), the core counts lease from when the requests were sent.
@@ -175,6 +178,7 @@ static int check_url(const dlock_url *url, int *tls)
 static int redlock_open(void **out, const dlock_url *url, const dlock_client_options *opts)
 {
     redlock_backend *be;
+    answer conn[DLOCK__REDLOCK_NODES_MAX];
     size_t up = 0;
     int rc, first_rc = DLOCK_OK, tls = 0;
     char first[512] = "";
@@ -228,17 +232,19 @@ static int redlock_open(void **out, const dlock_url *url, const dlock_client_opt
             (rc = dlock__redis_watcher_new(&node->watcher, &node->url, opts)) != DLOCK_OK)
             goto err;
     }
-    /* Connect now: wrong credentials on any node, or fewer than a quorum of
-     * nodes reachable, is reported by open. */
+    /* Connect now, to every node at once: wrong credentials on any node,
+     * or fewer than a quorum of nodes reachable, is reported by open. */
+    dlock__redlock_connect(be, 0, all_nodes(be), conn);
     for (size_t i = 0; i < be->n; i++) {
-        rc = dlock__redis_conn_connect(&be->nodes[i].cmd.conn);
+        rc = conn[i].code;
         if (rc == DLOCK_OK) {
             up++;
         } else if (rc == DLOCK_EAUTH || rc == DLOCK_ENOMEM) {
+            dlock__fail(rc, "%s", conn[i].why);
             goto err;
         } else if (first_rc == DLOCK_OK) {
             first_rc = rc;
-            snprintf(first, sizeof(first), "%s", dlock_error_message());
+            snprintf(first, sizeof(first), "%s", conn[i].why);
         }
     }
     if (up < be->quorum) {
@@ -288,13 +294,53 @@ static int64_t jitter_ms(int64_t max)
     return (int64_t)(v % (unsigned)max);
 }
 
-/* Run release.lua for req on the nodes of mask (answers in ans). */
+/* ---- when a fan-out is decided ---------------------------------------- */
+
+/* Nodes that said yes and nodes that did not (any other answer; failed:
+ * no reply at all), for a fan-out that is decided once Q said yes or Q no
+ * longer can. When nodes failed (down, refused) it waits for the others,
+ * as far as their timeout allows: an error then counts and names every
+ * node, and the nodes that are up answer at once anyway. */
+typedef struct {
+    const redlock_backend *be;
+    size_t yes, no, failed;
+} tally;
+
+static int tally_add(tally *t, const answer *a, int yes)
+{
+    if (yes)
+        t->yes++;
+    else
+        t->no++;
+    t->failed += a->reply == NULL;
+    return t->yes >= t->be->quorum || (t->no > t->be->n - t->be->quorum && t->failed == 0);
+}
+
+/* Round 1: a grant. */
+static int granted_decided(void *arg, const answer *ans, size_t i)
+{
+    const redisReply *r = ans[i].reply;
+
+    return tally_add(arg, &ans[i], r != NULL && is_int_triple(r) && r->element[0]->integer == 1);
+}
+
+/* Round 2 and release: the script answered 1 (the key was ours). */
+static int ours_decided(void *arg, const answer *ans, size_t i)
+{
+    const redisReply *r = ans[i].reply;
+
+    return tally_add(arg, &ans[i], r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer == 1);
+}
+
+/* Run release.lua for req on the nodes of mask (answers in ans), until a
+ * quorum gave it up or no quorum can: it is sent to every node of mask. */
 static void release_fanout(redlock_backend *be, const dlock_request *req, unsigned mask,
                            int64_t timeout_ms, answer *ans)
 {
     key_buf lock, chan;
     const char *argv[4];
     size_t lens[4];
+    tally t = {be, 0, 0, 0};
 
     make_key(&lock, be, req->name, "");
     make_key(&chan, be, req->name, ":release");
@@ -307,7 +353,7 @@ static void release_fanout(redlock_backend *be, const dlock_request *req, unsign
     argv[3] = owner_arg(req);
     lens[3] = strlen(argv[3]);
     dlock__redlock_fanout(be, 0, mask, &dlock__redlock_script_release, 1, 4, argv, lens,
-                          timeout_ms, ans);
+                          timeout_ms, ours_decided, &t, ans);
 }
 
 /* Give a lock up on the nodes of mask, not waiting long for the answers:
@@ -357,6 +403,19 @@ static int too_slow(const dlock_request *req, int64_t elapsed)
                        (long long)req->lease_ms);
 }
 
+/* Whether Q of the n granting nodes replied the value f: it is then
+ * recorded on a quorum while that quorum holds our key (docs/redlock.md,
+ * "Acquire" and "Why the fence increases"). */
+static int quorum_replied(const redlock_backend *be, const uint64_t *value, size_t n,
+                          uint64_t f)
+{
+    size_t same = 0;
+
+    for (size_t i = 0; i < n; i++)
+        same += value[i] == f;
+    return same >= be->quorum;
+}
+
 static int acquire_locked(redlock_backend *be, const dlock_request *req, void *watch,
                           dlock_acquire_result *out)
 {
@@ -366,11 +425,12 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
     const char *argv[6];
     size_t lens[6];
     int64_t pttl[DLOCK__REDLOCK_NODES_MAX], timeout = node_timeout_ms(be, req->lease_ms);
-    uint64_t tenure[DLOCK__REDLOCK_NODES_MAX];
+    uint64_t tenure[DLOCK__REDLOCK_NODES_MAX], value[DLOCK__REDLOCK_NODES_MAX];
     unsigned granted = 0, busy = 0;
-    size_t ngranted = 0, nbusy = 0, nconfirmed = 0, nmine = 0;
+    size_t ngranted = 0, nbusy = 0, nmine = 0;
     uint64_t high = 0, fence;
     int64_t elapsed;
+    tally t = {be, 0, 0, 0};
     int rc;
 
     make_key(&lock, be, req->name, "");
@@ -389,9 +449,14 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
     argv[5] = req->reentrant ? "1" : "0";
     lens[5] = 1;
 
-    /* Round 1: take the key on every node, read their marks. */
+    /* Round 1: take the key on every node, each granting node raising its
+     * mark; until Q granted or Q no longer can. With an owner id, every
+     * node (in the node timeout): round 2 then records the owner's fence on
+     * all that granted, so that a re-entry finds a quorum vouching for it
+     * even when nodes restarted since (docs/redlock.md, "Reentrancy"). */
     dlock__redlock_fanout(be, 0, all_nodes(be), &dlock__redlock_script_acquire, 2, 6, argv,
-                          lens, timeout, ans);
+                          lens, timeout, req->owner == NULL ? granted_decided : NULL, &t,
+                          ans);
     for (size_t i = 0; i < be->n; i++) {
         redisReply *r = ans[i].reply;
         if (r == NULL)
@@ -401,6 +466,7 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
             bad_reply(&ans[i], &be->nodes[i], "the acquire script");
         } else if (r->element[0]->integer == 1) {
             granted |= 1u << i;
+            value[ngranted] = (uint64_t)r->element[1]->integer;
             tenure[ngranted++] = (uint64_t)r->element[2]->integer;
             if ((uint64_t)r->element[1]->integer > high)
                 high = (uint64_t)r->element[1]->integer;
@@ -413,19 +479,37 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
     }
     elapsed = dlock__now_ms() - out->lease_from_ms;
 
+    if (ngranted >= be->quorum && elapsed < req->lease_ms && req->owner == NULL &&
+        quorum_replied(be, value, ngranted, high)) {
+        /* One round: F = high is each mark of a quorum, raised there in the
+         * step that gave us the key. */
+        dlock__redlock_answers_free(ans, be->n);
+        out->fence = high;
+        return DLOCK_OK;
+    }
     if (ngranted >= be->quorum && elapsed < req->lease_ms) {
+        size_t nconfirmed = 0;
         /* Round 2: record the fence on the granting nodes while we hold
-         * them, before anyone may use it: the owner's fence again when
-         * this is a re-entry into a tenure a quorum vouches for, else the
-         * next one. */
-        fence = reentry_fence(be, tenure, ngranted, high);
-        if (fence == 0)
-            fence = high + 1;
+         * them, before anyone may use it. The plain mutex: the highest
+         * value a granting node replied (each is 1 + that node's mark
+         * before it granted). With an owner id: the owner's fence again
+         * when this is a re-entry into a tenure a quorum vouches for, else
+         * one above every value (a re-entered node replies its mark
+         * unraised). */
+        fence = high;
+        if (req->owner != NULL) {
+            fence = reentry_fence(be, tenure, ngranted, high);
+            if (fence == 0)
+                fence = high + 1;
+        }
         snprintf(fence_text, sizeof(fence_text), "%llu", (unsigned long long)fence);
         argv[3] = fence_text; /* confirm: token, fence, owner */
         lens[3] = strlen(fence_text);
+        t.yes = t.failed = 0;
+        t.no = be->n - ngranted; /* only the granting nodes are asked */
         dlock__redlock_fanout(be, 0, granted, &dlock__redlock_script_confirm, 2, 5, argv,
-                              lens, timeout, conf);
+                              lens, timeout, req->owner == NULL ? ours_decided : NULL, &t,
+                              conf);
         for (size_t i = 0; i < be->n; i++) {
             redisReply *r = conf[i].reply;
             if (r == NULL)
@@ -478,7 +562,8 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
     }
     dlock__redlock_answers_free(ans, be->n);
     /* Not ours: give back every key we may have taken, including on the
-     * nodes that did not answer (the release runs after the acquire there). */
+     * nodes that did not answer, or were not waited for (the release runs
+     * after the acquire there). */
     release_on(be, req, all_nodes(be) & ~busy, timeout);
     return rc;
 }
@@ -508,11 +593,13 @@ static int redlock_release(void *arg, const dlock_request *req)
 
     pthread_mutex_lock(&be->cmd_mu);
     /* Every node, with the command timeout: a node that did not answer the
-     * acquire in time may hold the key all the same. */
+     * acquire in time may hold the key all the same. Done once a quorum
+     * gave it up (or cannot); the rest run it in turn, their replies read
+     * at the next fan-out. */
     release_fanout(be, req, all_nodes(be), be->command_timeout_ms, ans);
     for (size_t i = 0; i < be->n; i++) {
         if (ans[i].reply == NULL)
-            unknown++;
+            unknown++; /* a failure, or not waited for */
         else if (ans[i].reply->type != REDIS_REPLY_INTEGER)
             bad_reply(&ans[i], &be->nodes[i], "the release script"), unknown++;
         else if (ans[i].reply->integer == 1)
@@ -544,13 +631,44 @@ static void lock_args(const char **argv, size_t *lens, const dlock_request *req,
         lens[i] = strlen(argv[i]);
 }
 
+/* A renewal's fan-out (n locks, each node's reply an array of n) is decided
+ * once every lock is: Q nodes had it, or Q no longer can. Failed nodes make
+ * it wait for the rest, as tally does. */
+typedef struct {
+    const redlock_backend *be;
+    size_t n, failed;
+    size_t yes[128], no[128];
+} renew_tally;
+
+static int renew_decided(void *arg, const answer *ans, size_t node)
+{
+    renew_tally *t = arg;
+    const redisReply *r = ans[node].reply;
+    int all = 1;
+
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != t->n) {
+        t->failed++;
+        return 0;
+    }
+    for (size_t i = 0; i < t->n; i++) {
+        if (r->element[i]->type == REDIS_REPLY_INTEGER && r->element[i]->integer == 1)
+            t->yes[i]++;
+        else
+            t->no[i]++;
+        all &= t->yes[i] >= t->be->quorum || t->no[i] > t->be->n - t->be->quorum;
+    }
+    return all && t->failed == 0;
+}
+
 /*
  * Renew (lease_ms > 0 in each request) or check n locks on all nodes in one
  * round, on the watchdog's connections (wd) or the callers'. A lock a
  * quorum holds for its token is set again on the nodes that lost it (they
  * restarted empty). results[i]: DLOCK_OK, DLOCK_ELOST, or unknown (a
  * connection error) when the nodes that answered cannot decide: then the
- * call returns that error.
+ * call returns that error. It returns once every lock is decided: a node
+ * not waited for is renewed when the request reaches it, or set again at
+ * a later renewal if it lost the key.
  */
 static int renew_locked(redlock_backend *be, int wd, dlock_renewal *items, size_t n, int renew)
 {
@@ -561,6 +679,7 @@ static int renew_locked(redlock_backend *be, int wd, dlock_renewal *items, size_
     char (*pxs)[24];
     const char **argv;
     size_t *lens;
+    renew_tally *rt;
     int64_t timeout = INT64_MAX;
     int rc = DLOCK_OK;
 
@@ -572,7 +691,8 @@ static int renew_locked(redlock_backend *be, int wd, dlock_renewal *items, size_
     pxs = malloc(n * sizeof(*pxs));
     argv = malloc(nargs * sizeof(*argv));
     lens = malloc(nargs * sizeof(*lens));
-    if (keys == NULL || pxs == NULL || argv == NULL || lens == NULL) {
+    rt = calloc(1, sizeof(*rt));
+    if (keys == NULL || pxs == NULL || argv == NULL || lens == NULL || rt == NULL) {
         rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
         goto out;
     }
@@ -588,8 +708,10 @@ static int renew_locked(redlock_backend *be, int wd, dlock_renewal *items, size_
         if (t < timeout)
             timeout = t;
     }
+    rt->be = be;
+    rt->n = n;
     dlock__redlock_fanout(be, wd, all_nodes(be), &dlock__redlock_script_renew, (int)n,
-                          (int)(4 * n), argv, lens, timeout, ans);
+                          (int)(4 * n), argv, lens, timeout, renew_decided, rt, ans);
     for (size_t j = 0; j < be->n; j++) {
         redisReply *r = ans[j].reply;
         if (r == NULL)
@@ -646,10 +768,11 @@ static int renew_locked(redlock_backend *be, int wd, dlock_renewal *items, size_
             m++;
         }
         dlock__redlock_fanout(be, wd, 1u << j, &dlock__redlock_script_reset, (int)k,
-                              (int)(4 * k), argv, lens, timeout, ans);
+                              (int)(4 * k), argv, lens, timeout, NULL, NULL, ans);
         dlock__redlock_answers_free(ans, be->n);
     }
 out:
+    free(rt);
     free(keys);
     free(pxs);
     free(argv);
@@ -722,7 +845,7 @@ static int read_status(redlock_backend *be, const char *name, int force, dlock_l
     lens[3] = chan.len;
     pthread_mutex_lock(&be->cmd_mu);
     dlock__redlock_fanout(be, 0, all_nodes(be), &dlock__redis_script_status, 2, 4, argv, lens,
-                          be->command_timeout_ms, ans);
+                          be->command_timeout_ms, NULL, NULL, ans);
     for (size_t i = 0; i < be->n; i++) {
         redisReply *r = ans[i].reply;
         if (r == NULL)

@@ -17,10 +17,15 @@
 /* Most nodes in a redlock:// URL. */
 #define DLOCK__REDLOCK_NODES_MAX 15
 
-/* A request a node has not answered yet stays owed on its connection (the
- * reply comes later, in order, and is skipped); past this many owed
- * replies the node is taken for hung and the connection closed. */
-#define DLOCK__REDLOCK_OWED_MAX 4
+/* A request a node has not answered yet (it timed out, or the outcome was
+ * decided without it) stays owed on its connection: the reply comes later,
+ * in order, and is skipped. A node that is only slower than the others owes
+ * one or two, read at the next fan-out; one whose redis-server was not
+ * scheduled for a few ms (a loaded host) owes one per round meanwhile, and
+ * answers them all at once. Past this many owed replies the node is taken
+ * for hung and the connection closed (a few hundred bytes each: they fit in
+ * the socket's buffers, so writing to a hung node never blocks). */
+#define DLOCK__REDLOCK_OWED_MAX 128
 
 /* One connection to one node, with the replies it still owes. */
 typedef struct {
@@ -53,25 +58,50 @@ typedef struct {
 typedef struct {
     redisReply *reply; /* when code is DLOCK_OK; freed by answers_free */
     int code;          /* DLOCK_OK, or why there is no reply */
+    int pending;       /* no reply yet: the outcome was decided without it */
     char why[200];     /* the message for code, naming the node */
 } dlock__redlock_answer;
 
 /*
+ * Whether a fan-out's outcome is decided, called with each node's answer as
+ * it comes (ans[node]: its reply, or a failure). Nonzero: stop waiting for
+ * the other nodes (e.g. a quorum granted, or no quorum can any more).
+ */
+typedef int (*dlock__redlock_decided_fn)(void *ctx, const dlock__redlock_answer *ans,
+                                         size_t node);
+
+/*
  * Run script s (the same keys and arguments) on the nodes whose bit is set
  * in mask, in parallel, on their watchdog (wd) or command connections, and
- * wait at most timeout_ms for all the replies. Every node in mask gets an
- * answer: its reply, or a code and message (DLOCK_ETIMEOUT when it did not
- * answer in time: the request may still run on it later, in order with the
- * next ones sent on that connection). Returns how many nodes replied.
+ * wait at most timeout_ms for the replies, or until decided (NULL: wait for
+ * every node) says the outcome is known. Every node in mask gets an answer:
+ * its reply, a code and message (DLOCK_ETIMEOUT when it did not answer in
+ * time), or pending set (with DLOCK_ETIMEOUT) when the outcome was decided
+ * before its reply came. A request without its reply may still run on its
+ * node later, in order with the next ones sent on that connection; its
+ * reply is skipped then. Returns how many nodes replied.
  */
 size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
                              const dlock__redis_script *s, int nkeys, int argc,
                              const char **argv, const size_t *lens, int64_t timeout_ms,
+                             dlock__redlock_decided_fn decided, void *ctx,
                              dlock__redlock_answer *ans);
 void dlock__redlock_answers_free(dlock__redlock_answer *ans, size_t n);
 
+/*
+ * Connect the nodes of mask whose watchdog (wd) or command connection is
+ * not open, all at once (a thread each when more than one must): a node
+ * that does not answer costs one connect timeout, not one per node before
+ * it. A new connection gets the backend's scripts loaded ahead (SCRIPT LOAD,
+ * written with the connection's first request and its replies skipped), so
+ * that EVALSHA finds them. ans[i].code (and why) for each node of mask.
+ */
+void dlock__redlock_connect(dlock__redlock_be *be, int wd, unsigned mask,
+                            dlock__redlock_answer *ans);
+
 /* Set the thread's message for a call that did not reach a quorum: what
- * for, how many nodes agreed, and each failing node's reason. Returns the
+ * for, how many nodes agreed, and each failing node's reason (nodes not
+ * waited for are left out). Returns the
  * code to report (the first failing node's, or fallback). */
 int dlock__redlock_fail_quorum(const dlock__redlock_be *be, const char *what, size_t agreed,
                                const dlock__redlock_answer *ans, unsigned mask, int fallback);

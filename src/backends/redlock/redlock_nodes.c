@@ -6,13 +6,19 @@
  * over all their sockets reads the replies until the per-node timeout, so a
  * round costs the slowest answering node's round trip, not the sum.
  *
- * A node that does not answer in time keeps its connection: the request is
- * owed, its reply will come in order before the next one's and is skipped
- * then (dlock__redlock_link.owed). So a release sent after an acquire that
- * timed out on a node runs there after it, on the same connection.
+ * A fan-out returns as soon as its outcome is decided (the caller's
+ * decided function: a quorum granted, or no quorum can any more), without
+ * waiting for the slowest nodes. A node that did not answer in time, or was
+ * not waited for, keeps its connection: the request is owed, its reply will
+ * come in order before the next one's and is skipped then
+ * (dlock__redlock_link.owed), taken off the socket by the next fan-out's
+ * poll. So a release sent after an acquire whose reply was not read runs
+ * there after it, on the same connection, and a late grant is released (or
+ * renewed) with the rest: nothing is left behind.
  */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,13 +37,94 @@ typedef struct {
     int resent;   /* sent again on a fresh connection */
 } node_state;
 
+/* The scripts a connection may run, loaded ahead on each new one. */
+static const dlock__redis_script *const preload[] = {
+    &dlock__redlock_script_acquire, &dlock__redlock_script_confirm,
+    &dlock__redlock_script_release, &dlock__redlock_script_renew,
+    &dlock__redlock_script_reset,   &dlock__redis_script_status,
+};
+
 static void note(dlock__redlock_answer *a, int code)
 {
     a->code = code;
     snprintf(a->why, sizeof(a->why), "%s", dlock_error_message());
 }
 
-/* Queue one script call (EVALSHA, or EVAL when eval) and write it out. */
+static int link_open(const dlock__redlock_link *l)
+{
+    return dlock__redis_conn_is_open(&l->conn);
+}
+
+/* Connect, and queue SCRIPT LOAD of every script (sent with the first
+ * request; their replies are owed, and skipped). A new connection owes
+ * nothing else. */
+static int connect_link(dlock__redlock_link *l)
+{
+    int rc;
+
+    l->owed = 0;
+    if ((rc = dlock__redis_conn_connect(&l->conn)) != DLOCK_OK)
+        return rc;
+    for (size_t i = 0; i < sizeof(preload) / sizeof(preload[0]); i++) {
+        const char *av[3] = {"SCRIPT", "LOAD", preload[i]->body};
+        size_t al[3] = {6, 4, preload[i]->len};
+        if (dlock__redis_tp_append_argv(&l->conn.tp, 3, av, al) != REDIS_OK)
+            return dlock__redis_conn_io_error(&l->conn);
+        l->owed++;
+    }
+    return DLOCK_OK;
+}
+
+typedef struct {
+    dlock__redlock_link *link;
+    dlock__redlock_answer *ans;
+    pthread_t thread;
+} connect_job;
+
+static void *connect_main(void *arg)
+{
+    connect_job *j = arg;
+
+    if ((j->ans->code = connect_link(j->link)) != DLOCK_OK)
+        note(j->ans, j->ans->code);
+    return NULL;
+}
+
+void dlock__redlock_connect(dlock__redlock_be *be, int wd, unsigned mask,
+                            dlock__redlock_answer *ans)
+{
+    connect_job jobs[DLOCK__REDLOCK_NODES_MAX];
+    size_t n = 0;
+
+    for (size_t i = 0; i < be->n; i++) {
+        dlock__redlock_link *l = wd ? &be->nodes[i].wd : &be->nodes[i].cmd;
+        if (!(mask & (1u << i)))
+            continue;
+        ans[i].code = DLOCK_OK;
+        ans[i].why[0] = '\0';
+        if (link_open(l))
+            continue;
+        jobs[n].link = l;
+        jobs[n].ans = &ans[i];
+        n++;
+    }
+    if (n == 1) {
+        connect_main(&jobs[0]);
+        return;
+    }
+    for (size_t k = 0; k < n; k++) {
+        if (dlock__thread_create(&jobs[k].thread, connect_main, &jobs[k]) != 0) {
+            connect_main(&jobs[k]); /* no thread to be had: here, in turn */
+            jobs[k].thread = pthread_self();
+        }
+    }
+    for (size_t k = 0; k < n; k++)
+        if (!pthread_equal(jobs[k].thread, pthread_self()))
+            pthread_join(jobs[k].thread, NULL);
+}
+
+/* Queue one script call (EVALSHA, or EVAL when eval) and write out all that
+ * is queued on the connection (scripts loaded ahead too): one write. */
 static int send_script(dlock__redis_conn *conn, const dlock__redis_script *s, int eval,
                        int nkeys, int argc, const char **argv, const size_t *lens)
 {
@@ -55,18 +142,14 @@ static int send_script(dlock__redis_conn *conn, const dlock__redis_script *s, in
     return rc;
 }
 
-/* Connect if needed and send; a connection found closed starts owing
- * nothing. */
+/* Connect if needed and send. */
 static int start(node_state *st, const dlock__redis_script *s, int nkeys, int argc,
                  const char **argv, const size_t *lens)
 {
     dlock__redlock_link *l = st->link;
     int rc;
 
-    st->reused = dlock__redis_conn_is_open(&l->conn);
-    if (!st->reused)
-        l->owed = 0;
-    if ((rc = dlock__redis_conn_connect(&l->conn)) != DLOCK_OK)
+    if (!link_open(l) && (rc = connect_link(l)) != DLOCK_OK)
         return rc;
     if ((rc = send_script(&l->conn, s, 0, nkeys, argc, argv, lens)) != DLOCK_OK)
         return rc;
@@ -95,7 +178,8 @@ static int take_replies(node_state *st, redisReply **out)
             return dlock__redis_conn_over_cap(conn) ? dlock__redis_conn_io_error(conn)
                                                      : DLOCK_OK;
         if (st->link->owed > 0) {
-            /* The reply to a request of an earlier round that timed out. */
+            /* A script loaded ahead, or the reply to a request of an
+             * earlier round that timed out or was not waited for. */
             st->link->owed--;
             freeReplyObject(r);
             continue;
@@ -105,9 +189,17 @@ static int take_replies(node_state *st, redisReply **out)
     }
 }
 
+/* Node i's answer is final: ask whether the outcome is decided. */
+static int answered(dlock__redlock_decided_fn decided, void *ctx,
+                    const dlock__redlock_answer *ans, size_t i)
+{
+    return decided != NULL && decided(ctx, ans, i);
+}
+
 size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
                              const dlock__redis_script *s, int nkeys, int argc,
                              const char **argv, const size_t *lens, int64_t timeout_ms,
+                             dlock__redlock_decided_fn decided, void *ctx,
                              dlock__redlock_answer *ans)
 {
     node_state st[DLOCK__REDLOCK_NODES_MAX];
@@ -117,6 +209,7 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
     dlock__sigpipe_guard guard;
     char saved[512];
     size_t replied = 0;
+    int done = 0;
 
     snprintf(saved, sizeof(saved), "%s", dlock_error_message());
     /* OpenSSL writes with write(2): a node gone away must not raise
@@ -126,21 +219,35 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
         memset(&st[i], 0, sizeof(st[i]));
         ans[i].reply = NULL;
         ans[i].code = DLOCK_OK;
+        ans[i].pending = 0;
         ans[i].why[0] = '\0';
         if (!(mask & (1u << i)))
             continue;
         st[i].link = wd ? &be->nodes[i].wd : &be->nodes[i].cmd;
-        int rc = start(&st[i], s, nkeys, argc, argv, lens);
+        st[i].reused = link_open(st[i].link);
+    }
+    /* The nodes without a connection, all at once. */
+    dlock__redlock_connect(be, wd, mask, ans);
+    for (size_t i = 0; i < be->n; i++) {
+        int rc;
+        if (!(mask & (1u << i)))
+            continue;
+        rc = ans[i].code;
+        if (rc == DLOCK_OK)
+            rc = start(&st[i], s, nkeys, argc, argv, lens);
         if (rc != DLOCK_OK && st[i].reused) {
             /* Dead before we used it (the node restarted): once more. */
             st[i].reused = 0;
             rc = start(&st[i], s, nkeys, argc, argv, lens);
         }
-        if (rc != DLOCK_OK)
-            note(&ans[i], rc);
+        if (rc != DLOCK_OK) {
+            if (ans[i].code == DLOCK_OK)
+                note(&ans[i], rc);
+            done |= answered(decided, ctx, ans, i);
+        }
     }
 
-    for (;;) {
+    while (!done) {
         size_t k = 0;
         int64_t left = deadline - dlock__now_ms();
         int n;
@@ -157,6 +264,8 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
         n = poll(fds, k, (int)(left > 60000 ? 60000 : left));
         if (n < 0 && errno != EINTR)
             break;
+        /* Every node that is ready, before asking whether it is decided:
+         * replies owed from earlier rounds are taken off the sockets too. */
         for (size_t j = 0; n > 0 && j < k; j++) {
             size_t i = idx[j];
             node_state *x = &st[i];
@@ -180,19 +289,21 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
             if (rc != DLOCK_OK) {
                 x->waiting = 0;
                 note(&ans[i], rc);
+                done |= answered(decided, ctx, ans, i);
                 continue;
             }
             if (r == NULL)
                 continue;
             if (r->type == REDIS_REPLY_ERROR && !x->reloaded && r->len >= 8 &&
                 strncmp(r->str, "NOSCRIPT", 8) == 0) {
-                /* The node restarted or flushed its scripts: EVAL loads it. */
+                /* The node flushed its scripts: EVAL loads it. */
                 freeReplyObject(r);
                 x->reloaded = 1;
                 if ((rc = send_script(&x->link->conn, s, 1, nkeys, argc, argv, lens)) !=
                     DLOCK_OK) {
                     x->waiting = 0;
                     note(&ans[i], rc);
+                    done |= answered(decided, ctx, ans, i);
                 }
                 continue;
             }
@@ -200,19 +311,28 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
             if (r->type == REDIS_REPLY_ERROR) {
                 note(&ans[i], dlock__redis_conn_reply_error(&x->link->conn, r));
                 freeReplyObject(r);
-                continue;
+            } else {
+                ans[i].reply = r;
+                replied++;
             }
-            ans[i].reply = r;
-            replied++;
+            done |= answered(decided, ctx, ans, i);
         }
     }
 
     for (size_t i = 0; i < be->n; i++) {
         if (!st[i].waiting)
             continue;
-        dlock__fail(DLOCK_ETIMEOUT, "%s: no reply within %lld ms", st[i].link->conn.where,
-                    (long long)timeout_ms);
+        if (done) {
+            dlock__fail(DLOCK_ETIMEOUT, "%s: not waited for (decided without it)",
+                        st[i].link->conn.where);
+            ans[i].pending = 1;
+        } else {
+            dlock__fail(DLOCK_ETIMEOUT, "%s: no reply within %lld ms", st[i].link->conn.where,
+                        (long long)timeout_ms);
+        }
         note(&ans[i], DLOCK_ETIMEOUT);
+        /* A NOSCRIPT still to come for this request is skipped with the
+         * rest: the scripts are loaded ahead on every connection. */
         if (++st[i].link->owed > DLOCK__REDLOCK_OWED_MAX)
             dlock__redis_conn_close(&st[i].link->conn);
     }
@@ -241,7 +361,7 @@ int dlock__redlock_fail_quorum(const dlock__redlock_be *be, const char *what, si
     len = (size_t)snprintf(text, sizeof(text), "redlock: %s: %zu of %zu nodes (quorum %zu)",
                            what, agreed, be->n, be->quorum);
     for (size_t i = 0; i < be->n && len < sizeof(text); i++) {
-        if (!(mask & (1u << i)) || ans[i].code == DLOCK_OK)
+        if (!(mask & (1u << i)) || ans[i].code == DLOCK_OK || ans[i].pending)
             continue;
         if (code == fallback)
             code = ans[i].code;

@@ -610,9 +610,10 @@ static int zk_extend(void *arg, const dlock_request *req)
                                     (long long)req->lease_ms, (long long)timeout);
         } else {
             /* The new lease in the node's data, for status (one write:
-             * extending is rare, renewing is not). */
+             * extending is rare, renewing is not), the fence kept (a
+             * re-entry's node stores it). */
             int len;
-            char *data = dlock__zk_node_data(req, req->lease_ms, &len);
+            char *data = dlock__zk_node_data_fenced(req, req->lease_ms, h.czxid, &len);
             int zrc = data != NULL ? dlock__zk_set(h.sess, h.node, data, len, -1) : ZSYSTEMERROR;
             free(data);
             if (zrc == ZNONODE)
@@ -771,8 +772,40 @@ static int zk_status(void *arg, const char *name, dlock_lock_info *out)
     return rc;
 }
 
-/* Delete the holder's node: the waiter just behind it, watching it, then
- * takes the lock. */
+/* After the holder's node (a path in dir) was deleted by force: delete the
+ * nodes of its owner's re-entries too, those at its sequence, which hold
+ * the lock with it (zk_lock.c, reenter). */
+static int remove_reentries(dlock__zk_sess *s, const char *dir, const char *node)
+{
+    struct String_vector kids = {0, NULL};
+    const char *seq = dlock__zk_mutex_seq(strrchr(node, '/') + 1);
+    int rc = DLOCK_OK, zrc;
+
+    if (seq == NULL)
+        return DLOCK_OK;
+    zrc = dlock__zk_children(s, dir, &kids);
+    if (zrc != ZOK)
+        return zrc == ZNONODE ? DLOCK_OK : dlock__zk_fail(s, zrc, "list", dir);
+    for (int i = 0; i < kids.count && rc == DLOCK_OK; i++) {
+        const char *q = dlock__zk_mutex_seq(kids.data[i]);
+        char *path;
+        if (q == NULL || strcmp(q, seq) != 0)
+            continue;
+        if ((path = dlock__zk_join(dir, kids.data[i])) == NULL) {
+            rc = dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+            break;
+        }
+        zrc = dlock__zk_delete(s, path, -1);
+        if (zrc != ZOK && zrc != ZNONODE)
+            rc = dlock__zk_fail(s, zrc, "delete", path);
+        free(path);
+    }
+    deallocate_String_vector(&kids);
+    return rc;
+}
+
+/* Delete the holder's node, and its owner's re-entries: the waiter just
+ * behind them, watching the last, then takes the lock. */
 static int zk_force_release(void *arg, const char *name, dlock_lock_info *removed)
 {
     dlock__zk_be *be = arg;
@@ -791,6 +824,8 @@ static int zk_force_release(void *arg, const char *name, dlock_lock_info *remove
             memset(removed, 0, sizeof(*removed)); /* its holder released it meanwhile */
         else if (zrc != ZOK)
             rc = dlock__zk_fail(s, zrc, "delete", node);
+        else
+            rc = remove_reentries(s, dir, node);
     }
     free(node);
     free(dir);
@@ -851,7 +886,7 @@ static const dlock_backend zk_backend = {
     .schemes = zk_schemes,
     .caps = DLOCK_CAP_KIND(DLOCK_KIND_MUTEX) | DLOCK_CAP_KIND(DLOCK_KIND_READ) |
             DLOCK_CAP_KIND(DLOCK_KIND_WRITE) | DLOCK_CAP_KIND(DLOCK_KIND_SEMAPHORE) |
-            DLOCK_CAP_KIND(DLOCK_KIND_LEADER),
+            DLOCK_CAP_KIND(DLOCK_KIND_LEADER) | DLOCK_CAP_OWNER_IDS,
     .open = zk_open,
     .close = zk_close,
     .acquire = dlock__zk_acquire,

@@ -507,6 +507,42 @@ int dlock__zk_check_many(dlock__zk_sess *s, const char *const *paths, size_t n, 
     return ZOK;
 }
 
+int dlock__zk_check_create(dlock__zk_sess *s, const char *check, const char *path,
+                           const char *data, int len, int flags)
+{
+    zhandle_t *zh;
+    op_t *op;
+    size_t plen = strlen(path) + 1;
+    int rc;
+
+    NEW_OP(s, op, zh);
+    /* Everything the completion writes belongs to op, which outlives a
+     * caller that gave up waiting: the results and the created path. */
+    op->ops = calloc(2, sizeof(*op->ops));
+    op->results = calloc(2, sizeof(*op->results));
+    op->paths = calloc(2, sizeof(*op->paths));
+    if (op->ops == NULL || op->results == NULL || op->paths == NULL ||
+        (op->paths[0] = strdup(check)) == NULL || (op->paths[1] = malloc(plen)) == NULL) {
+        op->n = 2;
+        op->refs = 1;
+        op_unref(op);
+        return ZSYSTEMERROR;
+    }
+    op->n = 2;
+    zoo_check_op_init(&op->ops[0], op->paths[0], -1);
+    zoo_create_op_init(&op->ops[1], path, data, len, &ZOO_OPEN_ACL_UNSAFE, flags, op->paths[1],
+                       (int)plen);
+    rc = op_wait(op, zoo_amulti(zh, 2, op->ops, op->results, on_void, op));
+    if (rc != ZOK && rc != ZOPERATIONTIMEOUT && op->results[0].err != ZOK &&
+        op->results[0].err != ZRUNTIMEINCONSISTENCY)
+        rc = op->results[0].err == ZBADVERSION ? ZNONODE : op->results[0].err;
+    else if (rc != ZOK && rc != ZOPERATIONTIMEOUT && op->results[1].err != ZOK &&
+             op->results[1].err != ZRUNTIMEINCONSISTENCY)
+        rc = op->results[1].err;
+    op_unref(op);
+    return rc;
+}
+
 int dlock__zk_make_parents(dlock__zk_sess *s, const char *path)
 {
     char *p = strdup(path), *slash;

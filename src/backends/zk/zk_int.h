@@ -143,6 +143,12 @@ int dlock__zk_set(dlock__zk_sess *s, const char *path, const char *data, int len
 /* Check that each of paths[0..n) exists, in one multi request; ok[i] 1 or
  * 0. ZOK when every ok[i] is set. */
 int dlock__zk_check_many(dlock__zk_sess *s, const char *const *paths, size_t n, int *ok);
+/* One multi request: check that check exists, and create path (data, len,
+ * flags) in the same transaction, so that path is made only while check
+ * is there. ZNONODE when check was gone (nothing made), ZNODEEXISTS when
+ * path was there already. */
+int dlock__zk_check_create(dlock__zk_sess *s, const char *check, const char *path,
+                           const char *data, int len, int flags);
 /* Create the missing parents of path (up to its last '/') as containers,
  * as Curator's creatingParentContainersIfNeeded does. */
 int dlock__zk_make_parents(dlock__zk_sess *s, const char *path);
@@ -165,6 +171,9 @@ int dlock__zk_find_protected(const struct String_vector *kids, const char *uuid)
  * Curator's StandardLockInternalsDriver.fixForSorting does (a child without
  * lock_name sorts by its whole name). */
 void dlock__zk_sort_children(struct String_vector *kids, const char *lock_name);
+/* The 10-digit sequence after the last "lock-" of a mutex child's name (a
+ * re-entry's node has its holder's), or NULL. */
+const char *dlock__zk_mutex_seq(const char *child);
 /* dir + "/" + child (malloc'd). */
 char *dlock__zk_join(const char *dir, const char *child);
 /*
@@ -229,11 +238,18 @@ int dlock__zk_watch_wait(void *arg, void *watch, int64_t timeout_ms);
 void dlock__zk_watch_end(void *arg, void *watch);
 void dlock__zk_watch_wake(void *arg, void *watch);
 
-/* The node data of a holder: req->holder, a NUL, "lease_ms=N" (status
- * reads the lease back; Curator ignores the data). *len its length. */
+/* The node data of a holder: req->holder, then NUL-separated fields
+ * "lease_ms=N", "owner=HEX" (req->owner in hex, when it has one) and
+ * "fence=N" (fence > 0: a re-entry's node, whose czxid is not the lock's
+ * fence). Status reads them back; Curator ignores the data. *len its
+ * length. */
 char *dlock__zk_node_data(const dlock_request *req, int64_t lease_ms, int *len);
-/* Read holder record and lease from node data. */
+char *dlock__zk_node_data_fenced(const dlock_request *req, int64_t lease_ms, uint64_t fence,
+                                 int *len);
+/* Read holder record, lease and fence (when stored) from node data. */
 void dlock__zk_parse_data(const char *data, int len, dlock_lock_info *out);
+/* 1 when node data names owner as its owner id. */
+int dlock__zk_data_owner_is(const char *data, int len, const char *owner);
 
 /* ---- zk.c: holds ---------------------------------------------------------- */
 

@@ -85,12 +85,22 @@ int dlock__zk_watch_target(dlock__zk_watch *w, const char *path)
     return dlock__zk_fail(s, rc, "watch", path);
 }
 
+/* The longest one watch_sleep waits; the caller then tries again. */
+#define MAX_SLEEP_MS (24 * 3600 * 1000LL)
+
 int dlock__zk_watch_sleep(dlock__zk_watch *w, int64_t timeout_ms)
 {
     dlock__zk_sess *s = w->sess;
-    int64_t deadline = dlock__zk_mono_ms() + timeout_ms;
+    int64_t deadline;
     struct timespec ts;
     int rc;
+
+    /* The core passes up to INT64_MAX (a watch certain to announce the
+     * release): a day is as good as forever here, and the sum stays
+     * within int64_t (UBSan found the overflow). */
+    if (timeout_ms > MAX_SLEEP_MS)
+        timeout_ms = MAX_SLEEP_MS;
+    deadline = dlock__zk_mono_ms() + timeout_ms;
 
     ts.tv_sec = deadline / 1000;
     ts.tv_nsec = (long)(deadline % 1000) * 1000000;
@@ -106,35 +116,100 @@ int dlock__zk_watch_sleep(dlock__zk_watch *w, int64_t timeout_ms)
 
 /* ---- node data -------------------------------------------------------------- */
 
-char *dlock__zk_node_data(const dlock_request *req, int64_t lease_ms, int *len)
+char *dlock__zk_node_data_fenced(const dlock_request *req, int64_t lease_ms, uint64_t fence,
+                                 int *len)
 {
+    static const char hex[] = "0123456789abcdef";
     const char *holder = req->holder != NULL ? req->holder : "";
-    size_t hlen = strlen(holder);
-    char tail[40];
-    int tlen = snprintf(tail, sizeof(tail), "lease_ms=%" PRId64, lease_ms);
-    char *out = malloc(hlen + 1 + (size_t)tlen + 1);
+    size_t hlen = strlen(holder), olen = req->owner != NULL ? strlen(req->owner) : 0, n;
+    char *out = malloc(hlen + 2 * olen + 96);
 
     if (out == NULL)
         return NULL;
     memcpy(out, holder, hlen);
-    out[hlen] = '\0';
-    memcpy(out + hlen + 1, tail, (size_t)tlen + 1);
-    *len = (int)(hlen + 1 + (size_t)tlen);
+    n = hlen;
+    n += (size_t)sprintf(out + n, "%clease_ms=%" PRId64, '\0', lease_ms);
+    if (req->owner != NULL) {
+        /* In hex: an owner id is any bytes but NUL, and NUL ends a field. */
+        n += (size_t)sprintf(out + n, "%cowner=", '\0');
+        for (size_t i = 0; i < olen; i++) {
+            out[n++] = hex[(unsigned char)req->owner[i] >> 4];
+            out[n++] = hex[(unsigned char)req->owner[i] & 15];
+        }
+    }
+    if (fence > 0)
+        n += (size_t)sprintf(out + n, "%cfence=%" PRIu64, '\0', fence);
+    out[n] = '\0';
+    *len = (int)n;
     return out;
+}
+
+char *dlock__zk_node_data(const dlock_request *req, int64_t lease_ms, int *len)
+{
+    return dlock__zk_node_data_fenced(req, lease_ms, 0, len);
+}
+
+/* The value of field key ("owner=") in node data, *vlen its length; NULL
+ * if none. The fields follow the holder record, each after a NUL. */
+static const char *data_field(const char *data, int len, const char *key, size_t *vlen)
+{
+    size_t klen = strlen(key), at;
+
+    if (data == NULL || len <= 0)
+        return NULL;
+    for (at = strnlen(data, (size_t)len); at < (size_t)len; ) {
+        const char *f = data + at + 1;
+        size_t flen = strnlen(f, (size_t)len - at - 1);
+        if (flen >= klen && memcmp(f, key, klen) == 0) {
+            *vlen = flen - klen;
+            return f + klen;
+        }
+        at += 1 + flen;
+    }
+    return NULL;
 }
 
 void dlock__zk_parse_data(const char *data, int len, dlock_lock_info *out)
 {
-    size_t hlen = data != NULL ? strnlen(data, (size_t)len) : 0;
-    long long lease;
+    size_t hlen = data != NULL ? strnlen(data, (size_t)len) : 0, vlen;
+    const char *v;
 
     out->ttl_ms = -1; /* a node dlock did not write: held while its session lives */
     if (data == NULL || len <= 0)
         return;
     if (hlen > 0)
         dlock_holder_parse(out, data, hlen);
-    if ((int)hlen < len && sscanf(data + hlen + 1, "lease_ms=%lld", &lease) == 1 && lease > 0)
-        out->ttl_ms = lease;
+    if ((v = data_field(data, len, "lease_ms=", &vlen)) != NULL && vlen < 20) {
+        char num[24];
+        long long lease;
+        memcpy(num, v, vlen);
+        num[vlen] = '\0';
+        if (sscanf(num, "%lld", &lease) == 1 && lease > 0)
+            out->ttl_ms = lease;
+    }
+    if ((v = data_field(data, len, "fence=", &vlen)) != NULL && vlen < 21) {
+        char num[24];
+        unsigned long long fence;
+        memcpy(num, v, vlen);
+        num[vlen] = '\0';
+        if (sscanf(num, "%llu", &fence) == 1 && fence > 0)
+            out->fence = fence;
+    }
+}
+
+int dlock__zk_data_owner_is(const char *data, int len, const char *owner)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t vlen, olen = strlen(owner);
+    const char *v = data_field(data, len, "owner=", &vlen);
+
+    if (v == NULL || vlen != 2 * olen)
+        return 0;
+    for (size_t i = 0; i < olen; i++)
+        if (v[2 * i] != hex[(unsigned char)owner[i] >> 4] ||
+            v[2 * i + 1] != hex[(unsigned char)owner[i] & 15])
+            return 0;
+    return 1;
 }
 
 /* ---- acquiring ------------------------------------------------------------ */
@@ -166,6 +241,130 @@ static int index_of(const struct String_vector *kids, const char *node)
     return -1;
 }
 
+/* ---- re-entry by owner id ------------------------------------------------ */
+
+/* reenter's own: the holder's node went between the read and the create. */
+#define LOOK_AGAIN 2
+
+/*
+ * Re-entry (docs/zookeeper.md, "Owner ids"). When the holder's node names
+ * req->owner as its owner id, the acquisition makes an EPHEMERAL node of its
+ * own at the holder's sequence, "_c_<uuid>-lock-<S>" (not sequential: the
+ * directory's counter is past S, so the name is free and no later node
+ * gets S), in one transaction with a check that the holder's node is still
+ * there: so the lock never changes hands in between. Every node at S holds
+ * the lock together (a waiter, dlock's or Curator's, waits for the last of
+ * them: it watches the one just before its own, then the next); each is one
+ * hold, with its own session, lease and release. The fence is the
+ * holder's, stored in the new node's data ("fence=N"), since its czxid is
+ * newer.
+ *
+ * 1 re-entered (out->fence, hold added), 0 not held by req->owner (go on
+ * as usual), or an error: DLOCK_EMISUSE when reentrant is off.
+ */
+static int reenter(dlock__zk_be *be, const dlock_request *req, dlock__zk_sess *s, uint64_t gen,
+                   const char *dir, const char *uuid, dlock_acquire_result *out)
+{
+    if (req->owner == NULL)
+        return 0;
+    for (int attempt = 0; attempt < 5; attempt++) {
+        struct String_vector kids = {0, NULL};
+        struct Stat st;
+        dlock_lock_info info;
+        char *first = NULL, *mine = NULL, *data = NULL, *nd = NULL, name[80];
+        const char *seq;
+        int rc, zrc, len = 0, ndlen = 0, owned;
+
+        if ((rc = sorted_children(s, dir, &kids)) != DLOCK_OK)
+            return rc;
+        if (kids.count == 0 || (seq = dlock__zk_mutex_seq(kids.data[0])) == NULL) {
+            deallocate_String_vector(&kids);
+            return 0;
+        }
+        /* A node of ours at the holder's sequence already: a try whose
+         * reply was lost. */
+        for (int i = 0; i < kids.count && mine == NULL; i++) {
+            const char *q = dlock__zk_mutex_seq(kids.data[i]);
+            if (q == NULL || strcmp(q, seq) != 0)
+                break;
+            if (strncmp(kids.data[i], DLOCK__ZK_PROTECT, strlen(DLOCK__ZK_PROTECT)) == 0 &&
+                strncmp(kids.data[i] + strlen(DLOCK__ZK_PROTECT), uuid, DLOCK__ZK_UUID_LEN) == 0 &&
+                (mine = dlock__zk_join(dir, kids.data[i])) == NULL)
+                rc = DLOCK_ENOMEM;
+        }
+        snprintf(name, sizeof(name), DLOCK__ZK_PROTECT "%s-" DLOCK__ZK_LOCK_NAME "%s", uuid, seq);
+        first = dlock__zk_join(dir, kids.data[0]);
+        deallocate_String_vector(&kids);
+        if (rc != DLOCK_OK || first == NULL) {
+            free(first);
+            free(mine);
+            return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+        }
+        zrc = dlock__zk_get(s, first, &data, &len, &st);
+        if (zrc == ZNONODE) {
+            free(first);
+            free(mine);
+            continue; /* released meanwhile: look again */
+        }
+        if (zrc != ZOK) {
+            rc = dlock__zk_fail(s, zrc, "get", first);
+            free(first);
+            free(mine);
+            return rc;
+        }
+        memset(&info, 0, sizeof(info));
+        info.fence = (uint64_t)st.czxid;
+        dlock__zk_parse_data(data, len, &info);
+        owned = dlock__zk_data_owner_is(data, len, req->owner);
+        free(data);
+        if (mine != NULL) {
+            free(first);
+            rc = dlock__zk_hold_add(be, req, s, gen, mine, info.fence);
+            free(mine);
+            out->fence = info.fence;
+            return rc == DLOCK_OK ? 1 : rc;
+        }
+        if (!owned) {
+            free(first);
+            return 0;
+        }
+        if (!req->reentrant) {
+            free(first);
+            return dlock_backend_fail(DLOCK_EMISUSE, "zk %s: lock '%s' is already held by this "
+                                      "owner id and reentrant is off: set reentrant to take it "
+                                      "again", be->shown, req->name);
+        }
+        if ((mine = dlock__zk_join(dir, name)) == NULL ||
+            (nd = dlock__zk_node_data_fenced(req, req->lease_ms, info.fence, &ndlen)) == NULL) {
+            free(first);
+            free(mine);
+            return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+        }
+        zrc = dlock__zk_check_create(s, first, mine, nd, ndlen, ZOO_EPHEMERAL);
+        free(nd);
+        if (zrc == ZOK || zrc == ZNODEEXISTS) {
+            /* ZNODEEXISTS: made by an earlier try of ours whose reply was
+             * lost (the name holds our uuid). */
+            rc = dlock__zk_hold_add(be, req, s, gen, mine, info.fence);
+            out->fence = info.fence;
+            rc = rc == DLOCK_OK ? 1 : rc;
+        } else if (zrc == ZNONODE) {
+            rc = LOOK_AGAIN; /* the holder released meanwhile */
+        } else {
+            rc = dlock__zk_fail(s, zrc, "re-enter", mine);
+            if (zrc == ZOPERATIONTIMEOUT || zrc == ZCONNECTIONLOSS)
+                /* It may have been made: the reaper deletes it by uuid. */
+                dlock__zk_orphan_add(be, req->token, s, gen, dir, uuid, NULL);
+        }
+        free(first);
+        free(mine);
+        if (rc != LOOK_AGAIN)
+            return rc;
+    }
+    return dlock_backend_fail(DLOCK_ESERVER, "zk %s: '%s': the holder changed five times while "
+                              "re-entering", be->shown, req->name);
+}
+
 /* A try that will not wait: create, keep if lowest, else delete. */
 static int try_once(dlock__zk_be *be, const dlock_request *req, dlock_acquire_result *out)
 {
@@ -182,6 +381,10 @@ static int try_once(dlock__zk_be *be, const dlock_request *req, dlock_acquire_re
     if ((dir = dlock__zk_dir(be, req->name)) == NULL ||
         (data = dlock__zk_node_data(req, req->lease_ms, &len)) == NULL) {
         rc = dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+        goto out;
+    }
+    if ((rc = reenter(be, req, s, gen, dir, uuid, out)) != 0) {
+        rc = rc == 1 ? DLOCK_OK : rc;
         goto out;
     }
     rc = dlock__zk_create_protected(s, dir, uuid, DLOCK__ZK_LOCK_NAME, data, len,
@@ -240,6 +443,15 @@ static int try_queued(dlock__zk_be *be, const dlock_request *req, dlock__zk_watc
         free(w->node);
         w->node = NULL;
         w->maybe = 0;
+    }
+    if (w->node == NULL && !w->maybe) {
+        /* A re-entry skips the queue. */
+        if ((rc = reenter(be, req, s, gen, w->dir, w->uuid, out)) == 1) {
+            w->won = 1;
+            return DLOCK_OK;
+        }
+        if (rc != 0)
+            return rc;
     }
     if (w->node == NULL) {
         char *data;

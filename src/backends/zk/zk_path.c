@@ -128,6 +128,18 @@ static const char *sort_key(const char *child)
     return at != NULL ? at + n : child;
 }
 
+const char *dlock__zk_mutex_seq(const char *child)
+{
+    const char *p = strstr(child, DLOCK__ZK_LOCK_NAME), *q;
+
+    while (p != NULL && (q = strstr(p + 1, DLOCK__ZK_LOCK_NAME)) != NULL)
+        p = q; /* the last, as fixForSorting takes it */
+    if (p == NULL)
+        return NULL;
+    p += strlen(DLOCK__ZK_LOCK_NAME);
+    return strlen(p) == 10 && strspn(p, "0123456789") == 10 ? p : NULL;
+}
+
 static int by_sequence(const void *a, const void *b)
 {
     return strcmp(sort_key(*(char *const *)a), sort_key(*(char *const *)b));

@@ -173,6 +173,122 @@ static void leases_follow_the_lock(void)
     test_etcd_stop(&e);
 }
 
+/* The lease of the first key under prefix. */
+static long long key_lease(test_etcd *e, const char *prefix)
+{
+    char *k = dlock__etcd_b64(prefix, strlen(prefix)), *end = dlock__etcd_prefix_end(prefix);
+    char *kend = dlock__etcd_b64(end, strlen(end)), body[512], *r;
+    json_t *j, *kv;
+    long long lease = 0;
+
+    snprintf(body, sizeof(body), "{\"key\":\"%s\",\"range_end\":\"%s\"}", k, kend);
+    r = test_etcd_post(e, 0, "/v3/kv/range", body);
+    j = r != NULL ? json_loads(r, 0, NULL) : NULL;
+    kv = json_array_get(json_object_get(j, "kvs"), 0);
+    if (json_is_string(json_object_get(kv, "lease")))
+        lease = atoll(json_string_value(json_object_get(kv, "lease")));
+    json_decref(j);
+    free(r);
+    free(k);
+    free(end);
+    free(kend);
+    return lease;
+}
+
+static long long method_count(test_etcd *e, const char *method)
+{
+    char metric[160];
+
+    snprintf(metric, sizeof(metric), "grpc_server_started_total{grpc_method=\"%s\"", method);
+    return test_etcd_metric(e, 0, metric);
+}
+
+/*
+ * The uncontended cycle makes two raft writes on its critical path: the
+ * put (in the acquire txn, on a spare lease granted ahead of need, with a
+ * keepalive beside it, which is no raft write) and the revoke that
+ * releases. The next spare is granted by the backend's thread, off the
+ * path, and the spare left when the client closes is revoked.
+ */
+static void two_raft_writes_per_cycle(void)
+{
+    static const char *const writes[] = {"Txn", "LeaseRevoke", "LeaseGrant", "DeleteRange",
+                                         "Put"};
+    long long before[5], after[5];
+    test_etcd e;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 5000, 0);
+
+    test_etcd_start(&e, 1, NULL);
+    c = open_client(&e);
+    /* The first acquire of a TTL grants its lease itself, and asks for a
+     * spare of that TTL. */
+    CHECK_RC(dlock_acquire(&l, c, "w", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    for (int i = 0; i < 500 && test_etcd_spares(&e) < 1; i++)
+        test_sleep_ms(10);
+    CHECK(test_etcd_spares(&e) == 1);
+    for (int cycle = 0; cycle < 3; cycle++) {
+        for (int i = 0; i < 5; i++)
+            before[i] = method_count(&e, writes[i]);
+        CHECK_RC(dlock_acquire(&l, c, "w", &o), DLOCK_OK);
+        CHECK(test_etcd_leases(&e) == 1); /* the spare, now with our key */
+        CHECK(key_lease(&e, "dlock/w/") & (1LL << 62)); /* granted ahead: a spare */
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+        CHECK(test_etcd_count(&e, "dlock/") == 0);
+        for (int i = 0; i < 5; i++)
+            after[i] = method_count(&e, writes[i]);
+        fprintf(stderr, "cycle %d: txn %lld, revoke %lld, grant %lld, deleterange %lld, put %lld\n",
+                cycle, after[0] - before[0], after[1] - before[1], after[2] - before[2],
+                after[3] - before[3], after[4] - before[4]);
+        CHECK(after[0] - before[0] == 1); /* the acquire txn's put */
+        CHECK(after[1] - before[1] == 1); /* the release */
+        CHECK(after[3] - before[3] == 0 && after[4] - before[4] == 0);
+        /* At most the next spare, granted by the backend's thread. */
+        CHECK(after[2] - before[2] <= 1);
+        for (int i = 0; i < 500 && test_etcd_spares(&e) < 1; i++)
+            test_sleep_ms(10);
+        CHECK(test_etcd_spares(&e) == 1);
+    }
+    /* A busy try leaves the spare as it was: no write at all. */
+    CHECK_RC(dlock_acquire(&l, c, "w", &o), DLOCK_OK);
+    {
+        dlock_client *c2 = open_client(&e);
+        dlock_lock *b;
+        CHECK_RC(dlock_acquire(&b, c2, "w", &o), DLOCK_EBUSY); /* asks for c2's spare */
+        for (int i = 0; i < 500 && test_etcd_spares(&e) < 2; i++)
+            test_sleep_ms(10);
+        for (int i = 0; i < 5; i++)
+            before[i] = method_count(&e, writes[i]);
+        CHECK_RC(dlock_acquire(&b, c2, "w", &o), DLOCK_EBUSY);
+        for (int i = 0; i < 5; i++)
+            after[i] = method_count(&e, writes[i]);
+        fprintf(stderr, "busy try: txn %lld, revoke %lld, grant %lld\n", after[0] - before[0],
+                after[1] - before[1], after[2] - before[2]);
+        /* The txn (a raft proposal although its compare fails, as it may
+         * put), no grant, no revoke. */
+        CHECK(after[0] - before[0] == 1 && after[1] - before[1] == 0 && after[2] - before[2] == 0);
+        dlock_client_free(c2);
+    }
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    /* A release whose lease is gone (revoked by a force release; no
+     * watchdog to have told the core) is DLOCK_ELOST: the revoke finds
+     * no lease, and the delete by name finds no key. */
+    {
+        dlock_lock_info removed;
+        CHECK_RC(dlock_acquire(&l, c, "w", &o), DLOCK_OK);
+        CHECK_RC(dlock_force_release(&removed, c, "w"), DLOCK_OK);
+        CHECK(removed.held == 1 && removed.fence == dlock_lock_fence(l));
+        CHECK_RC(dlock_release(l), DLOCK_ELOST);
+    }
+    /* Closing revokes the spares. */
+    dlock_client_free(c);
+    CHECK(test_etcd_spares(&e) == 0);
+    CHECK(test_etcd_leases(&e) == 0);
+    test_etcd_stop(&e);
+}
+
 /* The store's revision now (the header of a read). */
 static int64_t store_revision(test_etcd *e)
 {
@@ -1244,6 +1360,7 @@ static void cli_run(void)
 
 TEST_MAIN({"codec", codec, NULL}, {"url_and_open_errors", url_and_open_errors, NULL},
           {"leases_follow_the_lock", leases_follow_the_lock, NULL},
+          {"two_raft_writes_per_cycle", two_raft_writes_per_cycle, NULL},
           {"on_lost_when_key_deleted", on_lost_when_key_deleted, "watchdog"},
           {"waiter_woken_by_release", waiter_woken_by_release, "watchdog"},
           {"release_wakes_one_waiter", release_wakes_one_waiter, "watchdog"},

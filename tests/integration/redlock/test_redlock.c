@@ -38,14 +38,19 @@ static void stop(cluster *cl)
         test_redis_stop(&cl->r[i]);
 }
 
-static dlock_client *open_url(const char *url)
+static dlock_client *open_with(const char *url, int64_t command_timeout_ms)
 {
     dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
     dlock_client *c = NULL;
 
-    co.command_timeout_ms = 2000;
+    co.command_timeout_ms = command_timeout_ms;
     CHECK_RC(dlock_client_open(&c, url, &co), DLOCK_OK);
     return c;
+}
+
+static dlock_client *open_url(const char *url)
+{
+    return open_with(url, 2000);
 }
 
 /* Nodes that are up and hold name's key now. */
@@ -55,6 +60,18 @@ static int holders(cluster *cl, const char *name)
 
     for (int i = 0; i < NODES; i++)
         n += cl->r[i].pid > 0 && test_redis_cmd(&cl->r[i], "EXISTS dlock:{%s}", name) == 1;
+    return n;
+}
+
+/* Wait (a generous bound) until want nodes hold name's key; how many do.
+ * Acquire and release return once a quorum answered: the other nodes run
+ * the request when it reaches them. */
+static int wait_holders(cluster *cl, const char *name, int want)
+{
+    int i, n;
+
+    for (i = 0; i < 1000 && (n = holders(cl, name)) != want; i++)
+        test_sleep_ms(10);
     return n;
 }
 
@@ -88,14 +105,14 @@ static void two_killed_still_works(void)
     test_redis_kill(&cl.r[3]);
     CHECK_RC(dlock_acquire(&l, c, "two", &o), DLOCK_OK);
     CHECK(dlock_lock_fence(l) > 0);
-    CHECK(holders(&cl, "two") == 3);
+    CHECK(wait_holders(&cl, "two", 3) == 3);
     /* Several renewal periods: the watchdog keeps it on the three. */
     test_sleep_ms(2000);
     CHECK(!dlock_lock_lost(l));
     CHECK_RC(dlock_lock_check(l), DLOCK_OK);
-    CHECK(holders(&cl, "two") == 3);
+    CHECK(wait_holders(&cl, "two", 3) == 3);
     CHECK_RC(dlock_release(l), DLOCK_OK);
-    CHECK(holders(&cl, "two") == 0);
+    CHECK(wait_holders(&cl, "two", 0) == 0);
     dlock_client_free(c);
     stop(&cl);
 }
@@ -118,12 +135,12 @@ static void three_killed_clear_error(void)
     CHECK(l == NULL);
     CHECK_CONTAINS(dlock_error_message(), "redlock: acquiring: 2 of 5 nodes (quorum 3)");
     CHECK_CONTAINS(dlock_error_message(), "connection refused");
-    CHECK(holders(&cl, "three") == 0);
+    CHECK(wait_holders(&cl, "three", 0) == 0);
     /* A held lock cannot be released on a quorum either: an error, not
      * "released"; the two alive nodes give it up all the same. */
     CHECK_RC(dlock_release(held), DLOCK_ECONN);
     CHECK_CONTAINS(dlock_error_message(), "redlock: releasing: 2 of 5 nodes (quorum 3)");
-    CHECK(holders(&cl, "kept") == 0);
+    CHECK(wait_holders(&cl, "kept", 0) == 0);
     /* A client opened now is refused: fewer than a quorum reachable. */
     dlock_client *late = NULL;
     CHECK_RC(dlock_client_open(&late, cl.url, NULL), DLOCK_ECONN);
@@ -149,7 +166,7 @@ static void busy_gives_back_the_minority(void)
     CHECK(l == NULL);
     CHECK(test_redis_cmd(&cl.r[3], "EXISTS dlock:{minor}") == 0);
     CHECK(test_redis_cmd(&cl.r[4], "EXISTS dlock:{minor}") == 0);
-    CHECK(holders(&cl, "minor") == 3);
+    CHECK(wait_holders(&cl, "minor", 3) == 3);
     dlock_client_free(c);
     stop(&cl);
 }
@@ -168,7 +185,7 @@ static void restarted_node_set_again(void)
     start(&cl, NULL);
     c = open_url(cl.url);
     CHECK_RC(dlock_acquire(&l, c, "restart", &o), DLOCK_OK);
-    CHECK(holders(&cl, "restart") == NODES);
+    CHECK(wait_holders(&cl, "restart", NODES) == NODES);
     test_redis_kill(&cl.r[2]);
     test_redis_restart(&cl.r[2]);
     CHECK(test_redis_cmd(&cl.r[2], "EXISTS dlock:{restart}") == 0);
@@ -177,7 +194,7 @@ static void restarted_node_set_again(void)
     CHECK(test_redis_cmd(&cl.r[2], "EXISTS dlock:{restart}") == 1);
     CHECK(!dlock_lock_lost(l));
     CHECK_RC(dlock_release(l), DLOCK_OK);
-    CHECK(holders(&cl, "restart") == 0);
+    CHECK(wait_holders(&cl, "restart", 0) == 0);
     dlock_client_free(c);
     stop(&cl);
 }
@@ -324,12 +341,16 @@ static void release_reaches_the_late_node(void)
     /* Node timeout: 1000 / 10 = 100 ms; the proxy delays node 0 by 400. */
     chaos_proxy_set(p[0], CHAOS_PROXY_DELAY, 400);
     CHECK_RC(dlock_acquire(&l, c, "late", &o), DLOCK_OK);
+    for (i = 0; i < 1000 && holders(&cl, "late") < 4; i++)
+        test_sleep_ms(10);
     CHECK(holders(&cl, "late") >= 4);
     for (i = 0; i < 500 && test_redis_cmd(&cl.r[0], "EXISTS dlock:{late}") != 1; i++)
         test_sleep_ms(10);
     CHECK(test_redis_cmd(&cl.r[0], "EXISTS dlock:{late}") == 1);
+    /* The release returns once a quorum gave the lock up; the late node
+     * runs it when it comes, after the acquire. */
     CHECK_RC(dlock_release(l), DLOCK_OK);
-    CHECK(holders(&cl, "late") == 0);
+    CHECK(wait_holders(&cl, "late", 0) == 0);
 
     /* Three nodes late: no quorum in time, the acquire fails, and the late
      * nodes set the key after it gave up. Its release, sent after the
@@ -341,10 +362,136 @@ static void release_reaches_the_late_node(void)
     for (i = 0; i < 3; i++)
         chaos_proxy_set(p[i], CHAOS_PROXY_PASS, 0);
     test_sleep_ms(900);
-    CHECK(holders(&cl, "late2") == 0);
+    CHECK(wait_holders(&cl, "late2", 0) == 0);
     dlock_client_free(c);
     for (i = 0; i < 3; i++)
         chaos_proxy_stop(p[i]);
+    stop(&cl);
+}
+
+/* ---- one round, and returning at quorum ---- */
+
+/* Script calls (EVALSHA and EVAL) all nodes have run. */
+static long long script_calls(cluster *cl)
+{
+    long long n = 0;
+
+    for (int i = 0; i < NODES; i++)
+        n += test_redis_calls(&cl->r[i], "evalsha") + test_redis_calls(&cl->r[i], "eval");
+    return n;
+}
+
+/* With every node's mark alike (no node restarted, no split), a cycle is
+ * round 1 and the release on each node: no round 2. Each grant raised every
+ * node's mark by one, so the fences follow one another. */
+#define CYCLES 20
+static void one_round_when_marks_agree(void)
+{
+    cluster cl;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 10000, 0);
+    uint64_t last = 0;
+    long long calls;
+    int i;
+
+    start(&cl, NULL);
+    c = open_url(cl.url);
+    for (i = 0; i < NODES; i++)
+        CHECK(test_redis_cmd(&cl.r[i], "CONFIG RESETSTAT") >= 0);
+    for (i = 0; i < CYCLES; i++) {
+        CHECK_RC(dlock_acquire(&l, c, "one", &o), DLOCK_OK);
+        CHECK(i == 0 || dlock_lock_fence(l) == last + 1);
+        last = dlock_lock_fence(l);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+    }
+    /* The slowest nodes' last requests may still be on their way. */
+    for (i = 0; i < 1000 && script_calls(&cl) < 2LL * NODES * CYCLES; i++)
+        test_sleep_ms(10);
+    calls = script_calls(&cl);
+    fprintf(stderr, "%d cycles on %d nodes: %lld script calls\n", CYCLES, NODES, calls);
+    CHECK(calls == 2LL * NODES * CYCLES);
+    dlock_client_free(c);
+    stop(&cl);
+}
+
+/* A client whose node and command timeouts are ten minutes: every call
+ * that returns while a node is stopped returned without waiting for it. */
+static dlock_client *open_patient(cluster *cl)
+{
+    char url[300];
+
+    snprintf(url, sizeof(url), "%s?node_timeout_ms=600000", cl->url);
+    return open_with(url, 600000);
+}
+
+/* One node stopped (SIGSTOP): acquire, extend and release return once a
+ * quorum answered, not after the node's timeout (ten minutes here; without
+ * it the case runs into ctest's timeout). Resumed, the node runs what it
+ * was sent in order: the late grant is ours, and the release sent after it
+ * takes it away; nothing is left. */
+static void stopped_node_not_waited_for(void)
+{
+    cluster cl;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 3600000, 0);
+
+    start(&cl, NULL);
+    c = open_patient(&cl);
+    CHECK(kill(cl.r[4].pid, SIGSTOP) == 0);
+    CHECK_RC(dlock_acquire(&l, c, "slow", &o), DLOCK_OK);
+    CHECK_RC(dlock_lock_extend(l, 3600000), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(kill(cl.r[4].pid, SIGCONT) == 0);
+    CHECK(wait_holders(&cl, "slow", 0) == 0);
+    /* It granted late (its mark was raised), then gave the key up. */
+    CHECK(test_redis_cmd(&cl.r[4], "GET dlock:{slow}:fence") > 0);
+    /* The next acquisition reads the replies it owes off its connection. */
+    CHECK_RC(dlock_acquire(&l, c, "slow", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(wait_holders(&cl, "slow", 0) == 0);
+    dlock_client_free(c);
+    stop(&cl);
+}
+
+/*
+ * Nodes 0 and 1 (a minority) have marks far above the rest, so the values
+ * a quorum of granting nodes reply differ: with node 4 stopped, A's quorum
+ * is 3 of nodes 0-3, and includes 0 or 1. A's fence must be recorded on
+ * the nodes that granted (round 2) before A gets it: B, granted by nodes
+ * 2, 3 and 4 only (0 and 1 stopped), must get a greater fence. Taking the
+ * highest value without round 2 would leave it on nodes 0 and 1 alone.
+ */
+static void fence_when_marks_disagree(void)
+{
+    cluster cl;
+    dlock_client *c;
+    dlock_lock *a, *b;
+    dlock_acquire_options o = test_opts(0, 3600000, 0);
+    uint64_t fa, fb;
+
+    start(&cl, NULL);
+    c = open_patient(&cl);
+    CHECK(test_redis_cmd(&cl.r[0], "SET dlock:{split}:fence 100") >= 0);
+    CHECK(test_redis_cmd(&cl.r[1], "SET dlock:{split}:fence 100") >= 0);
+    CHECK(kill(cl.r[4].pid, SIGSTOP) == 0);
+    CHECK_RC(dlock_acquire(&a, c, "split", &o), DLOCK_OK);
+    fa = dlock_lock_fence(a);
+    CHECK(fa == 101);
+    CHECK_RC(dlock_release(a), DLOCK_OK);
+    CHECK(kill(cl.r[0].pid, SIGSTOP) == 0);
+    CHECK(kill(cl.r[1].pid, SIGSTOP) == 0);
+    CHECK(kill(cl.r[4].pid, SIGCONT) == 0);
+    CHECK_RC(dlock_acquire(&b, c, "split", &o), DLOCK_OK);
+    fb = dlock_lock_fence(b);
+    fprintf(stderr, "fences: A %llu, B %llu\n", (unsigned long long)fa, (unsigned long long)fb);
+    CHECK(fb > fa);
+    CHECK_RC(dlock_release(b), DLOCK_OK);
+    CHECK(kill(cl.r[0].pid, SIGCONT) == 0);
+    CHECK(kill(cl.r[1].pid, SIGCONT) == 0);
+    CHECK(wait_holders(&cl, "split", 0) == 0);
+    dlock_client_free(c);
     stop(&cl);
 }
 
@@ -395,11 +542,11 @@ static void reentrant_counts(void)
     CHECK(l == NULL);
 
     CHECK_RC(dlock_release(h1), DLOCK_OK);
-    CHECK(holders(&cl, "re") == NODES);
+    CHECK(wait_holders(&cl, "re", NODES) == NODES);
     CHECK_RC(dlock_acquire(&l, c, "re", &other), DLOCK_EBUSY);
     CHECK_RC(dlock_lock_check(h2), DLOCK_OK);
     CHECK_RC(dlock_release(h2), DLOCK_OK);
-    CHECK(holders(&cl, "re") == 0);
+    CHECK(wait_holders(&cl, "re", 0) == 0);
 
     CHECK_RC(dlock_acquire(&l, c, "re", &other), DLOCK_OK);
     CHECK(dlock_lock_fence(l) > fence);
@@ -489,7 +636,7 @@ static void reentrant_survives_restarts(void)
     CHECK_RC(dlock_acquire(&l, c, "rs", &other), DLOCK_EBUSY);
     CHECK_RC(dlock_lock_check(h2), DLOCK_OK);
     CHECK_RC(dlock_release(h2), DLOCK_OK);
-    CHECK(holders(&cl, "rs") == 0);
+    CHECK(wait_holders(&cl, "rs", 0) == 0);
     CHECK_RC(dlock_acquire(&l, c, "rs", &other), DLOCK_OK);
     CHECK_RC(dlock_release(l), DLOCK_OK);
     dlock_client_free(c);
@@ -538,6 +685,9 @@ static void family_kinds_not_offered(void)
 }
 
 TEST_MAIN({"url_checked", url_checked, "unit"},
+          {"one_round_when_marks_agree", one_round_when_marks_agree, NULL},
+          {"stopped_node_not_waited_for", stopped_node_not_waited_for, NULL},
+          {"fence_when_marks_disagree", fence_when_marks_disagree, NULL},
           {"two_killed_still_works", two_killed_still_works, "watchdog"},
           {"three_killed_clear_error", three_killed_clear_error, NULL},
           {"busy_gives_back_the_minority", busy_gives_back_the_minority, NULL},

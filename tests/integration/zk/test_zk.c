@@ -318,6 +318,158 @@ static void killed_waiter_leaves_queue(void)
     test_zk_stop(&z);
 }
 
+/* ---- owner ids ------------------------------------------------------------ */
+
+typedef struct {
+    const char *url;
+    uint64_t fence;
+    int rc;
+    atomic_int done;
+} re_waiter;
+
+static void *re_waiter_main(void *p)
+{
+    re_waiter *a = p;
+    dlock_client *c = open_url(a->url, 5000);
+    dlock_acquire_options o = test_opts(60000, 3000, 1);
+
+    dlock_lock *l;
+
+    a->rc = dlock_acquire(&l, c, "re", &o);
+    atomic_store(&a->done, 1);
+    if (a->rc == DLOCK_OK) {
+        a->fence = dlock_lock_fence(l);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+    }
+    dlock_client_free(c);
+    return NULL;
+}
+
+/*
+ * Re-entry by owner id: the same owner takes the lock again from another
+ * client and from another process, each with a node of its own at the
+ * holder's sequence and the holder's fence; another owner, no owner, and
+ * the owner without reentrant are kept out; a waiter (behind all of them)
+ * gets the lock only when the last hold is released, with a higher fence.
+ */
+static void reentrant_by_owner(void)
+{
+    test_zk z;
+    dlock_client *c, *c2;
+    dlock_lock *a1, *a2, *x = NULL;
+    dlock_acquire_options o = test_opts(0, 3000, 1), plain = test_opts(0, 3000, 1);
+    dlock_lock_info info;
+    re_waiter w = {0};
+    pthread_t t;
+    uint64_t fence, child_fence = 0;
+    int go[2], back[2], st;
+    pid_t pid;
+
+    test_zk_start(&z, 1, NULL);
+    o.owner = "worker-1";
+    o.reentrant = 1;
+    CHECK(pipe(go) == 0 && pipe(back) == 0);
+    /* Forked before this process has a client (a fork beside the
+     * ZooKeeper client's threads could hang the child). */
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        dlock_client *cc;
+        dlock_lock *l;
+        uint64_t f;
+        char b;
+        close(go[1]);
+        close(back[0]);
+        if (read(go[0], &b, 1) != 1)
+            _exit(2);
+        cc = open_url(z.url, 5000);
+        if (dlock_acquire(&l, cc, "re", &o) != DLOCK_OK)
+            _exit(3);
+        f = dlock_lock_fence(l);
+        if (write(back[1], &f, sizeof(f)) != (ssize_t)sizeof(f) || read(go[0], &b, 1) != 1)
+            _exit(4);
+        if (dlock_release(l) != DLOCK_OK)
+            _exit(5);
+        dlock_client_free(cc);
+        _exit(0);
+    }
+    close(go[0]);
+    close(back[1]);
+    c = open_url(z.url, 5000);
+    c2 = open_url(z.url, 5000);
+    CHECK_RC(dlock_acquire(&a1, c, "re", &o), DLOCK_OK);
+    fence = dlock_lock_fence(a1);
+    o.wait_ms = 10000; /* a waiting acquisition re-enters too, skipping the queue */
+    CHECK_RC(dlock_acquire(&a2, c2, "re", &o), DLOCK_OK);
+    o.wait_ms = 0;
+    CHECK(dlock_lock_fence(a2) == fence);
+    CHECK(test_zk_children(&z, "/dlock/re") == 2);
+    CHECK(write(go[1], "g", 1) == 1);
+    CHECK(read(back[0], &child_fence, sizeof(child_fence)) == (ssize_t)sizeof(child_fence));
+    CHECK(child_fence == fence);
+    CHECK(test_zk_children(&z, "/dlock/re") == 3);
+
+    CHECK_RC(dlock_acquire(&x, c2, "re", &plain), DLOCK_EBUSY);
+    plain.owner = "worker-2";
+    plain.reentrant = 1;
+    CHECK_RC(dlock_acquire(&x, c2, "re", &plain), DLOCK_EBUSY);
+    o.reentrant = 0;
+    CHECK_RC(dlock_acquire(&x, c2, "re", &o), DLOCK_EMISUSE);
+    CHECK_CONTAINS(dlock_error_message(), "reentrant is off");
+    o.reentrant = 1;
+    CHECK(test_zk_children(&z, "/dlock/re") == 3);
+
+    /* A waiter queues behind the three holds. */
+    w.url = z.url;
+    CHECK(pthread_create(&t, NULL, re_waiter_main, &w) == 0);
+    for (int i = 0; i < 1200 && test_zk_children(&z, "/dlock/re") != 4; i++)
+        test_sleep_ms(25);
+    CHECK(test_zk_children(&z, "/dlock/re") == 4);
+    /* The watchdog renews each hold past its lease. */
+    test_sleep_ms(3500);
+    CHECK_RC(dlock_lock_check(a1), DLOCK_OK);
+    CHECK_RC(dlock_lock_check(a2), DLOCK_OK);
+
+    /* The first hold goes: the others keep the lock, with its fence. */
+    CHECK_RC(dlock_release(a1), DLOCK_OK);
+    CHECK_RC(dlock_status(&info, c, "re"), DLOCK_OK);
+    CHECK(info.held && info.fence == fence);
+    CHECK_RC(dlock_release(a2), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&x, c, "re", &o), DLOCK_OK); /* the child's hold, re-entered */
+    CHECK(dlock_lock_fence(x) == fence);
+    CHECK_RC(dlock_release(x), DLOCK_OK);
+    test_sleep_ms(300);
+    CHECK(!atomic_load(&w.done));
+    CHECK(write(go[1], "g", 1) == 1);
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(w.rc, DLOCK_OK);
+    CHECK(w.fence > fence);
+    CHECK_RC(dlock_status(&info, c, "re"), DLOCK_OK);
+    CHECK(!info.held);
+
+    /* A force release takes the owner's re-entries with the holder's node:
+     * the lock is free, and every hold of the owner lost. */
+    CHECK_RC(dlock_acquire(&a1, c, "re", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&a2, c2, "re", &o), DLOCK_OK);
+    CHECK_RC(dlock_force_release(&info, c2, "re"), DLOCK_OK);
+    CHECK(info.held && info.fence == dlock_lock_fence(a1));
+    CHECK(test_zk_children(&z, "/dlock/re") == 0);
+    plain.owner = NULL;
+    plain.reentrant = 0;
+    CHECK_RC(dlock_acquire(&x, c2, "re", &plain), DLOCK_OK);
+    CHECK_RC(dlock_lock_check(a1), DLOCK_ELOST);
+    CHECK_RC(dlock_lock_check(a2), DLOCK_ELOST);
+    CHECK_RC(dlock_release(x), DLOCK_OK);
+    dlock_release(a1);
+    dlock_release(a2);
+    close(go[1]);
+    close(back[0]);
+    dlock_client_free(c);
+    dlock_client_free(c2);
+    test_zk_stop(&z);
+}
+
 /* The member whose connection list shows the most client sessions: the
  * one our client is on (the others only see this 4lw connection). */
 static int member_of_client(test_zk *z)
@@ -409,4 +561,5 @@ TEST_MAIN({"curator_node_names", curator_node_names, NULL},
           {"sigstop_holder", sigstop_holder, "watchdog"},
           {"killed_waiter_leaves_queue", killed_waiter_leaves_queue, NULL},
           {"ensemble_member_and_leader_killed", ensemble_member_and_leader_killed, NULL},
+          {"reentrant_by_owner", reentrant_by_owner, "watchdog"},
           {"bad_urls", bad_urls, NULL})

@@ -1,0 +1,460 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The MySQL backend's connection job: the URL, connecting with the client
+ * library's timeouts, one statement with its results drained, error codes,
+ * and how names become SQL (hex literals, so no user byte is ever parsed
+ * as SQL; GET_LOCK names within the server's 64 characters).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <errmsg.h>
+#include <mysqld_error.h>
+
+#include "mysql_int.h"
+
+int64_t my_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- the URL ------------------------------------------------------------ */
+
+static const char *const known_params[] = {
+    "mode", "socket", "create", "ssl", "ssl-ca", "ssl-capath", "ssl-cert", "ssl-key",
+    "ssl-cipher", "ssl-verify", NULL,
+};
+
+static int dup_param(const dlock_url *url, const char *key, char **out)
+{
+    const char *v = dlock_url_param_get(url, key);
+
+    *out = NULL;
+    if (v == NULL)
+        return DLOCK_OK;
+    if ((*out = strdup(v)) == NULL)
+        return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+    return DLOCK_OK;
+}
+
+/* Seconds for the client library's timeouts, which count whole seconds:
+ * rounded up, at least 1. */
+static unsigned to_seconds(int64_t ms)
+{
+    int64_t s = (ms + 999) / 1000;
+
+    return s < 1 ? 1 : s > 86400 ? 86400 : (unsigned)s;
+}
+
+int my_parse_url(my_be *be, const dlock_url *url, const dlock_client_options *opts)
+{
+    const char *mode = dlock_url_param_get(url, "mode");
+    const char *create = dlock_url_param_get(url, "create");
+    const char *verify = dlock_url_param_get(url, "ssl-verify");
+    const char *ssl = dlock_url_param_get(url, "ssl");
+    const char *prefix = opts != NULL && opts->key_prefix != NULL ? opts->key_prefix : "dlock:";
+    int rc;
+
+    for (size_t i = 0; i < url->nparams; i++) {
+        size_t k = 0;
+        while (known_params[k] != NULL && strcmp(known_params[k], url->params[i].key) != 0)
+            k++;
+        if (known_params[k] == NULL)
+            return dlock_backend_fail(DLOCK_EINVAL,
+                                      "%s: unknown parameter '%.40s' (mode, socket, create, "
+                                      "ssl, ssl-ca, ssl-capath, ssl-cert, ssl-key, ssl-cipher, "
+                                      "ssl-verify)",
+                                      url->redacted, url->params[i].key);
+    }
+    if (mode == NULL || strcmp(mode, "lease") == 0)
+        be->named = 0;
+    else if (strcmp(mode, "named") == 0)
+        be->named = 1;
+    else
+        return dlock_backend_fail(DLOCK_EINVAL, "%s: mode must be lease or named, not '%.40s'",
+                                  url->redacted, mode);
+    if (create == NULL || strcmp(create, "1") == 0)
+        be->create = 1;
+    else if (strcmp(create, "0") == 0)
+        be->create = 0;
+    else
+        return dlock_backend_fail(DLOCK_EINVAL, "%s: create must be 0 or 1, not '%.40s'",
+                                  url->redacted, create);
+    be->ssl_verify = -1;
+    if (verify != NULL) {
+        if (strcmp(verify, "0") != 0 && strcmp(verify, "1") != 0)
+            return dlock_backend_fail(DLOCK_EINVAL, "%s: ssl-verify must be 0 or 1, not '%.40s'",
+                                      url->redacted, verify);
+        be->ssl_verify = verify[0] == '1';
+    }
+    if (ssl != NULL && strcmp(ssl, "0") != 0 && strcmp(ssl, "1") != 0)
+        return dlock_backend_fail(DLOCK_EINVAL, "%s: ssl must be 0 or 1, not '%.40s'",
+                                  url->redacted, ssl);
+    if (ssl != NULL && ssl[0] == '1' && be->ssl_verify < 0)
+        be->ssl_verify = 0; /* TLS required; verification only if asked */
+    if (url->nhosts > 1)
+        return dlock_backend_fail(DLOCK_EINVAL, "%s: expected one host, got %zu", url->redacted,
+                                  url->nhosts);
+    if (url->path == NULL || url->path[0] != '/' || url->path[1] == '\0' ||
+        strchr(url->path + 1, '/') != NULL)
+        return dlock_backend_fail(DLOCK_EINVAL,
+                                  "%s: the URL names no database (mysql://USER:PASS@HOST:PORT/DB)",
+                                  url->redacted);
+    if (strlen(prefix) > MY_KEY_MAX - DLOCK_NAME_MAX)
+        return dlock_backend_fail(DLOCK_EINVAL, "%s: key prefix longer than %d bytes",
+                                  url->redacted, MY_KEY_MAX - DLOCK_NAME_MAX);
+    if ((be->db = strdup(url->path + 1)) == NULL || (be->prefix = strdup(prefix)) == NULL ||
+        (url->user != NULL && (be->user = strdup(url->user)) == NULL) ||
+        (url->password != NULL && (be->password = strdup(url->password)) == NULL) ||
+        (url->nhosts == 1 && (be->host = strdup(url->hosts[0].host)) == NULL))
+        return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+    if ((rc = dup_param(url, "socket", &be->socket)) != DLOCK_OK ||
+        (rc = dup_param(url, "ssl-ca", &be->ssl_ca)) != DLOCK_OK ||
+        (rc = dup_param(url, "ssl-capath", &be->ssl_capath)) != DLOCK_OK ||
+        (rc = dup_param(url, "ssl-cert", &be->ssl_cert)) != DLOCK_OK ||
+        (rc = dup_param(url, "ssl-key", &be->ssl_key)) != DLOCK_OK ||
+        (rc = dup_param(url, "ssl-cipher", &be->ssl_cipher)) != DLOCK_OK)
+        return rc;
+    if (be->host == NULL && be->socket == NULL)
+        return dlock_backend_fail(DLOCK_EINVAL, "%s: the URL names no host (or socket=PATH)",
+                                  url->redacted);
+    be->port = url->nhosts == 1 && url->hosts[0].port != 0 ? (unsigned)url->hosts[0].port : 3306;
+    if (be->socket != NULL)
+        snprintf(be->where, sizeof(be->where), "mysql %.100s/%.64s", be->socket, be->db);
+    else
+        snprintf(be->where, sizeof(be->where),
+                 strchr(be->host, ':') != NULL ? "mysql [%.64s]:%u/%.64s" : "mysql %.64s:%u/%.64s",
+                 be->host, be->port, be->db);
+    be->connect_s = to_seconds(opts != NULL ? opts->connect_timeout_ms : 2000);
+    be->command_ms = opts != NULL ? opts->command_timeout_ms : 5000;
+    be->read_s = be->write_s = to_seconds(be->command_ms);
+    return DLOCK_OK;
+}
+
+/* ---- connections -------------------------------------------------------- */
+
+void my_drop(MYSQL **slot)
+{
+    if (*slot != NULL) {
+        mysql_close(*slot);
+        *slot = NULL;
+    }
+}
+
+/* Client errors (2000..2999) that leave the connection unusable. */
+static int broken(unsigned e)
+{
+    return e >= 2000 && e < 3000;
+}
+
+int my_fail(my_be *be, MYSQL **slot, const char *what, int *unknown)
+{
+    unsigned e = mysql_errno(*slot);
+    const char *text = mysql_error(*slot);
+    int code;
+
+    if (unknown != NULL)
+        *unknown = 0;
+    switch (e) {
+    case ER_ACCESS_DENIED_ERROR:
+    case ER_DBACCESS_DENIED_ERROR:
+    case ER_TABLEACCESS_DENIED_ERROR:
+    case ER_PROCACCESS_DENIED_ERROR:
+    case 1698: /* ER_ACCESS_DENIED_NO_PASSWORD_ERROR */
+        code = DLOCK_EAUTH;
+        break;
+    case ER_LOCK_DEADLOCK:
+    case ER_LOCK_WAIT_TIMEOUT:
+        code = DLOCK_ECONN; /* rolled back: try again */
+        break;
+    case CR_OUT_OF_MEMORY:
+        code = DLOCK_ENOMEM;
+        break;
+    case CR_MALFORMED_PACKET:
+    case CR_COMMANDS_OUT_OF_SYNC:
+        code = DLOCK_EPROTO;
+        break;
+    default:
+        code = broken(e) ? DLOCK_ECONN : DLOCK_ESERVER;
+    }
+    if (broken(e) && unknown != NULL && e != CR_CONNECTION_ERROR && e != CR_CONN_HOST_ERROR &&
+        e != CR_UNKNOWN_HOST)
+        *unknown = 1;
+    if (e == CR_SERVER_LOST || e == CR_SERVER_LOST_EXTENDED)
+        code = dlock_backend_fail(code, "%s: %s: no reply (lost connection or no reply within "
+                                  "%u s): %.200s", be->where, what, be->read_s, text);
+    else
+        code = dlock_backend_fail(code, "%s: %s: %.300s (error %u)", be->where, what, text, e);
+    if (broken(e))
+        my_drop(slot);
+    return code;
+}
+
+static int session_setup(my_be *be, MYSQL **slot)
+{
+    char sql[128];
+
+    if (mysql_query(*slot, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED") != 0)
+        return my_fail(be, slot, "setting up the session", NULL);
+    /* A row lock waited for may not outlast the client's read timeout. */
+    snprintf(sql, sizeof(sql), "SET SESSION innodb_lock_wait_timeout = %u", be->read_s);
+    if (mysql_query(*slot, sql) != 0)
+        return my_fail(be, slot, "setting up the session", NULL);
+    return DLOCK_OK;
+}
+
+int my_connect(my_be *be, MYSQL **out)
+{
+    MYSQL *c = mysql_init(NULL);
+    my_bool no = 0;
+    int rc;
+
+    *out = NULL;
+    if (c == NULL)
+        return dlock_backend_fail(DLOCK_ENOMEM, "%s: out of memory", be->where);
+    mysql_options(c, MYSQL_OPT_CONNECT_TIMEOUT, &be->connect_s);
+    mysql_options(c, MYSQL_OPT_READ_TIMEOUT, &be->read_s);
+    mysql_options(c, MYSQL_OPT_WRITE_TIMEOUT, &be->write_s);
+    mysql_options(c, MYSQL_OPT_RECONNECT, &no);
+    mysql_options(c, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+    mysql_options(c, MYSQL_READ_DEFAULT_GROUP, NULL);
+    if (be->ssl_key || be->ssl_cert || be->ssl_ca || be->ssl_capath || be->ssl_cipher)
+        mysql_ssl_set(c, be->ssl_key, be->ssl_cert, be->ssl_ca, be->ssl_capath, be->ssl_cipher);
+    if (be->ssl_verify >= 0) {
+        my_bool yes = 1, verify = (my_bool)be->ssl_verify;
+        mysql_options(c, MYSQL_OPT_SSL_ENFORCE, &yes);
+        mysql_options(c, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify);
+    }
+    if (mysql_real_connect(c, be->socket != NULL ? "localhost" : be->host, be->user,
+                           be->password, be->db, be->port, be->socket,
+                           CLIENT_MULTI_RESULTS | CLIENT_FOUND_ROWS) == NULL) {
+        rc = my_fail(be, &c, "cannot connect", NULL);
+        my_drop(&c);
+        return rc;
+    }
+    {
+        int fd = (int)mysql_get_socket(c);
+        if (fd >= 0)
+            fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) | FD_CLOEXEC);
+    }
+    if ((rc = session_setup(be, &c)) != DLOCK_OK) {
+        my_drop(&c);
+        return rc;
+    }
+    *out = c;
+    return DLOCK_OK;
+}
+
+/* An idle connection has nothing to read: if it has, the server closed it
+ * (or said why before it did), and a statement sent on it would be lost
+ * with its outcome unknown. */
+static int closed_by_server(MYSQL *c)
+{
+    struct pollfd pf = {.fd = (int)mysql_get_socket(c), .events = POLLIN};
+
+    return pf.fd >= 0 && poll(&pf, 1, 0) > 0;
+}
+
+int my_query(my_be *be, MYSQL **slot, const char *sql, MYSQL_RES **res, int *unknown)
+{
+    return my_query_rows(be, slot, sql, res, unknown, NULL);
+}
+
+int my_query_rows(my_be *be, MYSQL **slot, const char *sql, MYSQL_RES **res, int *unknown,
+                  uint64_t *affected)
+{
+    MYSQL_RES *first = NULL;
+    int rc, more;
+
+    if (res != NULL)
+        *res = NULL;
+    if (unknown != NULL)
+        *unknown = 0;
+    if (*slot != NULL && closed_by_server(*slot))
+        my_drop(slot); /* a restart, a KILL, wait_timeout: connect again */
+    if (*slot == NULL) {
+        if ((rc = my_connect(be, slot)) != DLOCK_OK)
+            return rc;
+        if (be->log != NULL)
+            be->log(DLOCK_LOG_INFO, be->where, be->log_payload);
+    }
+    if (mysql_real_query(*slot, sql, (unsigned long)strlen(sql)) != 0)
+        return my_fail(be, slot, "statement failed", unknown);
+    /* Every result of the statement, the first kept: a CALL ends with a
+     * status result that must be read before the next statement. */
+    do {
+        MYSQL_RES *r;
+        /* Read before the results are drained, which resets it. */
+        if (affected != NULL && mysql_field_count(*slot) == 0)
+            *affected = (uint64_t)mysql_affected_rows(*slot);
+        r = mysql_store_result(*slot);
+        if (r == NULL && mysql_field_count(*slot) != 0) {
+            if (first != NULL)
+                mysql_free_result(first);
+            return my_fail(be, slot, "reading the reply", unknown);
+        }
+        if (r != NULL) {
+            if (first == NULL)
+                first = r;
+            else
+                mysql_free_result(r);
+        }
+        more = mysql_next_result(*slot);
+        if (more > 0) {
+            if (first != NULL)
+                mysql_free_result(first);
+            return my_fail(be, slot, "statement failed", unknown);
+        }
+    } while (more == 0);
+    if (res != NULL)
+        *res = first;
+    else if (first != NULL)
+        mysql_free_result(first);
+    return DLOCK_OK;
+}
+
+int my_cmd(my_be *be, const char *sql, MYSQL_RES **res, int *unknown)
+{
+    int rc;
+
+    pthread_mutex_lock(&be->mu);
+    rc = my_query(be, &be->cmd, sql, res, unknown);
+    pthread_mutex_unlock(&be->mu);
+    return rc;
+}
+
+int my_row_ints(my_be *be, MYSQL_RES *res, int64_t *v, int n, int64_t def, int *found,
+                const char *what)
+{
+    MYSQL_ROW row;
+
+    *found = 0;
+    if (res == NULL)
+        return dlock_backend_fail(DLOCK_EPROTO, "%s: %s returned no result", be->where, what);
+    if (mysql_num_fields(res) < (unsigned)n) {
+        mysql_free_result(res);
+        return dlock_backend_fail(DLOCK_EPROTO, "%s: %s returned %u columns, wanted %d",
+                                  be->where, what, mysql_num_fields(res), n);
+    }
+    if ((row = mysql_fetch_row(res)) != NULL) {
+        *found = 1;
+        for (int i = 0; i < n; i++)
+            v[i] = row[i] == NULL ? def : strtoll(row[i], NULL, 10);
+    }
+    mysql_free_result(res);
+    return DLOCK_OK;
+}
+
+int my_list_query(my_be *be, const char *sql, unsigned ncols, my_fill_fn fill, dlock_list_cb cb,
+                  void *payload)
+{
+    char name[DLOCK_NAME_MAX + 1];
+    size_t lp = strlen(be->prefix);
+    MYSQL_RES *res = NULL;
+    MYSQL_ROW row;
+    int rc;
+
+    if ((rc = my_cmd(be, sql, &res, NULL)) != DLOCK_OK)
+        return rc;
+    if (res == NULL || mysql_num_fields(res) != ncols) {
+        if (res != NULL)
+            mysql_free_result(res);
+        return dlock_backend_fail(DLOCK_EPROTO, "%s: the list query returned no rows", be->where);
+    }
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        unsigned long *lens = mysql_fetch_lengths(res);
+        dlock_lock_info info;
+        /* A name not under our prefix, or with a NUL, is no lock name. */
+        if (lens[4] < lp || lens[4] - lp > DLOCK_NAME_MAX ||
+            memchr(row[4] + lp, '\0', lens[4] - lp) != NULL)
+            continue;
+        memcpy(name, row[4] + lp, lens[4] - lp);
+        name[lens[4] - lp] = '\0';
+        fill(row, lens, &info);
+        if (cb(name, &info, payload) != 0)
+            break;
+    }
+    mysql_free_result(res);
+    return DLOCK_OK;
+}
+
+/* ---- names -------------------------------------------------------------- */
+
+void my_hex(char *out, const char *s, size_t len)
+{
+    static const char digits[] = "0123456789abcdef";
+    char *p = out;
+
+    *p++ = 'X';
+    *p++ = '\'';
+    for (size_t i = 0; i < len; i++) {
+        *p++ = digits[(unsigned char)s[i] >> 4];
+        *p++ = digits[(unsigned char)s[i] & 15];
+    }
+    *p++ = '\'';
+    *p = '\0';
+}
+
+/* key_prefix + name into key (MY_KEY_MAX + 1 bytes). */
+static int make_key(my_be *be, const char *name, char *key)
+{
+    size_t lp = strlen(be->prefix), ln = strlen(name);
+
+    if (ln > DLOCK_NAME_MAX || lp + ln > MY_KEY_MAX)
+        return dlock_backend_fail(DLOCK_EINVAL, "%s: lock name longer than %d bytes", be->where,
+                                  DLOCK_NAME_MAX);
+    memcpy(key, be->prefix, lp);
+    memcpy(key + lp, name, ln + 1);
+    return DLOCK_OK;
+}
+
+int my_key_hex(my_be *be, const char *name, char *out)
+{
+    char key[MY_KEY_MAX + 1];
+    int rc;
+
+    if ((rc = make_key(be, name, key)) != DLOCK_OK)
+        return rc;
+    my_hex(out, key, strlen(key));
+    return DLOCK_OK;
+}
+
+int my_lock_expr(my_be *be, const char *name, char tag, char *out)
+{
+    char key[MY_KEY_MAX + 1], hex[MY_HEX_MAX];
+    size_t len;
+    int plain;
+    int rc;
+
+    if ((rc = make_key(be, name, key)) != DLOCK_OK)
+        return rc;
+    len = strlen(key);
+    plain = tag == 'n' && len <= 64;
+    for (size_t i = 0; plain && i < len; i++)
+        plain = key[i] > 0x20 && key[i] < 0x7f && key[i] != '\'' && key[i] != '\\';
+    if (plain) {
+        snprintf(out, MY_LOCKEXPR_MAX, "'%s'", key);
+        return DLOCK_OK;
+    }
+    /* 'dlock#' and 58 hex digits of SHA-256 (232 bits): 64 characters. */
+    my_hex(hex, key, len);
+    snprintf(out, MY_LOCKEXPR_MAX, "CONCAT('%s', LEFT(SHA2(%s, 256), 58))",
+             tag == 'n' ? "dlock#" : "dlckw#", hex);
+    return DLOCK_OK;
+}
+
+void my_holder_fill(dlock_lock_info *info, const char *text, unsigned long len)
+{
+    info->has_holder = 0;
+    if (text != NULL && len > 0)
+        dlock_holder_parse(info, text, len);
+}

@@ -1,0 +1,171 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The MySQL / MariaDB backend's shared pieces (docs/mysql.md): the backend
+ * state, one connection, and the helpers every part uses to talk SQL.
+ *
+ * Two modes, chosen by the URL's mode= parameter:
+ *   lease (default)  a row per lock in dlock_locks under its primary key,
+ *                    with an expiry on the server's clock (mysql_lease.c);
+ *   named            the server's user-level locks, GET_LOCK and friends,
+ *                    held by one connection per held lock (mysql_named.c).
+ * Both take the fence from the AUTO_INCREMENT counter table dlock_fence and
+ * wait on a GET_LOCK channel (mysql_wait.c).
+ *
+ * Connections (each opened when first needed and, once broken, closed and
+ * opened again on next use; every call bounded by the client library's
+ * connect, read and write timeouts):
+ *   cmd    callers, one statement at a time under mu;
+ *   wd     renew, the watchdog thread's alone;
+ *   wake   lease mode: holds the wake channel of each lease this client
+ *          holds (GET_LOCK), under wake_mu;
+ *   one per watch, and in named mode one per held lock (mysql_named.c).
+ */
+#ifndef DLOCK_MYSQL_INT_H
+#define DLOCK_MYSQL_INT_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mysql.h>
+
+#include "dlock/sys/backend.h"
+
+/* Bytes of a stored lock name (key_prefix + name); dlock_locks.name is
+ * VARBINARY of this size. */
+#define MY_KEY_MAX 640
+/* A lock name as a hex literal X'..' with its NUL. */
+#define MY_HEX_MAX (2 * MY_KEY_MAX + 4)
+/* The GET_LOCK name of a lock as an SQL expression. */
+#define MY_LOCKEXPR_MAX (MY_HEX_MAX + 64)
+
+typedef struct my_named my_named;
+
+typedef struct my_be {
+    /* Where and how to connect. */
+    char *host, *user, *password, *db, *socket;
+    unsigned port;
+    char *ssl_key, *ssl_cert, *ssl_ca, *ssl_capath, *ssl_cipher;
+    int ssl_verify; /* -1 unset */
+    unsigned connect_s, read_s, write_s;
+    int64_t command_ms;
+    char where[192]; /* "mysql HOST:PORT/DB", for messages */
+
+    int named;   /* mode=named */
+    int create;  /* create tables and procedures on first use (create=1) */
+    char *prefix; /* key_prefix */
+    dlock_log_cb log;
+    void *log_payload;
+
+    pthread_mutex_t mu; /* cmd */
+    MYSQL *cmd;
+    MYSQL *wd;
+    pthread_mutex_t wake_mu; /* wake */
+    MYSQL *wake;
+
+    /* Named mode: the locks held, each on its own connection, and idle
+     * connections kept for the next acquisition. */
+    pthread_mutex_t named_mu;
+    my_named *held;
+    MYSQL *spare[4];
+    int nspare;
+} my_be;
+
+/* ---- mysql_conn.c ---- */
+
+/* Parse url into be (everything but the connections). */
+int my_parse_url(my_be *be, const dlock_url *url, const dlock_client_options *opts);
+/* Open a connection (read committed, UTC, found rows). *out on DLOCK_OK. */
+int my_connect(my_be *be, MYSQL **out);
+/* Close *slot if open and set it NULL. */
+void my_drop(MYSQL **slot);
+/* Report the error of *slot as a DLOCK_E* code; a broken connection is
+ * closed (the next use reconnects). *unknown (may be NULL) is set when the
+ * statement may have run though no reply came. */
+int my_fail(my_be *be, MYSQL **slot, const char *what, int *unknown);
+/* Run sql on *slot (connected first if NULL): DLOCK_OK and *res (the first
+ * result set, NULL for a statement without one; free with
+ * mysql_free_result) with every further result of a CALL drained. res may
+ * be NULL to discard. */
+int my_query(my_be *be, MYSQL **slot, const char *sql, MYSQL_RES **res, int *unknown);
+/* my_query, and the rows the (first) statement changed or matched into
+ * *affected (may be NULL). */
+int my_query_rows(my_be *be, MYSQL **slot, const char *sql, MYSQL_RES **res, int *unknown,
+                  uint64_t *affected);
+/* my_query on the callers' connection, under mu. */
+int my_cmd(my_be *be, const char *sql, MYSQL_RES **res, int *unknown);
+/* One row of res (freed), its n first columns as int64 (NULL -> def).
+ * DLOCK_EPROTO when res has no row or fewer columns. 0 rows -> DLOCK_ENOENT
+ * style: returns 1 in *found when there was a row. */
+int my_row_ints(my_be *be, MYSQL_RES *res, int64_t *v, int n, int64_t def, int *found,
+                const char *what);
+
+/* Run a listing's sql (the stored name in column 4 of ncols), and call cb
+ * with each name under key_prefix and its state as fill reads the row,
+ * until cb returns non-zero. */
+typedef void (*my_fill_fn)(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out);
+int my_list_query(my_be *be, const char *sql, unsigned ncols, my_fill_fn fill, dlock_list_cb cb,
+                  void *payload);
+
+/* s (len bytes) as X'hex' into out (2 len + 4 bytes). */
+void my_hex(char *out, const char *s, size_t len);
+/* The stored name of lock name: key_prefix + name, as a hex literal.
+ * DLOCK_EINVAL when too long. */
+int my_key_hex(my_be *be, const char *name, char *out);
+/* The GET_LOCK name of lock name as an SQL expression (tag 'n' for named
+ * mode, 'w' for a lease's wake channel): key_prefix + name itself when it
+ * is printable ASCII and fits the server's 64 characters (named mode
+ * only), else a SHA-256 of it (docs/mysql.md). */
+int my_lock_expr(my_be *be, const char *name, char tag, char *out);
+/* A string column's bytes (NULL when SQL NULL) and length. */
+int64_t my_now_ms(void);
+
+/* ---- mysql_schema.c ---- */
+
+/* Create the tables and procedures if create=1, else check that they are
+ * there, on *slot. */
+int my_schema(my_be *be, MYSQL **slot);
+
+/* ---- mysql_lease.c ---- */
+
+int my_lease_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acquire_result *out);
+int my_lease_release_token(my_be *be, const char *name, const char *token);
+int my_lease_release(void *be, const dlock_request *req);
+int my_lease_extend(void *be, const dlock_request *req);
+int my_lease_check(void *be, const dlock_request *req);
+int my_lease_renew(void *be, dlock_renewal *items, size_t n);
+int my_lease_status(my_be *be, const char *name, int force, dlock_lock_info *out);
+int my_lease_list(my_be *be, const char *prefix, dlock_list_cb cb, void *payload);
+/* Wake channel of a lease held: take (on acquire) or give up (on release). */
+void my_wake_hold(my_be *be, const char *name, int hold);
+
+/* ---- mysql_named.c ---- */
+
+int my_named_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acquire_result *out);
+int my_named_release(void *be, const dlock_request *req);
+int my_named_check(void *be, const dlock_request *req);
+int my_named_extend(void *be, const dlock_request *req);
+int my_named_renew(void *be, dlock_renewal *items, size_t n);
+int my_named_status(my_be *be, const char *name, int force, dlock_lock_info *out);
+int my_named_list(my_be *be, const char *prefix, dlock_list_cb cb, void *payload);
+void my_named_close(my_be *be);
+/* A connection for a named acquisition (spare or new), and back. */
+int my_named_take_conn(my_be *be, MYSQL **out);
+void my_named_give_conn(my_be *be, MYSQL *c);
+
+/* ---- mysql_wait.c ---- */
+
+int my_watch_begin(void *be, const dlock_request *req, void **watch);
+int my_watch_wait(void *be, void *watch, int64_t timeout_ms);
+void my_watch_end(void *be, void *watch);
+void my_watch_wake(void *be, void *watch);
+/* The token of the watch's last try whose outcome is unknown. */
+void my_watch_note_try(void *watch, const char *token, int unknown);
+/* Named mode: the watch's connection when its GET_LOCK was granted (the
+ * waiter holds the lock there): taken out of the watch, or NULL. */
+MYSQL *my_watch_take_granted(void *watch);
+
+/* Holder text (NULL-safe) into info. */
+void my_holder_fill(dlock_lock_info *info, const char *text, unsigned long len);
+
+#endif

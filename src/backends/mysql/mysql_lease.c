@@ -1,0 +1,340 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The MySQL backend's lease mode: one row per lock in dlock_locks, taken
+ * by the procedure dlock_acquire_v1 (mysql_schema.c) in one round trip,
+ * kept, renewed and given up by statements conditional on the token and on
+ * the expiry by the server's clock (UTC_TIMESTAMP(6)). A lease that ran
+ * out on the server's clock is lost even when nobody took it since.
+ *
+ * The wake channel: while this client holds a lease it holds the GET_LOCK
+ * "dlckw#<hash of the name>" on its wake connection; waiters block on that
+ * (mysql_wait.c), so a release, or the death of the holder's process,
+ * wakes them. It decides nothing: a lost channel only delays a waiter to
+ * the holder's expiry.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mysqld_error.h>
+
+#include "mysql_int.h"
+
+/* "UTC_TIMESTAMP(6) + INTERVAL ms * 1000 MICROSECOND" needs ms in range. */
+static int64_t lease_us(int64_t ms)
+{
+    return ms < 1 ? 1000 : ms > (int64_t)86400000 * 3650 ? (int64_t)86400000 * 3650000 : ms * 1000;
+}
+
+void my_wake_hold(my_be *be, const char *name, int hold)
+{
+    char expr[MY_LOCKEXPR_MAX], sql[MY_LOCKEXPR_MAX * 2 + 128];
+    char saved[512];
+
+    if (my_lock_expr(be, name, 'w', expr) != DLOCK_OK)
+        return;
+    /* Held once per lease: GET_LOCK counts, so only when not held yet. */
+    if (hold)
+        snprintf(sql, sizeof(sql),
+                 "SELECT IF(IS_USED_LOCK(%s) <=> CONNECTION_ID(), 1, GET_LOCK(%s, 0))", expr,
+                 expr);
+    else
+        snprintf(sql, sizeof(sql), "SELECT RELEASE_LOCK(%s)", expr);
+    /* Best effort, and the caller's message is kept. */
+    snprintf(saved, sizeof(saved), "%s", dlock_error_message());
+    pthread_mutex_lock(&be->wake_mu);
+    if (my_query(be, &be->wake, sql, NULL, NULL) != DLOCK_OK)
+        dlock_backend_fail(DLOCK_OK, "%s", saved);
+    pthread_mutex_unlock(&be->wake_mu);
+    dlock_backend_fail(DLOCK_OK, "%s", saved);
+}
+
+int my_lease_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acquire_result *out)
+{
+    char key[MY_HEX_MAX], tok[80], holder[2 * DLOCK_HOLDER_MAX + 8];
+    char sql[sizeof(key) + sizeof(tok) + sizeof(holder) + 96];
+    MYSQL_RES *res;
+    int64_t v[3];
+    int found, rc, unknown = 0;
+
+    if ((rc = my_key_hex(be, req->name, key)) != DLOCK_OK)
+        return rc;
+    if (strlen(req->token) > 32)
+        return dlock_backend_fail(DLOCK_EINVAL, "%s: token longer than 32 bytes", be->where);
+    my_hex(tok, req->token, strlen(req->token));
+    if (req->holder != NULL && strlen(req->holder) <= DLOCK_HOLDER_MAX)
+        my_hex(holder, req->holder, strlen(req->holder));
+    else
+        snprintf(holder, sizeof(holder), "NULL");
+    snprintf(sql, sizeof(sql), "CALL dlock_acquire_v1(%s, %s, %lld, %s)", key, tok,
+             (long long)(lease_us(req->lease_ms) / 1000), holder);
+    /* A deadlock or a lock wait that timed out rolled everything back:
+     * try again, a few times. */
+    for (int tries = 0;; tries++) {
+        rc = my_cmd(be, sql, &res, &unknown);
+        if (rc == DLOCK_OK || tries == 3 || unknown)
+            break;
+        pthread_mutex_lock(&be->mu);
+        int again = be->cmd != NULL && (mysql_errno(be->cmd) == ER_LOCK_DEADLOCK ||
+                                        mysql_errno(be->cmd) == ER_LOCK_WAIT_TIMEOUT);
+        pthread_mutex_unlock(&be->mu);
+        if (!again)
+            break;
+    }
+    if (watch != NULL)
+        my_watch_note_try(watch, req->token, unknown);
+    if (rc != DLOCK_OK)
+        return rc;
+    if ((rc = my_row_ints(be, res, v, 3, 0, &found, "dlock_acquire_v1")) != DLOCK_OK)
+        return rc;
+    if (!found)
+        return dlock_backend_fail(DLOCK_EPROTO, "%s: dlock_acquire_v1 returned no row",
+                                  be->where);
+    if (v[0] == 1) {
+        if (v[1] <= 0)
+            return dlock_backend_fail(DLOCK_EPROTO, "%s: fence %lld is not positive", be->where,
+                                      (long long)v[1]);
+        out->fence = (uint64_t)v[1];
+        my_wake_hold(be, req->name, 1);
+        return DLOCK_OK;
+    }
+    out->retry_ms = v[2] < 0 ? 0 : v[2];
+    return DLOCK_EBUSY;
+}
+
+/* An UPDATE of the row of name if token holds it unexpired: DLOCK_OK when
+ * it matched, DLOCK_ELOST when not. set: the SET clause. */
+static int owned_update(my_be *be, const char *name, const char *token, const char *set)
+{
+    char key[MY_HEX_MAX], tok[80], sql[MY_HEX_MAX + 512];
+    uint64_t affected = 0;
+    int rc;
+
+    if ((rc = my_key_hex(be, name, key)) != DLOCK_OK)
+        return rc;
+    if (strlen(token) > 32)
+        return DLOCK_ELOST;
+    my_hex(tok, token, strlen(token));
+    snprintf(sql, sizeof(sql),
+             "UPDATE dlock_locks SET %s WHERE name = %s AND token = %s"
+             " AND expires > UTC_TIMESTAMP(6)",
+             set, key, tok);
+    pthread_mutex_lock(&be->mu);
+    rc = my_query_rows(be, &be->cmd, sql, NULL, NULL, &affected);
+    pthread_mutex_unlock(&be->mu);
+    if (rc == DLOCK_OK && affected != 1)
+        rc = dlock_backend_fail(DLOCK_ELOST, "%s: the lease is no longer this token's",
+                                be->where);
+    return rc;
+}
+
+int my_lease_release_token(my_be *be, const char *name, const char *token)
+{
+    char key[MY_HEX_MAX], tok[80], sql[MY_HEX_MAX + 256];
+    int rc = owned_update(be, name, token, "token = '', holder = NULL, expires = UTC_TIMESTAMP(6)");
+
+    if (rc == DLOCK_ELOST && my_key_hex(be, name, key) == DLOCK_OK && strlen(token) <= 32) {
+        /* Ran out but nobody took it: tidy up, and still not ours. */
+        my_hex(tok, token, strlen(token));
+        snprintf(sql, sizeof(sql),
+                 "UPDATE dlock_locks SET token = '', holder = NULL WHERE name = %s AND token = %s",
+                 key, tok);
+        my_cmd(be, sql, NULL, NULL);
+        dlock_backend_fail(DLOCK_ELOST, "%s: the lease had run out", be->where);
+    }
+    if (rc == DLOCK_OK || rc == DLOCK_ELOST)
+        my_wake_hold(be, name, 0);
+    return rc;
+}
+
+int my_lease_release(void *arg, const dlock_request *req)
+{
+    return my_lease_release_token(arg, req->name, req->token);
+}
+
+int my_lease_extend(void *arg, const dlock_request *req)
+{
+    char set[128];
+
+    snprintf(set, sizeof(set), "expires = UTC_TIMESTAMP(6) + INTERVAL %lld MICROSECOND",
+             (long long)lease_us(req->lease_ms));
+    return owned_update(arg, req->name, req->token, set);
+}
+
+int my_lease_check(void *arg, const dlock_request *req)
+{
+    my_be *be = arg;
+    char key[MY_HEX_MAX], tok[80], sql[MY_HEX_MAX + 256];
+    MYSQL_RES *res;
+    int64_t v;
+    int found, rc;
+
+    if ((rc = my_key_hex(be, req->name, key)) != DLOCK_OK)
+        return rc;
+    if (strlen(req->token) > 32)
+        return DLOCK_ELOST;
+    my_hex(tok, req->token, strlen(req->token));
+    snprintf(sql, sizeof(sql),
+             "SELECT 1 FROM dlock_locks WHERE name = %s AND token = %s"
+             " AND expires > UTC_TIMESTAMP(6)",
+             key, tok);
+    if ((rc = my_cmd(be, sql, &res, NULL)) != DLOCK_OK ||
+        (rc = my_row_ints(be, res, &v, 1, 0, &found, "the check")) != DLOCK_OK)
+        return rc;
+    return found ? DLOCK_OK : DLOCK_ELOST;
+}
+
+/*
+ * The watchdog's batch: one UPDATE for every lease whose token still holds
+ * it unexpired; when fewer rows matched than were asked, one SELECT finds
+ * which (a renewed row is unexpired and still has our token, one not
+ * renewed is not both). On the wd connection, without mu.
+ */
+int my_lease_renew(void *arg, dlock_renewal *items, size_t n)
+{
+    my_be *be = arg;
+    size_t per = 2 * MY_HEX_MAX + 160, cap = 256 + 2 * n * per;
+    char *sql = NULL, *where = NULL, (*keys)[MY_HEX_MAX] = NULL;
+    char tok[80];
+    size_t len = 0, wlen = 0;
+    uint64_t affected = 0;
+    MYSQL_RES *res = NULL;
+    int rc;
+
+    if (n == 0)
+        return DLOCK_OK;
+    sql = malloc(cap);
+    where = malloc(cap);
+    keys = malloc(n * sizeof(*keys));
+    if (sql == NULL || where == NULL || keys == NULL) {
+        rc = dlock_backend_fail(DLOCK_ENOMEM, "%s: out of memory", be->where);
+        goto done;
+    }
+    len = (size_t)snprintf(sql, cap,
+                           "UPDATE dlock_locks SET expires = UTC_TIMESTAMP(6) + INTERVAL"
+                           " CASE name");
+    for (size_t i = 0; i < n; i++) {
+        const dlock_request *r = items[i].req;
+        if ((rc = my_key_hex(be, r->name, keys[i])) != DLOCK_OK)
+            goto done;
+        my_hex(tok, r->token, strlen(r->token) > 32 ? 32 : strlen(r->token));
+        len += (size_t)snprintf(sql + len, cap - len, " WHEN %s THEN %lld", keys[i],
+                                (long long)lease_us(r->lease_ms));
+        wlen += (size_t)snprintf(where + wlen, cap - wlen, "%s(name = %s AND token = %s)",
+                                 i ? " OR " : "", keys[i], tok);
+        items[i].result = DLOCK_ELOST;
+    }
+    snprintf(sql + len, cap - len,
+             " ELSE 0 END MICROSECOND WHERE (%s) AND expires > UTC_TIMESTAMP(6)", where);
+    if ((rc = my_query_rows(be, &be->wd, sql, NULL, NULL, &affected)) != DLOCK_OK)
+        goto done;
+    if (affected == n) {
+        for (size_t i = 0; i < n; i++)
+            items[i].result = DLOCK_OK;
+        goto done;
+    }
+    snprintf(sql, cap,
+             "SELECT name, token FROM dlock_locks WHERE (%s) AND expires > UTC_TIMESTAMP(6)",
+             where);
+    if ((rc = my_query(be, &be->wd, sql, &res, NULL)) != DLOCK_OK)
+        goto done;
+    if (res == NULL || mysql_num_fields(res) != 2) {
+        rc = dlock_backend_fail(DLOCK_EPROTO, "%s: the renewal check returned no rows",
+                                be->where);
+        goto done;
+    }
+    for (MYSQL_ROW row; (row = mysql_fetch_row(res)) != NULL;) {
+        unsigned long *lens = mysql_fetch_lengths(res);
+        for (size_t i = 0; i < n; i++) {
+            const dlock_request *r = items[i].req;
+            size_t lp = strlen(be->prefix), ln = strlen(r->name), lt = strlen(r->token);
+            if (lens[0] == lp + ln && memcmp(row[0], be->prefix, lp) == 0 &&
+                memcmp(row[0] + lp, r->name, ln) == 0 && lens[1] == lt &&
+                memcmp(row[1], r->token, lt) == 0)
+                items[i].result = DLOCK_OK;
+        }
+    }
+    /* Leases lost: their wake channels wake nobody any more. */
+    for (size_t i = 0; i < n; i++)
+        if (items[i].result == DLOCK_ELOST)
+            my_wake_hold(be, items[i].req->name, 0);
+done:
+    if (res != NULL)
+        mysql_free_result(res);
+    free(sql);
+    free(where);
+    free(keys);
+    return rc;
+}
+
+/* The columns read for a lock: held, fence, ms left, holder, name. */
+#define STATUS_COLS                                                                                \
+    "token <> '' AND expires > UTC_TIMESTAMP(6), fence,"                                        \
+    " GREATEST(0, CEIL(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires) / 1000)),"          \
+    " holder, name"
+
+static void fill_info(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->held = row[0] != NULL && strcmp(row[0], "1") == 0;
+    out->fence = row[1] != NULL ? strtoull(row[1], NULL, 10) : 0;
+    out->ttl_ms = out->held && row[2] != NULL ? strtoll(row[2], NULL, 10) : 0;
+    if (out->held)
+        my_holder_fill(out, row[3], lens[3]);
+}
+
+int my_lease_status(my_be *be, const char *name, int force, dlock_lock_info *out)
+{
+    char key[MY_HEX_MAX], sql[MY_HEX_MAX + 512];
+    MYSQL_RES *res = NULL;
+    MYSQL_ROW row;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    if ((rc = my_key_hex(be, name, key)) != DLOCK_OK)
+        return rc;
+    pthread_mutex_lock(&be->mu);
+    if (force && (rc = my_query(be, &be->cmd, "START TRANSACTION", NULL, NULL)) != DLOCK_OK)
+        goto out;
+    snprintf(sql, sizeof(sql), "SELECT " STATUS_COLS " FROM dlock_locks WHERE name = %s%s", key,
+             force ? " FOR UPDATE" : "");
+    if ((rc = my_query(be, &be->cmd, sql, &res, NULL)) != DLOCK_OK)
+        goto out;
+    if (res == NULL || mysql_num_fields(res) != 5) {
+        rc = dlock_backend_fail(DLOCK_EPROTO, "%s: the status query returned no rows", be->where);
+        goto out;
+    }
+    if ((row = mysql_fetch_row(res)) != NULL)
+        fill_info(row, mysql_fetch_lengths(res), out);
+    if (force) {
+        snprintf(sql, sizeof(sql),
+                 "UPDATE dlock_locks SET token = '', holder = NULL, expires = UTC_TIMESTAMP(6)"
+                 " WHERE name = %s",
+                 key);
+        if ((rc = my_query(be, &be->cmd, sql, NULL, NULL)) != DLOCK_OK)
+            goto out;
+        rc = my_query(be, &be->cmd, "COMMIT", NULL, NULL);
+    }
+out:
+    if (rc != DLOCK_OK && force && be->cmd != NULL)
+        mysql_query(be->cmd, "ROLLBACK");
+    pthread_mutex_unlock(&be->mu);
+    if (res != NULL)
+        mysql_free_result(res);
+    return rc;
+}
+
+int my_lease_list(my_be *be, const char *prefix, dlock_list_cb cb, void *payload)
+{
+    char key[MY_HEX_MAX], sql[MY_HEX_MAX + 512];
+    size_t lp = strlen(be->prefix);
+    int rc;
+
+    if ((rc = my_key_hex(be, prefix, key)) != DLOCK_OK)
+        return rc;
+    snprintf(sql, sizeof(sql),
+             "SELECT " STATUS_COLS " FROM dlock_locks WHERE LEFT(name, %zu) = %s"
+             " AND token <> '' AND expires > UTC_TIMESTAMP(6) ORDER BY name",
+             lp + strlen(prefix), key);
+    return my_list_query(be, sql, 5, fill_info, cb, payload);
+}
