@@ -65,6 +65,11 @@ pid_t bench_server_pid(void);
  * (a mkdtemp folder; "" when none) and make it "". */
 void bench_stop_children(pid_t *pids, int *n, char *dir);
 
+/* Run argv (a redis-server or redis-sentinel) with the bench's signals
+ * unblocked (they survive exec), dying with the bench (PR_SET_PDEATHSIG);
+ * its pid goes to pids[(*n)++]. Dies when fork fails. */
+void bench_spawn(pid_t *pids, int *n, char *const argv[]);
+
 /*
  * CPUs this process may run on (its affinity when it started): returns how
  * many, and sets *first and *second to the first two of them.
@@ -147,6 +152,14 @@ void bench_series_add(bench_series *s, int64_t ns);
 /* Nearest-rank percentile p (0..100] of the samples, in microseconds. */
 double bench_series_us(bench_series *s, double p);
 
+/* One uncontended cycle on c: acquire name (10 s lease, no watchdog, no
+ * wait) and release it, its time added to s (NULL: a warm-up). Dies when a
+ * call fails. (bench/server.c; --sentinel and --cluster.) */
+void bench_cycle(dlock_client *c, const char *name, bench_series *s);
+
+/* One raw PING on raw, its round trip added to s. Dies when it fails. */
+void bench_timed_ping(redisContext *raw, bench_series *s);
+
 /* The hand-off's B: count times, waits for go, acquires name on c (waiting
  * forever, lease_ms if not 0), notes when the call returned (end) and the
  * fence, releases, posts done. Dies on failure. */
@@ -162,6 +175,9 @@ typedef struct {
 
 void *bench_waiter_main(void *arg);
 
+/* Bind a loopback TCP socket to port (0: any) and close it: the port it
+ * got, or -1 when port is taken. */
+int bench_bind_port(int port);
 /* A free TCP port on 127.0.0.1 (bound, read, closed: free a moment ago). */
 int bench_free_port(void);
 
@@ -176,6 +192,10 @@ int bench_redlock(const char *url, long iterations);
 /* --sentinel (bench/sentinel.c): min_replicas=1's cycle beside 0's and a
  * raw PING to the master. */
 int bench_sentinel(const char *url, long iterations);
+
+/* --cluster (bench/cluster.c): the cycle on Redis Cluster beside a raw PING
+ * to the master of the lock's slot. url NULL: 3 throwaway masters. */
+int bench_cluster(const char *url, long iterations);
 
 /* ------------------------------------------------------------------------
  * postgres.c: dlock-bench --postgres

@@ -71,20 +71,33 @@ double bench_series_us(bench_series *s, double p)
 
 /* ---- the throwaway etcd ------------------------------------------------- */
 
-int bench_free_port(void)
+int bench_bind_port(int port)
 {
     struct sockaddr_in a;
     socklen_t len = sizeof a;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
     memset(&a, 0, sizeof a);
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
     if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
-        bench_die("cannot find a free port: %s", strerror(errno));
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
     port = ntohs(a.sin_port);
     close(fd);
+    return port;
+}
+
+int bench_free_port(void)
+{
+    int port = bench_bind_port(0);
+
+    if (port < 0)
+        bench_die("cannot find a free port: %s", strerror(errno));
     return port;
 }
 

@@ -42,6 +42,7 @@ static int etcd; /* --etcd: the etcd section (bench/etcd.c) instead */
 static int postgres; /* --postgres: the PostgreSQL section (bench/postgres.c) instead */
 static int redlock; /* --redlock: the Redlock section (bench/redlock.c) instead */
 static int sentinel; /* --sentinel: min_replicas's cost (bench/sentinel.c) instead */
+static int cluster;  /* --cluster: the cycle on Redis Cluster (bench/cluster.c) instead */
 static double seconds = 2.0;
 static char key_base[64]; /* unique per run, so runs against one server never meet */
 
@@ -745,7 +746,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: dlock-bench [--url URL] [--iterations N] [--seconds S] [--no-pin] [--etcd]\n"
-            "                   [--redlock] [--sentinel]\n"
+            "                   [--redlock] [--sentinel] [--cluster] [--postgres]\n"
             "\n"
             "  --url URL         the Redis server to measure (default: start a throwaway\n"
             "                    redis-server from PATH on a unix socket in a 0700 folder)\n"
@@ -761,6 +762,9 @@ static void usage(FILE *f)
             "  --sentinel        measure min_replicas=1 beside 0 on a Sentinel URL instead\n"
             "                    (--url redis-sentinel://..., or a master, 2 replicas and\n"
             "                    a sentinel started by the run); see bench/sentinel.c\n"
+            "  --cluster         measure the cycle on Redis Cluster beside a raw PING to\n"
+            "                    the lock's master (--url redis-cluster://..., or 3\n"
+            "                    masters started by the run); see bench/cluster.c\n"
             "  --redlock         measure Redlock on 5 nodes beside node-redlock instead\n"
             "                    (--url redlock://..., or 5 throwaway redis-servers);\n"
             "                    see bench/redlock.c and `make bench-redlock`\n"
@@ -778,6 +782,7 @@ static void parse_args(int argc, char **argv)
                                              {"etcd", no_argument, NULL, 'e'},
                                              {"redlock", no_argument, NULL, 'r'},
                                              {"sentinel", no_argument, NULL, 'S'},
+                                             {"cluster", no_argument, NULL, 'C'},
                                              {"postgres", no_argument, NULL, 'g'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
@@ -817,6 +822,9 @@ static void parse_args(int argc, char **argv)
             break;
         case 'r':
             redlock = 1;
+            break;
+        case 'C':
+            cluster = 1;
             break;
         case 'S':
             sentinel = 1;
@@ -1031,6 +1039,8 @@ int main(int argc, char **argv)
         return bench_redlock(url[0] ? url : NULL, iterations);
     if (sentinel)
         return bench_sentinel(url[0] ? url : NULL, iterations);
+    if (cluster)
+        return bench_cluster(url[0] ? url : NULL, iterations);
 #ifdef DLOCK_BENCH_HAVE_PG
     if (postgres)
         return bench_postgres(url[0] ? url : NULL, iterations);

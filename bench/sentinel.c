@@ -35,22 +35,9 @@ static void stop_all(void)
     bench_stop_children(pids, &nprocs, dir);
 }
 
-/* Run argv (a redis-server or redis-sentinel) with the bench's signals
- * unblocked (they survive exec), dying with the bench. */
 static void spawn(char *const argv[])
 {
-    pid_t pid = fork();
-    if (pid < 0)
-        bench_die("fork: %s", strerror(errno));
-    if (pid == 0) {
-        sigset_t all;
-        sigfillset(&all);
-        sigprocmask(SIG_UNBLOCK, &all, NULL);
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    pids[nprocs++] = pid;
+    bench_spawn(pids, &nprocs, argv);
 }
 
 /* A reply to cmd on port, the reply's text (status or bulk) into out. */
@@ -125,24 +112,6 @@ static void start_all(char *url, size_t size)
     snprintf(url, size, "redis-sentinel://127.0.0.1:%d/bench", port[3]);
 }
 
-static void cycle(dlock_client *c, const char *name, bench_series *s)
-{
-    dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
-    dlock_lock *l = NULL;
-    o.wait_ms = 0;
-    o.lease_ms = 10000;
-    o.auto_renew = 0;
-    int64_t t0 = bench_now_ns();
-    int rc = dlock_acquire(&l, c, name, &o);
-    if (rc != DLOCK_OK)
-        bench_die("dlock_acquire: %s (%s)", dlock_strerror(rc), dlock_error_message());
-    rc = dlock_release(l);
-    if (rc != DLOCK_OK)
-        bench_die("dlock_release: %s (%s)", dlock_strerror(rc), dlock_error_message());
-    if (s)
-        bench_series_add(s, bench_now_ns() - t0);
-}
-
 int bench_sentinel(const char *given_url, long iterations)
 {
     char url[1024], u[2][1100], host[256] = "", portstr[16] = "", name[64];
@@ -195,24 +164,18 @@ int bench_sentinel(const char *given_url, long iterations)
     for (long i = 0; i < n / 10 + 50; i++) { /* warm-up */
         redisReply *r = redisCommand(raw, "PING");
         freeReplyObject(r);
-        cycle(client[0], name, NULL);
-        cycle(client[1], name, NULL);
+        bench_cycle(client[0], name, NULL);
+        bench_cycle(client[1], name, NULL);
     }
     /* Interleaved rounds: a slow spell of the machine hits each alike. */
     for (int round = 0; round < 10; round++) {
         long per = n / 10 + (round < n % 10);
-        for (long i = 0; i < per; i++) {
-            int64_t t0 = bench_now_ns();
-            redisReply *r = redisCommand(raw, "PING");
-            if (r == NULL)
-                bench_die("PING: %s", raw->errstr);
-            freeReplyObject(r);
-            bench_series_add(&ping, bench_now_ns() - t0);
-        }
         for (long i = 0; i < per; i++)
-            cycle(client[0], name, &cyc[0]);
+            bench_timed_ping(raw, &ping);
         for (long i = 0; i < per; i++)
-            cycle(client[1], name, &cyc[1]);
+            bench_cycle(client[0], name, &cyc[0]);
+        for (long i = 0; i < per; i++)
+            bench_cycle(client[1], name, &cyc[1]);
     }
     double p50 = bench_series_us(&ping, 50), c0 = bench_series_us(&cyc[0], 50);
     char base[64], base0[64];

@@ -20,6 +20,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <string.h>
 #include <unistd.h>
@@ -194,4 +195,48 @@ void bench_stop_children(pid_t *pids, int *n, char *dir)
             fprintf(stderr, "dlock-bench: could not remove %s\n", dir);
         dir[0] = 0;
     }
+}
+
+void bench_spawn(pid_t *pids, int *n, char *const argv[])
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        bench_die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        sigset_t all;
+        sigfillset(&all);
+        sigprocmask(SIG_UNBLOCK, &all, NULL);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    pids[(*n)++] = pid;
+}
+
+void bench_cycle(dlock_client *c, const char *name, bench_series *s)
+{
+    dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+    dlock_lock *l = NULL;
+    o.wait_ms = 0;
+    o.lease_ms = 10000;
+    o.auto_renew = 0;
+    int64_t t0 = bench_now_ns();
+    int rc = dlock_acquire(&l, c, name, &o);
+    if (rc != DLOCK_OK)
+        bench_die("dlock_acquire: %s (%s)", dlock_strerror(rc), dlock_error_message());
+    rc = dlock_release(l);
+    if (rc != DLOCK_OK)
+        bench_die("dlock_release: %s (%s)", dlock_strerror(rc), dlock_error_message());
+    if (s)
+        bench_series_add(s, bench_now_ns() - t0);
+}
+
+void bench_timed_ping(redisContext *raw, bench_series *s)
+{
+    int64_t t0 = bench_now_ns();
+    redisReply *r = redisCommand(raw, "PING");
+    if (r == NULL)
+        bench_die("PING: %s", raw->errstr);
+    freeReplyObject(r);
+    bench_series_add(s, bench_now_ns() - t0);
 }

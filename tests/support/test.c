@@ -4,6 +4,7 @@
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <stdarg.h>
@@ -107,6 +108,18 @@ static redisContext *connect_raw(test_redis *r)
     return c;
 }
 
+/* connect_raw, or exit the test naming who could not connect. */
+static redisContext *connect_must(test_redis *r, const char *who)
+{
+    redisContext *c = connect_raw(r);
+
+    if (c == NULL) {
+        fprintf(stderr, "%s: cannot connect to port %d\n", who, r->port);
+        exit(1);
+    }
+    return c;
+}
+
 static void spawn(test_redis *r)
 {
     char port[16], tls_port[16], *args[64];
@@ -193,7 +206,8 @@ static void cleanup_servers(void)
 
 /* Start a server, on a TLS port too when tls; r->url is redis:// (the
  * caller of a TLS one writes its own). */
-static void start_redis(test_redis *r, const char *extra_args, int tls, const char *conf)
+static void start_redis_at(test_redis *r, const char *extra_args, int tls, const char *conf,
+                           int port)
 {
     if (owner == 0) {
         owner = getpid();
@@ -212,10 +226,15 @@ static void start_redis(test_redis *r, const char *extra_args, int tls, const ch
     }
     snprintf(r->extra, sizeof(r->extra), "%s", extra_args ? extra_args : "");
     snprintf(r->conf, sizeof(r->conf), "%s", conf ? conf : "");
-    r->port = free_port();
+    r->port = port != 0 ? port : free_port();
     r->tls_port = tls ? free_port() : 0;
     snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
     spawn(r);
+}
+
+static void start_redis(test_redis *r, const char *extra_args, int tls, const char *conf)
+{
+    start_redis_at(r, extra_args, tls, conf, 0);
 }
 
 void test_redis_start(test_redis *r, const char *extra_args)
@@ -339,20 +358,12 @@ void test_redis_stop(test_redis *r)
         fprintf(stderr, "could not remove %s\n", r->dir);
 }
 
-long long test_redis_cmd(test_redis *r, const char *fmt, ...)
+/* A command's reply as test_redis_cmd tells it (-1: an error or none),
+ * freed. */
+static long long reply_number(redisReply *rep)
 {
-    redisContext *c = connect_raw(r);
-    redisReply *rep;
     long long v = -1;
-    va_list ap;
 
-    if (c == NULL) {
-        fprintf(stderr, "test_redis_cmd: cannot connect to port %d\n", r->port);
-        exit(1);
-    }
-    va_start(ap, fmt);
-    rep = redisvCommand(c, fmt, ap);
-    va_end(ap);
     if (rep != NULL) {
         if (rep->type == REDIS_REPLY_INTEGER)
             v = rep->integer;
@@ -362,8 +373,29 @@ long long test_redis_cmd(test_redis *r, const char *fmt, ...)
             v = (long long)rep->elements;
         freeReplyObject(rep);
     }
-    redisFree(c);
     return v;
+}
+
+/* One command on a connection of its own to r (who: for the message when
+ * it cannot connect). */
+static redisReply *raw_vcommand(test_redis *r, const char *who, const char *fmt, va_list ap)
+{
+    redisContext *c = connect_must(r, who);
+    redisReply *rep = redisvCommand(c, fmt, ap);
+
+    redisFree(c);
+    return rep;
+}
+
+long long test_redis_cmd(test_redis *r, const char *fmt, ...)
+{
+    redisReply *rep;
+    va_list ap;
+
+    va_start(ap, fmt);
+    rep = raw_vcommand(r, "test_redis_cmd", fmt, ap);
+    va_end(ap);
+    return reply_number(rep);
 }
 
 long long test_redis_numsub(test_redis *r, const char *channel)
@@ -1180,6 +1212,261 @@ int test_sentinel_failover(test_sentinel *s)
 }
 
 /* ------------------------------------------------------------------------
+ * Cluster: 3 masters on loopback
+ * ---------------------------------------------------------------------- */
+
+/* Whether port is free on loopback now. */
+static int port_free(int port)
+{
+    struct sockaddr_in a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), ok;
+
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+/* Claim port among this machine's test processes: an flock on a file of
+ * its own, held until this process exits (parallel tests would otherwise
+ * see the same port free and race to start on it). */
+static int port_claim(int port)
+{
+    char path[64];
+    int fd;
+
+    snprintf(path, sizeof(path), "/tmp/dlock-test-port-%d.lock", port);
+    if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0)
+        return 0;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        close(fd);
+        return 0;
+    }
+    return 1; /* fd stays open: the claim lasts as long as the process */
+}
+
+/* A port of 48200-48299 whose cluster bus port (+10000) is free too,
+ * from a random start (parallel tests), skipping taken ones. */
+static int cluster_port(const test_cluster *c, int upto)
+{
+    static unsigned seed;
+    if (seed == 0)
+        seed = (unsigned)getpid() ^ (unsigned)time(NULL);
+    int start = (int)(rand_r(&seed) % 100);
+    for (int i = 0; i < 100; i++) {
+        int port = 48200 + (start + i) % 100, mine = 0;
+        for (int j = 0; j < upto; j++)
+            mine = mine || c->nodes[j].port == port;
+        if (!mine && port_free(port) && port_free(port + 10000) && port_claim(port))
+            return port;
+    }
+    fprintf(stderr, "test_cluster_start: no free port pair in 48200-48299 (+10000)\n");
+    exit(1);
+}
+
+static redisReply *cluster_raw(test_redis *r, const char *fmt, ...)
+{
+    redisReply *rep;
+    va_list ap;
+
+    va_start(ap, fmt);
+    rep = raw_vcommand(r, "cluster", fmt, ap);
+    va_end(ap);
+    return rep;
+}
+
+static int cluster_ok(test_redis *r)
+{
+    redisReply *rep = cluster_raw(r, "CLUSTER INFO");
+    int ok = rep != NULL && rep->type == REDIS_REPLY_STRING &&
+             strstr(rep->str, "cluster_state:ok") != NULL;
+    if (rep != NULL)
+        freeReplyObject(rep);
+    return ok;
+}
+
+void test_cluster_start(test_cluster *c, const char *extra_args)
+{
+    char extra[256], cmd[512];
+    size_t len;
+
+    memset(c, 0, sizeof(*c));
+    snprintf(extra, sizeof(extra), "--cluster-enabled yes --cluster-config-file nodes.conf "
+             "--cluster-node-timeout 5000 %s", extra_args ? extra_args : "");
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++)
+        start_redis_at(&c->nodes[i], extra, 0, NULL, cluster_port(c, i));
+    len = (size_t)snprintf(cmd, sizeof(cmd), "redis-cli --cluster create");
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++)
+        len += (size_t)snprintf(cmd + len, sizeof(cmd) - len, " 127.0.0.1:%d",
+                                c->nodes[i].port);
+    snprintf(cmd + len, sizeof(cmd) - len, " --cluster-yes >%s/create.log 2>&1",
+             c->nodes[0].dir);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "test_cluster_start: redis-cli --cluster create failed (%s/create.log)"
+                "\n", c->nodes[0].dir);
+        exit(1);
+    }
+    len = (size_t)snprintf(c->url, sizeof(c->url), "redis-cluster://");
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++)
+        len += (size_t)snprintf(c->url + len, sizeof(c->url) - len, "%s127.0.0.1:%d",
+                                i ? "," : "", c->nodes[i].port);
+    for (int t = 0; t < 3000; t++) { /* up to 60 s on a loaded machine */
+        int ok = 1;
+        for (int i = 0; i < TEST_CLUSTER_NODES; i++)
+            ok = ok && cluster_ok(&c->nodes[i]);
+        if (ok)
+            return;
+        test_sleep_ms(20);
+    }
+    fprintf(stderr, "test_cluster_start: the cluster did not reach cluster_state:ok\n");
+    exit(1);
+}
+
+void test_cluster_stop(test_cluster *c)
+{
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++)
+        test_redis_stop(&c->nodes[i]);
+}
+
+int test_cluster_slot(test_cluster *c, const char *key)
+{
+    return (int)test_redis_cmd(&c->nodes[0], "CLUSTER KEYSLOT %s", key);
+}
+
+/* The node id of node i. */
+static void cluster_id(test_cluster *c, int i, char *id, size_t size)
+{
+    redisReply *rep = cluster_raw(&c->nodes[i], "CLUSTER MYID");
+    if (rep == NULL || rep->type != REDIS_REPLY_STRING) {
+        fprintf(stderr, "cluster: CLUSTER MYID failed on port %d\n", c->nodes[i].port);
+        exit(1);
+    }
+    snprintf(id, size, "%s", rep->str);
+    freeReplyObject(rep);
+}
+
+int test_cluster_owner(test_cluster *c, int slot)
+{
+    /* The node that serves a key of the slot: COUNTKEYSINSLOT answers on
+     * every node, so ask each whether it has the slot in its own map. */
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++) {
+        redisReply *rep = cluster_raw(&c->nodes[i], "CLUSTER SLOTS");
+        int mine = 0;
+        for (size_t e = 0; rep != NULL && rep->type == REDIS_REPLY_ARRAY && e < rep->elements;
+             e++) {
+            redisReply *r = rep->element[e];
+            if (r->element[0]->integer <= slot && slot <= r->element[1]->integer &&
+                r->element[2]->element[1]->integer == c->nodes[i].port)
+                mine = 1;
+        }
+        if (rep != NULL)
+            freeReplyObject(rep);
+        if (mine)
+            return i;
+    }
+    return -1;
+}
+
+static void cluster_must(redisReply *rep, const char *what)
+{
+    if (rep == NULL || rep->type == REDIS_REPLY_ERROR) {
+        fprintf(stderr, "cluster: %s failed: %s\n", what,
+                rep != NULL ? rep->str : "no reply");
+        exit(1);
+    }
+    freeReplyObject(rep);
+}
+
+void test_cluster_mark_migrating(test_cluster *c, int slot, int to)
+{
+    int from = test_cluster_owner(c, slot);
+    char from_id[64], to_id[64];
+
+    if (from < 0 || from == to) {
+        fprintf(stderr, "cluster: slot %d is on node %d, cannot move it to %d\n", slot, from,
+                to);
+        exit(1);
+    }
+    cluster_id(c, from, from_id, sizeof(from_id));
+    cluster_id(c, to, to_id, sizeof(to_id));
+    cluster_must(cluster_raw(&c->nodes[to], "CLUSTER SETSLOT %d IMPORTING %s", slot, from_id),
+                 "SETSLOT IMPORTING");
+    cluster_must(cluster_raw(&c->nodes[from], "CLUSTER SETSLOT %d MIGRATING %s", slot, to_id),
+                 "SETSLOT MIGRATING");
+}
+
+void test_cluster_migrate_key(test_cluster *c, int slot, int to, const char *key)
+{
+    cluster_must(cluster_raw(&c->nodes[test_cluster_owner(c, slot)],
+                             "MIGRATE 127.0.0.1 %d %s 0 5000", c->nodes[to].port, key),
+                 "MIGRATE");
+}
+
+void test_cluster_migrate_keys(test_cluster *c, int slot, int to, int pause_ms)
+{
+    int from = test_cluster_owner(c, slot);
+
+    test_cluster_mark_migrating(c, slot, to);
+    test_sleep_ms(pause_ms);
+    for (;;) {
+        redisReply *keys = cluster_raw(&c->nodes[from], "CLUSTER GETKEYSINSLOT %d 100", slot);
+        size_t n = keys != NULL && keys->type == REDIS_REPLY_ARRAY ? keys->elements : 0;
+        for (size_t i = 0; i < n; i++) {
+            /* One key at a time: the others of the slot wait meanwhile,
+             * as with a reshard's batches. */
+            test_cluster_migrate_key(c, slot, to, keys->element[i]->str);
+            test_sleep_ms(pause_ms / 4);
+        }
+        if (keys != NULL)
+            freeReplyObject(keys);
+        if (n == 0)
+            break;
+    }
+}
+
+void test_cluster_finish_slot(test_cluster *c, int slot, int to)
+{
+    int from = test_cluster_owner(c, slot);
+    char to_id[64];
+
+    cluster_id(c, to, to_id, sizeof(to_id));
+    cluster_must(cluster_raw(&c->nodes[to], "CLUSTER SETSLOT %d NODE %s", slot, to_id),
+                 "SETSLOT NODE (target)");
+    cluster_must(cluster_raw(&c->nodes[from], "CLUSTER SETSLOT %d NODE %s", slot, to_id),
+                 "SETSLOT NODE (source)");
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++)
+        if (i != from && i != to)
+            cluster_must(cluster_raw(&c->nodes[i], "CLUSTER SETSLOT %d NODE %s", slot, to_id),
+                         "SETSLOT NODE (other)");
+}
+
+void test_cluster_move_slot(test_cluster *c, int slot, int to, int pause_ms)
+{
+    test_cluster_migrate_keys(c, slot, to, pause_ms);
+    test_cluster_finish_slot(c, slot, to);
+}
+
+long long test_cluster_cmd(test_cluster *c, const char *key, const char *fmt, ...)
+{
+    int at = test_cluster_owner(c, test_cluster_slot(c, key));
+    redisReply *rep;
+    va_list ap;
+
+    if (at < 0) {
+        fprintf(stderr, "test_cluster_cmd: no node serves %s\n", key);
+        exit(1);
+    }
+    va_start(ap, fmt);
+    rep = raw_vcommand(&c->nodes[at], "test_cluster_cmd", fmt, ap);
+    va_end(ap);
+    return reply_number(rep);
+}
+
+/* ------------------------------------------------------------------------
  * Either backend
  * ---------------------------------------------------------------------- */
 
@@ -1206,6 +1493,17 @@ void test_server_start(test_server *s, const char *backend)
         test_sentinel_start(s->sentinel, NULL, 0);
         s->redis = s->sentinel->nodes[0];
         s->url = s->sentinel->url;
+        s->short_lease_ms = 300;
+        s->dense_fences = 1;
+        s->waiter_leftovers = 1;
+    } else if (backend != NULL && strcmp(backend, "redis-cluster") == 0) {
+        /* The redis backend on 3 masters; checks ask the node serving the
+         * name's slot. */
+        s->backend = "redis";
+        if ((s->cluster = malloc(sizeof(*s->cluster))) == NULL)
+            fprintf(stderr, "out of memory\n"), exit(1);
+        test_cluster_start(s->cluster, NULL);
+        s->url = s->cluster->url;
         s->short_lease_ms = 300;
         s->dense_fences = 1;
         s->waiter_leftovers = 1;
@@ -1320,6 +1618,12 @@ void test_server_stop(test_server *s)
         test_redis_stop(&s->nodes[i]);
     if (on_redlock(s))
         return;
+    if (s->cluster != NULL) {
+        test_cluster_stop(s->cluster);
+        free(s->cluster);
+        s->cluster = NULL;
+        return;
+    }
     if (s->sentinel != NULL) {
         test_sentinel_stop(s->sentinel);
         free(s->sentinel);
@@ -1355,6 +1659,10 @@ int test_server_held(test_server *s, const char *name)
     }
     if (on_zk(s))
         return test_zk_children(&s->zk, zk_dir(key, sizeof(key), name)) > 0;
+    if (s->cluster != NULL) {
+        snprintf(key, sizeof(key), "dlock:{%s}", name);
+        return test_cluster_cmd(s->cluster, key, "EXISTS %s", key) == 1;
+    }
     if (on_redis(s))
         return test_redis_cmd(&s->redis, "EXISTS %s{%s}", redis_prefix(s), name) == 1;
     snprintf(key, sizeof(key), "dlock/%s/", name);
@@ -1376,7 +1684,11 @@ void test_server_pause(test_server *s, int paused)
         if (kill(s->nodes[i].pid, paused ? SIGSTOP : SIGCONT) != 0)
             fprintf(stderr, "kill -%s %d: %s\n", paused ? "STOP" : "CONT", s->nodes[i].pid,
                     strerror(errno)), exit(1);
-    if (on_redlock(s))
+    if (s->cluster != NULL)
+        for (int i = 0; i < TEST_CLUSTER_NODES; i++)
+            if (kill(s->cluster->nodes[i].pid, paused ? SIGSTOP : SIGCONT) != 0)
+                fprintf(stderr, "kill: %s\n", strerror(errno)), exit(1);
+    if (on_redlock(s) || s->cluster != NULL)
         return;
     if (kill(pid, paused ? SIGSTOP : SIGCONT) != 0)
         fprintf(stderr, "kill -%s %d: %s\n", paused ? "STOP" : "CONT", pid, strerror(errno)),
@@ -1415,6 +1727,10 @@ long long test_server_leftovers(test_server *s, const char *name)
     }
     if (on_zk(s)) /* the holder's node and the waiters' */
         return test_zk_children(&s->zk, zk_dir(key, sizeof(key), name));
+    if (s->cluster != NULL) {
+        snprintf(key, sizeof(key), "dlock:{%s}", name);
+        return test_cluster_cmd(s->cluster, key, "EXISTS %s %s:next", key, key);
+    }
     if (on_redis(s))
         return test_redis_cmd(&s->redis, "EXISTS %s{%s} %s{%s}:next", redis_prefix(s), name,
                               redis_prefix(s), name);
@@ -1441,6 +1757,12 @@ long long test_server_requests(test_server *s)
 #endif
     if (on_mysql(s))
         return test_mysql_requests(s);
+    if (s->cluster != NULL) {
+        for (int k = 0; k < TEST_CLUSTER_NODES; k++)
+            for (size_t i = 0; i < sizeof(redis_cmds) / sizeof(redis_cmds[0]); i++)
+                n += test_redis_calls(&s->cluster->nodes[k], redis_cmds[i]);
+        return n;
+    }
     if (on_redis(s) || on_redlock(s)) {
         for (size_t i = 0; i < sizeof(redis_cmds) / sizeof(redis_cmds[0]); i++)
             n += test_redis_calls(on_redlock(s) ? &s->nodes[0] : &s->redis, redis_cmds[i]);
@@ -1452,6 +1774,16 @@ long long test_server_requests(test_server *s)
         n += test_etcd_metric(&s->etcd, 0, metric);
     }
     return n;
+}
+
+void test_url_refused(const char *url, const char *needle)
+{
+    dlock_client *c = NULL;
+
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_EINVAL);
+    CHECK(c == NULL);
+    fprintf(stderr, "refused as expected: %s\n", dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), needle);
 }
 
 dlock_acquire_options test_opts(int64_t wait_ms, int64_t lease_ms, int auto_renew)

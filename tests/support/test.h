@@ -323,6 +323,42 @@ void test_mariadb_stop(test_mariadb *m);
  * statement without a result changed. */
 long long test_mariadb_query(test_mariadb *m, const char *fmt, ...);
 
+/* ---- Cluster: 3 masters on loopback (redis-cli --cluster create) ---- */
+
+#define TEST_CLUSTER_NODES 3
+
+typedef struct {
+    test_redis nodes[TEST_CLUSTER_NODES];
+    char url[256]; /* redis-cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3 */
+} test_cluster;
+
+/* Start 3 cluster-enabled redis-servers on ports of 48200-48299 free then
+ * (the cluster bus takes port+10000), join them with redis-cli --cluster
+ * create (slots split in three) and wait until every node says
+ * cluster_state:ok. extra_args go to every redis-server. */
+void test_cluster_start(test_cluster *c, const char *extra_args);
+void test_cluster_stop(test_cluster *c);
+/* The slot of key (CLUSTER KEYSLOT) and the node serving it now (-1:
+ * none agrees). */
+int test_cluster_slot(test_cluster *c, const char *key);
+int test_cluster_owner(test_cluster *c, int slot);
+/* Move slot to node to by hand, as redis-cli --cluster reshard does it
+ * (SETSLOT IMPORTING / MIGRATING, MIGRATE of its keys, SETSLOT NODE),
+ * pausing pause_ms between marking it migrating and moving its keys: ASK
+ * and TRYAGAIN answer meanwhile. Exits the test when a step fails. */
+void test_cluster_move_slot(test_cluster *c, int slot, int to, int pause_ms);
+/* Its two halves: mark the slot importing on to and migrating on its
+ * owner and move its keys (the slot stays half migrated: its owner answers
+ * ASK); then give the slot to to on every node. */
+void test_cluster_migrate_keys(test_cluster *c, int slot, int to, int pause_ms);
+/* Its steps: mark the slot importing on to and migrating on its owner;
+ * MIGRATE one key of it to to. */
+void test_cluster_mark_migrating(test_cluster *c, int slot, int to);
+void test_cluster_migrate_key(test_cluster *c, int slot, int to, const char *key);
+void test_cluster_finish_slot(test_cluster *c, int slot, int to);
+/* Run a command on the node serving key's slot (as test_redis_cmd). */
+long long test_cluster_cmd(test_cluster *c, const char *key, const char *fmt, ...);
+
 /* ---- either backend: the scenarios every backend must pass
  * (tests/integration/core) see the server only through these ---- */
 
@@ -331,11 +367,14 @@ typedef struct {
                           * "redlock" (3 independent redis-servers) or "zk"
                           * (a standalone ZooKeeper); "rediss" starts "redis"
                           * over TLS (tls set); "redis-sentinel" starts
-                          * "redis" as a master, 2 replicas and 3 sentinels */
+                          * "redis" as a master, 2 replicas and 3 sentinels;
+                          * "redis-cluster" starts "redis" on a 3-master
+                          * cluster */
     int tls;
     test_tls certs; /* tls */
     test_redis redis;    /* redis and plainredis; redis-sentinel: its master */
     test_sentinel *sentinel; /* redis-sentinel */
+    test_cluster *cluster;   /* redis-cluster: 3 masters */
     test_redis nodes[TEST_REDLOCK_MAX]; /* redlock */
     int nnodes;
     char redlock_url[256];
@@ -357,6 +396,10 @@ typedef struct {
                              * test_server_leftovers counts it (Redis: the hand-off
                              * entry; etcd: its key and lease; plainredis: none) */
 } test_server;
+
+/* dlock_client_open(url) is DLOCK_EINVAL (before any I/O) with a message
+ * containing needle. */
+void test_url_refused(const char *url, const char *needle);
 
 /* Start a throwaway server of backend ("redis", "rediss": redis over TLS,
  * "etcd": one member, or

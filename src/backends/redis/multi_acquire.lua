@@ -1,14 +1,16 @@
 -- SPDX-License-Identifier: BSD-3-Clause
 -- Take several plain locks in one hash slot, all or none, in one step.
 -- KEYS[1..n] the locks (PREFIX{NAME}), KEYS[n+1] the fence floor,
--- KEYS[n+2] the fence registry
+-- KEYS[n+2] the fence registry; on a cluster KEYS[n+3..2n+2] their fence
+-- counters, declared only (redis_family.c, declare_state): n is told by
+-- ARGV
 -- ARGV[1..n] the owner token of each, ARGV[n+1] lease ms, ARGV[n+2] the
 -- holder record ('' for none), kept in each lock's value as acquire.lua
 -- does ("TOKEN HOLDER")
 -- Returns {1, fence_1, ..., fence_n}, or {0, i, pttl} when lock i is held
 -- by another owner (then nothing was written).
 -- #include fence
-local n = #KEYS - 2
+local n = #ARGV - 2
 local floor, registry, lease = KEYS[n + 1], KEYS[n + 2], tonumber(ARGV[n + 1])
 local record = ARGV[n + 2] or ''
 local holders, counts = {}, {}

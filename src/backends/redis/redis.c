@@ -36,11 +36,27 @@ void dlock__redis_key(dlock__redis_key_buf *k, const dlock__redis_be *be, const 
     k->len = (size_t)n;
 }
 
-void dlock__redis_global_key(dlock__redis_key_buf *k, const dlock__redis_be *be,
-                             const char *suffix)
+void dlock__redis_fence_keys(dlock__redis_key_buf *floor, dlock__redis_key_buf *registry,
+                             const dlock__redis_be *be, const char *name)
 {
-    int n = snprintf(k->buf, sizeof(k->buf), "%s%s", be->prefix, suffix);
-    k->len = (size_t)n;
+    char tag[24] = "";
+    int n;
+
+    if (be->cmd[0].is_cluster) {
+        /* The floor of the slot of name's keys: a counter and the floor it
+         * is retired into always live on one master, and move together. */
+        dlock__redis_key_buf k;
+        dlock__redis_key(&k, be, name, "");
+        tag[0] = '{';
+        dlock__redis_slot_tag(dlock__redis_key_slot(k.buf, k.len), tag + 1, sizeof(tag) - 2);
+        strcat(tag, "}");
+    }
+    n = snprintf(floor->buf, sizeof(floor->buf), "%s%s%s", be->prefix, tag,
+                 DLOCK__REDIS_FENCE_FLOOR);
+    floor->len = (size_t)n;
+    n = snprintf(registry->buf, sizeof(registry->buf), "%s%s%s", be->prefix, tag,
+                 DLOCK__REDIS_FENCE_REGISTRY);
+    registry->len = (size_t)n;
 }
 
 int dlock__redis_bad_reply(const dlock__redis_conn *conn, const char *what)
@@ -184,8 +200,7 @@ static void mutex_keys(redis_backend *be, const char *name, key_buf keys[MUTEX_K
 {
     make_key(&keys[0], be, name, "");
     make_key(&keys[1], be, name, ":fence");
-    dlock__redis_global_key(&keys[2], be, DLOCK__REDIS_FENCE_FLOOR);
-    dlock__redis_global_key(&keys[3], be, DLOCK__REDIS_FENCE_REGISTRY);
+    dlock__redis_fence_keys(&keys[2], &keys[3], be, name);
     make_key(&keys[4], be, name, ":next");
     for (int i = 0; i < MUTEX_KEYS; i++)
         arg_key(a, &keys[i]);
@@ -603,26 +618,19 @@ static int list_key_name(const redis_backend *be, const redisReply *k, char *nam
  * (a read-write lock whose writer holds it now, and whose readers' keys
  * are not gone yet, is listed by its writer's key).
  */
-static int redis_list(void *arg, const char *name_prefix, dlock_list_cb cb, void *payload)
+static int list_on(redis_backend *be, const char *pattern, int slot, dlock_list_cb cb,
+                   void *payload, int *stopped)
 {
-    redis_backend *be = arg;
-    size_t plen = strlen(be->prefix);
-    char *pattern = malloc(2 * (plen + strlen(name_prefix)) + 8), cursor[32] = "0";
+    char cursor[32] = "0";
     int rc = DLOCK_OK, stop = 0;
 
-    if (pattern == NULL)
-        return dlock__fail(DLOCK_ENOMEM, "out of memory");
-    size_t at = glob_escape(pattern, 0, be->prefix);
-    pattern[at++] = '{';
-    at = glob_escape(pattern, at, name_prefix);
-    memcpy(pattern + at, "*}*", 4);
     do {
         const char *argv[6] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"};
         size_t lens[6] = {4, strlen(cursor), 5, strlen(pattern), 5, 4};
         dlock__redis_conn *conn = dlock__redis_cmd_take(be);
         redisReply *r;
 
-        rc = dlock__redis_conn_command(conn, &r, 6, argv, lens);
+        rc = dlock__redis_conn_command_slot(conn, &r, 6, argv, lens, slot);
         dlock__redis_cmd_give(be, conn);
         if (rc != DLOCK_OK)
             break;
@@ -652,6 +660,35 @@ static int redis_list(void *arg, const char *name_prefix, dlock_list_cb cb, void
         }
         freeReplyObject(r);
     } while (rc == DLOCK_OK && !stop && strcmp(cursor, "0") != 0);
+    *stopped = stop;
+    return rc;
+}
+
+/* A single server is scanned once; a cluster, master by master (each
+ * reached by a slot it serves). */
+static int redis_list(void *arg, const char *name_prefix, dlock_list_cb cb, void *payload)
+{
+    redis_backend *be = arg;
+    size_t plen = strlen(be->prefix);
+    char *pattern = malloc(2 * (plen + strlen(name_prefix)) + 8);
+    int slots[DLOCK__REDIS_LIST_MASTERS], n = 1, rc = DLOCK_OK, stop = 0;
+
+    if (pattern == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    size_t at = glob_escape(pattern, 0, be->prefix);
+    pattern[at++] = '{';
+    at = glob_escape(pattern, at, name_prefix);
+    memcpy(pattern + at, "*}*", 4);
+    slots[0] = -1;
+    if (be->cmd[0].is_cluster) {
+        dlock__redis_conn *conn = dlock__redis_cmd_take(be);
+        n = dlock__redis_cluster_masters(conn, slots, DLOCK__REDIS_LIST_MASTERS);
+        dlock__redis_cmd_give(be, conn);
+        if (n < 0)
+            rc = n;
+    }
+    for (int i = 0; i < n && rc == DLOCK_OK && !stop; i++)
+        rc = list_on(be, pattern, slots[i], cb, payload, &stop);
     free(pattern);
     return rc;
 }
@@ -764,7 +801,8 @@ static int redis_multi_acquire(void *be, const dlock_request *reqs, size_t n, ui
 }
 
 static const char *const redis_schemes[] = {"redis", "unix", "rediss", "redis-sentinel",
-                                            "rediss-sentinel", NULL};
+                                            "rediss-sentinel", "redis-cluster",
+                                            "rediss-cluster", NULL};
 
 const dlock_backend dlock__redis_backend = {
     .version = DLOCK_BACKEND_VERSION,

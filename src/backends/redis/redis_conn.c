@@ -122,10 +122,25 @@ int dlock__redis_conn_init(dlock__redis_conn *conn, const dlock_url *url,
     conn->user = url->user;
     conn->password = url->password;
     conn->ep.tls = strcmp(url->scheme, "rediss") == 0 ||
-                   strcmp(url->scheme, "rediss-sentinel") == 0;
+                   strcmp(url->scheme, "rediss-sentinel") == 0 ||
+                   strcmp(url->scheme, "rediss-cluster") == 0;
     if (strncmp(url->scheme + conn->ep.tls, "redis-sentinel", 14) == 0) {
         if ((rc = sentinel_init(conn, url)) != DLOCK_OK)
             return rc;
+    } else if (strcmp(url->scheme + conn->ep.tls, "redis-cluster") == 0) {
+        /* redis-cluster://[user:pass@]h1:p1,h2:p2,...: the hosts are seeds,
+         * any node of the cluster; the slot map says the rest. */
+        if (url->nhosts == 0)
+            return dlock__fail(DLOCK_EINVAL, "%s URL: no node given (expected %s://HOST:PORT,"
+                               "HOST:PORT,...)", url->scheme, url->scheme);
+        if (url->path != NULL && strcmp(url->path, "/") != 0)
+            return dlock__fail(DLOCK_EINVAL, "%s URL: a cluster has no database number or "
+                               "path, got '%.32s'", url->scheme, url->path);
+        conn->is_cluster = 1;
+        conn->ep.host = url->hosts[0].host;
+        conn->ep.port = url->hosts[0].port != 0 ? url->hosts[0].port : 6379;
+        snprintf(conn->where, sizeof(conn->where), "%s %.64s:%d", url->scheme, conn->ep.host,
+                 conn->ep.port);
     } else if (strcmp(url->scheme, "unix") == 0) {
         if (url->nhosts != 0 || url->path == NULL || url->path[0] != '/')
             return dlock__fail(DLOCK_EINVAL, "unix URL: expected unix:///path/to/redis.sock");
@@ -152,12 +167,15 @@ int dlock__redis_conn_init(dlock__redis_conn *conn, const dlock_url *url,
             /* Never clear text where the user asked for TLS. */
             return dlock__fail(DLOCK_EINVAL, "%s URL: '%.32s' is a TLS parameter: use "
                                "%s://", url->scheme, k,
-                               conn->master_name != NULL ? "rediss-sentinel" : "rediss");
+                               conn->master_name != NULL ? "rediss-sentinel"
+                               : conn->is_cluster        ? "rediss-cluster"
+                                                         : "rediss");
         if (conn->master_name != NULL && sentinel_param(k))
             continue;
-        if (strcmp(k, "db") != 0)
-            return dlock__fail(DLOCK_EINVAL, "%s URL: unknown parameter '%.32s' (known: db%s%s)",
+        if (strcmp(k, "db") != 0 || conn->is_cluster)
+            return dlock__fail(DLOCK_EINVAL, "%s URL: unknown parameter '%.32s' (known: %s%s%s)",
                                url->scheme, k,
+                               conn->is_cluster ? (conn->ep.tls ? "TLS's only" : "none") : "db",
                                conn->master_name != NULL
                                    ? ", min_replicas, password, sentinel_password" : "",
                                conn->ep.tls ? ", cacert, cert, key, sni, insecure" : "");
@@ -192,6 +210,8 @@ int dlock__redis_conn_is_open(const dlock__redis_conn *conn)
 void dlock__redis_conn_close(dlock__redis_conn *conn)
 {
     dlock__redis_tp_close(&conn->tp);
+    dlock__redis_cluster_free(conn->cluster);
+    conn->cluster = NULL;
 }
 
 int dlock__redis_conn_io_error(dlock__redis_conn *conn)
@@ -418,7 +438,9 @@ int dlock__redis_conn_get_reply(dlock__redis_conn *conn, redisReply **out)
 /* Connect to conn->ep and shake hands, before deadline_ms. */
 static int open_endpoint(dlock__redis_conn *conn, int64_t deadline_ms)
 {
-    dlock__redis_conn_close(conn);
+    /* The transport only: a cluster's routing state outlives its own
+     * connection to any node. */
+    dlock__redis_tp_close(&conn->tp);
     pthread_once(&bounded_once, bounded_functions_init);
     if (default_create_array == NULL)
         return dlock__fail(DLOCK_ENOMEM, "%s: out of memory", conn->where);
@@ -430,6 +452,11 @@ static int open_endpoint(dlock__redis_conn *conn, int64_t deadline_ms)
         REDIS_OK)
         return dlock__redis_conn_io_error(conn);
     return handshake(conn);
+}
+
+int dlock__redis_conn_open_endpoint(dlock__redis_conn *conn, int64_t deadline_ms)
+{
+    return open_endpoint(conn, deadline_ms);
 }
 
 static int command_once(dlock__redis_conn *conn, redisReply **out, int argc, const char **argv,
@@ -619,6 +646,8 @@ static int connect_now(dlock__redis_conn *conn)
 {
     if (conn->master_name != NULL)
         return sentinel_connect(conn);
+    if (conn->is_cluster)
+        return dlock__redis_cluster_connect_any(conn);
     return open_endpoint(conn, dlock__now_ms() + conn->connect_ms);
 }
 
@@ -681,6 +710,7 @@ static int command_once(dlock__redis_conn *conn, redisReply **out, int argc, con
 
     *out = NULL;
     conn->readonly = 0;
+    conn->redirect[0] = '\0';
     /* OpenSSL writes with write(2): a server gone away must not raise
      * SIGPIPE in the application. */
     dlock__sigpipe_block(&guard);
@@ -700,6 +730,13 @@ static int command_once(dlock__redis_conn *conn, redisReply **out, int argc, con
         /* A master demoted by a failover answers writes with READONLY (a
          * script's with "... READONLY ..."). */
         conn->readonly = strstr(r->str, "READONLY") != NULL;
+        /* Cluster redirections: the router follows them (redis_cluster.c). */
+        if (strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0 ||
+            strncmp(r->str, "TRYAGAIN", 8) == 0 || strncmp(r->str, "CLUSTERDOWN", 11) == 0)
+            snprintf(conn->redirect, sizeof(conn->redirect), "%.*s",
+                     (int)(r->len < sizeof(conn->redirect) - 1 ? r->len
+                                                               : sizeof(conn->redirect) - 1),
+                     r->str);
         /* Keep NOSCRIPT apart: the caller reloads the script. */
         if (r->len >= 8 && strncmp(r->str, "NOSCRIPT", 8) == 0)
             rc = DLOCK_ENOTSUP;
@@ -725,12 +762,14 @@ static int command_once(dlock__redis_conn *conn, redisReply **out, int argc, con
 }
 
 static int command(dlock__redis_conn *conn, redisReply **out, int argc, const char **argv,
-                   const size_t *lens, int wait)
+                   const size_t *lens, int wait, int slot)
 {
     int reused = dlock__redis_conn_is_open(conn);
     int rc;
 
     *out = NULL;
+    if (conn->is_cluster)
+        return dlock__redis_cluster_command(conn, out, argc, argv, lens, slot);
     if ((rc = dlock__redis_conn_connect(conn)) != DLOCK_OK)
         return rc;
     rc = command_once(conn, out, argc, argv, lens, wait);
@@ -756,7 +795,18 @@ static int command(dlock__redis_conn *conn, redisReply **out, int argc, const ch
 int dlock__redis_conn_command(dlock__redis_conn *conn, redisReply **out, int argc,
                               const char **argv, const size_t *lens)
 {
-    return command(conn, out, argc, argv, lens, 0);
+    /* The key of the commands sent here (GET KEY) is the first argument;
+     * SCAN has none. */
+    int slot = argc >= 2 && strcmp(argv[0], "SCAN") != 0
+                   ? (int)dlock__redis_key_slot(argv[1], lens[1]) : -1;
+
+    return command(conn, out, argc, argv, lens, 0, slot);
+}
+
+int dlock__redis_conn_command_slot(dlock__redis_conn *conn, redisReply **out, int argc,
+                                   const char **argv, const size_t *lens, int slot)
+{
+    return command(conn, out, argc, argv, lens, 0, slot);
 }
 
 void dlock__redis_script_cmd_eval(dlock__redis_script_cmd *c, const dlock__redis_script *script)
@@ -829,17 +879,20 @@ int dlock__redis_conn_script(dlock__redis_conn *conn, const dlock__redis_script 
 {
     dlock__redis_script_cmd c;
     int wait = conn->min_replicas > 0 && writes_hold(script);
+    /* A script's keys all share one slot (redis_family.c, redis.c): the
+     * first one routes it. */
+    int slot = nkeys > 0 ? (int)dlock__redis_key_slot(argv[0], lens[0]) : -1;
     int rc;
 
     wait_result.short_of = 0;
     if ((rc = dlock__redis_script_cmd_init(&c, script, 0, nkeys, argc, argv, lens)) != DLOCK_OK)
         return rc;
-    rc = command(conn, out, c.argc, c.av, c.al, wait);
+    rc = command(conn, out, c.argc, c.av, c.al, wait, slot);
     if (rc == DLOCK_ENOTSUP) {
         /* NOSCRIPT: the server restarted or flushed its script cache. EVAL
          * runs the script and caches it for the next EVALSHA. */
         dlock__redis_script_cmd_eval(&c, script);
-        rc = command(conn, out, c.argc, c.av, c.al, wait);
+        rc = command(conn, out, c.argc, c.av, c.al, wait, slot);
         if (rc == DLOCK_OK)
             dlock__clear_error(); /* the NOSCRIPT was handled */
     }

@@ -10,11 +10,12 @@
 
 #include <hiredis/hiredis.h>
 
+#include "backends/redis/redis_cluster.h"
 #include "backends/redis/redis_scripts.h"
 #include "backends/redis/redis_transport.h"
 #include "dlock/sys/backend.h"
 
-typedef struct {
+typedef struct dlock__redis_conn {
     const dlock_url *url; /* borrowed from the client */
     dlock__redis_endpoint ep; /* where and how (TCP, unix socket, TLS) */
     int db;
@@ -50,6 +51,16 @@ typedef struct {
     int min_replicas;
     int64_t wait_ms;
     int readonly; /* the last error reply was READONLY (a demoted master) */
+    /* Cluster (redis-cluster://, rediss-cluster://): commands are routed to
+     * the master of their key's slot (redis_cluster.c), each on a connection
+     * of its own; tp is a connection to any node (the subscriber's: PUBLISH
+     * reaches every node of a cluster). The routing state is made on first
+     * use and freed by dlock__redis_conn_close. */
+    int is_cluster;
+    dlock__redis_cluster *cluster;
+    /* The last error reply when it was a cluster redirection or a
+     * transient cluster state (MOVED, ASK, TRYAGAIN, CLUSTERDOWN), else "". */
+    char redirect[160];
 } dlock__redis_conn;
 
 enum {
@@ -155,6 +166,27 @@ int dlock__redis_wait_fail(const char *what);
  * REDIS_ERR_PROTOCOL and conn->refused set. Returns REDIS_OK or REDIS_ERR.
  */
 int dlock__redis_conn_get_reply(dlock__redis_conn *conn, redisReply **out);
+
+/* Cluster: send one command to the master of slot (-1: any node), following
+ * MOVED and ASK and waiting out TRYAGAIN, CLUSTERDOWN and a master that went
+ * away, all within the command timeout (redis_cluster.c). */
+int dlock__redis_cluster_command(dlock__redis_conn *conn, redisReply **out, int argc,
+                                 const char **argv, const size_t *lens, int slot);
+
+/* dlock__redis_conn_command, routed by slot on a cluster (-1: any node). */
+int dlock__redis_conn_command_slot(dlock__redis_conn *conn, redisReply **out, int argc,
+                                   const char **argv, const size_t *lens, int slot);
+
+/* Cluster: one slot served by each master (up to max), to reach each in
+ * turn; the number of masters, or a negative DLOCK_E* code. */
+#define DLOCK__REDIS_LIST_MASTERS 256
+int dlock__redis_cluster_masters(dlock__redis_conn *conn, int *slots, int max);
+
+/* Cluster: connect conn's own transport to the first node that answers. */
+int dlock__redis_cluster_connect_any(dlock__redis_conn *conn);
+
+/* Open conn->ep and shake hands before deadline_ms (redis_conn.c). */
+int dlock__redis_conn_open_endpoint(dlock__redis_conn *conn, int64_t deadline_ms);
 
 /* Whether the reader holds more unparsed bytes than a reply may have (then
  * the transport is failed as above). For readers that feed it themselves (the

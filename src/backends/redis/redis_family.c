@@ -115,13 +115,49 @@ static int misuse(const dlock_request *req, long long why)
     }
 }
 
+/*
+ * On a cluster, the keys an acquire script derives from the base key (its
+ * fence counter, holds, queue, readers...) are declared too, after the
+ * script's own KEYS (which it reads by index, so it ignores them). Redis
+ * routes by declared keys only: while the slot migrates, a script whose
+ * derived key had already gone would fail on the old master ("attempted to
+ * access a non local key"), or, for a key not there yet, write it where the
+ * migration has passed. Declared, every key must be on the master that runs
+ * it (else ASK or TRYAGAIN, which the router follows and waits out), so a
+ * script never sees half of a lock's state (docs/redis-cluster.md).
+ * Returns how many keys were added to a (0 on a single server).
+ */
+#define STATE_MAX 5
+static int declare_state(redis_backend *be, int kind, const char *name,
+                         key_buf state[STATE_MAX], args *a)
+{
+    static const char *const excl[] = {":fence", ":holds", ":leader", ":queue", ":queue-exp",
+                                       NULL};
+    static const char *const rw[] = {":fence", ":holds", ":reader-fences", ":readers",
+                                     ":writer-wait", NULL};
+    static const char *const sem[] = {":fence", ":permits", ":sem", ":sem-fences", NULL};
+    const char *const *suffixes = kind == DLOCK_KIND_READ || kind == DLOCK_KIND_WRITE ? rw
+                                  : kind == DLOCK_KIND_SEMAPHORE                     ? sem
+                                                                                     : excl;
+    int n = 0;
+
+    if (!be->cmd[0].is_cluster)
+        return 0;
+    for (; suffixes[n] != NULL && n < STATE_MAX; n++) {
+        dlock__redis_key(&state[n], be, name, suffixes[n]);
+        arg_key(a, &state[n]);
+    }
+    return n;
+}
+
 int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *watch_arg,
                                 uint64_t *fence, int64_t *retry_ms)
 {
     redis_backend *be = arg_be;
     dlock__redis_watch *watch = watch_arg;
     const dlock__redis_script *script;
-    key_buf base, floor, registry, leader;
+    key_buf base, floor, registry, leader, state[STATE_MAX];
+    int nkeys;
     const char *mode = watch != NULL ? "wait" : "try";
     /* A waiter's place in a fair queue, or its writer marker, is its
      * watch's id: a release publishes it to wake that waiter alone. */
@@ -137,11 +173,11 @@ int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *wa
 
     dlock__redis_key(&base, be, req->name, "");
     dlock__redis_key(&leader, be, req->name, ":leader");
-    dlock__redis_global_key(&floor, be, DLOCK__REDIS_FENCE_FLOOR);
-    dlock__redis_global_key(&registry, be, DLOCK__REDIS_FENCE_REGISTRY);
+    dlock__redis_fence_keys(&floor, &registry, be, req->name);
     arg_key(&a, &base);
     arg_key(&a, &floor);
     arg_key(&a, &registry);
+    nkeys = 3 + declare_state(be, req->kind, req->name, state, &a);
     switch (req->kind) {
     case DLOCK_KIND_MUTEX:
     case DLOCK_KIND_FAIR:
@@ -188,7 +224,8 @@ int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *wa
      * never comes. */
     if (watch != NULL && (req->kind == DLOCK_KIND_FAIR || req->kind == DLOCK_KIND_WRITE))
         watch->leave = 1;
-    if ((rc = dlock__redis_cmd_script(be, script, &r, 3, a.argc, a.argv, a.lens)) != DLOCK_OK)
+    if ((rc = dlock__redis_cmd_script(be, script, &r, nkeys, a.argc, a.argv, a.lens)) !=
+        DLOCK_OK)
         return rc;
     if ((rc = pair_reply(be, r, script->name, &status, &value)) != DLOCK_OK)
         return rc;
@@ -343,8 +380,73 @@ static const char *renew_kind(int kind, const char *owner)
     }
 }
 
+static int renew_batch(redis_backend *be, dlock__redis_conn *conn, dlock_renewal *items,
+                       size_t n, int renew);
+
+static unsigned item_slot(redis_backend *be, const dlock_renewal *item)
+{
+    key_buf k;
+
+    dlock__redis_key(&k, be, item->req->name, "");
+    return dlock__redis_key_slot(k.buf, k.len);
+}
+
+/*
+ * On a cluster a script runs in one hash slot: the batch goes out as one
+ * script per slot (the router sends each to its slot's master), the items
+ * of a slot gathered into a copy and their results copied back (the
+ * caller's order is kept: the watchdog pairs items with its locks by
+ * index). A failed slot's items keep their result unset and the failure
+ * is reported; the other slots are still renewed.
+ */
 int dlock__redis_family_renew(redis_backend *be, dlock__redis_conn *conn, dlock_renewal *items,
                               size_t n, int renew)
+{
+    dlock_renewal *group;
+    unsigned *slots;
+    size_t *at;
+    int rc = DLOCK_OK;
+
+    if (!be->cmd[0].is_cluster || n <= 1)
+        return renew_batch(be, conn, items, n, renew);
+    group = malloc(n * sizeof(*group));
+    slots = malloc(n * sizeof(*slots));
+    at = malloc(n * sizeof(*at));
+    if (group == NULL || slots == NULL || at == NULL) {
+        free(group);
+        free(slots);
+        free(at);
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++)
+        slots[i] = item_slot(be, &items[i]);
+    for (size_t i = 0; i < n; i++) {
+        size_t k = 0;
+        int brc;
+        if (slots[i] == DLOCK__REDIS_SLOTS)
+            continue; /* done with an earlier slot */
+        for (size_t j = i; j < n; j++) {
+            if (slots[j] != slots[i] || (j > i && slots[j] == DLOCK__REDIS_SLOTS))
+                continue;
+            at[k] = j;
+            group[k++] = items[j];
+        }
+        brc = renew_batch(be, conn, group, k, renew);
+        for (size_t g = 0; g < k; g++) {
+            items[at[g]].result = group[g].result;
+            slots[at[g]] = DLOCK__REDIS_SLOTS;
+        }
+        if (brc != DLOCK_OK && rc == DLOCK_OK)
+            rc = brc;
+    }
+    free(group);
+    free(slots);
+    free(at);
+    return rc;
+}
+
+static int renew_batch(redis_backend *be, dlock__redis_conn *conn, dlock_renewal *items,
+                       size_t n, int renew)
 {
     key_buf *keys = malloc(n * sizeof(*keys));
     char (*leases)[24] = malloc(n * sizeof(*leases));
@@ -425,36 +527,6 @@ int dlock__redis_family_check(void *be, const dlock_request *req)
 
 /* ---- multi-lock ----------------------------------------------------------- */
 
-/* CRC16-CCITT (XMODEM), as Redis Cluster hashes keys. */
-static unsigned crc16(const char *buf, size_t len)
-{
-    unsigned crc = 0;
-
-    for (size_t i = 0; i < len; i++) {
-        crc ^= (unsigned)(unsigned char)buf[i] << 8;
-        for (int b = 0; b < 8; b++)
-            crc = (crc & 0x8000) ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
-    }
-    return crc;
-}
-
-/* The cluster slot of a key: only the part inside the first {...} counts,
- * when it is not empty. */
-static unsigned key_slot(const char *key, size_t len)
-{
-    size_t s, e;
-
-    for (s = 0; s < len && key[s] != '{'; s++)
-        ;
-    if (s < len) {
-        for (e = s + 1; e < len && key[e] != '}'; e++)
-            ;
-        if (e < len && e > s + 1)
-            return crc16(key + s + 1, e - s - 1) & 16383;
-    }
-    return crc16(key, len) & 16383;
-}
-
 int dlock__redis_multi_atomic(void *arg_be, const dlock_request *reqs, size_t n)
 {
     redis_backend *be = arg_be;
@@ -465,11 +537,13 @@ int dlock__redis_multi_atomic(void *arg_be, const dlock_request *reqs, size_t n)
         unsigned slot;
 
         dlock__redis_key(&k, be, reqs[i].name, "");
-        slot = key_slot(k.buf, k.len);
+        slot = dlock__redis_key_slot(k.buf, k.len);
         if (i == 0)
             first = slot;
         else if (slot != first)
-            return 0;
+            /* On a cluster the names go to dlock__redis_multi_acquire all
+             * the same, which refuses them (one script, one slot). */
+            return be->cmd[0].is_cluster;
     }
     return 1;
 }
@@ -478,8 +552,11 @@ int dlock__redis_multi_acquire(void *arg_be, const dlock_request *reqs, size_t n
                                uint64_t *fences, dlock_acquire_result *out)
 {
     redis_backend *be = arg_be;
-    key_buf *keys = malloc((n + 2) * sizeof(*keys));
-    size_t argc = 2 * n + 4;
+    /* The locks, the floor and registry, and on a cluster the locks' fence
+     * counters (declared: see declare_state). */
+    size_t nkeys = n + 2 + (be->cmd[0].is_cluster ? n : 0);
+    key_buf *keys = malloc(nkeys * sizeof(*keys));
+    size_t argc = nkeys + n + 2;
     const char **argv = malloc(argc * sizeof(*argv));
     size_t *lens = malloc(argc * sizeof(*lens));
     char lease[24];
@@ -492,20 +569,31 @@ int dlock__redis_multi_acquire(void *arg_be, const dlock_request *reqs, size_t n
     }
     for (size_t i = 0; i < n; i++) {
         dlock__redis_key(&keys[i], be, reqs[i].name, "");
-        argv[i] = keys[i].buf, lens[i] = keys[i].len;
-        argv[n + 2 + i] = reqs[i].token, lens[n + 2 + i] = strlen(reqs[i].token);
+        if (i > 0 && dlock__redis_key_slot(keys[i].buf, keys[i].len) !=
+                         dlock__redis_key_slot(keys[0].buf, keys[0].len)) {
+            /* Only on a cluster (dlock__redis_multi_atomic): taken one by
+             * one, they would not be all or none. */
+            rc = dlock__fail(DLOCK_EINVAL, "%s: the names '%.64s' and '%.64s' are in different "
+                             "hash slots, and a multi-lock on Redis Cluster is taken in one "
+                             "slot: give them a shared hash tag, as {TAG}a and {TAG}b",
+                             be->cmd[0].url->scheme, reqs[0].name, reqs[i].name);
+            goto done;
+        }
+        if (nkeys > n + 2)
+            dlock__redis_key(&keys[n + 2 + i], be, reqs[i].name, ":fence");
+        argv[nkeys + i] = reqs[i].token, lens[nkeys + i] = strlen(reqs[i].token);
     }
-    dlock__redis_global_key(&keys[n], be, DLOCK__REDIS_FENCE_FLOOR);
-    dlock__redis_global_key(&keys[n + 1], be, DLOCK__REDIS_FENCE_REGISTRY);
-    argv[n] = keys[n].buf, lens[n] = keys[n].len;
-    argv[n + 1] = keys[n + 1].buf, lens[n + 1] = keys[n + 1].len;
+    /* One slot for all (dlock__redis_multi_atomic): the first name's. */
+    dlock__redis_fence_keys(&keys[n], &keys[n + 1], be, reqs[0].name);
+    for (size_t i = 0; i < nkeys; i++)
+        argv[i] = keys[i].buf, lens[i] = keys[i].len;
     snprintf(lease, sizeof(lease), "%lld", (long long)reqs[0].lease_ms);
-    argv[2 * n + 2] = lease, lens[2 * n + 2] = strlen(lease);
+    argv[nkeys + n] = lease, lens[nkeys + n] = strlen(lease);
     /* Every part has the same record (dlock__lock_new of the same options,
      * the same process). */
-    argv[2 * n + 3] = reqs[0].holder != NULL ? reqs[0].holder : "";
-    lens[2 * n + 3] = strlen(argv[2 * n + 3]);
-    rc = dlock__redis_cmd_script(be, &dlock__redis_script_multi_acquire, &r, (int)n + 2,
+    argv[nkeys + n + 1] = reqs[0].holder != NULL ? reqs[0].holder : "";
+    lens[nkeys + n + 1] = strlen(argv[nkeys + n + 1]);
+    rc = dlock__redis_cmd_script(be, &dlock__redis_script_multi_acquire, &r, (int)nkeys,
                                  (int)argc, argv, lens);
     if (rc != DLOCK_OK)
         goto done;

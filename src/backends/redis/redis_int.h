@@ -37,7 +37,11 @@ typedef struct {
  * everyone else for this long at most, whatever its lease. */
 #define DLOCK__REDIS_HANDOFF_CONFIRM_MS 2000
 
-/* The keys that keep fences bounded (lib/fence.lua), one pair per prefix. */
+/* The keys that keep fences bounded (lib/fence.lua): one pair per prefix
+ * on a single server, PREFIXfence-floor; one pair per prefix and hash slot
+ * on a cluster, PREFIX{fence:N}fence-floor with fence:N in the slot of the
+ * lock's keys (dlock__redis_slot_tag), so that a script never crosses a
+ * slot (docs/redis-cluster.md). */
 #define DLOCK__REDIS_FENCE_FLOOR "fence-floor"
 #define DLOCK__REDIS_FENCE_REGISTRY "fence-registry"
 
@@ -49,9 +53,9 @@ typedef struct {
 /* prefix{name}suffix */
 void dlock__redis_key(dlock__redis_key_buf *k, const dlock__redis_be *be, const char *name,
                       const char *suffix);
-/* prefix + suffix, for the keys that belong to no lock */
-void dlock__redis_global_key(dlock__redis_key_buf *k, const dlock__redis_be *be,
-                             const char *suffix);
+/* The fence floor and registry that name's fence counter answers to. */
+void dlock__redis_fence_keys(dlock__redis_key_buf *floor, dlock__redis_key_buf *registry,
+                             const dlock__redis_be *be, const char *name);
 
 int dlock__redis_bad_reply(const dlock__redis_conn *conn, const char *what);
 
@@ -62,8 +66,8 @@ void dlock__redis_cmd_give(dlock__redis_be *be, dlock__redis_conn *conn);
 
 /* A script's keys then arguments, as the script calls take them. */
 typedef struct {
-    const char *argv[16];
-    size_t lens[16];
+    const char *argv[24];
+    size_t lens[24];
     char nums[4][24];
     int argc, nnums;
 } dlock__redis_args;

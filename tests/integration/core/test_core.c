@@ -322,7 +322,9 @@ static void expiry_frees_the_lock(void)
 /* The watchdog keeps locks far past their lease, with renewals batched: 20
  * locks renewed one by one every lease/3 would take about 3.5 x 3 x 20
  * requests (on etcd keepalive requests count too: one per lock would be as
- * many). No renewal after release. */
+ * many). No renewal after release. On Redis Cluster a batch is one script
+ * per hash slot, so there the names share a hash tag ({wd}N): one slot, one
+ * script (test_cluster.c renews locks spread over the masters). */
 static void watchdog_keeps_lock(void)
 {
     enum { LOCKS = 20 };
@@ -338,9 +340,10 @@ static void watchdog_keeps_lock(void)
     c = open_client(&s);
     other = open_client(&s);
     o.on_lost = test_count_lost;
+    const char *wd0 = s.cluster != NULL ? "{wd}0" : "wd0";
     for (int i = 0; i < LOCKS; i++) {
         char name[16];
-        snprintf(name, sizeof(name), "wd%d", i);
+        snprintf(name, sizeof(name), s.cluster != NULL ? "{wd}%d" : "wd%d", i);
         CHECK_RC(dlock_acquire(&locks[i], c, name, &o), DLOCK_OK);
     }
     before = test_server_requests(&s);
@@ -350,7 +353,7 @@ static void watchdog_keeps_lock(void)
         CHECK(!dlock_lock_lost(locks[i]));
         CHECK_RC(dlock_lock_check(locks[i]), DLOCK_OK);
     }
-    CHECK_RC(dlock_acquire(&b, other, "wd0", NULL), DLOCK_EBUSY);
+    CHECK_RC(dlock_acquire(&b, other, wd0, NULL), DLOCK_EBUSY);
     fprintf(stderr, "renewal requests for %d locks over 3.5 leases: %lld\n", LOCKS, renewals);
     CHECK(renewals >= 3);
     CHECK(s.conn_bound || renewals < LOCKS * 2); /* else one statement per lock */
@@ -358,8 +361,8 @@ static void watchdog_keeps_lock(void)
         CHECK_RC(dlock_release(locks[i]), DLOCK_OK);
     CHECK(atomic_load(&test_lost_calls) == 0);
     test_sleep_ms(s.short_lease_ms);
-    CHECK(!test_server_held(&s, "wd0"));
-    CHECK(test_server_leftovers(&s, "wd0") == 0);
+    CHECK(!test_server_held(&s, wd0));
+    CHECK(test_server_leftovers(&s, wd0) == 0);
     dlock_client_free(c);
     dlock_client_free(other);
     test_server_stop(&s);

@@ -15,12 +15,7 @@
 
 static void refused(const char *url, const char *needle)
 {
-    dlock_client *c = NULL;
-
-    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_EINVAL);
-    CHECK(c == NULL);
-    fprintf(stderr, "refused as expected: %s\n", dlock_error_message());
-    CHECK_CONTAINS(dlock_error_message(), needle);
+    test_url_refused(url, needle);
 }
 
 /* Bad Sentinel URLs are refused before any I/O, naming what is wrong. */

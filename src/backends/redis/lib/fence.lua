@@ -113,7 +113,10 @@ local function dlock_fence_retire(floor_key, registry, now_ms)
   if not now_ms then
     return
   end
-  local mine = string.sub(floor_key, 1, #floor_key - #'fence-floor') .. '{'
+  -- A cluster's floor is PREFIX{fence:N}fence-floor, one per hash slot
+  -- (redis_int.h): its counters are PREFIX{NAME}:fence all the same.
+  local mine = string.sub(floor_key, 1, #floor_key - #'fence-floor')
+  mine = string.gsub(mine, '{fence:%d+}$', '') .. '{'
   local old = redis.call('ZRANGEBYSCORE', registry, '-inf', now_ms, 'LIMIT', 0, 2)
   for _, k in ipairs(old) do
     if string.sub(k, 1, #mine) == mine and string.sub(k, -7) == '}:fence' then

@@ -1,0 +1,391 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Redis Cluster routing (redis_cluster.h; docs/redis-cluster.md).
+ *
+ * Every script dlock runs for lock NAME declares keys of NAME's slot only
+ * (PREFIX{NAME}..., and the slot's fence floor and registry,
+ * PREFIX{fence:N}fence-floor: dlock__redis_slot_tag), so each command goes
+ * whole to one master: the one the slot map names for its first key. The
+ * map comes from CLUSTER SLOTS, asked of any node that answers (the known
+ * masters first, then the URL's seeds); MOVED updates it and is followed,
+ * ASK is followed once with ASKING on the node it names, TRYAGAIN (a slot
+ * half migrated) and CLUSTERDOWN (a failover under way) are waited out, and
+ * a master that went away makes the map be asked again: all within the
+ * command timeout. Every command sent through here is safe to repeat (the
+ * scripts are idempotent for the same token, as for a lost reply).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backends/redis/redis_conn.h"
+#include "core/clock.h"
+#include "core/error.h"
+
+/* At most this many redirections or waits per command, whatever the time
+ * left: a cluster that keeps redirecting is broken, not busy. */
+#define CLUSTER_MAX_TRIES 64
+/* Between tries after TRYAGAIN, CLUSTERDOWN or a lost master. */
+#define CLUSTER_RETRY_MS 20
+
+typedef struct {
+    char host[256];
+    int port;
+    dlock__redis_conn conn; /* plain: is_cluster 0 */
+} node;
+
+struct dlock__redis_cluster {
+    node **nodes; /* pointers: a conn's reader keeps its address */
+    size_t n, cap;
+    short slot[DLOCK__REDIS_SLOTS]; /* index into nodes; -1: not known */
+    int have_map;
+};
+
+/* ---- slots ------------------------------------------------------------- */
+
+/* CRC16-CCITT (XMODEM), as Redis Cluster hashes keys. */
+static unsigned crc16(const char *buf, size_t len)
+{
+    unsigned crc = 0;
+
+    for (size_t i = 0; i < len; i++) {
+        crc ^= (unsigned)(unsigned char)buf[i] << 8;
+        for (int b = 0; b < 8; b++)
+            crc = (crc & 0x8000) ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+    }
+    return crc;
+}
+
+unsigned dlock__redis_key_slot(const char *key, size_t len)
+{
+    size_t s, e;
+
+    for (s = 0; s < len && key[s] != '{'; s++)
+        ;
+    if (s < len) {
+        for (e = s + 1; e < len && key[e] != '}'; e++)
+            ;
+        if (e < len && e > s + 1)
+            return crc16(key + s + 1, e - s - 1) & (DLOCK__REDIS_SLOTS - 1);
+    }
+    return crc16(key, len) & (DLOCK__REDIS_SLOTS - 1);
+}
+
+static unsigned slot_tag_n[DLOCK__REDIS_SLOTS];
+static pthread_once_t slot_tag_once = PTHREAD_ONCE_INIT;
+
+/* The smallest N with "fence:N" in each slot: about 170,000 CRCs, once. */
+static void slot_tags_init(void)
+{
+    size_t left = DLOCK__REDIS_SLOTS;
+    char buf[24];
+
+    for (unsigned i = 0; i < DLOCK__REDIS_SLOTS; i++)
+        slot_tag_n[i] = ~0u;
+    for (unsigned n = 0; left > 0; n++) {
+        int len = snprintf(buf, sizeof(buf), "fence:%u", n);
+        unsigned s = crc16(buf, (size_t)len) & (DLOCK__REDIS_SLOTS - 1);
+        if (slot_tag_n[s] == ~0u) {
+            slot_tag_n[s] = n;
+            left--;
+        }
+    }
+}
+
+void dlock__redis_slot_tag(unsigned slot, char *buf, size_t size)
+{
+    pthread_once(&slot_tag_once, slot_tags_init);
+    snprintf(buf, size, "fence:%u", slot_tag_n[slot & (DLOCK__REDIS_SLOTS - 1)]);
+}
+
+/* ---- nodes and the slot map --------------------------------------------- */
+
+void dlock__redis_cluster_free(dlock__redis_cluster *c)
+{
+    if (c == NULL)
+        return;
+    for (size_t i = 0; i < c->n; i++) {
+        dlock__redis_conn_close(&c->nodes[i]->conn);
+        free(c->nodes[i]);
+    }
+    free(c->nodes);
+    free(c);
+}
+
+/* The node at host:port (added, with a connection like parent's, if new),
+ * or -1 when out of memory. */
+static int node_at(dlock__redis_conn *parent, const char *host, size_t hostlen, int port)
+{
+    dlock__redis_cluster *c = parent->cluster;
+    node *nd;
+
+    if (hostlen >= sizeof(nd->host))
+        hostlen = sizeof(nd->host) - 1;
+    for (size_t i = 0; i < c->n; i++)
+        if (c->nodes[i]->port == port && strlen(c->nodes[i]->host) == hostlen &&
+            memcmp(c->nodes[i]->host, host, hostlen) == 0)
+            return (int)i;
+    if (c->n >= 30000)
+        return -1;
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 8;
+        node **nodes = realloc(c->nodes, cap * sizeof(*nodes));
+        if (nodes == NULL)
+            return -1;
+        c->nodes = nodes;
+        c->cap = cap;
+    }
+    if ((nd = calloc(1, sizeof(*nd))) == NULL)
+        return -1;
+    memcpy(nd->host, host, hostlen);
+    nd->host[hostlen] = '\0';
+    nd->port = port;
+    /* The parent's settings (credentials, TLS, timeouts, names), not its
+     * transport or routing. */
+    nd->conn = *parent;
+    memset(&nd->conn.tp, 0, sizeof(nd->conn.tp));
+    nd->conn.tp.fd = -1;
+    nd->conn.is_cluster = 0;
+    nd->conn.cluster = NULL;
+    nd->conn.connected = 0;
+    nd->conn.ep.unix_path = NULL;
+    nd->conn.ep.host = nd->host;
+    nd->conn.ep.port = port;
+    snprintf(nd->conn.where, sizeof(nd->conn.where),
+             strchr(nd->host, ':') ? "%s [%.64s]:%d" : "%s %.64s:%d", parent->url->scheme,
+             nd->host, port);
+    c->nodes[c->n++] = nd;
+    return (int)(c->n - 1);
+}
+
+static int cluster_alloc(dlock__redis_conn *conn)
+{
+    if (conn->cluster != NULL)
+        return DLOCK_OK;
+    if ((conn->cluster = calloc(1, sizeof(*conn->cluster))) == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    for (size_t i = 0; i < DLOCK__REDIS_SLOTS; i++)
+        conn->cluster->slot[i] = -1;
+    return DLOCK_OK;
+}
+
+/* Fill the map from one CLUSTER SLOTS reply of node asked. */
+static int map_from(dlock__redis_conn *conn, node *asked, const redisReply *r)
+{
+    dlock__redis_cluster *c = conn->cluster;
+
+    if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
+        return dlock__fail(DLOCK_EPROTO, "%s: CLUSTER SLOTS gave no slot (is the cluster "
+                           "created?)", asked->conn.where);
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *e = r->element[i], *m;
+        const char *host;
+        size_t hostlen;
+        int at;
+
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+            e->element[0]->type != REDIS_REPLY_INTEGER ||
+            e->element[1]->type != REDIS_REPLY_INTEGER ||
+            (m = e->element[2])->type != REDIS_REPLY_ARRAY || m->elements < 2 ||
+            m->element[0]->type != REDIS_REPLY_STRING ||
+            m->element[1]->type != REDIS_REPLY_INTEGER || e->element[0]->integer < 0 ||
+            e->element[1]->integer >= DLOCK__REDIS_SLOTS ||
+            e->element[0]->integer > e->element[1]->integer || m->element[1]->integer <= 0 ||
+            m->element[1]->integer > 65535)
+            return dlock__fail(DLOCK_EPROTO, "%s: unexpected reply to CLUSTER SLOTS",
+                               asked->conn.where);
+        /* An empty host: the node we asked (a node that knows no address
+         * of its own). */
+        host = m->element[0]->len > 0 ? m->element[0]->str : asked->host;
+        hostlen = m->element[0]->len > 0 ? m->element[0]->len : strlen(asked->host);
+        if ((at = node_at(conn, host, hostlen, (int)m->element[1]->integer)) < 0)
+            return dlock__fail(DLOCK_ENOMEM, "out of memory");
+        for (long long s = e->element[0]->integer; s <= e->element[1]->integer; s++)
+            c->slot[s] = (short)at;
+    }
+    c->have_map = 1;
+    return DLOCK_OK;
+}
+
+/* Ask CLUSTER SLOTS of the known nodes, then of the seeds, until one
+ * answers before deadline. */
+static int map_refresh(dlock__redis_conn *conn, int64_t deadline)
+{
+    const dlock_url *u = conn->url;
+    const char *argv[2] = {"CLUSTER", "SLOTS"};
+    size_t lens[2] = {7, 5};
+    char why[300] = "no node known";
+    int rc;
+
+    for (size_t i = 0; i < u->nhosts; i++)
+        if (node_at(conn, u->hosts[i].host, strlen(u->hosts[i].host),
+                    u->hosts[i].port != 0 ? u->hosts[i].port : 6379) < 0)
+            return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    for (size_t i = 0; i < conn->cluster->n && dlock__now_ms() < deadline; i++) {
+        node *nd = conn->cluster->nodes[i];
+        redisReply *r = NULL;
+
+        rc = dlock__redis_conn_command(&nd->conn, &r, 2, argv, lens);
+        if (rc == DLOCK_OK) {
+            rc = map_from(conn, nd, r);
+            freeReplyObject(r);
+            if (rc == DLOCK_OK || rc == DLOCK_ENOMEM)
+                return rc;
+        }
+        if (rc == DLOCK_EAUTH || rc == DLOCK_EINVAL)
+            return rc;
+        snprintf(why, sizeof(why), "%s", dlock_error_message());
+    }
+    return dlock__fail(DLOCK_ECONN, "%s: no node gave the slot map (CLUSTER SLOTS): %s",
+                       u->scheme, why);
+}
+
+int dlock__redis_cluster_connect_any(dlock__redis_conn *conn)
+{
+    const dlock_url *u = conn->url;
+    int64_t deadline = dlock__now_ms() + conn->connect_ms;
+    int rc = DLOCK_ECONN;
+
+    for (size_t i = 0; i < u->nhosts; i++) {
+        conn->ep.host = u->hosts[i].host;
+        conn->ep.port = u->hosts[i].port != 0 ? u->hosts[i].port : 6379;
+        snprintf(conn->where, sizeof(conn->where),
+                 strchr(conn->ep.host, ':') ? "%s [%.64s]:%d" : "%s %.64s:%d", u->scheme,
+                 conn->ep.host, conn->ep.port);
+        rc = dlock__redis_conn_open_endpoint(conn, deadline);
+        if (rc == DLOCK_OK || rc == DLOCK_EAUTH || rc == DLOCK_EINVAL)
+            break;
+    }
+    return rc;
+}
+
+int dlock__redis_cluster_masters(dlock__redis_conn *conn, int *slots, int max)
+{
+    dlock__redis_cluster *c;
+    int n = 0, rc;
+
+    if ((rc = cluster_alloc(conn)) != DLOCK_OK ||
+        (rc = map_refresh(conn, dlock__now_ms() + conn->command_ms)) != DLOCK_OK)
+        return rc;
+    c = conn->cluster;
+    for (int s = 0; s < DLOCK__REDIS_SLOTS && n < max; s++) {
+        int seen = c->slot[s] < 0;
+        for (int i = 0; i < n && !seen; i++)
+            seen = c->slot[slots[i]] == c->slot[s];
+        if (!seen)
+            slots[n++] = s;
+    }
+    return n;
+}
+
+/* ---- routing ----------------------------------------------------------- */
+
+static void pause_ms(int64_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* "MOVED 3999 127.0.0.1:6381" / "ASK ...": the slot and the node's index;
+ * -1 when the text does not parse or memory runs out. */
+static int redirect_target(dlock__redis_conn *conn, const char *text, long *slot)
+{
+    const char *sp = strchr(text, ' '), *addr, *colon;
+    char *end;
+    long port;
+
+    if (sp == NULL)
+        return -1;
+    *slot = strtol(sp + 1, &end, 10);
+    if (end == sp + 1 || *end != ' ' || *slot < 0 || *slot >= DLOCK__REDIS_SLOTS)
+        return -1;
+    addr = end + 1;
+    if ((colon = strrchr(addr, ':')) == NULL || colon == addr)
+        return -1;
+    port = strtol(colon + 1, &end, 10);
+    if (*end != '\0' || port <= 0 || port > 65535)
+        return -1;
+    if (addr[0] == '[' && colon[-1] == ']') /* [::1]:6379 */
+        return node_at(conn, addr + 1, (size_t)(colon - addr - 2), (int)port);
+    return node_at(conn, addr, (size_t)(colon - addr), (int)port);
+}
+
+int dlock__redis_cluster_command(dlock__redis_conn *conn, redisReply **out, int argc,
+                                 const char **argv, const size_t *lens, int slot)
+{
+    int64_t deadline = dlock__now_ms() + conn->command_ms;
+    const char *asking_argv[1] = {"ASKING"};
+    size_t asking_len[1] = {6};
+    int asking = -1;
+    int rc;
+
+    *out = NULL;
+    if ((rc = cluster_alloc(conn)) != DLOCK_OK)
+        return rc;
+    for (int tries = 0;; tries++) {
+        dlock__redis_cluster *c = conn->cluster;
+        int at;
+        node *nd;
+        long s;
+
+        if (tries > 0 && (tries >= CLUSTER_MAX_TRIES || dlock__now_ms() >= deadline))
+            return rc; /* the last try's failure */
+        if (!c->have_map && (rc = map_refresh(conn, deadline)) != DLOCK_OK)
+            goto retry;
+        at = asking >= 0 ? asking : slot >= 0 ? c->slot[slot] : 0;
+        if (at < 0) {
+            rc = dlock__fail(DLOCK_ECONN, "%s: no master serves slot %d (a cluster with "
+                             "slots not covered)", conn->url->scheme, slot);
+            c->have_map = 0;
+            goto retry;
+        }
+        nd = c->nodes[at];
+        if (asking >= 0) {
+            redisReply *ok = NULL;
+            asking = -1;
+            if ((rc = dlock__redis_conn_command(&nd->conn, &ok, 1, asking_argv, asking_len)) !=
+                DLOCK_OK)
+                goto retry;
+            freeReplyObject(ok);
+        }
+        rc = dlock__redis_conn_command(&nd->conn, out, argc, argv, lens);
+        if (rc == DLOCK_OK)
+            return DLOCK_OK;
+        if (strncmp(nd->conn.redirect, "MOVED ", 6) == 0) {
+            /* The slot moved for good: note where, and ask for the whole
+             * map on the next try (more slots may have moved with it). */
+            if ((at = redirect_target(conn, nd->conn.redirect, &s)) < 0)
+                return dlock__fail(DLOCK_EPROTO, "%s: cannot follow '%.100s'", nd->conn.where,
+                                   nd->conn.redirect);
+            c->slot[s] = (short)at;
+            if (tries > 0)
+                c->have_map = 0;
+            continue;
+        }
+        if (strncmp(nd->conn.redirect, "ASK ", 4) == 0) {
+            /* The slot is migrating and this key has gone: this command
+             * only, on the importing node. */
+            if ((asking = redirect_target(conn, nd->conn.redirect, &s)) < 0)
+                return dlock__fail(DLOCK_EPROTO, "%s: cannot follow '%.100s'", nd->conn.where,
+                                   nd->conn.redirect);
+            continue;
+        }
+        if (nd->conn.redirect[0] == '\0' &&
+            !(rc == DLOCK_ECONN && !nd->conn.timed_out))
+            return rc; /* the command's own failure, or a silent server */
+        /* TRYAGAIN, CLUSTERDOWN, or a master that went away (a failover):
+         * wait a little and ask for the map again. */
+        if (nd->conn.redirect[0] == '\0' || strncmp(nd->conn.redirect, "CLUSTERDOWN", 11) == 0)
+            c->have_map = 0;
+    retry:
+        if (rc == DLOCK_EAUTH || rc == DLOCK_EINVAL || rc == DLOCK_ENOMEM ||
+            tries + 1 >= CLUSTER_MAX_TRIES || dlock__now_ms() + CLUSTER_RETRY_MS >= deadline)
+            return rc;
+        pause_ms(CLUSTER_RETRY_MS);
+    }
+}

@@ -1,0 +1,418 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * redis-cluster:// against Debian's redis-server: 3 masters on loopback
+ * (test_cluster_start, redis-cli --cluster create). The URL's errors; every
+ * key of a lock in its name's slot, the fence floor of that slot included,
+ * and a fence that stays above a retired counter; multi-locks refused
+ * across slots and taken with a shared hash tag; renewals of locks spread
+ * over the masters; a held and waited-on lock's slot moved to another
+ * master (MOVED, ASK, TRYAGAIN) with the holder keeping it. The
+ * conformance suite runs on a cluster too (core-redis-cluster).
+ */
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+
+static void refused(const char *url, const char *needle)
+{
+    test_url_refused(url, needle);
+}
+
+/* Bad Cluster URLs are refused before any I/O, naming what is wrong. */
+static void url_errors(void)
+{
+    refused("redis-cluster:///x", "no node given");
+    refused("redis-cluster://127.0.0.1:1/2", "a cluster has no database number");
+    refused("redis-cluster://127.0.0.1:1?db=1", "unknown parameter 'db'");
+    refused("redis-cluster://127.0.0.1:1?cacert=/x", "use rediss-cluster://");
+    refused("rediss-cluster://127.0.0.1:1?insecure=2", "insecure must be 0 or 1");
+}
+
+/* No node answers: ECONN naming the cluster. */
+static void no_node(void)
+{
+    dlock_client *c = NULL;
+    dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+
+    o.connect_timeout_ms = 300;
+    CHECK(dlock_client_open(&c, "redis-cluster://127.0.0.1:1,127.0.0.1:2", &o) == DLOCK_ECONN);
+    CHECK_CONTAINS(dlock_error_message(), "redis-cluster 127.0.0.1:2");
+}
+
+static dlock_client *open_client(const test_cluster *t)
+{
+    dlock_client *c = NULL;
+
+    CHECK_RC(dlock_client_open(&c, t->url, NULL), DLOCK_OK);
+    return c;
+}
+
+/* The keys the cluster keeps, on every node, each checked to be served by
+ * the node it is on; returns how many there are. */
+static long long keys_in_place(test_cluster *t)
+{
+    long long n = 0;
+
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++) {
+        long long k = test_redis_cmd(&t->nodes[i], "DBSIZE");
+        CHECK(k >= 0);
+        n += k;
+    }
+    return n;
+}
+
+/*
+ * Every kind of lock works on the cluster (a script that touched a key of
+ * another slot would fail: "non local key"), and each name's keys lie in
+ * its slot. The fence floor is per slot: a counter retired into it (by
+ * hand made due in its slot's registry) leaves the floor in that slot, and
+ * the name's next fence is above every earlier one.
+ */
+static void one_slot_per_lock(void)
+{
+    test_cluster t;
+    dlock_client *c;
+    dlock_lock *l, *r1, *r2, *sem;
+    dlock_acquire_options o = test_opts(0, 10000, 0);
+    char floor_key[64], reg_key[64];
+    int slot;
+    uint64_t f;
+
+    test_cluster_start(&t, NULL);
+    c = open_client(&t);
+    CHECK_RC(dlock_acquire(&l, c, "ff", &o), DLOCK_OK);
+    CHECK(dlock_lock_fence(l) == 1);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    o.kind = DLOCK_KIND_READ;
+    CHECK_RC(dlock_acquire(&r1, c, "rw", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&r2, c, "rw", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(r1), DLOCK_OK);
+    CHECK_RC(dlock_release(r2), DLOCK_OK);
+    o.kind = DLOCK_KIND_SEMAPHORE;
+    o.permits = 2;
+    CHECK_RC(dlock_acquire(&sem, c, "sem", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(sem), DLOCK_OK);
+    o.kind = DLOCK_KIND_MUTEX;
+    o.permits = 0;
+    CHECK(keys_in_place(&t) > 0);
+
+    /* "ff}x" shares ff's hash tag (dlock:{ff}x} hashes "ff"): a second
+     * name of the slot. Its counter is set to 500 and made due in the
+     * slot's registry; ff's next upkeep token (128, a multiple of 16)
+     * retires it into the slot's floor. */
+    slot = test_cluster_slot(&t, "dlock:{ff}");
+    CHECK(slot >= 0);
+    CHECK_RC(dlock_acquire(&l, c, "ff}x", &o), DLOCK_OK);
+    CHECK(dlock_lock_fence(l) == 1);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    for (unsigned n = 0;; n++) {
+        snprintf(floor_key, sizeof(floor_key), "dlock:{fence:%u}fence-floor", n);
+        snprintf(reg_key, sizeof(reg_key), "dlock:{fence:%u}fence-registry", n);
+        if (test_cluster_slot(&t, floor_key) == slot)
+            break;
+        CHECK(n < 1000000);
+    }
+    /* The registry of ff's slot lists both counters. */
+    CHECK(test_cluster_cmd(&t, "dlock:{ff}", "ZCARD %s", reg_key) == 2);
+    CHECK(test_cluster_cmd(&t, "dlock:{ff}", "SET dlock:{ff}x}:fence 500") == 2);
+    CHECK(test_cluster_cmd(&t, "dlock:{ff}", "ZADD %s 0 dlock:{ff}x}:fence", reg_key) == 0);
+    CHECK(test_cluster_cmd(&t, "dlock:{ff}", "SET dlock:{ff}:fence 127") == 2);
+    CHECK_RC(dlock_acquire(&l, c, "ff", &o), DLOCK_OK);
+    CHECK(dlock_lock_fence(l) == 128);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(test_cluster_cmd(&t, "dlock:{ff}", "EXISTS dlock:{ff}x}:fence") == 0);
+    /* The floor is in the slot and holds the retired counter's value. */
+    CHECK(test_cluster_cmd(&t, "dlock:{ff}", "GET %s", floor_key) == 3); /* "500" */
+    /* No global floor anywhere. */
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++)
+        CHECK(test_redis_cmd(&t.nodes[i], "KEYS dlock:fence-floor") == 0);
+    CHECK_RC(dlock_acquire(&l, c, "ff}x", &o), DLOCK_OK);
+    f = dlock_lock_fence(l);
+    fprintf(stderr, "after its counter was retired at 500, the next fence of ff}x is %llu\n",
+            (unsigned long long)f);
+    CHECK(f == 501);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+    test_cluster_stop(&t);
+}
+
+/* Names in different slots cannot be taken all-or-none in one script: a
+ * clear EINVAL; with a shared hash tag they are one slot and work. */
+static void multi_slots(void)
+{
+    test_cluster t;
+    dlock_client *c;
+    dlock_lock *m = NULL;
+    const char *apart[2] = {"a", "b"};
+    const char *tagged[3] = {"{acct}a", "{acct}b", "{acct}c"};
+    dlock_acquire_options o = test_opts(0, 10000, 0);
+
+    test_cluster_start(&t, NULL);
+    CHECK(test_cluster_slot(&t, "dlock:{a}") != test_cluster_slot(&t, "dlock:{b}"));
+    c = open_client(&t);
+    CHECK_RC(dlock_acquire_multi(&m, c, apart, 2, &o), DLOCK_EINVAL);
+    CHECK(m == NULL);
+    fprintf(stderr, "refused as expected: %s\n", dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), "different hash slots");
+    CHECK_CONTAINS(dlock_error_message(), "shared hash tag");
+    CHECK(!test_redis_cmd(&t.nodes[0], "EXISTS dlock:{a}") ||
+          test_redis_cmd(&t.nodes[0], "EXISTS dlock:{a}") == -1);
+    CHECK_RC(dlock_acquire_multi(&m, c, tagged, 3, &o), DLOCK_OK);
+    CHECK(dlock_lock_count(m) == 3);
+    for (size_t i = 0; i < 3; i++)
+        CHECK(dlock_lock_fence_at(m, i) == 1);
+    CHECK(test_cluster_cmd(&t, "dlock:{{acct}a}", "EXISTS dlock:{{acct}a} dlock:{{acct}c}") ==
+          2);
+    CHECK_RC(dlock_release(m), DLOCK_OK);
+    dlock_client_free(c);
+    test_cluster_stop(&t);
+}
+
+/* Locks on every master, renewed by the watchdog (one script per slot)
+ * well past their lease. */
+static void renew_across_masters(void)
+{
+    enum { LOCKS = 9 };
+    test_cluster t;
+    dlock_client *c, *other;
+    dlock_lock *locks[LOCKS], *b;
+    dlock_acquire_options o = test_opts(0, 300, 1);
+    int on[TEST_CLUSTER_NODES] = {0};
+
+    test_cluster_start(&t, NULL);
+    c = open_client(&t);
+    other = open_client(&t);
+    atomic_store(&test_lost_calls, 0);
+    o.on_lost = test_count_lost;
+    for (int i = 0; i < LOCKS; i++) {
+        char name[16], key[32];
+        snprintf(name, sizeof(name), "rn%d", i);
+        snprintf(key, sizeof(key), "dlock:{%s}", name);
+        CHECK_RC(dlock_acquire(&locks[i], c, name, &o), DLOCK_OK);
+        on[test_cluster_owner(&t, test_cluster_slot(&t, key))]++;
+    }
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++)
+        CHECK(on[i] > 0);
+    test_sleep_ms(300 * 4);
+    for (int i = 0; i < LOCKS; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "rn%d", i);
+        CHECK(!dlock_lock_lost(locks[i]));
+        CHECK_RC(dlock_lock_check(locks[i]), DLOCK_OK);
+        CHECK_RC(dlock_acquire(&b, other, name, NULL), DLOCK_EBUSY);
+    }
+    for (int i = 0; i < LOCKS; i++)
+        CHECK_RC(dlock_release(locks[i]), DLOCK_OK);
+    CHECK(atomic_load(&test_lost_calls) == 0);
+    dlock_client_free(c);
+    dlock_client_free(other);
+    test_cluster_stop(&t);
+}
+
+/* How many times the nodes answered with error word (MOVED, ASK, TRYAGAIN)
+ * so far: INFO errorstats' errorstat_WORD:count=N, summed over the nodes. */
+static long long redirections(test_cluster *t, const char *word)
+{
+    long long n = 0;
+    char needle[64];
+
+    snprintf(needle, sizeof(needle), "errorstat_%s:count=", word);
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++) {
+        redisContext *c = redisConnect("127.0.0.1", t->nodes[i].port);
+        redisReply *r = c != NULL && !c->err ? redisCommand(c, "INFO errorstats") : NULL;
+        const char *at;
+        CHECK(r != NULL && r->type == REDIS_REPLY_STRING);
+        if ((at = strstr(r->str, needle)) != NULL)
+            n += atoll(at + strlen(needle));
+        freeReplyObject(r);
+        redisFree(c);
+    }
+    return n;
+}
+
+/*
+ * A held lock's slot moves to another master while a waiter waits on it:
+ * its keys are migrated one by one (ASK and TRYAGAIN meanwhile), then the
+ * slot is given to the new master (MOVED). The holder keeps the lock, its
+ * renewals follow it to the new master, the waiter gets it after the
+ * release with a greater fence, and a fresh name of that slot still gets
+ * fences above the old ones.
+ */
+static void slot_moved_while_held(void)
+{
+    test_cluster t;
+    dlock_client *c, *w;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 1000, 1);
+    test_acquirer waiter;
+    pthread_t th;
+    int slot, from, to;
+    uint64_t f1;
+
+    test_cluster_start(&t, NULL);
+    c = open_client(&t);
+    w = open_client(&t);
+    atomic_store(&test_lost_calls, 0);
+    o.on_lost = test_count_lost;
+    CHECK_RC(dlock_acquire(&l, c, "mv", &o), DLOCK_OK);
+    f1 = dlock_lock_fence(l);
+    test_acquirer_init(&waiter, w, "mv", test_opts(120000, 1000, 1));
+    CHECK(pthread_create(&th, NULL, test_acquirer_main, &waiter) == 0);
+    /* The waiter has made its hand-off entry (it waits, subscribed). */
+    for (int i = 0; i < 3000 && test_cluster_cmd(&t, "dlock:{mv}", "EXISTS dlock:{mv}:next") !=
+                                    1; i++)
+        test_sleep_ms(10);
+    CHECK(test_cluster_cmd(&t, "dlock:{mv}", "EXISTS dlock:{mv}:next") == 1);
+
+    slot = test_cluster_slot(&t, "dlock:{mv}");
+    from = test_cluster_owner(&t, slot);
+    to = (from + 1) % TEST_CLUSTER_NODES;
+    /* 400 ms migrating before the keys move, 100 ms between keys: the
+     * watchdog renews (every ~333 ms) across the migration. */
+    test_cluster_move_slot(&t, slot, to, 400);
+    CHECK(test_cluster_owner(&t, slot) == to);
+    CHECK(test_redis_cmd(&t.nodes[to], "EXISTS dlock:{mv}") == 1);
+    /* Renewals follow the lock to its new master, past a few leases. */
+    test_sleep_ms(3000);
+    CHECK(!dlock_lock_lost(l));
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    CHECK(test_redis_cmd(&t.nodes[to], "PTTL dlock:{mv}") > 0);
+    CHECK(!atomic_load(&waiter.done));
+    /* The renewals met the move: redirected by MOVED at least (ASK and
+     * TRYAGAIN when one fell in the migration's window). */
+    fprintf(stderr, "redirections: MOVED %lld, ASK %lld, TRYAGAIN %lld\n",
+            redirections(&t, "MOVED"), redirections(&t, "ASK"), redirections(&t, "TRYAGAIN"));
+    CHECK(redirections(&t, "MOVED") > 0);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(pthread_join(th, NULL) == 0);
+    CHECK_RC(waiter.rc, DLOCK_OK);
+    fprintf(stderr, "fence before the move %llu, the waiter's after it %llu\n",
+            (unsigned long long)f1, (unsigned long long)dlock_lock_fence(waiter.lock));
+    CHECK(dlock_lock_fence(waiter.lock) > f1);
+    CHECK(atomic_load(&test_lost_calls) == 0);
+    CHECK_RC(dlock_release(waiter.lock), DLOCK_OK);
+    dlock_client_free(c);
+    dlock_client_free(w);
+    test_cluster_stop(&t);
+}
+
+/*
+ * A slot left half migrated (its keys on the importing master, the slot
+ * still the old master's): the old master answers ASK, and a check and an
+ * extend of the held lock go to the new one with ASKING. Then the slot is
+ * given over and the release finds the lock there (MOVED).
+ */
+static void ask_while_migrating(void)
+{
+    test_cluster t;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 30000, 0);
+    int slot, from, to;
+    long long asks;
+
+    test_cluster_start(&t, NULL);
+    c = open_client(&t);
+    CHECK_RC(dlock_acquire(&l, c, "ak", &o), DLOCK_OK);
+    slot = test_cluster_slot(&t, "dlock:{ak}");
+    from = test_cluster_owner(&t, slot);
+    to = (from + 1) % TEST_CLUSTER_NODES;
+    test_cluster_migrate_keys(&t, slot, to, 0);
+    CHECK(test_redis_cmd(&t.nodes[to], "EXISTS dlock:{ak}") == -1); /* MOVED: not its slot */
+    asks = redirections(&t, "ASK");
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    CHECK_RC(dlock_lock_extend(l, 60000), DLOCK_OK);
+    fprintf(stderr, "ASK answers during the check and extend: %lld\n",
+            redirections(&t, "ASK") - asks);
+    CHECK(redirections(&t, "ASK") - asks >= 2);
+    test_cluster_finish_slot(&t, slot, to);
+    CHECK(test_redis_cmd(&t.nodes[to], "PTTL dlock:{ak}") > 30000);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(test_redis_cmd(&t.nodes[to], "EXISTS dlock:{ak}") == 0);
+    dlock_client_free(c);
+    test_cluster_stop(&t);
+}
+
+/*
+ * A slot half migrated in the worst order: a held fair lock's queue has
+ * gone to the new master, its base key, fence counter, floor and registry
+ * not yet. A waiter's try must not run on the old master then (Redis 7
+ * stops the script there with "non local key", an error the router cannot
+ * wait out). Its acquire script declares every key it touches, so Redis
+ * answers TRYAGAIN, the router retries until the call's timeout, and
+ * nothing is left on the old master. Once the slot is over, the waiter
+ * gets the lock after the holder's release, with a greater fence.
+ */
+static void partial_migration(void)
+{
+    test_cluster t;
+    dlock_client *c, *w;
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_lock *h, *h2, *wl = NULL;
+    dlock_acquire_options o = test_opts(0, 30000, 0);
+    char floor_key[64];
+    int slot, from, to, rc;
+    uint64_t f1;
+
+    test_cluster_start(&t, NULL);
+    c = open_client(&t);
+    co.command_timeout_ms = 500;
+    CHECK_RC(dlock_client_open(&w, t.url, &co), DLOCK_OK);
+    o.kind = DLOCK_KIND_FAIR;
+    CHECK_RC(dlock_acquire(&h, c, "pm", &o), DLOCK_OK);
+    f1 = dlock_lock_fence(h);
+    /* A second waiter, queued: the queue exists. */
+    o.wait_ms = 200;
+    CHECK_RC(dlock_acquire(&h2, c, "pm", &o), DLOCK_ETIMEOUT);
+    slot = test_cluster_slot(&t, "dlock:{pm}");
+    from = test_cluster_owner(&t, slot);
+    to = (from + 1) % TEST_CLUSTER_NODES;
+    /* A floor in the slot (0: no counter retired yet), so that every key
+     * the script names itself exists on the old master. */
+    for (unsigned n = 0;; n++) {
+        snprintf(floor_key, sizeof(floor_key), "dlock:{fence:%u}fence-floor", n);
+        if (test_cluster_slot(&t, floor_key) == slot)
+            break;
+    }
+    CHECK(test_cluster_cmd(&t, "dlock:{pm}", "SET %s 0", floor_key) == 2);
+    if (test_redis_cmd(&t.nodes[from], "EXISTS dlock:{pm}:queue") == 1) {
+        test_cluster_mark_migrating(&t, slot, to);
+        test_cluster_migrate_key(&t, slot, to, "dlock:{pm}:queue");
+        if (test_redis_cmd(&t.nodes[from], "EXISTS dlock:{pm}:queue-exp") == 1)
+            test_cluster_migrate_key(&t, slot, to, "dlock:{pm}:queue-exp");
+    } else {
+        /* (The queue expired already: a slow machine.) */
+        test_cluster_mark_migrating(&t, slot, to);
+    }
+    o.wait_ms = 300;
+    rc = dlock_acquire(&wl, w, "pm", &o);
+    fprintf(stderr, "waiter's try in the half-migrated slot: %s (%s)\n", dlock_strerror(rc),
+            dlock_error_message());
+    CHECK(rc != DLOCK_OK);
+    CHECK_CONTAINS(dlock_error_message(), "TRYAGAIN");
+    /* Nothing new on the old master: its keys all still migrate. */
+    CHECK(test_redis_cmd(&t.nodes[from], "EXISTS dlock:{pm}:queue") != 1);
+    test_cluster_migrate_keys(&t, slot, to, 0);
+    test_cluster_finish_slot(&t, slot, to);
+    o.wait_ms = 0;
+    CHECK_RC(dlock_acquire(&wl, w, "pm", &o), DLOCK_EBUSY);
+    CHECK_RC(dlock_release(h), DLOCK_OK);
+    o.wait_ms = 60000;
+    CHECK_RC(dlock_acquire(&wl, w, "pm", &o), DLOCK_OK);
+    CHECK(dlock_lock_fence(wl) > f1);
+    CHECK_RC(dlock_release(wl), DLOCK_OK);
+    dlock_client_free(c);
+    dlock_client_free(w);
+    test_cluster_stop(&t);
+}
+
+TEST_MAIN({"url_errors", url_errors, NULL}, {"no_node", no_node, NULL},
+          {"one_slot_per_lock", one_slot_per_lock, NULL}, {"multi_slots", multi_slots, NULL},
+          {"renew_across_masters", renew_across_masters, "watchdog"},
+          {"slot_moved_while_held", slot_moved_while_held, "watchdog"},
+          {"ask_while_migrating", ask_while_migrating, NULL},
+          {"partial_migration", partial_migration, NULL})
