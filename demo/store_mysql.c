@@ -86,8 +86,8 @@ static int my_setup(demo_store *store)
         "  fence BIGINT UNSIGNED NOT NULL,"
         "  amount_cents BIGINT NOT NULL,"
         "  INDEX demo_ledger_order (order_id)) ENGINE=InnoDB",
-        "CREATE TABLE demo_job(job VARCHAR(16) PRIMARY KEY, fence BIGINT UNSIGNED NOT NULL)"
-        " ENGINE=InnoDB",
+        ("CREATE TABLE demo_job("
+         "  job VARCHAR(16) PRIMARY KEY, fence BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB"),
         "INSERT INTO demo_job VALUES ('payout', 0)",
     };
 

@@ -520,7 +520,7 @@ int dlock__zk_watch_begin(void *arg, const dlock_request *req, void **watch)
 {
     dlock__zk_be *be = arg;
     dlock__zk_sess *s;
-    dlock__zk_watch *w;
+    dlock__zk_watch *w = NULL;
     uint64_t gen;
     int rc;
 
