@@ -514,8 +514,12 @@ static void release_after_deadline_is_lost(void)
         test_sleep_ms(10);
     if (s.conn_bound)
         wait_not_held(&s, "kept"); /* the failed extend closed its connection */
-    else
+    else if (strcmp(s.backend, "mysql") != 0)
         CHECK(test_server_held(&s, "kept"));
+    /* MariaDB runs the late extend when it resumes: 2 s from then, and a
+     * fresh connection to a resumed mariadbd can take longer than that
+     * (seen in CI at load 2.6), so whether it is still held is not known
+     * there. The handle's answers below are what must hold everywhere. */
     CHECK_RC(dlock_release(l), DLOCK_ELOST);
     /* conn_bound: the extend that failed said so ("no longer ours"). */
     CHECK_CONTAINS(dlock_error_message(), s.conn_bound ? "no longer ours" : "ran out");
