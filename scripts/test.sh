@@ -201,7 +201,8 @@ run_suite() { # build-dir sanitizer ctest-args...
 # Leaks are errors; a sanitizer report fails the test that caused it.
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:exitcode=86"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:exitcode=86"
+# tests/tsan.supp: races inside libraries that are not ours, each explained.
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:exitcode=86:suppressions=$PWD/tests/tsan.supp"
 
 run_suite build "" 
 # The Curator interop tests run Java beside the dlock command: the plain
