@@ -32,7 +32,6 @@
 -- where it is needed.
 local token, px, owner = ARGV[1], ARGV[2], ARGV[3]
 local value = owner ~= '' and owner or token
-local holds = KEYS[1] .. ':holds'
 local function bad_mark()
   return redis.error_reply('DLOCKFENCE fence high-water mark ' .. KEYS[2] ..
                            ' is not a non-negative integer')
@@ -49,6 +48,7 @@ if redis.call('SET', KEYS[1], value, 'NX', 'PX', px) then
     return bad_mark()
   end
   if owner ~= '' then
+    local holds = KEYS[1] .. ':holds'
     redis.call('DEL', holds) -- what a forced release left
     redis.call('HSET', holds, token, 0)
     redis.call('PEXPIRE', holds, px)
@@ -70,6 +70,7 @@ if owner == '' then
   redis.call('PEXPIRE', KEYS[1], px)
   return {1, hw, 0}
 end
+local holds = KEYS[1] .. ':holds'
 local mine = redis.call('HEXISTS', holds, token) == 1
 if not mine and ARGV[4] ~= '1' and redis.call('HLEN', holds) > 0 then
   return {-1, 0, 0}

@@ -7,12 +7,12 @@
 -- Returns 1 when our hold is gone (the key deleted, or only our hold when
 -- the owner's other holds keep it), 0 when it was not ours (nothing
 -- changed).
-local holds = KEYS[1] .. ':holds'
 if ARGV[3] == '' then
   if redis.call('GET', KEYS[1]) ~= ARGV[1] then
     return 0
   end
 else
+  local holds = KEYS[1] .. ':holds'
   if redis.call('GET', KEYS[1]) ~= ARGV[3] or redis.call('HDEL', holds, ARGV[1]) == 0 then
     return 0
   end
