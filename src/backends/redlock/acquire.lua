@@ -8,8 +8,9 @@
 -- release channel): a busy key then gets KEYS[1]:waiters set, so that
 -- release.lua announces its release (it announces nothing when no one waits:
 -- a PUBLISH costs the node as much as the rest of the release). It lives
--- twice the waiter's lease, and 20 ms more: a waiter tries again (and sets it
--- again) at least every quarter lease, and at least every 10 ms (redlock.c).
+-- twice the waiter's lease, and 20 ms more, or longer for another waiter: a
+-- waiter tries again (and sets it again) at least every quarter lease, and at
+-- least every 10 ms (redlock.c).
 -- With an owner id the key holds the owner id and KEYS[1]:holds the
 -- owner's holds, handle token -> the fence recorded for it here (0 until
 -- round 2 records one).
@@ -57,7 +58,11 @@ if redis.call('SET', KEYS[1], value, 'NX', 'PX', px) then
 end
 if redis.call('GET', KEYS[1]) ~= value then
   if ARGV[5] == '1' then
-    redis.call('SET', KEYS[1] .. ':waiters', '1', 'PX', 2 * tonumber(px) + 20)
+    -- Never shortened: another waiter with a longer lease tries less often.
+    local waiters, life = KEYS[1] .. ':waiters', 2 * tonumber(px) + 20
+    if redis.call('PTTL', waiters) < life then
+      redis.call('SET', waiters, '1', 'PX', life)
+    end
   end
   return {0, redis.call('PTTL', KEYS[1]), 0}
 end

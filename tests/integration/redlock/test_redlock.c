@@ -565,7 +565,7 @@ static void release_announced_to_waiters_only(void)
 {
     cluster cl;
     dlock_client *a, *b;
-    dlock_lock *l;
+    dlock_lock *l, *l2 = NULL;
     dlock_acquire_options o = test_opts(0, 3600000, 0);
     redisContext *sub;
     redisReply *r;
@@ -600,6 +600,11 @@ static void release_announced_to_waiters_only(void)
     for (i = 0; i < 1000 && test_redis_cmd(&cl.r[0], "EXISTS dlock:{ann}:waiters") != 1; i++)
         test_sleep_ms(10);
     CHECK(test_redis_cmd(&cl.r[0], "EXISTS dlock:{ann}:waiters") == 1);
+    /* A waiter with a short lease does not cut B's flag short (B tries
+     * again only every quarter of its hour). */
+    o = test_opts(50, 1000, 0);
+    CHECK_RC(dlock_acquire(&l2, a, "ann", &o), DLOCK_ETIMEOUT);
+    CHECK(test_redis_cmd(&cl.r[0], "PTTL dlock:{ann}:waiters") > 3600000);
     CHECK_RC(dlock_release(l), DLOCK_OK);
     CHECK(next_message_is_release(sub) == 1);
     CHECK(pthread_join(t, NULL) == 0);
