@@ -54,6 +54,19 @@ typedef struct dlock__etcd_conn {
     dlock__grpc_status grpc_code;
     char grpc_message[200];
     struct curl_slist *headers; /* of the request in flight */
+    /* gRPC: the request's framed messages, its method's reply type, and
+     * whether a grpc-status came (in the headers or the trailers). */
+    uint8_t *frames;
+    size_t frames_len;
+    const void *reply_type; /* a ProtobufCMessageDescriptor */
+    int got_status;
+    int secret; /* the request or reply holds a password or a token */
+    /* The endpoint (index + 1) to which the connection cache of the multi
+     * handle has an HTTP/2 connection, 0: none known; points into the
+     * owner of the multi handle (a twin shares its pair's). See
+     * dlock__etcd_prepare for why it matters. */
+    int h2_state, *h2;
+    int reusing; /* the request in flight counts on that connection */
     CURLM *multi;                  /* runs the transfers, keeps the connections */
     struct dlock__etcd_conn *twin; /* the second handle of a pair, on multi */
     struct dlock__etcd_conn *next; /* in the idle pool */
@@ -139,6 +152,10 @@ void dlock__etcd_headers_free(struct curl_slist *headers);
 
 int dlock__etcd_setup_stream(dlock__etcd *e, CURL *easy, size_t endpoint, const char *path,
                              const char *body, struct curl_slist **headers);
+
+/* 1 when the client speaks gRPC (the default), 0 for the JSON gateway
+ * (transport=gateway): a stream's body is framed protobuf then. */
+int dlock__etcd_is_grpc(const dlock__etcd *e);
 
 int64_t dlock__etcd_connect_timeout_ms(const dlock__etcd *e);
 int64_t dlock__etcd_command_timeout_ms(const dlock__etcd *e);
