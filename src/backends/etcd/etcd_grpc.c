@@ -491,6 +491,54 @@ void dlock__etcd_pb_free(ProtobufCMessage *m, int wipe_secrets)
 
 /* ---- framing ------------------------------------------------------------ */
 
+/* Append j, as a message of type d, framed, to *buf (*n bytes used of *cap). */
+static int append_frame(const ProtobufCMessageDescriptor *d, const json_t *j, int wipe_secrets,
+                        uint8_t **buf, size_t *n, size_t *cap, char *err, size_t errsize)
+{
+    ProtobufCMessage *m = dlock__etcd_pb_from_json(d, j, err, errsize);
+    size_t size;
+    uint8_t *at;
+
+    if (m == NULL)
+        return -1;
+    size = protobuf_c_message_get_packed_size(m);
+    if (size > UINT32_MAX || *cap - *n < size + 5) {
+        size_t want = *n + size + 5 + 64;
+        uint8_t *grown = size <= UINT32_MAX ? malloc(want) : NULL;
+        if (grown == NULL) {
+            dlock__etcd_pb_free(m, wipe_secrets);
+            return fail(err, errsize, "out of memory");
+        }
+        if (*buf != NULL) {
+            memcpy(grown, *buf, *n);
+            explicit_bzero(*buf, *cap);
+            free(*buf);
+        }
+        *buf = grown;
+        *cap = want;
+    }
+    at = *buf + *n;
+    at[0] = 0;
+    at[1] = (uint8_t)(size >> 24);
+    at[2] = (uint8_t)(size >> 16);
+    at[3] = (uint8_t)(size >> 8);
+    at[4] = (uint8_t)size;
+    protobuf_c_message_pack(m, at + 5);
+    *n += size + 5;
+    dlock__etcd_pb_free(m, wipe_secrets);
+    return 0;
+}
+
+int dlock__etcd_grpc_pack(const ProtobufCMessageDescriptor *d, const json_t *j, int wipe_secrets,
+                          uint8_t **out, size_t *len, char *err, size_t errsize)
+{
+    size_t cap = 0;
+
+    *out = NULL;
+    *len = 0;
+    return append_frame(d, j, wipe_secrets, out, len, &cap, err, errsize);
+}
+
 int dlock__etcd_grpc_body(const ProtobufCMessageDescriptor *d, const char *text, int wipe_secrets,
                           uint8_t **out, size_t *len, char *err, size_t errsize)
 {
@@ -501,10 +549,8 @@ int dlock__etcd_grpc_body(const ProtobufCMessageDescriptor *d, const char *text,
     *len = 0;
     for (size_t pos = 0;;) {
         json_error_t jerr;
-        ProtobufCMessage *m;
         json_t *j;
-        size_t size;
-        uint8_t *grown;
+        int rc;
 
         while (pos < textlen && (text[pos] == ' ' || text[pos] == '\n' || text[pos] == '\r'))
             pos++;
@@ -516,42 +562,10 @@ int dlock__etcd_grpc_body(const ProtobufCMessageDescriptor *d, const char *text,
             goto err;
         }
         pos += (size_t)jerr.position;
-        m = dlock__etcd_pb_from_json(d, j, err, errsize);
-        if (wipe_secrets) {
-            const char *key;
-            json_t *v;
-            json_object_foreach(j, key, v) {
-                if (json_is_string(v))
-                    explicit_bzero((char *)json_string_value(v), json_string_length(v));
-            }
-        }
+        rc = append_frame(d, j, wipe_secrets, &buf, &n, &cap, err, errsize);
         json_decref(j);
-        if (m == NULL)
+        if (rc != 0)
             goto err;
-        size = protobuf_c_message_get_packed_size(m);
-        if (size > UINT32_MAX || cap - n < size + 5) {
-            size_t want = n + size + 5 + 64;
-            if (size > UINT32_MAX || (grown = malloc(want)) == NULL) {
-                dlock__etcd_pb_free(m, wipe_secrets);
-                fail(err, errsize, "out of memory");
-                goto err;
-            }
-            if (buf != NULL) {
-                memcpy(grown, buf, n);
-                explicit_bzero(buf, cap);
-                free(buf);
-            }
-            buf = grown;
-            cap = want;
-        }
-        buf[n] = 0;
-        buf[n + 1] = (uint8_t)(size >> 24);
-        buf[n + 2] = (uint8_t)(size >> 16);
-        buf[n + 3] = (uint8_t)(size >> 8);
-        buf[n + 4] = (uint8_t)size;
-        protobuf_c_message_pack(m, buf + n + 5);
-        n += size + 5;
-        dlock__etcd_pb_free(m, wipe_secrets);
     }
     *out = buf;
     *len = n;

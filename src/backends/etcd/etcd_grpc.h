@@ -49,12 +49,18 @@ json_t *dlock__etcd_pb_to_json(const ProtobufCMessage *m);
  * is a no-op. */
 void dlock__etcd_pb_free(ProtobufCMessage *m, int wipe);
 
+/* One JSON object j as a framed message of type d, in *out (malloc'd).
+ * wipe: zero the copies made on the way. 0, or -1 with a message in err. */
+int dlock__etcd_grpc_pack(const ProtobufCMessageDescriptor *d, const json_t *j, int wipe,
+                          uint8_t **out, size_t *len, char *err, size_t errsize);
+
 /*
  * The gRPC body of a request: every JSON object in text (one for a unary
  * call, several for a client stream, one after the other) as a message of
  * type d, each framed (a 0 byte, not compressed, then its length in 4 bytes
- * big-endian). *out is malloc'd, *len its length. wipe: the copies made on
- * the way are zeroed before they are freed (a password). 0, or -1 with a
+ * big-endian). *out is malloc'd, *len its length. wipe: the message's
+ * copies are zeroed before they are freed (jansson's, of parsing the text,
+ * are not: a secret goes through dlock__etcd_grpc_pack). 0, or -1 with a
  * message in err.
  */
 int dlock__etcd_grpc_body(const ProtobufCMessageDescriptor *d, const char *text, int wipe,

@@ -446,6 +446,20 @@ static void wipe_json_string(json_t *s)
         explicit_bzero((char *)json_string_value(s), json_string_length(s));
 }
 
+/* The login's gRPC body, framed, in c->preset. */
+static int login_frames(dlock__etcd_conn *c, const json_t *req)
+{
+    const ProtobufCMethodDescriptor *m;
+    char path[64], err[200];
+    uint8_t *buf;
+
+    if ((m = dlock__etcd_grpc_method("/v3/auth/authenticate", path, sizeof(path))) == NULL ||
+        dlock__etcd_grpc_pack(m->input, req, 1, &buf, &c->preset_len, err, sizeof(err)) != 0)
+        return DLOCK_ENOMEM;
+    c->preset = buf;
+    return DLOCK_OK;
+}
+
 /* Log in and keep the token, unless another thread already replaced the
  * token of generation gen. */
 static int login(dlock__etcd *e, dlock__etcd_conn *c, unsigned long gen)
@@ -465,6 +479,13 @@ static int login(dlock__etcd *e, dlock__etcd_conn *c, unsigned long gen)
     }
     req = json_pack("{s:s, s:s}", "name", e->user, "password", e->password);
     body = req != NULL ? login_body(req, strlen(e->user) + strlen(e->password)) : NULL;
+    /* gRPC: the message from req itself, as parsing the text again would
+     * leave the password in jansson's buffers. */
+    if (body != NULL && e->grpc && login_frames(c, req) != DLOCK_OK) {
+        explicit_bzero(body, strlen(body));
+        free(body);
+        body = NULL;
+    }
     wipe_json_string(json_object_get(req, "password"));
     json_decref(req);
     if (body == NULL) {
@@ -474,6 +495,11 @@ static int login(dlock__etcd *e, dlock__etcd_conn *c, unsigned long gen)
     rc = call_body(e, c, "/v3/auth/authenticate", body, 0, 0, &reply);
     explicit_bzero(body, strlen(body)); /* a memset before free may be optimised away */
     free(body);
+    if (c->preset != NULL) {
+        explicit_bzero((uint8_t *)c->preset, c->preset_len);
+        free((uint8_t *)c->preset);
+        c->preset = NULL;
+    }
     if (rc == DLOCK_OK) {
         token = json_object_get(reply, "token");
         if (!json_is_string(token) || json_string_length(token) == 0) {
@@ -612,6 +638,8 @@ int dlock__etcd_call_pair(dlock__etcd *e, dlock__etcd_conn *c, dlock__etcd_pair 
     if (c->twin == NULL && (c->twin = conn_alloc(e)) == NULL)
         return p->rc[0] = p->rc[1] = dlock__fail(DLOCK_ENOMEM, "out of memory (curl handle)");
     c->twin->h2 = c->h2;
+    if (dlock__etcd_h2_check(c) != DLOCK_OK)
+        return p->rc[0] = p->rc[1] = DLOCK_ENOMEM;
     cs[0] = c;
     cs[1] = c->twin;
     if (dlock__etcd_prepare(e, cs[0], idx, p->path[0], p->body[0], budget, 1, &gen) == DLOCK_OK &&

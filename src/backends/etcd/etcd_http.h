@@ -61,11 +61,14 @@ typedef struct dlock__etcd_conn {
     const void *reply_type; /* a ProtobufCMessageDescriptor */
     int got_status;
     int secret; /* the request or reply holds a password or a token */
-    /* The endpoint (index + 1) to which the connection cache of the multi
-     * handle has an HTTP/2 connection, 0: none known; points into the
-     * owner of the multi handle (a twin shares its pair's). See
-     * dlock__etcd_prepare for why it matters. */
-    int h2_state, *h2;
+    /* The endpoints (bit i: endpoint i) to which the connection cache of
+     * the multi handle has an HTTP/2 connection; H2_RESET: the cache is to
+     * be emptied before the next request. Points into the owner of the
+     * multi handle (a twin shares its pair's). See dlock__etcd_prepare for
+     * why it matters. */
+    unsigned h2_state, *h2;
+    const uint8_t *preset; /* a gRPC body built by the caller (the login's) */
+    size_t preset_len;
     int reusing; /* the request in flight counts on that connection */
     CURLM *multi;                  /* runs the transfers, keeps the connections */
     struct dlock__etcd_conn *twin; /* the second handle of a pair, on multi */

@@ -57,6 +57,13 @@ enum {
 struct curl_slist *dlock__etcd_headers(dlock__etcd *e, int with_token, unsigned long *gen,
                                        int stream);
 
+/* In dlock__etcd_conn.h2: the connections of the cache are in a state
+ * unknown (a request failed on one, or one was lost): close them all. */
+#define DLOCK__ETCD_H2_RESET 0x80000000u
+
+/* Empty c's connection cache when DLOCK__ETCD_H2_RESET says so. */
+int dlock__etcd_h2_check(dlock__etcd_conn *c);
+
 /* Free c's gRPC request body, wiped first when it held a secret. */
 void dlock__etcd_frames_free(dlock__etcd_conn *c);
 

@@ -240,6 +240,18 @@ static int parse_body(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, long http
     return DLOCK_OK;
 }
 
+int dlock__etcd_h2_check(dlock__etcd_conn *c)
+{
+    if (!(*c->h2 & DLOCK__ETCD_H2_RESET))
+        return DLOCK_OK;
+    /* Closing every connection is the only way to be sure none is left
+     * for a request with prior knowledge to trip on. */
+    curl_multi_cleanup(c->multi);
+    c->multi = curl_multi_init();
+    *c->h2 = 0;
+    return c->multi != NULL ? DLOCK_OK : dlock__fail(DLOCK_ENOMEM, "out of memory (curl multi)");
+}
+
 void dlock__etcd_frames_free(dlock__etcd_conn *c)
 {
     if (c->frames != NULL && c->secret)
@@ -268,10 +280,17 @@ int dlock__etcd_prepare(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const c
     if (e->grpc) {
         if ((m = dlock__etcd_grpc_method(path, grpc_path, sizeof(grpc_path))) == NULL)
             return dlock__fail(DLOCK_EINVAL, "etcd: no gRPC method for %s", path);
+        c->reply_type = m->output;
+    }
+    if (e->grpc && c->preset != NULL) {
+        if ((c->frames = malloc(c->preset_len)) == NULL)
+            return dlock__fail(DLOCK_ENOMEM, "out of memory");
+        memcpy(c->frames, c->preset, c->preset_len);
+        c->frames_len = c->preset_len;
+    } else if (e->grpc) {
         if (dlock__etcd_grpc_body(m->input, body, c->secret, &c->frames, &c->frames_len, err,
                                   sizeof(err)) != 0)
             return dlock__fail(DLOCK_EINVAL, "etcd %s request: %s", path, err);
-        c->reply_type = m->output;
     }
     c->headers = dlock__etcd_headers(e, with_token, gen, 0);
     if (c->headers == NULL)
@@ -291,7 +310,7 @@ int dlock__etcd_prepare(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const c
          * dlock__etcd_finish asks for the request again, with prior
          * knowledge. (https: ALPN, no such bug.)
          */
-        c->reusing = !e->tls && *c->h2 == (int)idx + 1;
+        c->reusing = !e->tls && (*c->h2 & 1u << idx) != 0;
         if (!e->tls)
             curl_easy_setopt(c->easy, CURLOPT_HTTP_VERSION,
                              (long)(c->reusing ? CURL_HTTP_VERSION_2_0
@@ -410,8 +429,8 @@ int dlock__etcd_finish(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const ch
     curl_easy_setopt(c->easy, CURLOPT_HTTPHEADER, NULL);
     dlock__etcd_headers_free(c->headers);
     c->headers = NULL;
-    if (res != CURLE_OK)
-        *c->h2 = 0;
+    if (res != CURLE_OK && e->grpc)
+        *c->h2 = DLOCK__ETCD_H2_RESET;
     if (res == CURLE_OUT_OF_MEMORY) {
         *rc = dlock__fail(DLOCK_ENOMEM, "%s: out of memory", where);
         return DLOCK__ETCD_TRY_DONE;
@@ -435,12 +454,12 @@ int dlock__etcd_finish(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const ch
         long version = 0;
         curl_easy_getinfo(c->easy, CURLINFO_HTTP_VERSION, &version);
         if (version != CURL_HTTP_VERSION_2_0 && c->reusing) {
-            *c->h2 = 0; /* the connection was gone (see dlock__etcd_prepare) */
+            *c->h2 = DLOCK__ETCD_H2_RESET; /* it was gone (see dlock__etcd_prepare) */
             *rc = dlock__fail(DLOCK_ECONN, "%s: HTTP/2 connection lost", where);
             return DLOCK__ETCD_TRY_AGAIN;
         }
         if (version == CURL_HTTP_VERSION_2_0)
-            *c->h2 = (int)idx + 1;
+            *c->h2 |= 1u << idx;
         return finish_grpc(e, c, idx, path, http, stream, out, rc);
     }
     if ((*rc = parse_body(e, c, idx, http, stream, &j)) != DLOCK_OK)
@@ -500,6 +519,8 @@ int dlock__etcd_attempt(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const c
 
     *out = NULL;
     for (int tries = 0; next == DLOCK__ETCD_TRY_AGAIN && tries < 2; tries++) {
+        if ((*rc = dlock__etcd_h2_check(c)) != DLOCK_OK)
+            return DLOCK__ETCD_TRY_DONE;
         *rc = dlock__etcd_prepare(e, c, idx, path, body, budget_ms, with_token, gen);
         if (*rc != DLOCK_OK)
             return DLOCK__ETCD_TRY_DONE;
