@@ -895,6 +895,114 @@ static void credentials_and_proxies(void)
     test_etcd_stop(&e);
 }
 
+static dlock_client *open_fast(const char *url);
+
+/*
+ * The keepalive stream stalled (the fault proxy between client and etcd
+ * passes nothing more, the TCP connection stays open): the holder must not
+ * go on believing it holds the lock once etcd has let the lease run out.
+ * Whenever etcd no longer has the key, dlock_lock_lost() is already true
+ * (the handle's deadline comes from the last renewal that was answered, so
+ * it falls before the server's expiry); no time bound is assumed.
+ */
+static void keepalive_stalled_is_lost_in_time(void)
+{
+    test_etcd e;
+    chaos_proxy *px;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 3000, 1);
+    char url[200];
+    long long renewals;
+    int gone = 0;
+
+    test_etcd_start(&e, 1, NULL);
+    CHECK(chaos_proxy_start(&px, e.client_port[0]) == 0);
+    snprintf(url, sizeof(url), "etcd://127.0.0.1:%d", chaos_proxy_port(px));
+    c = open_fast(url);
+    CHECK_RC(dlock_acquire(&l, c, "stalled", &o), DLOCK_OK);
+    /* Renewals go over keepalive streams through the proxy. */
+    renewals = served(&e, 0, "LeaseKeepAlive");
+    for (int i = 0; i < 3000 && served(&e, 0, "LeaseKeepAlive") < renewals + 2; i++)
+        test_sleep_ms(10);
+    CHECK(served(&e, 0, "LeaseKeepAlive") >= renewals + 2);
+    CHECK(!dlock_lock_lost(l));
+
+    chaos_proxy_set(px, CHAOS_PROXY_BLACKHOLE, 0);
+    for (int i = 0; i < 12000 && !gone; i++) {
+        /* count first: a key gone at that moment means the lease had run
+         * out on the server, so the handle must say lost from then on. */
+        gone = test_etcd_count(&e, "dlock/stalled/") == 0;
+        if (gone && !dlock_lock_lost(l))
+            fprintf(stderr, "etcd let the lease run out but the handle still holds\n");
+        CHECK(!gone || dlock_lock_lost(l));
+        test_sleep_ms(10);
+    }
+    CHECK(gone);
+    CHECK(dlock_lock_lost(l));
+    chaos_proxy_set(px, CHAOS_PROXY_PASS, 0);
+    chaos_proxy_drop(px);
+    CHECK_RC(dlock_release(l), DLOCK_ELOST);
+    dlock_client_free(c);
+    chaos_proxy_stop(px);
+    test_etcd_stop(&e);
+}
+
+/*
+ * transport=gateway: etcd's JSON gateway over HTTP/1.1, for a proxy that
+ * carries no HTTP/2 (docs/etcd.md). The same client: a lock, a waiter woken
+ * through a watch stream, renewals through keepalive streams; and bad
+ * values of transport= named.
+ */
+static void gateway_transport(void)
+{
+    test_etcd e;
+    dlock_client *c, *c2;
+    dlock_lock *l;
+    test_acquirer a;
+    pthread_t t;
+    char url[200];
+    long long renewals;
+    dlock_acquire_options o = test_opts(0, 2000, 1);
+
+    test_etcd_start(&e, 1, NULL);
+    snprintf(url, sizeof(url), "etcd://127.0.0.1:%d?transport=gateway", e.client_port[0]);
+    c = open_fast(url);
+    c2 = open_fast(url);
+    CHECK_RC(dlock_acquire(&l, c, "gw", &o), DLOCK_OK);
+    renewals = served(&e, 0, "LeaseKeepAlive");
+    test_acquirer_init(&a, c2, "gw", test_opts(60000, 2000, 0));
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
+    for (int i = 0; i < 3000 && (test_etcd_count(&e, "dlock/gw/") < 2 ||
+                                 served(&e, 0, "LeaseKeepAlive") < renewals + 2); i++)
+        test_sleep_ms(10);
+    CHECK(test_etcd_count(&e, "dlock/gw/") == 2);
+    CHECK(served(&e, 0, "LeaseKeepAlive") >= renewals + 2);
+    CHECK(!atomic_load(&a.done));
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(a.rc, DLOCK_OK);
+    CHECK_RC(dlock_release(a.lock), DLOCK_OK);
+    dlock_client_free(c);
+    dlock_client_free(c2);
+
+    /* The gateway is what answers: etcd's peer port serves gRPC, but no
+     * gateway. */
+    snprintf(url, sizeof(url), "etcd://127.0.0.1:%d", e.peer_port[0]);
+    c = open_fast(url);
+    dlock_client_free(c);
+    snprintf(url, sizeof(url), "etcd://127.0.0.1:%d?transport=gateway", e.peer_port[0]);
+    c = NULL;
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_EPROTO);
+
+    snprintf(url, sizeof(url), "etcd://127.0.0.1:%d?transport=http3", e.client_port[0]);
+    c = NULL;
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "transport=");
+    test_etcd_stop(&e);
+}
+
 /* etcds:// with a CA, and the client certificate etcd requires. */
 static void tls_with_client_certificate(void)
 {
@@ -1009,6 +1117,7 @@ static void cluster_kill_member_while_holding(void)
     dlock_acquire_options o = test_opts(0, 3000, 1);
     char url[300];
     int used, kept;
+    long long streams;
 
     atomic_store(&test_lost_calls, 0);
     test_etcd_start(&e, 3, NULL);
@@ -1019,9 +1128,14 @@ static void cluster_kill_member_while_holding(void)
     contender = open_fast(url);
     o.on_lost = test_count_lost;
     CHECK_RC(dlock_acquire(&l, holder, "ha", &o), DLOCK_OK);
+    streams = served(&e, (used + 1) % 3, "LeaseKeepAlive") +
+              served(&e, (used + 2) % 3, "LeaseKeepAlive");
     test_etcd_kill(&e, used);
     /* Over 3 leases: renewals go to the next member. */
     kept = hold_against_contender(contender, l, "ha", 9000);
+    /* ... on keepalive streams of the members left (gRPC's, opened anew). */
+    CHECK(served(&e, (used + 1) % 3, "LeaseKeepAlive") +
+          served(&e, (used + 2) % 3, "LeaseKeepAlive") > streams);
     fprintf(stderr, "holder %s the killing of the member it used\n", kept ? "survived" : "lost its lock at");
     CHECK(kept);
     CHECK(atomic_load(&test_lost_calls) == 0);
@@ -1374,6 +1488,8 @@ TEST_MAIN({"codec", codec, NULL}, {"url_and_open_errors", url_and_open_errors, N
           {"multi_lock", multi_lock, NULL},
           {"auth_user_password", auth_user_password, "watchdog"},
           {"credentials_and_proxies", credentials_and_proxies, NULL},
+          {"keepalive_stalled_is_lost_in_time", keepalive_stalled_is_lost_in_time, "watchdog"},
+          {"gateway_transport", gateway_transport, "watchdog"},
           {"tls_with_client_certificate", tls_with_client_certificate, NULL},
           {"cluster_kill_member_while_holding", cluster_kill_member_while_holding, "watchdog"},
           {"cluster_kill_member_while_waiting", cluster_kill_member_while_waiting, "watchdog"},
