@@ -911,7 +911,9 @@ static void keepalive_stalled_is_lost_in_time(void)
     chaos_proxy *px;
     dlock_client *c;
     dlock_lock *l;
-    dlock_acquire_options o = test_opts(0, 3000, 1);
+    /* A lease of several command timeouts (open_fast: 2.5 s): the renewals
+     * that time out have time to be retried before it runs out. */
+    dlock_acquire_options o = test_opts(0, 8000, 1);
     char url[200];
     long long renewals;
     int gone = 0;
@@ -929,7 +931,7 @@ static void keepalive_stalled_is_lost_in_time(void)
     CHECK(!dlock_lock_lost(l));
 
     chaos_proxy_set(px, CHAOS_PROXY_BLACKHOLE, 0);
-    for (int i = 0; i < 12000 && !gone; i++) {
+    for (int i = 0; i < 30000 && !gone; i++) {
         /* count first: a key gone at that moment means the lease had run
          * out on the server, so the handle must say lost from then on. */
         gone = test_etcd_count(&e, "dlock/stalled/") == 0;
