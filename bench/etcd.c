@@ -462,12 +462,15 @@ int bench_etcd(const char *given_url, long iterations)
     if (own) {
         start_etcd(url, sizeof url);
     } else {
-        const char *p = strstr(given_url, "://");
+        const char *p = strstr(given_url, "://"), *q = strchr(given_url, '?');
         snprintf(url, sizeof url, "%s", given_url);
-        if (strncmp(given_url, "etcd://", 7) != 0 || strpbrk(p + 3, ",@?") != NULL)
-            bench_die("--etcd --url wants etcd://host:port (one endpoint, no TLS or user)");
+        /* ?transport=gateway: dlock over the JSON gateway, for comparison. */
+        if (strncmp(given_url, "etcd://", 7) != 0 || strpbrk(p + 3, ",@") != NULL ||
+            (q != NULL && (strncmp(q, "?transport=", 11) != 0 || strchr(q, '&') != NULL)))
+            bench_die("--etcd --url wants etcd://host:port[?transport=grpc|gateway] (one "
+                      "endpoint, no TLS or user)");
         snprintf(base_url, sizeof base_url, "http://%.100s", p + 3);
-        base_url[strcspn(base_url + 7, "/") + 7] = 0;
+        base_url[strcspn(base_url + 7, "/?") + 7] = 0;
     }
     for (int a = 0; a < 2; a++)
         if (dlock_client_open(&client[a], url, NULL) != DLOCK_OK)
