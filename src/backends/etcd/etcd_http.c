@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * The etcd v3 JSON gateway over libcurl: the client's set-up (endpoints,
+ * etcd v3 over libcurl, gRPC or the JSON gateway: the client's set-up (endpoints,
  * TLS files, timeouts), the pool of connections, calls with failover between
  * endpoints and the login that gets the auth token, and the set-up of a
  * streaming request. One request on one endpoint is etcd_request.c's. See
@@ -290,7 +290,6 @@ static void common_options(dlock__etcd *e, CURL *easy)
     curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, open_socket);
     curl_easy_setopt(easy, CURLOPT_USERAGENT, e->user_agent);
     curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
-    if (getenv("DLOCK_CURL_VERBOSE")) curl_easy_setopt(easy, CURLOPT_VERBOSE, 1L);
     /* Only proxy= chooses a proxy: "" turns off the environment's
      * (http_proxy, https_proxy, ALL_PROXY), and NO_PROXY "*" too. */
     curl_easy_setopt(easy, CURLOPT_PROXY, e->proxy != NULL ? e->proxy : "");

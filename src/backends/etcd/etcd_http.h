@@ -1,12 +1,15 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * etcd's v3 JSON gateway over libcurl: the endpoint list and failover, the
- * timeouts, TLS, the auth token, and a pool of connections.
+ * etcd v3 over libcurl: the endpoint list and failover, the timeouts, TLS,
+ * the auth token, and a pool of connections.
  *
- * Every request is a POST of one JSON object to a /v3/... path. The gateway
- * sends bytes fields base64-encoded, int64 fields as strings, and leaves out
- * every field whose value is zero (false, 0, "", empty list); the helpers in
- * etcd_codec.h read replies that way.
+ * Every request is written as one JSON object for a /v3/... path of etcd's
+ * JSON gateway, and every reply read as the gateway's JSON: bytes fields
+ * base64-encoded, int64 fields as strings, every field whose value is zero
+ * (false, 0, "", empty list) left out; the helpers in etcd_codec.h read
+ * replies that way. By default they travel as gRPC (HTTP/2, protobuf): the
+ * path names the method and etcd_grpc.c transcodes both ways; with
+ * transport=gateway the JSON itself goes to the gateway over HTTP/1.1.
  *
  * A call has one time budget, command_timeout_ms. When the endpoint in use
  * cannot be reached or answers "unavailable" (no leader, request timed out,
@@ -26,8 +29,8 @@
 
 typedef struct dlock__etcd dlock__etcd;
 
-/* gRPC status codes, as the gateway reports them in an error reply's
- * "code" (or "grpc_code"). Only those the backend acts on are named. */
+/* gRPC status codes, from grpc-status, or as the gateway reports them in
+ * an error reply's "code" (or "grpc_code"). Only those the backend acts on are named. */
 typedef enum {
     DLOCK__GRPC_OK = 0,
     DLOCK__GRPC_CANCELLED = 1,
@@ -100,7 +103,10 @@ void dlock__etcd_conn_free(dlock__etcd_conn *c);
  *   DLOCK_EAUTH    credentials refused, token could not be renewed, or
  *                  permission denied
  *   DLOCK_ESERVER  the server refused the request (c->grpc_code says why)
- *   DLOCK_EPROTO   the reply is not the gateway's JSON
+ *   DLOCK_EPROTO   the reply is not etcd's (not gRPC's framing or HTTP
+ *                  status, not the method's message; gateway: not JSON)
+ *   DLOCK_EINVAL   req does not fit the method's message (a bug of dlock's:
+ *                  the message names the field)
  * with a message naming the endpoint ("etcd 127.0.0.1:2379: ...").
  */
 int dlock__etcd_call(dlock__etcd *e, dlock__etcd_conn *c, const char *path, json_t *req,

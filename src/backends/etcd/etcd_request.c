@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * One request on one endpoint of etcd's JSON gateway: its headers (the auth
+ * One request on one endpoint, gRPC or the JSON gateway: its headers (the auth
  * token among them), running the transfers on a connection's multi handle,
  * and judging what came back: the reply parsed, a gRPC error classified into
  * a dlock error and what the caller does next (etcd_http_int.h). Failover
