@@ -15,6 +15,7 @@
 
 #include "backends/etcd/etcd_codec.h"
 #include "backends/etcd/etcd_grpc.h"
+#include "core/url.h"
 #include "etcd/etcdserver/etcdserverpb/rpc.pb-c.h"
 
 /* Deeper nesting than any etcd message has (a txn in a txn in ...). */
@@ -185,11 +186,15 @@ static int set_value(const ProtobufCFieldDescriptor *f, const json_t *v, void *p
     case PROTOBUF_C_TYPE_ENUM: {
         const ProtobufCEnumDescriptor *ed = f->descriptor;
         const ProtobufCEnumValue *ev = NULL;
+        /* By name, or any number: proto3 enums are open, and a value newer
+         * than the .proto is written as its number (value_json). */
+        if (json_is_integer(v) && json_integer_value(v) >= INT32_MIN &&
+            json_integer_value(v) <= INT32_MAX) {
+            *(int *)p = (int)json_integer_value(v);
+            return 0;
+        }
         if (json_is_string(v))
             ev = protobuf_c_enum_descriptor_get_value_by_name(ed, json_string_value(v));
-        else if (json_is_integer(v) && json_integer_value(v) >= INT32_MIN &&
-                 json_integer_value(v) <= INT32_MAX)
-            ev = protobuf_c_enum_descriptor_get_value(ed, (int)json_integer_value(v));
         if (ev == NULL)
             return fail(err, size, "field '%s': not a value of %s", f->name, ed->name);
         *(int *)p = ev->value;
@@ -600,17 +605,6 @@ int dlock__etcd_grpc_frame(const uint8_t *buf, size_t len, size_t *pos, size_t m
     return 1;
 }
 
-static int hex(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 int dlock__etcd_grpc_header(const char *line, size_t n, int *status, char *message, size_t size)
 {
     static const char st[] = "grpc-status:", msg[] = "grpc-message:";
@@ -638,8 +632,10 @@ int dlock__etcd_grpc_header(const char *line, size_t n, int *status, char *messa
             i++;
         /* grpc-message is percent-encoded. */
         for (; i < n && k + 1 < size; i++) {
-            if (line[i] == '%' && i + 2 < n && hex(line[i + 1]) >= 0 && hex(line[i + 2]) >= 0) {
-                message[k++] = (char)(hex(line[i + 1]) << 4 | hex(line[i + 2]));
+            if (line[i] == '%' && i + 2 < n && dlock__hexval((unsigned char)line[i + 1]) >= 0 &&
+                dlock__hexval((unsigned char)line[i + 2]) >= 0) {
+                message[k++] = (char)(dlock__hexval((unsigned char)line[i + 1]) << 4 |
+                                      dlock__hexval((unsigned char)line[i + 2]));
                 i += 2;
             } else {
                 message[k++] = line[i];
