@@ -829,7 +829,8 @@ static void use_client(dlock_client *c)
  * connections it gets:
  * - http_proxy, https_proxy and ALL_PROXY pointing at it are ignored: a
  *   client with user:password@ works and the relay gets no connection;
- * - proxy=http://127.0.0.1:RELAY does go through it;
+ * - proxy=http://127.0.0.1:RELAY does go through it (the gateway: the
+ *   relay is no CONNECT proxy), and gRPC goes through a CONNECT tunnel;
  * - user:password@ over plain etcd:// without insecure_auth=1 is refused,
  *   naming the parameter, before anything is sent.
  */
@@ -838,7 +839,7 @@ static void credentials_and_proxies(void)
     static const char *const vars[] = {"http_proxy", "HTTP_PROXY", "https_proxy",
                                        "HTTPS_PROXY", "ALL_PROXY", "all_proxy"};
     test_etcd e;
-    chaos_proxy *relay;
+    chaos_proxy *relay, *tunnel;
     dlock_client *c = NULL;
     char url[300], proxy[64];
     int rc;
@@ -886,6 +887,20 @@ static void credentials_and_proxies(void)
     CHECK(chaos_proxy_accepted(relay) > 0);
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
         CHECK(unsetenv(vars[i]) == 0);
+
+    /* gRPC through proxy=: in a CONNECT tunnel (calls, keepalive and watch
+     * streams, and again on the connections reused). */
+    CHECK(chaos_proxy_start(&tunnel, e.client_port[0]) == 0);
+    chaos_proxy_connect_mode(tunnel);
+    snprintf(url, sizeof(url), "etcd://root:s3cret-pw@127.0.0.1:%d?insecure_auth=1&proxy="
+             "http://127.0.0.1:%d", e.client_port[0], chaos_proxy_port(tunnel));
+    c = open_url(url);
+    use_client(c);
+    use_client(c);
+    dlock_client_free(c);
+    fprintf(stderr, "CONNECT tunnels: %d\n", chaos_proxy_connects(tunnel));
+    CHECK(chaos_proxy_connects(tunnel) > 0);
+    chaos_proxy_stop(tunnel);
 
     snprintf(url, sizeof(url), "etcd://127.0.0.1:%d?proxy=http://u:p@127.0.0.1:1",
              e.client_port[0]);
