@@ -124,6 +124,44 @@ static int post(CURL *h, const char *path, const char *body)
     return code == 200 ? 0 : -1;
 }
 
+/* gRPC: whether the reply's trailers said grpc-status 0. */
+static size_t grpc_ok_header(char *data, size_t size, size_t n, void *arg)
+{
+    if (size * n >= 14 && strncmp(data, "grpc-status: 0", 14) == 0)
+        *(int *)arg = 1;
+    return size * n;
+}
+
+/*
+ * The raw gRPC put: KV/Put of key "dlock-bench-raw", value "x", over HTTP/2
+ * on handle g. The first call asks for HTTP/2 by prior knowledge, the later
+ * ones for HTTP/2 only, which reuses that connection: Debian 12's libcurl
+ * fails a second prior-knowledge request on one connection (curl #10634;
+ * etcd_request.c has the same rule).
+ */
+static int post_grpc_put(CURL *g)
+{
+    static const char body[] = "\x00\x00\x00\x00\x14\x0a\x0f" "dlock-bench-raw" "\x12\x01x";
+    static int connected;
+    char url[256];
+    long code = 0;
+    int ok = 0;
+
+    snprintf(url, sizeof url, "%s/etcdserverpb.KV/Put", base_url);
+    curl_easy_setopt(g, CURLOPT_URL, url);
+    curl_easy_setopt(g, CURLOPT_HTTP_VERSION, connected ? (long)CURL_HTTP_VERSION_2_0
+                                                        : (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
+    curl_easy_setopt(g, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(g, CURLOPT_POSTFIELDSIZE, (long)(sizeof body - 1));
+    curl_easy_setopt(g, CURLOPT_HEADERFUNCTION, grpc_ok_header);
+    curl_easy_setopt(g, CURLOPT_HEADERDATA, &ok);
+    if (curl_easy_perform(g) != CURLE_OK)
+        return -1;
+    connected = 1;
+    curl_easy_getinfo(g, CURLINFO_RESPONSE_CODE, &code);
+    return code == 200 && ok ? 0 : -1;
+}
+
 static CURL *handle(void)
 {
     CURL *h = curl_easy_init();
@@ -368,6 +406,16 @@ static void raw(CURL *h, const char *path, const char *body, bench_series *s)
         bench_series_add(s, bench_now_ns() - t0);
 }
 
+static void raw_grpc_put(CURL *g, bench_series *s)
+{
+    int64_t t0 = bench_now_ns();
+
+    if (post_grpc_put(g) != 0)
+        bench_die("raw gRPC KV/Put failed");
+    if (s != NULL)
+        bench_series_add(s, bench_now_ns() - t0);
+}
+
 void *bench_waiter_main(void *arg)
 {
     bench_waiter *w = arg;
@@ -399,7 +447,9 @@ int bench_etcd(const char *given_url, long iterations)
     char url[1024], name[2][96], hname[96], rawkey[160];
     long n = iterations / 5 < 20 ? 20 : iterations / 5, handoffs = n / 10 < 20 ? 20 : n / 10;
     dlock_client *client[2] = {NULL, NULL}, *ca = NULL, *cb = NULL;
-    bench_series range = {0}, put = {0}, cyc[2] = {{0}, {0}}, hand = {0};
+    bench_series range = {0}, put = {0}, gput = {0}, cyc[2] = {{0}, {0}}, hand = {0};
+    CURL *g;
+    struct curl_slist *grpc_headers = NULL;
     reqs r0, r1, r2;
     CURL *h;
     bench_waiter w;
@@ -412,17 +462,26 @@ int bench_etcd(const char *given_url, long iterations)
     if (own) {
         start_etcd(url, sizeof url);
     } else {
-        const char *p = strstr(given_url, "://");
+        const char *p = strstr(given_url, "://"), *q = strchr(given_url, '?');
         snprintf(url, sizeof url, "%s", given_url);
-        if (strncmp(given_url, "etcd://", 7) != 0 || strpbrk(p + 3, ",@?") != NULL)
-            bench_die("--etcd --url wants etcd://host:port (one endpoint, no TLS or user)");
+        /* ?transport=gateway: dlock over the JSON gateway, for comparison. */
+        if (strncmp(given_url, "etcd://", 7) != 0 || strpbrk(p + 3, ",@") != NULL ||
+            (q != NULL && (strncmp(q, "?transport=", 11) != 0 || strchr(q, '&') != NULL)))
+            bench_die("--etcd --url wants etcd://host:port[?transport=grpc|gateway] (one "
+                      "endpoint, no TLS or user)");
         snprintf(base_url, sizeof base_url, "http://%.100s", p + 3);
-        base_url[strcspn(base_url + 7, "/") + 7] = 0;
+        base_url[strcspn(base_url + 7, "/?") + 7] = 0;
     }
     for (int a = 0; a < 2; a++)
         if (dlock_client_open(&client[a], url, NULL) != DLOCK_OK)
             bench_die("dlock_client_open: %s", dlock_error_message());
     h = handle();
+    g = handle();
+    grpc_headers = curl_slist_append(grpc_headers, "Content-Type: application/grpc");
+    grpc_headers = curl_slist_append(grpc_headers, "TE: trailers");
+    if (grpc_headers == NULL)
+        bench_die("out of memory");
+    curl_easy_setopt(g, CURLOPT_HTTPHEADER, grpc_headers);
     snprintf(name[0], sizeof name[0], "bench-%ld-renew0", (long)getpid());
     snprintf(name[1], sizeof name[1], "bench-%ld-renew1", (long)getpid());
     snprintf(hname, sizeof hname, "bench-%ld-handoff", (long)getpid());
@@ -435,6 +494,7 @@ int bench_etcd(const char *given_url, long iterations)
 
     for (long i = 0; i < n / 10 + 20; i++) { /* warm-up */
         raw(h, "/v3/kv/range", rawkey, NULL);
+        raw_grpc_put(g, NULL);
         cycle(client[1], name[1], 1, NULL);
         cycle(client[0], name[0], 0, NULL);
     }
@@ -444,6 +504,8 @@ int bench_etcd(const char *given_url, long iterations)
             raw(h, "/v3/kv/range", rawkey, &range);
         for (long i = 0; i < per; i++)
             raw(h, "/v3/kv/put", "{\"key\":\"ZGxvY2stYmVuY2gtcmF3\",\"value\":\"eA==\"}", &put);
+        for (long i = 0; i < per; i++)
+            raw_grpc_put(g, &gput);
         for (long i = 0; i < per; i++)
             cycle(client[1], name[1], 1, &cyc[1]);
         for (long i = 0; i < per; i++)
@@ -504,11 +566,14 @@ int bench_etcd(const char *given_url, long iterations)
 
     {
         double r50 = bench_series_us(&range, 50), p50 = bench_series_us(&put, 50);
+        double g50 = bench_series_us(&gput, 50);
         printf("\n%-38s %9s %9s  %s\n", "measurement", "p50 us", "p99 us", "p50 / range p50");
         printf("%-38s %9.1f %9.1f  %6.2f\n", "raw /v3/kv/range (libcurl)", r50, bench_series_us(&range, 99),
                1.0);
         printf("%-38s %9.1f %9.1f  %6.2f\n", "raw /v3/kv/put (raft write)", p50, bench_series_us(&put, 99),
                p50 / r50);
+        printf("%-38s %9.1f %9.1f  %6.2f\n", "raw gRPC KV/Put (raft write)", g50,
+               bench_series_us(&gput, 99), g50 / r50);
         for (int a = 1; a >= 0; a--) {
             char label[64];
             double c50 = bench_series_us(&cyc[a], 50);
@@ -526,6 +591,8 @@ int bench_etcd(const char *given_url, long iterations)
                    py[3], py[2] / r50, py[2] / p50);
             printf("\ndlock / python-etcd3 (p50): cycle (auto_renew=0) %.2fx, hand-off %.2fx "
                    "(the goal: at most 0.6x)\n", c0 / py[0], h50 / py[2]);
+            printf("to the raw gRPC put (p50): dlock cycle %.2fx, hand-off %.2fx; python-etcd3 "
+                   "cycle %.2fx, hand-off %.2fx\n", c0 / g50, h50 / g50, py[0] / g50, py[2] / g50);
         } else {
             printf("\npython-etcd3: not measured: %s\n", why);
         }
@@ -535,12 +602,15 @@ int bench_etcd(const char *given_url, long iterations)
     }
 
     curl_easy_cleanup(h);
+    curl_easy_cleanup(g);
+    curl_slist_free_all(grpc_headers);
     dlock_client_free(ca);
     dlock_client_free(cb);
     dlock_client_free(client[0]);
     dlock_client_free(client[1]);
     free(range.v);
     free(put.v);
+    free(gput.v);
     free(cyc[0].v);
     free(cyc[1].v);
     free(hand.v);

@@ -19,7 +19,7 @@ static char *dup_range(const char *s, size_t n)
     return p;
 }
 
-static int hexval(int c)
+int dlock__hexval(int c)
 {
     if (c >= '0' && c <= '9')
         return c - '0';
@@ -43,7 +43,8 @@ static char *decode_range(const char *s, size_t n, int *bad)
                 *bad = 1;
                 break;
             }
-            int a = hexval((unsigned char)s[i + 1]), b = hexval((unsigned char)s[i + 2]);
+            int a = dlock__hexval((unsigned char)s[i + 1]);
+            int b = dlock__hexval((unsigned char)s[i + 2]);
             if (a < 0 || b < 0 || (a == 0 && b == 0)) {
                 *bad = 1;
                 break;

@@ -16,4 +16,8 @@
 int dlock__url_parse(dlock_url *out, const char *text);
 void dlock__url_free(dlock_url *url);
 
+/* The value of a hex digit (either case), -1 for another character: for
+ * the percent-decoding of URLs and of gRPC's grpc-message. */
+int dlock__hexval(int c);
+
 #endif

@@ -43,6 +43,8 @@ struct chaos_proxy {
     _Atomic int delay_ms;
     _Atomic int stopping;
     _Atomic int accepted;
+    _Atomic int connect_mode; /* an HTTP CONNECT proxy: answer CONNECT first */
+    _Atomic int connects;     /* CONNECT requests answered */
     pthread_t acceptor;
     pthread_mutex_t mu;
     pthread_cond_t gone;
@@ -176,6 +178,37 @@ static int start_pump(chaos_proxy *p, pair *pr, int from, int to)
     return 0;
 }
 
+/* CONNECT mode: read the client's request head and answer 200 when it is
+ * a CONNECT (to whatever it names: the tunnel goes to the upstream port).
+ * 0 when the tunnel is open, -1 to drop the connection. */
+static int answer_connect(chaos_proxy *p, int cfd)
+{
+    static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+    char head[4096];
+    size_t n = 0;
+
+    while (n < sizeof(head) - 1) {
+        struct pollfd pfd = {cfd, POLLIN, 0};
+        ssize_t got;
+        if (poll(&pfd, 1, 5000) <= 0)
+            return -1;
+        /* One byte at a time: nothing past the head may be consumed. */
+        if ((got = read(cfd, head + n, 1)) <= 0)
+            return -1;
+        n++;
+        head[n] = '\0';
+        if (n >= 4 && memcmp(head + n - 4, "\r\n\r\n", 4) == 0)
+            break;
+    }
+    if (strncmp(head, "CONNECT ", 8) != 0) {
+        static const char no[] = "HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n";
+        write_all(cfd, no, sizeof(no) - 1);
+        return -1;
+    }
+    atomic_fetch_add(&p->connects, 1);
+    return write_all(cfd, ok, sizeof(ok) - 1);
+}
+
 static void *acceptor(void *arg)
 {
     chaos_proxy *p = arg;
@@ -198,6 +231,10 @@ static void *acceptor(void *arg)
             continue;
         atomic_fetch_add(&p->accepted, 1);
         setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        if (atomic_load(&p->connect_mode) && answer_connect(p, cfd) != 0) {
+            close(cfd);
+            continue;
+        }
         sfd = connect_upstream(p->upstream_port);
         if (sfd < 0) {
             close(cfd); /* server down: the client sees the connection close */
@@ -263,6 +300,16 @@ int chaos_proxy_start(chaos_proxy **out, int upstream_port)
 int chaos_proxy_port(const chaos_proxy *p)
 {
     return p->port;
+}
+
+void chaos_proxy_connect_mode(chaos_proxy *p)
+{
+    atomic_store(&p->connect_mode, 1);
+}
+
+int chaos_proxy_connects(chaos_proxy *p)
+{
+    return atomic_load(&p->connects);
 }
 
 int chaos_proxy_accepted(chaos_proxy *p)

@@ -12,6 +12,12 @@ int chaos_proxy_start(chaos_proxy **out, int upstream_port);
 int chaos_proxy_port(const chaos_proxy *p);
 /* Connections accepted so far. */
 int chaos_proxy_accepted(chaos_proxy *p);
+/* Act as an HTTP CONNECT proxy from now on: each connection's first request
+ * must be a CONNECT, answered 200, and then relayed to upstream_port as
+ * before (whatever host it names); anything else gets 405 and is closed.
+ * How many CONNECTs were answered. */
+void chaos_proxy_connect_mode(chaos_proxy *p);
+int chaos_proxy_connects(chaos_proxy *p);
 /* Switch mode (CHAOS_PROXY_*); delay_ms is used by CHAOS_PROXY_DELAY and by
  * CHAOS_PROXY_DELAY_ONE_REPLY, which delays the next chunk the server sends
  * on any connection and then turns to CHAOS_PROXY_PASS by itself. */

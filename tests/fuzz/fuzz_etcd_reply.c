@@ -3,7 +3,8 @@
  * libFuzzer target: the etcd backend's reply handling, through the real
  * code paths. A fake HTTP server on a loopback TCP port answers each request
  * with the next part of the fuzz input, and a client connected with
- * etcd://127.0.0.1:PORT runs a public-API scenario chosen by the first byte:
+ * etcd://127.0.0.1:PORT?transport=gateway (the JSON gateway: the gRPC
+ * transcoder has fuzz_etcd_grpc) runs a public-API scenario chosen by the first byte:
  * acquire (try once, or waiting on a watch stream), extend, check, release,
  * status, force-release, watchdog renewals (lease keepalive), a login, a
  * campaign and an observer.
@@ -479,9 +480,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     req = (login ? 2 : 1) * co.command_timeout_ms + 100;
     snprintf(where, sizeof(where), "etcd 127.0.0.1:%d", port);
     if (login)
-        snprintf(url, sizeof(url), "etcd://fuzzer:pw@127.0.0.1:%d?insecure_auth=1", port);
+        snprintf(url, sizeof(url), "etcd://fuzzer:pw@127.0.0.1:%d?insecure_auth=1&transport=gateway",
+                 port);
     else
-        snprintf(url, sizeof(url), "etcd://127.0.0.1:%d", port);
+        snprintf(url, sizeof(url), "etcd://127.0.0.1:%d?transport=gateway", port);
     t0 = now_ms();
     rc = dlock_client_open(&c, url, &co);
     /* The login, then the range that checks the prefix. */

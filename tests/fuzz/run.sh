@@ -21,7 +21,7 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$src/build-fuzz}
 seconds=${2:-30}
 shift 2 2>/dev/null || shift $#
-targets=${*:-"url duration redis_reply etcd_reply"}
+targets=${*:-"url duration redis_reply etcd_reply etcd_grpc"}
 
 command -v clang >/dev/null || {
     echo "fuzz: clang is missing (apt-get install clang libclang-rt-14-dev; scripts/deps.sh does)" >&2

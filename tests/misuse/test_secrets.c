@@ -143,7 +143,7 @@ static void etcd_watched_use(int password, const char *what)
 
     json_set_alloc_funcs(lib_malloc, __wrap_free);
     etcd_start_with_auth(&e);
-    atomic_store(password ? &watched : &watched_line, password ? SECRET : "Authorization: ");
+    atomic_store(password ? &watched : &watched_line, password ? SECRET : "token: ");
     snprintf(url, sizeof(url), "etcd://root:%s@127.0.0.1:%d?insecure_auth=1", SECRET,
              e.client_port[0]);
     use_client(url);

@@ -7,6 +7,7 @@
 #include "dlock/sys/backend.h"
 #include "core/url.h"
 #include "backends/etcd/etcd_codec.h"
+#include "backends/etcd/etcd_grpc.h"
 #include "test.h"
 
 static void url_redis_full(void)
@@ -407,11 +408,210 @@ static void etcd_revision_range(void)
     }
 }
 
+/* ---- etcd's gRPC transcoder (etcd_grpc.c) ------------------------------- */
+
+/* The method of a gateway path: its request or reply type. */
+static const ProtobufCMessageDescriptor *grpc_type(const char *path, int reply)
+{
+    char grpc_path[128];
+    const ProtobufCMethodDescriptor *m = dlock__etcd_grpc_method(path, grpc_path,
+                                                                 sizeof(grpc_path));
+
+    CHECK(m != NULL);
+    return reply ? m->output : m->input;
+}
+
+/* JSON text -> framed protobuf bytes. */
+static void grpc_pack_text(const char *path, const char *text, uint8_t **buf, size_t *len)
+{
+    char err[200] = "";
+    int rc = dlock__etcd_grpc_body(grpc_type(path, 0), text, 0, buf, len, err, sizeof(err));
+
+    if (rc != 0)
+        fprintf(stderr, "%s: %s\n", text, err);
+    CHECK(rc == 0);
+}
+
+/* The wire bytes of requests, as protoc would write them: these are what
+ * etcd itself reads (the integration tests run on them). */
+static void etcd_grpc_wire_bytes(void)
+{
+    static const struct {
+        const char *path, *json;
+        size_t len;
+        const char *bytes;
+    } rows[] = {
+        /* key = 1 (bytes "a"), value = 2 (bytes "b") */
+        {"/v3/kv/put", "{\"key\":\"YQ==\",\"value\":\"Yg==\"}", 11,
+         "\x00\x00\x00\x00\x06\x0a\x01\x61\x12\x01\x62"},
+        /* TTL = 1, ID = 2, int64 as a string or a number */
+        {"/v3/lease/grant", "{\"TTL\":\"5\",\"ID\":7}", 9, "\x00\x00\x00\x00\x04\x08\x05\x10\x07"},
+        /* two keepalives of a stream, one frame each */
+        {"/v3/lease/keepalive", "{\"ID\":\"1\"}{\"ID\":\"300\"}", 15,
+         "\x00\x00\x00\x00\x02\x08\x01\x00\x00\x00\x00\x03\x08\xac\x02"},
+        /* an empty message: a frame of length 0 */
+        {"/v3/kv/range", "{}", 5, "\x00\x00\x00\x00\x00"},
+        /* enum by name: WatchCreateRequest.filters NOPUT = 0, packed */
+        {"/v3/watch", "{\"create_request\":{\"key\":\"YQ==\",\"filters\":[\"NODELETE\"]}}", 13,
+         "\x00\x00\x00\x00\x08\x0a\x06\x0a\x01\x61\x2a\x01\x01"},
+    };
+
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        grpc_pack_text(rows[i].path, rows[i].json, &buf, &len);
+        fprintf(stderr, "%s %s: %zu bytes\n", rows[i].path, rows[i].json, len);
+        for (size_t k = 0; k < len; k++)
+            fprintf(stderr, "%02x", buf[k]);
+        fprintf(stderr, "\n");
+        CHECK(len == rows[i].len);
+        CHECK(memcmp(buf, rows[i].bytes, len) == 0);
+        free(buf);
+    }
+}
+
+/* Request JSON -> protobuf -> JSON as the gateway writes it: int64 as
+ * strings, enums by name, zeros left out, but a oneof member that is set
+ * is there even at zero. */
+static void etcd_grpc_gateway_mapping(void)
+{
+    static const char *const txn =
+        "{\"compare\":[{\"key\":\"YQ==\",\"target\":\"CREATE\",\"result\":\"EQUAL\","
+        "\"create_revision\":0}],"
+        "\"success\":[{\"request_put\":{\"key\":\"YQ==\",\"value\":\"\",\"lease\":\"42\"}}],"
+        "\"failure\":[{\"request_range\":{\"key\":\"YQ==\",\"limit\":1,\"keys_only\":false}}]}";
+    static const char *const want =
+        "{\"compare\":[{\"key\":\"YQ==\",\"target\":\"CREATE\",\"create_revision\":\"0\"}],"
+        "\"success\":[{\"request_put\":{\"key\":\"YQ==\",\"lease\":\"42\"}}],"
+        "\"failure\":[{\"request_range\":{\"key\":\"YQ==\",\"limit\":\"1\"}}]}";
+    const ProtobufCMessageDescriptor *d = grpc_type("/v3/kv/txn", 0);
+    json_error_t jerr;
+    json_t *in = json_loads(txn, 0, &jerr), *expect = json_loads(want, 0, &jerr), *out;
+    char err[200] = "";
+    ProtobufCMessage *m = dlock__etcd_pb_from_json(d, in, err, sizeof(err));
+    uint8_t *buf;
+    size_t len;
+    ProtobufCMessage *back;
+    char *text;
+
+    CHECK(m != NULL);
+    len = protobuf_c_message_get_packed_size(m);
+    buf = malloc(len + 1);
+    CHECK(buf != NULL);
+    protobuf_c_message_pack(m, buf);
+    back = protobuf_c_message_unpack(d, NULL, len, buf);
+    CHECK(back != NULL);
+    out = dlock__etcd_pb_to_json(back);
+    text = json_dumps(out, JSON_COMPACT | JSON_SORT_KEYS);
+    fprintf(stderr, "got  %s\n", text);
+    CHECK(json_equal(out, expect));
+    free(text);
+    json_decref(out);
+    dlock__etcd_pb_free(back, 0);
+    dlock__etcd_pb_free(m, 1);
+    free(buf);
+    json_decref(in);
+    json_decref(expect);
+
+    /* A reply: the helpers of etcd_codec.h read the transcoded JSON. */
+    {
+        static const char *const range =
+            "{\"header\":{\"revision\":\"12\"},\"kvs\":[{\"key\":\"YQ==\",\"create_revision\":\"3\","
+            "\"mod_revision\":\"9223372036854775807\",\"lease\":\"99\"}],\"count\":\"1\","
+            "\"more\":false}";
+        const ProtobufCMessageDescriptor *rd = grpc_type("/v3/kv/range", 1);
+        dlock__etcd_kv kv;
+
+        in = json_loads(range, 0, &jerr);
+        m = dlock__etcd_pb_from_json(rd, in, err, sizeof(err));
+        CHECK(m != NULL);
+        out = dlock__etcd_pb_to_json(m);
+        CHECK(json_object_get(out, "more") == NULL);
+        CHECK(dlock__etcd_revision(out) == 12);
+        CHECK(dlock__etcd_kv_at(out, 0, &kv) == 1);
+        CHECK(kv.key_len == 1 && kv.key[0] == 'a' && kv.create_revision == 3 &&
+              kv.mod_revision == INT64_MAX && kv.lease == 99);
+        free(kv.key);
+        json_decref(out);
+        json_decref(in);
+        dlock__etcd_pb_free(m, 0);
+    }
+}
+
+/* What does not fit the message is refused, naming the field. */
+static void etcd_grpc_bad_requests(void)
+{
+    static const struct {
+        const char *path, *json, *named;
+    } rows[] = {
+        {"/v3/kv/put", "{\"kye\":\"YQ==\"}", "kye"},
+        {"/v3/kv/put", "{\"key\":\"not base64!\"}", "key"},
+        {"/v3/kv/put", "{\"lease\":\"99999999999999999999\"}", "lease"},
+        {"/v3/kv/put", "{\"lease\":\"12x\"}", "lease"},
+        {"/v3/kv/put", "{\"prev_kv\":1}", "prev_kv"},
+        {"/v3/kv/range", "{\"limit\":{}}", "limit"},
+        {"/v3/kv/range", "{\"sort_order\":\"SIDEWAYS\"}", "sort_order"},
+        {"/v3/kv/txn", "{\"compare\":{}}", "compare"},
+        {"/v3/kv/txn", "{\"compare\":[{\"version\":1,\"mod_revision\":2}]}", "mod_revision"},
+        {"/v3/kv/txn", "{\"success\":[{\"request_put\":{\"key\":7}}]}", "key"},
+        {"/v3/lease/revoke", "[]", "object"},
+        {"/v3/lease/revoke", "{\"ID\":", "JSON"},
+    };
+
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        char err[200] = "";
+        int rc = dlock__etcd_grpc_body(grpc_type(rows[i].path, 0), rows[i].json, 0, &buf, &len,
+                                       err, sizeof(err));
+        fprintf(stderr, "%s -> %d: %s\n", rows[i].json, rc, err);
+        CHECK(rc == -1 && buf == NULL);
+        CHECK_CONTAINS(err, rows[i].named);
+    }
+    CHECK(dlock__etcd_grpc_method("/v3/nothing", (char[64]){0}, 64) == NULL);
+}
+
+/* Frames and the status lines of the headers and trailers. */
+static void etcd_grpc_framing(void)
+{
+    static const uint8_t two[] = {0, 0, 0, 0, 1, 0x08, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0x08};
+    static const uint8_t zipped[] = {1, 0, 0, 0, 1, 0x08};
+    const uint8_t *msg;
+    size_t pos = 0, n;
+    int status = -1;
+    char text[64] = "";
+
+    CHECK(dlock__etcd_grpc_frame(two, sizeof(two), &pos, 100, &msg, &n) == 1);
+    CHECK(n == 1 && msg == two + 5 && pos == 6);
+    CHECK(dlock__etcd_grpc_frame(two, sizeof(two), &pos, 100, &msg, &n) == 1);
+    CHECK(n == 0 && pos == 11);
+    /* a frame of which 3 of 2+5 bytes came: not yet */
+    CHECK(dlock__etcd_grpc_frame(two, sizeof(two), &pos, 100, &msg, &n) == 0 && pos == 11);
+    pos = 0;
+    CHECK(dlock__etcd_grpc_frame(zipped, sizeof(zipped), &pos, 100, &msg, &n) == -1);
+    pos = 11;
+    CHECK(dlock__etcd_grpc_frame(two, sizeof(two), &pos, 1, &msg, &n) == -1);
+
+    CHECK(dlock__etcd_grpc_header("grpc-status: 14\r\n", 17, &status, text, sizeof(text)) == 1);
+    CHECK(status == 14);
+    CHECK(dlock__etcd_grpc_header("Grpc-Message: etcdserver:%20no%20leader\r\n", 41, &status,
+                                  text, sizeof(text)) == 1);
+    CHECK(strcmp(text, "etcdserver: no leader") == 0);
+    CHECK(dlock__etcd_grpc_header("grpc-status: x\r\n", 16, &status, text, sizeof(text)) == 1);
+    CHECK(status == 2);
+    CHECK(dlock__etcd_grpc_header("content-type: application/grpc\r\n", 32, &status, text,
+                                  sizeof(text)) == 0);
+}
+
 TEST_MAIN({"url_redis_full", url_redis_full, NULL}, {"url_forms", url_forms, NULL}, {"url_bad", url_bad, NULL},
           {"url_password_never_in_messages", url_password_never_in_messages, NULL},
           {"url_huge", url_huge, NULL}, {"duration", duration, NULL}, {"error_table", error_table, NULL},
           {"open_bad_input", open_bad_input, NULL},
           {"etcd_revision_range", etcd_revision_range, NULL},
+          {"etcd_grpc_wire_bytes", etcd_grpc_wire_bytes, NULL},
+          {"etcd_grpc_gateway_mapping", etcd_grpc_gateway_mapping, NULL},
+          {"etcd_grpc_bad_requests", etcd_grpc_bad_requests, NULL},
+          {"etcd_grpc_framing", etcd_grpc_framing, NULL},
           {"unreachable_is_econn_with_timeout", unreachable_is_econn_with_timeout, NULL},
           {"lease_clock_is_boottime", lease_clock_is_boottime, NULL},
           {"options_init_calls", options_init_calls, NULL},

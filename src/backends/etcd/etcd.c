@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * The etcd backend: etcd v3 through its JSON gateway, with a queue of keys
+ * The etcd backend: etcd v3 over gRPC (etcd_http.h), with a queue of keys
  * per lock like etcd's own concurrency.Mutex, and the holder's create
  * revision as the fence. docs/etcd.md tells the whole design; in short:
  *

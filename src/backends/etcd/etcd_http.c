@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * The etcd v3 JSON gateway over libcurl: the client's set-up (endpoints,
+ * etcd v3 over libcurl, gRPC or the JSON gateway: the client's set-up (endpoints,
  * TLS files, timeouts), the pool of connections, calls with failover between
  * endpoints and the login that gets the auth token, and the set-up of a
  * streaming request. One request on one endpoint is etcd_request.c's. See
@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/etcd/etcd_grpc.h"
 #include "backends/etcd/etcd_http_int.h"
 #include <sys/socket.h>
 
@@ -116,9 +117,16 @@ int dlock__etcd_new(dlock__etcd **out, const dlock_url *url, const dlock_client_
         const char *k = url->params[i].key;
         if (strcmp(k, "proxy") == 0 || strcmp(k, "insecure_auth") == 0)
             continue;
+        if (strcmp(k, "transport") == 0) {
+            const char *v = url->params[i].value;
+            if (v == NULL || (strcmp(v, "grpc") != 0 && strcmp(v, "gateway") != 0))
+                return dlock__fail(DLOCK_EINVAL, "%s URL: transport= is grpc (the default) or "
+                                   "gateway (etcd's JSON gateway, over HTTP/1.1)", url->scheme);
+            continue;
+        }
         if (strcmp(k, "cacert") != 0 && strcmp(k, "cert") != 0 && strcmp(k, "key") != 0)
             return dlock__fail(DLOCK_EINVAL, "%s URL: unknown parameter '%.32s' (known: cacert, "
-                               "cert, key, proxy, insecure_auth)", url->scheme, k);
+                               "cert, key, proxy, insecure_auth, transport)", url->scheme, k);
         if (!tls)
             return dlock__fail(DLOCK_EINVAL, "etcd URL: '%s' is a TLS option: use etcds:// for "
                                "https endpoints", k);
@@ -149,6 +157,10 @@ int dlock__etcd_new(dlock__etcd **out, const dlock_url *url, const dlock_client_
                  v6 ? "etcd [%.255s]:%d" : "etcd %.255s:%d", h, port);
     }
     e->tls = tls;
+    {
+        const char *t = dlock_url_param_get(url, "transport");
+        e->grpc = t == NULL || strcmp(t, "grpc") == 0;
+    }
     e->cacert = dlock_url_param_get(url, "cacert");
     e->cert = dlock_url_param_get(url, "cert");
     e->key = dlock_url_param_get(url, "key");
@@ -247,6 +259,21 @@ static size_t on_data(char *data, size_t size, size_t n, void *arg)
     return add;
 }
 
+/* Response headers, and over HTTP/2 the trailers too: a gRPC status comes
+ * in either (in the headers when the reply has no body). */
+static size_t on_header(char *data, size_t size, size_t n, void *arg)
+{
+    dlock__etcd_conn *c = arg;
+    int status = -1;
+
+    if (dlock__etcd_grpc_header(data, size * n, &status, c->grpc_message,
+                                sizeof(c->grpc_message)) && status >= 0) {
+        c->got_status = 1;
+        c->grpc_code = status <= 16 ? (dlock__grpc_status)status : DLOCK__GRPC_UNKNOWN;
+    }
+    return size * n;
+}
+
 /* Sockets close on exec, so that a program run under the lock (dlock run)
  * does not keep the client's connections open. */
 static curl_socket_t open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
@@ -279,6 +306,15 @@ static void common_options(dlock__etcd *e, CURL *easy)
         curl_easy_setopt(easy, CURLOPT_SSLCERT, e->cert);
         curl_easy_setopt(easy, CURLOPT_SSLKEY, e->key);
     }
+    if (e->grpc) {
+        /* gRPC is HTTP/2 only: h2c straight away on etcd://, ALPN on etcds://.
+         * Through a proxy, a CONNECT tunnel carries it. */
+        curl_easy_setopt(easy, CURLOPT_HTTP_VERSION,
+                         (long)(e->tls ? CURL_HTTP_VERSION_2TLS
+                                       : CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE));
+        if (e->proxy != NULL)
+            curl_easy_setopt(easy, CURLOPT_HTTPPROXYTUNNEL, 1L);
+    }
 }
 
 static dlock__etcd_conn *conn_alloc(dlock__etcd *e)
@@ -293,6 +329,9 @@ static dlock__etcd_conn *conn_alloc(dlock__etcd *e)
     curl_easy_setopt(c->easy, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(c->easy, CURLOPT_WRITEDATA, c);
     curl_easy_setopt(c->easy, CURLOPT_ERRORBUFFER, c->errbuf);
+    c->h2 = &c->h2_state;
+    curl_easy_setopt(c->easy, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c->easy, CURLOPT_HEADERDATA, c);
     return c;
 }
 
@@ -322,6 +361,7 @@ void dlock__etcd_conn_free(dlock__etcd_conn *c)
     curl_easy_cleanup(c->easy);
     if (c->multi != NULL)
         curl_multi_cleanup(c->multi);
+    dlock__etcd_frames_free(c);
     free(c->buf);
     free(c);
 }
@@ -405,6 +445,20 @@ static void wipe_json_string(json_t *s)
         explicit_bzero((char *)json_string_value(s), json_string_length(s));
 }
 
+/* The login's gRPC body, framed, in c->preset. */
+static int login_frames(dlock__etcd_conn *c, const json_t *req)
+{
+    const ProtobufCMethodDescriptor *m;
+    char path[64], err[200];
+    uint8_t *buf;
+
+    if ((m = dlock__etcd_grpc_method("/v3/auth/authenticate", path, sizeof(path))) == NULL ||
+        dlock__etcd_grpc_pack(m->input, req, 1, &buf, &c->preset_len, err, sizeof(err)) != 0)
+        return DLOCK_ENOMEM;
+    c->preset = buf;
+    return DLOCK_OK;
+}
+
 /* Log in and keep the token, unless another thread already replaced the
  * token of generation gen. */
 static int login(dlock__etcd *e, dlock__etcd_conn *c, unsigned long gen)
@@ -424,6 +478,13 @@ static int login(dlock__etcd *e, dlock__etcd_conn *c, unsigned long gen)
     }
     req = json_pack("{s:s, s:s}", "name", e->user, "password", e->password);
     body = req != NULL ? login_body(req, strlen(e->user) + strlen(e->password)) : NULL;
+    /* gRPC: the message from req itself, as parsing the text again would
+     * leave the password in jansson's buffers. */
+    if (body != NULL && e->grpc && login_frames(c, req) != DLOCK_OK) {
+        explicit_bzero(body, strlen(body));
+        free(body);
+        body = NULL;
+    }
     wipe_json_string(json_object_get(req, "password"));
     json_decref(req);
     if (body == NULL) {
@@ -433,6 +494,11 @@ static int login(dlock__etcd *e, dlock__etcd_conn *c, unsigned long gen)
     rc = call_body(e, c, "/v3/auth/authenticate", body, 0, 0, &reply);
     explicit_bzero(body, strlen(body)); /* a memset before free may be optimised away */
     free(body);
+    if (c->preset != NULL) {
+        explicit_bzero((uint8_t *)c->preset, c->preset_len);
+        free((uint8_t *)c->preset);
+        c->preset = NULL;
+    }
     if (rc == DLOCK_OK) {
         token = json_object_get(reply, "token");
         if (!json_is_string(token) || json_string_length(token) == 0) {
@@ -570,6 +636,9 @@ int dlock__etcd_call_pair(dlock__etcd *e, dlock__etcd_conn *c, dlock__etcd_pair 
     p->out[0] = p->out[1] = NULL;
     if (c->twin == NULL && (c->twin = conn_alloc(e)) == NULL)
         return p->rc[0] = p->rc[1] = dlock__fail(DLOCK_ENOMEM, "out of memory (curl handle)");
+    c->twin->h2 = c->h2;
+    if (dlock__etcd_h2_check(c) != DLOCK_OK)
+        return p->rc[0] = p->rc[1] = DLOCK_ENOMEM;
     cs[0] = c;
     cs[1] = c->twin;
     if (dlock__etcd_prepare(e, cs[0], idx, p->path[0], p->body[0], budget, 1, &gen) == DLOCK_OK &&
@@ -619,20 +688,41 @@ int dlock__etcd_connect(dlock__etcd *e)
 
 /* ---- streams ------------------------------------------------------------ */
 
+int dlock__etcd_is_grpc(const dlock__etcd *e)
+{
+    return e->grpc;
+}
+
 int dlock__etcd_setup_stream(dlock__etcd *e, CURL *easy, size_t endpoint, const char *path,
                              const char *body, struct curl_slist **headers)
 {
-    char url[400];
+    const ProtobufCMethodDescriptor *m = NULL;
+    char url[400], grpc_path[128], err[200];
     unsigned long gen;
 
+    if (e->grpc && (m = dlock__etcd_grpc_method(path, grpc_path, sizeof(grpc_path))) == NULL)
+        return dlock__fail(DLOCK_EINVAL, "etcd: no gRPC method for %s", path);
     *headers = dlock__etcd_headers(e, 1, &gen, 1);
     if (*headers == NULL)
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
-    snprintf(url, sizeof(url), "%s%s", e->eps[endpoint % e->neps].base, path);
+    snprintf(url, sizeof(url), "%s%s", e->eps[endpoint % e->neps].base, e->grpc ? grpc_path : path);
     common_options(e, easy);
     curl_easy_setopt(easy, CURLOPT_URL, url);
     curl_easy_setopt(easy, CURLOPT_HTTPHEADER, *headers);
-    curl_easy_setopt(easy, CURLOPT_COPYPOSTFIELDS, body);
+    if (m != NULL) {
+        uint8_t *frames;
+        size_t len;
+        if (dlock__etcd_grpc_body(m->input, body, 0, &frames, &len, err, sizeof(err)) != 0) {
+            dlock__etcd_headers_free(*headers);
+            *headers = NULL;
+            return dlock__fail(DLOCK_EINVAL, "etcd %s request: %s", path, err);
+        }
+        curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE, (long)len);
+        curl_easy_setopt(easy, CURLOPT_COPYPOSTFIELDS, frames);
+        free(frames);
+    } else {
+        curl_easy_setopt(easy, CURLOPT_COPYPOSTFIELDS, body);
+    }
     curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, (long)e->connect_timeout_ms);
     /* The stream may stay quiet for as long as the holder holds: no total
      * timeout, but TCP keepalive notices a peer that vanished. */

@@ -1,12 +1,15 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * etcd's v3 JSON gateway over libcurl: the endpoint list and failover, the
- * timeouts, TLS, the auth token, and a pool of connections.
+ * etcd v3 over libcurl: the endpoint list and failover, the timeouts, TLS,
+ * the auth token, and a pool of connections.
  *
- * Every request is a POST of one JSON object to a /v3/... path. The gateway
- * sends bytes fields base64-encoded, int64 fields as strings, and leaves out
- * every field whose value is zero (false, 0, "", empty list); the helpers in
- * etcd_codec.h read replies that way.
+ * Every request is written as one JSON object for a /v3/... path of etcd's
+ * JSON gateway, and every reply read as the gateway's JSON: bytes fields
+ * base64-encoded, int64 fields as strings, every field whose value is zero
+ * (false, 0, "", empty list) left out; the helpers in etcd_codec.h read
+ * replies that way. By default they travel as gRPC (HTTP/2, protobuf): the
+ * path names the method and etcd_grpc.c transcodes both ways; with
+ * transport=gateway the JSON itself goes to the gateway over HTTP/1.1.
  *
  * A call has one time budget, command_timeout_ms. When the endpoint in use
  * cannot be reached or answers "unavailable" (no leader, request timed out,
@@ -26,8 +29,8 @@
 
 typedef struct dlock__etcd dlock__etcd;
 
-/* gRPC status codes, as the gateway reports them in an error reply's
- * "code" (or "grpc_code"). Only those the backend acts on are named. */
+/* gRPC status codes, from grpc-status, or as the gateway reports them in
+ * an error reply's "code" (or "grpc_code"). Only those the backend acts on are named. */
 typedef enum {
     DLOCK__GRPC_OK = 0,
     DLOCK__GRPC_CANCELLED = 1,
@@ -54,6 +57,22 @@ typedef struct dlock__etcd_conn {
     dlock__grpc_status grpc_code;
     char grpc_message[200];
     struct curl_slist *headers; /* of the request in flight */
+    /* gRPC: the request's framed messages, its method's reply type, and
+     * whether a grpc-status came (in the headers or the trailers). */
+    uint8_t *frames;
+    size_t frames_len;
+    const void *reply_type; /* a ProtobufCMessageDescriptor */
+    int got_status;
+    int secret; /* the request or reply holds a password or a token */
+    /* The endpoints (bit i: endpoint i) to which the connection cache of
+     * the multi handle has an HTTP/2 connection; H2_RESET: the cache is to
+     * be emptied before the next request. Points into the owner of the
+     * multi handle (a twin shares its pair's). See dlock__etcd_prepare for
+     * why it matters. */
+    unsigned h2_state, *h2;
+    const uint8_t *preset; /* a gRPC body built by the caller (the login's) */
+    size_t preset_len;
+    int reusing; /* the request in flight counts on that connection */
     CURLM *multi;                  /* runs the transfers, keeps the connections */
     struct dlock__etcd_conn *twin; /* the second handle of a pair, on multi */
     struct dlock__etcd_conn *next; /* in the idle pool */
@@ -84,7 +103,10 @@ void dlock__etcd_conn_free(dlock__etcd_conn *c);
  *   DLOCK_EAUTH    credentials refused, token could not be renewed, or
  *                  permission denied
  *   DLOCK_ESERVER  the server refused the request (c->grpc_code says why)
- *   DLOCK_EPROTO   the reply is not the gateway's JSON
+ *   DLOCK_EPROTO   the reply is not etcd's (not gRPC's framing or HTTP
+ *                  status, not the method's message; gateway: not JSON)
+ *   DLOCK_EINVAL   req does not fit the method's message (a bug of dlock's:
+ *                  the message names the field)
  * with a message naming the endpoint ("etcd 127.0.0.1:2379: ...").
  */
 int dlock__etcd_call(dlock__etcd *e, dlock__etcd_conn *c, const char *path, json_t *req,
@@ -139,6 +161,10 @@ void dlock__etcd_headers_free(struct curl_slist *headers);
 
 int dlock__etcd_setup_stream(dlock__etcd *e, CURL *easy, size_t endpoint, const char *path,
                              const char *body, struct curl_slist **headers);
+
+/* 1 when the client speaks gRPC (the default), 0 for the JSON gateway
+ * (transport=gateway): a stream's body is framed protobuf then. */
+int dlock__etcd_is_grpc(const dlock__etcd *e);
 
 int64_t dlock__etcd_connect_timeout_ms(const dlock__etcd *e);
 int64_t dlock__etcd_command_timeout_ms(const dlock__etcd *e);

@@ -25,6 +25,7 @@ struct dlock__etcd {
     size_t neps;
     atomic_size_t current;
     int tls;                          /* etcds:// */
+    int grpc;                         /* gRPC; 0: the JSON gateway (transport=gateway) */
     const char *cacert, *cert, *key; /* borrowed from the client's URL */
     const char *proxy;               /* proxy=, borrowed too; NULL: none */
     const char *user, *password;
@@ -46,7 +47,8 @@ enum {
     DLOCK__ETCD_TRY_DONE,
     DLOCK__ETCD_TRY_NEXT_ENDPOINT,
     DLOCK__ETCD_TRY_REFUSED,
-    DLOCK__ETCD_TRY_LOGIN
+    DLOCK__ETCD_TRY_LOGIN,
+    DLOCK__ETCD_TRY_AGAIN /* at once, on the same endpoint (a new connection) */
 };
 
 /* The header list of a request (stream: of a watch or keepalive stream),
@@ -54,6 +56,16 @@ enum {
  * out of memory. */
 struct curl_slist *dlock__etcd_headers(dlock__etcd *e, int with_token, unsigned long *gen,
                                        int stream);
+
+/* In dlock__etcd_conn.h2: the connections of the cache are in a state
+ * unknown (a request failed on one, or one was lost): close them all. */
+#define DLOCK__ETCD_H2_RESET 0x80000000u
+
+/* Empty c's connection cache when DLOCK__ETCD_H2_RESET says so. */
+int dlock__etcd_h2_check(dlock__etcd_conn *c);
+
+/* Free c's gRPC request body, wiped first when it held a secret. */
+void dlock__etcd_frames_free(dlock__etcd_conn *c);
 
 /* Set up c for one request to endpoint idx; the headers are kept in c until
  * dlock__etcd_finish. */

@@ -12,9 +12,9 @@
 #include "backends/etcd/etcd_int.h"
 #include "core/error.h"
 
-/* Lease IDs kept alive per keepalive request; the request body stays small
+/* Lease IDs kept alive per keepalive stream; the request body stays small
  * enough to reach the gateway in one piece (it stops reading the body once it
- * answers). */
+ * answers), and a gRPC stream's replies come back in one read or two. */
 #define KEEPALIVE_CHUNK 32
 
 /* ---- requests ------------------------------------------------------------ */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * One request on one endpoint of etcd's JSON gateway: its headers (the auth
+ * One request on one endpoint, gRPC or the JSON gateway: its headers (the auth
  * token among them), running the transfers on a connection's multi handle,
  * and judging what came back: the reply parsed, a gRPC error classified into
  * a dlock error and what the caller does next (etcd_http_int.h). Failover
@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/etcd/etcd_grpc.h"
 #include "backends/etcd/etcd_http_int.h"
 #include "core/error.h"
 #include "core/thread.h"
@@ -22,14 +23,22 @@ struct curl_slist *dlock__etcd_headers(dlock__etcd *e, int with_token, unsigned 
 {
     struct curl_slist *h = NULL, *t;
 
-    h = curl_slist_append(h, "Content-Type: application/json");
+    /* gRPC: "te: trailers" is what tells a server that the client reads
+     * trailers, where the status comes. */
+    h = curl_slist_append(h, e->grpc ? "Content-Type: application/grpc"
+                                     : "Content-Type: application/json");
     if (h == NULL || (t = curl_slist_append(h, "Expect:")) == NULL)
+        goto oom;
+    h = t;
+    if (e->grpc && (t = curl_slist_append(h, "TE: trailers")) == NULL)
         goto oom;
     h = t;
     if (stream) {
         /* etcd then ends the stream when its member loses the leader,
-         * instead of keeping a watch that may never fire. */
-        if ((t = curl_slist_append(h, "Grpc-Metadata-hasleader: true")) == NULL)
+         * instead of keeping a watch that may never fire. gRPC metadata is
+         * a header; the gateway forwards Grpc-Metadata-*. */
+        if ((t = curl_slist_append(h, e->grpc ? "hasleader: true"
+                                              : "Grpc-Metadata-hasleader: true")) == NULL)
             goto oom;
         h = t;
     }
@@ -39,7 +48,9 @@ struct curl_slist *dlock__etcd_headers(dlock__etcd *e, int with_token, unsigned 
         size_t n = strlen(e->token) + 32;
         char *line = malloc(n);
         if (line != NULL) {
-            snprintf(line, n, "Authorization: %s", e->token);
+            /* gRPC takes the token as the metadata "token"; the gateway
+             * turns Authorization into it. */
+            snprintf(line, n, "%s: %s", e->grpc ? "token" : "Authorization", e->token);
             t = curl_slist_append(h, line);
             explicit_bzero(line, n); /* a memset before free may be optimised away */
             free(line);
@@ -229,24 +240,87 @@ static int parse_body(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, long http
     return DLOCK_OK;
 }
 
+int dlock__etcd_h2_check(dlock__etcd_conn *c)
+{
+    if (!(*c->h2 & DLOCK__ETCD_H2_RESET))
+        return DLOCK_OK;
+    /* Closing every connection is the only way to be sure none is left
+     * for a request with prior knowledge to trip on. */
+    curl_multi_cleanup(c->multi);
+    c->multi = curl_multi_init();
+    *c->h2 = 0;
+    return c->multi != NULL ? DLOCK_OK : dlock__fail(DLOCK_ENOMEM, "out of memory (curl multi)");
+}
+
+void dlock__etcd_frames_free(dlock__etcd_conn *c)
+{
+    if (c->frames != NULL && c->secret)
+        explicit_bzero(c->frames, c->frames_len);
+    free(c->frames);
+    c->frames = NULL;
+    c->frames_len = 0;
+}
+
 /* Set up c for one request; the headers are kept in c until dlock__etcd_finish. */
 int dlock__etcd_prepare(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const char *path,
                         const char *body, int64_t budget_ms, int with_token, unsigned long *gen)
 {
-    char url[400];
+    char url[400], grpc_path[128], err[200];
+    const ProtobufCMethodDescriptor *m = NULL;
 
     c->grpc_code = DLOCK__GRPC_OK;
     c->grpc_message[0] = '\0';
     c->errbuf[0] = '\0';
     c->len = 0;
+    c->got_status = 0;
+    dlock__etcd_frames_free(c);
+    /* Only the login goes without the token: its request holds the
+     * password and its reply the token. */
+    c->secret = !with_token;
+    if (e->grpc) {
+        if ((m = dlock__etcd_grpc_method(path, grpc_path, sizeof(grpc_path))) == NULL)
+            return dlock__fail(DLOCK_EINVAL, "etcd: no gRPC method for %s", path);
+        c->reply_type = m->output;
+    }
+    if (e->grpc && c->preset != NULL) {
+        if ((c->frames = malloc(c->preset_len)) == NULL)
+            return dlock__fail(DLOCK_ENOMEM, "out of memory");
+        memcpy(c->frames, c->preset, c->preset_len);
+        c->frames_len = c->preset_len;
+    } else if (e->grpc) {
+        if (dlock__etcd_grpc_body(m->input, body, c->secret, &c->frames, &c->frames_len, err,
+                                  sizeof(err)) != 0)
+            return dlock__fail(DLOCK_EINVAL, "etcd %s request: %s", path, err);
+    }
     c->headers = dlock__etcd_headers(e, with_token, gen, 0);
     if (c->headers == NULL)
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
-    snprintf(url, sizeof(url), "%s%s", e->eps[idx].base, path);
+    snprintf(url, sizeof(url), "%s%s", e->eps[idx].base, e->grpc ? grpc_path : path);
     curl_easy_setopt(c->easy, CURLOPT_URL, url);
     curl_easy_setopt(c->easy, CURLOPT_HTTPHEADER, c->headers);
-    curl_easy_setopt(c->easy, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(c->easy, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    if (e->grpc) {
+        /*
+         * Debian 12's libcurl (7.88.1) fails a request that reuses an
+         * HTTP/2 connection made with prior knowledge when it asks for
+         * prior knowledge again ("error in the HTTP2 framing layer", curl
+         * issue 10634, fixed in 8.0). So prior knowledge only while no
+         * connection to the endpoint is known; then plain HTTP/2, which
+         * reuses it. Should curl have dropped it meanwhile, a new one
+         * speaks HTTP/1.1, which etcd answers 404 without doing anything:
+         * dlock__etcd_finish asks for the request again, with prior
+         * knowledge. (https: ALPN, no such bug.)
+         */
+        c->reusing = !e->tls && (*c->h2 & 1u << idx) != 0;
+        if (!e->tls)
+            curl_easy_setopt(c->easy, CURLOPT_HTTP_VERSION,
+                             (long)(c->reusing ? CURL_HTTP_VERSION_2_0
+                                               : CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE));
+        curl_easy_setopt(c->easy, CURLOPT_POSTFIELDS, c->frames);
+        curl_easy_setopt(c->easy, CURLOPT_POSTFIELDSIZE, (long)c->frames_len);
+    } else {
+        curl_easy_setopt(c->easy, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c->easy, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    }
     curl_easy_setopt(c->easy, CURLOPT_TIMEOUT_MS, (long)budget_ms);
     curl_easy_setopt(c->easy, CURLOPT_CONNECTTIMEOUT_MS,
                      (long)(e->connect_timeout_ms < budget_ms ? e->connect_timeout_ms : budget_ms));
@@ -269,6 +343,79 @@ static const char *tls_hint(const dlock__etcd *e, CURLcode res)
            "this a plain-http endpoint, for etcd://?)";
 }
 
+/*
+ * The reply of a gRPC call: HTTP 200 with a grpc-status (in the trailers,
+ * or in the headers for a reply without messages), and the messages framed.
+ * A status other than OK is classified as the gateway's error replies are;
+ * the messages are decoded into the gateway's JSON: one object for a unary
+ * call, an array of them for a stream (as parse_body gives).
+ */
+static int finish_grpc(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const char *path,
+                       long http, int stream, json_t **out, int *rc)
+{
+    const char *where = e->eps[idx].where;
+    const uint8_t *buf = (const uint8_t *)c->buf, *msg;
+    size_t pos = 0, len;
+    json_t *all = NULL;
+    int got;
+
+    dlock__etcd_frames_free(c);
+    if (http != 200) {
+        *rc = dlock__fail(DLOCK_EPROTO, "%s: HTTP %ld for gRPC %s: is this etcd's client port "
+                          "(etcd 3.4 or newer)?", where, http, path);
+        return http >= 500 ? DLOCK__ETCD_TRY_NEXT_ENDPOINT : DLOCK__ETCD_TRY_DONE;
+    }
+    if (!c->got_status) {
+        *rc = dlock__fail(DLOCK_EPROTO, "%s: gRPC reply to %s without a grpc-status", where,
+                          path);
+        return DLOCK__ETCD_TRY_NEXT_ENDPOINT;
+    }
+    if (c->grpc_code != DLOCK__GRPC_OK) {
+        if (c->grpc_message[0] == '\0')
+            snprintf(c->grpc_message, sizeof(c->grpc_message), "gRPC status %d",
+                     (int)c->grpc_code);
+        return classify(e, c, idx, rc);
+    }
+    if (stream && (all = json_array()) == NULL) {
+        *rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+        return DLOCK__ETCD_TRY_DONE;
+    }
+    while ((got = dlock__etcd_grpc_frame(buf, c->len, &pos, c->len, &msg, &len)) == 1) {
+        const ProtobufCMessageDescriptor *type = c->reply_type;
+        ProtobufCMessage *m = protobuf_c_message_unpack(type, NULL, len, msg);
+        json_t *j = m != NULL ? dlock__etcd_pb_to_json(m) : NULL;
+
+        dlock__etcd_pb_free(m, c->secret);
+        if (m == NULL) {
+            json_decref(all);
+            *rc = dlock__fail(DLOCK_EPROTO, "%s: gRPC reply to %s is not a %s", where, path,
+                              type->name);
+            return DLOCK__ETCD_TRY_DONE;
+        }
+        if (j == NULL || (stream && json_array_append_new(all, j) != 0)) {
+            json_decref(all);
+            *rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+            return DLOCK__ETCD_TRY_DONE;
+        }
+        if (!stream && all != NULL) { /* a second reply to a unary call */
+            json_decref(j);
+            got = -1;
+            break;
+        }
+        if (!stream)
+            all = j;
+    }
+    if (got != 0 || pos != c->len || all == NULL) {
+        json_decref(all);
+        *rc = dlock__fail(DLOCK_EPROTO, "%s: gRPC reply to %s is not %s", where, path,
+                          stream ? "a series of whole messages" : "one whole message");
+        return DLOCK__ETCD_TRY_DONE;
+    }
+    *out = all;
+    *rc = DLOCK_OK;
+    return DLOCK__ETCD_TRY_DONE;
+}
+
 /* Judge a finished transfer: what to do next, *rc and *out. */
 int dlock__etcd_finish(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const char *path,
                        CURLcode res, int64_t budget_ms, int stream, json_t **out, int *rc)
@@ -282,6 +429,8 @@ int dlock__etcd_finish(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const ch
     curl_easy_setopt(c->easy, CURLOPT_HTTPHEADER, NULL);
     dlock__etcd_headers_free(c->headers);
     c->headers = NULL;
+    if (res != CURLE_OK && e->grpc)
+        *c->h2 = DLOCK__ETCD_H2_RESET;
     if (res == CURLE_OUT_OF_MEMORY) {
         *rc = dlock__fail(DLOCK_ENOMEM, "%s: out of memory", where);
         return DLOCK__ETCD_TRY_DONE;
@@ -301,6 +450,18 @@ int dlock__etcd_finish(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const ch
                    : DLOCK__ETCD_TRY_NEXT_ENDPOINT;
     }
     curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &http);
+    if (e->grpc) {
+        long version = 0;
+        curl_easy_getinfo(c->easy, CURLINFO_HTTP_VERSION, &version);
+        if (version != CURL_HTTP_VERSION_2_0 && c->reusing) {
+            *c->h2 = DLOCK__ETCD_H2_RESET; /* it was gone (see dlock__etcd_prepare) */
+            *rc = dlock__fail(DLOCK_ECONN, "%s: HTTP/2 connection lost", where);
+            return DLOCK__ETCD_TRY_AGAIN;
+        }
+        if (version == CURL_HTTP_VERSION_2_0)
+            *c->h2 |= 1u << idx;
+        return finish_grpc(e, c, idx, path, http, stream, out, rc);
+    }
     if ((*rc = parse_body(e, c, idx, http, stream, &j)) != DLOCK_OK)
         return http >= 500 ? DLOCK__ETCD_TRY_NEXT_ENDPOINT : DLOCK__ETCD_TRY_DONE;
     if (json_is_object(j) && find_error(c, j)) {
@@ -354,11 +515,18 @@ int dlock__etcd_attempt(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const c
                         unsigned long *gen, json_t **out, int *rc)
 {
     CURLcode res;
+    int next = DLOCK__ETCD_TRY_AGAIN;
 
     *out = NULL;
-    if ((*rc = dlock__etcd_prepare(e, c, idx, path, body, budget_ms, with_token, gen)) != DLOCK_OK)
-        return DLOCK__ETCD_TRY_DONE;
-    dlock__etcd_run(c->multi, &c->easy, 1, &res);
-    return dlock__etcd_finish(e, c, idx, path, res, budget_ms, stream, out, rc);
+    for (int tries = 0; next == DLOCK__ETCD_TRY_AGAIN && tries < 2; tries++) {
+        if ((*rc = dlock__etcd_h2_check(c)) != DLOCK_OK)
+            return DLOCK__ETCD_TRY_DONE;
+        *rc = dlock__etcd_prepare(e, c, idx, path, body, budget_ms, with_token, gen);
+        if (*rc != DLOCK_OK)
+            return DLOCK__ETCD_TRY_DONE;
+        dlock__etcd_run(c->multi, &c->easy, 1, &res);
+        next = dlock__etcd_finish(e, c, idx, path, res, budget_ms, stream, out, rc);
+    }
+    return next == DLOCK__ETCD_TRY_AGAIN ? DLOCK__ETCD_TRY_NEXT_ENDPOINT : next;
 }
 

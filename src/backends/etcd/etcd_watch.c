@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * A watch stream. The gateway answers a POST to /v3/watch with one JSON
- * object per line, for as long as the connection stays open:
+ * A watch stream: etcd's Watch method over gRPC, its WatchResponse
+ * messages transcoded into the gateway's JSON (etcd_grpc.h), or with
+ * transport=gateway the gateway itself, which answers a POST to /v3/watch
+ * with one JSON object per line, for as long as the connection stays open:
  *   {"result":{"header":{...},"created":true}}
  *   {"result":{"header":{...},"events":[{"type":"DELETE","kv":{"key":"..."}}]}}
  *   {"result":{...,"canceled":true,"compact_revision":"41"}}
@@ -14,7 +16,9 @@
 #include <string.h>
 
 #include "backends/etcd/etcd_codec.h"
+#include "backends/etcd/etcd_grpc.h"
 #include "backends/etcd/etcd_watch.h"
+#include "etcd/etcdserver/etcdserverpb/rpc.pb-c.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/thread.h"
@@ -35,6 +39,9 @@ struct dlock__etcd_stream {
     char *line; /* the part of the body not yet split into lines */
     size_t len, cap;
     char error[200];
+    int grpc;        /* messages framed, else the gateway's JSON lines */
+    int grpc_status; /* of the trailers, -1 until they come */
+    char grpc_message[200];
 };
 
 static void set_failed(dlock__etcd_stream *s, const char *why)
@@ -45,25 +52,11 @@ static void set_failed(dlock__etcd_stream *s, const char *why)
     }
 }
 
-static void handle_line(dlock__etcd_stream *s, const char *text, size_t n)
+/* One WatchResponse, in the gateway's JSON (over gRPC: transcoded). */
+static void handle_result(dlock__etcd_stream *s, const json_t *result)
 {
-    json_error_t jerr;
-    json_t *j = json_loadb(text, n, 0, &jerr);
-    const json_t *result, *events, *err;
+    const json_t *events;
 
-    if (!json_is_object(j)) {
-        json_decref(j);
-        set_failed(s, "not a JSON watch reply");
-        return;
-    }
-    err = json_object_get(j, "error");
-    result = json_object_get(j, "result");
-    if (err != NULL || !json_is_object(result)) {
-        const json_t *m = json_is_object(err) ? json_object_get(err, "message") : err;
-        set_failed(s, json_is_string(m) ? json_string_value(m) : "watch refused");
-        json_decref(j);
-        return;
-    }
     events = json_object_get(result, "events");
     for (size_t i = 0; json_is_array(events) && i < json_array_size(events); i++) {
         const json_t *ev = json_array_get(events, i);
@@ -93,7 +86,66 @@ static void handle_line(dlock__etcd_stream *s, const char *text, size_t n)
     if (json_is_true(json_object_get(result, "canceled")) &&
         s->state == DLOCK__ETCD_STREAM_RUNNING)
         s->state = DLOCK__ETCD_STREAM_CANCELED;
+}
+
+/* The gateway's line: {"result": {...}} or {"error": {...}}. */
+static void handle_line(dlock__etcd_stream *s, const char *text, size_t n)
+{
+    json_error_t jerr;
+    json_t *j = json_loadb(text, n, 0, &jerr);
+    const json_t *result, *err;
+
+    if (!json_is_object(j)) {
+        json_decref(j);
+        set_failed(s, "not a JSON watch reply");
+        return;
+    }
+    err = json_object_get(j, "error");
+    result = json_object_get(j, "result");
+    if (err != NULL || !json_is_object(result)) {
+        const json_t *m = json_is_object(err) ? json_object_get(err, "message") : err;
+        set_failed(s, json_is_string(m) ? json_string_value(m) : "watch refused");
+        json_decref(j);
+        return;
+    }
+    handle_result(s, result);
     json_decref(j);
+}
+
+/* Whole gRPC messages at the start of the buffer; returns the bytes used. */
+static size_t handle_frames(dlock__etcd_stream *s)
+{
+    const uint8_t *buf = (const uint8_t *)s->line, *msg;
+    size_t pos = 0, len;
+    int got;
+
+    while ((got = dlock__etcd_grpc_frame(buf, s->len, &pos, LINE_MAX_BYTES, &msg, &len)) == 1) {
+        ProtobufCMessage *m = protobuf_c_message_unpack(&etcdserverpb__watch_response__descriptor,
+                                                        NULL, len, msg);
+        json_t *j = m != NULL ? dlock__etcd_pb_to_json(m) : NULL;
+        dlock__etcd_pb_free(m, 0);
+        if (j == NULL) {
+            set_failed(s, m == NULL ? "not a WatchResponse" : "out of memory");
+            return pos;
+        }
+        handle_result(s, j);
+        json_decref(j);
+    }
+    if (got < 0)
+        set_failed(s, "watch reply too long or compressed");
+    return pos;
+}
+
+/* gRPC's status, in the trailers when etcd ends the stream. */
+static size_t on_header(char *data, size_t size, size_t n, void *arg)
+{
+    dlock__etcd_stream *s = arg;
+    int status = -1;
+
+    dlock__etcd_grpc_header(data, size * n, &status, s->grpc_message, sizeof(s->grpc_message));
+    if (status > 0 && s->grpc_status <= 0)
+        s->grpc_status = status;
+    return size * n;
 }
 
 static size_t on_data(char *data, size_t size, size_t n, void *arg)
@@ -115,6 +167,12 @@ static size_t on_data(char *data, size_t size, size_t n, void *arg)
     }
     memcpy(s->line + s->len, data, add);
     s->len += add;
+    if (s->grpc) {
+        start = handle_frames(s);
+        memmove(s->line, s->line + start, s->len - start);
+        s->len -= start;
+        return add;
+    }
     for (size_t i = 0; i < s->len; i++) {
         if (s->line[i] != '\n')
             continue;
@@ -144,6 +202,8 @@ int dlock__etcd_stream_open(dlock__etcd_stream **out, dlock__etcd *e, const char
     s->endpoint = dlock__etcd_current(e);
     s->range = range_end != NULL;
     s->next_rev = start_rev;
+    s->grpc = dlock__etcd_is_grpc(e);
+    s->grpc_status = -1;
     if (s->range)
         req = json_pack("{s:{s:o, s:o, s:I}}", "create_request", "key", dlock__etcd_str(key),
                         "range_end", dlock__etcd_str(range_end), "start_revision",
@@ -165,6 +225,8 @@ int dlock__etcd_stream_open(dlock__etcd_stream **out, dlock__etcd *e, const char
         goto err;
     curl_easy_setopt(s->easy, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(s->easy, CURLOPT_WRITEDATA, s);
+    curl_easy_setopt(s->easy, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(s->easy, CURLOPT_HEADERDATA, s);
     if (curl_multi_add_handle(s->multi, s->easy) != CURLM_OK) {
         rc = dlock__fail(DLOCK_ENOMEM, "cannot start a watch stream");
         goto err;
@@ -199,8 +261,10 @@ int dlock__etcd_stream_wait(dlock__etcd_stream *s, int64_t timeout_ms, int wake_
         while ((msg = curl_multi_info_read(s->multi, &left_msgs)) != NULL) {
             if (msg->msg == CURLMSG_DONE) {
                 CURLcode res = msg->data.result;
-                set_failed(s, res == CURLE_OK ? "the server ended the watch stream"
-                                              : curl_easy_strerror(res));
+                set_failed(s, res != CURLE_OK ? curl_easy_strerror(res)
+                              : s->grpc_status > 0 && s->grpc_message[0] != '\0'
+                                  ? s->grpc_message
+                                  : "the server ended the watch stream");
             }
         }
         if (s->state != DLOCK__ETCD_STREAM_RUNNING)

@@ -128,9 +128,10 @@ static void url_and_open_errors(void)
     CHECK_RC(dlock_client_open(&c, "etcdx://127.0.0.1:1", NULL), DLOCK_EINVAL);
     CHECK_CONTAINS(dlock_error_message(), "etcd://");
 
-    /* An HTTP server that is not the v3 gateway: etcd's own peer port. */
+    /* An HTTP server that is not the v3 gateway: etcd's own peer port (it
+     * serves gRPC too, so only the gateway transport can tell). */
     test_etcd_start(&e, 1, NULL);
-    snprintf(url, sizeof(url), "etcd://127.0.0.1:%d", e.peer_port[0]);
+    snprintf(url, sizeof(url), "etcd://127.0.0.1:%d?transport=gateway", e.peer_port[0]);
     CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_EPROTO);
     CHECK_CONTAINS(dlock_error_message(), "etcd v3 gateway");
     CHECK(c == NULL);
@@ -828,7 +829,8 @@ static void use_client(dlock_client *c)
  * connections it gets:
  * - http_proxy, https_proxy and ALL_PROXY pointing at it are ignored: a
  *   client with user:password@ works and the relay gets no connection;
- * - proxy=http://127.0.0.1:RELAY does go through it;
+ * - proxy=http://127.0.0.1:RELAY does go through it (the gateway: the
+ *   relay is no CONNECT proxy), and gRPC goes through a CONNECT tunnel;
  * - user:password@ over plain etcd:// without insecure_auth=1 is refused,
  *   naming the parameter, before anything is sent.
  */
@@ -837,7 +839,7 @@ static void credentials_and_proxies(void)
     static const char *const vars[] = {"http_proxy", "HTTP_PROXY", "https_proxy",
                                        "HTTPS_PROXY", "ALL_PROXY", "all_proxy"};
     test_etcd e;
-    chaos_proxy *relay;
+    chaos_proxy *relay, *tunnel;
     dlock_client *c = NULL;
     char url[300], proxy[64];
     int rc;
@@ -873,8 +875,11 @@ static void credentials_and_proxies(void)
     dlock_client_free(c);
     CHECK(chaos_proxy_accepted(relay) == 0);
 
-    /* proxy= is followed (the environment's proxy is still set: the same). */
-    snprintf(url, sizeof(url), "etcd://root:s3cret-pw@127.0.0.1:%d?insecure_auth=1&proxy=%s",
+    /* proxy= is followed (the environment's proxy is still set: the same).
+     * The relay is no CONNECT proxy, which gRPC needs: the gateway, the
+     * transport for such a proxy (docs/etcd.md). */
+    snprintf(url, sizeof(url),
+             "etcd://root:s3cret-pw@127.0.0.1:%d?insecure_auth=1&transport=gateway&proxy=%s",
              e.client_port[0], proxy);
     c = open_url(url);
     use_client(c);
@@ -883,11 +888,135 @@ static void credentials_and_proxies(void)
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
         CHECK(unsetenv(vars[i]) == 0);
 
+    /* gRPC through proxy=: in a CONNECT tunnel (calls, keepalive and watch
+     * streams, and again on the connections reused). */
+    CHECK(chaos_proxy_start(&tunnel, e.client_port[0]) == 0);
+    chaos_proxy_connect_mode(tunnel);
+    snprintf(url, sizeof(url), "etcd://root:s3cret-pw@127.0.0.1:%d?insecure_auth=1&proxy="
+             "http://127.0.0.1:%d", e.client_port[0], chaos_proxy_port(tunnel));
+    c = open_url(url);
+    use_client(c);
+    use_client(c);
+    dlock_client_free(c);
+    fprintf(stderr, "CONNECT tunnels: %d\n", chaos_proxy_connects(tunnel));
+    CHECK(chaos_proxy_connects(tunnel) > 0);
+    chaos_proxy_stop(tunnel);
+
     snprintf(url, sizeof(url), "etcd://127.0.0.1:%d?proxy=http://u:p@127.0.0.1:1",
              e.client_port[0]);
     CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_EINVAL);
     CHECK_CONTAINS(dlock_error_message(), "proxy=");
     chaos_proxy_stop(relay);
+    test_etcd_stop(&e);
+}
+
+static dlock_client *open_fast(const char *url);
+
+/*
+ * The keepalive stream stalled (the fault proxy between client and etcd
+ * passes nothing more, the TCP connection stays open): the holder must not
+ * go on believing it holds the lock once etcd has let the lease run out.
+ * Whenever etcd no longer has the key, dlock_lock_lost() is already true
+ * (the handle's deadline comes from the last renewal that was answered, so
+ * it falls before the server's expiry); no time bound is assumed.
+ */
+static void keepalive_stalled_is_lost_in_time(void)
+{
+    test_etcd e;
+    chaos_proxy *px;
+    dlock_client *c;
+    dlock_lock *l;
+    /* A lease of several command timeouts (open_fast: 2.5 s): the renewals
+     * that time out have time to be retried before it runs out. */
+    dlock_acquire_options o = test_opts(0, 8000, 1);
+    char url[200];
+    long long renewals;
+    int gone = 0;
+
+    test_etcd_start(&e, 1, NULL);
+    CHECK(chaos_proxy_start(&px, e.client_port[0]) == 0);
+    snprintf(url, sizeof(url), "etcd://127.0.0.1:%d", chaos_proxy_port(px));
+    c = open_fast(url);
+    CHECK_RC(dlock_acquire(&l, c, "stalled", &o), DLOCK_OK);
+    /* Renewals go over keepalive streams through the proxy. */
+    renewals = served(&e, 0, "LeaseKeepAlive");
+    for (int i = 0; i < 3000 && served(&e, 0, "LeaseKeepAlive") < renewals + 2; i++)
+        test_sleep_ms(10);
+    CHECK(served(&e, 0, "LeaseKeepAlive") >= renewals + 2);
+    CHECK(!dlock_lock_lost(l));
+
+    chaos_proxy_set(px, CHAOS_PROXY_BLACKHOLE, 0);
+    for (int i = 0; i < 30000 && !gone; i++) {
+        /* count first: a key gone at that moment means the lease had run
+         * out on the server, so the handle must say lost from then on. */
+        gone = test_etcd_count(&e, "dlock/stalled/") == 0;
+        if (gone && !dlock_lock_lost(l))
+            fprintf(stderr, "etcd let the lease run out but the handle still holds\n");
+        CHECK(!gone || dlock_lock_lost(l));
+        test_sleep_ms(10);
+    }
+    CHECK(gone);
+    CHECK(dlock_lock_lost(l));
+    chaos_proxy_set(px, CHAOS_PROXY_PASS, 0);
+    chaos_proxy_drop(px);
+    CHECK_RC(dlock_release(l), DLOCK_ELOST);
+    dlock_client_free(c);
+    chaos_proxy_stop(px);
+    test_etcd_stop(&e);
+}
+
+/*
+ * transport=gateway: etcd's JSON gateway over HTTP/1.1, for a proxy that
+ * carries no HTTP/2 (docs/etcd.md). The same client: a lock, a waiter woken
+ * through a watch stream, renewals through keepalive streams; and bad
+ * values of transport= named.
+ */
+static void gateway_transport(void)
+{
+    test_etcd e;
+    dlock_client *c, *c2;
+    dlock_lock *l;
+    test_acquirer a;
+    pthread_t t;
+    char url[200];
+    long long renewals;
+    dlock_acquire_options o = test_opts(0, 2000, 1);
+
+    test_etcd_start(&e, 1, NULL);
+    snprintf(url, sizeof(url), "etcd://127.0.0.1:%d?transport=gateway", e.client_port[0]);
+    c = open_fast(url);
+    c2 = open_fast(url);
+    CHECK_RC(dlock_acquire(&l, c, "gw", &o), DLOCK_OK);
+    renewals = served(&e, 0, "LeaseKeepAlive");
+    test_acquirer_init(&a, c2, "gw", test_opts(60000, 2000, 0));
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
+    for (int i = 0; i < 3000 && (test_etcd_count(&e, "dlock/gw/") < 2 ||
+                                 served(&e, 0, "LeaseKeepAlive") < renewals + 2); i++)
+        test_sleep_ms(10);
+    CHECK(test_etcd_count(&e, "dlock/gw/") == 2);
+    CHECK(served(&e, 0, "LeaseKeepAlive") >= renewals + 2);
+    CHECK(!atomic_load(&a.done));
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(a.rc, DLOCK_OK);
+    CHECK_RC(dlock_release(a.lock), DLOCK_OK);
+    dlock_client_free(c);
+    dlock_client_free(c2);
+
+    /* The gateway is what answers: etcd's peer port serves gRPC, but no
+     * gateway. */
+    snprintf(url, sizeof(url), "etcd://127.0.0.1:%d", e.peer_port[0]);
+    c = open_fast(url);
+    dlock_client_free(c);
+    snprintf(url, sizeof(url), "etcd://127.0.0.1:%d?transport=gateway", e.peer_port[0]);
+    c = NULL;
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_EPROTO);
+
+    snprintf(url, sizeof(url), "etcd://127.0.0.1:%d?transport=http3", e.client_port[0]);
+    c = NULL;
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "transport=");
     test_etcd_stop(&e);
 }
 
@@ -1005,6 +1134,7 @@ static void cluster_kill_member_while_holding(void)
     dlock_acquire_options o = test_opts(0, 3000, 1);
     char url[300];
     int used, kept;
+    long long streams;
 
     atomic_store(&test_lost_calls, 0);
     test_etcd_start(&e, 3, NULL);
@@ -1015,9 +1145,14 @@ static void cluster_kill_member_while_holding(void)
     contender = open_fast(url);
     o.on_lost = test_count_lost;
     CHECK_RC(dlock_acquire(&l, holder, "ha", &o), DLOCK_OK);
+    streams = served(&e, (used + 1) % 3, "LeaseKeepAlive") +
+              served(&e, (used + 2) % 3, "LeaseKeepAlive");
     test_etcd_kill(&e, used);
     /* Over 3 leases: renewals go to the next member. */
     kept = hold_against_contender(contender, l, "ha", 9000);
+    /* ... on keepalive streams of the members left (gRPC's, opened anew). */
+    CHECK(served(&e, (used + 1) % 3, "LeaseKeepAlive") +
+          served(&e, (used + 2) % 3, "LeaseKeepAlive") > streams);
     fprintf(stderr, "holder %s the killing of the member it used\n", kept ? "survived" : "lost its lock at");
     CHECK(kept);
     CHECK(atomic_load(&test_lost_calls) == 0);
@@ -1370,6 +1505,8 @@ TEST_MAIN({"codec", codec, NULL}, {"url_and_open_errors", url_and_open_errors, N
           {"multi_lock", multi_lock, NULL},
           {"auth_user_password", auth_user_password, "watchdog"},
           {"credentials_and_proxies", credentials_and_proxies, NULL},
+          {"keepalive_stalled_is_lost_in_time", keepalive_stalled_is_lost_in_time, "watchdog"},
+          {"gateway_transport", gateway_transport, "watchdog"},
           {"tls_with_client_certificate", tls_with_client_certificate, NULL},
           {"cluster_kill_member_while_holding", cluster_kill_member_while_holding, "watchdog"},
           {"cluster_kill_member_while_waiting", cluster_kill_member_while_waiting, "watchdog"},
