@@ -157,7 +157,8 @@ int dlock__etcd_watch_wait(void *arg, void *watch, int64_t timeout_ms)
                 sleep_ms(w, (until < w->stream_retry_at ? until : w->stream_retry_at) - now);
                 continue;
             }
-            if (dlock__etcd_stream_open(&w->stream, be->http, w->ahead, NULL, w->ahead_from) !=
+            if (dlock__etcd_stream_open(&w->stream, be->http, w->ahead, w->ahead_end,
+                                        w->ahead_from) !=
                 DLOCK_OK) {
                 w->stream_retry_at = now + 100;
                 continue;
@@ -167,7 +168,8 @@ int dlock__etcd_watch_wait(void *arg, void *watch, int64_t timeout_ms)
         if (state == DLOCK__ETCD_STREAM_DELETED || state == DLOCK__ETCD_STREAM_CANCELED) {
             close_stream(w);
             free(w->ahead);
-            w->ahead = NULL;
+            free(w->ahead_end);
+            w->ahead = w->ahead_end = NULL;
             w->stream_failures = 0;
             return DLOCK_OK;
         }
@@ -207,6 +209,7 @@ void dlock__etcd_watch_end(void *arg, void *watch)
         close(w->wake_fd);
     dlock__etcd_keys_free(&w->k);
     free(w->ahead);
+    free(w->ahead_end);
     free(w->value);
     free(w->name);
     free(w);

@@ -1,0 +1,424 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The lock family on etcd (src/backends/etcd/etcd_family.c) against a real
+ * single-member etcd: read-write locks and semaphores in the queue of keys,
+ * their holders in status, list and force release. Several holders at once
+ * are processes sharing a MAP_SHARED page of atomics, so any overlap the
+ * lock should prevent is seen; a test that waits for a waiter to queue
+ * counts the keys on the server. No test decides by how long something
+ * took.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test.h"
+
+static test_etcd etcd;
+
+static dlock_client *another(void)
+{
+    dlock_client *c = NULL;
+
+    CHECK_RC(dlock_client_open(&c, etcd.url, NULL), DLOCK_OK);
+    return c;
+}
+
+static dlock_client *start(void)
+{
+    test_etcd_start(&etcd, 1, NULL);
+    return another();
+}
+
+static dlock_acquire_options kind_opts(int kind, int64_t wait_ms)
+{
+    dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+
+    o.kind = kind;
+    o.wait_ms = wait_ms;
+    o.lease_ms = 2000;
+    return o;
+}
+
+/* Queued keys of lock name (holders and waiters; not a semaphore's N). */
+static long long queued(const char *name)
+{
+    char dir[128], permits[160];
+
+    snprintf(dir, sizeof(dir), "dlock/%s/", name);
+    snprintf(permits, sizeof(permits), "dlock/%s/permits", name);
+    return test_etcd_count(&etcd, dir) - test_etcd_count(&etcd, permits);
+}
+
+/* Wait (at most 30 s) until lock name has want keys queued. */
+static void wait_queued(const char *name, long long want)
+{
+    for (int i = 0; i < 3000 && queued(name) != want; i++)
+        test_sleep_ms(10);
+    if (queued(name) != want) {
+        fprintf(stderr, "lock %s never had %lld keys (has %lld)\n", name, want, queued(name));
+        exit(1);
+    }
+}
+
+/* ---- read-write ----------------------------------------------------------- */
+
+typedef struct {
+    atomic_int readers, writers, most_readers, overlaps;
+} rw_counts;
+
+/* Processes 0-1 write, 2-5 read, 12 turns each: no writer ever overlaps
+ * anyone. */
+static void rw_exclusion_processes(void)
+{
+    rw_counts *pg = test_shared_page(sizeof(*pg));
+    pid_t pids[6];
+
+    dlock_client_free(start());
+    for (int p = 0; p < 6; p++) {
+        if ((pids[p] = fork()) != 0) {
+            CHECK(pids[p] > 0);
+            continue;
+        }
+        dlock_client *c = another();
+        int kind = p < 2 ? DLOCK_KIND_WRITE : DLOCK_KIND_READ;
+        for (int turn = 0; turn < 12; turn++) {
+            dlock_acquire_options o = kind_opts(kind, DLOCK_WAIT_FOREVER);
+            dlock_lock *l;
+            CHECK_RC(dlock_acquire(&l, c, "rw", &o), DLOCK_OK);
+            atomic_int *mine = kind == DLOCK_KIND_WRITE ? &pg->writers : &pg->readers;
+            int inside = atomic_fetch_add(mine, 1) + 1, most;
+            if (atomic_load(&pg->writers) > (kind == DLOCK_KIND_WRITE) ||
+                (kind == DLOCK_KIND_WRITE && atomic_load(&pg->readers) != 0))
+                atomic_fetch_add(&pg->overlaps, 1);
+            while (kind == DLOCK_KIND_READ && (most = atomic_load(&pg->most_readers)) < inside &&
+                   !atomic_compare_exchange_weak(&pg->most_readers, &most, inside))
+                ;
+            test_sleep_ms(5);
+            atomic_fetch_sub(mine, 1);
+            CHECK_RC(dlock_release(l), DLOCK_OK);
+        }
+        dlock_client_free(c);
+        _exit(0);
+    }
+    for (int p = 0; p < 6; p++)
+        test_wait_child_ok(pids[p]);
+    CHECK(atomic_load(&pg->overlaps) == 0);
+    wait_queued("rw", 0);
+}
+
+/*
+ * Writer preference: a writer queued behind a reader holds back a reader
+ * that comes after it (a try fails and leaves nothing; a waiter waits for
+ * the writer), and gets the lock when the first reader leaves; the late
+ * reader gets it when the writer leaves, with a greater fence.
+ */
+static void rw_waiting_writer_holds_back_readers(void)
+{
+    dlock_client *c = start(), *c2 = another(), *c3 = another();
+    dlock_acquire_options ro = kind_opts(DLOCK_KIND_READ, 0);
+    dlock_lock *r1, *r2;
+    test_acquirer wa, ra;
+    pthread_t tw, tr;
+
+    CHECK_RC(dlock_acquire(&r1, c, "order", &ro), DLOCK_OK);
+    test_acquirer_init(&wa, c2, "order", kind_opts(DLOCK_KIND_WRITE, 60000));
+    CHECK(pthread_create(&tw, NULL, test_acquirer_main, &wa) == 0);
+    wait_queued("order", 2);
+    CHECK_RC(dlock_acquire(&r2, c, "order", &ro), DLOCK_EBUSY);
+    CHECK(queued("order") == 2);
+    test_acquirer_init(&ra, c3, "order", kind_opts(DLOCK_KIND_READ, 60000));
+    CHECK(pthread_create(&tr, NULL, test_acquirer_main, &ra) == 0);
+    wait_queued("order", 3);
+    CHECK(!atomic_load(&wa.done) && !atomic_load(&ra.done));
+    CHECK_RC(dlock_release(r1), DLOCK_OK);
+    CHECK(pthread_join(tw, NULL) == 0);
+    CHECK_RC(wa.rc, DLOCK_OK);
+    CHECK(dlock_lock_fence(wa.lock) > dlock_lock_fence(r1));
+    CHECK(!atomic_load(&ra.done));
+    CHECK_RC(dlock_release(wa.lock), DLOCK_OK);
+    CHECK(pthread_join(tr, NULL) == 0);
+    CHECK_RC(ra.rc, DLOCK_OK);
+    CHECK(dlock_lock_fence(ra.lock) > dlock_lock_fence(wa.lock));
+    CHECK_RC(dlock_release(ra.lock), DLOCK_OK);
+    wait_queued("order", 0);
+    dlock_client_free(c3);
+    dlock_client_free(c2);
+    dlock_client_free(c);
+}
+
+/* A reader in a process killed with SIGKILL keeps a waiting writer out
+ * until its own lease runs out on the server, then the writer is in. */
+static void rw_dead_reader_lease_lets_writer_in(void)
+{
+    dlock_client *c;
+    pid_t pid;
+
+    test_etcd_start(&etcd, 1, NULL);
+    if ((pid = fork()) == 0) {
+        dlock_client *ck = another();
+        dlock_acquire_options o = kind_opts(DLOCK_KIND_READ, 0);
+        dlock_lock *l;
+        CHECK_RC(dlock_acquire(&l, ck, "dead", &o), DLOCK_OK);
+        for (;;)
+            pause();
+    }
+    CHECK(pid > 0);
+    wait_queued("dead", 1);
+    c = another();
+    {
+        dlock_acquire_options once = kind_opts(DLOCK_KIND_WRITE, 0);
+        dlock_lock *w;
+        CHECK_RC(dlock_acquire(&w, c, "dead", &once), DLOCK_EBUSY);
+        CHECK(kill(pid, SIGKILL) == 0);
+        CHECK(waitpid(pid, NULL, 0) == pid);
+        once.wait_ms = 60000;
+        CHECK_RC(dlock_acquire(&w, c, "dead", &once), DLOCK_OK);
+        CHECK(queued("dead") == 1);
+        CHECK_RC(dlock_release(w), DLOCK_OK);
+    }
+    dlock_client_free(c);
+}
+
+/*
+ * Downgrade changes the key's kind in place: the fence and the place stay,
+ * so a writer queued behind keeps waiting (for a reader now), a new reader
+ * still waits behind that writer, and the writer gets in on the release.
+ */
+static void rw_downgrade_in_place(void)
+{
+    dlock_client *c = start(), *c2 = another();
+    dlock_acquire_options wo = kind_opts(DLOCK_KIND_WRITE, 0);
+    dlock_lock *w, *rd;
+    test_acquirer wa;
+    pthread_t t;
+    uint64_t fence;
+    dlock_lock_info info;
+
+    wo.auto_renew = 1;
+    CHECK_RC(dlock_acquire(&w, c, "grade", &wo), DLOCK_OK);
+    fence = dlock_lock_fence(w);
+    test_acquirer_init(&wa, c2, "grade", kind_opts(DLOCK_KIND_WRITE, 60000));
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &wa) == 0);
+    wait_queued("grade", 2);
+    CHECK_RC(dlock_lock_downgrade(w), DLOCK_OK);
+    CHECK(dlock_lock_fence(w) == fence);
+    CHECK(dlock_lock_kind(w) == DLOCK_KIND_READ);
+    CHECK_RC(dlock_status(&info, c2, "grade"), DLOCK_OK);
+    CHECK(info.held && info.kind == DLOCK_KIND_READ && info.fence == fence);
+    CHECK_RC(dlock_lock_check(w), DLOCK_OK);
+    CHECK(!atomic_load(&wa.done));
+    {
+        dlock_acquire_options ro = kind_opts(DLOCK_KIND_READ, 0);
+        CHECK_RC(dlock_acquire(&rd, c2, "grade", &ro), DLOCK_EBUSY);
+    }
+    CHECK_RC(dlock_release(w), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(wa.rc, DLOCK_OK);
+    CHECK(dlock_lock_fence(wa.lock) > fence);
+    CHECK_RC(dlock_release(wa.lock), DLOCK_OK);
+    wait_queued("grade", 0);
+    dlock_client_free(c2);
+    dlock_client_free(c);
+}
+
+/* ---- semaphore -------------------------------------------------------------- */
+
+typedef struct {
+    atomic_int inside, over;
+} sem_counts;
+
+/* 8 processes, 3 permits, 8 turns each: never more than 3 inside. */
+static void semaphore_at_most_n_processes(void)
+{
+    sem_counts *pg = test_shared_page(sizeof(*pg));
+    pid_t pids[8];
+
+    dlock_client_free(start());
+    for (int p = 0; p < 8; p++) {
+        if ((pids[p] = fork()) != 0) {
+            CHECK(pids[p] > 0);
+            continue;
+        }
+        dlock_client *c = another();
+        for (int turn = 0; turn < 8; turn++) {
+            dlock_acquire_options o = kind_opts(DLOCK_KIND_SEMAPHORE, DLOCK_WAIT_FOREVER);
+            dlock_lock *l;
+            o.permits = 3;
+            CHECK_RC(dlock_acquire(&l, c, "sem", &o), DLOCK_OK);
+            if (atomic_fetch_add(&pg->inside, 1) >= 3)
+                atomic_fetch_add(&pg->over, 1);
+            test_sleep_ms(8);
+            atomic_fetch_sub(&pg->inside, 1);
+            CHECK_RC(dlock_release(l), DLOCK_OK);
+        }
+        dlock_client_free(c);
+        _exit(0);
+    }
+    for (int p = 0; p < 8; p++)
+        test_wait_child_ok(pids[p]);
+    CHECK(atomic_load(&pg->over) == 0);
+    wait_queued("sem", 0);
+}
+
+/*
+ * N is stored by the first acquisition and wins over later options; a try
+ * that finds no permit leaves nothing; without N anywhere the error says
+ * what to give; raising N lets a waiter in.
+ */
+static void semaphore_stored_n_and_set_permits(void)
+{
+    dlock_client *c = start(), *c2 = another();
+    dlock_acquire_options o = kind_opts(DLOCK_KIND_SEMAPHORE, 0);
+    dlock_lock *a, *b;
+    test_acquirer wa;
+    pthread_t t;
+
+    CHECK_RC(dlock_acquire(&a, c, "permits", &o), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "permits");
+    o.permits = 1;
+    CHECK_RC(dlock_acquire(&a, c, "permits", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&b, c2, "permits", &o), DLOCK_EBUSY);
+    CHECK(queued("permits") == 1);
+    o.permits = 5; /* the stored 1 wins */
+    CHECK_RC(dlock_acquire(&b, c2, "permits", &o), DLOCK_EBUSY);
+    test_acquirer_init(&wa, c2, "permits", kind_opts(DLOCK_KIND_SEMAPHORE, 60000));
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &wa) == 0);
+    wait_queued("permits", 2);
+    CHECK(!atomic_load(&wa.done));
+    CHECK_RC(dlock_semaphore_set_permits(c, "permits", 2), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(wa.rc, DLOCK_OK);
+    CHECK(dlock_lock_fence(wa.lock) > dlock_lock_fence(a));
+    CHECK_RC(dlock_release(wa.lock), DLOCK_OK);
+    CHECK_RC(dlock_release(a), DLOCK_OK);
+    wait_queued("permits", 0);
+    dlock_client_free(c2);
+    dlock_client_free(c);
+}
+
+/* A permit holder killed with SIGKILL: its permit comes back when its
+ * lease runs out, and a waiter takes it. */
+static void semaphore_dead_holder_permit_returns(void)
+{
+    dlock_client *c;
+    dlock_lock *b;
+    pid_t pid;
+
+    test_etcd_start(&etcd, 1, NULL);
+    if ((pid = fork()) == 0) {
+        dlock_client *ck = another();
+        dlock_acquire_options o = kind_opts(DLOCK_KIND_SEMAPHORE, 0);
+        dlock_lock *k;
+        o.permits = 1;
+        CHECK_RC(dlock_acquire(&k, ck, "gone", &o), DLOCK_OK);
+        for (;;)
+            pause();
+    }
+    CHECK(pid > 0);
+    wait_queued("gone", 1);
+    c = another();
+    {
+        dlock_acquire_options o = kind_opts(DLOCK_KIND_SEMAPHORE, 0);
+        CHECK_RC(dlock_acquire(&b, c, "gone", &o), DLOCK_EBUSY);
+        CHECK(kill(pid, SIGKILL) == 0);
+        CHECK(waitpid(pid, NULL, 0) == pid);
+        o.wait_ms = 60000;
+        CHECK_RC(dlock_acquire(&b, c, "gone", &o), DLOCK_OK);
+    }
+    CHECK_RC(dlock_release(b), DLOCK_OK);
+    dlock_client_free(c);
+}
+
+/* ---- holders ------------------------------------------------------------------ */
+
+typedef struct {
+    int calls, kind, holders;
+    uint64_t fences[8];
+    char labels[8][DLOCK_LABEL_MAX + 1];
+} seen_holders;
+
+static int note_holder(const char *name, const dlock_lock_info *info, void *payload)
+{
+    seen_holders *s = payload;
+
+    (void)name;
+    if (s->calls < 8) {
+        s->fences[s->calls] = info->fence;
+        snprintf(s->labels[s->calls], sizeof(s->labels[0]), "%s",
+                 info->has_holder ? info->label : "");
+    }
+    s->kind = info->kind;
+    s->holders = info->holders;
+    s->calls++;
+    return 0;
+}
+
+/* Three readers, two permit holders, a writer: status counts them with
+ * their kind, dlock_status_holders gives each with its own fence and
+ * label, list shows each lock once, and a force release breaks every
+ * reader. */
+static void holders_of_every_kind(void)
+{
+    dlock_client *c = start();
+    dlock_acquire_options ro = kind_opts(DLOCK_KIND_READ, 0);
+    dlock_acquire_options so = kind_opts(DLOCK_KIND_SEMAPHORE, 0);
+    dlock_acquire_options wo = kind_opts(DLOCK_KIND_WRITE, 0);
+    dlock_lock *r[3], *s[2], *w;
+    dlock_lock_info info, removed;
+    seen_holders seen = {0};
+    char label[16];
+
+    for (int i = 0; i < 3; i++) {
+        snprintf(label, sizeof(label), "reader-%d", i);
+        ro.label = label;
+        CHECK_RC(dlock_acquire(&r[i], c, "books", &ro), DLOCK_OK);
+    }
+    so.permits = 4;
+    for (int i = 0; i < 2; i++)
+        CHECK_RC(dlock_acquire(&s[i], c, "seats", &so), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&w, c, "ledger", &wo), DLOCK_OK);
+
+    CHECK_RC(dlock_status(&info, c, "books"), DLOCK_OK);
+    CHECK(info.held && info.holders == 3 && info.kind == DLOCK_KIND_READ);
+    CHECK(info.fence == dlock_lock_fence(r[0]) && info.ttl_ms > 0);
+    CHECK(info.has_holder && strcmp(info.label, "reader-0") == 0);
+    CHECK_RC(dlock_status_holders(c, "books", note_holder, &seen), DLOCK_OK);
+    CHECK(seen.calls == 3 && seen.kind == DLOCK_KIND_READ && seen.holders == 3);
+    for (int i = 0; i < 3; i++) {
+        snprintf(label, sizeof(label), "reader-%d", i);
+        CHECK(seen.fences[i] == dlock_lock_fence(r[i]) && strcmp(seen.labels[i], label) == 0);
+    }
+    CHECK_RC(dlock_status(&info, c, "seats"), DLOCK_OK);
+    CHECK(info.held && info.holders == 2 && info.kind == DLOCK_KIND_SEMAPHORE);
+    CHECK_RC(dlock_status(&info, c, "ledger"), DLOCK_OK);
+    CHECK(info.held && info.holders == 1 && info.kind == DLOCK_KIND_WRITE);
+
+    memset(&seen, 0, sizeof(seen));
+    CHECK_RC(dlock_list(c, "", note_holder, &seen), DLOCK_OK);
+    CHECK(seen.calls == 3); /* books, ledger, seats: once each */
+
+    CHECK_RC(dlock_force_release(&removed, c, "books"), DLOCK_OK);
+    CHECK(removed.held && removed.holders == 3);
+    for (int i = 0; i < 3; i++) {
+        CHECK_RC(dlock_lock_check(r[i]), DLOCK_ELOST);
+        CHECK_RC(dlock_release(r[i]), DLOCK_ELOST);
+    }
+    CHECK(queued("books") == 0);
+    for (int i = 0; i < 2; i++)
+        CHECK_RC(dlock_release(s[i]), DLOCK_OK);
+    CHECK_RC(dlock_release(w), DLOCK_OK);
+    dlock_client_free(c);
+}
+
+TEST_MAIN({"rw_exclusion_processes", rw_exclusion_processes, NULL},
+          {"rw_waiting_writer_holds_back_readers", rw_waiting_writer_holds_back_readers, NULL},
+          {"rw_dead_reader_lease_lets_writer_in", rw_dead_reader_lease_lets_writer_in, NULL},
+          {"rw_downgrade_in_place", rw_downgrade_in_place, "watchdog"},
+          {"semaphore_at_most_n_processes", semaphore_at_most_n_processes, NULL},
+          {"semaphore_stored_n_and_set_permits", semaphore_stored_n_and_set_permits, NULL},
+          {"semaphore_dead_holder_permit_returns", semaphore_dead_holder_permit_returns, NULL},
+          {"holders_of_every_kind", holders_of_every_kind, NULL})
