@@ -120,10 +120,17 @@ static int etcd_acquire(void *arg, const dlock_request *req, void *watch,
         asprintf(&value, "%s%s%s%s", mark, be->value, req->holder != NULL ? " " : "",
                  req->holder != NULL ? req->holder : "") < 0)
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    /* An owner that holds the lock re-enters it (etcd_owner.c). */
+    if ((rc = dlock__etcd_reenter(be, req, &out->fence)) != 0) {
+        free(value);
+        return rc == 1 ? DLOCK_OK : rc;
+    }
     rc = dlock__etcd_acquire_as(be, req->name, req->token, req->lease_ms,
                                 req->kind == DLOCK_KIND_LEADER ? req->identity : value, req->kind,
                                 req->permits, watch, &out->fence, &out->retry_ms);
     free(value);
+    if (rc == DLOCK_OK)
+        rc = dlock__etcd_hold_add(be, req, out->fence);
     return rc;
 }
 
@@ -160,6 +167,8 @@ static int etcd_release(void *arg, const dlock_request *req)
     int64_t deleted = 0, lease = 0, ttl = 0;
     int rc, found = 0;
 
+    if (dlock__etcd_owner_mode(req))
+        return dlock__etcd_hold_release(be, req);
     dlock__etcd_held_get(be, owner, &lease, &ttl);
     dlock__etcd_held_drop(be, owner);
     if ((rc = dlock__etcd_keys_make(&k, be, name, owner, 1)) != DLOCK_OK)
@@ -221,7 +230,8 @@ static int etcd_check(void *arg, const dlock_request *req)
 
     if ((rc = dlock__etcd_keys_make(&k, be, name, owner, 1)) != DLOCK_OK)
         return rc;
-    if ((rc = dlock__etcd_conn_get(be->http, &c)) == DLOCK_OK) {
+    if ((rc = dlock__etcd_hold_key(&k, req)) == DLOCK_OK &&
+        (rc = dlock__etcd_conn_get(be->http, &c)) == DLOCK_OK) {
         rc = read_own_key(be, c, k.key, &kv);
         rc = rc == 1 ? DLOCK_OK : rc == 0 ? DLOCK_ELOST : rc;
         dlock__etcd_conn_put(be->http, c);
@@ -278,6 +288,8 @@ static int etcd_extend(void *arg, const dlock_request *req)
     int64_t held = 0, held_ttl = 0;
     int rc, alive = 0;
 
+    if (dlock__etcd_owner_mode(req))
+        return dlock__etcd_hold_extend(be, req);
     if ((rc = dlock__etcd_keys_make(&k, be, name, owner, lease_ms)) != DLOCK_OK)
         return rc;
     dlock__etcd_held_get(be, owner, &held, &held_ttl);
@@ -335,6 +347,8 @@ static int etcd_renew(void *arg, dlock_renewal *items, size_t n)
         int64_t held = 0, held_ttl = 0;
         rc = dlock__etcd_keys_make(&keys[i], be, items[i].req->name, items[i].req->token,
                                    items[i].req->lease_ms);
+        if (rc == DLOCK_OK)
+            rc = dlock__etcd_hold_key(&keys[i], items[i].req);
         /* A spare's lease (of this TTL), else the one derived from the token. */
         dlock__etcd_held_get(be, items[i].req->token, &held, &held_ttl);
         ids[i] = held != 0 && held_ttl == keys[i].ttl ? held : keys[i].lease;
@@ -632,7 +646,8 @@ const dlock_backend dlock__etcd_backend = {
     .schemes = etcd_schemes,
     .caps = DLOCK_CAP_KIND(DLOCK_KIND_MUTEX) | DLOCK_CAP_KIND(DLOCK_KIND_FAIR) |
             DLOCK_CAP_KIND(DLOCK_KIND_LEADER) | DLOCK_CAP_KIND(DLOCK_KIND_READ) |
-            DLOCK_CAP_KIND(DLOCK_KIND_WRITE) | DLOCK_CAP_KIND(DLOCK_KIND_SEMAPHORE),
+            DLOCK_CAP_KIND(DLOCK_KIND_WRITE) | DLOCK_CAP_KIND(DLOCK_KIND_SEMAPHORE) |
+            DLOCK_CAP_OWNER_IDS,
     .open = etcd_open,
     .close = etcd_close,
     .acquire = etcd_acquire,

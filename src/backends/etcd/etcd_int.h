@@ -18,6 +18,7 @@
  *   etcd_elect.c  leader election: the leader, and an observer's start
  *   etcd_spare.c  spare leases granted ahead of need, and the leases the
  *                 acquisitions hold (release is one revoke)
+ *   etcd_owner.c  owner ids and reentrancy: hold keys beside the queue
  *   etcd_family.c the read-write lock and the semaphore in the same queue:
  *                 kinds in the values, who of the queue holds, a
  *                 semaphore's N, downgrade, and the holders status reads
@@ -220,6 +221,20 @@ typedef struct {
 int dlock__etcd_holders_read(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__etcd_keys *k,
                              int ttl, dlock__etcd_holder **out, size_t *n);
 void dlock__etcd_holders_free(dlock__etcd_holder *h, size_t n);
+
+/* ---- etcd_owner.c: owner ids -------------------------------------------- */
+
+/* req keeps a hold key (an owner id, an exclusive kind). */
+int dlock__etcd_owner_mode(const dlock_request *req);
+/* In owner mode, k->key (the queue key) becomes the hold key. */
+int dlock__etcd_hold_key(dlock__etcd_keys *k, const dlock_request *req);
+/* Re-enter a lock req->owner holds: 1 (and *fence), 0 not held by it (go
+ * on as usual), or an error (DLOCK_EMISUSE when reentrant is off). */
+int dlock__etcd_reenter(dlock__etcd_be *be, const dlock_request *req, uint64_t *fence);
+/* After the queue gave req the lock: its hold key, on the lock's lease. */
+int dlock__etcd_hold_add(dlock__etcd_be *be, const dlock_request *req, uint64_t fence);
+int dlock__etcd_hold_release(dlock__etcd_be *be, const dlock_request *req);
+int dlock__etcd_hold_extend(dlock__etcd_be *be, const dlock_request *req);
 
 /* ---- etcd_elect.c: leader election --------------------------------------- */
 

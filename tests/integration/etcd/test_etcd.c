@@ -501,40 +501,8 @@ static void release_wakes_one_waiter(void)
     test_etcd_stop(&e);
 }
 
-/* ---- the lock family: fair locks and leader election ------------------------ */
-
-/* Read-write locks, semaphores and owner ids are not on etcd: refused with
- * DLOCK_ENOTSUP, naming the backend, before anything reaches the server. */
-static void family_kinds_not_on_etcd(void)
-{
-    test_etcd e;
-    dlock_client *c;
-    dlock_lock *l = NULL;
-    dlock_acquire_options o = test_opts(0, 2000, 1);
-
-    test_etcd_start(&e, 1, NULL);
-    c = open_client(&e);
-    o.kind = DLOCK_KIND_READ;
-    CHECK_RC(dlock_acquire(&l, c, "fam", &o), DLOCK_ENOTSUP);
-    CHECK_CONTAINS(dlock_error_message(), "etcd backend does not implement read-write locks");
-    o.kind = DLOCK_KIND_SEMAPHORE;
-    o.permits = 2;
-    CHECK_RC(dlock_acquire(&l, c, "fam", &o), DLOCK_ENOTSUP);
-    CHECK_CONTAINS(dlock_error_message(), "etcd backend does not implement semaphores");
-    o.kind = DLOCK_KIND_MUTEX;
-    o.permits = 0;
-    o.owner = "worker-1";
-    o.reentrant = 1;
-    CHECK_RC(dlock_acquire(&l, c, "fam", &o), DLOCK_ENOTSUP);
-    CHECK_CONTAINS(dlock_error_message(), "etcd backend does not implement owner ids");
-    o.wait_ms = 1000; /* refused as well before it would wait */
-    CHECK_RC(dlock_acquire(&l, c, "fam", &o), DLOCK_ENOTSUP);
-    CHECK(l == NULL);
-    CHECK(test_etcd_count(&e, "") == 0);
-    CHECK(test_etcd_leases(&e) == 0);
-    dlock_client_free(c);
-    test_etcd_stop(&e);
-}
+/* ---- the lock family: fair locks and leader election (the others:
+ * test_etcd_family.c) ---------------------------------------------------------- */
 
 /* A multi-lock: the names one by one in their global order, all released
  * together; a busy name gives back those already taken. */
@@ -1364,7 +1332,6 @@ TEST_MAIN({"codec", codec, NULL}, {"url_and_open_errors", url_and_open_errors, N
           {"on_lost_when_key_deleted", on_lost_when_key_deleted, "watchdog"},
           {"waiter_woken_by_release", waiter_woken_by_release, "watchdog"},
           {"release_wakes_one_waiter", release_wakes_one_waiter, "watchdog"},
-          {"family_kinds_not_on_etcd", family_kinds_not_on_etcd, NULL},
           {"fair_lock_in_order", fair_lock_in_order, "watchdog"}, {"leader_election", leader_election, "watchdog"},
           {"status_fence_semantics", status_fence_semantics, NULL},
           {"multi_lock", multi_lock, NULL},
