@@ -116,10 +116,18 @@ static int etcd_acquire(void *arg, const dlock_request *req, void *watch,
                        : req->kind == DLOCK_KIND_WRITE     ? "=w "
                        : req->kind == DLOCK_KIND_SEMAPHORE ? "=s "
                                                            : "";
+    /* A reader's owner id ends its value (nested reads, upgrades refused:
+     * etcd_family.c). */
+    int owned = req->kind == DLOCK_KIND_READ && req->owner != NULL;
     if (req->kind != DLOCK_KIND_LEADER &&
-        asprintf(&value, "%s%s%s%s", mark, be->value, req->holder != NULL ? " " : "",
-                 req->holder != NULL ? req->holder : "") < 0)
+        asprintf(&value, "%s%s%s%s%s%s", mark, be->value, req->holder != NULL ? " " : "",
+                 req->holder != NULL ? req->holder : "", owned ? "\n" : "",
+                 owned ? req->owner : "") < 0)
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    if ((rc = dlock__etcd_owner_conflict(be, req)) != DLOCK_OK) {
+        free(value);
+        return rc;
+    }
     /* An owner that holds the lock re-enters it (etcd_owner.c). */
     if ((rc = dlock__etcd_reenter(be, req, &out->fence)) != 0) {
         free(value);

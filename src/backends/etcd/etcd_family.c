@@ -61,6 +61,19 @@ int dlock__etcd_value_kind(const char *value, size_t len, size_t *rest)
     }
 }
 
+/* The owner id a reader's value ends with ("=r CLIENT HOLDER\nOWNER-ID";
+ * a holder record is printable ASCII, so the newline is not in it), or
+ * NULL. */
+const char *dlock__etcd_value_owner(const char *v, size_t len, size_t *olen)
+{
+    const char *nl = memchr(v, '\n', len);
+
+    if (nl == NULL)
+        return NULL;
+    *olen = len - (size_t)(nl + 1 - v);
+    return nl + 1;
+}
+
 static char *permits_key(const dlock__etcd_keys *k)
 {
     char *key = NULL;
@@ -128,6 +141,11 @@ int dlock__etcd_look_decide(dlock__etcd_be *be, dlock__etcd_watch *w, const json
     int64_t rev = dlock__etcd_revision(reply);
     dlock__etcd_kv writer = {0};
     size_t ahead = 0;
+    /* A reader whose owner id reads already (a reader of its owner before
+     * any writer) is let past the writers that wait: a nested read. */
+    const char *me = w->kind == DLOCK_KIND_READ && w->k.value != NULL ? strchr(w->k.value, '\n')
+                                                                     : NULL;
+    int nested = 0;
 
     free(w->ahead);
     free(w->ahead_end);
@@ -149,12 +167,18 @@ int dlock__etcd_look_decide(dlock__etcd_be *be, dlock__etcd_watch *w, const json
             continue;
         }
         ahead++;
-        if (w->kind == DLOCK_KIND_READ && dlock__etcd_kv_value_at(range, i, &v, &len) == 0 &&
-            dlock__etcd_value_kind(v, len, &rest) != DLOCK_KIND_READ) {
-            /* Any kind but a reader's keeps a reader out. */
-            free(writer.key);
-            writer = kv;
-            kv.key = NULL;
+        if (w->kind == DLOCK_KIND_READ && dlock__etcd_kv_value_at(range, i, &v, &len) == 0) {
+            size_t olen = 0;
+            const char *owner = dlock__etcd_value_owner(v, len, &olen);
+            if (dlock__etcd_value_kind(v, len, &rest) != DLOCK_KIND_READ) {
+                /* Any kind but a reader's keeps a reader out. */
+                free(writer.key);
+                writer = kv;
+                kv.key = NULL;
+            } else if (me != NULL && writer.key == NULL && owner != NULL &&
+                       olen == strlen(me + 1) && memcmp(owner, me + 1, olen) == 0) {
+                nested = 1;
+            }
         }
         free(v);
         free(kv.key);
@@ -170,8 +194,10 @@ int dlock__etcd_look_decide(dlock__etcd_be *be, dlock__etcd_watch *w, const json
         w->ahead = strdup(w->k.dir);
         w->ahead_end = strdup(w->k.dir_all);
     } else {
-        if (writer.key == NULL)
+        if (writer.key == NULL || nested) {
+            free(writer.key);
             return 1;
+        }
         /* Its deletion, or its downgrade to a reader (a put of the key). */
         if (strlen(writer.key) == writer.key_len) {
             w->ahead = writer.key;
@@ -377,16 +403,29 @@ int dlock__etcd_downgrade(void *arg, const dlock_request *req)
     json_decref(reply);
     reply = NULL;
     if (found == 1 && dlock__etcd_value_kind(v, len, &rest) == DLOCK_KIND_WRITE) {
+        char *rv = NULL;
+        int n;
+        json_t *ops;
         v[1] = 'r';
+        /* A reader's value ends with its owner id (nested reads, upgrades
+         * refused); the write lock's hold key goes (etcd_owner.c). */
+        n = req->owner != NULL ? asprintf(&rv, "%.*s\n%s", (int)len, v, req->owner)
+                               : asprintf(&rv, "%.*s", (int)len, v);
+        ops = n < 0 ? NULL
+                    : json_pack("[{s:{s:o, s:o, s:b}}]", "request_put", "key",
+                                dlock__etcd_str(k.key), "value", dlock__etcd_bytes(rv, (size_t)n),
+                                "ignore_lease", 1);
+        free(rv);
+        if (ops != NULL && dlock__etcd_owner_mode(req) && dlock__etcd_hold_key(&k, req) == DLOCK_OK)
+            json_array_append_new(ops, json_pack("{s:{s:o}}", "request_delete_range", "key",
+                                                 dlock__etcd_str(k.key)));
         rc = dlock__etcd_be_call(
             be, c, "/v3/kv/txn",
-            json_pack("{s:[{s:o, s:s, s:s, s:I}, {s:o, s:s, s:s, s:I}], s:[{s:{s:o, s:o, s:b}}]}",
-                      "compare", "key", dlock__etcd_str(k.key), "target", "CREATE", "result",
+            json_pack("{s:[{s:o, s:s, s:s, s:I}, {s:o, s:s, s:s, s:I}], s:o}", "compare", "key",
+                      dlock__etcd_bytes(kv.key, kv.key_len), "target", "CREATE", "result",
                       "EQUAL", "create_revision", (json_int_t)kv.create_revision, "key",
-                      dlock__etcd_str(k.key), "target", "MOD", "result", "EQUAL", "mod_revision",
-                      (json_int_t)kv.mod_revision, "success", "request_put", "key",
-                      dlock__etcd_str(k.key), "value", dlock__etcd_bytes(v, len), "ignore_lease",
-                      1),
+                      dlock__etcd_bytes(kv.key, kv.key_len), "target", "MOD", "result", "EQUAL",
+                      "mod_revision", (json_int_t)kv.mod_revision, "success", ops),
             &reply);
         if (rc == DLOCK_OK && !json_is_true(json_object_get(reply, "succeeded")))
             rc = DLOCK_ELOST;
@@ -479,9 +518,10 @@ int dlock__etcd_holders_read(dlock__etcd_be *be, dlock__etcd_conn *c, const dloc
         h[count].info.kind = kind;
         /* "CLIENT-NAME HOLDER" after the kind's mark (etcd_acquire); a value
          * without one (a candidate's identity, an older dlock) has none. */
-        char *sp = memchr(v + rest, ' ', len - rest);
-        if (sp != NULL)
-            dlock_holder_parse(&h[count].info, sp + 1, len - (size_t)(sp + 1 - v));
+        char *sp = memchr(v + rest, ' ', len - rest), *nl = memchr(v, '\n', len);
+        size_t end = nl != NULL ? (size_t)(nl - v) : len;
+        if (sp != NULL && (size_t)(sp + 1 - v) <= end)
+            dlock_holder_parse(&h[count].info, sp + 1, end - (size_t)(sp + 1 - v));
         free(v);
         count++;
     }

@@ -190,6 +190,8 @@ int dlock__etcd_shared_kind(int kind);
 /* The kind a key's value names ('=r ', '=w ', '=s '), DLOCK_KIND_MUTEX for
  * any other value; *rest the text after the mark. */
 int dlock__etcd_value_kind(const char *value, size_t len, size_t *rest);
+/* The owner id at the end of a reader's value, or NULL (*olen its length). */
+const char *dlock__etcd_value_owner(const char *v, size_t len, size_t *olen);
 /* The ops that read, in a txn, what a shared kind's decision needs: the
  * keys ahead of rev (0: every key) with their values, and N. */
 json_t *dlock__etcd_look_ops(const dlock__etcd_keys *k, int64_t rev);
@@ -235,6 +237,10 @@ int dlock__etcd_reenter(dlock__etcd_be *be, const dlock_request *req, uint64_t *
 int dlock__etcd_hold_add(dlock__etcd_be *be, const dlock_request *req, uint64_t fence);
 int dlock__etcd_hold_release(dlock__etcd_be *be, const dlock_request *req);
 int dlock__etcd_hold_extend(dlock__etcd_be *be, const dlock_request *req);
+/* A read-write acquisition with an owner id that holds the other side:
+ * DLOCK_EMISUSE (an upgrade would wait for itself; a read under one's own
+ * write lock is a downgrade). */
+int dlock__etcd_owner_conflict(dlock__etcd_be *be, const dlock_request *req);
 
 /* ---- etcd_elect.c: leader election --------------------------------------- */
 

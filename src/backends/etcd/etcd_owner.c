@@ -353,3 +353,76 @@ int dlock__etcd_hold_extend(dlock__etcd_be *be, const dlock_request *req)
     dlock__etcd_keys_free(&k);
     return rc;
 }
+
+int dlock__etcd_owner_conflict(dlock__etcd_be *be, const dlock_request *req)
+{
+    dlock__etcd_conn *c;
+    dlock__etcd_keys k;
+    json_t *reply = NULL, *ops;
+    char *start = NULL;
+    size_t olen = strlen(req->owner != NULL ? req->owner : "");
+    int rc, mine = 0;
+
+    if (req->owner == NULL || (req->kind != DLOCK_KIND_READ && req->kind != DLOCK_KIND_WRITE))
+        return DLOCK_OK;
+    if ((rc = dlock__etcd_keys_make(&k, be, req->name, NULL, 0)) != DLOCK_OK)
+        return rc;
+    if (asprintf(&start, "%sx", k.dir) < 0) {
+        dlock__etcd_keys_free(&k);
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    }
+    /* The queue (readers' owner ids) and the hold keys (a writer's). */
+    ops = dlock__etcd_look_ops(&k, 0);
+    if (ops != NULL)
+        json_array_append_new(ops, dlock__etcd_as_op(holds_range(&k, start, strlen(start), 0)));
+    free(start);
+    if ((rc = dlock__etcd_conn_get(be->http, &c)) != DLOCK_OK) {
+        json_decref(ops);
+        dlock__etcd_keys_free(&k);
+        return rc;
+    }
+    rc = dlock__etcd_be_call(be, c, "/v3/kv/txn", json_pack("{s:o}", "success", ops), &reply);
+    dlock__etcd_conn_put(be->http, c);
+    for (size_t op = 0; rc == DLOCK_OK && !mine && op < 3; op += 2) {
+        const json_t *range = dlock__etcd_txn_op(reply, op, "response_range");
+        for (size_t i = 0; !mine; i++) {
+            char *v = NULL;
+            size_t len = 0, l = 0, rest;
+            const char *owner = NULL;
+            if (dlock__etcd_kv_value_at(range, i, &v, &len) != 0 || json_array_size(
+                    json_object_get(range, "kvs")) <= i) {
+                free(v);
+                break;
+            }
+            if (op == 0 && dlock__etcd_value_kind(v, len, &rest) == DLOCK_KIND_READ)
+                owner = dlock__etcd_value_owner(v, len, &l);
+            else if (op == 2) {
+                uint64_t f;
+                int64_t ttl;
+                if (parse_hold(v, len, &f, &ttl, &owner) == 0)
+                    l = len - (size_t)(owner - v);
+                else
+                    owner = NULL;
+            }
+            /* A reader of ours when we want to write; a hold of ours (a
+             * write lock) when we want to read. */
+            mine = owner != NULL && l == olen && memcmp(owner, req->owner, olen) == 0 &&
+                   (op == 0) == (req->kind == DLOCK_KIND_WRITE);
+            free(v);
+        }
+    }
+    json_decref(reply);
+    dlock__etcd_keys_free(&k);
+    if (rc != DLOCK_OK || !mine)
+        return rc;
+    if (req->kind == DLOCK_KIND_WRITE)
+        return dlock__fail(DLOCK_EMISUSE,
+                           "etcd: lock '%s': this owner id holds a read lock on it, and a "
+                           "read-write upgrade would wait for itself: release the read lock "
+                           "first",
+                           req->name);
+    return dlock__fail(DLOCK_EMISUSE,
+                       "etcd: lock '%s': this owner id holds the write lock: take the read "
+                       "lock with dlock_lock_downgrade",
+                       req->name);
+}

@@ -43,14 +43,17 @@ static dlock_acquire_options kind_opts(int kind, int64_t wait_ms)
     return o;
 }
 
-/* Queued keys of lock name (holders and waiters; not a semaphore's N). */
+/* Queued keys of lock name (holders and waiters; not a semaphore's N nor
+ * an owner's hold keys, NAME/x...). */
 static long long queued(const char *name)
 {
-    char dir[128], permits[160];
+    char dir[128], permits[160], holds[160];
 
     snprintf(dir, sizeof(dir), "dlock/%s/", name);
     snprintf(permits, sizeof(permits), "dlock/%s/permits", name);
-    return test_etcd_count(&etcd, dir) - test_etcd_count(&etcd, permits);
+    snprintf(holds, sizeof(holds), "dlock/%s/x", name);
+    return test_etcd_count(&etcd, dir) - test_etcd_count(&etcd, permits) -
+           test_etcd_count(&etcd, holds);
 }
 
 /* Wait (at most 30 s) until lock name has want keys queued. */
@@ -414,6 +417,106 @@ static void holders_of_every_kind(void)
     dlock_client_free(c);
 }
 
+/* ---- owner ids -------------------------------------------------------------- */
+
+/*
+ * Three holds of one owner (two clients): one hold key each beside the
+ * queue's one key, all with the tenure's fence; the watchdog renews the
+ * shared lease; the lock is free only after the last release, in any
+ * order; a fair lock re-enters too.
+ */
+static void owner_holds_counted(void)
+{
+    dlock_client *c = start(), *c2 = another();
+    dlock_acquire_options o = kind_opts(DLOCK_KIND_MUTEX, 0), plain = kind_opts(0, 0);
+    dlock_lock *h[3], *other;
+    uint64_t fence;
+
+    o.owner = "job-42";
+    o.reentrant = 1;
+    o.auto_renew = 1;
+    o.lease_ms = 1500;
+    for (int i = 0; i < 3; i++) {
+        CHECK_RC(dlock_acquire(&h[i], i == 1 ? c2 : c, "re", &o), DLOCK_OK);
+        CHECK(dlock_lock_fence(h[i]) == dlock_lock_fence(h[0]));
+    }
+    fence = dlock_lock_fence(h[0]);
+    CHECK(queued("re") == 1);
+    CHECK(test_etcd_count(&etcd, "dlock/re/x") == 3);
+    CHECK_RC(dlock_acquire(&other, c2, "re", &plain), DLOCK_EBUSY);
+    /* Past several leases: every hold renewed. */
+    test_sleep_ms(3000);
+    for (int i = 0; i < 3; i++)
+        CHECK_RC(dlock_lock_check(h[i]), DLOCK_OK);
+    CHECK_RC(dlock_release(h[0]), DLOCK_OK);
+    CHECK_RC(dlock_release(h[2]), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&other, c2, "re", &plain), DLOCK_EBUSY);
+    CHECK(test_etcd_count(&etcd, "dlock/re/x") == 1);
+    CHECK_RC(dlock_lock_check(h[1]), DLOCK_OK);
+    CHECK_RC(dlock_release(h[1]), DLOCK_OK);
+    CHECK(test_etcd_count(&etcd, "dlock/re/") == 0);
+    CHECK_RC(dlock_acquire(&other, c2, "re", &plain), DLOCK_OK);
+    CHECK(dlock_lock_fence(other) > fence);
+    CHECK_RC(dlock_release(other), DLOCK_OK);
+
+    o.kind = DLOCK_KIND_FAIR;
+    CHECK_RC(dlock_acquire(&h[0], c, "re-fair", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&h[1], c2, "re-fair", &o), DLOCK_OK);
+    CHECK(dlock_lock_fence(h[0]) == dlock_lock_fence(h[1]));
+    CHECK_RC(dlock_release(h[0]), DLOCK_OK);
+    CHECK(queued("re-fair") == 1);
+    CHECK_RC(dlock_release(h[1]), DLOCK_OK);
+    CHECK(test_etcd_count(&etcd, "dlock/re-fair/") == 0);
+    dlock_client_free(c2);
+    dlock_client_free(c);
+}
+
+/*
+ * Owner ids on a read-write lock: reading under one's own write lock is
+ * refused (downgrade instead); after the downgrade, writing under one's own
+ * read lock is refused at once even with an endless wait (an upgrade would
+ * wait for itself); a nested read of the owner passes a waiting writer
+ * that holds back everyone else.
+ */
+static void rw_owner_upgrade_refused_nested_read(void)
+{
+    dlock_client *c = start(), *c2 = another();
+    dlock_acquire_options wo = kind_opts(DLOCK_KIND_WRITE, 0), ro = kind_opts(DLOCK_KIND_READ, 0);
+    dlock_lock *w, *rd, *x = NULL;
+    test_acquirer wa;
+    pthread_t t;
+
+    wo.owner = "alice";
+    CHECK_RC(dlock_acquire(&w, c, "grade", &wo), DLOCK_OK);
+    ro.owner = "alice";
+    CHECK_RC(dlock_acquire(&rd, c, "grade", &ro), DLOCK_EMISUSE);
+    CHECK_CONTAINS(dlock_error_message(), "downgrade");
+    CHECK_RC(dlock_acquire(&x, c, "grade", &wo), DLOCK_EMISUSE);
+    CHECK_RC(dlock_lock_downgrade(w), DLOCK_OK);
+    CHECK(test_etcd_count(&etcd, "dlock/grade/x") == 0);
+    wo.wait_ms = DLOCK_WAIT_FOREVER;
+    CHECK_RC(dlock_acquire(&x, c, "grade", &wo), DLOCK_EMISUSE);
+    CHECK_CONTAINS(dlock_error_message(), "upgrade");
+
+    test_acquirer_init(&wa, c2, "grade", kind_opts(DLOCK_KIND_WRITE, 60000));
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &wa) == 0);
+    wait_queued("grade", 2);
+    {
+        dlock_acquire_options other = kind_opts(DLOCK_KIND_READ, 0);
+        CHECK_RC(dlock_acquire(&rd, c2, "grade", &other), DLOCK_EBUSY);
+    }
+    CHECK_RC(dlock_acquire(&rd, c, "grade", &ro), DLOCK_OK); /* nested */
+    CHECK_RC(dlock_release(rd), DLOCK_OK);
+    CHECK(!atomic_load(&wa.done));
+    CHECK_RC(dlock_release(w), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(wa.rc, DLOCK_OK);
+    CHECK_RC(dlock_release(wa.lock), DLOCK_OK);
+    wait_queued("grade", 0);
+    dlock_client_free(c2);
+    dlock_client_free(c);
+}
+
 TEST_MAIN({"rw_exclusion_processes", rw_exclusion_processes, NULL},
           {"rw_waiting_writer_holds_back_readers", rw_waiting_writer_holds_back_readers, NULL},
           {"rw_dead_reader_lease_lets_writer_in", rw_dead_reader_lease_lets_writer_in, NULL},
@@ -421,4 +524,6 @@ TEST_MAIN({"rw_exclusion_processes", rw_exclusion_processes, NULL},
           {"semaphore_at_most_n_processes", semaphore_at_most_n_processes, NULL},
           {"semaphore_stored_n_and_set_permits", semaphore_stored_n_and_set_permits, NULL},
           {"semaphore_dead_holder_permit_returns", semaphore_dead_holder_permit_returns, NULL},
-          {"holders_of_every_kind", holders_of_every_kind, NULL})
+          {"holders_of_every_kind", holders_of_every_kind, NULL},
+          {"owner_holds_counted", owner_holds_counted, "watchdog"},
+          {"rw_owner_upgrade_refused_nested_read", rw_owner_upgrade_refused_nested_read, NULL})
