@@ -645,8 +645,7 @@ out:
 
 static const char *const etcd_schemes[] = {"etcd", "etcds", NULL};
 
-/* Designated: the calls this backend leaves out (atomic multi-locks) stay
- * NULL. */
+/* Designated: every optional call is served. */
 const dlock_backend dlock__etcd_backend = {
     .version = DLOCK_BACKEND_VERSION,
     .size = sizeof(dlock_backend),
@@ -673,6 +672,8 @@ const dlock_backend dlock__etcd_backend = {
     .holders = etcd_holders,
     .downgrade = dlock__etcd_downgrade,
     .set_permits = dlock__etcd_set_permits,
+    .multi_atomic = dlock__etcd_multi_atomic,
+    .multi_acquire = dlock__etcd_multi_acquire,
     .leader_get = dlock__etcd_leader_get,
     .observe_begin = dlock__etcd_observe_begin,
 };

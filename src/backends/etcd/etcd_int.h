@@ -173,6 +173,11 @@ int dlock__etcd_acquire_as(dlock__etcd_be *be, const char *name, const char *own
                            int64_t lease_ms, const char *value, int kind, int permits,
                            dlock__etcd_watch *w, uint64_t *fence, int64_t *retry_ms);
 
+/* The backend's multi_atomic and multi_acquire: all names in one txn. */
+int dlock__etcd_multi_atomic(void *arg, const dlock_request *reqs, size_t n);
+int dlock__etcd_multi_acquire(void *arg, const dlock_request *reqs, size_t n, uint64_t *fences,
+                              dlock_acquire_result *out);
+
 /* A new waiting state for name, with its wake-up eventfd. */
 int dlock__etcd_watch_new(const char *name, dlock__etcd_watch **out);
 

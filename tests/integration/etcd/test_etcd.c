@@ -504,8 +504,8 @@ static void release_wakes_one_waiter(void)
 /* ---- the lock family: fair locks and leader election (the others:
  * test_etcd_family.c) ---------------------------------------------------------- */
 
-/* A multi-lock: the names one by one in their global order, all released
- * together; a busy name gives back those already taken. */
+/* A multi-lock: the names in one txn, all released together; a busy name
+ * leaves nothing taken. */
 static void multi_lock(void)
 {
     test_etcd e;
@@ -527,7 +527,7 @@ static void multi_lock(void)
     CHECK_RC(dlock_acquire(&one, c2, "c", &o), DLOCK_OK);
     CHECK_RC(dlock_acquire_multi(&m2, c, names, 3, &o), DLOCK_EBUSY);
     CHECK(m2 == NULL);
-    CHECK(test_etcd_count(&e, "dlock/") == 1); /* a and b given back */
+    CHECK(test_etcd_count(&e, "dlock/") == 1); /* a and b never taken */
     CHECK_RC(dlock_release(one), DLOCK_OK);
     dlock_client_free(c);
     dlock_client_free(c2);

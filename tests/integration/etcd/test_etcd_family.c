@@ -517,6 +517,64 @@ static void rw_owner_upgrade_refused_nested_read(void)
     dlock_client_free(c);
 }
 
+/* ---- multi-lock ------------------------------------------------------------- */
+
+typedef struct {
+    dlock_client *c;
+    dlock_lock *lock;
+    int rc;
+    atomic_int done;
+} multi_waiter;
+
+static void *multi_main(void *p)
+{
+    multi_waiter *m = p;
+    const char *names[] = {"ma", "mb", "mc"};
+    dlock_acquire_options o = kind_opts(DLOCK_KIND_MUTEX, 60000);
+
+    m->rc = dlock_acquire_multi(&m->lock, m->c, names, 3, &o);
+    atomic_store(&m->done, 1);
+    return NULL;
+}
+
+/*
+ * All or nothing in one txn: while one name is held, a waiting multi-lock
+ * holds none of the others (another client takes and gives back one of
+ * them meanwhile); the holder's release lets it take all three at once,
+ * at one revision, so every name's fence is the same and above the old
+ * holder's.
+ */
+static void multi_all_at_once(void)
+{
+    dlock_client *c = start(), *c2 = another();
+    dlock_acquire_options o = kind_opts(DLOCK_KIND_MUTEX, 0);
+    multi_waiter m = {0};
+    dlock_lock *held, *b;
+    pthread_t t;
+
+    CHECK_RC(dlock_acquire(&held, c2, "mc", &o), DLOCK_OK);
+    m.c = c;
+    CHECK(pthread_create(&t, NULL, multi_main, &m) == 0);
+    for (int i = 0; i < 5; i++) {
+        test_sleep_ms(100);
+        CHECK(!atomic_load(&m.done));
+        CHECK(queued("ma") == 0 && queued("mb") == 0);
+    }
+    CHECK_RC(dlock_acquire(&b, c2, "mb", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(b), DLOCK_OK);
+    CHECK_RC(dlock_release(held), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(m.rc, DLOCK_OK);
+    CHECK(dlock_lock_fence_at(m.lock, 0) == dlock_lock_fence_at(m.lock, 2));
+    CHECK(dlock_lock_fence_at(m.lock, 1) == dlock_lock_fence_at(m.lock, 2));
+    CHECK(dlock_lock_fence_at(m.lock, 2) > dlock_lock_fence(held));
+    CHECK_RC(dlock_acquire(&b, c2, "ma", &o), DLOCK_EBUSY);
+    CHECK_RC(dlock_release(m.lock), DLOCK_OK);
+    CHECK(queued("ma") + queued("mb") + queued("mc") == 0);
+    dlock_client_free(c2);
+    dlock_client_free(c);
+}
+
 TEST_MAIN({"rw_exclusion_processes", rw_exclusion_processes, NULL},
           {"rw_waiting_writer_holds_back_readers", rw_waiting_writer_holds_back_readers, NULL},
           {"rw_dead_reader_lease_lets_writer_in", rw_dead_reader_lease_lets_writer_in, NULL},
@@ -526,4 +584,5 @@ TEST_MAIN({"rw_exclusion_processes", rw_exclusion_processes, NULL},
           {"semaphore_dead_holder_permit_returns", semaphore_dead_holder_permit_returns, NULL},
           {"holders_of_every_kind", holders_of_every_kind, NULL},
           {"owner_holds_counted", owner_holds_counted, "watchdog"},
-          {"rw_owner_upgrade_refused_nested_read", rw_owner_upgrade_refused_nested_read, NULL})
+          {"rw_owner_upgrade_refused_nested_read", rw_owner_upgrade_refused_nested_read, NULL},
+          {"multi_all_at_once", multi_all_at_once, NULL})
