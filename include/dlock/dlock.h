@@ -778,8 +778,9 @@ typedef struct {
     int64_t ttl_ms;
 
     /* ---- Who holds it: recorded by each acquisition in the same round
-     * trip that takes the lock (Redis and etcd: every kind). has_holder is 0 when the lock is free or the holder left
-     * no record (another kind, an older dlock, a key set by hand); the
+     * trip that takes the lock (Redis and etcd: every kind). has_holder
+     * is 0 when the lock is free or the holder left no record (an older
+     * dlock, a key set by hand); the
      * fields below are then empty. When several hold the lock (readers,
      * permits, the handles of a reentrant owner), these are the oldest
      * holder's (the lowest fence): dlock_status_holders gives each. ---- */
