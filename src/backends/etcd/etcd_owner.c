@@ -120,6 +120,27 @@ static int put_hold(dlock__etcd_be *be, dlock__etcd_conn *c, const char *key, co
     return rc;
 }
 
+/* The keys of req with its hold key, and a connection: both to give
+ * back with hold_close. */
+static int hold_open(dlock__etcd_be *be, const dlock_request *req, int64_t lease_ms,
+                     dlock__etcd_keys *k, dlock__etcd_conn **c)
+{
+    int rc;
+
+    if ((rc = dlock__etcd_keys_make(k, be, req->name, req->token, lease_ms)) != DLOCK_OK)
+        return rc;
+    if ((rc = dlock__etcd_hold_key(k, req)) != DLOCK_OK ||
+        (rc = dlock__etcd_conn_get(be->http, c)) != DLOCK_OK)
+        dlock__etcd_keys_free(k);
+    return rc;
+}
+
+static void hold_close(dlock__etcd_be *be, dlock__etcd_keys *k, dlock__etcd_conn *c)
+{
+    dlock__etcd_conn_put(be->http, c);
+    dlock__etcd_keys_free(k);
+}
+
 int dlock__etcd_reenter(dlock__etcd_be *be, const dlock_request *req, uint64_t *fence)
 {
     dlock__etcd_conn *c;
@@ -128,13 +149,8 @@ int dlock__etcd_reenter(dlock__etcd_be *be, const dlock_request *req, uint64_t *
 
     if (!dlock__etcd_owner_mode(req))
         return 0;
-    if ((rc = dlock__etcd_keys_make(&k, be, req->name, req->token, req->lease_ms)) != DLOCK_OK)
+    if ((rc = hold_open(be, req, req->lease_ms, &k, &c)) != DLOCK_OK)
         return rc;
-    if ((rc = dlock__etcd_hold_key(&k, req)) != DLOCK_OK ||
-        (rc = dlock__etcd_conn_get(be->http, &c)) != DLOCK_OK) {
-        dlock__etcd_keys_free(&k);
-        return rc;
-    }
     for (int attempt = 0; attempt < 5; attempt++) {
         char *start = NULL;
         json_t *reply = NULL;
@@ -193,8 +209,7 @@ int dlock__etcd_reenter(dlock__etcd_be *be, const dlock_request *req, uint64_t *
         /* The hold we re-entered went between the read and the put: look
          * again (the tenure may have ended; then we queue as usual). */
     }
-    dlock__etcd_conn_put(be->http, c);
-    dlock__etcd_keys_free(&k);
+    hold_close(be, &k, c);
     return rc;
 }
 
@@ -244,13 +259,8 @@ int dlock__etcd_hold_release(dlock__etcd_be *be, const dlock_request *req)
     int rc;
 
     dlock__etcd_held_drop(be, req->token);
-    if ((rc = dlock__etcd_keys_make(&k, be, req->name, req->token, 1)) != DLOCK_OK)
+    if ((rc = hold_open(be, req, 1, &k, &c)) != DLOCK_OK)
         return rc;
-    if ((rc = dlock__etcd_hold_key(&k, req)) != DLOCK_OK ||
-        (rc = dlock__etcd_conn_get(be->http, &c)) != DLOCK_OK) {
-        dlock__etcd_keys_free(&k);
-        return rc;
-    }
     key_len = strlen(k.key);
     if (asprintf(&start, "%sx", k.dir) < 0 || (after = malloc(key_len + 1)) == NULL) {
         rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
@@ -297,8 +307,7 @@ int dlock__etcd_hold_release(dlock__etcd_be *be, const dlock_request *req)
 out:
     free(start);
     free(after);
-    dlock__etcd_conn_put(be->http, c);
-    dlock__etcd_keys_free(&k);
+    hold_close(be, &k, c);
     return rc;
 }
 
@@ -315,13 +324,8 @@ int dlock__etcd_hold_extend(dlock__etcd_be *be, const dlock_request *req)
     int64_t ttl = 0;
     int rc, alive = 0;
 
-    if ((rc = dlock__etcd_keys_make(&k, be, req->name, req->token, req->lease_ms)) != DLOCK_OK)
+    if ((rc = hold_open(be, req, req->lease_ms, &k, &c)) != DLOCK_OK)
         return rc;
-    if ((rc = dlock__etcd_hold_key(&k, req)) != DLOCK_OK ||
-        (rc = dlock__etcd_conn_get(be->http, &c)) != DLOCK_OK) {
-        dlock__etcd_keys_free(&k);
-        return rc;
-    }
     rc = dlock__etcd_be_call(be, c, "/v3/kv/range",
                              json_pack("{s:o}", "key", dlock__etcd_str(k.key)), &reply);
     if (rc == DLOCK_OK) {
@@ -349,8 +353,7 @@ int dlock__etcd_hold_extend(dlock__etcd_be *be, const dlock_request *req)
     }
     free(v);
     free(kv.key);
-    dlock__etcd_conn_put(be->http, c);
-    dlock__etcd_keys_free(&k);
+    hold_close(be, &k, c);
     return rc;
 }
 

@@ -67,39 +67,44 @@ static void wait_queued(const char *name, long long want)
     }
 }
 
-/* ---- read-write ----------------------------------------------------------- */
+/* ---- who is inside, across processes -------------------------------------- */
 
 typedef struct {
-    atomic_int readers, writers, most_readers, overlaps;
-} rw_counts;
+    atomic_int readers, writers, permit_holders, overlaps;
+} inside_counts;
 
-/* Processes 0-1 write, 2-5 read, 12 turns each: no writer ever overlaps
- * anyone. */
-static void rw_exclusion_processes(void)
+/*
+ * procs processes (at most 8) take lock name turns times each, process p
+ * as kinds[p] (a semaphore with permits), and count who is inside on a
+ * shared page: a writer with anyone, a reader with a writer, or a permit
+ * holder beyond permits is an overlap, and there must be none.
+ */
+static void contend(const char *name, const int *kinds, int procs, int turns, int permits)
 {
-    rw_counts *pg = test_shared_page(sizeof(*pg));
-    pid_t pids[6];
+    inside_counts *pg = test_shared_page(sizeof(*pg));
+    pid_t pids[8];
 
     dlock_client_free(start());
-    for (int p = 0; p < 6; p++) {
+    for (int p = 0; p < procs; p++) {
         if ((pids[p] = fork()) != 0) {
             CHECK(pids[p] > 0);
             continue;
         }
         dlock_client *c = another();
-        int kind = p < 2 ? DLOCK_KIND_WRITE : DLOCK_KIND_READ;
-        for (int turn = 0; turn < 12; turn++) {
+        int kind = kinds[p];
+        atomic_int *mine = kind == DLOCK_KIND_WRITE  ? &pg->writers
+                           : kind == DLOCK_KIND_READ ? &pg->readers
+                                                     : &pg->permit_holders;
+        for (int turn = 0; turn < turns; turn++) {
             dlock_acquire_options o = kind_opts(kind, DLOCK_WAIT_FOREVER);
             dlock_lock *l;
-            CHECK_RC(dlock_acquire(&l, c, "rw", &o), DLOCK_OK);
-            atomic_int *mine = kind == DLOCK_KIND_WRITE ? &pg->writers : &pg->readers;
-            int inside = atomic_fetch_add(mine, 1) + 1, most;
-            if (atomic_load(&pg->writers) > (kind == DLOCK_KIND_WRITE) ||
-                (kind == DLOCK_KIND_WRITE && atomic_load(&pg->readers) != 0))
+            o.permits = kind == DLOCK_KIND_SEMAPHORE ? permits : 0;
+            CHECK_RC(dlock_acquire(&l, c, name, &o), DLOCK_OK);
+            int before = atomic_fetch_add(mine, 1);
+            if ((kind == DLOCK_KIND_WRITE && (before > 0 || atomic_load(&pg->readers) > 0)) ||
+                (kind == DLOCK_KIND_READ && atomic_load(&pg->writers) > 0) ||
+                (kind == DLOCK_KIND_SEMAPHORE && before >= permits))
                 atomic_fetch_add(&pg->overlaps, 1);
-            while (kind == DLOCK_KIND_READ && (most = atomic_load(&pg->most_readers)) < inside &&
-                   !atomic_compare_exchange_weak(&pg->most_readers, &most, inside))
-                ;
             test_sleep_ms(5);
             atomic_fetch_sub(mine, 1);
             CHECK_RC(dlock_release(l), DLOCK_OK);
@@ -107,10 +112,21 @@ static void rw_exclusion_processes(void)
         dlock_client_free(c);
         _exit(0);
     }
-    for (int p = 0; p < 6; p++)
+    for (int p = 0; p < procs; p++)
         test_wait_child_ok(pids[p]);
     CHECK(atomic_load(&pg->overlaps) == 0);
-    wait_queued("rw", 0);
+    wait_queued(name, 0);
+}
+
+/* ---- read-write ----------------------------------------------------------- */
+
+/* Two writers and four readers, 12 turns each. */
+static void rw_exclusion_processes(void)
+{
+    static const int kinds[] = {DLOCK_KIND_WRITE, DLOCK_KIND_WRITE, DLOCK_KIND_READ,
+                                DLOCK_KIND_READ,  DLOCK_KIND_READ,  DLOCK_KIND_READ};
+
+    contend("rw", kinds, 6, 12, 0);
 }
 
 /*
@@ -153,37 +169,43 @@ static void rw_waiting_writer_holds_back_readers(void)
     dlock_client_free(c);
 }
 
-/* A reader in a process killed with SIGKILL keeps a waiting writer out
- * until its own lease runs out on the server, then the writer is in. */
-static void rw_dead_reader_lease_lets_writer_in(void)
+/*
+ * A holder of kind held_kind in a process killed with SIGKILL keeps an
+ * acquisition of want_kind out (a try fails) until its own lease runs out
+ * on the server; then a waiter is in, and the killed holder's key is gone.
+ */
+static void killed_holder_lets_waiter_in(const char *name, int held_kind, int want_kind)
 {
+    dlock_acquire_options held = kind_opts(held_kind, 0), want = kind_opts(want_kind, 0);
     dlock_client *c;
+    dlock_lock *l;
     pid_t pid;
 
+    held.permits = held_kind == DLOCK_KIND_SEMAPHORE ? 1 : 0;
     test_etcd_start(&etcd, 1, NULL);
-    if ((pid = fork()) == 0) {
-        dlock_client *ck = another();
-        dlock_acquire_options o = kind_opts(DLOCK_KIND_READ, 0);
-        dlock_lock *l;
-        CHECK_RC(dlock_acquire(&l, ck, "dead", &o), DLOCK_OK);
+    pid = fork();
+    if (pid == 0) {
+        CHECK_RC(dlock_acquire(&l, another(), name, &held), DLOCK_OK);
         for (;;)
             pause();
     }
     CHECK(pid > 0);
-    wait_queued("dead", 1);
+    wait_queued(name, 1);
     c = another();
-    {
-        dlock_acquire_options once = kind_opts(DLOCK_KIND_WRITE, 0);
-        dlock_lock *w;
-        CHECK_RC(dlock_acquire(&w, c, "dead", &once), DLOCK_EBUSY);
-        CHECK(kill(pid, SIGKILL) == 0);
-        CHECK(waitpid(pid, NULL, 0) == pid);
-        once.wait_ms = 60000;
-        CHECK_RC(dlock_acquire(&w, c, "dead", &once), DLOCK_OK);
-        CHECK(queued("dead") == 1);
-        CHECK_RC(dlock_release(w), DLOCK_OK);
-    }
+    CHECK_RC(dlock_acquire(&l, c, name, &want), DLOCK_EBUSY);
+    CHECK(kill(pid, SIGKILL) == 0 && waitpid(pid, NULL, 0) == pid);
+    want.wait_ms = 60000;
+    CHECK_RC(dlock_acquire(&l, c, name, &want), DLOCK_OK);
+    CHECK(queued(name) == 1);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
     dlock_client_free(c);
+}
+
+/* A killed reader's lease is its own: a waiting writer gets in when it
+ * runs out. */
+static void rw_dead_reader_lease_lets_writer_in(void)
+{
+    killed_holder_lets_waiter_in("dead", DLOCK_KIND_READ, DLOCK_KIND_WRITE);
 }
 
 /*
@@ -230,41 +252,14 @@ static void rw_downgrade_in_place(void)
 
 /* ---- semaphore -------------------------------------------------------------- */
 
-typedef struct {
-    atomic_int inside, over;
-} sem_counts;
-
-/* 8 processes, 3 permits, 8 turns each: never more than 3 inside. */
+/* 8 processes, 3 permits, 8 turns each. */
 static void semaphore_at_most_n_processes(void)
 {
-    sem_counts *pg = test_shared_page(sizeof(*pg));
-    pid_t pids[8];
+    static const int kinds[8] = {DLOCK_KIND_SEMAPHORE, DLOCK_KIND_SEMAPHORE, DLOCK_KIND_SEMAPHORE,
+                                 DLOCK_KIND_SEMAPHORE, DLOCK_KIND_SEMAPHORE, DLOCK_KIND_SEMAPHORE,
+                                 DLOCK_KIND_SEMAPHORE, DLOCK_KIND_SEMAPHORE};
 
-    dlock_client_free(start());
-    for (int p = 0; p < 8; p++) {
-        if ((pids[p] = fork()) != 0) {
-            CHECK(pids[p] > 0);
-            continue;
-        }
-        dlock_client *c = another();
-        for (int turn = 0; turn < 8; turn++) {
-            dlock_acquire_options o = kind_opts(DLOCK_KIND_SEMAPHORE, DLOCK_WAIT_FOREVER);
-            dlock_lock *l;
-            o.permits = 3;
-            CHECK_RC(dlock_acquire(&l, c, "sem", &o), DLOCK_OK);
-            if (atomic_fetch_add(&pg->inside, 1) >= 3)
-                atomic_fetch_add(&pg->over, 1);
-            test_sleep_ms(8);
-            atomic_fetch_sub(&pg->inside, 1);
-            CHECK_RC(dlock_release(l), DLOCK_OK);
-        }
-        dlock_client_free(c);
-        _exit(0);
-    }
-    for (int p = 0; p < 8; p++)
-        test_wait_child_ok(pids[p]);
-    CHECK(atomic_load(&pg->over) == 0);
-    wait_queued("sem", 0);
+    contend("sem", kinds, 8, 8, 3);
 }
 
 /*
@@ -303,37 +298,10 @@ static void semaphore_stored_n_and_set_permits(void)
     dlock_client_free(c);
 }
 
-/* A permit holder killed with SIGKILL: its permit comes back when its
- * lease runs out, and a waiter takes it. */
+/* A killed permit holder's permit comes back with its lease. */
 static void semaphore_dead_holder_permit_returns(void)
 {
-    dlock_client *c;
-    dlock_lock *b;
-    pid_t pid;
-
-    test_etcd_start(&etcd, 1, NULL);
-    if ((pid = fork()) == 0) {
-        dlock_client *ck = another();
-        dlock_acquire_options o = kind_opts(DLOCK_KIND_SEMAPHORE, 0);
-        dlock_lock *k;
-        o.permits = 1;
-        CHECK_RC(dlock_acquire(&k, ck, "gone", &o), DLOCK_OK);
-        for (;;)
-            pause();
-    }
-    CHECK(pid > 0);
-    wait_queued("gone", 1);
-    c = another();
-    {
-        dlock_acquire_options o = kind_opts(DLOCK_KIND_SEMAPHORE, 0);
-        CHECK_RC(dlock_acquire(&b, c, "gone", &o), DLOCK_EBUSY);
-        CHECK(kill(pid, SIGKILL) == 0);
-        CHECK(waitpid(pid, NULL, 0) == pid);
-        o.wait_ms = 60000;
-        CHECK_RC(dlock_acquire(&b, c, "gone", &o), DLOCK_OK);
-    }
-    CHECK_RC(dlock_release(b), DLOCK_OK);
-    dlock_client_free(c);
+    killed_holder_lets_waiter_in("gone", DLOCK_KIND_SEMAPHORE, DLOCK_KIND_SEMAPHORE);
 }
 
 /* ---- holders ------------------------------------------------------------------ */
