@@ -579,13 +579,8 @@ static int list_one(dlock__etcd_be *be, const char *name, dlock_list_cb cb, void
     dlock_lock_info info;
     int rc = etcd_status(be, name, &info);
 
-    if (rc == DLOCK_OK && info.held) {
-        if (info.holders == 0) {
-            info.holders = 1;
-            info.kind = DLOCK_KIND_MUTEX;
-        }
+    if (rc == DLOCK_OK && info.held)
         *stop = cb(name, &info, payload) != 0;
-    }
     return rc;
 }
 
