@@ -141,11 +141,6 @@ int dlock__etcd_look_decide(dlock__etcd_be *be, dlock__etcd_watch *w, const json
     int64_t rev = dlock__etcd_revision(reply);
     dlock__etcd_kv writer = {0};
     size_t ahead = 0;
-    /* A reader whose owner id reads already (a reader of its owner before
-     * any writer) is let past the writers that wait: a nested read. */
-    const char *me = w->kind == DLOCK_KIND_READ && w->k.value != NULL ? strchr(w->k.value, '\n')
-                                                                     : NULL;
-    int nested = 0;
 
     free(w->ahead);
     free(w->ahead_end);
@@ -167,18 +162,15 @@ int dlock__etcd_look_decide(dlock__etcd_be *be, dlock__etcd_watch *w, const json
             continue;
         }
         ahead++;
-        if (w->kind == DLOCK_KIND_READ && dlock__etcd_kv_value_at(range, i, &v, &len) == 0) {
-            size_t olen = 0;
-            const char *owner = dlock__etcd_value_owner(v, len, &olen);
-            if (dlock__etcd_value_kind(v, len, &rest) != DLOCK_KIND_READ) {
-                /* Any kind but a reader's keeps a reader out. */
-                free(writer.key);
-                writer = kv;
-                kv.key = NULL;
-            } else if (me != NULL && writer.key == NULL && owner != NULL &&
-                       olen == strlen(me + 1) && memcmp(owner, me + 1, olen) == 0) {
-                nested = 1;
-            }
+        /* Any kind but a reader's keeps a reader out; a reader of the same
+         * owner id ahead does not let it pass (no nested reads: a reader
+         * behind a waiting writer would hold while the writer, first in
+         * the queue once the owner's first read is gone, holds too). */
+        if (w->kind == DLOCK_KIND_READ && dlock__etcd_kv_value_at(range, i, &v, &len) == 0 &&
+            dlock__etcd_value_kind(v, len, &rest) != DLOCK_KIND_READ) {
+            free(writer.key);
+            writer = kv;
+            kv.key = NULL;
         }
         free(v);
         free(kv.key);
@@ -194,10 +186,8 @@ int dlock__etcd_look_decide(dlock__etcd_be *be, dlock__etcd_watch *w, const json
         w->ahead = strdup(w->k.dir);
         w->ahead_end = strdup(w->k.dir_all);
     } else {
-        if (writer.key == NULL || nested) {
-            free(writer.key);
+        if (writer.key == NULL)
             return 1;
-        }
         /* Its deletion, or its downgrade to a reader (a put of the key). */
         if (strlen(writer.key) == writer.key_len) {
             w->ahead = writer.key;
