@@ -142,6 +142,7 @@ static void rw_waiting_writer_holds_back_readers(void)
     dlock_lock *r1, *r2;
     test_acquirer wa, ra;
     pthread_t tw, tr;
+    uint64_t fence;
 
     CHECK_RC(dlock_acquire(&r1, c, "order", &ro), DLOCK_OK);
     test_acquirer_init(&wa, c2, "order", kind_opts(DLOCK_KIND_WRITE, 60000));
@@ -153,15 +154,17 @@ static void rw_waiting_writer_holds_back_readers(void)
     CHECK(pthread_create(&tr, NULL, test_acquirer_main, &ra) == 0);
     wait_queued("order", 3);
     CHECK(!atomic_load(&wa.done) && !atomic_load(&ra.done));
+    fence = dlock_lock_fence(r1);
     CHECK_RC(dlock_release(r1), DLOCK_OK);
     CHECK(pthread_join(tw, NULL) == 0);
     CHECK_RC(wa.rc, DLOCK_OK);
-    CHECK(dlock_lock_fence(wa.lock) > dlock_lock_fence(r1));
+    CHECK(dlock_lock_fence(wa.lock) > fence);
+    fence = dlock_lock_fence(wa.lock);
     CHECK(!atomic_load(&ra.done));
     CHECK_RC(dlock_release(wa.lock), DLOCK_OK);
     CHECK(pthread_join(tr, NULL) == 0);
     CHECK_RC(ra.rc, DLOCK_OK);
-    CHECK(dlock_lock_fence(ra.lock) > dlock_lock_fence(wa.lock));
+    CHECK(dlock_lock_fence(ra.lock) > fence);
     CHECK_RC(dlock_release(ra.lock), DLOCK_OK);
     wait_queued("order", 0);
     dlock_client_free(c3);
@@ -518,6 +521,7 @@ static void multi_all_at_once(void)
     multi_waiter m = {0};
     dlock_lock *held, *b;
     pthread_t t;
+    uint64_t fence;
 
     CHECK_RC(dlock_acquire(&held, c2, "mc", &o), DLOCK_OK);
     m.c = c;
@@ -529,12 +533,13 @@ static void multi_all_at_once(void)
     }
     CHECK_RC(dlock_acquire(&b, c2, "mb", &o), DLOCK_OK);
     CHECK_RC(dlock_release(b), DLOCK_OK);
+    fence = dlock_lock_fence(held);
     CHECK_RC(dlock_release(held), DLOCK_OK);
     CHECK(pthread_join(t, NULL) == 0);
     CHECK_RC(m.rc, DLOCK_OK);
     CHECK(dlock_lock_fence_at(m.lock, 0) == dlock_lock_fence_at(m.lock, 2));
     CHECK(dlock_lock_fence_at(m.lock, 1) == dlock_lock_fence_at(m.lock, 2));
-    CHECK(dlock_lock_fence_at(m.lock, 2) > dlock_lock_fence(held));
+    CHECK(dlock_lock_fence_at(m.lock, 2) > fence);
     CHECK_RC(dlock_acquire(&b, c2, "ma", &o), DLOCK_EBUSY);
     CHECK_RC(dlock_release(m.lock), DLOCK_OK);
     CHECK(queued("ma") + queued("mb") + queued("mc") == 0);
