@@ -296,12 +296,13 @@ int dlock__etcd_set_permits(void *arg, const char *name, int permits)
 /* ---- a try that will not wait ------------------------------------------------ */
 
 /*
- * Queue our key and read, in the same txn and so at the same revision, the
- * keys of the queue and N; keep the key if it holds, else revoke its lease,
- * which takes the key with it: a busy try leaves nothing behind. The key
- * may be seen by others for the moment it exists; it is behind all of
- * them, so it can only keep out a try that comes after it, never let
- * anyone in.
+ * Read the queue and N; when they keep us out, busy, with nothing written.
+ * Else queue our key and read, in the same txn and so at the same
+ * revision, the keys of the queue and N again; keep the key if it holds,
+ * else revoke its lease, which takes the key with it: a busy try leaves
+ * nothing behind. The key may be seen by others for the moment it exists;
+ * it is behind all of them, so it can only keep out a try that comes after
+ * it, never let anyone in.
  */
 int dlock__etcd_try_shared(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__etcd_keys *k,
                            int kind, const char *owner, uint64_t *fence, int64_t *retry_ms)
@@ -315,6 +316,20 @@ int dlock__etcd_try_shared(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock_
     w.kind = kind;
     w.k = *k;
     *retry_ms = -1;
+    /* First a read: when the queue as it is already keeps us out, the try
+     * is busy without a write, and no key of ours ever shows. */
+    rc = dlock__etcd_be_call(be, c, "/v3/kv/txn",
+                             json_pack("{s:o}", "success", dlock__etcd_look_ops(k, 0)), &reply);
+    if (rc != DLOCK_OK)
+        return rc;
+    held = dlock__etcd_look_decide(be, &w, reply, 0, INT64_MAX);
+    json_decref(reply);
+    reply = NULL;
+    free(w.ahead);
+    free(w.ahead_end);
+    w.ahead = w.ahead_end = NULL;
+    if (held != 1)
+        return held < 0 ? held : DLOCK_EBUSY;
     if ((rc = dlock__etcd_grant(be, c, k->lease, k->ttl)) != DLOCK_OK)
         return rc;
     put = json_pack("{s:{s:o, s:o, s:I}}", "request_put", "key", dlock__etcd_str(k->key),
