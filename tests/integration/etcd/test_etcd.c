@@ -998,6 +998,55 @@ static void cluster_kill_member_while_holding(void)
     stop_and_check_no_stray(&e);
 }
 
+/*
+ * The read-write lock on the cluster: a writer waits for a reader through
+ * a follower that is then killed. Its range watch of the reader's key moves
+ * to another member, from the same revision, and the reader's release (its
+ * lease is renewed, and far longer than the wait so far) lets it in.
+ */
+static void cluster_rw_writer_waits_through_kill(void)
+{
+    test_etcd e;
+    dlock_client *reader_c, *writer_c;
+    dlock_lock *r;
+    /* The writer waits for ever: only a wake-up can end its wait (no
+     * last try at a deadline), so a watch lost with the member hangs the
+     * test until ctest's timeout. */
+    dlock_acquire_options ro = test_opts(0, 30000, 1),
+                          wo = test_opts(DLOCK_WAIT_FOREVER, 30000, 0);
+    test_acquirer a;
+    pthread_t t;
+    char url[300];
+    uint64_t fence;
+    int used;
+
+    ro.kind = DLOCK_KIND_READ;
+    wo.kind = DLOCK_KIND_WRITE;
+    test_etcd_start(&e, 3, NULL);
+    used = (test_etcd_leader(&e) + 1) % 3; /* a follower */
+    url_first(url, sizeof(url), &e, used, -1);
+    writer_c = open_fast(url);
+    url_first(url, sizeof(url), &e, (used + 1) % 3, used);
+    reader_c = open_fast(url);
+    CHECK_RC(dlock_acquire(&r, reader_c, "rwk", &ro), DLOCK_OK);
+    fence = dlock_lock_fence(r);
+    test_acquirer_init(&a, writer_c, "rwk", wo);
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
+    for (int i = 0; i < 3000 && test_etcd_count(&e, "dlock/rwk/") != 2; i++)
+        test_sleep_ms(10);
+    CHECK(test_etcd_count(&e, "dlock/rwk/") == 2);
+    test_etcd_kill(&e, used);
+    CHECK(!atomic_load(&a.done));
+    CHECK_RC(dlock_release(r), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(a.rc, DLOCK_OK);
+    CHECK(dlock_lock_fence(a.lock) > fence);
+    CHECK_RC(dlock_release(a.lock), DLOCK_OK);
+    dlock_client_free(reader_c);
+    dlock_client_free(writer_c);
+    stop_and_check_no_stray(&e);
+}
+
 static void cluster_kill_member_while_waiting(void)
 {
     test_etcd e;
@@ -1340,6 +1389,7 @@ TEST_MAIN({"codec", codec, NULL}, {"url_and_open_errors", url_and_open_errors, N
           {"tls_with_client_certificate", tls_with_client_certificate, NULL},
           {"cluster_kill_member_while_holding", cluster_kill_member_while_holding, "watchdog"},
           {"cluster_kill_member_while_waiting", cluster_kill_member_while_waiting, "watchdog"},
+          {"cluster_rw_writer_waits_through_kill", cluster_rw_writer_waits_through_kill, NULL},
           {"cluster_kill_leader", cluster_kill_leader, "watchdog"},
           {"cluster_restart_member", cluster_restart_member, NULL},
           {"cluster_stop_member", cluster_stop_member, "watchdog"},
