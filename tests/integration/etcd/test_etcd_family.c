@@ -67,6 +67,18 @@ static void wait_queued(const char *name, long long want)
     }
 }
 
+/* Release l: the waiter a (in thread t) then holds, with a fence above
+ * l's. */
+static void hand_over(dlock_lock *l, test_acquirer *a, pthread_t t)
+{
+    uint64_t fence = dlock_lock_fence(l);
+
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(a->rc, DLOCK_OK);
+    CHECK(dlock_lock_fence(a->lock) > fence);
+}
+
 /* ---- who is inside, across processes -------------------------------------- */
 
 typedef struct {
@@ -142,7 +154,6 @@ static void rw_waiting_writer_holds_back_readers(void)
     dlock_lock *r1, *r2;
     test_acquirer wa, ra;
     pthread_t tw, tr;
-    uint64_t fence;
 
     CHECK_RC(dlock_acquire(&r1, c, "order", &ro), DLOCK_OK);
     test_acquirer_init(&wa, c2, "order", kind_opts(DLOCK_KIND_WRITE, 60000));
@@ -154,17 +165,9 @@ static void rw_waiting_writer_holds_back_readers(void)
     CHECK(pthread_create(&tr, NULL, test_acquirer_main, &ra) == 0);
     wait_queued("order", 3);
     CHECK(!atomic_load(&wa.done) && !atomic_load(&ra.done));
-    fence = dlock_lock_fence(r1);
-    CHECK_RC(dlock_release(r1), DLOCK_OK);
-    CHECK(pthread_join(tw, NULL) == 0);
-    CHECK_RC(wa.rc, DLOCK_OK);
-    CHECK(dlock_lock_fence(wa.lock) > fence);
-    fence = dlock_lock_fence(wa.lock);
+    hand_over(r1, &wa, tw);
     CHECK(!atomic_load(&ra.done));
-    CHECK_RC(dlock_release(wa.lock), DLOCK_OK);
-    CHECK(pthread_join(tr, NULL) == 0);
-    CHECK_RC(ra.rc, DLOCK_OK);
-    CHECK(dlock_lock_fence(ra.lock) > fence);
+    hand_over(wa.lock, &ra, tr);
     CHECK_RC(dlock_release(ra.lock), DLOCK_OK);
     wait_queued("order", 0);
     dlock_client_free(c3);
@@ -243,10 +246,7 @@ static void rw_downgrade_in_place(void)
         dlock_acquire_options ro = kind_opts(DLOCK_KIND_READ, 0);
         CHECK_RC(dlock_acquire(&rd, c2, "grade", &ro), DLOCK_EBUSY);
     }
-    CHECK_RC(dlock_release(w), DLOCK_OK);
-    CHECK(pthread_join(t, NULL) == 0);
-    CHECK_RC(wa.rc, DLOCK_OK);
-    CHECK(dlock_lock_fence(wa.lock) > fence);
+    hand_over(w, &wa, t);
     CHECK_RC(dlock_release(wa.lock), DLOCK_OK);
     wait_queued("grade", 0);
     dlock_client_free(c2);
@@ -478,9 +478,7 @@ static void rw_owner_upgrade_refused(void)
     }
     CHECK_RC(dlock_acquire(&rd, c, "grade", &ro), DLOCK_EBUSY);
     CHECK(!atomic_load(&wa.done));
-    CHECK_RC(dlock_release(w), DLOCK_OK);
-    CHECK(pthread_join(t, NULL) == 0);
-    CHECK_RC(wa.rc, DLOCK_OK);
+    hand_over(w, &wa, t);
     CHECK_RC(dlock_release(wa.lock), DLOCK_OK);
     wait_queued("grade", 0);
     dlock_client_free(c2);
