@@ -778,9 +778,9 @@ typedef struct {
     int64_t ttl_ms;
 
     /* ---- Who holds it: recorded by each acquisition in the same round
-     * trip that takes the lock (etcd: plain mutexes and fair locks; Redis:
-     * every kind). has_holder is 0 when the lock is free or the holder left
-     * no record (another kind, an older dlock, a key set by hand); the
+     * trip that takes the lock (Redis and etcd: every kind). has_holder
+     * is 0 when the lock is free or the holder left no record (an older
+     * dlock, a key set by hand); the
      * fields below are then empty. When several hold the lock (readers,
      * permits, the handles of a reentrant owner), these are the oldest
      * holder's (the lowest fence): dlock_status_holders gives each. ---- */
@@ -833,7 +833,7 @@ typedef int (*dlock_list_cb)(const char *name, const dlock_lock_info *info, void
  * fence, ttl_ms and the holder fields of that holder: its own fence, its
  * own lease left (readers and permits have one each), its record. Nothing
  * is called for a free lock. All holders are read in one round trip.
- * A backend that keeps no list of holders (etcd, Redlock) calls cb once,
+ * A backend that keeps no list of holders (Redlock) calls cb once,
  * with dlock_status' answer, when the lock is held.
  *
  * Returns DLOCK_OK (also when cb stopped it by returning non-zero),
@@ -849,9 +849,9 @@ DLOCK_EXTERN int dlock_status_holders(dlock_client *client, const char *name, dl
  * no particular order. For operators: it scans the server (Redis: SCAN,
  * etcd: a range read), so it costs in proportion to the keys there, and a
  * lock taken or released meanwhile may be listed or not. Lists the locks
- * whose state dlock_status reads (etcd: plain mutexes and fair locks;
- * Redis: every kind, a read-write lock or semaphore once however many hold
- * it; each part of a multi-lock by its own name).
+ * whose state dlock_status reads (Redis and etcd: every kind, a read-write
+ * lock or semaphore once however many hold it; each part of a multi-lock
+ * by its own name).
  *
  * Returns DLOCK_OK, DLOCK_EINVAL (NULL client or cb, a prefix over
  * DLOCK_NAME_MAX bytes), DLOCK_ENOTSUP (a backend without a listing), or a

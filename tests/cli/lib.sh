@@ -327,7 +327,8 @@ gone() { ! alive "$1"; }
 #     queue but the holder's. Redis: 1 while a waiter holds NAME's hand-off
 #     slot (dlock:{NAME}:next), else 0 (Redis keeps no other trace of a
 #     waiter but its subscription).
-#   subscribed NAME: Redis only, the subscribers to NAME's release channel.
+#   subscribed NAME: on Redis the subscribers to NAME's release channel; on
+#   ZooKeeper, etcd and PostgreSQL the waiters (queued).
 # Test names are plain ASCII, so NAME needs no escaping in a key.
 # zk_children NAME: ZooKeeper only, the nodes in /dlock/NAME, one a line
 # (zkCli prints "[a, b]").
@@ -361,6 +362,8 @@ subscribed() {
     [ "$BACKEND" = postgres ] && { queued "$1"; return; }
     # ZooKeeper: a waiter's node in the queue carries its watch.
     [ "$BACKEND" = zk ] && { queued "$1"; return; }
+    # etcd: a waiter's key in the queue carries its watch.
+    [ "$BACKEND" = etcd ] && { queued "$1"; return; }
     redis-cli -h "${HOSTPORT%:*}" -p "${HOSTPORT##*:}" PUBSUB NUMSUB "dlock:{$1}:release" | sed -n 2p
 }
 queued_is() { [ "$(queued "$1")" = "$2" ]; }

@@ -99,8 +99,9 @@ err:
 /* ---- acquire ------------------------------------------------------------ */
 
 /* Every kind etcd serves (caps) is a queue of keys: the plain mutex, the
- * fair lock (the same queue: first come, first served), and an election,
- * whose keys hold the candidates' identities. */
+ * fair lock (the same queue: first come, first served), an election, whose
+ * keys hold the candidates' identities, and the read-write lock and the
+ * semaphore, whose keys' values say their kind (etcd_family.c). */
 static int etcd_acquire(void *arg, const dlock_request *req, void *watch,
                         dlock_acquire_result *out)
 {
@@ -111,13 +112,33 @@ static int etcd_acquire(void *arg, const dlock_request *req, void *watch,
     /* A lock key holds "CLIENT-NAME HOLDER" (the client name has no space),
      * written by the put that queues it: the holder record costs no round
      * trip. A candidate's key holds its identity, for observers. */
-    if (req->kind != DLOCK_KIND_LEADER && req->holder != NULL &&
-        asprintf(&value, "%s %s", be->value, req->holder) < 0)
+    const char *mark = req->kind == DLOCK_KIND_READ        ? "=r "
+                       : req->kind == DLOCK_KIND_WRITE     ? "=w "
+                       : req->kind == DLOCK_KIND_SEMAPHORE ? "=s "
+                                                           : "";
+    /* A reader's owner id ends its value (nested reads, upgrades refused:
+     * etcd_family.c). */
+    int owned = req->kind == DLOCK_KIND_READ && req->owner != NULL;
+    if (req->kind != DLOCK_KIND_LEADER &&
+        asprintf(&value, "%s%s%s%s%s%s", mark, be->value, req->holder != NULL ? " " : "",
+                 req->holder != NULL ? req->holder : "", owned ? "\n" : "",
+                 owned ? req->owner : "") < 0)
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    if ((rc = dlock__etcd_owner_conflict(be, req)) != DLOCK_OK) {
+        free(value);
+        return rc;
+    }
+    /* An owner that holds the lock re-enters it (etcd_owner.c). */
+    if ((rc = dlock__etcd_reenter(be, req, &out->fence)) != 0) {
+        free(value);
+        return rc == 1 ? DLOCK_OK : rc;
+    }
     rc = dlock__etcd_acquire_as(be, req->name, req->token, req->lease_ms,
-                                req->kind == DLOCK_KIND_LEADER ? req->identity : value, watch,
-                                &out->fence, &out->retry_ms);
+                                req->kind == DLOCK_KIND_LEADER ? req->identity : value, req->kind,
+                                req->permits, watch, &out->fence, &out->retry_ms);
     free(value);
+    if (rc == DLOCK_OK)
+        rc = dlock__etcd_hold_add(be, req, out->fence);
     return rc;
 }
 
@@ -154,6 +175,8 @@ static int etcd_release(void *arg, const dlock_request *req)
     int64_t deleted = 0, lease = 0, ttl = 0;
     int rc, found = 0;
 
+    if (dlock__etcd_owner_mode(req))
+        return dlock__etcd_hold_release(be, req);
     dlock__etcd_held_get(be, owner, &lease, &ttl);
     dlock__etcd_held_drop(be, owner);
     if ((rc = dlock__etcd_keys_make(&k, be, name, owner, 1)) != DLOCK_OK)
@@ -215,7 +238,8 @@ static int etcd_check(void *arg, const dlock_request *req)
 
     if ((rc = dlock__etcd_keys_make(&k, be, name, owner, 1)) != DLOCK_OK)
         return rc;
-    if ((rc = dlock__etcd_conn_get(be->http, &c)) == DLOCK_OK) {
+    if ((rc = dlock__etcd_hold_key(&k, req)) == DLOCK_OK &&
+        (rc = dlock__etcd_conn_get(be->http, &c)) == DLOCK_OK) {
         rc = read_own_key(be, c, k.key, &kv);
         rc = rc == 1 ? DLOCK_OK : rc == 0 ? DLOCK_ELOST : rc;
         dlock__etcd_conn_put(be->http, c);
@@ -272,6 +296,8 @@ static int etcd_extend(void *arg, const dlock_request *req)
     int64_t held = 0, held_ttl = 0;
     int rc, alive = 0;
 
+    if (dlock__etcd_owner_mode(req))
+        return dlock__etcd_hold_extend(be, req);
     if ((rc = dlock__etcd_keys_make(&k, be, name, owner, lease_ms)) != DLOCK_OK)
         return rc;
     dlock__etcd_held_get(be, owner, &held, &held_ttl);
@@ -329,6 +355,8 @@ static int etcd_renew(void *arg, dlock_renewal *items, size_t n)
         int64_t held = 0, held_ttl = 0;
         rc = dlock__etcd_keys_make(&keys[i], be, items[i].req->name, items[i].req->token,
                                    items[i].req->lease_ms);
+        if (rc == DLOCK_OK)
+            rc = dlock__etcd_hold_key(&keys[i], items[i].req);
         /* A spare's lease (of this TTL), else the one derived from the token. */
         dlock__etcd_held_get(be, items[i].req->token, &held, &held_ttl);
         ids[i] = held != 0 && held_ttl == keys[i].ttl ? held : keys[i].lease;
@@ -390,105 +418,126 @@ done:
     return rc;
 }
 
-/* ---- status ---------------------------------------------------------------- */
+/* ---- status ------------------------------------------------------------------ */
 
 /*
- * The holder is the first key of the directory; its create revision is the
- * fence. etcd keeps no counter per name: when nobody holds the lock, the
- * fence of the last holder is not known and 0 is reported (docs/etcd.md).
+ * The holders are the first key of the directory, or each reader or permit
+ * holder (etcd_family.c); each one's create revision is its fence. etcd
+ * keeps no counter per name: when nobody holds the lock, the fence of the
+ * last holder is not known and 0 is reported (docs/etcd.md).
  */
-/* The holder record in a lock key's value, "CLIENT-NAME HOLDER"
- * (etcd_acquire), into out; a value without one (a candidate's identity, a
- * key of an older dlock) leaves no holder. */
-static void parse_value(const json_t *range_reply, size_t i, dlock_lock_info *out)
+static void info_of(const dlock__etcd_holder *h, size_t n, dlock_lock_info *out)
 {
-    char *value = NULL, *sp;
-    size_t len = 0;
-
-    if (dlock__etcd_kv_value_at(range_reply, i, &value, &len) == 0 &&
-        (sp = memchr(value, ' ', len)) != NULL)
-        dlock_holder_parse(out, sp + 1, len - (size_t)(sp + 1 - value));
-    free(value);
+    memset(out, 0, sizeof(*out));
+    if (n == 0)
+        return;
+    /* The oldest holder's record, the longest lease left among them. */
+    *out = h[0].info;
+    for (size_t i = 1; i < n; i++)
+        if (h[i].info.ttl_ms > out->ttl_ms)
+            out->ttl_ms = h[i].info.ttl_ms;
+    if (h[0].info.kind == DLOCK_KIND_MUTEX) {
+        /* A mutex, fair lock or election: the core counts the one holder. */
+        out->holders = 0;
+        out->kind = -1;
+    } else {
+        out->holders = (int)n;
+    }
 }
 
-static int read_holder(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__etcd_keys *k,
-                       dlock_lock_info *out, dlock__etcd_kv *holder)
+static int read_holders(dlock__etcd_be *be, const char *name, int ttl, dlock__etcd_keys *k,
+                        dlock__etcd_conn **c, dlock__etcd_holder **h, size_t *n)
 {
-    json_t *reply, *range = dlock__etcd_range_first(k);
-    int rc, found;
+    int rc;
 
-    memset(out, 0, sizeof(*out));
-    /* With the value, for the holder record. */
-    if (range != NULL)
-        json_object_set_new(range, "keys_only", json_false());
-    rc = dlock__etcd_be_call(be, c, "/v3/kv/range", range, &reply);
-    if (rc != DLOCK_OK)
+    *h = NULL;
+    *n = 0;
+    *c = NULL;
+    if ((rc = dlock__etcd_keys_make(k, be, name, NULL, 0)) != DLOCK_OK)
         return rc;
-    found = dlock__etcd_read_kv(be, reply, holder, "range");
-    if (found > 0)
-        parse_value(reply, 0, out);
-    json_decref(reply);
-    if (found <= 0)
-        return found;
-    out->held = 1;
-    out->fence = (uint64_t)holder->create_revision;
-    if ((rc = dlock__etcd_lease_left(be, c, holder->lease, &out->ttl_ms)) != DLOCK_OK)
+    if ((rc = dlock__etcd_conn_get(be->http, c)) != DLOCK_OK) {
+        *c = NULL;
         return rc;
-    return DLOCK_OK;
+    }
+    return dlock__etcd_holders_read(be, *c, k, ttl, h, n);
+}
+
+static void read_done(dlock__etcd_be *be, dlock__etcd_keys *k, dlock__etcd_conn *c,
+                      dlock__etcd_holder *h, size_t n)
+{
+    dlock__etcd_holders_free(h, n);
+    if (c != NULL)
+        dlock__etcd_conn_put(be->http, c);
+    dlock__etcd_keys_free(k);
 }
 
 static int etcd_status(void *arg, const char *name, dlock_lock_info *out)
 {
     dlock__etcd_be *be = arg;
     dlock__etcd_conn *c;
-    dlock__etcd_kv holder = {0};
+    dlock__etcd_holder *h;
     dlock__etcd_keys k;
-    int rc;
+    size_t n;
+    int rc = read_holders(be, name, 1, &k, &c, &h, &n);
 
-    if ((rc = dlock__etcd_keys_make(&k, be, name, NULL, 0)) != DLOCK_OK)
-        return rc;
-    if ((rc = dlock__etcd_conn_get(be->http, &c)) == DLOCK_OK) {
-        rc = read_holder(be, c, &k, out, &holder);
-        dlock__etcd_conn_put(be->http, c);
-    }
-    free(holder.key);
-    dlock__etcd_keys_free(&k);
+    if (rc == DLOCK_OK)
+        info_of(h, n, out);
+    read_done(be, &k, c, h, n);
     return rc;
 }
 
-/* Delete the holder's key (if it is still the same key) and its lease. The
- * next in the queue, watching it, then holds the lock. */
+static int etcd_holders(void *arg, const char *name, dlock_list_cb cb, void *payload)
+{
+    dlock__etcd_be *be = arg;
+    dlock__etcd_conn *c;
+    dlock__etcd_holder *h;
+    dlock__etcd_keys k;
+    dlock_lock_info all;
+    size_t n;
+    int rc = read_holders(be, name, 1, &k, &c, &h, &n);
+
+    if (rc == DLOCK_OK) {
+        info_of(h, n, &all);
+        for (size_t i = 0; i < n; i++) {
+            dlock_lock_info one = h[i].info;
+            one.holders = all.holders;
+            one.kind = all.kind;
+            if (cb(name, &one, payload) != 0)
+                break;
+        }
+    }
+    read_done(be, &k, c, h, n);
+    return rc;
+}
+
+/* Delete every holder's key (if it is still the same key) and its lease.
+ * The waiters, watching those keys, then look again. */
 static int etcd_force_release(void *arg, const char *name, dlock_lock_info *removed)
 {
     dlock__etcd_be *be = arg;
     dlock__etcd_conn *c;
-    dlock__etcd_kv holder = {0};
-    json_t *reply = NULL;
+    dlock__etcd_holder *h;
     dlock__etcd_keys k;
-    int rc;
+    size_t n;
+    int rc = read_holders(be, name, 1, &k, &c, &h, &n);
 
-    if ((rc = dlock__etcd_keys_make(&k, be, name, NULL, 0)) != DLOCK_OK)
-        return rc;
-    if ((rc = dlock__etcd_conn_get(be->http, &c)) != DLOCK_OK) {
-        dlock__etcd_keys_free(&k);
-        return rc;
-    }
-    rc = read_holder(be, c, &k, removed, &holder);
-    if (rc == DLOCK_OK && removed->held) {
+    if (rc == DLOCK_OK)
+        info_of(h, n, removed);
+    for (size_t i = 0; rc == DLOCK_OK && i < n; i++) {
+        const dlock__etcd_kv *kv = &h[i].kv;
+        json_t *reply = NULL;
         rc = dlock__etcd_be_call(
             be, c, "/v3/kv/txn",
             json_pack("{s:[{s:o, s:s, s:s, s:I}], s:[{s:{s:o}}]}", "compare", "key",
-                      dlock__etcd_bytes(holder.key, holder.key_len), "target", "CREATE", "result",
-                      "EQUAL", "create_revision", (json_int_t)holder.create_revision, "success",
-                      "request_delete_range", "key", dlock__etcd_bytes(holder.key, holder.key_len)),
+                      dlock__etcd_bytes(kv->key, kv->key_len), "target", "CREATE", "result",
+                      "EQUAL", "create_revision", (json_int_t)kv->create_revision, "success",
+                      "request_delete_range", "key", dlock__etcd_bytes(kv->key, kv->key_len)),
             &reply);
         json_decref(reply);
-        if (rc == DLOCK_OK && holder.lease != 0)
-            dlock__etcd_lease_revoke(be, c, holder.lease);
+        if (rc == DLOCK_OK && kv->lease != 0)
+            dlock__etcd_lease_revoke(be, c, kv->lease);
     }
-    dlock__etcd_conn_put(be->http, c);
-    free(holder.key);
-    dlock__etcd_keys_free(&k);
+    read_done(be, &k, c, h, n);
     return rc;
 }
 
@@ -523,37 +572,29 @@ static int name_of_key(const dlock__etcd_kv *kv, size_t plen, char name[DLOCK_NA
     return n > 0 && strlen(name) == n ? 0 : -1;
 }
 
-/* Tell cb about the holder of name, key i of the range reply. */
-static int list_one(dlock__etcd_be *be, dlock__etcd_conn *c, const json_t *reply, size_t i,
-                    const dlock__etcd_kv *kv, const char *name, dlock_list_cb cb, void *payload,
+/* Tell cb about name as status reads it (all its holders), if held. */
+static int list_one(dlock__etcd_be *be, const char *name, dlock_list_cb cb, void *payload,
                     int *stop)
 {
     dlock_lock_info info;
-    int rc;
+    int rc = etcd_status(be, name, &info);
 
-    memset(&info, 0, sizeof(info));
-    info.held = 1;
-    info.fence = (uint64_t)kv->create_revision;
-    parse_value(reply, i, &info);
-    if ((rc = dlock__etcd_lease_left(be, c, kv->lease, &info.ttl_ms)) == DLOCK_OK)
+    if (rc == DLOCK_OK && info.held)
         *stop = cb(name, &info, payload) != 0;
     return rc;
 }
 
 /*
- * One range read of every key under the prefix, in key order, so that each
- * lock's keys come together; the one with the lowest create revision is
- * its holder (status's rule). Then each holder's lease left, a round trip
- * each.
+ * One keys-only range read of every key under the prefix, in key order, so
+ * that each lock's keys come together; then each lock's status (its
+ * holders and their leases left), a read and a round trip per holder each.
  */
 static int etcd_list(void *arg, const char *name_prefix, dlock_list_cb cb, void *payload)
 {
     dlock__etcd_be *be = arg;
     char *dir = dlock__etcd_dir(be->prefix, name_prefix), *end = NULL;
-    char name[DLOCK_NAME_MAX + 1], held[DLOCK_NAME_MAX + 1] = "";
+    char name[DLOCK_NAME_MAX + 1], seen[DLOCK_NAME_MAX + 1] = "";
     dlock__etcd_conn *c = NULL;
-    dlock__etcd_kv holder = {0};
-    size_t holder_at = 0;
     json_t *reply = NULL;
     size_t plen = strlen(be->prefix);
     int rc, stop = 0;
@@ -569,9 +610,11 @@ static int etcd_list(void *arg, const char *name_prefix, dlock_list_cb cb, void 
     if ((rc = dlock__etcd_conn_get(be->http, &c)) != DLOCK_OK)
         goto out;
     rc = dlock__etcd_be_call(be, c, "/v3/kv/range",
-                             json_pack("{s:o, s:o}", "key", dlock__etcd_str(dir), "range_end",
-                                       dlock__etcd_str(end)),
+                             json_pack("{s:o, s:o, s:b}", "key", dlock__etcd_str(dir), "range_end",
+                                       dlock__etcd_str(end), "keys_only", 1),
                              &reply);
+    dlock__etcd_conn_put(be->http, c);
+    c = NULL;
     for (size_t i = 0; rc == DLOCK_OK && !stop; i++) {
         dlock__etcd_kv kv;
         int found = dlock__etcd_kv_at(reply, i, &kv);
@@ -580,28 +623,12 @@ static int etcd_list(void *arg, const char *name_prefix, dlock_list_cb cb, void 
             rc = dlock__etcd_bad_reply(be, "range");
         if (found <= 0)
             break;
-        if (name_of_key(&kv, plen, name) != 0) {
-            free(kv.key);
-            continue;
+        if (name_of_key(&kv, plen, name) == 0 && strcmp(name, seen) != 0) {
+            snprintf(seen, sizeof(seen), "%s", name);
+            rc = list_one(be, name, cb, payload, &stop);
         }
-        if (strcmp(name, held) != 0 || holder.key == NULL) {
-            if (holder.key != NULL)
-                rc = list_one(be, c, reply, holder_at, &holder, held, cb, payload, &stop);
-            free(holder.key);
-            holder = kv;
-            holder_at = i;
-            snprintf(held, sizeof(held), "%s", name);
-        } else if (kv.create_revision < holder.create_revision) {
-            free(holder.key);
-            holder = kv;
-            holder_at = i;
-        } else {
-            free(kv.key);
-        }
+        free(kv.key);
     }
-    if (rc == DLOCK_OK && !stop && holder.key != NULL)
-        rc = list_one(be, c, reply, holder_at, &holder, held, cb, payload, &stop);
-    free(holder.key);
 out:
     json_decref(reply);
     if (c != NULL)
@@ -613,17 +640,16 @@ out:
 
 static const char *const etcd_schemes[] = {"etcd", "etcds", NULL};
 
-/* Designated: the calls this backend leaves out (downgrade, permits, atomic
- * multi-locks) stay NULL, and its caps keep the core from asking. */
+/* Designated: every optional call is served. */
 const dlock_backend dlock__etcd_backend = {
     .version = DLOCK_BACKEND_VERSION,
     .size = sizeof(dlock_backend),
     .name = "etcd",
     .schemes = etcd_schemes,
-    /* Owner ids, read-write locks and semaphores are not implemented on
-     * etcd (docs/etcd.md). */
     .caps = DLOCK_CAP_KIND(DLOCK_KIND_MUTEX) | DLOCK_CAP_KIND(DLOCK_KIND_FAIR) |
-            DLOCK_CAP_KIND(DLOCK_KIND_LEADER),
+            DLOCK_CAP_KIND(DLOCK_KIND_LEADER) | DLOCK_CAP_KIND(DLOCK_KIND_READ) |
+            DLOCK_CAP_KIND(DLOCK_KIND_WRITE) | DLOCK_CAP_KIND(DLOCK_KIND_SEMAPHORE) |
+            DLOCK_CAP_OWNER_IDS,
     .open = etcd_open,
     .close = etcd_close,
     .acquire = etcd_acquire,
@@ -638,6 +664,11 @@ const dlock_backend dlock__etcd_backend = {
     .status = etcd_status,
     .force_release = etcd_force_release,
     .list = etcd_list,
+    .holders = etcd_holders,
+    .downgrade = dlock__etcd_downgrade,
+    .set_permits = dlock__etcd_set_permits,
+    .multi_atomic = dlock__etcd_multi_atomic,
+    .multi_acquire = dlock__etcd_multi_acquire,
     .leader_get = dlock__etcd_leader_get,
     .observe_begin = dlock__etcd_observe_begin,
 };

@@ -18,6 +18,10 @@
  *   etcd_elect.c  leader election: the leader, and an observer's start
  *   etcd_spare.c  spare leases granted ahead of need, and the leases the
  *                 acquisitions hold (release is one revoke)
+ *   etcd_owner.c  owner ids and reentrancy: hold keys beside the queue
+ *   etcd_family.c the read-write lock and the semaphore in the same queue:
+ *                 kinds in the values, who of the queue holds, a
+ *                 semaphore's N, downgrade, and the holders status reads
  */
 #ifndef DLOCK_ETCD_INT_H
 #define DLOCK_ETCD_INT_H
@@ -43,7 +47,10 @@ typedef struct {
 
 typedef struct {
     char *dir;     /* prefix + escaped name + '/' */
-    char *dir_end; /* end of the directory's key range */
+    char *dir_end; /* end of the queue's key range: dir + "g", past the 16
+                    * hex digits of every queued key; a semaphore's N
+                    * (dir + "permits") is outside it */
+    char *dir_all; /* end of every key of the name (the queue and N) */
     char *key;     /* dir + id: this owner's key */
     int64_t ttl;   /* seconds */
     int64_t lease;
@@ -139,7 +146,12 @@ typedef struct {
     int64_t keepalive_at;  /* next keepalive while waiting */
     int64_t myrev;         /* our key's create revision, 0 when not known */
     int won;               /* the last acquire through this watch took the lock */
+    int kind;              /* DLOCK_KIND_*: READ and SEMAPHORE decide in
+                            * etcd_family.c */
+    int permits;           /* SEMAPHORE: N to store when none is */
     char *ahead;           /* the key to wait for, NULL when none */
+    char *ahead_end;       /* NULL: wait for ahead's deletion; else wake on any
+                            * change of the keys from ahead to ahead_end */
     int64_t ahead_from;    /* watch it from this revision */
     dlock__etcd_stream *stream;
     int stream_failures;   /* in a row, for the back-off */
@@ -155,10 +167,16 @@ typedef struct {
 } dlock__etcd_watch;
 
 /* Acquire once (w NULL: a try that never waits) or as a try of the waiting
- * acquisition w. value: what the key holds (NULL: the client name). */
+ * acquisition w. value: what the key holds (NULL: the client name). kind
+ * and permits as in dlock_request. */
 int dlock__etcd_acquire_as(dlock__etcd_be *be, const char *name, const char *owner,
-                           int64_t lease_ms, const char *value, dlock__etcd_watch *w,
-                           uint64_t *fence, int64_t *retry_ms);
+                           int64_t lease_ms, const char *value, int kind, int permits,
+                           dlock__etcd_watch *w, uint64_t *fence, int64_t *retry_ms);
+
+/* The backend's multi_atomic and multi_acquire: all names in one txn. */
+int dlock__etcd_multi_atomic(void *arg, const dlock_request *reqs, size_t n);
+int dlock__etcd_multi_acquire(void *arg, const dlock_request *reqs, size_t n, uint64_t *fences,
+                              dlock_acquire_result *out);
 
 /* A new waiting state for name, with its wake-up eventfd. */
 int dlock__etcd_watch_new(const char *name, dlock__etcd_watch **out);
@@ -168,6 +186,66 @@ int dlock__etcd_watch_begin(void *arg, const dlock_request *req, void **watch);
 int dlock__etcd_watch_wait(void *arg, void *watch, int64_t timeout_ms);
 void dlock__etcd_watch_end(void *arg, void *watch);
 void dlock__etcd_watch_wake(void *arg, void *watch);
+
+/* ---- etcd_family.c: read-write locks and semaphores ---------------------- */
+
+/* The kinds that share a lock (READ, SEMAPHORE) decide here; the others
+ * hold when their key is first. */
+int dlock__etcd_shared_kind(int kind);
+/* The kind a key's value names ('=r ', '=w ', '=s '), DLOCK_KIND_MUTEX for
+ * any other value; *rest the text after the mark. */
+int dlock__etcd_value_kind(const char *value, size_t len, size_t *rest);
+/* The owner id at the end of a reader's value, or NULL (*olen its length). */
+const char *dlock__etcd_value_owner(const char *v, size_t len, size_t *olen);
+/* The ops that read, in a txn, what a shared kind's decision needs: the
+ * keys ahead of rev (0: every key) with their values, and N. */
+json_t *dlock__etcd_look_ops(const dlock__etcd_keys *k, int64_t rev);
+/* Decide from the reply of txn ops[at], ops[at + 1] (dlock__etcd_look_ops)
+ * whether the key of create revision myrev holds w->kind: 1 held, 0 not
+ * (w->ahead, w->ahead_end, w->ahead_from set for the wait, or cleared to
+ * look again at once), or an error. */
+int dlock__etcd_look_decide(dlock__etcd_be *be, dlock__etcd_watch *w, const json_t *reply,
+                            size_t at, int64_t myrev);
+/* A semaphore's N before the first try: stored, else set from permits. */
+int dlock__etcd_permits_ensure(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__etcd_keys *k,
+                               int permits);
+/* A try that will not wait, for a shared kind: queue, look, and leave
+ * again when it does not hold. */
+int dlock__etcd_try_shared(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__etcd_keys *k,
+                           int kind, const char *owner, uint64_t *fence, int64_t *retry_ms);
+int dlock__etcd_downgrade(void *arg, const dlock_request *req);
+int dlock__etcd_set_permits(void *arg, const char *name, int permits);
+
+/* One holder found by dlock__etcd_holders_read. */
+typedef struct {
+    dlock__etcd_kv kv;
+    dlock_lock_info info; /* held, fence, holder record, kind; no ttl yet */
+} dlock__etcd_holder;
+
+/* Who holds name: the first key, or each reader or permit holder. *out
+ * (malloc'd, *n entries; free each kv.key) is empty for a free lock. With
+ * ttl, each holder's lease left too. */
+int dlock__etcd_holders_read(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__etcd_keys *k,
+                             int ttl, dlock__etcd_holder **out, size_t *n);
+void dlock__etcd_holders_free(dlock__etcd_holder *h, size_t n);
+
+/* ---- etcd_owner.c: owner ids -------------------------------------------- */
+
+/* req keeps a hold key (an owner id, an exclusive kind). */
+int dlock__etcd_owner_mode(const dlock_request *req);
+/* In owner mode, k->key (the queue key) becomes the hold key. */
+int dlock__etcd_hold_key(dlock__etcd_keys *k, const dlock_request *req);
+/* Re-enter a lock req->owner holds: 1 (and *fence), 0 not held by it (go
+ * on as usual), or an error (DLOCK_EMISUSE when reentrant is off). */
+int dlock__etcd_reenter(dlock__etcd_be *be, const dlock_request *req, uint64_t *fence);
+/* After the queue gave req the lock: its hold key, on the lock's lease. */
+int dlock__etcd_hold_add(dlock__etcd_be *be, const dlock_request *req, uint64_t fence);
+int dlock__etcd_hold_release(dlock__etcd_be *be, const dlock_request *req);
+int dlock__etcd_hold_extend(dlock__etcd_be *be, const dlock_request *req);
+/* A read-write acquisition with an owner id that holds the other side:
+ * DLOCK_EMISUSE (an upgrade would wait for itself; a read under one's own
+ * write lock is a downgrade). */
+int dlock__etcd_owner_conflict(dlock__etcd_be *be, const dlock_request *req);
 
 /* ---- etcd_elect.c: leader election --------------------------------------- */
 

@@ -62,6 +62,7 @@ void dlock__etcd_keys_free(dlock__etcd_keys *k)
 {
     free(k->dir);
     free(k->dir_end);
+    free(k->dir_all);
     free(k->key);
     memset(k, 0, sizeof(*k));
 }
@@ -73,9 +74,11 @@ int dlock__etcd_keys_make(dlock__etcd_keys *k, const dlock__etcd_be *be, const c
     memset(k, 0, sizeof(*k));
     k->value = be->value;
     k->dir = dlock__etcd_dir(be->prefix, name);
-    k->dir_end = k->dir != NULL ? dlock__etcd_prefix_end(k->dir) : NULL;
-    if (k->dir_end == NULL)
+    k->dir_all = k->dir != NULL ? dlock__etcd_prefix_end(k->dir) : NULL;
+    if (k->dir_all == NULL || asprintf(&k->dir_end, "%sg", k->dir) < 0) {
+        k->dir_end = NULL;
         goto oom;
+    }
     if (owner != NULL) {
         size_t n = strlen(k->dir) + 17;
         k->key = malloc(n);

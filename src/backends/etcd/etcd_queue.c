@@ -311,6 +311,40 @@ static int promote(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w
     return rc;
 }
 
+/* Our key holds: at the holder's lease (promote), and the fence is its
+ * create revision. */
+static int won(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w, uint64_t *fence,
+               int64_t *retry_ms)
+{
+    int rc;
+
+    if (w->hold_lease != w->k.lease && (rc = promote(be, c, w)) != DLOCK_OK) {
+        if (rc != DLOCK_ELOST)
+            return rc;
+        /* Our key is gone: queue again, at once. */
+        w->myrev = 0;
+        *retry_ms = 0;
+        return DLOCK_EBUSY;
+    }
+    w->won = 1;
+    *fence = (uint64_t)w->myrev;
+    return DLOCK_OK;
+}
+
+/* What dlock__etcd_look_decide said (decided) for a shared kind. */
+static int shared_decided(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w,
+                          int decided, uint64_t *fence, int64_t *retry_ms)
+{
+    if (decided < 0)
+        return decided;
+    if (decided == 1)
+        return won(be, c, w, fence, retry_ms);
+    /* Asleep until the watch says something changed; without a key to
+     * watch (it went between our reads), look again at once. */
+    *retry_ms = w->ahead != NULL ? INT64_MAX : 0;
+    return DLOCK_EBUSY;
+}
+
 /*
  * A try of a waiting acquisition. The lease is refreshed in it (granted on
  * the first try, kept alive on later ones), after the core noted the time it
@@ -329,17 +363,18 @@ static int try_queued(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch
     dlock__etcd_kv first = {0}, ahead = {0};
     json_t *reply = NULL;
     int64_t sent = dlock__now_ms(), rev;
-    int rc, found;
+    int rc, found, shared = dlock__etcd_shared_kind(w->kind);
 
     if (w->granted && w->myrev > 0) {
         /* The keepalive and a read-only txn (no raft write), at once: one
          * round trip after the wake-up, not two. */
         char ka[48];
-        json_t *txn = json_pack("{s:[{s:o, s:s, s:s, s:I}], s:[o, o]}", "compare", "key",
+        json_t *look = shared ? dlock__etcd_look_ops(k, w->myrev)
+                              : json_pack("[o, o]", dlock__etcd_as_op(dlock__etcd_range_first(k)),
+                                          dlock__etcd_as_op(dlock__etcd_range_ahead(k, w->myrev)));
+        json_t *txn = json_pack("{s:[{s:o, s:s, s:s, s:I}], s:o}", "compare", "key",
                                 dlock__etcd_str(k->key), "target", "CREATE", "result", "EQUAL",
-                                "create_revision", (json_int_t)w->myrev, "success",
-                                dlock__etcd_as_op(dlock__etcd_range_first(k)),
-                                dlock__etcd_as_op(dlock__etcd_range_ahead(k, w->myrev)));
+                                "create_revision", (json_int_t)w->myrev, "success", look);
         char *body = txn != NULL ? json_dumps(txn, JSON_COMPACT) : NULL;
         dlock__etcd_pair p = {{"/v3/lease/keepalive", "/v3/kv/txn"}, {ka, body}, {1, 0},
                               {NULL, NULL}, {0, 0}, {0, 0}};
@@ -372,6 +407,10 @@ static int try_queued(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch
             json_decref(reply);
             reply = NULL;
             w->myrev = 0;
+        } else if (shared) {
+            rc = dlock__etcd_look_decide(be, w, reply, 0, w->myrev);
+            json_decref(reply);
+            return shared_decided(be, c, w, rc, fence, retry_ms);
         } else {
             found = dlock__etcd_read_kv(be, dlock__etcd_txn_op(reply, 0, "response_range"), &first,
                                         "the acquire txn");
@@ -406,6 +445,18 @@ static int try_queued(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch
 
     if ((rc = enqueue(be, c, w, &first)) != DLOCK_OK)
         return rc;
+    if (shared) {
+        /* Who is ahead, and of which kind: one more read. */
+        free(first.key);
+        rc = dlock__etcd_be_call(be, c, "/v3/kv/txn",
+                                 json_pack("{s:o}", "success", dlock__etcd_look_ops(k, w->myrev)),
+                                 &reply);
+        if (rc != DLOCK_OK)
+            return rc;
+        rc = dlock__etcd_look_decide(be, w, reply, 0, w->myrev);
+        json_decref(reply);
+        return shared_decided(be, c, w, rc, fence, retry_ms);
+    }
     if (first.create_revision != w->myrev) {
         /* Not first: find the key just ahead, to watch it. */
         rc = dlock__etcd_be_call(be, c, "/v3/kv/range", dlock__etcd_range_ahead(k, w->myrev),
@@ -429,21 +480,12 @@ decide:
     if (first.create_revision == w->myrev && dlock__etcd_same_key(&first, k->key)) {
         free(first.key);
         free(ahead.key);
-        if (w->hold_lease != k->lease && (rc = promote(be, c, w)) != DLOCK_OK) {
-            if (rc != DLOCK_ELOST)
-                return rc;
-            /* Our key is gone: queue again, at once. */
-            w->myrev = 0;
-            *retry_ms = 0;
-            return DLOCK_EBUSY;
-        }
-        w->won = 1;
-        *fence = (uint64_t)w->myrev;
-        return DLOCK_OK;
+        return won(be, c, w, fence, retry_ms);
     }
     free(first.key);
     free(w->ahead);
-    w->ahead = NULL;
+    free(w->ahead_end);
+    w->ahead = w->ahead_end = NULL;
     if (ahead.key != NULL && strlen(ahead.key) == ahead.key_len) {
         /* The watch from the next revision on cannot miss its deletion. */
         w->ahead = ahead.key;
@@ -459,8 +501,8 @@ decide:
 
 /* value: what the key holds (NULL: the client name). */
 int dlock__etcd_acquire_as(dlock__etcd_be *be, const char *name, const char *owner,
-                           int64_t lease_ms, const char *value, dlock__etcd_watch *w,
-                           uint64_t *fence, int64_t *retry_ms)
+                           int64_t lease_ms, const char *value, int kind, int permits,
+                           dlock__etcd_watch *w, uint64_t *fence, int64_t *retry_ms)
 {
     dlock__etcd_conn *c;
     dlock__etcd_keys k;
@@ -472,7 +514,12 @@ int dlock__etcd_acquire_as(dlock__etcd_be *be, const char *name, const char *own
         if ((rc = dlock__etcd_keys_make(&k, be, name, owner, lease_ms)) == DLOCK_OK) {
             if (value != NULL)
                 k.value = value;
-            rc = try_once(be, c, &k, owner, fence, retry_ms);
+            if (kind == DLOCK_KIND_SEMAPHORE)
+                rc = dlock__etcd_permits_ensure(be, c, &k, permits);
+            if (rc == DLOCK_OK && dlock__etcd_shared_kind(kind))
+                rc = dlock__etcd_try_shared(be, c, &k, kind, owner, fence, retry_ms);
+            else if (rc == DLOCK_OK)
+                rc = try_once(be, c, &k, owner, fence, retry_ms);
         }
         dlock__etcd_keys_free(&k);
     } else {
@@ -491,6 +538,12 @@ int dlock__etcd_acquire_as(dlock__etcd_be *be, const char *name, const char *own
                 else
                     w->k.value = w->value;
             }
+            w->kind = kind;
+            w->permits = permits;
+            if (rc == DLOCK_OK && kind == DLOCK_KIND_SEMAPHORE)
+                rc = dlock__etcd_permits_ensure(be, c, &w->k, permits);
+            if (rc != DLOCK_OK)
+                dlock__etcd_keys_free(&w->k); /* the next try starts again */
         }
         if (rc == DLOCK_OK)
             rc = try_queued(be, c, w, fence, retry_ms);
@@ -501,3 +554,131 @@ int dlock__etcd_acquire_as(dlock__etcd_be *be, const char *name, const char *own
     return rc;
 }
 
+
+/* ---- multi-locks ------------------------------------------------------- */
+
+/* etcd's txn is atomic across keys: any plain mutexes, up to a txn's
+ * operations (etcd's --max-txn-ops, 128 by default: a compare and a put
+ * per name). */
+int dlock__etcd_multi_atomic(void *arg, const dlock_request *reqs, size_t n)
+{
+    (void)arg;
+    for (size_t i = 0; i < n; i++)
+        if (reqs[i].kind != DLOCK_KIND_MUTEX || reqs[i].owner != NULL)
+            return 0;
+    return n <= 64;
+}
+
+/*
+ * One txn for all names: if every directory is empty, put every key, each
+ * on its part's own lease (the watchdog renews and the release revokes
+ * them one by one, as separate locks), and each name's fence is the txn's
+ * revision; else read every directory's first key, for which name was busy
+ * (or, after a lost reply, to find our own keys). The leases are granted
+ * first, one round trip each, and revoked again when the names are busy.
+ */
+int dlock__etcd_multi_acquire(void *arg, const dlock_request *reqs, size_t n, uint64_t *fences,
+                              dlock_acquire_result *out)
+{
+    dlock__etcd_be *be = arg;
+    dlock__etcd_keys *k = calloc(n, sizeof(*k));
+    char **values = calloc(n, sizeof(*values));
+    json_t *cmp = json_array(), *put = json_array(), *look = json_array(), *reply = NULL;
+    dlock__etcd_conn *c = NULL;
+    size_t mine = 0, busy = n;
+    int rc = DLOCK_OK;
+
+    out->retry_ms = -1;
+    if (k == NULL || values == NULL || cmp == NULL || put == NULL || look == NULL) {
+        rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n && rc == DLOCK_OK; i++) {
+        if ((rc = dlock__etcd_keys_make(&k[i], be, reqs[i].name, reqs[i].token,
+                                        reqs[i].lease_ms)) != DLOCK_OK)
+            break;
+        if (asprintf(&values[i], "%s%s%s", be->value, reqs[i].holder != NULL ? " " : "",
+                     reqs[i].holder != NULL ? reqs[i].holder : "") < 0) {
+            values[i] = NULL;
+            rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+            break;
+        }
+        if (json_array_append_new(cmp, json_pack("{s:o, s:o, s:s, s:s, s:I}", "key",
+                                                 dlock__etcd_str(k[i].dir), "range_end",
+                                                 dlock__etcd_str(k[i].dir_end), "target",
+                                                 "CREATE", "result", "EQUAL", "create_revision",
+                                                 (json_int_t)0)) != 0 ||
+            json_array_append_new(put, json_pack("{s:{s:o, s:o, s:I}}", "request_put", "key",
+                                                 dlock__etcd_str(k[i].key), "value",
+                                                 dlock__etcd_str(values[i]), "lease",
+                                                 (json_int_t)k[i].lease)) != 0 ||
+            json_array_append_new(look, dlock__etcd_as_op(dlock__etcd_range_first(&k[i]))) != 0)
+            rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+    }
+    if (rc != DLOCK_OK || (rc = dlock__etcd_conn_get(be->http, &c)) != DLOCK_OK) {
+        c = NULL;
+        goto out;
+    }
+    for (size_t i = 0; i < n && rc == DLOCK_OK; i++)
+        rc = dlock__etcd_grant(be, c, k[i].lease, k[i].ttl);
+    if (rc == DLOCK_OK) {
+        rc = dlock__etcd_be_call(be, c, "/v3/kv/txn",
+                                 json_pack("{s:O, s:O, s:O}", "compare", cmp, "success", put,
+                                           "failure", look),
+                                 &reply);
+    }
+    if (rc == DLOCK_OK && json_is_true(json_object_get(reply, "succeeded"))) {
+        int64_t rev = dlock__etcd_revision(reply);
+        if (rev <= 0)
+            rc = dlock__etcd_bad_reply(be, "the multi-lock txn (no revision)");
+        for (size_t i = 0; i < n && rc == DLOCK_OK; i++) {
+            fences[i] = (uint64_t)rev;
+            rc = dlock__etcd_held_set(be, reqs[i].token, k[i].lease, k[i].ttl);
+        }
+        goto out;
+    }
+    for (size_t i = 0; i < n && rc == DLOCK_OK; i++) {
+        dlock__etcd_kv first = {0};
+        int found = dlock__etcd_read_kv(be, dlock__etcd_txn_op(reply, i, "response_range"), &first,
+                                        "the multi-lock txn");
+        if (found < 0) {
+            rc = found;
+        } else if (found == 1 && dlock__etcd_same_key(&first, k[i].key)) {
+            fences[i] = (uint64_t)first.create_revision; /* ours: a lost reply */
+            mine++;
+        } else if (busy == n) {
+            busy = i;
+            if (found == 1)
+                dlock__etcd_lease_left(be, c, first.lease, &out->retry_ms);
+            else
+                out->retry_ms = 0; /* it went between the compare and the read */
+        }
+        free(first.key);
+    }
+    if (rc == DLOCK_OK && mine == n) {
+        for (size_t i = 0; i < n && rc == DLOCK_OK; i++)
+            rc = dlock__etcd_held_set(be, reqs[i].token, k[i].lease, k[i].ttl);
+        goto out;
+    }
+    /* Busy (or failed): the leases go again, with any key of ours. */
+    for (size_t i = 0; i < n; i++)
+        dlock__etcd_lease_revoke(be, c, k[i].lease);
+    if (rc == DLOCK_OK) {
+        out->busy = busy < n ? busy : 0;
+        rc = DLOCK_EBUSY;
+    }
+out:
+    json_decref(reply);
+    json_decref(cmp);
+    json_decref(put);
+    json_decref(look);
+    if (c != NULL)
+        dlock__etcd_conn_put(be->http, c);
+    for (size_t i = 0; k != NULL && i < n; i++)
+        dlock__etcd_keys_free(&k[i]);
+    for (size_t i = 0; values != NULL && i < n; i++)
+        free(values[i]);
+    free(k);
+    free(values);
+    return rc;
+}

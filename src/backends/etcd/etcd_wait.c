@@ -98,6 +98,40 @@ static void sleep_ms(dlock__etcd_watch *w, int64_t ms)
  */
 static int observe_wait(dlock__etcd_be *be, dlock__etcd_watch *w, int64_t end);
 
+/* For a waiter with no key in the queue: the holder's key as the key to
+ * wait for, from the revision of the read on. 1 when the lock is free. */
+static int watch_holder(dlock__etcd_be *be, dlock__etcd_watch *w)
+{
+    dlock__etcd_conn *c;
+    dlock__etcd_keys k;
+    dlock__etcd_kv first = {0};
+    json_t *reply = NULL;
+    int rc;
+
+    if ((rc = dlock__etcd_keys_make(&k, be, w->name, NULL, 0)) != DLOCK_OK)
+        return rc;
+    if ((rc = dlock__etcd_conn_get(be->http, &c)) == DLOCK_OK) {
+        rc = dlock__etcd_be_call(be, c, "/v3/kv/range", dlock__etcd_range_first(&k), &reply);
+        dlock__etcd_conn_put(be->http, c);
+    }
+    if (rc == DLOCK_OK)
+        rc = dlock__etcd_read_kv(be, reply, &first, "range");
+    if (rc == 1 && strlen(first.key) == first.key_len) {
+        w->ahead = first.key;
+        w->ahead_from = dlock__etcd_revision(reply) + 1;
+        first.key = NULL;
+        rc = 0;
+    } else if (rc == 1) {
+        rc = -1;
+    } else if (rc == 0) {
+        rc = 1;
+    }
+    free(first.key);
+    json_decref(reply);
+    dlock__etcd_keys_free(&k);
+    return rc;
+}
+
 int dlock__etcd_watch_wait(void *arg, void *watch, int64_t timeout_ms)
 {
     dlock__etcd_be *be = arg;
@@ -116,11 +150,24 @@ int dlock__etcd_watch_wait(void *arg, void *watch, int64_t timeout_ms)
         now = dlock__now_ms();
         if (now >= end)
             return DLOCK_ETIMEOUT;
-        if (w->k.key == NULL || !w->granted) {
+        if (w->k.key == NULL && w->ahead == NULL) {
+            /* No key of ours queued (an atomic multi-lock's waiter): watch
+             * the holder's key. */
+            int free_now = watch_holder(be, w);
+            if (free_now == 1)
+                return DLOCK_OK;
+            if (free_now < 0) {
+                sleep_ms(w, end - now < 1000 ? end - now : 1000);
+                return DLOCK_ETIMEOUT;
+            }
+        }
+        if (w->k.key != NULL && !w->granted) {
             sleep_ms(w, end - now < 1000 ? end - now : 1000);
             return DLOCK_ETIMEOUT;
         }
-        if (now >= w->keepalive_at) {
+        if (w->k.key == NULL) {
+            w->keepalive_at = INT64_MAX; /* no lease of ours to keep alive */
+        } else if (now >= w->keepalive_at) {
             dlock__etcd_conn *c;
             int alive = 0, rc;
             if ((rc = dlock__etcd_conn_get(be->http, &c)) != DLOCK_OK)
@@ -157,7 +204,8 @@ int dlock__etcd_watch_wait(void *arg, void *watch, int64_t timeout_ms)
                 sleep_ms(w, (until < w->stream_retry_at ? until : w->stream_retry_at) - now);
                 continue;
             }
-            if (dlock__etcd_stream_open(&w->stream, be->http, w->ahead, NULL, w->ahead_from) !=
+            if (dlock__etcd_stream_open(&w->stream, be->http, w->ahead, w->ahead_end,
+                                        w->ahead_from) !=
                 DLOCK_OK) {
                 w->stream_retry_at = now + 100;
                 continue;
@@ -167,7 +215,8 @@ int dlock__etcd_watch_wait(void *arg, void *watch, int64_t timeout_ms)
         if (state == DLOCK__ETCD_STREAM_DELETED || state == DLOCK__ETCD_STREAM_CANCELED) {
             close_stream(w);
             free(w->ahead);
-            w->ahead = NULL;
+            free(w->ahead_end);
+            w->ahead = w->ahead_end = NULL;
             w->stream_failures = 0;
             return DLOCK_OK;
         }
@@ -207,6 +256,7 @@ void dlock__etcd_watch_end(void *arg, void *watch)
         close(w->wake_fd);
     dlock__etcd_keys_free(&w->k);
     free(w->ahead);
+    free(w->ahead_end);
     free(w->value);
     free(w->name);
     free(w);

@@ -206,12 +206,11 @@ static void wait_not_held(test_server *s, const char *name)
     CHECK(!test_server_held(s, name));
 }
 
-/* The backends that serve owner ids (DLOCK_CAP_OWNER_IDS): all but etcd
+/* The backends that serve owner ids (DLOCK_CAP_OWNER_IDS): all but MySQL
  * and the out-of-tree plainredis. */
 static int serves_owner_ids(const test_server *s)
 {
-    return strcmp(s->backend, "etcd") != 0 && strcmp(s->backend, "plainredis") != 0 &&
-           strcmp(s->backend, "mysql") != 0;
+    return strcmp(s->backend, "plainredis") != 0 && strcmp(s->backend, "mysql") != 0;
 }
 
 /* Owner ids: the same owner re-enters from another client with the same

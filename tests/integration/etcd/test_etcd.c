@@ -502,43 +502,11 @@ static void release_wakes_one_waiter(void)
     test_etcd_stop(&e);
 }
 
-/* ---- the lock family: fair locks and leader election ------------------------ */
+/* ---- the lock family: fair locks and leader election (the others:
+ * test_etcd_family.c) ---------------------------------------------------------- */
 
-/* Read-write locks, semaphores and owner ids are not on etcd: refused with
- * DLOCK_ENOTSUP, naming the backend, before anything reaches the server. */
-static void family_kinds_not_on_etcd(void)
-{
-    test_etcd e;
-    dlock_client *c;
-    dlock_lock *l = NULL;
-    dlock_acquire_options o = test_opts(0, 2000, 1);
-
-    test_etcd_start(&e, 1, NULL);
-    c = open_client(&e);
-    o.kind = DLOCK_KIND_READ;
-    CHECK_RC(dlock_acquire(&l, c, "fam", &o), DLOCK_ENOTSUP);
-    CHECK_CONTAINS(dlock_error_message(), "etcd backend does not implement read-write locks");
-    o.kind = DLOCK_KIND_SEMAPHORE;
-    o.permits = 2;
-    CHECK_RC(dlock_acquire(&l, c, "fam", &o), DLOCK_ENOTSUP);
-    CHECK_CONTAINS(dlock_error_message(), "etcd backend does not implement semaphores");
-    o.kind = DLOCK_KIND_MUTEX;
-    o.permits = 0;
-    o.owner = "worker-1";
-    o.reentrant = 1;
-    CHECK_RC(dlock_acquire(&l, c, "fam", &o), DLOCK_ENOTSUP);
-    CHECK_CONTAINS(dlock_error_message(), "etcd backend does not implement owner ids");
-    o.wait_ms = 1000; /* refused as well before it would wait */
-    CHECK_RC(dlock_acquire(&l, c, "fam", &o), DLOCK_ENOTSUP);
-    CHECK(l == NULL);
-    CHECK(test_etcd_count(&e, "") == 0);
-    CHECK(test_etcd_leases(&e) == 0);
-    dlock_client_free(c);
-    test_etcd_stop(&e);
-}
-
-/* A multi-lock: the names one by one in their global order, all released
- * together; a busy name gives back those already taken. */
+/* A multi-lock: the names in one txn, all released together; a busy name
+ * leaves nothing taken. */
 static void multi_lock(void)
 {
     test_etcd e;
@@ -560,7 +528,7 @@ static void multi_lock(void)
     CHECK_RC(dlock_acquire(&one, c2, "c", &o), DLOCK_OK);
     CHECK_RC(dlock_acquire_multi(&m2, c, names, 3, &o), DLOCK_EBUSY);
     CHECK(m2 == NULL);
-    CHECK(test_etcd_count(&e, "dlock/") == 1); /* a and b given back */
+    CHECK(test_etcd_count(&e, "dlock/") == 1); /* a and b never taken */
     CHECK_RC(dlock_release(one), DLOCK_OK);
     dlock_client_free(c);
     dlock_client_free(c2);
@@ -1165,6 +1133,55 @@ static void cluster_kill_member_while_holding(void)
     stop_and_check_no_stray(&e);
 }
 
+/*
+ * The read-write lock on the cluster: a writer waits for a reader through
+ * a follower that is then killed. Its range watch of the reader's key moves
+ * to another member, from the same revision, and the reader's release (its
+ * lease is renewed, and far longer than the wait so far) lets it in.
+ */
+static void cluster_rw_writer_waits_through_kill(void)
+{
+    test_etcd e;
+    dlock_client *reader_c, *writer_c;
+    dlock_lock *r;
+    /* The writer waits for ever: only a wake-up can end its wait (no
+     * last try at a deadline), so a watch lost with the member hangs the
+     * test until ctest's timeout. */
+    dlock_acquire_options ro = test_opts(0, 30000, 1),
+                          wo = test_opts(DLOCK_WAIT_FOREVER, 30000, 0);
+    test_acquirer a;
+    pthread_t t;
+    char url[300];
+    uint64_t fence;
+    int used;
+
+    ro.kind = DLOCK_KIND_READ;
+    wo.kind = DLOCK_KIND_WRITE;
+    test_etcd_start(&e, 3, NULL);
+    used = (test_etcd_leader(&e) + 1) % 3; /* a follower */
+    url_first(url, sizeof(url), &e, used, -1);
+    writer_c = open_fast(url);
+    url_first(url, sizeof(url), &e, (used + 1) % 3, used);
+    reader_c = open_fast(url);
+    CHECK_RC(dlock_acquire(&r, reader_c, "rwk", &ro), DLOCK_OK);
+    fence = dlock_lock_fence(r);
+    test_acquirer_init(&a, writer_c, "rwk", wo);
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
+    for (int i = 0; i < 3000 && test_etcd_count(&e, "dlock/rwk/") != 2; i++)
+        test_sleep_ms(10);
+    CHECK(test_etcd_count(&e, "dlock/rwk/") == 2);
+    test_etcd_kill(&e, used);
+    CHECK(!atomic_load(&a.done));
+    CHECK_RC(dlock_release(r), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(a.rc, DLOCK_OK);
+    CHECK(dlock_lock_fence(a.lock) > fence);
+    CHECK_RC(dlock_release(a.lock), DLOCK_OK);
+    dlock_client_free(reader_c);
+    dlock_client_free(writer_c);
+    stop_and_check_no_stray(&e);
+}
+
 static void cluster_kill_member_while_waiting(void)
 {
     test_etcd e;
@@ -1499,7 +1516,6 @@ TEST_MAIN({"codec", codec, NULL}, {"url_and_open_errors", url_and_open_errors, N
           {"on_lost_when_key_deleted", on_lost_when_key_deleted, "watchdog"},
           {"waiter_woken_by_release", waiter_woken_by_release, "watchdog"},
           {"release_wakes_one_waiter", release_wakes_one_waiter, "watchdog"},
-          {"family_kinds_not_on_etcd", family_kinds_not_on_etcd, NULL},
           {"fair_lock_in_order", fair_lock_in_order, "watchdog"}, {"leader_election", leader_election, "watchdog"},
           {"status_fence_semantics", status_fence_semantics, NULL},
           {"multi_lock", multi_lock, NULL},
@@ -1510,6 +1526,7 @@ TEST_MAIN({"codec", codec, NULL}, {"url_and_open_errors", url_and_open_errors, N
           {"tls_with_client_certificate", tls_with_client_certificate, NULL},
           {"cluster_kill_member_while_holding", cluster_kill_member_while_holding, "watchdog"},
           {"cluster_kill_member_while_waiting", cluster_kill_member_while_waiting, "watchdog"},
+          {"cluster_rw_writer_waits_through_kill", cluster_rw_writer_waits_through_kill, NULL},
           {"cluster_kill_leader", cluster_kill_leader, "watchdog"},
           {"cluster_restart_member", cluster_restart_member, NULL},
           {"cluster_stop_member", cluster_stop_member, "watchdog"},
