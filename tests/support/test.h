@@ -359,6 +359,29 @@ void test_cluster_finish_slot(test_cluster *c, int slot, int to);
 /* Run a command on the node serving key's slot (as test_redis_cmd). */
 long long test_cluster_cmd(test_cluster *c, const char *key, const char *fmt, ...);
 
+/* ---- ACL users (test_acl.c) ---- */
+
+/* The README's minimal ACL (Security), as it is written there, and what
+ * docs/family.md adds for the other kinds of the lock family. */
+#define TEST_ACL_README                                                                            \
+    "resetkeys ~dlock:* resetchannels &dlock:* -@all +evalsha +eval +get +set +incr +pexpire "    \
+    "+pttl +del +publish +exists +subscribe +unsubscribe +client|setname +select"
+#define TEST_ACL_FAMILY                                                                            \
+    "+time +exists +pttl +pexpire +hset +hget +hdel +hlen +hexists +hvals +zadd +zrem +zscore "   \
+    "+zcard +zrange +zrangebyscore +publish"
+
+/* ACL SETUSER user reset on >pass RULES... on r (rules separated by
+ * spaces, each one argument), as the default user; exits on an error. */
+void test_acl_setuser(test_redis *r, const char *user, const char *pass, const char *rules);
+
+/* The lock family through url (with connect_timeout_ms connect_ms): a
+ * mutex (check, busy, a waiter woken by the release with a greater fence,
+ * extend, status, force release), two readers then a writer, a semaphore
+ * of 2, a fair lock, a multi-lock of one hash tag, and the mutex's fence
+ * going on after all that. Returns 0, or the step that failed with its code
+ * and message (size bytes) set. */
+int test_acl_scenario(const char *url, int64_t connect_ms, int *code, char *msg, size_t size);
+
 /* ---- either backend: the scenarios every backend must pass
  * (tests/integration/core) see the server only through these ---- */
 

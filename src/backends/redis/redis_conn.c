@@ -685,6 +685,8 @@ static _Thread_local struct {
     int wanted;
     long long wait_ms;
     char where[128];
+    int code;        /* not DLOCK_OK: WAIT itself was refused, */
+    char error[320]; /* with this message */
 } wait_result;
 
 int dlock__redis_wait_short(void)
@@ -694,6 +696,9 @@ int dlock__redis_wait_short(void)
 
 int dlock__redis_wait_fail(const char *what)
 {
+    if (wait_result.code != DLOCK_OK)
+        return dlock__fail(wait_result.code, "%s (WAIT, for min_replicas=%d): %s",
+                           wait_result.error, wait_result.wanted, what);
     return dlock__fail(DLOCK_ESERVER, "%s: %lld of %d replicas acknowledged the write within "
                        "%lld ms (min_replicas=%d): %s", wait_result.where, wait_result.acked,
                        wait_result.wanted, wait_result.wait_ms, wait_result.wanted, what);
@@ -741,10 +746,21 @@ static int command_once(dlock__redis_conn *conn, redisReply **out, int argc, con
         if (r->len >= 8 && strncmp(r->str, "NOSCRIPT", 8) == 0)
             rc = DLOCK_ENOTSUP;
     } else if (wait && w->type == REDIS_REPLY_ERROR) {
-        rc = dlock__redis_conn_reply_error(conn, w);
+        /* WAIT refused (an ACL user without it): the script's write stands
+         * on the master, acknowledged by no one we know of. Short, so that
+         * the caller gives a hold back as for too few replicas, and fails
+         * with WAIT's own error (dlock__redis_wait_fail). */
+        wait_result.code = dlock__redis_conn_reply_error(conn, w);
+        snprintf(wait_result.error, sizeof(wait_result.error), "%s", dlock_error_message());
+        wait_result.short_of = 1;
+        wait_result.acked = 0;
+        wait_result.wanted = conn->min_replicas;
+        wait_result.wait_ms = conn->wait_ms;
+        snprintf(wait_result.where, sizeof(wait_result.where), "%s", conn->where);
     } else if (wait && w->type != REDIS_REPLY_INTEGER) {
         rc = bad_wait(conn, w);
     } else if (wait) {
+        wait_result.code = DLOCK_OK;
         wait_result.short_of = w->integer < conn->min_replicas;
         wait_result.acked = w->integer;
         wait_result.wanted = conn->min_replicas;

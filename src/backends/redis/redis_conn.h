@@ -148,15 +148,17 @@ int dlock__redis_conn_script(dlock__redis_conn *conn, const dlock__redis_script 
 
 /*
  * After the last dlock__redis_conn_script of this thread: 1 if it was
- * followed by WAIT and fewer than min_replicas replicas acknowledged (the
- * script's reply was still given back: the caller, which knows what the
+ * followed by WAIT and fewer than min_replicas replicas acknowledged, or
+ * WAIT was refused (an ACL user without it) (the script's reply was still
+ * given back: the caller, which knows what the
  * script took, gives it back and fails with dlock__redis_wait_fail), else 0.
  * Thread-local, as the script call is synchronous on the caller's thread.
  */
 int dlock__redis_wait_short(void);
 
 /* DLOCK_ESERVER, "WHERE: N of M replicas acknowledged the write within W ms
- * (min_replicas=M): what" (what: "the lock was released", ...). */
+ * (min_replicas=M): what" (what: "the lock was released", ...); when WAIT
+ * was refused, its error's code and text, then what. */
 int dlock__redis_wait_fail(const char *what);
 
 /*

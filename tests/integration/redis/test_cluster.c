@@ -410,9 +410,102 @@ static void partial_migration(void)
     test_cluster_stop(&t);
 }
 
+/* What a cluster client needs besides the README's and docs/family.md's
+ * rules (docs/redis-cluster.md): the slot map and ASK redirections. */
+#define CLUSTER_ACL "+cluster|slots +asking"
+
+/* Set an ACL user on every node of the cluster (ACL SETUSER is not
+ * propagated between nodes). */
+static void acl_setuser_all(test_cluster *t, const char *user, const char *rules)
+{
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++)
+    {
+        char pw[64];
+        snprintf(pw, sizeof(pw), "pw-%s", user);
+        test_acl_setuser(&t->nodes[i], user, pw, rules);
+    }
+}
+
+/*
+ * The minimal ACL on a cluster: a user with exactly the README's rules,
+ * docs/family.md's and CLUSTER_ACL, set on every node, runs the lock family
+ * (test_acl_scenario) with its fences, also across a slot moved to another
+ * master while held (MOVED, ASK: the holder's check and release follow).
+ * A user without CLUSTER SLOTS or without ASKING gets DLOCK_EAUTH naming
+ * the command, without EVALSHA the same.
+ */
+static void acl_minimal_user(void)
+{
+    test_cluster t;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 30000, 0);
+    char url[512], msg[1024];
+    int code, step, slot, from, to;
+
+    test_cluster_start(&t, NULL);
+    acl_setuser_all(&t, "dlock", TEST_ACL_README " " TEST_ACL_FAMILY " " CLUSTER_ACL);
+    acl_setuser_all(&t, "noslots", TEST_ACL_README " " TEST_ACL_FAMILY " +asking");
+    acl_setuser_all(&t, "noasking", TEST_ACL_README " " TEST_ACL_FAMILY " +cluster|slots");
+    acl_setuser_all(&t, "noevalsha", TEST_ACL_README " " TEST_ACL_FAMILY " " CLUSTER_ACL
+                                     " -evalsha");
+    snprintf(url, sizeof(url), "redis-cluster://dlock:pw-dlock@%s", t.url + 16);
+    step = test_acl_scenario(url, 2000, &code, msg, sizeof(msg));
+    if (step != 0) {
+        fprintf(stderr, "minimal ACL user on a cluster: step %d failed: %s\n", step, msg);
+        exit(1);
+    }
+    /* A held lock's slot half migrated: check and extend follow ASK with
+     * ASKING; then the slot is handed over and the release follows MOVED. */
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "acl-mv", &o), DLOCK_OK);
+    slot = test_cluster_slot(&t, "dlock:{acl-mv}");
+    from = test_cluster_owner(&t, slot);
+    to = (from + 1) % TEST_CLUSTER_NODES;
+    test_cluster_migrate_keys(&t, slot, to, 0);
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    CHECK_RC(dlock_lock_extend(l, 30000), DLOCK_OK);
+    test_cluster_finish_slot(&t, slot, to);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(test_redis_cmd(&t.nodes[to], "EXISTS dlock:{acl-mv}") == 0);
+
+    /* ASK met by a user without ASKING: a clear EAUTH, not a loop. */
+    CHECK_RC(dlock_acquire(&l, c, "acl-mv", &o), DLOCK_OK);
+    dlock_client_free(c);
+    snprintf(url, sizeof(url), "redis-cluster://noasking:pw-noasking@%s", t.url + 16);
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_OK);
+    {
+        dlock_lock_info info;
+        CHECK_RC(dlock_status(&info, c, "acl-mv"), DLOCK_OK); /* maps the slot */
+    }
+    test_cluster_migrate_keys(&t, slot, from, 0);
+    CHECK_RC(dlock_status(&(dlock_lock_info){0}, c, "acl-mv"), DLOCK_EAUTH);
+    fprintf(stderr, "without ASKING: %s\n", dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), "'asking'");
+    test_cluster_finish_slot(&t, slot, from);
+    dlock_client_free(c);
+
+    snprintf(url, sizeof(url), "redis-cluster://noslots:pw-noslots@%s", t.url + 16);
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "acl-x", &o), DLOCK_EAUTH);
+    fprintf(stderr, "without CLUSTER SLOTS: %s\n", dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), "'cluster|slots'");
+    dlock_client_free(c);
+
+    snprintf(url, sizeof(url), "redis-cluster://noevalsha:pw-noevalsha@%s", t.url + 16);
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "acl-x", &o), DLOCK_EAUTH);
+    fprintf(stderr, "without EVALSHA: %s\n", dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), "'evalsha'");
+    CHECK(strstr(dlock_error_message(), "pw-") == NULL);
+    dlock_client_free(c);
+    test_cluster_stop(&t);
+}
+
 TEST_MAIN({"url_errors", url_errors, NULL}, {"no_node", no_node, NULL},
           {"one_slot_per_lock", one_slot_per_lock, NULL}, {"multi_slots", multi_slots, NULL},
           {"renew_across_masters", renew_across_masters, "watchdog"},
           {"slot_moved_while_held", slot_moved_while_held, "watchdog"},
           {"ask_while_migrating", ask_while_migrating, NULL},
-          {"partial_migration", partial_migration, NULL})
+          {"partial_migration", partial_migration, NULL},
+          {"acl_minimal_user", acl_minimal_user, NULL})

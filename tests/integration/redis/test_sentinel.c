@@ -229,9 +229,166 @@ static void failover_syncing_0(void)
     check_min_replicas_0(TEST_SENTINEL_SYNCING);
 }
 
+/* ---- ACL users and the sentinels' password ------------------------------ */
+
+/* What a Sentinel client needs on the master besides the README's and
+ * docs/family.md's rules (docs/redis-sentinel.md): ROLE, to check that the
+ * node a sentinel named is the master, and WAIT for min_replicas. */
+#define SENTINEL_ACL "+role +wait"
+
+/* Set an ACL user on the master and both replicas (ACL SETUSER is not
+ * replicated: a promoted replica must have it already). */
+static void acl_setuser_all(test_sentinel *s, const char *user, const char *rules)
+{
+    for (int i = 0; i <= TEST_SENTINEL_REPLICAS; i++) {
+        char pw[64];
+        snprintf(pw, sizeof(pw), "pw-%s", user);
+        test_acl_setuser(&s->nodes[i], user, pw, rules);
+    }
+}
+
+static void acl_scenario_or_fail(const char *url, const char *when)
+{
+    char msg[1024];
+    int code, step = test_acl_scenario(url, 30000, &code, msg, sizeof(msg));
+
+    if (step != 0) {
+        fprintf(stderr, "minimal ACL user on Sentinel, %s: step %d failed: %s\n", when, step,
+                msg);
+        exit(1);
+    }
+}
+
+/*
+ * The minimal ACL through Sentinel: a user with exactly the README's rules,
+ * docs/family.md's and SENTINEL_ACL, on the master and both replicas, runs
+ * the lock family with its fences (test_acl_scenario); the master is
+ * SIGKILLed and the same user runs it again on the promoted replica, with
+ * the fences going on. A user without ROLE gets DLOCK_EAUTH naming it,
+ * without EVALSHA the same, without WAIT (min_replicas=1) too and its hold
+ * is gone; no message holds the password.
+ */
+static void acl_minimal_user(void)
+{
+    test_sentinel s;
+    dlock_client *c;
+    dlock_lock *l = NULL;
+    dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_acquire_options ao = test_opts(0, 120000, 0);
+    char url[700];
+    const char *hosts;
+    uint64_t before;
+    int promoted;
+
+    test_sentinel_start(&s, NULL, 1);
+    hosts = s.url + strlen("redis-sentinel://");
+    acl_setuser_all(&s, "dlock", TEST_ACL_README " " TEST_ACL_FAMILY " " SENTINEL_ACL);
+    acl_setuser_all(&s, "norole", TEST_ACL_README " " TEST_ACL_FAMILY " +wait");
+    acl_setuser_all(&s, "nowait", TEST_ACL_README " " TEST_ACL_FAMILY " +role");
+    acl_setuser_all(&s, "noevalsha", TEST_ACL_README " " TEST_ACL_FAMILY " " SENTINEL_ACL
+                                     " -evalsha");
+    snprintf(url, sizeof(url), "redis-sentinel://dlock:pw-dlock@%s?min_replicas=1", hosts);
+    acl_scenario_or_fail(url, "before a failover");
+    o.connect_timeout_ms = 30000;
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "acl-held", &ao), DLOCK_OK);
+    before = dlock_lock_fence(l);
+    promoted = test_sentinel_failover(&s);
+    CHECK(promoted > 0);
+    /* The hold was acknowledged by a replica (min_replicas=1): it is on the
+     * new master, and the same user checks and releases it there. */
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "acl-held", &ao), DLOCK_OK);
+    CHECK(dlock_lock_fence(l) > before);
+    CHECK(test_redis_cmd(&s.nodes[promoted], "EXISTS dlock:{acl-held}") == 1);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+    acl_scenario_or_fail(url, "after a failover");
+
+    o.connect_timeout_ms = 2000;
+    snprintf(url, sizeof(url), "redis-sentinel://norole:pw-norole@%s", hosts);
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_EAUTH);
+    fprintf(stderr, "without ROLE: %s\n", dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), "'role'");
+    CHECK(strstr(dlock_error_message(), "pw-") == NULL);
+    snprintf(url, sizeof(url), "redis-sentinel://noevalsha:pw-noevalsha@%s", hosts);
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "acl-x", &ao), DLOCK_EAUTH);
+    fprintf(stderr, "without EVALSHA: %s\n", dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), "'evalsha'");
+    CHECK(strstr(dlock_error_message(), "pw-") == NULL);
+    dlock_client_free(c);
+    /* min_replicas without WAIT: the acquire fails naming it, and the hold
+     * its script wrote is not left behind. */
+    snprintf(url, sizeof(url), "redis-sentinel://nowait:pw-nowait@%s?min_replicas=1", hosts);
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "acl-w", &ao), DLOCK_EAUTH);
+    fprintf(stderr, "without WAIT: %s\n", dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), "'wait'");
+    CHECK(test_redis_cmd(&s.nodes[promoted], "EXISTS dlock:{acl-w}") == 0);
+    dlock_client_free(c);
+    test_sentinel_stop(&s);
+}
+
+/*
+ * Sentinels that require a password (requirepass, set on each running
+ * sentinel with ACL SETUSER default): sentinel_password= is sent to them
+ * and the client finds the master; without it, or with a wrong one,
+ * DLOCK_EAUTH (not ECONN after trying the sentinels until the connect
+ * timeout), naming the sentinel and not the password. The master's own password (requirepass
+ * on the master and replicas, a different one) goes to the master only.
+ */
+static void sentinel_password(void)
+{
+    test_sentinel s;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+    char url[700], base[600];
+
+    test_sentinel_start(&s, NULL, 0);
+    snprintf(base, sizeof(base), "%.*s", (int)(strrchr(s.url, '/') - s.url), s.url);
+    for (int i = 0; i < TEST_SENTINELS; i++)
+        test_acl_setuser(&s.sentinels[i], "default", "sen-pw", "+@all ~* &*");
+    for (int i = 0; i <= TEST_SENTINEL_REPLICAS; i++)
+        test_acl_setuser(&s.nodes[i], "dlock", "master-pw", TEST_ACL_README " " SENTINEL_ACL);
+    o.connect_timeout_ms = 10000;
+
+    snprintf(url, sizeof(url), "redis-sentinel://dlock:master-pw@%s/dlock?sentinel_password="
+             "sen-pw", base + strlen("redis-sentinel://"));
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "spw", NULL), DLOCK_OK);
+    CHECK(test_redis_cmd(&s.nodes[0], "EXISTS dlock:{spw}") == 1);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+
+    snprintf(url, sizeof(url), "redis-sentinel://dlock:master-pw@%s/dlock",
+             base + strlen("redis-sentinel://"));
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_EAUTH);
+    fprintf(stderr, "no sentinel_password: %s\n", dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), "sentinel 127.0.0.1:");
+    CHECK_CONTAINS(dlock_error_message(), "NOAUTH");
+    snprintf(url, sizeof(url), "redis-sentinel://dlock:master-pw@%s/dlock?sentinel_password="
+             "wrong-pw", base + strlen("redis-sentinel://"));
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_EAUTH);
+    fprintf(stderr, "wrong sentinel_password: %s\n", dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), "sentinel 127.0.0.1:");
+    CHECK(strstr(dlock_error_message(), "wrong-pw") == NULL);
+    /* The sentinels' password is not the master's. */
+    snprintf(url, sizeof(url), "redis-sentinel://dlock:sen-pw@%s/dlock?sentinel_password="
+             "sen-pw", base + strlen("redis-sentinel://"));
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_EAUTH);
+    CHECK_CONTAINS(dlock_error_message(), "WRONGPASS");
+    CHECK_CONTAINS(dlock_error_message(), "master");
+    test_sentinel_stop(&s);
+}
+
 TEST_MAIN({"url_errors", url_errors, NULL}, {"unknown_master", unknown_master, NULL},
           {"min_replicas_wait", min_replicas_wait, NULL},
           {"failover_synced_1", failover_synced_1, NULL},
           {"failover_synced_0", failover_synced_0, NULL},
           {"failover_syncing_1", failover_syncing_1, NULL},
-          {"failover_syncing_0", failover_syncing_0, NULL})
+          {"failover_syncing_0", failover_syncing_0, NULL},
+          {"acl_minimal_user", acl_minimal_user, NULL},
+          {"sentinel_password", sentinel_password, NULL})
