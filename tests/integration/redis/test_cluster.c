@@ -410,6 +410,100 @@ static void partial_migration(void)
     test_cluster_stop(&t);
 }
 
+typedef struct {
+    dlock_lock *lock;
+    atomic_int done;
+    int rc;
+    char msg[512];
+} releaser;
+
+static void *release_main(void *arg)
+{
+    releaser *r = arg;
+
+    r->rc = dlock_release(r->lock);
+    snprintf(r->msg, sizeof(r->msg), "%s", dlock_error_message());
+    atomic_store(&r->done, 1);
+    return NULL;
+}
+
+/* The release r answered TRYAGAIN (more than tries so far) and still
+ * waiting 3 s later. */
+static void wait_tryagain(test_cluster *t, long long tries, releaser *r)
+{
+    for (int i = 0; i < 3000 && redirections(t, "TRYAGAIN") - tries < 3; i++)
+        test_sleep_ms(10);
+    CHECK(redirections(t, "TRYAGAIN") - tries >= 3);
+    test_sleep_ms(3000);
+    if (atomic_load(&r->done))
+        fprintf(stderr, "the release returned %s: %s\n", dlock_strerror(r->rc), r->msg);
+    CHECK(!atomic_load(&r->done));
+}
+
+/*
+ * A release in a slot set MIGRATING / IMPORTING by hand (CLUSTER SETSLOT),
+ * the lock's keys still on the source: its script declares keys that are
+ * there (the lock, its counter) and keys that are not (the hand-off entry),
+ * so the source answers TRYAGAIN. The release waits and retries within its
+ * command timeout instead of failing: it is still under way 3 s after the
+ * first TRYAGAIN answers, and once the keys are moved and the slot handed over
+ * it succeeds on the new master (the lock is gone there). The same with
+ * a held fair lock (its release script once ran on the source and stopped
+ * at its first derived key not there: "non local key") and the migration
+ * undone (SETSLOT STABLE on both sides) instead of completed.
+ */
+static void release_in_half_migrated_slot(void)
+{
+    test_cluster t;
+    dlock_client *c;
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_acquire_options o = test_opts(0, 60000, 0);
+    releaser r = {0};
+    pthread_t th;
+    int slot, from, to;
+    long long tries;
+
+    test_cluster_start(&t, NULL);
+    co.command_timeout_ms = 60000;
+    CHECK_RC(dlock_client_open(&c, t.url, &co), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&r.lock, c, "hm", &o), DLOCK_OK);
+    slot = test_cluster_slot(&t, "dlock:{hm}");
+    from = test_cluster_owner(&t, slot);
+    to = (from + 1) % TEST_CLUSTER_NODES;
+    test_cluster_mark_migrating(&t, slot, to);
+    tries = redirections(&t, "TRYAGAIN");
+    CHECK(pthread_create(&th, NULL, release_main, &r) == 0);
+    /* TRYAGAIN answers, and 3 s on the release still waits (the router
+     * once gave up after 64 tries, 1.3 s). */
+    wait_tryagain(&t, tries, &r);
+    CHECK(test_redis_cmd(&t.nodes[from], "EXISTS dlock:{hm}") == 1);
+    test_cluster_migrate_keys(&t, slot, to, 0);
+    test_cluster_finish_slot(&t, slot, to);
+    CHECK(pthread_join(th, NULL) == 0);
+    fprintf(stderr, "release across the migration: %s after %lld TRYAGAIN answers (%s)\n",
+            dlock_strerror(r.rc), redirections(&t, "TRYAGAIN") - tries, r.msg);
+    CHECK_RC(r.rc, DLOCK_OK);
+    CHECK(test_redis_cmd(&t.nodes[to], "EXISTS dlock:{hm}") == 0);
+
+    /* A fair lock, the migration undone. */
+    memset(&r, 0, sizeof(r));
+    o.kind = DLOCK_KIND_FAIR;
+    CHECK_RC(dlock_acquire(&r.lock, c, "hm", &o), DLOCK_OK);
+    from = to;
+    to = (from + 1) % TEST_CLUSTER_NODES;
+    test_cluster_mark_migrating(&t, slot, to);
+    tries = redirections(&t, "TRYAGAIN");
+    CHECK(pthread_create(&th, NULL, release_main, &r) == 0);
+    wait_tryagain(&t, tries, &r);
+    CHECK(test_redis_cmd(&t.nodes[to], "CLUSTER SETSLOT %d STABLE", slot) == 2);
+    CHECK(test_redis_cmd(&t.nodes[from], "CLUSTER SETSLOT %d STABLE", slot) == 2);
+    CHECK(pthread_join(th, NULL) == 0);
+    CHECK_RC(r.rc, DLOCK_OK);
+    CHECK(test_redis_cmd(&t.nodes[from], "EXISTS dlock:{hm}") == 0);
+    dlock_client_free(c);
+    test_cluster_stop(&t);
+}
+
 /* What a cluster client needs besides the README's and docs/family.md's
  * rules (docs/redis-cluster.md): the slot map and ASK redirections. */
 #define CLUSTER_ACL "+cluster|slots +asking"
@@ -508,4 +602,5 @@ TEST_MAIN({"url_errors", url_errors, NULL}, {"no_node", no_node, NULL},
           {"slot_moved_while_held", slot_moved_while_held, "watchdog"},
           {"ask_while_migrating", ask_while_migrating, NULL},
           {"partial_migration", partial_migration, NULL},
-          {"acl_minimal_user", acl_minimal_user, NULL})
+          {"acl_minimal_user", acl_minimal_user, NULL},
+          {"release_in_half_migrated_slot", release_in_half_migrated_slot, NULL})
