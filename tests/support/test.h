@@ -292,6 +292,14 @@ typedef struct {
  * message when one does not start. */
 #define TEST_SENTINEL_SYNCING 2
 void test_sentinel_start(test_sentinel *s, const char *extra_args, int failover);
+/* The same over TLS with t's "server" certificate: every redis-server and
+ * sentinel also listens on a TLS port (tls_port; the plain port stays for
+ * the test's own commands) and requires a client certificate of t's CA,
+ * replication and the sentinels' links use TLS (tls-replication yes), the
+ * sentinels monitor the master's TLS port, and url is
+ * rediss-sentinel://...TLS ports.../dlock?cacert=DIR/ca.crt (add cert=
+ * and key=). */
+void test_sentinel_start_tls(test_sentinel *s, const test_tls *t, int failover);
 void test_sentinel_stop(test_sentinel *s);
 /* The node the sentinels name as master now (-1: none, or they disagree). */
 int test_sentinel_master(test_sentinel *s);
@@ -329,7 +337,7 @@ long long test_mariadb_query(test_mariadb *m, const char *fmt, ...);
 
 typedef struct {
     test_redis nodes[TEST_CLUSTER_NODES];
-    char url[256]; /* redis-cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3 */
+    char url[400]; /* redis-cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3 */
 } test_cluster;
 
 /* Start 3 cluster-enabled redis-servers on ports of 48200-48299 free then
@@ -337,6 +345,13 @@ typedef struct {
  * create (slots split in three) and wait until every node says
  * cluster_state:ok. extra_args go to every redis-server. */
 void test_cluster_start(test_cluster *c, const char *extra_args);
+/* The same over TLS with t's "server" certificate: each node also listens
+ * on a TLS port (tls_port; the plain port stays for the test's own
+ * commands) and requires a client certificate of t's CA, the cluster bus
+ * and replication use TLS (tls-cluster yes, tls-replication yes), the
+ * cluster is created by redis-cli over TLS, and url is
+ * rediss-cluster://...TLS ports...?cacert=DIR/ca.crt (add cert= and key=). */
+void test_cluster_start_tls(test_cluster *c, const test_tls *t);
 void test_cluster_stop(test_cluster *c);
 /* The slot of key (CLUSTER KEYSLOT) and the node serving it now (-1:
  * none agrees). */

@@ -124,10 +124,13 @@ int dlock__redis_conn_init(dlock__redis_conn *conn, const dlock_url *url,
     conn->ep.tls = strcmp(url->scheme, "rediss") == 0 ||
                    strcmp(url->scheme, "rediss-sentinel") == 0 ||
                    strcmp(url->scheme, "rediss-cluster") == 0;
-    if (strncmp(url->scheme + conn->ep.tls, "redis-sentinel", 14) == 0) {
+    /* (The TLS schemes differ by an 's' inside the word: compare whole.) */
+    if (strcmp(url->scheme, "redis-sentinel") == 0 ||
+        strcmp(url->scheme, "rediss-sentinel") == 0) {
         if ((rc = sentinel_init(conn, url)) != DLOCK_OK)
             return rc;
-    } else if (strcmp(url->scheme + conn->ep.tls, "redis-cluster") == 0) {
+    } else if (strcmp(url->scheme, "redis-cluster") == 0 ||
+               strcmp(url->scheme, "rediss-cluster") == 0) {
         /* redis-cluster://[user:pass@]h1:p1,h2:p2,...: the hosts are seeds,
          * any node of the cluster; the slot map says the rest. */
         if (url->nhosts == 0)

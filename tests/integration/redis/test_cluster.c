@@ -596,6 +596,94 @@ static void acl_minimal_user(void)
     test_cluster_stop(&t);
 }
 
+/*
+ * rediss-cluster:// against a cluster that speaks TLS only to clients and
+ * requires client certificates, its bus and replication over TLS too
+ * (tls-cluster yes), created by redis-cli over TLS. The slot map names the
+ * nodes' TLS ports; locks on every master with their fences, the lock
+ * family (test_acl_scenario, as the default user), a held lock's slot
+ * moved (MOVED and ASK followed over TLS) and released on its new master;
+ * sni=localhost works on every node; without a client certificate, or
+ * with another CA, DLOCK_EAUTH naming the node and the cause.
+ */
+static void tls_cluster(void)
+{
+    enum { LOCKS = 9 };
+    test_tls t;
+    test_cluster c;
+    dlock_client *cl;
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_lock *locks[LOCKS], *l;
+    dlock_acquire_options o = test_opts(0, 30000, 1);
+    int on[TEST_CLUSTER_NODES] = {0}, slot, from, to, code;
+    char url[1200], msg[1024];
+
+    test_tls_make(&t);
+    test_cluster_start_tls(&c, &t);
+    CHECK(strncmp(c.url, "rediss-cluster://", 17) == 0);
+    snprintf(url, sizeof(url), "%s&cert=%s", c.url, test_tls_file(&t, "client.crt"));
+    snprintf(url + strlen(url), sizeof(url) - strlen(url), "&key=%s",
+             test_tls_file(&t, "client.key"));
+    CHECK_RC(dlock_client_open(&cl, url, NULL), DLOCK_OK);
+    for (int i = 0; i < LOCKS; i++) {
+        char name[16], key[32];
+        snprintf(name, sizeof(name), "tl%d", i);
+        snprintf(key, sizeof(key), "dlock:{%s}", name);
+        CHECK_RC(dlock_acquire(&locks[i], cl, name, &o), DLOCK_OK);
+        CHECK(dlock_lock_fence(locks[i]) == 1);
+        on[test_cluster_owner(&c, test_cluster_slot(&c, key))]++;
+        CHECK(test_cluster_cmd(&c, key, "EXISTS %s", key) == 1);
+    }
+    for (int i = 0; i < TEST_CLUSTER_NODES; i++)
+        CHECK(on[i] > 0);
+    for (int i = 0; i < LOCKS; i++)
+        CHECK_RC(dlock_release(locks[i]), DLOCK_OK);
+    if (test_acl_scenario(url, 2000, &code, msg, sizeof(msg)) != 0) {
+        fprintf(stderr, "the lock family over TLS: %s\n", msg);
+        exit(1);
+    }
+    /* A held lock's slot moves: ASK, then MOVED, followed over TLS. */
+    CHECK_RC(dlock_acquire(&l, cl, "tls-mv", &o), DLOCK_OK);
+    slot = test_cluster_slot(&c, "dlock:{tls-mv}");
+    from = test_cluster_owner(&c, slot);
+    to = (from + 1) % TEST_CLUSTER_NODES;
+    test_cluster_migrate_keys(&c, slot, to, 0);
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    test_cluster_finish_slot(&c, slot, to);
+    CHECK_RC(dlock_lock_extend(l, 30000), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, cl, "tls-mv", &o), DLOCK_OK);
+    CHECK(dlock_lock_fence(l) == 2);
+    CHECK(test_redis_cmd(&c.nodes[to], "EXISTS dlock:{tls-mv}") == 1);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(cl);
+
+    snprintf(msg, sizeof(msg), "%s", url);
+    snprintf(url, sizeof(url), "%s&sni=localhost", msg);
+    CHECK_RC(dlock_client_open(&cl, url, NULL), DLOCK_OK);
+    for (int i = 0; i < LOCKS; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "tl%d", i);
+        CHECK_RC(dlock_acquire(&locks[i], cl, name, &o), DLOCK_OK);
+        CHECK(dlock_lock_fence(locks[i]) == 2);
+        CHECK_RC(dlock_release(locks[i]), DLOCK_OK);
+    }
+    dlock_client_free(cl);
+
+    co.connect_timeout_ms = 2000;
+    CHECK_RC(dlock_client_open(&cl, c.url, &co), DLOCK_EAUTH);
+    fprintf(stderr, "no client certificate: %s\n", dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), "rediss-cluster 127.0.0.1:");
+    CHECK_CONTAINS(dlock_error_message(), "client certificate");
+    snprintf(url, sizeof(url), "%.*s?cacert=%s", (int)(strchr(c.url, '?') - c.url), c.url,
+             test_tls_file(&t, "other-ca.crt"));
+    CHECK_RC(dlock_client_open(&cl, url, &co), DLOCK_EAUTH);
+    fprintf(stderr, "another CA: %s\n", dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), "unknown CA");
+    test_cluster_stop(&c);
+    test_tls_remove(&t);
+}
+
 TEST_MAIN({"url_errors", url_errors, NULL}, {"no_node", no_node, NULL},
           {"one_slot_per_lock", one_slot_per_lock, NULL}, {"multi_slots", multi_slots, NULL},
           {"renew_across_masters", renew_across_masters, "watchdog"},
@@ -603,4 +691,5 @@ TEST_MAIN({"url_errors", url_errors, NULL}, {"no_node", no_node, NULL},
           {"ask_while_migrating", ask_while_migrating, NULL},
           {"partial_migration", partial_migration, NULL},
           {"acl_minimal_user", acl_minimal_user, NULL},
-          {"release_in_half_migrated_slot", release_in_half_migrated_slot, NULL})
+          {"release_in_half_migrated_slot", release_in_half_migrated_slot, NULL},
+          {"tls_cluster", tls_cluster, "tls"})

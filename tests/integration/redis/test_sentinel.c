@@ -384,6 +384,80 @@ static void sentinel_password(void)
     test_sentinel_stop(&s);
 }
 
+/* ---- TLS: rediss-sentinel:// ------------------------------------------- */
+
+/*
+ * Sentinels and servers that speak only TLS to clients and require client
+ * certificates (test_sentinel_start_tls: replication and the sentinels'
+ * links over TLS too). cacert=, cert= and key= apply to the sentinels and
+ * to the master: a lock cycle works, a failover is followed over TLS and
+ * an acknowledged hold survives it; without a client certificate, with the
+ * wrong CA, or with an sni= the certificates do not carry, the sentinels
+ * refuse (DLOCK_EAUTH, naming the sentinel and the cause); sni=localhost
+ * (a name the certificates carry) works for the sentinels and the master.
+ */
+static void tls_sentinels(void)
+{
+    test_tls t;
+    test_sentinel s;
+    dlock_client *c;
+    dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_lock *l, *l2;
+    dlock_acquire_options ao = test_opts(0, 120000, 0);
+    char url[1200], certs[600];
+    int promoted;
+
+    test_tls_make(&t);
+    test_sentinel_start_tls(&s, &t, 1);
+    CHECK(strncmp(s.url, "rediss-sentinel://", 18) == 0);
+    snprintf(certs, sizeof(certs), "&cert=%s", test_tls_file(&t, "client.crt"));
+    snprintf(certs + strlen(certs), sizeof(certs) - strlen(certs), "&key=%s",
+             test_tls_file(&t, "client.key"));
+
+    o.connect_timeout_ms = 30000;
+    snprintf(url, sizeof(url), "%s%s&min_replicas=1", s.url, certs);
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "tls-a", &ao), DLOCK_OK);
+    CHECK(test_redis_cmd(&s.nodes[0], "EXISTS dlock:{tls-a}") == 1);
+    /* The client's connection to the master is TLS: none of the master's
+     * plain clients is named dlock. */
+    promoted = test_sentinel_failover(&s);
+    CHECK(promoted > 0);
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l2, c, "tls-b", &ao), DLOCK_OK);
+    CHECK(test_redis_cmd(&s.nodes[promoted], "EXISTS dlock:{tls-b}") == 1);
+    CHECK(dlock_lock_fence(l2) == 1);
+    CHECK_RC(dlock_release(l2), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+
+    snprintf(url, sizeof(url), "%s%s&sni=localhost", s.url, certs);
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "tls-a", &ao), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+
+    o.connect_timeout_ms = 3000;
+    CHECK_RC(dlock_client_open(&c, s.url, &o), DLOCK_EAUTH);
+    fprintf(stderr, "no client certificate: %s\n", dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), "sentinel 127.0.0.1:");
+    CHECK_CONTAINS(dlock_error_message(), "client certificate");
+    snprintf(url, sizeof(url), "%s%s&sni=redis.example.com", s.url, certs);
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_EAUTH);
+    fprintf(stderr, "sni not in the certificates: %s\n", dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), "sentinel 127.0.0.1:");
+    CHECK_CONTAINS(dlock_error_message(), "name mismatch");
+    snprintf(url, sizeof(url), "rediss-sentinel://%.*s?cacert=%s%s",
+             (int)(strchr(s.url, '?') - s.url - 18), s.url + 18,
+             test_tls_file(&t, "other-ca.crt"), certs);
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_EAUTH);
+    fprintf(stderr, "another CA: %s\n", dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), "sentinel 127.0.0.1:");
+    CHECK_CONTAINS(dlock_error_message(), "unknown CA");
+    test_sentinel_stop(&s);
+    test_tls_remove(&t);
+}
+
 TEST_MAIN({"url_errors", url_errors, NULL}, {"unknown_master", unknown_master, NULL},
           {"min_replicas_wait", min_replicas_wait, NULL},
           {"failover_synced_1", failover_synced_1, NULL},
@@ -391,4 +465,5 @@ TEST_MAIN({"url_errors", url_errors, NULL}, {"unknown_master", unknown_master, N
           {"failover_syncing_1", failover_syncing_1, NULL},
           {"failover_syncing_0", failover_syncing_0, NULL},
           {"acl_minimal_user", acl_minimal_user, NULL},
-          {"sentinel_password", sentinel_password, NULL})
+          {"sentinel_password", sentinel_password, NULL},
+          {"tls_sentinels", tls_sentinels, "tls"})
