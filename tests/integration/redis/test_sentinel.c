@@ -229,6 +229,86 @@ static void failover_syncing_0(void)
     check_min_replicas_0(TEST_SENTINEL_SYNCING);
 }
 
+/* ---- a waiter across a failover ----------------------------------------- */
+
+/* Subscribers of the channel on node i (0 when it is down). */
+static long long subscribers(test_sentinel *s, int i, const char *channel)
+{
+    return s->nodes[i].pid > 0 ? test_redis_numsub(&s->nodes[i], channel) : 0;
+}
+
+/*
+ * A dlock_acquire waiting (subscribed to the lock's release channel on the
+ * master) when the master is SIGKILLed: its subscriber connection finds
+ * the promoted master and subscribes there again, and it gets the lock
+ * when the holder releases on the new master, with a greater fence, within
+ * its wait. A second waiter gets the lock when its holder dies without a
+ * release and the lease (kept on the new master) runs out.
+ */
+static void waiter_across_failover(void)
+{
+    test_sentinel s;
+    dlock_client *h, *w;
+    dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_lock *l, *dead;
+    dlock_acquire_options ao;
+    test_acquirer waiter, waiter2;
+    pthread_t th, th2;
+    char url[700];
+    int promoted;
+    uint64_t f1;
+
+    test_sentinel_start(&s, NULL, 1);
+    snprintf(url, sizeof(url), "%s?min_replicas=1", s.url);
+    o.connect_timeout_ms = 30000;
+    CHECK_RC(dlock_client_open(&h, url, &o), DLOCK_OK);
+    CHECK_RC(dlock_client_open(&w, url, &o), DLOCK_OK);
+    ao = test_opts(0, 4000, 1);
+    CHECK_RC(dlock_acquire(&l, h, "wf", &ao), DLOCK_OK);
+    f1 = dlock_lock_fence(l);
+    /* A hold that is never renewed nor released: its holder "died". */
+    ao = test_opts(0, 6000, 0);
+    CHECK_RC(dlock_acquire(&dead, h, "wf2", &ao), DLOCK_OK);
+    test_acquirer_init(&waiter, w, "wf", test_opts(120000, 4000, 1));
+    test_acquirer_init(&waiter2, w, "wf2", test_opts(120000, 4000, 1));
+    CHECK(pthread_create(&th, NULL, test_acquirer_main, &waiter) == 0);
+    CHECK(pthread_create(&th2, NULL, test_acquirer_main, &waiter2) == 0);
+    for (int i = 0; i < 3000 && (subscribers(&s, 0, "dlock:{wf}:release") < 1 ||
+                                 subscribers(&s, 0, "dlock:{wf2}:release") < 1); i++)
+        test_sleep_ms(10);
+    CHECK(subscribers(&s, 0, "dlock:{wf}:release") == 1);
+    CHECK(subscribers(&s, 0, "dlock:{wf2}:release") == 1);
+    promoted = test_sentinel_failover(&s);
+    CHECK(promoted > 0);
+    /* The waiter subscribes again on the new master. */
+    for (int i = 0; i < 6000 && subscribers(&s, promoted, "dlock:{wf}:release") < 1; i++)
+        test_sleep_ms(10);
+    CHECK(subscribers(&s, promoted, "dlock:{wf}:release") == 1);
+    CHECK(!atomic_load(&waiter.done));
+    /* The holder's hold was acknowledged: it is still the holder, renewed
+     * on the new master, and its release wakes the waiter there. */
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(pthread_join(th, NULL) == 0);
+    fprintf(stderr, "waiter after the failover: %s in %lld ms, fence %llu (the holder's %llu)\n",
+            dlock_strerror(waiter.rc), (long long)waiter.took_ms,
+            (unsigned long long)dlock_lock_fence(waiter.lock), (unsigned long long)f1);
+    CHECK_RC(waiter.rc, DLOCK_OK);
+    CHECK(dlock_lock_fence(waiter.lock) > f1);
+    CHECK(test_redis_cmd(&s.nodes[promoted], "EXISTS dlock:{wf}") == 1);
+    CHECK_RC(dlock_release(waiter.lock), DLOCK_OK);
+    /* The dead holder's lease runs out on the new master: the other
+     * waiter gets its lock. */
+    CHECK(pthread_join(th2, NULL) == 0);
+    CHECK_RC(waiter2.rc, DLOCK_OK);
+    CHECK(dlock_lock_fence(waiter2.lock) > dlock_lock_fence(dead));
+    CHECK_RC(dlock_release(waiter2.lock), DLOCK_OK);
+    CHECK_RC(dlock_release(dead), DLOCK_ELOST);
+    dlock_client_free(h);
+    dlock_client_free(w);
+    test_sentinel_stop(&s);
+}
+
 /* ---- ACL users and the sentinels' password ------------------------------ */
 
 /* What a Sentinel client needs on the master besides the README's and
@@ -466,4 +546,5 @@ TEST_MAIN({"url_errors", url_errors, NULL}, {"unknown_master", unknown_master, N
           {"failover_syncing_0", failover_syncing_0, NULL},
           {"acl_minimal_user", acl_minimal_user, NULL},
           {"sentinel_password", sentinel_password, NULL},
-          {"tls_sentinels", tls_sentinels, "tls"})
+          {"tls_sentinels", tls_sentinels, "tls"},
+          {"waiter_across_failover", waiter_across_failover, "watchdog"})
