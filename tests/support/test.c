@@ -1320,18 +1320,41 @@ static int cluster_ok(test_redis *r)
     return ok;
 }
 
-static void cluster_start(test_cluster *c, const char *extra_args, const test_tls *t)
+/* A master, or a replica that has finished its first sync (a replica
+ * that has not cannot be promoted). */
+static int node_synced(test_redis *r)
+{
+    redisContext *c = connect_raw(r);
+    redisReply *rep;
+    int master;
+
+    if (c == NULL)
+        return 0;
+    rep = redisCommand(c, "INFO replication");
+    master = rep != NULL && rep->type == REDIS_REPLY_STRING &&
+             strstr(rep->str, "role:master") != NULL;
+    if (rep != NULL)
+        freeReplyObject(rep);
+    redisFree(c);
+    return master || replica_synced(r);
+}
+
+static void cluster_start(test_cluster *c, const char *extra_args, const test_tls *t,
+                          int replicas)
 {
     char extra[1024], cmd[1024], tls[600] = "";
     size_t len;
 
     memset(c, 0, sizeof(*c));
+    c->n = replicas ? 2 * TEST_CLUSTER_NODES : TEST_CLUSTER_NODES;
     if (t != NULL)
         tls_args(tls, sizeof(tls), t);
+    /* (Redis 7 waits 5 s before a diskless full sync, in case more
+     * replicas come.) */
     snprintf(extra, sizeof(extra), "--cluster-enabled yes --cluster-config-file nodes.conf "
-             "--cluster-node-timeout 5000 %s%s%s", extra_args ? extra_args : "", tls,
-             t != NULL ? " --tls-cluster yes" : "");
-    for (int i = 0; i < TEST_CLUSTER_NODES; i++)
+             "--cluster-node-timeout 5000 --repl-diskless-sync-delay 0 %s%s%s",
+             extra_args ? extra_args : "", tls, t != NULL ? " --tls-cluster yes" : "");
+    for (int i = 0; i < c->n; i++)
         start_redis_at(&c->nodes[i], extra, t != NULL, NULL, cluster_port(c, i));
     /* Over TLS, redis-cli reaches the nodes on their TLS ports with the
      * servers' certificate as its client certificate. */
@@ -1341,11 +1364,11 @@ static void cluster_start(test_cluster *c, const char *extra_args, const test_tl
                                t->dir, t->dir);
     else
         len = (size_t)snprintf(cmd, sizeof(cmd), "redis-cli --cluster create");
-    for (int i = 0; i < TEST_CLUSTER_NODES; i++)
+    for (int i = 0; i < c->n; i++)
         len += (size_t)snprintf(cmd + len, sizeof(cmd) - len, " 127.0.0.1:%d",
                                 served_port(&c->nodes[i]));
-    snprintf(cmd + len, sizeof(cmd) - len, " --cluster-yes >%s/create.log 2>&1",
-             c->nodes[0].dir);
+    snprintf(cmd + len, sizeof(cmd) - len, "%s --cluster-yes >%s/create.log 2>&1",
+             replicas ? " --cluster-replicas 1" : "", c->nodes[0].dir);
     if (system(cmd) != 0) {
         fprintf(stderr, "test_cluster_start: redis-cli --cluster create failed (%s/create.log)"
                 "\n", c->nodes[0].dir);
@@ -1353,15 +1376,15 @@ static void cluster_start(test_cluster *c, const char *extra_args, const test_tl
     }
     len = (size_t)snprintf(c->url, sizeof(c->url), t != NULL ? "rediss-cluster://"
                                                              : "redis-cluster://");
-    for (int i = 0; i < TEST_CLUSTER_NODES; i++)
+    for (int i = 0; i < c->n; i++)
         len += (size_t)snprintf(c->url + len, sizeof(c->url) - len, "%s127.0.0.1:%d",
                                 i ? "," : "", served_port(&c->nodes[i]));
     if (t != NULL)
         snprintf(c->url + len, sizeof(c->url) - len, "?cacert=%s/ca.crt", t->dir);
     for (int t = 0; t < 3000; t++) { /* up to 60 s on a loaded machine */
         int ok = 1;
-        for (int i = 0; i < TEST_CLUSTER_NODES; i++)
-            ok = ok && cluster_ok(&c->nodes[i]);
+        for (int i = 0; i < c->n; i++)
+            ok = ok && cluster_ok(&c->nodes[i]) && (!replicas || node_synced(&c->nodes[i]));
         if (ok)
             return;
         test_sleep_ms(20);
@@ -1372,17 +1395,22 @@ static void cluster_start(test_cluster *c, const char *extra_args, const test_tl
 
 void test_cluster_start(test_cluster *c, const char *extra_args)
 {
-    cluster_start(c, extra_args, NULL);
+    cluster_start(c, extra_args, NULL, 0);
+}
+
+void test_cluster_start_replicas(test_cluster *c, const char *extra_args)
+{
+    cluster_start(c, extra_args, NULL, 1);
 }
 
 void test_cluster_start_tls(test_cluster *c, const test_tls *t)
 {
-    cluster_start(c, NULL, t);
+    cluster_start(c, NULL, t, 0);
 }
 
 void test_cluster_stop(test_cluster *c)
 {
-    for (int i = 0; i < TEST_CLUSTER_NODES; i++)
+    for (int i = 0; i < c->n; i++)
         test_redis_stop(&c->nodes[i]);
 }
 
@@ -1407,9 +1435,12 @@ int test_cluster_owner(test_cluster *c, int slot)
 {
     /* The node that serves a key of the slot: COUNTKEYSINSLOT answers on
      * every node, so ask each whether it has the slot in its own map. */
-    for (int i = 0; i < TEST_CLUSTER_NODES; i++) {
-        redisReply *rep = cluster_raw(&c->nodes[i], "CLUSTER SLOTS");
+    for (int i = 0; i < c->n; i++) {
+        redisReply *rep;
         int mine = 0;
+        if (c->nodes[i].pid <= 0) /* killed by the test */
+            continue;
+        rep = cluster_raw(&c->nodes[i], "CLUSTER SLOTS");
         for (size_t e = 0; rep != NULL && rep->type == REDIS_REPLY_ARRAY && e < rep->elements;
              e++) {
             redisReply *r = rep->element[e];
@@ -1494,7 +1525,7 @@ void test_cluster_finish_slot(test_cluster *c, int slot, int to)
                  "SETSLOT NODE (target)");
     cluster_must(cluster_raw(&c->nodes[from], "CLUSTER SETSLOT %d NODE %s", slot, to_id),
                  "SETSLOT NODE (source)");
-    for (int i = 0; i < TEST_CLUSTER_NODES; i++)
+    for (int i = 0; i < c->n; i++)
         if (i != from && i != to)
             cluster_must(cluster_raw(&c->nodes[i], "CLUSTER SETSLOT %d NODE %s", slot, to_id),
                          "SETSLOT NODE (other)");
@@ -1741,7 +1772,7 @@ void test_server_pause(test_server *s, int paused)
             fprintf(stderr, "kill -%s %d: %s\n", paused ? "STOP" : "CONT", s->nodes[i].pid,
                     strerror(errno)), exit(1);
     if (s->cluster != NULL)
-        for (int i = 0; i < TEST_CLUSTER_NODES; i++)
+        for (int i = 0; i < s->cluster->n; i++)
             if (kill(s->cluster->nodes[i].pid, paused ? SIGSTOP : SIGCONT) != 0)
                 fprintf(stderr, "kill: %s\n", strerror(errno)), exit(1);
     if (on_redlock(s) || s->cluster != NULL)
@@ -1814,7 +1845,7 @@ long long test_server_requests(test_server *s)
     if (on_mysql(s))
         return test_mysql_requests(s);
     if (s->cluster != NULL) {
-        for (int k = 0; k < TEST_CLUSTER_NODES; k++)
+        for (int k = 0; k < s->cluster->n; k++)
             for (size_t i = 0; i < sizeof(redis_cmds) / sizeof(redis_cmds[0]); i++)
                 n += test_redis_calls(&s->cluster->nodes[k], redis_cmds[i]);
         return n;

@@ -336,7 +336,8 @@ long long test_mariadb_query(test_mariadb *m, const char *fmt, ...);
 #define TEST_CLUSTER_NODES 3
 
 typedef struct {
-    test_redis nodes[TEST_CLUSTER_NODES];
+    int n; /* nodes: TEST_CLUSTER_NODES masters, and as many replicas */
+    test_redis nodes[2 * TEST_CLUSTER_NODES];
     char url[400]; /* redis-cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3 */
 } test_cluster;
 
@@ -352,6 +353,11 @@ void test_cluster_start(test_cluster *c, const char *extra_args);
  * cluster is created by redis-cli over TLS, and url is
  * rediss-cluster://...TLS ports...?cacert=DIR/ca.crt (add cert= and key=). */
 void test_cluster_start_tls(test_cluster *c, const test_tls *t);
+/* 6 nodes: 3 masters with one replica each (redis-cli --cluster create
+ * --cluster-replicas 1), returning once every replica has finished its
+ * first sync; which are masters the slot map tells (test_cluster_owner,
+ * which skips nodes the test killed). */
+void test_cluster_start_replicas(test_cluster *c, const char *extra_args);
 void test_cluster_stop(test_cluster *c);
 /* The slot of key (CLUSTER KEYSLOT) and the node serving it now (-1:
  * none agrees). */

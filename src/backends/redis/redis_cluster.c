@@ -321,7 +321,7 @@ static int redirect_target(dlock__redis_conn *conn, const char *text, long *slot
 }
 
 int dlock__redis_cluster_command(dlock__redis_conn *conn, redisReply **out, int argc,
-                                 const char **argv, const size_t *lens, int slot)
+                                 const char **argv, const size_t *lens, int slot, int wait)
 {
     int64_t deadline = dlock__now_ms() + conn->command_ms;
     const char *asking_argv[1] = {"ASKING"};
@@ -359,7 +359,7 @@ int dlock__redis_cluster_command(dlock__redis_conn *conn, redisReply **out, int 
                 goto retry;
             freeReplyObject(ok);
         }
-        rc = dlock__redis_conn_command(&nd->conn, out, argc, argv, lens);
+        rc = dlock__redis_conn_command_wait(&nd->conn, out, argc, argv, lens, wait);
         if (rc == DLOCK_OK)
             return DLOCK_OK;
         if (strncmp(nd->conn.redirect, "MOVED ", 6) == 0) {

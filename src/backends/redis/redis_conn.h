@@ -171,9 +171,15 @@ int dlock__redis_conn_get_reply(dlock__redis_conn *conn, redisReply **out);
 
 /* Cluster: send one command to the master of slot (-1: any node), following
  * MOVED and ASK and waiting out TRYAGAIN, CLUSTERDOWN and a master that went
- * away, all within the command timeout (redis_cluster.c). */
+ * away, all within the command timeout (redis_cluster.c); wait: WAIT
+ * min_replicas follows it on that master, as for a Sentinel's
+ * (dlock__redis_wait_short). */
 int dlock__redis_cluster_command(dlock__redis_conn *conn, redisReply **out, int argc,
-                                 const char **argv, const size_t *lens, int slot);
+                                 const char **argv, const size_t *lens, int slot, int wait);
+/* One command on a plain connection (a cluster node's), with WAIT
+ * min_replicas behind it when wait. */
+int dlock__redis_conn_command_wait(dlock__redis_conn *conn, redisReply **out, int argc,
+                                   const char **argv, const size_t *lens, int wait);
 
 /* dlock__redis_conn_command, routed by slot on a cluster (-1: any node). */
 int dlock__redis_conn_command_slot(dlock__redis_conn *conn, redisReply **out, int argc,

@@ -684,6 +684,180 @@ static void tls_cluster(void)
     test_tls_remove(&t);
 }
 
+/* ---- a master's failover ----------------------------------------------- */
+
+#define HOLDS_MAX 3000
+
+typedef struct {
+    dlock_client *c;
+    const char *tag;
+    atomic_int stop;
+    atomic_int n;
+    dlock_lock *locks[HOLDS_MAX];
+    uint64_t fences[HOLDS_MAX];
+    int errors;
+    char last_error[300];
+} holder;
+
+/* Take locks {TAG}h0, {TAG}h1, ... (one slot, long leases, not renewed)
+ * one after another until told to stop, through the failover. */
+static void *hold_many(void *arg)
+{
+    holder *h = arg;
+    dlock_acquire_options ao = test_opts(0, 120000, 0);
+
+    while (!atomic_load(&h->stop) && atomic_load(&h->n) < HOLDS_MAX) {
+        char name[48];
+        int n = atomic_load(&h->n);
+        snprintf(name, sizeof(name), "{%s}h%d", h->tag, n);
+        if (dlock_acquire(&h->locks[n], h->c, name, &ao) == DLOCK_OK) {
+            h->fences[n] = dlock_lock_fence(h->locks[n]);
+            atomic_store(&h->n, n + 1);
+        } else {
+            h->errors++;
+            snprintf(h->last_error, sizeof(h->last_error), "%s", dlock_error_message());
+        }
+    }
+    return NULL;
+}
+
+/*
+ * 3 masters with a replica each. Locks are taken in one slot of a master
+ * in a loop while that master is SIGKILLed; its replica is promoted
+ * (cluster-node-timeout 2000). The client follows (a refused connection,
+ * CLUSTERDOWN: the slot map is asked again, within the call's 30 s
+ * timeout); the old master is restarted and rejoins as a replica: a lock
+ * taken then is on the promoted replica. Then each hold is checked on it and each name taken again, counting the
+ * fences not above the one given before. Returns the holds that survived;
+ * *held and *back get the holds taken and the fences that went back.
+ */
+static int failover_run(int min_replicas, int *held, int *back)
+{
+    test_cluster t;
+    holder *h = calloc(1, sizeof(*h));
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_acquire_options ao = test_opts(0, 120000, 0);
+    dlock_lock *l;
+    static char tag[16];
+    char url[600], name[48], key[64];
+    int slot = -1, victim = -1, promoted = -1, survived = 0;
+
+    CHECK(h != NULL);
+    test_cluster_start_replicas(&t, "--cluster-node-timeout 2000");
+    /* Names {TAG}hN whose slot is on the first master: their keys
+     * dlock:{{TAG}hN} hash "{TAG". */
+    for (int i = 0; victim < 0 || victim != test_cluster_owner(&t, 0); i++) {
+        snprintf(tag, sizeof(tag), "fo%d", i);
+        snprintf(key, sizeof(key), "dlock:{{%s}h0}", tag);
+        slot = test_cluster_slot(&t, key);
+        victim = test_cluster_owner(&t, slot);
+        CHECK(i < 1000);
+    }
+    if (min_replicas > 0) {
+        /* WAIT on the slot's master: its one replica acknowledges 1, not
+         * 2; the acquire then fails and gives the hold back. */
+        dlock_client *c2;
+        co.command_timeout_ms = 1000;
+        snprintf(url, sizeof(url), "%s?min_replicas=2", t.url);
+        CHECK_RC(dlock_client_open(&c2, url, &co), DLOCK_OK);
+        snprintf(name, sizeof(name), "{%s}two", tag);
+        CHECK_RC(dlock_acquire(&l, c2, name, &ao), DLOCK_ESERVER);
+        CHECK_CONTAINS(dlock_error_message(), "1 of 2 replicas acknowledged the write");
+        CHECK_CONTAINS(dlock_error_message(), "the lock was released");
+        snprintf(key, sizeof(key), "dlock:{{%s}two}", tag);
+        CHECK(test_redis_cmd(&t.nodes[victim], "EXISTS %s", key) == 0);
+        dlock_client_free(c2);
+    }
+    snprintf(url, sizeof(url), "%s?min_replicas=%d", t.url, min_replicas);
+    co.command_timeout_ms = 30000;
+    CHECK_RC(dlock_client_open(&h->c, url, &co), DLOCK_OK);
+    h->tag = tag;
+    {
+        pthread_t th;
+        CHECK(pthread_create(&th, NULL, hold_many, h) == 0);
+        while (atomic_load(&h->n) < 200)
+            test_sleep_ms(5);
+        test_redis_kill(&t.nodes[victim]);
+        /* Until a replica serves the slot (the killed master answers
+         * nothing: test_cluster_owner skips it). */
+        for (int i = 0; i < 3000 && promoted < 0; i++) {
+            promoted = test_cluster_owner(&t, slot);
+            if (promoted < 0)
+                test_sleep_ms(20);
+        }
+        if (promoted < 0) {
+            char cmd[128];
+            snprintf(cmd, sizeof(cmd), "redis-cli -p %d cluster nodes >&2",
+                     t.nodes[(victim + 1) % t.n].port);
+            if (system(cmd) != 0)
+                fprintf(stderr, "no cluster nodes\n");
+        }
+        CHECK(promoted >= 0 && promoted != victim);
+        /* The old master comes back as the new one's replica: with
+         * min_replicas=1 nothing can be written until a replica is there
+         * to acknowledge it (DLOCK_ESERVER, the hold given back), so the
+         * lock taken after the failover is taken once it is back; with 0,
+         * before (the client found the promoted replica by itself). */
+        if (min_replicas > 0)
+            test_redis_restart(&t.nodes[victim]);
+        snprintf(name, sizeof(name), "{%s}after", tag);
+        CHECK_RC(dlock_acquire(&l, h->c, name, &ao), DLOCK_OK);
+        snprintf(key, sizeof(key), "dlock:{{%s}after}", tag);
+        CHECK(test_redis_cmd(&t.nodes[promoted], "EXISTS %s", key) == 1);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+        if (min_replicas == 0)
+            test_redis_restart(&t.nodes[victim]);
+        atomic_store(&h->stop, 1);
+        pthread_join(th, NULL);
+    }
+    *held = atomic_load(&h->n);
+    *back = 0;
+    for (int i = 0; i < *held; i++) {
+        if (dlock_lock_check(h->locks[i]) == DLOCK_OK)
+            survived++;
+        dlock_release(h->locks[i]);
+        snprintf(name, sizeof(name), "{%s}h%d", tag, i);
+        CHECK_RC(dlock_acquire(&l, h->c, name, &ao), DLOCK_OK);
+        if (dlock_lock_fence(l) <= h->fences[i] && ++*back <= 3)
+            fprintf(stderr, "min_replicas=%d: %s: fence %llu after the failover, %llu before\n",
+                    min_replicas, name, (unsigned long long)dlock_lock_fence(l),
+                    (unsigned long long)h->fences[i]);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+    }
+    printf("cluster failover (SIGKILL of a master, its replica promoted), min_replicas=%d: "
+           "%d of %d holds survived, %d fences not above the one given before (%d "
+           "acquisitions failed%s%s)\n", min_replicas, survived, *held, *back, h->errors,
+           h->errors ? ", last: " : "", h->errors ? h->last_error : "");
+    fflush(stdout);
+    dlock_client_free(h->c);
+    free(h);
+    test_cluster_stop(&t);
+    return survived;
+}
+
+/* min_replicas=1: every hold was acknowledged by the master's replica,
+ * which is the one promoted: all survive, and no fence goes back. (And
+ * min_replicas=2 with one replica fails, the hold given back.) */
+static void failover_min_replicas_1(void)
+{
+    int held, back, survived = failover_run(1, &held, &back);
+
+    CHECK(held >= 200);
+    CHECK(survived == held);
+    CHECK(back == 0);
+}
+
+/* min_replicas=0: the client follows the promoted replica; the holds
+ * that survive are counted and printed, not asserted (a write that had not
+ * reached the replica before the SIGKILL is gone). */
+static void failover_min_replicas_0(void)
+{
+    int held, back;
+
+    failover_run(0, &held, &back);
+    CHECK(held >= 200);
+}
+
 TEST_MAIN({"url_errors", url_errors, NULL}, {"no_node", no_node, NULL},
           {"one_slot_per_lock", one_slot_per_lock, NULL}, {"multi_slots", multi_slots, NULL},
           {"renew_across_masters", renew_across_masters, "watchdog"},
@@ -692,4 +866,6 @@ TEST_MAIN({"url_errors", url_errors, NULL}, {"no_node", no_node, NULL},
           {"partial_migration", partial_migration, NULL},
           {"acl_minimal_user", acl_minimal_user, NULL},
           {"release_in_half_migrated_slot", release_in_half_migrated_slot, NULL},
-          {"tls_cluster", tls_cluster, "tls"})
+          {"tls_cluster", tls_cluster, "tls"},
+          {"failover_min_replicas_1", failover_min_replicas_1, NULL},
+          {"failover_min_replicas_0", failover_min_replicas_0, NULL})
