@@ -30,6 +30,9 @@ static void url_errors(void)
     refused("redis-cluster://127.0.0.1:1?db=1", "unknown parameter 'db'");
     refused("redis-cluster://127.0.0.1:1?cacert=/x", "use rediss-cluster://");
     refused("rediss-cluster://127.0.0.1:1?insecure=2", "insecure must be 0 or 1");
+    refused("redis-cluster://127.0.0.1:1?min_replicas=x", "min_replicas must be a number");
+    refused("redis-cluster://127.0.0.1:1?min_replicas=", "min_replicas must be a number");
+    refused("rediss-sentinel://127.0.0.1:1/m/x", "expected the master's name as the path");
 }
 
 /* No node answers: ECONN naming the cluster. */
