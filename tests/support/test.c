@@ -1068,8 +1068,9 @@ static int sentinel_ready(test_redis *sen)
     return replicas == TEST_SENTINEL_REPLICAS && others == TEST_SENTINELS - 1;
 }
 
-/* Whether replica r has finished its first sync with the master. */
-static int replica_synced(test_redis *r)
+/* Whether replica r has finished its first sync with the master (or_master:
+ * or r is a master; a replica that has not synced cannot be promoted). */
+static int replica_synced(test_redis *r, int or_master)
 {
     redisContext *c = connect_raw(r);
     redisReply *rep;
@@ -1079,8 +1080,9 @@ static int replica_synced(test_redis *r)
         return 0;
     rep = redisCommand(c, "INFO replication");
     up = rep != NULL && rep->type == REDIS_REPLY_STRING &&
-         strstr(rep->str, "master_link_status:up") != NULL &&
-         strstr(rep->str, "master_sync_in_progress:0") != NULL;
+         ((or_master && strstr(rep->str, "role:master") != NULL) ||
+          (strstr(rep->str, "master_link_status:up") != NULL &&
+           strstr(rep->str, "master_sync_in_progress:0") != NULL));
     if (rep != NULL)
         freeReplyObject(rep);
     redisFree(c);
@@ -1164,7 +1166,8 @@ static void sentinel_start(test_sentinel *s, const char *extra_args, int failove
     for (int t = 0; t < 3000 && !ready; t++) {
         ready = 1;
         for (int i = 1; i <= TEST_SENTINEL_REPLICAS; i++)
-            ready = ready && (failover == TEST_SENTINEL_SYNCING || replica_synced(&s->nodes[i]));
+            ready = ready &&
+                    (failover == TEST_SENTINEL_SYNCING || replica_synced(&s->nodes[i], 0));
         for (int i = 0; i < TEST_SENTINELS; i++)
             ready = ready && (failover ? sentinel_ready(&s->sentinels[i])
                                        : sentinel_names(&s->sentinels[i]) ==
@@ -1320,25 +1323,6 @@ static int cluster_ok(test_redis *r)
     return ok;
 }
 
-/* A master, or a replica that has finished its first sync (a replica
- * that has not cannot be promoted). */
-static int node_synced(test_redis *r)
-{
-    redisContext *c = connect_raw(r);
-    redisReply *rep;
-    int master;
-
-    if (c == NULL)
-        return 0;
-    rep = redisCommand(c, "INFO replication");
-    master = rep != NULL && rep->type == REDIS_REPLY_STRING &&
-             strstr(rep->str, "role:master") != NULL;
-    if (rep != NULL)
-        freeReplyObject(rep);
-    redisFree(c);
-    return master || replica_synced(r);
-}
-
 static void cluster_start(test_cluster *c, const char *extra_args, const test_tls *t,
                           int replicas)
 {
@@ -1384,7 +1368,8 @@ static void cluster_start(test_cluster *c, const char *extra_args, const test_tl
     for (int t = 0; t < 3000; t++) { /* up to 60 s on a loaded machine */
         int ok = 1;
         for (int i = 0; i < c->n; i++)
-            ok = ok && cluster_ok(&c->nodes[i]) && (!replicas || node_synced(&c->nodes[i]));
+            ok = ok && cluster_ok(&c->nodes[i]) &&
+                 (!replicas || replica_synced(&c->nodes[i], 1));
         if (ok)
             return;
         test_sleep_ms(20);

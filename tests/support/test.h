@@ -395,6 +395,21 @@ long long test_cluster_cmd(test_cluster *c, const char *key, const char *fmt, ..
  * spaces, each one argument), as the default user; exits on an error. */
 void test_acl_setuser(test_redis *r, const char *user, const char *pass, const char *rules);
 
+/* dlock_client_open(url) with connect_timeout_ms connect_ms returns want,
+ * its message (printed after what) naming where and cause. */
+void test_open_refused(const char *url, int64_t connect_ms, int want, const char *what,
+                       const char *where, const char *cause);
+/* dlock_client_open(url) works and an acquire returns want, its message
+ * (printed after what) naming cause and not holding secret. */
+void test_acquire_refused(const char *url, int want, const char *what, const char *cause,
+                          const char *secret);
+
+/* After a failover: count lock in *survived if its holder still holds it
+ * (dlock_lock_check), release it, take name again through c and count in
+ * *back a fence not above before (the first 3 printed after label). */
+void test_retake(dlock_client *c, dlock_lock *lock, const char *name, uint64_t before,
+                 int *survived, int *back, const char *label);
+
 /* The lock family through url (with connect_timeout_ms connect_ms): a
  * mutex (check, busy, a waiter woken by the release with a greater fence,
  * extend, status, force release), two readers then a writer, a semaphore

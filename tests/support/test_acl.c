@@ -42,6 +42,49 @@ void test_acl_setuser(test_redis *r, const char *user, const char *pass, const c
     redisFree(c);
 }
 
+void test_open_refused(const char *url, int64_t connect_ms, int want, const char *what,
+                       const char *where, const char *cause)
+{
+    dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_client *c = NULL;
+
+    o.connect_timeout_ms = connect_ms;
+    CHECK_RC(dlock_client_open(&c, url, &o), want);
+    fprintf(stderr, "%s: %s\n", what, dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), where);
+    CHECK_CONTAINS(dlock_error_message(), cause);
+}
+
+void test_acquire_refused(const char *url, int want, const char *what, const char *cause,
+                          const char *secret)
+{
+    dlock_client *c = NULL;
+    dlock_lock *l = NULL;
+
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "refused", NULL), want);
+    fprintf(stderr, "%s: %s\n", what, dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), cause);
+    CHECK(strstr(dlock_error_message(), secret) == NULL);
+    dlock_client_free(c);
+}
+
+void test_retake(dlock_client *c, dlock_lock *lock, const char *name, uint64_t before,
+                 int *survived, int *back, const char *label)
+{
+    dlock_acquire_options ao = test_opts(0, 120000, 0);
+    dlock_lock *again = NULL;
+
+    if (dlock_lock_check(lock) == DLOCK_OK)
+        ++*survived;
+    dlock_release(lock);
+    CHECK_RC(dlock_acquire(&again, c, name, &ao), DLOCK_OK);
+    if (dlock_lock_fence(again) <= before && ++*back <= 3)
+        fprintf(stderr, "%s: %s: fence %llu after the failover, %llu before\n", label, name,
+                (unsigned long long)dlock_lock_fence(again), (unsigned long long)before);
+    CHECK_RC(dlock_release(again), DLOCK_OK);
+}
+
 /* The step that failed, its code and message. */
 typedef struct {
     int step;

@@ -507,6 +507,20 @@ static void release_in_half_migrated_slot(void)
     test_cluster_stop(&t);
 }
 
+/* Move the keys of key's slot to the next master, the slot left half
+ * migrated (its old master answers ASK); returns the new master, *slot and
+ * *from set. */
+static int half_migrate(test_cluster *t, const char *key, int *slot, int *from)
+{
+    int to;
+
+    *slot = test_cluster_slot(t, key);
+    *from = test_cluster_owner(t, *slot);
+    to = (*from + 1) % TEST_CLUSTER_NODES;
+    test_cluster_migrate_keys(t, *slot, to, 0);
+    return to;
+}
+
 /* What a cluster client needs besides the README's and docs/family.md's
  * rules (docs/redis-cluster.md): the slot map and ASK redirections. */
 #define CLUSTER_ACL "+cluster|slots +asking"
@@ -556,10 +570,7 @@ static void acl_minimal_user(void)
      * ASKING; then the slot is handed over and the release follows MOVED. */
     CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_OK);
     CHECK_RC(dlock_acquire(&l, c, "acl-mv", &o), DLOCK_OK);
-    slot = test_cluster_slot(&t, "dlock:{acl-mv}");
-    from = test_cluster_owner(&t, slot);
-    to = (from + 1) % TEST_CLUSTER_NODES;
-    test_cluster_migrate_keys(&t, slot, to, 0);
+    to = half_migrate(&t, "dlock:{acl-mv}", &slot, &from);
     CHECK_RC(dlock_lock_check(l), DLOCK_OK);
     CHECK_RC(dlock_lock_extend(l, 30000), DLOCK_OK);
     test_cluster_finish_slot(&t, slot, to);
@@ -583,19 +594,9 @@ static void acl_minimal_user(void)
     dlock_client_free(c);
 
     snprintf(url, sizeof(url), "redis-cluster://noslots:pw-noslots@%s", t.url + 16);
-    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_OK);
-    CHECK_RC(dlock_acquire(&l, c, "acl-x", &o), DLOCK_EAUTH);
-    fprintf(stderr, "without CLUSTER SLOTS: %s\n", dlock_error_message());
-    CHECK_CONTAINS(dlock_error_message(), "'cluster|slots'");
-    dlock_client_free(c);
-
+    test_acquire_refused(url, DLOCK_EAUTH, "without CLUSTER SLOTS", "'cluster|slots'", "pw-");
     snprintf(url, sizeof(url), "redis-cluster://noevalsha:pw-noevalsha@%s", t.url + 16);
-    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_OK);
-    CHECK_RC(dlock_acquire(&l, c, "acl-x", &o), DLOCK_EAUTH);
-    fprintf(stderr, "without EVALSHA: %s\n", dlock_error_message());
-    CHECK_CONTAINS(dlock_error_message(), "'evalsha'");
-    CHECK(strstr(dlock_error_message(), "pw-") == NULL);
-    dlock_client_free(c);
+    test_acquire_refused(url, DLOCK_EAUTH, "without EVALSHA", "'evalsha'", "pw-");
     test_cluster_stop(&t);
 }
 
@@ -615,7 +616,6 @@ static void tls_cluster(void)
     test_tls t;
     test_cluster c;
     dlock_client *cl;
-    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
     dlock_lock *locks[LOCKS], *l;
     dlock_acquire_options o = test_opts(0, 30000, 1);
     int on[TEST_CLUSTER_NODES] = {0}, slot, from, to, code;
@@ -647,10 +647,7 @@ static void tls_cluster(void)
     }
     /* A held lock's slot moves: ASK, then MOVED, followed over TLS. */
     CHECK_RC(dlock_acquire(&l, cl, "tls-mv", &o), DLOCK_OK);
-    slot = test_cluster_slot(&c, "dlock:{tls-mv}");
-    from = test_cluster_owner(&c, slot);
-    to = (from + 1) % TEST_CLUSTER_NODES;
-    test_cluster_migrate_keys(&c, slot, to, 0);
+    to = half_migrate(&c, "dlock:{tls-mv}", &slot, &from);
     CHECK_RC(dlock_lock_check(l), DLOCK_OK);
     test_cluster_finish_slot(&c, slot, to);
     CHECK_RC(dlock_lock_extend(l, 30000), DLOCK_OK);
@@ -673,16 +670,12 @@ static void tls_cluster(void)
     }
     dlock_client_free(cl);
 
-    co.connect_timeout_ms = 2000;
-    CHECK_RC(dlock_client_open(&cl, c.url, &co), DLOCK_EAUTH);
-    fprintf(stderr, "no client certificate: %s\n", dlock_error_message());
-    CHECK_CONTAINS(dlock_error_message(), "rediss-cluster 127.0.0.1:");
-    CHECK_CONTAINS(dlock_error_message(), "client certificate");
+    test_open_refused(c.url, 2000, DLOCK_EAUTH, "no client certificate",
+                      "rediss-cluster 127.0.0.1:", "client certificate");
     snprintf(url, sizeof(url), "%.*s?cacert=%s", (int)(strchr(c.url, '?') - c.url), c.url,
              test_tls_file(&t, "other-ca.crt"));
-    CHECK_RC(dlock_client_open(&cl, url, &co), DLOCK_EAUTH);
-    fprintf(stderr, "another CA: %s\n", dlock_error_message());
-    CHECK_CONTAINS(dlock_error_message(), "unknown CA");
+    test_open_refused(url, 2000, DLOCK_EAUTH, "another CA", "rediss-cluster 127.0.0.1:",
+                      "unknown CA");
     test_cluster_stop(&c);
     test_tls_remove(&t);
 }
@@ -816,16 +809,9 @@ static int failover_run(int min_replicas, int *held, int *back)
     *held = atomic_load(&h->n);
     *back = 0;
     for (int i = 0; i < *held; i++) {
-        if (dlock_lock_check(h->locks[i]) == DLOCK_OK)
-            survived++;
-        dlock_release(h->locks[i]);
         snprintf(name, sizeof(name), "{%s}h%d", tag, i);
-        CHECK_RC(dlock_acquire(&l, h->c, name, &ao), DLOCK_OK);
-        if (dlock_lock_fence(l) <= h->fences[i] && ++*back <= 3)
-            fprintf(stderr, "min_replicas=%d: %s: fence %llu after the failover, %llu before\n",
-                    min_replicas, name, (unsigned long long)dlock_lock_fence(l),
-                    (unsigned long long)h->fences[i]);
-        CHECK_RC(dlock_release(l), DLOCK_OK);
+        test_retake(h->c, h->locks[i], name, h->fences[i], &survived, back,
+                    min_replicas ? "min_replicas=1" : "min_replicas=0");
     }
     printf("cluster failover (SIGKILL of a master, its replica promoted), min_replicas=%d: "
            "%d of %d holds survived, %d fences not above the one given before (%d "

@@ -157,20 +157,11 @@ static failover_count failover_run(int min_replicas, int mode)
     pthread_join(t, NULL);
     n.held = h->n;
     for (int i = 0; i < h->n; i++) {
-        dlock_lock *again = NULL;
         char name[32];
 
-        if (dlock_lock_check(h->locks[i]) == DLOCK_OK)
-            n.survived++;
-        dlock_release(h->locks[i]);
         snprintf(name, sizeof(name), "h%d", i);
-        CHECK_RC(dlock_acquire(&again, h->c, name, &ao), DLOCK_OK);
-        if (dlock_lock_fence(again) <= h->fences[i] && ++n.fences_back <= 3) {
-            fprintf(stderr, "min_replicas=%d: %s: fence %llu after the failover, %llu before\n",
-                    min_replicas, name, (unsigned long long)dlock_lock_fence(again),
-                    (unsigned long long)h->fences[i]);
-        }
-        CHECK_RC(dlock_release(again), DLOCK_OK);
+        test_retake(h->c, h->locks[i], name, h->fences[i], &n.survived, &n.fences_back,
+                    min_replicas ? "min_replicas=1" : "min_replicas=0");
     }
     printf("sentinel failover (SIGKILL of the master), replicas %s, min_replicas=%d: %d of "
            "%d holds survived, %d fences not above the one given before (%d acquisitions "
@@ -386,28 +377,15 @@ static void acl_minimal_user(void)
     dlock_client_free(c);
     acl_scenario_or_fail(url, "after a failover");
 
-    o.connect_timeout_ms = 2000;
     snprintf(url, sizeof(url), "redis-sentinel://norole:pw-norole@%s", hosts);
-    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_EAUTH);
-    fprintf(stderr, "without ROLE: %s\n", dlock_error_message());
-    CHECK_CONTAINS(dlock_error_message(), "'role'");
-    CHECK(strstr(dlock_error_message(), "pw-") == NULL);
+    test_open_refused(url, 2000, DLOCK_EAUTH, "without ROLE", "redis-sentinel dlock", "'role'");
     snprintf(url, sizeof(url), "redis-sentinel://noevalsha:pw-noevalsha@%s", hosts);
-    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_OK);
-    CHECK_RC(dlock_acquire(&l, c, "acl-x", &ao), DLOCK_EAUTH);
-    fprintf(stderr, "without EVALSHA: %s\n", dlock_error_message());
-    CHECK_CONTAINS(dlock_error_message(), "'evalsha'");
-    CHECK(strstr(dlock_error_message(), "pw-") == NULL);
-    dlock_client_free(c);
+    test_acquire_refused(url, DLOCK_EAUTH, "without EVALSHA", "'evalsha'", "pw-");
     /* min_replicas without WAIT: the acquire fails naming it, and the hold
      * its script wrote is not left behind. */
     snprintf(url, sizeof(url), "redis-sentinel://nowait:pw-nowait@%s?min_replicas=1", hosts);
-    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_OK);
-    CHECK_RC(dlock_acquire(&l, c, "acl-w", &ao), DLOCK_EAUTH);
-    fprintf(stderr, "without WAIT: %s\n", dlock_error_message());
-    CHECK_CONTAINS(dlock_error_message(), "'wait'");
-    CHECK(test_redis_cmd(&s.nodes[promoted], "EXISTS dlock:{acl-w}") == 0);
-    dlock_client_free(c);
+    test_acquire_refused(url, DLOCK_EAUTH, "without WAIT", "'wait'", "pw-");
+    CHECK(test_redis_cmd(&s.nodes[promoted], "EXISTS dlock:{refused}") == 0);
     test_sentinel_stop(&s);
 }
 
@@ -517,23 +495,15 @@ static void tls_sentinels(void)
     CHECK_RC(dlock_release(l), DLOCK_OK);
     dlock_client_free(c);
 
-    o.connect_timeout_ms = 3000;
-    CHECK_RC(dlock_client_open(&c, s.url, &o), DLOCK_EAUTH);
-    fprintf(stderr, "no client certificate: %s\n", dlock_error_message());
-    CHECK_CONTAINS(dlock_error_message(), "sentinel 127.0.0.1:");
-    CHECK_CONTAINS(dlock_error_message(), "client certificate");
+    test_open_refused(s.url, 3000, DLOCK_EAUTH, "no client certificate", "sentinel 127.0.0.1:",
+                      "client certificate");
     snprintf(url, sizeof(url), "%s%s&sni=redis.example.com", s.url, certs);
-    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_EAUTH);
-    fprintf(stderr, "sni not in the certificates: %s\n", dlock_error_message());
-    CHECK_CONTAINS(dlock_error_message(), "sentinel 127.0.0.1:");
-    CHECK_CONTAINS(dlock_error_message(), "name mismatch");
+    test_open_refused(url, 3000, DLOCK_EAUTH, "sni not in the certificates",
+                      "sentinel 127.0.0.1:", "name mismatch");
     snprintf(url, sizeof(url), "rediss-sentinel://%.*s?cacert=%s%s",
              (int)(strchr(s.url, '?') - s.url - 18), s.url + 18,
              test_tls_file(&t, "other-ca.crt"), certs);
-    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_EAUTH);
-    fprintf(stderr, "another CA: %s\n", dlock_error_message());
-    CHECK_CONTAINS(dlock_error_message(), "sentinel 127.0.0.1:");
-    CHECK_CONTAINS(dlock_error_message(), "unknown CA");
+    test_open_refused(url, 3000, DLOCK_EAUTH, "another CA", "sentinel 127.0.0.1:", "unknown CA");
     test_sentinel_stop(&s);
     test_tls_remove(&t);
 }
