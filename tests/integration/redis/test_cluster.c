@@ -579,18 +579,20 @@ static void acl_minimal_user(void)
 
     /* ASK met by a user without ASKING: a clear EAUTH, not a loop. */
     CHECK_RC(dlock_acquire(&l, c, "acl-mv", &o), DLOCK_OK);
-    dlock_client_free(c);
     snprintf(url, sizeof(url), "redis-cluster://noasking:pw-noasking@%s", t.url + 16);
-    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_OK);
     {
+        dlock_client *na;
         dlock_lock_info info;
-        CHECK_RC(dlock_status(&info, c, "acl-mv"), DLOCK_OK); /* maps the slot */
+        CHECK_RC(dlock_client_open(&na, url, NULL), DLOCK_OK);
+        CHECK_RC(dlock_status(&info, na, "acl-mv"), DLOCK_OK); /* maps the slot */
+        test_cluster_migrate_keys(&t, slot, from, 0);
+        CHECK_RC(dlock_status(&info, na, "acl-mv"), DLOCK_EAUTH);
+        fprintf(stderr, "without ASKING: %s\n", dlock_error_message());
+        CHECK_CONTAINS(dlock_error_message(), "'asking'");
+        dlock_client_free(na);
     }
-    test_cluster_migrate_keys(&t, slot, from, 0);
-    CHECK_RC(dlock_status(&(dlock_lock_info){0}, c, "acl-mv"), DLOCK_EAUTH);
-    fprintf(stderr, "without ASKING: %s\n", dlock_error_message());
-    CHECK_CONTAINS(dlock_error_message(), "'asking'");
     test_cluster_finish_slot(&t, slot, from);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
     dlock_client_free(c);
 
     snprintf(url, sizeof(url), "redis-cluster://noslots:pw-noslots@%s", t.url + 16);
