@@ -20,6 +20,7 @@
 #include <dlock/dlock.h>
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
@@ -139,6 +140,12 @@ static void parallel_ping(redisContext *c[NODES], bench_series *s)
     for (int i = 0; i < NODES; i++)
         if (redisAppendCommand(c[i], "PING") != REDIS_OK)
             bench_die("PING: %s", c[i]->errstr);
+    /* Written to every node before any reply is read (redisGetReply would
+     * write one, then wait for its reply, then write the next). */
+    for (int i = 0; i < NODES; i++)
+        for (int done = 0; !done;)
+            if (redisBufferWrite(c[i], &done) != REDIS_OK)
+                bench_die("PING: %s", c[i]->errstr);
     for (int i = 0; i < NODES; i++) {
         redisReply *r = NULL;
         if (redisGetReply(c[i], (void **)&r) != REDIS_OK || r->type != REDIS_REPLY_STATUS)
@@ -235,65 +242,138 @@ static void handoff(const char *url, redisContext *node0, const char *name, long
 
 /* ---- node-redlock --------------------------------------------------------------- */
 
-/* Run node_redlock.js; its p50 and p99 in microseconds, or 0 with why. */
-static int node_redlock(const char *hosts, const char *password, long iterations, double *p50,
-                        double *p99, char *why, size_t why_size)
+/* node_redlock.js in serve mode: its pid, the pipe to its stdin and the one
+ * from its stdout, and what it wrote that is not read yet. */
+typedef struct {
+    pid_t pid;
+    int in, out;
+    char buf[1 << 16];
+    size_t len;
+} node_proc;
+
+/* One line from node (without its newline) into line, waiting up to 120 s
+ * for it (a loaded machine; node is never that slow when it works). */
+static int node_line(node_proc *np, char *line, size_t size, char *why, size_t why_size)
+{
+    for (;;) {
+        char *nl = memchr(np->buf, '\n', np->len);
+        if (nl != NULL) {
+            size_t n = (size_t)(nl - np->buf);
+            snprintf(line, size, "%.*s", (int)n, np->buf);
+            memmove(np->buf, nl + 1, np->len - n - 1);
+            np->len -= n + 1;
+            return 0;
+        }
+        struct pollfd pfd = {np->out, POLLIN, 0};
+        int r = poll(&pfd, 1, 120000);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0 || np->len == sizeof np->buf) {
+            snprintf(why, why_size, "node %s: no answer in 120 s", DLOCK_BENCH_NODE_SCRIPT);
+            return -1;
+        }
+        ssize_t got = read(np->out, np->buf + np->len, sizeof np->buf - np->len);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            snprintf(why, why_size, "node %s exited (see its stderr above)",
+                     DLOCK_BENCH_NODE_SCRIPT);
+            return -1;
+        }
+        np->len += (size_t)got;
+    }
+}
+
+/* Start node_redlock.js serve on the servers, warmed up; -1 with why. */
+static int node_start(node_proc *np, const char *hosts, const char *password, char *why,
+                      size_t why_size)
 {
     const char *modules = getenv("DLOCK_BENCH_NODE_MODULES");
     if (modules == NULL)
         modules = DLOCK_BENCH_NODE_MODULES_DEFAULT;
-    char probe[1200];
+    char probe[1200], line[64];
     snprintf(probe, sizeof probe, "%s/redlock/package.json", modules);
     struct stat st;
+    memset(np, 0, sizeof *np);
+    np->pid = -1;
     if (stat(probe, &st) != 0) {
         snprintf(why, why_size, "no %s (make bench-redlock installs it with npm)", probe);
         return -1;
     }
-    int fds[2];
-    if (pipe(fds) != 0)
+    int to[2], from[2];
+    if (pipe(to) != 0 || pipe(from) != 0)
         bench_die("pipe: %s", strerror(errno));
     fflush(stdout);
     pid_t pid = fork();
     if (pid < 0)
         bench_die("fork: %s", strerror(errno));
     if (pid == 0) {
-        char n[32];
-        snprintf(n, sizeof n, "%ld", iterations);
-        dup2(fds[1], 1);
-        close(fds[0]);
-        close(fds[1]);
+        dup2(to[0], 0);
+        dup2(from[1], 1);
+        close(to[0]);
+        close(to[1]);
+        close(from[0]);
+        close(from[1]);
         child_signals();
         setenv("NODE_PATH", modules, 1);
         if (password[0])
             setenv("DLOCK_BENCH_REDIS_PASSWORD", password, 1);
-        execlp("node", "node", DLOCK_BENCH_NODE_SCRIPT, n, hosts, (char *)NULL);
+        execlp("node", "node", DLOCK_BENCH_NODE_SCRIPT, "serve", hosts, (char *)NULL);
         _exit(127);
     }
-    close(fds[1]);
-    char out[512] = "";
-    size_t len = 0;
-    ssize_t got;
-    while (len < sizeof out - 1 && (got = read(fds[0], out + len, sizeof out - 1 - len)) != 0) {
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0)
-            break;
-        len += (size_t)got;
-    }
-    out[len] = 0;
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    const char *a = strstr(out, "cycle_p50_us="), *b = strstr(out, "cycle_p99_us=");
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || a == NULL || b == NULL) {
-        snprintf(why, why_size, "node %s failed (exit %d%s)", DLOCK_BENCH_NODE_SCRIPT,
-                 WIFEXITED(status) ? WEXITSTATUS(status) : -1,
-                 WIFEXITED(status) && WEXITSTATUS(status) == 127 ? ": node not in PATH" : "");
+    close(to[0]);
+    close(from[1]);
+    np->pid = pid;
+    np->in = to[1];
+    np->out = from[0];
+    if (node_line(np, line, sizeof line, why, why_size) != 0 || strcmp(line, "ready") != 0) {
+        if (why[0] == 0)
+            snprintf(why, why_size, "node %s: unexpected '%.32s'", DLOCK_BENCH_NODE_SCRIPT,
+                     line);
         return -1;
     }
-    *p50 = strtod(a + strlen("cycle_p50_us="), NULL);
-    *p99 = strtod(b + strlen("cycle_p99_us="), NULL);
     return 0;
+}
+
+/* n node-redlock cycles, their times added to s; -1 with why. */
+static int node_chunk(node_proc *np, long n, bench_series *s, char *why, size_t why_size)
+{
+    static char line[1 << 16];
+    char cmd[32];
+    int len = snprintf(cmd, sizeof cmd, "%ld\n", n);
+    long got = 0;
+
+    if (write(np->in, cmd, (size_t)len) != len) {
+        snprintf(why, why_size, "node %s: cannot write to it", DLOCK_BENCH_NODE_SCRIPT);
+        return -1;
+    }
+    if (node_line(np, line, sizeof line, why, why_size) != 0)
+        return -1;
+    for (char *p = line, *end; *p; p = end) {
+        double us = strtod(p, &end);
+        if (end == p)
+            break;
+        bench_series_add(s, (int64_t)(us * 1000));
+        got++;
+    }
+    if (got != n) {
+        snprintf(why, why_size, "node %s: %ld samples for %ld cycles", DLOCK_BENCH_NODE_SCRIPT,
+                 got, n);
+        return -1;
+    }
+    return 0;
+}
+
+static void node_stop(node_proc *np)
+{
+    int status;
+
+    if (np->pid <= 0)
+        return;
+    close(np->in);
+    close(np->out);
+    waitpid(np->pid, &status, 0);
+    np->pid = -1;
 }
 
 /* Split redlock://[user:password@]h1:p1,...[/db][?...] into the host list
@@ -379,11 +459,14 @@ int bench_redlock(const char *given_url, long iterations)
         cycle(client[1], name[1], 1, NULL);
         cycle(client[0], name[0], 0, NULL);
     }
-    /* node-redlock in the middle of dlock's rounds, so that a slow spell of
-     * the machine is as likely to hit either. */
-    double node50 = 0, node99 = 0;
+    /* node-redlock runs in the same 10 rounds, a chunk of its cycles after
+     * dlock's in each (node idle meanwhile), so that a slow spell of the
+     * machine is as likely to hit either; both percentiles are computed
+     * here, the same way. */
+    bench_series nodes = {0};
+    node_proc np;
     char why[1400] = "";
-    int node_ok = -1;
+    int node_ok = node_start(&np, hosts, password, why, sizeof why);
     for (int round = 0; round < 10; round++) {
         long per = n / 10 + (round < n % 10);
         for (long i = 0; i < per; i++)
@@ -392,9 +475,12 @@ int bench_redlock(const char *given_url, long iterations)
             cycle(client[0], name[0], 0, &cyc[0]);
         for (long i = 0; i < per; i++)
             cycle(client[1], name[1], 1, &cyc[1]);
-        if (round == 4)
-            node_ok = node_redlock(hosts, password, n, &node50, &node99, why, sizeof why);
+        if (node_ok == 0)
+            node_ok = node_chunk(&np, per, &nodes, why, sizeof why);
     }
+    node_stop(&np);
+    double node50 = node_ok == 0 ? bench_series_us(&nodes, 50) : 0;
+    double node99 = node_ok == 0 ? bench_series_us(&nodes, 99) : 0;
     handoff(url, raw[0], hname, handoffs, &hand);
 
     double p50 = bench_series_us(&ping, 50);
@@ -438,5 +524,6 @@ int bench_redlock(const char *given_url, long iterations)
     free(cyc[0].v);
     free(cyc[1].v);
     free(hand.v);
+    free(nodes.v);
     return 0;
 }

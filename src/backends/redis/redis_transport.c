@@ -425,20 +425,18 @@ int dlock__redis_tp_ok(const dlock__redis_tp *tp)
     return tp->reader != NULL && tp->err == 0;
 }
 
-static int append_raw(dlock__redis_tp *tp, char *cmd, int len)
+/* Room for len more bytes in the output buffer: a pointer to where they go,
+ * or NULL (the transport failed: out of memory). */
+static char *out_room(dlock__redis_tp *tp, size_t len)
 {
-    if (len < 0)
-        return fail(tp, REDIS_ERR_OOM, "out of memory");
     if (tp->opos == tp->olen)
         tp->opos = tp->olen = 0;
-    if (tp->olen + (size_t)len > tp->ocap) {
-        size_t cap = tp->ocap * 2 > tp->olen + (size_t)len ? tp->ocap * 2
-                                                           : tp->olen + (size_t)len + 256;
+    if (tp->olen + len > tp->ocap) {
+        size_t cap = tp->ocap * 2 > tp->olen + len ? tp->ocap * 2 : tp->olen + len + 256;
         char *grown = malloc(cap);
         if (grown == NULL) {
-            explicit_bzero(cmd, (size_t)len);
-            redisFreeCommand(cmd);
-            return fail(tp, REDIS_ERR_OOM, "out of memory");
+            fail(tp, REDIS_ERR_OOM, "out of memory");
+            return NULL;
         }
         /* Not realloc: the old block may hold a password, wiped before free. */
         if (tp->obuf != NULL) {
@@ -449,23 +447,104 @@ static int append_raw(dlock__redis_tp *tp, char *cmd, int len)
         tp->obuf = grown;
         tp->ocap = cap;
     }
-    memcpy(tp->obuf + tp->olen, cmd, (size_t)len);
-    tp->olen += (size_t)len;
+    return tp->obuf + tp->olen;
+}
+
+/* hiredis's formatting (redisvFormatCommand), copied in and wiped. */
+static int append_raw(dlock__redis_tp *tp, char *cmd, int len)
+{
+    char *to;
+
+    if (len < 0)
+        return fail(tp, REDIS_ERR_OOM, "out of memory");
+    to = out_room(tp, (size_t)len);
+    if (to != NULL) {
+        memcpy(to, cmd, (size_t)len);
+        tp->olen += (size_t)len;
+    }
     explicit_bzero(cmd, (size_t)len);
     redisFreeCommand(cmd);
-    return REDIS_OK;
+    return to != NULL ? REDIS_OK : REDIS_ERR;
+}
+
+/* Decimal digits of v, written backwards from end; returns the first. */
+static char *put_decimal(char *end, size_t v)
+{
+    do {
+        *--end = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    return end;
+}
+
+/* One RESP header line: c (the type), n, CRLF, at to; its length. */
+static size_t put_header(char *to, char c, size_t n)
+{
+    char digits[24], *d = put_decimal(digits + sizeof(digits), n);
+    size_t nd = (size_t)(digits + sizeof(digits) - d);
+
+    to[0] = c;
+    memcpy(to + 1, d, nd);
+    to[1 + nd] = '\r';
+    to[2 + nd] = '\n';
+    return 3 + nd;
+}
+
+static size_t decimal_len(size_t v)
+{
+    size_t n = 1;
+
+    while (v >= 10) {
+        v /= 10;
+        n++;
+    }
+    return n;
+}
+
+size_t dlock__redis_resp_len(int argc, const size_t *lens)
+{
+    size_t len = 3 + decimal_len((size_t)argc);
+
+    for (int i = 0; i < argc; i++)
+        len += 3 + decimal_len(lens[i]) + lens[i] + 2;
+    return len;
+}
+
+void dlock__redis_resp_write(char *to, int argc, const char **argv, const size_t *lens)
+{
+    to += put_header(to, '*', (size_t)argc);
+    for (int i = 0; i < argc; i++) {
+        to += put_header(to, '$', lens[i]);
+        memcpy(to, argv[i], lens[i]);
+        to += lens[i];
+        to[0] = '\r';
+        to[1] = '\n';
+        to += 2;
+    }
 }
 
 int dlock__redis_tp_append_argv(dlock__redis_tp *tp, int argc, const char **argv,
                                 const size_t *lens)
 {
-    char *cmd = NULL;
-    int len;
+    size_t len = dlock__redis_resp_len(argc, lens);
+    char *to;
 
-    if (!dlock__redis_tp_ok(tp))
+    if (!dlock__redis_tp_ok(tp) || (to = out_room(tp, len)) == NULL)
         return REDIS_ERR;
-    len = redisFormatCommandArgv(&cmd, argc, argv, lens);
-    return append_raw(tp, cmd, len);
+    dlock__redis_resp_write(to, argc, argv, lens);
+    tp->olen += len;
+    return REDIS_OK;
+}
+
+int dlock__redis_tp_append_resp(dlock__redis_tp *tp, const char *resp, size_t len)
+{
+    char *to;
+
+    if (!dlock__redis_tp_ok(tp) || (to = out_room(tp, len)) == NULL)
+        return REDIS_ERR;
+    memcpy(to, resp, len);
+    tp->olen += len;
+    return REDIS_OK;
 }
 
 int dlock__redis_tp_append(dlock__redis_tp *tp, const char *fmt, ...)

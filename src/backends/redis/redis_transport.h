@@ -72,10 +72,21 @@ void dlock__redis_tp_close(dlock__redis_tp *tp);
 /* Open and not failed. */
 int dlock__redis_tp_ok(const dlock__redis_tp *tp);
 
-/* Queue one command (hiredis's formatting). REDIS_ERR: out of memory. */
+/* Queue one command: argc binary-safe arguments (append_argv) or hiredis's
+ * printf-like format (append). REDIS_ERR: out of memory. */
 int dlock__redis_tp_append_argv(dlock__redis_tp *tp, int argc, const char **argv,
                                 const size_t *lens);
 int dlock__redis_tp_append(dlock__redis_tp *tp, const char *fmt, ...);
+
+/* A command's RESP encoding, for one formatted once and queued on several
+ * connections (the Redlock fan-out): its length, and the bytes written to
+ * to (resp_len bytes; no terminating NUL). No printf: a fan-out formats on
+ * the critical path. */
+size_t dlock__redis_resp_len(int argc, const size_t *lens);
+void dlock__redis_resp_write(char *to, int argc, const char **argv, const size_t *lens);
+
+/* Queue len bytes of commands already in RESP (dlock__redis_resp_write). */
+int dlock__redis_tp_append_resp(dlock__redis_tp *tp, const char *resp, size_t len);
 
 /* Write everything queued, waiting up to deadline_ms. */
 int dlock__redis_tp_flush(dlock__redis_tp *tp, int64_t deadline_ms);

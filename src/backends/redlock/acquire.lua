@@ -4,7 +4,13 @@
 -- KEYS[1] the lock, KEYS[2] the node's fence high-water mark
 -- ARGV[1] token, ARGV[2] lease in ms (the node's PX: lease + drift),
 -- ARGV[3] the owner id ('' for the plain mutex, whose key holds the token),
--- ARGV[4] '1' reentrant
+-- ARGV[4] '1' reentrant, ARGV[5] '1' when the caller waits (subscribed to the
+-- release channel): a busy key then gets KEYS[1]:waiters set, so that
+-- release.lua announces its release (it announces nothing when no one waits:
+-- a PUBLISH costs the node as much as the rest of the release). It lives
+-- twice the waiter's lease, and 20 ms more, or longer for another waiter: a
+-- waiter tries again (and sets it again) at least every quarter lease, and at
+-- least every 10 ms (redlock.c).
 -- With an owner id the key holds the owner id and KEYS[1]:holds the
 -- owner's holds, handle token -> the fence recorded for it here (0 until
 -- round 2 records one).
@@ -21,19 +27,29 @@
 -- only our own scripts changed it since our key was set here, so it is at
 -- least the value this node gave us then (a retry is idempotent).
 -- #include family
+-- Each redis.call costs a server a few us, and a server's CPU is on the
+-- critical path when 5 of them share a host with their clients: the free
+-- key, the common case, takes two (SET NX, INCR), and the mark is read only
+-- where it is needed.
 local token, px, owner = ARGV[1], ARGV[2], ARGV[3]
-local hw = redis.call('GET', KEYS[2])
-if hw and not string.match(hw, '^%d+$') then
+local value = owner ~= '' and owner or token
+local function bad_mark()
   return redis.error_reply('DLOCKFENCE fence high-water mark ' .. KEYS[2] ..
                            ' is not a non-negative integer')
 end
-hw = tonumber(hw or '0')
-local value = owner ~= '' and owner or token
-local holds = KEYS[1] .. ':holds'
 if redis.call('SET', KEYS[1], value, 'NX', 'PX', px) then
-  hw = hw + 1
-  redis.call('SET', KEYS[2], hw)
+  local hw = redis.pcall('INCR', KEYS[2])
+  if type(hw) ~= 'number' or hw < 1 then
+    -- No lock without a fence: give the key back (it was free), and a
+    -- negative mark the INCR moved back to what it was.
+    redis.call('DEL', KEYS[1])
+    if type(hw) == 'number' then
+      redis.call('DECR', KEYS[2])
+    end
+    return bad_mark()
+  end
   if owner ~= '' then
+    local holds = KEYS[1] .. ':holds'
     redis.call('DEL', holds) -- what a forced release left
     redis.call('HSET', holds, token, 0)
     redis.call('PEXPIRE', holds, px)
@@ -41,12 +57,25 @@ if redis.call('SET', KEYS[1], value, 'NX', 'PX', px) then
   return {1, hw, 0}
 end
 if redis.call('GET', KEYS[1]) ~= value then
+  if ARGV[5] == '1' then
+    -- Never shortened: another waiter with a longer lease tries less often.
+    local waiters, life = KEYS[1] .. ':waiters', 2 * tonumber(px) + 20
+    if redis.call('PTTL', waiters) < life then
+      redis.call('SET', waiters, '1', 'PX', life)
+    end
+  end
   return {0, redis.call('PTTL', KEYS[1]), 0}
 end
+local hw = redis.call('GET', KEYS[2])
+if hw and not string.match(hw, '^%d+$') then
+  return bad_mark()
+end
+hw = tonumber(hw or '0')
 if owner == '' then
   redis.call('PEXPIRE', KEYS[1], px)
   return {1, hw, 0}
 end
+local holds = KEYS[1] .. ':holds'
 local mine = redis.call('HEXISTS', holds, token) == 1
 if not mine and ARGV[4] ~= '1' and redis.call('HLEN', holds) > 0 then
   return {-1, 0, 0}

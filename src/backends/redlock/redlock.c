@@ -13,6 +13,8 @@
  *   dlock:{NAME}:release  the pub/sub channel a release is announced on
  *   dlock:{NAME}:holds    with an owner id (the key then holds the owner id):
  *                         HASH token -> fence recorded here, one per handle
+ *   dlock:{NAME}:waiters  set (for a waiter's lease) by a waiter that found
+ *                         the key busy here: a release publishes only then
  *
  * Acquire: round 1 (acquire.lua) on all nodes at once, each with the
  * per-node timeout, until Q granted or Q no longer can; held if Q granted
@@ -194,6 +196,7 @@ static int redlock_open(void **out, const dlock_url *url, const dlock_client_opt
         return dlock__fail(DLOCK_ENOMEM, "cannot create a mutex");
     }
     be->n = url->nhosts;
+    be->tls = tls;
     be->quorum = be->n / 2 + 1;
     be->command_timeout_ms = opts->command_timeout_ms;
     if ((rc = ms_param(url, "drift_ms", &be->drift_ms)) != DLOCK_OK ||
@@ -422,8 +425,8 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
     answer ans[DLOCK__REDLOCK_NODES_MAX], conf[DLOCK__REDLOCK_NODES_MAX];
     key_buf lock, mark;
     char px[24], fence_text[24];
-    const char *argv[6];
-    size_t lens[6];
+    const char *argv[7];
+    size_t lens[7];
     int64_t pttl[DLOCK__REDLOCK_NODES_MAX], timeout = node_timeout_ms(be, req->lease_ms);
     uint64_t tenure[DLOCK__REDLOCK_NODES_MAX], value[DLOCK__REDLOCK_NODES_MAX];
     unsigned granted = 0, busy = 0;
@@ -448,13 +451,15 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
     lens[4] = strlen(argv[4]);
     argv[5] = req->reentrant ? "1" : "0";
     lens[5] = 1;
+    argv[6] = watch != NULL ? "1" : "0";
+    lens[6] = 1;
 
     /* Round 1: take the key on every node, each granting node raising its
      * mark; until Q granted or Q no longer can. With an owner id, every
      * node (in the node timeout): round 2 then records the owner's fence on
      * all that granted, so that a re-entry finds a quorum vouching for it
      * even when nodes restarted since (docs/redlock.md, "Reentrancy"). */
-    dlock__redlock_fanout(be, 0, all_nodes(be), &dlock__redlock_script_acquire, 2, 6, argv,
+    dlock__redlock_fanout(be, 0, all_nodes(be), &dlock__redlock_script_acquire, 2, 7, argv,
                           lens, timeout, req->owner == NULL ? granted_decided : NULL, &t,
                           ans);
     for (size_t i = 0; i < be->n; i++) {
@@ -577,7 +582,8 @@ static int redlock_acquire(void *arg, const dlock_request *req, void *watch,
 
     pthread_mutex_lock(&be->cmd_mu);
     rc = acquire_locked(be, req, watch, out);
-    snprintf(saved, sizeof(saved), "%s", dlock_error_message());
+    if (rc != DLOCK_OK)
+        snprintf(saved, sizeof(saved), "%s", dlock_error_message());
     pthread_mutex_unlock(&be->cmd_mu);
     return rc == DLOCK_OK ? rc : dlock__fail(rc, "%s", saved);
 }

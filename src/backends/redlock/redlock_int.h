@@ -51,6 +51,7 @@ typedef struct {
      * client's TLS ones: cacert, cert, key, sni, insecure; borrowed). */
     dlock_url_param *node_params;
     size_t nnode_params;
+    int tls; /* tls=1: SIGPIPE blocked around a fan-out's I/O */
     dlock__redlock_node nodes[DLOCK__REDLOCK_NODES_MAX];
 } dlock__redlock_be;
 

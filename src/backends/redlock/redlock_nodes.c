@@ -50,6 +50,26 @@ static void note(dlock__redlock_answer *a, int code)
     snprintf(a->why, sizeof(a->why), "%s", dlock_error_message());
 }
 
+/* The thread's message, kept across a fan-out, which sets one per failing
+ * node: copied and put back only when it changed (no printf on the common
+ * path). */
+static void save_message(char *saved, size_t size)
+{
+    const char *m = dlock_error_message();
+    size_t n = strlen(m);
+
+    if (n >= size)
+        n = size - 1;
+    memcpy(saved, m, n);
+    saved[n] = '\0';
+}
+
+static void restore_message(const char *saved)
+{
+    if (strcmp(dlock_error_message(), saved) != 0)
+        dlock__fail(DLOCK_OK, "%s", saved);
+}
+
 static int link_open(const dlock__redlock_link *l)
 {
     return dlock__redis_conn_is_open(&l->conn);
@@ -123,18 +143,15 @@ void dlock__redlock_connect(dlock__redlock_be *be, int wd, unsigned mask,
             pthread_join(jobs[k].thread, NULL);
 }
 
-/* Queue one script call (EVALSHA, or EVAL when eval) and write out all that
- * is queued on the connection (scripts loaded ahead too): one write. */
-static int send_script(dlock__redis_conn *conn, const dlock__redis_script *s, int eval,
-                       int nkeys, int argc, const char **argv, const size_t *lens)
+/* EVAL the script (the node answered NOSCRIPT to the EVALSHA). */
+static int send_eval(dlock__redis_conn *conn, const dlock__redis_script *s, int nkeys,
+                     int argc, const char **argv, const size_t *lens)
 {
     dlock__redis_script_cmd c;
     int rc;
 
-    if ((rc = dlock__redis_script_cmd_init(&c, s, eval, nkeys, argc, argv, lens)) != DLOCK_OK)
+    if ((rc = dlock__redis_script_cmd_init(&c, s, 1, nkeys, argc, argv, lens)) != DLOCK_OK)
         return rc;
-    /* A request this small goes into the socket's empty send buffer at
-     * once; the command timeout bounds a full one. */
     if (dlock__redis_tp_append_argv(&conn->tp, c.argc, c.av, c.al) != REDIS_OK ||
         dlock__redis_tp_flush(&conn->tp, dlock__now_ms() + conn->command_ms) != REDIS_OK)
         rc = dlock__redis_conn_io_error(conn);
@@ -142,17 +159,54 @@ static int send_script(dlock__redis_conn *conn, const dlock__redis_script *s, in
     return rc;
 }
 
-/* Connect if needed and send. */
-static int start(node_state *st, const dlock__redis_script *s, int nkeys, int argc,
-                 const char **argv, const size_t *lens)
+/* The EVALSHA of a fan-out, formatted once for all its nodes. */
+typedef struct {
+    char *bytes;
+    size_t len;
+    char stack[1024];
+} request;
+
+static int request_init(request *q, const dlock__redis_script *s, int nkeys, int argc,
+                        const char **argv, const size_t *lens)
+{
+    dlock__redis_script_cmd c;
+    int rc;
+
+    q->bytes = q->stack;
+    if ((rc = dlock__redis_script_cmd_init(&c, s, 0, nkeys, argc, argv, lens)) != DLOCK_OK)
+        return rc;
+    q->len = dlock__redis_resp_len(c.argc, c.al);
+    q->bytes = q->len <= sizeof(q->stack) ? q->stack : malloc(q->len);
+    if (q->bytes == NULL) {
+        dlock__redis_script_cmd_free(&c);
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    }
+    dlock__redis_resp_write(q->bytes, c.argc, c.av, c.al);
+    dlock__redis_script_cmd_free(&c);
+    return DLOCK_OK;
+}
+
+static void request_free(request *q)
+{
+    if (q->bytes != q->stack)
+        free(q->bytes);
+}
+
+/* Connect if needed, queue the request (after the scripts loaded ahead on a
+ * new connection) and write it all out: one write. */
+static int start(node_state *st, const request *q)
 {
     dlock__redlock_link *l = st->link;
+    dlock__redis_conn *conn = &l->conn;
     int rc;
 
     if (!link_open(l) && (rc = connect_link(l)) != DLOCK_OK)
         return rc;
-    if ((rc = send_script(&l->conn, s, 0, nkeys, argc, argv, lens)) != DLOCK_OK)
-        return rc;
+    /* A request this small goes into the socket's empty send buffer at
+     * once; the command timeout bounds a full one. */
+    if (dlock__redis_tp_append_resp(&conn->tp, q->bytes, q->len) != REDIS_OK ||
+        dlock__redis_tp_flush(&conn->tp, dlock__now_ms() + conn->command_ms) != REDIS_OK)
+        return dlock__redis_conn_io_error(conn);
     st->waiting = 1;
     return DLOCK_OK;
 }
@@ -207,14 +261,17 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
     size_t idx[DLOCK__REDLOCK_NODES_MAX];
     int64_t deadline = dlock__now_ms() + timeout_ms;
     dlock__sigpipe_guard guard;
+    request q;
     char saved[512];
     size_t replied = 0;
-    int done = 0;
+    int done = 0, qrc;
 
-    snprintf(saved, sizeof(saved), "%s", dlock_error_message());
+    save_message(saved, sizeof(saved));
     /* OpenSSL writes with write(2): a node gone away must not raise
-     * SIGPIPE in the application. */
-    dlock__sigpipe_block(&guard);
+     * SIGPIPE in the application. Clear text is sent with MSG_NOSIGNAL. */
+    if (be->tls)
+        dlock__sigpipe_block(&guard);
+    qrc = request_init(&q, s, nkeys, argc, argv, lens);
     for (size_t i = 0; i < be->n; i++) {
         memset(&st[i], 0, sizeof(st[i]));
         ans[i].reply = NULL;
@@ -234,11 +291,13 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
             continue;
         rc = ans[i].code;
         if (rc == DLOCK_OK)
-            rc = start(&st[i], s, nkeys, argc, argv, lens);
-        if (rc != DLOCK_OK && st[i].reused) {
+            rc = qrc;
+        if (rc == DLOCK_OK)
+            rc = start(&st[i], &q);
+        if (rc != DLOCK_OK && rc != qrc && st[i].reused) {
             /* Dead before we used it (the node restarted): once more. */
             st[i].reused = 0;
-            rc = start(&st[i], s, nkeys, argc, argv, lens);
+            rc = start(&st[i], &q);
         }
         if (rc != DLOCK_OK) {
             if (ans[i].code == DLOCK_OK)
@@ -282,7 +341,7 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
                 x->resent = 1;
                 x->waiting = 0;
                 x->reused = 0;
-                rc = start(x, s, nkeys, argc, argv, lens);
+                rc = start(x, &q);
                 if (rc == DLOCK_OK)
                     continue;
             }
@@ -299,8 +358,7 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
                 /* The node flushed its scripts: EVAL loads it. */
                 freeReplyObject(r);
                 x->reloaded = 1;
-                if ((rc = send_script(&x->link->conn, s, 1, nkeys, argc, argv, lens)) !=
-                    DLOCK_OK) {
+                if ((rc = send_eval(&x->link->conn, s, nkeys, argc, argv, lens)) != DLOCK_OK) {
                     x->waiting = 0;
                     note(&ans[i], rc);
                     done |= answered(decided, ctx, ans, i);
@@ -323,22 +381,25 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
         if (!st[i].waiting)
             continue;
         if (done) {
-            dlock__fail(DLOCK_ETIMEOUT, "%s: not waited for (decided without it)",
-                        st[i].link->conn.where);
+            /* No text: a node not waited for is named in no message
+             * (dlock__redlock_fail_quorum), and this is the common case. */
             ans[i].pending = 1;
+            ans[i].code = DLOCK_ETIMEOUT;
         } else {
             dlock__fail(DLOCK_ETIMEOUT, "%s: no reply within %lld ms", st[i].link->conn.where,
                         (long long)timeout_ms);
+            note(&ans[i], DLOCK_ETIMEOUT);
         }
-        note(&ans[i], DLOCK_ETIMEOUT);
         /* A NOSCRIPT still to come for this request is skipped with the
          * rest: the scripts are loaded ahead on every connection. */
         if (++st[i].link->owed > DLOCK__REDLOCK_OWED_MAX)
             dlock__redis_conn_close(&st[i].link->conn);
     }
-    dlock__sigpipe_restore(&guard);
+    request_free(&q);
+    if (be->tls)
+        dlock__sigpipe_restore(&guard);
     /* The caller reports the round as a whole (dlock__redlock_fail_quorum). */
-    dlock__fail(DLOCK_OK, "%s", saved);
+    restore_message(saved);
     return replied;
 }
 

@@ -9,6 +9,7 @@
  * acquire too late (delayed by the chaos proxy). The conformance suite runs
  * on 3 nodes as core-redlock.*.
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -16,6 +17,8 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <hiredis/hiredis.h>
 
 #include "chaos_proxy.h"
 #include "test.h"
@@ -495,6 +498,124 @@ static void fence_when_marks_disagree(void)
     stop(&cl);
 }
 
+/* The acquire script's EVALSHA has run on node i (it counts once done). */
+static int wait_evalsha(cluster *cl, int i, long long calls)
+{
+    int k;
+
+    for (k = 0; k < 1000 && test_redis_calls(&cl->r[i], "evalsha") < calls; k++)
+        test_sleep_ms(10);
+    return test_redis_calls(&cl->r[i], "evalsha") >= calls;
+}
+
+/* A fence mark another program wrote, not a non-negative integer: that
+ * node answers an error and keeps neither the key (no lock without a
+ * fence) nor a changed mark; the other nodes grant. acquire.lua takes a free
+ * key with SET NX and then INCR, so it must give the key back when the
+ * INCR fails, and move a negative mark back. */
+static void broken_mark_leaves_no_key(void)
+{
+    cluster cl;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 3600000, 0);
+
+    start(&cl, NULL);
+    c = open_url(cl.url);
+    CHECK(test_redis_cmd(&cl.r[0], "SET dlock:{bad}:fence not-a-number") >= 0);
+    CHECK(test_redis_cmd(&cl.r[1], "SET dlock:{bad}:fence -5") >= 0);
+    CHECK_RC(dlock_acquire(&l, c, "bad", &o), DLOCK_OK);
+    CHECK(dlock_lock_fence(l) == 1);
+    /* Nodes 0 and 1 may not have been waited for: until their script ran. */
+    CHECK(wait_evalsha(&cl, 0, 1));
+    CHECK(wait_evalsha(&cl, 1, 1));
+    CHECK(test_redis_cmd(&cl.r[0], "EXISTS dlock:{bad}") == 0);
+    CHECK(test_redis_cmd(&cl.r[1], "EXISTS dlock:{bad}") == 0);
+    CHECK(test_redis_cmd(&cl.r[0], "STRLEN dlock:{bad}:fence") == 12);
+    CHECK(test_redis_cmd(&cl.r[1], "INCRBY dlock:{bad}:fence 0") == -5);
+    CHECK(wait_holders(&cl, "bad", 3) == 3);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(wait_holders(&cl, "bad", 0) == 0);
+    dlock_client_free(c);
+    stop(&cl);
+}
+
+/* The next message on a subscribed connection: its payload is "released"
+ * (1), something else (0), or nothing came in 60 s (-1). */
+static int next_message_is_release(redisContext *sub)
+{
+    redisReply *r = NULL;
+    int is = -1;
+
+    if (redisGetReply(sub, (void **)&r) == REDIS_OK && r != NULL &&
+        r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+        r->element[2]->type == REDIS_REPLY_STRING)
+        is = strcmp(r->element[2]->str, "released") == 0;
+    if (r != NULL)
+        freeReplyObject(r);
+    return is;
+}
+
+/* A release is announced (PUBLISH) on a node only when a waiter found the
+ * key busy there (it set dlock:{NAME}:waiters): no one waiting, no message;
+ * a waiter subscribed and flagged, the message, and the waiter gets the
+ * lock at once rather than at its next try (a quarter of its hour-long
+ * lease). */
+static void release_announced_to_waiters_only(void)
+{
+    cluster cl;
+    dlock_client *a, *b;
+    dlock_lock *l, *l2 = NULL;
+    dlock_acquire_options o = test_opts(0, 3600000, 0);
+    redisContext *sub;
+    redisReply *r;
+    struct timeval patience = {60, 0};
+    test_acquirer w;
+    pthread_t t;
+    int i;
+
+    start(&cl, NULL);
+    a = open_url(cl.url);
+    b = open_url(cl.url);
+    sub = redisConnect("127.0.0.1", cl.r[0].port);
+    CHECK(sub != NULL && sub->err == 0);
+    CHECK(redisSetTimeout(sub, patience) == REDIS_OK);
+    r = redisCommand(sub, "SUBSCRIBE dlock:{ann}:release");
+    CHECK(r != NULL && r->type == REDIS_REPLY_ARRAY);
+    freeReplyObject(r);
+
+    /* No waiter: the release publishes nothing, so the first message is
+     * the one published by hand after it. */
+    CHECK_RC(dlock_acquire(&l, a, "ann", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(wait_holders(&cl, "ann", 0) == 0);
+    CHECK(test_redis_cmd(&cl.r[0], "PUBLISH dlock:{ann}:release by-hand") == 1);
+    CHECK(next_message_is_release(sub) == 0);
+
+    /* B waits: once its try flagged node 0, A's release is announced. */
+    CHECK_RC(dlock_acquire(&l, a, "ann", &o), DLOCK_OK);
+    o.wait_ms = DLOCK_WAIT_FOREVER;
+    test_acquirer_init(&w, b, "ann", o);
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &w) == 0);
+    for (i = 0; i < 1000 && test_redis_cmd(&cl.r[0], "EXISTS dlock:{ann}:waiters") != 1; i++)
+        test_sleep_ms(10);
+    CHECK(test_redis_cmd(&cl.r[0], "EXISTS dlock:{ann}:waiters") == 1);
+    /* A waiter with a short lease does not cut B's flag short (B tries
+     * again only every quarter of its hour). */
+    o = test_opts(50, 1000, 0);
+    CHECK_RC(dlock_acquire(&l2, a, "ann", &o), DLOCK_ETIMEOUT);
+    CHECK(test_redis_cmd(&cl.r[0], "PTTL dlock:{ann}:waiters") > 3600000);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(next_message_is_release(sub) == 1);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(w.rc, DLOCK_OK);
+    CHECK_RC(dlock_release(w.lock), DLOCK_OK);
+    redisFree(sub);
+    dlock_client_free(a);
+    dlock_client_free(b);
+    stop(&cl);
+}
+
 /* ---- the lock family: reentrancy by owner id; the rest not offered ---- */
 
 /* Holds of name on node i: the length of its :holds hash. */
@@ -688,6 +809,8 @@ TEST_MAIN({"url_checked", url_checked, "unit"},
           {"one_round_when_marks_agree", one_round_when_marks_agree, NULL},
           {"stopped_node_not_waited_for", stopped_node_not_waited_for, NULL},
           {"fence_when_marks_disagree", fence_when_marks_disagree, NULL},
+          {"broken_mark_leaves_no_key", broken_mark_leaves_no_key, NULL},
+          {"release_announced_to_waiters_only", release_announced_to_waiters_only, NULL},
           {"two_killed_still_works", two_killed_still_works, "watchdog"},
           {"three_killed_clear_error", three_killed_clear_error, NULL},
           {"busy_gives_back_the_minority", busy_gives_back_the_minority, NULL},

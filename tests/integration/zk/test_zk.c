@@ -560,6 +560,6 @@ TEST_MAIN({"curator_node_names", curator_node_names, NULL},
           {"lost_create_reply_found_again", lost_create_reply_found_again, NULL},
           {"sigstop_holder", sigstop_holder, "watchdog"},
           {"killed_waiter_leaves_queue", killed_waiter_leaves_queue, NULL},
-          {"ensemble_member_and_leader_killed", ensemble_member_and_leader_killed, NULL},
+          {"ensemble_member_and_leader_killed", ensemble_member_and_leader_killed, "ensemble"},
           {"reentrant_by_owner", reentrant_by_owner, "watchdog"},
           {"bad_urls", bad_urls, NULL})
