@@ -83,24 +83,9 @@ static void admin(test_redis *r, int allow_error, int argc, const char **argv)
     redisFree(c);
 }
 
-/* ACL SETUSER user on >pass <rules separated by spaces>. */
 static void acl_setuser(test_redis *r, const char *user, const char *pass, const char *rules)
 {
-    const char *argv[48];
-    char buf[1024], pw[128];
-    int n = 0;
-
-    snprintf(buf, sizeof(buf), "%s", rules);
-    snprintf(pw, sizeof(pw), ">%s", pass);
-    argv[n++] = "ACL";
-    argv[n++] = "SETUSER";
-    argv[n++] = user;
-    argv[n++] = "reset";
-    argv[n++] = "on";
-    argv[n++] = pw;
-    for (char *tok = strtok(buf, " "); tok != NULL && n < 48; tok = strtok(NULL, " "))
-        argv[n++] = tok;
-    admin(r, 0, n, argv);
+    test_acl_setuser(r, user, pass, rules);
 }
 
 /* ---------------------------------------------------------------------- */

@@ -242,12 +242,6 @@ void test_redis_start(test_redis *r, const char *extra_args)
     start_redis(r, extra_args, 0, NULL);
 }
 
-/* A redis-sentinel on a free port with its config file conf. */
-static void start_sentinel(test_redis *r, const char *conf)
-{
-    start_redis(r, NULL, 0, conf);
-}
-
 /* ---- TLS ---------------------------------------------------------------- */
 
 static void run_sh(const char *cmd)
@@ -1074,8 +1068,9 @@ static int sentinel_ready(test_redis *sen)
     return replicas == TEST_SENTINEL_REPLICAS && others == TEST_SENTINELS - 1;
 }
 
-/* Whether replica r has finished its first sync with the master. */
-static int replica_synced(test_redis *r)
+/* Whether replica r has finished its first sync with the master (or_master:
+ * or r is a master; a replica that has not synced cannot be promoted). */
+static int replica_synced(test_redis *r, int or_master)
 {
     redisContext *c = connect_raw(r);
     redisReply *rep;
@@ -1085,34 +1080,57 @@ static int replica_synced(test_redis *r)
         return 0;
     rep = redisCommand(c, "INFO replication");
     up = rep != NULL && rep->type == REDIS_REPLY_STRING &&
-         strstr(rep->str, "master_link_status:up") != NULL &&
-         strstr(rep->str, "master_sync_in_progress:0") != NULL;
+         ((or_master && strstr(rep->str, "role:master") != NULL) ||
+          (strstr(rep->str, "master_link_status:up") != NULL &&
+           strstr(rep->str, "master_sync_in_progress:0") != NULL));
     if (rep != NULL)
         freeReplyObject(rep);
     redisFree(c);
     return up;
 }
 
-void test_sentinel_start(test_sentinel *s, const char *extra_args, int failover)
+/* The port a node is reached on by the sentinels and replicas: its TLS
+ * port when it has one. */
+static int served_port(const test_redis *r)
 {
-    char extra[1200];
+    return r->tls_port != 0 ? r->tls_port : r->port;
+}
+
+/* The redis-server / redis-sentinel arguments for TLS with t's "server"
+ * certificate, client certificates required (the servers' own links
+ * present the same certificate, which has no key usage limits), and TLS
+ * for their own connections (replication, the sentinels' links). */
+static void tls_args(char *buf, size_t size, const test_tls *t)
+{
+    snprintf(buf, size, "--tls-cert-file %s/server.crt --tls-key-file %s/server.key "
+             "--tls-ca-cert-file %s/ca.crt --tls-auth-clients yes --tls-replication yes",
+             t->dir, t->dir, t->dir);
+}
+
+static void sentinel_start(test_sentinel *s, const char *extra_args, int failover,
+                           const test_tls *t)
+{
+    char extra[1200], tls[600] = "";
     size_t len;
     int ready = 0;
 
     char mextra[1200];
 
     memset(s, 0, sizeof(*s));
+    if (t != NULL)
+        tls_args(tls, sizeof(tls), t);
     /* Redis 7 waits 5 s before a diskless full sync, in case more replicas
      * come: the replicas would not hold the master's data until then. */
-    snprintf(mextra, sizeof(mextra), "%s%s", extra_args ? extra_args : "",
-             failover == TEST_SENTINEL_SYNCING ? "" : " --repl-diskless-sync-delay 0");
-    test_redis_start(&s->nodes[0], mextra);
-    snprintf(extra, sizeof(extra), "%s --replicaof 127.0.0.1 %d", extra_args ? extra_args : "",
-             s->nodes[0].port);
+    snprintf(mextra, sizeof(mextra), "%s%s %s", extra_args ? extra_args : "",
+             failover == TEST_SENTINEL_SYNCING ? "" : " --repl-diskless-sync-delay 0", tls);
+    start_redis(&s->nodes[0], mextra, t != NULL, NULL);
+    snprintf(extra, sizeof(extra), "%s --replicaof 127.0.0.1 %d %s",
+             extra_args ? extra_args : "", served_port(&s->nodes[0]), tls);
 
     for (int i = 1; i <= TEST_SENTINEL_REPLICAS; i++)
-        test_redis_start(&s->nodes[i], extra);
-    len = (size_t)snprintf(s->url, sizeof(s->url), "redis-sentinel://");
+        start_redis(&s->nodes[i], extra, t != NULL, NULL);
+    len = (size_t)snprintf(s->url, sizeof(s->url), t != NULL ? "rediss-sentinel://"
+                                                             : "redis-sentinel://");
     for (int i = 0; i < TEST_SENTINELS; i++) {
         test_redis *sen = &s->sentinels[i];
         char conf[sizeof(sen->conf)];
@@ -1133,21 +1151,27 @@ void test_sentinel_start(test_sentinel *s, const char *extra_args, int failover)
         fprintf(f, "sentinel monitor dlock 127.0.0.1 %d 2\n"
                    "sentinel down-after-milliseconds dlock %d\n"
                    "sentinel failover-timeout dlock 3000\n"
-                   "sentinel parallel-syncs dlock 2\n", s->nodes[0].port,
+                   "sentinel parallel-syncs dlock 2\n", served_port(&s->nodes[0]),
                 failover ? 1000 : 600000);
         fclose(f);
-        start_sentinel(sen, conf);
+        start_redis(sen, tls, t != NULL, conf);
         len += (size_t)snprintf(s->url + len, len < sizeof(s->url) ? sizeof(s->url) - len : 0,
-                                "%s127.0.0.1:%d", i > 0 ? "," : "", sen->port);
+                                "%s127.0.0.1:%d", i > 0 ? "," : "", served_port(sen));
     }
-    snprintf(s->url + len, len < sizeof(s->url) ? sizeof(s->url) - len : 0, "/dlock");
+    if (t != NULL)
+        snprintf(s->url + len, len < sizeof(s->url) ? sizeof(s->url) - len : 0,
+                 "/dlock?cacert=%s/ca.crt", t->dir);
+    else
+        snprintf(s->url + len, len < sizeof(s->url) ? sizeof(s->url) - len : 0, "/dlock");
     for (int t = 0; t < 3000 && !ready; t++) {
         ready = 1;
         for (int i = 1; i <= TEST_SENTINEL_REPLICAS; i++)
-            ready = ready && (failover == TEST_SENTINEL_SYNCING || replica_synced(&s->nodes[i]));
+            ready = ready &&
+                    (failover == TEST_SENTINEL_SYNCING || replica_synced(&s->nodes[i], 0));
         for (int i = 0; i < TEST_SENTINELS; i++)
             ready = ready && (failover ? sentinel_ready(&s->sentinels[i])
-                                       : sentinel_names(&s->sentinels[i]) == s->nodes[0].port);
+                                       : sentinel_names(&s->sentinels[i]) ==
+                                             served_port(&s->nodes[0]));
         if (!ready)
             test_sleep_ms(20);
     }
@@ -1156,6 +1180,16 @@ void test_sentinel_start(test_sentinel *s, const char *extra_args, int failover)
                 "each other within 60 s\n");
         exit(1);
     }
+}
+
+void test_sentinel_start(test_sentinel *s, const char *extra_args, int failover)
+{
+    sentinel_start(s, extra_args, failover, NULL);
+}
+
+void test_sentinel_start_tls(test_sentinel *s, const test_tls *t, int failover)
+{
+    sentinel_start(s, NULL, failover, t);
 }
 
 void test_sentinel_stop(test_sentinel *s)
@@ -1190,7 +1224,7 @@ int test_sentinel_master(test_sentinel *s)
         port = p;
     }
     for (int i = 0; i <= TEST_SENTINEL_REPLICAS; i++)
-        if (s->nodes[i].port == port)
+        if (served_port(&s->nodes[i]) == port)
             return i;
     return -1;
 }
@@ -1289,35 +1323,53 @@ static int cluster_ok(test_redis *r)
     return ok;
 }
 
-void test_cluster_start(test_cluster *c, const char *extra_args)
+static void cluster_start(test_cluster *c, const char *extra_args, const test_tls *t,
+                          int replicas)
 {
-    char extra[256], cmd[512];
+    char extra[1024], cmd[1024], tls[600] = "";
     size_t len;
 
     memset(c, 0, sizeof(*c));
+    c->n = replicas ? 2 * TEST_CLUSTER_NODES : TEST_CLUSTER_NODES;
+    if (t != NULL)
+        tls_args(tls, sizeof(tls), t);
+    /* (Redis 7 waits 5 s before a diskless full sync, in case more
+     * replicas come.) */
     snprintf(extra, sizeof(extra), "--cluster-enabled yes --cluster-config-file nodes.conf "
-             "--cluster-node-timeout 5000 %s", extra_args ? extra_args : "");
-    for (int i = 0; i < TEST_CLUSTER_NODES; i++)
-        start_redis_at(&c->nodes[i], extra, 0, NULL, cluster_port(c, i));
-    len = (size_t)snprintf(cmd, sizeof(cmd), "redis-cli --cluster create");
-    for (int i = 0; i < TEST_CLUSTER_NODES; i++)
+             "--cluster-node-timeout 5000 --repl-diskless-sync-delay 0 %s%s%s",
+             extra_args ? extra_args : "", tls, t != NULL ? " --tls-cluster yes" : "");
+    for (int i = 0; i < c->n; i++)
+        start_redis_at(&c->nodes[i], extra, t != NULL, NULL, cluster_port(c, i));
+    /* Over TLS, redis-cli reaches the nodes on their TLS ports with the
+     * servers' certificate as its client certificate. */
+    if (t != NULL)
+        len = (size_t)snprintf(cmd, sizeof(cmd), "redis-cli --tls --cacert %s/ca.crt --cert "
+                               "%s/server.crt --key %s/server.key --cluster create", t->dir,
+                               t->dir, t->dir);
+    else
+        len = (size_t)snprintf(cmd, sizeof(cmd), "redis-cli --cluster create");
+    for (int i = 0; i < c->n; i++)
         len += (size_t)snprintf(cmd + len, sizeof(cmd) - len, " 127.0.0.1:%d",
-                                c->nodes[i].port);
-    snprintf(cmd + len, sizeof(cmd) - len, " --cluster-yes >%s/create.log 2>&1",
-             c->nodes[0].dir);
+                                served_port(&c->nodes[i]));
+    snprintf(cmd + len, sizeof(cmd) - len, "%s --cluster-yes >%s/create.log 2>&1",
+             replicas ? " --cluster-replicas 1" : "", c->nodes[0].dir);
     if (system(cmd) != 0) {
         fprintf(stderr, "test_cluster_start: redis-cli --cluster create failed (%s/create.log)"
                 "\n", c->nodes[0].dir);
         exit(1);
     }
-    len = (size_t)snprintf(c->url, sizeof(c->url), "redis-cluster://");
-    for (int i = 0; i < TEST_CLUSTER_NODES; i++)
+    len = (size_t)snprintf(c->url, sizeof(c->url), t != NULL ? "rediss-cluster://"
+                                                             : "redis-cluster://");
+    for (int i = 0; i < c->n; i++)
         len += (size_t)snprintf(c->url + len, sizeof(c->url) - len, "%s127.0.0.1:%d",
-                                i ? "," : "", c->nodes[i].port);
+                                i ? "," : "", served_port(&c->nodes[i]));
+    if (t != NULL)
+        snprintf(c->url + len, sizeof(c->url) - len, "?cacert=%s/ca.crt", t->dir);
     for (int t = 0; t < 3000; t++) { /* up to 60 s on a loaded machine */
         int ok = 1;
-        for (int i = 0; i < TEST_CLUSTER_NODES; i++)
-            ok = ok && cluster_ok(&c->nodes[i]);
+        for (int i = 0; i < c->n; i++)
+            ok = ok && cluster_ok(&c->nodes[i]) &&
+                 (!replicas || replica_synced(&c->nodes[i], 1));
         if (ok)
             return;
         test_sleep_ms(20);
@@ -1326,9 +1378,24 @@ void test_cluster_start(test_cluster *c, const char *extra_args)
     exit(1);
 }
 
+void test_cluster_start(test_cluster *c, const char *extra_args)
+{
+    cluster_start(c, extra_args, NULL, 0);
+}
+
+void test_cluster_start_replicas(test_cluster *c, const char *extra_args)
+{
+    cluster_start(c, extra_args, NULL, 1);
+}
+
+void test_cluster_start_tls(test_cluster *c, const test_tls *t)
+{
+    cluster_start(c, NULL, t, 0);
+}
+
 void test_cluster_stop(test_cluster *c)
 {
-    for (int i = 0; i < TEST_CLUSTER_NODES; i++)
+    for (int i = 0; i < c->n; i++)
         test_redis_stop(&c->nodes[i]);
 }
 
@@ -1353,14 +1420,18 @@ int test_cluster_owner(test_cluster *c, int slot)
 {
     /* The node that serves a key of the slot: COUNTKEYSINSLOT answers on
      * every node, so ask each whether it has the slot in its own map. */
-    for (int i = 0; i < TEST_CLUSTER_NODES; i++) {
-        redisReply *rep = cluster_raw(&c->nodes[i], "CLUSTER SLOTS");
+    for (int i = 0; i < c->n; i++) {
+        redisReply *rep;
         int mine = 0;
+        if (c->nodes[i].pid <= 0) /* killed by the test */
+            continue;
+        rep = cluster_raw(&c->nodes[i], "CLUSTER SLOTS");
         for (size_t e = 0; rep != NULL && rep->type == REDIS_REPLY_ARRAY && e < rep->elements;
              e++) {
             redisReply *r = rep->element[e];
             if (r->element[0]->integer <= slot && slot <= r->element[1]->integer &&
-                r->element[2]->element[1]->integer == c->nodes[i].port)
+                (r->element[2]->element[1]->integer == c->nodes[i].port ||
+                 r->element[2]->element[1]->integer == served_port(&c->nodes[i])))
                 mine = 1;
         }
         if (rep != NULL)
@@ -1402,7 +1473,8 @@ void test_cluster_mark_migrating(test_cluster *c, int slot, int to)
 void test_cluster_migrate_key(test_cluster *c, int slot, int to, const char *key)
 {
     cluster_must(cluster_raw(&c->nodes[test_cluster_owner(c, slot)],
-                             "MIGRATE 127.0.0.1 %d %s 0 5000", c->nodes[to].port, key),
+                             "MIGRATE 127.0.0.1 %d %s 0 5000", served_port(&c->nodes[to]),
+                             key),
                  "MIGRATE");
 }
 
@@ -1438,7 +1510,7 @@ void test_cluster_finish_slot(test_cluster *c, int slot, int to)
                  "SETSLOT NODE (target)");
     cluster_must(cluster_raw(&c->nodes[from], "CLUSTER SETSLOT %d NODE %s", slot, to_id),
                  "SETSLOT NODE (source)");
-    for (int i = 0; i < TEST_CLUSTER_NODES; i++)
+    for (int i = 0; i < c->n; i++)
         if (i != from && i != to)
             cluster_must(cluster_raw(&c->nodes[i], "CLUSTER SETSLOT %d NODE %s", slot, to_id),
                          "SETSLOT NODE (other)");
@@ -1685,7 +1757,7 @@ void test_server_pause(test_server *s, int paused)
             fprintf(stderr, "kill -%s %d: %s\n", paused ? "STOP" : "CONT", s->nodes[i].pid,
                     strerror(errno)), exit(1);
     if (s->cluster != NULL)
-        for (int i = 0; i < TEST_CLUSTER_NODES; i++)
+        for (int i = 0; i < s->cluster->n; i++)
             if (kill(s->cluster->nodes[i].pid, paused ? SIGSTOP : SIGCONT) != 0)
                 fprintf(stderr, "kill: %s\n", strerror(errno)), exit(1);
     if (on_redlock(s) || s->cluster != NULL)
@@ -1758,7 +1830,7 @@ long long test_server_requests(test_server *s)
     if (on_mysql(s))
         return test_mysql_requests(s);
     if (s->cluster != NULL) {
-        for (int k = 0; k < TEST_CLUSTER_NODES; k++)
+        for (int k = 0; k < s->cluster->n; k++)
             for (size_t i = 0; i < sizeof(redis_cmds) / sizeof(redis_cmds[0]); i++)
                 n += test_redis_calls(&s->cluster->nodes[k], redis_cmds[i]);
         return n;

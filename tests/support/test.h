@@ -292,6 +292,14 @@ typedef struct {
  * message when one does not start. */
 #define TEST_SENTINEL_SYNCING 2
 void test_sentinel_start(test_sentinel *s, const char *extra_args, int failover);
+/* The same over TLS with t's "server" certificate: every redis-server and
+ * sentinel also listens on a TLS port (tls_port; the plain port stays for
+ * the test's own commands) and requires a client certificate of t's CA,
+ * replication and the sentinels' links use TLS (tls-replication yes), the
+ * sentinels monitor the master's TLS port, and url is
+ * rediss-sentinel://...TLS ports.../dlock?cacert=DIR/ca.crt (add cert=
+ * and key=). */
+void test_sentinel_start_tls(test_sentinel *s, const test_tls *t, int failover);
 void test_sentinel_stop(test_sentinel *s);
 /* The node the sentinels name as master now (-1: none, or they disagree). */
 int test_sentinel_master(test_sentinel *s);
@@ -328,8 +336,9 @@ long long test_mariadb_query(test_mariadb *m, const char *fmt, ...);
 #define TEST_CLUSTER_NODES 3
 
 typedef struct {
-    test_redis nodes[TEST_CLUSTER_NODES];
-    char url[256]; /* redis-cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3 */
+    int n; /* nodes: TEST_CLUSTER_NODES masters, and as many replicas */
+    test_redis nodes[2 * TEST_CLUSTER_NODES];
+    char url[400]; /* redis-cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3 */
 } test_cluster;
 
 /* Start 3 cluster-enabled redis-servers on ports of 48200-48299 free then
@@ -337,6 +346,18 @@ typedef struct {
  * create (slots split in three) and wait until every node says
  * cluster_state:ok. extra_args go to every redis-server. */
 void test_cluster_start(test_cluster *c, const char *extra_args);
+/* The same over TLS with t's "server" certificate: each node also listens
+ * on a TLS port (tls_port; the plain port stays for the test's own
+ * commands) and requires a client certificate of t's CA, the cluster bus
+ * and replication use TLS (tls-cluster yes, tls-replication yes), the
+ * cluster is created by redis-cli over TLS, and url is
+ * rediss-cluster://...TLS ports...?cacert=DIR/ca.crt (add cert= and key=). */
+void test_cluster_start_tls(test_cluster *c, const test_tls *t);
+/* 6 nodes: 3 masters with one replica each (redis-cli --cluster create
+ * --cluster-replicas 1), returning once every replica has finished its
+ * first sync; which are masters the slot map tells (test_cluster_owner,
+ * which skips nodes the test killed). */
+void test_cluster_start_replicas(test_cluster *c, const char *extra_args);
 void test_cluster_stop(test_cluster *c);
 /* The slot of key (CLUSTER KEYSLOT) and the node serving it now (-1:
  * none agrees). */
@@ -358,6 +379,44 @@ void test_cluster_migrate_key(test_cluster *c, int slot, int to, const char *key
 void test_cluster_finish_slot(test_cluster *c, int slot, int to);
 /* Run a command on the node serving key's slot (as test_redis_cmd). */
 long long test_cluster_cmd(test_cluster *c, const char *key, const char *fmt, ...);
+
+/* ---- ACL users (test_acl.c) ---- */
+
+/* The README's minimal ACL (Security), as it is written there, and what
+ * docs/family.md adds for the other kinds of the lock family. */
+#define TEST_ACL_README                                                                            \
+    "resetkeys ~dlock:* resetchannels &dlock:* -@all +evalsha +eval +get +set +incr +pexpire "    \
+    "+pttl +del +publish +exists +subscribe +unsubscribe +client|setname +select"
+#define TEST_ACL_FAMILY                                                                            \
+    "+time +exists +pttl +pexpire +hset +hget +hdel +hlen +hexists +hvals +zadd +zrem +zscore "   \
+    "+zcard +zrange +zrangebyscore +publish"
+
+/* ACL SETUSER user reset on >pass RULES... on r (rules separated by
+ * spaces, each one argument), as the default user; exits on an error. */
+void test_acl_setuser(test_redis *r, const char *user, const char *pass, const char *rules);
+
+/* dlock_client_open(url) with connect_timeout_ms connect_ms returns want,
+ * its message (printed after what) naming where and cause. */
+void test_open_refused(const char *url, int64_t connect_ms, int want, const char *what,
+                       const char *where, const char *cause);
+/* dlock_client_open(url) works and an acquire returns want, its message
+ * (printed after what) naming cause and not holding secret. */
+void test_acquire_refused(const char *url, int want, const char *what, const char *cause,
+                          const char *secret);
+
+/* After a failover: count lock in *survived if its holder still holds it
+ * (dlock_lock_check), release it, take name again through c and count in
+ * *back a fence not above before (the first 3 printed after label). */
+void test_retake(dlock_client *c, dlock_lock *lock, const char *name, uint64_t before,
+                 int *survived, int *back, const char *label);
+
+/* The lock family through url (with connect_timeout_ms connect_ms): a
+ * mutex (check, busy, a waiter woken by the release with a greater fence,
+ * extend, status, force release), two readers then a writer, a semaphore
+ * of 2, a fair lock, a multi-lock of one hash tag, and the mutex's fence
+ * going on after all that. Returns 0, or the step that failed with its code
+ * and message (size bytes) set. */
+int test_acl_scenario(const char *url, int64_t connect_ms, int *code, char *msg, size_t size);
 
 /* ---- either backend: the scenarios every backend must pass
  * (tests/integration/core) see the server only through these ---- */

@@ -392,16 +392,17 @@ static int redis_release(void *be, const dlock_request *req)
 /* min_replicas=N (Sentinel): a hold that fewer than N replicas acknowledged
  * in time is given back at once (owner-checked, as any release) and the
  * acquisition fails with DLOCK_ESERVER, "... 0 of 1 replicas acknowledged
- * ...: the lock was released". */
+ * ...: the lock was released"; when the server refused WAIT itself (an ACL
+ * user without it), with WAIT's error (DLOCK_EAUTH). */
 static int give_back_unreplicated(void *be, const dlock_request *reqs, size_t n)
 {
     char saved[512];
+    int code = dlock__redis_wait_fail("the lock was released");
 
-    dlock__redis_wait_fail("the lock was released");
     snprintf(saved, sizeof(saved), "%s", dlock_error_message());
     for (size_t i = 0; i < n; i++)
         redis_release(be, &reqs[i]);
-    return dlock__fail(DLOCK_ESERVER, "%s", saved);
+    return dlock__fail(code, "%s", saved);
 }
 
 static int redis_acquire(void *be, const dlock_request *req, void *watch,

@@ -25,11 +25,16 @@
 #include "core/clock.h"
 #include "core/error.h"
 
-/* At most this many redirections or waits per command, whatever the time
- * left: a cluster that keeps redirecting is broken, not busy. */
+/* At most this many redirections (MOVED, ASK) per command, whatever the
+ * time left: a cluster that keeps redirecting is broken, not busy. The
+ * waits (TRYAGAIN, CLUSTERDOWN, a lost master) are bounded by the command's
+ * timeout alone: a slot migration or a failover takes what it takes. */
 #define CLUSTER_MAX_TRIES 64
-/* Between tries after TRYAGAIN, CLUSTERDOWN or a lost master. */
+/* Between tries after TRYAGAIN, CLUSTERDOWN or a lost master: 20 ms, then
+ * doubled up to 200 ms, so a long wait costs the cluster a few requests a
+ * second. */
 #define CLUSTER_RETRY_MS 20
+#define CLUSTER_RETRY_MAX_MS 200
 
 typedef struct {
     char host[256];
@@ -316,12 +321,13 @@ static int redirect_target(dlock__redis_conn *conn, const char *text, long *slot
 }
 
 int dlock__redis_cluster_command(dlock__redis_conn *conn, redisReply **out, int argc,
-                                 const char **argv, const size_t *lens, int slot)
+                                 const char **argv, const size_t *lens, int slot, int wait)
 {
     int64_t deadline = dlock__now_ms() + conn->command_ms;
     const char *asking_argv[1] = {"ASKING"};
     size_t asking_len[1] = {6};
-    int asking = -1;
+    int asking = -1, redirects = 0;
+    int64_t pause = CLUSTER_RETRY_MS;
     int rc;
 
     *out = NULL;
@@ -333,7 +339,7 @@ int dlock__redis_cluster_command(dlock__redis_conn *conn, redisReply **out, int 
         node *nd;
         long s;
 
-        if (tries > 0 && (tries >= CLUSTER_MAX_TRIES || dlock__now_ms() >= deadline))
+        if (tries > 0 && (redirects >= CLUSTER_MAX_TRIES || dlock__now_ms() >= deadline))
             return rc; /* the last try's failure */
         if (!c->have_map && (rc = map_refresh(conn, deadline)) != DLOCK_OK)
             goto retry;
@@ -353,7 +359,7 @@ int dlock__redis_cluster_command(dlock__redis_conn *conn, redisReply **out, int 
                 goto retry;
             freeReplyObject(ok);
         }
-        rc = dlock__redis_conn_command(&nd->conn, out, argc, argv, lens);
+        rc = dlock__redis_conn_command_wait(&nd->conn, out, argc, argv, lens, wait);
         if (rc == DLOCK_OK)
             return DLOCK_OK;
         if (strncmp(nd->conn.redirect, "MOVED ", 6) == 0) {
@@ -363,7 +369,7 @@ int dlock__redis_cluster_command(dlock__redis_conn *conn, redisReply **out, int 
                 return dlock__fail(DLOCK_EPROTO, "%s: cannot follow '%.100s'", nd->conn.where,
                                    nd->conn.redirect);
             c->slot[s] = (short)at;
-            if (tries > 0)
+            if (redirects++ > 0)
                 c->have_map = 0;
             continue;
         }
@@ -373,6 +379,7 @@ int dlock__redis_cluster_command(dlock__redis_conn *conn, redisReply **out, int 
             if ((asking = redirect_target(conn, nd->conn.redirect, &s)) < 0)
                 return dlock__fail(DLOCK_EPROTO, "%s: cannot follow '%.100s'", nd->conn.where,
                                    nd->conn.redirect);
+            redirects++;
             continue;
         }
         if (nd->conn.redirect[0] == '\0' &&
@@ -383,9 +390,15 @@ int dlock__redis_cluster_command(dlock__redis_conn *conn, redisReply **out, int 
         if (nd->conn.redirect[0] == '\0' || strncmp(nd->conn.redirect, "CLUSTERDOWN", 11) == 0)
             c->have_map = 0;
     retry:
-        if (rc == DLOCK_EAUTH || rc == DLOCK_EINVAL || rc == DLOCK_ENOMEM ||
-            tries + 1 >= CLUSTER_MAX_TRIES || dlock__now_ms() + CLUSTER_RETRY_MS >= deadline)
+        if (rc == DLOCK_EAUTH || rc == DLOCK_EINVAL || rc == DLOCK_ENOMEM)
             return rc;
-        pause_ms(CLUSTER_RETRY_MS);
+        if (dlock__now_ms() + pause >= deadline) {
+            /* The time left is shorter than a pause: one last try at its end. */
+            if (dlock__now_ms() + 1 >= deadline)
+                return rc;
+            pause = deadline - dlock__now_ms() - 1;
+        }
+        pause_ms(pause);
+        pause = pause * 2 < CLUSTER_RETRY_MAX_MS ? pause * 2 : CLUSTER_RETRY_MAX_MS;
     }
 }

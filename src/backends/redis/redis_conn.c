@@ -61,6 +61,24 @@ static int sentinel_param(const char *key)
     return 0;
 }
 
+/* min_replicas=N (Sentinel and Cluster): WAIT N after each script that
+ * writes a hold. mr: the parameter's value, NULL when not given. */
+static int min_replicas_init(dlock__redis_conn *conn, const dlock_url *url, const char *mr)
+{
+    char *end;
+    long v;
+
+    if (mr == NULL)
+        return DLOCK_OK;
+    errno = 0;
+    v = strtol(mr, &end, 10);
+    if (*mr == '\0' || *end != '\0' || errno != 0 || v < 0 || v > 1000)
+        return dlock__fail(DLOCK_EINVAL, "%s URL: min_replicas must be a number from 0 to "
+                           "1000, got '%.32s'", url->scheme, mr);
+    conn->min_replicas = (int)v;
+    return DLOCK_OK;
+}
+
 /*
  * redis-sentinel://[user:pass@]s1:26379,s2:26379/MASTERNAME[?min_replicas=N
  * &password=P&sentinel_password=SP]: the hosts are sentinels (port 26379 by
@@ -92,19 +110,9 @@ static int sentinel_init(dlock__redis_conn *conn, const dlock_url *url)
     if (pw != NULL)
         conn->password = pw;
     conn->sentinel_password = dlock_url_param_get(url, "sentinel_password");
-    if (mr != NULL) {
-        char *end;
-        long v;
-        errno = 0;
-        v = strtol(mr, &end, 10);
-        if (*end != '\0' || errno != 0 || v < 0 || v > 1000)
-            return dlock__fail(DLOCK_EINVAL, "%s URL: min_replicas must be a number from 0 to "
-                               "1000, got '%.32s'", url->scheme, mr);
-        conn->min_replicas = (int)v;
-    }
     snprintf(conn->where, sizeof(conn->where), "%s %.64s (master not asked yet)", url->scheme,
              conn->master_name);
-    return DLOCK_OK;
+    return min_replicas_init(conn, url, mr);
 }
 
 int dlock__redis_conn_init(dlock__redis_conn *conn, const dlock_url *url,
@@ -124,10 +132,13 @@ int dlock__redis_conn_init(dlock__redis_conn *conn, const dlock_url *url,
     conn->ep.tls = strcmp(url->scheme, "rediss") == 0 ||
                    strcmp(url->scheme, "rediss-sentinel") == 0 ||
                    strcmp(url->scheme, "rediss-cluster") == 0;
-    if (strncmp(url->scheme + conn->ep.tls, "redis-sentinel", 14) == 0) {
+    /* (The TLS schemes differ by an 's' inside the word: compare whole.) */
+    if (strcmp(url->scheme, "redis-sentinel") == 0 ||
+        strcmp(url->scheme, "rediss-sentinel") == 0) {
         if ((rc = sentinel_init(conn, url)) != DLOCK_OK)
             return rc;
-    } else if (strcmp(url->scheme + conn->ep.tls, "redis-cluster") == 0) {
+    } else if (strcmp(url->scheme, "redis-cluster") == 0 ||
+               strcmp(url->scheme, "rediss-cluster") == 0) {
         /* redis-cluster://[user:pass@]h1:p1,h2:p2,...: the hosts are seeds,
          * any node of the cluster; the slot map says the rest. */
         if (url->nhosts == 0)
@@ -137,6 +148,9 @@ int dlock__redis_conn_init(dlock__redis_conn *conn, const dlock_url *url,
             return dlock__fail(DLOCK_EINVAL, "%s URL: a cluster has no database number or "
                                "path, got '%.32s'", url->scheme, url->path);
         conn->is_cluster = 1;
+        if ((rc = min_replicas_init(conn, url, dlock_url_param_get(url, "min_replicas"))) !=
+            DLOCK_OK)
+            return rc;
         conn->ep.host = url->hosts[0].host;
         conn->ep.port = url->hosts[0].port != 0 ? url->hosts[0].port : 6379;
         snprintf(conn->where, sizeof(conn->where), "%s %.64s:%d", url->scheme, conn->ep.host,
@@ -172,10 +186,12 @@ int dlock__redis_conn_init(dlock__redis_conn *conn, const dlock_url *url,
                                                          : "rediss");
         if (conn->master_name != NULL && sentinel_param(k))
             continue;
+        if (conn->is_cluster && strcmp(k, "min_replicas") == 0)
+            continue;
         if (strcmp(k, "db") != 0 || conn->is_cluster)
             return dlock__fail(DLOCK_EINVAL, "%s URL: unknown parameter '%.32s' (known: %s%s%s)",
                                url->scheme, k,
-                               conn->is_cluster ? (conn->ep.tls ? "TLS's only" : "none") : "db",
+                               conn->is_cluster ? "min_replicas" : "db",
                                conn->master_name != NULL
                                    ? ", min_replicas, password, sentinel_password" : "",
                                conn->ep.tls ? ", cacert, cert, key, sni, insecure" : "");
@@ -685,6 +701,8 @@ static _Thread_local struct {
     int wanted;
     long long wait_ms;
     char where[128];
+    int code;        /* not DLOCK_OK: WAIT itself was refused, */
+    char error[320]; /* with this message */
 } wait_result;
 
 int dlock__redis_wait_short(void)
@@ -694,6 +712,9 @@ int dlock__redis_wait_short(void)
 
 int dlock__redis_wait_fail(const char *what)
 {
+    if (wait_result.code != DLOCK_OK)
+        return dlock__fail(wait_result.code, "%s (WAIT, for min_replicas=%d): %s",
+                           wait_result.error, wait_result.wanted, what);
     return dlock__fail(DLOCK_ESERVER, "%s: %lld of %d replicas acknowledged the write within "
                        "%lld ms (min_replicas=%d): %s", wait_result.where, wait_result.acked,
                        wait_result.wanted, wait_result.wait_ms, wait_result.wanted, what);
@@ -741,10 +762,21 @@ static int command_once(dlock__redis_conn *conn, redisReply **out, int argc, con
         if (r->len >= 8 && strncmp(r->str, "NOSCRIPT", 8) == 0)
             rc = DLOCK_ENOTSUP;
     } else if (wait && w->type == REDIS_REPLY_ERROR) {
-        rc = dlock__redis_conn_reply_error(conn, w);
+        /* WAIT refused (an ACL user without it): the script's write stands
+         * on the master, acknowledged by no one we know of. Short, so that
+         * the caller gives a hold back as for too few replicas, and fails
+         * with WAIT's own error (dlock__redis_wait_fail). */
+        wait_result.code = dlock__redis_conn_reply_error(conn, w);
+        snprintf(wait_result.error, sizeof(wait_result.error), "%s", dlock_error_message());
+        wait_result.short_of = 1;
+        wait_result.acked = 0;
+        wait_result.wanted = conn->min_replicas;
+        wait_result.wait_ms = conn->wait_ms;
+        snprintf(wait_result.where, sizeof(wait_result.where), "%s", conn->where);
     } else if (wait && w->type != REDIS_REPLY_INTEGER) {
         rc = bad_wait(conn, w);
     } else if (wait) {
+        wait_result.code = DLOCK_OK;
         wait_result.short_of = w->integer < conn->min_replicas;
         wait_result.acked = w->integer;
         wait_result.wanted = conn->min_replicas;
@@ -769,7 +801,7 @@ static int command(dlock__redis_conn *conn, redisReply **out, int argc, const ch
 
     *out = NULL;
     if (conn->is_cluster)
-        return dlock__redis_cluster_command(conn, out, argc, argv, lens, slot);
+        return dlock__redis_cluster_command(conn, out, argc, argv, lens, slot, wait);
     if ((rc = dlock__redis_conn_connect(conn)) != DLOCK_OK)
         return rc;
     rc = command_once(conn, out, argc, argv, lens, wait);
@@ -801,6 +833,12 @@ int dlock__redis_conn_command(dlock__redis_conn *conn, redisReply **out, int arg
                    ? (int)dlock__redis_key_slot(argv[1], lens[1]) : -1;
 
     return command(conn, out, argc, argv, lens, 0, slot);
+}
+
+int dlock__redis_conn_command_wait(dlock__redis_conn *conn, redisReply **out, int argc,
+                                   const char **argv, const size_t *lens, int wait)
+{
+    return command(conn, out, argc, argv, lens, wait, -1);
 }
 
 int dlock__redis_conn_command_slot(dlock__redis_conn *conn, redisReply **out, int argc,

@@ -148,15 +148,17 @@ int dlock__redis_conn_script(dlock__redis_conn *conn, const dlock__redis_script 
 
 /*
  * After the last dlock__redis_conn_script of this thread: 1 if it was
- * followed by WAIT and fewer than min_replicas replicas acknowledged (the
- * script's reply was still given back: the caller, which knows what the
+ * followed by WAIT and fewer than min_replicas replicas acknowledged, or
+ * WAIT was refused (an ACL user without it) (the script's reply was still
+ * given back: the caller, which knows what the
  * script took, gives it back and fails with dlock__redis_wait_fail), else 0.
  * Thread-local, as the script call is synchronous on the caller's thread.
  */
 int dlock__redis_wait_short(void);
 
 /* DLOCK_ESERVER, "WHERE: N of M replicas acknowledged the write within W ms
- * (min_replicas=M): what" (what: "the lock was released", ...). */
+ * (min_replicas=M): what" (what: "the lock was released", ...); when WAIT
+ * was refused, its error's code and text, then what. */
 int dlock__redis_wait_fail(const char *what);
 
 /*
@@ -169,9 +171,15 @@ int dlock__redis_conn_get_reply(dlock__redis_conn *conn, redisReply **out);
 
 /* Cluster: send one command to the master of slot (-1: any node), following
  * MOVED and ASK and waiting out TRYAGAIN, CLUSTERDOWN and a master that went
- * away, all within the command timeout (redis_cluster.c). */
+ * away, all within the command timeout (redis_cluster.c); wait: WAIT
+ * min_replicas follows it on that master, as for a Sentinel's
+ * (dlock__redis_wait_short). */
 int dlock__redis_cluster_command(dlock__redis_conn *conn, redisReply **out, int argc,
-                                 const char **argv, const size_t *lens, int slot);
+                                 const char **argv, const size_t *lens, int slot, int wait);
+/* One command on a plain connection (a cluster node's), with WAIT
+ * min_replicas behind it when wait. */
+int dlock__redis_conn_command_wait(dlock__redis_conn *conn, redisReply **out, int argc,
+                                   const char **argv, const size_t *lens, int wait);
 
 /* dlock__redis_conn_command, routed by slot on a cluster (-1: any node). */
 int dlock__redis_conn_command_slot(dlock__redis_conn *conn, redisReply **out, int argc,

@@ -116,7 +116,8 @@ static int misuse(const dlock_request *req, long long why)
 }
 
 /*
- * On a cluster, the keys an acquire script derives from the base key (its
+ * On a cluster, the keys an acquire or release script derives from the
+ * base key (its
  * fence counter, holds, queue, readers...) are declared too, after the
  * script's own KEYS (which it reads by index, so it ignores them). Redis
  * routes by declared keys only: while the slot migrates, a script whose
@@ -272,16 +273,21 @@ int dlock__redis_family_release(void *arg_be, const dlock_request *req)
 {
     redis_backend *be = arg_be;
     const dlock__redis_script *script;
-    key_buf base, chan, leader;
+    key_buf base, chan, leader, state[STATE_MAX];
     long long v = 0;
     args a = {0};
     redisReply *r;
-    int rc;
+    int rc, nkeys;
 
     dlock__redis_key(&base, be, req->name, "");
     dlock__redis_key(&chan, be, req->name, ":release");
     dlock__redis_key(&leader, be, req->name, ":leader");
     arg_key(&a, &base);
+    /* On a cluster the keys it derives too (the scripts use KEYS[1] only):
+     * in a half-migrated slot Redis then answers TRYAGAIN, which the router
+     * waits out, instead of stopping the script at the first derived key
+     * not on this node ("non local key"). */
+    nkeys = 1 + declare_state(be, req->kind, req->name, state, &a);
     switch (req->kind) {
     case DLOCK_KIND_READ:
     case DLOCK_KIND_WRITE:
@@ -309,7 +315,8 @@ int dlock__redis_family_release(void *arg_be, const dlock_request *req)
         arg_key(&a, &leader);
         break;
     }
-    if ((rc = dlock__redis_cmd_script(be, script, &r, 1, a.argc, a.argv, a.lens)) != DLOCK_OK)
+    if ((rc = dlock__redis_cmd_script(be, script, &r, nkeys, a.argc, a.argv, a.lens)) !=
+        DLOCK_OK)
         return rc;
     if ((rc = int_result(be, r, script->name, &v)) != DLOCK_OK)
         return rc;
@@ -319,23 +326,24 @@ int dlock__redis_family_release(void *arg_be, const dlock_request *req)
 int dlock__redis_downgrade(void *arg_be, const dlock_request *req)
 {
     redis_backend *be = arg_be;
-    key_buf base, chan;
+    key_buf base, chan, state[STATE_MAX];
     long long v = 0;
     args a = {0};
     redisReply *r;
-    int rc;
+    int rc, nkeys;
 
     dlock__redis_key(&base, be, req->name, "");
     dlock__redis_key(&chan, be, req->name, ":release");
     arg_key(&a, &base);
+    nkeys = 1 + declare_state(be, DLOCK_KIND_WRITE, req->name, state, &a); /* as release */
     arg_str(&a, "downgrade");
     arg_str(&a, req->token);
     arg_str(&a, owner_value(req));
     arg_key(&a, &chan);
     arg_num(&a, req->lease_ms);
     arg_str(&a, req->owner != NULL ? req->owner : "");
-    if ((rc = dlock__redis_cmd_script(be, &dlock__redis_script_rw_release, &r, 1, a.argc, a.argv,
-                                      a.lens)) != DLOCK_OK)
+    if ((rc = dlock__redis_cmd_script(be, &dlock__redis_script_rw_release, &r, nkeys, a.argc,
+                                      a.argv, a.lens)) != DLOCK_OK)
         return rc;
     if ((rc = int_result(be, r, "the downgrade script", &v)) != DLOCK_OK)
         return rc;

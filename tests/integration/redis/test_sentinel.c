@@ -157,20 +157,11 @@ static failover_count failover_run(int min_replicas, int mode)
     pthread_join(t, NULL);
     n.held = h->n;
     for (int i = 0; i < h->n; i++) {
-        dlock_lock *again = NULL;
         char name[32];
 
-        if (dlock_lock_check(h->locks[i]) == DLOCK_OK)
-            n.survived++;
-        dlock_release(h->locks[i]);
         snprintf(name, sizeof(name), "h%d", i);
-        CHECK_RC(dlock_acquire(&again, h->c, name, &ao), DLOCK_OK);
-        if (dlock_lock_fence(again) <= h->fences[i] && ++n.fences_back <= 3) {
-            fprintf(stderr, "min_replicas=%d: %s: fence %llu after the failover, %llu before\n",
-                    min_replicas, name, (unsigned long long)dlock_lock_fence(again),
-                    (unsigned long long)h->fences[i]);
-        }
-        CHECK_RC(dlock_release(again), DLOCK_OK);
+        test_retake(h->c, h->locks[i], name, h->fences[i], &n.survived, &n.fences_back,
+                    min_replicas ? "min_replicas=1" : "min_replicas=0");
     }
     printf("sentinel failover (SIGKILL of the master), replicas %s, min_replicas=%d: %d of "
            "%d holds survived, %d fences not above the one given before (%d acquisitions "
@@ -229,9 +220,301 @@ static void failover_syncing_0(void)
     check_min_replicas_0(TEST_SENTINEL_SYNCING);
 }
 
+/* ---- a waiter across a failover ----------------------------------------- */
+
+/* Subscribers of the channel on node i (0 when it is down). */
+static long long subscribers(test_sentinel *s, int i, const char *channel)
+{
+    return s->nodes[i].pid > 0 ? test_redis_numsub(&s->nodes[i], channel) : 0;
+}
+
+/*
+ * A dlock_acquire waiting (subscribed to the lock's release channel on the
+ * master) when the master is SIGKILLed: its subscriber connection finds
+ * the promoted master and subscribes there again, and it gets the lock
+ * when the holder releases on the new master, with a greater fence, within
+ * its wait. A second waiter gets the lock when its holder dies without a
+ * release and the lease (kept on the new master) runs out.
+ */
+static void waiter_across_failover(void)
+{
+    test_sentinel s;
+    dlock_client *h, *w;
+    dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_lock *l, *dead;
+    dlock_acquire_options ao;
+    test_acquirer waiter, waiter2;
+    pthread_t th, th2;
+    char url[700];
+    int promoted;
+    uint64_t f1;
+
+    test_sentinel_start(&s, NULL, 1);
+    snprintf(url, sizeof(url), "%s?min_replicas=1", s.url);
+    o.connect_timeout_ms = 30000;
+    CHECK_RC(dlock_client_open(&h, url, &o), DLOCK_OK);
+    CHECK_RC(dlock_client_open(&w, url, &o), DLOCK_OK);
+    ao = test_opts(0, 4000, 1);
+    CHECK_RC(dlock_acquire(&l, h, "wf", &ao), DLOCK_OK);
+    f1 = dlock_lock_fence(l);
+    /* A hold that is never renewed nor released: its holder "died". */
+    ao = test_opts(0, 6000, 0);
+    CHECK_RC(dlock_acquire(&dead, h, "wf2", &ao), DLOCK_OK);
+    test_acquirer_init(&waiter, w, "wf", test_opts(120000, 4000, 1));
+    test_acquirer_init(&waiter2, w, "wf2", test_opts(120000, 4000, 1));
+    CHECK(pthread_create(&th, NULL, test_acquirer_main, &waiter) == 0);
+    CHECK(pthread_create(&th2, NULL, test_acquirer_main, &waiter2) == 0);
+    for (int i = 0; i < 3000 && (subscribers(&s, 0, "dlock:{wf}:release") < 1 ||
+                                 subscribers(&s, 0, "dlock:{wf2}:release") < 1); i++)
+        test_sleep_ms(10);
+    CHECK(subscribers(&s, 0, "dlock:{wf}:release") == 1);
+    CHECK(subscribers(&s, 0, "dlock:{wf2}:release") == 1);
+    promoted = test_sentinel_failover(&s);
+    CHECK(promoted > 0);
+    /* The waiter subscribes again on the new master. */
+    for (int i = 0; i < 6000 && subscribers(&s, promoted, "dlock:{wf}:release") < 1; i++)
+        test_sleep_ms(10);
+    CHECK(subscribers(&s, promoted, "dlock:{wf}:release") == 1);
+    CHECK(!atomic_load(&waiter.done));
+    /* The holder's hold was acknowledged: it is still the holder, renewed
+     * on the new master, and its release wakes the waiter there. */
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(pthread_join(th, NULL) == 0);
+    fprintf(stderr, "waiter after the failover: %s in %lld ms, fence %llu (the holder's %llu)\n",
+            dlock_strerror(waiter.rc), (long long)waiter.took_ms,
+            (unsigned long long)dlock_lock_fence(waiter.lock), (unsigned long long)f1);
+    CHECK_RC(waiter.rc, DLOCK_OK);
+    CHECK(dlock_lock_fence(waiter.lock) > f1);
+    CHECK(test_redis_cmd(&s.nodes[promoted], "EXISTS dlock:{wf}") == 1);
+    CHECK_RC(dlock_release(waiter.lock), DLOCK_OK);
+    /* The dead holder's lease runs out on the new master: the other
+     * waiter gets its lock. */
+    CHECK(pthread_join(th2, NULL) == 0);
+    CHECK_RC(waiter2.rc, DLOCK_OK);
+    CHECK(dlock_lock_fence(waiter2.lock) > dlock_lock_fence(dead));
+    CHECK_RC(dlock_release(waiter2.lock), DLOCK_OK);
+    CHECK_RC(dlock_release(dead), DLOCK_ELOST);
+    dlock_client_free(h);
+    dlock_client_free(w);
+    test_sentinel_stop(&s);
+}
+
+/* ---- ACL users and the sentinels' password ------------------------------ */
+
+/* What a Sentinel client needs on the master besides the README's and
+ * docs/family.md's rules (docs/redis-sentinel.md): ROLE, to check that the
+ * node a sentinel named is the master, and WAIT for min_replicas. */
+#define SENTINEL_ACL "+role +wait"
+
+/* Set an ACL user on the master and both replicas (ACL SETUSER is not
+ * replicated: a promoted replica must have it already). */
+static void acl_setuser_all(test_sentinel *s, const char *user, const char *rules)
+{
+    for (int i = 0; i <= TEST_SENTINEL_REPLICAS; i++) {
+        char pw[64];
+        snprintf(pw, sizeof(pw), "pw-%s", user);
+        test_acl_setuser(&s->nodes[i], user, pw, rules);
+    }
+}
+
+static void acl_scenario_or_fail(const char *url, const char *when)
+{
+    char msg[1024];
+    int code, step = test_acl_scenario(url, 30000, &code, msg, sizeof(msg));
+
+    if (step != 0) {
+        fprintf(stderr, "minimal ACL user on Sentinel, %s: step %d failed: %s\n", when, step,
+                msg);
+        exit(1);
+    }
+}
+
+/*
+ * The minimal ACL through Sentinel: a user with exactly the README's rules,
+ * docs/family.md's and SENTINEL_ACL, on the master and both replicas, runs
+ * the lock family with its fences (test_acl_scenario); the master is
+ * SIGKILLed and the same user runs it again on the promoted replica, with
+ * the fences going on. A user without ROLE gets DLOCK_EAUTH naming it,
+ * without EVALSHA the same, without WAIT (min_replicas=1) too and its hold
+ * is gone; no message holds the password.
+ */
+static void acl_minimal_user(void)
+{
+    test_sentinel s;
+    dlock_client *c;
+    dlock_lock *l = NULL;
+    dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_acquire_options ao = test_opts(0, 120000, 0);
+    char url[700];
+    const char *hosts;
+    uint64_t before;
+    int promoted;
+
+    test_sentinel_start(&s, NULL, 1);
+    hosts = s.url + strlen("redis-sentinel://");
+    acl_setuser_all(&s, "dlock", TEST_ACL_README " " TEST_ACL_FAMILY " " SENTINEL_ACL);
+    acl_setuser_all(&s, "norole", TEST_ACL_README " " TEST_ACL_FAMILY " +wait");
+    acl_setuser_all(&s, "nowait", TEST_ACL_README " " TEST_ACL_FAMILY " +role");
+    acl_setuser_all(&s, "noevalsha", TEST_ACL_README " " TEST_ACL_FAMILY " " SENTINEL_ACL
+                                     " -evalsha");
+    snprintf(url, sizeof(url), "redis-sentinel://dlock:pw-dlock@%s?min_replicas=1", hosts);
+    acl_scenario_or_fail(url, "before a failover");
+    o.connect_timeout_ms = 30000;
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "acl-held", &ao), DLOCK_OK);
+    before = dlock_lock_fence(l);
+    promoted = test_sentinel_failover(&s);
+    CHECK(promoted > 0);
+    /* The hold was acknowledged by a replica (min_replicas=1): it is on the
+     * new master, and the same user checks and releases it there. */
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "acl-held", &ao), DLOCK_OK);
+    CHECK(dlock_lock_fence(l) > before);
+    CHECK(test_redis_cmd(&s.nodes[promoted], "EXISTS dlock:{acl-held}") == 1);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+    acl_scenario_or_fail(url, "after a failover");
+
+    snprintf(url, sizeof(url), "redis-sentinel://norole:pw-norole@%s", hosts);
+    test_open_refused(url, 2000, DLOCK_EAUTH, "without ROLE", "redis-sentinel dlock", "'role'");
+    snprintf(url, sizeof(url), "redis-sentinel://noevalsha:pw-noevalsha@%s", hosts);
+    test_acquire_refused(url, DLOCK_EAUTH, "without EVALSHA", "'evalsha'", "pw-");
+    /* min_replicas without WAIT: the acquire fails naming it, and the hold
+     * its script wrote is not left behind. */
+    snprintf(url, sizeof(url), "redis-sentinel://nowait:pw-nowait@%s?min_replicas=1", hosts);
+    test_acquire_refused(url, DLOCK_EAUTH, "without WAIT", "'wait'", "pw-");
+    CHECK(test_redis_cmd(&s.nodes[promoted], "EXISTS dlock:{refused}") == 0);
+    test_sentinel_stop(&s);
+}
+
+/*
+ * Sentinels that require a password (requirepass, set on each running
+ * sentinel with ACL SETUSER default): sentinel_password= is sent to them
+ * and the client finds the master; without it, or with a wrong one,
+ * DLOCK_EAUTH (not ECONN after trying the sentinels until the connect
+ * timeout), naming the sentinel and not the password. The master's own password (requirepass
+ * on the master and replicas, a different one) goes to the master only.
+ */
+static void sentinel_password(void)
+{
+    test_sentinel s;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+    char url[700], base[600];
+
+    test_sentinel_start(&s, NULL, 0);
+    snprintf(base, sizeof(base), "%.*s", (int)(strrchr(s.url, '/') - s.url), s.url);
+    for (int i = 0; i < TEST_SENTINELS; i++)
+        test_acl_setuser(&s.sentinels[i], "default", "sen-pw", "+@all ~* &*");
+    for (int i = 0; i <= TEST_SENTINEL_REPLICAS; i++)
+        test_acl_setuser(&s.nodes[i], "dlock", "master-pw", TEST_ACL_README " " SENTINEL_ACL);
+    o.connect_timeout_ms = 10000;
+
+    snprintf(url, sizeof(url), "redis-sentinel://dlock:master-pw@%s/dlock?sentinel_password="
+             "sen-pw", base + strlen("redis-sentinel://"));
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "spw", NULL), DLOCK_OK);
+    CHECK(test_redis_cmd(&s.nodes[0], "EXISTS dlock:{spw}") == 1);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+
+    snprintf(url, sizeof(url), "redis-sentinel://dlock:master-pw@%s/dlock",
+             base + strlen("redis-sentinel://"));
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_EAUTH);
+    fprintf(stderr, "no sentinel_password: %s\n", dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), "sentinel 127.0.0.1:");
+    CHECK_CONTAINS(dlock_error_message(), "NOAUTH");
+    snprintf(url, sizeof(url), "redis-sentinel://dlock:master-pw@%s/dlock?sentinel_password="
+             "wrong-pw", base + strlen("redis-sentinel://"));
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_EAUTH);
+    fprintf(stderr, "wrong sentinel_password: %s\n", dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), "sentinel 127.0.0.1:");
+    CHECK(strstr(dlock_error_message(), "wrong-pw") == NULL);
+    /* The sentinels' password is not the master's. */
+    snprintf(url, sizeof(url), "redis-sentinel://dlock:sen-pw@%s/dlock?sentinel_password="
+             "sen-pw", base + strlen("redis-sentinel://"));
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_EAUTH);
+    CHECK_CONTAINS(dlock_error_message(), "WRONGPASS");
+    CHECK_CONTAINS(dlock_error_message(), "master");
+    test_sentinel_stop(&s);
+}
+
+/* ---- TLS: rediss-sentinel:// ------------------------------------------- */
+
+/*
+ * Sentinels and servers that speak only TLS to clients and require client
+ * certificates (test_sentinel_start_tls: replication and the sentinels'
+ * links over TLS too). cacert=, cert= and key= apply to the sentinels and
+ * to the master: a lock cycle works, a failover is followed over TLS and
+ * an acknowledged hold survives it; without a client certificate, with the
+ * wrong CA, or with an sni= the certificates do not carry, the sentinels
+ * refuse (DLOCK_EAUTH, naming the sentinel and the cause); sni=localhost
+ * (a name the certificates carry) works for the sentinels and the master.
+ */
+static void tls_sentinels(void)
+{
+    test_tls t;
+    test_sentinel s;
+    dlock_client *c;
+    dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_lock *l, *l2;
+    dlock_acquire_options ao = test_opts(0, 120000, 0);
+    char url[1200], certs[600];
+    int promoted;
+
+    test_tls_make(&t);
+    test_sentinel_start_tls(&s, &t, 1);
+    CHECK(strncmp(s.url, "rediss-sentinel://", 18) == 0);
+    snprintf(certs, sizeof(certs), "&cert=%s", test_tls_file(&t, "client.crt"));
+    snprintf(certs + strlen(certs), sizeof(certs) - strlen(certs), "&key=%s",
+             test_tls_file(&t, "client.key"));
+
+    o.connect_timeout_ms = 30000;
+    snprintf(url, sizeof(url), "%s%s&min_replicas=1", s.url, certs);
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "tls-a", &ao), DLOCK_OK);
+    CHECK(test_redis_cmd(&s.nodes[0], "EXISTS dlock:{tls-a}") == 1);
+    /* The client's connection to the master is TLS: none of the master's
+     * plain clients is named dlock. */
+    promoted = test_sentinel_failover(&s);
+    CHECK(promoted > 0);
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l2, c, "tls-b", &ao), DLOCK_OK);
+    CHECK(test_redis_cmd(&s.nodes[promoted], "EXISTS dlock:{tls-b}") == 1);
+    CHECK(dlock_lock_fence(l2) == 1);
+    CHECK_RC(dlock_release(l2), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+
+    snprintf(url, sizeof(url), "%s%s&sni=localhost", s.url, certs);
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "tls-a", &ao), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+
+    test_open_refused(s.url, 3000, DLOCK_EAUTH, "no client certificate", "sentinel 127.0.0.1:",
+                      "client certificate");
+    snprintf(url, sizeof(url), "%s%s&sni=redis.example.com", s.url, certs);
+    test_open_refused(url, 3000, DLOCK_EAUTH, "sni not in the certificates",
+                      "sentinel 127.0.0.1:", "name mismatch");
+    snprintf(url, sizeof(url), "rediss-sentinel://%.*s?cacert=%s%s",
+             (int)(strchr(s.url, '?') - s.url - 18), s.url + 18,
+             test_tls_file(&t, "other-ca.crt"), certs);
+    test_open_refused(url, 3000, DLOCK_EAUTH, "another CA", "sentinel 127.0.0.1:", "unknown CA");
+    test_sentinel_stop(&s);
+    test_tls_remove(&t);
+}
+
 TEST_MAIN({"url_errors", url_errors, NULL}, {"unknown_master", unknown_master, NULL},
           {"min_replicas_wait", min_replicas_wait, NULL},
           {"failover_synced_1", failover_synced_1, NULL},
           {"failover_synced_0", failover_synced_0, NULL},
           {"failover_syncing_1", failover_syncing_1, NULL},
-          {"failover_syncing_0", failover_syncing_0, NULL})
+          {"failover_syncing_0", failover_syncing_0, NULL},
+          {"acl_minimal_user", acl_minimal_user, NULL},
+          {"sentinel_password", sentinel_password, NULL},
+          {"tls_sentinels", tls_sentinels, "tls"},
+          {"waiter_across_failover", waiter_across_failover, "watchdog"})
