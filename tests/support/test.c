@@ -1908,6 +1908,8 @@ void *test_acquirer_main(void *arg)
     a->rc = dlock_acquire(&a->lock, a->c, a->name, &a->o);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     a->took_ms = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+    if (a->rc != DLOCK_OK)
+        snprintf(a->message, sizeof(a->message), "%s", dlock_error_message());
     atomic_store(&a->done, 1);
     return NULL;
 }

@@ -74,7 +74,9 @@ void test_wait_child_ok(int pid);
 
 /* dlock_acquire in a thread of its own: test_acquirer_init, then
  * pthread_create(&t, NULL, test_acquirer_main, &a). done turns 1 once the
- * call returned, with rc, lock and took_ms (how long it took) set. */
+ * call returned, with rc, lock and took_ms (how long it took) set, and on
+ * failure the thread's dlock_error_message() in message (CHECK_RC on rc
+ * prints the checking thread's, not this one's). */
 typedef struct {
     dlock_client *c;
     const char *name;
@@ -83,6 +85,7 @@ typedef struct {
     int rc;
     dlock_lock *lock;
     int64_t took_ms;
+    char message[512];
 } test_acquirer;
 
 void test_acquirer_init(test_acquirer *a, dlock_client *c, const char *name,

@@ -239,7 +239,7 @@ static long long subscribers(test_sentinel *s, int i, const char *channel)
 static void waiter_across_failover(void)
 {
     test_sentinel s;
-    dlock_client *h, *w;
+    dlock_client *h, *w, *w2;
     dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
     dlock_lock *l, *dead;
     dlock_acquire_options ao;
@@ -254,6 +254,13 @@ static void waiter_across_failover(void)
     o.connect_timeout_ms = 30000;
     CHECK_RC(dlock_client_open(&h, url, &o), DLOCK_OK);
     CHECK_RC(dlock_client_open(&w, url, &o), DLOCK_OK);
+    /* The second waiter takes its lock when the dead hold's lease runs
+     * out, a fixed time after it was taken: the remaining replica may still
+     * be in its first sync with the promoted master then (it was under
+     * ASan in CI), and with min_replicas=1 that acquire would fail with
+     * its distinct error, as documented. What this waiter shows is the
+     * lease kept across the failover, so it asks for no acknowledgement. */
+    CHECK_RC(dlock_client_open(&w2, s.url, &o), DLOCK_OK);
     ao = test_opts(0, 4000, 1);
     CHECK_RC(dlock_acquire(&l, h, "wf", &ao), DLOCK_OK);
     f1 = dlock_lock_fence(l);
@@ -261,7 +268,7 @@ static void waiter_across_failover(void)
     ao = test_opts(0, 6000, 0);
     CHECK_RC(dlock_acquire(&dead, h, "wf2", &ao), DLOCK_OK);
     test_acquirer_init(&waiter, w, "wf", test_opts(120000, 4000, 1));
-    test_acquirer_init(&waiter2, w, "wf2", test_opts(120000, 4000, 1));
+    test_acquirer_init(&waiter2, w2, "wf2", test_opts(120000, 4000, 1));
     CHECK(pthread_create(&th, NULL, test_acquirer_main, &waiter) == 0);
     CHECK(pthread_create(&th2, NULL, test_acquirer_main, &waiter2) == 0);
     for (int i = 0; i < 3000 && (subscribers(&s, 0, "dlock:{wf}:release") < 1 ||
@@ -291,12 +298,15 @@ static void waiter_across_failover(void)
     /* The dead holder's lease runs out on the new master: the other
      * waiter gets its lock. */
     CHECK(pthread_join(th2, NULL) == 0);
+    if (waiter2.rc != DLOCK_OK)
+        fprintf(stderr, "the second waiter: %s\n", waiter2.message);
     CHECK_RC(waiter2.rc, DLOCK_OK);
     CHECK(dlock_lock_fence(waiter2.lock) > dlock_lock_fence(dead));
     CHECK_RC(dlock_release(waiter2.lock), DLOCK_OK);
     CHECK_RC(dlock_release(dead), DLOCK_ELOST);
     dlock_client_free(h);
     dlock_client_free(w);
+    dlock_client_free(w2);
     test_sentinel_stop(&s);
 }
 
