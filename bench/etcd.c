@@ -377,11 +377,14 @@ static int python_etcd3(long cycles, long handoffs, double v[4], char *why, size
 
 /* ---- measurements ---------------------------------------------------------- */
 
-static void cycle(dlock_client *c, const char *name, int auto_renew, bench_series *s)
+/* One acquire+release into s; with split, the acquire alone into split[0]
+ * and the release alone into split[1] (where the cycle's time goes). */
+static void cycle(dlock_client *c, const char *name, int auto_renew, bench_series *s,
+                  bench_series *split)
 {
     dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
     dlock_lock *l = NULL;
-    int64_t t0;
+    int64_t t0, t1;
     int rc;
 
     o.auto_renew = auto_renew;
@@ -389,11 +392,16 @@ static void cycle(dlock_client *c, const char *name, int auto_renew, bench_serie
     rc = dlock_acquire(&l, c, name, &o);
     if (rc != DLOCK_OK)
         bench_die("dlock_acquire: %s (%s)", dlock_strerror(rc), dlock_error_message());
+    t1 = bench_now_ns();
     rc = dlock_release(l);
     if (rc != DLOCK_OK)
         bench_die("dlock_release: %s (%s)", dlock_strerror(rc), dlock_error_message());
     if (s != NULL)
         bench_series_add(s, bench_now_ns() - t0);
+    if (split != NULL) {
+        bench_series_add(&split[0], t1 - t0);
+        bench_series_add(&split[1], bench_now_ns() - t1);
+    }
 }
 
 static void raw(CURL *h, const char *path, const char *body, bench_series *s)
@@ -448,6 +456,7 @@ int bench_etcd(const char *given_url, long iterations)
     long n = iterations / 5 < 20 ? 20 : iterations / 5, handoffs = n / 10 < 20 ? 20 : n / 10;
     dlock_client *client[2] = {NULL, NULL}, *ca = NULL, *cb = NULL;
     bench_series range = {0}, put = {0}, gput = {0}, cyc[2] = {{0}, {0}}, hand = {0};
+    bench_series split[2] = {{0}, {0}}; /* acquire, release (auto_renew 0) */
     CURL *g;
     struct curl_slist *grpc_headers = NULL;
     reqs r0, r1, r2;
@@ -495,8 +504,8 @@ int bench_etcd(const char *given_url, long iterations)
     for (long i = 0; i < n / 10 + 20; i++) { /* warm-up */
         raw(h, "/v3/kv/range", rawkey, NULL);
         raw_grpc_put(g, NULL);
-        cycle(client[1], name[1], 1, NULL);
-        cycle(client[0], name[0], 0, NULL);
+        cycle(client[1], name[1], 1, NULL, NULL);
+        cycle(client[0], name[0], 0, NULL, NULL);
     }
     for (int round = 0; round < 10; round++) {
         long per = n / 10 + (round < n % 10);
@@ -507,16 +516,16 @@ int bench_etcd(const char *given_url, long iterations)
         for (long i = 0; i < per; i++)
             raw_grpc_put(g, &gput);
         for (long i = 0; i < per; i++)
-            cycle(client[1], name[1], 1, &cyc[1]);
+            cycle(client[1], name[1], 1, &cyc[1], NULL);
         for (long i = 0; i < per; i++)
-            cycle(client[0], name[0], 0, &cyc[0]);
+            cycle(client[0], name[0], 0, &cyc[0], split);
     }
     raw(h, "/v3/kv/deleterange", rawkey, NULL);
     /* What the cycles send, counted apart from the raw calls. */
     reqs_take(&r0);
     for (int i = 0; i < 50; i++) {
-        cycle(client[1], name[1], 1, NULL);
-        cycle(client[0], name[0], 0, NULL);
+        cycle(client[1], name[1], 1, NULL, NULL);
+        cycle(client[0], name[0], 0, NULL, NULL);
     }
     reqs_take(&r1);
 
@@ -581,6 +590,12 @@ int bench_etcd(const char *given_url, long iterations)
             printf("%-38s %9.1f %9.1f  %6.2f   (%.2f x put)\n", label, c50, bench_series_us(&cyc[a], 99),
                    c50 / r50, c50 / p50);
         }
+        for (int k = 0; k < 2; k++) {
+            double s50 = bench_series_us(&split[k], 50);
+            printf("%-38s %9.1f %9.1f  %6.2f   (%.2f x put)\n",
+                   k == 0 ? "  of which acquire (auto_renew=0)" : "  of which release (auto_renew=0)",
+                   s50, bench_series_us(&split[k], 99), s50 / r50, s50 / p50);
+        }
         printf("%-38s %9.1f %9.1f  %6.2f   (%.2f x put)\n", "hand-off release -> next holder",
                bench_series_us(&hand, 50), bench_series_us(&hand, 99), bench_series_us(&hand, 50) / r50, bench_series_us(&hand, 50) / p50);
         if (py_ok) {
@@ -614,6 +629,8 @@ int bench_etcd(const char *given_url, long iterations)
     free(cyc[0].v);
     free(cyc[1].v);
     free(hand.v);
+    free(split[0].v);
+    free(split[1].v);
     stop_etcd();
     return 0;
 }
