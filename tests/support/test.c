@@ -120,7 +120,9 @@ static redisContext *connect_must(test_redis *r, const char *who)
     return c;
 }
 
-static void spawn(test_redis *r)
+/* Start the server of r; 0 once it answers, -1 when it exited at start
+ * (a port taken meanwhile), exit(1) on any other failure. */
+static int spawn_try(test_redis *r)
 {
     char port[16], tls_port[16], *args[64];
     int n = 0;
@@ -173,7 +175,8 @@ static void spawn(test_redis *r)
         int status;
         if (waitpid(r->pid, &status, WNOHANG) == r->pid) {
             fprintf(stderr, "redis-server exited at start (status %d)\n", status);
-            exit(1);
+            r->pid = 0;
+            return -1;
         }
         if ((c = connect_raw(r)) != NULL) {
             redisReply *rep = redisCommand(c, "PING");
@@ -182,12 +185,18 @@ static void spawn(test_redis *r)
                 freeReplyObject(rep);
             redisFree(c);
             if (ok || strstr(r->extra, "requirepass") != NULL)
-                return;
+                return 0;
         }
         test_sleep_ms(10);
     }
     fprintf(stderr, "redis-server did not start on port %d\n", r->port);
     exit(1);
+}
+
+static void spawn(test_redis *r)
+{
+    if (spawn_try(r) != 0)
+        exit(1);
 }
 
 /* Servers of this process, removed at exit even when a check failed. */
@@ -226,10 +235,21 @@ static void start_redis_at(test_redis *r, const char *extra_args, int tls, const
     }
     snprintf(r->extra, sizeof(r->extra), "%s", extra_args ? extra_args : "");
     snprintf(r->conf, sizeof(r->conf), "%s", conf ? conf : "");
-    r->port = port != 0 ? port : free_port();
-    r->tls_port = tls ? free_port() : 0;
-    snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
-    spawn(r);
+    /* A port free when picked can be taken before the server binds it (by
+     * another test, or as a connection's local port; a cluster node's bus
+     * port too): such a start is tried again, on new ports where they are
+     * ours to pick. */
+    for (int attempt = 0;; attempt++) {
+        r->port = port != 0 ? port : free_port();
+        r->tls_port = tls ? free_port() : 0;
+        snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
+        if (spawn_try(r) == 0)
+            return;
+        if (attempt == 4)
+            exit(1);
+        fprintf(stderr, "starting it again (try %d of 5)\n", attempt + 2);
+        test_sleep_ms(200);
+    }
 }
 
 static void start_redis(test_redis *r, const char *extra_args, int tls, const char *conf)

@@ -302,8 +302,14 @@ static void killed_waiter_leaves_queue(void)
         dlock_acquire(&l, w, "killed", &o);
         _exit(3);
     }
-    for (int i = 0; i < 400 && test_zk_children(&z, "/dlock/killed") != 2; i++)
+    /* The child's session and queue node: 60 s, for a loaded machine (10 s
+     * was not always enough in CI). Should they never come, the child is
+     * killed before the check fails: left waiting forever, it kept the
+     * test's output open until ctest's timeout. */
+    for (int i = 0; i < 2400 && test_zk_children(&z, "/dlock/killed") != 2; i++)
         test_sleep_ms(25);
+    if (test_zk_children(&z, "/dlock/killed") != 2)
+        kill(pid, SIGKILL);
     CHECK(test_zk_children(&z, "/dlock/killed") == 2);
     CHECK(kill(pid, SIGKILL) == 0);
     CHECK(waitpid(pid, NULL, 0) == pid);
