@@ -273,8 +273,11 @@ int dlock__etcd_stream_wait(dlock__etcd_stream *s, int64_t timeout_ms, int wake_
         if (left <= 0)
             return s->state;
         extra.revents = 0;
+        /* 100 ms at most: libcurl 7.88 can hold an HTTP/2 frame it already
+         * read without the socket waking the poll (etcd_request.c,
+         * dlock__etcd_run); a watch event must not wait for the next one. */
         if (curl_multi_poll(s->multi, wake_fd >= 0 ? &extra : NULL, wake_fd >= 0 ? 1 : 0,
-                            left > 1000000 ? 1000000 : (int)left, NULL) != CURLM_OK)
+                            left > 100 ? 100 : (int)left, NULL) != CURLM_OK)
             set_failed(s, "curl multi poll failed");
         if (extra.revents != 0)
             return s->state;
