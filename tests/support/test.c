@@ -166,8 +166,8 @@ static int spawn_try(test_redis *r)
         if (devnull >= 0)
             dup2(devnull, 1);
         execvp(args[0], args);
-        fprintf(stderr, "cannot run redis-server: %s (install it: apt-get install "
-                "redis-server)\n", strerror(errno));
+        fprintf(stderr, "cannot run %s: %s (install it: apt-get install %s)\n", args[0],
+                strerror(errno), args[0]);
         _exit(127);
     }
     for (int i = 0; i < 500; i++) {
