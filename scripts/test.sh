@@ -186,11 +186,13 @@ mariadb --no-defaults -S "$tmp/mysql.sock" -uroot -e "CREATE USER 'dlock'@'%' ID
 export DLOCK_TEST_MYSQL_URL="mysql://dlock:dlock-cli-s3cret@127.0.0.1:$mport/dlock_cli"
 echo "== MariaDB for the cli tests: mysql://dlock:***@127.0.0.1:$mport/dlock_cli"
 
-run_suite() { # build-dir sanitizer ctest-args...
-    local dir=$1 san=$2
-    shift 2
+run_suite() { # build-dir sanitizer "cmake-options" ctest-args...
+    local dir=$1 san=$2 opts=$3
+    shift 3
     echo "== build $dir ${san:+(sanitize=$san)}"
-    cmake -S . -B "$dir" -DDLOCK_SANITIZE="$san" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLOCK_WERROR=ON >/dev/null
+    # shellcheck disable=SC2086 # opts is a list of -D options
+    cmake -S . -B "$dir" -DDLOCK_SANITIZE="$san" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLOCK_WERROR=ON \
+        $opts >/dev/null
     cmake --build "$dir" -j "$jobs" >/dev/null
     echo "== test $dir"
     # --no-tests=error: a label or filter that matches nothing fails, not
@@ -204,7 +206,7 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # tests/tsan.supp: races inside libraries that are not ours, each explained.
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:exitcode=86:suppressions=$PWD/tests/tsan.supp"
 
-run_suite build "" 
+run_suite build "" ""
 # Left out of the sanitized run, to keep `make test` well under 30 minutes
 # on 2 cores (each runs in the plain suite above):
 #   interop   the Curator tests run Java beside the dlock command; the
@@ -217,6 +219,11 @@ run_suite build ""
 #   ensemble  the ZooKeeper 3-member case (a minute and a half of JVM
 #             restarts; the zk backend's code runs under ASan in the rest of
 #             test_zk and core-zk).
-run_suite build-asan "address,undefined" -LE 'interop|chaos|ensemble'
-run_suite build-tsan "thread" -L watchdog
+# The sanitized builds leave out what none of their tests runs: the bench
+# (no test runs it; the plain build compiles it, warnings as errors), and for
+# TSan, whose tests are the watchdog cases of the C test programs, also the
+# demo, the examples and the man pages.
+run_suite build-asan "address,undefined" "-DDLOCK_BUILD_BENCH=OFF" -LE 'interop|chaos|ensemble'
+run_suite build-tsan "thread" "-DDLOCK_BUILD_BENCH=OFF -DDLOCK_BUILD_DEMO=OFF -DDLOCK_BUILD_EXAMPLES=OFF -DDLOCK_BUILD_MANPAGES=OFF" \
+    -L watchdog
 echo "== all suites passed"
