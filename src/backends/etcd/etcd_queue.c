@@ -150,8 +150,8 @@ static int try_spare(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__etcd_
         free(first.key);
         return SPARE_GONE;
     }
-    if (rc == DLOCK_OK)
-        return dlock__etcd_held_set(be, owner, lease, k->ttl);
+    if (rc == DLOCK_OK && (rc = dlock__etcd_held_set(be, owner, lease, k->ttl)) == DLOCK_OK)
+        dlock__etcd_held_alive(be, owner, lease, sent); /* a release may reuse it */
     if (rc == DLOCK_EBUSY) {
         /* Unused and just renewed: the next acquire's spare. */
         dlock__etcd_spare_return(be, c, k->ttl, lease, sent);

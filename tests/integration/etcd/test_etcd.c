@@ -205,17 +205,20 @@ static long long method_count(test_etcd *e, const char *method)
 }
 
 /*
- * The uncontended cycle makes two raft writes on its critical path: the
- * put (in the acquire txn, on a spare lease granted ahead of need, with a
- * keepalive beside it, which is no raft write) and the revoke that
- * releases. The next spare is granted by the backend's thread, off the
- * path, and the spare left when the client closes is revoked.
+ * The uncontended cycle makes two raft writes: the put (in the acquire
+ * txn, on a spare lease granted ahead of need, with a keepalive beside it,
+ * which is no raft write) and the delete that releases. The delete's reply
+ * shows the key was on that lease, which then backs no key and goes back
+ * to the spare pool: the next cycle puts its key on it again, so no grant
+ * and no revoke per cycle (after the first cycle on a spare, which has the
+ * thread grant one more), and the client's lease count does not grow. The
+ * spares left when the client closes are revoked.
  */
 static void two_raft_writes_per_cycle(void)
 {
     static const char *const writes[] = {"Txn", "LeaseRevoke", "LeaseGrant", "DeleteRange",
                                          "Put"};
-    long long before[5], after[5];
+    long long before[5], after[5], lease = 0, first = 0;
     test_etcd e;
     dlock_client *c;
     dlock_lock *l;
@@ -230,12 +233,17 @@ static void two_raft_writes_per_cycle(void)
     for (int i = 0; i < 500 && test_etcd_spares(&e) < 1; i++)
         test_sleep_ms(10);
     CHECK(test_etcd_spares(&e) == 1);
-    for (int cycle = 0; cycle < 3; cycle++) {
+    for (int cycle = 0; cycle < 4; cycle++) {
         for (int i = 0; i < 5; i++)
             before[i] = method_count(&e, writes[i]);
         CHECK_RC(dlock_acquire(&l, c, "w", &o), DLOCK_OK);
         CHECK(test_etcd_leases(&e) == 1); /* the spare, now with our key */
-        CHECK(key_lease(&e, "dlock/w/") & (1LL << 62)); /* granted ahead: a spare */
+        lease = key_lease(&e, "dlock/w/");
+        CHECK(lease & (1LL << 62)); /* granted ahead: a spare */
+        if (cycle == 1)
+            first = lease;
+        /* Taken again from the pool: the same lease, cycle after cycle. */
+        CHECK(cycle < 2 || lease == first);
         CHECK_RC(dlock_release(l), DLOCK_OK);
         CHECK(test_etcd_count(&e, "dlock/") == 0);
         for (int i = 0; i < 5; i++)
@@ -244,13 +252,14 @@ static void two_raft_writes_per_cycle(void)
                 cycle, after[0] - before[0], after[1] - before[1], after[2] - before[2],
                 after[3] - before[3], after[4] - before[4]);
         CHECK(after[0] - before[0] == 1); /* the acquire txn's put */
-        CHECK(after[1] - before[1] == 1); /* the release */
-        CHECK(after[3] - before[3] == 0 && after[4] - before[4] == 0);
-        /* At most the next spare, granted by the backend's thread. */
-        CHECK(after[2] - before[2] <= 1);
-        for (int i = 0; i < 500 && test_etcd_spares(&e) < 1; i++)
+        CHECK(after[3] - before[3] == 1); /* the release */
+        CHECK(after[1] - before[1] == 0 && after[4] - before[4] == 0);
+        /* The first cycle on a spare: the thread grants the next (the pool
+         * was empty), off the path; after that, none. */
+        CHECK(after[2] - before[2] <= (cycle == 0 ? 1 : 0));
+        for (int i = 0; i < 500 && test_etcd_spares(&e) < 2; i++)
             test_sleep_ms(10);
-        CHECK(test_etcd_spares(&e) == 1);
+        CHECK(test_etcd_spares(&e) == 2); /* not growing */
     }
     /* A busy try leaves the spare as it was: no write at all. */
     CHECK_RC(dlock_acquire(&l, c, "w", &o), DLOCK_OK);
@@ -933,6 +942,132 @@ static void keepalive_stalled_is_lost_in_time(void)
     test_etcd_stop(&e);
 }
 
+/* The TTL etcd has left for lease id, in seconds; -1 when it has no such
+ * lease. */
+static long long lease_ttl(test_etcd *e, long long id)
+{
+    char body[64], *r;
+    json_t *j;
+    int64_t ttl = -1;
+
+    snprintf(body, sizeof(body), "{\"ID\":\"%lld\"}", id);
+    r = test_etcd_post(e, 0, "/v3/lease/timetolive", body);
+    j = r != NULL ? json_loads(r, 0, NULL) : NULL;
+    CHECK(j != NULL && dlock__etcd_int(j, "TTL", &ttl) == 0);
+    json_decref(j);
+    free(r);
+    return ttl;
+}
+
+/* Wait until the client has n spare leases with no key (the spare thread
+ * grants off the path). */
+static void wait_spares(test_etcd *e, long long n)
+{
+    for (int i = 0; i < 500 && test_etcd_spares(e) != n; i++)
+        test_sleep_ms(10);
+    CHECK(test_etcd_spares(e) == n);
+}
+
+/*
+ * A release whose reply is lost (the fault proxy holds etcd's answer to
+ * the delete past the command timeout) cannot tell whether it deleted its
+ * key: it revokes the lease, as releases did before spare leases were
+ * reused, and the lease never goes back to the pool; the next acquire
+ * puts its key on another lease.
+ */
+static void release_reply_lost_revokes(void)
+{
+    test_etcd e;
+    chaos_proxy *px;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 20000, 0);
+    char url[200];
+    long long lease, revokes, deletes;
+
+    test_etcd_start(&e, 1, NULL);
+    CHECK(chaos_proxy_start(&px, e.client_port[0]) == 0);
+    snprintf(url, sizeof(url), "etcd://127.0.0.1:%d", chaos_proxy_port(px));
+    c = open_fast(url);
+    CHECK_RC(dlock_acquire(&l, c, "lost", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    wait_spares(&e, 1);
+    CHECK_RC(dlock_acquire(&l, c, "lost", &o), DLOCK_OK);
+    lease = key_lease(&e, "dlock/lost/");
+    CHECK(lease & (1LL << 62)); /* a spare */
+    wait_spares(&e, 1);         /* the next one, granted by the thread */
+    revokes = method_count(&e, "LeaseRevoke");
+    deletes = method_count(&e, "DeleteRange");
+    /* Longer than the whole command timeout (open_fast: 2.5 s). */
+    chaos_proxy_set(px, CHAOS_PROXY_DELAY_ONE_REPLY, 4000);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    fprintf(stderr, "deleterange %lld, revoke %lld\n", method_count(&e, "DeleteRange") - deletes,
+            method_count(&e, "LeaseRevoke") - revokes);
+    CHECK(method_count(&e, "DeleteRange") > deletes); /* the release's delete */
+    CHECK(method_count(&e, "LeaseRevoke") > revokes); /* then the revoke */
+    CHECK(test_etcd_count(&e, "dlock/") == 0);
+    CHECK(lease_ttl(&e, lease) == -1);
+    CHECK_RC(dlock_acquire(&l, c, "lost", &o), DLOCK_OK);
+    CHECK(key_lease(&e, "dlock/lost/") != lease);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+    CHECK(test_etcd_spares(&e) == 0 && test_etcd_leases(&e) == 0);
+    chaos_proxy_stop(px);
+    test_etcd_stop(&e);
+}
+
+/*
+ * A lease taken again from the pool was last confirmed alive by an earlier
+ * acquire or keepalive, maybe most of its TTL ago. The acquire that takes
+ * it renews it (the keepalive beside its txn), so etcd keeps the key at
+ * least until the client's deadline: whenever the key is gone,
+ * dlock_lock_lost() is already true. No time bound is assumed.
+ */
+static void reused_lease_counts_from_acquire(void)
+{
+    test_etcd e;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 3000, 0);
+    long long used[2], lease;
+    int rc, gone = 0;
+
+    test_etcd_start(&e, 1, NULL);
+    c = open_client(&e);
+    CHECK_RC(dlock_acquire(&l, c, "r", &o), DLOCK_OK); /* grants its own lease */
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    wait_spares(&e, 1);
+    /* Two cycles on spares: the pool then holds two leases that have both
+     * backed a lock. */
+    for (int i = 0; i < 2; i++) {
+        CHECK_RC(dlock_acquire(&l, c, "r", &o), DLOCK_OK);
+        used[i] = key_lease(&e, "dlock/r/");
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+        wait_spares(&e, 2);
+    }
+    CHECK(used[0] != used[1]);
+    /* Most of their TTL (3 s) gone since their last confirmation, unless
+     * the thread renewed one meanwhile. */
+    test_sleep_ms(2000);
+    CHECK_RC(dlock_acquire(&l, c, "r", &o), DLOCK_OK);
+    lease = key_lease(&e, "dlock/r/");
+    fprintf(stderr, "reused lease %llx (pool %llx, %llx)\n", lease, used[0], used[1]);
+    CHECK(lease == used[0] || lease == used[1]);
+    while (!gone) {
+        /* Count first: a key gone at that moment means the lease had run
+         * out on the server, so the handle must say lost from then on. */
+        gone = test_etcd_count(&e, "dlock/r/") == 0;
+        if (gone && !dlock_lock_lost(l))
+            fprintf(stderr, "etcd let the reused lease run out but the handle still holds\n");
+        CHECK(!gone || dlock_lock_lost(l));
+        test_sleep_ms(10);
+    }
+    rc = dlock_release(l);
+    CHECK(rc == DLOCK_ELOST || rc == DLOCK_OK);
+    dlock_client_free(c);
+    test_etcd_stop(&e);
+}
+
 /*
  * transport=gateway: etcd's JSON gateway over HTTP/1.1, for a proxy that
  * carries no HTTP/2 (docs/etcd.md). The same client: a lock, a waiter woken
@@ -1522,6 +1657,8 @@ TEST_MAIN({"codec", codec, NULL}, {"url_and_open_errors", url_and_open_errors, N
           {"auth_user_password", auth_user_password, "watchdog"},
           {"credentials_and_proxies", credentials_and_proxies, NULL},
           {"keepalive_stalled_is_lost_in_time", keepalive_stalled_is_lost_in_time, "watchdog"},
+          {"release_reply_lost_revokes", release_reply_lost_revokes, NULL},
+          {"reused_lease_counts_from_acquire", reused_lease_counts_from_acquire, NULL},
           {"gateway_transport", gateway_transport, "watchdog"},
           {"tls_with_client_certificate", tls_with_client_certificate, NULL},
           {"cluster_kill_member_while_holding", cluster_kill_member_while_holding, "watchdog"},
