@@ -20,8 +20,9 @@
  * one lock on behalf of another whose holder stopped renewing it. An
  * uncontended acquire puts its key on a spare lease granted ahead of need
  * (etcd_spare.c), so its path makes one raft write, and a release is one
- * revoke of the lease the acquisition holds (the client keeps a table of
- * them). Other leases have IDs derived from the owner token and the TTL, so
+ * delete of its key, after which the spare lease goes back to the pool, or
+ * one revoke of the lease the acquisition holds (the client keeps a table
+ * of them). Other leases have IDs derived from the owner token and the TTL, so
  * a retried grant or put after a lost reply finds its own earlier work
  * ("lease already exists", "key exists") instead of doing it twice.
  *

@@ -156,6 +156,8 @@ typedef struct {
     int64_t hold_ttl;   /* the holder's lease (seconds), which the key moves */
     int64_t hold_lease; /* to at the head of the queue (promote) */
     int hold_granted;   /* hold_lease may exist and is not yet ours for good */
+    int64_t hold_ok_ms; /* hold_lease is a spare, found alive by a keepalive
+                         * sent then; 0: granted for this acquisition */
     char *name;
     int granted;           /* the lease exists, as far as we know */
     int64_t lease_ok_ms;   /* when the last grant or keepalive that succeeded was sent */

@@ -259,6 +259,87 @@ static int enqueue(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w
     return DLOCK_OK;
 }
 
+/* The guarded put that moves our key (create revision w->myrev) onto
+ * lease, keeping its value and revision. */
+static json_t *move_txn(const dlock__etcd_watch *w, int64_t lease)
+{
+    return json_pack("{s:[{s:o, s:s, s:s, s:I}], s:[{s:{s:o, s:b, s:I}}]}", "compare", "key",
+                     dlock__etcd_str(w->k.key), "target", "CREATE", "result", "EQUAL",
+                     "create_revision", (json_int_t)w->myrev, "success", "request_put", "key",
+                     dlock__etcd_str(w->k.key), "ignore_value", 1, "lease", (json_int_t)lease);
+}
+
+/*
+ * Promote onto a spare lease of the holder's TTL instead of a grant: the
+ * move txn and a keepalive of the spare in one round trip, as try_spare
+ * does, so the spare counts from now (after the core noted the time of
+ * this try) and one raft write is saved. Only for the plain kinds, whose
+ * release may give the lease back to the pool (the family's keys stay on
+ * leases of their own). DLOCK_OK with w->hold_lease the spare; DLOCK_ELOST
+ * when our key is gone; SPARE_GONE when there was no spare or it ran out
+ * before the put (the key still waits on its short lease): grant as before.
+ */
+static int promote_on_spare(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w)
+{
+    int64_t lease, sent = dlock__now_ms();
+    json_t *txn;
+    char ka[48], *body;
+    int rc, alive = -1, moved;
+
+    if (dlock__etcd_shared_kind(w->kind) || !dlock__etcd_spare_take(be, w->hold_ttl, &lease))
+        return SPARE_GONE;
+    txn = move_txn(w, lease);
+    body = txn != NULL ? json_dumps(txn, JSON_COMPACT) : NULL;
+    json_decref(txn);
+    if (body == NULL) {
+        dlock__etcd_spare_used(be, w->hold_ttl); /* left to run out */
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    }
+    snprintf(ka, sizeof(ka), "{\"ID\":\"%" PRId64 "\"}", lease);
+
+    dlock__etcd_pair p = {{"/v3/lease/keepalive", "/v3/kv/txn"}, {ka, body}, {1, 0},
+                          {NULL, NULL}, {0, 0}, {0, 0}};
+    rc = dlock__etcd_call_pair(be->http, c, &p);
+    free(body);
+    if (p.rc[0] == DLOCK_OK)
+        p.rc[0] = dlock__etcd_keepalive_results(be, p.out[0], &lease, 1, &alive);
+    json_decref(p.out[0]);
+    moved = p.rc[1] == DLOCK_OK && json_is_true(json_object_get(p.out[1], "succeeded"));
+    if (p.rc[1] == DLOCK_ESERVER && p.grpc_code[1] == DLOCK__GRPC_NOT_FOUND) {
+        /* "requested lease not found": the spare ran out unused. */
+        json_decref(p.out[1]);
+        dlock__etcd_spare_used(be, w->hold_ttl);
+        return SPARE_GONE;
+    }
+    json_decref(p.out[1]);
+    if (rc != DLOCK_OK || p.rc[0] != DLOCK_OK) {
+        /* Where our key is, and whether the spare lives, is not known:
+         * hold it as the holder's lease, for the error path to revoke. */
+        dlock__etcd_spare_used(be, w->hold_ttl);
+        w->hold_lease = lease;
+        w->hold_granted = 1;
+        return rc != DLOCK_OK ? rc : p.rc[0];
+    }
+    if (!moved) {
+        /* Our key is gone: the spare is unused and just renewed. */
+        if (alive == 1)
+            dlock__etcd_spare_return(be, c, w->hold_ttl, lease, sent);
+        else
+            dlock__etcd_spare_used(be, w->hold_ttl);
+        return DLOCK_ELOST;
+    }
+    dlock__etcd_spare_used(be, w->hold_ttl);
+    if (alive != 1) {
+        /* It ran out after the put took our key onto it: the key is gone. */
+        return DLOCK_ELOST;
+    }
+    w->hold_lease = lease;
+    w->hold_ok_ms = sent;
+    if (dlock__etcd_lease_revoke(be, c, w->k.lease) == DLOCK_OK)
+        w->granted = 0;
+    return DLOCK_OK;
+}
+
 /*
  * Our key reached the head of the queue on the short lease it waited on:
  * move it to the holder's lease, granted now at its full length (after the
@@ -275,6 +356,8 @@ static int promote(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w
     json_t *reply = NULL;
     int rc, alive = 0;
 
+    if ((rc = promote_on_spare(be, c, w)) != SPARE_GONE)
+        return rc;
     w->hold_granted = 1;
     rc = dlock__etcd_be_call(
         be, c, "/v3/lease/grant",
@@ -292,13 +375,7 @@ static int promote(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w
     }
     if (rc != DLOCK_OK)
         return rc;
-    rc = dlock__etcd_be_call(
-        be, c, "/v3/kv/txn",
-        json_pack("{s:[{s:o, s:s, s:s, s:I}], s:[{s:{s:o, s:b, s:I}}]}", "compare", "key",
-                  dlock__etcd_str(k->key), "target", "CREATE", "result", "EQUAL", "create_revision",
-                  (json_int_t)w->myrev, "success", "request_put", "key", dlock__etcd_str(k->key),
-                  "ignore_value", 1, "lease", (json_int_t)w->hold_lease),
-        &reply);
+    rc = dlock__etcd_be_call(be, c, "/v3/kv/txn", move_txn(w, w->hold_lease), &reply);
     if (rc == DLOCK_OK && !json_is_true(json_object_get(reply, "succeeded")))
         rc = DLOCK_ELOST;
     json_decref(reply);
@@ -549,6 +626,8 @@ int dlock__etcd_acquire_as(dlock__etcd_be *be, const char *name, const char *own
             rc = try_queued(be, c, w, fence, retry_ms);
         if (rc == DLOCK_OK)
             rc = dlock__etcd_held_set(be, owner, w->hold_lease, w->hold_ttl);
+        if (rc == DLOCK_OK && w->hold_ok_ms > 0) /* a spare: a release may reuse it */
+            dlock__etcd_held_alive(be, owner, w->hold_lease, w->hold_ok_ms);
     }
     dlock__etcd_conn_put(be->http, c);
     return rc;

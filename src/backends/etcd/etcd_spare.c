@@ -1,10 +1,15 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Spare leases: one lease per TTL granted ahead of need by a thread of the
- * backend's own, so that an uncontended acquire makes one raft write (the
- * put, in its txn) instead of two (grant, put). And the table of the leases
- * the acquisitions of this client hold, so that a release is one revoke,
- * which deletes the key with its lease.
+ * Spare leases: a pool of leases per TTL, granted ahead of need by a thread
+ * of the backend's own or given back by releases, so that an uncontended
+ * acquire makes one raft write (the put, in its txn) instead of two (grant,
+ * put), and a steady cycle no grant at all: a release that sees its key
+ * deleted on its spare lease gives the lease back (dlock__etcd_spare_reuse;
+ * why that keeps a lease to one held lock at a time: docs/etcd.md, "Spare
+ * leases"). The thread grants only when a TTL's pool is empty and no spare
+ * of it is in an acquire's hands. And the table of the leases the
+ * acquisitions of this client hold, with when each was last found alive,
+ * for the release.
  *
  * A spare's lease ID is chosen here (random, bit 62 set, bit 63 clear), so
  * that a grant whose reply was lost is still known: when the grant fails,
@@ -12,8 +17,8 @@
  * runs out by its own TTL, since nothing keeps it alive. A spare is kept
  * alive while it waits: in the watchdog's renewal request when locks are
  * renewed (its ID added to theirs: no request of its own), else by the
- * thread once half its TTL has gone; one not used for SPARE_IDLE_MS is
- * revoked. Closing the client revokes the spares; a
+ * thread once half its TTL has gone; the pool of a TTL not used for
+ * SPARE_IDLE_MS is revoked. Closing the client revokes the spares; a
  * client that crashes leaves them to run out by their TTL.
  *
  * Why a spare granted earlier is safe for an acquisition's lease: see

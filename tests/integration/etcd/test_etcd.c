@@ -1069,6 +1069,61 @@ static void reused_lease_counts_from_acquire(void)
 }
 
 /*
+ * A waiter at the head of the queue whose lease is longer than the wait's
+ * short one moves its key onto a spare lease of its TTL, renewed in the
+ * same round trip, instead of granting one: no grant between the release
+ * and the new holder. Its release then gives that lease back to the pool.
+ */
+static void waiter_promoted_onto_spare(void)
+{
+    test_etcd e;
+    dlock_client *holder_c, *waiter_c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 20000, 0), warm = test_opts(0, 10000, 0);
+    test_acquirer a;
+    pthread_t t;
+    long long grants, revokes, lease;
+
+    test_etcd_start(&e, 1, NULL);
+    holder_c = open_client(&e);
+    waiter_c = open_client(&e);
+    /* The waiter's client gets two spares of its 10 s lease (as in
+     * two_raft_writes_per_cycle), so that the promote does not take the
+     * last one, whose taking has the thread grant another. */
+    for (int i = 1; i <= 2; i++) {
+        CHECK_RC(dlock_acquire(&l, waiter_c, "warm", &warm), DLOCK_OK);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+        wait_spares(&e, i);
+    }
+    CHECK_RC(dlock_acquire(&l, holder_c, "promote", &o), DLOCK_OK);
+    test_acquirer_init(&a, waiter_c, "promote", test_opts(8000, 10000, 0));
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
+    for (int i = 0; i < 500 && test_etcd_count(&e, "dlock/promote/") < 2; i++)
+        test_sleep_ms(10);
+    CHECK(test_etcd_count(&e, "dlock/promote/") == 2);
+    for (int i = 0; i < 500 && served(&e, 0, "Watch") < 1; i++)
+        test_sleep_ms(10);
+    grants = method_count(&e, "LeaseGrant");
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(a.rc, DLOCK_OK);
+    lease = key_lease(&e, "dlock/promote/");
+    fprintf(stderr, "grants in the hand-off: %lld, the holder's lease %llx\n",
+            method_count(&e, "LeaseGrant") - grants, lease);
+    CHECK(lease & (1LL << 62)); /* a spare */
+    CHECK(method_count(&e, "LeaseGrant") == grants);
+    revokes = method_count(&e, "LeaseRevoke");
+    CHECK_RC(dlock_release(a.lock), DLOCK_OK);
+    CHECK(method_count(&e, "LeaseRevoke") == revokes); /* a delete */
+    CHECK(test_etcd_count(&e, "dlock/promote/") == 0);
+    CHECK(lease_ttl(&e, lease) > 0); /* back in the pool */
+    dlock_client_free(holder_c);
+    dlock_client_free(waiter_c);
+    CHECK(test_etcd_spares(&e) == 0 && test_etcd_leases(&e) == 0);
+    test_etcd_stop(&e);
+}
+
+/*
  * transport=gateway: etcd's JSON gateway over HTTP/1.1, for a proxy that
  * carries no HTTP/2 (docs/etcd.md). The same client: a lock, a waiter woken
  * through a watch stream, renewals through keepalive streams; and bad
@@ -1659,6 +1714,7 @@ TEST_MAIN({"codec", codec, NULL}, {"url_and_open_errors", url_and_open_errors, N
           {"keepalive_stalled_is_lost_in_time", keepalive_stalled_is_lost_in_time, "watchdog"},
           {"release_reply_lost_revokes", release_reply_lost_revokes, NULL},
           {"reused_lease_counts_from_acquire", reused_lease_counts_from_acquire, NULL},
+          {"waiter_promoted_onto_spare", waiter_promoted_onto_spare, NULL},
           {"gateway_transport", gateway_transport, "watchdog"},
           {"tls_with_client_certificate", tls_with_client_certificate, NULL},
           {"cluster_kill_member_while_holding", cluster_kill_member_while_holding, "watchdog"},
