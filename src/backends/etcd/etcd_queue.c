@@ -86,6 +86,39 @@ static int busy(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_kv *first, 
 #define SPARE_GONE 1
 
 /*
+ * Send txn (consumed) and a keepalive of lease at once, on two connections
+ * (dlock__etcd_call_pair). *alive: 1 the keepalive found the lease alive, 0
+ * gone, -1 no answer. Of *p, the txn's rc[1], grpc_code[1] and out[1] (the
+ * caller's to free) and the keepalive's rc[0] are left to read.
+ */
+static int txn_and_keepalive(dlock__etcd_be *be, dlock__etcd_conn *c, json_t *txn, int64_t lease,
+                             dlock__etcd_pair *p, int *alive)
+{
+    char ka[48], *body = txn != NULL ? json_dumps(txn, JSON_COMPACT) : NULL;
+    int rc;
+
+    json_decref(txn);
+    memset(p, 0, sizeof(*p));
+    *alive = -1;
+    if (body == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    snprintf(ka, sizeof(ka), "{\"ID\":\"%" PRId64 "\"}", lease);
+    p->path[0] = "/v3/lease/keepalive";
+    p->path[1] = "/v3/kv/txn";
+    p->body[0] = ka;
+    p->body[1] = body;
+    p->stream[0] = 1;
+    rc = dlock__etcd_call_pair(be->http, c, p);
+    free(body);
+    p->body[0] = p->body[1] = NULL;
+    if (p->rc[0] == DLOCK_OK)
+        p->rc[0] = dlock__etcd_keepalive_results(be, p->out[0], &lease, 1, alive);
+    json_decref(p->out[0]);
+    p->out[0] = NULL;
+    return rc;
+}
+
+/*
  * The acquire on a spare lease (etcd_spare.c), granted ahead of need: one
  * round trip carrying the acquire txn, which puts our key on the spare,
  * and a keepalive of the spare, sent at once on two connections. One raft
@@ -110,25 +143,11 @@ static int try_spare(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__etcd_
     dlock__etcd_keys on_spare = *k;
     dlock__etcd_kv first;
     int64_t sent = dlock__now_ms();
-    json_t *txn;
-    char ka[48], *body;
-    int rc, alive = -1;
+    dlock__etcd_pair p;
+    int rc, alive;
 
     on_spare.lease = lease;
-    txn = acquire_txn(&on_spare);
-    body = txn != NULL ? json_dumps(txn, JSON_COMPACT) : NULL;
-    json_decref(txn);
-    if (body == NULL)
-        return dlock__fail(DLOCK_ENOMEM, "out of memory");
-    snprintf(ka, sizeof(ka), "{\"ID\":\"%" PRId64 "\"}", lease);
-
-    dlock__etcd_pair p = {{"/v3/lease/keepalive", "/v3/kv/txn"}, {ka, body}, {1, 0},
-                          {NULL, NULL}, {0, 0}, {0, 0}};
-    rc = dlock__etcd_call_pair(be->http, c, &p);
-    free(body);
-    if (p.rc[0] == DLOCK_OK)
-        p.rc[0] = dlock__etcd_keepalive_results(be, p.out[0], &lease, 1, &alive);
-    json_decref(p.out[0]);
+    rc = txn_and_keepalive(be, c, acquire_txn(&on_spare), lease, &p, &alive);
     if (p.rc[1] == DLOCK_ESERVER && p.grpc_code[1] == DLOCK__GRPC_NOT_FOUND) {
         /* "requested lease not found": the spare ran out unused. */
         json_decref(p.out[1]);
@@ -282,28 +301,12 @@ static json_t *move_txn(const dlock__etcd_watch *w, int64_t lease)
 static int promote_on_spare(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w)
 {
     int64_t lease, sent = dlock__now_ms();
-    json_t *txn;
-    char ka[48], *body;
-    int rc, alive = -1, moved;
+    dlock__etcd_pair p;
+    int rc, alive, moved;
 
     if (dlock__etcd_shared_kind(w->kind) || !dlock__etcd_spare_take(be, w->hold_ttl, &lease))
         return SPARE_GONE;
-    txn = move_txn(w, lease);
-    body = txn != NULL ? json_dumps(txn, JSON_COMPACT) : NULL;
-    json_decref(txn);
-    if (body == NULL) {
-        dlock__etcd_spare_used(be, w->hold_ttl); /* left to run out */
-        return dlock__fail(DLOCK_ENOMEM, "out of memory");
-    }
-    snprintf(ka, sizeof(ka), "{\"ID\":\"%" PRId64 "\"}", lease);
-
-    dlock__etcd_pair p = {{"/v3/lease/keepalive", "/v3/kv/txn"}, {ka, body}, {1, 0},
-                          {NULL, NULL}, {0, 0}, {0, 0}};
-    rc = dlock__etcd_call_pair(be->http, c, &p);
-    free(body);
-    if (p.rc[0] == DLOCK_OK)
-        p.rc[0] = dlock__etcd_keepalive_results(be, p.out[0], &lease, 1, &alive);
-    json_decref(p.out[0]);
+    rc = txn_and_keepalive(be, c, move_txn(w, lease), lease, &p, &alive);
     moved = p.rc[1] == DLOCK_OK && json_is_true(json_object_get(p.out[1], "succeeded"));
     if (p.rc[1] == DLOCK_ESERVER && p.grpc_code[1] == DLOCK__GRPC_NOT_FOUND) {
         /* "requested lease not found": the spare ran out unused. */

@@ -516,15 +516,7 @@ int dlock__etcd_held_take(dlock__etcd_be *be, const char *token, int64_t *lease,
 
 void dlock__etcd_held_drop(dlock__etcd_be *be, const char *token)
 {
-    dlock__etcd_spares *sp = be->spares;
-    owned **o, *n;
+    int64_t lease, ttl, ok_ms;
 
-    pthread_mutex_lock(&sp->mu);
-    o = find(sp, token);
-    if ((n = *o) != NULL)
-        *o = n->next;
-    pthread_mutex_unlock(&sp->mu);
-    if (n != NULL)
-        free(n->token);
-    free(n);
+    dlock__etcd_held_take(be, token, &lease, &ttl, &ok_ms);
 }

@@ -395,6 +395,17 @@ static void on_lost_when_key_deleted(void)
     test_etcd_stop(&e);
 }
 
+/* Wait until a waiter's key is queued behind the holder's under prefix and
+ * its watch stream is open. */
+static void wait_queued(test_etcd *e, const char *prefix)
+{
+    for (int i = 0; i < 500 && test_etcd_count(e, prefix) < 2; i++)
+        test_sleep_ms(10);
+    CHECK(test_etcd_count(e, prefix) == 2);
+    for (int i = 0; i < 500 && served(e, 0, "Watch") < 1; i++)
+        test_sleep_ms(10);
+}
+
 /* A waiter is woken by the release itself, within a wait shorter than the
  * holder's lease, and asks etcd nothing while it sleeps. */
 static void waiter_woken_by_release(void)
@@ -419,11 +430,7 @@ static void waiter_woken_by_release(void)
     test_acquirer_init(&a, waiter_c, "handoff", test_opts(8000, 3000, 1));
     CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
     /* Its key is queued behind the holder's, and its watch is open. */
-    for (int i = 0; i < 500 && test_etcd_count(&e, "dlock/handoff/") < 2; i++)
-        test_sleep_ms(10);
-    CHECK(test_etcd_count(&e, "dlock/handoff/") == 2);
-    for (int i = 0; i < 500 && served(&e, 0, "Watch") < 1; i++)
-        test_sleep_ms(10);
+    wait_queued(&e, "dlock/handoff/");
     before = kv_requests(&e, 0);
     test_sleep_ms(2500); /* more than its lease / 3: it keeps its lease alive */
     asleep = kv_requests(&e, 0) - before;
@@ -1098,11 +1105,7 @@ static void waiter_promoted_onto_spare(void)
     CHECK_RC(dlock_acquire(&l, holder_c, "promote", &o), DLOCK_OK);
     test_acquirer_init(&a, waiter_c, "promote", test_opts(8000, 10000, 0));
     CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
-    for (int i = 0; i < 500 && test_etcd_count(&e, "dlock/promote/") < 2; i++)
-        test_sleep_ms(10);
-    CHECK(test_etcd_count(&e, "dlock/promote/") == 2);
-    for (int i = 0; i < 500 && served(&e, 0, "Watch") < 1; i++)
-        test_sleep_ms(10);
+    wait_queued(&e, "dlock/promote/");
     grants = method_count(&e, "LeaseGrant");
     CHECK_RC(dlock_release(l), DLOCK_OK);
     CHECK(pthread_join(t, NULL) == 0);
