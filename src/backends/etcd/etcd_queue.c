@@ -279,14 +279,32 @@ static int enqueue(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w
 }
 
 /* The guarded put that moves our key (create revision w->myrev) onto
- * lease, keeping its value and revision. */
-static json_t *move_txn(const dlock__etcd_watch *w, int64_t lease)
+ * lease, keeping its value and revision. first: only if our key is also the
+ * first of the directory (a compare over its range: no key's create
+ * revision is below ours). */
+static json_t *move_txn(const dlock__etcd_watch *w, int64_t lease, int first)
 {
-    return json_pack("{s:[{s:o, s:s, s:s, s:I}], s:[{s:{s:o, s:b, s:I}}]}", "compare", "key",
-                     dlock__etcd_str(w->k.key), "target", "CREATE", "result", "EQUAL",
-                     "create_revision", (json_int_t)w->myrev, "success", "request_put", "key",
-                     dlock__etcd_str(w->k.key), "ignore_value", 1, "lease", (json_int_t)lease);
+    json_t *txn = json_pack(
+        "{s:[{s:o, s:s, s:s, s:I}], s:[{s:{s:o, s:b, s:I}}]}", "compare", "key",
+        dlock__etcd_str(w->k.key), "target", "CREATE", "result", "EQUAL", "create_revision",
+        (json_int_t)w->myrev, "success", "request_put", "key", dlock__etcd_str(w->k.key),
+        "ignore_value", 1, "lease", (json_int_t)lease);
+    json_t *cmp = first ? json_pack("{s:o, s:o, s:s, s:s, s:I}", "key", dlock__etcd_str(w->k.dir),
+                                    "range_end", dlock__etcd_str(w->k.dir_end), "target",
+                                    "CREATE", "result", "GREATER", "create_revision",
+                                    (json_int_t)(w->myrev - 1))
+                        : NULL;
+
+    if (first && (txn == NULL || cmp == NULL ||
+                  json_array_append_new(json_object_get(txn, "compare"), cmp) != 0)) {
+        json_decref(txn);
+        return NULL;
+    }
+    return txn;
 }
+
+/* promote_on_spare with first set: our key was not first, or is gone. */
+#define NOT_FIRST 2
 
 /*
  * Promote onto a spare lease of the holder's TTL instead of a grant: the
@@ -297,8 +315,11 @@ static json_t *move_txn(const dlock__etcd_watch *w, int64_t lease)
  * leases of their own). DLOCK_OK with w->hold_lease the spare; DLOCK_ELOST
  * when our key is gone; SPARE_GONE when there was no spare or it ran out
  * before the put (the key still waits on its short lease): grant as before.
+ * With first, the move is also the check of a wake-up (try_queued): it is
+ * done only if our key is the first of the directory, else NOT_FIRST.
  */
-static int promote_on_spare(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w)
+static int promote_on_spare(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w,
+                            int first)
 {
     int64_t lease, sent = dlock__now_ms();
     dlock__etcd_pair p;
@@ -306,7 +327,7 @@ static int promote_on_spare(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd
 
     if (dlock__etcd_shared_kind(w->kind) || !dlock__etcd_spare_take(be, w->hold_ttl, &lease))
         return SPARE_GONE;
-    rc = txn_and_keepalive(be, c, move_txn(w, lease), lease, &p, &alive);
+    rc = txn_and_keepalive(be, c, move_txn(w, lease, first), lease, &p, &alive);
     moved = p.rc[1] == DLOCK_OK && json_is_true(json_object_get(p.out[1], "succeeded"));
     if (p.rc[1] == DLOCK_ESERVER && p.grpc_code[1] == DLOCK__GRPC_NOT_FOUND) {
         /* "requested lease not found": the spare ran out unused. */
@@ -324,12 +345,13 @@ static int promote_on_spare(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd
         return rc != DLOCK_OK ? rc : p.rc[0];
     }
     if (!moved) {
-        /* Our key is gone: the spare is unused and just renewed. */
+        /* Our key is gone (or not first): the spare is unused and just
+         * renewed. */
         if (alive == 1)
             dlock__etcd_spare_return(be, c, w->hold_ttl, lease, sent);
         else
             dlock__etcd_spare_used(be, w->hold_ttl);
-        return DLOCK_ELOST;
+        return first ? NOT_FIRST : DLOCK_ELOST;
     }
     dlock__etcd_spare_used(be, w->hold_ttl);
     if (alive != 1) {
@@ -359,7 +381,7 @@ static int promote(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w
     json_t *reply = NULL;
     int rc, alive = 0;
 
-    if ((rc = promote_on_spare(be, c, w)) != SPARE_GONE)
+    if ((rc = promote_on_spare(be, c, w, 0)) != SPARE_GONE)
         return rc;
     w->hold_granted = 1;
     rc = dlock__etcd_be_call(
@@ -378,7 +400,7 @@ static int promote(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w
     }
     if (rc != DLOCK_OK)
         return rc;
-    rc = dlock__etcd_be_call(be, c, "/v3/kv/txn", move_txn(w, w->hold_lease), &reply);
+    rc = dlock__etcd_be_call(be, c, "/v3/kv/txn", move_txn(w, w->hold_lease, 0), &reply);
     if (rc == DLOCK_OK && !json_is_true(json_object_get(reply, "succeeded")))
         rc = DLOCK_ELOST;
     json_decref(reply);
@@ -445,6 +467,26 @@ static int try_queued(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch
     int64_t sent = dlock__now_ms(), rev;
     int rc, found, shared = dlock__etcd_shared_kind(w->kind);
 
+    if (w->granted && w->myrev > 0 && !shared && w->hold_lease != k->lease && !w->hold_granted) {
+        /* The wake-up's check and the promote in one txn, when a spare is
+         * ready: moved only if our key is first, beside the spare's
+         * keepalive (promote_on_spare). Else the check below. */
+        rc = promote_on_spare(be, c, w, 1);
+        if (rc == DLOCK_OK) {
+            w->won = 1;
+            *fence = (uint64_t)w->myrev;
+            return DLOCK_OK;
+        }
+        if (rc == DLOCK_ELOST) {
+            /* The spare ran out with our key just moved onto it: queue
+             * again, at once. */
+            w->myrev = 0;
+            *retry_ms = 0;
+            return DLOCK_EBUSY;
+        }
+        if (rc != SPARE_GONE && rc != NOT_FIRST)
+            return rc;
+    }
     if (w->granted && w->myrev > 0) {
         /* The keepalive and a read-only txn (no raft write), at once: one
          * round trip after the wake-up, not two. */

@@ -967,12 +967,16 @@ static long long lease_ttl(test_etcd *e, long long id)
 }
 
 /* Wait until the client has n spare leases with no key (the spare thread
- * grants off the path). */
+ * grants off the path). The thread puts a spare in its pool just after
+ * etcd's reply to the grant, which etcd shows first: a moment more, so
+ * that the next acquire finds it there (on a loaded machine, under ASan,
+ * an acquire sometimes came first and granted a lease of its own). */
 static void wait_spares(test_etcd *e, long long n)
 {
     for (int i = 0; i < 500 && test_etcd_spares(e) != n; i++)
         test_sleep_ms(10);
     CHECK(test_etcd_spares(e) == n);
+    test_sleep_ms(200);
 }
 
 /*
@@ -1079,7 +1083,9 @@ static void reused_lease_counts_from_acquire(void)
  * A waiter at the head of the queue whose lease is longer than the wait's
  * short one moves its key onto a spare lease of its TTL, renewed in the
  * same round trip, instead of granting one: no grant between the release
- * and the new holder. Its release then gives that lease back to the pool.
+ * and the new holder, and one txn, which is both the wake-up's check (our
+ * key first) and the move. Its release then gives that lease back to the
+ * pool.
  */
 static void waiter_promoted_onto_spare(void)
 {
@@ -1089,7 +1095,7 @@ static void waiter_promoted_onto_spare(void)
     dlock_acquire_options o = test_opts(0, 20000, 0), warm = test_opts(0, 10000, 0);
     test_acquirer a;
     pthread_t t;
-    long long grants, revokes, lease;
+    long long grants, revokes, txns, lease;
 
     test_etcd_start(&e, 1, NULL);
     holder_c = open_client(&e);
@@ -1107,12 +1113,14 @@ static void waiter_promoted_onto_spare(void)
     CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
     wait_queued(&e, "dlock/promote/");
     grants = method_count(&e, "LeaseGrant");
+    txns = method_count(&e, "Txn");
     CHECK_RC(dlock_release(l), DLOCK_OK);
     CHECK(pthread_join(t, NULL) == 0);
     CHECK_RC(a.rc, DLOCK_OK);
     lease = key_lease(&e, "dlock/promote/");
-    fprintf(stderr, "grants in the hand-off: %lld, the holder's lease %llx\n",
-            method_count(&e, "LeaseGrant") - grants, lease);
+    fprintf(stderr, "in the hand-off: grants %lld, txns %lld; the holder's lease %llx\n",
+            method_count(&e, "LeaseGrant") - grants, method_count(&e, "Txn") - txns, lease);
+    CHECK(method_count(&e, "Txn") - txns == 1);
     CHECK(lease & (1LL << 62)); /* a spare */
     CHECK(method_count(&e, "LeaseGrant") == grants);
     revokes = method_count(&e, "LeaseRevoke");
@@ -1123,6 +1131,63 @@ static void waiter_promoted_onto_spare(void)
     dlock_client_free(holder_c);
     dlock_client_free(waiter_c);
     CHECK(test_etcd_spares(&e) == 0 && test_etcd_leases(&e) == 0);
+    test_etcd_stop(&e);
+}
+
+/*
+ * The wake-up's move onto a spare is done only when our key is first: a
+ * waiter woken because the waiter ahead of it gave up (its wait ran out)
+ * is not first, so its txn moves nothing, and it goes on waiting for the
+ * holder, which it gets when the holder releases.
+ */
+static void woken_not_first_keeps_waiting(void)
+{
+    test_etcd e;
+    dlock_client *holder_c, *waiter_c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 20000, 0), warm = test_opts(0, 10000, 0);
+    test_acquirer gives_up, waits;
+    pthread_t t1, t2;
+    long long txns;
+
+    test_etcd_start(&e, 1, NULL);
+    holder_c = open_client(&e);
+    waiter_c = open_client(&e);
+    for (int i = 1; i <= 2; i++) {
+        CHECK_RC(dlock_acquire(&l, waiter_c, "warm", &warm), DLOCK_OK);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+        wait_spares(&e, i);
+    }
+    CHECK_RC(dlock_acquire(&l, holder_c, "nf", &o), DLOCK_OK);
+    /* Queued first, it gives up after 1.5 s. */
+    test_acquirer_init(&gives_up, holder_c, "nf", test_opts(1500, 10000, 0));
+    CHECK(pthread_create(&t1, NULL, test_acquirer_main, &gives_up) == 0);
+    wait_queued(&e, "dlock/nf/");
+    /* Queued behind it, watching its key. */
+    test_acquirer_init(&waits, waiter_c, "nf", test_opts(30000, 10000, 0));
+    CHECK(pthread_create(&t2, NULL, test_acquirer_main, &waits) == 0);
+    for (int i = 0; i < 500 && test_etcd_count(&e, "dlock/nf/") < 3; i++)
+        test_sleep_ms(10);
+    CHECK(test_etcd_count(&e, "dlock/nf/") == 3);
+    txns = method_count(&e, "Txn");
+    CHECK(pthread_join(t1, NULL) == 0);
+    CHECK_RC(gives_up.rc, DLOCK_ETIMEOUT);
+    /* Woken (its wake-up txn sent) and asleep again behind the holder. */
+    for (int i = 0; i < 500 && method_count(&e, "Txn") == txns; i++)
+        test_sleep_ms(10);
+    test_sleep_ms(500);
+    fprintf(stderr, "txns after the wake-up: %lld\n", method_count(&e, "Txn") - txns);
+    CHECK(method_count(&e, "Txn") > txns);
+    CHECK(!atomic_load(&waits.done));
+    CHECK(test_etcd_count(&e, "dlock/nf/") == 2);
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(pthread_join(t2, NULL) == 0);
+    CHECK_RC(waits.rc, DLOCK_OK);
+    CHECK(key_lease(&e, "dlock/nf/") & (1LL << 62)); /* moved onto a spare */
+    CHECK_RC(dlock_release(waits.lock), DLOCK_OK);
+    dlock_client_free(holder_c);
+    dlock_client_free(waiter_c);
     test_etcd_stop(&e);
 }
 
@@ -1718,6 +1783,7 @@ TEST_MAIN({"codec", codec, NULL}, {"url_and_open_errors", url_and_open_errors, N
           {"release_reply_lost_revokes", release_reply_lost_revokes, NULL},
           {"reused_lease_counts_from_acquire", reused_lease_counts_from_acquire, NULL},
           {"waiter_promoted_onto_spare", waiter_promoted_onto_spare, NULL},
+          {"woken_not_first_keeps_waiting", woken_not_first_keeps_waiting, NULL},
           {"gateway_transport", gateway_transport, "watchdog"},
           {"tls_with_client_certificate", tls_with_client_certificate, NULL},
           {"cluster_kill_member_while_holding", cluster_kill_member_while_holding, "watchdog"},
