@@ -1079,6 +1079,25 @@ static void reused_lease_counts_from_acquire(void)
     test_etcd_stop(&e);
 }
 
+/* A member, a holder's client and a waiter's client, the waiter's with two
+ * spares of a 10 s lease (as in two_raft_writes_per_cycle), so that its
+ * promote does not take the last one, whose taking has the thread grant
+ * another. */
+static void start_with_spares(test_etcd *e, dlock_client **holder_c, dlock_client **waiter_c)
+{
+    dlock_acquire_options warm = test_opts(0, 10000, 0);
+    dlock_lock *l;
+
+    test_etcd_start(e, 1, NULL);
+    *holder_c = open_client(e);
+    *waiter_c = open_client(e);
+    for (int i = 1; i <= 2; i++) {
+        CHECK_RC(dlock_acquire(&l, *waiter_c, "warm", &warm), DLOCK_OK);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+        wait_spares(e, i);
+    }
+}
+
 /*
  * A waiter at the head of the queue whose lease is longer than the wait's
  * short one moves its key onto a spare lease of its TTL, renewed in the
@@ -1092,22 +1111,12 @@ static void waiter_promoted_onto_spare(void)
     test_etcd e;
     dlock_client *holder_c, *waiter_c;
     dlock_lock *l;
-    dlock_acquire_options o = test_opts(0, 20000, 0), warm = test_opts(0, 10000, 0);
+    dlock_acquire_options o = test_opts(0, 20000, 0);
     test_acquirer a;
     pthread_t t;
     long long grants, revokes, txns, lease;
 
-    test_etcd_start(&e, 1, NULL);
-    holder_c = open_client(&e);
-    waiter_c = open_client(&e);
-    /* The waiter's client gets two spares of its 10 s lease (as in
-     * two_raft_writes_per_cycle), so that the promote does not take the
-     * last one, whose taking has the thread grant another. */
-    for (int i = 1; i <= 2; i++) {
-        CHECK_RC(dlock_acquire(&l, waiter_c, "warm", &warm), DLOCK_OK);
-        CHECK_RC(dlock_release(l), DLOCK_OK);
-        wait_spares(&e, i);
-    }
+    start_with_spares(&e, &holder_c, &waiter_c);
     CHECK_RC(dlock_acquire(&l, holder_c, "promote", &o), DLOCK_OK);
     test_acquirer_init(&a, waiter_c, "promote", test_opts(8000, 10000, 0));
     CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
@@ -1145,19 +1154,12 @@ static void woken_not_first_keeps_waiting(void)
     test_etcd e;
     dlock_client *holder_c, *waiter_c;
     dlock_lock *l;
-    dlock_acquire_options o = test_opts(0, 20000, 0), warm = test_opts(0, 10000, 0);
+    dlock_acquire_options o = test_opts(0, 20000, 0);
     test_acquirer gives_up, waits;
     pthread_t t1, t2;
     long long txns;
 
-    test_etcd_start(&e, 1, NULL);
-    holder_c = open_client(&e);
-    waiter_c = open_client(&e);
-    for (int i = 1; i <= 2; i++) {
-        CHECK_RC(dlock_acquire(&l, waiter_c, "warm", &warm), DLOCK_OK);
-        CHECK_RC(dlock_release(l), DLOCK_OK);
-        wait_spares(&e, i);
-    }
+    start_with_spares(&e, &holder_c, &waiter_c);
     CHECK_RC(dlock_acquire(&l, holder_c, "nf", &o), DLOCK_OK);
     /* Queued first, it gives up after 1.5 s. */
     test_acquirer_init(&gives_up, holder_c, "nf", test_opts(1500, 10000, 0));
