@@ -355,7 +355,10 @@ static int promote_on_spare(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd
     }
     dlock__etcd_spare_used(be, w->hold_ttl);
     if (alive != 1) {
-        /* It ran out after the put took our key onto it: the key is gone. */
+        /* It ran out after the put took our key onto it, and the key went
+         * with it; or no answer said so: revoke it (best effort), so that
+         * a key of ours on it, which nobody keeps alive, goes now. */
+        dlock__etcd_lease_revoke(be, c, lease);
         return DLOCK_ELOST;
     }
     w->hold_lease = lease;
