@@ -20,8 +20,9 @@
  * one lock on behalf of another whose holder stopped renewing it. An
  * uncontended acquire puts its key on a spare lease granted ahead of need
  * (etcd_spare.c), so its path makes one raft write, and a release is one
- * revoke of the lease the acquisition holds (the client keeps a table of
- * them). Other leases have IDs derived from the owner token and the TTL, so
+ * delete of its key, after which the spare lease goes back to the pool, or
+ * one revoke of the lease the acquisition holds (the client keeps a table
+ * of them). Other leases have IDs derived from the owner token and the TTL, so
  * a retried grant or put after a lost reply finds its own earlier work
  * ("lease already exists", "key exists") instead of doing it twice.
  *
@@ -164,6 +165,49 @@ static int release_by_revoke(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t le
     return rc;
 }
 
+/* release_by_delete could not tell: release as if it had not run. */
+#define UNCLEAR 1
+
+/*
+ * Release an acquisition that holds a spare lease (bit 62, confirmed alive
+ * at ok_ms) by a delete of its key, which is its alone: when the reply
+ * shows the key deleted and on this lease, the lease backs no key any more
+ * and goes back to the spare pool, so the next acquire of this TTL needs
+ * no grant (docs/etcd.md, "Spare leases"). A key on another lease (an
+ * extend whose reply was lost moved it) is deleted all the same, and both
+ * leases are revoked. UNCLEAR when the call failed or found no key (gone
+ * with its lease, deleted by hand, or deleted by this very request before
+ * a lost reply and a retry): the caller then revokes the lease, as before.
+ */
+static int release_by_delete(dlock__etcd_be *be, dlock__etcd_conn *c, const char *key,
+                             int64_t lease, int64_t ttl, int64_t ok_ms)
+{
+    dlock__etcd_kv prev = {0};
+    json_t *reply = NULL;
+    int64_t deleted = 0;
+    int rc;
+
+    rc = dlock__etcd_be_call(be, c, "/v3/kv/deleterange",
+                             json_pack("{s:o, s:b}", "key", dlock__etcd_str(key), "prev_kv", 1),
+                             &reply);
+    if (rc != DLOCK_OK || dlock__etcd_int(reply, "deleted", &deleted) != 0 || deleted != 1 ||
+        dlock__etcd_kv_in(reply, "prev_kvs", 0, &prev) != 1) {
+        json_decref(reply);
+        free(prev.key);
+        return UNCLEAR;
+    }
+    json_decref(reply);
+    free(prev.key);
+    if (prev.lease == lease) {
+        dlock__etcd_spare_reuse(be, c, ttl, lease, ok_ms);
+    } else {
+        if (prev.lease != 0)
+            dlock__etcd_lease_revoke(be, c, prev.lease);
+        dlock__etcd_lease_revoke(be, c, lease);
+    }
+    return DLOCK_OK;
+}
+
 static int etcd_release(void *arg, const dlock_request *req)
 {
     dlock__etcd_be *be = arg;
@@ -172,16 +216,21 @@ static int etcd_release(void *arg, const dlock_request *req)
     dlock__etcd_keys k;
     json_t *reply = NULL;
     dlock__etcd_kv prev = {0};
-    int64_t deleted = 0, lease = 0, ttl = 0;
+    int64_t deleted = 0, lease = 0, ttl = 0, ok_ms = 0;
     int rc, found = 0;
 
     if (dlock__etcd_owner_mode(req))
         return dlock__etcd_hold_release(be, req);
-    dlock__etcd_held_get(be, owner, &lease, &ttl);
-    dlock__etcd_held_drop(be, owner);
+    dlock__etcd_held_take(be, owner, &lease, &ttl, &ok_ms);
     if ((rc = dlock__etcd_keys_make(&k, be, name, owner, 1)) != DLOCK_OK)
         return rc;
     if ((rc = dlock__etcd_conn_get(be->http, &c)) != DLOCK_OK) {
+        dlock__etcd_keys_free(&k);
+        return rc;
+    }
+    if (ok_ms > 0 && (lease & (int64_t)DLOCK__ETCD_SPARE_BIT) != 0 &&
+        (rc = release_by_delete(be, c, k.key, lease, ttl, ok_ms)) != UNCLEAR) {
+        dlock__etcd_conn_put(be->http, c);
         dlock__etcd_keys_free(&k);
         return rc;
     }
@@ -310,11 +359,14 @@ static int etcd_extend(void *arg, const dlock_request *req)
         rc = DLOCK_ELOST;
     } else if (rc == 1 && (kv.lease == k.lease || (kv.lease == held && held_ttl == k.ttl))) {
         /* The same TTL (a spare's of this length included): a keepalive. */
+        int64_t sent = dlock__now_ms();
         rc = dlock__etcd_keepalive(be, c, &kv.lease, 1, &alive);
         if (rc == DLOCK_OK && !alive)
             rc = DLOCK_ELOST;
         if (rc == DLOCK_OK)
             rc = dlock__etcd_held_set(be, owner, kv.lease, k.ttl);
+        if (rc == DLOCK_OK)
+            dlock__etcd_held_alive(be, owner, kv.lease, sent);
     } else if (rc == 1) {
         rc = move_to_lease(be, c, &k, &kv);
         /* Where the key is after a failure is not known: a release then
@@ -341,8 +393,8 @@ static int etcd_renew(void *arg, dlock_renewal *items, size_t n)
     dlock__etcd_be *be = arg;
     dlock__etcd_keys *keys = calloc(n, sizeof(*keys));
     /* The locks' leases, then the spares' (etcd_spare.c), in one request. */
-    int64_t *ids = calloc(n + DLOCK__ETCD_SPARES, sizeof(*ids));
-    int *alive = calloc(n + DLOCK__ETCD_SPARES, sizeof(*alive));
+    int64_t *ids = calloc(n + DLOCK__ETCD_SPARE_IDS, sizeof(*ids));
+    int *alive = calloc(n + DLOCK__ETCD_SPARE_IDS, sizeof(*alive));
     int64_t sent = dlock__now_ms();
     size_t spares = 0;
     int rc = DLOCK_OK;
@@ -362,9 +414,12 @@ static int etcd_renew(void *arg, dlock_renewal *items, size_t n)
         ids[i] = held != 0 && held_ttl == keys[i].ttl ? held : keys[i].lease;
     }
     if (rc == DLOCK_OK) {
-        spares = dlock__etcd_spares_alive(be, ids + n, DLOCK__ETCD_SPARES);
+        spares = dlock__etcd_spares_alive(be, ids + n, DLOCK__ETCD_SPARE_IDS);
         rc = dlock__etcd_keepalive(be, be->wd, ids, n + spares, alive);
     }
+    for (size_t i = 0; rc == DLOCK_OK && i < n; i++)
+        if (alive[i] == 1)
+            dlock__etcd_held_alive(be, items[i].req->token, ids[i], sent);
     for (size_t i = n; rc == DLOCK_OK && i < n + spares; i++)
         dlock__etcd_spare_renewed(be, ids[i], alive[i] == 1, sent);
     for (size_t from = 0; from < n && rc == DLOCK_OK; from += TXN_CHUNK) {

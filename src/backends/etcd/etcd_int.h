@@ -104,27 +104,43 @@ int dlock__etcd_keepalive(dlock__etcd_be *be, dlock__etcd_conn *c, const int64_t
 
 /* TTLs with a spare at a time per client: one uses one or two lease lengths. */
 #define DLOCK__ETCD_SPARES 4
+/* Spares kept per TTL: the one a release gave back, and those granted
+ * while locks of this TTL were held at once. */
+#define DLOCK__ETCD_SPARE_POOL 4
+/* Spare lease IDs at most, for the watchdog's renewal request. */
+#define DLOCK__ETCD_SPARE_IDS (DLOCK__ETCD_SPARES * DLOCK__ETCD_SPARE_POOL)
 
 int dlock__etcd_spares_new(dlock__etcd_be *be);
 /* Stop the spare thread and revoke the spares. */
 void dlock__etcd_spares_free(dlock__etcd_be *be);
 /* 1 and *lease: a spare of ttl seconds, alive by its last confirmation.
- * Asks the spare thread for the next one either way. */
+ * Wakes the spare thread when it has a grant to make. */
 int dlock__etcd_spare_take(dlock__etcd_be *be, int64_t ttl, int64_t *lease);
 /* The spares' IDs (up to max) to keep alive in the watchdog's renewal,
  * and what it found of each, sent at sent_ms. */
 size_t dlock__etcd_spares_alive(dlock__etcd_be *be, int64_t *ids, size_t max);
 void dlock__etcd_spare_renewed(dlock__etcd_be *be, int64_t lease, int alive, int64_t sent_ms);
-/* The spare taken for ttl is used up: the thread grants the next. */
+/* The spare taken for ttl is used up: the thread grants the next, when
+ * none is left. */
 void dlock__etcd_spare_used(dlock__etcd_be *be, int64_t ttl);
 /* A spare taken but not used, confirmed alive at ok_ms: kept, or revoked. */
 void dlock__etcd_spare_return(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t ttl,
                               int64_t lease, int64_t ok_ms);
+/* A spare lease whose release deleted the key it backed, alive at ok_ms:
+ * back to the pool of its TTL, or revoked. */
+void dlock__etcd_spare_reuse(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t ttl,
+                             int64_t lease, int64_t ok_ms);
 /* The lease the acquisition of token holds (lease 0: not known). */
 int dlock__etcd_held_set(dlock__etcd_be *be, const char *token, int64_t lease, int64_t ttl);
 /* 1 and *lease, *ttl when token's lease is in the table, else 0. */
 int dlock__etcd_held_get(dlock__etcd_be *be, const char *token, int64_t *lease, int64_t *ttl);
 void dlock__etcd_held_drop(dlock__etcd_be *be, const char *token);
+/* A keepalive sent at ok_ms found token's lease alive. */
+void dlock__etcd_held_alive(dlock__etcd_be *be, const char *token, int64_t lease, int64_t ok_ms);
+/* Get and drop token's entry: 1 when there was one, with the send time of
+ * the last keepalive that found its lease alive (0: not known). */
+int dlock__etcd_held_take(dlock__etcd_be *be, const char *token, int64_t *lease, int64_t *ttl,
+                          int64_t *ok_ms);
 
 /* ---- etcd_queue.c and etcd_wait.c: acquiring and waiting ---------------- */
 
@@ -140,6 +156,8 @@ typedef struct {
     int64_t hold_ttl;   /* the holder's lease (seconds), which the key moves */
     int64_t hold_lease; /* to at the head of the queue (promote) */
     int hold_granted;   /* hold_lease may exist and is not yet ours for good */
+    int64_t hold_ok_ms; /* hold_lease is a spare, found alive by a keepalive
+                         * sent then; 0: granted for this acquisition */
     char *name;
     int granted;           /* the lease exists, as far as we know */
     int64_t lease_ok_ms;   /* when the last grant or keepalive that succeeded was sent */

@@ -86,6 +86,39 @@ static int busy(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_kv *first, 
 #define SPARE_GONE 1
 
 /*
+ * Send txn (consumed) and a keepalive of lease at once, on two connections
+ * (dlock__etcd_call_pair). *alive: 1 the keepalive found the lease alive, 0
+ * gone, -1 no answer. Of *p, the txn's rc[1], grpc_code[1] and out[1] (the
+ * caller's to free) and the keepalive's rc[0] are left to read.
+ */
+static int txn_and_keepalive(dlock__etcd_be *be, dlock__etcd_conn *c, json_t *txn, int64_t lease,
+                             dlock__etcd_pair *p, int *alive)
+{
+    char ka[48], *body = txn != NULL ? json_dumps(txn, JSON_COMPACT) : NULL;
+    int rc;
+
+    json_decref(txn);
+    memset(p, 0, sizeof(*p));
+    *alive = -1;
+    if (body == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    snprintf(ka, sizeof(ka), "{\"ID\":\"%" PRId64 "\"}", lease);
+    p->path[0] = "/v3/lease/keepalive";
+    p->path[1] = "/v3/kv/txn";
+    p->body[0] = ka;
+    p->body[1] = body;
+    p->stream[0] = 1;
+    rc = dlock__etcd_call_pair(be->http, c, p);
+    free(body);
+    p->body[0] = p->body[1] = NULL;
+    if (p->rc[0] == DLOCK_OK)
+        p->rc[0] = dlock__etcd_keepalive_results(be, p->out[0], &lease, 1, alive);
+    json_decref(p->out[0]);
+    p->out[0] = NULL;
+    return rc;
+}
+
+/*
  * The acquire on a spare lease (etcd_spare.c), granted ahead of need: one
  * round trip carrying the acquire txn, which puts our key on the spare,
  * and a keepalive of the spare, sent at once on two connections. One raft
@@ -110,25 +143,11 @@ static int try_spare(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__etcd_
     dlock__etcd_keys on_spare = *k;
     dlock__etcd_kv first;
     int64_t sent = dlock__now_ms();
-    json_t *txn;
-    char ka[48], *body;
-    int rc, alive = -1;
+    dlock__etcd_pair p;
+    int rc, alive;
 
     on_spare.lease = lease;
-    txn = acquire_txn(&on_spare);
-    body = txn != NULL ? json_dumps(txn, JSON_COMPACT) : NULL;
-    json_decref(txn);
-    if (body == NULL)
-        return dlock__fail(DLOCK_ENOMEM, "out of memory");
-    snprintf(ka, sizeof(ka), "{\"ID\":\"%" PRId64 "\"}", lease);
-
-    dlock__etcd_pair p = {{"/v3/lease/keepalive", "/v3/kv/txn"}, {ka, body}, {1, 0},
-                          {NULL, NULL}, {0, 0}, {0, 0}};
-    rc = dlock__etcd_call_pair(be->http, c, &p);
-    free(body);
-    if (p.rc[0] == DLOCK_OK)
-        p.rc[0] = dlock__etcd_keepalive_results(be, p.out[0], &lease, 1, &alive);
-    json_decref(p.out[0]);
+    rc = txn_and_keepalive(be, c, acquire_txn(&on_spare), lease, &p, &alive);
     if (p.rc[1] == DLOCK_ESERVER && p.grpc_code[1] == DLOCK__GRPC_NOT_FOUND) {
         /* "requested lease not found": the spare ran out unused. */
         json_decref(p.out[1]);
@@ -150,8 +169,8 @@ static int try_spare(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__etcd_
         free(first.key);
         return SPARE_GONE;
     }
-    if (rc == DLOCK_OK)
-        return dlock__etcd_held_set(be, owner, lease, k->ttl);
+    if (rc == DLOCK_OK && (rc = dlock__etcd_held_set(be, owner, lease, k->ttl)) == DLOCK_OK)
+        dlock__etcd_held_alive(be, owner, lease, sent); /* a release may reuse it */
     if (rc == DLOCK_EBUSY) {
         /* Unused and just renewed: the next acquire's spare. */
         dlock__etcd_spare_return(be, c, k->ttl, lease, sent);
@@ -259,6 +278,96 @@ static int enqueue(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w
     return DLOCK_OK;
 }
 
+/* The guarded put that moves our key (create revision w->myrev) onto
+ * lease, keeping its value and revision. first: only if our key is also the
+ * first of the directory (a compare over its range: no key's create
+ * revision is below ours). */
+static json_t *move_txn(const dlock__etcd_watch *w, int64_t lease, int first)
+{
+    json_t *txn = json_pack(
+        "{s:[{s:o, s:s, s:s, s:I}], s:[{s:{s:o, s:b, s:I}}]}", "compare", "key",
+        dlock__etcd_str(w->k.key), "target", "CREATE", "result", "EQUAL", "create_revision",
+        (json_int_t)w->myrev, "success", "request_put", "key", dlock__etcd_str(w->k.key),
+        "ignore_value", 1, "lease", (json_int_t)lease);
+    json_t *cmp = first ? json_pack("{s:o, s:o, s:s, s:s, s:I}", "key", dlock__etcd_str(w->k.dir),
+                                    "range_end", dlock__etcd_str(w->k.dir_end), "target",
+                                    "CREATE", "result", "GREATER", "create_revision",
+                                    (json_int_t)(w->myrev - 1))
+                        : NULL;
+
+    if (first && (txn == NULL || cmp == NULL ||
+                  json_array_append_new(json_object_get(txn, "compare"), cmp) != 0)) {
+        json_decref(txn);
+        return NULL;
+    }
+    return txn;
+}
+
+/* promote_on_spare with first set: our key was not first, or is gone. */
+#define NOT_FIRST 2
+
+/*
+ * Promote onto a spare lease of the holder's TTL instead of a grant: the
+ * move txn and a keepalive of the spare in one round trip, as try_spare
+ * does, so the spare counts from now (after the core noted the time of
+ * this try) and one raft write is saved. Only for the plain kinds, whose
+ * release may give the lease back to the pool (the family's keys stay on
+ * leases of their own). DLOCK_OK with w->hold_lease the spare; DLOCK_ELOST
+ * when our key is gone; SPARE_GONE when there was no spare or it ran out
+ * before the put (the key still waits on its short lease): grant as before.
+ * With first, the move is also the check of a wake-up (try_queued): it is
+ * done only if our key is the first of the directory, else NOT_FIRST.
+ */
+static int promote_on_spare(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w,
+                            int first)
+{
+    int64_t lease, sent = dlock__now_ms();
+    dlock__etcd_pair p;
+    int rc, alive, moved;
+
+    if (dlock__etcd_shared_kind(w->kind) || !dlock__etcd_spare_take(be, w->hold_ttl, &lease))
+        return SPARE_GONE;
+    rc = txn_and_keepalive(be, c, move_txn(w, lease, first), lease, &p, &alive);
+    moved = p.rc[1] == DLOCK_OK && json_is_true(json_object_get(p.out[1], "succeeded"));
+    if (p.rc[1] == DLOCK_ESERVER && p.grpc_code[1] == DLOCK__GRPC_NOT_FOUND) {
+        /* "requested lease not found": the spare ran out unused. */
+        json_decref(p.out[1]);
+        dlock__etcd_spare_used(be, w->hold_ttl);
+        return SPARE_GONE;
+    }
+    json_decref(p.out[1]);
+    if (rc != DLOCK_OK || p.rc[0] != DLOCK_OK) {
+        /* Where our key is, and whether the spare lives, is not known:
+         * hold it as the holder's lease, for the error path to revoke. */
+        dlock__etcd_spare_used(be, w->hold_ttl);
+        w->hold_lease = lease;
+        w->hold_granted = 1;
+        return rc != DLOCK_OK ? rc : p.rc[0];
+    }
+    if (!moved) {
+        /* Our key is gone (or not first): the spare is unused and just
+         * renewed. */
+        if (alive == 1)
+            dlock__etcd_spare_return(be, c, w->hold_ttl, lease, sent);
+        else
+            dlock__etcd_spare_used(be, w->hold_ttl);
+        return first ? NOT_FIRST : DLOCK_ELOST;
+    }
+    dlock__etcd_spare_used(be, w->hold_ttl);
+    if (alive != 1) {
+        /* It ran out after the put took our key onto it, and the key went
+         * with it; or no answer said so: revoke it (best effort), so that
+         * a key of ours on it, which nobody keeps alive, goes now. */
+        dlock__etcd_lease_revoke(be, c, lease);
+        return DLOCK_ELOST;
+    }
+    w->hold_lease = lease;
+    w->hold_ok_ms = sent;
+    if (dlock__etcd_lease_revoke(be, c, w->k.lease) == DLOCK_OK)
+        w->granted = 0;
+    return DLOCK_OK;
+}
+
 /*
  * Our key reached the head of the queue on the short lease it waited on:
  * move it to the holder's lease, granted now at its full length (after the
@@ -275,6 +384,8 @@ static int promote(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w
     json_t *reply = NULL;
     int rc, alive = 0;
 
+    if ((rc = promote_on_spare(be, c, w, 0)) != SPARE_GONE)
+        return rc;
     w->hold_granted = 1;
     rc = dlock__etcd_be_call(
         be, c, "/v3/lease/grant",
@@ -292,13 +403,7 @@ static int promote(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w
     }
     if (rc != DLOCK_OK)
         return rc;
-    rc = dlock__etcd_be_call(
-        be, c, "/v3/kv/txn",
-        json_pack("{s:[{s:o, s:s, s:s, s:I}], s:[{s:{s:o, s:b, s:I}}]}", "compare", "key",
-                  dlock__etcd_str(k->key), "target", "CREATE", "result", "EQUAL", "create_revision",
-                  (json_int_t)w->myrev, "success", "request_put", "key", dlock__etcd_str(k->key),
-                  "ignore_value", 1, "lease", (json_int_t)w->hold_lease),
-        &reply);
+    rc = dlock__etcd_be_call(be, c, "/v3/kv/txn", move_txn(w, w->hold_lease, 0), &reply);
     if (rc == DLOCK_OK && !json_is_true(json_object_get(reply, "succeeded")))
         rc = DLOCK_ELOST;
     json_decref(reply);
@@ -365,6 +470,26 @@ static int try_queued(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch
     int64_t sent = dlock__now_ms(), rev;
     int rc, found, shared = dlock__etcd_shared_kind(w->kind);
 
+    if (w->granted && w->myrev > 0 && !shared && w->hold_lease != k->lease && !w->hold_granted) {
+        /* The wake-up's check and the promote in one txn, when a spare is
+         * ready: moved only if our key is first, beside the spare's
+         * keepalive (promote_on_spare). Else the check below. */
+        rc = promote_on_spare(be, c, w, 1);
+        if (rc == DLOCK_OK) {
+            w->won = 1;
+            *fence = (uint64_t)w->myrev;
+            return DLOCK_OK;
+        }
+        if (rc == DLOCK_ELOST) {
+            /* The spare ran out with our key just moved onto it: queue
+             * again, at once. */
+            w->myrev = 0;
+            *retry_ms = 0;
+            return DLOCK_EBUSY;
+        }
+        if (rc != SPARE_GONE && rc != NOT_FIRST)
+            return rc;
+    }
     if (w->granted && w->myrev > 0) {
         /* The keepalive and a read-only txn (no raft write), at once: one
          * round trip after the wake-up, not two. */
@@ -549,6 +674,8 @@ int dlock__etcd_acquire_as(dlock__etcd_be *be, const char *name, const char *own
             rc = try_queued(be, c, w, fence, retry_ms);
         if (rc == DLOCK_OK)
             rc = dlock__etcd_held_set(be, owner, w->hold_lease, w->hold_ttl);
+        if (rc == DLOCK_OK && w->hold_ok_ms > 0) /* a spare: a release may reuse it */
+            dlock__etcd_held_alive(be, owner, w->hold_lease, w->hold_ok_ms);
     }
     dlock__etcd_conn_put(be->http, c);
     return rc;

@@ -1,10 +1,15 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Spare leases: one lease per TTL granted ahead of need by a thread of the
- * backend's own, so that an uncontended acquire makes one raft write (the
- * put, in its txn) instead of two (grant, put). And the table of the leases
- * the acquisitions of this client hold, so that a release is one revoke,
- * which deletes the key with its lease.
+ * Spare leases: a pool of leases per TTL, granted ahead of need by a thread
+ * of the backend's own or given back by releases, so that an uncontended
+ * acquire makes one raft write (the put, in its txn) instead of two (grant,
+ * put), and a steady cycle no grant at all: a release that sees its key
+ * deleted on its spare lease gives the lease back (dlock__etcd_spare_reuse;
+ * why that keeps a lease to one held lock at a time: docs/etcd.md, "Spare
+ * leases"). The thread grants only when a TTL's pool is empty and no spare
+ * of it is in an acquire's hands. And the table of the leases the
+ * acquisitions of this client hold, with when each was last found alive,
+ * for the release.
  *
  * A spare's lease ID is chosen here (random, bit 62 set, bit 63 clear), so
  * that a grant whose reply was lost is still known: when the grant fails,
@@ -12,8 +17,8 @@
  * runs out by its own TTL, since nothing keeps it alive. A spare is kept
  * alive while it waits: in the watchdog's renewal request when locks are
  * renewed (its ID added to theirs: no request of its own), else by the
- * thread once half its TTL has gone; one not used for SPARE_IDLE_MS is
- * revoked. Closing the client revokes the spares; a
+ * thread once half its TTL has gone; the pool of a TTL not used for
+ * SPARE_IDLE_MS is revoked. Closing the client revokes the spares; a
  * client that crashes leaves them to run out by their TTL.
  *
  * Why a spare granted earlier is safe for an acquisition's lease: see
@@ -32,17 +37,24 @@
 #include "core/thread.h"
 
 #define SPARES DLOCK__ETCD_SPARES
+#define POOL DLOCK__ETCD_SPARE_POOL
 /* A spare unused this long is revoked. */
 #define SPARE_IDLE_MS 60000
-/* The slot's spare is in an acquire's hands: it comes back (the lock was
- * busy) or is used up (dlock__etcd_spare_used). */
-#define TAKEN (-1)
+/* A spare is taken only with this much of its TTL left by its last
+ * confirmation (the acquire's keepalive renews it anyway). */
+#define SPARE_MARGIN_MS 250
 
 typedef struct {
-    int64_t ttl;     /* seconds; 0: the slot is free */
-    int64_t lease;   /* 0: wanted, not granted yet; TAKEN: an acquire has it */
-    int64_t ok_ms;   /* send time of the grant or keepalive that last confirmed it */
-    int64_t used_ms; /* last time an acquire asked for this TTL */
+    int64_t id;
+    int64_t ok_ms; /* send time of the grant or keepalive that last confirmed it */
+} pooled;
+
+typedef struct {
+    int64_t ttl;      /* seconds; 0: the slot is free */
+    pooled p[POOL];   /* spares of this TTL, p[0..n) */
+    int n;
+    int taken;        /* in acquires' hands: they come back or are used up */
+    int64_t used_ms;  /* last time an acquire asked for this TTL */
     int64_t retry_at; /* a grant failed: not again before */
 } spare;
 
@@ -50,6 +62,7 @@ typedef struct owned {
     char *token;
     int64_t lease; /* 0: not known (an extend whose outcome is unknown) */
     int64_t ttl;
+    int64_t ok_ms; /* a spare's: when a keepalive that found it alive was sent; else 0 */
     struct owned *next;
 } owned;
 
@@ -87,6 +100,46 @@ int dlock__etcd_spares_new(dlock__etcd_be *be)
     return dlock__etcd_conn_new(be->http, &sp->conn);
 }
 
+/* ---- a slot's pool (under the mutex) ------------------------------------- */
+
+static spare *slot_of(dlock__etcd_spares *sp, int64_t ttl)
+{
+    for (int i = 0; i < SPARES; i++)
+        if (sp->s[i].ttl == ttl)
+            return &sp->s[i];
+    return NULL;
+}
+
+static int pool_find(const spare *s, int64_t id)
+{
+    for (int i = 0; i < s->n; i++)
+        if (s->p[i].id == id)
+            return i;
+    return -1;
+}
+
+static void pool_remove(spare *s, int i)
+{
+    s->p[i] = s->p[--s->n];
+}
+
+/* 1: added; 0: the pool is full (the caller revokes the lease). */
+static int pool_add(spare *s, int64_t id, int64_t ok_ms)
+{
+    if (s->n == POOL)
+        return 0;
+    s->p[s->n].id = id;
+    s->p[s->n].ok_ms = ok_ms;
+    s->n++;
+    return 1;
+}
+
+/* The thread has work on this slot: a spare to grant. */
+static int wants_grant(const spare *s)
+{
+    return s->ttl != 0 && s->n == 0 && s->taken == 0;
+}
+
 /* Grant a spare of ttl seconds; 0 when it failed (its ID revoked, best
  * effort: a lease whose grant reply was lost may exist). */
 static int64_t grant_spare(dlock__etcd_be *be, int64_t ttl, int64_t *ok_ms)
@@ -101,11 +154,79 @@ static int64_t grant_spare(dlock__etcd_be *be, int64_t ttl, int64_t *ok_ms)
     return 0;
 }
 
+/* Call with the mutex held, which is let go during the call: revoke. */
+static void revoke_unlocked(dlock__etcd_be *be, int64_t id)
+{
+    dlock__etcd_spares *sp = be->spares;
+
+    pthread_mutex_unlock(&sp->mu);
+    dlock__etcd_lease_revoke(be, sp->conn, id);
+    pthread_mutex_lock(&sp->mu);
+}
+
 /*
- * The thread: grant what is wanted, keep the spares alive every third of
- * their TTL, revoke those left unused. Calls are made without the mutex; a
- * slot is only ever granted or kept alive here, and an acquire that takes a
- * spare empties its slot under the mutex first.
+ * One job of the thread on slot s, if it has one due (1), else 0 with *next
+ * lowered to when it will. Called and returns with the mutex held, let go
+ * during the calls; a slot's pool is changed by takes meanwhile, so what a
+ * call found is looked up again by lease ID.
+ */
+static int spare_job(dlock__etcd_be *be, spare *s, int64_t now, int64_t *next)
+{
+    dlock__etcd_spares *sp = be->spares;
+    int64_t ttl = s->ttl, ok = 0, lease;
+    int alive = 0, i;
+
+    if (ttl == 0)
+        return 0;
+    if (now - s->used_ms > SPARE_IDLE_MS && s->taken == 0) {
+        spare gone = *s;
+        memset(s, 0, sizeof(*s));
+        for (i = 0; i < gone.n; i++)
+            revoke_unlocked(be, gone.p[i].id);
+        return 1;
+    }
+    if (wants_grant(s) && now < s->retry_at) {
+        *next = s->retry_at < *next ? s->retry_at : *next;
+        return 0;
+    }
+    if (wants_grant(s)) {
+        pthread_mutex_unlock(&sp->mu);
+        lease = grant_spare(be, ttl, &ok);
+        pthread_mutex_lock(&sp->mu);
+        if (lease != 0 && s->ttl == ttl && pool_add(s, lease, ok))
+            return 1;
+        if (lease == 0 && s->ttl == ttl)
+            s->retry_at = ok + 1000; /* the server is away: not a busy loop */
+        else if (lease != 0)
+            revoke_unlocked(be, lease); /* the slot went, or filled meanwhile */
+        return 1;
+    }
+    for (i = 0; i < s->n; i++) {
+        int64_t due = s->p[i].ok_ms + ttl * 1000 / 2;
+        if (now < due) {
+            *next = due < *next ? due : *next;
+            continue;
+        }
+        lease = s->p[i].id;
+        ok = now;
+        pthread_mutex_unlock(&sp->mu);
+        if (dlock__etcd_keepalive(be, sp->conn, &lease, 1, &alive) != DLOCK_OK)
+            alive = 0;
+        pthread_mutex_lock(&sp->mu);
+        if (s->ttl == ttl && (i = pool_find(s, lease)) >= 0) {
+            if (alive)
+                s->p[i].ok_ms = ok;
+            else
+                pool_remove(s, i); /* gone, or not known: let it run out */
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/*
+ * The thread: grant what is wanted, keep the spares alive every half of
+ * their TTL, revoke those left unused.
  */
 static void *spare_main(void *arg)
 {
@@ -117,53 +238,8 @@ static void *spare_main(void *arg)
         int64_t now = dlock__now_ms(), next = now + 1000;
         int did = 0;
 
-        for (int i = 0; i < SPARES && !sp->stop && !did; i++) {
-            spare *s = &sp->s[i];
-            int64_t ttl = s->ttl, lease = s->lease, ok = 0;
-            int alive = 0;
-
-            if (ttl == 0 || lease == TAKEN)
-                continue;
-            if (now - s->used_ms > SPARE_IDLE_MS) {
-                memset(s, 0, sizeof(*s));
-                pthread_mutex_unlock(&sp->mu);
-                if (lease != 0)
-                    dlock__etcd_lease_revoke(be, sp->conn, lease);
-                pthread_mutex_lock(&sp->mu);
-                did = 1;
-            } else if (lease == 0 && now < s->retry_at) {
-                next = s->retry_at < next ? s->retry_at : next;
-            } else if (lease == 0) {
-                pthread_mutex_unlock(&sp->mu);
-                lease = grant_spare(be, ttl, &ok);
-                pthread_mutex_lock(&sp->mu);
-                if (lease != 0 && s->ttl == ttl && s->lease == 0) {
-                    s->lease = lease;
-                    s->ok_ms = ok;
-                } else if (lease == 0 && s->ttl == ttl) {
-                    s->retry_at = ok + 1000; /* the server is away: not a busy loop */
-                } else if (lease != 0) {
-                    pthread_mutex_unlock(&sp->mu);
-                    dlock__etcd_lease_revoke(be, sp->conn, lease);
-                    pthread_mutex_lock(&sp->mu);
-                }
-                did = 1;
-            } else if (now >= s->ok_ms + ttl * 1000 / 2) {
-                ok = now;
-                pthread_mutex_unlock(&sp->mu);
-                if (dlock__etcd_keepalive(be, sp->conn, &lease, 1, &alive) != DLOCK_OK)
-                    alive = 0;
-                pthread_mutex_lock(&sp->mu);
-                if (s->lease == lease && alive) {
-                    s->ok_ms = ok;
-                } else if (s->lease == lease) {
-                    s->lease = 0; /* gone, or not known: a new one */
-                }
-                did = 1;
-            } else if (s->ok_ms + ttl * 1000 / 2 < next) {
-                next = s->ok_ms + ttl * 1000 / 2;
-            }
-        }
+        for (int i = 0; i < SPARES && !sp->stop && !did; i++)
+            did = spare_job(be, &sp->s[i], now, &next);
         if (!did && !sp->stop) {
             struct timespec ts;
             int64_t wait = next - now < 10 ? 10 : next - now;
@@ -195,8 +271,8 @@ void dlock__etcd_spares_free(dlock__etcd_be *be)
     if (sp->started)
         pthread_join(sp->thread, NULL);
     for (int i = 0; i < SPARES && sp->conn != NULL; i++)
-        if (sp->s[i].lease > 0)
-            dlock__etcd_lease_revoke(be, sp->conn, sp->s[i].lease);
+        for (int j = 0; j < sp->s[i].n; j++)
+            dlock__etcd_lease_revoke(be, sp->conn, sp->s[i].p[j].id);
     while (sp->held != NULL) {
         owned *o = sp->held;
         sp->held = o->next;
@@ -211,70 +287,98 @@ void dlock__etcd_spares_free(dlock__etcd_be *be)
 }
 
 /*
- * Take the spare of ttl seconds, if there is one the server still has by
- * the last confirmation (its TTL counted from that send time): 1 and *lease.
- * Either way the thread is asked for the next one.
+ * Take a spare of ttl seconds, if there is one the server still has by its
+ * last confirmation (its TTL counted from that send time): 1 and *lease,
+ * the most recently confirmed. Spares too old for that are forgotten (they
+ * run out, as nothing keeps them alive). The thread is woken only when it
+ * has a grant to make: no spare left and none in an acquire's hands.
  */
 int dlock__etcd_spare_take(dlock__etcd_be *be, int64_t ttl, int64_t *lease)
 {
     dlock__etcd_spares *sp = be->spares;
     int64_t now = dlock__now_ms();
-    spare *s = NULL;
-    int got = 0;
+    spare *s;
+    int got = 0, best = -1;
 
     pthread_mutex_lock(&sp->mu);
-    for (int i = 0; i < SPARES && s == NULL; i++)
-        if (sp->s[i].ttl == ttl)
-            s = &sp->s[i];
+    s = slot_of(sp, ttl);
     /* A new TTL takes a free slot, or the one least recently used. */
-    for (int i = 0; i < SPARES && s == NULL; i++)
-        if (sp->s[i].ttl == 0)
-            s = &sp->s[i];
+    if (s == NULL)
+        s = slot_of(sp, 0);
     if (s == NULL) {
         s = &sp->s[0];
         for (int i = 1; i < SPARES; i++)
             if (sp->s[i].used_ms < s->used_ms)
                 s = &sp->s[i];
-        /* Left to run out: the thread never sees it again. */
+        /* Left to run out: the thread never sees them again, and a spare
+         * in an acquire's hands is revoked when it comes back. */
         memset(s, 0, sizeof(*s));
     }
-    if (s->ttl == ttl && s->lease > 0 && now < s->ok_ms + ttl * 1000 - 250) {
-        *lease = s->lease;
+    s->ttl = ttl;
+    for (int i = 0; i < s->n; i++) {
+        if (now >= s->p[i].ok_ms + ttl * 1000 - SPARE_MARGIN_MS)
+            pool_remove(s, i--);
+        else if (best < 0 || s->p[i].ok_ms > s->p[best].ok_ms)
+            best = i;
+    }
+    if (best >= 0) {
+        *lease = s->p[best].id;
+        pool_remove(s, best);
+        s->taken++;
         got = 1;
     }
-    s->ttl = ttl;
-    /* Taken: the next one is asked for only when this one is used, so that
-     * a busy try, which gives it back, costs no grant. */
-    s->lease = got ? TAKEN : s->lease == TAKEN ? TAKEN : 0;
     s->used_ms = now;
     if (!sp->started && !sp->stop) {
         if (dlock__thread_create(&sp->thread, spare_main, be) == 0)
             sp->started = 1;
+    } else if (wants_grant(s)) {
+        pthread_cond_signal(&sp->cond);
     }
-    pthread_cond_signal(&sp->cond);
     pthread_mutex_unlock(&sp->mu);
     return got;
 }
 
-/* A spare that an acquire took but did not use (the lock was busy), alive
- * as of ok_ms: back into its slot, unless the thread granted another
- * meanwhile, in which case it is revoked. */
-void dlock__etcd_spare_return(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t ttl,
-                              int64_t lease, int64_t ok_ms)
+/* A spare comes back to the pool of ttl, alive as of ok_ms, from an
+ * acquire that took it (taken: it was in the slot's count) or from a
+ * release that confirmed it backs no key any more. Revoked (on c) when
+ * the slot is gone or full, or too little of it is left to take it. */
+static void give_back(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t ttl, int64_t lease,
+                      int64_t ok_ms, int taken)
 {
     dlock__etcd_spares *sp = be->spares;
+    int64_t now = dlock__now_ms();
+    spare *s;
     int kept = 0;
 
     pthread_mutex_lock(&sp->mu);
-    for (int i = 0; i < SPARES && !kept; i++)
-        if (sp->s[i].ttl == ttl && sp->s[i].lease == TAKEN) {
-            sp->s[i].lease = lease;
-            sp->s[i].ok_ms = ok_ms;
-            kept = 1;
-        }
+    s = slot_of(sp, ttl);
+    if (s != NULL && taken && s->taken > 0)
+        s->taken--;
+    if (s != NULL && now < ok_ms + ttl * 1000 - SPARE_MARGIN_MS)
+        kept = pool_add(s, lease, ok_ms);
     pthread_mutex_unlock(&sp->mu);
     if (!kept)
         dlock__etcd_lease_revoke(be, c, lease);
+}
+
+/* A spare that an acquire took but did not use (the lock was busy), alive
+ * as of ok_ms. */
+void dlock__etcd_spare_return(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t ttl,
+                              int64_t lease, int64_t ok_ms)
+{
+    give_back(be, c, ttl, lease, ok_ms, 1);
+}
+
+/*
+ * A spare lease an acquisition held, after its release deleted its key
+ * (seen in the delete's reply: the key was on this lease), so that it
+ * backs no key: the next acquire of this TTL may put its key on it
+ * (docs/etcd.md, "Spare leases": why that keeps one lease per acquisition).
+ */
+void dlock__etcd_spare_reuse(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t ttl,
+                             int64_t lease, int64_t ok_ms)
+{
+    give_back(be, c, ttl, lease, ok_ms, 0);
 }
 
 /* The spares to keep alive with the watchdog's renewal: up to max IDs into
@@ -285,9 +389,9 @@ size_t dlock__etcd_spares_alive(dlock__etcd_be *be, int64_t *ids, size_t max)
     size_t n = 0;
 
     pthread_mutex_lock(&sp->mu);
-    for (int i = 0; i < SPARES && n < max; i++)
-        if (sp->s[i].lease > 0)
-            ids[n++] = sp->s[i].lease;
+    for (int i = 0; i < SPARES; i++)
+        for (int j = 0; j < sp->s[i].n && n < max; j++)
+            ids[n++] = sp->s[i].p[j].id;
     pthread_mutex_unlock(&sp->mu);
     return n;
 }
@@ -298,28 +402,29 @@ void dlock__etcd_spare_renewed(dlock__etcd_be *be, int64_t lease, int alive, int
     dlock__etcd_spares *sp = be->spares;
 
     pthread_mutex_lock(&sp->mu);
-    for (int i = 0; i < SPARES; i++)
-        if (sp->s[i].lease == lease) {
-            if (alive)
-                sp->s[i].ok_ms = sent_ms;
-            else
-                sp->s[i].lease = 0;
-        }
-    pthread_cond_signal(&sp->cond);
+    for (int i = 0; i < SPARES; i++) {
+        int j = pool_find(&sp->s[i], lease);
+        if (j >= 0 && alive && sent_ms > sp->s[i].p[j].ok_ms)
+            sp->s[i].p[j].ok_ms = sent_ms;
+        else if (j >= 0 && !alive)
+            pool_remove(&sp->s[i], j);
+    }
     pthread_mutex_unlock(&sp->mu);
 }
 
-/* The spare taken for ttl is used up (or lost to an error): ask the thread
- * for the next. */
+/* The spare taken for ttl is used up (or lost to an error): the thread
+ * grants the next when the pool is empty. */
 void dlock__etcd_spare_used(dlock__etcd_be *be, int64_t ttl)
 {
     dlock__etcd_spares *sp = be->spares;
+    spare *s;
 
     pthread_mutex_lock(&sp->mu);
-    for (int i = 0; i < SPARES; i++)
-        if (sp->s[i].ttl == ttl && sp->s[i].lease == TAKEN)
-            sp->s[i].lease = 0;
-    pthread_cond_signal(&sp->cond);
+    s = slot_of(sp, ttl);
+    if (s != NULL && s->taken > 0)
+        s->taken--;
+    if (s != NULL && wants_grant(s))
+        pthread_cond_signal(&sp->cond);
     pthread_mutex_unlock(&sp->mu);
 }
 
@@ -350,6 +455,8 @@ int dlock__etcd_held_set(dlock__etcd_be *be, const char *token, int64_t lease, i
         }
         *o = n;
     }
+    if ((*o)->lease != lease)
+        (*o)->ok_ms = 0;
     (*o)->lease = lease;
     (*o)->ttl = ttl;
     pthread_mutex_unlock(&sp->mu);
@@ -371,7 +478,24 @@ int dlock__etcd_held_get(dlock__etcd_be *be, const char *token, int64_t *lease, 
     return found;
 }
 
-void dlock__etcd_held_drop(dlock__etcd_be *be, const char *token)
+/* The keepalive sent at ok_ms found token's lease alive (when it is still
+ * that lease). */
+void dlock__etcd_held_alive(dlock__etcd_be *be, const char *token, int64_t lease, int64_t ok_ms)
+{
+    dlock__etcd_spares *sp = be->spares;
+    owned **o;
+
+    pthread_mutex_lock(&sp->mu);
+    o = find(sp, token);
+    if (*o != NULL && (*o)->lease == lease && ok_ms > (*o)->ok_ms)
+        (*o)->ok_ms = ok_ms;
+    pthread_mutex_unlock(&sp->mu);
+}
+
+/* held_get and held_drop at once, with the last confirmation of the
+ * lease (0: none known). */
+int dlock__etcd_held_take(dlock__etcd_be *be, const char *token, int64_t *lease, int64_t *ttl,
+                          int64_t *ok_ms)
 {
     dlock__etcd_spares *sp = be->spares;
     owned **o, *n;
@@ -381,7 +505,18 @@ void dlock__etcd_held_drop(dlock__etcd_be *be, const char *token)
     if ((n = *o) != NULL)
         *o = n->next;
     pthread_mutex_unlock(&sp->mu);
+    *lease = n != NULL ? n->lease : 0;
+    *ttl = n != NULL ? n->ttl : 0;
+    *ok_ms = n != NULL ? n->ok_ms : 0;
     if (n != NULL)
         free(n->token);
     free(n);
+    return n != NULL;
+}
+
+void dlock__etcd_held_drop(dlock__etcd_be *be, const char *token)
+{
+    int64_t lease, ttl, ok_ms;
+
+    dlock__etcd_held_take(be, token, &lease, &ttl, &ok_ms);
 }

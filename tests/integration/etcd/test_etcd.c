@@ -205,17 +205,20 @@ static long long method_count(test_etcd *e, const char *method)
 }
 
 /*
- * The uncontended cycle makes two raft writes on its critical path: the
- * put (in the acquire txn, on a spare lease granted ahead of need, with a
- * keepalive beside it, which is no raft write) and the revoke that
- * releases. The next spare is granted by the backend's thread, off the
- * path, and the spare left when the client closes is revoked.
+ * The uncontended cycle makes two raft writes: the put (in the acquire
+ * txn, on a spare lease granted ahead of need, with a keepalive beside it,
+ * which is no raft write) and the delete that releases. The delete's reply
+ * shows the key was on that lease, which then backs no key and goes back
+ * to the spare pool: the next cycle puts its key on it again, so no grant
+ * and no revoke per cycle (after the first cycle on a spare, which has the
+ * thread grant one more), and the client's lease count does not grow. The
+ * spares left when the client closes are revoked.
  */
 static void two_raft_writes_per_cycle(void)
 {
     static const char *const writes[] = {"Txn", "LeaseRevoke", "LeaseGrant", "DeleteRange",
                                          "Put"};
-    long long before[5], after[5];
+    long long before[5], after[5], lease = 0, first = 0;
     test_etcd e;
     dlock_client *c;
     dlock_lock *l;
@@ -230,12 +233,17 @@ static void two_raft_writes_per_cycle(void)
     for (int i = 0; i < 500 && test_etcd_spares(&e) < 1; i++)
         test_sleep_ms(10);
     CHECK(test_etcd_spares(&e) == 1);
-    for (int cycle = 0; cycle < 3; cycle++) {
+    for (int cycle = 0; cycle < 4; cycle++) {
         for (int i = 0; i < 5; i++)
             before[i] = method_count(&e, writes[i]);
         CHECK_RC(dlock_acquire(&l, c, "w", &o), DLOCK_OK);
         CHECK(test_etcd_leases(&e) == 1); /* the spare, now with our key */
-        CHECK(key_lease(&e, "dlock/w/") & (1LL << 62)); /* granted ahead: a spare */
+        lease = key_lease(&e, "dlock/w/");
+        CHECK(lease & (1LL << 62)); /* granted ahead: a spare */
+        if (cycle == 1)
+            first = lease;
+        /* Taken again from the pool: the same lease, cycle after cycle. */
+        CHECK(cycle < 2 || lease == first);
         CHECK_RC(dlock_release(l), DLOCK_OK);
         CHECK(test_etcd_count(&e, "dlock/") == 0);
         for (int i = 0; i < 5; i++)
@@ -244,13 +252,14 @@ static void two_raft_writes_per_cycle(void)
                 cycle, after[0] - before[0], after[1] - before[1], after[2] - before[2],
                 after[3] - before[3], after[4] - before[4]);
         CHECK(after[0] - before[0] == 1); /* the acquire txn's put */
-        CHECK(after[1] - before[1] == 1); /* the release */
-        CHECK(after[3] - before[3] == 0 && after[4] - before[4] == 0);
-        /* At most the next spare, granted by the backend's thread. */
-        CHECK(after[2] - before[2] <= 1);
-        for (int i = 0; i < 500 && test_etcd_spares(&e) < 1; i++)
+        CHECK(after[3] - before[3] == 1); /* the release */
+        CHECK(after[1] - before[1] == 0 && after[4] - before[4] == 0);
+        /* The first cycle on a spare: the thread grants the next (the pool
+         * was empty), off the path; after that, none. */
+        CHECK(after[2] - before[2] <= (cycle == 0 ? 1 : 0));
+        for (int i = 0; i < 500 && test_etcd_spares(&e) < 2; i++)
             test_sleep_ms(10);
-        CHECK(test_etcd_spares(&e) == 1);
+        CHECK(test_etcd_spares(&e) == 2); /* not growing */
     }
     /* A busy try leaves the spare as it was: no write at all. */
     CHECK_RC(dlock_acquire(&l, c, "w", &o), DLOCK_OK);
@@ -386,6 +395,17 @@ static void on_lost_when_key_deleted(void)
     test_etcd_stop(&e);
 }
 
+/* Wait until a waiter's key is queued behind the holder's under prefix and
+ * its watch stream is open. */
+static void wait_queued(test_etcd *e, const char *prefix)
+{
+    for (int i = 0; i < 500 && test_etcd_count(e, prefix) < 2; i++)
+        test_sleep_ms(10);
+    CHECK(test_etcd_count(e, prefix) == 2);
+    for (int i = 0; i < 500 && served(e, 0, "Watch") < 1; i++)
+        test_sleep_ms(10);
+}
+
 /* A waiter is woken by the release itself, within a wait shorter than the
  * holder's lease, and asks etcd nothing while it sleeps. */
 static void waiter_woken_by_release(void)
@@ -410,11 +430,7 @@ static void waiter_woken_by_release(void)
     test_acquirer_init(&a, waiter_c, "handoff", test_opts(8000, 3000, 1));
     CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
     /* Its key is queued behind the holder's, and its watch is open. */
-    for (int i = 0; i < 500 && test_etcd_count(&e, "dlock/handoff/") < 2; i++)
-        test_sleep_ms(10);
-    CHECK(test_etcd_count(&e, "dlock/handoff/") == 2);
-    for (int i = 0; i < 500 && served(&e, 0, "Watch") < 1; i++)
-        test_sleep_ms(10);
+    wait_queued(&e, "dlock/handoff/");
     before = kv_requests(&e, 0);
     test_sleep_ms(2500); /* more than its lease / 3: it keeps its lease alive */
     asleep = kv_requests(&e, 0) - before;
@@ -930,6 +946,250 @@ static void keepalive_stalled_is_lost_in_time(void)
     CHECK_RC(dlock_release(l), DLOCK_ELOST);
     dlock_client_free(c);
     chaos_proxy_stop(px);
+    test_etcd_stop(&e);
+}
+
+/* The TTL etcd has left for lease id, in seconds; -1 when it has no such
+ * lease. */
+static long long lease_ttl(test_etcd *e, long long id)
+{
+    char body[64], *r;
+    json_t *j;
+    int64_t ttl = -1;
+
+    snprintf(body, sizeof(body), "{\"ID\":\"%lld\"}", id);
+    r = test_etcd_post(e, 0, "/v3/lease/timetolive", body);
+    j = r != NULL ? json_loads(r, 0, NULL) : NULL;
+    CHECK(j != NULL && dlock__etcd_int(j, "TTL", &ttl) == 0);
+    json_decref(j);
+    free(r);
+    return ttl;
+}
+
+/* Wait until the client has n spare leases with no key (the spare thread
+ * grants off the path). The thread puts a spare in its pool just after
+ * etcd's reply to the grant, which etcd shows first: a moment more, so
+ * that the next acquire finds it there (on a loaded machine, under ASan,
+ * an acquire sometimes came first and granted a lease of its own). */
+static void wait_spares(test_etcd *e, long long n)
+{
+    for (int i = 0; i < 500 && test_etcd_spares(e) != n; i++)
+        test_sleep_ms(10);
+    CHECK(test_etcd_spares(e) == n);
+    test_sleep_ms(200);
+}
+
+/*
+ * A release whose reply is lost (the fault proxy holds etcd's answer to
+ * the delete past the command timeout) cannot tell whether it deleted its
+ * key: it revokes the lease, as releases did before spare leases were
+ * reused, and the lease never goes back to the pool; the next acquire
+ * puts its key on another lease.
+ */
+static void release_reply_lost_revokes(void)
+{
+    test_etcd e;
+    chaos_proxy *px;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 20000, 0);
+    char url[200];
+    long long lease, revokes, deletes;
+
+    test_etcd_start(&e, 1, NULL);
+    CHECK(chaos_proxy_start(&px, e.client_port[0]) == 0);
+    snprintf(url, sizeof(url), "etcd://127.0.0.1:%d", chaos_proxy_port(px));
+    c = open_fast(url);
+    CHECK_RC(dlock_acquire(&l, c, "lost", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    wait_spares(&e, 1);
+    CHECK_RC(dlock_acquire(&l, c, "lost", &o), DLOCK_OK);
+    lease = key_lease(&e, "dlock/lost/");
+    CHECK(lease & (1LL << 62)); /* a spare */
+    wait_spares(&e, 1);         /* the next one, granted by the thread */
+    revokes = method_count(&e, "LeaseRevoke");
+    deletes = method_count(&e, "DeleteRange");
+    /* Longer than the whole command timeout (open_fast: 2.5 s). */
+    chaos_proxy_set(px, CHAOS_PROXY_DELAY_ONE_REPLY, 4000);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    fprintf(stderr, "deleterange %lld, revoke %lld\n", method_count(&e, "DeleteRange") - deletes,
+            method_count(&e, "LeaseRevoke") - revokes);
+    CHECK(method_count(&e, "DeleteRange") > deletes); /* the release's delete */
+    CHECK(method_count(&e, "LeaseRevoke") > revokes); /* then the revoke */
+    CHECK(test_etcd_count(&e, "dlock/") == 0);
+    CHECK(lease_ttl(&e, lease) == -1);
+    CHECK_RC(dlock_acquire(&l, c, "lost", &o), DLOCK_OK);
+    CHECK(key_lease(&e, "dlock/lost/") != lease);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+    CHECK(test_etcd_spares(&e) == 0 && test_etcd_leases(&e) == 0);
+    chaos_proxy_stop(px);
+    test_etcd_stop(&e);
+}
+
+/*
+ * A lease taken again from the pool was last confirmed alive by an earlier
+ * acquire or keepalive, maybe most of its TTL ago. The acquire that takes
+ * it renews it (the keepalive beside its txn), so etcd keeps the key at
+ * least until the client's deadline: whenever the key is gone,
+ * dlock_lock_lost() is already true. No time bound is assumed.
+ */
+static void reused_lease_counts_from_acquire(void)
+{
+    test_etcd e;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 3000, 0);
+    long long used[2], lease;
+    int rc, gone = 0;
+
+    test_etcd_start(&e, 1, NULL);
+    c = open_client(&e);
+    CHECK_RC(dlock_acquire(&l, c, "r", &o), DLOCK_OK); /* grants its own lease */
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    wait_spares(&e, 1);
+    /* Two cycles on spares: the pool then holds two leases that have both
+     * backed a lock. */
+    for (int i = 0; i < 2; i++) {
+        CHECK_RC(dlock_acquire(&l, c, "r", &o), DLOCK_OK);
+        used[i] = key_lease(&e, "dlock/r/");
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+        wait_spares(&e, 2);
+    }
+    CHECK(used[0] != used[1]);
+    /* Most of their TTL (3 s) gone since their last confirmation, unless
+     * the thread renewed one meanwhile. */
+    test_sleep_ms(2000);
+    CHECK_RC(dlock_acquire(&l, c, "r", &o), DLOCK_OK);
+    lease = key_lease(&e, "dlock/r/");
+    fprintf(stderr, "reused lease %llx (pool %llx, %llx)\n", lease, used[0], used[1]);
+    CHECK(lease == used[0] || lease == used[1]);
+    while (!gone) {
+        /* Count first: a key gone at that moment means the lease had run
+         * out on the server, so the handle must say lost from then on. */
+        gone = test_etcd_count(&e, "dlock/r/") == 0;
+        if (gone && !dlock_lock_lost(l))
+            fprintf(stderr, "etcd let the reused lease run out but the handle still holds\n");
+        CHECK(!gone || dlock_lock_lost(l));
+        test_sleep_ms(10);
+    }
+    rc = dlock_release(l);
+    CHECK(rc == DLOCK_ELOST || rc == DLOCK_OK);
+    dlock_client_free(c);
+    test_etcd_stop(&e);
+}
+
+/* A member, a holder's client and a waiter's client, the waiter's with two
+ * spares of a 10 s lease (as in two_raft_writes_per_cycle), so that its
+ * promote does not take the last one, whose taking has the thread grant
+ * another. */
+static void start_with_spares(test_etcd *e, dlock_client **holder_c, dlock_client **waiter_c)
+{
+    dlock_acquire_options warm = test_opts(0, 10000, 0);
+    dlock_lock *l;
+
+    test_etcd_start(e, 1, NULL);
+    *holder_c = open_client(e);
+    *waiter_c = open_client(e);
+    for (int i = 1; i <= 2; i++) {
+        CHECK_RC(dlock_acquire(&l, *waiter_c, "warm", &warm), DLOCK_OK);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+        wait_spares(e, i);
+    }
+}
+
+/*
+ * A waiter at the head of the queue whose lease is longer than the wait's
+ * short one moves its key onto a spare lease of its TTL, renewed in the
+ * same round trip, instead of granting one: no grant between the release
+ * and the new holder, and one txn, which is both the wake-up's check (our
+ * key first) and the move. Its release then gives that lease back to the
+ * pool.
+ */
+static void waiter_promoted_onto_spare(void)
+{
+    test_etcd e;
+    dlock_client *holder_c, *waiter_c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 20000, 0);
+    test_acquirer a;
+    pthread_t t;
+    long long grants, revokes, txns, lease;
+
+    start_with_spares(&e, &holder_c, &waiter_c);
+    CHECK_RC(dlock_acquire(&l, holder_c, "promote", &o), DLOCK_OK);
+    test_acquirer_init(&a, waiter_c, "promote", test_opts(8000, 10000, 0));
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
+    wait_queued(&e, "dlock/promote/");
+    grants = method_count(&e, "LeaseGrant");
+    txns = method_count(&e, "Txn");
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(a.rc, DLOCK_OK);
+    lease = key_lease(&e, "dlock/promote/");
+    fprintf(stderr, "in the hand-off: grants %lld, txns %lld; the holder's lease %llx\n",
+            method_count(&e, "LeaseGrant") - grants, method_count(&e, "Txn") - txns, lease);
+    CHECK(method_count(&e, "Txn") - txns == 1);
+    CHECK(lease & (1LL << 62)); /* a spare */
+    CHECK(method_count(&e, "LeaseGrant") == grants);
+    revokes = method_count(&e, "LeaseRevoke");
+    CHECK_RC(dlock_release(a.lock), DLOCK_OK);
+    CHECK(method_count(&e, "LeaseRevoke") == revokes); /* a delete */
+    CHECK(test_etcd_count(&e, "dlock/promote/") == 0);
+    CHECK(lease_ttl(&e, lease) > 0); /* back in the pool */
+    dlock_client_free(holder_c);
+    dlock_client_free(waiter_c);
+    CHECK(test_etcd_spares(&e) == 0 && test_etcd_leases(&e) == 0);
+    test_etcd_stop(&e);
+}
+
+/*
+ * The wake-up's move onto a spare is done only when our key is first: a
+ * waiter woken because the waiter ahead of it gave up (its wait ran out)
+ * is not first, so its txn moves nothing, and it goes on waiting for the
+ * holder, which it gets when the holder releases.
+ */
+static void woken_not_first_keeps_waiting(void)
+{
+    test_etcd e;
+    dlock_client *holder_c, *waiter_c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 20000, 0);
+    test_acquirer gives_up, waits;
+    pthread_t t1, t2;
+    long long txns;
+
+    start_with_spares(&e, &holder_c, &waiter_c);
+    CHECK_RC(dlock_acquire(&l, holder_c, "nf", &o), DLOCK_OK);
+    /* Queued first, it gives up after 1.5 s. */
+    test_acquirer_init(&gives_up, holder_c, "nf", test_opts(1500, 10000, 0));
+    CHECK(pthread_create(&t1, NULL, test_acquirer_main, &gives_up) == 0);
+    wait_queued(&e, "dlock/nf/");
+    /* Queued behind it, watching its key. */
+    test_acquirer_init(&waits, waiter_c, "nf", test_opts(30000, 10000, 0));
+    CHECK(pthread_create(&t2, NULL, test_acquirer_main, &waits) == 0);
+    for (int i = 0; i < 500 && test_etcd_count(&e, "dlock/nf/") < 3; i++)
+        test_sleep_ms(10);
+    CHECK(test_etcd_count(&e, "dlock/nf/") == 3);
+    txns = method_count(&e, "Txn");
+    CHECK(pthread_join(t1, NULL) == 0);
+    CHECK_RC(gives_up.rc, DLOCK_ETIMEOUT);
+    /* Woken (its wake-up txn sent) and asleep again behind the holder. */
+    for (int i = 0; i < 500 && method_count(&e, "Txn") == txns; i++)
+        test_sleep_ms(10);
+    test_sleep_ms(500);
+    fprintf(stderr, "txns after the wake-up: %lld\n", method_count(&e, "Txn") - txns);
+    CHECK(method_count(&e, "Txn") > txns);
+    CHECK(!atomic_load(&waits.done));
+    CHECK(test_etcd_count(&e, "dlock/nf/") == 2);
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(pthread_join(t2, NULL) == 0);
+    CHECK_RC(waits.rc, DLOCK_OK);
+    CHECK(key_lease(&e, "dlock/nf/") & (1LL << 62)); /* moved onto a spare */
+    CHECK_RC(dlock_release(waits.lock), DLOCK_OK);
+    dlock_client_free(holder_c);
+    dlock_client_free(waiter_c);
     test_etcd_stop(&e);
 }
 
@@ -1522,6 +1782,10 @@ TEST_MAIN({"codec", codec, NULL}, {"url_and_open_errors", url_and_open_errors, N
           {"auth_user_password", auth_user_password, "watchdog"},
           {"credentials_and_proxies", credentials_and_proxies, NULL},
           {"keepalive_stalled_is_lost_in_time", keepalive_stalled_is_lost_in_time, "watchdog"},
+          {"release_reply_lost_revokes", release_reply_lost_revokes, NULL},
+          {"reused_lease_counts_from_acquire", reused_lease_counts_from_acquire, NULL},
+          {"waiter_promoted_onto_spare", waiter_promoted_onto_spare, NULL},
+          {"woken_not_first_keeps_waiting", woken_not_first_keeps_waiting, NULL},
           {"gateway_transport", gateway_transport, "watchdog"},
           {"tls_with_client_certificate", tls_with_client_certificate, NULL},
           {"cluster_kill_member_while_holding", cluster_kill_member_while_holding, "watchdog"},
