@@ -61,6 +61,7 @@ static const char *opt_url;
 static const char *opt_backend = "redis";
 static const char *opt_markdown;
 static int opt_self_test;
+static int opt_rw; /* --kind rw: readers and writers of a read-write lock */
 static char worker_path[PATH_MAX];
 
 /* ---- backends ----------------------------------------------------------- */
@@ -695,6 +696,7 @@ typedef struct {
     int lost;          /* on_lost fired */
     int rel_rc;
     int has_rel_rc;
+    int shared; /* a read lock's (--kind rw): may overlap other shared holds */
 } hold;
 
 /* What a holder believed: from the moment it logged a `valid` event until
@@ -703,7 +705,8 @@ typedef struct {
     int worker;
     uint64_t fence;
     int64_t start, end;
-    int open; /* not cut short yet */
+    int open;   /* not cut short yet */
+    int shared; /* a reader's: only another reader's may overlap it */
 } belief;
 
 typedef struct {
@@ -712,6 +715,7 @@ typedef struct {
     long faults;
     long overlaps;
     long viol;  /* beliefs that began while another worker's was still on */
+    long readers_together; /* --kind rw: readers' beliefs begun beside another's (allowed) */
     long fence_viol;
     long lost_updates;
     long missed_on_lost;
@@ -827,6 +831,7 @@ static void check_beliefs(const event *ev, size_t nev, row *r, const char *dir)
             b[nb].start = e->t;
             b[nb].end = e->b - BELIEF_SLACK_US > e->t ? e->b - BELIEF_SLACK_US : e->t;
             b[nb].open = 1;
+            b[nb].shared = e->c == 1;
             nb++;
             continue;
         }
@@ -847,10 +852,15 @@ static void check_beliefs(const event *ev, size_t nev, row *r, const char *dir)
     }
     qsort(b, nb, sizeof(*b), cmp_belief);
     for (size_t j = 0; j < nb; j++) {
+        int beside = 0;
         for (size_t i = 0; i < j; i++) {
             int64_t both_until = b[i].end < b[j].end ? b[i].end : b[j].end;
             if (b[i].worker == b[j].worker || both_until <= b[j].start)
                 continue;
+            if (b[i].shared && b[j].shared) {
+                beside = 1;
+                continue;
+            }
             r->viol++;
             if (shown++ < 5)
                 fprintf(stderr, "chaos: %s: at %+.3f s worker %d (fence %llu) and worker %d "
@@ -860,6 +870,7 @@ static void check_beliefs(const event *ev, size_t nev, row *r, const char *dir)
                         (unsigned long long)b[i].fence, (double)(both_until - b[j].start) / 1e3);
             break;
         }
+        r->readers_together += beside;
     }
     free(b);
 }
@@ -912,6 +923,7 @@ static void check_run(run_ctx *c, row *r, int nemesis)
             h->fence = (uint64_t)e->a;
             h->t_ok = e->t;
             h->ended = 0;
+            h->shared = e->c == 1;
             if (e->t < run_start)
                 run_start = e->t;
         } else if (strcmp(e->kind, "acq_fail") == 0) {
@@ -973,7 +985,7 @@ static void check_run(run_ctx *c, row *r, int nemesis)
         int overtaken = 0;
         int overlapped = 0;
         for (size_t j = i + 1; j < nholds && holds[j].t_ok < holds[i].t_end; j++) {
-            if (holds[j].worker == holds[i].worker)
+            if (holds[j].worker == holds[i].worker || (holds[i].shared && holds[j].shared))
                 continue;
             overlapped = 1;
             if (holds[j].fence > holds[i].fence)
@@ -1308,7 +1320,9 @@ static void usage(void)
     fprintf(stderr,
             "usage: chaos [--workers N] [--lease MS] [--duration S] [--runs N] [--seed N]\n"
             "             [--nemesis all|a,b,...] [--backend redis,etcd,redlock,zk] [--url URL]\n"
-            "             [--keep] [--markdown FILE] [--self-test]\nnemeses:\n");
+            "             [--keep] [--markdown FILE] [--self-test] [--kind mutex|rw]\n"
+            "--kind rw: a read-write lock, half the holds reads (no register step;\n"
+            "           readers may overlap readers, nothing else)\nnemeses:\n");
     for (int i = 0; i < N_COUNT; i++)
         fprintf(stderr, "  %-20s %s\n", nemeses[i].name, nemeses[i].what);
 }
@@ -1404,7 +1418,7 @@ int main(int argc, char **argv)
         {"runs", 1, NULL, 'r'},    {"seed", 1, NULL, 's'},    {"nemesis", 1, NULL, 'n'},
         {"backend", 1, NULL, 'b'}, {"url", 1, NULL, 'u'},     {"keep", 0, NULL, 'k'},
         {"markdown", 1, NULL, 'm'}, {"help", 0, NULL, 'h'},   {"self-test", 0, NULL, 't'},
-        {NULL, 0, NULL, 0}};
+        {"kind", 1, NULL, 'K'},    {NULL, 0, NULL, 0}};
     const char *nemesis_list = NULL;
     const backend *chosen[8];
     int which[N_COUNT * 4] = {0}, nw, nb = 0, failed = 0, total = 0, opt;
@@ -1426,6 +1440,18 @@ int main(int argc, char **argv)
         case 'k': opt_keep = 1; break;
         case 'm': opt_markdown = optarg; break;
         case 't': opt_self_test = 1; break;
+        case 'K':
+            /* The workers read it (chaos_worker.c): read-write locks. */
+            if (strcmp(optarg, "rw") != 0 && strcmp(optarg, "mutex") != 0) {
+                usage();
+                return 64;
+            }
+            opt_rw = strcmp(optarg, "rw") == 0;
+            if (opt_rw)
+                setenv("CHAOS_KIND", "rw", 1);
+            else
+                unsetenv("CHAOS_KIND");
+            break;
         default: usage(); return opt == 'h' ? 0 : 64;
         }
     }
@@ -1498,16 +1524,22 @@ int main(int argc, char **argv)
                 continue; /* the service always persists */
             for (int k = 0; k < opt_runs; k++)
                 run_once(be, which[i], CHAOS_OK, opt_seed + (unsigned)(i * 1000 + k), &rows[b][i]);
-            fprintf(stderr, "chaos: %s %s done\n", be->name, nemeses[which[i]].name);
+            if (opt_rw)
+                fprintf(stderr, "chaos: %s %s done: %ld reads began beside another read\n",
+                        be->name, nemeses[which[i]].name, rows[b][i].readers_together);
+            else
+                fprintf(stderr, "chaos: %s %s done\n", be->name, nemeses[which[i]].name);
         }
     }
     printf("\n");
     if (opt_markdown != NULL && (md = fopen(opt_markdown, "w")) == NULL)
         perror(opt_markdown);
     for (int b = 0; b < nb; b++) {
-        print_rows(stdout, 0, chosen[b]->name, which, nw, rows[b], b == 0);
+        char shown[32];
+        snprintf(shown, sizeof(shown), "%s%s", chosen[b]->name, opt_rw ? "-rw" : "");
+        print_rows(stdout, 0, shown, which, nw, rows[b], b == 0);
         if (md != NULL)
-            print_rows(md, 1, chosen[b]->name, which, nw, rows[b], b == 0);
+            print_rows(md, 1, shown, which, nw, rows[b], b == 0);
     }
     if (md != NULL)
         fclose(md);

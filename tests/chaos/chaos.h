@@ -30,10 +30,10 @@
  *   kind        a        b         c
  *   open_fail   rc
  *   acq_start
- *   acq_ok      fence
+ *   acq_ok      fence    0         shared: 1 for a read lock (chaos --kind rw)
  *   acq_fail    rc
- *   valid       fence    deadline  the holder's belief, logged before every store
- *                                 step: it holds the lock until t_us deadline
+ *   valid       fence    deadline  shared; the holder's belief, logged before every
+ *                                 store step: it holds the lock until t_us deadline
  *                                 (now + dlock_lock_valid_ms(), or what a broken
  *                                 worker of the self-test believes instead)
  *   read        fence    value     1 accepted, 0 refused (stale fence), -1 store error

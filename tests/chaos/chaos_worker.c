@@ -13,6 +13,13 @@
  * the checker requires on_lost for every holder that was overtaken, and the
  * contract only promises it while the handle is alive.
  *
+ * With CHAOS_KIND=rw in the environment (`chaos --kind rw`) it takes a
+ * read-write lock: each hold is a write (the read-modify-write above, as
+ * the mutex's) or, one in two, a read, which believes and thinks but does
+ * not touch the register (readers holding together have no order among
+ * their fences to check it by); its events say shared (chaos.h), so the
+ * checker lets readers overlap each other and nothing else.
+ *
  * BROKEN (chaos.h, `chaos --self-test`) makes it one of the broken workers
  * the checker must catch; "ok" or absent, the correct one.
  *
@@ -136,6 +143,8 @@ int main(int argc, char **argv)
     unsigned seed;
     int state_fd, slot, rc, bad = 0, broken = CHAOS_OK;
     time_t last_wall = 0;
+    const char *kind_env = getenv("CHAOS_KIND");
+    int rw = kind_env != NULL && strcmp(kind_env, "rw") == 0;
 
     if (argc != 11 && argc != 12) {
         fprintf(stderr, "usage: chaos_worker URL NAME STORE HISTORY STATE SLOT ID LEASE_MS "
@@ -204,6 +213,7 @@ int main(int argc, char **argv)
         uint64_t fence;
         int64_t value = 0, renewed_us = 0;
         int r, w = -2, renew_failed = 0;
+        int shared = rw && rand_r(&seed) % 2 == 0; /* rand_r only in rw: mutex runs stay */
         long think_ms;
 
         if (time(NULL) != last_wall) {
@@ -213,6 +223,7 @@ int main(int argc, char **argv)
         o.wait_ms = lease_ms * 3;
         o.lease_ms = lease_ms;
         o.on_lost = on_lost;
+        o.kind = !rw ? DLOCK_KIND_MUTEX : shared ? DLOCK_KIND_READ : DLOCK_KIND_WRITE;
         if (broken == CHAOS_IGNORE_LOST)
             o.on_lost = NULL;
         if (broken == CHAOS_SLOW_CLOCK) {
@@ -251,12 +262,16 @@ int main(int argc, char **argv)
         atomic_store(&lost_seen, 0);
         atomic_store(&me->fence, fence);
         atomic_store(&me->phase, PHASE_IN_STORE);
-        event("acq_ok", (long long)fence, 0, 0);
+        event("acq_ok", (long long)fence, 0, shared);
 
         event("valid", (long long)fence,
-              (long long)belief(broken, lock, lease_ms, renewed_us, renew_failed), 0);
-        r = chaos_store_read(store, fence, &value);
-        event("read", (long long)fence, value, r);
+              (long long)belief(broken, lock, lease_ms, renewed_us, renew_failed), shared);
+        if (shared) {
+            r = 1; /* a reader: no store step, only the belief */
+        } else {
+            r = chaos_store_read(store, fence, &value);
+            event("read", (long long)fence, value, r);
+        }
         if (r == 1) {
             atomic_store(&me->phase, PHASE_THINKING);
             /* Mostly short; one hold in twenty outlasts its lease, so that the
@@ -272,9 +287,11 @@ int main(int argc, char **argv)
             think(broken, lock, think_ms, lease_ms, &renewed_us, &renew_failed);
             atomic_store(&me->phase, PHASE_IN_STORE);
             event("valid", (long long)fence,
-                  (long long)belief(broken, lock, lease_ms, renewed_us, renew_failed), 0);
-            w = chaos_store_write(store, fence, value, worker_id);
-            event("write", (long long)fence, value + 1, w);
+                  (long long)belief(broken, lock, lease_ms, renewed_us, renew_failed), shared);
+            if (!shared) {
+                w = chaos_store_write(store, fence, value, worker_id);
+                event("write", (long long)fence, value + 1, w);
+            }
         }
         atomic_store(&me->phase, PHASE_RELEASING);
         if (broken == CHAOS_NO_LOCK) {
