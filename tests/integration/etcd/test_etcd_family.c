@@ -89,9 +89,11 @@ typedef struct {
  * procs processes (at most 8) take lock name turns times each, process p
  * as kinds[p] (a semaphore with permits), and count who is inside on a
  * shared page: a writer with anyone, a reader with a writer, or a permit
- * holder beyond permits is an overlap, and there must be none.
+ * holder beyond permits is an overlap, and there must be none. Readers
+ * read as reader_owner (NULL: none).
  */
-static void contend(const char *name, const int *kinds, int procs, int turns, int permits)
+static void contend(const char *name, const int *kinds, int procs, int turns, int permits,
+                    const char *reader_owner)
 {
     inside_counts *pg = test_shared_page(sizeof(*pg));
     pid_t pids[8];
@@ -111,6 +113,7 @@ static void contend(const char *name, const int *kinds, int procs, int turns, in
             dlock_acquire_options o = kind_opts(kind, DLOCK_WAIT_FOREVER);
             dlock_lock *l;
             o.permits = kind == DLOCK_KIND_SEMAPHORE ? permits : 0;
+            o.owner = kind == DLOCK_KIND_READ ? reader_owner : NULL;
             CHECK_RC(dlock_acquire(&l, c, name, &o), DLOCK_OK);
             int before = atomic_fetch_add(mine, 1);
             if ((kind == DLOCK_KIND_WRITE && (before > 0 || atomic_load(&pg->readers) > 0)) ||
@@ -138,7 +141,7 @@ static void rw_exclusion_processes(void)
     static const int kinds[] = {DLOCK_KIND_WRITE, DLOCK_KIND_WRITE, DLOCK_KIND_READ,
                                 DLOCK_KIND_READ,  DLOCK_KIND_READ,  DLOCK_KIND_READ};
 
-    contend("rw", kinds, 6, 12, 0);
+    contend("rw", kinds, 6, 12, 0, NULL);
 }
 
 /*
@@ -262,7 +265,7 @@ static void semaphore_at_most_n_processes(void)
                                  DLOCK_KIND_SEMAPHORE, DLOCK_KIND_SEMAPHORE, DLOCK_KIND_SEMAPHORE,
                                  DLOCK_KIND_SEMAPHORE, DLOCK_KIND_SEMAPHORE};
 
-    contend("sem", kinds, 8, 8, 3);
+    contend("sem", kinds, 8, 8, 3, NULL);
 }
 
 /*
@@ -534,6 +537,21 @@ static void rw_nested_read_passes_waiting_writer(void)
 }
 
 /*
+ * Nested reads racing: four processes read as one owner id, so their reads
+ * nest into whichever of the owner's reader keys holds and are released in
+ * any order, while two writers take turns; no writer is ever inside with a
+ * reader or a writer.
+ */
+static void rw_nested_reads_race_writers(void)
+{
+    static const int kinds[] = {DLOCK_KIND_WRITE, DLOCK_KIND_WRITE, DLOCK_KIND_READ,
+                                DLOCK_KIND_READ,  DLOCK_KIND_READ,  DLOCK_KIND_READ};
+
+    contend("race", kinds, 6, 12, 0, "one-owner");
+    CHECK(test_etcd_count(&etcd, "dlock/race/x") == 0);
+}
+
+/*
  * An owner's reads die with its process: a child reads and reads again
  * (nested) and is killed with SIGKILL while a writer waits; the writer
  * gets in when the shared lease runs out, and no hold key is left.
@@ -648,4 +666,5 @@ TEST_MAIN({"rw_exclusion_processes", rw_exclusion_processes, NULL},
           {"rw_nested_read_passes_waiting_writer", rw_nested_read_passes_waiting_writer,
            "watchdog"},
           {"rw_nested_reads_go_with_the_lease", rw_nested_reads_go_with_the_lease, NULL},
+          {"rw_nested_reads_race_writers", rw_nested_reads_race_writers, NULL},
           {"multi_all_at_once", multi_all_at_once, NULL})
