@@ -30,7 +30,8 @@
  *   kind        a        b         c
  *   open_fail   rc
  *   acq_start
- *   acq_ok      fence    0         shared: 1 for a read lock (chaos --kind rw)
+ *   acq_ok      fence    0         shared: 1 for a read lock (chaos --kind rw), 2 for
+ *                                 a semaphore's permit (--kind sem), else 0
  *   acq_fail    rc
  *   valid       fence    deadline  shared; the holder's belief, logged before every
  *                                 store step: it holds the lock until t_us deadline
@@ -52,6 +53,9 @@
  *   clock       offset s
  */
 #define CHAOS_HISTORY_LINE 160
+
+/* --kind sem: the semaphore's N. */
+#define CHAOS_SEM_PERMITS 3
 
 /* ---- what each worker publishes for the nemeses -------------------------
  * A shared file mapped by the runner and every worker: slot i belongs to the

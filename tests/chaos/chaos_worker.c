@@ -20,6 +20,10 @@
  * their fences to check it by); its events say shared (chaos.h), so the
  * checker lets readers overlap each other and nothing else.
  *
+ * With CHAOS_KIND=sem every hold is a permit of a semaphore of
+ * CHAOS_SEM_PERMITS (shared 2), which, as a read, does not touch the
+ * register.
+ *
  * BROKEN (chaos.h, `chaos --self-test`) makes it one of the broken workers
  * the checker must catch; "ok" or absent, the correct one.
  *
@@ -145,6 +149,7 @@ int main(int argc, char **argv)
     time_t last_wall = 0;
     const char *kind_env = getenv("CHAOS_KIND");
     int rw = kind_env != NULL && strcmp(kind_env, "rw") == 0;
+    int sem = kind_env != NULL && strcmp(kind_env, "sem") == 0;
 
     if (argc != 11 && argc != 12) {
         fprintf(stderr, "usage: chaos_worker URL NAME STORE HISTORY STATE SLOT ID LEASE_MS "
@@ -213,7 +218,8 @@ int main(int argc, char **argv)
         uint64_t fence;
         int64_t value = 0, renewed_us = 0;
         int r, w = -2, renew_failed = 0;
-        int shared = rw && rand_r(&seed) % 2 == 0; /* rand_r only in rw: mutex runs stay */
+        int shared = sem ? 2 : rw && rand_r(&seed) % 2 == 0; /* rand_r only in rw: mutex
+                                                               * runs stay as they were */
         long think_ms;
 
         if (time(NULL) != last_wall) {
@@ -223,7 +229,11 @@ int main(int argc, char **argv)
         o.wait_ms = lease_ms * 3;
         o.lease_ms = lease_ms;
         o.on_lost = on_lost;
-        o.kind = !rw ? DLOCK_KIND_MUTEX : shared ? DLOCK_KIND_READ : DLOCK_KIND_WRITE;
+        o.kind = sem ? DLOCK_KIND_SEMAPHORE
+                 : !rw ? DLOCK_KIND_MUTEX
+                 : shared ? DLOCK_KIND_READ
+                          : DLOCK_KIND_WRITE;
+        o.permits = sem ? CHAOS_SEM_PERMITS : 0;
         if (broken == CHAOS_IGNORE_LOST)
             o.on_lost = NULL;
         if (broken == CHAOS_SLOW_CLOCK) {
@@ -267,7 +277,7 @@ int main(int argc, char **argv)
         event("valid", (long long)fence,
               (long long)belief(broken, lock, lease_ms, renewed_us, renew_failed), shared);
         if (shared) {
-            r = 1; /* a reader: no store step, only the belief */
+            r = 1; /* a reader or a permit: no store step, only the belief */
         } else {
             r = chaos_store_read(store, fence, &value);
             event("read", (long long)fence, value, r);
