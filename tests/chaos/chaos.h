@@ -41,6 +41,9 @@
  *   write       fence    new value 1 / 0 / -1 as read
  *   lost        fence    reason                       (on_lost, watchdog thread)
  *   wait_lost   fence    waited ms 1 if on_lost came
+ *   nested      rc                 (--kind rw: a nested read taken, wait 0)
+ *   outer_rel   rc                 (the outer read released first)
+ *   nested_rel  rc                 (the nested read released before the hold ends)
  *   rel_start   fence
  *   rel_end     fence    rc
  *   wall        unix s                                 (the worker's time(NULL))
