@@ -61,6 +61,8 @@ static const char *opt_url;
 static const char *opt_backend = "redis";
 static const char *opt_markdown;
 static int opt_self_test;
+static int opt_rw;  /* --kind rw: readers and writers of a read-write lock */
+static int opt_sem; /* --kind sem: permit holders of a semaphore of CHAOS_SEM_PERMITS */
 static char worker_path[PATH_MAX];
 
 /* ---- backends ----------------------------------------------------------- */
@@ -695,6 +697,8 @@ typedef struct {
     int lost;          /* on_lost fired */
     int rel_rc;
     int has_rel_rc;
+    int shared; /* 1 a read lock's (--kind rw), 2 a permit's (--kind sem): may
+                 * overlap other shared holds */
 } hold;
 
 /* What a holder believed: from the moment it logged a `valid` event until
@@ -703,7 +707,9 @@ typedef struct {
     int worker;
     uint64_t fence;
     int64_t start, end;
-    int open; /* not cut short yet */
+    int open;   /* not cut short yet */
+    int shared; /* 1 a reader's: only readers' may overlap it; 2 a permit
+                 * holder's: up to CHAOS_SEM_PERMITS - 1 others' may */
 } belief;
 
 typedef struct {
@@ -712,6 +718,7 @@ typedef struct {
     long faults;
     long overlaps;
     long viol;  /* beliefs that began while another worker's was still on */
+    long readers_together; /* --kind rw, sem: shared beliefs begun beside another's (allowed) */
     long fence_viol;
     long lost_updates;
     long missed_on_lost;
@@ -827,6 +834,7 @@ static void check_beliefs(const event *ev, size_t nev, row *r, const char *dir)
             b[nb].start = e->t;
             b[nb].end = e->b - BELIEF_SLACK_US > e->t ? e->b - BELIEF_SLACK_US : e->t;
             b[nb].open = 1;
+            b[nb].shared = (int)e->c;
             nb++;
             continue;
         }
@@ -847,10 +855,29 @@ static void check_beliefs(const event *ev, size_t nev, row *r, const char *dir)
     }
     qsort(b, nb, sizeof(*b), cmp_belief);
     for (size_t j = 0; j < nb; j++) {
+        int beside[CHAOS_SEM_PERMITS], nbeside = 0;
         for (size_t i = 0; i < j; i++) {
             int64_t both_until = b[i].end < b[j].end ? b[i].end : b[j].end;
+            int k = 0;
             if (b[i].worker == b[j].worker || both_until <= b[j].start)
                 continue;
+            /* Readers beside any readers; a permit holder beside at most
+             * N - 1 other workers' (one worker's beliefs overlap each
+             * other: workers are counted). */
+            if (b[i].shared && b[i].shared == b[j].shared) {
+                if (b[j].shared == 1) {
+                    nbeside = 1;
+                    continue;
+                }
+                while (k < nbeside && beside[k] != b[i].worker)
+                    k++;
+                if (k < nbeside)
+                    continue;
+                if (nbeside < CHAOS_SEM_PERMITS - 1) {
+                    beside[nbeside++] = b[i].worker;
+                    continue;
+                }
+            }
             r->viol++;
             if (shown++ < 5)
                 fprintf(stderr, "chaos: %s: at %+.3f s worker %d (fence %llu) and worker %d "
@@ -860,6 +887,7 @@ static void check_beliefs(const event *ev, size_t nev, row *r, const char *dir)
                         (unsigned long long)b[i].fence, (double)(both_until - b[j].start) / 1e3);
             break;
         }
+        r->readers_together += nbeside > 0;
     }
     free(b);
 }
@@ -912,6 +940,7 @@ static void check_run(run_ctx *c, row *r, int nemesis)
             h->fence = (uint64_t)e->a;
             h->t_ok = e->t;
             h->ended = 0;
+            h->shared = (int)e->c;
             if (e->t < run_start)
                 run_start = e->t;
         } else if (strcmp(e->kind, "acq_fail") == 0) {
@@ -973,7 +1002,7 @@ static void check_run(run_ctx *c, row *r, int nemesis)
         int overtaken = 0;
         int overlapped = 0;
         for (size_t j = i + 1; j < nholds && holds[j].t_ok < holds[i].t_end; j++) {
-            if (holds[j].worker == holds[i].worker)
+            if (holds[j].worker == holds[i].worker || (holds[i].shared && holds[j].shared))
                 continue;
             overlapped = 1;
             if (holds[j].fence > holds[i].fence)
@@ -1072,7 +1101,7 @@ static void check_run(run_ctx *c, row *r, int nemesis)
         (wall_max - c->real_skew > 1800 || c->real_skew - wall_min > 1800 ||
          wall_max - wall_min > 1800))
         r->wall_jumps++;
-    if (nholds == 0 || rep.writes == 0)
+    if (nholds == 0 || (rep.writes == 0 && !opt_sem)) /* permit holders never write */
         r->ran_nothing++;
     free(holds);
     free(ev);
@@ -1308,7 +1337,11 @@ static void usage(void)
     fprintf(stderr,
             "usage: chaos [--workers N] [--lease MS] [--duration S] [--runs N] [--seed N]\n"
             "             [--nemesis all|a,b,...] [--backend redis,etcd,redlock,zk] [--url URL]\n"
-            "             [--keep] [--markdown FILE] [--self-test]\nnemeses:\n");
+            "             [--keep] [--markdown FILE] [--self-test] [--kind mutex|rw|sem]\n"
+            "--kind rw: a read-write lock, half the holds reads (no register step;\n"
+            "           readers may overlap readers, nothing else)\n"
+            "--kind sem: a semaphore of 3 permits (no register step; up to 3 together)\n"
+            "nemeses:\n");
     for (int i = 0; i < N_COUNT; i++)
         fprintf(stderr, "  %-20s %s\n", nemeses[i].name, nemeses[i].what);
 }
@@ -1404,7 +1437,7 @@ int main(int argc, char **argv)
         {"runs", 1, NULL, 'r'},    {"seed", 1, NULL, 's'},    {"nemesis", 1, NULL, 'n'},
         {"backend", 1, NULL, 'b'}, {"url", 1, NULL, 'u'},     {"keep", 0, NULL, 'k'},
         {"markdown", 1, NULL, 'm'}, {"help", 0, NULL, 'h'},   {"self-test", 0, NULL, 't'},
-        {NULL, 0, NULL, 0}};
+        {"kind", 1, NULL, 'K'},    {NULL, 0, NULL, 0}};
     const char *nemesis_list = NULL;
     const backend *chosen[8];
     int which[N_COUNT * 4] = {0}, nw, nb = 0, failed = 0, total = 0, opt;
@@ -1426,6 +1459,20 @@ int main(int argc, char **argv)
         case 'k': opt_keep = 1; break;
         case 'm': opt_markdown = optarg; break;
         case 't': opt_self_test = 1; break;
+        case 'K':
+            /* The workers read it (chaos_worker.c): read-write locks. */
+            if (strcmp(optarg, "rw") != 0 && strcmp(optarg, "sem") != 0 &&
+                strcmp(optarg, "mutex") != 0) {
+                usage();
+                return 64;
+            }
+            opt_rw = strcmp(optarg, "rw") == 0;
+            opt_sem = strcmp(optarg, "sem") == 0;
+            if (opt_rw || opt_sem)
+                setenv("CHAOS_KIND", optarg, 1);
+            else
+                unsetenv("CHAOS_KIND");
+            break;
         default: usage(); return opt == 'h' ? 0 : 64;
         }
     }
@@ -1498,16 +1545,24 @@ int main(int argc, char **argv)
                 continue; /* the service always persists */
             for (int k = 0; k < opt_runs; k++)
                 run_once(be, which[i], CHAOS_OK, opt_seed + (unsigned)(i * 1000 + k), &rows[b][i]);
-            fprintf(stderr, "chaos: %s %s done\n", be->name, nemeses[which[i]].name);
+            if (opt_rw || opt_sem)
+                fprintf(stderr, "chaos: %s %s done: %ld %s began beside another\n", be->name,
+                        nemeses[which[i]].name, rows[b][i].readers_together,
+                        opt_rw ? "reads" : "permit holds");
+            else
+                fprintf(stderr, "chaos: %s %s done\n", be->name, nemeses[which[i]].name);
         }
     }
     printf("\n");
     if (opt_markdown != NULL && (md = fopen(opt_markdown, "w")) == NULL)
         perror(opt_markdown);
     for (int b = 0; b < nb; b++) {
-        print_rows(stdout, 0, chosen[b]->name, which, nw, rows[b], b == 0);
+        char shown[32];
+        snprintf(shown, sizeof(shown), "%s%s", chosen[b]->name,
+                 opt_rw ? "-rw" : opt_sem ? "-sem" : "");
+        print_rows(stdout, 0, shown, which, nw, rows[b], b == 0);
         if (md != NULL)
-            print_rows(md, 1, chosen[b]->name, which, nw, rows[b], b == 0);
+            print_rows(md, 1, shown, which, nw, rows[b], b == 0);
     }
     if (md != NULL)
         fclose(md);

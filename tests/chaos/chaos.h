@@ -30,16 +30,20 @@
  *   kind        a        b         c
  *   open_fail   rc
  *   acq_start
- *   acq_ok      fence
+ *   acq_ok      fence    0         shared: 1 for a read lock (chaos --kind rw), 2 for
+ *                                 a semaphore's permit (--kind sem), else 0
  *   acq_fail    rc
- *   valid       fence    deadline  the holder's belief, logged before every store
- *                                 step: it holds the lock until t_us deadline
+ *   valid       fence    deadline  shared; the holder's belief, logged before every
+ *                                 store step: it holds the lock until t_us deadline
  *                                 (now + dlock_lock_valid_ms(), or what a broken
  *                                 worker of the self-test believes instead)
  *   read        fence    value     1 accepted, 0 refused (stale fence), -1 store error
  *   write       fence    new value 1 / 0 / -1 as read
  *   lost        fence    reason                       (on_lost, watchdog thread)
  *   wait_lost   fence    waited ms 1 if on_lost came
+ *   nested      rc                 (--kind rw: a nested read taken, wait 0)
+ *   outer_rel   rc                 (the outer read released first)
+ *   nested_rel  rc                 (the nested read released before the hold ends)
  *   rel_start   fence
  *   rel_end     fence    rc
  *   wall        unix s                                 (the worker's time(NULL))
@@ -52,6 +56,9 @@
  *   clock       offset s
  */
 #define CHAOS_HISTORY_LINE 160
+
+/* --kind sem: the semaphore's N. */
+#define CHAOS_SEM_PERMITS 3
 
 /* ---- what each worker publishes for the nemeses -------------------------
  * A shared file mapped by the runner and every worker: slot i belongs to the

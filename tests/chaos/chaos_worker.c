@@ -13,6 +13,20 @@
  * the checker requires on_lost for every holder that was overtaken, and the
  * contract only promises it while the handle is alive.
  *
+ * With CHAOS_KIND=rw in the environment (`chaos --kind rw`) it takes a
+ * read-write lock: each hold is a write (the read-modify-write above, as
+ * the mutex's) or, one in two, a read, which believes and thinks but does
+ * not touch the register (readers holding together have no order among
+ * their fences to check it by); its events say shared (chaos.h), so the
+ * checker lets readers overlap each other and nothing else. A reader reads
+ * as an owner id of its own, and one read in two takes a nested read at
+ * once (wait 0) and, one time in two, releases the outer read before it
+ * thinks: it then holds by the nested read alone, and believes by it.
+ *
+ * With CHAOS_KIND=sem every hold is a permit of a semaphore of
+ * CHAOS_SEM_PERMITS (shared 2), which, as a read, does not touch the
+ * register.
+ *
  * BROKEN (chaos.h, `chaos --self-test`) makes it one of the broken workers
  * the checker must catch; "ok" or absent, the correct one.
  *
@@ -136,6 +150,10 @@ int main(int argc, char **argv)
     unsigned seed;
     int state_fd, slot, rc, bad = 0, broken = CHAOS_OK;
     time_t last_wall = 0;
+    const char *kind_env = getenv("CHAOS_KIND");
+    int rw = kind_env != NULL && strcmp(kind_env, "rw") == 0;
+    int sem = kind_env != NULL && strcmp(kind_env, "sem") == 0;
+    char owner[32]; /* a reader's owner id (rw) */
 
     if (argc != 11 && argc != 12) {
         fprintf(stderr, "usage: chaos_worker URL NAME STORE HISTORY STATE SLOT ID LEASE_MS "
@@ -163,6 +181,7 @@ int main(int argc, char **argv)
     lease_ms = atoll(argv[8]);
     until_us = atoll(argv[9]);
     seed = (unsigned)strtoul(argv[10], NULL, 10);
+    snprintf(owner, sizeof(owner), "chaos-%d", worker_id);
     if (history_fd < 0 || state_fd < 0 || slot < 0 || slot >= CHAOS_MAX_WORKERS) {
         perror("chaos_worker: history or state");
         return 2;
@@ -200,10 +219,12 @@ int main(int argc, char **argv)
 
     while (client != NULL && !bad && chaos_now_us() < until_us) {
         dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
-        dlock_lock *lock = NULL;
+        dlock_lock *lock = NULL, *nested = NULL;
         uint64_t fence;
         int64_t value = 0, renewed_us = 0;
         int r, w = -2, renew_failed = 0;
+        int shared = sem ? 2 : rw && rand_r(&seed) % 2 == 0; /* rand_r only in rw: mutex
+                                                               * runs stay as they were */
         long think_ms;
 
         if (time(NULL) != last_wall) {
@@ -213,6 +234,11 @@ int main(int argc, char **argv)
         o.wait_ms = lease_ms * 3;
         o.lease_ms = lease_ms;
         o.on_lost = on_lost;
+        o.kind = sem ? DLOCK_KIND_SEMAPHORE
+                 : !rw ? DLOCK_KIND_MUTEX
+                 : shared ? DLOCK_KIND_READ
+                          : DLOCK_KIND_WRITE;
+        o.permits = sem ? CHAOS_SEM_PERMITS : 0;
         if (broken == CHAOS_IGNORE_LOST)
             o.on_lost = NULL;
         if (broken == CHAOS_SLOW_CLOCK) {
@@ -228,9 +254,38 @@ int main(int argc, char **argv)
             rc = highest >= 0 ? DLOCK_OK : DLOCK_ESERVER;
             fence = highest >= 0 ? (uint64_t)highest : 0;
         } else {
+            if (shared == 1)
+                o.owner = owner;
             rc = dlock_acquire(&lock, client, name, &o);
             fence = rc == DLOCK_OK ? dlock_lock_fence(lock) : 0;
             renewed_us = chaos_now_us();
+        }
+        if (rc == DLOCK_OK && shared == 1 && rand_r(&seed) % 2 == 0) {
+            /* A nested read: let in at once while the outer holds (past any
+             * writer waiting); busy only when the outer was lost. */
+            dlock_acquire_options n = o;
+            n.wait_ms = 0;
+            int nrc = dlock_acquire(&nested, client, name, &n);
+            event("nested", nrc, 0, 0);
+            if (nrc != DLOCK_OK) {
+                nested = NULL;
+                if (!expected(nrc)) {
+                    fprintf(stderr, "worker %d: nested read: %d %s\n", worker_id, nrc,
+                            dlock_error_message());
+                    bad = 1;
+                }
+            } else if (rand_r(&seed) % 2 == 0) {
+                /* The outer goes first: the nested read holds alone. */
+                nrc = dlock_release(lock);
+                event("outer_rel", nrc, 0, 0);
+                lock = nested;
+                nested = NULL;
+                if (!expected(nrc)) {
+                    fprintf(stderr, "worker %d: outer release: %d %s\n", worker_id, nrc,
+                            dlock_error_message());
+                    bad = 1;
+                }
+            }
         }
         if (rc != DLOCK_OK) {
             atomic_store(&me->phase, PHASE_IDLE);
@@ -251,12 +306,16 @@ int main(int argc, char **argv)
         atomic_store(&lost_seen, 0);
         atomic_store(&me->fence, fence);
         atomic_store(&me->phase, PHASE_IN_STORE);
-        event("acq_ok", (long long)fence, 0, 0);
+        event("acq_ok", (long long)fence, 0, shared);
 
         event("valid", (long long)fence,
-              (long long)belief(broken, lock, lease_ms, renewed_us, renew_failed), 0);
-        r = chaos_store_read(store, fence, &value);
-        event("read", (long long)fence, value, r);
+              (long long)belief(broken, lock, lease_ms, renewed_us, renew_failed), shared);
+        if (shared) {
+            r = 1; /* a reader or a permit: no store step, only the belief */
+        } else {
+            r = chaos_store_read(store, fence, &value);
+            event("read", (long long)fence, value, r);
+        }
         if (r == 1) {
             atomic_store(&me->phase, PHASE_THINKING);
             /* Mostly short; one hold in twenty outlasts its lease, so that the
@@ -272,9 +331,11 @@ int main(int argc, char **argv)
             think(broken, lock, think_ms, lease_ms, &renewed_us, &renew_failed);
             atomic_store(&me->phase, PHASE_IN_STORE);
             event("valid", (long long)fence,
-                  (long long)belief(broken, lock, lease_ms, renewed_us, renew_failed), 0);
-            w = chaos_store_write(store, fence, value, worker_id);
-            event("write", (long long)fence, value + 1, w);
+                  (long long)belief(broken, lock, lease_ms, renewed_us, renew_failed), shared);
+            if (!shared) {
+                w = chaos_store_write(store, fence, value, worker_id);
+                event("write", (long long)fence, value + 1, w);
+            }
         }
         atomic_store(&me->phase, PHASE_RELEASING);
         if (broken == CHAOS_NO_LOCK) {
@@ -301,6 +362,17 @@ int main(int argc, char **argv)
             rc = dlock_force_release(NULL, client, name);
             if (!expected(rc)) {
                 fprintf(stderr, "worker %d: force release: %d %s\n", worker_id, rc,
+                        dlock_error_message());
+                bad = 1;
+            }
+        }
+        if (nested != NULL) {
+            /* The nested read goes first; the outer's release ends the hold. */
+            int nrc = dlock_release(nested);
+            event("nested_rel", nrc, 0, 0);
+            nested = NULL;
+            if (!expected(nrc)) {
+                fprintf(stderr, "worker %d: nested release: %d %s\n", worker_id, nrc,
                         dlock_error_message());
                 bad = 1;
             }

@@ -162,10 +162,8 @@ int dlock__etcd_look_decide(dlock__etcd_be *be, dlock__etcd_watch *w, const json
             continue;
         }
         ahead++;
-        /* Any kind but a reader's keeps a reader out; a reader of the same
-         * owner id ahead does not let it pass (no nested reads: a reader
-         * behind a waiting writer would hold while the writer, first in
-         * the queue once the owner's first read is gone, holds too). */
+        /* Any kind but a reader's keeps a reader out. (A nested read of an
+         * owner id never queues: etcd_owner.c.) */
         if (w->kind == DLOCK_KIND_READ && dlock__etcd_kv_value_at(range, i, &v, &len) == 0 &&
             dlock__etcd_value_kind(v, len, &rest) != DLOCK_KIND_READ) {
             free(writer.key);
@@ -413,7 +411,8 @@ int dlock__etcd_downgrade(void *arg, const dlock_request *req)
         json_t *ops;
         v[1] = 'r';
         /* A reader's value ends with its owner id (nested reads, upgrades
-         * refused); the write lock's hold key goes (etcd_owner.c). */
+         * refused); the write lock's hold key stays, as the read's
+         * (etcd_owner.c: a reader with an owner id keeps one too). */
         n = req->owner != NULL ? asprintf(&rv, "%.*s\n%s", (int)len, v, req->owner)
                                : asprintf(&rv, "%.*s", (int)len, v);
         ops = n < 0 ? NULL
@@ -421,9 +420,6 @@ int dlock__etcd_downgrade(void *arg, const dlock_request *req)
                                 dlock__etcd_str(k.key), "value", dlock__etcd_bytes(rv, (size_t)n),
                                 "ignore_lease", 1);
         free(rv);
-        if (ops != NULL && dlock__etcd_owner_mode(req) && dlock__etcd_hold_key(&k, req) == DLOCK_OK)
-            json_array_append_new(ops, json_pack("{s:{s:o}}", "request_delete_range", "key",
-                                                 dlock__etcd_str(k.key)));
         rc = dlock__etcd_be_call(
             be, c, "/v3/kv/txn",
             json_pack("{s:[{s:o, s:s, s:s, s:I}, {s:o, s:s, s:s, s:I}], s:o}", "compare", "key",

@@ -249,7 +249,8 @@ void dlock__etcd_holders_free(dlock__etcd_holder *h, size_t n);
 
 /* ---- etcd_owner.c: owner ids -------------------------------------------- */
 
-/* req keeps a hold key (an owner id, an exclusive kind). */
+/* req keeps a hold key (an owner id; any kind but a semaphore and an
+ * election: readers too, for nested reads). */
 int dlock__etcd_owner_mode(const dlock_request *req);
 /* In owner mode, k->key (the queue key) becomes the hold key. */
 int dlock__etcd_hold_key(dlock__etcd_keys *k, const dlock_request *req);

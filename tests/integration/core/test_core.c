@@ -262,6 +262,106 @@ out:
     test_server_stop(&s);
 }
 
+/* The backends that serve nested reads: Redis in every mode and etcd.
+ * ZooKeeper's read-write lock ignores owner ids (docs/zookeeper.md, as
+ * Curator's), so its nested read waits for the writer; the others serve no
+ * read-write lock. */
+static int serves_nested_reads(const test_server *s)
+{
+    return strncmp(s->backend, "redis", 5) == 0 || strcmp(s->backend, "rediss") == 0 ||
+           strcmp(s->backend, "etcd") == 0;
+}
+
+typedef struct {
+    dlock_client *c;
+    atomic_int *reading; /* 1 while the owner's nested read is held */
+    atomic_int done, overlap;
+    int rc;
+    dlock_lock *lock;
+    uint64_t fence;
+} nested_writer;
+
+static void *nested_writer_main(void *p)
+{
+    nested_writer *w = p;
+    dlock_acquire_options o = test_opts(20000, 5000, 0);
+
+    o.kind = DLOCK_KIND_WRITE;
+    w->rc = dlock_acquire(&w->lock, w->c, "nest", &o);
+    if (w->rc == DLOCK_OK && atomic_load(w->reading))
+        atomic_store(&w->overlap, 1);
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
+/*
+ * Nested reads: an owner id that reads reads again while a writer waits
+ * behind its first read, and is let in (another owner's read is not:
+ * writer preference); the writer stays out while either read is held,
+ * the first released before the nested one, and gets in after both, with
+ * a higher fence.
+ */
+static void rw_nested_read(void)
+{
+    test_server s;
+    dlock_client *c1, *c2;
+    dlock_acquire_options ro = test_opts(0, 5000, 1), other;
+    dlock_lock *r1, *r2, *x = NULL;
+    nested_writer w = {0};
+    atomic_int reading = 0;
+    pthread_t t;
+    int busy = 0;
+
+    test_server_start(&s, backend);
+    c1 = open_client(&s);
+    c2 = open_client(&s);
+    ro.kind = DLOCK_KIND_READ;
+    ro.owner = "alice";
+    other = ro;
+    other.owner = NULL;
+    if (!serves_nested_reads(&s)) {
+        CHECK_RC(dlock_acquire(&r1, c1, "nest", &ro),
+                 strcmp(s.backend, "zk") == 0 ? DLOCK_OK : DLOCK_ENOTSUP);
+        if (strcmp(s.backend, "zk") == 0)
+            CHECK_RC(dlock_release(r1), DLOCK_OK);
+        goto out;
+    }
+    CHECK_RC(dlock_acquire(&r1, c1, "nest", &ro), DLOCK_OK);
+    w.c = c2;
+    w.reading = &reading;
+    CHECK(pthread_create(&t, NULL, nested_writer_main, &w) == 0);
+    /* The writer waits once another owner's read is kept out. */
+    for (int i = 0; i < 1000 && !busy; i++) {
+        int rc = dlock_acquire(&x, c2, "nest", &other);
+        if (rc == DLOCK_OK)
+            CHECK_RC(dlock_release(x), DLOCK_OK);
+        busy = rc == DLOCK_EBUSY;
+        if (!busy)
+            test_sleep_ms(10);
+    }
+    CHECK(busy);
+    CHECK_RC(dlock_acquire(&r2, c1, "nest", &ro), DLOCK_OK);
+    atomic_store(&reading, 1);
+    CHECK(!atomic_load(&w.done));
+    CHECK_RC(dlock_release(r1), DLOCK_OK);
+    /* A writer let in now would overlap the nested read: give it time to. */
+    test_sleep_ms(300);
+    CHECK(!atomic_load(&w.done));
+    CHECK_RC(dlock_lock_check(r2), DLOCK_OK);
+    atomic_store(&reading, 0);
+    w.fence = dlock_lock_fence(r2);
+    CHECK_RC(dlock_release(r2), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(w.rc, DLOCK_OK);
+    CHECK(!atomic_load(&w.overlap));
+    CHECK(dlock_lock_fence(w.lock) > w.fence);
+    CHECK_RC(dlock_release(w.lock), DLOCK_OK);
+out:
+    dlock_client_free(c1);
+    dlock_client_free(c2);
+    test_server_stop(&s);
+}
+
 /* A holder whose lease ran out cannot release the next holder's lock. */
 static void release_by_non_owner_refused(void)
 {
@@ -1042,6 +1142,7 @@ static const test_case cases[] = {
     {"fences_strictly_increase", fences_strictly_increase, NULL},
     {"release_by_non_owner_refused", release_by_non_owner_refused, NULL},
     {"owner_reentry", owner_reentry, NULL},
+    {"rw_nested_read", rw_nested_read, "watchdog"},
     {"expiry_frees_the_lock", expiry_frees_the_lock, NULL},
     {"watchdog_keeps_lock", watchdog_keeps_lock, "watchdog"},
     {"on_lost_once_after_force_release", on_lost_once_after_force_release, "watchdog"},

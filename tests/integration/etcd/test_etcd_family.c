@@ -89,9 +89,11 @@ typedef struct {
  * procs processes (at most 8) take lock name turns times each, process p
  * as kinds[p] (a semaphore with permits), and count who is inside on a
  * shared page: a writer with anyone, a reader with a writer, or a permit
- * holder beyond permits is an overlap, and there must be none.
+ * holder beyond permits is an overlap, and there must be none. Readers
+ * read as reader_owner (NULL: none).
  */
-static void contend(const char *name, const int *kinds, int procs, int turns, int permits)
+static void contend(const char *name, const int *kinds, int procs, int turns, int permits,
+                    const char *reader_owner)
 {
     inside_counts *pg = test_shared_page(sizeof(*pg));
     pid_t pids[8];
@@ -111,6 +113,7 @@ static void contend(const char *name, const int *kinds, int procs, int turns, in
             dlock_acquire_options o = kind_opts(kind, DLOCK_WAIT_FOREVER);
             dlock_lock *l;
             o.permits = kind == DLOCK_KIND_SEMAPHORE ? permits : 0;
+            o.owner = kind == DLOCK_KIND_READ ? reader_owner : NULL;
             CHECK_RC(dlock_acquire(&l, c, name, &o), DLOCK_OK);
             int before = atomic_fetch_add(mine, 1);
             if ((kind == DLOCK_KIND_WRITE && (before > 0 || atomic_load(&pg->readers) > 0)) ||
@@ -138,7 +141,7 @@ static void rw_exclusion_processes(void)
     static const int kinds[] = {DLOCK_KIND_WRITE, DLOCK_KIND_WRITE, DLOCK_KIND_READ,
                                 DLOCK_KIND_READ,  DLOCK_KIND_READ,  DLOCK_KIND_READ};
 
-    contend("rw", kinds, 6, 12, 0);
+    contend("rw", kinds, 6, 12, 0, NULL);
 }
 
 /*
@@ -262,7 +265,7 @@ static void semaphore_at_most_n_processes(void)
                                  DLOCK_KIND_SEMAPHORE, DLOCK_KIND_SEMAPHORE, DLOCK_KIND_SEMAPHORE,
                                  DLOCK_KIND_SEMAPHORE, DLOCK_KIND_SEMAPHORE};
 
-    contend("sem", kinds, 8, 8, 3);
+    contend("sem", kinds, 8, 8, 3, NULL);
 }
 
 /*
@@ -446,8 +449,9 @@ static void owner_holds_counted(void)
  * Owner ids on a read-write lock: reading under one's own write lock is
  * refused (downgrade instead); after the downgrade, writing under one's own
  * read lock is refused at once even with an endless wait (an upgrade would
- * wait for itself). A second read of the owner waits behind a waiting
- * writer like everyone else's (no nested reads on etcd: docs/etcd.md).
+ * wait for itself). The downgraded lock keeps its hold key, as a read's;
+ * a second read of the owner passes a writer waiting behind the first
+ * (a nested read), with its fence, where another owner's read waits.
  */
 static void rw_owner_upgrade_refused(void)
 {
@@ -464,7 +468,7 @@ static void rw_owner_upgrade_refused(void)
     CHECK_CONTAINS(dlock_error_message(), "downgrade");
     CHECK_RC(dlock_acquire(&x, c, "grade", &wo), DLOCK_EMISUSE);
     CHECK_RC(dlock_lock_downgrade(w), DLOCK_OK);
-    CHECK(test_etcd_count(&etcd, "dlock/grade/x") == 0);
+    CHECK(test_etcd_count(&etcd, "dlock/grade/x") == 1);
     wo.wait_ms = DLOCK_WAIT_FOREVER;
     CHECK_RC(dlock_acquire(&x, c, "grade", &wo), DLOCK_EMISUSE);
     CHECK_CONTAINS(dlock_error_message(), "upgrade");
@@ -476,12 +480,116 @@ static void rw_owner_upgrade_refused(void)
         dlock_acquire_options other = kind_opts(DLOCK_KIND_READ, 0);
         CHECK_RC(dlock_acquire(&rd, c2, "grade", &other), DLOCK_EBUSY);
     }
-    CHECK_RC(dlock_acquire(&rd, c, "grade", &ro), DLOCK_EBUSY);
+    CHECK_RC(dlock_acquire(&rd, c, "grade", &ro), DLOCK_OK);
+    CHECK(dlock_lock_fence(rd) == dlock_lock_fence(w));
+    CHECK_RC(dlock_release(rd), DLOCK_OK);
     CHECK(!atomic_load(&wa.done));
     hand_over(w, &wa, t);
     CHECK_RC(dlock_release(wa.lock), DLOCK_OK);
     wait_queued("grade", 0);
+    CHECK(test_etcd_count(&etcd, "dlock/grade/x") == 0);
     dlock_client_free(c2);
+    dlock_client_free(c);
+}
+
+/*
+ * A nested read (a second read of an owner id that reads) passes a writer
+ * waiting behind the first: it queues no key of its own (the queue keeps
+ * the first read's key and the writer's), gets the first read's fence, and
+ * keeps the first read's key, and so the writer, out after the first read
+ * is released; the writer gets in once both are.
+ */
+static void rw_nested_read_passes_waiting_writer(void)
+{
+    dlock_client *c = start(), *c2 = another();
+    dlock_acquire_options ro = kind_opts(DLOCK_KIND_READ, 0), other = ro;
+    dlock_lock *r1, *r2, *x = NULL;
+    test_acquirer wa;
+    pthread_t t;
+
+    ro.owner = "alice";
+    ro.auto_renew = 1;
+    CHECK_RC(dlock_acquire(&r1, c, "nest", &ro), DLOCK_OK);
+    test_acquirer_init(&wa, c2, "nest", kind_opts(DLOCK_KIND_WRITE, 60000));
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &wa) == 0);
+    wait_queued("nest", 2);
+    CHECK_RC(dlock_acquire(&x, c2, "nest", &other), DLOCK_EBUSY);
+    CHECK_RC(dlock_acquire(&r2, c2, "nest", &ro), DLOCK_OK); /* from another client */
+    CHECK(dlock_lock_fence(r2) == dlock_lock_fence(r1));
+    CHECK(queued("nest") == 2);
+    CHECK(test_etcd_count(&etcd, "dlock/nest/x") == 2);
+    /* A nested read shares the first read's lease: no longer one. */
+    ro.lease_ms = 10000;
+    CHECK_RC(dlock_acquire(&x, c, "nest", &ro), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "nested read");
+    /* The first read goes; its key stays with the nested one. */
+    CHECK_RC(dlock_release(r1), DLOCK_OK);
+    CHECK(queued("nest") == 2);
+    CHECK(test_etcd_count(&etcd, "dlock/nest/x") == 1);
+    CHECK_RC(dlock_lock_check(r2), DLOCK_OK);
+    CHECK(!atomic_load(&wa.done));
+    hand_over(r2, &wa, t);
+    CHECK(test_etcd_count(&etcd, "dlock/nest/x") == 0);
+    CHECK_RC(dlock_release(wa.lock), DLOCK_OK);
+    wait_queued("nest", 0);
+    dlock_client_free(c2);
+    dlock_client_free(c);
+}
+
+/*
+ * Nested reads racing: four processes read as one owner id, so their reads
+ * nest into whichever of the owner's reader keys holds and are released in
+ * any order, while two writers take turns; no writer is ever inside with a
+ * reader or a writer.
+ */
+static void rw_nested_reads_race_writers(void)
+{
+    static const int kinds[] = {DLOCK_KIND_WRITE, DLOCK_KIND_WRITE, DLOCK_KIND_READ,
+                                DLOCK_KIND_READ,  DLOCK_KIND_READ,  DLOCK_KIND_READ};
+
+    contend("race", kinds, 6, 12, 0, "one-owner");
+    CHECK(test_etcd_count(&etcd, "dlock/race/x") == 0);
+}
+
+/*
+ * An owner's reads die with its process: a child reads and reads again
+ * (nested) and is killed with SIGKILL while a writer waits; the writer
+ * gets in when the shared lease runs out, and no hold key is left.
+ */
+static void rw_nested_reads_go_with_the_lease(void)
+{
+    dlock_acquire_options ro = kind_opts(DLOCK_KIND_READ, 0);
+    dlock_client *c;
+    dlock_lock *l;
+    pid_t pid;
+
+    test_etcd_start(&etcd, 1, NULL);
+    ro.owner = "bob";
+    ro.auto_renew = 1; /* held until killed */
+    pid = fork();
+    if (pid == 0) {
+        dlock_client *cc = another();
+        CHECK_RC(dlock_acquire(&l, cc, "gone", &ro), DLOCK_OK);
+        CHECK_RC(dlock_acquire(&l, cc, "gone", &ro), DLOCK_OK);
+        for (;;)
+            pause();
+    }
+    CHECK(pid > 0);
+    for (int i = 0; i < 3000 && test_etcd_count(&etcd, "dlock/gone/x") != 2; i++)
+        test_sleep_ms(10);
+    CHECK(test_etcd_count(&etcd, "dlock/gone/x") == 2);
+    CHECK(queued("gone") == 1);
+    c = another();
+    {
+        dlock_acquire_options wo = kind_opts(DLOCK_KIND_WRITE, 0);
+        CHECK_RC(dlock_acquire(&l, c, "gone", &wo), DLOCK_EBUSY);
+        CHECK(kill(pid, SIGKILL) == 0 && waitpid(pid, NULL, 0) == pid);
+        wo.wait_ms = 60000;
+        CHECK_RC(dlock_acquire(&l, c, "gone", &wo), DLOCK_OK);
+    }
+    CHECK(queued("gone") == 1);
+    CHECK(test_etcd_count(&etcd, "dlock/gone/x") == 0);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
     dlock_client_free(c);
 }
 
@@ -555,4 +663,8 @@ TEST_MAIN({"rw_exclusion_processes", rw_exclusion_processes, NULL},
           {"holders_of_every_kind", holders_of_every_kind, NULL},
           {"owner_holds_counted", owner_holds_counted, "watchdog"},
           {"rw_owner_upgrade_refused", rw_owner_upgrade_refused, NULL},
+          {"rw_nested_read_passes_waiting_writer", rw_nested_read_passes_waiting_writer,
+           "watchdog"},
+          {"rw_nested_reads_go_with_the_lease", rw_nested_reads_go_with_the_lease, NULL},
+          {"rw_nested_reads_race_writers", rw_nested_reads_race_writers, NULL},
           {"multi_all_at_once", multi_all_at_once, NULL})
