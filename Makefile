@@ -51,6 +51,7 @@ bench-redlock: deps
 chaos: deps
 	@$(MAKE) --no-print-directory build
 	@$(BUILD)/tests/chaos --backend redis,etcd,redlock,zk --duration 15 --runs 3 --markdown $(BUILD)/chaos.md
+	@$(BUILD)/tests/chaos --backend etcd --kind rw --duration 15 --runs 3 --markdown $(BUILD)/chaos-etcd-rw.md
 
 fuzz: deps
 	@tests/fuzz/run.sh $(CURDIR)/build-fuzz $${FUZZ_SECONDS:-300}

@@ -699,6 +699,8 @@ typedef struct {
     int has_rel_rc;
     int shared; /* 1 a read lock's (--kind rw), 2 a permit's (--kind sem): may
                  * overlap other shared holds */
+    int reentry; /* a read of the worker's owner id that re-entered the tenure
+                  * of its own earlier read, whose release failed */
 } hold;
 
 /* What a holder believed: from the moment it logged a `valid` event until
@@ -719,6 +721,7 @@ typedef struct {
     long overlaps;
     long viol;  /* beliefs that began while another worker's was still on */
     long readers_together; /* --kind rw, sem: shared beliefs begun beside another's (allowed) */
+    long reentries;        /* --kind rw: reads that re-entered their owner's unreleased read */
     long fence_viol;
     long lost_updates;
     long missed_on_lost;
@@ -997,6 +1000,21 @@ static void check_run(run_ctx *c, row *r, int nemesis)
     r->holds += (long)nholds;
     qsort(holds, nholds, sizeof(*holds), cmp_hold_ok);
 
+    /* A reader's owner id is its worker's. When a read's release fails (the
+     * server down, say), its reader key stays until its lease runs out, and
+     * the worker's next read with that owner id nests into it, as a re-entry
+     * of the owner's read tenure (docs/etcd.md, "Nested reads"), with that
+     * tenure's fence. That is not a fence given twice: such a hold is left
+     * out of the fence checks below, and counted. */
+    for (size_t i = 0; i < nholds; i++)
+        for (size_t j = 0; j < i && holds[i].shared == 1; j++)
+            if (holds[j].worker == holds[i].worker && holds[j].fence == holds[i].fence &&
+                holds[j].shared == 1 && holds[j].has_rel_rc && holds[j].rel_rc != 0) {
+                holds[i].reentry = 1;
+                r->reentries++;
+                break;
+            }
+
     /* Overlapping holds, and holders overtaken by a later one. */
     for (size_t i = 0; i < nholds; i++) {
         int overtaken = 0;
@@ -1044,7 +1062,7 @@ static void check_run(run_ctx *c, row *r, int nemesis)
                     highest = holds[p].fence;
                 p++;
             }
-            if (by_start[i]->fence <= highest)
+            if (by_start[i]->fence <= highest && !by_start[i]->reentry)
                 r->fence_viol++;
         }
         free(by_start);
@@ -1059,10 +1077,12 @@ static void check_run(run_ctx *c, row *r, int nemesis)
         uint64_t *f = malloc((nholds + 1) * sizeof(*f));
         if (f == NULL)
             exit(1);
+        size_t nf = 0;
         for (size_t i = 0; i < nholds; i++)
-            f[i] = holds[i].fence;
-        qsort(f, nholds, sizeof(*f), cmp_u64);
-        for (size_t i = 1; i < nholds; i++)
+            if (!holds[i].reentry)
+                f[nf++] = holds[i].fence;
+        qsort(f, nf, sizeof(*f), cmp_u64);
+        for (size_t i = 1; i < nf; i++)
             if (f[i] == f[i - 1]) {
                 r->fence_viol++;
                 fprintf(stderr, "chaos: %s: fence %llu given to two holds\n", c->dir,
@@ -1545,10 +1565,14 @@ int main(int argc, char **argv)
                 continue; /* the service always persists */
             for (int k = 0; k < opt_runs; k++)
                 run_once(be, which[i], CHAOS_OK, opt_seed + (unsigned)(i * 1000 + k), &rows[b][i]);
-            if (opt_rw || opt_sem)
-                fprintf(stderr, "chaos: %s %s done: %ld %s began beside another\n", be->name,
+            if (opt_rw)
+                fprintf(stderr, "chaos: %s %s done: %ld reads began beside another, %ld "
+                        "re-entered their owner's unreleased read\n", be->name,
                         nemeses[which[i]].name, rows[b][i].readers_together,
-                        opt_rw ? "reads" : "permit holds");
+                        rows[b][i].reentries);
+            else if (opt_sem)
+                fprintf(stderr, "chaos: %s %s done: %ld permit holds began beside another\n",
+                        be->name, nemeses[which[i]].name, rows[b][i].readers_together);
             else
                 fprintf(stderr, "chaos: %s %s done\n", be->name, nemeses[which[i]].name);
         }
