@@ -10,7 +10,10 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dlock/sys/backend.h"
@@ -282,6 +285,29 @@ static void sigstop_holder(void)
     test_zk_stop(&z);
 }
 
+/* Run by killed_waiter_leaves_queue in a process of its own: waits for
+ * lock "killed" on DLOCK_TEST_ZK_URL for ever, until it is killed. Not a
+ * test by itself (TEST_CHILD). */
+static void killed_waiter_child(void)
+{
+    const char *url = getenv("DLOCK_TEST_ZK_URL");
+    dlock_client *w;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(DLOCK_WAIT_FOREVER, 1000, 1);
+
+    CHECK(url != NULL);
+    w = open_url(url, 5000);
+    dlock_acquire(&l, w, "killed", &o);
+    _exit(3);
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* A waiter killed (SIGKILL: no leave) leaves the queue when its session
  * times out; the next waiter then gets the lock from the holder. */
 static void killed_waiter_leaves_queue(void)
@@ -289,24 +315,30 @@ static void killed_waiter_leaves_queue(void)
     test_zk z;
     dlock_client *c;
     dlock_lock *h, *n;
+    int64_t until;
     pid_t pid;
 
     test_zk_start(&z, 1, NULL);
     c = open_url(z.url, 5000);
     CHECK_RC(dlock_acquire(&h, c, "killed", NULL), DLOCK_OK);
+    /* The waiter is a fresh program (exec), not a fork of this one: a fork
+     * of a process with libzookeeper's I/O threads running could inherit a
+     * lock one of them held, and hang before it queued (seen in CI: the
+     * case ran into ctest's timeout). */
     pid = fork();
+    CHECK(pid >= 0);
     if (pid == 0) {
-        dlock_client *w = open_url(z.url, 5000);
-        dlock_lock *l;
-        dlock_acquire_options o = test_opts(DLOCK_WAIT_FOREVER, 1000, 1);
-        dlock_acquire(&l, w, "killed", &o);
-        _exit(3);
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* kept across exec */
+        setenv("DLOCK_TEST_ZK_URL", z.url, 1);
+        execl("/proc/self/exe", "test_zk", "killed_waiter_child", (char *)NULL);
+        _exit(127);
     }
-    /* The child's session and queue node: 60 s, for a loaded machine (10 s
-     * was not always enough in CI). Should they never come, the child is
-     * killed before the check fails: left waiting forever, it kept the
-     * test's output open until ctest's timeout. */
-    for (int i = 0; i < 2400 && test_zk_children(&z, "/dlock/killed") != 2; i++)
+    /* The child's session and queue node: up to 60 s, for a loaded
+     * machine, counted by the clock (each look opens a ZooKeeper session of
+     * its own, which takes a while). Should they never come, the child is
+     * killed before the check fails. */
+    until = mono_ms() + 60000;
+    while (mono_ms() < until && test_zk_children(&z, "/dlock/killed") != 2)
         test_sleep_ms(25);
     if (test_zk_children(&z, "/dlock/killed") != 2)
         kill(pid, SIGKILL);
@@ -314,7 +346,8 @@ static void killed_waiter_leaves_queue(void)
     CHECK(kill(pid, SIGKILL) == 0);
     CHECK(waitpid(pid, NULL, 0) == pid);
     /* Its session (2 s) times out on the server. */
-    for (int i = 0; i < 400 && test_zk_children(&z, "/dlock/killed") != 1; i++)
+    until = mono_ms() + 20000;
+    while (mono_ms() < until && test_zk_children(&z, "/dlock/killed") != 1)
         test_sleep_ms(25);
     CHECK(test_zk_children(&z, "/dlock/killed") == 1);
     CHECK_RC(dlock_release(h), DLOCK_OK);
@@ -566,6 +599,7 @@ TEST_MAIN({"curator_node_names", curator_node_names, NULL},
           {"lost_create_reply_found_again", lost_create_reply_found_again, NULL},
           {"sigstop_holder", sigstop_holder, "watchdog"},
           {"killed_waiter_leaves_queue", killed_waiter_leaves_queue, NULL},
+          {"killed_waiter_child", killed_waiter_child, TEST_CHILD},
           {"ensemble_member_and_leader_killed", ensemble_member_and_leader_killed, "ensemble"},
           {"reentrant_by_owner", reentrant_by_owner, "watchdog"},
           {"bad_urls", bad_urls, NULL})
