@@ -28,6 +28,11 @@ foreach(dlock_line IN LISTS dlock_lines)
   add_test(${dlock_name} "${DLOCK_CASES_EXE}" ${DLOCK_CASES_ARGS} ${CMAKE_MATCH_1})
   set_tests_properties(${dlock_name} PROPERTIES LABELS "${dlock_labels}" TIMEOUT 120
                       ENVIRONMENT "DLOCK_MODULE_DIR=${DLOCK_CASES_MODULE_DIR}")
+  # A case labelled "ensemble" runs three ZooKeeper JVMs: it counts as two
+  # of ctest's -j slots (scripts/test.sh runs more cases than cores).
+  if("${dlock_labels}" MATCHES "(^|;| )ensemble(;| |$)")
+    set_tests_properties(${dlock_name} PROPERTIES PROCESSORS 2)
+  endif()
   math(EXPR dlock_count "${dlock_count} + 1")
 endforeach()
 if(dlock_count EQUAL 0)
