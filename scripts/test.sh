@@ -204,10 +204,13 @@ run_suite() { # build-dir sanitizer "cmake-options" ctest-args...
 # Most cases wait (on leases running out, servers starting, watch events):
 # with -j 2 on 2 cores, CI up to the end of the plain suite (its builds
 # included) kept the CPUs 42% busy (user + sys over wall time, 2026-12-02),
-# and the suite's wall time was the sum of the cases' times over 2. The cases that do keep CPUs busy (the chaos rows, the
-# fuzz build, the install check, the Curator interop, the ZooKeeper
-# ensemble) count as 2 (their PROCESSORS in tests/CMakeLists.txt). TSan, with
-# the most CPU per case, keeps -j of the cores.
+# and the suite's wall time was the sum of the cases' times over 2. The
+# cases that do keep CPUs busy (the chaos rows, the fuzz build, the install
+# check, the Curator interop, the ZooKeeper ensemble) run one at a time
+# (RESOURCE_LOCK cpu_heavy in tests/CMakeLists.txt) and first (their COST),
+# beside the rest: counted as 2 slots each instead, they were left for last
+# and ran one after another (5 minutes of tail). TSan, with the most CPU
+# per case, keeps -j of the cores.
 many=$(( jobs * 3 / 2 ))
 [ "$many" -ge 2 ] || many=2
 
