@@ -301,13 +301,6 @@ static void killed_waiter_child(void)
     _exit(3);
 }
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* A waiter killed (SIGKILL: no leave) leaves the queue when its session
  * times out; the next waiter then gets the lock from the holder. */
 static void killed_waiter_leaves_queue(void)
@@ -337,8 +330,8 @@ static void killed_waiter_leaves_queue(void)
      * machine, counted by the clock (each look opens a ZooKeeper session of
      * its own, which takes a while). Should they never come, the child is
      * killed before the check fails. */
-    until = mono_ms() + 60000;
-    while (mono_ms() < until && test_zk_children(&z, "/dlock/killed") != 2)
+    until = test_clock_ms(CLOCK_MONOTONIC) + 60000;
+    while (test_clock_ms(CLOCK_MONOTONIC) < until && test_zk_children(&z, "/dlock/killed") != 2)
         test_sleep_ms(25);
     if (test_zk_children(&z, "/dlock/killed") != 2)
         kill(pid, SIGKILL);
@@ -346,8 +339,8 @@ static void killed_waiter_leaves_queue(void)
     CHECK(kill(pid, SIGKILL) == 0);
     CHECK(waitpid(pid, NULL, 0) == pid);
     /* Its session (2 s) times out on the server. */
-    until = mono_ms() + 20000;
-    while (mono_ms() < until && test_zk_children(&z, "/dlock/killed") != 1)
+    until = test_clock_ms(CLOCK_MONOTONIC) + 20000;
+    while (test_clock_ms(CLOCK_MONOTONIC) < until && test_zk_children(&z, "/dlock/killed") != 1)
         test_sleep_ms(25);
     CHECK(test_zk_children(&z, "/dlock/killed") == 1);
     CHECK_RC(dlock_release(h), DLOCK_OK);
