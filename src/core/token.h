@@ -3,7 +3,7 @@
 #define DLOCK_CORE_TOKEN_H
 
 /* 128 bits from the kernel CSPRNG, as 32 lowercase hex digits. */
-#define DLOCK__TOKEN_LEN 32
+#define DLOCK__TOKEN_LEN 32 /* DLOCK_BACKEND_TOKEN_LEN */
 
 /* Fill out (DLOCK__TOKEN_LEN + 1 bytes) with a fresh token. Returns
  * DLOCK_OK or DLOCK_EINVAL-free failure code with a message. */

@@ -113,7 +113,10 @@ typedef struct {
 #define DLOCK_CAP_KIND(kind) (1u << (kind)) /* DLOCK_KIND_*: MUTEX is required */
 #define DLOCK_CAP_OWNER_IDS (1u << 16)      /* owner ids and reentrancy */
 
-#define DLOCK_BACKEND_VERSION 4
+#define DLOCK_BACKEND_VERSION 5
+
+/* Length of an owner token (dlock_request.token), in hex digits. */
+#define DLOCK_BACKEND_TOKEN_LEN 32
 
 /*
  * Thread-safety required of a backend: every call but renew may be made
@@ -242,6 +245,19 @@ typedef struct dlock_backend {
      * return DLOCK_OK).
      */
     int (*holders)(void *be, const char *name, dlock_list_cb cb, void *payload);
+
+    /*
+     * Tokens: optional (NULL: the core writes DLOCK_BACKEND_TOKEN_LEN random
+     * hex digits). Write the token of a new acquisition to out:
+     * DLOCK_BACKEND_TOKEN_LEN lower-case hex digits and a NUL. The second
+     * half must be fresh random bits, so that every token stays unique and
+     * unguessable; the first half may repeat that of an earlier acquisition
+     * of this client whose state on the server the backend knows to be gone
+     * (etcd names an acquisition's key by it: a lock taken again and again
+     * reuses one key instead of leaving a new one in the server's index
+     * each time).
+     */
+    int (*token_new)(void *be, char *out);
 } dlock_backend;
 
 /*

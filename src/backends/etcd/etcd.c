@@ -51,6 +51,7 @@ static void etcd_close(void *arg)
     if (be == NULL)
         return;
     dlock__etcd_spares_free(be); /* revokes the spares: before the pool goes */
+    pthread_mutex_destroy(&be->ids_mu);
     dlock__etcd_conn_free(be->wd);
     dlock__etcd_free(be->http);
     free(be->prefix);
@@ -69,6 +70,7 @@ static int etcd_open(void **out, const dlock_url *url, const dlock_client_option
     be = calloc(1, sizeof(*be));
     if (be == NULL)
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    pthread_mutex_init(&be->ids_mu, NULL);
     be->prefix = strdup(opts->key_prefix != NULL ? opts->key_prefix : "dlock/");
     be->value = strdup(opts->client_name != NULL ? opts->client_name : "dlock");
     if (be->prefix == NULL || be->value == NULL) {
@@ -179,8 +181,8 @@ static int release_by_revoke(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t le
  * with its lease, deleted by hand, or deleted by this very request before
  * a lost reply and a retry): the caller then revokes the lease, as before.
  */
-static int release_by_delete(dlock__etcd_be *be, dlock__etcd_conn *c, const char *key,
-                             int64_t lease, int64_t ttl, int64_t ok_ms)
+static int release_by_delete(dlock__etcd_be *be, dlock__etcd_conn *c, const char *owner,
+                             const char *key, int64_t lease, int64_t ttl, int64_t ok_ms)
 {
     dlock__etcd_kv prev = {0};
     json_t *reply = NULL;
@@ -198,6 +200,7 @@ static int release_by_delete(dlock__etcd_be *be, dlock__etcd_conn *c, const char
     }
     json_decref(reply);
     free(prev.key);
+    dlock__etcd_key_id_free(be, owner); /* the key is gone */
     if (prev.lease == lease) {
         dlock__etcd_spare_reuse(be, c, ttl, lease, ok_ms);
     } else {
@@ -229,12 +232,16 @@ static int etcd_release(void *arg, const dlock_request *req)
         return rc;
     }
     if (ok_ms > 0 && (lease & (int64_t)DLOCK__ETCD_SPARE_BIT) != 0 &&
-        (rc = release_by_delete(be, c, k.key, lease, ttl, ok_ms)) != UNCLEAR) {
+        (rc = release_by_delete(be, c, owner, k.key, lease, ttl, ok_ms)) != UNCLEAR) {
         dlock__etcd_conn_put(be->http, c);
         dlock__etcd_keys_free(&k);
         return rc;
     }
     if (lease != 0 && (rc = release_by_revoke(be, c, lease)) != DLOCK_ELOST) {
+        /* The key was on that lease (an extend whose outcome is not known
+         * leaves no lease in the table), so it went with it. */
+        if (rc == DLOCK_OK)
+            dlock__etcd_key_id_free(be, owner);
         dlock__etcd_conn_put(be->http, c);
         dlock__etcd_keys_free(&k);
         return rc;
@@ -249,6 +256,8 @@ static int etcd_release(void *arg, const dlock_request *req)
          (deleted > 0 && (found = dlock__etcd_kv_in(reply, "prev_kvs", 0, &prev)) != 1)))
         rc = dlock__etcd_bad_reply(be, "deleterange");
     json_decref(reply);
+    if (rc == DLOCK_OK)
+        dlock__etcd_key_id_free(be, owner); /* deleted now, or gone before */
     if (rc == DLOCK_OK && deleted == 0)
         rc = DLOCK_ELOST;
     /* No lock of this acquisition remains: end its lease now rather than
@@ -726,4 +735,5 @@ const dlock_backend dlock__etcd_backend = {
     .multi_acquire = dlock__etcd_multi_acquire,
     .leader_get = dlock__etcd_leader_get,
     .observe_begin = dlock__etcd_observe_begin,
+    .token_new = dlock__etcd_token_new,
 };

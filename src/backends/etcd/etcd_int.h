@@ -26,6 +26,7 @@
 #ifndef DLOCK_ETCD_INT_H
 #define DLOCK_ETCD_INT_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -35,12 +36,19 @@
 
 typedef struct dlock__etcd_spares dlock__etcd_spares;
 
+/* Key ids kept for reuse (etcd_keys.c), at most. */
+#define DLOCK__ETCD_FREE_IDS 64
+
 typedef struct {
     dlock__etcd *http;
     char *prefix;
     char *value;          /* what every lock key holds: the client name */
     dlock__etcd_conn *wd; /* the watchdog thread's alone */
     dlock__etcd_spares *spares; /* etcd_spare.c */
+    /* Key ids whose keys are known gone, for the next tokens (etcd_keys.c). */
+    pthread_mutex_t ids_mu;
+    int64_t free_ids[DLOCK__ETCD_FREE_IDS];
+    int nfree;
 } dlock__etcd_be;
 
 /* ---- etcd_keys.c: names ------------------------------------------------- */
@@ -63,6 +71,14 @@ typedef struct {
 
 /* The lease ID of (owner, ttl): derived, so that every call finds it. */
 int64_t dlock__etcd_lease_for(const char *owner, int64_t ttl);
+/* The id that names owner's keys: the first half of its token. */
+int64_t dlock__etcd_key_id(const char *owner);
+/* The backend's token_new: a fresh token whose first half is a key id known
+ * gone, when there is one. */
+int dlock__etcd_token_new(void *be, char *out);
+/* owner's key is known gone from the server (a delete answered): its id may
+ * name the keys of a later token. */
+void dlock__etcd_key_id_free(dlock__etcd_be *be, const char *owner);
 /* owner may be NULL (status, force release: the directory only). */
 int dlock__etcd_keys_make(dlock__etcd_keys *k, const dlock__etcd_be *be, const char *name,
                           const char *owner, int64_t lease_ms);

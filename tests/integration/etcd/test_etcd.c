@@ -196,6 +196,34 @@ static long long key_lease(test_etcd *e, const char *prefix)
     return lease;
 }
 
+/* The name of the first key under prefix (the holder's, for a lock's
+ * directory) into out, or "" when there is none. */
+static void first_key(test_etcd *e, const char *prefix, char *out, size_t size)
+{
+    char *k = dlock__etcd_b64(prefix, strlen(prefix)), *end = dlock__etcd_prefix_end(prefix);
+    char *kend = dlock__etcd_b64(end, strlen(end)), body[512], *r, *name = NULL;
+    json_t *j;
+    size_t len = 0;
+
+    snprintf(body, sizeof(body),
+             "{\"key\":\"%s\",\"range_end\":\"%s\",\"sort_target\":\"CREATE\","
+             "\"sort_order\":\"ASCEND\",\"limit\":1}",
+             k, kend);
+    r = test_etcd_post(e, 0, "/v3/kv/range", body);
+    j = r != NULL ? json_loads(r, 0, NULL) : NULL;
+    out[0] = '\0';
+    if (dlock__etcd_unb64(json_string_value(json_object_get(
+                              json_array_get(json_object_get(j, "kvs"), 0), "key")),
+                          &name, &len) == 0)
+        snprintf(out, size, "%.*s", (int)len, name);
+    free(name);
+    json_decref(j);
+    free(r);
+    free(k);
+    free(end);
+    free(kend);
+}
+
 static long long method_count(test_etcd *e, const char *method)
 {
     char metric[160];
@@ -300,6 +328,87 @@ static void two_raft_writes_per_cycle(void)
 }
 
 /* The store's revision now (the header of a read). */
+/*
+ * A lock taken again and again names the same key: etcd keeps every key
+ * ever written in its index until compaction, and an acquire's range over
+ * the lock's directory walks them all, so a new key per acquisition made
+ * each acquire slower than the last (etcd_keys.c). A released key's id goes
+ * to the client's next token; never to two live acquisitions at once (a
+ * lock held on one name while another is taken, a holder and a waiter of
+ * one name in one client), and mutual exclusion is as before.
+ */
+static void wait_queued(test_etcd *e, const char *prefix);
+
+static void keys_reused_across_cycles(void)
+{
+    test_etcd e;
+    dlock_client *c, *c2;
+    dlock_lock *l, *l2, *b;
+    dlock_acquire_options o = test_opts(0, 5000, 0);
+    char first[128], key[128], other[128];
+    uint64_t fence = 0;
+
+    test_etcd_start(&e, 1, NULL);
+    c = open_client(&e);
+    c2 = open_client(&e);
+    for (int cycle = 0; cycle < 8; cycle++) {
+        CHECK_RC(dlock_acquire(&l, c, "r", &o), DLOCK_OK);
+        CHECK(dlock_lock_fence(l) > fence);
+        fence = dlock_lock_fence(l);
+        first_key(&e, "dlock/r/", cycle == 0 ? first : key, sizeof(key));
+        CHECK(strncmp(first, "dlock/r/", 8) == 0 && strlen(first) == 8 + 16);
+        CHECK(cycle == 0 || strcmp(key, first) == 0);
+        /* Still a lock: the other client is refused while it is held. */
+        CHECK_RC(dlock_acquire(&b, c2, "r", &o), DLOCK_EBUSY);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+        CHECK(test_etcd_count(&e, "dlock/r/") == 0);
+    }
+    /* Two live acquisitions of one client: two ids. */
+    CHECK_RC(dlock_acquire(&l, c, "r", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l2, c, "s", &o), DLOCK_OK);
+    first_key(&e, "dlock/r/", key, sizeof(key));
+    first_key(&e, "dlock/s/", other, sizeof(other));
+    CHECK(strcmp(key, first) == 0 && strcmp(other + 8, key + 8) != 0);
+    CHECK_RC(dlock_release(l2), DLOCK_OK);
+    /* A holder and a waiter of one name in one client (the holder's id
+     * was reused): the waiter queues a key of its own, and gets the lock
+     * when the holder lets go. */
+    {
+        test_acquirer a;
+        pthread_t t;
+
+        test_acquirer_init(&a, c, "r", test_opts(20000, 5000, 0));
+        CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
+        wait_queued(&e, "dlock/r/"); /* two keys: two names */
+        first_key(&e, "dlock/r/", key, sizeof(key));
+        CHECK(strcmp(key, first) == 0);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+        CHECK(pthread_join(t, NULL) == 0);
+        CHECK_RC(a.rc, DLOCK_OK);
+        first_key(&e, "dlock/r/", other, sizeof(other));
+        CHECK(other[0] != '\0' && strcmp(other, first) != 0);
+        CHECK_RC(dlock_release(a.lock), DLOCK_OK);
+        CHECK(test_etcd_count(&e, "dlock/r/") == 0);
+    }
+    /* A release that finds its key gone (a force release took it) still
+     * knows the key is gone: the id is reused, and the lock holds. */
+    {
+        dlock_lock_info removed;
+        CHECK_RC(dlock_acquire(&l, c, "r", &o), DLOCK_OK);
+        first_key(&e, "dlock/r/", other, sizeof(other));
+        CHECK_RC(dlock_force_release(&removed, c, "r"), DLOCK_OK);
+        CHECK_RC(dlock_release(l), DLOCK_ELOST);
+        CHECK_RC(dlock_acquire(&l, c, "r", &o), DLOCK_OK);
+        first_key(&e, "dlock/r/", key, sizeof(key));
+        CHECK(strcmp(key, other) == 0);
+        CHECK_RC(dlock_acquire(&b, c2, "r", &o), DLOCK_EBUSY);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+    }
+    dlock_client_free(c);
+    dlock_client_free(c2);
+    test_etcd_stop(&e);
+}
+
 static int64_t store_revision(test_etcd *e)
 {
     char *r = test_etcd_post(e, 0, "/v3/kv/range", "{\"key\":\"AA==\"}");
@@ -1773,6 +1882,7 @@ static void cli_run(void)
 TEST_MAIN({"codec", codec, NULL}, {"url_and_open_errors", url_and_open_errors, NULL},
           {"leases_follow_the_lock", leases_follow_the_lock, NULL},
           {"two_raft_writes_per_cycle", two_raft_writes_per_cycle, NULL},
+          {"keys_reused_across_cycles", keys_reused_across_cycles, "watchdog"},
           {"on_lost_when_key_deleted", on_lost_when_key_deleted, "watchdog"},
           {"waiter_woken_by_release", waiter_woken_by_release, "watchdog"},
           {"release_wakes_one_waiter", release_wakes_one_waiter, "watchdog"},
