@@ -91,7 +91,10 @@ typedef struct {
     int64_t retry_ms;
     /* Set by the core before the call: the lease-clock time (ms) the
      * request is sent at, which the lease counts from. A backend that
-     * knows the lease began later may move it later, never earlier. */
+     * knows the lease began later may move it later; one whose lock is on
+     * a lease set on the server before this call (etcd's spare leases, kept
+     * alive ahead of need) moves it earlier, to when that request was sent.
+     * The server must keep the lock at least lease_ms from lease_from_ms. */
     int64_t lease_from_ms;
     /* multi_acquire, DLOCK_EBUSY: the index of a name held by another. */
     size_t busy;
@@ -148,7 +151,8 @@ typedef struct dlock_backend {
      * DLOCK_EBUSY and out->retry_ms; DLOCK_EMISUSE for an owner that holds
      * the lock but may not take it again (not reentrant, read-write
      * upgrade). DLOCK_OK must mean that the service set (or renewed) the
-     * lease for lease_ms during this call, never earlier. Must be
+     * lease for lease_ms during this call, or from out->lease_from_ms when
+     * the backend moved it earlier. Must be
      * idempotent for the same token: a retry after a lost reply returns the
      * fence already issued.
      *

@@ -138,7 +138,8 @@ static int etcd_acquire(void *arg, const dlock_request *req, void *watch,
     }
     rc = dlock__etcd_acquire_as(be, req->name, req->token, req->lease_ms,
                                 req->kind == DLOCK_KIND_LEADER ? req->identity : value, req->kind,
-                                req->permits, watch, &out->fence, &out->retry_ms);
+                                req->permits, watch, &out->fence, &out->retry_ms,
+                                &out->lease_from_ms);
     free(value);
     if (rc == DLOCK_OK)
         rc = dlock__etcd_hold_add(be, req, out->fence);

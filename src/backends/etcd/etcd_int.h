@@ -129,9 +129,10 @@ int dlock__etcd_keepalive(dlock__etcd_be *be, dlock__etcd_conn *c, const int64_t
 int dlock__etcd_spares_new(dlock__etcd_be *be);
 /* Stop the spare thread and revoke the spares. */
 void dlock__etcd_spares_free(dlock__etcd_be *be);
-/* 1 and *lease: a spare of ttl seconds, alive by its last confirmation.
- * Wakes the spare thread when it has a grant to make. */
-int dlock__etcd_spare_take(dlock__etcd_be *be, int64_t ttl, int64_t *lease);
+/* 1, *lease and *ok_ms: a spare of ttl seconds, alive by its last
+ * confirmation, whose request was sent at *ok_ms. Wakes the spare thread
+ * when it has a grant to make. */
+int dlock__etcd_spare_take(dlock__etcd_be *be, int64_t ttl, int64_t *lease, int64_t *ok_ms);
 /* The spares' IDs (up to max) to keep alive in the watchdog's renewal,
  * and what it found of each, sent at sent_ms. */
 size_t dlock__etcd_spares_alive(dlock__etcd_be *be, int64_t *ids, size_t max);
@@ -205,7 +206,8 @@ typedef struct {
  * and permits as in dlock_request. */
 int dlock__etcd_acquire_as(dlock__etcd_be *be, const char *name, const char *owner,
                            int64_t lease_ms, const char *value, int kind, int permits,
-                           dlock__etcd_watch *w, uint64_t *fence, int64_t *retry_ms);
+                           dlock__etcd_watch *w, uint64_t *fence, int64_t *retry_ms,
+                           int64_t *lease_from_ms);
 
 /* The backend's multi_atomic and multi_acquire: all names in one txn. */
 int dlock__etcd_multi_atomic(void *arg, const dlock_request *reqs, size_t n);

@@ -118,27 +118,44 @@ static int txn_and_keepalive(dlock__etcd_be *be, dlock__etcd_conn *c, json_t *tx
     return rc;
 }
 
+/* A spare confirmed alive this recently is taken without a keepalive:
+ * a twentieth of its TTL, at most 500 ms. */
+static int64_t fresh_ms(int64_t ttl)
+{
+    return ttl * 1000 / 20 < 500 ? ttl * 1000 / 20 : 500;
+}
+
 /*
  * The acquire on a spare lease (etcd_spare.c), granted ahead of need: one
- * round trip carrying the acquire txn, which puts our key on the spare,
- * and a keepalive of the spare, sent at once on two connections. One raft
- * write: a keepalive is none (etcd's leader renews a lease in memory).
+ * round trip, one raft write (the put, in the acquire txn).
  *
  * Why the server cannot let the key go before the client's deadline,
- * however long ago the spare was granted: the core counts the lease from
- * lease_from_ms, noted before this call; the keepalive is sent after that,
- * and etcd's leader sets the lease's expiry to the time it handles the
- * keepalive plus the lease's TTL. The spare was granted with this
- * acquisition's TTL, ceil(lease_ms / 1000) s (etcd only ever raises a TTL,
- * to its minimum), so the server's expiry is at least lease_from_ms +
- * lease_ms, the client's deadline. The put and the keepalive may be handled
- * in either order, and success needs both: the put done and the lease
- * found alive. A lease that ran out between the two took the key with it,
- * so the acquire falls back to a lease of its own (SPARE_GONE), as it does
- * when the put finds the lease gone.
+ * however long ago the spare was granted. etcd's leader sets a lease's
+ * expiry to the time it handles a grant or keepalive plus the lease's TTL
+ * (and a new leader to its own start plus the TTL: only later). The spare
+ * was granted with this acquisition's TTL, ceil(lease_ms / 1000) s (etcd
+ * only ever raises a TTL, to its minimum). So:
+ *
+ * - Confirmed alive by a request sent at ok_ms within fresh_ms (a release
+ *   gave it back after a cycle, or the thread or the watchdog renewed it):
+ *   the put alone, and the core counts the lease from ok_ms
+ *   (*lease_from_ms), not from this call: the server's expiry is at least
+ *   ok_ms + lease_ms, the client's deadline. The lock then lasts up to
+ *   fresh_ms (5%) less than asked on the client, never longer on the
+ *   server. A put on a lease that ran out fails ("requested lease not
+ *   found"): SPARE_GONE.
+ * - Else the txn and a keepalive of the spare, sent at once on two
+ *   connections (a keepalive is no raft write: etcd's leader renews a lease
+ *   in memory). The core counts the lease from *lease_from_ms, noted before
+ *   this call; the keepalive is sent after that. The put and the keepalive
+ *   may be handled in either order, and success needs both: the put done
+ *   and the lease found alive. A lease that ran out between the two took
+ *   the key with it, so the acquire falls back to a lease of its own
+ *   (SPARE_GONE), as it does when the put finds the lease gone.
  */
 static int try_spare(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__etcd_keys *k,
-                     int64_t lease, const char *owner, uint64_t *fence, int64_t *retry_ms)
+                     int64_t lease, int64_t ok_ms, const char *owner, uint64_t *fence,
+                     int64_t *retry_ms, int64_t *lease_from_ms)
 {
     dlock__etcd_keys on_spare = *k;
     dlock__etcd_kv first;
@@ -147,32 +164,48 @@ static int try_spare(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__etcd_
     int rc, alive;
 
     on_spare.lease = lease;
-    rc = txn_and_keepalive(be, c, acquire_txn(&on_spare), lease, &p, &alive);
-    if (p.rc[1] == DLOCK_ESERVER && p.grpc_code[1] == DLOCK__GRPC_NOT_FOUND) {
-        /* "requested lease not found": the spare ran out unused. */
-        json_decref(p.out[1]);
-        return SPARE_GONE;
-    }
-    if (rc != DLOCK_OK || p.rc[0] != DLOCK_OK) {
-        /* The core, seeing the error, does not count the lock as held: a
-         * key the txn put on the spare goes with it now (best effort; else
-         * when it runs out, as nothing keeps it alive). */
-        if (p.rc[1] == DLOCK_OK && json_is_true(json_object_get(p.out[1], "succeeded")))
-            dlock__etcd_lease_revoke(be, c, lease);
-        json_decref(p.out[1]);
-        return rc != DLOCK_OK ? rc : p.rc[0];
-    }
-    rc = acquire_reply(be, &on_spare, p.out[1], fence, &first);
-    if (alive != 1) {
-        /* Ran out between the put and the keepalive, with our key if the
-         * put was done. */
-        free(first.key);
-        return SPARE_GONE;
+    if (sent - ok_ms <= fresh_ms(k->ttl)) {
+        json_t *reply = NULL;
+        rc = dlock__etcd_be_call(be, c, "/v3/kv/txn", acquire_txn(&on_spare), &reply);
+        if (rc == DLOCK_ESERVER && c->grpc_code == DLOCK__GRPC_NOT_FOUND)
+            return SPARE_GONE;
+        /* Not known whether the put was done: the core gives back by
+         * token (a delete by the key's name); the spare, which nothing
+         * keeps alive any more, runs out by its TTL. */
+        if (rc != DLOCK_OK)
+            return rc;
+        rc = acquire_reply(be, &on_spare, reply, fence, &first);
+        sent = ok_ms;
+        if (rc == DLOCK_OK && ok_ms < *lease_from_ms)
+            *lease_from_ms = ok_ms;
+    } else {
+        rc = txn_and_keepalive(be, c, acquire_txn(&on_spare), lease, &p, &alive);
+        if (p.rc[1] == DLOCK_ESERVER && p.grpc_code[1] == DLOCK__GRPC_NOT_FOUND) {
+            /* "requested lease not found": the spare ran out unused. */
+            json_decref(p.out[1]);
+            return SPARE_GONE;
+        }
+        if (rc != DLOCK_OK || p.rc[0] != DLOCK_OK) {
+            /* The core, seeing the error, does not count the lock as held: a
+             * key the txn put on the spare goes with it now (best effort; else
+             * when it runs out, as nothing keeps it alive). */
+            if (p.rc[1] == DLOCK_OK && json_is_true(json_object_get(p.out[1], "succeeded")))
+                dlock__etcd_lease_revoke(be, c, lease);
+            json_decref(p.out[1]);
+            return rc != DLOCK_OK ? rc : p.rc[0];
+        }
+        rc = acquire_reply(be, &on_spare, p.out[1], fence, &first);
+        if (alive != 1) {
+            /* Ran out between the put and the keepalive, with our key if the
+             * put was done. */
+            free(first.key);
+            return SPARE_GONE;
+        }
     }
     if (rc == DLOCK_OK && (rc = dlock__etcd_held_set(be, owner, lease, k->ttl)) == DLOCK_OK)
         dlock__etcd_held_alive(be, owner, lease, sent); /* a release may reuse it */
     if (rc == DLOCK_EBUSY) {
-        /* Unused and just renewed: the next acquire's spare. */
+        /* Unused, and alive as of sent: the next acquire's spare. */
         dlock__etcd_spare_return(be, c, k->ttl, lease, sent);
         return busy(be, c, &first, retry_ms);
     }
@@ -187,14 +220,14 @@ static int try_spare(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__etcd_
  * revoked again when the lock is busy.
  */
 static int try_once(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__etcd_keys *k,
-                    const char *owner, uint64_t *fence, int64_t *retry_ms)
+                    const char *owner, uint64_t *fence, int64_t *retry_ms, int64_t *lease_from_ms)
 {
     dlock__etcd_kv first;
-    int64_t spare;
+    int64_t spare, ok_ms;
     int rc;
 
-    if (dlock__etcd_spare_take(be, k->ttl, &spare)) {
-        rc = try_spare(be, c, k, spare, owner, fence, retry_ms);
+    if (dlock__etcd_spare_take(be, k->ttl, &spare, &ok_ms)) {
+        rc = try_spare(be, c, k, spare, ok_ms, owner, fence, retry_ms, lease_from_ms);
         if (rc != DLOCK_EBUSY) /* EBUSY gave it back */
             dlock__etcd_spare_used(be, k->ttl);
         if (rc != SPARE_GONE)
@@ -325,7 +358,10 @@ static int promote_on_spare(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd
     dlock__etcd_pair p;
     int rc, alive, moved;
 
-    if (dlock__etcd_shared_kind(w->kind) || !dlock__etcd_spare_take(be, w->hold_ttl, &lease))
+    int64_t ok_ms;
+
+    if (dlock__etcd_shared_kind(w->kind) ||
+        !dlock__etcd_spare_take(be, w->hold_ttl, &lease, &ok_ms))
         return SPARE_GONE;
     rc = txn_and_keepalive(be, c, move_txn(w, lease, first), lease, &p, &alive);
     moved = p.rc[1] == DLOCK_OK && json_is_true(json_object_get(p.out[1], "succeeded"));
@@ -627,7 +663,8 @@ decide:
 /* value: what the key holds (NULL: the client name). */
 int dlock__etcd_acquire_as(dlock__etcd_be *be, const char *name, const char *owner,
                            int64_t lease_ms, const char *value, int kind, int permits,
-                           dlock__etcd_watch *w, uint64_t *fence, int64_t *retry_ms)
+                           dlock__etcd_watch *w, uint64_t *fence, int64_t *retry_ms,
+                           int64_t *lease_from_ms)
 {
     dlock__etcd_conn *c;
     dlock__etcd_keys k;
@@ -644,7 +681,7 @@ int dlock__etcd_acquire_as(dlock__etcd_be *be, const char *name, const char *own
             if (rc == DLOCK_OK && dlock__etcd_shared_kind(kind))
                 rc = dlock__etcd_try_shared(be, c, &k, kind, owner, fence, retry_ms);
             else if (rc == DLOCK_OK)
-                rc = try_once(be, c, &k, owner, fence, retry_ms);
+                rc = try_once(be, c, &k, owner, fence, retry_ms, lease_from_ms);
         }
         dlock__etcd_keys_free(&k);
     } else {

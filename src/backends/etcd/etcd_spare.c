@@ -22,8 +22,9 @@
  * client that crashes leaves them to run out by their TTL.
  *
  * Why a spare granted earlier is safe for an acquisition's lease: see
- * try_spare in etcd_queue.c (the acquire sends a keepalive of the spare in
- * the same round trip as the put, after the core noted the send time).
+ * try_spare in etcd_queue.c (the acquire counts the lease from the spare's
+ * last confirmation when that is recent, else sends a keepalive of the
+ * spare in the same round trip as the put).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -293,7 +294,7 @@ void dlock__etcd_spares_free(dlock__etcd_be *be)
  * run out, as nothing keeps them alive). The thread is woken only when it
  * has a grant to make: no spare left and none in an acquire's hands.
  */
-int dlock__etcd_spare_take(dlock__etcd_be *be, int64_t ttl, int64_t *lease)
+int dlock__etcd_spare_take(dlock__etcd_be *be, int64_t ttl, int64_t *lease, int64_t *ok_ms)
 {
     dlock__etcd_spares *sp = be->spares;
     int64_t now = dlock__now_ms();
@@ -323,6 +324,7 @@ int dlock__etcd_spare_take(dlock__etcd_be *be, int64_t ttl, int64_t *lease)
     }
     if (best >= 0) {
         *lease = s->p[best].id;
+        *ok_ms = s->p[best].ok_ms;
         pool_remove(s, best);
         s->taken++;
         got = 1;

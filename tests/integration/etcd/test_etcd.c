@@ -1188,6 +1188,66 @@ static void reused_lease_counts_from_acquire(void)
     test_etcd_stop(&e);
 }
 
+/*
+ * A spare confirmed alive within a twentieth of its TTL (a release gave it
+ * back a moment ago) is taken by the txn alone, without a keepalive, and
+ * the lock's lease counts from that confirmation: etcd still keeps the key
+ * at least until the client's deadline (key gone => dlock_lock_lost()), and
+ * the handle is not lost at once.
+ */
+static void fresh_spare_needs_no_keepalive(void)
+{
+    test_etcd e;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 10000, 0), shortl = test_opts(0, 3000, 0);
+    long long ka;
+    int cycles = 20, gone = 0, rc;
+
+    test_etcd_start(&e, 1, NULL);
+    c = open_client(&e);
+    CHECK_RC(dlock_acquire(&l, c, "f", &o), DLOCK_OK); /* grants its own lease */
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    wait_spares(&e, 1);
+    ka = method_count(&e, "LeaseKeepAlive");
+    for (int i = 0; i < cycles; i++) {
+        CHECK_RC(dlock_acquire(&l, c, "f", &o), DLOCK_OK);
+        CHECK(key_lease(&e, "dlock/f/") & (1LL << 62)); /* on a spare */
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+    }
+    ka = method_count(&e, "LeaseKeepAlive") - ka;
+    fprintf(stderr, "keepalives in %d cycles on spares: %lld\n", cycles, ka);
+    CHECK(ka * 2 < cycles); /* one per 500 ms at most, not one per cycle */
+    /* The same with a short lease, held until etcd lets it go. */
+    for (int i = 0; i < 200; i++) { /* until the thread granted a spare of 3 s */
+        CHECK_RC(dlock_acquire(&l, c, "g", &shortl), DLOCK_OK);
+        gone = (key_lease(&e, "dlock/g/") & (1LL << 62)) != 0;
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+        if (gone)
+            break;
+        test_sleep_ms(10);
+    }
+    CHECK(gone);
+    gone = 0;
+    ka = method_count(&e, "LeaseKeepAlive");
+    CHECK_RC(dlock_acquire(&l, c, "g", &shortl), DLOCK_OK);
+    CHECK(key_lease(&e, "dlock/g/") & (1LL << 62));
+    ka = method_count(&e, "LeaseKeepAlive") - ka;
+    fprintf(stderr, "keepalives of the acquire on a spare released a moment ago: %lld\n", ka);
+    CHECK(!dlock_lock_lost(l));
+    while (!gone) {
+        gone = test_etcd_count(&e, "dlock/g/") == 0;
+        if (gone && !dlock_lock_lost(l))
+            fprintf(stderr, "etcd let the spare run out but the handle still holds\n");
+        CHECK(!gone || dlock_lock_lost(l));
+        test_sleep_ms(10);
+    }
+    rc = dlock_release(l);
+    CHECK(rc == DLOCK_ELOST || rc == DLOCK_OK);
+    dlock_client_free(c);
+    test_etcd_stop(&e);
+}
+
 /* A member, a holder's client and a waiter's client, the waiter's with two
  * spares of a 10 s lease (as in two_raft_writes_per_cycle), so that its
  * promote does not take the last one, whose taking has the thread grant
@@ -1894,6 +1954,7 @@ TEST_MAIN({"codec", codec, NULL}, {"url_and_open_errors", url_and_open_errors, N
           {"keepalive_stalled_is_lost_in_time", keepalive_stalled_is_lost_in_time, "watchdog"},
           {"release_reply_lost_revokes", release_reply_lost_revokes, NULL},
           {"reused_lease_counts_from_acquire", reused_lease_counts_from_acquire, NULL},
+          {"fresh_spare_needs_no_keepalive", fresh_spare_needs_no_keepalive, NULL},
           {"waiter_promoted_onto_spare", waiter_promoted_onto_spare, NULL},
           {"woken_not_first_keeps_waiting", woken_not_first_keeps_waiting, NULL},
           {"gateway_transport", gateway_transport, "watchdog"},
