@@ -3,10 +3,10 @@
  * dlock-bench --etcd: what a dlock call costs on etcd, beside the raw round
  * trip of a /v3/kv/range (a linearizable read) and of a /v3/kv/put (a raft
  * write) through the same kind of connection dlock uses (libcurl, keep-alive),
- * measured in the same run, interleaved. Then python-etcd3's Lock (a Python
+ * measured in the same run, interleaved. And python-etcd3's Lock (a Python
  * library over gRPC: bench/etcd3_lock.py, Debian's python3-etcd3) on the
- * same etcd, for the cycle and the hand-off, with the ratios to dlock's and
- * to the raw put.
+ * same etcd, its cycles in the same rounds as dlock's, and its hand-offs
+ * after dlock's, with the ratios to dlock's and to the raw put.
  *
  * Without --url it starts a throwaway single-member etcd from PATH on free
  * loopback ports, with its data in a mkdtemp directory (on disk: every write
@@ -330,6 +330,19 @@ static void reqs_take(reqs *r)
     curl_easy_cleanup(h);
 }
 
+/* *sum += b - a, counter by counter (sum may be a). */
+static void reqs_add(reqs *sum, const reqs *a, const reqs *b)
+{
+    sum->grant += b->grant - a->grant;
+    sum->revoke += b->revoke - a->revoke;
+    sum->keepalive += b->keepalive - a->keepalive;
+    sum->txn += b->txn - a->txn;
+    sum->range += b->range - a->range;
+    sum->del += b->del - a->del;
+    sum->put += b->put - a->put;
+    sum->watch += b->watch - a->watch;
+}
+
 static void reqs_print(const char *label, const reqs *a, const reqs *b, long units)
 {
     double u = (double)units;
@@ -343,36 +356,99 @@ static void reqs_print(const char *label, const reqs *a, const reqs *b, long uni
 
 /* ---- python-etcd3 --------------------------------------------------------- */
 
-/* Run etcd3_lock.py on the etcd at base_url: its cycle and hand-off p50 and
- * p99 in microseconds (v[4]), or 0 with why. */
-static int python_etcd3(long cycles, long handoffs, double v[4], char *why, size_t why_size)
-{
-    char cmd[1024], line[256], host[128];
-    int port = 0, rc;
-    FILE *p;
+/* etcd3_lock.py on the etcd at base_url, driven over two pipes: its
+ * cycles run between dlock's, round by round (bench_etcd). */
+typedef struct {
+    pid_t pid;
+    FILE *to, *from;
+    char why[256];
+} py_peer;
 
-    if (sscanf(base_url, "http://%127[^:]:%d", host, &port) != 2) {
-        snprintf(why, why_size, "cannot read host:port from %s", base_url);
+/* A line from the peer into line; 0 at its end. */
+static int py_line(py_peer *py, char *line, size_t size)
+{
+    if (py->to == NULL || fgets(line, (int)size, py->from) == NULL)
         return 0;
-    }
-    /* Debian's python3, where python3-etcd3 is, whatever PATH says. */
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s' %d %ld %ld 2>&1",
-             DLOCK_BENCH_ETCD3_SCRIPT, host, port, cycles, handoffs);
-    if ((p = popen(cmd, "r")) == NULL) {
-        snprintf(why, why_size, "popen: %s", strerror(errno));
-        return 0;
-    }
-    why[0] = 0;
-    while (fgets(line, sizeof line, p) != NULL)
-        if (sscanf(line, "%lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3]) != 4 && why[0] == 0)
-            snprintf(why, why_size, "%.*s", (int)strcspn(line, "\n"), line);
-    rc = pclose(p);
-    if (rc != 0 || v[0] <= 0) {
-        if (why[0] == 0)
-            snprintf(why, why_size, "etcd3_lock.py failed (is python3-etcd3 installed?)");
-        return 0;
-    }
+    line[strcspn(line, "\n")] = 0;
     return 1;
+}
+
+static void py_stop(py_peer *py, const char *why)
+{
+    if (why != NULL && py->why[0] == 0)
+        snprintf(py->why, sizeof py->why, "%s", why);
+    if (py->to != NULL) {
+        fclose(py->to);
+        fclose(py->from);
+        py->to = py->from = NULL;
+        waitpid(py->pid, NULL, 0);
+    }
+}
+
+/* Start the peer (connected and warmed up when it says "ready"), or leave
+ * py->to NULL with py->why. */
+static void py_start(py_peer *py)
+{
+    char host[128], port[16], line[256];
+    int in[2], out[2], p = 0;
+
+    memset(py, 0, sizeof *py);
+    if (sscanf(base_url, "http://%127[^:]:%d", host, &p) != 2) {
+        snprintf(py->why, sizeof py->why, "cannot read host:port from %s", base_url);
+        return;
+    }
+    snprintf(port, sizeof port, "%d", p);
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0)
+        bench_die("pipe: %s", strerror(errno));
+    py->pid = fork();
+    if (py->pid < 0)
+        bench_die("fork: %s", strerror(errno));
+    if (py->pid == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        dup2(out[1], 2);
+        /* Debian's python3, where python3-etcd3 is, whatever PATH says. */
+        execl("/usr/bin/python3", "python3", DLOCK_BENCH_ETCD3_SCRIPT, host, port, (char *)NULL);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    if ((py->to = fdopen(in[1], "w")) == NULL || (py->from = fdopen(out[0], "r")) == NULL)
+        bench_die("fdopen: %s", strerror(errno));
+    if (!py_line(py, line, sizeof line) || strcmp(line, "ready") != 0)
+        py_stop(py, line[0] && strcmp(line, "ready") != 0
+                        ? line
+                        : "etcd3_lock.py failed (is python3-etcd3 installed?)");
+}
+
+/* One command, answered "ok"; else the peer is stopped, with why. */
+static void py_cmd(py_peer *py, const char *cmd, long n)
+{
+    char line[256] = "";
+
+    if (py->to == NULL)
+        return;
+    fprintf(py->to, "%s %ld\n", cmd, n);
+    fflush(py->to);
+    if (!py_line(py, line, sizeof line) || strcmp(line, "ok") != 0)
+        py_stop(py, line[0] ? line : "etcd3_lock.py ended early");
+}
+
+/* The peer's cycle and hand-off p50 and p99 in microseconds (v[4]); 0 when
+ * it failed (py->why). */
+static int py_report(py_peer *py, double v[4])
+{
+    char line[256] = "";
+    int ok;
+
+    if (py->to == NULL)
+        return 0;
+    fprintf(py->to, "report\n");
+    fflush(py->to);
+    ok = py_line(py, line, sizeof line) &&
+         sscanf(line, "%lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3]) == 4 && v[0] > 0;
+    py_stop(py, ok ? NULL : line[0] ? line : "etcd3_lock.py ended early");
+    return ok;
 }
 
 /* ---- measurements ---------------------------------------------------------- */
@@ -465,7 +541,7 @@ int bench_etcd(const char *given_url, long iterations)
     pthread_t tb;
     int own = given_url == NULL, py_ok;
     double py[4] = {0, 0, 0, 0};
-    char why[256];
+    py_peer peer;
 
     curl_global_init(CURL_GLOBAL_DEFAULT);
     if (own) {
@@ -501,6 +577,7 @@ int bench_etcd(const char *given_url, long iterations)
            own ? " (started by this run, data on disk)" : "");
     printf("  %ld latency samples each, %ld hand-offs\n", n, handoffs);
 
+    py_start(&peer);
     for (long i = 0; i < n / 10 + 20; i++) { /* warm-up */
         raw(h, "/v3/kv/range", rawkey, NULL);
         raw_grpc_put(g, NULL);
@@ -519,6 +596,7 @@ int bench_etcd(const char *given_url, long iterations)
             cycle(client[1], name[1], 1, &cyc[1], NULL);
         for (long i = 0; i < per; i++)
             cycle(client[0], name[0], 0, &cyc[0], split);
+        py_cmd(&peer, "cycles", per); /* python-etcd3's, in the same round */
     }
     raw(h, "/v3/kv/deleterange", rawkey, NULL);
     /* What the cycles send, counted apart from the raw calls. */
@@ -530,6 +608,8 @@ int bench_etcd(const char *given_url, long iterations)
     reqs_take(&r1);
 
     /* Hand-off: A holds, B waits; A releases at t0, B's acquire returns at t1. */
+    long chunk = handoffs / 5 > 0 ? handoffs / 5 : 1;
+    reqs py_sent = {0}, none = {0}, r1h;
     if (dlock_client_open(&ca, url, NULL) != DLOCK_OK || dlock_client_open(&cb, url, NULL) != DLOCK_OK)
         bench_die("dlock_client_open: %s", dlock_error_message());
     memset(&w, 0, sizeof w);
@@ -568,10 +648,21 @@ int bench_etcd(const char *given_url, long iterations)
             bench_die("hand-off: B got the lock before A released it");
         if (i >= 5)
             bench_series_add(&hand, w.end - t0);
+        /* python-etcd3's hand-offs in the same rounds, five of them; what
+         * they send is kept out of dlock's counts. */
+        if (i >= 5 && ((i - 4) % chunk == 0 || i == handoffs + 4)) {
+            reqs pb, pa;
+            reqs_take(&pb);
+            py_cmd(&peer, "handoffs", (i - 4) % chunk == 0 ? chunk : (i - 4) % chunk);
+            reqs_take(&pa);
+            reqs_add(&py_sent, &pb, &pa);
+        }
     }
     pthread_join(tb, NULL);
     reqs_take(&r2);
-    py_ok = python_etcd3(n, handoffs, py, why, sizeof why);
+    r1h = r1; /* r1 + python's: dlock's alone from there to r2 */
+    reqs_add(&r1h, &none, &py_sent);
+    py_ok = py_report(&peer, py);
 
     {
         double r50 = bench_series_us(&range, 50), p50 = bench_series_us(&put, 50);
@@ -609,11 +700,11 @@ int bench_etcd(const char *given_url, long iterations)
             printf("to the raw gRPC put (p50): dlock cycle %.2fx, hand-off %.2fx; python-etcd3 "
                    "cycle %.2fx, hand-off %.2fx\n", c0 / g50, h50 / g50, py[0] / g50, py[2] / g50);
         } else {
-            printf("\npython-etcd3: not measured: %s\n", why);
+            printf("\npython-etcd3: not measured: %s\n", peer.why);
         }
         printf("\netcd requests per unit (etcd's grpc_server_started_total):\n");
         reqs_print("per cycle:", &r0, &r1, 100);
-        reqs_print("per hand-off (A and B):", &r1, &r2, handoffs + 5);
+        reqs_print("per hand-off (A and B):", &r1h, &r2, handoffs + 5);
     }
 
     curl_easy_cleanup(h);

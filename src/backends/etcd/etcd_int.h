@@ -133,6 +133,9 @@ void dlock__etcd_spares_free(dlock__etcd_be *be);
  * confirmation, whose request was sent at *ok_ms. Wakes the spare thread
  * when it has a grant to make. */
 int dlock__etcd_spare_take(dlock__etcd_be *be, int64_t ttl, int64_t *lease, int64_t *ok_ms);
+/* Revoke lease, which backs no key any more, in the spare thread (on c
+ * when it cannot take it). */
+void dlock__etcd_revoke_later(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t lease);
 /* The spares' IDs (up to max) to keep alive in the watchdog's renewal,
  * and what it found of each, sent at sent_ms. */
 size_t dlock__etcd_spares_alive(dlock__etcd_be *be, int64_t *ids, size_t max);

@@ -399,8 +399,9 @@ static int promote_on_spare(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd
     }
     w->hold_lease = lease;
     w->hold_ok_ms = sent;
-    if (dlock__etcd_lease_revoke(be, c, w->k.lease) == DLOCK_OK)
-        w->granted = 0;
+    /* The short lease backs no key now: revoked off the hand-off's path. */
+    dlock__etcd_revoke_later(be, c, w->k.lease);
+    w->granted = 0;
     return DLOCK_OK;
 }
 

@@ -67,12 +67,17 @@ typedef struct owned {
     struct owned *next;
 } owned;
 
+/* Leases left to revoke off the caller's path, at most. */
+#define LATER 32
+
 struct dlock__etcd_spares {
     pthread_mutex_t mu;
     pthread_cond_t cond;
     pthread_t thread;
     int started, stop;
     spare s[SPARES];
+    int64_t later[LATER]; /* leases that back no key, for the thread to revoke */
+    int nlater;
     owned *held;
     dlock__etcd_conn *conn; /* the thread's own */
 };
@@ -239,6 +244,10 @@ static void *spare_main(void *arg)
         int64_t now = dlock__now_ms(), next = now + 1000;
         int did = 0;
 
+        if (sp->nlater > 0) {
+            revoke_unlocked(be, sp->later[--sp->nlater]);
+            did = 1;
+        }
         for (int i = 0; i < SPARES && !sp->stop && !did; i++)
             did = spare_job(be, &sp->s[i], now, &next);
         if (!did && !sp->stop) {
@@ -258,7 +267,28 @@ static void *spare_main(void *arg)
     return NULL;
 }
 
-/* Stop the thread, revoke the spares, forget the table. */
+/* A lease that backs no key any more (a waiter's short lease, its key
+ * moved onto a spare): revoked by the thread, off the caller's path; on c
+ * now when the thread has too many waiting or cannot run. Until then it
+ * runs out by its TTL, as nothing keeps it alive. */
+void dlock__etcd_revoke_later(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t lease)
+{
+    dlock__etcd_spares *sp = be->spares;
+    int queued = 0;
+
+    pthread_mutex_lock(&sp->mu);
+    if (sp->started && !sp->stop && sp->nlater < LATER) {
+        sp->later[sp->nlater++] = lease;
+        pthread_cond_signal(&sp->cond);
+        queued = 1;
+    }
+    pthread_mutex_unlock(&sp->mu);
+    if (!queued)
+        dlock__etcd_lease_revoke(be, c, lease);
+}
+
+/* Stop the thread, revoke the spares and the leases left to revoke,
+ * forget the table. */
 void dlock__etcd_spares_free(dlock__etcd_be *be)
 {
     dlock__etcd_spares *sp = be->spares;
@@ -274,6 +304,8 @@ void dlock__etcd_spares_free(dlock__etcd_be *be)
     for (int i = 0; i < SPARES && sp->conn != NULL; i++)
         for (int j = 0; j < sp->s[i].n; j++)
             dlock__etcd_lease_revoke(be, sp->conn, sp->s[i].p[j].id);
+    for (int i = 0; i < sp->nlater && sp->conn != NULL; i++)
+        dlock__etcd_lease_revoke(be, sp->conn, sp->later[i]);
     while (sp->held != NULL) {
         owned *o = sp->held;
         sp->held = o->next;
