@@ -746,6 +746,20 @@ static int cmp_u64(const void *x, const void *y)
     return a < b ? -1 : a > b;
 }
 
+/* Indexes into sort_holds, by worker, fence, then index (start order). */
+static const hold *sort_holds;
+
+static int cmp_failed(const void *x, const void *y)
+{
+    size_t i = *(const size_t *)x, j = *(const size_t *)y;
+    const hold *a = &sort_holds[i], *b = &sort_holds[j];
+    if (a->worker != b->worker)
+        return a->worker < b->worker ? -1 : 1;
+    if (a->fence != b->fence)
+        return a->fence < b->fence ? -1 : 1;
+    return i < j ? -1 : i > j;
+}
+
 static int cmp_hold_ok(const void *x, const void *y)
 {
     const hold *a = x, *b = y;
@@ -1006,14 +1020,40 @@ static void check_run(run_ctx *c, row *r, int nemesis)
      * of the owner's read tenure (docs/etcd.md, "Nested reads"), with that
      * tenure's fence. That is not a fence given twice: such a hold is left
      * out of the fence checks below, and counted. */
-    for (size_t i = 0; i < nholds; i++)
-        for (size_t j = 0; j < i && holds[i].shared == 1; j++)
-            if (holds[j].worker == holds[i].worker && holds[j].fence == holds[i].fence &&
-                holds[j].shared == 1 && holds[j].has_rel_rc && holds[j].rel_rc != 0) {
+    {
+        /* The reads whose release failed, by (worker, fence, start order):
+         * a read re-enters when the first of its key started before it. */
+        size_t nf = 0, *failed = malloc((nholds + 1) * sizeof(*failed));
+        if (failed == NULL) {
+            fprintf(stderr, "chaos: out of memory\n");
+            exit(1);
+        }
+        for (size_t i = 0; i < nholds; i++)
+            if (holds[i].shared == 1 && holds[i].has_rel_rc && holds[i].rel_rc != 0)
+                failed[nf++] = i;
+        sort_holds = holds;
+        qsort(failed, nf, sizeof(*failed), cmp_failed);
+        for (size_t i = 0; i < nholds && nf > 0; i++) {
+            size_t lo = 0, hi = nf;
+            if (holds[i].shared != 1)
+                continue;
+            while (lo < hi) { /* the first of (worker, fence) */
+                size_t mid = lo + (hi - lo) / 2;
+                const hold *m = &holds[failed[mid]];
+                if (m->worker < holds[i].worker ||
+                    (m->worker == holds[i].worker && m->fence < holds[i].fence))
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            if (lo < nf && holds[failed[lo]].worker == holds[i].worker &&
+                holds[failed[lo]].fence == holds[i].fence && failed[lo] < i) {
                 holds[i].reentry = 1;
                 r->reentries++;
-                break;
             }
+        }
+        free(failed);
+    }
 
     /* Overlapping holds, and holders overtaken by a later one. */
     for (size_t i = 0; i < nholds; i++) {
