@@ -1136,6 +1136,25 @@ static void release_reply_lost_revokes(void)
     test_etcd_stop(&e);
 }
 
+/* Hold l (auto_renew off) until etcd lets its key under prefix go, looking
+ * every 10 ms: count first, since a key gone at that moment means the lease
+ * had run out on the server, so the handle must say lost from then on. Then
+ * release it. */
+static void lost_before_gone(test_etcd *e, dlock_lock *l, const char *prefix)
+{
+    int gone = 0, rc;
+
+    while (!gone) {
+        gone = test_etcd_count(e, prefix) == 0;
+        if (gone && !dlock_lock_lost(l))
+            fprintf(stderr, "etcd let the lease run out but the handle still holds\n");
+        CHECK(!gone || dlock_lock_lost(l));
+        test_sleep_ms(10);
+    }
+    rc = dlock_release(l);
+    CHECK(rc == DLOCK_ELOST || rc == DLOCK_OK);
+}
+
 /*
  * A lease taken again from the pool was last confirmed alive by an earlier
  * acquire or keepalive, maybe most of its TTL ago. The acquire that takes
@@ -1150,7 +1169,6 @@ static void reused_lease_counts_from_acquire(void)
     dlock_lock *l;
     dlock_acquire_options o = test_opts(0, 3000, 0);
     long long used[2], lease;
-    int rc, gone = 0;
 
     test_etcd_start(&e, 1, NULL);
     c = open_client(&e);
@@ -1173,17 +1191,7 @@ static void reused_lease_counts_from_acquire(void)
     lease = key_lease(&e, "dlock/r/");
     fprintf(stderr, "reused lease %llx (pool %llx, %llx)\n", lease, used[0], used[1]);
     CHECK(lease == used[0] || lease == used[1]);
-    while (!gone) {
-        /* Count first: a key gone at that moment means the lease had run
-         * out on the server, so the handle must say lost from then on. */
-        gone = test_etcd_count(&e, "dlock/r/") == 0;
-        if (gone && !dlock_lock_lost(l))
-            fprintf(stderr, "etcd let the reused lease run out but the handle still holds\n");
-        CHECK(!gone || dlock_lock_lost(l));
-        test_sleep_ms(10);
-    }
-    rc = dlock_release(l);
-    CHECK(rc == DLOCK_ELOST || rc == DLOCK_OK);
+    lost_before_gone(&e, l, "dlock/r/");
     dlock_client_free(c);
     test_etcd_stop(&e);
 }
@@ -1202,7 +1210,7 @@ static void fresh_spare_needs_no_keepalive(void)
     dlock_lock *l;
     dlock_acquire_options o = test_opts(0, 10000, 0), shortl = test_opts(0, 3000, 0);
     long long ka;
-    int cycles = 20, gone = 0, rc;
+    int cycles = 20, gone = 0;
 
     test_etcd_start(&e, 1, NULL);
     c = open_client(&e);
@@ -1235,15 +1243,7 @@ static void fresh_spare_needs_no_keepalive(void)
     ka = method_count(&e, "LeaseKeepAlive") - ka;
     fprintf(stderr, "keepalives of the acquire on a spare released a moment ago: %lld\n", ka);
     CHECK(!dlock_lock_lost(l));
-    while (!gone) {
-        gone = test_etcd_count(&e, "dlock/g/") == 0;
-        if (gone && !dlock_lock_lost(l))
-            fprintf(stderr, "etcd let the spare run out but the handle still holds\n");
-        CHECK(!gone || dlock_lock_lost(l));
-        test_sleep_ms(10);
-    }
-    rc = dlock_release(l);
-    CHECK(rc == DLOCK_ELOST || rc == DLOCK_OK);
+    lost_before_gone(&e, l, "dlock/g/");
     dlock_client_free(c);
     test_etcd_stop(&e);
 }
