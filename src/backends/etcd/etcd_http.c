@@ -15,6 +15,7 @@
 
 #include "backends/etcd/etcd_grpc.h"
 #include "backends/etcd/etcd_http_int.h"
+#include "backends/etcd/etcd_watch.h"
 #include <sys/socket.h>
 
 #include "core/clock.h"
@@ -188,10 +189,23 @@ err:
     return rc;
 }
 
+int dlock__etcd_watch_hub(dlock__etcd *e, dlock__etcd_hub **out)
+{
+    int rc = DLOCK_OK;
+
+    pthread_mutex_lock(&e->mu);
+    if (e->hub == NULL)
+        rc = dlock__etcd_hub_new(e, &e->hub);
+    *out = e->hub;
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
 void dlock__etcd_free(dlock__etcd *e)
 {
     if (e == NULL)
         return;
+    dlock__etcd_hub_free(e->hub);
     while (e->idle != NULL) {
         dlock__etcd_conn *c = e->idle;
         e->idle = c->next;

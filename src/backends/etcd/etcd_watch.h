@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * One etcd watch stream: a streaming POST to /v3/watch on its own curl
- * handle, driven by the waiting thread itself (curl multi), that reports the
- * deletion of one key (a waiter's), or any change under a prefix (an
- * election's observer).
+ * One etcd watch: over gRPC, a watch_id on the client's one Watch stream,
+ * kept by a thread of its own (the hub); with the JSON gateway, a streaming
+ * POST to /v3/watch on its own curl handle, driven by the waiting thread
+ * itself (curl multi). It reports the deletion of one key (a waiter's), or
+ * any change under a prefix (an election's observer).
  *
  * The watch starts at a revision, so a deletion that happened after that
  * revision but before the stream was open is still reported: the waiter
@@ -52,5 +53,15 @@ const char *dlock__etcd_stream_error(const dlock__etcd_stream *s);
 
 /* NULL is a no-op. */
 void dlock__etcd_stream_close(dlock__etcd_stream *s);
+
+/* Over gRPC every stream of a client is a watch on one Watch stream, kept
+ * by a thread of this hub (etcd_watch.c); the client's dlock__etcd holds
+ * it (dlock__etcd_watch_hub). */
+typedef struct dlock__etcd_hub dlock__etcd_hub;
+int dlock__etcd_hub_new(dlock__etcd *e, dlock__etcd_hub **out);
+/* Stops its thread; no stream of it may be open. NULL is a no-op. */
+void dlock__etcd_hub_free(dlock__etcd_hub *h);
+/* e's hub, made at the first call (etcd_http.c). */
+int dlock__etcd_watch_hub(dlock__etcd *e, dlock__etcd_hub **out);
 
 #endif
