@@ -274,6 +274,7 @@ static void start_etcd(char *url, size_t url_size)
 
 typedef struct {
     long long grant, revoke, keepalive, txn, range, del, put, watch;
+    long long watchers; /* etcd's watchers now (a gauge, not a count) */
 } reqs;
 
 static size_t collect(char *data, size_t size, size_t n, void *arg)
@@ -325,6 +326,8 @@ static void reqs_take(reqs *r)
         r->del = metric(text, "DeleteRange");
         r->put = metric(text, "Put");
         r->watch = metric(text, "Watch");
+        const char *w = strstr(text, "\netcd_debugging_mvcc_watcher_total ");
+        r->watchers = w != NULL ? (long long)strtod(w + 35, NULL) : 0;
     }
     free(text);
     curl_easy_cleanup(h);
@@ -626,17 +629,25 @@ int bench_etcd(const char *given_url, long iterations)
         struct timespec hold = {0, HOLD_MS * 1000000L};
         reqs before;
         int64_t t0;
+        /* The previous round's watcher is gone (its cancel reached etcd). */
+        for (int k = 0; k < 5000; k++) {
+            reqs_take(&before);
+            if (before.watchers == 0)
+                break;
+            nanosleep(&hold, NULL);
+        }
         if (dlock_acquire(&l, ca, hname, &o) != DLOCK_OK)
             bench_die("hand-off: A's dlock_acquire: %s", dlock_error_message());
         reqs_take(&before);
         sem_post(&w.go);
         /* B must be queued and asleep in its watch before A lets go: etcd
-         * counts B's watch stream once it reached the server. */
+         * counts B's watcher once it reached the server (a watch of the
+         * client's one Watch stream). */
         for (int k = 0; k < 5000; k++) {
             reqs now;
             nanosleep(&hold, NULL);
             reqs_take(&now);
-            if (now.watch > before.watch)
+            if (now.watchers > before.watchers)
                 break;
         }
         t0 = bench_now_ns();

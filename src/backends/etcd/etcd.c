@@ -26,8 +26,9 @@
  * a retried grant or put after a lost reply finds its own earlier work
  * ("lease already exists", "key exists") instead of doing it twice.
  *
- * Connections: callers take one from the pool; the watchdog has its own; each
- * waiting acquisition has a watch stream of its own (etcd_watch.c).
+ * Connections: callers take one from the pool; the watchdog has its own; the
+ * watches of waiting acquisitions and observers share one Watch stream, kept
+ * by a thread of its own (etcd_watch.c).
  *
  * The files of the backend, one job each, are listed in etcd_int.h.
  */

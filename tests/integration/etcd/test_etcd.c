@@ -45,6 +45,12 @@ static long long served(test_etcd *e, int member, const char *method)
     return test_etcd_metric(e, member, metric);
 }
 
+/* Watchers etcd has now (every watch of every stream). */
+static long long watchers(test_etcd *e, int member)
+{
+    return test_etcd_metric(e, member, "etcd_debugging_mvcc_watcher_total ");
+}
+
 /* Requests that read or write keys. */
 static long long kv_requests(test_etcd *e, int member)
 {
@@ -511,7 +517,7 @@ static void wait_queued(test_etcd *e, const char *prefix)
     for (int i = 0; i < 500 && test_etcd_count(e, prefix) < 2; i++)
         test_sleep_ms(10);
     CHECK(test_etcd_count(e, prefix) == 2);
-    for (int i = 0; i < 500 && served(e, 0, "Watch") < 1; i++)
+    for (int i = 0; i < 500 && watchers(e, 0) < 1; i++)
         test_sleep_ms(10);
 }
 
@@ -639,7 +645,7 @@ static void release_wakes_one_waiter(void)
     for (int i = 0; i < 1000 && test_etcd_count(&e, "dlock/crowd/") < 1 + WAITERS; i++)
         test_sleep_ms(10);
     CHECK(test_etcd_count(&e, "dlock/crowd/") == 1 + WAITERS);
-    for (int i = 0; i < 500 && served(&e, 0, "Watch") < WAITERS; i++)
+    for (int i = 0; i < 500 && watchers(&e, 0) < WAITERS; i++)
         test_sleep_ms(10);
     test_sleep_ms(200);
     before = kv_requests(&e, 0);
@@ -938,7 +944,7 @@ static void auth_user_password(void)
     test_acquirer_init(&a, c2, "guarded", test_opts(20000, 10000, 1));
     CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
     /* (keys cannot be counted without a token here: its watch tells) */
-    for (int i = 0; i < 500 && served(&e, 0, "Watch") < 1; i++)
+    for (int i = 0; i < 500 && watchers(&e, 0) < 1; i++)
         test_sleep_ms(10);
     CHECK(!atomic_load(&a.done));
     CHECK_RC(dlock_release(l), DLOCK_OK);
