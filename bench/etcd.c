@@ -326,8 +326,9 @@ static void reqs_take(reqs *r)
         r->del = metric(text, "DeleteRange");
         r->put = metric(text, "Put");
         r->watch = metric(text, "Watch");
-        const char *w = strstr(text, "\netcd_debugging_mvcc_watcher_total ");
-        r->watchers = w != NULL ? (long long)strtod(w + 35, NULL) : 0;
+        static const char gauge[] = "\netcd_debugging_mvcc_watcher_total ";
+        const char *w = strstr(text, gauge);
+        r->watchers = w != NULL ? (long long)strtod(w + sizeof(gauge) - 1, NULL) : 0;
     }
     free(text);
     curl_easy_cleanup(h);

@@ -354,11 +354,9 @@ static json_t *move_txn(const dlock__etcd_watch *w, int64_t lease, int first)
 static int promote_on_spare(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w,
                             int first)
 {
-    int64_t lease, sent = dlock__now_ms();
+    int64_t lease, ok_ms, sent = dlock__now_ms();
     dlock__etcd_pair p;
     int rc, alive, moved;
-
-    int64_t ok_ms;
 
     if (dlock__etcd_shared_kind(w->kind) ||
         !dlock__etcd_spare_take(be, w->hold_ttl, &lease, &ok_ms))

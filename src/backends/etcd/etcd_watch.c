@@ -48,8 +48,7 @@ struct dlock__etcd_stream {
     size_t endpoint;
     char *key;
     size_t key_len;
-    char *range_end;  /* NULL: one key */
-    int range;        /* any change under a range, not one key's deletion */
+    char *range_end;  /* any change under a range; NULL: one key's deletion */
     int64_t next_rev; /* watch from here after a reconnect */
     int state;
     char *line; /* the part of the body not yet split into lines */
@@ -86,7 +85,7 @@ static void handle_result(dlock__etcd_stream *s, const json_t *result)
         if (dlock__etcd_int(kv, "mod_revision", &rev) == 0 && rev >= s->next_rev &&
             rev < INT64_MAX)
             s->next_rev = rev + 1;
-        if (s->range) {
+        if (s->range_end != NULL) {
             if (s->state == DLOCK__ETCD_STREAM_RUNNING)
                 s->state = DLOCK__ETCD_STREAM_DELETED;
             continue;
@@ -128,6 +127,18 @@ static void handle_line(dlock__etcd_stream *s, const char *text, size_t n)
     json_decref(j);
 }
 
+/* A WatchResponse message in the gateway's JSON; NULL with *why. */
+static json_t *watch_response(const uint8_t *msg, size_t len, const char **why)
+{
+    ProtobufCMessage *m =
+        protobuf_c_message_unpack(&etcdserverpb__watch_response__descriptor, NULL, len, msg);
+    json_t *j = m != NULL ? dlock__etcd_pb_to_json(m) : NULL;
+
+    *why = m == NULL ? "not a WatchResponse" : "out of memory";
+    dlock__etcd_pb_free(m, 0);
+    return j;
+}
+
 /* Whole gRPC messages at the start of the buffer; returns the bytes used. */
 static size_t handle_frames(dlock__etcd_stream *s)
 {
@@ -136,12 +147,10 @@ static size_t handle_frames(dlock__etcd_stream *s)
     int got;
 
     while ((got = dlock__etcd_grpc_frame(buf, s->len, &pos, LINE_MAX_BYTES, &msg, &len)) == 1) {
-        ProtobufCMessage *m = protobuf_c_message_unpack(&etcdserverpb__watch_response__descriptor,
-                                                        NULL, len, msg);
-        json_t *j = m != NULL ? dlock__etcd_pb_to_json(m) : NULL;
-        dlock__etcd_pb_free(m, 0);
+        const char *why;
+        json_t *j = watch_response(msg, len, &why);
         if (j == NULL) {
-            set_failed(s, m == NULL ? "not a WatchResponse" : "out of memory");
+            set_failed(s, why);
             return pos;
         }
         handle_result(s, j);
@@ -152,15 +161,49 @@ static size_t handle_frames(dlock__etcd_stream *s)
     return pos;
 }
 
-/* gRPC's status, in the trailers when etcd ends the stream. */
+/* gRPC's status and message, in the trailers when etcd ends a stream:
+ * the first status that is not OK is kept. */
+static void read_trailer(const char *data, size_t n, int *status, char *message, size_t size)
+{
+    int got = -1;
+
+    dlock__etcd_grpc_header(data, n, &got, message, size);
+    if (got > 0 && *status <= 0)
+        *status = got;
+}
+
+/* Why a stream that curl finished ended. */
+static const char *end_reason(CURLcode res, int grpc_status, const char *grpc_message)
+{
+    return res != CURLE_OK ? curl_easy_strerror(res)
+           : grpc_status > 0 && grpc_message[0] != '\0' ? grpc_message
+                                                        : "the server ended the watch stream";
+}
+
+/* Add n bytes to the buffer *buf (*len used of *cap), growing it up to max
+ * bytes: 0, or -1 when it would be longer or memory ran out. */
+static int append(char **buf, size_t *len, size_t *cap, const char *data, size_t n, size_t max)
+{
+    if (*len + n > *cap) {
+        size_t c = *cap ? *cap : 1024;
+        char *grown;
+        while (c < *len + n)
+            c *= 2;
+        if (c > max || (grown = realloc(*buf, c)) == NULL)
+            return -1;
+        *buf = grown;
+        *cap = c;
+    }
+    memcpy(*buf + *len, data, n);
+    *len += n;
+    return 0;
+}
+
 static size_t on_header(char *data, size_t size, size_t n, void *arg)
 {
     dlock__etcd_stream *s = arg;
-    int status = -1;
 
-    dlock__etcd_grpc_header(data, size * n, &status, s->grpc_message, sizeof(s->grpc_message));
-    if (status > 0 && s->grpc_status <= 0)
-        s->grpc_status = status;
+    read_trailer(data, size * n, &s->grpc_status, s->grpc_message, sizeof(s->grpc_message));
     return size * n;
 }
 
@@ -169,20 +212,10 @@ static size_t on_data(char *data, size_t size, size_t n, void *arg)
     dlock__etcd_stream *s = arg;
     size_t add = size * n, start = 0;
 
-    if (s->len + add > s->cap) {
-        size_t cap = s->cap ? s->cap : 1024;
-        char *grown;
-        while (cap < s->len + add)
-            cap *= 2;
-        if (cap > LINE_MAX_BYTES || (grown = realloc(s->line, cap)) == NULL) {
-            set_failed(s, "watch reply too long");
-            return 0;
-        }
-        s->line = grown;
-        s->cap = cap;
+    if (append(&s->line, &s->len, &s->cap, data, add, LINE_MAX_BYTES) != 0) {
+        set_failed(s, "watch reply too long");
+        return 0;
     }
-    memcpy(s->line + s->len, data, add);
-    s->len += add;
     if (s->grpc) {
         start = handle_frames(s);
         memmove(s->line, s->line + start, s->len - start);
@@ -289,11 +322,15 @@ static int hub_queue(dlock__etcd_hub *h, json_t *req)
     return DLOCK_OK;
 }
 
+/* s's WatchCreateRequest: from its next revision, with its watch_id when
+ * it has one (on the hub's stream). */
 static json_t *create_request(const dlock__etcd_stream *s)
 {
-    json_t *req = json_pack("{s:o, s:I, s:I}", "key", dlock__etcd_str(s->key), "start_revision",
-                            (json_int_t)s->next_rev, "watch_id", (json_int_t)s->id);
+    json_t *req = json_pack("{s:o, s:I}", "key", dlock__etcd_str(s->key), "start_revision",
+                            (json_int_t)s->next_rev);
 
+    if (req != NULL && s->id != 0)
+        json_object_set_new(req, "watch_id", json_integer((json_int_t)s->id));
     if (req != NULL && s->range_end != NULL)
         json_object_set_new(req, "range_end", dlock__etcd_str(s->range_end));
     else if (req != NULL)
@@ -364,27 +401,16 @@ static size_t hub_data(char *data, size_t size, size_t n, void *arg)
     const uint8_t *msg;
     int got;
 
-    if (h->ilen + add > h->icap) {
-        size_t cap = h->icap ? h->icap : 4096;
-        char *grown;
-        while (cap < h->ilen + add)
-            cap *= 2;
-        if (cap > 4 * LINE_MAX_BYTES || (grown = realloc(h->in, cap)) == NULL)
-            return 0; /* curl fails the stream: every watch is told */
-        h->in = grown;
-        h->icap = cap;
-    }
-    memcpy(h->in + h->ilen, data, add);
-    h->ilen += add;
+    /* 0 returned: curl fails the stream, and every watch is told. */
+    if (append(&h->in, &h->ilen, &h->icap, data, add, 4 * LINE_MAX_BYTES) != 0)
+        return 0;
     while ((got = dlock__etcd_grpc_frame((const uint8_t *)h->in, h->ilen, &pos, LINE_MAX_BYTES,
                                          &msg, &len)) == 1) {
-        ProtobufCMessage *m = protobuf_c_message_unpack(&etcdserverpb__watch_response__descriptor,
-                                                        NULL, len, msg);
-        json_t *j = m != NULL ? dlock__etcd_pb_to_json(m) : NULL;
+        const char *why;
+        json_t *j = watch_response(msg, len, &why);
         int64_t id = 0;
         dlock__etcd_stream *s;
 
-        dlock__etcd_pb_free(m, 0);
         if (j == NULL)
             return 0;
         /* watch_id 0 is left out of the JSON (a zero field): no watch of
@@ -407,11 +433,8 @@ static size_t hub_data(char *data, size_t size, size_t n, void *arg)
 static size_t hub_header(char *data, size_t size, size_t n, void *arg)
 {
     dlock__etcd_hub *h = arg;
-    int status = -1;
 
-    dlock__etcd_grpc_header(data, size * n, &status, h->grpc_message, sizeof(h->grpc_message));
-    if (status > 0 && h->grpc_status <= 0)
-        h->grpc_status = status;
+    read_trailer(data, size * n, &h->grpc_status, h->grpc_message, sizeof(h->grpc_message));
     return size * n;
 }
 
@@ -485,13 +508,9 @@ static void *hub_main(void *arg)
         dlock__sigpipe_restore(&guard);
         while ((msg = curl_multi_info_read(h->multi, &left)) != NULL) {
             if (msg->msg == CURLMSG_DONE && msg->easy_handle == h->easy) {
-                CURLcode res = msg->data.result;
                 char why[200];
                 snprintf(why, sizeof(why), "%s",
-                         res != CURLE_OK ? curl_easy_strerror(res)
-                         : h->grpc_status > 0 && h->grpc_message[0] != '\0'
-                             ? h->grpc_message
-                             : "the server ended the watch stream");
+                         end_reason(msg->data.result, h->grpc_status, h->grpc_message));
                 hub_down(h, why);
                 break;
             }
@@ -604,7 +623,7 @@ static int hub_wait(dlock__etcd_stream *s, int64_t timeout_ms, int wake_fd)
 {
     int64_t end = dlock__now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
 
-    for (;;) {
+    for (int woken = 0;;) {
         struct pollfd fds[2] = {{s->efd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
         int64_t left;
         uint64_t v;
@@ -614,20 +633,15 @@ static int hub_wait(dlock__etcd_stream *s, int64_t timeout_ms, int wake_fd)
         state = s->state;
         pthread_mutex_unlock(&s->hub->mu);
         left = end - dlock__now_ms();
-        if (state != DLOCK__ETCD_STREAM_RUNNING || left <= 0)
+        if (state != DLOCK__ETCD_STREAM_RUNNING || left <= 0 || woken)
             return state;
         if (poll(fds, wake_fd >= 0 ? 2 : 1, left > INT32_MAX ? INT32_MAX : (int)left) < 0 &&
             errno != EINTR)
             return state;
         if (fds[0].revents != 0 && read(s->efd, &v, sizeof(v)) < 0) {
-            /* nothing: drained by the look above */
+            /* nothing: the look at the state comes next */
         }
-        if (wake_fd >= 0 && fds[1].revents != 0) {
-            pthread_mutex_lock(&s->hub->mu);
-            state = s->state;
-            pthread_mutex_unlock(&s->hub->mu);
-            return state;
-        }
+        woken = wake_fd >= 0 && fds[1].revents != 0;
     }
 }
 
@@ -648,7 +662,6 @@ int dlock__etcd_stream_open(dlock__etcd_stream **out, dlock__etcd *e, const char
     s->key = strdup(key);
     s->range_end = range_end != NULL ? strdup(range_end) : NULL;
     s->endpoint = dlock__etcd_current(e);
-    s->range = range_end != NULL;
     s->next_rev = start_rev;
     s->grpc = dlock__etcd_is_grpc(e);
     s->grpc_status = -1;
@@ -665,13 +678,7 @@ int dlock__etcd_stream_open(dlock__etcd_stream **out, dlock__etcd *e, const char
         *out = s;
         return DLOCK_OK;
     }
-    if (s->range)
-        req = json_pack("{s:{s:o, s:o, s:I}}", "create_request", "key", dlock__etcd_str(key),
-                        "range_end", dlock__etcd_str(range_end), "start_revision",
-                        (json_int_t)start_rev);
-    else
-        req = json_pack("{s:{s:o, s:I, s:[s]}}", "create_request", "key", dlock__etcd_str(key),
-                        "start_revision", (json_int_t)start_rev, "filters", "NOPUT");
+    req = s->key != NULL && (range_end == NULL || s->range_end != NULL) ? create_request(s) : NULL;
     if (req != NULL)
         body = json_dumps(req, JSON_COMPACT);
     json_decref(req);
@@ -723,13 +730,8 @@ int dlock__etcd_stream_wait(dlock__etcd_stream *s, int64_t timeout_ms, int wake_
         if (mrc != CURLM_OK)
             set_failed(s, "curl multi failed");
         while ((msg = curl_multi_info_read(s->multi, &left_msgs)) != NULL) {
-            if (msg->msg == CURLMSG_DONE) {
-                CURLcode res = msg->data.result;
-                set_failed(s, res != CURLE_OK ? curl_easy_strerror(res)
-                              : s->grpc_status > 0 && s->grpc_message[0] != '\0'
-                                  ? s->grpc_message
-                                  : "the server ended the watch stream");
-            }
+            if (msg->msg == CURLMSG_DONE)
+                set_failed(s, end_reason(msg->data.result, s->grpc_status, s->grpc_message));
         }
         if (s->state != DLOCK__ETCD_STREAM_RUNNING)
             return s->state;
@@ -748,25 +750,35 @@ int dlock__etcd_stream_wait(dlock__etcd_stream *s, int64_t timeout_ms, int wake_
     }
 }
 
-void dlock__etcd_stream_rearm(dlock__etcd_stream *s)
+/* A stream on the hub is the hub thread's to change: its fields are read
+ * and written under the hub's mutex. */
+static void guard_lock(const dlock__etcd_stream *s)
 {
     if (s->hub != NULL)
         pthread_mutex_lock(&s->hub->mu);
-    if (s->state == DLOCK__ETCD_STREAM_DELETED)
-        s->state = DLOCK__ETCD_STREAM_RUNNING;
+}
+
+static void guard_unlock(const dlock__etcd_stream *s)
+{
     if (s->hub != NULL)
         pthread_mutex_unlock(&s->hub->mu);
+}
+
+void dlock__etcd_stream_rearm(dlock__etcd_stream *s)
+{
+    guard_lock(s);
+    if (s->state == DLOCK__ETCD_STREAM_DELETED)
+        s->state = DLOCK__ETCD_STREAM_RUNNING;
+    guard_unlock(s);
 }
 
 int64_t dlock__etcd_stream_next_rev(const dlock__etcd_stream *s)
 {
     int64_t rev;
 
-    if (s->hub != NULL)
-        pthread_mutex_lock(&s->hub->mu);
+    guard_lock(s);
     rev = s->next_rev;
-    if (s->hub != NULL)
-        pthread_mutex_unlock(&s->hub->mu);
+    guard_unlock(s);
     return rev;
 }
 
@@ -774,11 +786,9 @@ size_t dlock__etcd_stream_endpoint(const dlock__etcd_stream *s)
 {
     size_t endpoint;
 
-    if (s->hub != NULL)
-        pthread_mutex_lock(&s->hub->mu);
+    guard_lock(s);
     endpoint = s->endpoint;
-    if (s->hub != NULL)
-        pthread_mutex_unlock(&s->hub->mu);
+    guard_unlock(s);
     return endpoint;
 }
 

@@ -180,25 +180,34 @@ static void leases_follow_the_lock(void)
     test_etcd_stop(&e);
 }
 
-/* The lease of the first key under prefix. */
-static long long key_lease(test_etcd *e, const char *prefix)
+/* etcd's reply (parsed; NULL if none) to a range of the keys under prefix,
+ * with more of the request's fields (JSON, from a comma) after them. */
+static json_t *range_under(test_etcd *e, const char *prefix, const char *more)
 {
     char *k = dlock__etcd_b64(prefix, strlen(prefix)), *end = dlock__etcd_prefix_end(prefix);
     char *kend = dlock__etcd_b64(end, strlen(end)), body[512], *r;
-    json_t *j, *kv;
-    long long lease = 0;
+    json_t *j;
 
-    snprintf(body, sizeof(body), "{\"key\":\"%s\",\"range_end\":\"%s\"}", k, kend);
+    snprintf(body, sizeof(body), "{\"key\":\"%s\",\"range_end\":\"%s\"%s}", k, kend, more);
     r = test_etcd_post(e, 0, "/v3/kv/range", body);
     j = r != NULL ? json_loads(r, 0, NULL) : NULL;
-    kv = json_array_get(json_object_get(j, "kvs"), 0);
-    if (json_is_string(json_object_get(kv, "lease")))
-        lease = atoll(json_string_value(json_object_get(kv, "lease")));
-    json_decref(j);
     free(r);
     free(k);
     free(end);
     free(kend);
+    return j;
+}
+
+/* The lease of the first key under prefix. */
+static long long key_lease(test_etcd *e, const char *prefix)
+{
+    json_t *j = range_under(e, prefix, ""), *kv;
+    long long lease = 0;
+
+    kv = json_array_get(json_object_get(j, "kvs"), 0);
+    if (json_is_string(json_object_get(kv, "lease")))
+        lease = atoll(json_string_value(json_object_get(kv, "lease")));
+    json_decref(j);
     return lease;
 }
 
@@ -206,17 +215,11 @@ static long long key_lease(test_etcd *e, const char *prefix)
  * directory) into out, or "" when there is none. */
 static void first_key(test_etcd *e, const char *prefix, char *out, size_t size)
 {
-    char *k = dlock__etcd_b64(prefix, strlen(prefix)), *end = dlock__etcd_prefix_end(prefix);
-    char *kend = dlock__etcd_b64(end, strlen(end)), body[512], *r, *name = NULL;
-    json_t *j;
+    json_t *j = range_under(e, prefix,
+                            ",\"sort_target\":\"CREATE\",\"sort_order\":\"ASCEND\",\"limit\":1");
+    char *name = NULL;
     size_t len = 0;
 
-    snprintf(body, sizeof(body),
-             "{\"key\":\"%s\",\"range_end\":\"%s\",\"sort_target\":\"CREATE\","
-             "\"sort_order\":\"ASCEND\",\"limit\":1}",
-             k, kend);
-    r = test_etcd_post(e, 0, "/v3/kv/range", body);
-    j = r != NULL ? json_loads(r, 0, NULL) : NULL;
     out[0] = '\0';
     if (dlock__etcd_unb64(json_string_value(json_object_get(
                               json_array_get(json_object_get(j, "kvs"), 0), "key")),
@@ -224,10 +227,6 @@ static void first_key(test_etcd *e, const char *prefix, char *out, size_t size)
         snprintf(out, size, "%.*s", (int)len, name);
     free(name);
     json_decref(j);
-    free(r);
-    free(k);
-    free(end);
-    free(kend);
 }
 
 static long long method_count(test_etcd *e, const char *method)
