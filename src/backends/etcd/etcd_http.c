@@ -581,7 +581,9 @@ static int call_body(dlock__etcd *e, dlock__etcd_conn *c, const char *path, cons
             return rc;
         }
         if (next == DLOCK__ETCD_TRY_LOGIN) {
-            if (logged_in)
+            /* Once; and never for a call without the token (the login's
+             * own, under login_mu), whatever its reply says. */
+            if (logged_in || !with_token)
                 return rc;
             logged_in = 1;
             if ((rc = login(e, c, gen)) != DLOCK_OK)
