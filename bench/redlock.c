@@ -418,9 +418,13 @@ int bench_redlock(const char *given_url, long iterations)
     atexit(stop_servers);
     split_url(url, hosts, sizeof hosts, password, sizeof password);
 
-    dlock_client *client[2] = {NULL, NULL};
-    for (int a = 0; a < 2; a++)
-        if (dlock_client_open(&client[a], url, NULL) != DLOCK_OK)
+    /* client[2]: the fan-outs on poll(2) (io=poll), beside the default
+     * (io_uring where the kernel allows it). */
+    dlock_client *client[3] = {NULL, NULL, NULL};
+    char poll_url[2100];
+    snprintf(poll_url, sizeof poll_url, "%s%cio=poll", url, strchr(url, '?') ? '&' : '?');
+    for (int a = 0; a < 3; a++)
+        if (dlock_client_open(&client[a], a < 2 ? url : poll_url, NULL) != DLOCK_OK)
             bench_die("dlock_client_open: %s", dlock_error_message());
     redisContext *raw[NODES];
     int nraw = 0;
@@ -443,9 +447,9 @@ int bench_redlock(const char *given_url, long iterations)
     if (nraw != NODES)
         bench_die("--redlock measures %d nodes; the URL has %d", NODES, nraw);
 
-    char name[2][64], hname[64];
-    snprintf(name[0], sizeof name[0], "dlock-bench:%ld:redlock0", (long)getpid());
-    snprintf(name[1], sizeof name[1], "dlock-bench:%ld:redlock1", (long)getpid());
+    char name[3][64], hname[64];
+    for (int a = 0; a < 3; a++)
+        snprintf(name[a], sizeof name[a], "dlock-bench:%ld:redlock%d", (long)getpid(), a);
     snprintf(hname, sizeof hname, "dlock-bench:%ld:redlock-handoff", (long)getpid());
 
     printf("dlock-bench --redlock: dlock %s, %d redis-servers %s (%s)\n", dlock_version(), NODES,
@@ -453,11 +457,12 @@ int bench_redlock(const char *given_url, long iterations)
     printf("  %ld cycles each, %ld hand-offs, lease %d ms; not pinned; load average %s\n", n,
            handoffs, LEASE_MS, load_average(loadavg, sizeof loadavg));
 
-    bench_series ping = {0}, cyc[2] = {{0}, {0}}, hand = {0};
+    bench_series ping = {0}, cyc[3] = {{0}, {0}, {0}}, hand = {0};
     for (long i = 0; i < n / 10 + 50; i++) { /* warm-up */
         parallel_ping(raw, NULL);
         cycle(client[1], name[1], 1, NULL);
         cycle(client[0], name[0], 0, NULL);
+        cycle(client[2], name[2], 0, NULL);
     }
     /* node-redlock runs in the same 10 rounds, a chunk of its cycles after
      * dlock's in each (node idle meanwhile), so that a slow spell of the
@@ -475,6 +480,8 @@ int bench_redlock(const char *given_url, long iterations)
             cycle(client[0], name[0], 0, &cyc[0]);
         for (long i = 0; i < per; i++)
             cycle(client[1], name[1], 1, &cyc[1]);
+        for (long i = 0; i < per; i++)
+            cycle(client[2], name[2], 0, &cyc[2]);
         if (node_ok == 0)
             node_ok = node_chunk(&np, per, &nodes, why, sizeof why);
     }
@@ -495,6 +502,8 @@ int bench_redlock(const char *given_url, long iterations)
         bench_print_row(label, bench_series_us(&cyc[a], 50), bench_series_us(&cyc[a], 99), -1, base, bench_series_us(&cyc[a], 50) / p50,
                         0);
     }
+    bench_print_row("dlock cycle, auto_renew=0, io=poll", bench_series_us(&cyc[2], 50),
+                    bench_series_us(&cyc[2], 99), -1, base, bench_series_us(&cyc[2], 50) / p50, 0);
     bench_print_row("dlock hand-off release -> waiter", bench_series_us(&hand, 50), bench_series_us(&hand, 99), -1, base,
                     bench_series_us(&hand, 50) / p50, 0);
     if (node_ok == 0) {
@@ -518,11 +527,11 @@ int bench_redlock(const char *given_url, long iterations)
 
     for (int i = 0; i < NODES; i++)
         redisFree(raw[i]);
-    dlock_client_free(client[0]);
-    dlock_client_free(client[1]);
+    for (int a = 0; a < 3; a++) {
+        dlock_client_free(client[a]);
+        free(cyc[a].v);
+    }
     free(ping.v);
-    free(cyc[0].v);
-    free(cyc[1].v);
     free(hand.v);
     free(nodes.v);
     return 0;

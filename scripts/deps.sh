@@ -5,7 +5,7 @@
 # the .debs). Needs root (or sudo) only when something is missing. `make
 # demo`, `make test` and CI run it; `make build` and `make install` do not.
 set -eu
-pkgs="build-essential cmake pkg-config python3 libhiredis-dev libssl-dev openssl redis-server redis-sentinel redis-tools libsqlite3-dev sqlite3 libpq-dev postgresql etcd-server etcd-client libcurl4-openssl-dev libjansson-dev golang-etcd-server-dev protobuf-c-compiler libprotobuf-c-dev python3-etcd3 faketime clang libclang-rt-14-dev spin scdoc man-db debhelper mariadb-server libmariadb-dev"
+pkgs="build-essential cmake pkg-config python3 libhiredis-dev libssl-dev liburing-dev openssl redis-server redis-sentinel redis-tools libsqlite3-dev sqlite3 libpq-dev postgresql etcd-server etcd-client libcurl4-openssl-dev libjansson-dev golang-etcd-server-dev protobuf-c-compiler libprotobuf-c-dev python3-etcd3 faketime clang libclang-rt-14-dev spin scdoc man-db debhelper mariadb-server libmariadb-dev"
 missing=""
 # ZooKeeper (the zk module's client library, the server for its tests) and
 # the Curator interop test (tests/interop/curator): Java, Curator's recipes

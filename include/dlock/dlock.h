@@ -227,7 +227,7 @@ DLOCK_EXTERN int dlock_client_options_init(dlock_client_options *opts, unsigned 
  *     insecure_auth=1   allows user:password@ on plain etcd://, which is
  *                   otherwise DLOCK_EINVAL (the password would travel in
  *                   clear text)
- *   redlock://[user:password@]h1:p1,h2:p2,...,hN:pN[/db][?drift_ms=M&node_timeout_ms=T]
+ *   redlock://[user:password@]h1:p1,h2:p2,...,hN:pN[/db][?drift_ms=M&node_timeout_ms=T&io=I]
  *                   Redlock over N independent Redis masters, N odd, 3 to
  *                   15 (docs/redlock.md): held on a majority, with a fence
  *                   that increases across holders; the mutex, with owner
@@ -235,7 +235,11 @@ DLOCK_EXTERN int dlock_client_options_init(dlock_client_options *opts, unsigned 
  *                   drift_ms: the clock-drift
  *                   margin (default lease / 100 + 2 ms); node_timeout_ms:
  *                   how long a node may take (default lease / 10, at least
- *                   5 ms, at most the command timeout)
+ *                   5 ms, at most the command timeout); io: how a round
+ *                   waits for the nodes, auto (default: io_uring where the
+ *                   kernel allows it, else poll), poll, or io_uring
+ *                   (DLOCK_ENOTSUP from open when it cannot be had; not
+ *                   with tls=1, which reads through OpenSSL with poll)
  * User and password may be percent-encoded.
  *
  * The connection is made and checked (AUTH, SELECT, CLIENT SETNAME) before

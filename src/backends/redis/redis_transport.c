@@ -600,6 +600,23 @@ int dlock__redis_tp_flush(dlock__redis_tp *tp, int64_t deadline_ms)
     return REDIS_OK;
 }
 
+/* What a clear-text recv(2) of the socket gave (n, and e its errno when n <
+ * 0): n bytes, 0 when nothing was there yet, or -1 with the transport
+ * failed (the peer closed, or an error). */
+static ssize_t received(dlock__redis_tp *tp, ssize_t n, int e)
+{
+    if (n > 0)
+        return n;
+    if (n == 0) {
+        fail(tp, REDIS_ERR_EOF, "server closed the connection");
+        return -1;
+    }
+    if (e == EAGAIN || e == EWOULDBLOCK || e == EINTR)
+        return 0;
+    fail_errno(tp, e, "");
+    return -1;
+}
+
 /* One read into buf: > 0 bytes, 0 would block (*ev: what to wait for),
  * -1 failed. */
 static ssize_t read_some(dlock__redis_tp *tp, char *buf, size_t size, short *ev)
@@ -625,16 +642,7 @@ static ssize_t read_some(dlock__redis_tp *tp, char *buf, size_t size, short *ev)
         return -1;
     }
     n = recv(tp->fd, buf, size, 0);
-    if (n > 0)
-        return n;
-    if (n == 0) {
-        fail(tp, REDIS_ERR_EOF, "server closed the connection");
-        return -1;
-    }
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
-        return 0;
-    fail_errno(tp, errno, "");
-    return -1;
+    return received(tp, n, n < 0 ? errno : 0);
 }
 
 int dlock__redis_tp_read(dlock__redis_tp *tp, int64_t deadline_ms)
@@ -666,6 +674,25 @@ int dlock__redis_tp_read(dlock__redis_tp *tp, int64_t deadline_ms)
         if (w < 0)
             return fail_errno(tp, errno, "poll: ");
     }
+}
+
+int dlock__redis_tp_took(dlock__redis_tp *tp, const char *buf, ssize_t res)
+{
+    ssize_t n;
+
+    if (!dlock__redis_tp_ok(tp) || tp->ssl != NULL)
+        return REDIS_ERR;
+    n = received(tp, res < 0 ? -1 : res, res < 0 ? (int)-res : 0);
+    if (n < 0)
+        return REDIS_ERR;
+    if (n > 0 && redisReaderFeed(tp->reader, buf, (size_t)n) != REDIS_OK)
+        return fail(tp, REDIS_ERR_OOM, "out of memory");
+    return REDIS_OK;
+}
+
+void dlock__redis_tp_fail_errno(dlock__redis_tp *tp, int e)
+{
+    fail_errno(tp, e, "");
 }
 
 int dlock__redis_tp_get_reply(dlock__redis_tp *tp, void **reply)

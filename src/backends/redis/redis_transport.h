@@ -25,6 +25,7 @@
 #include <hiredis/hiredis.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* Where to connect and how. Strings are borrowed (from the client's URL). */
 typedef struct {
@@ -97,6 +98,15 @@ int dlock__redis_tp_flush(dlock__redis_tp *tp, int64_t deadline_ms);
  * OpenSSL decrypted is taken, so poll() on the socket afterwards is
  * accurate. */
 int dlock__redis_tp_read(dlock__redis_tp *tp, int64_t deadline_ms);
+
+/* What a recv(2) of the clear-text socket done elsewhere (io_uring: the
+ * Redlock fan-out) gave: res bytes at buf, fed to the reader; 0, the peer
+ * closed; below 0, -errno (-EAGAIN: nothing yet, not a failure). REDIS_ERR
+ * with the transport failed otherwise, as dlock__redis_tp_read. */
+int dlock__redis_tp_took(dlock__redis_tp *tp, const char *buf, ssize_t res);
+
+/* Mark the transport failed by errno e of a write done elsewhere. */
+void dlock__redis_tp_fail_errno(dlock__redis_tp *tp, int e);
 
 /* One parsed reply from what was read, or *reply NULL when none is complete. */
 int dlock__redis_tp_get_reply(dlock__redis_tp *tp, void **reply);

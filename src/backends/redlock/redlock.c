@@ -120,6 +120,8 @@ static void redlock_close(void *arg)
         dlock__redis_conn_close(&be->nodes[i].cmd.conn);
         dlock__redis_conn_close(&be->nodes[i].wd.conn);
     }
+    dlock__redlock_ring_close(be->ring[0]);
+    dlock__redlock_ring_close(be->ring[1]);
     pthread_mutex_destroy(&be->cmd_mu);
     free(be->node_params);
     free(be->prefix);
@@ -145,10 +147,11 @@ static int ms_param(const dlock_url *url, const char *key, int64_t *out)
 }
 
 /* Checks the URL; *tls: tls=1 (every node over TLS, with the TLS
- * parameters of rediss://). */
-static int check_url(const dlock_url *url, int *tls)
+ * parameters of rediss://); *io: io= (DLOCK__REDLOCK_IO_*). */
+static int check_url(const dlock_url *url, int *tls, int *io)
 {
     const char *t = dlock_url_param_get(url, "tls");
+    const char *v = dlock_url_param_get(url, "io");
     dlock__redis_endpoint ep;
     int rc;
 
@@ -159,6 +162,18 @@ static int check_url(const dlock_url *url, int *tls)
     if (t != NULL && strcmp(t, "0") != 0 && strcmp(t, "1") != 0)
         return dlock__fail(DLOCK_EINVAL, "redlock URL: tls must be 0 or 1, got '%.32s'", t);
     *tls = t != NULL && strcmp(t, "1") == 0;
+    if (v == NULL || strcmp(v, "auto") == 0)
+        *io = DLOCK__REDLOCK_IO_AUTO;
+    else if (strcmp(v, "poll") == 0)
+        *io = DLOCK__REDLOCK_IO_POLL;
+    else if (strcmp(v, "io_uring") == 0)
+        *io = DLOCK__REDLOCK_IO_URING;
+    else
+        return dlock__fail(DLOCK_EINVAL, "redlock URL: io must be auto, poll or io_uring, got "
+                           "'%.32s'", v);
+    if (*io == DLOCK__REDLOCK_IO_URING && *tls)
+        return dlock__fail(DLOCK_EINVAL, "redlock URL: io=io_uring is for clear text: with "
+                           "tls=1 the nodes are read through OpenSSL, with poll");
     for (size_t i = 0; i < url->nparams; i++) {
         const char *k = url->params[i].key;
         if (dlock__redis_tls_param(k) && !*tls)
@@ -166,10 +181,10 @@ static int check_url(const dlock_url *url, int *tls)
             return dlock__fail(DLOCK_EINVAL, "redlock URL: '%.32s' is a TLS parameter: add "
                                "tls=1", k);
         if (strcmp(k, "drift_ms") != 0 && strcmp(k, "node_timeout_ms") != 0 &&
-            strcmp(k, "tls") != 0 && !dlock__redis_tls_param(k))
+            strcmp(k, "tls") != 0 && strcmp(k, "io") != 0 && !dlock__redis_tls_param(k))
             return dlock__fail(DLOCK_EINVAL, "redlock URL: unknown parameter '%.32s' (known: "
-                               "drift_ms, node_timeout_ms, tls, and with tls=1 cacert, cert, "
-                               "key, sni, insecure)", k);
+                               "drift_ms, node_timeout_ms, io, tls, and with tls=1 cacert, "
+                               "cert, key, sni, insecure)", k);
     }
     memset(&ep, 0, sizeof(ep));
     if (*tls && (rc = dlock__redis_tls_params(&ep, url)) != DLOCK_OK)
@@ -182,11 +197,11 @@ static int redlock_open(void **out, const dlock_url *url, const dlock_client_opt
     redlock_backend *be;
     answer conn[DLOCK__REDLOCK_NODES_MAX];
     size_t up = 0;
-    int rc, first_rc = DLOCK_OK, tls = 0;
+    int rc, first_rc = DLOCK_OK, tls = 0, io = DLOCK__REDLOCK_IO_AUTO;
     char first[512] = "";
 
     *out = NULL;
-    if ((rc = check_url(url, &tls)) != DLOCK_OK)
+    if ((rc = check_url(url, &tls, &io)) != DLOCK_OK)
         return rc;
     be = calloc(1, sizeof(*be));
     if (be == NULL)
@@ -206,6 +221,21 @@ static int redlock_open(void **out, const dlock_url *url, const dlock_client_opt
     if (be->prefix == NULL) {
         rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
         goto err;
+    }
+    /* io_uring where it can be had (io=auto), unless asked not to; io=io_uring
+     * says why it cannot. */
+    for (int k = 0; k < 2 && !tls && io != DLOCK__REDLOCK_IO_POLL; k++) {
+        if ((rc = dlock__redlock_ring_open(&be->ring[k], be->n)) == DLOCK_OK)
+            continue;
+        if (io == DLOCK__REDLOCK_IO_URING) {
+            char why[256];
+            snprintf(why, sizeof(why), "%s", dlock_error_message());
+            dlock__fail(rc, "redlock URL: io=io_uring: %s", why);
+            goto err;
+        }
+        dlock__redlock_ring_close(be->ring[0]);
+        be->ring[0] = NULL;
+        break;
     }
     if (tls && url->nparams > 0) {
         be->node_params = calloc(url->nparams, sizeof(*be->node_params));

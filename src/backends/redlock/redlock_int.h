@@ -40,6 +40,12 @@ typedef struct {
     dlock__redis_watcher *watcher;
 } dlock__redlock_node;
 
+/* An io_uring instance for fan-outs (redlock_nodes.c); opaque. */
+typedef struct dlock__redlock_ring dlock__redlock_ring;
+
+/* io= in the URL: how a fan-out waits for the nodes. */
+enum { DLOCK__REDLOCK_IO_AUTO, DLOCK__REDLOCK_IO_POLL, DLOCK__REDLOCK_IO_URING };
+
 typedef struct {
     char *prefix;
     size_t n, quorum;
@@ -52,6 +58,9 @@ typedef struct {
     dlock_url_param *node_params;
     size_t nnode_params;
     int tls; /* tls=1: SIGPIPE blocked around a fan-out's I/O */
+    /* The fan-outs' rings, [0] the callers' (under cmd_mu) and [1] the
+     * watchdog's; NULL: poll(2) (io=poll, tls=1, or no io_uring here). */
+    dlock__redlock_ring *ring[2];
     dlock__redlock_node nodes[DLOCK__REDLOCK_NODES_MAX];
 } dlock__redlock_be;
 
@@ -99,6 +108,14 @@ void dlock__redlock_answers_free(dlock__redlock_answer *ans, size_t n);
  */
 void dlock__redlock_connect(dlock__redlock_be *be, int wd, unsigned mask,
                             dlock__redlock_answer *ans);
+
+/* A ring for fan-outs to up to nodes nodes, or DLOCK_ENOTSUP with a message when this kernel
+ * or build has none (a seccomp profile that refuses io_uring_setup, Linux
+ * before 5.11, dlock built without liburing). Close of NULL is a no-op;
+ * usable gives NULL for a ring that must not be used any more. */
+int dlock__redlock_ring_open(dlock__redlock_ring **out, size_t nodes);
+void dlock__redlock_ring_close(dlock__redlock_ring *r);
+dlock__redlock_ring *dlock__redlock_ring_usable(dlock__redlock_ring *r);
 
 /* Set the thread's message for a call that did not reach a quorum: what
  * for, how many nodes agreed, and each failing node's reason (nodes not

@@ -23,6 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef DLOCK_HAVE_LIBURING
+#include <liburing.h>
+#endif
+
 #include "backends/redlock/redlock_int.h"
 #include "core/clock.h"
 #include "core/error.h"
@@ -35,6 +39,9 @@ typedef struct {
     int reloaded; /* NOSCRIPT answered by sending EVAL */
     int reused;   /* the connection was open before this round */
     int resent;   /* sent again on a fresh connection */
+    int queued;   /* the ring is to write the request (not written yet) */
+    int resend;   /* to send again once the ring let go of the old socket */
+    int cancelled; /* the old socket's receive cancelled, for resend */
 } node_state;
 
 /* The scripts a connection may run, loaded ahead on each new one. */
@@ -192,9 +199,27 @@ static void request_free(request *q)
         free(q->bytes);
 }
 
-/* Connect if needed, queue the request (after the scripts loaded ahead on a
- * new connection) and write it all out: one write. */
-static int start(node_state *st, const request *q)
+/* A fan-out in progress: the request, each node's state and answer. */
+typedef struct {
+    dlock__redlock_be *be;
+    const dlock__redis_script *s;
+    int nkeys, argc;
+    const char **argv;
+    const size_t *lens;
+    dlock__redlock_decided_fn decided;
+    void *ctx;
+    dlock__redlock_answer *ans;
+    node_state st[DLOCK__REDLOCK_NODES_MAX];
+    request q;
+    size_t replied;
+    int done;
+} fanout;
+
+/* Connect if needed and queue the request (after the scripts loaded ahead
+ * on a new connection). by_ring: when nothing else is queued, leave the
+ * writing to the ring (queued set); otherwise write it all out now: one
+ * write. */
+static int start(node_state *st, const request *q, int by_ring)
 {
     dlock__redlock_link *l = st->link;
     dlock__redis_conn *conn = &l->conn;
@@ -202,6 +227,11 @@ static int start(node_state *st, const request *q)
 
     if (!link_open(l) && (rc = connect_link(l)) != DLOCK_OK)
         return rc;
+    if (by_ring && conn->tp.opos == conn->tp.olen) {
+        st->queued = 1;
+        st->waiting = 1;
+        return DLOCK_OK;
+    }
     /* A request this small goes into the socket's empty send buffer at
      * once; the command timeout bounds a full one. */
     if (dlock__redis_tp_append_resp(&conn->tp, q->bytes, q->len) != REDIS_OK ||
@@ -212,18 +242,16 @@ static int start(node_state *st, const request *q)
 }
 
 /*
- * Read what the node has sent. Returns DLOCK_OK with *out NULL while our
- * reply has not come, with *out set once it has; a code on failure (the
- * connection closed).
+ * The next reply of ours among what the node sent (read into its
+ * transport's reader). DLOCK_OK with *out NULL while it has not come, with
+ * *out set once it has; a code on failure (the connection closed).
  */
-static int take_replies(node_state *st, redisReply **out)
+static int next_reply(node_state *st, redisReply **out)
 {
     dlock__redis_conn *conn = &st->link->conn;
     void *r;
 
     *out = NULL;
-    if (dlock__redis_tp_read(&conn->tp, -1) != REDIS_OK)
-        return dlock__redis_conn_io_error(conn);
     for (;;) {
         r = NULL;
         if (dlock__redis_tp_get_reply(&conn->tp, &r) != REDIS_OK)
@@ -244,76 +272,90 @@ static int take_replies(node_state *st, redisReply **out)
 }
 
 /* Node i's answer is final: ask whether the outcome is decided. */
-static int answered(dlock__redlock_decided_fn decided, void *ctx,
-                    const dlock__redlock_answer *ans, size_t i)
+static void answered(fanout *f, size_t i)
 {
-    return decided != NULL && decided(ctx, ans, i);
+    if (f->decided != NULL && f->decided(f->ctx, f->ans, i))
+        f->done = 1;
 }
 
-size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
-                             const dlock__redis_script *s, int nkeys, int argc,
-                             const char **argv, const size_t *lens, int64_t timeout_ms,
-                             dlock__redlock_decided_fn decided, void *ctx,
-                             dlock__redlock_answer *ans)
+static void node_failed(fanout *f, size_t i, int code)
 {
-    node_state st[DLOCK__REDLOCK_NODES_MAX];
+    f->st[i].waiting = 0;
+    note(&f->ans[i], code);
+    answered(f, i);
+}
+
+/* The node closed a connection that looked open (it restarted): the
+ * request never ran there, and may be sent again, once. */
+static int may_resend(const node_state *x)
+{
+    return x->reused && !x->resent && !x->link->conn.timed_out && x->link->owed == 0;
+}
+
+/*
+ * Node i sent something, now in its reader (rc: DLOCK_OK, or why reading
+ * failed): take our reply if it came, and ask whether the outcome is
+ * decided. by_ring: a request to send again is left to the ring (resend).
+ */
+static void node_input(fanout *f, size_t i, int rc, int by_ring)
+{
+    node_state *x = &f->st[i];
+    redisReply *r = NULL;
+
+    if (rc == DLOCK_OK)
+        rc = next_reply(x, &r);
+    if (rc == DLOCK_ECONN && may_resend(x)) {
+        x->resent = 1;
+        x->reused = 0;
+        if (by_ring) {
+            x->resend = 1; /* once the ring has let go of the old socket */
+            return;
+        }
+        x->waiting = 0;
+        if ((rc = start(x, &f->q, 0)) == DLOCK_OK)
+            return;
+    }
+    if (rc != DLOCK_OK) {
+        node_failed(f, i, rc);
+        return;
+    }
+    if (r == NULL)
+        return;
+    if (r->type == REDIS_REPLY_ERROR && !x->reloaded && r->len >= 8 &&
+        strncmp(r->str, "NOSCRIPT", 8) == 0) {
+        /* The node flushed its scripts: EVAL loads it. */
+        freeReplyObject(r);
+        x->reloaded = 1;
+        if ((rc = send_eval(&x->link->conn, f->s, f->nkeys, f->argc, f->argv, f->lens)) !=
+            DLOCK_OK)
+            node_failed(f, i, rc);
+        return;
+    }
+    x->waiting = 0;
+    if (r->type == REDIS_REPLY_ERROR) {
+        note(&f->ans[i], dlock__redis_conn_reply_error(&x->link->conn, r));
+        freeReplyObject(r);
+    } else {
+        f->ans[i].reply = r;
+        f->replied++;
+    }
+    answered(f, i);
+}
+
+/* Wait for the nodes with poll(2), reading each when it is ready. */
+static void wait_poll(fanout *f, int64_t deadline)
+{
     struct pollfd fds[DLOCK__REDLOCK_NODES_MAX];
     size_t idx[DLOCK__REDLOCK_NODES_MAX];
-    int64_t deadline = dlock__now_ms() + timeout_ms;
-    dlock__sigpipe_guard guard;
-    request q;
-    char saved[512];
-    size_t replied = 0;
-    int done = 0, qrc;
 
-    save_message(saved, sizeof(saved));
-    /* OpenSSL writes with write(2): a node gone away must not raise
-     * SIGPIPE in the application. Clear text is sent with MSG_NOSIGNAL. */
-    if (be->tls)
-        dlock__sigpipe_block(&guard);
-    qrc = request_init(&q, s, nkeys, argc, argv, lens);
-    for (size_t i = 0; i < be->n; i++) {
-        memset(&st[i], 0, sizeof(st[i]));
-        ans[i].reply = NULL;
-        ans[i].code = DLOCK_OK;
-        ans[i].pending = 0;
-        ans[i].why[0] = '\0';
-        if (!(mask & (1u << i)))
-            continue;
-        st[i].link = wd ? &be->nodes[i].wd : &be->nodes[i].cmd;
-        st[i].reused = link_open(st[i].link);
-    }
-    /* The nodes without a connection, all at once. */
-    dlock__redlock_connect(be, wd, mask, ans);
-    for (size_t i = 0; i < be->n; i++) {
-        int rc;
-        if (!(mask & (1u << i)))
-            continue;
-        rc = ans[i].code;
-        if (rc == DLOCK_OK)
-            rc = qrc;
-        if (rc == DLOCK_OK)
-            rc = start(&st[i], &q);
-        if (rc != DLOCK_OK && rc != qrc && st[i].reused) {
-            /* Dead before we used it (the node restarted): once more. */
-            st[i].reused = 0;
-            rc = start(&st[i], &q);
-        }
-        if (rc != DLOCK_OK) {
-            if (ans[i].code == DLOCK_OK)
-                note(&ans[i], rc);
-            done |= answered(decided, ctx, ans, i);
-        }
-    }
-
-    while (!done) {
+    while (!f->done) {
         size_t k = 0;
         int64_t left = deadline - dlock__now_ms();
         int n;
 
-        for (size_t i = 0; i < be->n; i++)
-            if (st[i].waiting) {
-                fds[k].fd = st[i].link->conn.tp.fd;
+        for (size_t i = 0; i < f->be->n; i++)
+            if (f->st[i].waiting) {
+                fds[k].fd = f->st[i].link->conn.tp.fd;
                 fds[k].events = POLLIN;
                 fds[k].revents = 0;
                 idx[k++] = i;
@@ -326,82 +368,423 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
         /* Every node that is ready, before asking whether it is decided:
          * replies owed from earlier rounds are taken off the sockets too. */
         for (size_t j = 0; n > 0 && j < k; j++) {
-            size_t i = idx[j];
-            node_state *x = &st[i];
-            redisReply *r;
-            int rc;
-
+            dlock__redis_conn *conn = &f->st[idx[j]].link->conn;
             if (fds[j].revents == 0)
                 continue;
-            rc = take_replies(x, &r);
-            if (rc == DLOCK_ECONN && x->reused && !x->resent && !x->link->conn.timed_out &&
-                x->link->owed == 0) {
-                /* The node closed a connection that looked open (it
-                 * restarted): the request never ran there; send it again. */
-                x->resent = 1;
-                x->waiting = 0;
-                x->reused = 0;
-                rc = start(x, &q);
-                if (rc == DLOCK_OK)
-                    continue;
-            }
-            if (rc != DLOCK_OK) {
-                x->waiting = 0;
+            node_input(f, idx[j],
+                       dlock__redis_tp_read(&conn->tp, -1) == REDIS_OK
+                           ? DLOCK_OK
+                           : dlock__redis_conn_io_error(conn),
+                       0);
+        }
+    }
+}
+
+#ifdef DLOCK_HAVE_LIBURING
+static void wait_ring(fanout *f, dlock__redlock_ring *r, int64_t deadline);
+#endif
+
+size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
+                             const dlock__redis_script *s, int nkeys, int argc,
+                             const char **argv, const size_t *lens, int64_t timeout_ms,
+                             dlock__redlock_decided_fn decided, void *ctx,
+                             dlock__redlock_answer *ans)
+{
+    fanout f;
+    int64_t deadline = dlock__now_ms() + timeout_ms;
+    dlock__redlock_ring *ring = dlock__redlock_ring_usable(be->ring[wd != 0]);
+    dlock__sigpipe_guard guard;
+    char saved[512];
+    int qrc;
+
+    save_message(saved, sizeof(saved));
+    /* OpenSSL writes with write(2): a node gone away must not raise
+     * SIGPIPE in the application. Clear text is sent with MSG_NOSIGNAL. */
+    if (be->tls)
+        dlock__sigpipe_block(&guard);
+    f.be = be;
+    f.s = s;
+    f.nkeys = nkeys;
+    f.argc = argc;
+    f.argv = argv;
+    f.lens = lens;
+    f.decided = decided;
+    f.ctx = ctx;
+    f.ans = ans;
+    f.replied = 0;
+    f.done = 0;
+    qrc = request_init(&f.q, s, nkeys, argc, argv, lens);
+    for (size_t i = 0; i < be->n; i++) {
+        memset(&f.st[i], 0, sizeof(f.st[i]));
+        ans[i].reply = NULL;
+        ans[i].code = DLOCK_OK;
+        ans[i].pending = 0;
+        ans[i].why[0] = '\0';
+        if (!(mask & (1u << i)))
+            continue;
+        f.st[i].link = wd ? &be->nodes[i].wd : &be->nodes[i].cmd;
+        f.st[i].reused = link_open(f.st[i].link);
+    }
+    /* The nodes without a connection, all at once. */
+    dlock__redlock_connect(be, wd, mask, ans);
+    for (size_t i = 0; i < be->n; i++) {
+        int rc;
+        if (!(mask & (1u << i)))
+            continue;
+        rc = ans[i].code;
+        if (rc == DLOCK_OK)
+            rc = qrc;
+        if (rc == DLOCK_OK)
+            rc = start(&f.st[i], &f.q, ring != NULL);
+        if (rc != DLOCK_OK && rc != qrc && f.st[i].reused) {
+            /* Dead before we used it (the node restarted): once more. */
+            f.st[i].reused = 0;
+            rc = start(&f.st[i], &f.q, ring != NULL);
+        }
+        if (rc != DLOCK_OK) {
+            f.st[i].waiting = 0;
+            if (ans[i].code == DLOCK_OK)
                 note(&ans[i], rc);
-                done |= answered(decided, ctx, ans, i);
-                continue;
-            }
-            if (r == NULL)
-                continue;
-            if (r->type == REDIS_REPLY_ERROR && !x->reloaded && r->len >= 8 &&
-                strncmp(r->str, "NOSCRIPT", 8) == 0) {
-                /* The node flushed its scripts: EVAL loads it. */
-                freeReplyObject(r);
-                x->reloaded = 1;
-                if ((rc = send_eval(&x->link->conn, s, nkeys, argc, argv, lens)) != DLOCK_OK) {
-                    x->waiting = 0;
-                    note(&ans[i], rc);
-                    done |= answered(decided, ctx, ans, i);
-                }
-                continue;
-            }
-            x->waiting = 0;
-            if (r->type == REDIS_REPLY_ERROR) {
-                note(&ans[i], dlock__redis_conn_reply_error(&x->link->conn, r));
-                freeReplyObject(r);
-            } else {
-                ans[i].reply = r;
-                replied++;
-            }
-            done |= answered(decided, ctx, ans, i);
+            answered(&f, i);
         }
     }
 
+#ifdef DLOCK_HAVE_LIBURING
+    if (ring != NULL)
+        wait_ring(&f, ring, deadline);
+    else
+#endif
+        wait_poll(&f, deadline);
+
     for (size_t i = 0; i < be->n; i++) {
-        if (!st[i].waiting)
+        if (!f.st[i].waiting)
             continue;
-        if (done) {
+        if (f.done) {
             /* No text: a node not waited for is named in no message
              * (dlock__redlock_fail_quorum), and this is the common case. */
             ans[i].pending = 1;
             ans[i].code = DLOCK_ETIMEOUT;
         } else {
-            dlock__fail(DLOCK_ETIMEOUT, "%s: no reply within %lld ms", st[i].link->conn.where,
-                        (long long)timeout_ms);
+            dlock__fail(DLOCK_ETIMEOUT, "%s: no reply within %lld ms",
+                        f.st[i].link->conn.where, (long long)timeout_ms);
             note(&ans[i], DLOCK_ETIMEOUT);
         }
         /* A NOSCRIPT still to come for this request is skipped with the
          * rest: the scripts are loaded ahead on every connection. */
-        if (++st[i].link->owed > DLOCK__REDLOCK_OWED_MAX)
-            dlock__redis_conn_close(&st[i].link->conn);
+        if (++f.st[i].link->owed > DLOCK__REDLOCK_OWED_MAX)
+            dlock__redis_conn_close(&f.st[i].link->conn);
     }
-    request_free(&q);
+    request_free(&f.q);
     if (be->tls)
         dlock__sigpipe_restore(&guard);
     /* The caller reports the round as a whole (dlock__redlock_fail_quorum). */
     restore_message(saved);
-    return replied;
+    return f.replied;
 }
+
+/* ---- io_uring --------------------------------------------------------- */
+
+/*
+ * With a ring, a round is one or two io_uring_enter where poll(2) took a
+ * send, a poll and a recv per node: the sends and receives of every node
+ * go in together, and the call returns with the first replies. On 2 vCPUs shared with
+ * the 5 redis-servers each system call and each wake-up costs the client
+ * the time the servers need (docs/bench.md, "Redlock"). Between fan-outs
+ * nothing is in flight: wait_ring cancels what is left before it returns,
+ * so connections are closed and reopened as with poll, and each ring is
+ * used under the lock of its connections (cmd_mu, or the watchdog's one
+ * call at a time).
+ */
+#ifdef DLOCK_HAVE_LIBURING
+
+/* A round queues at most a send, a receive and two cancellations per node
+ * between two submissions. */
+#define RING_ENTRIES (4 * DLOCK__REDLOCK_NODES_MAX + 4)
+#define RING_BUF 4096
+
+enum { OP_SEND = 1, OP_RECV, OP_CANCEL };
+
+struct dlock__redlock_ring {
+    struct io_uring ring;
+    unsigned sending, receiving; /* nodes with a send, a receive in flight */
+    size_t cancels;              /* cancellations in flight */
+    int broken; /* something would not stop: poll from now on */
+    char buf[][RING_BUF]; /* each node's receive */
+};
+
+static uint64_t op_data(int op, size_t node)
+{
+    return (uint64_t)op << 8 | (uint64_t)node;
+}
+
+int dlock__redlock_ring_open(dlock__redlock_ring **out, size_t nodes)
+{
+    dlock__redlock_ring *r = calloc(1, sizeof(*r) + nodes * RING_BUF);
+    int rc;
+
+    *out = NULL;
+    if (r == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    /* COOP_TASKRUN (Linux 5.19): completions are posted when we enter the
+     * kernel to wait, not by interrupting us. */
+    rc = io_uring_queue_init(RING_ENTRIES, &r->ring, IORING_SETUP_COOP_TASKRUN);
+    if (rc == -EINVAL)
+        rc = io_uring_queue_init(RING_ENTRIES, &r->ring, 0);
+    if (rc < 0) {
+        free(r);
+        return dlock__fail(DLOCK_ENOTSUP, "io_uring_setup: %s", strerror(-rc));
+    }
+    /* The wait's timeout as an argument (Linux 5.11), not as a request of
+     * its own in the ring. */
+    if (!(r->ring.features & IORING_FEAT_EXT_ARG)) {
+        io_uring_queue_exit(&r->ring);
+        free(r);
+        return dlock__fail(DLOCK_ENOTSUP, "io_uring: the kernel has no IORING_FEAT_EXT_ARG "
+                           "(Linux 5.11)");
+    }
+    *out = r;
+    return DLOCK_OK;
+}
+
+void dlock__redlock_ring_close(dlock__redlock_ring *r)
+{
+    if (r == NULL)
+        return;
+    io_uring_queue_exit(&r->ring);
+    free(r);
+}
+
+dlock__redlock_ring *dlock__redlock_ring_usable(dlock__redlock_ring *r)
+{
+    return r != NULL && !r->broken ? r : NULL;
+}
+
+/* A free entry: the queue holds RING_ENTRIES, more than a round queues
+ * between two submissions, so this submits only if that ever changes. */
+static struct io_uring_sqe *ring_sqe(dlock__redlock_ring *r)
+{
+    struct io_uring_sqe *e = io_uring_get_sqe(&r->ring);
+
+    if (e == NULL && io_uring_submit(&r->ring) >= 0)
+        e = io_uring_get_sqe(&r->ring);
+    return e;
+}
+
+static int ring_send(fanout *f, dlock__redlock_ring *r, size_t i)
+{
+    struct io_uring_sqe *e = ring_sqe(r);
+
+    f->st[i].queued = 0;
+    if (e == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "io_uring: no free submission entry");
+    io_uring_prep_send(e, f->st[i].link->conn.tp.fd, f->q.bytes, f->q.len, MSG_NOSIGNAL);
+    io_uring_sqe_set_data64(e, op_data(OP_SEND, i));
+    r->sending |= 1u << i;
+    return DLOCK_OK;
+}
+
+static int ring_recv(dlock__redlock_ring *r, int fd, size_t i)
+{
+    struct io_uring_sqe *e = ring_sqe(r);
+
+    if (e == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "io_uring: no free submission entry");
+    io_uring_prep_recv(e, fd, r->buf[i], RING_BUF, 0);
+    io_uring_sqe_set_data64(e, op_data(OP_RECV, i));
+    r->receiving |= 1u << i;
+    return DLOCK_OK;
+}
+
+/* One completion. draining: what a node sends is only fed to its reader
+ * (the outcome is known), its reply skipped later as owed. */
+static void ring_done(fanout *f, dlock__redlock_ring *r, uint64_t data, int res, int draining)
+{
+    size_t i = (size_t)(data & 0xff);
+    node_state *x = &f->st[i];
+    dlock__redis_conn *conn;
+    int rc;
+
+    if ((data >> 8) == OP_CANCEL) {
+        r->cancels--;
+        return;
+    }
+    conn = &x->link->conn;
+    if ((data >> 8) == OP_SEND) {
+        r->sending &= ~(1u << i);
+        if (res == (int)f->q.len)
+            return;
+        rc = DLOCK_OK;
+        if (res >= 0) {
+            /* A short write: the rest as poll would write it. */
+            if (dlock__redis_tp_append_resp(&conn->tp, f->q.bytes + res, f->q.len - (size_t)res) !=
+                    REDIS_OK ||
+                dlock__redis_tp_flush(&conn->tp, dlock__now_ms() + conn->command_ms) != REDIS_OK)
+                rc = dlock__redis_conn_io_error(conn);
+        } else {
+            /* Failed or cancelled: what reached the node is not known, so
+             * the connection is not used again (a new one owes nothing). */
+            dlock__redis_tp_fail_errno(&conn->tp, -res);
+            rc = dlock__redis_conn_io_error(conn);
+        }
+        if (rc != DLOCK_OK && x->waiting && !draining)
+            node_input(f, i, rc, 1);
+        return;
+    }
+    r->receiving &= ~(1u << i);
+    if (res == -ECANCELED)
+        return;
+    rc = dlock__redis_tp_took(&conn->tp, r->buf[i], res) == REDIS_OK
+             ? DLOCK_OK
+             : dlock__redis_conn_io_error(conn);
+    if (x->waiting && !draining && !x->resend && res != -EAGAIN)
+        node_input(f, i, rc, 1);
+}
+
+/* Take every completion there is. */
+static void ring_reap(fanout *f, dlock__redlock_ring *r, int draining)
+{
+    struct io_uring_cqe *c;
+    unsigned head, seen = 0;
+
+    io_uring_for_each_cqe(&r->ring, head, c)
+    {
+        ring_done(f, r, io_uring_cqe_get_data64(c), c->res, draining);
+        seen++;
+    }
+    io_uring_cq_advance(&r->ring, seen);
+}
+
+/* Submit what is queued and wait up to deadline for a completion or
+ * more (waiting in the kernel for as many as a decision takes, a quorum,
+ * was no faster). 0, or -errno (-ETIME: the deadline passed). */
+static int ring_wait(dlock__redlock_ring *r, int64_t deadline)
+{
+    struct __kernel_timespec ts;
+    struct io_uring_cqe *c;
+    int64_t left = deadline - dlock__now_ms();
+    int rc;
+
+    if (left < 0)
+        left = 0;
+    ts.tv_sec = left / 1000;
+    ts.tv_nsec = (left % 1000) * 1000000;
+    rc = io_uring_submit_and_wait_timeout(&r->ring, &c, 1, &ts, NULL);
+    return rc == -EINTR ? 0 : rc < 0 ? rc : 0;
+}
+
+/*
+ * Cancel what is still in flight and wait for it: a node's receive still
+ * posted when the outcome was decided, a send to a full socket. Bounded by
+ * the command timeout; a ring that will not let go is given up (broken),
+ * and the connections it still used are closed.
+ */
+static void ring_drain(fanout *f, dlock__redlock_ring *r)
+{
+    unsigned left = r->sending | r->receiving;
+    int64_t deadline = dlock__now_ms() + f->be->command_timeout_ms;
+
+    for (size_t i = 0; i < f->be->n; i++) {
+        for (int op = OP_SEND; op <= OP_RECV; op++) {
+            struct io_uring_sqe *e;
+            if (!((op == OP_SEND ? r->sending : r->receiving) & (1u << i)))
+                continue;
+            if ((e = ring_sqe(r)) == NULL)
+                continue; /* waited for below */
+            io_uring_prep_cancel64(e, op_data(op, i), 0);
+            io_uring_sqe_set_data64(e, op_data(OP_CANCEL, i));
+            r->cancels++;
+        }
+    }
+    while ((r->sending | r->receiving) != 0 || r->cancels > 0) {
+        int rc = ring_wait(r, deadline);
+        ring_reap(f, r, 1);
+        if (rc < 0 && rc != -ETIME)
+            break;
+        if (rc == -ETIME && dlock__now_ms() >= deadline)
+            break;
+    }
+    if ((r->sending | r->receiving) == 0 && r->cancels == 0)
+        return;
+    r->broken = 1;
+    for (size_t i = 0; i < f->be->n; i++)
+        if (left & (1u << i))
+            dlock__redis_conn_close(&f->st[i].link->conn);
+}
+
+static void wait_ring(fanout *f, dlock__redlock_ring *r, int64_t deadline)
+{
+    size_t n = f->be->n;
+    int rc;
+
+    for (size_t i = 0; i < n; i++)
+        if (f->st[i].queued && (rc = ring_send(f, r, i)) != DLOCK_OK)
+            node_failed(f, i, rc);
+    for (;;) {
+        int any = 0;
+        for (size_t i = 0; i < n; i++) {
+            node_state *x = &f->st[i];
+            unsigned bit = 1u << i;
+            if (x->resend && (r->receiving & bit) && !x->cancelled) {
+                /* The old socket may never be readable again. */
+                struct io_uring_sqe *e = ring_sqe(r);
+                if (e != NULL) {
+                    io_uring_prep_cancel64(e, op_data(OP_RECV, i), 0);
+                    io_uring_sqe_set_data64(e, op_data(OP_CANCEL, i));
+                    r->cancels++;
+                    x->cancelled = 1;
+                }
+            }
+            if (x->resend && !((r->sending | r->receiving) & bit)) {
+                /* On a fresh connection (connect_link writes it with the
+                 * scripts loaded ahead). */
+                x->resend = 0;
+                x->waiting = 0;
+                if ((rc = start(x, &f->q, 1)) == DLOCK_OK && x->queued)
+                    rc = ring_send(f, r, i);
+                if (rc != DLOCK_OK)
+                    node_failed(f, i, rc);
+            }
+            if (x->waiting && !x->resend && !(r->receiving & bit) &&
+                (rc = ring_recv(r, x->link->conn.tp.fd, i)) != DLOCK_OK)
+                node_failed(f, i, rc);
+            any |= x->waiting;
+        }
+        if (f->done || !any || dlock__now_ms() >= deadline)
+            break;
+        rc = ring_wait(r, deadline);
+        ring_reap(f, r, 0);
+        if (rc < 0 && rc != -ETIME) {
+            /* The ring itself failed: every node still waited for. */
+            dlock__fail(DLOCK_ECONN, "io_uring_enter: %s", strerror(-rc));
+            for (size_t i = 0; i < n; i++)
+                if (f->st[i].waiting)
+                    node_failed(f, i, DLOCK_ECONN);
+        }
+    }
+    ring_drain(f, r);
+}
+
+#else
+
+int dlock__redlock_ring_open(dlock__redlock_ring **out, size_t nodes)
+{
+    (void)nodes;
+    *out = NULL;
+    return dlock__fail(DLOCK_ENOTSUP, "this dlock was built without io_uring (liburing)");
+}
+
+void dlock__redlock_ring_close(dlock__redlock_ring *r)
+{
+    (void)r;
+}
+
+dlock__redlock_ring *dlock__redlock_ring_usable(dlock__redlock_ring *r)
+{
+    (void)r;
+    return NULL;
+}
+
+#endif
 
 void dlock__redlock_answers_free(dlock__redlock_answer *ans, size_t n)
 {

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -24,6 +25,23 @@
 #include "test.h"
 
 #define NODES 5
+
+/* test_redlock_poll is this file built with TEST_REDLOCK_IO "poll": every
+ * case then runs with io=poll; test_redlock runs them with the default
+ * (io_uring where the kernel allows it). */
+#ifndef TEST_REDLOCK_IO
+#define TEST_REDLOCK_IO ""
+#endif
+
+/* url with io=TEST_REDLOCK_IO added, in buf. */
+static const char *with_io(const char *url, char *buf, size_t size)
+{
+    if (TEST_REDLOCK_IO[0] == '\0')
+        return url;
+    snprintf(buf, size, "%s%cio=%s", url, strchr(url, '?') != NULL ? '&' : '?',
+             TEST_REDLOCK_IO);
+    return buf;
+}
 
 typedef struct {
     test_redis r[NODES];
@@ -45,9 +63,10 @@ static dlock_client *open_with(const char *url, int64_t command_timeout_ms)
 {
     dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
     dlock_client *c = NULL;
+    char buf[400];
 
     co.command_timeout_ms = command_timeout_ms;
-    CHECK_RC(dlock_client_open(&c, url, &co), DLOCK_OK);
+    CHECK_RC(dlock_client_open(&c, with_io(url, buf, sizeof(buf)), &co), DLOCK_OK);
     return c;
 }
 
@@ -90,7 +109,70 @@ static void url_checked(void)
     CHECK_RC(dlock_client_open(&c, "redlock://a:1,b:2,c:3?drift=1", NULL), DLOCK_EINVAL);
     CHECK_CONTAINS(dlock_error_message(), "unknown parameter 'drift'");
     CHECK_RC(dlock_client_open(&c, "redlock://a:1,b:2,c:3?drift_ms=x", NULL), DLOCK_EINVAL);
+    CHECK_RC(dlock_client_open(&c, "redlock://a:1,b:2,c:3?io=epoll", NULL), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "io must be auto, poll or io_uring, got 'epoll'");
+    CHECK_RC(dlock_client_open(&c, "redlock://a:1,b:2,c:3?io=io_uring&tls=1", NULL),
+             DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "io=io_uring is for clear text");
     CHECK(c == NULL);
+}
+
+/* The process's io_uring instances (/proc/self/fd), and the requests
+ * submitted to them so far (their SqTail in /proc/self/fdinfo). */
+static int rings(unsigned long long *submitted)
+{
+    int n = 0;
+
+    *submitted = 0;
+    for (int fd = 0; fd < 1024; fd++) {
+        char path[64], target[64], line[128];
+        ssize_t len;
+        FILE *f;
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        if ((len = readlink(path, target, sizeof(target) - 1)) <= 0)
+            continue;
+        target[len] = '\0';
+        if (strcmp(target, "anon_inode:[io_uring]") != 0)
+            continue;
+        n++;
+        snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+        CHECK((f = fopen(path, "r")) != NULL);
+        while (fgets(line, sizeof(line), f) != NULL)
+            if (strncmp(line, "SqTail:", 7) == 0)
+                *submitted += strtoull(line + 7, NULL, 10);
+        fclose(f);
+    }
+    return n;
+}
+
+/* How the fan-outs wait: io_uring by default, two rings a client (the
+ * callers' and the watchdog's) through which every node's request goes;
+ * with io=poll (test_redlock_poll) none. The same cycles either way. */
+static void fanouts_use_the_ring(void)
+{
+    cluster cl;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 5000, 0);
+    unsigned long long before, after;
+    int n0 = rings(&before), poll_only = strcmp(TEST_REDLOCK_IO, "poll") == 0;
+
+    start(&cl, NULL);
+    c = open_url(cl.url);
+    CHECK(rings(&before) == n0 + (poll_only ? 0 : 2));
+    for (int i = 0; i < 10; i++) {
+        CHECK_RC(dlock_acquire(&l, c, "ring", &o), DLOCK_OK);
+        CHECK(dlock_lock_fence(l) == (uint64_t)i + 1);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+    }
+    CHECK(rings(&after) == n0 + (poll_only ? 0 : 2));
+    /* A send to each of the 5 nodes in each of the 2 rounds of a cycle, and
+     * a receive from each node that answered. */
+    if (!poll_only)
+        CHECK(after - before >= 10 * 2 * NODES);
+    dlock_client_free(c);
+    CHECK(rings(&after) == n0);
+    stop(&cl);
 }
 
 /* Two of five nodes down: acquire, renewals and release work on the other
@@ -147,7 +229,8 @@ static void three_killed_clear_error(void)
     CHECK(wait_holders(&cl, "kept", 0) == 0);
     /* A client opened now is refused: fewer than a quorum reachable. */
     dlock_client *late = NULL;
-    CHECK_RC(dlock_client_open(&late, cl.url, NULL), DLOCK_ECONN);
+    char buf[400];
+    CHECK_RC(dlock_client_open(&late, with_io(cl.url, buf, sizeof(buf)), NULL), DLOCK_ECONN);
     CHECK_CONTAINS(dlock_error_message(), "only 2 of 5 nodes reachable (quorum 3)");
     dlock_client_free(c);
     stop(&cl);
@@ -199,6 +282,38 @@ static void restarted_node_set_again(void)
     CHECK(!dlock_lock_lost(l));
     CHECK_RC(dlock_release(l), DLOCK_OK);
     CHECK(wait_holders(&cl, "restart", 0) == 0);
+    dlock_client_free(c);
+    stop(&cl);
+}
+
+/* A node restarted between two cycles: the client's connection to it looks
+ * open until the next request finds it closed, and that request is sent
+ * again on a new connection, in the same acquire (no renewal here to set
+ * the key later): the restarted node holds the key too. */
+static void request_sent_again_after_restart(void)
+{
+    cluster cl;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_lock_info info;
+    dlock_acquire_options o = test_opts(0, 5000, 0);
+    int i;
+
+    start(&cl, NULL);
+    c = open_url(cl.url);
+    CHECK_RC(dlock_acquire(&l, c, "again", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    /* Status waits for every node: no reply is owed to the client after it
+     * (a connection that owes one is not used again, it is made again). */
+    CHECK_RC(dlock_status(&info, c, "again"), DLOCK_OK);
+    test_redis_kill(&cl.r[2]);
+    test_redis_restart(&cl.r[2]);
+    CHECK_RC(dlock_acquire(&l, c, "again", &o), DLOCK_OK);
+    for (i = 0; i < 200 && test_redis_cmd(&cl.r[2], "EXISTS dlock:{again}") != 1; i++)
+        test_sleep_ms(10);
+    CHECK(test_redis_cmd(&cl.r[2], "EXISTS dlock:{again}") == 1);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(wait_holders(&cl, "again", 0) == 0);
     dlock_client_free(c);
     stop(&cl);
 }
@@ -807,6 +922,7 @@ static void family_kinds_not_offered(void)
 }
 
 TEST_MAIN({"url_checked", url_checked, "unit"},
+          {"fanouts_use_the_ring", fanouts_use_the_ring, NULL},
           {"one_round_when_marks_agree", one_round_when_marks_agree, NULL},
           {"stopped_node_not_waited_for", stopped_node_not_waited_for, NULL},
           {"fence_when_marks_disagree", fence_when_marks_disagree, NULL},
@@ -816,6 +932,7 @@ TEST_MAIN({"url_checked", url_checked, "unit"},
           {"three_killed_clear_error", three_killed_clear_error, NULL},
           {"busy_gives_back_the_minority", busy_gives_back_the_minority, NULL},
           {"restarted_node_set_again", restarted_node_set_again, "watchdog"},
+          {"request_sent_again_after_restart", request_sent_again_after_restart, NULL},
           {"paused_holder_loses_lock", paused_holder_loses_lock, "watchdog"},
           {"fences_increase_across_restarts", fences_increase_across_restarts, NULL},
           {"release_reaches_the_late_node", release_reaches_the_late_node, NULL},
