@@ -56,6 +56,19 @@ int64_t test_clock_ms(int clock)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int test_fd_target(int fd, char *target, size_t size)
+{
+    char path[64];
+    ssize_t n;
+
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    n = readlink(path, target, size - 1);
+    if (n <= 0 || (size_t)n >= size - 1)
+        return 0;
+    target[n] = '\0';
+    return 1;
+}
+
 void test_sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};

@@ -161,6 +161,11 @@ long long test_redis_calls(test_redis *r, const char *command);
 void test_redis_start_many(test_redis *r, int n, const char *extra_args, char *url,
                            size_t size);
 
+/* What this process's file descriptor fd is ("socket:[...]",
+ * "anon_inode:[io_uring]", a path), from /proc/self/fd, in target; 0 when
+ * fd is not open (or the name does not fit). */
+int test_fd_target(int fd, char *target, size_t size);
+
 /* Sleep ms milliseconds. */
 void test_sleep_ms(long ms);
 /* Milliseconds on clock (CLOCK_MONOTONIC, CLOCK_REALTIME ...). */

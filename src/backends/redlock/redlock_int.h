@@ -109,8 +109,8 @@ void dlock__redlock_answers_free(dlock__redlock_answer *ans, size_t n);
 void dlock__redlock_connect(dlock__redlock_be *be, int wd, unsigned mask,
                             dlock__redlock_answer *ans);
 
-/* A ring for fan-outs to up to nodes nodes, or DLOCK_ENOTSUP with a message when this kernel
- * or build has none (a seccomp profile that refuses io_uring_setup, Linux
+/* A ring for fan-outs to a backend of that many nodes, or DLOCK_ENOTSUP
+ * with a message when this kernel or build has none (a seccomp profile that refuses io_uring_setup, Linux
  * before 5.11, dlock built without liburing). Close of NULL is a no-op;
  * usable gives NULL for a ring that must not be used any more. */
 int dlock__redlock_ring_open(dlock__redlock_ring **out, size_t nodes);

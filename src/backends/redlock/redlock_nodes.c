@@ -487,9 +487,9 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
 /*
  * With a ring, a round is one or two io_uring_enter where poll(2) took a
  * send, a poll and a recv per node: the sends and receives of every node
- * go in together, and the call returns with the first replies. On 2 vCPUs shared with
- * the 5 redis-servers each system call and each wake-up costs the client
- * the time the servers need (docs/bench.md, "Redlock"). Between fan-outs
+ * go in together, and the call returns with the first replies. On 2 vCPUs
+ * shared with the 5 redis-servers each system call and each wake-up costs
+ * the client the time the servers need (docs/bench.md, "Redlock"). Between fan-outs
  * nothing is in flight: wait_ring cancels what is left before it returns,
  * so connections are closed and reopened as with poll, and each ring is
  * used under the lock of its connections (cmd_mu, or the watchdog's one
@@ -595,6 +595,20 @@ static int ring_recv(dlock__redlock_ring *r, int fd, size_t i)
     return DLOCK_OK;
 }
 
+/* Cancel node i's send or receive (op); 0 when no entry was free (it is
+ * then waited for all the same). */
+static int ring_cancel(dlock__redlock_ring *r, int op, size_t i)
+{
+    struct io_uring_sqe *e = ring_sqe(r);
+
+    if (e == NULL)
+        return 0;
+    io_uring_prep_cancel64(e, op_data(op, i), 0);
+    io_uring_sqe_set_data64(e, op_data(OP_CANCEL, i));
+    r->cancels++;
+    return 1;
+}
+
 /* One completion. draining: what a node sends is only fed to its reader
  * (the outcome is known), its reply skipped later as owed. */
 static void ring_done(fanout *f, dlock__redlock_ring *r, uint64_t data, int res, int draining)
@@ -684,16 +698,9 @@ static void ring_drain(fanout *f, dlock__redlock_ring *r)
     int64_t deadline = dlock__now_ms() + f->be->command_timeout_ms;
 
     for (size_t i = 0; i < f->be->n; i++) {
-        for (int op = OP_SEND; op <= OP_RECV; op++) {
-            struct io_uring_sqe *e;
-            if (!((op == OP_SEND ? r->sending : r->receiving) & (1u << i)))
-                continue;
-            if ((e = ring_sqe(r)) == NULL)
-                continue; /* waited for below */
-            io_uring_prep_cancel64(e, op_data(op, i), 0);
-            io_uring_sqe_set_data64(e, op_data(OP_CANCEL, i));
-            r->cancels++;
-        }
+        for (int op = OP_SEND; op <= OP_RECV; op++)
+            if ((op == OP_SEND ? r->sending : r->receiving) & (1u << i))
+                ring_cancel(r, op, i);
     }
     while ((r->sending | r->receiving) != 0 || r->cancels > 0) {
         int rc = ring_wait(r, deadline);
@@ -724,16 +731,9 @@ static void wait_ring(fanout *f, dlock__redlock_ring *r, int64_t deadline)
         for (size_t i = 0; i < n; i++) {
             node_state *x = &f->st[i];
             unsigned bit = 1u << i;
-            if (x->resend && (r->receiving & bit) && !x->cancelled) {
+            if (x->resend && (r->receiving & bit) && !x->cancelled)
                 /* The old socket may never be readable again. */
-                struct io_uring_sqe *e = ring_sqe(r);
-                if (e != NULL) {
-                    io_uring_prep_cancel64(e, op_data(OP_RECV, i), 0);
-                    io_uring_sqe_set_data64(e, op_data(OP_CANCEL, i));
-                    r->cancels++;
-                    x->cancelled = 1;
-                }
-            }
+                x->cancelled = ring_cancel(r, OP_RECV, i);
             if (x->resend && !((r->sending | r->receiving) & bit)) {
                 /* On a fresh connection (connect_link writes it with the
                  * scripts loaded ahead). */

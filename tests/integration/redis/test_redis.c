@@ -642,14 +642,8 @@ static void sockets_cloexec_and_no_sigpipe(void)
     CHECK_RC(dlock_acquire(&l, c, "fds", &o), DLOCK_OK);
     CHECK_RC(dlock_acquire(&w, c, "fds", &wo), DLOCK_ETIMEOUT); /* opens the subscriber */
     for (int fd = 0; fd < 1024; fd++) {
-        char path[64], target[64];
-        ssize_t n;
-        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-        n = readlink(path, target, sizeof(target) - 1);
-        if (n <= 0)
-            continue;
-        target[n] = '\0';
-        if (strncmp(target, "socket:", 7) != 0)
+        char target[64];
+        if (!test_fd_target(fd, target, sizeof(target)) || strncmp(target, "socket:", 7) != 0)
             continue;
         sockets++;
         CHECK(fcntl(fd, F_GETFD) & FD_CLOEXEC);

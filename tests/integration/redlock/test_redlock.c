@@ -126,13 +126,9 @@ static int rings(unsigned long long *submitted)
     *submitted = 0;
     for (int fd = 0; fd < 1024; fd++) {
         char path[64], target[64], line[128];
-        ssize_t len;
         FILE *f;
-        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-        if ((len = readlink(path, target, sizeof(target) - 1)) <= 0)
-            continue;
-        target[len] = '\0';
-        if (strcmp(target, "anon_inode:[io_uring]") != 0)
+        if (!test_fd_target(fd, target, sizeof(target)) ||
+            strcmp(target, "anon_inode:[io_uring]") != 0)
             continue;
         n++;
         snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
