@@ -351,7 +351,10 @@ static void zk_close(void *arg)
     pthread_cond_destroy(&be->reap_cv);
     free(be->hosts);
     free(be->shown);
+    if (be->auth != NULL)
+        explicit_bzero(be->auth, strlen(be->auth));
     free(be->auth);
+    dlock__zk_acl_free(be);
     free(be->prefix);
     free(be);
 }
@@ -385,11 +388,12 @@ static int parse_url(dlock__zk_be *be, const dlock_url *url, int64_t *session_ms
     const char *v;
 
     if (url->nhosts == 0)
-        return dlock_backend_fail(DLOCK_EINVAL, "zk URL '%s': no host", url->redacted);
+        return dlock_backend_fail(DLOCK_EINVAL, "zk URL '%s': no host", be->shown);
     for (size_t i = 0; i < url->nparams; i++)
-        if (strcmp(url->params[i].key, "session_timeout_ms") != 0)
+        if (strcmp(url->params[i].key, "session_timeout_ms") != 0 &&
+            strcmp(url->params[i].key, "acl") != 0)
             return dlock_backend_fail(DLOCK_EINVAL, "zk URL '%s': unknown parameter '%s' (zk "
-                                      "takes session_timeout_ms)", url->redacted,
+                                      "takes session_timeout_ms and acl)", be->shown,
                                       url->params[i].key);
     *session_ms = DEFAULT_SESSION_MS;
     if ((v = dlock_url_param_get(url, "session_timeout_ms")) != NULL) {
@@ -397,7 +401,7 @@ static int parse_url(dlock__zk_be *be, const dlock_url *url, int64_t *session_ms
         long long ms = strtoll(v, &end, 10);
         if (*v == '\0' || *end != '\0' || ms < 100 || ms > LONG_SESSION_MS)
             return dlock_backend_fail(DLOCK_EINVAL, "zk URL '%s': session_timeout_ms '%s' must "
-                                      "be a number of ms from 100 to %d", url->redacted, v,
+                                      "be a number of ms from 100 to %d", be->shown, v,
                                       LONG_SESSION_MS);
         *session_ms = ms;
     }
@@ -425,6 +429,76 @@ static int parse_url(dlock__zk_be *be, const dlock_url *url, int64_t *session_ms
     return DLOCK_OK;
 }
 
+/* The URL for messages: redacted, and acl='s value as "***", since a
+ * digest id carries a hash of its password, open to guessing offline. */
+static char *shown_url(const char *redacted)
+{
+    const char *q = strchr(redacted, '?'), *at = NULL, *end;
+    char *out;
+
+    for (const char *p = q; p != NULL; p = strchr(p + 1, '&'))
+        if (strncmp(p + 1, "acl=", 4) == 0)
+            at = p + 5;
+    if (at == NULL)
+        return strdup(redacted);
+    end = at + strcspn(at, "&");
+    if (asprintf(&out, "%.*s***%s", (int)(at - redacted), redacted, end) < 0)
+        return NULL;
+    return out;
+}
+
+/*
+ * With credentials, the node the lock directories are made in (the
+ * prefix's, /dlock by default) is the trust domain's root. ZooKeeper checks
+ * DELETE on a node's parent, so whoever may create a lock's directory may
+ * delete every holder's node in it: that node must not let world create,
+ * delete or change its ACL. Made here, with this client's ACL, when it is
+ * missing; persistent, since a container goes when its last lock does and
+ * could then be made again, open, by anyone under an open parent. One
+ * round trip or three, at open only.
+ */
+static int secure_prefix(dlock__zk_be *be)
+{
+    dlock__zk_sess *s = &be->sess[0];
+    const char *slash = strrchr(be->prefix, '/');
+    struct ACL_vector acl = {0, NULL};
+    char *node;
+    int zrc, open_to_world = 0;
+
+    if ((node = strndup(be->prefix, slash > be->prefix ? (size_t)(slash - be->prefix) : 1)) ==
+        NULL)
+        return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+    zrc = dlock__zk_get_acl(s, node, &acl);
+    if (zrc == ZNONODE) {
+        zrc = dlock__zk_make_parents(s, node);
+        if (zrc == ZOK)
+            zrc = dlock__zk_create(s, node, NULL, -1, ZOO_PERSISTENT, NULL, NULL);
+        if (zrc == ZOK || zrc == ZNODEEXISTS)
+            zrc = dlock__zk_get_acl(s, node, &acl);
+    }
+    if (zrc != ZOK) {
+        int rc = dlock__zk_fail(s, zrc, "read the ACL of", node);
+        free(node);
+        return rc;
+    }
+    for (int i = 0; i < acl.count; i++)
+        if (strcmp(acl.data[i].id.scheme, "world") == 0 &&
+            (acl.data[i].perms & (ZOO_PERM_CREATE | ZOO_PERM_DELETE | ZOO_PERM_ADMIN)) != 0)
+            open_to_world = 1;
+    deallocate_ACL_vector(&acl);
+    if (open_to_world) {
+        int rc = dlock_backend_fail(DLOCK_EAUTH, "zk %s: %s lets anyone create or delete in it "
+                                    "(world:anyone), so anyone could delete a holder's node: "
+                                    "set its ACL (zkCli: addauth digest USER:PASSWORD, then "
+                                    "setAcl %s auth::cdrwa), or use a key_prefix or chroot "
+                                    "of your own", be->shown, node, node);
+        free(node);
+        return rc;
+    }
+    free(node);
+    return DLOCK_OK;
+}
+
 static int zk_open(void **out, const dlock_url *url, const dlock_client_options *opts)
 {
     dlock__zk_be *be = calloc(1, sizeof(*be));
@@ -446,18 +520,23 @@ static int zk_open(void **out, const dlock_url *url, const dlock_client_options 
     be->command_timeout_ms = opts->command_timeout_ms;
     be->log = opts->log;
     be->log_payload = opts->log_payload;
+    if ((be->shown = shown_url(url->redacted)) == NULL) {
+        rc = dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+        goto err;
+    }
     if ((rc = parse_url(be, url, &session_ms)) != DLOCK_OK)
         goto err;
     dlock__zk_sess_init(&be->sess[0], be, session_ms);
     dlock__zk_sess_init(&be->sess[1], be, LONG_SESSION_MS);
-    if ((be->shown = strdup(url->redacted)) == NULL ||
-        (url->user != NULL &&
-         asprintf(&be->auth, "%s:%s", url->user, url->password != NULL ? url->password : "") <
-             0)) {
+    if (url->user != NULL &&
+        asprintf(&be->auth, "%s:%s", url->user, url->password != NULL ? url->password : "") < 0) {
         be->auth = NULL;
         rc = dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
         goto err;
     }
+    if ((rc = dlock__zk_acl_init(be, dlock_url_param_get(url, "acl"), be->shown)) !=
+        DLOCK_OK)
+        goto err;
     if ((rc = make_prefix(be, opts->key_prefix)) != DLOCK_OK)
         goto err;
     if ((rc = dlock__zk_sess_ready(&be->sess[0], &gen)) != DLOCK_OK)
@@ -468,6 +547,8 @@ static int zk_open(void **out, const dlock_url *url, const dlock_client_options 
         rc = dlock__zk_fail(&be->sess[0], zrc, "stat", "/");
         goto err;
     }
+    if (be->auth != NULL && (rc = secure_prefix(be)) != DLOCK_OK)
+        goto err;
     *out = be;
     return DLOCK_OK;
 err:

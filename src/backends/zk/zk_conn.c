@@ -10,6 +10,7 @@
  * and wakes the watches: a node event wakes those that target its path, a
  * change of the session's state wakes them all (a reason to look again).
  */
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -92,6 +93,7 @@ static void session_watcher(zhandle_t *zh, int type, int state, const char *path
         } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
             s->connected = 0;
             s->expired = 1;
+            s->auth_failed |= state == ZOO_AUTH_FAILED_STATE;
         } else {
             s->connected = 0;
         }
@@ -150,6 +152,7 @@ typedef struct {
     zoo_op_result_t *results;
     char **paths;
     size_t n;
+    struct ACL_vector acl;
 } op_t;
 
 static op_t *op_new(dlock__zk_sess *s)
@@ -185,6 +188,7 @@ static void op_unref(op_t *op)
     for (size_t i = 0; op->paths != NULL && i < op->n; i++)
         free(op->paths[i]);
     free(op->paths);
+    deallocate_ACL_vector(&op->acl);
     pthread_cond_destroy(&op->cv);
     pthread_mutex_destroy(&op->mu);
     free(op);
@@ -276,6 +280,26 @@ static void on_data(int rc, const char *value, int len, const struct Stat *stat,
     op_done(op, rc);
 }
 
+/* A copy of the ACL: the library frees its own after the completion. */
+static void on_acl(int rc, struct ACL_vector *acl, struct Stat *stat, const void *data)
+{
+    op_t *op = (op_t *)data;
+    (void)stat;
+    if (rc == ZOK && acl != NULL && acl->count > 0) {
+        int bad = (op->acl.data = calloc((size_t)acl->count, sizeof(*acl->data))) == NULL;
+        for (int i = 0; !bad && i < acl->count; i++) {
+            struct ACL *a = &op->acl.data[op->acl.count++];
+            a->perms = acl->data[i].perms;
+            a->id.scheme = strdup(acl->data[i].id.scheme);
+            a->id.id = strdup(acl->data[i].id.id);
+            bad = a->id.scheme == NULL || a->id.id == NULL;
+        }
+        if (bad)
+            rc = ZSYSTEMERROR; /* out of memory */
+    }
+    op_done(op, rc);
+}
+
 /* The handle of s, or NULL with *zrc (not connected yet: never opened). */
 static zhandle_t *handle_of(dlock__zk_sess *s)
 {
@@ -308,6 +332,12 @@ static int op_wait(op_t *op, int submitted)
     return rc;
 }
 
+/* The ACL of the nodes we create (be->acl, or open without credentials). */
+static const struct ACL_vector *acl_of(const dlock__zk_be *be)
+{
+    return be->acl.count > 0 ? &be->acl : &ZOO_OPEN_ACL_UNSAFE;
+}
+
 #define NEW_OP(s, op, zh)                                                                          \
     do {                                                                                           \
         if (((zh) = handle_of(s)) == NULL)                                                         \
@@ -324,8 +354,8 @@ int dlock__zk_create(dlock__zk_sess *s, const char *path, const char *data, int 
     int rc;
 
     NEW_OP(s, op, zh);
-    rc = op_wait(op, zoo_acreate2(zh, path, data, len, &ZOO_OPEN_ACL_UNSAFE, flags,
-                                  on_string_stat, op));
+    rc = op_wait(op, zoo_acreate2(zh, path, data, len, acl_of(s->be), flags, on_string_stat,
+                                  op));
     if (rc == ZOK) {
         if (created != NULL) {
             *created = op->str;
@@ -405,6 +435,23 @@ int dlock__zk_get(dlock__zk_sess *s, const char *path, char **data, int *len, st
         op->data = NULL;
         if (stat != NULL)
             *stat = op->stat;
+    }
+    op_unref(op);
+    return rc;
+}
+
+int dlock__zk_get_acl(dlock__zk_sess *s, const char *path, struct ACL_vector *acl)
+{
+    zhandle_t *zh;
+    op_t *op;
+    int rc;
+
+    NEW_OP(s, op, zh);
+    rc = op_wait(op, zoo_aget_acl(zh, path, on_acl, op));
+    if (rc == ZOK) {
+        *acl = op->acl;
+        op->acl.count = 0;
+        op->acl.data = NULL;
     }
     op_unref(op);
     return rc;
@@ -530,7 +577,7 @@ int dlock__zk_check_create(dlock__zk_sess *s, const char *check, const char *pat
     }
     op->n = 2;
     zoo_check_op_init(&op->ops[0], op->paths[0], -1);
-    zoo_create_op_init(&op->ops[1], path, data, len, &ZOO_OPEN_ACL_UNSAFE, flags, op->paths[1],
+    zoo_create_op_init(&op->ops[1], path, data, len, acl_of(s->be), flags, op->paths[1],
                        (int)plen);
     rc = op_wait(op, zoo_amulti(zh, 2, op->ops, op->results, on_void, op));
     if (rc != ZOK && rc != ZOPERATIONTIMEOUT && op->results[0].err != ZOK &&
@@ -562,6 +609,153 @@ int dlock__zk_make_parents(dlock__zk_sess *s, const char *path)
     }
     free(p);
     return rc;
+}
+
+/* ---- ACLs ---------------------------------------------------------------- */
+
+#define ACL_MAX 16 /* acl= entries */
+
+/* ZooKeeper's perms letters (zkCli's setAcl): each once. -1 if not. */
+static int perms_of(const char *p)
+{
+    int perms = 0;
+
+    if (*p == '\0')
+        return -1;
+    for (; *p != '\0'; p++) {
+        const char *letters = "rwcda", *at = strchr(letters, *p);
+        const int bits[] = {ZOO_PERM_READ, ZOO_PERM_WRITE, ZOO_PERM_CREATE, ZOO_PERM_DELETE,
+                            ZOO_PERM_ADMIN};
+        if (at == NULL || (perms & bits[at - letters]) != 0)
+            return -1;
+        perms |= bits[at - letters];
+    }
+    return perms;
+}
+
+/* A digest id: USER:HASH, HASH the 28-character base64 of a SHA-1. */
+static int digest_id_ok(const char *id)
+{
+    const char *colon = strchr(id, ':');
+
+    if (colon == NULL || colon == id || strlen(colon + 1) != 28 || colon[28] != '=')
+        return 0;
+    for (const char *c = colon + 1; c < colon + 28; c++)
+        if (!isalnum((unsigned char)*c) && *c != '+' && *c != '/')
+            return 0;
+    return 1;
+}
+
+/* An ip id: an address, or ADDRESS/BITS. */
+static int ip_id_ok(const char *id)
+{
+    return *id != '\0' && strspn(id, "0123456789abcdefABCDEF.:/") == strlen(id);
+}
+
+/* One acl= entry (n: its number, for messages) into *out. The messages
+ * never show a digest's hash. */
+static int acl_entry(const char *entry, int n, const char *url, struct ACL *out)
+{
+    const char *first = strchr(entry, ':'), *last = strrchr(entry, ':');
+    char *scheme, *id;
+    int perms;
+
+    if (first == NULL || first == entry || last == first || last[1] == '\0')
+        return dlock_backend_fail(DLOCK_EINVAL, "zk URL '%s': acl entry %d must be "
+                                  "SCHEME:ID:PERMS, as zkCli's setAcl takes it "
+                                  "(world:anyone:r, digest:USER:HASH:cdrwa, ip:10.0.0.0/8:r)",
+                                  url, n);
+    scheme = strndup(entry, (size_t)(first - entry));
+    id = strndup(first + 1, (size_t)(last - first - 1));
+    if (scheme == NULL || id == NULL) {
+        free(scheme);
+        free(id);
+        return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+    }
+    perms = perms_of(last + 1);
+    if (strcmp(scheme, "world") != 0 && strcmp(scheme, "digest") != 0 &&
+        strcmp(scheme, "ip") != 0)
+        perms = dlock_backend_fail(DLOCK_EINVAL, "zk URL '%s': acl entry %d: unknown scheme "
+                                   "'%.32s' (world, digest or ip)", url, n, scheme);
+    else if (perms < 0)
+        perms = dlock_backend_fail(DLOCK_EINVAL, "zk URL '%s': acl entry %d (%s): perms "
+                                   "'%.16s' must be one or more of the letters r, w, c, d, a, "
+                                   "each once", url, n, scheme, last + 1);
+    else if (strcmp(scheme, "world") == 0 && strcmp(id, "anyone") != 0)
+        perms = dlock_backend_fail(DLOCK_EINVAL, "zk URL '%s': acl entry %d (world): world's "
+                                   "only id is 'anyone'", url, n);
+    else if (strcmp(scheme, "world") == 0 && perms != ZOO_PERM_READ)
+        perms = dlock_backend_fail(DLOCK_EINVAL, "zk URL '%s': acl entry %d "
+                                   "(world:anyone:%.16s): world may only read (perms r): with "
+                                   "more, anyone who can reach the ensemble could break the "
+                                   "locks", url, n, last + 1);
+    else if (strcmp(scheme, "digest") == 0 && !digest_id_ok(id))
+        perms = dlock_backend_fail(DLOCK_EINVAL, "zk URL '%s': acl entry %d (digest): the id "
+                                   "must be USER:HASH, HASH being the 28-character base64 "
+                                   "SHA-1 of USER:PASSWORD (zkCli's DigestAuthenticationProvider "
+                                   "prints it)", url, n);
+    else if (strcmp(scheme, "ip") == 0 && !ip_id_ok(id))
+        perms = dlock_backend_fail(DLOCK_EINVAL, "zk URL '%s': acl entry %d (ip): '%.64s' is "
+                                   "not an ADDRESS or ADDRESS/BITS", url, n, id);
+    if (perms < 0) {
+        free(scheme);
+        free(id);
+        return perms;
+    }
+    out->perms = perms;
+    out->id.scheme = scheme;
+    out->id.id = id;
+    return DLOCK_OK;
+}
+
+int dlock__zk_acl_init(dlock__zk_be *be, const char *spec, const char *url)
+{
+    char *copy, *save = NULL, *entry;
+    int rc = DLOCK_OK, n = 0;
+
+    if (be->auth == NULL) {
+        if (spec == NULL)
+            return DLOCK_OK; /* open: anyone who reaches the ensemble (docs/zookeeper.md) */
+        return dlock_backend_fail(DLOCK_EINVAL, "zk URL '%s': acl= needs user:password@ (the "
+                                  "nodes' creator is the identity that keeps every right; "
+                                  "without credentials every node is open to anyone)", url);
+    }
+    if ((be->acl.data = calloc(ACL_MAX + 1, sizeof(*be->acl.data))) == NULL)
+        return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+    /* First the creator: ZooKeeper's "auth" scheme stands for the digest
+     * identity of the session that creates the node. */
+    be->acl.data[0].perms = ZOO_PERM_ALL;
+    be->acl.data[0].id.scheme = strdup("auth");
+    be->acl.data[0].id.id = strdup("");
+    be->acl.count = 1;
+    if (be->acl.data[0].id.scheme == NULL || be->acl.data[0].id.id == NULL)
+        return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+    if (spec == NULL)
+        return DLOCK_OK;
+    if ((copy = strdup(spec)) == NULL)
+        return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+    /* strsep, not strtok: an empty entry is an error, not skipped. */
+    save = copy;
+    while (rc == DLOCK_OK && (entry = strsep(&save, ",")) != NULL) {
+        if (++n > ACL_MAX)
+            rc = dlock_backend_fail(DLOCK_EINVAL, "zk URL '%s': acl= has more than %d entries",
+                                    url, ACL_MAX);
+        else if ((rc = acl_entry(entry, n, url, &be->acl.data[be->acl.count])) == DLOCK_OK)
+            be->acl.count++;
+    }
+    free(copy);
+    return rc;
+}
+
+void dlock__zk_acl_free(dlock__zk_be *be)
+{
+    for (int i = 0; be->acl.data != NULL && i <= ACL_MAX; i++) {
+        free(be->acl.data[i].id.scheme);
+        free(be->acl.data[i].id.id);
+    }
+    free(be->acl.data);
+    be->acl.data = NULL;
+    be->acl.count = 0;
 }
 
 /* ---- errors ---------------------------------------------------------------- */
@@ -601,9 +795,19 @@ int dlock__zk_fail(dlock__zk_sess *s, int zrc, const char *what, const char *pat
 
 /* ---- opening and keeping sessions ----------------------------------------- */
 
+/* The digest auth's answer, for the handle s has now (an older one's
+ * threads are joined before a new one opens). */
 static void on_auth(int rc, const void *data)
 {
-    op_done((op_t *)data, rc);
+    dlock__zk_sess *s = (dlock__zk_sess *)data;
+
+    pthread_mutex_lock(&s->mu);
+    if (rc == ZOK)
+        s->authed = 1;
+    else if (rc == ZAUTHFAILED)
+        s->auth_failed = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
 }
 
 /*
@@ -627,6 +831,15 @@ static int open_handle(dlock__zk_sess *s)
     s->connected = 0;
     s->expired = 0;
     s->session_id = 0;
+    s->authed = s->be->auth == NULL;
+    s->auth_failed = 0;
+    /* Given before the connection is up, the client sends the auth first
+     * thing on every connection of the session, ahead of any request: no
+     * call of ours goes out unauthenticated, so none is refused the ACL. */
+    if (s->be->auth != NULL &&
+        zoo_add_auth(zh, "digest", s->be->auth, (int)strlen(s->be->auth), on_auth, s) != ZOK)
+        return dlock_backend_fail(DLOCK_ECONN, "zk %s: cannot send the digest "
+                                  "authentication", s->be->shown);
     return DLOCK_OK;
 }
 
@@ -669,10 +882,13 @@ static int sess_ready_once(dlock__zk_sess *s, uint64_t *gen, int *fresh_expired)
             fresh = rc == DLOCK_OK;
         }
     }
-    while (rc == DLOCK_OK && !s->connected && !s->expired)
+    while (rc == DLOCK_OK && !(s->connected && s->authed) && !s->expired && !s->auth_failed)
         if (wait_until(&s->cv, &s->mu, deadline) == ETIMEDOUT)
             break;
-    if (rc == DLOCK_OK && s->expired) {
+    if (rc == DLOCK_OK && s->auth_failed)
+        rc = dlock_backend_fail(DLOCK_EAUTH, "zk %s: digest authentication refused",
+                                be->shown);
+    else if (rc == DLOCK_OK && s->expired) {
         *fresh_expired = 1;
         rc = dlock_backend_fail(DLOCK_ECONN, "zk %s: session expired while connecting",
                                 be->shown);
@@ -680,24 +896,12 @@ static int sess_ready_once(dlock__zk_sess *s, uint64_t *gen, int *fresh_expired)
     else if (rc == DLOCK_OK && !s->connected)
         rc = dlock_backend_fail(DLOCK_ECONN, "zk %s: not connected within %lld ms", be->shown,
                                 (long long)be->connect_timeout_ms);
+    else if (rc == DLOCK_OK && !s->authed)
+        rc = dlock_backend_fail(DLOCK_ECONN, "zk %s: no answer to the digest authentication "
+                                "within %lld ms", be->shown, (long long)be->connect_timeout_ms);
     if (gen != NULL)
         *gen = s->gen;
     pthread_mutex_unlock(&s->mu);
-    if (rc == DLOCK_OK && fresh && be->auth != NULL) {
-        zhandle_t *zh = handle_of(s);
-        op_t *op = op_new(s);
-        int zrc;
-        if (op == NULL)
-            return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
-        zrc = op_wait(op, zoo_add_auth(zh, "digest", be->auth, (int)strlen(be->auth), on_auth,
-                                       op));
-        op_unref(op);
-        if (zrc == ZAUTHFAILED)
-            return dlock_backend_fail(DLOCK_EAUTH, "zk %s: digest authentication refused",
-                                      be->shown);
-        if (zrc != ZOK)
-            return dlock__zk_fail(s, zrc, "authenticate", "as the URL's user");
-    }
     if (rc == DLOCK_OK && fresh && be->log != NULL && s->gen > 1) {
         char msg[256];
         snprintf(msg, sizeof(msg), "zk %s: new session after the last one expired",

@@ -63,6 +63,8 @@ typedef struct {
     zhandle_t *zh;        /* NULL until opened */
     uint64_t gen;         /* 1 for the first handle, + 1 for each new session */
     int connected;        /* gen's session is connected now */
+    int authed;           /* gen's digest auth answered ZOK (or no auth) */
+    int auth_failed;      /* gen's digest auth was refused */
     int expired;          /* gen's session expired (or auth failed): reopen */
     int64_t session_id;   /* of gen, once connected */
     int64_t timeout_ms;   /* negotiated with the server, once connected */
@@ -77,6 +79,10 @@ struct dlock__zk_be {
     char *hosts;          /* "h1:p1,h2:p2[/chroot]", as zookeeper_init takes it */
     char *shown;          /* the URL for messages (redacted) */
     char *auth;           /* "user:password" for digest auth, or NULL */
+    /* The ACL of every node this client creates: with auth, the creator
+     * (ZooKeeper's "auth" scheme: this digest identity) with all perms,
+     * then acl='s entries; without, ZOO_OPEN_ACL_UNSAFE. */
+    struct ACL_vector acl;
     char *prefix;         /* "/dlock/": a lock NAME lives at prefix + NAME */
     int64_t connect_timeout_ms;
     int64_t command_timeout_ms;
@@ -92,6 +98,11 @@ struct dlock__zk_be {
 };
 
 /* ---- zk_conn.c: sessions and calls -------------------------------------- */
+
+/* be->acl from the URL's credentials and its acl= value (NULL: none); url
+ * is the redacted URL, for messages. DLOCK_EINVAL naming the bad entry. */
+int dlock__zk_acl_init(dlock__zk_be *be, const char *spec, const char *url);
+void dlock__zk_acl_free(dlock__zk_be *be);
 
 int64_t dlock__zk_now_ms(void); /* CLOCK_BOOTTIME */
 int64_t dlock__zk_mono_ms(void); /* CLOCK_MONOTONIC, for waits */
@@ -138,6 +149,8 @@ int dlock__zk_delete(dlock__zk_sess *s, const char *path, int version);
 int dlock__zk_exists(dlock__zk_sess *s, const char *path, int watch, struct Stat *stat);
 /* Data (malloc'd, *len bytes, NUL-terminated for convenience) and stat. */
 int dlock__zk_get(dlock__zk_sess *s, const char *path, char **data, int *len, struct Stat *stat);
+/* path's ACL (deallocate_ACL_vector after). */
+int dlock__zk_get_acl(dlock__zk_sess *s, const char *path, struct ACL_vector *acl);
 /* Set path's data at version (-1: any). */
 int dlock__zk_set(dlock__zk_sess *s, const char *path, const char *data, int len, int version);
 /* Check that each of paths[0..n) exists, in one multi request; ok[i] 1 or

@@ -16,6 +16,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#define THREADED 1 /* the synchronous calls of the mt library */
+#include <zookeeper/zookeeper.h>
+
 #include "dlock/sys/backend.h"
 #include "test.h"
 
@@ -574,6 +577,354 @@ static void ensemble_member_and_leader_killed(void)
     test_zk_stop(&z);
 }
 
+/* ---- ACLs: zk://user:password@ ------------------------------------------ */
+
+/* A raw C client handle, authenticated as auth ("user:password") or not
+ * (NULL): the attacker, or an operator's view. */
+static void raw_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    (void)zh, (void)type, (void)state, (void)path, (void)ctx;
+}
+
+static void raw_log(const char *m)
+{
+    (void)m;
+}
+
+static zhandle_t *raw_open(test_zk *z, const char *auth)
+{
+    zhandle_t *zh = zookeeper_init2(z->hosts, raw_watcher, 10000, NULL, NULL, 0, raw_log);
+    int t;
+
+    for (t = 0; zh != NULL && t < 400 && zoo_state(zh) != ZOO_CONNECTED_STATE; t++)
+        test_sleep_ms(50);
+    CHECK(zh != NULL && zoo_state(zh) == ZOO_CONNECTED_STATE);
+    if (auth != NULL) /* the synchronous add_auth waits for the server's answer */
+        CHECK_RC(zoo_add_auth(zh, "digest", auth, (int)strlen(auth), NULL, NULL), ZOK);
+    return zh;
+}
+
+/*
+ * Every node under path (path included, depth first) through zh: its ACL
+ * must give world nothing but read (world_read: exactly read, else no
+ * world entry at all), and give the digest user everything. Returns the
+ * number of nodes seen.
+ */
+static int acl_walk(zhandle_t *zh, const char *path, const char *user, int world_read)
+{
+    struct ACL_vector acl = {0, NULL};
+    struct String_vector kids = {0, NULL};
+    struct Stat st;
+    int n = 1, world = 0, mine = 0;
+    size_t ulen = strlen(user);
+
+    CHECK_RC(zoo_get_acl(zh, path, &acl, &st), ZOK);
+    for (int i = 0; i < acl.count; i++) {
+        const struct ACL *a = &acl.data[i];
+        fprintf(stderr, "acl %s: %s:%s:%d\n", path, a->id.scheme, a->id.id, a->perms);
+        if (strcmp(a->id.scheme, "world") == 0) {
+            world = 1;
+            CHECK(world_read && a->perms == ZOO_PERM_READ);
+        }
+        if (strcmp(a->id.scheme, "digest") == 0 && strncmp(a->id.id, user, ulen) == 0 &&
+            a->id.id[ulen] == ':' && a->perms == ZOO_PERM_ALL)
+            mine = 1;
+    }
+    CHECK(mine);
+    CHECK(world == world_read);
+    deallocate_ACL_vector(&acl);
+    CHECK_RC(zoo_get_children(zh, path, 0, &kids), ZOK);
+    for (int i = 0; i < kids.count; i++) {
+        char child[512];
+        snprintf(child, sizeof(child), "%s/%s", path, kids.data[i]);
+        n += acl_walk(zh, child, user, world_read);
+    }
+    deallocate_String_vector(&kids);
+    return n;
+}
+
+static dlock_client *open_as(test_zk *z, const char *userinfo, const char *query)
+{
+    char url[512];
+    snprintf(url, sizeof(url), "zk://%s%s%s?session_timeout_ms=2000%s%s", userinfo != NULL ?
+             userinfo : "", userinfo != NULL ? "@" : "", z->hosts, query != NULL ? "&" : "",
+             query != NULL ? query : "");
+    return open_url(url, 5000);
+}
+
+/*
+ * With credentials, a holder's node and its directory can be neither
+ * deleted nor re-permissioned by a client without them or with others, and
+ * nobody else gets in: before, every node had the open ACL, an
+ * unauthenticated zoo_delete removed the holder's node and a second holder
+ * got in.
+ */
+static void acl_holder_node_protected(void)
+{
+    test_zk z;
+    dlock_client *alice, *anon, *mallory;
+    dlock_lock *l, *x = NULL;
+    dlock_acquire_options once = test_opts(0, 20000, 1);
+    zhandle_t *mine, *nobody, *other;
+    struct String_vector kids = {0, NULL};
+    char node[512];
+    int rc;
+
+    test_zk_start(&z, 1, NULL);
+    alice = open_as(&z, "alice:secret", NULL);
+    anon = open_as(&z, NULL, NULL);
+    CHECK_RC(dlock_acquire(&l, alice, "guarded", NULL), DLOCK_OK);
+
+    mine = raw_open(&z, "alice:secret");
+    nobody = raw_open(&z, NULL);
+    other = raw_open(&z, "mallory:other");
+    CHECK_RC(zoo_get_children(mine, "/dlock/guarded", 0, &kids), ZOK);
+    CHECK(kids.count == 1);
+    snprintf(node, sizeof(node), "/dlock/guarded/%s", kids.data[0]);
+    deallocate_String_vector(&kids);
+
+    for (int i = 0; i < 2; i++) {
+        zhandle_t *zh = i == 0 ? nobody : other;
+        char made[256];
+        /* DELETE on a node is the parent's permission; both refuse. */
+        CHECK_RC(zoo_delete(zh, node, -1), ZNOAUTH);
+        CHECK_RC(zoo_set_acl(zh, node, -1, &ZOO_OPEN_ACL_UNSAFE), ZNOAUTH);
+        CHECK_RC(zoo_set_acl(zh, "/dlock/guarded", -1, &ZOO_OPEN_ACL_UNSAFE), ZNOAUTH);
+        CHECK_RC(zoo_set_acl(zh, "/dlock", -1, &ZOO_OPEN_ACL_UNSAFE), ZNOAUTH);
+        CHECK_RC(zoo_create(zh, "/dlock/guarded/_c_00000000-0000-0000-0000-000000000000-lock-",
+                            NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, made,
+                            (int)sizeof(made)),
+                 ZNOAUTH);
+        CHECK_RC(zoo_create(zh, "/dlock/squat", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, made,
+                            (int)sizeof(made)),
+                 ZNOAUTH);
+        CHECK_RC(zoo_set(zh, node, "x", 1, -1), ZNOAUTH);
+        CHECK_RC(zoo_get_children(zh, "/dlock/guarded", 0, &kids), ZNOAUTH);
+    }
+    /* Nobody else gets in; the holder still holds. */
+    rc = dlock_acquire(&x, anon, "guarded", &once);
+    CHECK(rc != DLOCK_OK);
+    fprintf(stderr, "without credentials: %s\n", dlock_error_message());
+    /* Other credentials: refused at open, where /dlock is checked. */
+    snprintf(node, sizeof(node), "zk://mallory:other@%s", z.hosts);
+    CHECK_RC(dlock_client_open(&mallory, node, NULL), DLOCK_EAUTH);
+    CHECK_CONTAINS(dlock_error_message(), "read the ACL of /dlock");
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    /* Nothing but dlock's own node and the tree it made, all alice's. */
+    CHECK(acl_walk(mine, "/dlock", "alice", 0) == 3);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+
+    zookeeper_close(mine);
+    zookeeper_close(nobody);
+    zookeeper_close(other);
+    dlock_client_free(anon);
+    dlock_client_free(alice);
+    test_zk_stop(&z);
+}
+
+/*
+ * The prefix's node is where lock directories are made, and ZooKeeper
+ * checks DELETE on the parent: one that lets anyone create in it (made
+ * earlier without credentials, or the root for a prefix without '/') is
+ * refused at open, naming the fix; a prefix of one's own works, and is
+ * made persistent with the client's ACL.
+ */
+static void acl_open_prefix_refused(void)
+{
+    test_zk z;
+    dlock_client *c = NULL;
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_lock *l;
+    zhandle_t *nobody, *mine;
+    char url[512], made[64];
+    struct Stat st;
+
+    test_zk_start(&z, 1, NULL);
+    nobody = raw_open(&z, NULL);
+    CHECK_RC(zoo_create(nobody, "/dlock", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_CONTAINER, made,
+                        (int)sizeof(made)),
+             ZOK);
+    snprintf(url, sizeof(url), "zk://alice:secret@%s", z.hosts);
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_EAUTH);
+    CHECK_CONTAINS(dlock_error_message(), "/dlock lets anyone create or delete in it");
+    CHECK_CONTAINS(dlock_error_message(), "setAcl /dlock auth::cdrwa");
+    co.key_prefix = "locks-";
+    CHECK_RC(dlock_client_open(&c, url, &co), DLOCK_EAUTH);
+    CHECK_CONTAINS(dlock_error_message(), ": / lets anyone create");
+    co.key_prefix = "team-a/locks/";
+    CHECK_RC(dlock_client_open(&c, url, &co), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "x", NULL), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    mine = raw_open(&z, "alice:secret");
+    CHECK_RC(zoo_exists(mine, "/team-a/locks", 0, &st), ZOK);
+    CHECK(st.ephemeralOwner == 0);
+    CHECK(acl_walk(mine, "/team-a", "alice", 0) >= 2);
+    CHECK_RC(zoo_delete(nobody, "/team-a/locks/x", -1), ZNOAUTH);
+    zookeeper_close(mine);
+    zookeeper_close(nobody);
+    dlock_client_free(c);
+    test_zk_stop(&z);
+}
+
+typedef struct {
+    dlock_client *c;
+    const char *name;
+    int kind;
+    dlock_lock *l;
+    int rc;
+} acl_waiter;
+
+static void *acl_waiter_main(void *p)
+{
+    acl_waiter *a = p;
+    dlock_acquire_options o = test_opts(20000, 20000, 1);
+    o.kind = a->kind;
+    a->rc = dlock_acquire(&a->l, a->c, a->name, &o);
+    return NULL;
+}
+
+/*
+ * Every kind of node the family makes carries the ACL (no world entry, the
+ * creator all perms): mutex, re-entry, read and write, semaphore (locks,
+ * leases and the count), leader, and their parents; two clients of the
+ * same identity still exclude each other and hand the lock over.
+ */
+static void acl_every_node_kind(void)
+{
+    test_zk z;
+    dlock_client *a, *b;
+    dlock_lock *m, *re, *r, *w, *sem, *lead, *busy = NULL;
+    dlock_acquire_options o = test_opts(0, 20000, 1);
+    acl_waiter wa;
+    pthread_t th;
+    zhandle_t *mine;
+    int n;
+
+    test_zk_start(&z, 1, NULL);
+    a = open_as(&z, "alice:secret", NULL);
+    b = open_as(&z, "alice:secret", NULL);
+    o.owner = "job-7";
+    o.reentrant = 1;
+    CHECK_RC(dlock_acquire(&m, a, "mutex", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&re, b, "mutex", &o), DLOCK_OK); /* a re-entry node */
+    o.owner = NULL;
+    o.reentrant = 0;
+    o.kind = DLOCK_KIND_READ;
+    CHECK_RC(dlock_acquire(&r, a, "rw", &o), DLOCK_OK);
+    o.kind = DLOCK_KIND_WRITE;
+    CHECK_RC(dlock_acquire(&w, b, "rw-w", &o), DLOCK_OK);
+    o.kind = DLOCK_KIND_SEMAPHORE;
+    o.permits = 2;
+    CHECK_RC(dlock_acquire(&sem, b, "sem", &o), DLOCK_OK);
+    CHECK_RC(dlock_campaign(&lead, a, "el", "alpha", NULL), DLOCK_OK);
+
+    mine = raw_open(&z, "alice:secret");
+    n = acl_walk(mine, "/dlock", "alice", 0);
+    fprintf(stderr, "%d nodes\n", n);
+    /* /dlock, 5 directories, 2 mutex nodes, read, write, locks, leases and
+     * a lease, latch */
+    CHECK(n >= 14);
+
+    /* Same identity: still excluded, and handed over. */
+    o = test_opts(0, 20000, 1);
+    o.kind = DLOCK_KIND_WRITE;
+    CHECK_RC(dlock_acquire(&busy, b, "rw-w", &o), DLOCK_EBUSY);
+    wa.c = a;
+    wa.name = "rw-w";
+    wa.kind = DLOCK_KIND_WRITE;
+    wa.l = NULL;
+    wa.rc = -1;
+    CHECK(pthread_create(&th, NULL, acl_waiter_main, &wa) == 0);
+    test_sleep_ms(300);
+    CHECK_RC(dlock_release(w), DLOCK_OK);
+    pthread_join(th, NULL);
+    CHECK_RC(wa.rc, DLOCK_OK);
+    CHECK_RC(dlock_release(wa.l), DLOCK_OK);
+
+    CHECK_RC(dlock_release(re), DLOCK_OK);
+    CHECK_RC(dlock_release(m), DLOCK_OK);
+    CHECK_RC(dlock_release(r), DLOCK_OK);
+    CHECK_RC(dlock_release(sem), DLOCK_OK);
+    CHECK_RC(dlock_resign(lead), DLOCK_OK);
+    zookeeper_close(mine);
+    dlock_client_free(b);
+    dlock_client_free(a);
+    test_zk_stop(&z);
+}
+
+/*
+ * acl= adds identities: world:anyone:r lets an operator without
+ * credentials list and read (never delete), and a shared digest identity
+ * may delete (here: a force release by the team's account).
+ */
+static void acl_option_adds_identities(void)
+{
+    test_zk z;
+    dlock_client *a;
+    dlock_lock *l;
+    zhandle_t *nobody, *team;
+    struct String_vector kids = {0, NULL};
+    char node[512];
+
+    test_zk_start(&z, 1, NULL);
+    /* team:teampw's digest */
+    a = open_as(&z, "alice:secret",
+                "acl=world:anyone:r,digest:team:gNORL9jQUMOKvYwzh1leeZo3btc=:cdrwa");
+    CHECK_RC(dlock_acquire(&l, a, "shared", NULL), DLOCK_OK);
+    nobody = raw_open(&z, NULL);
+    team = raw_open(&z, "team:teampw");
+    CHECK(acl_walk(team, "/dlock", "alice", 1) == 3);
+    CHECK_RC(zoo_get_children(nobody, "/dlock/shared", 0, &kids), ZOK);
+    CHECK(kids.count == 1);
+    snprintf(node, sizeof(node), "/dlock/shared/%s", kids.data[0]);
+    deallocate_String_vector(&kids);
+    CHECK_RC(zoo_delete(nobody, node, -1), ZNOAUTH);
+    CHECK_RC(zoo_delete(team, node, -1), ZOK);
+    CHECK_RC(dlock_lock_check(l), DLOCK_ELOST);
+    dlock_release(l);
+    zookeeper_close(team);
+    zookeeper_close(nobody);
+    dlock_client_free(a);
+    test_zk_stop(&z);
+}
+
+/* Bad acl= values are refused before anything is sent, naming the entry
+ * and what is wrong, never showing a digest's hash. */
+static void acl_option_errors(void)
+{
+    static const struct {
+        const char *url, *says;
+    } bad[] = {
+        {"zk://127.0.0.1:1?acl=world:anyone:r", "acl= needs user:password@"},
+        {"zk://u:p@127.0.0.1:1?session_timeout_ms=1000&acl=digest:team:SECRETHASH:r",
+         "?session_timeout_ms=1000&acl=***': acl entry 1 (digest): the id must be"},
+        {"zk://u:p@127.0.0.1:1?acl=digest:team:SECRETHASH:r&x=1",
+         "?acl=***&x=1': unknown parameter 'x'"},
+        {"zk://u:p@127.0.0.1:1?acl=", "acl entry 1 must be SCHEME:ID:PERMS"},
+        {"zk://u:p@127.0.0.1:1?acl=world:anyone:r,,ip:10.0.0.1:r", "acl entry 2 must be"},
+        {"zk://u:p@127.0.0.1:1?acl=world:r", "acl entry 1 must be SCHEME:ID:PERMS"},
+        {"zk://u:p@127.0.0.1:1?acl=sasl:bob:r", "unknown scheme 'sasl' (world, digest or ip)"},
+        {"zk://u:p@127.0.0.1:1?acl=world:anyone:rx", "perms 'rx' must be one or more of"},
+        {"zk://u:p@127.0.0.1:1?acl=world:anyone:rr", "each once"},
+        {"zk://u:p@127.0.0.1:1?acl=world:nobody:r", "world's only id is 'anyone'"},
+        {"zk://u:p@127.0.0.1:1?acl=world:anyone:rd", "world may only read (perms r)"},
+        {"zk://u:p@127.0.0.1:1?acl=world:anyone:cdrwa", "anyone who can reach the ensemble"},
+        {"zk://u:p@127.0.0.1:1?acl=digest:team:SECRETHASH:r", "the id must be USER:HASH"},
+        {"zk://u:p@127.0.0.1:1?acl=ip:10.0.0.1;x:r", "'10.0.0.1;x' is not an ADDRESS"},
+        {"zk://u:p@127.0.0.1:1?acl=ip:1:r,ip:2:r,ip:3:r,ip:4:r,ip:5:r,ip:6:r,ip:7:r,ip:8:r,"
+         "ip:9:r,ip:10:r,ip:11:r,ip:12:r,ip:13:r,ip:14:r,ip:15:r,ip:16:r,ip:17:r",
+         "more than 16 entries"},
+    };
+    dlock_client *c = NULL;
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        CHECK_RC(dlock_client_open(&c, bad[i].url, NULL), DLOCK_EINVAL);
+        fprintf(stderr, "%s\n", dlock_error_message());
+        CHECK_CONTAINS(dlock_error_message(), bad[i].says);
+        CHECK(strstr(dlock_error_message(), "SECRETHASH:") == NULL);
+    }
+}
+
 /* Bad URLs are refused with a message naming what is wrong. */
 static void bad_urls(void)
 {
@@ -595,4 +946,9 @@ TEST_MAIN({"curator_node_names", curator_node_names, NULL},
           {"killed_waiter_child", killed_waiter_child, TEST_CHILD},
           {"ensemble_member_and_leader_killed", ensemble_member_and_leader_killed, "ensemble"},
           {"reentrant_by_owner", reentrant_by_owner, "watchdog"},
-          {"bad_urls", bad_urls, NULL})
+          {"bad_urls", bad_urls, NULL},
+          {"acl_holder_node_protected", acl_holder_node_protected, NULL},
+          {"acl_open_prefix_refused", acl_open_prefix_refused, NULL},
+          {"acl_every_node_kind", acl_every_node_kind, NULL},
+          {"acl_option_adds_identities", acl_option_adds_identities, NULL},
+          {"acl_option_errors", acl_option_errors, NULL})
