@@ -69,7 +69,8 @@ static void run(const char *cmd)
 static void spawn_on(test_mariadb *m, const char *datadir, int port)
 {
     char a_datadir[160], a_socket[160], a_port[32], a_pid[160], a_log[160], a_tmp[160];
-    char *args[24];
+    char a_cert[160], a_key[160], a_ca[160];
+    char *args[28];
     int n = 0;
 
     snprintf(a_datadir, sizeof(a_datadir), "--datadir=%s", datadir);
@@ -99,6 +100,14 @@ static void spawn_on(test_mariadb *m, const char *datadir, int port)
     args[n++] = "--open-files-limit=4096";
     if (geteuid() == 0)
         args[n++] = "--user=root"; /* mariadbd refuses root without it */
+    if (m->tls_dir[0] != '\0') {
+        snprintf(a_cert, sizeof(a_cert), "--ssl-cert=%s/%s.crt", m->tls_dir, m->tls_cert);
+        snprintf(a_key, sizeof(a_key), "--ssl-key=%s/%s.key", m->tls_dir, m->tls_cert);
+        snprintf(a_ca, sizeof(a_ca), "--ssl-ca=%s/ca.crt", m->tls_dir);
+        args[n++] = a_cert;
+        args[n++] = a_key;
+        args[n++] = a_ca;
+    }
     args[n] = NULL;
     m->pid = fork();
     if (m->pid == 0) {
@@ -246,7 +255,7 @@ static void mariadb_cleanup(void)
             test_mariadb_stop(my_started[i]);
 }
 
-void test_mariadb_start(test_mariadb *m)
+static void start_with(test_mariadb *m, const test_tls *t, const char *cert)
 {
     char cmd[400], data[120];
     const char *tpl = template_dir();
@@ -261,6 +270,10 @@ void test_mariadb_start(test_mariadb *m)
             break;
         }
     memset(m, 0, sizeof(*m));
+    if (t != NULL) {
+        snprintf(m->tls_dir, sizeof(m->tls_dir), "%s", t->dir);
+        snprintf(m->tls_cert, sizeof(m->tls_cert), "%s", cert);
+    }
     snprintf(m->dir, sizeof(m->dir), "/tmp/dlock-my-XXXXXX");
     if (mkdtemp(m->dir) == NULL) {
         perror("mkdtemp");
@@ -283,6 +296,16 @@ void test_mariadb_start(test_mariadb *m)
         run(cmd);
     }
     snprintf(m->url, sizeof(m->url), "mysql://dlock:dlockpw@127.0.0.1:%d/dlock_test", m->port);
+}
+
+void test_mariadb_start(test_mariadb *m)
+{
+    start_with(m, NULL, NULL);
+}
+
+void test_mariadb_start_tls(test_mariadb *m, const test_tls *t, const char *cert)
+{
+    start_with(m, t, cert);
 }
 
 void test_mariadb_restart(test_mariadb *m)

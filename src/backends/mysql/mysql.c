@@ -43,6 +43,7 @@ static void my_close(void *arg)
     free_str(&be->ssl_ca);
     free_str(&be->ssl_capath);
     free_str(&be->ssl_cipher);
+    free_str(&be->key_secret);
     free(be);
 }
 

@@ -16,6 +16,8 @@
 
 #include <errmsg.h>
 #include <mysqld_error.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include "mysql_int.h"
 
@@ -31,8 +33,23 @@ int64_t my_now_ms(void)
 
 static const char *const known_params[] = {
     "mode", "socket", "create", "ssl", "ssl-ca", "ssl-capath", "ssl-cert", "ssl-key",
-    "ssl-cipher", "ssl-verify", NULL,
+    "ssl-cipher", "ssl-verify", "allow_cleartext", "key_secret", NULL,
 };
+
+/* A 0/1 parameter into *out: -1 when absent. */
+static int flag_param(const dlock_url *url, const char *key, int *out)
+{
+    const char *v = dlock_url_param_get(url, key);
+
+    *out = -1;
+    if (v == NULL)
+        return DLOCK_OK;
+    if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
+        return dlock_backend_fail(DLOCK_EINVAL, "%s: %s must be 0 or 1, not '%.40s'",
+                                  url->redacted, key, v);
+    *out = v[0] == '1';
+    return DLOCK_OK;
+}
 
 static int dup_param(const dlock_url *url, const char *key, char **out)
 {
@@ -58,11 +75,8 @@ static unsigned to_seconds(int64_t ms)
 int my_parse_url(my_be *be, const dlock_url *url, const dlock_client_options *opts)
 {
     const char *mode = dlock_url_param_get(url, "mode");
-    const char *create = dlock_url_param_get(url, "create");
-    const char *verify = dlock_url_param_get(url, "ssl-verify");
-    const char *ssl = dlock_url_param_get(url, "ssl");
     const char *prefix = opts != NULL && opts->key_prefix != NULL ? opts->key_prefix : "dlock:";
-    int rc;
+    int create, ssl, verify, cleartext, rc;
 
     for (size_t i = 0; i < url->nparams; i++) {
         size_t k = 0;
@@ -72,7 +86,7 @@ int my_parse_url(my_be *be, const dlock_url *url, const dlock_client_options *op
             return dlock_backend_fail(DLOCK_EINVAL,
                                       "%s: unknown parameter '%.40s' (mode, socket, create, "
                                       "ssl, ssl-ca, ssl-capath, ssl-cert, ssl-key, ssl-cipher, "
-                                      "ssl-verify)",
+                                      "ssl-verify, allow_cleartext, key_secret)",
                                       url->redacted, url->params[i].key);
     }
     if (mode == NULL || strcmp(mode, "lease") == 0)
@@ -82,25 +96,13 @@ int my_parse_url(my_be *be, const dlock_url *url, const dlock_client_options *op
     else
         return dlock_backend_fail(DLOCK_EINVAL, "%s: mode must be lease or named, not '%.40s'",
                                   url->redacted, mode);
-    if (create == NULL || strcmp(create, "1") == 0)
-        be->create = 1;
-    else if (strcmp(create, "0") == 0)
-        be->create = 0;
-    else
-        return dlock_backend_fail(DLOCK_EINVAL, "%s: create must be 0 or 1, not '%.40s'",
-                                  url->redacted, create);
-    be->ssl_verify = -1;
-    if (verify != NULL) {
-        if (strcmp(verify, "0") != 0 && strcmp(verify, "1") != 0)
-            return dlock_backend_fail(DLOCK_EINVAL, "%s: ssl-verify must be 0 or 1, not '%.40s'",
-                                      url->redacted, verify);
-        be->ssl_verify = verify[0] == '1';
-    }
-    if (ssl != NULL && strcmp(ssl, "0") != 0 && strcmp(ssl, "1") != 0)
-        return dlock_backend_fail(DLOCK_EINVAL, "%s: ssl must be 0 or 1, not '%.40s'",
-                                  url->redacted, ssl);
-    if (ssl != NULL && ssl[0] == '1' && be->ssl_verify < 0)
-        be->ssl_verify = 0; /* TLS required; verification only if asked */
+    if ((rc = flag_param(url, "create", &create)) != DLOCK_OK ||
+        (rc = flag_param(url, "ssl", &ssl)) != DLOCK_OK ||
+        (rc = flag_param(url, "ssl-verify", &verify)) != DLOCK_OK ||
+        (rc = flag_param(url, "allow_cleartext", &cleartext)) != DLOCK_OK)
+        return rc;
+    be->create = create != 0;
+    be->allow_cleartext = cleartext == 1;
     if (url->nhosts > 1)
         return dlock_backend_fail(DLOCK_EINVAL, "%s: expected one host, got %zu", url->redacted,
                                   url->nhosts);
@@ -122,8 +124,25 @@ int my_parse_url(my_be *be, const dlock_url *url, const dlock_client_options *op
         (rc = dup_param(url, "ssl-capath", &be->ssl_capath)) != DLOCK_OK ||
         (rc = dup_param(url, "ssl-cert", &be->ssl_cert)) != DLOCK_OK ||
         (rc = dup_param(url, "ssl-key", &be->ssl_key)) != DLOCK_OK ||
-        (rc = dup_param(url, "ssl-cipher", &be->ssl_cipher)) != DLOCK_OK)
+        (rc = dup_param(url, "ssl-cipher", &be->ssl_cipher)) != DLOCK_OK ||
+        (rc = dup_param(url, "key_secret", &be->key_secret)) != DLOCK_OK)
         return rc;
+    /* Asking for TLS in any way makes it required (my_connect checks the
+     * session is encrypted); a CA given always verifies the server. */
+    be->tls = ssl == 1 || verify >= 0 || be->ssl_ca != NULL || be->ssl_capath != NULL ||
+              be->ssl_cert != NULL || be->ssl_key != NULL || be->ssl_cipher != NULL;
+    be->ssl_verify = verify == 1 || be->ssl_ca != NULL || be->ssl_capath != NULL;
+    if (ssl == 0 && be->tls)
+        return dlock_backend_fail(DLOCK_EINVAL,
+                                  "%s: ssl=0 with another ssl parameter, which asks for TLS: "
+                                  "drop one", url->redacted);
+    if (verify == 0 && be->ssl_verify)
+        return dlock_backend_fail(DLOCK_EINVAL,
+                                  "%s: ssl-verify=0 with ssl-ca or ssl-capath: a CA given always "
+                                  "verifies the server's certificate and name (drop one)",
+                                  url->redacted);
+    if (be->key_secret != NULL && be->key_secret[0] == '\0')
+        return dlock_backend_fail(DLOCK_EINVAL, "%s: key_secret is empty", url->redacted);
     if (be->host == NULL && be->socket == NULL)
         return dlock_backend_fail(DLOCK_EINVAL, "%s: the URL names no host (or socket=PATH)",
                                   url->redacted);
@@ -212,10 +231,54 @@ static int session_setup(my_be *be, MYSQL **slot)
     return DLOCK_OK;
 }
 
+/* The authentication methods the client answers (the client library's
+ * restricted_auth), so that a server, or a man in the middle, that switches
+ * to another is refused before anything is sent. None of SAFE_AUTH sends
+ * the password itself. caching_sha2_password and sha256_password send it
+ * over TLS, or without TLS encrypted to an RSA key the server supplies
+ * (anyone's, in the middle): answered only over verified TLS or a unix
+ * socket. mysql_clear_password and dialog (PAM's) send it as it is: only
+ * with allow_cleartext=1, which allows all of these. */
+#define SAFE_AUTH "mysql_native_password,client_ed25519,parsec,auth_gssapi_client"
+#define SHA2_AUTH ",caching_sha2_password,sha256_password"
+
+static const char *auth_methods(const my_be *be)
+{
+    if (be->allow_cleartext)
+        return SAFE_AUTH SHA2_AUTH ",mysql_clear_password,dialog";
+    return be->ssl_verify || be->socket != NULL ? SAFE_AUTH SHA2_AUTH : SAFE_AUTH;
+}
+
+/* A connection that failed to open: its error as a DLOCK_E* code, said the
+ * way the cause needs (a refused method, TLS). Closes *slot. */
+static int connect_failed(my_be *be, MYSQL **slot)
+{
+    unsigned e = mysql_errno(*slot);
+    int rc;
+
+    /* (The library's text may name the method wrongly: not repeated.) */
+    if (e == CR_PLUGIN_NOT_ALLOWED)
+        rc = dlock_backend_fail(DLOCK_EAUTH,
+                                "%s: cannot connect: the server asked for an authentication "
+                                "method that would give the password away, refused (error %u): "
+                                "mysql_clear_password and dialog send it in clear text, "
+                                "caching_sha2_password and sha256_password without verified TLS "
+                                "to a key the server supplies; allow_cleartext=1 allows them",
+                                be->where, e);
+    else if (be->tls && e == CR_SSL_CONNECTION_ERROR)
+        rc = dlock_backend_fail(DLOCK_ECONN, "%s: cannot connect: TLS was required: %.300s (error "
+                                "%u)", be->where, mysql_error(*slot), e);
+    else
+        rc = my_fail(be, slot, "cannot connect", NULL);
+    my_drop(slot);
+    return rc;
+}
+
 int my_connect(my_be *be, MYSQL **out)
 {
     MYSQL *c = mysql_init(NULL);
     my_bool no = 0;
+    const char *cipher;
     int rc;
 
     *out = NULL;
@@ -227,19 +290,28 @@ int my_connect(my_be *be, MYSQL **out)
     mysql_options(c, MYSQL_OPT_RECONNECT, &no);
     mysql_options(c, MYSQL_SET_CHARSET_NAME, "utf8mb4");
     mysql_options(c, MYSQL_READ_DEFAULT_GROUP, NULL);
-    if (be->ssl_key || be->ssl_cert || be->ssl_ca || be->ssl_capath || be->ssl_cipher)
-        mysql_ssl_set(c, be->ssl_key, be->ssl_cert, be->ssl_ca, be->ssl_capath, be->ssl_cipher);
-    if (be->ssl_verify >= 0) {
+    if (mysql_optionsv(c, MARIADB_OPT_RESTRICTED_AUTH, auth_methods(be)) != 0) {
+        my_drop(&c);
+        return dlock_backend_fail(DLOCK_ENOTSUP, "%s: the client library cannot restrict the "
+                                  "authentication methods it answers (MariaDB Connector/C 3.3 "
+                                  "or later needed)", be->where);
+    }
+    if (be->tls) {
         my_bool yes = 1, verify = (my_bool)be->ssl_verify;
+        mysql_ssl_set(c, be->ssl_key, be->ssl_cert, be->ssl_ca, be->ssl_capath, be->ssl_cipher);
         mysql_options(c, MYSQL_OPT_SSL_ENFORCE, &yes);
         mysql_options(c, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify);
     }
     if (mysql_real_connect(c, be->socket != NULL ? "localhost" : be->host, be->user,
                            be->password, be->db, be->port, be->socket,
-                           CLIENT_MULTI_RESULTS | CLIENT_FOUND_ROWS) == NULL) {
-        rc = my_fail(be, &c, "cannot connect", NULL);
+                           CLIENT_MULTI_RESULTS | CLIENT_FOUND_ROWS) == NULL)
+        return connect_failed(be, &c);
+    /* The library's own enforcement is not trusted alone: a session asked
+     * to be encrypted that is not goes no further. */
+    if (be->tls && ((cipher = mysql_get_ssl_cipher(c)) == NULL || cipher[0] == '\0')) {
         my_drop(&c);
-        return rc;
+        return dlock_backend_fail(DLOCK_ECONN, "%s: TLS was required (an ssl parameter) but the "
+                                  "session is not encrypted: refused", be->where);
     }
     {
         int fd = (int)mysql_get_socket(c);
@@ -438,6 +510,19 @@ int my_lock_expr(my_be *be, const char *name, char tag, char *out)
     if ((rc = make_key(be, name, key)) != DLOCK_OK)
         return rc;
     len = strlen(key);
+    if (be->key_secret != NULL) {
+        /* 'dlock$' and 58 hex digits of the HMAC (232 bits): only a holder
+         * of the secret can name the lock to block it. */
+        unsigned char mac[EVP_MAX_MD_SIZE];
+        unsigned mlen = 0;
+        if (HMAC(EVP_sha256(), be->key_secret, (int)strlen(be->key_secret),
+                 (const unsigned char *)key, len, mac, &mlen) == NULL || mlen < 29)
+            return dlock_backend_fail(DLOCK_ENOMEM, "%s: HMAC-SHA256 failed", be->where);
+        my_hex(hex, (const char *)mac, 29);
+        /* my_hex wrote X'..': the 58 digits are from hex + 2. */
+        snprintf(out, MY_LOCKEXPR_MAX, "'%s%.58s'", tag == 'n' ? "dlock$" : "dlckw$", hex + 2);
+        return DLOCK_OK;
+    }
     plain = tag == 'n' && len <= 64;
     for (size_t i = 0; plain && i < len; i++)
         plain = key[i] > 0x20 && key[i] < 0x7f && key[i] != '\'' && key[i] != '\\';

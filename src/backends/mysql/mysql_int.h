@@ -46,7 +46,10 @@ typedef struct my_be {
     char *host, *user, *password, *db, *socket;
     unsigned port;
     char *ssl_key, *ssl_cert, *ssl_ca, *ssl_capath, *ssl_cipher;
-    int ssl_verify; /* -1 unset */
+    int tls;             /* TLS asked for (any ssl* parameter): required */
+    int ssl_verify;      /* the server's certificate and name checked */
+    int allow_cleartext; /* allow_cleartext=1: answer mysql_clear_password, dialog */
+    char *key_secret;    /* key_secret=: GET_LOCK names are an HMAC under it */
     unsigned connect_s, read_s, write_s;
     int64_t command_ms;
     char where[192]; /* "mysql HOST:PORT/DB", for messages */
@@ -113,9 +116,10 @@ void my_hex(char *out, const char *s, size_t len);
  * DLOCK_EINVAL when too long. */
 int my_key_hex(my_be *be, const char *name, char *out);
 /* The GET_LOCK name of lock name as an SQL expression (tag 'n' for named
- * mode, 'w' for a lease's wake channel): key_prefix + name itself when it
- * is printable ASCII and fits the server's 64 characters (named mode
- * only), else a SHA-256 of it (docs/mysql.md). */
+ * mode, 'w' for a lease's wake channel): with key_secret, an HMAC-SHA256
+ * of key_prefix + name under it, computed here; else key_prefix + name
+ * itself when it is printable ASCII and fits the server's 64 characters
+ * (named mode only), else a SHA-256 of it (docs/mysql.md). */
 int my_lock_expr(my_be *be, const char *name, char tag, char *out);
 /* A string column's bytes (NULL when SQL NULL) and length. */
 int64_t my_now_ms(void);

@@ -4,11 +4,17 @@
  * mariadbd each test starts (tests/support/test_mysql.c): the server's
  * clock decides a lease, a holder's connection killed from the server,
  * a retry after a lost reply, the wake channel, the long-name hash, a
- * server restarted under a held lock, and bad URLs and credentials.
+ * server restarted under a held lock, bad URLs and credentials, TLS that
+ * cannot be downgraded, no clear-text password for a server that asks for
+ * one (a fake server in this file), and key_secret's lock names.
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <stdatomic.h>
 #include <sys/wait.h>
@@ -556,6 +562,289 @@ static void resource_fence_and_skip_locked(void)
     test_mariadb_stop(&m);
 }
 
+
+/* ---- TLS that cannot be downgraded ----------------------------------------- */
+
+/* Asking for TLS any way makes it required: against a server without TLS
+ * (mariadbd started without certificates) every form is refused, where
+ * the client library would carry on in clear text. */
+static void tls_required_refuses_clear_text(void)
+{
+    test_mariadb m;
+    test_tls t;
+    char url[800], ca[200], cert[200], key[200];
+    const char *forms[] = {"ssl=1", "ssl-ca=%s", "ssl-capath=%s", "ssl-cert=%s&ssl-key=%s",
+                           "ssl-verify=1"};
+
+    test_tls_make(&t);
+    snprintf(ca, sizeof(ca), "%s", test_tls_file(&t, "ca.crt"));
+    snprintf(cert, sizeof(cert), "%s", test_tls_file(&t, "client.crt"));
+    snprintf(key, sizeof(key), "%s", test_tls_file(&t, "client.key"));
+    test_mariadb_start(&m);
+    CHECK(test_mariadb_query(&m, "SELECT @@have_ssl = 'YES'") == 0);
+    for (size_t i = 0; i < sizeof(forms) / sizeof(forms[0]); i++) {
+        char q[500];
+        dlock_client *c = (dlock_client *)1;
+        if (i == 1)
+            snprintf(q, sizeof(q), forms[i], ca);
+        else if (i == 2)
+            snprintf(q, sizeof(q), forms[i], t.dir);
+        else if (i == 3)
+            snprintf(q, sizeof(q), forms[i], cert, key);
+        else
+            snprintf(q, sizeof(q), "%s", forms[i]);
+        snprintf(url, sizeof(url), "%s?%s", m.url, q);
+        CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_ECONN);
+        CHECK(c == NULL);
+        CHECK_CONTAINS(dlock_error_message(), "TLS was required");
+    }
+    /* ssl=0 beside a TLS parameter is a contradiction, not clear text. */
+    snprintf(url, sizeof(url), "%s?ssl=0&ssl-ca=%s", m.url, ca);
+    expect_open(url, DLOCK_EINVAL, "ssl=0");
+    /* Without any, clear text as before. */
+    dlock_client_free(open_url(m.url));
+    test_mariadb_stop(&m);
+    test_tls_remove(&t);
+}
+
+static long long tls_sessions(test_mariadb *m)
+{
+    return test_mariadb_query(m, "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS"
+                                 " WHERE VARIABLE_NAME = 'SSL_FINISHED_ACCEPTS'");
+}
+
+/* A CA given verifies the server's certificate and name: another CA's
+ * certificate, and a certificate of the right CA for another name, are
+ * refused; the right one gives an encrypted session (the server counts
+ * it), and ssl-verify=0 cannot turn the check off. */
+static void tls_ca_verifies_server(void)
+{
+    test_mariadb m, wrong_name;
+    test_tls t;
+    char url[600], ca[200], other_ca[200];
+    long long before;
+    dlock_client *c;
+    dlock_lock *l;
+
+    test_tls_make(&t);
+    snprintf(ca, sizeof(ca), "%s", test_tls_file(&t, "ca.crt"));
+    snprintf(other_ca, sizeof(other_ca), "%s", test_tls_file(&t, "other-ca.crt"));
+    test_mariadb_start_tls(&m, &t, "server");
+    CHECK(test_mariadb_query(&m, "SELECT @@have_ssl = 'YES'") == 1);
+    snprintf(url, sizeof(url), "%s?ssl-ca=%s", m.url, other_ca);
+    expect_open(url, DLOCK_ECONN, "cannot connect");
+    snprintf(url, sizeof(url), "%s?ssl-ca=%s&ssl-verify=0", m.url, ca);
+    expect_open(url, DLOCK_EINVAL, "ssl-verify=0");
+    before = tls_sessions(&m);
+    snprintf(url, sizeof(url), "%s?ssl-ca=%s&mode=named", m.url, ca);
+    c = open_url(url);
+    CHECK_RC(dlock_acquire(&l, c, "tls", NULL), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+    CHECK(tls_sessions(&m) >= before + 2); /* the command and the lock's connection */
+    /* ssl=1 alone: encrypted, not verified (docs/mysql.md). */
+    before = tls_sessions(&m);
+    snprintf(url, sizeof(url), "%s?ssl=1", m.url);
+    dlock_client_free(open_url(url));
+    CHECK(tls_sessions(&m) == before + 1);
+    test_mariadb_stop(&m);
+    /* The CA's certificate for another name (dlock-client). */
+    test_mariadb_start_tls(&wrong_name, &t, "client");
+    snprintf(url, sizeof(url), "%s?ssl-ca=%s", wrong_name.url, ca);
+    expect_open(url, DLOCK_ECONN, "cannot connect");
+    test_mariadb_stop(&wrong_name);
+    test_tls_remove(&t);
+}
+
+/* ---- a server that asks for the password in clear text --------------------- */
+
+#define FAKE_PW "Fake-Server-Gets-This-9f3"
+
+/* A fake MySQL server on a loopback port: it greets, reads the client's
+ * handshake response, switches authentication to plugin, and keeps every
+ * byte the client sends until it closes (or 10 s pass). */
+typedef struct {
+    const char *plugin;
+    int lfd, port;
+    char got[8192];
+    size_t ngot;
+} fake_server;
+
+static void put_packet(int fd, uint8_t seq, const void *payload, size_t len)
+{
+    uint8_t head[4] = {(uint8_t)len, (uint8_t)(len >> 8), (uint8_t)(len >> 16), seq};
+
+    CHECK(write(fd, head, 4) == 4);
+    CHECK(write(fd, payload, len) == (ssize_t)len);
+}
+
+/* Bytes the client sends, into f->got, for at most ms; 0 at EOF. */
+static ssize_t take(fake_server *f, int fd, int ms)
+{
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    ssize_t n;
+
+    if (poll(&pf, 1, ms) <= 0 || f->ngot == sizeof(f->got))
+        return -1;
+    n = read(fd, f->got + f->ngot, sizeof(f->got) - f->ngot);
+    if (n > 0)
+        f->ngot += (size_t)n;
+    return n;
+}
+
+static void *fake_main(void *arg)
+{
+    fake_server *f = arg;
+    static const char version[] = "5.5.5-10.11.0-MariaDB";
+    static const char salt[] = "abcdefgh12345678ABCD"; /* 20 bytes */
+    uint8_t p[256], sw[128];
+    size_t n = 0, m = 0;
+    /* As MariaDB 10.11 greets, less CLIENT_SSL: protocol 4.1, plugin auth
+     * (bit 0 clear: a MariaDB server). */
+    uint32_t caps = 0x0002 | 0x0004 | 0x0008 | 0x0200 | 0x2000 | 0x8000 | 0x00010000 |
+                    0x00020000 | 0x00080000 | 0x00200000;
+    struct pollfd pf = {.fd = f->lfd, .events = POLLIN};
+    int fd;
+
+    if (poll(&pf, 1, 10000) <= 0 || (fd = accept(f->lfd, NULL, NULL)) < 0)
+        return NULL;
+    p[n++] = 10;
+    memcpy(p + n, version, sizeof(version)), n += sizeof(version);
+    memcpy(p + n, "\x01\x00\x00\x00", 4), n += 4;
+    memcpy(p + n, salt, 8), n += 8;
+    p[n++] = 0;
+    p[n++] = (uint8_t)caps, p[n++] = (uint8_t)(caps >> 8);
+    p[n++] = 45; /* utf8mb4 */
+    p[n++] = 2, p[n++] = 0;
+    p[n++] = (uint8_t)(caps >> 16), p[n++] = (uint8_t)(caps >> 24);
+    p[n++] = 21;
+    memset(p + n, 0, 10), n += 10;
+    memcpy(p + n, salt + 8, 12), n += 12;
+    p[n++] = 0;
+    memcpy(p + n, "mysql_native_password", 22), n += 22;
+    put_packet(fd, 0, p, n);
+    /* The handshake response (a header and its payload). */
+    while (f->ngot < 4 || f->ngot < 4 + (size_t)(f->got[0] & 0xff))
+        if (take(f, fd, 10000) <= 0)
+            goto out;
+    sw[m++] = 0xfe;
+    memcpy(sw + m, f->plugin, strlen(f->plugin) + 1), m += strlen(f->plugin) + 1;
+    memcpy(sw + m, salt, 20), m += 20;
+    sw[m++] = 0;
+    put_packet(fd, (uint8_t)(f->got[3] + 1), sw, m);
+    /* Whatever comes back: the password if the client answers. Then an
+     * access-denied error, so that the client ends at once either way. */
+    if (take(f, fd, 10000) > 0) {
+        static const char err[] = "\xff\x15\x04#28000Access denied";
+        put_packet(fd, (uint8_t)(f->got[3] + 3), err, sizeof(err) - 1);
+        while (take(f, fd, 10000) > 0) {
+        }
+    }
+out:
+    close(fd);
+    return NULL;
+}
+
+static void fake_start(fake_server *f, pthread_t *t, const char *plugin)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+
+    memset(f, 0, sizeof(*f));
+    f->plugin = plugin;
+    CHECK((f->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0);
+    CHECK(bind(f->lfd, (struct sockaddr *)&a, sizeof(a)) == 0);
+    CHECK(listen(f->lfd, 1) == 0);
+    CHECK(getsockname(f->lfd, (struct sockaddr *)&a, &len) == 0);
+    f->port = ntohs(a.sin_port);
+    CHECK(pthread_create(t, NULL, fake_main, f) == 0);
+}
+
+/* The client never answers a switch to clear-text authentication: the
+ * fake server's bytes hold no password, and open says why; with
+ * allow_cleartext=1 the same server gets the password (so the check above
+ * can fail). A switch to caching_sha2_password (which, without verified
+ * TLS, would send the password encrypted to a key the server supplies) is
+ * refused alike. */
+static void cleartext_auth_switch_refused(void)
+{
+    for (int allow = 0; allow < 3; allow++) {
+        fake_server f;
+        pthread_t t;
+        char url[300];
+        dlock_client *c = (dlock_client *)1;
+
+        fake_start(&f, &t, allow == 2 ? "caching_sha2_password" : "mysql_clear_password");
+        snprintf(url, sizeof(url), "mysql://dlock:" FAKE_PW "@127.0.0.1:%d/db%s", f.port,
+                 allow == 1 ? "?allow_cleartext=1" : "");
+        CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_EAUTH);
+        CHECK(c == NULL);
+        pthread_join(t, NULL);
+        close(f.lfd);
+        CHECK(f.ngot > 0); /* it spoke to the fake server */
+        CHECK(strstr(dlock_error_message(), FAKE_PW) == NULL);
+        if (allow == 1) {
+            CHECK(memmem(f.got, f.ngot, FAKE_PW, strlen(FAKE_PW)) != NULL);
+            CHECK_CONTAINS(dlock_error_message(), "Access denied");
+        } else {
+            /* Nothing after its handshake response (a scramble). */
+            CHECK(f.ngot == 4 + (size_t)((uint8_t)f.got[0] | (uint8_t)f.got[1] << 8));
+            CHECK(memmem(f.got, f.ngot, FAKE_PW, strlen(FAKE_PW)) == NULL);
+            CHECK_CONTAINS(dlock_error_message(), "give the password away");
+            CHECK_CONTAINS(dlock_error_message(), "allow_cleartext=1");
+        }
+    }
+}
+
+/* ---- key_secret: lock names only the secret's holders can compute --------- */
+
+/* Named mode with key_secret: two clients with the same secret exclude each
+ * other; a raw GET_LOCK on the plain name, or a client without the secret
+ * (which takes the plain name), does not block the secret's holders, and
+ * the secret shows in no message. */
+static void key_secret_hides_lock_names(void)
+{
+    test_mariadb m;
+    char url[400], bad[400];
+    dlock_client *a, *b, *plain;
+    dlock_lock *la, *lb, *lp;
+    MYSQL *raw;
+    dlock_acquire_options o = test_opts(0, 5000, 0);
+
+    test_mariadb_start(&m);
+    snprintf(url, sizeof(url), "%s?mode=named&key_secret=Sekrit-Of-The-Team", m.url);
+    a = open_url(url);
+    b = open_url(url);
+    /* Another account's session takes the plain lock name first. */
+    raw = root_session(&m, 0);
+    CHECK(one(raw, "SELECT GET_LOCK('dlock:guarded', 0)") == 1);
+    CHECK_RC(dlock_acquire(&la, a, "guarded", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&lb, b, "guarded", &o), DLOCK_EBUSY);
+    /* Neither the name nor the prefix: no GET_LOCK name of ours in clear. */
+    CHECK(test_mariadb_query(&m, "SELECT COUNT(*) FROM dlock_named WHERE lockname LIKE"
+                                 " '%%guarded%%'") == 0);
+    mysql_close(raw); /* its lock goes with it */
+    /* A client without the secret uses the plain name: no exclusion with
+     * the secret's holders either way. */
+    snprintf(bad, sizeof(bad), "%s?mode=named", m.url);
+    plain = open_url(bad);
+    CHECK_RC(dlock_acquire(&lp, plain, "guarded", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(la), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&lb, b, "guarded", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(lb), DLOCK_OK);
+    CHECK_RC(dlock_release(lp), DLOCK_OK);
+    dlock_client_free(plain);
+    dlock_client_free(a);
+    dlock_client_free(b);
+    /* Never printed: not in a refusal that prints the URL. */
+    snprintf(bad, sizeof(bad), "%s?mode=nope&key_secret=Sekrit-Of-The-Team", m.url);
+    expect_open(bad, DLOCK_EINVAL, "mode must be");
+    CHECK(strstr(dlock_error_message(), "Sekrit") == NULL);
+    snprintf(bad, sizeof(bad), "%s?key_secret=", m.url);
+    expect_open(bad, DLOCK_EINVAL, "key_secret");
+    test_mariadb_stop(&m);
+}
+
 TEST_MAIN({"expiry_by_server_clock", expiry_by_server_clock, NULL},
           {"named_killed_connection_loses_lock", named_killed_connection_loses_lock, "watchdog"},
           {"lease_killed_holder_expires", lease_killed_holder_expires, NULL},
@@ -565,4 +854,8 @@ TEST_MAIN({"expiry_by_server_clock", expiry_by_server_clock, NULL},
           {"long_name_is_hashed", long_name_is_hashed, NULL},
           {"server_restart_keeps_lease_and_fence", server_restart_keeps_lease_and_fence, NULL},
           {"bad_url_and_credentials", bad_url_and_credentials, NULL},
-          {"resource_fence_and_skip_locked", resource_fence_and_skip_locked, NULL})
+          {"resource_fence_and_skip_locked", resource_fence_and_skip_locked, NULL},
+          {"tls_required_refuses_clear_text", tls_required_refuses_clear_text, "tls"},
+          {"tls_ca_verifies_server", tls_ca_verifies_server, "tls"},
+          {"cleartext_auth_switch_refused", cleartext_auth_switch_refused, NULL},
+          {"key_secret_hides_lock_names", key_secret_hides_lock_names, NULL})
