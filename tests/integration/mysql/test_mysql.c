@@ -21,6 +21,8 @@
 #include <unistd.h>
 
 #include <mysql.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include "dlock/sys/backend.h"
 #include "test.h"
@@ -798,14 +800,32 @@ static void cleartext_auth_switch_refused(void)
 
 /* ---- key_secret: lock names only the secret's holders can compute --------- */
 
+/* The GET_LOCK name docs/mysql.md gives for key_secret, for clients in
+ * other languages: tag ('dlock$' or 'dlckw$') and the first 58 hex digits
+ * of HMAC-SHA256(secret, key_prefix + name). */
+static void secret_lock_name(char *out, size_t size, const char *tag, const char *secret,
+                             const char *key)
+{
+    unsigned char mac[EVP_MAX_MD_SIZE];
+    unsigned mlen = 0;
+    char hex[59];
+
+    CHECK(HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)key,
+               strlen(key), mac, &mlen) != NULL);
+    for (int i = 0; i < 29; i++)
+        snprintf(hex + 2 * i, 3, "%02x", mac[i]);
+    snprintf(out, size, "%s%s", tag, hex);
+}
+
 /* Named mode with key_secret: two clients with the same secret exclude each
  * other; a raw GET_LOCK on the plain name, or a client without the secret
- * (which takes the plain name), does not block the secret's holders, and
+ * (which takes the plain name), does not block the secret's holders; the
+ * lock, and lease mode's wake channel, have the documented HMAC names; and
  * the secret shows in no message. */
 static void key_secret_hides_lock_names(void)
 {
     test_mariadb m;
-    char url[400], bad[400];
+    char url[400], bad[400], lockname[80];
     dlock_client *a, *b, *plain;
     dlock_lock *la, *lb, *lp;
     MYSQL *raw;
@@ -820,6 +840,8 @@ static void key_secret_hides_lock_names(void)
     CHECK(one(raw, "SELECT GET_LOCK('dlock:guarded', 0)") == 1);
     CHECK_RC(dlock_acquire(&la, a, "guarded", &o), DLOCK_OK);
     CHECK_RC(dlock_acquire(&lb, b, "guarded", &o), DLOCK_EBUSY);
+    secret_lock_name(lockname, sizeof(lockname), "dlock$", "Sekrit-Of-The-Team", "dlock:guarded");
+    CHECK(test_mariadb_query(&m, "SELECT IS_USED_LOCK('%s') IS NOT NULL", lockname) == 1);
     /* Neither the name nor the prefix: no GET_LOCK name of ours in clear. */
     CHECK(test_mariadb_query(&m, "SELECT COUNT(*) FROM dlock_named WHERE lockname LIKE"
                                  " '%%guarded%%'") == 0);
@@ -836,6 +858,14 @@ static void key_secret_hides_lock_names(void)
     dlock_client_free(plain);
     dlock_client_free(a);
     dlock_client_free(b);
+    /* Lease mode: the wake channel a holder keeps is named alike. */
+    snprintf(bad, sizeof(bad), "%s?key_secret=Sekrit-Of-The-Team", m.url);
+    a = open_url(bad);
+    CHECK_RC(dlock_acquire(&la, a, "guarded", &o), DLOCK_OK);
+    secret_lock_name(lockname, sizeof(lockname), "dlckw$", "Sekrit-Of-The-Team", "dlock:guarded");
+    CHECK(test_mariadb_query(&m, "SELECT IS_USED_LOCK('%s') IS NOT NULL", lockname) == 1);
+    CHECK_RC(dlock_release(la), DLOCK_OK);
+    dlock_client_free(a);
     /* Never printed: not in a refusal that prints the URL. */
     snprintf(bad, sizeof(bad), "%s?mode=nope&key_secret=Sekrit-Of-The-Team", m.url);
     expect_open(bad, DLOCK_EINVAL, "mode must be");
