@@ -3,11 +3,13 @@
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <stdarg.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1276,6 +1278,189 @@ int test_sentinel_failover(test_sentinel *s)
         test_sleep_ms(20);
     }
     return -1;
+}
+
+/* ------------------------------------------------------------------------
+ * A fake Redis node: RESP commands in, the test's answers out
+ * ---------------------------------------------------------------------- */
+
+typedef struct {
+    int fd;
+    char buf[16384];
+    size_t len;
+} fake_client;
+
+/* A "*N" or "$N" line at *p (type '*' or '$'): 1 with N in *v and *p past
+ * it, 0 when more bytes are needed, -1 when it is not that line. */
+static int fake_line(char **p, char *end, char type, long *v)
+{
+    char *nl;
+
+    if (*p >= end)
+        return 0;
+    if (**p != type)
+        return -1;
+    if ((nl = memchr(*p, '\n', (size_t)(end - *p))) == NULL)
+        return 0;
+    *v = strtol(*p + 1, NULL, 10);
+    *p = nl + 1;
+    return 1;
+}
+
+/* One whole command at the start of c->buf: its length, 0 when more bytes
+ * are needed, -1 when it is not RESP (the connection is dropped). */
+static long fake_parse(fake_client *c, int *argc, char **argv, int max)
+{
+    char *p = c->buf, *end = c->buf + c->len;
+    long n;
+    int ok;
+
+    if ((ok = fake_line(&p, end, '*', &n)) <= 0)
+        return ok;
+    if (n < 1 || n > max)
+        return -1;
+    for (long i = 0; i < n; i++) {
+        long len;
+        if ((ok = fake_line(&p, end, '$', &len)) <= 0)
+            return ok;
+        if (len < 0 || len > (long)sizeof(c->buf))
+            return -1;
+        if (end - p < len + 2)
+            return 0;
+        argv[i] = p;
+        p += len + 2;
+        argv[i][len] = '\0'; /* over the \r */
+    }
+    *argc = (int)n;
+    return p - c->buf;
+}
+
+static void fake_serve(test_fake_node *f, fake_client *c)
+{
+    ssize_t got = read(c->fd, c->buf + c->len, sizeof(c->buf) - c->len);
+    long used;
+    int argc;
+    char *argv[32], out[8192];
+
+    if (got <= 0) {
+        close(c->fd);
+        c->fd = -1;
+        return;
+    }
+    pthread_mutex_lock(&f->mu);
+    if (f->seen_len < sizeof(f->seen) - 1) {
+        size_t take = (size_t)got < sizeof(f->seen) - 1 - f->seen_len
+                          ? (size_t)got : sizeof(f->seen) - 1 - f->seen_len;
+        /* NULs as dots, so that strstr sees everything. */
+        for (size_t i = 0; i < take; i++)
+            f->seen[f->seen_len + i] = c->buf[c->len + i] != '\0' ? c->buf[c->len + i] : '.';
+        f->seen_len += take;
+    }
+    pthread_mutex_unlock(&f->mu);
+    c->len += (size_t)got;
+    while ((used = fake_parse(c, &argc, argv, 32)) > 0) {
+        const char *a;
+        if (strcasecmp(argv[0], "AUTH") == 0)
+            atomic_fetch_add(&f->auths, 1);
+        a = f->answer != NULL ? f->answer(f, argc, argv, out, sizeof(out)) : NULL;
+        if (a != NULL && write(c->fd, a, strlen(a)) < 0)
+            break;
+        memmove(c->buf, c->buf + used, c->len - (size_t)used);
+        c->len -= (size_t)used;
+    }
+    if (used < 0 || c->len == sizeof(c->buf)) {
+        close(c->fd);
+        c->fd = -1;
+    }
+}
+
+static void *fake_main(void *arg)
+{
+    test_fake_node *f = arg;
+    fake_client cl[16];
+
+    for (int i = 0; i < 16; i++)
+        cl[i].fd = -1;
+    while (!atomic_load(&f->stop)) {
+        struct pollfd p[17];
+        int at[17], n = 0;
+
+        p[n].fd = f->fd;
+        p[n].events = POLLIN;
+        at[n++] = -1;
+        for (int i = 0; i < 16; i++)
+            if (cl[i].fd >= 0) {
+                p[n].fd = cl[i].fd;
+                p[n].events = POLLIN;
+                at[n++] = i;
+            }
+        if (poll(p, (nfds_t)n, 20) <= 0)
+            continue;
+        for (int k = 0; k < n; k++) {
+            if (!(p[k].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            if (at[k] >= 0) {
+                fake_serve(f, &cl[at[k]]);
+                continue;
+            }
+            int fd = accept(f->fd, NULL, NULL);
+            if (fd < 0)
+                continue;
+            atomic_fetch_add(&f->conns, 1);
+            for (int i = 0; i < 16 && fd >= 0; i++)
+                if (cl[i].fd < 0) {
+                    cl[i].fd = fd;
+                    cl[i].len = 0;
+                    fd = -1;
+                }
+            if (fd >= 0)
+                close(fd);
+        }
+    }
+    for (int i = 0; i < 16; i++)
+        if (cl[i].fd >= 0)
+            close(cl[i].fd);
+    return NULL;
+}
+
+void test_fake_node_start(test_fake_node *f, test_fake_answer *answer, void *arg)
+{
+    struct sockaddr_in a = {0};
+    socklen_t len = sizeof(a);
+
+    memset(f, 0, sizeof(*f));
+    f->answer = answer;
+    f->arg = arg;
+    pthread_mutex_init(&f->mu, NULL);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if ((f->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
+        bind(f->fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(f->fd, 16) != 0 ||
+        getsockname(f->fd, (struct sockaddr *)&a, &len) != 0 ||
+        pthread_create(&f->thread, NULL, fake_main, f) != 0) {
+        perror("test_fake_node_start");
+        exit(1);
+    }
+    f->port = ntohs(a.sin_port);
+}
+
+void test_fake_node_stop(test_fake_node *f)
+{
+    atomic_store(&f->stop, 1);
+    pthread_join(f->thread, NULL);
+    close(f->fd);
+    pthread_mutex_destroy(&f->mu);
+}
+
+int test_fake_node_saw(test_fake_node *f, const char *needle)
+{
+    int saw;
+
+    pthread_mutex_lock(&f->mu);
+    f->seen[f->seen_len] = '\0';
+    saw = strstr(f->seen, needle) != NULL;
+    pthread_mutex_unlock(&f->mu);
+    return saw;
 }
 
 /* ------------------------------------------------------------------------

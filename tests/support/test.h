@@ -7,6 +7,7 @@
 #ifndef DLOCK_TEST_H
 #define DLOCK_TEST_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -314,6 +315,33 @@ int test_sentinel_master(test_sentinel *s);
 /* SIGKILL the master and wait (up to 60 s) until every live sentinel names
  * another node; returns that node's index, or -1 after the wait. */
 int test_sentinel_failover(test_sentinel *s);
+
+/* ---- a fake Redis node, for the attacks of a hostile server (a master a
+ * lying sentinel names, a cluster node that redirects elsewhere) ---- */
+typedef struct test_fake_node test_fake_node;
+/* The reply to one command (argc arguments, each NUL-terminated), written
+ * into buf (RESP), or NULL for none (the client waits). */
+typedef const char *test_fake_answer(test_fake_node *f, int argc, char **argv, char *buf,
+                                     size_t size);
+struct test_fake_node {
+    int port;                 /* on 127.0.0.1, set by test_fake_node_start */
+    test_fake_answer *answer; /* NULL: never answers */
+    void *arg;                /* for answer */
+    atomic_int conns;         /* connections accepted */
+    atomic_int auths;         /* AUTH commands received */
+    /* internal */
+    int fd;
+    atomic_int stop;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    char seen[8192]; /* the first bytes received, all connections */
+    size_t seen_len;
+};
+/* Listen on a free loopback port and serve from a thread of its own. */
+void test_fake_node_start(test_fake_node *f, test_fake_answer *answer, void *arg);
+void test_fake_node_stop(test_fake_node *f);
+/* Whether needle is among the bytes it received. */
+int test_fake_node_saw(test_fake_node *f, const char *needle);
 /* ---- private MariaDB servers (test_mysql.c) ---- */
 
 typedef struct {
@@ -322,17 +350,12 @@ typedef struct {
     char dir[64];   /* data/, sock, err.log */
     char sock[96];
     char url[160];  /* mysql://dlock:dlockpw@127.0.0.1:PORT/dlock_test */
-    char tls_dir[64];  /* set: TLS on, with certificate tls_cert of this test_tls */
-    char tls_cert[16];
 } test_mariadb;
 
 /* Start mariadbd on a copy of a data directory made once (account dlock,
  * password dlockpw, database dlock_test); exits the test with a message if
  * MariaDB is missing. Killed at exit, also when a check fails. */
 void test_mariadb_start(test_mariadb *m);
-/* The same, with TLS on: certificate CERT (t's "server", "client", ...)
- * and t's ca.crt. */
-void test_mariadb_start_tls(test_mariadb *m, const test_tls *t, const char *cert);
 /* Start it again on the same port and data (after test_mariadb_kill). */
 void test_mariadb_restart(test_mariadb *m);
 /* kill -9 and reap. */

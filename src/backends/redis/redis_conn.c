@@ -51,7 +51,7 @@ int dlock__redis_tls_params(dlock__redis_endpoint *ep, const dlock_url *url)
 /* ---- Sentinel: the URL ------------------------------------------------- */
 
 static const char *const sentinel_keys[] = {"min_replicas", "password", "sentinel_password",
-                                            NULL};
+                                            "sentinel_user", NULL};
 
 static int sentinel_param(const char *key)
 {
@@ -81,9 +81,10 @@ static int min_replicas_init(dlock__redis_conn *conn, const dlock_url *url, cons
 
 /*
  * redis-sentinel://[user:pass@]s1:26379,s2:26379/MASTERNAME[?min_replicas=N
- * &password=P&sentinel_password=SP]: the hosts are sentinels (port 26379 by
- * default), the path the master's name. user:pass and password= are the
- * master's (one or the other), sentinel_password the sentinels'.
+ * &password=P&sentinel_user=SU&sentinel_password=SP]: the hosts are
+ * sentinels (port 26379 by default), the path the master's name. user:pass
+ * and password= are the master's (one or the other), sentinel_user and
+ * sentinel_password the sentinels' (an ACL user, or requirepass alone).
  */
 static int sentinel_init(dlock__redis_conn *conn, const dlock_url *url)
 {
@@ -110,6 +111,10 @@ static int sentinel_init(dlock__redis_conn *conn, const dlock_url *url)
     if (pw != NULL)
         conn->password = pw;
     conn->sentinel_password = dlock_url_param_get(url, "sentinel_password");
+    conn->sentinel_user = dlock_url_param_get(url, "sentinel_user");
+    if (conn->sentinel_user != NULL && conn->sentinel_password == NULL)
+        return dlock__fail(DLOCK_EINVAL, "%s URL: sentinel_user= needs sentinel_password=",
+                           url->scheme);
     snprintf(conn->where, sizeof(conn->where), "%s %.64s (master not asked yet)", url->scheme,
              conn->master_name);
     return min_replicas_init(conn, url, mr);
@@ -193,7 +198,8 @@ int dlock__redis_conn_init(dlock__redis_conn *conn, const dlock_url *url,
                                url->scheme, k,
                                conn->is_cluster ? "min_replicas" : "db",
                                conn->master_name != NULL
-                                   ? ", min_replicas, password, sentinel_password" : "",
+                                   ? ", min_replicas, password, sentinel_user, "
+                                     "sentinel_password" : "",
                                conn->ep.tls ? ", cacert, cert, key, sni, insecure" : "");
     }
     if (conn->ep.tls && (rc = dlock__redis_tls_params(&conn->ep, url)) != DLOCK_OK)
@@ -490,67 +496,125 @@ static int is_fatal(int rc)
     return rc == DLOCK_EAUTH || rc == DLOCK_EINVAL || rc == DLOCK_ENOMEM;
 }
 
+/* The sentinels' answers: one address and how many named it. */
+typedef struct {
+    char host[256];
+    int port;
+    size_t votes;
+} master_vote;
+
 /*
- * Ask the sentinels in turn, from the one that answered last, for the
- * master's address (SENTINEL get-master-addr-by-name), each within its share
- * of the time left. The one that answered stays open in *s (for
- * switch_wait). why gets each failure's text.
+ * Ask the sentinels, from the one that answered last, for the master's
+ * address (SENTINEL get-master-addr-by-name), each within its share of the
+ * time left, until a majority of the sentinels the URL names (not of those
+ * that answered) name one address: a sentinel anyone can reach and
+ * reconfigure (SENTINEL MONITOR needs no more than its password) cannot
+ * alone send the client, and its password, elsewhere. With 3 sentinels one
+ * may be down or lying; one sentinel is its own majority. The last one
+ * asked stays open in *s when it answered (for switch_wait). why gets each
+ * failure's text; a fatal one (a refused password) is returned when no
+ * majority formed without it.
  */
 static int ask_sentinels(dlock__redis_conn *conn, dlock__redis_conn *s, int64_t deadline,
                          int *port, char *why, size_t whysize)
 {
     const dlock_url *u = conn->url;
-    size_t n = u->nhosts;
+    size_t n = u->nhosts, need = n / 2 + 1, nvotes = 0, asked = 0;
+    master_vote *votes = calloc(n, sizeof(*votes));
+    int fatal = DLOCK_OK, rc = DLOCK_ECONN;
+    char fatal_msg[300] = "";
 
+    memset(s, 0, sizeof(*s));
+    s->tp.fd = -1;
+    if (votes == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
-        size_t at = (conn->sentinel_next + i) % n;
+        size_t at = (conn->sentinel_next + i) % n, best = 0;
         const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", conn->master_name};
         size_t lens[3] = {8, 23, strlen(conn->master_name)};
         int64_t left = deadline - dlock__now_ms(), share = left / (int64_t)(n - i);
         redisReply *r = NULL;
-        int rc;
+        int p;
 
-        if (left <= 0)
-            break;
+        for (size_t v = 0; v < nvotes; v++)
+            best = votes[v].votes > best ? votes[v].votes : best;
+        if (left <= 0 || best + (n - i) < need)
+            break; /* no address can reach a majority any more */
+        dlock__redis_conn_close(s);
         memset(s, 0, sizeof(*s));
         s->tp.fd = -1;
         s->url = u;
         s->ep = conn->ep;
         s->ep.host = u->hosts[at].host;
         s->ep.port = u->hosts[at].port != 0 ? u->hosts[at].port : 26379;
+        s->user = conn->sentinel_user;
         s->password = conn->sentinel_password;
         s->role = conn->role;
         snprintf(s->client_name, sizeof(s->client_name), "%s", conn->client_name);
         s->connect_ms = s->command_ms = share < 100 ? (left < 100 ? left : 100) : share;
         snprintf(s->where, sizeof(s->where), "sentinel %.64s:%d", s->ep.host, s->ep.port);
+        asked++;
         if ((rc = dlock__redis_conn_connect(s)) == DLOCK_OK)
             rc = command_once(s, &r, 3, argv, lens, 0);
         if (rc != DLOCK_OK) {
             snprintf(why, whysize, "%s", dlock_error_message());
             dlock__redis_conn_close(s);
-            if (is_fatal(rc))
-                return rc;
+            if (is_fatal(rc) && fatal == DLOCK_OK) {
+                fatal = rc;
+                snprintf(fatal_msg, sizeof(fatal_msg), "%s", dlock_error_message());
+            }
+            if (rc == DLOCK_ENOMEM)
+                goto out;
             continue;
         }
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
             r->element[0]->type == REDIS_REPLY_STRING &&
             r->element[1]->type == REDIS_REPLY_STRING &&
-            r->element[0]->len < sizeof(conn->master_host) && r->element[1]->len < 6 &&
-            atoi(r->element[1]->str) > 0 && atoi(r->element[1]->str) < 65536) {
-            memcpy(conn->master_host, r->element[0]->str, r->element[0]->len);
-            conn->master_host[r->element[0]->len] = '\0';
-            *port = atoi(r->element[1]->str);
-            conn->sentinel_next = at;
+            r->element[0]->len < sizeof(votes[0].host) && r->element[1]->len < 6 &&
+            (p = atoi(r->element[1]->str)) > 0 && p < 65536 &&
+            memchr(r->element[0]->str, '\0', r->element[0]->len) == NULL) {
+            size_t v;
+            for (v = 0; v < nvotes; v++)
+                if (votes[v].port == p && strlen(votes[v].host) == r->element[0]->len &&
+                    memcmp(votes[v].host, r->element[0]->str, r->element[0]->len) == 0)
+                    break;
+            if (v == nvotes) {
+                memcpy(votes[v].host, r->element[0]->str, r->element[0]->len);
+                votes[v].host[r->element[0]->len] = '\0';
+                votes[v].port = p;
+                votes[v].votes = 0;
+                nvotes++;
+            }
             freeReplyObject(r);
-            return DLOCK_OK;
+            if (++votes[v].votes >= need) {
+                snprintf(conn->master_host, sizeof(conn->master_host), "%s", votes[v].host);
+                *port = p;
+                conn->sentinel_next = at;
+                rc = DLOCK_OK;
+                goto out;
+            }
+            continue;
         }
         snprintf(why, whysize, "%s: %s", s->where,
                  r->type == REDIS_REPLY_NIL ? "does not know this master name"
                                             : "unexpected reply to SENTINEL get-master-addr-by-name");
         freeReplyObject(r);
-        dlock__redis_conn_close(s);
     }
-    return DLOCK_ECONN;
+    if (nvotes > 0) {
+        /* Some named a master, too few the same one: say who said what. */
+        size_t len = (size_t)snprintf(why, whysize, "no address named by a majority of the %zu "
+                                      "sentinels (%zu needed; %zu asked):", n, need, asked);
+        for (size_t v = 0; v < nvotes && len < whysize; v++)
+            len += (size_t)snprintf(why + len, whysize - len, "%s %.64s:%d by %zu",
+                                    v > 0 ? "," : "", votes[v].host, votes[v].port,
+                                    votes[v].votes);
+    }
+    /* The refusal, with its own text (later sentinels may have failed
+     * otherwise since). */
+    rc = fatal != DLOCK_OK ? dlock__fail(fatal, "%s", fatal_msg) : DLOCK_ECONN;
+out:
+    free(votes);
+    return rc;
 }
 
 /* Connect to the master the sentinels named and check with ROLE that it
@@ -565,7 +629,7 @@ static int master_open(dlock__redis_conn *conn, int port, int64_t deadline)
 
     conn->ep.host = conn->master_host;
     conn->ep.port = port;
-    snprintf(conn->where, sizeof(conn->where), "%s %.48s (master %.64s:%d)", conn->url->scheme,
+    snprintf(conn->where, sizeof(conn->where), "%.16s %.24s (master %.64s:%d)", conn->url->scheme,
              conn->master_name, conn->master_host, port);
     if ((rc = open_endpoint(conn, deadline)) != DLOCK_OK ||
         (rc = command_once(conn, &r, 1, argv, lens, 0)) != DLOCK_OK) {

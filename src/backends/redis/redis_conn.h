@@ -43,6 +43,7 @@ typedef struct dlock__redis_conn {
      * of the sentinels (the URL's hosts) at each connect and its ROLE
      * checked; ep.host then points at master_host. NULL: not Sentinel. */
     const char *master_name;
+    const char *sentinel_user;     /* NULL: the sentinels' default user */
     const char *sentinel_password;
     char master_host[256];
     size_t sentinel_next; /* the sentinel that answered last, asked first */

@@ -452,6 +452,129 @@ static void sentinel_password(void)
     test_sentinel_stop(&s);
 }
 
+/* The sentinels' part of a URL: "redis-sentinel://" cut, "/dlock" kept. */
+static const char *sentinel_hosts(const test_sentinel *s)
+{
+    return s->url + strlen("redis-sentinel://");
+}
+
+/*
+ * An attacker who can reach one sentinel (no sentinel password) points it
+ * at a master of their own: SENTINEL REMOVE and SENTINEL MONITOR on the
+ * first sentinel of the URL, the one dlock asks first. The other two still
+ * name the real master, a majority of the 3: the client finds it, and the
+ * fake master sees no AUTH, no password and no client of dlock's. With one
+ * honest sentinel down, the lying one and the last honest one disagree: no
+ * majority, DLOCK_ECONN saying who named what, and still nothing sent to
+ * the fake.
+ */
+static void lying_sentinel(void)
+{
+    test_sentinel s;
+    test_fake_node fake;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+    char url[700];
+
+    test_sentinel_start(&s, NULL, 0);
+    for (int i = 0; i <= TEST_SENTINEL_REPLICAS; i++)
+        test_acl_setuser(&s.nodes[i], "dlock", "master-pw", TEST_ACL_README " " SENTINEL_ACL);
+    test_fake_node_start(&fake, NULL, NULL);
+    test_redis_cmd(&s.sentinels[0], "SENTINEL REMOVE dlock");
+    test_redis_cmd(&s.sentinels[0], "SENTINEL MONITOR dlock 127.0.0.1 %d 1", fake.port);
+    CHECK(test_sentinel_master(&s) == -1); /* the sentinels disagree */
+
+    snprintf(url, sizeof(url), "redis-sentinel://dlock:master-pw@%s", sentinel_hosts(&s));
+    o.connect_timeout_ms = 5000;
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "lying", NULL), DLOCK_OK);
+    CHECK(test_redis_cmd(&s.nodes[0], "EXISTS dlock:{lying}") == 1);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+
+    test_redis_kill(&s.sentinels[2]);
+    o.connect_timeout_ms = 1000;
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_ECONN);
+    fprintf(stderr, "one lying, one down: %s\n", dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), "no address named by a majority of the 3 sentinels");
+    CHECK_CONTAINS(dlock_error_message(), "2 needed");
+
+    CHECK(atomic_load(&fake.auths) == 0);
+    CHECK(!test_fake_node_saw(&fake, "master-pw"));
+    CHECK(!test_fake_node_saw(&fake, "dlock-"));
+    test_fake_node_stop(&fake);
+    test_sentinel_stop(&s);
+}
+
+/* One sentinel of 3 down: the other two are a majority and agree. */
+static void one_sentinel_down(void)
+{
+    test_sentinel s;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+
+    test_sentinel_start(&s, NULL, 0);
+    test_redis_kill(&s.sentinels[0]);
+    o.connect_timeout_ms = 5000;
+    CHECK_RC(dlock_client_open(&c, s.url, &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "one-down", NULL), DLOCK_OK);
+    CHECK(test_redis_cmd(&s.nodes[0], "EXISTS dlock:{one-down}") == 1);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+    test_sentinel_stop(&s);
+}
+
+/* What a client needs of a sentinel (docs/redis-sentinel.md). */
+#define SENTINEL_USER_ACL "-@all +sentinel|get-master-addr-by-name +client|setname " \
+                          "+subscribe resetchannels &+switch-master"
+
+/*
+ * Sentinels with an ACL user for clients (Redis 7) and the default user
+ * behind a password: sentinel_user= and sentinel_password= log in as that
+ * user, who needs only SENTINEL_USER_ACL; a wrong user or password is
+ * DLOCK_EAUTH naming the sentinel, without the password; sentinel_user=
+ * without sentinel_password= is refused before any I/O.
+ */
+static void sentinel_acl_user(void)
+{
+    test_sentinel s;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+    char url[700];
+
+    refused("redis-sentinel://127.0.0.1:1/m?sentinel_user=u",
+            "sentinel_user= needs sentinel_password=");
+    test_sentinel_start(&s, NULL, 0);
+    for (int i = 0; i < TEST_SENTINELS; i++) {
+        test_acl_setuser(&s.sentinels[i], "watcher", "watch-pw", SENTINEL_USER_ACL);
+        test_acl_setuser(&s.sentinels[i], "default", "sen-pw", "+@all ~* &*");
+    }
+    o.connect_timeout_ms = 5000;
+    snprintf(url, sizeof(url), "redis-sentinel://%s?sentinel_user=watcher&sentinel_password="
+             "watch-pw", sentinel_hosts(&s));
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "acl-sentinel", NULL), DLOCK_OK);
+    CHECK(test_redis_cmd(&s.nodes[0], "EXISTS dlock:{acl-sentinel}") == 1);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+
+    snprintf(url, sizeof(url), "redis-sentinel://%s?sentinel_user=watcher&sentinel_password="
+             "wrong-pw", sentinel_hosts(&s));
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_EAUTH);
+    fprintf(stderr, "wrong sentinel user password: %s\n", dlock_error_message());
+    CHECK_CONTAINS(dlock_error_message(), "sentinel 127.0.0.1:");
+    CHECK_CONTAINS(dlock_error_message(), "WRONGPASS");
+    CHECK(strstr(dlock_error_message(), "wrong-pw") == NULL);
+    /* The user's password is not the default user's. */
+    snprintf(url, sizeof(url), "redis-sentinel://%s?sentinel_password=watch-pw",
+             sentinel_hosts(&s));
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_EAUTH);
+    test_sentinel_stop(&s);
+}
+
 /* ---- TLS: rediss-sentinel:// ------------------------------------------- */
 
 /*
@@ -526,5 +649,8 @@ TEST_MAIN({"url_errors", url_errors, NULL}, {"unknown_master", unknown_master, N
           {"failover_syncing_0", failover_syncing_0, NULL},
           {"acl_minimal_user", acl_minimal_user, NULL},
           {"sentinel_password", sentinel_password, NULL},
+          {"lying_sentinel", lying_sentinel, NULL},
+          {"one_sentinel_down", one_sentinel_down, NULL},
+          {"sentinel_acl_user", sentinel_acl_user, NULL},
           {"tls_sentinels", tls_sentinels, "tls"},
           {"waiter_across_failover", waiter_across_failover, "watchdog"})
