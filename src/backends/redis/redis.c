@@ -29,10 +29,31 @@
 #include "core/thread.h"
 #include "core/token.h"
 
+/*
+ * PREFIX{NAME}SUFFIX. On a cluster, a NAME that starts with '}' would make
+ * the hash tag empty ("dlock:{}x}"): Redis then hashes each whole key, the
+ * keys of one lock scatter over slots and every script fails with
+ * CROSSSLOT. Such a NAME gets PREFIX}{TAG}{NAME}SUFFIX instead, TAG its
+ * first DLOCK__REDIS_ALT_TAG bytes with the braces turned into parentheses:
+ * never empty, and, starting "PREFIX}", never the key of another name.
+ * Every other name keeps its keys, and a single server keeps them for all.
+ */
 void dlock__redis_key(dlock__redis_key_buf *k, const dlock__redis_be *be, const char *name,
                       const char *suffix)
 {
-    int n = snprintf(k->buf, sizeof(k->buf), "%s{%s}%s", be->prefix, name, suffix);
+    int n;
+
+    if (name[0] == '}' && be->cmd[0].is_cluster && strchr(be->prefix, '{') == NULL) {
+        char tag[DLOCK__REDIS_ALT_TAG + 1];
+        size_t i;
+
+        for (i = 0; i < DLOCK__REDIS_ALT_TAG && name[i] != '\0'; i++)
+            tag[i] = name[i] == '{' ? '(' : name[i] == '}' ? ')' : name[i];
+        tag[i] = '\0';
+        n = snprintf(k->buf, sizeof(k->buf), "%s}{%s}{%s}%s", be->prefix, tag, name, suffix);
+    } else {
+        n = snprintf(k->buf, sizeof(k->buf), "%s{%s}%s", be->prefix, name, suffix);
+    }
     k->len = (size_t)n;
 }
 
@@ -595,6 +616,16 @@ static int list_key_name(const redis_backend *be, const redisReply *k, char *nam
 
     if (k->type != REDIS_REPLY_STRING || k->len < plen + 3)
         return -1;
+    if (k->str[plen] == '}' && k->str[plen + 1] == '{') {
+        /* PREFIX}{TAG}{NAME}...: a cluster's key for a name starting with
+         * '}' (dlock__redis_key); the rest is read as PREFIX{NAME}... */
+        const char *close = memchr(k->str + plen + 2, '}', k->len - plen - 2);
+        if (close == NULL || close + 1 >= k->str + k->len || close[1] != '{')
+            return -1;
+        plen = (size_t)(close + 1 - k->str);
+        if (k->len < plen + 3)
+            return -1;
+    }
     for (int i = 0; i < (int)(sizeof(list_keys) / sizeof(list_keys[0])); i++) {
         size_t slen = strlen(list_keys[i].suffix), n;
 
@@ -672,14 +703,23 @@ static int redis_list(void *arg, const char *name_prefix, dlock_list_cb cb, void
     redis_backend *be = arg;
     size_t plen = strlen(be->prefix);
     char *pattern = malloc(2 * (plen + strlen(name_prefix)) + 8);
+    char *alt = malloc(2 * (plen + strlen(name_prefix)) + 12);
     int slots[DLOCK__REDIS_LIST_MASTERS], n = 1, rc = DLOCK_OK, stop = 0;
 
-    if (pattern == NULL)
+    if (pattern == NULL || alt == NULL) {
+        free(pattern);
+        free(alt);
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    }
     size_t at = glob_escape(pattern, 0, be->prefix);
     pattern[at++] = '{';
     at = glob_escape(pattern, at, name_prefix);
     memcpy(pattern + at, "*}*", 4);
+    /* A cluster's names that start with '}' (dlock__redis_key). */
+    at = glob_escape(alt, 0, be->prefix);
+    memcpy(alt + at, "}{*}{", 5);
+    at = glob_escape(alt, at + 5, name_prefix);
+    memcpy(alt + at, "*}*", 4);
     slots[0] = -1;
     if (be->cmd[0].is_cluster) {
         dlock__redis_conn *conn = dlock__redis_cmd_take(be);
@@ -688,9 +728,15 @@ static int redis_list(void *arg, const char *name_prefix, dlock_list_cb cb, void
         if (n < 0)
             rc = n;
     }
-    for (int i = 0; i < n && rc == DLOCK_OK && !stop; i++)
+    for (int i = 0; i < n && rc == DLOCK_OK && !stop; i++) {
         rc = list_on(be, pattern, slots[i], cb, payload, &stop);
+        if (rc == DLOCK_OK && !stop && be->cmd[0].is_cluster &&
+            (name_prefix[0] == '\0' || name_prefix[0] == '}') &&
+            strchr(be->prefix, '{') == NULL)
+            rc = list_on(be, alt, slots[i], cb, payload, &stop);
+    }
     free(pattern);
+    free(alt);
     return rc;
 }
 

@@ -120,6 +120,16 @@ void dlock__redis_cluster_free(dlock__redis_cluster *c)
     free(c);
 }
 
+/* The node at host:port among those known, or -1. */
+static int node_find(const dlock__redis_cluster *c, const char *host, size_t hostlen, int port)
+{
+    for (size_t i = 0; i < c->n; i++)
+        if (c->nodes[i]->port == port && strlen(c->nodes[i]->host) == hostlen &&
+            memcmp(c->nodes[i]->host, host, hostlen) == 0)
+            return (int)i;
+    return -1;
+}
+
 /* The node at host:port (added, with a connection like parent's, if new),
  * or -1 when out of memory. */
 static int node_at(dlock__redis_conn *parent, const char *host, size_t hostlen, int port)
@@ -127,12 +137,12 @@ static int node_at(dlock__redis_conn *parent, const char *host, size_t hostlen, 
     dlock__redis_cluster *c = parent->cluster;
     node *nd;
 
+    int at;
+
     if (hostlen >= sizeof(nd->host))
         hostlen = sizeof(nd->host) - 1;
-    for (size_t i = 0; i < c->n; i++)
-        if (c->nodes[i]->port == port && strlen(c->nodes[i]->host) == hostlen &&
-            memcmp(c->nodes[i]->host, host, hostlen) == 0)
-            return (int)i;
+    if ((at = node_find(c, host, hostlen, port)) >= 0)
+        return at;
     if (c->n >= 30000)
         return -1;
     if (c->n == c->cap) {
@@ -296,28 +306,65 @@ static void pause_ms(int64_t ms)
         ;
 }
 
-/* "MOVED 3999 127.0.0.1:6381" / "ASK ...": the slot and the node's index;
- * -1 when the text does not parse or memory runs out. */
-static int redirect_target(dlock__redis_conn *conn, const char *text, long *slot)
+/* Whether the slot map names node at as the master of some slot. */
+static int in_map(const dlock__redis_cluster *c, int at)
 {
-    const char *sp = strchr(text, ' '), *addr, *colon;
-    char *end;
-    long port;
+    for (int s = 0; s < DLOCK__REDIS_SLOTS; s++)
+        if (c->slot[s] == at)
+            return 1;
+    return 0;
+}
 
-    if (sp == NULL)
-        return -1;
+/*
+ * "MOVED 3999 127.0.0.1:6381" / "ASK ...": the slot and the index of the
+ * node it names, which must be a master of the slot map: a redirection to
+ * any other address (a node that lies, or a man in the middle) would send
+ * the client, with its password, where the user never pointed it. An
+ * address the map does not hold has the map asked again of a known node
+ * (a node added since); still unknown, the redirection is refused. A
+ * negative DLOCK_E* code when it is refused or does not parse.
+ */
+static int redirect_target(dlock__redis_conn *conn, const node *from, int64_t deadline,
+                           long *slot)
+{
+    char text[sizeof(from->conn.redirect)], *end;
+    const char *sp, *addr, *colon, *host;
+    size_t hostlen;
+    long port;
+    int at, rc;
+
+    /* A copy: asking the map again may use from's connection. */
+    snprintf(text, sizeof(text), "%s", from->conn.redirect);
+    if ((sp = strchr(text, ' ')) == NULL)
+        goto bad;
     *slot = strtol(sp + 1, &end, 10);
     if (end == sp + 1 || *end != ' ' || *slot < 0 || *slot >= DLOCK__REDIS_SLOTS)
-        return -1;
+        goto bad;
     addr = end + 1;
     if ((colon = strrchr(addr, ':')) == NULL || colon == addr)
-        return -1;
+        goto bad;
     port = strtol(colon + 1, &end, 10);
     if (*end != '\0' || port <= 0 || port > 65535)
-        return -1;
-    if (addr[0] == '[' && colon[-1] == ']') /* [::1]:6379 */
-        return node_at(conn, addr + 1, (size_t)(colon - addr - 2), (int)port);
-    return node_at(conn, addr, (size_t)(colon - addr), (int)port);
+        goto bad;
+    host = addr;
+    hostlen = (size_t)(colon - addr);
+    if (addr[0] == '[' && colon[-1] == ']') { /* [::1]:6379 */
+        host = addr + 1;
+        hostlen -= 2;
+    }
+    at = node_find(conn->cluster, host, hostlen, (int)port);
+    if (at >= 0 && in_map(conn->cluster, at))
+        return at;
+    if ((rc = map_refresh(conn, deadline)) != DLOCK_OK)
+        return rc;
+    at = node_find(conn->cluster, host, hostlen, (int)port);
+    if (at >= 0 && in_map(conn->cluster, at))
+        return at;
+    return dlock__fail(DLOCK_EPROTO, "%s: refused to follow '%.100s': %.*s:%ld is not a "
+                       "master in the cluster's slot map, asked again of a known node",
+                       from->conn.where, text, (int)(hostlen < 100 ? hostlen : 100), host, port);
+bad:
+    return dlock__fail(DLOCK_EPROTO, "%s: cannot follow '%.100s'", from->conn.where, text);
 }
 
 int dlock__redis_cluster_command(dlock__redis_conn *conn, redisReply **out, int argc,
@@ -365,9 +412,8 @@ int dlock__redis_cluster_command(dlock__redis_conn *conn, redisReply **out, int 
         if (strncmp(nd->conn.redirect, "MOVED ", 6) == 0) {
             /* The slot moved for good: note where, and ask for the whole
              * map on the next try (more slots may have moved with it). */
-            if ((at = redirect_target(conn, nd->conn.redirect, &s)) < 0)
-                return dlock__fail(DLOCK_EPROTO, "%s: cannot follow '%.100s'", nd->conn.where,
-                                   nd->conn.redirect);
+            if ((at = redirect_target(conn, nd, deadline, &s)) < 0)
+                return at;
             c->slot[s] = (short)at;
             if (redirects++ > 0)
                 c->have_map = 0;
@@ -376,9 +422,8 @@ int dlock__redis_cluster_command(dlock__redis_conn *conn, redisReply **out, int 
         if (strncmp(nd->conn.redirect, "ASK ", 4) == 0) {
             /* The slot is migrating and this key has gone: this command
              * only, on the importing node. */
-            if ((asking = redirect_target(conn, nd->conn.redirect, &s)) < 0)
-                return dlock__fail(DLOCK_EPROTO, "%s: cannot follow '%.100s'", nd->conn.where,
-                                   nd->conn.redirect);
+            if ((asking = redirect_target(conn, nd, deadline, &s)) < 0)
+                return asking;
             redirects++;
             continue;
         }

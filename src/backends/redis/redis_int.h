@@ -29,7 +29,9 @@ typedef struct {
 } dlock__redis_be;
 
 /* prefix + '{' + name + '}' + suffix */
-#define DLOCK__REDIS_KEY_MAX (128 + DLOCK_NAME_MAX + 32)
+/* A cluster's hash tag for a name starting with '}' (dlock__redis_key). */
+#define DLOCK__REDIS_ALT_TAG 64
+#define DLOCK__REDIS_KEY_MAX (128 + DLOCK__REDIS_ALT_TAG + 4 + DLOCK_NAME_MAX + 32)
 
 /* A lock the release hands to a waiter lives this long (or the waiter's
  * lease, if shorter) until the waiter's next try confirms it (release.lua):
@@ -50,7 +52,7 @@ typedef struct {
     size_t len;
 } dlock__redis_key_buf;
 
-/* prefix{name}suffix */
+/* prefix{name}suffix (a cluster's name starting with '}': see redis.c) */
 void dlock__redis_key(dlock__redis_key_buf *k, const dlock__redis_be *be, const char *name,
                       const char *suffix);
 /* The fence floor and registry that name's fence counter answers to. */

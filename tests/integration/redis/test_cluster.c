@@ -14,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+#include "backends/redis/redis_cluster.h"
 #include "test.h"
 
 static void refused(const char *url, const char *needle)
@@ -849,6 +851,144 @@ static void failover_min_replicas_0(void)
     CHECK(held >= 200);
 }
 
+/* ---- redirections to outside the cluster ---------------------------- */
+
+typedef struct {
+    const char *word; /* MOVED or ASK */
+    int port;         /* where it sends the client */
+} redirect;
+
+/* A cluster node that lies: it owns every slot (CLUSTER SLOTS) and answers
+ * every other command with a redirection to r->port, outside the map. */
+static const char *lying_node(test_fake_node *f, int argc, char **argv, char *buf, size_t size)
+{
+    const redirect *r = f->arg;
+
+    if (strcasecmp(argv[0], "CLUSTER") == 0 && argc == 2 && strcasecmp(argv[1], "SLOTS") == 0) {
+        snprintf(buf, size, "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n",
+                 f->port);
+        return buf;
+    }
+    if (strcasecmp(argv[0], "AUTH") == 0 || strcasecmp(argv[0], "CLIENT") == 0 ||
+        strcasecmp(argv[0], "ASKING") == 0)
+        return "+OK\r\n";
+    /* The slot of the script's first key, where the client sends it. */
+    snprintf(buf, size, "-%s %u 127.0.0.1:%d\r\n", r->word,
+             argc > 3 && (strcasecmp(argv[0], "EVALSHA") == 0 || strcasecmp(argv[0], "EVAL") == 0)
+                 ? dlock__redis_key_slot(argv[3], strlen(argv[3])) : 0u,
+             r->port);
+    return buf;
+}
+
+/*
+ * A node (here the seed) answers a lock's script with MOVED, then ASK, to
+ * an address that is no master of the slot map: the client asks the map
+ * again of a known node, still does not find it there, and fails with
+ * DLOCK_EPROTO naming the address it refused; nothing, neither a
+ * connection nor the password, reaches that address.
+ */
+static void redirect_outside_refused(void)
+{
+    const char *words[2] = {"MOVED", "ASK"};
+
+    for (int i = 0; i < 2; i++) {
+        test_fake_node outside, liar;
+        redirect r = {words[i], 0};
+        dlock_client *c;
+        dlock_lock *l = NULL;
+        dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+        dlock_acquire_options ao = test_opts(0, 10000, 0);
+        char url[200], where[64];
+
+        test_fake_node_start(&outside, NULL, NULL);
+        r.port = outside.port;
+        test_fake_node_start(&liar, lying_node, &r);
+        snprintf(url, sizeof(url), "redis-cluster://dlock:cl-pw@127.0.0.1:%d", liar.port);
+        o.connect_timeout_ms = o.command_timeout_ms = 2000;
+        CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_OK);
+        CHECK_RC(dlock_acquire(&l, c, "outside", &ao), DLOCK_EPROTO);
+        fprintf(stderr, "%s outside the map: %s\n", words[i], dlock_error_message());
+        CHECK_CONTAINS(dlock_error_message(), "refused to follow");
+        snprintf(where, sizeof(where), "127.0.0.1:%d is not a master", outside.port);
+        CHECK_CONTAINS(dlock_error_message(), where);
+        CHECK(strstr(dlock_error_message(), "cl-pw") == NULL);
+        dlock_client_free(c);
+        CHECK(atomic_load(&liar.auths) > 0); /* the seed the user named has it */
+        CHECK(atomic_load(&outside.conns) == 0);
+        CHECK(!test_fake_node_saw(&outside, "cl-pw"));
+        test_fake_node_stop(&liar);
+        test_fake_node_stop(&outside);
+    }
+}
+
+/* ---- names whose hash tag would be empty ------------------------------ */
+
+/* Collect dlock_list's names into a string, each followed by '\n'. */
+static int listed(const char *name, const dlock_lock_info *info, void *payload)
+{
+    char *out = payload;
+
+    (void)info;
+    if (strlen(out) + strlen(name) + 2 < 512) {
+        strcat(out, name);
+        strcat(out, "\n");
+    }
+    return 0;
+}
+
+/*
+ * A name that starts with '}' ("dlock:{}x}": an empty hash tag, each key
+ * hashed whole and CROSSSLOT) works on a cluster: its keys are
+ * dlock:}{TAG}{NAME}..., all in TAG's slot, with its fence going up;
+ * dlock_list finds it. Names that worked keep their keys (a '}' inside a
+ * name: dlock:{a}b}), and a single server keeps dlock:{}x} for '}x'.
+ */
+static void empty_hash_tag(void)
+{
+    const char *names[3] = {"}x", "}", "}}{}"};
+    const char *keys[3] = {"dlock:}{)x}{}x}", "dlock:}{)}{}}", "dlock:}{))()}{}}{}}"};
+    test_cluster t;
+    test_redis single;
+    dlock_client *c, *c1;
+    dlock_lock *l;
+    dlock_acquire_options ao = test_opts(0, 10000, 0);
+    char list[512] = "";
+
+    test_cluster_start(&t, NULL);
+    c = open_client(&t);
+    for (int i = 0; i < 3; i++) {
+        uint64_t first;
+        CHECK_RC(dlock_acquire(&l, c, names[i], &ao), DLOCK_OK);
+        first = dlock_lock_fence(l);
+        CHECK(test_cluster_cmd(&t, keys[i], "EXISTS %s", keys[i]) == 1);
+        if (i == 0) {
+            CHECK_RC(dlock_list(c, "", listed, list), DLOCK_OK);
+            CHECK_CONTAINS(list, "}x\n");
+            list[0] = '\0';
+            CHECK_RC(dlock_list(c, "}", listed, list), DLOCK_OK);
+            CHECK_CONTAINS(list, "}x\n");
+        }
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+        CHECK(test_cluster_cmd(&t, keys[i], "EXISTS %s", keys[i]) == 0);
+        CHECK_RC(dlock_acquire(&l, c, names[i], &ao), DLOCK_OK);
+        CHECK(dlock_lock_fence(l) > first);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+    }
+    CHECK_RC(dlock_acquire(&l, c, "a}b", &ao), DLOCK_OK);
+    CHECK(test_cluster_cmd(&t, "dlock:{a}b}", "EXISTS dlock:{a}b}") == 1);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+    test_cluster_stop(&t);
+
+    test_redis_start(&single, NULL);
+    CHECK_RC(dlock_client_open(&c1, single.url, NULL), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c1, "}x", &ao), DLOCK_OK);
+    CHECK(test_redis_cmd(&single, "EXISTS dlock:{}x}") == 1);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c1);
+    test_redis_stop(&single);
+}
+
 TEST_MAIN({"url_errors", url_errors, NULL}, {"no_node", no_node, NULL},
           {"one_slot_per_lock", one_slot_per_lock, NULL}, {"multi_slots", multi_slots, NULL},
           {"renew_across_masters", renew_across_masters, "watchdog"},
@@ -859,4 +999,6 @@ TEST_MAIN({"url_errors", url_errors, NULL}, {"no_node", no_node, NULL},
           {"release_in_half_migrated_slot", release_in_half_migrated_slot, NULL},
           {"tls_cluster", tls_cluster, "tls"},
           {"failover_min_replicas_1", failover_min_replicas_1, NULL},
-          {"failover_min_replicas_0", failover_min_replicas_0, NULL})
+          {"failover_min_replicas_0", failover_min_replicas_0, NULL},
+          {"redirect_outside_refused", redirect_outside_refused, NULL},
+          {"empty_hash_tag", empty_hash_tag, NULL})
