@@ -455,6 +455,10 @@ static void bad_url_and_credentials(void)
          "unknown parameter 'sslmode'"},
         {"mysql://dlock:dlockpw@127.0.0.1:%d/dlock_test?create=maybe", DLOCK_EINVAL,
          "create must be 0 or 1"},
+        {"mysql://dlock:dlockpw@127.0.0.1:%d/dlock_test?allow_cleartext=yes", DLOCK_EINVAL,
+         "allow_cleartext must be 0 or 1"},
+        {"mysql://dlock:dlockpw@127.0.0.1:%d/dlock_test?ssl=true", DLOCK_EINVAL,
+         "ssl must be 0 or 1"},
     };
 
     test_mariadb_start(&m);
