@@ -11,6 +11,7 @@
  * explains every line.
  */
 #include "bench.h"
+#include "redact.h"
 
 #include <dlock/dlock.h>
 
@@ -847,21 +848,13 @@ static void parse_args(int argc, char **argv)
     }
 }
 
-/* url with the password, if any, shown as "***": what the bench prints. */
+/* url with its secrets (a password, secret query parameters) shown as
+ * "***" (cli_redact): what the bench prints. */
 const char *bench_redacted(const char *text)
 {
     static char out[1100];
-    const char *auth = strstr(text, "://");
-    const char *at, *colon;
 
-    snprintf(out, sizeof out, "%s", text);
-    if (auth == NULL)
-        return out;
-    auth += 3;
-    at = strchr(auth, '@');
-    colon = memchr(auth, ':', at != NULL ? (size_t)(at - auth) : 0);
-    if (at != NULL && colon != NULL)
-        snprintf(out, sizeof out, "%.*s***%s", (int)(colon + 1 - text), text, at);
+    cli_redact(out, sizeof out, text);
     return out;
 }
 

@@ -11,15 +11,17 @@
 #include <string.h>
 #include <time.h>
 
-/* Room for a whole NAME with every URL in it redacted: at worst each 5
- * bytes "a:" "//@" become 8, with "***" before the '@'. */
-#define CLI_NAME_OUT (DLOCK_NAME_MAX / 5 * 8 + 8)
+/* Room for a whole NAME with every URL in it redacted and every byte
+ * escaped: at worst each 5 bytes "a:" "//@" become 8, with "***" before the
+ * '@', and each byte "\xNN". */
+#define CLI_NAME_OUT ((DLOCK_NAME_MAX / 5 * 8 + 8) * 4)
 
 /* NAME as the output shows it: whole, as given (a script may read it), but
- * for a URL's password, which is redacted as in messages (cli_redact). */
+ * for a URL's password, which is redacted as in messages, and its control
+ * bytes and invalid UTF-8, shown as "\xNN" (cli_printable). */
 static const char *shown_whole(char buf[CLI_NAME_OUT], const char *name)
 {
-    cli_redact(buf, CLI_NAME_OUT, name);
+    cli_printable(buf, CLI_NAME_OUT, name);
     return buf;
 }
 
@@ -94,7 +96,7 @@ static void describe(char *buf, size_t size, const dlock_lock_info *info)
 /* ", holder HOST pid PID since 2024-05-01T10:00:00.123Z (LABEL)", or "". */
 static void describe_holder(char *buf, size_t size, const dlock_lock_info *info)
 {
-    char since[40] = "?", host[DLOCK_HOST_MAX + 1], label[DLOCK_LABEL_MAX + 1];
+    char since[40] = "?", host[4 * DLOCK_HOST_MAX + 1], label[4 * DLOCK_LABEL_MAX + 1];
     time_t t = (time_t)(info->start_ms / 1000);
     struct tm tm;
 
@@ -171,7 +173,7 @@ static const char *holder_word(int kind, size_t n)
  * by 3 readers, fence 42, ttl 2931 ms" and a line for each. */
 static void print_text(const char *name, const dlock_lock_info *info, const holder_list *hl)
 {
-    char text[128], holder[512], whole[CLI_NAME_OUT];
+    char text[128], holder[4 * (DLOCK_HOST_MAX + DLOCK_LABEL_MAX) + 128], whole[CLI_NAME_OUT];
 
     describe(text, sizeof text, info);
     if (!several(info)) {
@@ -219,7 +221,8 @@ static void print_json(const char *name, const dlock_lock_info *info, const hold
     char whole[CLI_NAME_OUT];
 
     fputs("{\"name\": ", stdout);
-    cli_json_string(stdout, shown_whole(whole, name));
+    cli_redact(whole, sizeof whole, name); /* JSON escapes by its own rules */
+    cli_json_string(stdout, whole);
     printf(", \"held\": %s, \"fence\": %" PRIu64 ", \"ttl_ms\": %" PRId64 ", \"holder\": ",
            info->held ? "true" : "false", info->fence, info->ttl_ms);
     print_json_holder(info);
@@ -362,7 +365,7 @@ int cli_release(const char *url, int argc, char **argv)
     if (err != DLOCK_OK) {
         rc = cli_fail(err, "release of '%s'", cli_shown_name(shown, sizeof shown, name));
     } else if (removed.held) {
-        char text[128], holder[512], whole[CLI_NAME_OUT];
+        char text[128], holder[4 * (DLOCK_HOST_MAX + DLOCK_LABEL_MAX) + 128], whole[CLI_NAME_OUT];
         describe(text, sizeof text, &removed);
         describe_holder(holder, sizeof holder, &removed);
         printf("%s: released by force (was %s%s)\n", shown_whole(whole, name), text, holder);

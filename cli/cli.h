@@ -68,8 +68,8 @@ int cli_exit_code(int err);
 
 /*
  * An argument as messages (and status's output) show it: a URL's password
- * redacted (cli_redact), printable ASCII, other bytes as '?', cut with "..."
- * to fit size. Returns buf.
+ * redacted and control bytes and invalid UTF-8 escaped (cli_printable), cut
+ * with "..." to fit size. Returns buf.
  */
 const char *cli_shown(char *buf, size_t size, const char *text);
 

@@ -17,8 +17,9 @@
 #include <sys/resource.h>
 
 /* The one function that writes error text; detail may be NULL. Whatever
- * the message echoes (an argument, the library's detail) is redacted whole
- * (redact.h), before the line is cut to length. */
+ * the message echoes (an argument, the library's detail, a server's text)
+ * is redacted whole and its control bytes escaped (cli_printable), before
+ * the line is cut to length. */
 static void verror(const char *detail, const char *fmt, va_list ap)
 {
     /* One buffer and one fputs, so that the line is not interleaved with
@@ -37,7 +38,7 @@ static void verror(const char *detail, const char *fmt, va_list ap)
     if (text && !whole)
         snprintf(cut, sizeof cut, "%s", text);
     n = (size_t)snprintf(line, sizeof line, "dlock: ");
-    n += cli_redact(line + n, sizeof line - n, whole ? whole : cut);
+    n += cli_printable(line + n, sizeof line - n, whole ? whole : cut);
     if (n >= sizeof line - 1)
         n = sizeof line - 2; /* truncated: still end the line */
     line[n] = '\n';
@@ -94,14 +95,11 @@ int cli_exit_code(int err)
 
 const char *cli_shown(char *buf, size_t size, const char *text)
 {
-    size_t n = cli_redact(buf, size, text), i;
-
-    for (i = 0; buf[i] != '\0'; i++) {
-        unsigned char ch = (unsigned char)buf[i];
-        buf[i] = ch >= 32 && ch < 127 ? (char)ch : '?';
+    /* Too long: cut on a whole character or escape, and "..." after it. */
+    if (cli_printable(buf, size, text) >= size && size > 3) {
+        cli_printable(buf, size - 3, text);
+        strcat(buf, "...");
     }
-    if (n > i && i >= 3)
-        memcpy(buf + i - 3, "...", 3);
     return buf;
 }
 

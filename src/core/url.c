@@ -2,6 +2,7 @@
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/error.h"
 #include "core/url.h"
@@ -174,27 +175,61 @@ static int parse_query(dlock_url *u, const char *q, const char *end)
     return DLOCK_OK;
 }
 
-static int build_redacted(dlock_url *u, const char *text, const char *auth_start,
-                          const char *auth_end)
+/* Whether a query parameter named key (len bytes) holds a secret: the
+ * password, sentinel_password, sslpassword and key_secret the backends take,
+ * and, so that a new one is hidden before anyone thinks of it, every name
+ * ending in "password", "passwd", "secret", "token" or "key" (an sslkey=
+ * path too: hiding a path costs little). cli/redact.c applies the same rule. */
+static int secret_param(const char *key, size_t len)
 {
-    /* Keep the URL as written, minus the password. */
-    size_t n = strlen(text);
+    static const char *const ends[] = {"password", "passwd", "secret", "token", "key"};
+
+    for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++) {
+        size_t n = strlen(ends[i]);
+        if (len >= n && strncasecmp(key + len - n, ends[i], n) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/*
+ * u->redacted: text as written, but for the password of its user
+ * information (auth_start to auth_end, or none) and the value of each secret
+ * query parameter (secret_param), each shown as "***". The query starts at
+ * the first '?' from query_from.
+ */
+static int build_redacted(dlock_url *u, const char *text, const char *auth_start,
+                          const char *auth_end, const char *query_from)
+{
+    size_t n = strlen(text), k = 0;
     const char *colon = auth_start != NULL ? memchr(auth_start, ':', (size_t)(auth_end - auth_start))
                                            : NULL;
+    const char *query = strchr(query_from, '?'), *p = text;
+    char *out = malloc(4 * n + 4); /* each "***" stands for at least its '&' or '?' */
 
-    if (colon == NULL) {
-        u->redacted = dup_range(text, n);
-    } else {
-        size_t head = (size_t)(colon + 1 - text), tail = n - (size_t)(auth_end - text);
-        u->redacted = malloc(head + 3 + tail + 1);
-        if (u->redacted != NULL) {
-            memcpy(u->redacted, text, head);
-            memcpy(u->redacted + head, "***", 3);
-            memcpy(u->redacted + head + 3, auth_end, tail);
-            u->redacted[head + 3 + tail] = '\0';
+    if (out == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    while (*p != '\0') {
+        if (colon != NULL && p == colon + 1) {
+            memcpy(out + k, "***", 3), k += 3;
+            p = auth_end;
+            continue;
         }
+        out[k++] = *p;
+        if (query != NULL && p >= query && (*p == '?' || *p == '&')) {
+            const char *key = p + 1, *eq = key + strcspn(key, "=&#");
+            if (*eq == '=' && secret_param(key, (size_t)(eq - key))) {
+                memcpy(out + k, key, (size_t)(eq + 1 - key)), k += (size_t)(eq + 1 - key);
+                memcpy(out + k, "***", 3), k += 3;
+                p = eq + 1 + strcspn(eq + 1, "&#");
+                continue;
+            }
+        }
+        p++;
     }
-    return u->redacted == NULL ? dlock__fail(DLOCK_ENOMEM, "out of memory") : DLOCK_OK;
+    out[k] = '\0';
+    u->redacted = out;
+    return DLOCK_OK;
 }
 
 static int parse(dlock_url *u, const char *text)
@@ -232,7 +267,7 @@ static int parse(dlock_url *u, const char *text)
     for (const char *p = rest; p < hosts_end; p++)
         if (*p == '@')
             at = p;
-    if ((rc = build_redacted(u, text, at != NULL ? rest : NULL, at)) != DLOCK_OK)
+    if ((rc = build_redacted(u, text, at != NULL ? rest : NULL, at, hosts_end)) != DLOCK_OK)
         return rc;
     if (at != NULL) {
         const char *colon = memchr(rest, ':', (size_t)(at - rest));

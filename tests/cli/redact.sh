@@ -63,6 +63,22 @@ wait "$HOLDER"
 hidden 0 "a URL as NAME, status's output" --url "$URL" status "redis://:$PW@$DEAD"
 grep_file '^redis://:\*\*\*@127\.0\.0\.1:1: free' "$WORK/out" "status's output: NAME redacted"
 hidden 0 "a URL as NAME, release's output" --url "$URL" release --force "redis://u:$PW@$DEAD"
+# Secrets in the query (issue 26, item 8): password=, sentinel_password=,
+# sslpassword=, key_secret= and any parameter whose name ends in password,
+# secret or key show "=***" in usage errors, the library's detail, the -v log
+# and status's output.
+for q in password sentinel_password sslpassword key_secret tls_key my_secret; do
+    hidden 64 "$q= in a misspelt --uri=..." status --uri="redis://$DEAD/?db=1&$q=$PW" "$N"
+    grep_file "[?&]$q=\\*\\*\\*" "$WORK/err" "$q=: value shown as ***"
+    hidden 0 "$q= in a URL as NAME, status's output" --url "$URL" status "redis://$DEAD?$q=$PW&x=1"
+    grep_file "^redis://127\\.0\\.0\\.1:1\\?$q=\\*\\*\\*&x=1: free" "$WORK/out" \
+        "status's output: $q= redacted, the rest kept"
+done
+unseen 64 "password= in a URL refused by the library" --url "redis://$DEAD?password=$PW&bogus=1" status "$N"
+unseen 64 "zk:// with key_secret= refused by the library" \
+    --url "zk://$DEAD?session_timeout_ms=5&key_secret=$PW" status "$N"
+unseen 64 "run -v, a URL with sentinel_password=" \
+    --url "redis://$DEAD?sentinel_password=$PW" run -v "$N" -- true
 # The demo's usage errors.
 unseen 64 "demo: misspelt --uri=..." demo payout --uri=redis://:$PW@$DEAD
 hidden 64 "demo: a URL as an argument" demo payout redis://:$PW@$DEAD

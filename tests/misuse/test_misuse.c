@@ -272,6 +272,14 @@ static void credentials_never_in_messages(void)
     expect_open_fails("redis://u:" SECRET "@a,b", DLOCK_EINVAL, NULL);
     expect_open_fails("redis://u:Zq7%2Ds3cr3t%2DPw%zz@h", DLOCK_EINVAL, NULL);
     expect_open_fails("redis://u:Zq7%2Ds3cr3t%2DPw@ho$t", DLOCK_EINVAL, NULL);
+    /* Secrets in the query (issue 26, item 8): the URL these messages show
+     * has "***" for each. */
+    expect_open_fails("zk://h?session_timeout_ms=5&password=" SECRET, DLOCK_EINVAL, NULL);
+    CHECK_CONTAINS(dlock_error_message(), "password=***");
+    expect_open_fails("zk://h?sentinel_password=" SECRET "&session_timeout_ms=5", DLOCK_EINVAL,
+                      NULL);
+    expect_open_fails("zk://h?sslpassword=" SECRET "&key_secret=" SECRET "&session_timeout_ms=5",
+                      DLOCK_EINVAL, NULL);
     /* Refused by the network. */
     expect_open_fails("redis://u:" SECRET "@127.0.0.1:1", DLOCK_ECONN, &co);
     expect_open_fails("unix://:" SECRET "@/nonexistent/redis.sock", DLOCK_ECONN, &co);

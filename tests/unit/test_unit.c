@@ -79,6 +79,37 @@ static void url_password_never_in_messages(void)
     CHECK(strstr(dlock_error_message(), "hunter2") == NULL);
 }
 
+/* Secrets in the query (issue 26, item 8): the value of password=,
+ * sentinel_password=, sslpassword=, key_secret= and of any parameter whose
+ * name ends in password, secret or key is "***" in the URL messages show;
+ * every other parameter is kept as written. */
+static void url_query_secrets_redacted(void)
+{
+    static const char *const secret[] = {
+        "password", "sentinel_password", "sslpassword", "key_secret", "tls-key",
+        "My_Secret", "SENTINEL_PASSWORD", "sslkey"};
+    dlock_url u;
+    char text[256];
+
+    for (size_t i = 0; i < sizeof(secret) / sizeof(secret[0]); i++) {
+        snprintf(text, sizeof(text), "redis://u:hunter2@h:1/0?db=2&%s=Zq7-s3cr3t%%26x&ttl=5#f",
+                 secret[i]);
+        CHECK_RC(dlock__url_parse(&u, text), DLOCK_OK);
+        if (strstr(u.redacted, "s3cr3t") != NULL || strstr(u.redacted, "hunter2") != NULL) {
+            fprintf(stderr, "%s: %s\n", secret[i], u.redacted);
+            CHECK(0);
+        }
+        snprintf(text, sizeof(text), "redis://u:***@h:1/0?db=2&%s=***&ttl=5#f", secret[i]);
+        CHECK(strcmp(u.redacted, text) == 0);
+        dlock__url_free(&u);
+    }
+    /* First in the query, last, empty; a look-alike name is kept. */
+    CHECK_RC(dlock__url_parse(&u, "zk://h?password=Zq7-s3cr3t&keys=1&passwords_file=f&key_secret="),
+             DLOCK_OK);
+    CHECK(strcmp(u.redacted, "zk://h?password=***&keys=1&passwords_file=f&key_secret=***") == 0);
+    dlock__url_free(&u);
+}
+
 static void url_huge(void)
 {
     size_t n = 1 << 20;
@@ -660,6 +691,7 @@ static void etcd_grpc_framing(void)
 
 TEST_MAIN({"url_redis_full", url_redis_full, NULL}, {"url_forms", url_forms, NULL}, {"url_bad", url_bad, NULL},
           {"url_password_never_in_messages", url_password_never_in_messages, NULL},
+          {"url_query_secrets_redacted", url_query_secrets_redacted, NULL},
           {"url_huge", url_huge, NULL}, {"duration", duration, NULL}, {"error_table", error_table, NULL},
           {"open_bad_input", open_bad_input, NULL},
           {"etcd_revision_range", etcd_revision_range, NULL},
