@@ -5,14 +5,15 @@
  * Every script dlock runs for lock NAME declares keys of NAME's slot only
  * (PREFIX{NAME}..., and the slot's fence floor and registry,
  * PREFIX{fence:N}fence-floor: dlock__redis_slot_tag), so each command goes
- * whole to one master: the one the slot map names for its first key. The
- * map comes from CLUSTER SLOTS, asked of any node that answers (the known
+ * whole to one master: the one the slot map names for its first key. The map
+ * comes from CLUSTER SLOTS, asked of any node that answers (the known
  * masters first, then the URL's seeds); MOVED updates it and is followed,
- * ASK is followed once with ASKING on the node it names, TRYAGAIN (a slot
- * half migrated) and CLUSTERDOWN (a failover under way) are waited out, and
- * a master that went away makes the map be asked again: all within the
- * command timeout. Every command sent through here is safe to repeat (the
- * scripts are idempotent for the same token, as for a lost reply).
+ * ASK is followed once with ASKING on the node it names (either only to a
+ * master of the map: redirect_target), TRYAGAIN (a slot half migrated) and
+ * CLUSTERDOWN (a failover under way) are waited out, and a master that went
+ * away makes the map be asked again: all within the command timeout. Every
+ * command sent through here is safe to repeat (the scripts are idempotent
+ * for the same token, as for a lost reply).
  */
 #include <errno.h>
 #include <pthread.h>

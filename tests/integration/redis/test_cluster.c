@@ -6,7 +6,8 @@
  * and a fence that stays above a retired counter; multi-locks refused
  * across slots and taken with a shared hash tag; renewals of locks spread
  * over the masters; a held and waited-on lock's slot moved to another
- * master (MOVED, ASK, TRYAGAIN) with the holder keeping it. The
+ * master (MOVED, ASK, TRYAGAIN) with the holder keeping it; a redirection
+ * to outside the slot map refused; names with an empty hash tag. The
  * conformance suite runs on a cluster too (core-redis-cluster).
  */
 #include <hiredis/hiredis.h>

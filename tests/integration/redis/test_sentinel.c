@@ -4,8 +4,10 @@
  * master, 2 replicas and 3 sentinels on loopback (test_sentinel_start). The
  * URL's errors, min_replicas's WAIT, and a SIGKILLed master while locks are
  * held: the client follows the new master, holds that survive are counted
- * (printed for min_replicas=0 and 1), and with 1 no fence goes back. The
- * conformance suite runs on a Sentinel URL too (core-redis-sentinel).
+ * (printed for min_replicas=0 and 1), and with 1 no fence goes back. A
+ * sentinel an attacker reconfigured is outvoted by the other two; the
+ * sentinels' password and ACL user. The conformance suite runs on a
+ * Sentinel URL too (core-redis-sentinel).
  */
 #include <pthread.h>
 #include <stdio.h>
