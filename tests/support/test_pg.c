@@ -99,7 +99,8 @@ static void spawn(test_pg *p)
         execl(exe, "postgres", "-D", data, "-p", port, "-k", p->dir, "-c",
               "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
               "-c", "shared_preload_libraries=pg_stat_statements", "-c", "max_connections=200",
-              (char *)NULL);
+              "-c", p->tls ? "ssl=on" : "ssl=off", "-c", "ssl_cert_file=../db.crt", "-c",
+              "ssl_key_file=../db.key", (char *)NULL);
         _exit(127);
     }
     for (int i = 0; i < 3000; i++) {
@@ -120,7 +121,27 @@ static void spawn(test_pg *p)
     exit(1);
 }
 
-void test_pg_start(test_pg *p)
+/* A server certificate for db.example (and nothing else) from t's CA, as
+ * DIR/db.crt and DIR/db.key, owned by the server's user. */
+static void server_cert(test_pg *p, const test_tls *t)
+{
+    char cmd[1200];
+
+    snprintf(cmd, sizeof(cmd),
+             "cd %s && { [ -f db.crt ] || { openssl req -newkey rsa:2048 -nodes -keyout db.key "
+             "-out db.csr -subj /CN=db.example && echo subjectAltName=DNS:db.example >db.ext && "
+             "openssl x509 -req -in db.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 30 "
+             "-extfile db.ext -out db.crt; }; } >>openssl.log 2>&1 && cp db.crt db.key %s/ && "
+             "chmod 600 %s/db.key && { [ $(id -u) != 0 ] || chown nobody %s/db.crt %s/db.key; }",
+             t->dir, p->dir, p->dir, p->dir, p->dir);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "making the certificate of db.example in %s failed (openssl.log)\n",
+                t->dir);
+        exit(1);
+    }
+}
+
+static void start(test_pg *p, const test_tls *t)
 {
     char data[96], cmd[600];
     int status, pid, i;
@@ -156,10 +177,17 @@ void test_pg_start(test_pg *p)
         fprintf(stderr, "initdb in %s failed (status %d)\n", data, status);
         exit(1);
     }
-    /* Passwords for user secret over TCP; trust for the rest. */
+    /* Passwords over TCP for user secret (SCRAM) and user clear (in clear
+     * text, as a man in the middle would ask); trust for the rest. */
     snprintf(cmd, sizeof(cmd),
-             "sed -i '1i host all secret 127.0.0.1/32 scram-sha-256' %s/pg_hba.conf", data);
+             "sed -i -e '1i host all secret 127.0.0.1/32 scram-sha-256' -e '1i host all clear "
+             "127.0.0.1/32 password' %s/pg_hba.conf",
+             data);
     CHECK(system(cmd) == 0);
+    if (t != NULL) {
+        server_cert(p, t);
+        p->tls = 1;
+    }
     for (i = 0; i < 200; i++) {
         p->port = 47300 + (int)((getpid() + i * 7) % 100);
         if (port_free(p->port))
@@ -178,7 +206,18 @@ void test_pg_start(test_pg *p)
         running[i] = p;
     }
     test_pg_query(p, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
-    test_pg_query(p, "CREATE ROLE secret LOGIN SUPERUSER PASSWORD 's3cret'");
+    test_pg_query(p, "CREATE ROLE secret LOGIN SUPERUSER PASSWORD 's3cret';"
+                     "CREATE ROLE clear LOGIN SUPERUSER PASSWORD 'c1ear'");
+}
+
+void test_pg_start(test_pg *p)
+{
+    start(p, NULL);
+}
+
+void test_pg_start_tls(test_pg *p, const test_tls *t)
+{
+    start(p, t);
 }
 
 static void stop_server(test_pg *p)

@@ -6,15 +6,21 @@
  * pg_advisory.c). docs/postgres.md has the design.
  *
  *   postgres://USER:PASS@HOST:PORT/DB?mode=lease|advisory&create=1&table=T
+ *       &insecure_auth=0|1&key_secret=S
  *
  * Every other query parameter is a libpq connection parameter (sslmode,
  * sslrootcert, connect_timeout, application_name, host=/unix/socket/dir
- * ...), passed through; an unknown one is refused at open.
+ * ...), passed through; an unknown one is refused at open. A password or
+ * a client certificate to a host that is not this machine gets TLS with
+ * the server's certificate and name verified unless the URL says otherwise
+ * (secure_transport).
  */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "pg_int.h"
 
@@ -84,6 +90,130 @@ static int url_hosts(pg_be *be, int *n, const dlock_url *url)
     return DLOCK_OK;
 }
 
+/* ---- TLS and passwords ------------------------------------------------- */
+
+/* 1 if one entry of a libpq host or hostaddr list, as written (n bytes),
+ * is this machine: empty (libpq's default socket), a Unix socket's folder
+ * ('/', or '@' for the abstract namespace), localhost, 127.0.0.0/8 or ::1.
+ * No name is looked up: what the URL says decides. */
+static int local_entry(const char *h, size_t n)
+{
+    char buf[64];
+    struct in_addr a4;
+    struct in6_addr a6;
+
+    if (n == 0 || h[0] == '/' || h[0] == '@')
+        return 1;
+    if (n >= sizeof(buf))
+        return 0;
+    memcpy(buf, h, n);
+    buf[n] = '\0';
+    if (strcasecmp(buf, "localhost") == 0)
+        return 1;
+    if (inet_pton(AF_INET, buf, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    return inet_pton(AF_INET6, buf, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+}
+
+/* 1 if every entry of the comma-separated list is this machine. */
+static int local_list(const char *list)
+{
+    for (;;) {
+        size_t n = strcspn(list, ",");
+        if (!local_entry(list, n))
+            return 0;
+        if (list[n] == '\0')
+            return 1;
+        list += n + 1;
+    }
+}
+
+/* The value libpq will use for keyword k: the last one given, else NULL. */
+static const char *kw_get(const pg_be *be, int n, const char *k)
+{
+    for (int i = n - 1; i >= 0; i--)
+        if (strcmp(be->kw[i], k) == 0)
+            return be->val[i];
+    return NULL;
+}
+
+/* A secret in the environment counts as one in the URL: libpq sends it. */
+static int has_password(const pg_be *be, int n)
+{
+    const char *env = getenv("PGPASSWORD");
+    return kw_get(be, n, "password") != NULL || (env != NULL && *env != '\0');
+}
+
+/*
+ * libpq's default sslmode=prefer lets a man in the middle answer "no TLS"
+ * and ask for the password in clear text, and sslmode=require takes any
+ * certificate. So, to a server that is not this machine (by the URL's
+ * host and hostaddr as written; a service= counts as remote):
+ *   - a password or a client certificate (sslcert) asks for
+ *     sslmode=verify-full unless the URL names an sslmode;
+ *   - a password with an sslmode below verify-ca is refused before any I/O
+ *     unless insecure_auth=1 (etcd's name for the same choice);
+ * and wherever TLS is required and a password goes, channel_binding=require
+ * (unless the URL names one): the password is only ever answered to
+ * SCRAM bound to the TLS channel, never sent as md5 or clear text. A
+ * loopback or Unix-socket URL keeps libpq's defaults. PGSSLMODE and
+ * PGCHANNELBINDING do not count as the URL naming one.
+ */
+static int secure_transport(pg_be *be, int *n, const dlock_url *url)
+{
+    static const char *const weak[] = {"disable", "allow", "prefer", "require"};
+    const char *insecure = dlock_url_param_get(url, "insecure_auth");
+    const char *host = kw_get(be, *n, "host"), *addr = kw_get(be, *n, "hostaddr");
+    const char *mode = kw_get(be, *n, "sslmode"), *cert = kw_get(be, *n, "sslcert");
+    int password = has_password(be, *n), local, rc;
+
+    if (insecure != NULL && strcmp(insecure, "0") != 0 && strcmp(insecure, "1") != 0)
+        return dlock_backend_fail(DLOCK_EINVAL, "postgres URL: insecure_auth= is 0 or 1");
+    if (host == NULL)
+        host = getenv("PGHOST");
+    if (addr == NULL)
+        addr = getenv("PGHOSTADDR");
+    local = (host == NULL || local_list(host)) && (addr == NULL || local_list(addr)) &&
+            kw_get(be, *n, "service") == NULL;
+    if (local)
+        return DLOCK_OK;
+    if (mode == NULL && (password || (cert != NULL && *cert != '\0'))) {
+        if ((rc = kw_add(be, n, "sslmode", "verify-full")) != DLOCK_OK)
+            return rc;
+        be->tls_by_default = 1;
+        mode = "verify-full";
+    }
+    if (!password)
+        return DLOCK_OK;
+    for (size_t i = 0; mode != NULL && i < sizeof(weak) / sizeof(weak[0]); i++)
+        if (strcmp(mode, weak[i]) == 0) {
+            if (insecure != NULL && strcmp(insecure, "1") == 0)
+                return DLOCK_OK;
+            return dlock_backend_fail(
+                DLOCK_EINVAL,
+                "postgres URL: a password with sslmode=%s to a host that is not loopback "
+                "could go to a man in the middle (TLS turned off or not verified): use "
+                "sslmode=verify-full (the default with a password) and sslrootcert=CA, or "
+                "add insecure_auth=1 to allow it",
+                mode);
+        }
+    if (mode == NULL || kw_get(be, *n, "channel_binding") != NULL)
+        return DLOCK_OK;
+    be->channel_binding_by_default = 1;
+    return kw_add(be, n, "channel_binding", "require");
+}
+
+/* Free s after overwriting it: no secret is left in freed heap memory. */
+static void free_wiped(char *s)
+{
+    if (s != NULL) {
+        volatile char *p = s;
+        while (*p)
+            *p++ = '\0';
+    }
+    free(s);
+}
+
 static void be_free(pg_be *be)
 {
     if (be == NULL)
@@ -93,15 +223,44 @@ static void be_free(pg_be *be)
     pg_conns_close(be);
     for (int i = 0; be->kw != NULL && i < KW_MAX; i++) {
         free(be->kw[i]);
-        free(be->val[i]);
+        free_wiped(be->val[i]);
     }
     free(be->kw);
     free(be->val);
     free(be->prefix);
+    free_wiped(be->key_secret);
+    EVP_MAC_free(be->hmac);
     pthread_mutex_destroy(&be->mu);
     pthread_cond_destroy(&be->cv);
     pthread_mutex_destroy(&be->smu);
     free(be);
+}
+
+/*
+ * key_secret=S (advisory mode): the advisory key is HMAC-SHA256(S,
+ * key_prefix + name) rather than a hash anyone can compute, so an account
+ * without S cannot take or block a name's key before it is in use
+ * (pg_advisory.c). In lease mode the table's grants decide who may write.
+ */
+static int key_secret(pg_be *be, const dlock_url *url)
+{
+    const char *v = dlock_url_param_get(url, "key_secret");
+
+    if (v == NULL)
+        return DLOCK_OK;
+    if (be->mode != PG_MODE_ADVISORY)
+        return dlock_backend_fail(DLOCK_EINVAL, "postgres URL: key_secret= is for "
+                                  "mode=advisory (in lease mode the table's grants decide "
+                                  "who may take a lock)");
+    if (*v == '\0')
+        return dlock_backend_fail(DLOCK_EINVAL, "postgres URL: key_secret= is empty");
+    be->hmac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    be->key_secret = strdup(v);
+    if (be->hmac == NULL || be->key_secret == NULL)
+        return dlock_backend_fail(DLOCK_ENOMEM, "postgres: HMAC-SHA256 for key_secret is not "
+                                  "available (out of memory?)");
+    be->key_secret_len = strlen(v);
+    return DLOCK_OK;
 }
 
 static int pg_open(void **out, const dlock_url *url, const dlock_client_options *opts)
@@ -168,12 +327,14 @@ static int pg_open(void **out, const dlock_url *url, const dlock_client_options 
         goto fail;
     for (size_t i = 0; i < url->nparams; i++) {
         const char *k = url->params[i].key;
-        if (strcmp(k, "mode") == 0 || strcmp(k, "create") == 0 || strcmp(k, "table") == 0)
+        if (strcmp(k, "mode") == 0 || strcmp(k, "create") == 0 || strcmp(k, "table") == 0 ||
+            strcmp(k, "insecure_auth") == 0 || strcmp(k, "key_secret") == 0)
             continue;
         if (strcmp(k, "password") == 0 || strcmp(k, "dbname") == 0 || !libpq_knows(k)) {
             rc = dlock_backend_fail(DLOCK_EINVAL,
                                     "postgres URL: unknown parameter '%s' (dlock's: mode, "
-                                    "create, table; else libpq's connection parameters)",
+                                    "create, table, insecure_auth, key_secret; else libpq's "
+                                    "connection parameters)",
                                     k);
             goto fail;
         }
@@ -185,6 +346,9 @@ static int pg_open(void **out, const dlock_url *url, const dlock_client_options 
         const char *h = dlock_url_param_get(url, "host");
         snprintf(be->where, sizeof(be->where), "postgres %s", h ? h : "(default socket)");
     }
+    if ((rc = secure_transport(be, &n, url)) != DLOCK_OK ||
+        (rc = key_secret(be, url)) != DLOCK_OK)
+        goto fail;
     /* Connects and checks credentials and database; makes the table and
      * the sequence on first use unless create=0. */
     if ((rc = pg_create(be, create == NULL || strcmp(create, "1") == 0)) != DLOCK_OK)

@@ -10,6 +10,7 @@
  * session ended by the server after its lease, by the server's clock, and
  * the lock with it. The watchdog's renew is the keepalive: a statement on
  * the session that asks pg_locks whether the session still holds the lock.
+ * With key_secret, the key is an HMAC instead (pg_advisory_key).
  *
  * Once a session's connection broke or timed out it is closed, and its lock
  * is gone (or goes when the server sees the close): every later call on the
@@ -19,6 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <openssl/core_names.h>
+#include <openssl/params.h>
 
 #include "pg_int.h"
 
@@ -31,15 +35,43 @@ struct pg_session {
     int64_t lease_ms;   /* the idle_session_timeout the session has */
 };
 
-uint64_t pg_advisory_key(const pg_be *be, const char *name)
+/* FNV-1a 64 of key_prefix + name; with key_secret, the first 8 bytes of
+ * HMAC-SHA256(key_secret, key_prefix + name), which only holders of the
+ * secret can compute. */
+int pg_advisory_key(const pg_be *be, const char *name, uint64_t *key)
 {
     uint64_t h = 1469598103934665603ULL;
+    unsigned char mac[EVP_MAX_MD_SIZE];
+    size_t len = 0;
+    EVP_MAC_CTX *ctx;
+    OSSL_PARAM params[2];
+    int ok;
 
-    for (size_t i = 0; i < be->prefix_len; i++)
-        h = (h ^ (unsigned char)be->prefix[i]) * 1099511628211ULL;
-    for (const char *p = name; *p; p++)
-        h = (h ^ (unsigned char)*p) * 1099511628211ULL;
-    return h;
+    if (be->key_secret == NULL) {
+        for (size_t i = 0; i < be->prefix_len; i++)
+            h = (h ^ (unsigned char)be->prefix[i]) * 1099511628211ULL;
+        for (const char *p = name; *p; p++)
+            h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+        *key = h;
+        return DLOCK_OK;
+    }
+    params[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0);
+    params[1] = OSSL_PARAM_construct_end();
+    ctx = EVP_MAC_CTX_new(be->hmac);
+    ok = ctx != NULL &&
+         EVP_MAC_init(ctx, (const unsigned char *)be->key_secret, be->key_secret_len, params) &&
+         EVP_MAC_update(ctx, (const unsigned char *)be->prefix, be->prefix_len) &&
+         EVP_MAC_update(ctx, (const unsigned char *)name, strlen(name)) &&
+         EVP_MAC_final(ctx, mac, &len, sizeof(mac)) && len >= 8;
+    EVP_MAC_CTX_free(ctx);
+    if (!ok)
+        return dlock_backend_fail(DLOCK_ENOMEM, "%s: HMAC-SHA256 of key_secret failed",
+                                  be->where);
+    h = 0;
+    for (int i = 0; i < 8; i++)
+        h = h << 8 | mac[i];
+    *key = h;
+    return DLOCK_OK;
 }
 
 static long long timeout_of(int64_t lease_ms)
@@ -102,7 +134,10 @@ int pg_adv_acquire(pg_be *be, const dlock_request *req, dlock_acquire_result *ou
         return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
     }
     pthread_mutex_init(&s->mu, NULL);
-    s->key = pg_advisory_key(be, req->name);
+    if ((rc = pg_advisory_key(be, req->name, &s->key)) != DLOCK_OK) {
+        session_free(s);
+        return rc;
+    }
     s->lease_ms = req->lease_ms;
     /* One round trip: the session's lease, the lock, and the fence drawn
      * only when the lock was taken. */
@@ -243,10 +278,13 @@ int pg_adv_release(pg_be *be, const dlock_request *req)
 
 int pg_adv_status(pg_be *be, const char *name, dlock_lock_info *out)
 {
-    uint64_t key = pg_advisory_key(be, name);
+    uint64_t key;
     char sql[512];
     PGresult *r;
     int rc;
+
+    if ((rc = pg_advisory_key(be, name, &key)) != DLOCK_OK)
+        return rc;
 
     snprintf(sql, sizeof(sql), "SELECT count(*) " HOLDERS, (unsigned)(key >> 32),
              (unsigned)(key & 0xffffffffu));
@@ -261,12 +299,13 @@ int pg_adv_status(pg_be *be, const char *name, dlock_lock_info *out)
 
 int pg_adv_force_release(pg_be *be, const char *name, dlock_lock_info *removed)
 {
-    uint64_t key = pg_advisory_key(be, name);
+    uint64_t key;
     char sql[640], *hex;
     PGresult *r;
     int rc;
 
-    if ((rc = pg_adv_status(be, name, removed)) != DLOCK_OK)
+    if ((rc = pg_advisory_key(be, name, &key)) != DLOCK_OK ||
+        (rc = pg_adv_status(be, name, removed)) != DLOCK_OK)
         return rc;
     if ((hex = pg_key_hex(be, name)) == NULL)
         return DLOCK_ENOMEM;

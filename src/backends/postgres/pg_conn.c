@@ -68,20 +68,35 @@ static void pq_text(PGconn *c, char *out, size_t size)
 static int connect_failed(pg_be *be, PGconn *c, const char *what)
 {
     char text[400];
+    const char *hint = "";
     int code = DLOCK_ECONN;
 
     pq_text(c, text, sizeof(text));
-    if (strstr(text, "authentication failed") != NULL ||
-        strstr(text, "no password supplied") != NULL ||
-        strstr(text, "no pg_hba.conf entry") != NULL || strstr(text, "role \"") != NULL)
+    /* As on rediss://, a certificate that fails verification is refused as
+     * an authentication failure, a file that cannot be read is bad input. */
+    if (strstr(text, "certificate file") != NULL || strstr(text, "private key file") != NULL ||
+        strstr(text, "invalid connection option") != NULL ||
+        strstr(text, "invalid sslmode") != NULL || strstr(text, "invalid integer") != NULL)
+        code = DLOCK_EINVAL;
+    else if (strstr(text, "authentication failed") != NULL ||
+             strstr(text, "no password supplied") != NULL ||
+             strstr(text, "no pg_hba.conf entry") != NULL || strstr(text, "role \"") != NULL ||
+             strstr(text, "certificate") != NULL || strstr(text, "channel binding") != NULL)
         code = DLOCK_EAUTH;
     else if (strstr(text, "database \"") != NULL && strstr(text, "does not exist") != NULL)
         code = DLOCK_ESERVER;
-    else if (strstr(text, "invalid connection option") != NULL ||
-             strstr(text, "invalid sslmode") != NULL || strstr(text, "invalid integer") != NULL)
-        code = DLOCK_EINVAL;
+    /* Say so when what failed is a choice of dlock's (pg.c, secure_transport). */
+    if (be->channel_binding_by_default && strstr(text, "channel binding") != NULL)
+        hint = " (dlock asks for channel_binding=require when a password goes over TLS: the "
+               "server must use scram-sha-256; channel_binding=prefer in the URL allows md5 "
+               "or a clear-text password over the verified TLS connection)";
+    else if (be->tls_by_default &&
+             (strstr(text, "SSL") != NULL || strstr(text, "certificate") != NULL))
+        hint = " (dlock asks for sslmode=verify-full when a password or sslcert goes to a "
+               "host that is not loopback; sslrootcert=FILE names the CA, sslmode= another "
+               "mode)";
     PQfinish(c);
-    return dlock_backend_fail(code, "%s: %s%s", be->where, what, text);
+    return dlock_backend_fail(code, "%s: %s%s%s", be->where, what, text, hint);
 }
 
 int pg_connect(pg_be *be, PGconn **out)

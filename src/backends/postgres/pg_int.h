@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include <libpq-fe.h>
+#include <openssl/evp.h>
 
 #include "dlock/sys/backend.h"
 
@@ -41,6 +42,10 @@ typedef struct {
     char seq[PG_IDENT_MAX + 8];   /* TABLE_fence */
     char *prefix;                 /* key_prefix, put before every name */
     size_t prefix_len;
+    char *key_secret; /* key_secret=, or NULL; wiped when freed */
+    size_t key_secret_len;
+    EVP_MAC *hmac;    /* HMAC, fetched at open when key_secret is given */
+    int tls_by_default, channel_binding_by_default; /* dlock chose them */
     dlock_log_cb log;
     void *log_payload;
 
@@ -90,7 +95,9 @@ int pg_lease_force_release(pg_be *be, const char *name, dlock_lock_info *removed
 int pg_lease_list(pg_be *be, const char *prefix, dlock_list_cb cb, void *payload);
 
 /* ---- pg_advisory.c ---- */
-uint64_t pg_advisory_key(const pg_be *be, const char *name);
+/* The advisory key of name into *key; DLOCK_ENOMEM (message set) when the
+ * HMAC of key_secret fails. */
+int pg_advisory_key(const pg_be *be, const char *name, uint64_t *key);
 int pg_adv_acquire(pg_be *be, const dlock_request *req, dlock_acquire_result *out);
 int pg_adv_release(pg_be *be, const dlock_request *req);
 int pg_adv_extend(pg_be *be, const dlock_request *req);

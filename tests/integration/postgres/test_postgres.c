@@ -12,6 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <libpq-fe.h>
+
 #include "dlock/sys/backend.h"
 #include "test_pg.h"
 
@@ -360,6 +362,204 @@ static void bad_url_and_credentials(void)
     open_fails(p.url, DLOCK_ECONN, "127.0.0.1");
 }
 
+/* ---- passwords and TLS (pg.c, secure_transport) -------------------------- */
+
+/* URL of p as user:password at host HOST (reached at 127.0.0.1 through
+ * hostaddr, so that no name is looked up), then query. */
+static char *remote_url(const test_pg *p, const char *userpass, const char *host,
+                        const char *query)
+{
+    static char buf[4][512];
+    static int i;
+    char *u = buf[i++ % 4];
+    snprintf(u, 512, "postgres://%s@%s:%d/postgres?hostaddr=127.0.0.1%s", userpass, host,
+             p->port, query);
+    return u;
+}
+
+/* Sessions of user from dlock (application_name dlock) with and without TLS. */
+static long long sessions(test_pg *p, const char *user, int ssl)
+{
+    return test_pg_query(p,
+                         "SELECT count(*) FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)"
+                         " WHERE a.usename = '%s' AND a.application_name = 'dlock' AND s.ssl = %s",
+                         user, ssl ? "true" : "false");
+}
+
+/* A password to a host that is not loopback never goes where a man in the
+ * middle could read it. The server has no TLS: a password (or a client
+ * certificate) asks for verify-full, so the open fails where libpq's
+ * default (prefer) went on in clear text; an sslmode below verify-ca is
+ * refused before any I/O (a port where nothing listens answers EINVAL, not
+ * ECONN) unless insecure_auth=1; the host that counts is hostaddr's too.
+ * Loopback URLs keep working without TLS. */
+static void password_needs_verified_tls(void)
+{
+    test_pg p;
+    char closed[256];
+    dlock_client *c;
+
+    test_pg_start(&p);
+    open_fails(remote_url(&p, "secret:s3cret", "db.example", ""), DLOCK_ECONN,
+               "sslmode=verify-full");
+    open_fails(remote_url(&p, "clear:c1ear", "db.example", ""), DLOCK_ECONN, "SSL");
+    open_fails(remote_url(&p, "dlock", "db.example", "&sslcert=/nonexistent/client.crt"),
+               DLOCK_ECONN, "sslmode=verify-full");
+    CHECK(strstr(dlock_error_message(), "c1ear") == NULL);
+    for (int i = 0; i < 4; i++) {
+        static const char *const weak[] = {"disable", "allow", "prefer", "require"};
+        char q[64], want[64];
+        snprintf(q, sizeof(q), "&sslmode=%s", weak[i]);
+        snprintf(want, sizeof(want), "a password with sslmode=%s", weak[i]);
+        open_fails(remote_url(&p, "clear:c1ear", "db.example", q), DLOCK_EINVAL, want);
+        CHECK_CONTAINS(dlock_error_message(), "insecure_auth=1");
+    }
+    snprintf(closed, sizeof(closed),
+             "postgres://secret:s3cret@db.example:1/postgres?hostaddr=127.0.0.1&sslmode=prefer");
+    open_fails(closed, DLOCK_EINVAL, "sslmode=prefer");
+    /* hostaddr decides where the password goes, whatever host says. */
+    snprintf(closed, sizeof(closed),
+             "postgres://secret:s3cret@localhost:1/postgres?hostaddr=192.0.2.1&sslmode=prefer");
+    open_fails(closed, DLOCK_EINVAL, "sslmode=prefer");
+    snprintf(closed, sizeof(closed),
+             "postgres://secret:s3cret@/postgres?host=db.example&hostaddr=127.0.0.1&port=1"
+             "&sslmode=disable");
+    open_fails(closed, DLOCK_EINVAL, "sslmode=disable");
+    open_fails(remote_url(&p, "clear:c1ear", "db.example", "&sslmode=prefer&insecure_auth=2"),
+               DLOCK_EINVAL, "insecure_auth= is 0 or 1");
+    /* PGPASSWORD is a password too. */
+    setenv("PGPASSWORD", "c1ear", 1);
+    open_fails(remote_url(&p, "clear", "db.example", "&sslmode=prefer"), DLOCK_EINVAL,
+               "sslmode=prefer");
+    unsetenv("PGPASSWORD");
+    /* Said on purpose: the password goes in clear text. */
+    c = open_url(remote_url(&p, "clear:c1ear", "db.example", "&sslmode=prefer&insecure_auth=1"));
+    CHECK(sessions(&p, "clear", 0) > 0);
+    dlock_client_free(c);
+    /* This machine: libpq's defaults, as before. */
+    snprintf(closed, sizeof(closed), "postgres://clear:c1ear@127.0.0.1:%d/postgres", p.port);
+    dlock_client_free(open_url(closed));
+    snprintf(closed, sizeof(closed),
+             "postgres://secret:s3cret@localhost:%d/postgres?sslmode=prefer", p.port);
+    dlock_client_free(open_url(closed));
+    snprintf(closed, sizeof(closed),
+             "postgres://secret:s3cret@/postgres?host=localhost,127.0.0.1"
+             "&hostaddr=127.0.0.2,127.0.0.1&port=%d,%d",
+             p.port, p.port);
+    dlock_client_free(open_url(closed));
+    test_pg_stop(&p);
+}
+
+/* Against a server with TLS whose certificate is for db.example: with a
+ * password and no sslmode, the server's certificate and name are verified
+ * (verify-full) and the sessions use TLS; another name or another CA is
+ * refused, where libpq's default went on. */
+static void password_over_verified_tls(void)
+{
+    test_tls t;
+    test_pg p;
+    char q[256];
+    dlock_client *c;
+
+    test_tls_make(&t);
+    test_pg_start_tls(&p, &t);
+    snprintf(q, sizeof(q), "&sslrootcert=%s", test_tls_file(&t, "ca.crt"));
+    c = open_url(remote_url(&p, "secret:s3cret", "db.example", q));
+    CHECK(sessions(&p, "secret", 1) > 0 && sessions(&p, "secret", 0) == 0);
+    dlock_client_free(c);
+    open_fails(remote_url(&p, "secret:s3cret", "other.example", q), DLOCK_EAUTH,
+               "does not match host name");
+    CHECK_CONTAINS(dlock_error_message(), "verify-full");
+    snprintf(q, sizeof(q), "&sslrootcert=%s", test_tls_file(&t, "other-ca.crt"));
+    open_fails(remote_url(&p, "secret:s3cret", "db.example", q), DLOCK_EAUTH,
+               "certificate verify failed");
+    /* No CA at all (no sslrootcert=, no ~/.postgresql/root.crt): bad input. */
+    snprintf(q, sizeof(q), "&sslrootcert=%s/none.crt", t.dir);
+    open_fails(remote_url(&p, "secret:s3cret", "db.example", q), DLOCK_EINVAL,
+               "root certificate file");
+    test_pg_stop(&p);
+    test_tls_remove(&t);
+}
+
+/* Over TLS a password is answered only to SCRAM bound to the channel
+ * (channel_binding=require): a server that asks for it in clear text (user
+ * clear: pg_hba's "password") is refused before the password is sent, where
+ * libpq's default sent it; SCRAM works; channel_binding=prefer in the URL
+ * allows the clear-text one. */
+static void password_only_to_channel_bound_scram(void)
+{
+    test_tls t;
+    test_pg p;
+    char q[256], q2[300];
+    dlock_client *c;
+
+    test_tls_make(&t);
+    test_pg_start_tls(&p, &t);
+    snprintf(q, sizeof(q), "&sslrootcert=%s", test_tls_file(&t, "ca.crt"));
+    open_fails(remote_url(&p, "clear:c1ear", "db.example", q), DLOCK_EAUTH, "channel binding");
+    CHECK_CONTAINS(dlock_error_message(), "channel_binding=prefer");
+    c = open_url(remote_url(&p, "secret:s3cret", "db.example", q));
+    dlock_client_free(c);
+    snprintf(q2, sizeof(q2), "%s&channel_binding=prefer", q);
+    c = open_url(remote_url(&p, "clear:c1ear", "db.example", q2));
+    CHECK(sessions(&p, "clear", 1) > 0);
+    dlock_client_free(c);
+    /* Loopback keeps libpq's defaults (channel_binding=prefer). */
+    snprintf(q2, sizeof(q2), "postgres://clear:c1ear@127.0.0.1:%d/postgres", p.port);
+    dlock_client_free(open_url(q2));
+    test_pg_stop(&p);
+    test_tls_remove(&t);
+}
+
+/* ---- key_secret (advisory mode) ----------------------------------------- */
+
+/* Any account can take pg_advisory_lock(KEY) (no grant needed) and so block
+ * a name whose key it can compute. With key_secret the key is an HMAC:
+ * holders of the secret exclude each other, a raw lock on the plain key
+ * and a client without the secret do not block them. */
+static void advisory_key_secret(void)
+{
+    test_pg p;
+    dlock_client *a, *b, *plain;
+    dlock_lock *la, *lb, *lp;
+    dlock_acquire_options o = test_opts(0, 60000, 0);
+    PGconn *raw;
+    PGresult *r;
+    char sql[128];
+
+    test_pg_start(&p);
+    a = open_url(url_with(&p, "?mode=advisory&key_secret=t0psecret"));
+    b = open_url(url_with(&p, "?mode=advisory&key_secret=t0psecret"));
+    plain = open_url(url_with(&p, "?mode=advisory"));
+    /* The attack: a session of any account holds the name's plain key. */
+    raw = PQconnectdb(p.url);
+    CHECK(PQstatus(raw) == CONNECTION_OK);
+    snprintf(sql, sizeof(sql), "SELECT pg_advisory_lock(%lld)",
+             (long long)test_pg_advisory_key("job"));
+    r = PQexec(raw, sql);
+    CHECK(PQresultStatus(r) == PGRES_TUPLES_OK);
+    PQclear(r);
+    CHECK_RC(dlock_acquire(&lp, plain, "job", &o), DLOCK_EBUSY);
+    /* The secret's holders are not blocked, and exclude each other. */
+    CHECK_RC(dlock_acquire(&la, a, "job", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&lb, b, "job", &o), DLOCK_EBUSY);
+    PQfinish(raw);
+    /* Nor does a client without the secret block them, or they it. */
+    CHECK_RC(dlock_acquire(&lp, plain, "job", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(la), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&lb, b, "job", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(lb), DLOCK_OK);
+    CHECK_RC(dlock_release(lp), DLOCK_OK);
+    dlock_client_free(a);
+    dlock_client_free(b);
+    dlock_client_free(plain);
+    open_fails(url_with(&p, "?key_secret=t0psecret"), DLOCK_EINVAL, "key_secret= is for "
+                                                                    "mode=advisory");
+    CHECK(strstr(dlock_error_message(), "t0psecret") == NULL);
+    open_fails(url_with(&p, "?mode=advisory&key_secret="), DLOCK_EINVAL, "key_secret= is empty");
+    test_pg_stop(&p);
+}
+
 TEST_MAIN({"expiry_by_server_clock", expiry_by_server_clock, NULL},
           {"lost_reply_idempotent", lost_reply_idempotent, NULL},
           {"notify_wakes_waiter", notify_wakes_waiter, "watchdog"},
@@ -368,4 +568,8 @@ TEST_MAIN({"expiry_by_server_clock", expiry_by_server_clock, NULL},
           {"server_restart_keeps_lock", server_restart_keeps_lock, "watchdog"},
           {"advisory_killed_session", advisory_killed_session, "watchdog"},
           {"advisory_stopped_holder", advisory_stopped_holder, NULL},
-          {"bad_url_and_credentials", bad_url_and_credentials, NULL})
+          {"bad_url_and_credentials", bad_url_and_credentials, NULL},
+          {"password_needs_verified_tls", password_needs_verified_tls, NULL},
+          {"password_over_verified_tls", password_over_verified_tls, NULL},
+          {"password_only_to_channel_bound_scram", password_only_to_channel_bound_scram, NULL},
+          {"advisory_key_secret", advisory_key_secret, NULL})
