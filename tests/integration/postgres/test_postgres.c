@@ -417,6 +417,16 @@ static void password_needs_verified_tls(void)
     snprintf(closed, sizeof(closed),
              "postgres://secret:s3cret@db.example:1/postgres?hostaddr=127.0.0.1&sslmode=prefer");
     open_fails(closed, DLOCK_EINVAL, "sslmode=prefer");
+    /* What counts as this machine: no I/O before the refusal, ECONN after. */
+    open_fails("postgres://secret:s3cret@10.0.0.1:1/postgres?sslmode=prefer", DLOCK_EINVAL,
+               "sslmode=prefer");
+    open_fails("postgres://secret:s3cret@localhost.example:1/postgres?sslmode=prefer",
+               DLOCK_EINVAL, "sslmode=prefer");
+    open_fails("postgres://secret:s3cret@[::1]:1/postgres?sslmode=prefer", DLOCK_ECONN, "::1");
+    open_fails("postgres://secret:s3cret@127.1.2.3:1/postgres?sslmode=prefer", DLOCK_ECONN,
+               "127.1.2.3");
+    open_fails("postgres://secret:s3cret@LocalHost:1/postgres?sslmode=prefer", DLOCK_ECONN,
+               "LocalHost");
     /* hostaddr decides where the password goes, whatever host says. */
     snprintf(closed, sizeof(closed),
              "postgres://secret:s3cret@localhost:1/postgres?hostaddr=192.0.2.1&sslmode=prefer");
