@@ -148,7 +148,7 @@ static int has_password(const pg_be *be, int n)
  * libpq's default sslmode=prefer lets a man in the middle answer "no TLS"
  * and ask for the password in clear text, and sslmode=require takes any
  * certificate. So, to a server that is not this machine (by the URL's
- * host and hostaddr as written; a service= counts as remote):
+ * host and hostaddr as written; a service counts as remote):
  *   - a password or a client certificate (sslcert) asks for
  *     sslmode=verify-full unless the URL names an sslmode;
  *   - a password with an sslmode below verify-ca is refused before any I/O
@@ -174,7 +174,7 @@ static int secure_transport(pg_be *be, int *n, const dlock_url *url)
     if (addr == NULL)
         addr = getenv("PGHOSTADDR");
     local = (host == NULL || local_list(host)) && (addr == NULL || local_list(addr)) &&
-            kw_get(be, *n, "service") == NULL;
+            kw_get(be, *n, "service") == NULL && getenv("PGSERVICE") == NULL;
     if (local)
         return DLOCK_OK;
     if (mode == NULL && (password || (cert != NULL && *cert != '\0'))) {
@@ -197,7 +197,7 @@ static int secure_transport(pg_be *be, int *n, const dlock_url *url)
                 "add insecure_auth=1 to allow it",
                 mode);
         }
-    if (mode == NULL || kw_get(be, *n, "channel_binding") != NULL)
+    if (kw_get(be, *n, "channel_binding") != NULL)
         return DLOCK_OK;
     be->channel_binding_by_default = 1;
     return kw_add(be, n, "channel_binding", "require");
