@@ -70,6 +70,27 @@ void bench_stop_children(pid_t *pids, int *n, char *dir);
  * its pid goes to pids[(*n)++]. Dies when fork fails. */
 void bench_spawn(pid_t *pids, int *n, char *const argv[]);
 
+/* A fresh random password for a throwaway server: 32 hex digits from the
+ * kernel's CSPRNG into out. Dies if there is none. */
+void bench_random_password(char out[33]);
+
+/* Write a server's config file path (mode 0600, in the bench's private
+ * mkdtemp folder) with text as its lines: a password given there is not
+ * on the server's command line, which every local user can read. */
+void bench_write_conf(const char *path, const char *text);
+
+/* Connect to host:port and AUTH with password ("" for none). NULL when the
+ * server cannot be reached or refuses the password. */
+redisContext *bench_connect_auth(const char *host, int port, const char *password);
+
+/* Die unless the server at host:port refuses a client that gives no
+ * password (-NOAUTH): what each server the bench starts must do (issue
+ * 26, item 9). what names the server in the message. */
+void bench_require_auth(const char *host, int port, const char *what);
+
+/* The password in url's user information ("" if none) into out. */
+void bench_url_password(const char *url, char *out, size_t size);
+
 /*
  * CPUs this process may run on (its affinity when it started): returns how
  * many, and sets *first and *second to the first two of them.

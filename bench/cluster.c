@@ -6,7 +6,9 @@
  *
  * Without --url it starts 3 cluster-enabled redis-servers on free ports of
  * 48200-48299 whose cluster bus ports (+10000) are free too, in a mkdtemp
- * folder, joins them with redis-cli --cluster create and waits for
+ * folder, with a random password (requirepass and masterauth in each
+ * node's config file, never on a command line; checked: a client without it
+ * is refused), joins them with redis-cli --cluster create and waits for
  * cluster_state:ok; they die with the bench (PR_SET_PDEATHSIG) and are
  * stopped when it exits. With --url redis-cluster://... it measures that.
  */
@@ -24,7 +26,7 @@
 
 #define NODES 3
 
-static char dir[256];
+static char dir[256], password[256]; /* the URL's, "" for none */
 static pid_t pids[NODES];
 static int nprocs;
 
@@ -41,8 +43,8 @@ static void pause_ms(long ms)
 
 static int cluster_ok(int port)
 {
-    redisContext *c = redisConnect("127.0.0.1", port);
-    redisReply *r = c && !c->err ? redisCommand(c, "CLUSTER INFO") : NULL;
+    redisContext *c = bench_connect_auth("127.0.0.1", port, password);
+    redisReply *r = c ? redisCommand(c, "CLUSTER INFO") : NULL;
     int ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok");
     if (r)
         freeReplyObject(r);
@@ -53,7 +55,7 @@ static int cluster_ok(int port)
 static void start_all(char *url, size_t size)
 {
     int port[NODES], n = 0;
-    char cmd[512];
+    char cmd[512], conf_text[600];
     size_t len;
 
     snprintf(dir, sizeof dir, "%s/dlock-bench-cluster-XXXXXX",
@@ -65,14 +67,18 @@ static void start_all(char *url, size_t size)
             port[n++] = p;
     if (n < NODES)
         bench_die("no 3 free port pairs in 48200-48299 (+10000 for the cluster bus)");
+    bench_random_password(password);
+    snprintf(conf_text, sizeof conf_text, "requirepass %s\nmasterauth %s\n", password, password);
     for (int i = 0; i < NODES; i++) {
-        char p[16], ndir[300], logf[320];
+        char p[16], ndir[300], logf[320], conf[320];
         snprintf(p, sizeof p, "%d", port[i]);
         snprintf(ndir, sizeof ndir, "%s/n%d", dir, i);
         snprintf(logf, sizeof logf, "%s/redis.log", ndir);
+        snprintf(conf, sizeof conf, "%s/redis.conf", ndir);
         if (mkdir(ndir, 0700) != 0)
             bench_die("mkdir %s: %s", ndir, strerror(errno));
-        char *argv[] = {"redis-server", "--port", p, "--bind", "127.0.0.1", "--save", "",
+        bench_write_conf(conf, conf_text);
+        char *argv[] = {"redis-server", conf, "--port", p, "--bind", "127.0.0.1", "--save", "",
                         "--appendonly", "no", "--dir", ndir, "--logfile", logf,
                         "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                         NULL};
@@ -81,20 +87,25 @@ static void start_all(char *url, size_t size)
     for (int i = 0; i < NODES; i++) {
         int up = 0;
         for (int k = 0; k < 1500 && !up; k++) {
-            redisContext *c = redisConnect("127.0.0.1", port[i]);
-            up = c != NULL && !c->err;
+            redisContext *c = bench_connect_auth("127.0.0.1", port[i], password);
+            up = c != NULL;
             redisFree(c);
             if (!up)
                 pause_ms(10);
         }
         if (!up)
             bench_die("redis-server on port %d did not start (see %s)", port[i], dir);
+        bench_require_auth("127.0.0.1", port[i], "cluster node");
     }
-    len = (size_t)snprintf(cmd, sizeof cmd, "redis-cli --cluster create");
+    /* redis-cli takes the password from its environment, not argv. */
+    len = (size_t)snprintf(cmd, sizeof cmd, "REDISCLI_AUTH=$DLOCK_BENCH_PW redis-cli --cluster create");
     for (int i = 0; i < NODES; i++)
         len += (size_t)snprintf(cmd + len, sizeof cmd - len, " 127.0.0.1:%d", port[i]);
     snprintf(cmd + len, sizeof cmd - len, " --cluster-yes >%s/create.log 2>&1", dir);
-    if (system(cmd) != 0)
+    setenv("DLOCK_BENCH_PW", password, 1);
+    int created = system(cmd);
+    unsetenv("DLOCK_BENCH_PW");
+    if (created != 0)
         bench_die("redis-cli --cluster create failed (see %s/create.log)", dir);
     for (int i = 0; i < NODES; i++) {
         int k = 0;
@@ -103,8 +114,8 @@ static void start_all(char *url, size_t size)
         if (!cluster_ok(port[i]))
             bench_die("port %d: no cluster_state:ok (see %s)", port[i], dir);
     }
-    snprintf(url, size, "redis-cluster://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", port[0],
-             port[1], port[2]);
+    snprintf(url, size, "redis-cluster://:%s@127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", password,
+             port[0], port[1], port[2]);
 }
 
 /* The master serving key: asked of the first node, followed once if MOVED. */
@@ -112,23 +123,26 @@ static redisContext *master_of(const char *url, const char *key, char *where, si
 {
     const char *hosts = url + strlen("redis-cluster://");
     char first[256];
+
+    if (strchr(hosts, '@') != NULL && strchr(hosts, '@') < hosts + strcspn(hosts, "/?"))
+        hosts = strchr(hosts, '@') + 1;
     snprintf(first, sizeof first, "%.*s", (int)strcspn(hosts, ",/?"), hosts);
     char *colon = strrchr(first, ':');
     if (colon == NULL)
         bench_die("--url: no port in '%s'", first);
     *colon = 0;
-    redisContext *c = redisConnect(first, atoi(colon + 1));
-    if (c == NULL || c->err)
-        bench_die("connect %s: %s", first, c ? c->errstr : "out of memory");
+    redisContext *c = bench_connect_auth(first, atoi(colon + 1), password);
+    if (c == NULL)
+        bench_die("connect %s: not reached, or the URL's password refused", first);
     snprintf(where, size, "%s:%s", first, colon + 1);
     redisReply *r = redisCommand(c, "EXISTS %s", key);
     if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "MOVED ", 6) == 0) {
         char *addr = strrchr(r->str, ' ') + 1, *pc = strrchr(addr, ':');
         *pc = 0;
         redisFree(c);
-        c = redisConnect(addr, atoi(pc + 1));
-        if (c == NULL || c->err)
-            bench_die("connect %s: %s", addr, c ? c->errstr : "out of memory");
+        c = bench_connect_auth(addr, atoi(pc + 1), password);
+        if (c == NULL)
+            bench_die("connect %s: not reached, or the URL's password refused", addr);
         snprintf(where, size, "%s:%s", addr, pc + 1);
     }
     if (r)
@@ -147,6 +161,7 @@ int bench_cluster(const char *given_url, long iterations)
         if (strncmp(given_url, "redis-cluster://", 16) != 0)
             bench_die("--cluster --url wants redis-cluster://HOST:PORT,...");
         snprintf(url, sizeof url, "%s", given_url);
+        bench_url_password(url, password, sizeof password);
     } else {
         atexit(stop_all);
         start_all(url, sizeof url);

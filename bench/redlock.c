@@ -76,17 +76,6 @@ static void stop_servers(void)
     bench_stop_children(server_pid, &nservers, dir);
 }
 
-static void random_hex(char *out, size_t bytes)
-{
-    unsigned char b[64];
-    FILE *f = fopen("/dev/urandom", "rb");
-    if (f == NULL || bytes > sizeof b || fread(b, 1, bytes, f) != bytes)
-        bench_die("cannot read /dev/urandom");
-    fclose(f);
-    for (size_t i = 0; i < bytes; i++)
-        sprintf(out + 2 * i, "%02x", b[i]);
-}
-
 static void start_servers(int port[NODES], const char *password)
 {
     snprintf(dir, sizeof dir, "%s/dlock-bench-redlock-XXXXXX",
@@ -408,7 +397,7 @@ int bench_redlock(const char *given_url, long iterations)
         snprintf(url, sizeof url, "%s", given_url);
     } else {
         char pw[33];
-        random_hex(pw, 16);
+        bench_random_password(pw);
         start_servers(port, pw);
         int len = snprintf(url, sizeof url, "redlock://:%s@", pw);
         for (int i = 0; i < NODES; i++)

@@ -6,9 +6,13 @@
  * the master, with their ratios.
  *
  * Without --url it starts a master, 2 replicas and one sentinel (quorum 1)
- * on free loopback ports in a mkdtemp folder; they die with the bench
+ * on free loopback ports in a mkdtemp folder, all with one random password
+ * (requirepass, masterauth and the sentinel's auth-pass in config files,
+ * never on a command line; checked: a client without it is refused), the
+ * URL giving it as the master's and as sentinel_password; they die with the bench
  * (PR_SET_PDEATHSIG) and are stopped when it exits. With --url
- * redis-sentinel://.../MASTER (no min_replicas=) it measures that.
+ * redis-sentinel://[:PASSWORD@]...[/MASTER][?sentinel_password=...] (no
+ * min_replicas=) it measures that.
  */
 #include "bench.h"
 
@@ -26,7 +30,8 @@
 
 #define PROCS 4 /* master, 2 replicas, sentinel */
 
-static char dir[256];
+static char dir[256], password[256]; /* the master's, "" for none */
+static char sentinel_pw[256];           /* the sentinels', "" for none */
 static pid_t pids[PROCS];
 static int nprocs;
 
@@ -40,14 +45,15 @@ static void spawn(char *const argv[])
     bench_spawn(pids, &nprocs, argv);
 }
 
-/* A reply to cmd on port, the reply's text (status or bulk) into out. */
-static int ask(int port, const char *cmd, char *out, size_t size)
+/* A reply to cmd on port (AUTH with pw), the reply's text (status or bulk)
+ * into out. */
+static int ask(int port, const char *pw, const char *cmd, char *out, size_t size)
 {
-    redisContext *c = redisConnect("127.0.0.1", port);
+    redisContext *c = bench_connect_auth("127.0.0.1", port, pw);
     redisReply *r = NULL;
     int ok = 0;
 
-    if (c != NULL && !c->err && (r = redisCommand(c, cmd)) != NULL) {
+    if (c != NULL && (r = redisCommand(c, cmd)) != NULL) {
         if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) {
             snprintf(out, size, "%s", r->str);
             ok = 1;
@@ -62,11 +68,11 @@ static int ask(int port, const char *cmd, char *out, size_t size)
     return ok;
 }
 
-static void wait_for(int port, const char *cmd, const char *want)
+static void wait_for(int port, const char *pw, const char *cmd, const char *want)
 {
     char got[4096] = "";
     for (int k = 0; k < 3000; k++) {
-        if (ask(port, cmd, got, sizeof got) && strstr(got, want) != NULL)
+        if (ask(port, pw, cmd, got, sizeof got) && strstr(got, want) != NULL)
             return;
         struct timespec ts = {0, 20 * 1000000L};
         nanosleep(&ts, NULL);
@@ -77,7 +83,7 @@ static void wait_for(int port, const char *cmd, const char *want)
 static void start_all(char *url, size_t size)
 {
     int port[PROCS];
-    char p[PROCS][16], conf[320], mport[16];
+    char p[PROCS][16], conf[320], mport[16], text[1200];
 
     snprintf(dir, sizeof dir, "%s/dlock-bench-sentinel-XXXXXX",
              getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -88,28 +94,35 @@ static void start_all(char *url, size_t size)
         snprintf(p[i], sizeof p[i], "%d", port[i]);
     }
     snprintf(mport, sizeof mport, "%d", port[0]);
+    bench_random_password(password);
+    snprintf(sentinel_pw, sizeof sentinel_pw, "%s", password);
     for (int i = 0; i < 3; i++) {
-        char logf[320];
+        char logf[320], rconf[320];
         snprintf(logf, sizeof logf, "%s/redis-%d.log", dir, i);
-        char *argv[] = {"redis-server", "--port", p[i], "--bind", "127.0.0.1", "--save", "",
+        snprintf(rconf, sizeof rconf, "%s/redis-%d.conf", dir, i);
+        snprintf(text, sizeof text, "requirepass %s\nmasterauth %s\n", password, password);
+        bench_write_conf(rconf, text);
+        char *argv[] = {"redis-server", rconf, "--port", p[i], "--bind", "127.0.0.1", "--save", "",
                         "--appendonly", "no", "--dir", dir, "--logfile", logf,
                         "--repl-diskless-sync-delay", "0", i ? "--replicaof" : NULL,
                         "127.0.0.1", mport, NULL};
         spawn(argv);
     }
     snprintf(conf, sizeof conf, "%s/sentinel.conf", dir);
-    FILE *f = fopen(conf, "w");
-    if (f == NULL)
-        bench_die("%s: %s", conf, strerror(errno));
-    fprintf(f, "port %d\nbind 127.0.0.1\ndir %s\nlogfile %s/sentinel.log\n"
-               "sentinel monitor bench 127.0.0.1 %d 1\n", port[3], dir, dir, port[0]);
-    fclose(f);
+    /* The sentinel rewrites its file: it must stay writable (0600). */
+    snprintf(text, sizeof text, "port %d\nbind 127.0.0.1\ndir %s\nlogfile %s/sentinel.log\n"
+             "requirepass %s\nsentinel monitor bench 127.0.0.1 %d 1\n"
+             "sentinel auth-pass bench %s\n", port[3], dir, dir, password, port[0], password);
+    bench_write_conf(conf, text);
     char *sargv[] = {"redis-sentinel", conf, NULL};
     spawn(sargv);
     for (int i = 1; i < 3; i++)
-        wait_for(port[i], "INFO replication", "master_link_status:up");
-    wait_for(port[3], "SENTINEL get-master-addr-by-name bench", mport);
-    snprintf(url, size, "redis-sentinel://127.0.0.1:%d/bench", port[3]);
+        wait_for(port[i], password, "INFO replication", "master_link_status:up");
+    wait_for(port[3], password, "SENTINEL get-master-addr-by-name bench", mport);
+    for (int i = 0; i < PROCS; i++)
+        bench_require_auth("127.0.0.1", port[i], i < 3 ? "redis-server" : "redis-sentinel");
+    snprintf(url, size, "redis-sentinel://:%s@127.0.0.1:%d/bench?sentinel_password=%s", password,
+             port[3], password);
 }
 
 int bench_sentinel(const char *given_url, long iterations)
@@ -120,31 +133,40 @@ int bench_sentinel(const char *given_url, long iterations)
     bench_series ping = {0}, cyc[2] = {{0}, {0}};
 
     if (given_url) {
-        if (strncmp(given_url, "redis-sentinel://", 17) != 0 || strchr(given_url, '?') != NULL)
+        const char *q = strchr(given_url, '?');
+        if (strncmp(given_url, "redis-sentinel://", 17) != 0 ||
+            (q != NULL && strstr(q, "min_replicas=") != NULL))
             bench_die("--sentinel --url wants redis-sentinel://HOST:PORT,.../MASTER (no "
-                      "parameters: the bench adds min_replicas)");
+                      "min_replicas=: the bench adds it)");
         snprintf(url, sizeof url, "%s", given_url);
+        bench_url_password(url, password, sizeof password);
+        if (q != NULL && (q = strstr(q, "sentinel_password=")) != NULL)
+            snprintf(sentinel_pw, sizeof sentinel_pw, "%.*s", (int)strcspn(q + 18, "&#"), q + 18);
     } else {
         atexit(stop_all);
         start_all(url, sizeof url);
     }
     for (int m = 0; m < 2; m++) {
-        snprintf(u[m], sizeof u[m], "%s?min_replicas=%d", url, m);
+        snprintf(u[m], sizeof u[m], "%s%cmin_replicas=%d", url, strchr(url, '?') ? '&' : '?', m);
         if (dlock_client_open(&client[m], u[m], NULL) != DLOCK_OK)
             bench_die("dlock_client_open %s: %s", bench_redacted(u[m]), dlock_error_message());
     }
     /* The master, as the sentinels name it, for the raw PING. */
     {
-        const char *hosts = url + 17, *slash = strchr(hosts, '/');
+        const char *hosts = url + 17, *slash;
         char first[256], cmd[300];
-        snprintf(first, sizeof first, "%.*s", (int)strcspn(hosts, ",/"), hosts);
+        if (strchr(hosts, '@') != NULL && strchr(hosts, '@') < hosts + strcspn(hosts, "/?"))
+            hosts = strchr(hosts, '@') + 1;
+        slash = strchr(hosts, '/');
+        snprintf(first, sizeof first, "%.*s", (int)strcspn(hosts, ",/?"), hosts);
         char *colon = strrchr(first, ':');
         if (colon == NULL || slash == NULL)
             bench_die("--url: no sentinel port or master name");
         *colon = 0;
-        redisContext *s = redisConnect(first, atoi(colon + 1));
-        snprintf(cmd, sizeof cmd, "SENTINEL get-master-addr-by-name %s", slash + 1);
-        redisReply *r = s && !s->err ? redisCommand(s, cmd) : NULL;
+        redisContext *s = bench_connect_auth(first, atoi(colon + 1), sentinel_pw);
+        snprintf(cmd, sizeof cmd, "SENTINEL get-master-addr-by-name %.*s",
+                 (int)strcspn(slash + 1, "?"), slash + 1);
+        redisReply *r = s ? redisCommand(s, cmd) : NULL;
         if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2)
             bench_die("sentinel %s: no master address", first);
         snprintf(host, sizeof host, "%s", r->element[0]->str);
@@ -152,9 +174,9 @@ int bench_sentinel(const char *given_url, long iterations)
         freeReplyObject(r);
         redisFree(s);
     }
-    redisContext *raw = redisConnect(host, atoi(portstr));
-    if (raw == NULL || raw->err)
-        bench_die("connect %s:%s: %s", host, portstr, raw ? raw->errstr : "out of memory");
+    redisContext *raw = bench_connect_auth(host, atoi(portstr), password);
+    if (raw == NULL)
+        bench_die("connect %s:%s: not reached, or the URL's password refused", host, portstr);
     snprintf(name, sizeof name, "dlock-bench:%ld:sentinel", (long)getpid());
 
     printf("dlock-bench --sentinel: dlock %s, %s (%s), master %s:%s\n", dlock_version(),

@@ -14,6 +14,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/wait.h>
 #include <string.h>
 #include <unistd.h>
@@ -239,4 +241,71 @@ void bench_timed_ping(redisContext *raw, bench_series *s)
         bench_die("PING: %s", raw->errstr);
     freeReplyObject(r);
     bench_series_add(s, bench_now_ns() - t0);
+}
+
+void bench_random_password(char out[33])
+{
+    unsigned char b[16];
+
+    if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b)
+        bench_die("getrandom: %s", strerror(errno));
+    for (size_t i = 0; i < sizeof b; i++)
+        sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+void bench_write_conf(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    size_t len = strlen(text);
+
+    if (fd < 0 || write(fd, text, len) != (ssize_t)len || close(fd) != 0)
+        bench_die("%s: %s", path, strerror(errno));
+}
+
+redisContext *bench_connect_auth(const char *host, int port, const char *password)
+{
+    struct timeval tv = {2, 0};
+    redisContext *c = redisConnectWithTimeout(host, port, tv);
+    redisReply *r = NULL;
+    int ok = c != NULL && !c->err && redisSetTimeout(c, tv) == REDIS_OK;
+
+    if (ok && password[0]) {
+        r = redisCommand(c, "AUTH %s", password);
+        ok = r != NULL && r->type == REDIS_REPLY_STATUS;
+        if (r)
+            freeReplyObject(r);
+    }
+    if (!ok) {
+        redisFree(c);
+        return NULL;
+    }
+    return c;
+}
+
+void bench_require_auth(const char *host, int port, const char *what)
+{
+    redisContext *c = bench_connect_auth(host, port, "");
+    redisReply *r = c ? redisCommand(c, "PING") : NULL;
+    int refused = r != NULL && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOAUTH", 6) == 0;
+
+    if (r)
+        freeReplyObject(r);
+    redisFree(c);
+    if (!refused)
+        bench_die("%s %s:%d answers a client without its password", what, host, port);
+}
+
+void bench_url_password(const char *url, char *out, size_t size)
+{
+    const char *p = strstr(url, "://"), *at, *colon;
+
+    out[0] = '\0';
+    if (p == NULL)
+        return;
+    p += 3;
+    at = p + strcspn(p, "@/?");
+    if (*at != '@')
+        return;
+    if ((colon = memchr(p, ':', (size_t)(at - p))) != NULL)
+        snprintf(out, size, "%.*s", (int)(at - colon - 1), colon + 1);
 }
