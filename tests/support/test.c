@@ -1601,6 +1601,44 @@ void test_cluster_start(test_cluster *c, const char *extra_args)
     cluster_start(c, extra_args, NULL, 0);
 }
 
+int test_cluster_add_master(test_cluster *c)
+{
+    int i = c->n;
+    char cmd[512];
+
+    if (i >= 2 * TEST_CLUSTER_NODES) {
+        fprintf(stderr, "test_cluster_add_master: no room for node %d\n", i);
+        exit(1);
+    }
+    start_redis_at(&c->nodes[i], "--cluster-enabled yes --cluster-config-file nodes.conf "
+                   "--cluster-node-timeout 5000", 0, NULL, cluster_port(c, i));
+    snprintf(cmd, sizeof(cmd), "redis-cli --cluster add-node 127.0.0.1:%d 127.0.0.1:%d "
+             ">%s/add-node.log 2>&1", c->nodes[i].port, c->nodes[0].port, c->nodes[i].dir);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "test_cluster_add_master: redis-cli --cluster add-node failed "
+                "(%s/add-node.log)\n", c->nodes[i].dir);
+        exit(1);
+    }
+    c->n++;
+    for (int t = 0; t < 3000; t++) { /* every node knows it, as a master */
+        int ok = cluster_ok(&c->nodes[i]);
+        for (int k = 0; k < i && ok; k++) {
+            redisReply *rep = cluster_raw(&c->nodes[k], "CLUSTER NODES");
+            char needle[32];
+            snprintf(needle, sizeof(needle), ":%d@", c->nodes[i].port);
+            ok = rep != NULL && rep->type == REDIS_REPLY_STRING &&
+                 strstr(rep->str, needle) != NULL;
+            if (rep != NULL)
+                freeReplyObject(rep);
+        }
+        if (ok)
+            return i;
+        test_sleep_ms(20);
+    }
+    fprintf(stderr, "test_cluster_add_master: the cluster did not take node %d in\n", i);
+    exit(1);
+}
+
 void test_cluster_start_replicas(test_cluster *c, const char *extra_args)
 {
     cluster_start(c, extra_args, NULL, 1);

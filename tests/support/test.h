@@ -395,6 +395,9 @@ void test_cluster_start_tls(test_cluster *c, const test_tls *t);
  * which skips nodes the test killed). */
 void test_cluster_start_replicas(test_cluster *c, const char *extra_args);
 void test_cluster_stop(test_cluster *c);
+/* Start one more node and join it to the cluster as a master with no
+ * slot (redis-cli --cluster add-node), not in c->url; its index. */
+int test_cluster_add_master(test_cluster *c);
 /* The slot of key (CLUSTER KEYSLOT) and the node serving it now (-1:
  * none agrees). */
 int test_cluster_slot(test_cluster *c, const char *key);

@@ -316,13 +316,67 @@ static int in_map(const dlock__redis_cluster *c, int at)
     return 0;
 }
 
+/* Whether one line of CLUSTER NODES ("ID HOST:PORT@BUSPORT[,HOSTNAME] FLAGS
+ * MASTER ...", up to end) is addr ("HOST:PORT@", alen bytes) and a master
+ * in good standing (not failing, not joining, with an address). */
+static int nodes_line_master(const char *line, const char *end, const char *addr, int alen)
+{
+    const char *a = memchr(line, ' ', (size_t)(end - line)), *f, *fe;
+    char flags[128];
+
+    if (a == NULL || end - (a + 1) <= alen || memcmp(a + 1, addr, (size_t)alen) != 0 ||
+        (f = memchr(a + 1, ' ', (size_t)(end - a - 1))) == NULL)
+        return 0;
+    if ((fe = memchr(f + 1, ' ', (size_t)(end - f - 1))) == NULL)
+        fe = end;
+    snprintf(flags, sizeof(flags), ",%.*s,", (int)(fe - f - 1), f + 1);
+    return strstr(flags, ",master,") != NULL && strstr(flags, ",fail") == NULL &&
+           strstr(flags, ",handshake,") == NULL && strstr(flags, ",noaddr,") == NULL;
+}
+
+/*
+ * Whether a master of the map lists host:port as a master in good standing
+ * (CLUSTER NODES): the one master an ASK may name outside the slot map, a
+ * new master that serves no slot yet while the first is migrated onto it
+ * (CLUSTER SLOTS lists masters with slots only). No answer, or a user
+ * without +cluster|nodes, leaves it unknown.
+ */
+static int cluster_member(dlock__redis_conn *conn, const char *host, size_t hostlen, int port,
+                          int64_t deadline)
+{
+    const char *argv[2] = {"CLUSTER", "NODES"};
+    size_t lens[2] = {7, 5};
+    dlock__redis_cluster *c = conn->cluster;
+    char addr[300];
+    int alen = snprintf(addr, sizeof(addr), "%.*s:%d@", (int)hostlen, host, port);
+
+    for (size_t i = 0; i < c->n && dlock__now_ms() < deadline; i++) {
+        const char *line, *nl;
+        redisReply *r = NULL;
+        int found = 0;
+
+        if (!in_map(c, (int)i) ||
+            dlock__redis_conn_command(&c->nodes[i]->conn, &r, 2, argv, lens) != DLOCK_OK)
+            continue;
+        for (line = r->type == REDIS_REPLY_STRING ? r->str : NULL; line != NULL && !found;
+             line = nl != NULL ? nl + 1 : NULL) {
+            nl = strchr(line, '\n');
+            found = nodes_line_master(line, nl != NULL ? nl : line + strlen(line), addr, alen);
+        }
+        freeReplyObject(r);
+        return found;
+    }
+    return 0;
+}
+
 /*
  * "MOVED 3999 127.0.0.1:6381" / "ASK ...": the slot and the index of the
  * node it names, which must be a master of the slot map: a redirection to
  * any other address (a node that lies, or a man in the middle) would send
  * the client, with its password, where the user never pointed it. An
  * address the map does not hold has the map asked again of a known node
- * (a node added since); still unknown, the redirection is refused. A
+ * (a node added since); still unknown, the redirection is refused, but for
+ * an ASK to a master a known node's CLUSTER NODES lists (cluster_member). A
  * negative DLOCK_E* code when it is refused or does not parse.
  */
 static int redirect_target(dlock__redis_conn *conn, const node *from, int64_t deadline,
@@ -361,6 +415,11 @@ static int redirect_target(dlock__redis_conn *conn, const node *from, int64_t de
     at = node_find(conn->cluster, host, hostlen, (int)port);
     if (at >= 0 && in_map(conn->cluster, at))
         return at;
+    if (strncmp(text, "ASK ", 4) == 0 && cluster_member(conn, host, hostlen, (int)port, deadline)) {
+        if ((at = node_at(conn, host, hostlen, (int)port)) < 0)
+            return dlock__fail(DLOCK_ENOMEM, "out of memory");
+        return at;
+    }
     return dlock__fail(DLOCK_EPROTO, "%s: refused to follow '%.100s': %.*s:%ld is not a "
                        "master in the cluster's slot map, asked again of a known node",
                        from->conn.where, text, (int)(hostlen < 100 ? hostlen : 100), host, port);

@@ -307,38 +307,45 @@ static void slot_moved_while_held(void)
 }
 
 /*
- * A slot left half migrated (its keys on the importing master, the slot
- * still the old master's): the old master answers ASK, and a check and an
- * extend of the held lock go to the new one with ASKING. Then the slot is
- * given over and the release finds the lock there (MOVED).
+ * Held lock l, whose key is key, through its slot's migration to node to:
+ * half migrated, the old master answers ASK and a check and an extend go
+ * to the new one with ASKING; then the slot is handed over and the
+ * release finds the lock there (MOVED).
  */
+static void held_through_migration(test_cluster *t, dlock_lock *l, const char *key, int to)
+{
+    int slot = test_cluster_slot(t, key);
+    long long asks;
+
+    test_cluster_migrate_keys(t, slot, to, 0);
+    CHECK(test_redis_cmd(&t->nodes[to], "EXISTS %s", key) == -1); /* MOVED: not its slot */
+    asks = redirections(t, "ASK");
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    CHECK_RC(dlock_lock_extend(l, 60000), DLOCK_OK);
+    fprintf(stderr, "ASK answers during the check and extend: %lld\n",
+            redirections(t, "ASK") - asks);
+    CHECK(redirections(t, "ASK") - asks >= 2);
+    test_cluster_finish_slot(t, slot, to);
+    CHECK(test_redis_cmd(&t->nodes[to], "PTTL %s", key) > 30000);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(test_redis_cmd(&t->nodes[to], "EXISTS %s", key) == 0);
+}
+
+/* A held lock's slot left half migrated to another master, then handed
+ * over (held_through_migration). */
 static void ask_while_migrating(void)
 {
     test_cluster t;
     dlock_client *c;
     dlock_lock *l;
     dlock_acquire_options o = test_opts(0, 30000, 0);
-    int slot, from, to;
-    long long asks;
+    int from;
 
     test_cluster_start(&t, NULL);
     c = open_client(&t);
     CHECK_RC(dlock_acquire(&l, c, "ak", &o), DLOCK_OK);
-    slot = test_cluster_slot(&t, "dlock:{ak}");
-    from = test_cluster_owner(&t, slot);
-    to = (from + 1) % TEST_CLUSTER_NODES;
-    test_cluster_migrate_keys(&t, slot, to, 0);
-    CHECK(test_redis_cmd(&t.nodes[to], "EXISTS dlock:{ak}") == -1); /* MOVED: not its slot */
-    asks = redirections(&t, "ASK");
-    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
-    CHECK_RC(dlock_lock_extend(l, 60000), DLOCK_OK);
-    fprintf(stderr, "ASK answers during the check and extend: %lld\n",
-            redirections(&t, "ASK") - asks);
-    CHECK(redirections(&t, "ASK") - asks >= 2);
-    test_cluster_finish_slot(&t, slot, to);
-    CHECK(test_redis_cmd(&t.nodes[to], "PTTL dlock:{ak}") > 30000);
-    CHECK_RC(dlock_release(l), DLOCK_OK);
-    CHECK(test_redis_cmd(&t.nodes[to], "EXISTS dlock:{ak}") == 0);
+    from = test_cluster_owner(&t, test_cluster_slot(&t, "dlock:{ak}"));
+    held_through_migration(&t, l, "dlock:{ak}", (from + 1) % TEST_CLUSTER_NODES);
     dlock_client_free(c);
     test_cluster_stop(&t);
 }
@@ -922,6 +929,28 @@ static void redirect_outside_refused(void)
     }
 }
 
+/*
+ * The one redirection that may name a master outside the slot map: a new
+ * master, serving no slot yet, while the first slot migrates onto it. Its
+ * ASK is followed, since a node of the map lists it as a master (CLUSTER
+ * NODES): a held lock's check and extend go there with ASKING, and the
+ * release finds it there once the slot is handed over (MOVED).
+ */
+static void ask_to_new_master(void)
+{
+    test_cluster t;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 30000, 0);
+
+    test_cluster_start(&t, NULL);
+    c = open_client(&t);
+    CHECK_RC(dlock_acquire(&l, c, "newm", &o), DLOCK_OK);
+    held_through_migration(&t, l, "dlock:{newm}", test_cluster_add_master(&t));
+    dlock_client_free(c);
+    test_cluster_stop(&t);
+}
+
 /* ---- names whose hash tag would be empty ------------------------------ */
 
 /* Collect dlock_list's names into a string, each followed by '\n'. */
@@ -1002,4 +1031,5 @@ TEST_MAIN({"url_errors", url_errors, NULL}, {"no_node", no_node, NULL},
           {"failover_min_replicas_1", failover_min_replicas_1, NULL},
           {"failover_min_replicas_0", failover_min_replicas_0, NULL},
           {"redirect_outside_refused", redirect_outside_refused, NULL},
+          {"ask_to_new_master", ask_to_new_master, NULL},
           {"empty_hash_tag", empty_hash_tag, NULL})
