@@ -16,9 +16,12 @@ if [ "$BACKEND" = etcd ]; then
 elif [ "$BACKEND" = redlock ]; then
     SECRET_URL="redlock://default:$SECRET@$HOSTS"
 elif [ "$BACKEND" = zk ]; then
-    # Digest auth: ZooKeeper takes any user:password (it only names who
-    # made a node), so the shared server does.
-    SECRET_URL="zk://dlock:$SECRET@$HOSTPORT"
+    # Digest auth: ZooKeeper takes any user:password (it names who made a
+    # node), on a private server: with credentials dlock makes /dlock its
+    # own (docs/zookeeper.md, "Access control"), which the shared server's other
+    # scripts could then not use.
+    start_zk
+    SECRET_URL="zk://dlock:$SECRET@$ZK"
 elif [ "$BACKEND" = postgres ]; then
     # A role of the test's own with that password (scripts/test.sh's server
     # checks passwords on TCP).

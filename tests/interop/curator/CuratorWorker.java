@@ -19,6 +19,10 @@
 //       print the current leader's id of a LeaderLatch election (empty line
 //       when none).
 //
+// With CURATOR_AUTH=USER:PASSWORD in the environment, the client adds
+// that digest auth and creates every node with CREATOR_ALL_ACL, as dlock
+// does for zk://USER:PASSWORD@... (docs/zookeeper.md, "Access control").
+//
 // KIND: mutex (InterProcessMutex), read / write (InterProcessReadWriteLock's
 // two sides), sem:N (InterProcessSemaphoreV2 with N leases), latch:ID
 // (LeaderLatch with participant id ID; "loop" runs CMD while leading, then
@@ -28,18 +32,22 @@
 
 import java.io.File;
 import java.io.FileWriter;
+import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.api.ACLProvider;
 import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
 import org.apache.curator.framework.recipes.locks.Lease;
 import org.apache.curator.retry.ExponentialBackoffRetry;
+import org.apache.zookeeper.ZooDefs;
+import org.apache.zookeeper.data.ACL;
 import org.apache.zookeeper.data.Stat;
 
 public final class CuratorWorker {
@@ -161,9 +169,17 @@ public final class CuratorWorker {
     public static void main(String[] a) throws Exception {
         if (a.length < 4) usage("too few arguments");
         String connect = a[0], kind = a[1], path = a[2], action = a[3];
-        CuratorFramework c = CuratorFrameworkFactory.builder().connectString(connect)
-            .sessionTimeoutMs(10000).connectionTimeoutMs(10000)
-            .retryPolicy(new ExponentialBackoffRetry(100, 5)).build();
+        CuratorFrameworkFactory.Builder b = CuratorFrameworkFactory.builder()
+            .connectString(connect).sessionTimeoutMs(10000).connectionTimeoutMs(10000)
+            .retryPolicy(new ExponentialBackoffRetry(100, 5));
+        String auth = System.getenv("CURATOR_AUTH");
+        if (auth != null)
+            b = b.authorization("digest", auth.getBytes(StandardCharsets.UTF_8))
+                .aclProvider(new ACLProvider() {
+                    public List<ACL> getDefaultAcl() { return ZooDefs.Ids.CREATOR_ALL_ACL; }
+                    public List<ACL> getAclForPath(String p) { return ZooDefs.Ids.CREATOR_ALL_ACL; }
+                });
+        CuratorFramework c = b.build();
         c.start();
         if (!c.blockUntilConnected(30, TimeUnit.SECONDS)) {
             System.err.println("CuratorWorker: no connection to ZooKeeper " + connect + " in 30 s");

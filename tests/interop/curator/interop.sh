@@ -15,6 +15,10 @@
 #           side gets the lock when the other side releases it.
 #   leader  LeaderLatch and `dlock elect` in one election: either leader
 #           keeps the other out, and each sees the other's id as leader.
+#   auth    both sides with one digest identity (zk://USER:PASSWORD@,
+#           Curator's authorization() and a CREATOR_ALL ACL provider):
+#           they exclude each other and hand over as without it; a Curator
+#           or a dlock without the credentials neither takes nor breaks it.
 # Nothing is skipped: without java, javac, the Curator jars or ZooKeeper the
 # test fails and names the Debian package (scripts/deps.sh installs them).
 #
@@ -25,8 +29,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 CASE=${2:-}
 DLOCK_CLI_BACKEND=redis DLOCK_TEST_URL=redis://127.0.0.1:1 . "$HERE/../../cli/lib.sh"
 TEST=interop-$CASE
-case $CASE in mutex | rw | sem | block | leader) ;;
-*) echo "usage: interop.sh DLOCK (mutex|rw|sem|block|leader)" >&2; exit 2 ;; esac
+case $CASE in mutex | rw | sem | block | leader | auth) ;;
+*) echo "usage: interop.sh DLOCK (mutex|rw|sem|block|leader|auth)" >&2; exit 2 ;; esac
 
 # ---- Java, Curator and ZooKeeper ----
 
@@ -224,6 +228,43 @@ block)
     release cs
     expect 0 "dlock gets the permit Curator gave back" dl run --permits 2 --wait 30s "$S" -- true
     release ds
+    ;;
+auth)
+    ZKURL=zk://team:pw-$$@$ZK
+    export CURATOR_AUTH=team:pw-$$
+    A=$(name a)
+    curator mutex "/dlock/$A" hold "$WORK/ca.ready" "$WORK/ca.go" 2>"$WORK/ca.err" &
+    P=$!
+    BG_PIDS="$BG_PIDS $P"
+    wait_file "$WORK/ca.ready"
+    expect 75 "a Curator holder with the same digest keeps dlock run out" dl run --wait 1s "$A" -- true
+    expect 77 "dlock without the credentials is refused" "$DLOCK" --url "zk://$ZK" run --wait 1s "$A" -- true
+    expect 1 "Curator without the credentials is refused" \
+        env -u CURATOR_AUTH java -cp "$CP" CuratorWorker "$ZK" mutex "/dlock/$A" try 1000
+    dl run --wait forever "$A" -- sh -c 'echo "$DLOCK_FENCE" >"$0"' "$WORK/da" 2>"$WORK/da.err" &
+    W=$!
+    BG_PIDS="$BG_PIDS $W"
+    sleep 0.5 # only a chance to see it wait
+    [ -e "$WORK/da" ] && fail "dlock ran while Curator held the mutex" || pass "dlock waits behind Curator"
+    touch "$WORK/ca.go"
+    wait "$P" || fail "the Curator holder exited $? ($(cat "$WORK/ca.err"))"
+    within 30 test -s "$WORK/da" && pass "the dlock waiter runs once Curator released" ||
+        fail "the dlock waiter did not run after Curator released ($(cat "$WORK/da.err"))"
+    wait "$W"
+    # A name whose directory dlock makes: before dlock set ACLs, a client
+    # without credentials could queue (and delete) in it.
+    B=$(name b)
+    dl run "$B" -- sh -c 'echo "$DLOCK_FENCE" >"$0.ready"; while [ ! -e "$0.go" ]; do sleep 0.02; done' \
+        "$WORK/db" 2>"$WORK/db.err" &
+    W=$!
+    BG_PIDS="$BG_PIDS $W"
+    wait_file "$WORK/db.ready"
+    expect 3 "a dlock holder keeps Curator (same digest) out" curator mutex "/dlock/$B" try 1000
+    expect 1 "Curator without the credentials cannot queue in dlock's directory" \
+        env -u CURATOR_AUTH java -cp "$CP" CuratorWorker "$ZK" mutex "/dlock/$B" try 1000
+    touch "$WORK/db.go"
+    wait "$W" || fail "the dlock holder exited $? ($(cat "$WORK/db.err"))"
+    expect 0 "Curator takes the mutex once dlock released" curator mutex "/dlock/$B" try 30000
     ;;
 leader)
     L=$(name l)
