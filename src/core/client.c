@@ -166,6 +166,7 @@ int dlock_client_open(dlock_client **out, const char *url, const dlock_client_op
     atomic_store(&c->interrupt_fd, -1);
     c->log = o.log;
     c->log_payload = o.log_payload;
+    dlock__clear_trusted_env(c);
     if (pthread_mutex_init(&c->mu, NULL) != 0 || dlock__cond_init(&c->wake) != 0 ||
         dlock__cond_init(&c->idle) != 0) {
         free(c);

@@ -129,6 +129,12 @@ const dlock_backend *dlock__find_backend(const char *scheme);
 /* Load the backend module for scheme and serve its schemes (module.c). */
 int dlock__module_load(const char *scheme, const dlock_backend **out);
 
+/* In a set-user-id (AT_SECURE) process, remove once from the environment
+ * the variables that a library dlock loads would trust (module.c has the
+ * list and why), each named in a warning on c's log. Called by
+ * dlock_client_open before any backend or library is set up. */
+void dlock__clear_trusted_env(dlock_client *c);
+
 int dlock__client_register(dlock_client *c, dlock_lock *l);
 
 /* Take the lock out of the watchdog's hands; waits while a renewal or its

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
 #include "core/client.h"
@@ -163,4 +164,72 @@ int dlock__module_load(const char *scheme, const dlock_backend **out)
                        "package; DLOCK_MODULE_DIR names another directory)", scheme, module,
                        dirs[0][0] != '\0' ? dirs[0] : "(no libdlock.so)",
                        dirs[1][0] != '\0' ? dirs[1] : "(DLOCK_MODULE_DIR is set)");
+}
+
+/* ---- Set-user-id programs ------------------------------------------------ */
+
+/*
+ * The environment variables that a library dlock loads trusts, and that a
+ * user who runs a set-user-id (or otherwise AT_SECURE) program could use
+ * against it, as the program's owner:
+ *   LIBMYSQL_*, MARIADB_*, MYSQL_*: libmariadb loads the plugins named in
+ *     LIBMYSQL_PLUGINS from MARIADB_PLUGIN_DIR (code run as root), reads
+ *     option files under MARIADB_HOME/MYSQL_HOME, and takes the server's
+ *     socket and port from MYSQL_UNIX_PORT, MARIADB_UNIX_PORT and
+ *     MYSQL_TCP_PORT (a server of the user's, asking for the password);
+ *   PG*: libpq's PGSSLMODE, PGGSSENCMODE and PGCHANNELBINDING weaken TLS,
+ *     PGHOST, PGHOSTADDR, PGPORT, PGSERVICEFILE and PGSYSCONFDIR (its
+ *     pg_service.conf) point the connection elsewhere, PGPASSFILE,
+ *     PGSSLROOTCERT, PGSSLCERT, PGSSLKEY, PGSSLCRL and PGSSLCRLDIR name files
+ *     read as the owner, PGLOCALEDIR message catalogs; all PG* go, rather
+ *     than a list that a new libpq outgrows;
+ *   SSLKEYLOGFILE: libcurl (the etcd backend) writes every TLS session's
+ *     keys to that file, created by the owner at the user's path.
+ * OpenSSL's own (OPENSSL_CONF, SSL_CERT_FILE, SSL_CERT_DIR, ...) it already
+ * ignores when AT_SECURE is set; glibc ignores LD_*; libcurl's proxy
+ * variables dlock overrides on every handle; hiredis and the ZooKeeper C
+ * client read none. tests/cli/setuid.sh checks the first and the last.
+ */
+static int trusted_by_a_library(const char *entry)
+{
+    static const char *const prefixes[] = {"LIBMYSQL_", "MARIADB_", "MYSQL_", "PG",
+                                           "SSLKEYLOGFILE="};
+
+    for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
+        if (strncmp(entry, prefixes[i], strlen(prefixes[i])) == 0)
+            return 1;
+    return 0;
+}
+
+static pthread_mutex_t env_mu = PTHREAD_MUTEX_INITIALIZER;
+static int env_cleared; /* under env_mu: done, in this process */
+
+void dlock__clear_trusted_env(dlock_client *c)
+{
+    extern char **environ;
+
+    if (getauxval(AT_SECURE) == 0)
+        return;
+    pthread_mutex_lock(&env_mu);
+    /* Once: a program's later setenv is its own choice. Each removal moves
+     * the entries after it, so look again from the start. */
+    for (int again = !env_cleared; again;) {
+        again = 0;
+        for (char **e = environ; e != NULL && *e != NULL; e++) {
+            size_t n = strcspn(*e, "=");
+            char *name;
+            if ((*e)[n] != '=' || !trusted_by_a_library(*e) || (name = strndup(*e, n)) == NULL)
+                continue;
+            if (unsetenv(name) == 0) {
+                dlock__log(c, DLOCK_LOG_WARN, "set-user-id program: %s removed from the "
+                           "environment (a library dlock loads would trust it)", name);
+                again = 1;
+            }
+            free(name);
+            if (again)
+                break;
+        }
+    }
+    env_cleared = 1;
+    pthread_mutex_unlock(&env_mu);
 }
