@@ -350,12 +350,17 @@ typedef struct {
     char dir[64];   /* data/, sock, err.log */
     char sock[96];
     char url[160];  /* mysql://dlock:dlockpw@127.0.0.1:PORT/dlock_test */
+    char tls_dir[64];  /* set: TLS on, with certificate tls_cert of this test_tls */
+    char tls_cert[16];
 } test_mariadb;
 
 /* Start mariadbd on a copy of a data directory made once (account dlock,
  * password dlockpw, database dlock_test); exits the test with a message if
  * MariaDB is missing. Killed at exit, also when a check fails. */
 void test_mariadb_start(test_mariadb *m);
+/* The same, with TLS on: certificate CERT (t's "server", "client", ...)
+ * and t's ca.crt. */
+void test_mariadb_start_tls(test_mariadb *m, const test_tls *t, const char *cert);
 /* Start it again on the same port and data (after test_mariadb_kill). */
 void test_mariadb_restart(test_mariadb *m);
 /* kill -9 and reap. */
