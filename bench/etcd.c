@@ -10,7 +10,10 @@
  *
  * Without --url it starts a throwaway single-member etcd from PATH on free
  * loopback ports, with its data in a mkdtemp directory (on disk: every write
- * is fsynced, as in production). A janitor process owns that etcd and stops
+ * is fsynced, as in production), with authentication on: a root user with a
+ * random password, which dlock, the raw requests (their token) and
+ * python-etcd3 use alike, so that no other local user can reach it (the
+ * bench checks that a request without the token is refused). A janitor process owns that etcd and stops
  * it and removes the directory when the bench exits, whatever the way, even
  * with SIGKILL: it notices the bench is gone when a pipe closes.
  */
@@ -37,6 +40,8 @@
 
 static int etcd_port;
 static char base_url[128]; /* http://127.0.0.1:PORT */
+static char root_pw[33];     /* the throwaway etcd's root password, or "" */
+static char auth_token[512]; /* its token for the raw requests, or "" */
 static int janitor_pipe = -1;
 static pid_t janitor_pid;
 
@@ -173,6 +178,16 @@ static CURL *handle(void)
     /* As dlock: no proxy from the environment, so both sides go direct. */
     curl_easy_setopt(h, CURLOPT_PROXY, "");
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
+    if (auth_token[0]) {
+        static struct curl_slist *auth;
+        static char line[sizeof auth_token + 32];
+        if (auth == NULL) {
+            snprintf(line, sizeof line, "Authorization: %s", auth_token);
+            if ((auth = curl_slist_append(NULL, line)) == NULL)
+                bench_die("out of memory");
+        }
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, auth);
+    }
     return h;
 }
 
@@ -411,6 +426,11 @@ static void py_start(py_peer *py)
         dup2(in[0], 0);
         dup2(out[1], 1);
         dup2(out[1], 2);
+        /* The root password, if any, by the environment (not argv, which
+         * every local user can read). */
+        if (root_pw[0] && (setenv("DLOCK_BENCH_ETCD_USER", "root", 1) != 0 ||
+                           setenv("DLOCK_BENCH_ETCD_PASSWORD", root_pw, 1) != 0))
+            _exit(127);
         /* Debian's python3, where python3-etcd3 is, whatever PATH says. */
         execl("/usr/bin/python3", "python3", DLOCK_BENCH_ETCD3_SCRIPT, host, port, (char *)NULL);
         _exit(127);
@@ -530,6 +550,51 @@ void *bench_waiter_main(void *arg)
     return NULL;
 }
 
+/*
+ * Turn authentication on in the throwaway etcd: a root user with a random
+ * password (root_pw), and a token for the raw requests (auth_token); then
+ * check that a request without the token is refused. url gets the
+ * password, and insecure_auth=1: the etcd is on loopback.
+ */
+static void enable_auth(char *url, size_t url_size)
+{
+    CURL *h = handle();
+    char body[256], *reply = NULL;
+    long code = 0;
+    const char *t;
+
+    bench_random_password(root_pw);
+    snprintf(body, sizeof body, "{\"name\":\"root\",\"password\":\"%s\"}", root_pw);
+    if (post(h, "/v3/auth/user/add", body) != 0)
+        bench_die("etcd: cannot add the root user");
+    (void)post(h, "/v3/auth/role/add", "{\"name\":\"root\"}"); /* may exist already */
+    if (post(h, "/v3/auth/user/grant", "{\"user\":\"root\",\"role\":\"root\"}") != 0 ||
+        post(h, "/v3/auth/enable", "{}") != 0)
+        bench_die("etcd: cannot enable authentication");
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &reply);
+    if (post(h, "/v3/auth/authenticate", body) != 0 || reply == NULL ||
+        (t = strstr(reply, "\"token\":\"")) == NULL)
+        bench_die("etcd: cannot authenticate as root");
+    t += 9;
+    snprintf(auth_token, sizeof auth_token, "%.*s", (int)strcspn(t, "\""), t);
+    free(reply);
+    curl_easy_cleanup(h);
+    /* Refused without the token: an unauthenticated read. */
+    h = handle(); /* with the token */
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
+    snprintf(body, sizeof body, "%s/v3/kv/range", base_url);
+    curl_easy_setopt(h, CURLOPT_URL, body);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, "{\"key\":\"AA==\"}");
+    if (curl_easy_perform(h) != CURLE_OK)
+        bench_die("etcd: no answer after enabling authentication");
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_cleanup(h);
+    if (code == 200)
+        bench_die("etcd at %s answers a client without a token", base_url);
+    snprintf(url, url_size, "etcd://root:%s@127.0.0.1:%d?insecure_auth=1", root_pw, etcd_port);
+}
+
 int bench_etcd(const char *given_url, long iterations)
 {
     char url[1024], name[2][96], hname[96], rawkey[160];
@@ -550,6 +615,7 @@ int bench_etcd(const char *given_url, long iterations)
     curl_global_init(CURL_GLOBAL_DEFAULT);
     if (own) {
         start_etcd(url, sizeof url);
+        enable_auth(url, sizeof url);
     } else {
         const char *p = strstr(given_url, "://"), *q = strchr(given_url, '?');
         snprintf(url, sizeof url, "%s", given_url);
@@ -568,6 +634,11 @@ int bench_etcd(const char *given_url, long iterations)
     g = handle();
     grpc_headers = curl_slist_append(grpc_headers, "Content-Type: application/grpc");
     grpc_headers = curl_slist_append(grpc_headers, "TE: trailers");
+    if (auth_token[0]) {
+        char line[sizeof auth_token + 32];
+        snprintf(line, sizeof line, "authorization: %s", auth_token);
+        grpc_headers = curl_slist_append(grpc_headers, line);
+    }
     if (grpc_headers == NULL)
         bench_die("out of memory");
     curl_easy_setopt(g, CURLOPT_HTTPHEADER, grpc_headers);

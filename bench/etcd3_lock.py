@@ -12,6 +12,7 @@ with a line:
   report      "cycle_p50 cycle_p99 handoff_p50 handoff_p99" in microseconds,
               and exit
 Usage: etcd3_lock.py HOST PORT"""
+import os
 import sys
 import threading
 import time
@@ -76,8 +77,13 @@ def handoffs(a, b, n, hand):
 
 def main():
     host, port = sys.argv[1], int(sys.argv[2])
-    a = etcd3.client(host=host, port=port)
-    b = etcd3.client(host=host, port=port)
+    # The throwaway etcd's root user, if dlock-bench turned authentication on.
+    auth = {}
+    if os.environ.get("DLOCK_BENCH_ETCD_USER"):
+        auth = {"user": os.environ["DLOCK_BENCH_ETCD_USER"],
+                "password": os.environ["DLOCK_BENCH_ETCD_PASSWORD"]}
+    a = etcd3.client(host=host, port=port, **auth)
+    b = etcd3.client(host=host, port=port, **auth)
     cyc, hand = [], []
     cycles(a, 20, None)
     print("ready", flush=True)
