@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
+#include <arpa/inet.h>
 #include <ctype.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -92,6 +94,25 @@ const char *dlock_url_param_get(const dlock_url *url, const char *key)
         if (strcmp(url->params[i].key, key) == 0)
             return url->params[i].value;
     return NULL;
+}
+
+int dlock_url_host_is_local(const char *host, size_t n)
+{
+    char buf[64];
+    struct in_addr a4;
+    struct in6_addr a6;
+
+    if (host == NULL || n == 0 || host[0] == '/' || host[0] == '@')
+        return 1;
+    if (n >= sizeof(buf))
+        return 0;
+    memcpy(buf, host, n);
+    buf[n] = '\0';
+    if (strcasecmp(buf, "localhost") == 0)
+        return 1;
+    if (inet_pton(AF_INET, buf, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    return inet_pton(AF_INET6, buf, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
 }
 
 /* Parse one "host[:port]" or "[v6]:port" of length n. */

@@ -54,6 +54,13 @@ typedef struct {
 /* The value of query parameter key, or NULL. */
 DLOCK_EXTERN const char *dlock_url_param_get(const dlock_url *url, const char *key);
 
+/* 1 if the n bytes at host, as a URL writes them, name this machine: empty
+ * (a client library's default socket), a Unix socket's path ('/', or '@' for
+ * the abstract namespace), "localhost" (any case), 127.0.0.0/8 or ::1; else
+ * 0. No name is looked up: what the URL says decides, so that a backend can
+ * choose, before any I/O, whether a password may go without verified TLS. */
+DLOCK_EXTERN int dlock_url_host_is_local(const char *host, size_t n);
+
 /*
  * One acquisition, as the core hands it to a backend: every call about a
  * held or wanted lock takes one. Strings are borrowed for the call.

@@ -236,8 +236,9 @@ static int session_setup(my_be *be, MYSQL **slot)
  * to another is refused before anything is sent. None of SAFE_AUTH sends
  * the password itself. caching_sha2_password and sha256_password send it
  * over TLS, or without TLS encrypted to an RSA key the server supplies
- * (anyone's, in the middle): answered only over verified TLS or a unix
- * socket. mysql_clear_password and dialog (PAM's) send it as it is: only
+ * (anyone's, in the middle): answered only over verified TLS, a unix
+ * socket or to this machine (127.0.0.0/8, ::1: no one in the middle; MySQL
+ * 8's default method). mysql_clear_password and dialog (PAM's) send it as it is: only
  * with allow_cleartext=1, which allows all of these. */
 #define SAFE_AUTH "mysql_native_password,client_ed25519,parsec,auth_gssapi_client"
 #define SHA2_AUTH ",caching_sha2_password,sha256_password"
@@ -246,7 +247,10 @@ static const char *auth_methods(const my_be *be)
 {
     if (be->allow_cleartext)
         return SAFE_AUTH SHA2_AUTH ",mysql_clear_password,dialog";
-    return be->ssl_verify || be->socket != NULL ? SAFE_AUTH SHA2_AUTH : SAFE_AUTH;
+    if (be->ssl_verify || be->socket != NULL ||
+        (be->host != NULL && dlock_url_host_is_local(be->host, strlen(be->host))))
+        return SAFE_AUTH SHA2_AUTH;
+    return SAFE_AUTH;
 }
 
 /* A connection that failed to open: its error as a DLOCK_E* code, said the

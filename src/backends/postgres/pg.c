@@ -15,12 +15,10 @@
  * the server's certificate and name verified unless the URL says otherwise
  * (secure_transport).
  */
-#include <arpa/inet.h>
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "pg_int.h"
 
@@ -92,35 +90,12 @@ static int url_hosts(pg_be *be, int *n, const dlock_url *url)
 
 /* ---- TLS and passwords ------------------------------------------------- */
 
-/* 1 if one entry of a libpq host or hostaddr list, as written (n bytes),
- * is this machine: empty (libpq's default socket), a Unix socket's folder
- * ('/', or '@' for the abstract namespace), localhost, 127.0.0.0/8 or ::1.
- * No name is looked up: what the URL says decides. */
-static int local_entry(const char *h, size_t n)
-{
-    char buf[64];
-    struct in_addr a4;
-    struct in6_addr a6;
-
-    if (n == 0 || h[0] == '/' || h[0] == '@')
-        return 1;
-    if (n >= sizeof(buf))
-        return 0;
-    memcpy(buf, h, n);
-    buf[n] = '\0';
-    if (strcasecmp(buf, "localhost") == 0)
-        return 1;
-    if (inet_pton(AF_INET, buf, &a4) == 1)
-        return (ntohl(a4.s_addr) >> 24) == 127;
-    return inet_pton(AF_INET6, buf, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
-}
-
 /* 1 if every entry of the comma-separated list is this machine. */
 static int local_list(const char *list)
 {
     for (;;) {
         size_t n = strcspn(list, ",");
-        if (!local_entry(list, n))
+        if (!dlock_url_host_is_local(list, n))
             return 0;
         if (list[n] == '\0')
             return 1;
