@@ -201,5 +201,7 @@ int bench_cluster(const char *given_url, long iterations)
     bench_print_row("cycle vs two raw round trips", -1, -1, -1, base, c50 / (2 * p50), 0);
     redisFree(raw);
     dlock_client_free(client);
+    free(ping.v);
+    free(cyc.v);
     return 0;
 }

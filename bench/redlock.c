@@ -7,7 +7,9 @@
  *
  * Without --url it starts 5 throwaway redis-servers on free loopback ports,
  * without persistence, in a mkdtemp folder, each with a random password (a
- * TCP port is open to every local user; node-redlock needs TCP). They die
+ * TCP port is open to every local user; node-redlock needs TCP), given in a
+ * 0600 config file, not on the command line, and checked: a client without
+ * it is refused. They die
  * with the bench (PR_SET_PDEATHSIG) and are stopped when it exits.
  *
  * node-redlock runs as `node bench/node_redlock.js` with NODE_PATH set to
@@ -83,18 +85,22 @@ static void start_servers(int port[NODES], const char *password)
     if (mkdtemp(dir) == NULL)
         bench_die("mkdtemp: %s", strerror(errno));
     for (int i = 0; i < NODES; i++) {
-        char p[16], logf[320];
+        char p[16], logf[320], conf[320], text[64];
         port[i] = bench_free_port();
         snprintf(p, sizeof p, "%d", port[i]);
         snprintf(logf, sizeof logf, "%s/redis-%d.log", dir, i);
+        /* The password in a 0600 file, not on the command line. */
+        snprintf(conf, sizeof conf, "%s/redis-%d.conf", dir, i);
+        snprintf(text, sizeof text, "requirepass %s\n", password);
+        bench_write_conf(conf, text);
         pid_t pid = fork();
         if (pid < 0)
             bench_die("fork: %s", strerror(errno));
         if (pid == 0) {
             child_signals();
-            execlp("redis-server", "redis-server", "--port", p, "--bind", "127.0.0.1", "--save",
-                   "", "--appendonly", "no", "--dir", dir, "--logfile", logf, "--requirepass",
-                   password, (char *)NULL);
+            execlp("redis-server", "redis-server", conf, "--port", p, "--bind", "127.0.0.1",
+                   "--save", "", "--appendonly", "no", "--dir", dir, "--logfile", logf,
+                   (char *)NULL);
             _exit(127);
         }
         server_pid[nservers++] = pid;
@@ -117,6 +123,7 @@ static void start_servers(int port[NODES], const char *password)
         }
         if (!up)
             bench_die("redis-server on port %d did not start (see %s)", port[i], dir);
+        bench_require_auth("127.0.0.1", port[i], "redis-server");
     }
 }
 

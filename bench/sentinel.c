@@ -215,5 +215,8 @@ int bench_sentinel(const char *given_url, long iterations)
     redisFree(raw);
     for (int m = 0; m < 2; m++)
         dlock_client_free(client[m]);
+    free(ping.v);
+    free(cyc[0].v);
+    free(cyc[1].v);
     return 0;
 }
