@@ -3,9 +3,10 @@
 #define _GNU_SOURCE /* memmem */
 #include "redact.h"
 
+#include "core/url_secret.h"
+
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 /* A character of a URL scheme (RFC 3986: letters, digits, "+-."). */
 static int scheme_char(char ch)
@@ -28,21 +29,6 @@ static void put(char *out, size_t size, size_t *n, const char *s, size_t len)
             out[*n] = s[i];
 }
 
-/* Whether a query parameter named key (len bytes) holds a secret: the rule
- * of the library's URL redactor (src/core/url.c), so that the command hides
- * what the library's messages hide. */
-static int secret_param(const char *key, size_t len)
-{
-    static const char *const ends[] = {"password", "passwd", "secret", "token", "key"};
-
-    for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++) {
-        size_t n = strlen(ends[i]);
-        if (len >= n && strncasecmp(key + len - n, ends[i], n) == 0)
-            return 1;
-    }
-    return 0;
-}
-
 size_t cli_redact(char *out, size_t size, const char *text)
 {
     size_t n = 0;
@@ -55,7 +41,7 @@ size_t cli_redact(char *out, size_t size, const char *text)
             while (eq < url_stop && *eq != '=' && *eq != '&' && *eq != '#')
                 eq++;
             put(out, size, &n, p++, 1);
-            if (eq < url_stop && *eq == '=' && secret_param(key, (size_t)(eq - key))) {
+            if (eq < url_stop && *eq == '=' && dlock__url_secret_param(key, (size_t)(eq - key))) {
                 put(out, size, &n, key, (size_t)(eq + 1 - key));
                 put(out, size, &n, "***", 3);
                 for (p = eq + 1; p < url_stop && *p != '&' && *p != '#'; p++)

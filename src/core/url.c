@@ -4,10 +4,10 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "core/error.h"
 #include "core/url.h"
+#include "core/url_secret.h"
 
 #define URL_MAX 4096
 
@@ -196,27 +196,10 @@ static int parse_query(dlock_url *u, const char *q, const char *end)
     return DLOCK_OK;
 }
 
-/* Whether a query parameter named key (len bytes) holds a secret: the
- * password, sentinel_password, sslpassword and key_secret the backends take,
- * and, so that a new one is hidden before anyone thinks of it, every name
- * ending in "password", "passwd", "secret", "token" or "key" (an sslkey=
- * path too: hiding a path costs little). cli/redact.c applies the same rule. */
-static int secret_param(const char *key, size_t len)
-{
-    static const char *const ends[] = {"password", "passwd", "secret", "token", "key"};
-
-    for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++) {
-        size_t n = strlen(ends[i]);
-        if (len >= n && strncasecmp(key + len - n, ends[i], n) == 0)
-            return 1;
-    }
-    return 0;
-}
-
 /*
  * u->redacted: text as written, but for the password of its user
  * information (auth_start to auth_end, or none) and the value of each secret
- * query parameter (secret_param), each shown as "***". The query starts at
+ * query parameter (dlock__url_secret_param), each shown as "***". The query starts at
  * the first '?' from query_from.
  */
 static int build_redacted(dlock_url *u, const char *text, const char *auth_start,
@@ -239,7 +222,7 @@ static int build_redacted(dlock_url *u, const char *text, const char *auth_start
         out[k++] = *p;
         if (query != NULL && p >= query && (*p == '?' || *p == '&')) {
             const char *key = p + 1, *eq = key + strcspn(key, "=&#");
-            if (*eq == '=' && secret_param(key, (size_t)(eq - key))) {
+            if (*eq == '=' && dlock__url_secret_param(key, (size_t)(eq - key))) {
                 memcpy(out + k, key, (size_t)(eq + 1 - key)), k += (size_t)(eq + 1 - key);
                 memcpy(out + k, "***", 3), k += 3;
                 p = eq + 1 + strcspn(eq + 1, "&#");
