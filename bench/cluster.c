@@ -98,7 +98,8 @@ static void start_all(char *url, size_t size)
         bench_require_auth("127.0.0.1", port[i], "cluster node");
     }
     /* redis-cli takes the password from its environment, not argv. */
-    len = (size_t)snprintf(cmd, sizeof cmd, "REDISCLI_AUTH=$DLOCK_BENCH_PW redis-cli --cluster create");
+    len = (size_t)snprintf(cmd, sizeof cmd,
+                           "REDISCLI_AUTH=$DLOCK_BENCH_PW redis-cli --cluster create");
     for (int i = 0; i < NODES; i++)
         len += (size_t)snprintf(cmd + len, sizeof cmd - len, " 127.0.0.1:%d", port[i]);
     snprintf(cmd + len, sizeof cmd - len, " --cluster-yes >%s/create.log 2>&1", dir);

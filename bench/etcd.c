@@ -13,9 +13,10 @@
  * is fsynced, as in production), with authentication on: a root user with a
  * random password, which dlock, the raw requests (their token) and
  * python-etcd3 use alike, so that no other local user can reach it (the
- * bench checks that a request without the token is refused). A janitor process owns that etcd and stops
- * it and removes the directory when the bench exits, whatever the way, even
- * with SIGKILL: it notices the bench is gone when a pipe closes.
+ * bench checks that a request without the token is refused). A janitor
+ * process owns that etcd and stops it and removes the directory when the
+ * bench exits, whatever the way, even with SIGKILL: it notices the bench is
+ * gone when a pipe closes.
  */
 #include "bench.h"
 
