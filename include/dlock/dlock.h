@@ -246,6 +246,12 @@ DLOCK_EXTERN int dlock_client_options_init(dlock_client_options *opts, unsigned 
  * this returns, so a wrong password or an unreachable server is reported
  * here. Later, a dropped connection is re-established on next use.
  *
+ * In a set-user-ID (AT_SECURE) process, the first call removes from the
+ * environment, before any backend library reads it, each variable such a
+ * library would trust (LIBMYSQL_*, MARIADB_*, MYSQL_*, PG*, SSLKEYLOGFILE;
+ * docs/cli.md), with a DLOCK_LOG_WARN line for each: call it before other
+ * threads read the environment.
+ *
  * Returns DLOCK_OK and *out, or:
  *   DLOCK_EINVAL   NULL out/url, malformed URL or options, unknown scheme
  *   DLOCK_ENOTSUP  a scheme this build cannot serve (rediss://)
