@@ -14,12 +14,17 @@
 
 /* Whether a query parameter named key (len bytes, not NUL-terminated) holds
  * a secret: the password, sentinel_password, sslpassword and key_secret the
- * backends take, and, so that a new one is hidden before anyone thinks of
- * it, every name ending in "password", "passwd", "secret", "token" or "key"
- * (any case; an sslkey= path too: hiding a path costs little). */
+ * backends take, ZooKeeper's acl (a digest id carries a hash of its
+ * password, open to guessing offline), and, so that a new one is hidden
+ * before anyone thinks of it, every name ending in "password", "passwd",
+ * "secret", "token" or "key" (any case; an sslkey= path too: hiding a path
+ * costs little). */
 static inline int dlock__url_secret_param(const char *key, size_t len)
 {
     static const char *const ends[] = {"password", "passwd", "secret", "token", "key"};
+
+    if (len == 3 && strncasecmp(key, "acl", 3) == 0)
+        return 1;
 
     for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++) {
         size_t n = strlen(ends[i]);

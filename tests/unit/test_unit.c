@@ -87,7 +87,7 @@ static void url_query_secrets_redacted(void)
 {
     static const char *const secret[] = {
         "password", "sentinel_password", "sslpassword", "key_secret", "tls-key",
-        "My_Secret", "SENTINEL_PASSWORD", "sslkey"};
+        "My_Secret", "SENTINEL_PASSWORD", "sslkey", "acl", "ACL"};
     dlock_url u;
     char text[256];
 
@@ -104,9 +104,11 @@ static void url_query_secrets_redacted(void)
         dlock__url_free(&u);
     }
     /* First in the query, last, empty; a look-alike name is kept. */
-    CHECK_RC(dlock__url_parse(&u, "zk://h?password=Zq7-s3cr3t&keys=1&passwords_file=f&key_secret="),
+    CHECK_RC(dlock__url_parse(&u, "zk://h?password=Zq7-s3cr3t&keys=1&passwords_file=f&key_secret="
+                                  "&acls=1&xacl=2"),
              DLOCK_OK);
-    CHECK(strcmp(u.redacted, "zk://h?password=***&keys=1&passwords_file=f&key_secret=***") == 0);
+    CHECK(strcmp(u.redacted,
+                 "zk://h?password=***&keys=1&passwords_file=f&key_secret=***&acls=1&xacl=2") == 0);
     dlock__url_free(&u);
 }
 

@@ -429,24 +429,6 @@ static int parse_url(dlock__zk_be *be, const dlock_url *url, int64_t *session_ms
     return DLOCK_OK;
 }
 
-/* The URL for messages: redacted, and acl='s value as "***", since a
- * digest id carries a hash of its password, open to guessing offline. */
-static char *shown_url(const char *redacted)
-{
-    const char *q = strchr(redacted, '?'), *at = NULL, *end;
-    char *out;
-
-    for (const char *p = q; p != NULL; p = strchr(p + 1, '&'))
-        if (strncmp(p + 1, "acl=", 4) == 0)
-            at = p + 5;
-    if (at == NULL)
-        return strdup(redacted);
-    end = at + strcspn(at, "&");
-    if (asprintf(&out, "%.*s***%s", (int)(at - redacted), redacted, end) < 0)
-        return NULL;
-    return out;
-}
-
 /*
  * With credentials, the node the lock directories are made in (the
  * prefix's, /dlock by default) is the trust domain's root. ZooKeeper checks
@@ -520,7 +502,7 @@ static int zk_open(void **out, const dlock_url *url, const dlock_client_options 
     be->command_timeout_ms = opts->command_timeout_ms;
     be->log = opts->log;
     be->log_payload = opts->log_payload;
-    if ((be->shown = shown_url(url->redacted)) == NULL) {
+    if ((be->shown = strdup(url->redacted)) == NULL) { /* acl= is hidden there too */
         rc = dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
         goto err;
     }
