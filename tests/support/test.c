@@ -2146,6 +2146,32 @@ void test_count_lost(dlock_lock *lock, int reason, void *payload)
     atomic_fetch_add(&test_lost_calls, 1);
 }
 
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char log_text[8192];
+
+void test_log_record(int level, const char *message, void *payload)
+{
+    size_t n;
+
+    (void)payload;
+    pthread_mutex_lock(&log_mu);
+    n = strlen(log_text);
+    snprintf(log_text + n, sizeof(log_text) - n, "%d %s\n", level, message);
+    pthread_mutex_unlock(&log_mu);
+}
+
+const char *test_log_text(void)
+{
+    return log_text;
+}
+
+void test_log_clear(void)
+{
+    pthread_mutex_lock(&log_mu);
+    log_text[0] = '\0';
+    pthread_mutex_unlock(&log_mu);
+}
+
 void test_acquirer_init(test_acquirer *a, dlock_client *c, const char *name,
                         dlock_acquire_options o)
 {

@@ -98,6 +98,13 @@ extern atomic_int test_lost_calls;
 extern atomic_int test_lost_reason;
 void test_count_lost(dlock_lock *lock, int reason, void *payload);
 
+/* A log callback (dlock_client_options.log) that appends "LEVEL MESSAGE\n"
+ * to the process's log text (8 KiB, the rest cut off); test_log_text is it,
+ * test_log_clear empties it. */
+void test_log_record(int level, const char *message, void *payload);
+const char *test_log_text(void);
+void test_log_clear(void);
+
 /* ---- a private redis-server, for tests that count its commands or
  * kill and restart it ---- */
 

@@ -111,6 +111,8 @@ static void url_checked(void)
     CHECK_RC(dlock_client_open(&c, "redlock://a:1,b:2,c:3?drift_ms=x", NULL), DLOCK_EINVAL);
     CHECK_RC(dlock_client_open(&c, "redlock://a:1,b:2,c:3?io=epoll", NULL), DLOCK_EINVAL);
     CHECK_CONTAINS(dlock_error_message(), "io must be auto, poll or io_uring, got 'epoll'");
+    CHECK_RC(dlock_client_open(&c, "redlock://a:1,b:2,c:3?strict=yes", NULL), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "strict must be 0 or 1, got 'yes'");
     CHECK_RC(dlock_client_open(&c, "redlock://a:1,b:2,c:3?io=io_uring&tls=1", NULL),
              DLOCK_EINVAL);
     CHECK_CONTAINS(dlock_error_message(), "io=io_uring is for clear text");
@@ -917,7 +919,78 @@ static void family_kinds_not_offered(void)
     stop(&cl);
 }
 
+/* dlock_client_open of cl's URL (with strict=1 when strict) with the log
+ * recorded in test_log_text, emptied first; its code, *c the client or NULL. */
+static int open_logged(cluster *cl, int strict, dlock_client **c)
+{
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    char url[300], buf[400];
+
+    co.log = test_log_record;
+    test_log_clear();
+    snprintf(url, sizeof(url), "%s%s", cl->url, strict ? "?strict=1" : "");
+    return dlock_client_open(c, with_io(url, buf, sizeof(buf)), &co);
+}
+
+/* The fence holds while every node keeps its marks: open asks each node
+ * for appendonly, appendfsync and maxmemory-policy. Redis's defaults (no
+ * AOF) are a warning naming each node, and refused with strict=1; AOF with
+ * appendfsync always and noeviction open quietly, strict or not; an
+ * allkeys-* policy on one node is refused naming it; a node whose ACL
+ * refuses CONFIG is logged and not refused. */
+static void node_settings_checked(void)
+{
+    cluster cl;
+    dlock_client *c = NULL;
+    char port[96];
+
+    start(&cl, NULL);
+    CHECK_RC(open_logged(&cl, 0, &c), DLOCK_OK);
+    dlock_client_free(c);
+    for (int i = 0; i < NODES; i++) {
+        snprintf(port, sizeof(port), ":%d has appendonly no", cl.r[i].port);
+        CHECK_CONTAINS(test_log_text(), port);
+    }
+    CHECK_CONTAINS(test_log_text(), "2 redlock: redis 127.0.0.1:");
+    CHECK_CONTAINS(test_log_text(), "has appendfsync everysec: a crash of the machine can lose");
+    CHECK_RC(open_logged(&cl, 1, &c), DLOCK_ESERVER);
+    CHECK(c == NULL);
+    CHECK_CONTAINS(dlock_error_message(), "redlock: redis 127.0.0.1:");
+    CHECK_CONTAINS(dlock_error_message(), " has append");
+    CHECK_CONTAINS(dlock_error_message(), "(strict=1)");
+
+    for (int i = 0; i < NODES; i++) {
+        CHECK(test_redis_cmd(&cl.r[i], "CONFIG SET appendonly yes") == 2);
+        CHECK(test_redis_cmd(&cl.r[i], "CONFIG SET appendfsync always") == 2);
+        CHECK(test_redis_cmd(&cl.r[i], "CONFIG SET maxmemory-policy noeviction") == 2);
+    }
+    CHECK_RC(open_logged(&cl, 0, &c), DLOCK_OK);
+    dlock_client_free(c);
+    CHECK(strstr(test_log_text(), "redlock:") == NULL);
+    CHECK_RC(open_logged(&cl, 1, &c), DLOCK_OK);
+    dlock_client_free(c);
+
+    CHECK(test_redis_cmd(&cl.r[0], "CONFIG SET maxmemory-policy volatile-lru") == 2);
+    CHECK_RC(open_logged(&cl, 1, &c), DLOCK_OK);
+    dlock_client_free(c);
+    CHECK(test_redis_cmd(&cl.r[0], "CONFIG SET maxmemory-policy allkeys-lru") == 2);
+    CHECK_RC(open_logged(&cl, 1, &c), DLOCK_ESERVER);
+    snprintf(port, sizeof(port), ":%d has maxmemory-policy allkeys-lru", cl.r[0].port);
+    CHECK_CONTAINS(dlock_error_message(), port);
+    CHECK_CONTAINS(dlock_error_message(), "may be evicted");
+    CHECK(test_redis_cmd(&cl.r[0], "CONFIG SET maxmemory-policy noeviction") == 2);
+
+    CHECK(test_redis_cmd(&cl.r[1], "ACL SETUSER default -config") == 2);
+    CHECK_RC(open_logged(&cl, 1, &c), DLOCK_OK);
+    dlock_client_free(c);
+    snprintf(port, sizeof(port), "cannot check that redis 127.0.0.1:%d", cl.r[1].port);
+    CHECK_CONTAINS(test_log_text(), port);
+    CHECK_CONTAINS(test_log_text(), "NOPERM");
+    stop(&cl);
+}
+
 TEST_MAIN({"url_checked", url_checked, "unit"},
+          {"node_settings_checked", node_settings_checked, NULL},
           {"fanouts_use_the_ring", fanouts_use_the_ring, NULL},
           {"one_round_when_marks_agree", one_round_when_marks_agree, NULL},
           {"stopped_node_not_waited_for", stopped_node_not_waited_for, NULL},
