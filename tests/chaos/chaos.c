@@ -55,6 +55,7 @@ static int opt_duration_s = 5; /* per run, for a 400 ms lease: scaled with the l
 static int64_t lease_ms;
 static int duration_s;
 static int opt_runs = 1;
+static long opt_faults; /* --faults N: a row runs until it has injected N faults */
 static unsigned opt_seed;
 static int opt_keep;
 static const char *opt_url;
@@ -101,6 +102,9 @@ typedef struct {
     /* The workers' URL for the nodes (or their proxies) on these loopback
      * ports, one a node. */
     void (*url)(char *buf, size_t size, const int *port);
+    /* How long, beyond its lease, a dead holder's lock may stay taken on
+     * this backend, waiters' wake-up included (the unavailability bound). */
+    int64_t detect_ms;
 } backend;
 
 /* The ACL file in dir, and redis-server's arguments for it. */
@@ -242,16 +246,21 @@ static void zk_url(char *buf, size_t size, const int *port)
     snprintf(buf, size, "zk://127.0.0.1:%d?session_timeout_ms=1500", port[0]);
 }
 
+/* detect_ms (the last field): Redis and Redlock expire a key on its TTL,
+ * and a waiter that heard no release retries within a lease; etcd's lease
+ * is whole seconds, expired by the leader's check every 500 ms; ZooKeeper
+ * deletes a dead holder's node when its session (1.5 s) ends, checked every
+ * tick (250 ms). */
 static const backend backends[] = {
-    {"redis", 400, 1, 1, redis_start, redis_kill, redis_restart, redis_stop, redis_url},
+    {"redis", 400, 1, 1, redis_start, redis_kill, redis_restart, redis_stop, redis_url, 400},
     /* etcd leases are whole seconds. */
-    {"etcd", 1000, 0, 1, etcd_start, etcd_kill, etcd_restart, etcd_stop, etcd_url},
+    {"etcd", 1000, 0, 1, etcd_start, etcd_kill, etcd_restart, etcd_stop, etcd_url, 1000},
     /* A node must answer within lease / 10 (the node timeout): at 400 ms
      * that is 40 ms, which an fsync on a loaded disk can exceed. */
     {"redlock", 1000, 1, REDLOCK_NODES, redlock_start, redis_kill, redis_restart, redlock_stop,
-     redlock_url},
+     redlock_url, 1000},
     /* A lease must fit in the session (docs/zookeeper.md): 1 s in 1.5 s. */
-    {"zk", 1000, 0, 1, zk_start, zk_kill, zk_restart, zk_stop, zk_url},
+    {"zk", 1000, 0, 1, zk_start, zk_kill, zk_restart, zk_stop, zk_url, 1500},
 };
 
 /* ---- nemeses ------------------------------------------------------------ */
@@ -701,6 +710,11 @@ typedef struct {
                  * overlap other shared holds */
     int reentry; /* a read of the worker's owner id that re-entered the tenure
                   * of its own earlier read, whose release failed */
+    int has_on_lost;  /* the handle has an on_lost (acq_ok b) */
+    int waited;       /* the holder saw its loss and waited for on_lost (wait_lost) */
+    int wait_told;    /* ... and on_lost came */
+    int64_t rel_deadline; /* the handle's deadline just before its release (rel_start b) */
+    int64_t t_rel_end;
 } hold;
 
 /* What a holder believed: from the moment it logged a `valid` event until
@@ -726,10 +740,12 @@ typedef struct {
     long lost_updates;
     long missed_on_lost;
     long told_by_release;
+    long writes_acked; /* register writes the store accepted, by the workers' histories */
     long on_lost;
     long refused;
     long acq_fail;
     double max_unavail; /* in leases */
+    double unavail_bound; /* in leases; 0: none for this nemesis */
     int crashed, hung, store_errors, no_effect, wall_jumps;
     int ran_nothing;
 } row;
@@ -909,6 +925,40 @@ static void check_beliefs(const event *ev, size_t nev, row *r, const char *dir)
     free(b);
 }
 
+/*
+ * Was the holder of h never told of a lease that lapsed? A lease lapsed
+ * when a later holder overtook it, when the release answered DLOCK_ELOST,
+ * or when the holder itself saw the loss (dlock_lock_lost, a refused store
+ * step) and waited for on_lost. A handle with an on_lost must have had it
+ * (a "lost" line) in each case, but one: the release's DLOCK_ELOST may be
+ * its only word when the lease ran out between the holder's last look
+ * (the deadline logged at rel_start) and the release's end, since a handle
+ * being released gets no callback. A handle without on_lost is told by
+ * the release's DLOCK_ELOST. Killed holders tell nobody anything. forgets:
+ * the server lost its data, and the lock with it (a release then finds the
+ * key gone with no lapse the library could see).
+ */
+static int missed(const hold *h, int overtaken, int forgets, row *r)
+{
+    int rel_lost = h->has_rel_rc && h->rel_rc == DLOCK_ELOST;
+
+    if (h->killed || h->lost)
+        return 0;
+    if (h->has_on_lost && h->waited && !h->wait_told) {
+        r->missed_on_lost++; /* saw its loss; on_lost never came */
+        return 1;
+    }
+    if (!overtaken && !rel_lost)
+        return 0;
+    if (rel_lost && (!h->has_on_lost || forgets ||
+                     h->rel_deadline - BELIEF_SLACK_US <= h->t_rel_end)) {
+        r->told_by_release++;
+        return 0;
+    }
+    r->missed_on_lost++;
+    return 1;
+}
+
 static void check_run(run_ctx *c, row *r, int nemesis)
 {
     event *ev;
@@ -918,6 +968,7 @@ static void check_run(run_ctx *c, row *r, int nemesis)
     double wall_min = 1e18, wall_max = -1e18;
     chaos_store_report rep;
     char err[256];
+    long acked = 0, hist_lost;
 
     if (read_history(c->dir, &ev, &nev) != 0) {
         fprintf(stderr, "chaos: cannot read the history in %s\n", c->dir);
@@ -958,11 +1009,14 @@ static void check_run(run_ctx *c, row *r, int nemesis)
             h->t_ok = e->t;
             h->ended = 0;
             h->shared = (int)e->c;
+            h->has_on_lost = e->b != 0;
             if (e->t < run_start)
                 run_start = e->t;
         } else if (strcmp(e->kind, "acq_fail") == 0) {
             r->acq_fail++;
         } else if (strcmp(e->kind, "read") == 0 || strcmp(e->kind, "write") == 0) {
+            if (e->c == 1 && e->kind[0] == 'w')
+                acked++;
             if (e->c == 0)
                 r->refused++;
             else if (e->c < 0)
@@ -975,17 +1029,25 @@ static void check_run(run_ctx *c, row *r, int nemesis)
                 if (e->t < h->valid_end)
                     h->valid_end = e->t;
             }
+        } else if (strcmp(e->kind, "wait_lost") == 0) {
+            h = current_hold(holds, nholds, e->worker, 1);
+            if (h != NULL && h->t_ok >= 0) {
+                h->waited = 1;
+                h->wait_told = e->c != 0;
+            }
         } else if (strcmp(e->kind, "rel_start") == 0) {
             h = current_hold(holds, nholds, e->worker, 1);
             if (h != NULL && h->t_ok >= 0) {
                 h->t_end = e->t;
                 h->ended = 1;
+                h->rel_deadline = e->b;
             }
         } else if (strcmp(e->kind, "rel_end") == 0) {
             h = current_hold(holds, nholds, e->worker, 0);
             if (h != NULL && h->fence == (uint64_t)e->a) {
                 h->rel_rc = (int)e->b;
                 h->has_rel_rc = 1;
+                h->t_rel_end = e->t;
             }
         } else if (strcmp(e->kind, "wall") == 0) {
             double skew = (double)e->a - (double)e->t / 1e6;
@@ -1067,18 +1129,11 @@ static void check_run(run_ctx *c, row *r, int nemesis)
                 overtaken = 1;
         }
         r->overlaps += overlapped;
-        if (overtaken && !holds[i].killed) {
-            if (holds[i].lost) {
-                /* told by on_lost */
-            } else if (holds[i].has_rel_rc && holds[i].rel_rc == DLOCK_ELOST) {
-                r->told_by_release++;
-            } else {
-                r->missed_on_lost++;
-                fprintf(stderr, "chaos: worker %d, fence %llu: overtaken, never told (release "
-                        "%d)\n", holds[i].worker, (unsigned long long)holds[i].fence,
-                        holds[i].rel_rc);
-            }
-        }
+        if (missed(&holds[i], overtaken, nemesis == N_SERVER_VOLATILE, r))
+            fprintf(stderr, "chaos: %s: worker %d, fence %llu: %s, never told (release %d%s)\n",
+                    c->dir, holds[i].worker, (unsigned long long)holds[i].fence,
+                    holds[i].waited ? "saw its loss" : overtaken ? "overtaken" : "lease lapsed",
+                    holds[i].rel_rc, holds[i].waited ? ", on_lost never came" : "");
     }
 
     /* Fence order: a hold that started after another had its fence must
@@ -1143,16 +1198,39 @@ static void check_run(run_ctx *c, row *r, int nemesis)
             if (holds[i].valid_end > covered)
                 covered = holds[i].valid_end;
         }
+        /* And to the end of the run, when workers stop asking: a lock that
+         * nobody got again (never released) counts too. */
+        if (nholds > 0 && c->until_us > covered) {
+            double gap = (double)(c->until_us - covered) / 1000.0 / (double)lease_ms;
+            if (gap > r->max_unavail)
+                r->max_unavail = gap;
+        }
     }
 
     if (chaos_store_check(c->store, &rep, err, sizeof(err)) != 0) {
         fprintf(stderr, "chaos: %s\n", err);
         r->store_errors++;
     }
-    r->lost_updates += rep.lost + rep.dup;
-    if (rep.lost + rep.dup > 0)
-        fprintf(stderr, "chaos: %s: %lld lost and %lld duplicated updates in %lld writes\n",
-                c->dir, (long long)rep.lost, (long long)rep.dup, (long long)rep.writes);
+    /* Two models of the register, neither of which trusts the fence check:
+     * the store's log of applied writes (each must build on the value
+     * before it, write a value not written before, with a fence not below
+     * the last), and the workers' own account: every write the store
+     * acknowledged added one to the register, so more acknowledged writes
+     * than the final value is that many updates lost. (A worker killed
+     * between the store's commit and its history line makes the second
+     * count low, never high.) */
+    hist_lost = acked > rep.final_value ? acked - (long)rep.final_value : 0;
+    r->writes_acked += acked;
+    {
+        long store_lost = (long)(rep.lost + rep.dup + rep.fence_down);
+        r->lost_updates += store_lost > hist_lost ? store_lost : hist_lost;
+    }
+    if (rep.lost + rep.dup + rep.fence_down > 0 || hist_lost > 0)
+        fprintf(stderr, "chaos: %s: store log: %lld lost, %lld duplicated updates, %lld writes "
+                "with a fence below an earlier write's, in %lld writes; histories: %ld "
+                "acknowledged writes, register %lld\n",
+                c->dir, (long long)rep.lost, (long long)rep.dup, (long long)rep.fence_down,
+                (long long)rep.writes, acked, (long long)rep.final_value);
     /* The clock-jump nemesis had an effect when a worker saw its wall clock
      * away from the runner's, which libfaketime does not touch: a worker
      * that only started after the first jump (slow under ASan with
@@ -1168,6 +1246,21 @@ static void check_run(run_ctx *c, row *r, int nemesis)
 }
 
 /* ---- a run, and the rows ------------------------------------------------- */
+
+/*
+ * The unavailability bound, in leases, for the nemeses that leave the
+ * server and the network alone (none, pause, kill-holder, clock-jump): the
+ * longest a hold may run (a think of up to 2 leases ends in a release, or a
+ * stopped or killed holder's lease runs out within 1 lease of its last
+ * renewal), plus the backend's detection time. 0: no bound (the server or
+ * the network is down for a while, by design).
+ */
+static double unavail_bound(const backend *be, int nemesis)
+{
+    if (nemesis != N_NONE && nemesis != N_PAUSE && nemesis != N_KILL && nemesis != N_CLOCK)
+        return 0;
+    return 2.0 + (double)be->detect_ms / (double)lease_ms;
+}
 
 static void run_once(const backend *be, int nemesis, int broken, unsigned seed, row *r)
 {
@@ -1282,6 +1375,7 @@ static void run_once(const backend *be, int nemesis, int broken, unsigned seed, 
 
     r->runs++;
     r->faults += c.faults;
+    r->unavail_bound = unavail_bound(be, nemesis);
     r->crashed += c.crashed;
     r->hung += c.hung;
     if (nemesis != N_NONE && c.faults == 0)
@@ -1324,6 +1418,9 @@ static const char *verdict(const row *r, int nemesis, char *why, size_t size)
         snprintf(why, size, "%d crashed, %d hung workers", r->crashed, r->hung);
     else if (r->store_errors)
         snprintf(why, size, "store errors");
+    else if (r->unavail_bound > 0 && r->max_unavail > r->unavail_bound)
+        snprintf(why, size, "unavailable for %.2f leases (bound %.2f)", r->max_unavail,
+                 r->unavail_bound);
     else if (r->no_effect)
         snprintf(why, size, "nemesis had no effect");
     else if (r->ran_nothing)
@@ -1364,6 +1461,47 @@ static void print_rows(FILE *f, int markdown, const char *be_name, const int *wh
     }
 }
 
+/* One line a backend: its rows' sums. violations: two believing holders and
+ * fence order, except where the server forgets its data (documented, ok*);
+ * unavail: the longest, and the worst against its bound (bounded nemeses). */
+static void print_summary(FILE *f, int markdown, const backend *const *chosen, int nb,
+                          const int *which, int nw, row rows[][N_COUNT * 4])
+{
+    fprintf(f, markdown ? "| backend | rows | runs | faults | violations | lost updates | "
+                          "missed losses | unavailability (leases) | worst vs bound | failed rows |\n"
+                          "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n"
+                        : "\n%-10s %4s %5s %7s %10s %12s %13s %8s %10s %6s\n",
+            "backend", "rows", "runs", "faults", "violations", "lost-updates", "missed-losses",
+            "unavail", "vs-bound", "failed");
+    for (int b = 0; b < nb; b++) {
+        long nrows = 0, runs = 0, faults = 0, viol = 0, lost = 0, missed = 0, failed = 0;
+        double unavail = 0, worst = 0;
+        char name[32], why[96];
+        snprintf(name, sizeof(name), "%s%s", chosen[b]->name,
+                 opt_rw ? "-rw" : opt_sem ? "-sem" : "");
+        for (int i = 0; i < nw; i++) {
+            const row *r = &rows[b][i];
+            if (r->runs == 0)
+                continue;
+            nrows++;
+            runs += r->runs;
+            faults += r->faults;
+            if (which[i] != N_SERVER_VOLATILE)
+                viol += r->viol + r->fence_viol;
+            lost += r->lost_updates;
+            missed += r->missed_on_lost;
+            if (r->max_unavail > unavail)
+                unavail = r->max_unavail;
+            if (r->unavail_bound > 0 && r->max_unavail / r->unavail_bound > worst)
+                worst = r->max_unavail / r->unavail_bound;
+            failed += strcmp(verdict(r, which[i], why, sizeof(why)), "FAIL") == 0;
+        }
+        fprintf(f, markdown ? "| %s | %ld | %ld | %ld | %ld | %ld | %ld | %.2f | %.2f | %ld |\n"
+                            : "%-10s %4ld %5ld %7ld %10ld %12ld %13ld %8.2f %10.2f %6ld\n",
+                name, nrows, runs, faults, viol, lost, missed, unavail, worst, failed);
+    }
+}
+
 static int parse_nemeses(const char *list, int *which)
 {
     char buf[512], *save = NULL;
@@ -1398,6 +1536,8 @@ static void usage(void)
             "usage: chaos [--workers N] [--lease MS] [--duration S] [--runs N] [--seed N]\n"
             "             [--nemesis all|a,b,...] [--backend redis,etcd,redlock,zk] [--url URL]\n"
             "             [--keep] [--markdown FILE] [--self-test] [--kind mutex|rw|sem]\n"
+            "             [--faults N]\n"
+            "--faults N: each row runs (more runs of --duration) until N faults\n"
             "--kind rw: a read-write lock, half the holds reads (no register step;\n"
             "           readers may overlap readers, nothing else)\n"
             "--kind sem: a semaphore of 3 permits (no register step; up to 3 together)\n"
@@ -1408,8 +1548,10 @@ static void usage(void)
 
 /* ---- the self-test ------------------------------------------------------ */
 
-/* Each broken worker with a nemesis that gives its fault a chance, and what
- * the checker must find; the first row, of correct workers, must pass. */
+/* Each broken worker with a fault nemesis that gives its fault a chance,
+ * and what the checker must find; every check of the checker has a broken
+ * worker (viol, fence, lost-up, missed, unavail). The first row, of correct
+ * workers, must pass. */
 static const struct {
     int broken;
     int nemesis;
@@ -1417,11 +1559,14 @@ static const struct {
     int longer; /* runs twice as long: a fault only shows after a pause */
 } self_rows[] = {
     {CHAOS_OK, N_PAUSE, NULL, 1},
-    {CHAOS_NO_LOCK, N_NONE, "viol", 0},
-    {CHAOS_REUSE_FENCE, N_NONE, "fence", 0},
+    {CHAOS_NO_LOCK, N_KILL, "viol", 0},
+    {CHAOS_REUSE_FENCE, N_DROP, "fence", 0},
     {CHAOS_IGNORE_LOST, N_PAUSE, "viol", 1},
     {CHAOS_RAW_DEL, N_PAUSE, "viol", 1},
-    {CHAOS_SLOW_CLOCK, N_NONE, "viol", 0},
+    {CHAOS_SLOW_CLOCK, N_DELAY, "viol", 0},
+    {CHAOS_SUPPRESS_LOST, N_PAUSE, "missed", 1},
+    {CHAOS_SKIP_FENCE, N_PAUSE, "lost-up", 1},
+    {CHAOS_NEVER_RELEASE, N_CLOCK, "unavail", 1},
 };
 
 /* Whether row i of self_rows came out as it must: correct workers pass, a
@@ -1431,7 +1576,14 @@ static int self_row_right(const row *r, int i, const char **verdict_out, char *w
 {
     const char *want = self_rows[i].must_find;
     const char *v = verdict(r, self_rows[i].nemesis, why, size);
-    int found = want == NULL ? 0 : strcmp(want, "viol") == 0 ? r->viol > 0 : r->fence_viol > 0;
+    int found = want == NULL                      ? 0
+                : strcmp(want, "viol") == 0       ? r->viol > 0
+                : strcmp(want, "fence") == 0      ? r->fence_viol > 0
+                : strcmp(want, "lost-up") == 0    ? r->lost_updates > 0
+                : strcmp(want, "missed") == 0     ? r->missed_on_lost > 0
+                : strcmp(want, "unavail") == 0    ? r->unavail_bound > 0 &&
+                                                        r->max_unavail > r->unavail_bound
+                                                  : 0;
     int sound = !r->crashed && !r->hung && !r->store_errors && !r->no_effect && !r->ran_nothing;
 
     if (verdict_out != NULL)
@@ -1471,17 +1623,17 @@ static int self_test(const backend *be)
         duration_s = normal;
         fprintf(stderr, "chaos: self-test %s done\n", chaos_broken_names[self_rows[i].broken]);
     }
-    printf("\n%-7s %-12s %-8s %6s %5s %6s %7s %7s  %s\n", "backend", "worker", "nemesis", "holds",
-           "viol", "fence", "lost-up", "missed", "checker");
+    printf("\n%-7s %-13s %-12s %6s %5s %6s %7s %7s %7s  %s\n", "backend", "worker", "nemesis",
+           "holds", "viol", "fence", "lost-up", "missed", "unavail", "checker");
     for (int i = 0; i < (int)NROWS; i++) {
         const row *r = &rows[i];
         const char *want = self_rows[i].must_find;
         char why[96];
         const char *v;
         int right = self_row_right(r, i, &v, why, sizeof(why));
-        printf("%-7s %-12s %-8s %6ld %5ld %6ld %7ld %7ld  %s: %s%s%s\n", be->name,
+        printf("%-7s %-13s %-12s %6ld %5ld %6ld %7ld %7ld %7.2f  %s: %s%s%s\n", be->name,
                chaos_broken_names[self_rows[i].broken], nemeses[self_rows[i].nemesis].name,
-               r->holds, r->viol, r->fence_viol, r->lost_updates, r->missed_on_lost,
+               r->holds, r->viol, r->fence_viol, r->lost_updates, r->missed_on_lost, r->max_unavail,
                right ? (want == NULL ? "passed, as it must" : "caught")
                      : (want == NULL ? "WRONG (correct workers failed)" : "MISSED"),
                v, why[0] ? ": " : "", why);
@@ -1497,7 +1649,7 @@ int main(int argc, char **argv)
         {"runs", 1, NULL, 'r'},    {"seed", 1, NULL, 's'},    {"nemesis", 1, NULL, 'n'},
         {"backend", 1, NULL, 'b'}, {"url", 1, NULL, 'u'},     {"keep", 0, NULL, 'k'},
         {"markdown", 1, NULL, 'm'}, {"help", 0, NULL, 'h'},   {"self-test", 0, NULL, 't'},
-        {"kind", 1, NULL, 'K'},    {NULL, 0, NULL, 0}};
+        {"kind", 1, NULL, 'K'},    {"faults", 1, NULL, 'f'},  {NULL, 0, NULL, 0}};
     const char *nemesis_list = NULL;
     const backend *chosen[8];
     int which[N_COUNT * 4] = {0}, nw, nb = 0, failed = 0, total = 0, opt;
@@ -1512,6 +1664,7 @@ int main(int argc, char **argv)
         case 'l': opt_lease_ms = atoll(optarg); break;
         case 'd': opt_duration_s = atoi(optarg); break;
         case 'r': opt_runs = atoi(optarg); break;
+        case 'f': opt_faults = atol(optarg); break;
         case 's': opt_seed = (unsigned)strtoul(optarg, NULL, 10); break;
         case 'n': nemesis_list = optarg; break;
         case 'b': opt_backend = optarg; break;
@@ -1537,7 +1690,8 @@ int main(int argc, char **argv)
         }
     }
     if (opt_workers < 2 || opt_workers > CHAOS_MAX_WORKERS ||
-        (opt_lease_ms != 0 && opt_lease_ms < 50) || opt_duration_s < 1 || opt_runs < 1) {
+        (opt_lease_ms != 0 && opt_lease_ms < 50) || opt_duration_s < 1 || opt_runs < 1 ||
+        opt_faults < 0) {
         usage();
         return 64;
     }
@@ -1603,8 +1757,20 @@ int main(int argc, char **argv)
             }
             if (which[i] == N_SERVER_VOLATILE && !be->volatile_option)
                 continue; /* the service always persists */
-            for (int k = 0; k < opt_runs; k++)
-                run_once(be, which[i], CHAOS_OK, opt_seed + (unsigned)(i * 1000 + k), &rows[b][i]);
+            /* --runs runs at least; with --faults, more until the row has
+             * injected that many faults (a run that injects none ends it:
+             * its row fails, "no effect"). */
+            for (int k = 0; k < opt_runs || (opt_faults > 0 && which[i] != N_NONE &&
+                                             rows[b][i].faults < opt_faults); k++) {
+                long before = rows[b][i].faults;
+                run_once(be, which[i], CHAOS_OK, opt_seed + (unsigned)i * 100003u + (unsigned)k,
+                         &rows[b][i]);
+                if (k + 1 >= opt_runs && rows[b][i].faults == before)
+                    break;
+                if (opt_faults > 0 && k + 1 >= opt_runs && which[i] != N_NONE)
+                    fprintf(stderr, "chaos: %s %s: %ld of %ld faults after %d runs\n", be->name,
+                            nemeses[which[i]].name, rows[b][i].faults, opt_faults, k + 1);
+            }
             if (opt_rw)
                 fprintf(stderr, "chaos: %s %s done: %ld reads began beside another, %ld "
                         "re-entered their owner's unreleased read\n", be->name,
@@ -1628,8 +1794,15 @@ int main(int argc, char **argv)
         if (md != NULL)
             print_rows(md, 1, shown, which, nw, rows[b], b == 0);
     }
-    if (md != NULL)
+    print_summary(stdout, 0, chosen, nb, which, nw, rows);
+    if (md != NULL) {
+        fprintf(md, "\n");
+        print_summary(md, 1, chosen, nb, which, nw, rows);
+        fprintf(md, "\nseed %u, %d workers, %d s a run (a 400 ms lease; scaled with the lease)%s\n",
+                opt_seed, opt_workers, opt_duration_s,
+                opt_faults > 0 ? ", each row until its fault count" : "");
         fclose(md);
+    }
     printf("\nholds: lock acquisitions; faults: injected; overlaps: holds during which another\n"
            "process entered the critical section (expected under pauses and partitions);\n"
            "viol: beliefs (now + dlock_lock_valid_ms(), logged before each store step) that\n"

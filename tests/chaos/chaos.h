@@ -30,8 +30,9 @@
  *   kind        a        b         c
  *   open_fail   rc
  *   acq_start
- *   acq_ok      fence    0         shared: 1 for a read lock (chaos --kind rw), 2 for
- *                                 a semaphore's permit (--kind sem), else 0
+ *   acq_ok      fence    on_lost   shared: 1 for a read lock (chaos --kind rw), 2 for
+ *                                 a semaphore's permit (--kind sem), else 0;
+ *                                 on_lost: 1 if the handle has an on_lost
  *   acq_fail    rc
  *   valid       fence    deadline  shared; the holder's belief, logged before every
  *                                 store step: it holds the lock until t_us deadline
@@ -40,11 +41,14 @@
  *   read        fence    value     1 accepted, 0 refused (stale fence), -1 store error
  *   write       fence    new value 1 / 0 / -1 as read
  *   lost        fence    reason                       (on_lost, watchdog thread)
- *   wait_lost   fence    waited ms 1 if on_lost came
+ *   wait_lost   fence    waited ms 1 if on_lost came (logged when the holder saw
+ *                                 its loss: dlock_lock_lost, or the store refused it)
  *   nested      rc                 (--kind rw: a nested read taken, wait 0)
  *   outer_rel   rc                 (the outer read released first)
  *   nested_rel  rc                 (the nested read released before the hold ends)
- *   rel_start   fence
+ *   rel_start   fence    deadline  lost: just before the release, the deadline the
+ *                                 handle gives (now + dlock_lock_valid_ms()) and
+ *                                 dlock_lock_lost()
  *   rel_end     fence    rc
  *   wall        unix s                                 (the worker's time(NULL))
  *   exit        code
@@ -96,6 +100,9 @@ void chaos_store_close(chaos_store *s);
 int chaos_store_read(chaos_store *s, uint64_t fence, int64_t *value);
 /* Write read_value + 1 if fence is still the highest. 1 / 0 / -1. */
 int chaos_store_write(chaos_store *s, uint64_t fence, int64_t read_value, int worker);
+/* The self-test's skip-fence worker: the same write with no fence check
+ * (logged like any other). 1 / -1. */
+int chaos_store_write_unfenced(chaos_store *s, uint64_t fence, int64_t read_value, int worker);
 /* The highest fence the store has seen, or -1 on error (the self-test's
  * worker that skips the lock passes it off as its own). */
 int64_t chaos_store_highest(chaos_store *s);
@@ -105,6 +112,7 @@ typedef struct {
     int64_t writes;   /* accepted writes */
     int64_t lost;     /* accepted writes not based on the value before them */
     int64_t dup;      /* new values written more than once */
+    int64_t fence_down; /* writes applied with a fence below an earlier write's */
 } chaos_store_report;
 
 int chaos_store_check(const char *path, chaos_store_report *out, char *err, size_t errsize);
@@ -123,6 +131,10 @@ enum {
     CHAOS_IGNORE_LOST,  /* never looks at on_lost or the lease: believes it holds until it releases */
     CHAOS_RAW_DEL,      /* releases by deleting the lock key, whoever holds it (no owner check) */
     CHAOS_SLOW_CLOCK,   /* renews and believes by a clock that runs at a quarter of the speed */
+    CHAOS_SUPPRESS_LOST, /* sets on_lost, which never tells it anything (a library whose
+                          * on_lost never fires) */
+    CHAOS_SKIP_FENCE,   /* writes the register without the store's fence check */
+    CHAOS_NEVER_RELEASE, /* "releases" by doing nothing: the lock stays held and renewed */
     CHAOS_BROKEN_COUNT
 };
 /* Their names on the command line ("ok", "no-lock", ...). */

@@ -36,6 +36,9 @@ const char *const chaos_broken_names[CHAOS_BROKEN_COUNT] = {
     [CHAOS_IGNORE_LOST] = "ignore-lost",
     [CHAOS_RAW_DEL] = "raw-del",
     [CHAOS_SLOW_CLOCK] = "slow-clock",
+    [CHAOS_SUPPRESS_LOST] = "suppress-lost",
+    [CHAOS_SKIP_FENCE] = "skip-fence",
+    [CHAOS_NEVER_RELEASE] = "never-release",
 };
 
 static const char schema[] =
@@ -179,6 +182,21 @@ err:
     return -1;
 }
 
+int chaos_store_write_unfenced(chaos_store *s, uint64_t fence, int64_t read_value, int worker)
+{
+    if (exec(s, "BEGIN IMMEDIATE") != 0)
+        return -1;
+    if (update(s, "UPDATE reg SET value = ?1 WHERE id = 1", 1, (int64_t[]){read_value + 1}) != 0 ||
+        update(s, "INSERT INTO writes(worker, fence, read_value, new_value) "
+                  "VALUES (?1, ?2, ?3, ?4)", 4,
+               (int64_t[]){worker, (int64_t)fence, read_value, read_value + 1}) != 0 ||
+        exec(s, "COMMIT") != 0) {
+        exec(s, "ROLLBACK");
+        return -1;
+    }
+    return 1;
+}
+
 int64_t chaos_store_highest(chaos_store *s)
 {
     int64_t highest, v;
@@ -195,7 +213,7 @@ int chaos_store_check(const char *path, chaos_store_report *out, char *err, size
 {
     chaos_store *s;
     sqlite3_stmt *st;
-    int64_t fence, prev = 0;
+    int64_t fence, prev = 0, prev_fence = 0;
     unsigned char *seen = NULL;
     size_t seen_size = 0;
 
@@ -205,7 +223,7 @@ int chaos_store_check(const char *path, chaos_store_report *out, char *err, size
         return -1;
     }
     if (current(s, &fence, &out->final_value) != 0 ||
-        sqlite3_prepare_v2(s->db, "SELECT read_value, new_value FROM writes ORDER BY seq", -1,
+        sqlite3_prepare_v2(s->db, "SELECT read_value, new_value, fence FROM writes ORDER BY seq", -1,
                            &st, NULL) != SQLITE_OK) {
         snprintf(err, errsize, "store %s: %s", path, sqlite3_errmsg(s->db));
         chaos_store_close(s);
@@ -214,8 +232,14 @@ int chaos_store_check(const char *path, chaos_store_report *out, char *err, size
     while (sqlite3_step(st) == SQLITE_ROW) {
         int64_t read_value = sqlite3_column_int64(st, 0);
         int64_t new_value = sqlite3_column_int64(st, 1);
+        int64_t wfence = sqlite3_column_int64(st, 2);
 
         out->writes++;
+        /* The store's own record of fences: applied writes never go down. */
+        if (wfence < prev_fence)
+            out->fence_down++;
+        else
+            prev_fence = wfence;
         /* Each accepted write must build on the one before it. */
         if (read_value != prev)
             out->lost++;

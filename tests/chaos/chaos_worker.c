@@ -81,6 +81,21 @@ static void on_lost(dlock_lock *lock, int reason, void *payload)
     atomic_store(&lost_seen, 1);
 }
 
+/* The suppress-lost worker's: a library whose on_lost never reaches the
+ * holder (the callback is set, and nothing comes of it). */
+static void on_lost_suppressed(dlock_lock *lock, int reason, void *payload)
+{
+    (void)lock;
+    (void)reason;
+    (void)payload;
+}
+
+/* The never-release worker's handles: its "release" leaves them held (and
+ * renewed) until it exits. */
+#define KEPT_MAX 64
+static dlock_lock *kept[KEPT_MAX];
+static int nkept;
+
 /* Codes a worker may get from the library under faults. Anything else
  * (EINVAL, EMISUSE, ENOMEM ...) is a bug: the worker exits 3. */
 static int expected(int rc)
@@ -241,6 +256,8 @@ int main(int argc, char **argv)
         o.permits = sem ? CHAOS_SEM_PERMITS : 0;
         if (broken == CHAOS_IGNORE_LOST)
             o.on_lost = NULL;
+        if (broken == CHAOS_SUPPRESS_LOST)
+            o.on_lost = on_lost_suppressed;
         if (broken == CHAOS_SLOW_CLOCK) {
             /* It renews by its own clock, and its library's lease timer
              * (on_lost when the lease runs out) would run as slow. */
@@ -306,7 +323,9 @@ int main(int argc, char **argv)
         atomic_store(&lost_seen, 0);
         atomic_store(&me->fence, fence);
         atomic_store(&me->phase, PHASE_IN_STORE);
-        event("acq_ok", (long long)fence, 0, shared);
+        /* b: the handle has an on_lost, which must then tell it of every
+         * lease that lapses (the checker's "missed"). */
+        event("acq_ok", (long long)fence, o.on_lost != NULL, shared);
 
         event("valid", (long long)fence,
               (long long)belief(broken, lock, lease_ms, renewed_us, renew_failed), shared);
@@ -333,7 +352,9 @@ int main(int argc, char **argv)
             event("valid", (long long)fence,
                   (long long)belief(broken, lock, lease_ms, renewed_us, renew_failed), shared);
             if (!shared) {
-                w = chaos_store_write(store, fence, value, worker_id);
+                w = broken == CHAOS_SKIP_FENCE
+                        ? chaos_store_write_unfenced(store, fence, value, worker_id)
+                        : chaos_store_write(store, fence, value, worker_id);
                 event("write", (long long)fence, value + 1, w);
             }
         }
@@ -348,15 +369,30 @@ int main(int argc, char **argv)
         if (broken != CHAOS_IGNORE_LOST && broken != CHAOS_SLOW_CLOCK &&
             (dlock_lock_lost(lock) || r == 0 || w == 0)) {
             /* Lost, as far as we can tell: on_lost must come, within the
-             * lease and a renewal's timeouts (the retry doubles them). */
-            int64_t t0 = chaos_now_us();
+             * lease and a renewal's timeouts (the retry doubles them). The
+             * limit counts the time this process ran: a pause (SIGSTOP)
+             * stops the watchdog too, and uses none of it. */
+            int64_t t0 = chaos_now_us(), waited = 0, last = t0;
             int64_t limit = (lease_ms + 3 * co.command_timeout_ms + co.connect_timeout_ms) * 1000;
-            while (!atomic_load(&lost_seen) && chaos_now_us() - t0 < limit)
+            while (!atomic_load(&lost_seen) && waited < limit) {
+                int64_t now;
                 sleep_ms(2);
+                now = chaos_now_us();
+                waited += now - last < 50000 ? now - last : 2000;
+                last = now;
+            }
+            /* c: 1 if on_lost came; the checker fails a handle with an
+             * on_lost that saw its loss and was never told. */
             event("wait_lost", (long long)fence, (chaos_now_us() - t0) / 1000,
                   atomic_load(&lost_seen));
         }
-        event("rel_start", (long long)fence, 0, 0);
+        /* b, c: what the handle says just before the release: the deadline
+         * it holds the lock until, and dlock_lock_lost(). A release that
+         * answers DLOCK_ELOST while that deadline had not passed by the
+         * release's end was a lapse the holder was never told of. */
+        event("rel_start", (long long)fence,
+              (long long)(chaos_now_us() + dlock_lock_valid_ms(lock) * 1000),
+              dlock_lock_lost(lock));
         if (broken == CHAOS_RAW_DEL) {
             /* Delete the lock key whoever holds it now, then free the handle. */
             rc = dlock_force_release(NULL, client, name);
@@ -377,7 +413,13 @@ int main(int argc, char **argv)
                 bad = 1;
             }
         }
-        rc = dlock_release(lock);
+        if (broken == CHAOS_NEVER_RELEASE && nkept < KEPT_MAX) {
+            /* A release that does nothing: the handle stays held, renewed. */
+            kept[nkept++] = lock;
+            rc = DLOCK_OK;
+        } else {
+            rc = dlock_release(lock);
+        }
         event("rel_end", (long long)fence, rc, 0);
         atomic_store(&me->phase, PHASE_IDLE);
         if (!expected(rc)) {
@@ -388,6 +430,8 @@ int main(int argc, char **argv)
     }
     atomic_store(&me->phase, PHASE_IDLE);
     dlock_client_free(client);
+    for (int i = 0; i < nkept; i++)
+        dlock_release(kept[i]); /* frees the handle (its client is gone) */
     chaos_store_close(store);
     event("exit", bad ? 3 : 0, 0, 0);
     return bad ? 3 : 0;
