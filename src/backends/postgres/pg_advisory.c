@@ -74,9 +74,20 @@ int pg_advisory_key(const pg_be *be, const char *name, uint64_t *key)
     return DLOCK_OK;
 }
 
-static long long timeout_of(int64_t lease_ms)
+/*
+ * The lease is the session's idle_session_timeout, an int of ms on the
+ * server: 2^31-1 ms (24.8 days) at most. A longer lease cannot be given to
+ * the server, and a shorter one in its place would end the session (and
+ * the lock) while the handle still believed it: refused, before any I/O.
+ */
+static int lease_fits(const pg_be *be, int64_t lease_ms)
 {
-    return lease_ms > INT_MAX ? INT_MAX : (long long)lease_ms;
+    if (lease_ms <= INT_MAX)
+        return DLOCK_OK;
+    return dlock_backend_fail(DLOCK_EINVAL, "%s: lease_ms is %lld, over %d, the longest "
+                              "idle_session_timeout PostgreSQL takes (advisory mode; "
+                              "mode=lease takes leases up to 30 days)",
+                              be->where, (long long)lease_ms, INT_MAX);
 }
 
 static void session_free(pg_session *s)
@@ -124,6 +135,8 @@ int pg_adv_acquire(pg_be *be, const dlock_request *req, dlock_acquire_result *ou
                                   "%s: owner ids and reentrancy are not offered in advisory "
                                   "mode (use mode=lease)",
                                   be->where);
+    if ((rc = lease_fits(be, req->lease_ms)) != DLOCK_OK)
+        return rc;
     if ((s = find(be, req->token, 0)) != NULL) {
         /* The same token again: the fence already issued. */
         out->fence = s->fence;
@@ -144,7 +157,7 @@ int pg_adv_acquire(pg_be *be, const dlock_request *req, dlock_acquire_result *ou
     snprintf(sql, sizeof(sql),
              "SET idle_session_timeout = %lld;"
              "SELECT CASE WHEN pg_try_advisory_lock(%lld) THEN nextval('%s') END",
-             timeout_of(req->lease_ms), (long long)s->key, be->seq);
+             (long long)req->lease_ms, (long long)s->key, be->seq);
     if ((rc = pg_exec(be, &s->c, sql, 0, NULL, &r)) != DLOCK_OK) {
         session_free(s);
         return rc;
@@ -182,7 +195,7 @@ static int keepalive(pg_be *be, pg_session *s, int64_t lease_ms)
     if (s->c == NULL)
         return DLOCK_ELOST;
     if (lease_ms > 0 && lease_ms != s->lease_ms)
-        snprintf(set, sizeof(set), "SET idle_session_timeout = %lld;", timeout_of(lease_ms));
+        snprintf(set, sizeof(set), "SET idle_session_timeout = %lld;", (long long)lease_ms);
     snprintf(sql, sizeof(sql),
              "%sSELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
              " AND pid = pg_backend_pid() AND classid = %u AND objid = %u AND objsubid = 1",
@@ -216,7 +229,9 @@ static int on_session(pg_be *be, const dlock_request *req, int64_t lease_ms)
 
 int pg_adv_extend(pg_be *be, const dlock_request *req)
 {
-    return on_session(be, req, req->lease_ms);
+    int rc = lease_fits(be, req->lease_ms);
+
+    return rc != DLOCK_OK ? rc : on_session(be, req, req->lease_ms);
 }
 
 int pg_adv_check(pg_be *be, const dlock_request *req)

@@ -319,6 +319,51 @@ static void advisory_stopped_holder(void)
     test_pg_stop(&p);
 }
 
+/* What the holder's session was last told its idle_session_timeout is,
+ * read from its last statement in pg_stat_activity (0: none). */
+static long long told_timeout(test_pg *p)
+{
+    return test_pg_query(p, "SELECT max(substring(query from "
+                            "'idle_session_timeout = ([0-9]+)')::bigint) FROM "
+                            "pg_stat_activity WHERE pid <> pg_backend_pid()");
+}
+
+/* Advisory mode: the lease is the session's idle_session_timeout, which the
+ * server takes up to 2^31-1 ms. A longer lease (up to dlock's 30 days) is
+ * refused by acquire and extend, rather than believed for longer than the
+ * server keeps the session; the handle's validity never exceeds what the
+ * session was told. */
+static void advisory_lease_within_server_cap(void)
+{
+    test_pg p;
+    dlock_client *c;
+    dlock_lock *l = NULL;
+    dlock_acquire_options o = test_opts(0, 2592000000LL, 0);
+
+    test_pg_start(&p);
+    c = open_url(url_with(&p, "?mode=advisory"));
+    CHECK_RC(dlock_acquire(&l, c, "cap", &o), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "lease_ms is 2592000000, over 2147483647, the "
+                                          "longest idle_session_timeout");
+    CHECK(l == NULL);
+    o.lease_ms = 2147483648LL;
+    CHECK_RC(dlock_acquire(&l, c, "cap", &o), DLOCK_EINVAL);
+    CHECK(l == NULL);
+    o.lease_ms = 2147483647LL;
+    CHECK_RC(dlock_acquire(&l, c, "cap", &o), DLOCK_OK);
+    CHECK(told_timeout(&p) == 2147483647LL);
+    CHECK(dlock_lock_valid_ms(l) <= told_timeout(&p));
+    CHECK_RC(dlock_lock_extend(l, 2592000000LL), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "mode=lease takes leases up to 30 days");
+    CHECK(dlock_lock_valid_ms(l) <= 2147483647LL);
+    CHECK_RC(dlock_lock_extend(l, 5000), DLOCK_OK);
+    CHECK(told_timeout(&p) == 5000);
+    CHECK(dlock_lock_valid_ms(l) <= 5000);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+    test_pg_stop(&p);
+}
+
 static void open_fails(const char *url, int want, const char *text)
 {
     dlock_client *c = NULL;
@@ -578,6 +623,7 @@ TEST_MAIN({"expiry_by_server_clock", expiry_by_server_clock, NULL},
           {"server_restart_keeps_lock", server_restart_keeps_lock, "watchdog"},
           {"advisory_killed_session", advisory_killed_session, "watchdog"},
           {"advisory_stopped_holder", advisory_stopped_holder, NULL},
+          {"advisory_lease_within_server_cap", advisory_lease_within_server_cap, NULL},
           {"bad_url_and_credentials", bad_url_and_credentials, NULL},
           {"password_needs_verified_tls", password_needs_verified_tls, NULL},
           {"password_over_verified_tls", password_over_verified_tls, NULL},
