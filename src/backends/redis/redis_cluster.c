@@ -226,6 +226,31 @@ static int map_from(dlock__redis_conn *conn, node *asked, const redisReply *r)
     return DLOCK_OK;
 }
 
+int dlock__redis_cluster_map_reply(dlock__redis_conn *conn, const char *host, int port,
+                                   const redisReply *r)
+{
+    int rc, at;
+
+    if ((rc = cluster_alloc(conn)) != DLOCK_OK)
+        return rc;
+    if ((at = node_at(conn, host, strlen(host), port)) < 0)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    return map_from(conn, conn->cluster->nodes[at], r);
+}
+
+int dlock__redis_cluster_slot_master(const dlock__redis_conn *conn, unsigned slot,
+                                     const char **host, int *port)
+{
+    const dlock__redis_cluster *c = conn->cluster;
+    int at = c != NULL && slot < DLOCK__REDIS_SLOTS ? c->slot[slot] : -1;
+
+    if (at < 0)
+        return 0;
+    *host = c->nodes[at]->host;
+    *port = c->nodes[at]->port;
+    return 1;
+}
+
 /* Ask CLUSTER SLOTS of the known nodes, then of the seeds, until one
  * answers before deadline. */
 static int map_refresh(dlock__redis_conn *conn, int64_t deadline)
@@ -316,10 +341,7 @@ static int in_map(const dlock__redis_cluster *c, int at)
     return 0;
 }
 
-/* Whether one line of CLUSTER NODES ("ID HOST:PORT@BUSPORT[,HOSTNAME] FLAGS
- * MASTER ...", up to end) is addr ("HOST:PORT@", alen bytes) and a master
- * in good standing (not failing, not joining, with an address). */
-static int nodes_line_master(const char *line, const char *end, const char *addr, int alen)
+int dlock__redis_nodes_line_master(const char *line, const char *end, const char *addr, int alen)
 {
     const char *a = memchr(line, ' ', (size_t)(end - line)), *f, *fe;
     char flags[128];
@@ -361,7 +383,7 @@ static int cluster_member(dlock__redis_conn *conn, const char *host, size_t host
         for (line = r->type == REDIS_REPLY_STRING ? r->str : NULL; line != NULL && !found;
              line = nl != NULL ? nl + 1 : NULL) {
             nl = strchr(line, '\n');
-            found = nodes_line_master(line, nl != NULL ? nl : line + strlen(line), addr, alen);
+            found = dlock__redis_nodes_line_master(line, nl != NULL ? nl : line + strlen(line), addr, alen);
         }
         freeReplyObject(r);
         return found;
@@ -379,34 +401,45 @@ static int cluster_member(dlock__redis_conn *conn, const char *host, size_t host
  * an ASK to a master a known node's CLUSTER NODES lists (cluster_member). A
  * negative DLOCK_E* code when it is refused or does not parse.
  */
+int dlock__redis_redirect_parse(const char *text, long *slot, const char **host, size_t *hostlen,
+                                long *port)
+{
+    const char *sp, *addr, *colon;
+    char *end;
+
+    if ((sp = strchr(text, ' ')) == NULL)
+        return -1;
+    *slot = strtol(sp + 1, &end, 10);
+    if (end == sp + 1 || *end != ' ' || *slot < 0 || *slot >= DLOCK__REDIS_SLOTS)
+        return -1;
+    addr = end + 1;
+    if ((colon = strrchr(addr, ':')) == NULL || colon == addr)
+        return -1;
+    *port = strtol(colon + 1, &end, 10);
+    if (*end != '\0' || *port <= 0 || *port > 65535)
+        return -1;
+    *host = addr;
+    *hostlen = (size_t)(colon - addr);
+    if (addr[0] == '[' && colon[-1] == ']') { /* [::1]:6379 */
+        *host = addr + 1;
+        *hostlen -= 2;
+    }
+    return 0;
+}
+
 static int redirect_target(dlock__redis_conn *conn, const node *from, int64_t deadline,
                            long *slot)
 {
-    char text[sizeof(from->conn.redirect)], *end;
-    const char *sp, *addr, *colon, *host;
+    char text[sizeof(from->conn.redirect)];
+    const char *host;
     size_t hostlen;
     long port;
     int at, rc;
 
     /* A copy: asking the map again may use from's connection. */
     snprintf(text, sizeof(text), "%s", from->conn.redirect);
-    if ((sp = strchr(text, ' ')) == NULL)
+    if (dlock__redis_redirect_parse(text, slot, &host, &hostlen, &port) != 0)
         goto bad;
-    *slot = strtol(sp + 1, &end, 10);
-    if (end == sp + 1 || *end != ' ' || *slot < 0 || *slot >= DLOCK__REDIS_SLOTS)
-        goto bad;
-    addr = end + 1;
-    if ((colon = strrchr(addr, ':')) == NULL || colon == addr)
-        goto bad;
-    port = strtol(colon + 1, &end, 10);
-    if (*end != '\0' || port <= 0 || port > 65535)
-        goto bad;
-    host = addr;
-    hostlen = (size_t)(colon - addr);
-    if (addr[0] == '[' && colon[-1] == ']') { /* [::1]:6379 */
-        host = addr + 1;
-        hostlen -= 2;
-    }
     at = node_find(conn->cluster, host, hostlen, (int)port);
     if (at >= 0 && in_map(conn->cluster, at))
         return at;

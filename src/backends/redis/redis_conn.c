@@ -423,6 +423,18 @@ static void bounded_functions_init(void)
     redisReaderFree(reader);
 }
 
+redisReader *dlock__redis_reader_new(dlock__redis_conn *conn)
+{
+    redisReader *reader;
+
+    pthread_once(&bounded_once, bounded_functions_init);
+    if (default_create_array == NULL || (reader = redisReaderCreateWithFunctions(
+                                             &bounded_functions)) == NULL)
+        return NULL;
+    reader->privdata = conn;
+    return reader;
+}
+
 int dlock__redis_conn_over_cap(dlock__redis_conn *conn)
 {
     redisReader *reader = conn->tp.reader;
@@ -496,6 +508,40 @@ static int is_fatal(int rc)
     return rc == DLOCK_EAUTH || rc == DLOCK_EINVAL || rc == DLOCK_ENOMEM;
 }
 
+int dlock__redis_sentinel_addr(const redisReply *r, char *host, size_t size, int *port)
+{
+    int p;
+
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_STRING &&
+        r->element[1]->type == REDIS_REPLY_STRING && r->element[0]->len < size &&
+        r->element[1]->len < 6 && (p = atoi(r->element[1]->str)) > 0 && p < 65536 &&
+        memchr(r->element[0]->str, '\0', r->element[0]->len) == NULL) {
+        memcpy(host, r->element[0]->str, r->element[0]->len);
+        host[r->element[0]->len] = '\0';
+        *port = p;
+        return 1;
+    }
+    return 0;
+}
+
+int dlock__redis_role_master(const dlock__redis_conn *conn, const redisReply *r)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->element[0]->type != REDIS_REPLY_STRING)
+        return dlock__fail(DLOCK_EPROTO, "%s: unexpected reply to ROLE", conn->where);
+    if (strcmp(r->element[0]->str, "master") != 0)
+        return dlock__fail(DLOCK_ECONN, "%s: the sentinels named it but it is not the master "
+                           "(ROLE: %.32s)", conn->where, r->element[0]->str);
+    return DLOCK_OK;
+}
+
+int dlock__redis_switch_message(const redisReply *m)
+{
+    return m->type == REDIS_REPLY_ARRAY && m->elements == 3 &&
+           m->element[0]->type == REDIS_REPLY_STRING && strcmp(m->element[0]->str, "message") == 0;
+}
+
 /* The sentinels' answers: one address and how many named it. */
 typedef struct {
     char host[256];
@@ -534,6 +580,7 @@ static int ask_sentinels(dlock__redis_conn *conn, dlock__redis_conn *s, int64_t 
         size_t lens[3] = {8, 23, strlen(conn->master_name)};
         int64_t left = deadline - dlock__now_ms(), share = left / (int64_t)(n - i);
         redisReply *r = NULL;
+        char host[sizeof(votes[0].host)];
         int p;
 
         for (size_t v = 0; v < nvotes; v++)
@@ -567,20 +614,13 @@ static int ask_sentinels(dlock__redis_conn *conn, dlock__redis_conn *s, int64_t 
                 goto out;
             continue;
         }
-        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-            r->element[0]->type == REDIS_REPLY_STRING &&
-            r->element[1]->type == REDIS_REPLY_STRING &&
-            r->element[0]->len < sizeof(votes[0].host) && r->element[1]->len < 6 &&
-            (p = atoi(r->element[1]->str)) > 0 && p < 65536 &&
-            memchr(r->element[0]->str, '\0', r->element[0]->len) == NULL) {
+        if (dlock__redis_sentinel_addr(r, host, sizeof(host), &p)) {
             size_t v;
             for (v = 0; v < nvotes; v++)
-                if (votes[v].port == p && strlen(votes[v].host) == r->element[0]->len &&
-                    memcmp(votes[v].host, r->element[0]->str, r->element[0]->len) == 0)
+                if (votes[v].port == p && strcmp(votes[v].host, host) == 0)
                     break;
             if (v == nvotes) {
-                memcpy(votes[v].host, r->element[0]->str, r->element[0]->len);
-                votes[v].host[r->element[0]->len] = '\0';
+                memcpy(votes[v].host, host, sizeof(host));
                 votes[v].port = p;
                 votes[v].votes = 0;
                 nvotes++;
@@ -636,13 +676,7 @@ static int master_open(dlock__redis_conn *conn, int port, int64_t deadline)
         dlock__redis_conn_close(conn);
         return rc;
     }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-        r->element[0]->type != REDIS_REPLY_STRING) {
-        rc = dlock__fail(DLOCK_EPROTO, "%s: unexpected reply to ROLE", conn->where);
-    } else if (strcmp(r->element[0]->str, "master") != 0) {
-        rc = dlock__fail(DLOCK_ECONN, "%s: the sentinels named it but it is not the master "
-                         "(ROLE: %.32s)", conn->where, r->element[0]->str);
-    }
+    rc = dlock__redis_role_master(conn, r);
     freeReplyObject(r);
     if (rc != DLOCK_OK)
         dlock__redis_conn_close(conn);
@@ -668,11 +702,8 @@ static void switch_wait(dlock__redis_conn *s, int64_t until_ms)
     while (dlock__redis_tp_read(&s->tp, until_ms) == REDIS_OK) {
         void *v = NULL;
         while (dlock__redis_tp_get_reply(&s->tp, &v) == REDIS_OK && v != NULL) {
-            redisReply *m = v;
-            int done = m->type == REDIS_REPLY_ARRAY && m->elements == 3 &&
-                       m->element[0]->type == REDIS_REPLY_STRING &&
-                       strcmp(m->element[0]->str, "message") == 0;
-            freeReplyObject(m);
+            int done = dlock__redis_switch_message(v);
+            freeReplyObject(v);
             if (done)
                 return;
         }

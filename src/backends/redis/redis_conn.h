@@ -163,6 +163,25 @@ int dlock__redis_wait_short(void);
 int dlock__redis_wait_fail(const char *what);
 
 /*
+ * A reader as dlock's connections make them: hiredis's, with the element
+ * cap above counted in conn (conn->reply_elements, conn->refused). For
+ * readers fed from memory (tests/fuzz). NULL: out of memory.
+ */
+redisReader *dlock__redis_reader_new(dlock__redis_conn *conn);
+
+/*
+ * Sentinel replies, read at connect time (redis_conn.c). sentinel_addr: 1
+ * when r, a reply to SENTINEL get-master-addr-by-name, names an address
+ * (host, without NUL, copied to host if shorter than size; port 1..65535),
+ * else 0. role_master: DLOCK_OK when r, a reply to ROLE, says "master", else
+ * DLOCK_EPROTO or DLOCK_ECONN with a message. switch_message: 1 when m is a
+ * pub/sub message (a +switch-master that ends the wait), else 0.
+ */
+int dlock__redis_sentinel_addr(const redisReply *r, char *host, size_t size, int *port);
+int dlock__redis_role_master(const dlock__redis_conn *conn, const redisReply *r);
+int dlock__redis_switch_message(const redisReply *m);
+
+/*
  * Read one reply (sending what is queued first) within the command timeout,
  * refusing a reply whose part still to be parsed grows past
  * DLOCK__REDIS_MAX_REPLY_BYTES: the transport then fails with
@@ -193,6 +212,27 @@ int dlock__redis_cluster_masters(dlock__redis_conn *conn, int *slots, int max);
 
 /* Cluster: connect conn's own transport to the first node that answers. */
 int dlock__redis_cluster_connect_any(dlock__redis_conn *conn);
+
+/*
+ * The cluster's parsers (redis_cluster.c), reachable for replies fed from
+ * memory (tests/fuzz). map_reply: fill conn's slot map from r, a CLUSTER
+ * SLOTS reply of node host:port, as a refresh does (DLOCK_EPROTO for a
+ * reply it refuses); slot_master: 1 with the master of slot in the map, 0
+ * when none is known. redirect_parse: "MOVED 3999 HOST:PORT" / "ASK ..."
+ * into the slot (0..16383), the host (within text, brackets of [::1]
+ * off) and the port (1..65535); 0, or -1 when it does not parse.
+ * nodes_line_master: whether one line of CLUSTER NODES ("ID
+ * HOST:PORT@BUSPORT[,HOSTNAME] FLAGS ...", up to end) is addr ("HOST:PORT@",
+ * alen bytes) and a master in good standing (not failing, not joining, with
+ * an address).
+ */
+int dlock__redis_cluster_map_reply(dlock__redis_conn *conn, const char *host, int port,
+                                   const redisReply *r);
+int dlock__redis_cluster_slot_master(const dlock__redis_conn *conn, unsigned slot,
+                                     const char **host, int *port);
+int dlock__redis_redirect_parse(const char *text, long *slot, const char **host, size_t *hostlen,
+                                long *port);
+int dlock__redis_nodes_line_master(const char *line, const char *end, const char *addr, int alen);
 
 /* Open conn->ep and shake hands before deadline_ms (redis_conn.c). */
 int dlock__redis_conn_open_endpoint(dlock__redis_conn *conn, int64_t deadline_ms);
