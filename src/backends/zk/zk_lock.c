@@ -169,32 +169,39 @@ static const char *data_field(const char *data, int len, const char *key, size_t
     return NULL;
 }
 
+/* A field's decimal value, digits only, up to INT64_MAX (a czxid), or -1:
+ * sscanf's %llu would take "-2" as a fence of 2^64 - 2. */
+static int64_t data_num(const char *v, size_t vlen)
+{
+    int64_t n = 0;
+
+    if (vlen == 0)
+        return -1;
+    for (size_t i = 0; i < vlen; i++) {
+        if (v[i] < '0' || v[i] > '9' || n > (INT64_MAX - (v[i] - '0')) / 10)
+            return -1;
+        n = n * 10 + (v[i] - '0');
+    }
+    return n;
+}
+
 void dlock__zk_parse_data(const char *data, int len, dlock_lock_info *out)
 {
     size_t hlen = data != NULL ? strnlen(data, (size_t)len) : 0, vlen;
     const char *v;
+    int64_t lease, fence;
 
     out->ttl_ms = -1; /* a node dlock did not write: held while its session lives */
     if (data == NULL || len <= 0)
         return;
     if (hlen > 0)
         dlock_holder_parse(out, data, hlen);
-    if ((v = data_field(data, len, "lease_ms=", &vlen)) != NULL && vlen < 20) {
-        char num[24];
-        long long lease;
-        memcpy(num, v, vlen);
-        num[vlen] = '\0';
-        if (sscanf(num, "%lld", &lease) == 1 && lease > 0)
-            out->ttl_ms = lease;
-    }
-    if ((v = data_field(data, len, "fence=", &vlen)) != NULL && vlen < 21) {
-        char num[24];
-        unsigned long long fence;
-        memcpy(num, v, vlen);
-        num[vlen] = '\0';
-        if (sscanf(num, "%llu", &fence) == 1 && fence > 0)
-            out->fence = fence;
-    }
+    v = data_field(data, len, "lease_ms=", &vlen);
+    if (v != NULL && (lease = data_num(v, vlen)) > 0)
+        out->ttl_ms = lease;
+    v = data_field(data, len, "fence=", &vlen);
+    if (v != NULL && (fence = data_num(v, vlen)) > 0)
+        out->fence = (uint64_t)fence;
 }
 
 int dlock__zk_data_owner_is(const char *data, int len, const char *owner)
