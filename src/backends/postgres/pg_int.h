@@ -93,6 +93,14 @@ int pg_lease_renew(pg_be *be, dlock_renewal *items, size_t n);
 int pg_lease_status(pg_be *be, const char *name, dlock_lock_info *out);
 int pg_lease_force_release(pg_be *be, const char *name, dlock_lock_info *removed);
 int pg_lease_list(pg_be *be, const char *prefix, dlock_list_cb cb, void *payload);
+/* The rows dlock decodes (also fed from memory by tests/fuzz/fuzz_sql_rows.c).
+ * fill_info: a lock's state from columns col.. of row: held ('t'), fence,
+ * ms left, holder text. unhex: a listed name's hex (at most 2
+ * DLOCK_NAME_MAX digits) into out (DLOCK_NAME_MAX + 1 bytes); -1 for a
+ * name dlock did not make (a NUL byte, or not lower-case hex digits in
+ * pairs, as encode(..., 'hex') writes). */
+void pg_fill_info(dlock_lock_info *out, const PGresult *r, int row, int col);
+int pg_unhex(char *out, const char *hex);
 
 /* ---- pg_advisory.c ---- */
 /* The advisory key of name into *key; DLOCK_ENOMEM (message set) when the

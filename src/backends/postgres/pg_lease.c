@@ -342,7 +342,7 @@ out:
 
 /* ---- status, force release, list ------------------------------------- */
 
-static void fill_info(dlock_lock_info *out, const PGresult *r, int row, int col)
+void pg_fill_info(dlock_lock_info *out, const PGresult *r, int row, int col)
 {
     memset(out, 0, sizeof(*out));
     out->held = !PQgetisnull(r, row, col) && strcmp(PQgetvalue(r, row, col), "t") == 0;
@@ -380,7 +380,7 @@ static int read_info(pg_be *be, const char *tmpl, const char *name, dlock_lock_i
         return rc;
     memset(out, 0, sizeof(*out));
     if (PQntuples(r) == 1)
-        fill_info(out, r, 0, 0);
+        pg_fill_info(out, r, 0, 0);
     PQclear(r);
     return DLOCK_OK;
 }
@@ -409,15 +409,24 @@ static const char list_tmpl[] =
     " WHERE substr(o.name, 1, length(decode($1, 'hex'))) = decode($1, 'hex')"
     "  AND o.tokens IS NOT NULL AND o.expires > clock_timestamp() ORDER BY o.name";
 
-static int unhex(char *out, const char *hex)
+static int hex_digit(char c)
 {
-    size_t n = strlen(hex) / 2;
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
 
+/* Digits only, as encode(..., 'hex') writes them: sscanf's %2x would also
+ * take a sign, a space or a single digit, and spell another name. */
+int pg_unhex(char *out, const char *hex)
+{
+    size_t len = strlen(hex), n = len / 2;
+
+    if (len % 2 != 0)
+        return -1;
     for (size_t i = 0; i < n; i++) {
-        unsigned v;
-        if (sscanf(hex + 2 * i, "%2x", &v) != 1 || v == 0)
+        int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
             return -1;
-        out[i] = (char)v;
+        out[i] = (char)(hi * 16 + lo);
     }
     out[n] = '\0';
     return 0;
@@ -441,9 +450,9 @@ int pg_lease_list(pg_be *be, const char *prefix, dlock_list_cb cb, void *payload
         char name[DLOCK_NAME_MAX + 1];
         dlock_lock_info info;
 
-        if (PQgetlength(r, row, 0) > 2 * DLOCK_NAME_MAX || unhex(name, PQgetvalue(r, row, 0)))
+        if (PQgetlength(r, row, 0) > 2 * DLOCK_NAME_MAX || pg_unhex(name, PQgetvalue(r, row, 0)))
             continue; /* not a lock name dlock made */
-        fill_info(&info, r, row, 1);
+        pg_fill_info(&info, r, row, 1);
         if (cb(name, &info, payload) != 0)
             break;
     }
