@@ -142,6 +142,9 @@ int my_lease_status(my_be *be, const char *name, int force, dlock_lock_info *out
 int my_lease_list(my_be *be, const char *prefix, dlock_list_cb cb, void *payload);
 /* Wake channel of a lease held: take (on acquire) or give up (on release). */
 void my_wake_hold(my_be *be, const char *name, int hold);
+/* A lease's state from a row of its status columns (held, fence, ms left,
+ * holder, name); also fed from memory by tests/fuzz/fuzz_sql_rows.c. */
+void my_lease_fill_info(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out);
 
 /* ---- mysql_named.c ---- */
 
@@ -153,6 +156,10 @@ int my_named_renew(void *be, dlock_renewal *items, size_t n);
 int my_named_status(my_be *be, const char *name, int force, dlock_lock_info *out);
 int my_named_list(my_be *be, const char *prefix, dlock_list_cb cb, void *payload);
 void my_named_close(my_be *be);
+/* A named lock's state from a row of its status columns (held, fence, ttl,
+ * holder, name, holding connection, recorded connection); also fed from
+ * memory by tests/fuzz/fuzz_sql_rows.c. */
+void my_named_fill_info(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out);
 /* A connection for a named acquisition (spare or new), and back. */
 int my_named_take_conn(my_be *be, MYSQL **out);
 void my_named_give_conn(my_be *be, MYSQL *c);

@@ -273,7 +273,7 @@ done:
     " GREATEST(0, CEIL(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires) / 1000)),"          \
     " holder, name"
 
-static void fill_info(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out)
+void my_lease_fill_info(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out)
 {
     memset(out, 0, sizeof(*out));
     out->held = row[0] != NULL && strcmp(row[0], "1") == 0;
@@ -305,7 +305,7 @@ int my_lease_status(my_be *be, const char *name, int force, dlock_lock_info *out
         goto out;
     }
     if ((row = mysql_fetch_row(res)) != NULL)
-        fill_info(row, mysql_fetch_lengths(res), out);
+        my_lease_fill_info(row, mysql_fetch_lengths(res), out);
     if (force) {
         snprintf(sql, sizeof(sql),
                  "UPDATE dlock_locks SET token = '', holder = NULL, expires = UTC_TIMESTAMP(6)"
@@ -336,5 +336,5 @@ int my_lease_list(my_be *be, const char *prefix, dlock_list_cb cb, void *payload
              "SELECT " STATUS_COLS " FROM dlock_locks WHERE LEFT(name, %zu) = %s"
              " AND token <> '' AND expires > UTC_TIMESTAMP(6) ORDER BY name",
              lp + strlen(prefix), key);
-    return my_list_query(be, sql, 5, fill_info, cb, payload);
+    return my_list_query(be, sql, 5, my_lease_fill_info, cb, payload);
 }

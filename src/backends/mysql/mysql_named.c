@@ -338,7 +338,7 @@ int my_named_renew(void *arg, dlock_renewal *items, size_t n)
     " (SELECT GREATEST(1, n.lease_s - p.TIME) * 1000 FROM information_schema.PROCESSLIST AS p"     \
     "  WHERE p.ID = IS_USED_LOCK(" lock ")), n.holder, n.name, IS_USED_LOCK(" lock "), n.conn"
 
-static void fill_named(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out)
+void my_named_fill_info(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out)
 {
     memset(out, 0, sizeof(*out));
     out->held = row[0] != NULL && strcmp(row[0], "1") == 0;
@@ -387,7 +387,7 @@ int my_named_status(my_be *be, const char *name, int force, dlock_lock_info *out
         return dlock_backend_fail(DLOCK_EPROTO, "%s: the status query returned no row",
                                   be->where);
     }
-    fill_named(row, mysql_fetch_lengths(res), out);
+    my_named_fill_info(row, mysql_fetch_lengths(res), out);
     if (row[5] != NULL)
         conn = strtoull(row[5], NULL, 10);
     mysql_free_result(res);
@@ -433,5 +433,5 @@ int my_named_list(my_be *be, const char *prefix, dlock_list_cb cb, void *payload
              " WHERE LEFT(n.name, %zu) = %s AND IS_USED_LOCK(n.lockname) IS NOT NULL"
              " ORDER BY n.name",
              lp + strlen(prefix), key);
-    return my_list_query(be, sql, 7, fill_named, cb, payload);
+    return my_list_query(be, sql, 7, my_named_fill_info, cb, payload);
 }
