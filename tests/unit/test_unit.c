@@ -103,6 +103,11 @@ static void url_query_secrets_redacted(void)
         CHECK(strcmp(u.redacted, text) == 0);
         dlock__url_free(&u);
     }
+    /* An empty password is shown as "***" once (it was written again and
+     * again past the buffer: fuzz_url). */
+    CHECK_RC(dlock__url_parse(&u, "redis://alice:@h:1?password=&x=1"), DLOCK_OK);
+    CHECK(strcmp(u.redacted, "redis://alice:***@h:1?password=***&x=1") == 0);
+    dlock__url_free(&u);
     /* First in the query, last, empty; a look-alike name is kept. */
     CHECK_RC(dlock__url_parse(&u, "zk://h?password=Zq7-s3cr3t&keys=1&passwords_file=f&key_secret="
                                   "&acls=1&xacl=2"),
@@ -496,6 +501,33 @@ static void etcd_revision_range(void)
     }
 }
 
+/* Which etcd versions answer a keepalive only as the leader (the fix of
+ * etcd-io/etcd#15247): 3.4.25, 3.5.8 and later; a pre-release of those, an
+ * older release and anything that is not a version are taken for old. */
+static void etcd_version_fixed(void)
+{
+    static const char *const fixed[] = {"3.4.25", "3.4.26", "3.4.37", "3.5.8", "3.5.21",
+                                        "3.6.0",  "3.6.0-alpha.0", "3.7.1", "4.0.0",
+                                        "3.5.8+git", "3.10.0"};
+    static const char *const old[] = {"3.4.23", "3.4.24", "3.4.0", "3.5.7", "3.5.0", "3.3.27",
+                                      "3.2.32", "2.3.8", "3.4.25-rc.0", "3.5.8-rc.1", "",
+                                      "garbage", "3", "3.5", "3.5.", "3.5.x", ".5.8", "3..8",
+                                      "3.5.8 ", "v3.5.8", "3.5.8.1", "9999999.0.0",
+                                      "3.5.99999999"};
+
+    CHECK(!dlock__etcd_version_fixed(NULL));
+    for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+        if (!dlock__etcd_version_fixed(fixed[i])) {
+            fprintf(stderr, "%s taken for old\n", fixed[i]);
+            CHECK(0);
+        }
+    for (size_t i = 0; i < sizeof(old) / sizeof(old[0]); i++)
+        if (dlock__etcd_version_fixed(old[i])) {
+            fprintf(stderr, "%s taken for fixed\n", old[i]);
+            CHECK(0);
+        }
+}
+
 /* ---- etcd's gRPC transcoder (etcd_grpc.c) ------------------------------- */
 
 /* The method of a gateway path: its request or reply type. */
@@ -697,6 +729,7 @@ TEST_MAIN({"url_redis_full", url_redis_full, NULL}, {"url_forms", url_forms, NUL
           {"url_huge", url_huge, NULL}, {"duration", duration, NULL}, {"error_table", error_table, NULL},
           {"open_bad_input", open_bad_input, NULL},
           {"etcd_revision_range", etcd_revision_range, NULL},
+          {"etcd_version_fixed", etcd_version_fixed, NULL},
           {"etcd_grpc_wire_bytes", etcd_grpc_wire_bytes, NULL},
           {"etcd_grpc_gateway_mapping", etcd_grpc_gateway_mapping, NULL},
           {"etcd_grpc_bad_requests", etcd_grpc_bad_requests, NULL},

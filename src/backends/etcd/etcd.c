@@ -60,6 +60,37 @@ static void etcd_close(void *arg)
     free(be);
 }
 
+/*
+ * Which etcd answers (Maintenance Status's version), once at open: before
+ * 3.4.25 and 3.5.8 a leader cut off from the others, or stuck on its disk,
+ * could renew a lease in a keepalive while the real leader let it run out
+ * (etcd-io/etcd#15247). For those, and for a server whose version cannot be
+ * read (an ACL, a proxy), each renewal is confirmed by the lease's TTL
+ * (etcd_renew); acquire and release are as they are on any server.
+ */
+static void server_version(dlock__etcd_be *be, dlock__etcd_conn *c,
+                           const dlock_client_options *opts)
+{
+    json_t *reply = NULL;
+    const char *v = NULL;
+    char msg[400];
+
+    if (dlock__etcd_be_call(be, c, "/v3/maintenance/status", json_object(), &reply) ==
+        DLOCK_OK)
+        v = json_string_value(json_object_get(reply, "version"));
+    be->confirm_renewals = !dlock__etcd_version_fixed(v);
+    if (be->confirm_renewals && opts->log != NULL) {
+        snprintf(msg, sizeof(msg), "%s: etcd %.32s%s: each lease renewal is confirmed by the "
+                 "lease's TTL (etcd before 3.4.25 and 3.5.8 can renew on a stale leader; "
+                 "docs/etcd.md)", dlock__etcd_where(be->http, dlock__etcd_current(be->http)),
+                 v != NULL && strspn(v, "0123456789.-+abcdefghijklmnopqrstuvwxyz") == strlen(v)
+                     ? v : "of unknown version",
+                 v != NULL ? "" : " (Maintenance Status not answered)");
+        opts->log(DLOCK_LOG_INFO, msg, opts->log_payload);
+    }
+    json_decref(reply);
+}
+
 static int etcd_open(void **out, const dlock_url *url, const dlock_client_options *opts)
 {
     dlock__etcd_be *be;
@@ -89,9 +120,12 @@ static int etcd_open(void **out, const dlock_url *url, const dlock_client_option
         be, c, "/v3/kv/range",
         json_pack("{s:o, s:b}", "key", dlock__etcd_str(be->prefix), "count_only", 1), &reply);
     json_decref(reply);
+    if (rc == DLOCK_OK)
+        server_version(be, c, opts);
     dlock__etcd_conn_put(be->http, c);
     if (rc != DLOCK_OK)
         goto err;
+    dlock__clear_error();
     *out = be;
     return DLOCK_OK;
 
@@ -399,6 +433,55 @@ static int etcd_extend(void *arg, const dlock_request *req)
  * reply was lost may have moved (to a lease nobody keeps alive, perhaps
  * shorter than ours): it is moved back onto the lease renewed here.
  */
+/*
+ * On an etcd before 3.4.25 / 3.5.8 (be->confirm_renewals): a keepalive may
+ * have been answered by a stale leader, which renews the lease in its own
+ * lessor while the real leader counts it down. The renewal's txn before
+ * this is a linearizable read, so the member has since confirmed it leads
+ * a quorum, or stepped down and forwards to the leader; the lease's TTL
+ * read now is the real leader's. A renewal (sent at sent) stands only when
+ * that TTL, read from when it was asked, covers the deadline the core will
+ * set, sent + lease_ms, within etcd's granularity (whole seconds, cut
+ * down, so one second is added). A lease the leader no longer has is lost;
+ * one whose TTL falls short fails the call (DLOCK_ESERVER): the deadline
+ * does not move, and the core tries again. One TimeToLive a lock, on
+ * renewals only.
+ */
+static int confirm_renewals(dlock__etcd_be *be, dlock_renewal *items, size_t n,
+                            const int64_t *ids, int64_t sent)
+{
+    for (size_t i = 0; i < n; i++) {
+        int64_t asked = dlock__now_ms(), ttl = -1, left;
+        json_t *reply = NULL;
+        int rc;
+        if (items[i].result != DLOCK_OK)
+            continue;
+        rc = dlock__etcd_be_call(be, be->wd, "/v3/lease/timetolive",
+                                 json_pack("{s:I}", "ID", (json_int_t)ids[i]), &reply);
+        /* TTL -1 (or NOT_FOUND): no such lease; 0: under a second left. */
+        if (rc == DLOCK_OK && (dlock__etcd_int(reply, "TTL", &ttl) != 0 || ttl < -1 ||
+                               ttl > INT64_MAX / 1000 - 1))
+            rc = dlock__etcd_bad_reply(be, "lease timetolive");
+        json_decref(reply);
+        if (rc == DLOCK_ESERVER && be->wd->grpc_code == DLOCK__GRPC_NOT_FOUND)
+            rc = DLOCK_OK, ttl = -1;
+        if (rc != DLOCK_OK)
+            return rc;
+        left = ttl * 1000;
+        if (ttl < 0)
+            items[i].result = DLOCK_ELOST;
+        else if (asked + left + 1000 < sent + items[i].req->lease_ms)
+            return dlock__fail(DLOCK_ESERVER, "%s: lock '%s': the keepalive was answered but "
+                               "the leader's lease has %lld ms left, short of the %lld ms "
+                               "renewed: not renewed (a stale leader may have answered; "
+                               "etcd before 3.4.25 and 3.5.8)",
+                               dlock__etcd_where(be->http, dlock__etcd_current(be->http)),
+                               items[i].req->name, (long long)left,
+                               (long long)(sent + items[i].req->lease_ms - asked));
+    }
+    return DLOCK_OK;
+}
+
 static int etcd_renew(void *arg, dlock_renewal *items, size_t n)
 {
     dlock__etcd_be *be = arg;
@@ -475,6 +558,8 @@ static int etcd_renew(void *arg, dlock_renewal *items, size_t n)
         }
         json_decref(reply);
     }
+    if (rc == DLOCK_OK && be->confirm_renewals)
+        rc = confirm_renewals(be, items, n, ids, sent);
 done:
     for (size_t i = 0; keys != NULL && i < n; i++)
         dlock__etcd_keys_free(&keys[i]);

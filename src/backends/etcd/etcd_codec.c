@@ -235,3 +235,36 @@ char *dlock__etcd_prefix_end(const char *prefix)
     free(end);
     return NULL;
 }
+
+/* A decimal number of at most 6 digits at *p, moved past it; -1 if none. */
+static long version_part(const char **p)
+{
+    long n = 0;
+    int digits = 0;
+
+    while (**p >= '0' && **p <= '9' && digits < 7) {
+        n = n * 10 + (**p - '0');
+        (*p)++;
+        digits++;
+    }
+    return digits == 0 || digits > 6 ? -1 : n;
+}
+
+int dlock__etcd_version_fixed(const char *v)
+{
+    long major, minor, patch;
+    int pre;
+
+    if (v == NULL || (major = version_part(&v)) < 0 || *v++ != '.' ||
+        (minor = version_part(&v)) < 0 || *v++ != '.' || (patch = version_part(&v)) < 0 ||
+        (*v != '\0' && *v != '-' && *v != '+'))
+        return 0;
+    pre = *v == '-';
+    if (major != 3)
+        return major > 3;
+    if (minor == 4)
+        return patch > 25 || (patch == 25 && !pre);
+    if (minor == 5)
+        return patch > 8 || (patch == 8 && !pre);
+    return minor > 5;
+}

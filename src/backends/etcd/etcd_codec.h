@@ -68,4 +68,15 @@ char *dlock__etcd_dir(const char *prefix, const char *name);
  * its last byte plus one), malloc'd. */
 char *dlock__etcd_prefix_end(const char *prefix);
 
+/*
+ * Whether an etcd server of version text v (the Maintenance Status reply's
+ * "version", e.g. "3.5.8") answers a lease keepalive only as the current
+ * leader: the fix of etcd-io/etcd#15247 (a stale leader, stuck or cut off,
+ * renewed leases the real leader was revoking), in 3.4.25, 3.5.8 and every
+ * later release. 0 for older servers, a pre-release of those two, and any
+ * text that is not MAJOR.MINOR.PATCH[-...|+...] (NULL included): a server
+ * dlock cannot place is taken for an old one (docs/etcd.md).
+ */
+int dlock__etcd_version_fixed(const char *v);
+
 #endif

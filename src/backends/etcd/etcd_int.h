@@ -45,6 +45,10 @@ typedef struct {
     char *value;          /* what every lock key holds: the client name */
     dlock__etcd_conn *wd; /* the watchdog thread's alone */
     dlock__etcd_spares *spares; /* etcd_spare.c */
+    /* The server answered at open runs an etcd before 3.4.25 / 3.5.8, whose
+     * stale leader may answer a keepalive (or whose version could not be
+     * read): each renewal is confirmed by the lease's TTL (etcd_renew). */
+    int confirm_renewals;
     /* Key ids whose keys are known gone, for the next tokens (etcd_keys.c). */
     pthread_mutex_t ids_mu;
     int64_t free_ids[DLOCK__ETCD_FREE_IDS];

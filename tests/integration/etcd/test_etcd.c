@@ -58,6 +58,22 @@ static long long kv_requests(test_etcd *e, int member)
            served(e, member, "DeleteRange") + served(e, member, "Put");
 }
 
+/* Whether member 0 runs an etcd before 3.4.25 / 3.5.8, by the version its
+ * metrics report (etcd_server_version{server_version="..."}). */
+static int server_before_keepalive_fix(test_etcd *e)
+{
+    char metric[96];
+
+    for (int minor = 4; minor <= 5; minor++)
+        for (int patch = 0; patch < (minor == 4 ? 25 : 8); patch++) {
+            snprintf(metric, sizeof(metric),
+                     "etcd_server_version{server_version=\"3.%d.%d\"}", minor, patch);
+            if (test_etcd_metric(e, 0, metric) > 0)
+                return 1;
+        }
+    return 0;
+}
+
 /* ---------------------------------------------------------------------- */
 
 /* The codec: base64 both ways, int64 as string or number, zero fields left
@@ -2002,7 +2018,56 @@ static void cli_run(void)
 #endif
 }
 
+/*
+ * Before 3.4.25 and 3.5.8 a stale leader could answer a keepalive while the
+ * real leader let the lease run out (etcd-io/etcd#15247). On such a server
+ * (Debian's etcd is 3.4.23) every renewal is confirmed by the lease's TTL,
+ * one LeaseTimeToLive a lock after the renewal's linearizable txn, before
+ * the deadline moves; on a newer one, none. Acquire and release ask no TTL
+ * on either.
+ */
+static void renewal_confirmed_on_old_server(void)
+{
+    test_etcd e;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 3000, 0);
+    dlock_stats st = DLOCK_STATS_INIT;
+    long long before;
+    int old;
+
+    test_etcd_start(&e, 1, NULL);
+    old = server_before_keepalive_fix(&e);
+    fprintf(stderr, "etcd before the keepalive fix: %s\n", old ? "yes" : "no");
+    c = open_client(&e);
+    before = served(&e, 0, "LeaseTimeToLive");
+    for (int i = 0; i < 5; i++) {
+        CHECK_RC(dlock_acquire(&l, c, "confirm", &o), DLOCK_OK);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+    }
+    CHECK(served(&e, 0, "LeaseTimeToLive") == before);
+    o.auto_renew = 1;
+    CHECK_RC(dlock_acquire(&l, c, "confirm", &o), DLOCK_OK);
+    for (int i = 0; i < 1000 && st.renewals < 3; i++) {
+        test_sleep_ms(10);
+        CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
+    }
+    CHECK(st.renewals >= 3);
+    CHECK(!dlock_lock_lost(l));
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
+    fprintf(stderr, "renewals %llu, LeaseTimeToLive %lld\n", (unsigned long long)st.renewals,
+            served(&e, 0, "LeaseTimeToLive") - before);
+    if (old)
+        CHECK(served(&e, 0, "LeaseTimeToLive") - before >= (long long)st.renewals);
+    else
+        CHECK(served(&e, 0, "LeaseTimeToLive") == before);
+    dlock_client_free(c);
+    test_etcd_stop(&e);
+}
+
 TEST_MAIN({"codec", codec, NULL}, {"url_and_open_errors", url_and_open_errors, NULL},
+          {"renewal_confirmed_on_old_server", renewal_confirmed_on_old_server, "watchdog"},
           {"leases_follow_the_lock", leases_follow_the_lock, NULL},
           {"two_raft_writes_per_cycle", two_raft_writes_per_cycle, NULL},
           {"keys_reused_across_cycles", keys_reused_across_cycles, "watchdog"},
