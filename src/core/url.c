@@ -217,6 +217,7 @@ static int build_redacted(dlock_url *u, const char *text, const char *auth_start
         if (colon != NULL && p == colon + 1) {
             memcpy(out + k, "***", 3), k += 3;
             p = auth_end;
+            colon = NULL; /* once: an empty password leaves p where it was */
             continue;
         }
         out[k++] = *p;
