@@ -629,6 +629,24 @@ static int zk_release(void *arg, const dlock_request *req)
     return rc;
 }
 
+/*
+ * Whether a lease of lease_ms still fits session s. ZooKeeper keeps a
+ * session only until the last contact + the timeout negotiated at the last
+ * (re)connect, and a reconnect may negotiate a shorter one than the lease
+ * was taken under (a server restarted with a lower maxSessionTimeout, an
+ * ensemble member with one): a renewal would then count the lease past
+ * what the server promises. Such a hold is lost, not renewed.
+ */
+static int fits_session(dlock__zk_sess *s, int64_t lease_ms)
+{
+    int64_t timeout;
+
+    pthread_mutex_lock(&s->mu);
+    timeout = s->timeout_ms;
+    pthread_mutex_unlock(&s->mu);
+    return lease_ms <= timeout;
+}
+
 /* ZOK if token's node exists in the session that made it; DLOCK_ELOST if
  * not; or an error. h: the hold, copied. */
 static int check_hold(dlock__zk_be *be, const dlock_request *req, hold_t *h)
@@ -637,7 +655,7 @@ static int check_hold(dlock__zk_be *be, const dlock_request *req, hold_t *h)
 
     if (!hold_copy(be, req->token, h))
         return DLOCK_ELOST;
-    if (!dlock__zk_sess_alive(h->sess, h->gen))
+    if (!dlock__zk_sess_alive(h->sess, h->gen) || !fits_session(h->sess, h->lease_ms))
         return DLOCK_ELOST;
     rc = dlock__zk_exists(h->sess, h->node, 0, NULL);
     if (rc == ZNONODE)
@@ -715,7 +733,8 @@ static int zk_renew(void *arg, dlock_renewal *items, size_t n)
     for (size_t i = 0; i < n; i++) {
         items[i].result = DLOCK_ELOST;
         if (hold_copy(be, items[i].req->token, &hs[i]) &&
-            !dlock__zk_sess_alive(hs[i].sess, hs[i].gen)) {
+            (!dlock__zk_sess_alive(hs[i].sess, hs[i].gen) ||
+             !fits_session(hs[i].sess, items[i].req->lease_ms))) {
             free(hs[i].node);
             hs[i].node = NULL;
         }

@@ -938,7 +938,68 @@ static void bad_urls(void)
     CHECK_CONTAINS(dlock_error_message(), "unknown parameter 'sesion_timeout_ms'");
 }
 
+/*
+ * A reconnect may negotiate a shorter session timeout than the lease was
+ * taken under: a standalone server restarted (same data: the session
+ * survives) with maxSessionTimeout 10 s, under a lock of 20 s lease in the
+ * client's long session (30 s before). After the reconnect the lock is
+ * reported lost at the first renewal, rather than renewed for 20 s in a
+ * session the server keeps 10 s past the last contact: never a validity
+ * beyond the new timeout.
+ */
+static void session_timeout_shrinks_on_reconnect(void)
+{
+    test_zk z;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 20000, 1);
+    dlock_stats st = DLOCK_STATS_INIT;
+    char cfg[128];
+    FILE *f;
+    uint64_t renewed;
+
+    atomic_store(&test_lost_calls, 0);
+    /* Sessions up to 30 s: with the usual hour, the C client did not
+     * reconnect within 20 s (its pause before a reconnect grows with the
+     * session timeout). */
+    test_zk_start(&z, 1, "maxSessionTimeout=30000\n");
+    c = open_url(z.url, 2000);
+    o.on_lost = test_count_lost;
+    CHECK_RC(dlock_acquire(&l, c, "shrink", &o), DLOCK_OK);
+    /* A later line of zoo.cfg wins: the restart reads the lower maximum. */
+    snprintf(cfg, sizeof(cfg), "%s/m0/zoo.cfg", z.dir);
+    CHECK((f = fopen(cfg, "a")) != NULL);
+    fprintf(f, "maxSessionTimeout=10000\n");
+    fclose(f);
+    CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
+    renewed = st.renewals;
+    test_zk_restart(&z, 0);
+    /* Until the watchdog has renewed after the reconnect, or lost the lock. */
+    for (int i = 0; i < 3000 && !dlock_lock_lost(l); i++) {
+        CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
+        if (st.renewals > renewed)
+            break;
+        test_sleep_ms(10);
+    }
+    fprintf(stderr, "renewals after the restart: %llu, lost: %d, valid %lld ms\n",
+            (unsigned long long)(st.renewals - renewed), dlock_lock_lost(l),
+            (long long)dlock_lock_valid_ms(l));
+    CHECK(dlock_lock_lost(l) || dlock_lock_valid_ms(l) <= 10000 + 1);
+    CHECK(dlock_lock_lost(l));
+    CHECK(atomic_load(&test_lost_calls) == 1);
+    CHECK_RC(dlock_release(l), DLOCK_ELOST);
+    /* A lease within the new timeout is taken and kept as before. */
+    o.lease_ms = 5000;
+    o.on_lost = NULL;
+    CHECK_RC(dlock_acquire(&l, c, "shrink", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+    test_zk_stop(&z);
+}
+
 TEST_MAIN({"curator_node_names", curator_node_names, NULL},
+          {"session_timeout_shrinks_on_reconnect", session_timeout_shrinks_on_reconnect,
+           "watchdog"},
           {"lost_create_reply", lost_create_reply, NULL},
           {"lost_create_reply_found_again", lost_create_reply_found_again, NULL},
           {"sigstop_holder", sigstop_holder, "watchdog"},
