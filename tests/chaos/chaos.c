@@ -45,6 +45,9 @@
 #include "chaos.h"
 #include "chaos_proxy.h"
 #include "test.h"
+#ifdef DLOCK_TEST_POSTGRES
+#include "test_pg.h"
+#endif
 
 /* ---- options ------------------------------------------------------------ */
 
@@ -80,6 +83,10 @@ typedef struct server {
     test_redis r[CHAOS_NODES_MAX]; /* redis: r[0]; redlock: one per node */
     test_etcd e;
     test_zk z;
+    test_mariadb m;
+#ifdef DLOCK_TEST_POSTGRES
+    test_pg pg;
+#endif
     int port[CHAOS_NODES_MAX]; /* each node's loopback port */
 } server;
 
@@ -105,6 +112,13 @@ typedef struct {
     /* How long, beyond its lease, a dead holder's lock may stay taken on
      * this backend, waiters' wake-up included (the unavailability bound). */
     int64_t detect_ms;
+    /* 1: the lock belongs to a server session (PostgreSQL's advisory mode,
+     * MySQL's named mode), which the server ends with its connection, at
+     * once, whatever the lease; the holder hears of it at its next
+     * renewal. A connection the network closes (proxy-drop) then lets the
+     * next holder in while the holder still believes: a documented limit
+     * of session locks (docs/postgres.md, docs/mysql.md), shown ok*. */
+    int session_bound;
 } backend;
 
 /* The ACL file in dir, and redis-server's arguments for it. */
@@ -246,21 +260,116 @@ static void zk_url(char *buf, size_t size, const int *port)
     snprintf(buf, size, "zk://127.0.0.1:%d?session_timeout_ms=1500", port[0]);
 }
 
+/* PostgreSQL: one private server (tests/support/test_pg.c), lease-table
+ * mode or advisory mode (mode=advisory: a session lock, which the server
+ * ends with the session). Its WAL is on disk: the kill is PostgreSQL's
+ * immediate shutdown (SIGQUIT to the postmaster: every backend goes at
+ * once, no checkpoint, crash recovery at the next start), as with a crash. */
+#ifdef DLOCK_TEST_POSTGRES
+static void pg_start(server *s, const char *dir, int persist)
+{
+    (void)dir;
+    (void)persist;
+    test_pg_start(&s->pg);
+    s->port[0] = s->pg.port;
+}
+
+static void pg_kill(server *s, int node)
+{
+    (void)node;
+    if (s->pg.pid > 0) {
+        kill(s->pg.pid, SIGCONT);
+        kill(s->pg.pid, SIGQUIT);
+        waitpid(s->pg.pid, NULL, 0);
+        s->pg.pid = 0;
+    }
+}
+
+static void pg_restart(server *s, int node)
+{
+    (void)node;
+    test_pg_restart(&s->pg); /* the postmaster is down: only starts it */
+}
+
+static void pg_stop(server *s)
+{
+    test_pg_stop(&s->pg);
+}
+
+static void pg_url(char *buf, size_t size, const int *port)
+{
+    snprintf(buf, size, "postgres://dlock@127.0.0.1:%d/postgres", port[0]);
+}
+
+static void pg_advisory_url(char *buf, size_t size, const int *port)
+{
+    snprintf(buf, size, "postgres://dlock@127.0.0.1:%d/postgres?mode=advisory", port[0]);
+}
+#endif
+
+/* MySQL/MariaDB: one private mariadbd (tests/support/test_mysql.c), killed
+ * with -9 and started on its data; lease-table mode, or named mode
+ * (mode=named: GET_LOCK, held by a connection of its own). */
+static void mysql_start(server *s, const char *dir, int persist)
+{
+    (void)dir;
+    (void)persist;
+    test_mariadb_start(&s->m);
+    s->port[0] = s->m.port;
+}
+
+static void mysql_kill(server *s, int node)
+{
+    (void)node;
+    test_mariadb_kill(&s->m);
+}
+
+static void mysql_restart(server *s, int node)
+{
+    (void)node;
+    test_mariadb_restart(&s->m);
+}
+
+static void mysql_stop(server *s)
+{
+    test_mariadb_stop(&s->m);
+}
+
+static void mysql_url(char *buf, size_t size, const int *port)
+{
+    snprintf(buf, size, "mysql://dlock:dlockpw@127.0.0.1:%d/dlock_test", port[0]);
+}
+
+static void mysql_named_url(char *buf, size_t size, const int *port)
+{
+    snprintf(buf, size, "mysql://dlock:dlockpw@127.0.0.1:%d/dlock_test?mode=named", port[0]);
+}
+
 /* detect_ms (the last field): Redis and Redlock expire a key on its TTL,
  * and a waiter that heard no release retries within a lease; etcd's lease
  * is whole seconds, expired by the leader's check every 500 ms; ZooKeeper
  * deletes a dead holder's node when its session (1.5 s) ends, checked every
  * tick (250 ms). */
 static const backend backends[] = {
-    {"redis", 400, 1, 1, redis_start, redis_kill, redis_restart, redis_stop, redis_url, 400},
+    {"redis", 400, 1, 1, redis_start, redis_kill, redis_restart, redis_stop, redis_url, 400, 0},
     /* etcd leases are whole seconds. */
-    {"etcd", 1000, 0, 1, etcd_start, etcd_kill, etcd_restart, etcd_stop, etcd_url, 1000},
+    {"etcd", 1000, 0, 1, etcd_start, etcd_kill, etcd_restart, etcd_stop, etcd_url, 1000, 0},
     /* A node must answer within lease / 10 (the node timeout): at 400 ms
      * that is 40 ms, which an fsync on a loaded disk can exceed. */
     {"redlock", 1000, 1, REDLOCK_NODES, redlock_start, redis_kill, redis_restart, redlock_stop,
-     redlock_url, 1000},
+     redlock_url, 1000, 0},
     /* A lease must fit in the session (docs/zookeeper.md): 1 s in 1.5 s. */
-    {"zk", 1000, 0, 1, zk_start, zk_kill, zk_restart, zk_stop, zk_url, 1500},
+    {"zk", 1000, 0, 1, zk_start, zk_kill, zk_restart, zk_stop, zk_url, 1500, 0},
+    /* SQL: a statement's round trip and a commit's fsync are slower than
+     * Redis'; a waiter polls (detection: a lease). */
+#ifdef DLOCK_TEST_POSTGRES
+    {"postgres", 1000, 0, 1, pg_start, pg_kill, pg_restart, pg_stop, pg_url, 1000, 0},
+    {"postgres-advisory", 1000, 0, 1, pg_start, pg_kill, pg_restart, pg_stop, pg_advisory_url,
+     1000, 1},
+#endif
+    {"mysql", 1000, 0, 1, mysql_start, mysql_kill, mysql_restart, mysql_stop, mysql_url, 1000, 0},
+    {"mysql-named", 1000, 0, 1, mysql_start, mysql_kill, mysql_restart, mysql_stop,
+     mysql_named_url, 1000, 1},
 };
 
 /* ---- nemeses ------------------------------------------------------------ */
@@ -275,6 +384,8 @@ enum {
     N_DROP,
     N_BLACKHOLE,
     N_CLOCK,
+    N_WAITER,
+    N_SESSION,
     N_MIXED,
     N_COUNT
 };
@@ -298,6 +409,10 @@ static const struct {
     [N_DROP] = {"proxy-drop", 0, 1, "proxy closes every connection"},
     [N_BLACKHOLE] = {"proxy-blackhole", 0, 1, "proxy forwards nothing for 0.5-2.5 leases"},
     [N_CLOCK] = {"clock-jump", 0, 0, "libfaketime: workers' wall clock jumps +-hours/days"},
+    [N_WAITER] = {"waiter", 0, 0, "SIGKILL (then a new worker) or SIGSTOP for 1.5-3 leases a "
+                                  "worker waiting for the lock, most often not the first in line"},
+    [N_SESSION] = {"session-expiry", 0, 1, "proxy forwards nothing for the backend's detection "
+                                           "time + 1-2 leases (ZooKeeper: past the session)"},
     [N_MIXED] = {"mixed", 1, 1, "a random one of pause, kill-holder, server-kill, "
                                 "proxy-*, each step"},
 };
@@ -622,6 +737,69 @@ static void do_blackhole(run_ctx *c)
     proxy_set(c, mask, CHAOS_PROXY_PASS, 0);
 }
 
+/* A waiter: a worker inside dlock_acquire that is not the holder. With 8
+ * workers there are several; which one is first in line the runner cannot
+ * see, so most picks are in the middle of the queue, and the lock's next
+ * grant passes over them (killed: their queue entry goes with their lease
+ * or session; stopped: they hold up the line until they are). */
+static void do_waiter(run_ctx *c)
+{
+    int64_t start = chaos_now_us(), pause_ms = lease_ms * 3 / 2 + rnd(c, (unsigned)(lease_ms * 3 / 2));
+    int slot = -1, id, first;
+
+    while (slot < 0 && chaos_now_us() - start < 400000 && chaos_now_us() < c->until_us) {
+        first = (int)rnd(c, (unsigned)opt_workers);
+        for (int k = 0; k < opt_workers && slot < 0; k++) {
+            int i = (first + k) % opt_workers;
+            if (c->pids[i] > 0 && i != c->stopped_slot &&
+                atomic_load(&c->slots[i].phase) == PHASE_ACQUIRING)
+                slot = i;
+        }
+        if (slot < 0)
+            usleep(500);
+    }
+    if (slot < 0)
+        return;
+    /* A stall must end a lease before the run does. */
+    if (rnd(c, 2) == 0 && (c->until_us - chaos_now_us()) / 1000 > pause_ms + lease_ms) {
+        id = atomic_load(&c->slots[slot].id);
+        kill(c->pids[slot], SIGSTOP);
+        runner_event(c, "stop", id, 0);
+        c->stopped_slot = slot;
+        c->faults++;
+        test_sleep_ms((long)pause_ms);
+        kill(c->pids[slot], SIGCONT);
+        c->stopped_slot = -1;
+        runner_event(c, "cont", id, 0);
+        return;
+    }
+    id = atomic_load(&c->slots[slot].id);
+    kill(c->pids[slot], SIGKILL);
+    runner_event(c, "kill", id, 0);
+    waitpid(c->pids[slot], NULL, 0);
+    c->pids[slot] = 0;
+    c->faults++;
+    atomic_store(&c->slots[slot].phase, PHASE_IDLE);
+    spawn_worker(c, slot);
+}
+
+/* Cut every client off for longer than the backend takes to end a silent
+ * holder (ZooKeeper: its session), with the clients running: the server
+ * ends their sessions and leases while they cannot hear it, and they must
+ * see it when they come back. */
+static void do_session(run_ctx *c)
+{
+    int64_t ms = c->be->detect_ms + lease_ms + rnd(c, (unsigned)lease_ms);
+    unsigned mask = pick_minority(c);
+
+    /* Longer than a short run has left, often: the clients come back
+     * after its end, and finish their step then. */
+    proxy_set(c, mask, CHAOS_PROXY_BLACKHOLE, 0);
+    c->faults++;
+    test_sleep_ms((long)ms);
+    proxy_set(c, mask, CHAOS_PROXY_PASS, 0);
+}
+
 static void do_clock(run_ctx *c)
 {
     /* Never 0: every step must move the workers' wall clock. */
@@ -679,8 +857,17 @@ static void nemesis_step(run_ctx *c, int n)
         sleep_until_or(c, (c->faults == 0 ? 1200 : 400) + rnd(c, 600));
         do_clock(c);
         break;
+    case N_WAITER:
+        sleep_until_or(c, lease_ms / 2 + rnd(c, (unsigned)lease_ms));
+        do_waiter(c);
+        break;
+    case N_SESSION:
+        sleep_until_or(c, lease_ms / 2 + rnd(c, (unsigned)lease_ms));
+        do_session(c);
+        break;
     case N_MIXED: {
-        static const int pick[] = {N_PAUSE, N_KILL, N_SERVER_PERSIST, N_DELAY, N_DROP, N_BLACKHOLE};
+        static const int pick[] = {N_PAUSE, N_KILL, N_SERVER_PERSIST, N_DELAY, N_DROP, N_BLACKHOLE,
+                                   N_WAITER};
         nemesis_step(c, pick[rnd(c, sizeof(pick) / sizeof(pick[0]))]);
         break;
     }
@@ -746,6 +933,7 @@ typedef struct {
     long acq_fail;
     double max_unavail; /* in leases */
     double unavail_bound; /* in leases; 0: none for this nemesis */
+    int conn_ends_lock; /* a session lock under a nemesis that closes connections */
     int crashed, hung, store_errors, no_effect, wall_jumps;
     int ran_nothing;
 } row;
@@ -959,6 +1147,13 @@ static int missed(const hold *h, int overtaken, int forgets, row *r)
     return 1;
 }
 
+/* A session lock (backend.session_bound) under a nemesis that closes
+ * connections: the server ends the lock with its connection. */
+static int conn_ends_lock(const backend *be, int nemesis)
+{
+    return be->session_bound && (nemesis == N_DROP || nemesis == N_MIXED);
+}
+
 static void check_run(run_ctx *c, row *r, int nemesis)
 {
     event *ev;
@@ -1129,7 +1324,8 @@ static void check_run(run_ctx *c, row *r, int nemesis)
                 overtaken = 1;
         }
         r->overlaps += overlapped;
-        if (missed(&holds[i], overtaken, nemesis == N_SERVER_VOLATILE, r))
+        if (missed(&holds[i], overtaken,
+                   nemesis == N_SERVER_VOLATILE || conn_ends_lock(c->be, nemesis), r))
             fprintf(stderr, "chaos: %s: worker %d, fence %llu: %s, never told (release %d%s)\n",
                     c->dir, holds[i].worker, (unsigned long long)holds[i].fence,
                     holds[i].waited ? "saw its loss" : overtaken ? "overtaken" : "lease lapsed",
@@ -1376,6 +1572,7 @@ static void run_once(const backend *be, int nemesis, int broken, unsigned seed, 
     r->runs++;
     r->faults += c.faults;
     r->unavail_bound = unavail_bound(be, nemesis);
+    r->conn_ends_lock = conn_ends_lock(be, nemesis);
     r->crashed += c.crashed;
     r->hung += c.hung;
     if (nemesis != N_NONE && c.faults == 0)
@@ -1403,7 +1600,7 @@ out:
  * persistence): it forgets the lock and its fence counter. */
 static const char *verdict(const row *r, int nemesis, char *why, size_t size)
 {
-    int forgets = nemesis == N_SERVER_VOLATILE;
+    int forgets = nemesis == N_SERVER_VOLATILE || r->conn_ends_lock;
 
     why[0] = '\0';
     if (r->viol && !forgets)
@@ -1412,7 +1609,7 @@ static const char *verdict(const row *r, int nemesis, char *why, size_t size)
         snprintf(why, size, "lost updates");
     else if (r->fence_viol && !forgets)
         snprintf(why, size, "fence order");
-    else if (r->missed_on_lost)
+    else if (r->missed_on_lost && !r->conn_ends_lock)
         snprintf(why, size, "holder never told");
     else if (r->crashed || r->hung)
         snprintf(why, size, "%d crashed, %d hung workers", r->crashed, r->hung);
@@ -1427,6 +1624,11 @@ static const char *verdict(const row *r, int nemesis, char *why, size_t size)
         snprintf(why, size, "no hold or write in a run");
     if (why[0] != '\0')
         return "FAIL";
+    if ((r->fence_viol || r->viol || r->missed_on_lost) && r->conn_ends_lock) {
+        snprintf(why, size, "a session lock ends with its dropped connection, before its holder "
+                 "can know (documented)");
+        return "ok*";
+    }
     if ((r->fence_viol || r->viol) && forgets) {
         snprintf(why, size, "the lock and its fences restart with the data (documented)");
         return "ok*";
@@ -1438,7 +1640,7 @@ static void print_rows(FILE *f, int markdown, const char *be_name, const int *wh
                        row *rows, int header)
 {
     const char *h = markdown ? "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n"
-                             : "%-7s %-20s %4s %6s %6s %8s %5s %6s %7s %7s %7s %7s %8s %s\n";
+                             : "%-17s %-20s %4s %6s %6s %8s %5s %6s %7s %7s %7s %7s %8s %s\n";
     char why[96];
 
     if (header)
@@ -1453,7 +1655,7 @@ static void print_rows(FILE *f, int markdown, const char *be_name, const int *wh
             continue;
         fprintf(f, markdown ? "| %s | %s | %d | %ld | %ld | %ld | %ld | %ld | %ld | %ld | %ld | "
                               "%ld | %.2f | %s%s%s |\n"
-                            : "%-7s %-20s %4d %6ld %6ld %8ld %5ld %6ld %7ld %7ld %7ld %7ld %8.2f "
+                            : "%-17s %-20s %4d %6ld %6ld %8ld %5ld %6ld %7ld %7ld %7ld %7ld %8.2f "
                               "%s%s%s\n",
                 be_name, nemeses[which[i]].name, r->runs, r->holds, r->faults, r->overlaps,
                 r->viol, r->fence_viol, r->lost_updates, r->on_lost, r->missed_on_lost,
@@ -1470,7 +1672,7 @@ static void print_summary(FILE *f, int markdown, const backend *const *chosen, i
     fprintf(f, markdown ? "| backend | rows | runs | faults | violations | lost updates | "
                           "missed losses | unavailability (leases) | worst vs bound | failed rows |\n"
                           "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n"
-                        : "\n%-10s %4s %5s %7s %10s %12s %13s %8s %10s %6s\n",
+                        : "\n%-17s %4s %5s %7s %10s %12s %13s %8s %10s %6s\n",
             "backend", "rows", "runs", "faults", "violations", "lost-updates", "missed-losses",
             "unavail", "vs-bound", "failed");
     for (int b = 0; b < nb; b++) {
@@ -1486,10 +1688,10 @@ static void print_summary(FILE *f, int markdown, const backend *const *chosen, i
             nrows++;
             runs += r->runs;
             faults += r->faults;
-            if (which[i] != N_SERVER_VOLATILE)
+            if (which[i] != N_SERVER_VOLATILE && !r->conn_ends_lock)
                 viol += r->viol + r->fence_viol;
             lost += r->lost_updates;
-            missed += r->missed_on_lost;
+            missed += r->conn_ends_lock ? 0 : r->missed_on_lost;
             if (r->max_unavail > unavail)
                 unavail = r->max_unavail;
             if (r->unavail_bound > 0 && r->max_unavail / r->unavail_bound > worst)
@@ -1497,7 +1699,7 @@ static void print_summary(FILE *f, int markdown, const backend *const *chosen, i
             failed += strcmp(verdict(r, which[i], why, sizeof(why)), "FAIL") == 0;
         }
         fprintf(f, markdown ? "| %s | %ld | %ld | %ld | %ld | %ld | %ld | %.2f | %.2f | %ld |\n"
-                            : "%-10s %4ld %5ld %7ld %10ld %12ld %13ld %8.2f %10.2f %6ld\n",
+                            : "%-17s %4ld %5ld %7ld %10ld %12ld %13ld %8.2f %10.2f %6ld\n",
                 name, nrows, runs, faults, viol, lost, missed, unavail, worst, failed);
     }
 }
