@@ -263,10 +263,10 @@ static int settings_judge(const dlock__redlock_node *node, const redisReply *r, 
     if (r == NULL || r->type != REDIS_REPLY_ARRAY)
         return DLOCK_OK;
     for (size_t e = 0; e + 1 < r->elements; e += 2) {
-        char key[32], value[32], msg[512];
+        char kb[32], vb[32], msg[512];
+        const char *key = setting_text(r->element[e], kb, sizeof(kb));
+        const char *value = setting_text(r->element[e + 1], vb, sizeof(vb));
         const char *flaw;
-        setting_text(r->element[e], key, sizeof(key));
-        setting_text(r->element[e + 1], value, sizeof(value));
         if ((flaw = setting_flaw(key, value)) == NULL)
             continue;
         if (strict)
