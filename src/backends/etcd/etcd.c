@@ -379,6 +379,50 @@ static int move_to_lease(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__e
  * A lease's TTL is fixed when it is granted. The same TTL: keep the lease
  * alive. Another: move the key onto the lease of that TTL.
  */
+/*
+ * On an etcd before 3.4.25 / 3.5.8 (be->confirm_renewals): a keepalive may
+ * have been answered by a stale leader, which renews the lease in its own
+ * lessor while the real leader counts it down. After a linearizable read
+ * that follows the keepalive (the member has since confirmed it leads a
+ * quorum, or stepped down and forwards to the leader), the lease's TTL is
+ * the real leader's. A keepalive sent at sent stands only when that TTL,
+ * read from when it was asked, covers the deadline the core will set, sent
+ * + lease_ms, within etcd's granularity (whole seconds, cut down, so one
+ * second is added). DLOCK_OK; DLOCK_ELOST for a lease the leader no longer
+ * has; DLOCK_ESERVER for a TTL that falls short (the deadline does not
+ * move: the watchdog tries again). One TimeToLive, on renewals and extends
+ * only.
+ */
+static int confirm_lease(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t lease, int64_t sent,
+                         const dlock_request *req)
+{
+    int64_t asked = dlock__now_ms(), ttl = -1;
+    json_t *reply = NULL;
+    int rc = dlock__etcd_be_call(be, c, "/v3/lease/timetolive",
+                                 json_pack("{s:I}", "ID", (json_int_t)lease), &reply);
+
+    /* TTL -1 (or NOT_FOUND): no such lease; 0: under a second left. */
+    if (rc == DLOCK_OK && (dlock__etcd_int(reply, "TTL", &ttl) != 0 || ttl < -1 ||
+                           ttl > INT64_MAX / 1000 - 1))
+        rc = dlock__etcd_bad_reply(be, "lease timetolive");
+    json_decref(reply);
+    if (rc == DLOCK_ESERVER && c->grpc_code == DLOCK__GRPC_NOT_FOUND)
+        rc = DLOCK_OK, ttl = -1;
+    if (rc != DLOCK_OK)
+        return rc;
+    if (ttl < 0)
+        return DLOCK_ELOST;
+    if (asked + ttl * 1000 + 1000 < sent + req->lease_ms)
+        return dlock__fail(DLOCK_ESERVER, "%s: lock '%s': the keepalive was answered but the "
+                           "leader's lease has %lld ms left, short of the %lld ms renewed: "
+                           "not renewed (a stale leader may have answered; etcd before "
+                           "3.4.25 and 3.5.8)",
+                           dlock__etcd_where(be->http, dlock__etcd_current(be->http)),
+                           req->name, (long long)(ttl * 1000),
+                           (long long)(sent + req->lease_ms - asked));
+    return DLOCK_OK;
+}
+
 static int etcd_extend(void *arg, const dlock_request *req)
 {
     dlock__etcd_be *be = arg;
@@ -408,6 +452,13 @@ static int etcd_extend(void *arg, const dlock_request *req)
         rc = dlock__etcd_keepalive(be, c, &kv.lease, 1, &alive);
         if (rc == DLOCK_OK && !alive)
             rc = DLOCK_ELOST;
+        if (rc == DLOCK_OK && be->confirm_renewals) {
+            /* A linearizable read after the keepalive, then the TTL. */
+            dlock__etcd_kv again = {0};
+            rc = read_own_key(be, c, k.key, &again);
+            free(again.key);
+            rc = rc == 1 ? confirm_lease(be, c, kv.lease, sent, req) : rc == 0 ? DLOCK_ELOST : rc;
+        }
         if (rc == DLOCK_OK)
             rc = dlock__etcd_held_set(be, owner, kv.lease, k.ttl);
         if (rc == DLOCK_OK)
@@ -433,51 +484,20 @@ static int etcd_extend(void *arg, const dlock_request *req)
  * reply was lost may have moved (to a lease nobody keeps alive, perhaps
  * shorter than ours): it is moved back onto the lease renewed here.
  */
-/*
- * On an etcd before 3.4.25 / 3.5.8 (be->confirm_renewals): a keepalive may
- * have been answered by a stale leader, which renews the lease in its own
- * lessor while the real leader counts it down. The renewal's txn before
- * this is a linearizable read, so the member has since confirmed it leads
- * a quorum, or stepped down and forwards to the leader; the lease's TTL
- * read now is the real leader's. A renewal (sent at sent) stands only when
- * that TTL, read from when it was asked, covers the deadline the core will
- * set, sent + lease_ms, within etcd's granularity (whole seconds, cut
- * down, so one second is added). A lease the leader no longer has is lost;
- * one whose TTL falls short fails the call (DLOCK_ESERVER): the deadline
- * does not move, and the core tries again. One TimeToLive a lock, on
- * renewals only.
- */
+/* confirm_lease for each renewal still DLOCK_OK, after the renewal's txn
+ * (the linearizable read): ELOST per lock, any other failure for all. */
 static int confirm_renewals(dlock__etcd_be *be, dlock_renewal *items, size_t n,
                             const int64_t *ids, int64_t sent)
 {
     for (size_t i = 0; i < n; i++) {
-        int64_t asked = dlock__now_ms(), ttl = -1, left;
-        json_t *reply = NULL;
         int rc;
         if (items[i].result != DLOCK_OK)
             continue;
-        rc = dlock__etcd_be_call(be, be->wd, "/v3/lease/timetolive",
-                                 json_pack("{s:I}", "ID", (json_int_t)ids[i]), &reply);
-        /* TTL -1 (or NOT_FOUND): no such lease; 0: under a second left. */
-        if (rc == DLOCK_OK && (dlock__etcd_int(reply, "TTL", &ttl) != 0 || ttl < -1 ||
-                               ttl > INT64_MAX / 1000 - 1))
-            rc = dlock__etcd_bad_reply(be, "lease timetolive");
-        json_decref(reply);
-        if (rc == DLOCK_ESERVER && be->wd->grpc_code == DLOCK__GRPC_NOT_FOUND)
-            rc = DLOCK_OK, ttl = -1;
-        if (rc != DLOCK_OK)
-            return rc;
-        left = ttl * 1000;
-        if (ttl < 0)
+        rc = confirm_lease(be, be->wd, ids[i], sent, items[i].req);
+        if (rc == DLOCK_ELOST)
             items[i].result = DLOCK_ELOST;
-        else if (asked + left + 1000 < sent + items[i].req->lease_ms)
-            return dlock__fail(DLOCK_ESERVER, "%s: lock '%s': the keepalive was answered but "
-                               "the leader's lease has %lld ms left, short of the %lld ms "
-                               "renewed: not renewed (a stale leader may have answered; "
-                               "etcd before 3.4.25 and 3.5.8)",
-                               dlock__etcd_where(be->http, dlock__etcd_current(be->http)),
-                               items[i].req->name, (long long)left,
-                               (long long)(sent + items[i].req->lease_ms - asked));
+        else if (rc != DLOCK_OK)
+            return rc;
     }
     return DLOCK_OK;
 }

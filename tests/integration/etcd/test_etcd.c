@@ -2023,8 +2023,8 @@ static void cli_run(void)
  * real leader let the lease run out (etcd-io/etcd#15247). On such a server
  * (Debian's etcd is 3.4.23) every renewal is confirmed by the lease's TTL,
  * one LeaseTimeToLive a lock after the renewal's linearizable txn, before
- * the deadline moves; on a newer one, none. Acquire and release ask no TTL
- * on either.
+ * the deadline moves, and so is an extend's keepalive; on a newer one,
+ * none. Acquire and release ask no TTL on either.
  */
 static void renewal_confirmed_on_old_server(void)
 {
@@ -2033,7 +2033,7 @@ static void renewal_confirmed_on_old_server(void)
     dlock_lock *l;
     dlock_acquire_options o = test_opts(0, 3000, 0);
     dlock_stats st = DLOCK_STATS_INIT;
-    long long before;
+    long long before, extended;
     int old;
 
     test_etcd_start(&e, 1, NULL);
@@ -2054,12 +2054,17 @@ static void renewal_confirmed_on_old_server(void)
     }
     CHECK(st.renewals >= 3);
     CHECK(!dlock_lock_lost(l));
+    /* An extend with a keepalive (the same TTL) is confirmed too. */
+    extended = served(&e, 0, "LeaseTimeToLive");
+    CHECK_RC(dlock_lock_extend(l, 3000), DLOCK_OK);
+    extended = served(&e, 0, "LeaseTimeToLive") - extended;
+    CHECK(old ? extended >= 1 : extended == 0); /* 2 if a renewal came meanwhile */
     CHECK_RC(dlock_release(l), DLOCK_OK);
     CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
     fprintf(stderr, "renewals %llu, LeaseTimeToLive %lld\n", (unsigned long long)st.renewals,
             served(&e, 0, "LeaseTimeToLive") - before);
     if (old)
-        CHECK(served(&e, 0, "LeaseTimeToLive") - before >= (long long)st.renewals);
+        CHECK(served(&e, 0, "LeaseTimeToLive") - before >= (long long)st.renewals + 1);
     else
         CHECK(served(&e, 0, "LeaseTimeToLive") == before);
     dlock_client_free(c);
