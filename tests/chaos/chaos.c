@@ -570,11 +570,41 @@ static int pick_holder(run_ctx *c, int64_t wait_ms)
     return -1;
 }
 
+/* SIGSTOP the worker in slot for ms, then SIGCONT: one fault. fence: what
+ * it held (0 for a waiter), for the history. */
+static void stop_for(run_ctx *c, int slot, int64_t ms, long long fence)
+{
+    int id = atomic_load(&c->slots[slot].id);
+
+    kill(c->pids[slot], SIGSTOP);
+    runner_event(c, "stop", id, fence);
+    c->stopped_slot = slot;
+    c->faults++;
+    test_sleep_ms((long)ms);
+    kill(c->pids[slot], SIGCONT);
+    c->stopped_slot = -1;
+    runner_event(c, "cont", id, 0);
+}
+
+/* SIGKILL the worker in slot and start a new one there: one fault. */
+static void kill_slot(run_ctx *c, int slot, long long fence)
+{
+    int id = atomic_load(&c->slots[slot].id);
+
+    kill(c->pids[slot], SIGKILL);
+    runner_event(c, "kill", id, fence);
+    waitpid(c->pids[slot], NULL, 0);
+    c->pids[slot] = 0;
+    c->faults++;
+    atomic_store(&c->slots[slot].phase, PHASE_IDLE);
+    spawn_worker(c, slot);
+}
+
 static void do_pause(run_ctx *c)
 {
     int64_t pause_ms = lease_ms * 3 / 2 + rnd(c, (unsigned)(lease_ms * 3 / 2));
     int64_t left_ms = (c->until_us - chaos_now_us()) / 1000;
-    int slot, id;
+    int slot;
 
     /* A holder that resumes after the others have left tests nothing: the
      * pause ends a lease before the run does, shortened to fit (never below
@@ -585,32 +615,15 @@ static void do_pause(run_ctx *c)
         return;
     if ((slot = pick_holder(c, 400)) < 0)
         return;
-    id = atomic_load(&c->slots[slot].id);
-    kill(c->pids[slot], SIGSTOP);
-    runner_event(c, "stop", id, (long long)atomic_load(&c->slots[slot].fence));
-    c->stopped_slot = slot;
-    c->faults++;
-    test_sleep_ms((long)pause_ms);
-    kill(c->pids[slot], SIGCONT);
-    c->stopped_slot = -1;
-    runner_event(c, "cont", id, 0);
+    stop_for(c, slot, pause_ms, (long long)atomic_load(&c->slots[slot].fence));
 }
 
 static void do_kill(run_ctx *c)
 {
     int slot = pick_holder(c, 400);
-    int id;
 
-    if (slot < 0)
-        return;
-    id = atomic_load(&c->slots[slot].id);
-    kill(c->pids[slot], SIGKILL);
-    runner_event(c, "kill", id, (long long)atomic_load(&c->slots[slot].fence));
-    waitpid(c->pids[slot], NULL, 0);
-    c->pids[slot] = 0;
-    c->faults++;
-    atomic_store(&c->slots[slot].phase, PHASE_IDLE);
-    spawn_worker(c, slot);
+    if (slot >= 0)
+        kill_slot(c, slot, (long long)atomic_load(&c->slots[slot].fence));
 }
 
 /* The nodes a proxy fault hits, as a bit mask: the server, or for a lock
@@ -745,7 +758,7 @@ static void do_blackhole(run_ctx *c)
 static void do_waiter(run_ctx *c)
 {
     int64_t start = chaos_now_us(), pause_ms = lease_ms * 3 / 2 + rnd(c, (unsigned)(lease_ms * 3 / 2));
-    int slot = -1, id, first;
+    int slot = -1, first;
 
     while (slot < 0 && chaos_now_us() - start < 400000 && chaos_now_us() < c->until_us) {
         first = (int)rnd(c, (unsigned)opt_workers);
@@ -761,26 +774,10 @@ static void do_waiter(run_ctx *c)
     if (slot < 0)
         return;
     /* A stall must end a lease before the run does. */
-    if (rnd(c, 2) == 0 && (c->until_us - chaos_now_us()) / 1000 > pause_ms + lease_ms) {
-        id = atomic_load(&c->slots[slot].id);
-        kill(c->pids[slot], SIGSTOP);
-        runner_event(c, "stop", id, 0);
-        c->stopped_slot = slot;
-        c->faults++;
-        test_sleep_ms((long)pause_ms);
-        kill(c->pids[slot], SIGCONT);
-        c->stopped_slot = -1;
-        runner_event(c, "cont", id, 0);
-        return;
-    }
-    id = atomic_load(&c->slots[slot].id);
-    kill(c->pids[slot], SIGKILL);
-    runner_event(c, "kill", id, 0);
-    waitpid(c->pids[slot], NULL, 0);
-    c->pids[slot] = 0;
-    c->faults++;
-    atomic_store(&c->slots[slot].phase, PHASE_IDLE);
-    spawn_worker(c, slot);
+    if (rnd(c, 2) == 0 && (c->until_us - chaos_now_us()) / 1000 > pause_ms + lease_ms)
+        stop_for(c, slot, pause_ms, 0);
+    else
+        kill_slot(c, slot, 0);
 }
 
 /* Cut every client off for longer than the backend takes to end a silent
