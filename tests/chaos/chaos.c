@@ -1123,7 +1123,8 @@ static void check_beliefs(const event *ev, size_t nev, row *r, const char *dir)
  * being released gets no callback. A handle without on_lost is told by
  * the release's DLOCK_ELOST. Killed holders tell nobody anything. forgets:
  * the server lost its data, and the lock with it (a release then finds the
- * key gone with no lapse the library could see).
+ * key gone with no lapse the library could see; a fence counter that
+ * restarted gets a holder refused by the store with its lease intact).
  */
 static int missed(const hold *h, int overtaken, int forgets, row *r)
 {
@@ -1131,7 +1132,7 @@ static int missed(const hold *h, int overtaken, int forgets, row *r)
 
     if (h->killed || h->lost)
         return 0;
-    if (h->has_on_lost && h->waited && !h->wait_told) {
+    if (h->has_on_lost && h->waited && !h->wait_told && !forgets) {
         r->missed_on_lost++; /* saw its loss; on_lost never came */
         return 1;
     }
