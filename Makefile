@@ -48,8 +48,8 @@ bench-redlock: deps
 	fi
 	@$(BUILD)/bench/dlock-bench --redlock
 
-# Every row (a nemesis on a backend) runs until CHAOS_FAULTS faults: 8 or 9
-# fault nemeses a backend, so at least 1000 faults on each (several hours on
+# Every row (a nemesis on a backend) runs until CHAOS_FAULTS faults: 10 or 11
+# fault nemeses a backend, so at least 1000 faults on each (about 8 hours on
 # 2 cores; docs/verification.md, "Chaos").
 CHAOS_FAULTS ?= 125
 CHAOS_BACKENDS ?= redis,etcd,redlock,zk,postgres,postgres-advisory,mysql,mysql-named
