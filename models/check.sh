@@ -7,10 +7,17 @@
 #     configurations; under the old rule (-DOLD_GRANT), spin must find
 #     property (1) broken; the counterexample is printed;
 #   - the Redlock fence (models/redlock.pml): spin must find no violation of
-#     properties (2) and (3); without the unanimity
-#     check (-DNO_UNANIMITY: F = the highest value in one round, always) and
-#     with a node that forgets its high-water mark (-DFORGET), it must find
-#     (2) broken.
+#     properties (2) and (3), also with a retry that reuses the token
+#     (-DATTEMPTS=2); without the unanimity check (-DNO_UNANIMITY: F = the
+#     highest value in one round, always), with a node that forgets its
+#     high-water mark (-DFORGET) and with round 2 not checking that the key
+#     is ours (-DNO_CONFIRM_CHECK), it must find (2) broken;
+#   - etcd's queue, promote and spare leases (models/etcd_handoff.pml): no
+#     violation of (1) and (2); with each guard taken away (-DNO_FIRST_CMP,
+#     -DNO_REV_CMP, -DFROM_CALL, -DBACK_AT_RELEASE, -DPROMOTE_NO_KA), the
+#     property it guards broken.
+# `models/check.sh --long` also runs the checks that take minutes (owner ids
+# on Redlock, larger bounds; docs/verification.md has their numbers).
 # Each check builds its own pan in a temporary directory. Exits non-zero if
 # any expectation fails.
 set -u
@@ -109,6 +116,9 @@ trail() {
         sed -n 's/^ *\(t=[0-9]\|c[0-9][ :]\|node [0-9]\)/      \1/p'
 }
 
+long=0
+[ "${1:-}" = --long ] && long=1
+
 spin -V
 m=redis_mutex.pml
 check $m none "mutex: new grant rule, 3 clients, 8 ticks"
@@ -119,6 +129,28 @@ m=redlock.pml
 check $m none "redlock: 3 nodes, 2 clients, a renewal each, return at quorum"
 check $m 2 "redlock: no unanimity check, always one round (-DNO_UNANIMITY), 3 nodes, 3 clients" -DNO_UNANIMITY -DCLIENTS=3 -DRENEWS=0
 check $m 2 "redlock: a node forgets its high-water (-DFORGET), 3 nodes, 2 clients" -DFORGET
+check $m none "redlock: a retry with the same token (-DATTEMPTS=2), 2 clients, one retrying, every reply awaited" \
+    -DATTEMPTS=2 -DRETRIERS=1 -DRENEWS=0 -DIN_ORDER -DWAIT_ALL
+check $m 2 "redlock: round 2 without the token check (-DNO_CONFIRM_CHECK), 3 nodes, 2 clients" -DNO_CONFIRM_CHECK
+if [ "$long" = 1 ]; then
+    check $m none "redlock: a retry with the same token, return at quorum (late requests)" \
+        -DATTEMPTS=2 -DRETRIERS=1 -DRENEWS=0 -DIN_ORDER
+    check $m none "redlock: owner ids, 2 nested handles of one owner and another owner" \
+        -DOWNERS -DROUNDS=2 -DRENEWS=0 -DIN_ORDER -DNO_LOSS
+    check $m 2 "redlock: owner ids, the re-entry's fence without its two conditions (-DTENURE_ONE -DTENURE_ANY)" \
+        -DOWNERS -DROUNDS=2 -DRENEWS=0 -DIN_ORDER -DNO_LOSS -DTENURE_ONE -DTENURE_ANY
+fi
+m=etcd_handoff.pml
+check $m none "etcd: queue, promote, spares, 2 clients (one acquiring twice), 4 ticks" -DTMAX=4
+check $m 1 "etcd: the wake-up's move without \"no key ahead\" (-DNO_FIRST_CMP)" -DNO_FIRST_CMP -DTMAX=3
+check $m 1 "etcd: the move without our create revision (-DNO_REV_CMP)" -DNO_REV_CMP -DTMAX=3
+check $m 1 "etcd: a fresh spare's lease counted from the acquire (-DFROM_CALL)" -DFROM_CALL -DTMAX=3
+check $m 1 "etcd: a spare given back alive as of the release (-DBACK_AT_RELEASE)" -DBACK_AT_RELEASE -DTMAX=3
+check $m 1 "etcd: the promote onto a spare without its keepalive (-DPROMOTE_NO_KA)" -DPROMOTE_NO_KA -DTMAX=3
+if [ "$long" = 1 ]; then
+    check $m none "etcd: 5 ticks" -DTMAX=5
+    check $m none "etcd: the short lease revoked before the move (-DREVOKE_EARLY), 4 ticks" -DREVOKE_EARLY -DTMAX=4
+fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

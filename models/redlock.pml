@@ -45,6 +45,13 @@
  *                which is not monotonic.
  *   -DFORGET     a node restarts once and forgets its high-water mark (and
  *                its key): no appendfsync always, or a disk lost.
+ *   -DNO_CONFIRM_CHECK  round 2 (confirm.lua) raises the mark and answers 1
+ *                without checking that the key still holds our token.
+ * With -DOWNERS (owner ids, src/backends/redlock/redlock.c reentry_fence;
+ * docs/redlock.md "Reentrancy"), the re-entry's fence rule:
+ *   -DTENURE_ANY  the tenure T is reused although a granting node's value is
+ *                above it (condition (b) dropped);
+ *   -DTENURE_ONE  one node vouching for T is enough (a quorum, (a), dropped).
  * And one that does not (the full wait of the code before issue 13's speed
  * work, to compare): -DWAIT_ALL, every request answered before deciding.
  *
@@ -71,6 +78,10 @@
 #ifndef ATTEMPTS
 #define ATTEMPTS 1   /* attempts per acquisition, with the same token */
 #endif
+#ifndef RETRIERS
+#define RETRIERS CLIENTS  /* clients 0 .. RETRIERS - 1 get ATTEMPTS attempts,
+                           * the others one */
+#endif
 #ifndef RENEWS
 #define RENEWS 1     /* renewals per hold, at most */
 #endif
@@ -87,21 +98,64 @@
  * i * ROUNDS + r. */
 #define CLIENT(tk) (((tk) - 1) / ROUNDS)
 
+/* -DOWNERS: owner ids, every acquisition reentrant. The last client is
+ * owner 2, the others are handles of owner 1 (each with its own token, as
+ * each dlock_acquire has). The key holds the owner id, and holds[] the
+ * handles' holds with the fence recorded for each (acquire.lua, confirm.lua,
+ * release.lua, renew.lua, reset.lua with an owner id). */
+#ifdef OWNERS
+#define OWNER_OF(c) ((c) == CLIENTS - 1 -> 2 : 1)
+#define VAL(tk) OWNER_OF(CLIENT(tk))
+#define TOKENS 4               /* tokens 1 .. 3 */
+#ifdef TENURE_ANY
+#define NOT_BELOW(x, y) true
+#else
+#define NOT_BELOW(x, y) ((x) >= (y))
+#endif
+#define HELD(n, tk) ((hp[n] >> (tk)) & 1)
+/* Owner 1's handles nest, as a reentrant caller's do: its second
+ * acquisition (a new token) is made while the first is held, and both write;
+ * owner 2 acquires once. */
+#define ROUNDS_OF(c) ((c) < CLIENTS - 1 -> ROUNDS : 1)
+#else
+#define VAL(tk) (tk)
+#define ROUNDS_OF(c) ROUNDS
+#endif
+
 mtype = { OK, BUSY, FAIL };   /* a script's reply as the client sees it;
                                * FAIL: none came back */
 
 /* ---- the nodes ------------------------------------------------------------ */
 byte key[NODES];       /* dlock:{NAME}: the owner token, 0 when absent */
 byte hw[NODES];        /* dlock:{NAME}:fence: the high-water mark */
+#ifdef OWNERS
+byte hp[NODES];        /* dlock:{NAME}:holds: a bit per token holding */
+byte hf[NODES * TOKENS];  /* the fence recorded for each hold (0: none) */
+#endif
 #ifdef FORGET
 bool forgot;           /* the one restart that loses data has happened */
 #endif
 
 /* ---- ghosts for properties (2) and (3) ----------------------------------- */
+#ifdef OWNERS
+/* Per owner (1, 2): a re-entry reuses its owner's fence, which is the rule;
+ * properties (2) and (3) are about different owners. */
+byte done_max[3];
+int issued[3];
+#define DONE_MAX(t) done_max[3 - VAL(t)]   /* the other owner's */
+#define ISSUED_OTHER(t) issued[3 - VAL(t)]
+#define ISSUED(t) issued[VAL(t)]
+#define DONE_MINE(t) done_max[VAL(t)]
+#else
 byte done_max;         /* the highest fence of an acquisition that succeeded */
 int issued;            /* a bit per fence of an acquisition that succeeded */
+#define DONE_MAX(t) done_max
+#define ISSUED_OTHER(t) issued
+#define ISSUED(t) issued
+#define DONE_MINE(t) done_max
+#endif
 byte store_max;        /* the store's highest fence seen */
-byte store_tok;        /* the holder (token) that wrote with it */
+byte store_tok;        /* the holder (token, or owner id) that wrote with it */
 
 /* ---- the scripts ----------------------------------------------------------
  * A key whose PX ran out on its node's clock is gone already (Nodes deletes
@@ -110,20 +164,41 @@ byte store_tok;        /* the holder (token) that wrote with it */
 /* Round 1 on node n for token t: SET NX PX and raise the high-water mark
  * (or PEXPIRE our own key and leave the mark), answering the mark. Out:
  * res, h. */
-inline round1_lua(n, t, res, h)
+inline round1_lua(n, t, res, h, ten)
 {
     if
     :: key[n] == 0 ->
-        key[n] = t;    /* PX lease */
+        key[n] = VAL(t);    /* PX lease */
         hw[n]++;       /* in the same step */
         h = hw[n]; res = OK;
+#ifdef OWNERS
+        hp[n] = 1 << t;     /* the old holds dropped, ours with fence 0 */
+        hf[n * TOKENS + t] = 0;
+#endif
         printf("c%d round 1 on node %d: granted, high-water now %d\n", CLIENT(t), n, h)
-    :: key[n] == t ->  /* PEXPIRE: a retry */
+    :: key[n] == VAL(t) ->  /* PEXPIRE: a retry, or (owner) a re-entry */
         h = hw[n]; res = OK;
+#ifdef OWNERS
+        /* tenure: the highest fence recorded for the owner's holds */
+        ten = 0;
+        for (k : 0 .. TOKENS - 1) {
+            if
+            :: HELD(n, k) && hf[n * TOKENS + k] > ten -> ten = hf[n * TOKENS + k]
+            :: else
+            fi
+        }
+        k = 0;
+        if
+        :: !HELD(n, t) -> hp[n] = hp[n] | (1 << t); hf[n * TOKENS + t] = 0
+        :: else
+        fi;
+        printf("c%d round 1 on node %d: the owner's already, high-water %d, tenure %d\n", CLIENT(t), n, h, ten)
+#else
         printf("c%d round 1 on node %d: ours already, high-water %d\n", CLIENT(t), n, h)
+#endif
     :: else ->
         res = BUSY;
-        printf("c%d round 1 on node %d: busy (c%d's)\n", CLIENT(t), n, CLIENT(key[n]))
+        printf("c%d round 1 on node %d: busy\n", CLIENT(t), n)
     fi
 }
 
@@ -131,7 +206,14 @@ inline round1_lua(n, t, res, h)
 inline round2_lua(n, t, f, res)
 {
     if
+#ifdef NO_CONFIRM_CHECK
+    :: true ->
+#elif defined(OWNERS)
+    :: key[n] == VAL(t) && HELD(n, t) ->
+        hf[n * TOKENS + t] = f;
+#else
     :: key[n] == t ->
+#endif
         if
         :: hw[n] < f -> hw[n] = f
         :: else
@@ -147,20 +229,35 @@ inline round2_lua(n, t, f, res)
 /* Release: compare-and-delete on every node. It is one step here: a
  * release that reaches only some nodes, or reaches them one by one, leaves
  * states that the keys' expiry (Nodes, at any moment) reaches too. */
-inline release_all(t)
+#ifdef OWNERS
+/* release.lua with an owner id: our hold goes; the key when no hold is left */
+inline release_one(n, t)
 {
     if
-    :: key[0] == t -> key[0] = 0
-    :: else
-    fi;
-    if
-    :: key[1] == t -> key[1] = 0
-    :: else
-    fi;
-    if
-    :: key[2] == t -> key[2] = 0
+    :: key[n] == VAL(t) && HELD(n, t) ->
+        hp[n] = hp[n] & ~(1 << t); hf[n * TOKENS + t] = 0;
+        if
+        :: hp[n] == 0 -> key[n] = 0
+        :: else
+        fi
     :: else
     fi
+}
+#else
+inline release_one(n, t)
+{
+    if
+    :: key[n] == t -> key[n] = 0
+    :: else
+    fi
+}
+#endif
+
+inline release_all(t)
+{
+    release_one(0, t);
+    release_one(1, t);
+    release_one(2, t)
 }
 
 /* A renewal: compare-and-PEXPIRE on every node (the PEXPIRE changes
@@ -168,23 +265,46 @@ inline release_all(t)
  * answered 1, SET the key again (NX PX) on the nodes that answered that it
  * was gone, each of these requests run or not. One step: the replies are
  * taken at one moment. */
+#ifdef OWNERS
+#define OURS(n, t) (key[n] == VAL(t) && HELD(n, t))
+/* reset.lua with an owner id: the key set again where it is gone (the old
+ * holds dropped), and our hold with no fence (HSETNX 0) where the owner's
+ * key is there without it. */
+inline reset_one(n, t)
+{
+    if
+    :: key[n] == 0 ->
+        if
+        :: key[n] = VAL(t); hp[n] = 1 << t; hf[n * TOKENS + t] = 0
+        :: skip
+        fi
+    :: key[n] == VAL(t) && !HELD(n, t) ->
+        if
+        :: hp[n] = hp[n] | (1 << t); hf[n * TOKENS + t] = 0
+        :: skip
+        fi
+    :: else
+    fi
+}
+#else
+#define OURS(n, t) (key[n] == t)
+inline reset_one(n, t)
+{
+    if
+    :: key[n] == 0 -> if :: key[n] = t :: skip fi
+    :: else
+    fi
+}
+#endif
+
 inline renew_all(t)
 {
-    cnt = (key[0] == t -> 1 : 0) + (key[1] == t -> 1 : 0) + (key[2] == t -> 1 : 0);
+    cnt = (OURS(0, t) -> 1 : 0) + (OURS(1, t) -> 1 : 0) + (OURS(2, t) -> 1 : 0);
     if
     :: cnt >= QUORUM ->
-        if
-        :: key[0] == 0 -> if :: key[0] = t :: skip fi
-        :: else
-        fi;
-        if
-        :: key[1] == 0 -> if :: key[1] = t :: skip fi
-        :: else
-        fi;
-        if
-        :: key[2] == 0 -> if :: key[2] = t :: skip fi
-        :: else
-        fi
+        reset_one(0, t);
+        reset_one(1, t);
+        reset_one(2, t)
     :: else             /* fewer than a quorum: the lock is lost */
     fi;
     cnt = 0
@@ -196,6 +316,9 @@ inline renew_all(t)
  * the client hears FAIL for the last two. A request's delay is, to everyone
  * else, its sender pausing before it sends; the client may pause between
  * any two of its steps. */
+#ifdef NO_LOSS   /* every request is run, its reply read */
+#define RPC(script, res) script
+#else
 #define RPC(script, res) \
     if \
     :: true -> script \
@@ -203,6 +326,7 @@ inline renew_all(t)
         printf("c%d: the reply of node %d is lost\n", i, n) \
     :: res = FAIL; printf("c%d: the request to node %d is lost\n", i, n) \
     fi
+#endif
 
 #define SEND(script) \
     if \
@@ -214,11 +338,18 @@ inline renew_all(t)
  * next one, and leaves mask. */
 inline pick(n, mask)
 {
+#ifdef IN_ORDER
+    if
+    :: mask & 1 -> n = 0
+    :: else -> if :: mask & 2 -> n = 1 :: else -> n = 2 fi
+    fi;
+#else
     if
     :: mask & 1 -> n = 0
     :: mask & 2 -> n = 1
     :: mask & 4 -> n = 2
     fi;
+#endif
     mask = mask & ~(1 << n)
 }
 
@@ -233,7 +364,7 @@ inline run_late()
     :: late != 0 ->
         pick(n, late);
         printf("c%d: round 1's late request to node %d\n", i, n);
-        SEND(round1_lua(n, t, res, h))
+        SEND(round1_lua(n, t, res, h, ten))
     :: late2 != 0 ->
         pick(n, late2);
         printf("c%d: round 2's late request to node %d\n", i, n);
@@ -268,11 +399,19 @@ proctype Client(byte i)
     byte h;
     byte f;            /* the fence: the highest value answered */
     byte renews;
+    byte ten;          /* round 1's tenure (owners) */
+    byte k;
+#ifdef OWNERS
+    byte tens[NODES];  /* each granting node's tenure */
+    byte a;
+    byte t0;           /* the outer handle's token while the inner acquires */
+    byte f0;           /* and its fence */
+#endif
     mtype res;
 
 idle:
     if
-    :: round < ROUNDS ->
+    :: round < ROUNDS_OF(i) ->
         round++; attempt = 0;
         t = i * ROUNDS + round
     :: else -> goto end_done
@@ -280,22 +419,25 @@ idle:
 
 attempt_:
     attempt++;
-    atomic { before = done_max; todo = ALL; got = 0; cnt = 0; same = 0; f = 0 }
+    atomic { before = DONE_MAX(t); todo = ALL; got = 0; cnt = 0; same = 0; f = 0 }
 
     /* round 1 */
     do
     :: todo == 0 -> break
-#ifndef WAIT_ALL
+#if !defined(WAIT_ALL) && !defined(OWNERS)   /* an owner waits for every node */
     :: cnt >= QUORUM ->   /* decided: the rest are late */
         atomic { late = todo; todo = 0; break }
 #endif
     :: todo != 0 ->
         atomic {
             pick(n, todo);
-            RPC(round1_lua(n, t, res, h), res);
+            RPC(round1_lua(n, t, res, h, ten), res);
             if
             :: res == OK ->
                 got = got | (1 << n); cnt++;
+#ifdef OWNERS
+                tens[n] = ten;
+#endif
                 if
                 :: h > f -> f = h; same = 1
                 :: h == f -> same++
@@ -303,7 +445,7 @@ attempt_:
                 fi
             :: else
             fi;
-            n = 0; h = 0; res = 0
+            n = 0; h = 0; res = 0; ten = 0
         }
     od;
     atomic {
@@ -312,7 +454,38 @@ attempt_:
         :: true -> goto fail    /* fewer than a quorum, or elapsed >= lease:
                                  * the clients' clock is free too */
         fi;
-#ifdef NO_UNANIMITY
+#ifdef OWNERS
+        /* reentry_fence: T when a quorum of the granting nodes replied the
+         * tenure T and no granting node's value (f, their highest) is above
+         * it; else a new fence above every value. Always round 2. */
+        h = 0;
+        for (a : 0 .. NODES - 1) {
+            if
+            :: h == 0 && ((got >> a) & 1) && tens[a] != 0 && NOT_BELOW(tens[a], f) ->
+                same = 0;
+                for (k : 0 .. NODES - 1) {
+                    if
+                    :: ((got >> k) & 1) && tens[k] == tens[a] -> same++
+                    :: else
+                    fi
+                }
+#ifdef TENURE_ONE
+                if :: same >= 1 -> h = tens[a] :: else fi
+#else
+                if :: same >= QUORUM -> h = tens[a] :: else fi
+#endif
+            :: else
+            fi
+        }
+        if
+        :: h != 0 -> f = h;
+            printf("c%d: a re-entry into the tenure with fence %d\n", i, f)
+        :: else -> f = f + 1
+        fi;
+        h = 0; a = 0; k = 0; same = 0;
+        tens[0] = 0; tens[1] = 0; tens[2] = 0;
+        todo = got; got = 0; cnt = 0
+#elif defined(NO_UNANIMITY)
         goto success   /* F is the maximum of the counters, as raised */
 #else
         if
@@ -327,7 +500,7 @@ attempt_:
     /* round 2, on the nodes that granted */
     do
     :: todo == 0 -> break
-#ifndef WAIT_ALL
+#if !defined(WAIT_ALL) && !defined(OWNERS)
     :: cnt >= QUORUM ->
         atomic { late2 = todo; todo = 0; break }
 #endif
@@ -358,22 +531,38 @@ fail:
         got = 0; cnt = 0; same = 0; f = 0; before = 0; release_all(t)
     }
     if
-    :: attempt < ATTEMPTS -> goto attempt_   /* the retry, same token */
-    :: else -> goto idle                     /* DLOCK_EBUSY or a timeout */
+    :: attempt < (i < RETRIERS -> ATTEMPTS : 1) ->
+        goto attempt_                        /* the retry, same token */
+    :: else
     fi;
+#ifdef OWNERS
+    if
+    :: t0 != 0 ->      /* the inner failed; the outer still holds */
+        atomic { t = t0; f = f0; t0 = 0; f0 = 0; goto held }
+    :: else
+    fi;
+#endif
+    goto idle;                                /* DLOCK_EBUSY or a timeout */
 
 success:
     atomic {
         printf("c%d holds the lock with fence %d\n", i, f);
         /* property (2) */
-        assert(!CHECK(2) || (f > before && ((issued >> f) & 1) == 0));
-        issued = issued | (1 << f);
+        assert(!CHECK(2) || (f > before && ((ISSUED_OTHER(t) >> f) & 1) == 0));
+        ISSUED(t) = ISSUED(t) | (1 << f);
         if
-        :: f > done_max -> done_max = f
+        :: f > DONE_MINE(t) -> DONE_MINE(t) = f
         :: else
         fi;
         todo = 0; got = 0; cnt = 0; same = 0; before = 0; renews = 0
     }
+#ifdef OWNERS
+    if
+    :: t0 == 0 && round < ROUNDS_OF(i) ->
+        atomic { t0 = t; f0 = f; goto idle }   /* re-enter while holding */
+    :: else
+    fi;
+#endif
 
 held:
     do
@@ -382,13 +571,27 @@ held:
         atomic {
             if
             :: f >= store_max ->
-                assert(!CHECK(3) || f > store_max || store_tok == t);  /* (3) */
-                store_max = f; store_tok = t;
+                assert(!CHECK(3) || f > store_max || store_tok == VAL(t));  /* (3) */
+                store_max = f; store_tok = VAL(t);
                 printf("c%d writes with fence %d: accepted\n", i, f)
             :: else ->
                 printf("c%d writes with fence %d: refused\n", i, f)
             fi
         }
+#ifdef OWNERS
+    :: /* the outer handle writes too */
+        atomic {
+            t0 != 0 ->
+            if
+            :: f0 >= store_max ->
+                assert(!CHECK(3) || f0 > store_max || store_tok == VAL(t0));  /* (3) */
+                store_max = f0; store_tok = VAL(t0);
+                printf("c%d writes with the outer fence %d: accepted\n", i, f0)
+            :: else ->
+                printf("c%d writes with the outer fence %d: refused\n", i, f0)
+            fi
+        }
+#endif
     :: /* a renewal (one step, see renew_all), on the watchdog's own
         * connections: the late requests may run before or after it */
         atomic { renews < RENEWS -> renews++; renew_all(t) }
@@ -400,7 +603,13 @@ held:
     atomic {
         flush_late();
         printf("c%d releases on every node\n", i);
-        f = 0; renews = 0; release_all(t)
+        f = 0; renews = 0; release_all(t);
+#ifdef OWNERS
+        if
+        :: t0 != 0 -> release_all(t0); t0 = 0; f0 = 0
+        :: else
+        fi
+#endif
     }
     goto idle;
 
@@ -426,8 +635,12 @@ end_tick:
         :: key[1] != 0 -> m = 1
         :: key[2] != 0 -> m = 2
         fi;
-        printf("node %d: the key of c%d expires\n", m, CLIENT(key[m]));
-        key[m] = 0; m = 0
+        printf("node %d: the key expires\n", m);
+        key[m] = 0;
+#ifdef OWNERS
+        hp[m] = 0;     /* the holds share the key's lease */
+#endif
+        m = 0
        }
 #ifdef FORGET
     :: atomic {
@@ -441,6 +654,9 @@ end_tick:
         fi;
         printf("node %d restarts and forgets its high-water %d\n", m, hw[m]);
         key[m] = 0; hw[m] = 0;
+#ifdef OWNERS
+        hp[m] = 0;
+#endif
         forgot = 1; m = 0
        }
 #endif
