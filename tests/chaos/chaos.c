@@ -899,8 +899,7 @@ typedef struct {
     int has_on_lost;  /* the handle has an on_lost (acq_ok b) */
     int waited;       /* the holder saw its loss and waited for on_lost (wait_lost) */
     int wait_told;    /* ... and on_lost came */
-    int64_t rel_deadline; /* the handle's deadline just before its release (rel_start b) */
-    int64_t t_rel_end;
+    int rel_saw_lost; /* dlock_lock_lost() just before its release (rel_start c) */
 } hold;
 
 /* What a holder believed: from the moment it logged a `valid` event until
@@ -1118,10 +1117,11 @@ static void check_beliefs(const event *ev, size_t nev, row *r, const char *dir)
  * or when the holder itself saw the loss (dlock_lock_lost, a refused store
  * step) and waited for on_lost. A handle with an on_lost must have had it
  * (a "lost" line) in each case, but one: the release's DLOCK_ELOST may be
- * its only word when the lease ran out between the holder's last look
- * (the deadline logged at rel_start) and the release's end, since a handle
- * being released gets no callback. A handle without on_lost is told by
- * the release's DLOCK_ELOST. Killed holders tell nobody anything. forgets:
+ * its only word when the loss reached the handle after the holder's last
+ * look (dlock_lock_lost() false at rel_start): the lease ran out in
+ * between, or a renewal in flight, which the release waits for, found the
+ * lock gone; a handle being released gets no callback. A handle without
+ * on_lost is told by the release's DLOCK_ELOST. Killed holders tell nobody anything. forgets:
  * the server lost its data, and the lock with it (a release then finds the
  * key gone with no lapse the library could see; a fence counter that
  * restarted gets a holder refused by the store with its lease intact).
@@ -1138,8 +1138,7 @@ static int missed(const hold *h, int overtaken, int forgets, row *r)
     }
     if (!overtaken && !rel_lost)
         return 0;
-    if (rel_lost && (!h->has_on_lost || forgets ||
-                     h->rel_deadline - BELIEF_SLACK_US <= h->t_rel_end)) {
+    if (rel_lost && (!h->has_on_lost || forgets || !h->rel_saw_lost)) {
         r->told_by_release++;
         return 0;
     }
@@ -1235,14 +1234,13 @@ static void check_run(run_ctx *c, row *r, int nemesis)
             if (h != NULL && h->t_ok >= 0) {
                 h->t_end = e->t;
                 h->ended = 1;
-                h->rel_deadline = e->b;
+                h->rel_saw_lost = e->c != 0;
             }
         } else if (strcmp(e->kind, "rel_end") == 0) {
             h = current_hold(holds, nholds, e->worker, 0);
             if (h != NULL && h->fence == (uint64_t)e->a) {
                 h->rel_rc = (int)e->b;
                 h->has_rel_rc = 1;
-                h->t_rel_end = e->t;
             }
         } else if (strcmp(e->kind, "wall") == 0) {
             double skew = (double)e->a - (double)e->t / 1e6;

@@ -387,9 +387,9 @@ int main(int argc, char **argv)
                   atomic_load(&lost_seen));
         }
         /* b, c: what the handle says just before the release: the deadline
-         * it holds the lock until, and dlock_lock_lost(). A release that
-         * answers DLOCK_ELOST while that deadline had not passed by the
-         * release's end was a lapse the holder was never told of. */
+         * it holds the lock until (for reading the history), and
+         * dlock_lock_lost(): a release's DLOCK_ELOST tells the holder only
+         * of a loss that reached the handle after this look. */
         event("rel_start", (long long)fence,
               (long long)(chaos_now_us() + dlock_lock_valid_ms(lock) * 1000),
               dlock_lock_lost(lock));
