@@ -54,6 +54,9 @@
  *   -DTENURE_ONE  one node vouching for T is enough (a quorum, (a), dropped).
  * And one that does not (the full wait of the code before issue 13's speed
  * work, to compare): -DWAIT_ALL, every request answered before deciding.
+ * Two that only shrink the search, for the larger checks: -DIN_ORDER (a
+ * round's requests reach the nodes in a fixed order) and -DNO_LOSS (every
+ * request is run and answered).
  *
  * Properties (-DPROPS=n checks property n only; the default, 0, both):
  *   (2) fences strictly increase in the order of acquisition: an acquisition
