@@ -564,7 +564,9 @@ DLOCK_EXTERN int dlock_lock_check(dlock_lock *lock);
 /*
  * Local, no I/O: 1 once the lock is known to be lost, because the watchdog
  * or a call found it gone, or because its lease has run out since the last
- * renewal the server confirmed; 0 otherwise. Thread-safe.
+ * renewal the server confirmed; 0 otherwise. Thread-safe. Once 1, it stays
+ * 1 for the watchdog's renewals: one answered after the lease ran out
+ * marks the lock lost (with its on_lost) instead of reviving it.
  */
 DLOCK_EXTERN int dlock_lock_lost(const dlock_lock *lock);
 

@@ -76,7 +76,17 @@ static void renew_batch(dlock_client *c, dlock_lock **batch, size_t n)
         char msg[256];
 
         l->busy = 0;
-        if (rc == DLOCK_OK && items[i].result == DLOCK_OK) {
+        if (rc == DLOCK_OK && items[i].result == DLOCK_OK &&
+            now >= atomic_load(&l->deadline_ms)) {
+            /* The lease ran out by the handle's deadline before the reply
+             * came: dlock_lock_lost() may have said 1 already, and a lost
+             * lock stays lost (dlock.h), with its on_lost. The server's
+             * lease, renewed, runs out or is released. */
+            snprintf(msg, sizeof(msg), "the lease ran out before its renewal was answered "
+                     "(%lld ms after the renewal was sent, lease %lld ms)",
+                     (long long)(now - sent), (long long)l->lease_ms);
+            dlock__lock_mark_lost(l, DLOCK_ELOST, msg);
+        } else if (rc == DLOCK_OK && items[i].result == DLOCK_OK) {
             dlock__lock_start(l, sent);
             l->retry_count = 0;
             dlock__count(c, renewals);

@@ -14,6 +14,7 @@
  * rounding). In that order the check holds whatever the time between the
  * reads, and a lease counted from the reply fails it by about the delay.
  */
+#include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -233,9 +234,62 @@ static void renewal_counts_from_send(void)
     rig_stop(&r);
 }
 
+static void note_lost(dlock_lock *l, int reason, void *payload)
+{
+    (void)l;
+    (void)reason;
+    atomic_store((atomic_int *)payload, 1);
+}
+
+/* A renewal that reaches the server in time but whose reply comes back
+ * after the handle's deadline: dlock_lock_lost() has said 1 by then, and
+ * the reply must not make it 0 again. The lock is lost, with its on_lost
+ * (a chaos finding: the reply used to revive the lock, on_lost never
+ * came). Each chunk is late by half a lease: the renewal, sent a third into
+ * the lease, reaches the server at five sixths, its reply comes back after
+ * the lease. */
+static void renewal_answered_late_is_lost(void)
+{
+    rig r;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o;
+    atomic_int lost = 0;
+    int64_t until;
+
+    rig_start(&r);
+    c = open_warm(&r);
+    o = test_opts(0, r.lease_ms, 1);
+    o.on_lost = note_lost;
+    o.payload = &lost;
+    CHECK_RC(dlock_acquire(&l, c, "clock", &o), DLOCK_OK);
+    wait_renewal(l);
+    r.delay_ms = (int)(r.lease_ms / 2);
+    fault(&r, 1);
+    until = test_clock_ms(CLOCK_MONOTONIC) + 3 * r.lease_ms;
+    while (!dlock_lock_lost(l)) {
+        CHECK(test_clock_ms(CLOCK_MONOTONIC) < until);
+        test_sleep_ms(2);
+    }
+    fault(&r, 0);
+    /* Lost it stays, and on_lost comes (when the late reply does). */
+    until = test_clock_ms(CLOCK_MONOTONIC) + 3 * r.lease_ms;
+    while (!atomic_load(&lost)) {
+        CHECK(dlock_lock_lost(l));
+        CHECK(test_clock_ms(CLOCK_MONOTONIC) < until);
+        test_sleep_ms(2);
+    }
+    CHECK(dlock_lock_lost(l));
+    CHECK(dlock_lock_valid_ms(l) == 0);
+    CHECK_RC(dlock_release(l), DLOCK_ELOST);
+    dlock_client_free(c);
+    rig_stop(&r);
+}
+
 static const test_case cases[] = {
     {"acquire_counts_from_send", acquire_counts_from_send, NULL},
     {"renewal_counts_from_send", renewal_counts_from_send, "watchdog"},
+    {"renewal_answered_late_is_lost", renewal_answered_late_is_lost, "watchdog"},
 };
 
 /* test_lease_clock BACKEND CASE, or test_lease_clock --list */
