@@ -75,9 +75,14 @@ static void stop_all(void)
             test_pg_stop(running[i]);
 }
 
-static void spawn(test_pg *p)
+/* Start postgres on p->port. 0 when it answers on its own socket, -1 when it
+ * exited at start (another test took the port between port_free and the
+ * bind: try another). Readiness is asked on the Unix socket in p->dir, which
+ * only this server can have: over TCP another test's server on the same
+ * port would answer, and this test would go on with that one. */
+static int spawn(test_pg *p)
 {
-    char port[16], data[96], log[96];
+    char port[16], data[96], log[96], own[200];
 
     snprintf(port, sizeof(port), "%d", p->port);
     snprintf(data, sizeof(data), "%s/data", p->dir);
@@ -103,18 +108,21 @@ static void spawn(test_pg *p)
               "ssl_key_file=../db.key", (char *)NULL);
         _exit(127);
     }
+    snprintf(own, sizeof(own), "host=%s port=%d user=dlock dbname=postgres", p->dir, p->port);
     for (int i = 0; i < 3000; i++) {
         int status;
         if (waitpid(p->pid, &status, WNOHANG) == p->pid) {
             char cmd[160];
-            fprintf(stderr, "postgres exited at start (status %d); its log:\n", status);
+            fprintf(stderr, "postgres exited at start on port %d (status %d); its log:\n",
+                    p->port, status);
             snprintf(cmd, sizeof(cmd), "cat %s >&2", log);
             if (system(cmd) != 0)
                 fprintf(stderr, "(no log)\n");
-            exit(1);
+            p->pid = 0;
+            return -1;
         }
-        if (PQping(p->url) == PQPING_OK)
-            return;
+        if (PQping(own) == PQPING_OK)
+            return 0;
         test_sleep_ms(20);
     }
     fprintf(stderr, "postgres did not start on port %d in 60 s\n", p->port);
@@ -144,7 +152,7 @@ static void server_cert(test_pg *p, const test_tls *t)
 static void start(test_pg *p, const test_tls *t)
 {
     char data[96], cmd[600];
-    int status, pid, i;
+    int status, pid, i, tries;
 
     memset(p, 0, sizeof(*p));
     snprintf(p->dir, sizeof(p->dir), "/tmp/dlock-pg-XXXXXX");
@@ -188,14 +196,16 @@ static void start(test_pg *p, const test_tls *t)
         server_cert(p, t);
         p->tls = 1;
     }
-    for (i = 0; i < 200; i++) {
+    for (i = 0, tries = 0; i < 200; i++) {
         p->port = 47300 + (int)((getpid() + i * 7) % 100);
-        if (port_free(p->port))
+        if (!port_free(p->port))
+            continue;
+        snprintf(p->url, sizeof(p->url), "postgres://dlock@127.0.0.1:%d/postgres", p->port);
+        if (spawn(p) == 0)
             break;
+        CHECK(++tries < 5);
     }
     CHECK(i < 200);
-    snprintf(p->url, sizeof(p->url), "postgres://dlock@127.0.0.1:%d/postgres", p->port);
-    spawn(p);
     for (i = 0; i < 8 && running[i] != NULL && running[i] != p; i++)
         ;
     if (i < 8) {
@@ -233,7 +243,7 @@ static void stop_server(test_pg *p)
 void test_pg_restart(test_pg *p)
 {
     stop_server(p);
-    spawn(p);
+    CHECK(spawn(p) == 0); /* the same port: its clients reconnect there */
 }
 
 void test_pg_stop(test_pg *p)
