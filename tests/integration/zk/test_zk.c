@@ -766,23 +766,6 @@ static void acl_open_prefix_refused(void)
     test_zk_stop(&z);
 }
 
-typedef struct {
-    dlock_client *c;
-    const char *name;
-    int kind;
-    dlock_lock *l;
-    int rc;
-} acl_waiter;
-
-static void *acl_waiter_main(void *p)
-{
-    acl_waiter *a = p;
-    dlock_acquire_options o = test_opts(20000, 20000, 1);
-    o.kind = a->kind;
-    a->rc = dlock_acquire(&a->l, a->c, a->name, &o);
-    return NULL;
-}
-
 /*
  * Every kind of node the family makes carries the ACL (no world entry, the
  * creator all perms): mutex, re-entry, read and write, semaphore (locks,
@@ -795,7 +778,8 @@ static void acl_every_node_kind(void)
     dlock_client *a, *b;
     dlock_lock *m, *re, *r, *w, *sem, *lead, *busy = NULL;
     dlock_acquire_options o = test_opts(0, 20000, 1);
-    acl_waiter wa;
+    test_acquirer wa;
+    dlock_acquire_options wo = test_opts(20000, 20000, 1);
     pthread_t th;
     zhandle_t *mine;
     int n;
@@ -829,17 +813,14 @@ static void acl_every_node_kind(void)
     o = test_opts(0, 20000, 1);
     o.kind = DLOCK_KIND_WRITE;
     CHECK_RC(dlock_acquire(&busy, b, "rw-w", &o), DLOCK_EBUSY);
-    wa.c = a;
-    wa.name = "rw-w";
-    wa.kind = DLOCK_KIND_WRITE;
-    wa.l = NULL;
-    wa.rc = -1;
-    CHECK(pthread_create(&th, NULL, acl_waiter_main, &wa) == 0);
+    wo.kind = DLOCK_KIND_WRITE;
+    test_acquirer_init(&wa, a, "rw-w", wo);
+    CHECK(pthread_create(&th, NULL, test_acquirer_main, &wa) == 0);
     test_sleep_ms(300);
     CHECK_RC(dlock_release(w), DLOCK_OK);
     pthread_join(th, NULL);
     CHECK_RC(wa.rc, DLOCK_OK);
-    CHECK_RC(dlock_release(wa.l), DLOCK_OK);
+    CHECK_RC(dlock_release(wa.lock), DLOCK_OK);
 
     CHECK_RC(dlock_release(re), DLOCK_OK);
     CHECK_RC(dlock_release(m), DLOCK_OK);
