@@ -341,6 +341,14 @@ static int in_map(const dlock__redis_cluster *c, int at)
     return 0;
 }
 
+/* The index of host:port when it serves a slot of the map, else -1. */
+static int map_master(const dlock__redis_cluster *c, const char *host, size_t hostlen, int port)
+{
+    int at = node_find(c, host, hostlen, port);
+
+    return at >= 0 && in_map(c, at) ? at : -1;
+}
+
 int dlock__redis_nodes_line_master(const char *line, const char *end, const char *addr, int alen)
 {
     const char *a = memchr(line, ' ', (size_t)(end - line)), *f, *fe;
@@ -440,13 +448,11 @@ static int redirect_target(dlock__redis_conn *conn, const node *from, int64_t de
     snprintf(text, sizeof(text), "%s", from->conn.redirect);
     if (dlock__redis_redirect_parse(text, slot, &host, &hostlen, &port) != 0)
         goto bad;
-    at = node_find(conn->cluster, host, hostlen, (int)port);
-    if (at >= 0 && in_map(conn->cluster, at))
+    if ((at = map_master(conn->cluster, host, hostlen, (int)port)) >= 0)
         return at;
     if ((rc = map_refresh(conn, deadline)) != DLOCK_OK)
         return rc;
-    at = node_find(conn->cluster, host, hostlen, (int)port);
-    if (at >= 0 && in_map(conn->cluster, at))
+    if ((at = map_master(conn->cluster, host, hostlen, (int)port)) >= 0)
         return at;
     if (strncmp(text, "ASK ", 4) == 0 && cluster_member(conn, host, hostlen, (int)port, deadline)) {
         if ((at = node_at(conn, host, hostlen, (int)port)) < 0)
