@@ -62,26 +62,36 @@ static char *decode_range(const char *s, size_t n, int *bad)
     return out;
 }
 
+/* Free s after overwriting it: no secret is left in freed heap memory. */
+static void free_wiped(char *s)
+{
+    if (s != NULL) {
+        volatile char *p = s;
+        while (*p)
+            *p++ = 0;
+    }
+    free(s);
+}
+
 void dlock__url_free(dlock_url *url)
 {
     if (url == NULL)
         return;
     free(url->scheme);
     free(url->user);
-    if (url->password != NULL) {
-        /* Do not leave the secret in freed heap memory. */
-        volatile char *p = url->password;
-        while (*p)
-            *p++ = 0;
-        free(url->password);
-    }
+    free_wiped(url->password);
     for (size_t i = 0; i < url->nhosts; i++)
         free(url->hosts[i].host);
     free(url->hosts);
     free(url->path);
     for (size_t i = 0; i < url->nparams; i++) {
+        /* password=, key_secret=, ...: the secrets redaction hides. */
+        if (url->params[i].key != NULL &&
+            dlock__url_secret_param(url->params[i].key, strlen(url->params[i].key)))
+            free_wiped(url->params[i].value);
+        else
+            free(url->params[i].value);
         free(url->params[i].key);
-        free(url->params[i].value);
     }
     free(url->params);
     free(url->redacted);

@@ -133,6 +133,21 @@ static void redis_password_wiped(void)
     test_redis_stop(&r);
 }
 
+/* A secret query parameter (password=, key_secret=, ...: the ones
+ * redaction hides) is wiped as the URL's password is, here by a refused
+ * open, which frees the parsed URL. */
+static void query_secret_wiped(void)
+{
+    dlock_client *c = NULL;
+
+    atomic_store(&watched, SECRET);
+    CHECK_RC(dlock_client_open(&c, "redis://127.0.0.1:1?key_secret=" SECRET, NULL),
+             DLOCK_EINVAL);
+    atomic_store(&watched, NULL);
+    fprintf(stderr, "blocks freed with the secret in them: %d\n", atomic_load(&leaked));
+    CHECK(atomic_load(&leaked) == 0);
+}
+
 /* Use a client of an etcd with auth on, watching for the password
  * (password 1) or for header lines with the token (password 0): no block
  * freed may hold one. */
@@ -170,5 +185,6 @@ static void etcd_token_header_wiped(void)
 }
 
 TEST_MAIN({"redis_password_wiped", redis_password_wiped, NULL},
+          {"query_secret_wiped", query_secret_wiped, NULL},
           {"etcd_password_wiped", etcd_password_wiped, "etcd"},
           {"etcd_token_header_wiped", etcd_token_header_wiped, "etcd"})

@@ -13,7 +13,7 @@ static void free_str(char **s)
 {
     if (*s != NULL) {
         /* The password, and the rest alike: wiped before it is freed. */
-        memset(*s, 0, strlen(*s));
+        explicit_bzero(*s, strlen(*s)); /* a memset before free may be dropped */
         free(*s);
         *s = NULL;
     }
