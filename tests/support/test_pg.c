@@ -102,7 +102,7 @@ static int spawn(test_pg *p)
         }
         snprintf(exe, sizeof(exe), "%s/postgres", bindir());
         execl(exe, "postgres", "-D", data, "-p", port, "-k", p->dir, "-c",
-              "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
+              "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=on",
               "-c", "shared_preload_libraries=pg_stat_statements", "-c", "max_connections=200",
               "-c", p->tls ? "ssl=on" : "ssl=off", "-c", "ssl_cert_file=../db.crt", "-c",
               "ssl_key_file=../db.key", (char *)NULL);
