@@ -1585,6 +1585,11 @@ out:
     munmap(c.slots, sizeof(chaos_slot) * CHAOS_MAX_WORKERS);
     if (opt_keep) {
         fprintf(stderr, "chaos: history kept in %s\n", c.dir);
+    } else if (strncmp(c.dir, "/tmp/dlock-chaos-", 17) != 0) {
+        /* Seen once on postgres: c.dir garbage by here (cause not found
+         * yet). Never rm -rf what is not our run's folder. */
+        fprintf(stderr, "chaos: the run's folder name was overwritten: not removed\n");
+        r->crashed++;
     } else {
         char cmd[160];
         snprintf(cmd, sizeof(cmd), "rm -rf %s", c.dir);
