@@ -87,9 +87,11 @@ static void renew_batch(dlock_client *c, dlock_lock **batch, size_t n)
                      (long long)(now - sent), (long long)l->lease_ms);
             dlock__lock_mark_lost(l, DLOCK_ELOST, msg);
         } else if (rc == DLOCK_OK && items[i].result == DLOCK_OK) {
+            /* Counted before the deadline moves: whoever sees the lease
+             * grow (dlock_lock_valid_ms, without the mutex) sees it counted. */
+            dlock__count(c, renewals);
             dlock__lock_start(l, sent);
             l->retry_count = 0;
-            dlock__count(c, renewals);
         } else if (rc == DLOCK_OK) {
             dlock__lock_mark_lost(l, DLOCK_ELOST, "renewal found the lock gone or owned by "
                                   "another (lease expired or taken over)");

@@ -209,7 +209,7 @@ static void start(test_pg *p, const test_tls *t)
     for (i = 0; i < 8 && running[i] != NULL && running[i] != p; i++)
         ;
     if (i < 8) {
-        if (running[i] == NULL && i == 0) {
+        if (starter == 0) {
             starter = getpid();
             atexit(stop_all);
         }
@@ -251,6 +251,10 @@ void test_pg_stop(test_pg *p)
     char cmd[128];
 
     stop_server(p);
+    /* p may be on a stack that ends after this: stop_all must not see it. */
+    for (int i = 0; i < 8; i++)
+        if (running[i] == p)
+            running[i] = NULL;
     if (p->dir[0]) {
         snprintf(cmd, sizeof(cmd), "rm -rf %s", p->dir);
         if (system(cmd) != 0)
