@@ -169,8 +169,24 @@ int dlock__redis_wait_fail(const char *what);
  */
 redisReader *dlock__redis_reader_new(dlock__redis_conn *conn);
 
+/* Sentinel (redis_sentinel.c): whether key is a Sentinel URL parameter;
+ * the URL's sentinels and master name into conn (no I/O); connect conn to
+ * the master a majority of the sentinels name, within the connect timeout. */
+int dlock__redis_sentinel_param(const char *key);
+int dlock__redis_sentinel_init(dlock__redis_conn *conn, const dlock_url *url);
+int dlock__redis_sentinel_connect(dlock__redis_conn *conn);
+
+/* min_replicas=N (Sentinel and Cluster): WAIT N after each script that
+ * writes a hold. mr: the parameter's value, NULL when not given. */
+int dlock__redis_min_replicas_init(dlock__redis_conn *conn, const dlock_url *url, const char *mr);
+
+/* Send one command (then WAIT min_replicas, when wait) and read its reply:
+ * no reconnect, no retry. */
+int dlock__redis_conn_command_once(dlock__redis_conn *conn, redisReply **out, int argc,
+                                   const char **argv, const size_t *lens, int wait);
+
 /*
- * Sentinel replies, read at connect time (redis_conn.c). sentinel_addr: 1
+ * Sentinel replies, read at connect time (redis_sentinel.c). sentinel_addr: 1
  * when r, a reply to SENTINEL get-master-addr-by-name, names an address
  * (host, without NUL, copied to host if shorter than size; port 1..65535),
  * else 0. role_master: DLOCK_OK when r, a reply to ROLE, says "master", else
