@@ -361,6 +361,7 @@ long long test_pg_server_leftovers(test_server *s, const char *name)
 {
     char h[2 * (DLOCK_NAME_MAX + 8) + 1];
     unsigned long long k = test_pg_advisory_key(name);
+    long long family = 0;
 
     if (advisory(s))
         return test_pg_query(s->pg,
@@ -368,8 +369,17 @@ long long test_pg_server_leftovers(test_server *s, const char *name)
                              "'advisory' AND classid = %u AND objid = %u AND objsubid = 1",
                              (unsigned)(k >> 32), (unsigned)(k & 0xffffffffu));
     hex(h, name);
-    /* A free row keeps the name's fence: it counts as the fence counter. */
-    return test_pg_query(s->pg,
+    /* A free row keeps the name's fence: it counts as the fence counter;
+     * so does the family's anchor row (id ''), which keeps N too. Live
+     * holds and waiters' places count. */
+    if (test_pg_query(s->pg, "/* dlock-test */ SELECT count(*) FROM pg_class WHERE relname = "
+                             "'dlock_locks_family'") > 0)
+        family = test_pg_query(s->pg,
+                               "/* dlock-test */ SELECT count(*) FROM dlock_locks_family WHERE "
+                               "name = decode('%s', 'hex') AND id <> '' AND "
+                               "expires > clock_timestamp()",
+                               h);
+    return family + test_pg_query(s->pg,
                          "/* dlock-test */ SELECT count(*) FROM dlock_locks WHERE name = "
                          "decode('%s', 'hex') AND tokens IS NOT NULL AND "
                          "expires > clock_timestamp()",

@@ -340,11 +340,38 @@ static void pg_close(void *be)
     be_free(be);
 }
 
+/* Advisory mode serves the mutex only: a session-level advisory lock has
+ * no lease, no queue and no room for readers or permits. The caps are the
+ * backend's, not the mode's, so the refusal is here. */
+static int advisory_refuses(pg_be *be, int kind, const char *what)
+{
+    static const char *const kinds[] = {"mutex", "fair lock", "read-write lock",
+                                        "read-write lock", "semaphore", "leader election"};
+    if (be->mode != PG_MODE_ADVISORY || kind == DLOCK_KIND_MUTEX)
+        return DLOCK_OK;
+    return dlock_backend_fail(DLOCK_ENOTSUP,
+                              "%s: mode=advisory serves the plain mutex only, not %s%s (use "
+                              "mode=lease, the default, for the lock family)",
+                              be->where, what != NULL ? what : kinds[kind],
+                              what != NULL ? "" : "s");
+}
+
 static int pg_acquire(void *vbe, const dlock_request *req, void *watch, dlock_acquire_result *out)
 {
     pg_be *be = vbe;
-    int rc = be->mode == PG_MODE_LEASE ? pg_lease_acquire(be, req, out)
+    int rc;
+
+    if ((rc = advisory_refuses(be, req->kind, NULL)) != DLOCK_OK)
+        return rc;
+    if (req->kind != DLOCK_KIND_MUTEX) {
+        rc = pg_fam_acquire(be, req, pg_watch_id(watch), out);
+        if (rc == DLOCK_EBUSY && watch != NULL &&
+            (req->kind == DLOCK_KIND_FAIR || req->kind == DLOCK_KIND_WRITE))
+            pg_watch_queued(watch);
+    } else {
+        rc = be->mode == PG_MODE_LEASE ? pg_lease_acquire(be, req, out)
                                        : pg_adv_acquire(be, req, out);
+    }
     /* A lost reply may have taken the lock (lease mode; in advisory mode
      * the closed session gave it back). */
     pg_watch_note(watch, rc == DLOCK_ECONN && be->mode == PG_MODE_LEASE ? req->token : NULL);
@@ -354,18 +381,24 @@ static int pg_acquire(void *vbe, const dlock_request *req, void *watch, dlock_ac
 int pg_release(void *vbe, const dlock_request *req)
 {
     pg_be *be = vbe;
+    if (req->kind != DLOCK_KIND_MUTEX && be->mode == PG_MODE_LEASE)
+        return pg_fam_release(be, req);
     return be->mode == PG_MODE_LEASE ? pg_lease_release(be, req) : pg_adv_release(be, req);
 }
 
 static int pg_extend(void *vbe, const dlock_request *req)
 {
     pg_be *be = vbe;
+    if (req->kind != DLOCK_KIND_MUTEX && be->mode == PG_MODE_LEASE)
+        return pg_fam_extend(be, req);
     return be->mode == PG_MODE_LEASE ? pg_lease_extend(be, req) : pg_adv_extend(be, req);
 }
 
 static int pg_check(void *vbe, const dlock_request *req)
 {
     pg_be *be = vbe;
+    if (req->kind != DLOCK_KIND_MUTEX && be->mode == PG_MODE_LEASE)
+        return pg_fam_check(be, req);
     return be->mode == PG_MODE_LEASE ? pg_lease_check(be, req) : pg_adv_check(be, req);
 }
 
@@ -378,26 +411,126 @@ static int pg_renew(void *vbe, dlock_renewal *items, size_t n)
 static int pg_status(void *vbe, const char *name, dlock_lock_info *out)
 {
     pg_be *be = vbe;
-    return be->mode == PG_MODE_LEASE ? pg_lease_status(be, name, out)
-                                     : pg_adv_status(be, name, out);
+    int rc;
+
+    if (be->mode != PG_MODE_LEASE)
+        return pg_adv_status(be, name, out);
+    if ((rc = pg_lease_status(be, name, out)) != DLOCK_OK)
+        return rc;
+    if (out->held) {
+        out->kind = DLOCK_KIND_MUTEX;
+        out->holders = 1;
+        return DLOCK_OK;
+    }
+    out->kind = -1;
+    return pg_fam_status(be, name, out);
 }
 
 static int pg_force_release(void *vbe, const char *name, dlock_lock_info *removed)
 {
     pg_be *be = vbe;
-    return be->mode == PG_MODE_LEASE ? pg_lease_force_release(be, name, removed)
-                                     : pg_adv_force_release(be, name, removed);
+    int rc;
+
+    if (be->mode != PG_MODE_LEASE)
+        return pg_adv_force_release(be, name, removed);
+    if ((rc = pg_lease_force_release(be, name, removed)) != DLOCK_OK)
+        return rc;
+    removed->kind = removed->held ? DLOCK_KIND_MUTEX : -1;
+    /* Both tables: a force release breaks whatever kind holds the name. */
+    return pg_fam_force_release(be, name, removed);
+}
+
+/* dlock_list over both tables: cb's answer to stop is kept across them. */
+typedef struct {
+    dlock_list_cb cb;
+    void *payload;
+    int stopped;
+} list_ctx;
+
+static int list_mutex(const char *name, const dlock_lock_info *info, void *arg)
+{
+    list_ctx *x = arg;
+    dlock_lock_info i = *info;
+
+    i.kind = DLOCK_KIND_MUTEX;
+    return x->stopped = x->cb(name, &i, x->payload);
+}
+
+static int list_family(const char *name, const dlock_lock_info *info, void *arg)
+{
+    list_ctx *x = arg;
+    return x->stopped = x->cb(name, info, x->payload);
 }
 
 static int pg_list(void *vbe, const char *prefix, dlock_list_cb cb, void *payload)
 {
     pg_be *be = vbe;
+    list_ctx x = {cb, payload, 0};
+    int rc;
+
     if (be->mode != PG_MODE_LEASE)
         return dlock_backend_fail(DLOCK_ENOTSUP,
                                   "%s: listing is not offered in advisory mode (pg_locks "
                                   "shows hashes, not names)",
                                   be->where);
-    return pg_lease_list(be, prefix, cb, payload);
+    if ((rc = pg_lease_list(be, prefix, list_mutex, &x)) != DLOCK_OK || x.stopped)
+        return rc;
+    return pg_fam_list(be, prefix, list_family, &x);
+}
+
+/* Advisory mode: the one holder status reads. */
+static int pg_holders(void *vbe, const char *name, dlock_list_cb cb, void *payload)
+{
+    pg_be *be = vbe;
+    dlock_lock_info info;
+    int rc;
+
+    if (be->mode == PG_MODE_LEASE)
+        return pg_fam_holders(be, name, cb, payload);
+    memset(&info, 0, sizeof(info));
+    if ((rc = pg_adv_status(be, name, &info)) != DLOCK_OK || !info.held)
+        return rc;
+    info.holders = 1;
+    info.kind = DLOCK_KIND_MUTEX;
+    cb(name, &info, payload);
+    return DLOCK_OK;
+}
+
+static int pg_downgrade(void *vbe, const dlock_request *req)
+{
+    pg_be *be = vbe;
+    int rc = advisory_refuses(be, DLOCK_KIND_WRITE, NULL);
+    return rc != DLOCK_OK ? rc : pg_fam_downgrade(be, req);
+}
+
+static int pg_set_permits(void *vbe, const char *name, int permits)
+{
+    pg_be *be = vbe;
+    int rc = advisory_refuses(be, DLOCK_KIND_SEMAPHORE, NULL);
+    return rc != DLOCK_OK ? rc : pg_fam_set_permits(be, name, permits);
+}
+
+static int pg_leader_get(void *vbe, const char *name, dlock_leader_info *out)
+{
+    pg_be *be = vbe;
+    int rc = advisory_refuses(be, DLOCK_KIND_LEADER, NULL);
+    return rc != DLOCK_OK ? rc : pg_fam_leader_get(be, name, out);
+}
+
+/* Observers wait on the name's NOTIFYs: a campaign won, a resignation. */
+static int pg_observe_begin(void *vbe, const char *name, void **watch)
+{
+    pg_be *be = vbe;
+    dlock_request req;
+    int rc;
+
+    *watch = NULL;
+    if ((rc = advisory_refuses(be, DLOCK_KIND_LEADER, NULL)) != DLOCK_OK)
+        return rc;
+    memset(&req, 0, sizeof(req));
+    req.kind = DLOCK_KIND_LEADER;
+    req.name = name;
+    return pg_watch_begin(be, &req, watch);
 }
 
 static const char *const pg_schemes[] = {"postgres", "postgresql", NULL};
@@ -409,7 +542,11 @@ const dlock_backend dlock_postgres_backend = {
     .size = sizeof(dlock_backend),
     .name = "postgres",
     .schemes = pg_schemes,
-    .caps = DLOCK_CAP_KIND(DLOCK_KIND_MUTEX) | DLOCK_CAP_OWNER_IDS,
+    /* Advisory mode refuses all but the mutex itself (advisory_refuses). */
+    .caps = DLOCK_CAP_KIND(DLOCK_KIND_MUTEX) | DLOCK_CAP_KIND(DLOCK_KIND_FAIR) |
+            DLOCK_CAP_KIND(DLOCK_KIND_READ) | DLOCK_CAP_KIND(DLOCK_KIND_WRITE) |
+            DLOCK_CAP_KIND(DLOCK_KIND_SEMAPHORE) | DLOCK_CAP_KIND(DLOCK_KIND_LEADER) |
+            DLOCK_CAP_OWNER_IDS,
     .open = pg_open,
     .close = pg_close,
     .acquire = pg_acquire,
@@ -423,7 +560,12 @@ const dlock_backend dlock_postgres_backend = {
     .watch_wake = pg_watch_wake,
     .status = pg_status,
     .force_release = pg_force_release,
+    .downgrade = pg_downgrade,
+    .set_permits = pg_set_permits,
+    .leader_get = pg_leader_get,
+    .observe_begin = pg_observe_begin,
     .list = pg_list,
+    .holders = pg_holders,
 };
 
 DLOCK_BACKEND_MODULE(dlock_postgres_backend)

@@ -46,6 +46,7 @@ typedef struct {
     size_t key_secret_len;
     EVP_MAC *hmac;    /* HMAC, fetched at open when key_secret is given */
     int tls_by_default, channel_binding_by_default; /* dlock chose them */
+    int has_family; /* lease mode: TABLE_family exists (pg_family.c) */
     dlock_log_cb log;
     void *log_payload;
 
@@ -102,6 +103,30 @@ int pg_lease_list(pg_be *be, const char *prefix, dlock_list_cb cb, void *payload
 void pg_fill_info(dlock_lock_info *out, const PGresult *r, int row, int col);
 int pg_unhex(char *out, const char *hex);
 
+/* ---- pg_family.c: the lock family in lease mode (every kind but MUTEX) ---- */
+/* Make TABLE_family and its function unless there (or create is 0: then
+ * the family's calls say why they cannot run); sets be->has_family. */
+int pg_fam_create(pg_be *be, int create);
+/* wid: the waiter's id (its watch's), NULL for a try-once. */
+int pg_fam_acquire(pg_be *be, const dlock_request *req, const char *wid,
+                   dlock_acquire_result *out);
+int pg_fam_release(pg_be *be, const dlock_request *req);
+int pg_fam_extend(pg_be *be, const dlock_request *req);
+int pg_fam_check(pg_be *be, const dlock_request *req);
+int pg_fam_downgrade(pg_be *be, const dlock_request *req);
+/* Drop waiter wid's place in name's queue (fair) or its writer's mark. */
+int pg_fam_leave(pg_be *be, const char *name, const char *wid);
+int pg_fam_set_permits(pg_be *be, const char *name, int permits);
+int pg_fam_leader_get(pg_be *be, const char *name, dlock_leader_info *out);
+/* status and force_release: the family's state merged into *out, which
+ * holds the mutex's (the held one wins; the higher fence). */
+int pg_fam_status(pg_be *be, const char *name, dlock_lock_info *out);
+int pg_fam_force_release(pg_be *be, const char *name, dlock_lock_info *removed);
+int pg_fam_holders(pg_be *be, const char *name, dlock_list_cb cb, void *payload);
+int pg_fam_list(pg_be *be, const char *prefix, dlock_list_cb cb, void *payload);
+/* pg_fill_info's columns, then how many hold it and what kind. */
+void pg_fam_fill(dlock_lock_info *out, const PGresult *r, int row, int col);
+
 /* ---- pg_advisory.c ---- */
 /* The advisory key of name into *key; DLOCK_ENOMEM (message set) when the
  * HMAC of key_secret fails. */
@@ -124,6 +149,11 @@ void pg_listener_free(pg_be *be);
 /* The outcome of watch's last try: token when unknown (a lost reply), NULL
  * when known. watch_end gives back a lock a lost reply may hold. */
 void pg_watch_note(void *watch, const char *token);
+/* The waiter id of watch (32 random hex digits), NULL for NULL. */
+const char *pg_watch_id(void *watch);
+/* The last try with watch left a place in a queue (a fair waiter's, a
+ * waiting writer's): watch_end removes it. */
+void pg_watch_queued(void *watch);
 
 /* ---- pg.c ---- */
 int pg_release(void *be, const dlock_request *req);

@@ -62,8 +62,10 @@ int pg_create(pg_be *be, int create)
     table = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
     seq = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 1), "t") == 0;
     PQclear(r);
-    if (seq && (table || be->mode == PG_MODE_ADVISORY))
+    if (seq && be->mode == PG_MODE_ADVISORY)
         return DLOCK_OK;
+    if (seq && table)
+        return pg_fam_create(be, create);
     if (!create)
         return dlock_backend_fail(DLOCK_ESERVER,
                                   "%s: %s %s does not exist, and create=0 says not to create "
@@ -72,7 +74,7 @@ int pg_create(pg_be *be, int create)
     if ((rc = pg_cmd(be, fill(be, sql, ddl_tmpl), 0, NULL, &r)) != DLOCK_OK)
         return rc;
     PQclear(r);
-    return DLOCK_OK;
+    return be->mode == PG_MODE_LEASE ? pg_fam_create(be, create) : DLOCK_OK;
 }
 
 /* ---- acquire --------------------------------------------------------- */
@@ -246,9 +248,27 @@ int pg_lease_check(pg_be *be, const dlock_request *req)
 
 /* ---- renew: one statement for the whole batch --------------------------- */
 
-/* $1 names (hex), $2 tokens, $3 leases, as arrays. Returns the tokens of
- * the renewed rows: an item whose token is among them was renewed. */
+/* $1 names (hex), $2 tokens, $3 leases, $4 kinds, as arrays. Returns the
+ * tokens of the renewed rows: an item whose token is among them was
+ * renewed. The mutexes' rows (kind 0) and the family's holds (pg_family.c,
+ * each hold its own lease) in one statement. */
 static const char renew_tmpl[] =
+    "WITH x AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::int[])"
+    "  AS x(n, tk, l, k)),"
+    " u AS (SELECT decode(n, 'hex') AS name, array_agg(tk) AS toks, max(l) AS lease"
+    "  FROM x WHERE k = 0 GROUP BY n),"
+    " up AS (UPDATE %1$s t SET expires = " NEW_EXPIRY("t.", "u.lease")
+    "  FROM u WHERE t.name = u.name AND t.tokens && u.toks AND t.expires > clock_timestamp()"
+    "  RETURNING t.tokens),"
+    " f AS (SELECT decode(n, 'hex') AS name, tk, l FROM x WHERE k <> 0),"
+    " fp AS (UPDATE %1$s_family h"
+    "  SET expires = clock_timestamp() + f.l * interval '1 millisecond'"
+    "  FROM f WHERE h.name = f.name AND h.id = f.tk AND h.fence IS NOT NULL"
+    "  AND h.expires > clock_timestamp() RETURNING h.id)"
+    " SELECT unnest(tokens) FROM up UNION ALL SELECT id FROM fp";
+
+/* The same for a table without its family (create=0, no TABLE_family). */
+static const char renew_mutex_tmpl[] =
     "WITH u AS (SELECT decode(n, 'hex') AS name, array_agg(tk) AS toks, max(l) AS lease"
     "  FROM unnest($1::text[], $2::text[], $3::bigint[]) AS x(n, tk, l) GROUP BY n),"
     " up AS (UPDATE %1$s t SET expires = " NEW_EXPIRY("t.", "u.lease")
@@ -285,33 +305,37 @@ static int append_elem(char **buf, size_t *len, size_t *cap, const char *s)
 
 int pg_lease_renew(pg_be *be, dlock_renewal *items, size_t n)
 {
-    char sql[SQL_MAX], *arr[3] = {NULL, NULL, NULL};
-    size_t len[3] = {1, 1, 1}, cap[3] = {0, 0, 0};
-    const char *p[3];
+    char sql[SQL_MAX], *arr[4] = {NULL, NULL, NULL, NULL};
+    size_t len[4] = {1, 1, 1, 1}, cap[4] = {0, 0, 0, 0};
+    const char *p[4];
+    const char *tmpl = be->has_family ? renew_tmpl : renew_mutex_tmpl;
+    int np = be->has_family ? 4 : 3;
     PGresult *r;
     int rc = DLOCK_ENOMEM;
 
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         cap[k] = 256;
         if ((arr[k] = malloc(cap[k])) == NULL)
             goto out;
         strcpy(arr[k], "{");
     }
     for (size_t i = 0; i < n; i++) {
-        char lease[24], *name = pg_key_hex(be, items[i].req->name);
+        char lease[24], kind[8], *name = pg_key_hex(be, items[i].req->name);
         int bad;
 
         if (name == NULL)
             goto out;
         snprintf(lease, sizeof(lease), "%lld", (long long)items[i].req->lease_ms);
+        snprintf(kind, sizeof(kind), "%d", items[i].req->kind);
         bad = append_elem(&arr[0], &len[0], &cap[0], name) ||
               append_elem(&arr[1], &len[1], &cap[1], items[i].req->token) ||
-              append_elem(&arr[2], &len[2], &cap[2], lease);
+              append_elem(&arr[2], &len[2], &cap[2], lease) ||
+              append_elem(&arr[3], &len[3], &cap[3], kind);
         free(name);
         if (bad)
             goto out;
     }
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         arr[k][len[k]++] = '}';
         arr[k][len[k]] = '\0';
         p[k] = arr[k];
@@ -319,9 +343,9 @@ int pg_lease_renew(pg_be *be, dlock_renewal *items, size_t n)
     /* The watchdog's own connection: renewals never queue behind callers. */
     {
         int reused = be->wd != NULL;
-        rc = pg_exec(be, &be->wd, fill(be, sql, renew_tmpl), 3, p, &r);
+        rc = pg_exec(be, &be->wd, fill(be, sql, tmpl), np, p, &r);
         if (rc == DLOCK_ECONN && reused) /* closed while idle: once more */
-            rc = pg_exec(be, &be->wd, fill(be, sql, renew_tmpl), 3, p, &r);
+            rc = pg_exec(be, &be->wd, fill(be, sql, tmpl), np, p, &r);
     }
     if (rc != DLOCK_OK)
         goto out;
@@ -333,7 +357,7 @@ int pg_lease_renew(pg_be *be, dlock_renewal *items, size_t n)
     }
     PQclear(r);
 out:
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
         free(arr[k]);
     if (rc == DLOCK_ENOMEM)
         dlock_backend_fail(DLOCK_ENOMEM, "out of memory");

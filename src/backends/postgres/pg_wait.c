@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/rand.h>
+
 #include "pg_int.h"
 
 typedef struct pg_watch {
@@ -31,6 +33,9 @@ typedef struct pg_watch {
     int woken;
     char *name;       /* the lock's name */
     char *lost_token; /* the last try's token when its outcome is unknown */
+    int kind;         /* the request's DLOCK_KIND_* */
+    char id[33];      /* the waiter's id: its place in a family queue */
+    int queued;       /* a try left a place under id (watch_end removes it) */
 } pg_watch;
 
 struct pg_listener {
@@ -191,6 +196,20 @@ int pg_watch_begin(void *vbe, const dlock_request *req, void **watch)
         free(w);
         return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
     }
+    if (req != NULL) {
+        /* Random, apart from the token: a place is named on the channel
+         * (and in the table) where anyone allowed to LISTEN can read it. */
+        unsigned char raw[16];
+        if (RAND_bytes(raw, sizeof(raw)) != 1) {
+            free(w->name);
+            free(w->hex);
+            free(w);
+            return dlock_backend_fail(DLOCK_ENOMEM, "%s: no random bytes for a waiter id",
+                                      be->where);
+        }
+        pg_hex(w->id, raw, sizeof(raw));
+        w->kind = req->kind;
+    }
     /* Registered before LISTEN is known to be active, so that a
      * notification that comes in between is not dropped. */
     pthread_mutex_lock(&l->mu);
@@ -260,11 +279,16 @@ void pg_watch_end(void *vbe, void *watch)
         /* A try whose reply was lost may have taken the lock: give it back. */
         dlock_request req;
         memset(&req, 0, sizeof(req));
+        req.kind = w->kind;
         req.name = w->name;
         req.token = w->lost_token;
         pg_release(be, &req);
         free(w->lost_token);
     }
+    /* A waiter that gives up leaves its place (a taken lock has already
+     * removed it; then this finds nothing). */
+    if (w->queued && w->name != NULL)
+        pg_fam_leave(be, w->name, w->id);
     free(w->name);
     free(w->hex);
     free(w);
@@ -278,6 +302,19 @@ void pg_watch_note(void *watch, const char *token)
         return;
     free(w->lost_token);
     w->lost_token = token != NULL ? strdup(token) : NULL;
+}
+
+const char *pg_watch_id(void *watch)
+{
+    pg_watch *w = watch;
+    return w != NULL ? w->id : NULL;
+}
+
+void pg_watch_queued(void *watch)
+{
+    pg_watch *w = watch;
+    if (w != NULL)
+        w->queued = 1;
 }
 
 void pg_watch_wake(void *vbe, void *watch)

@@ -269,7 +269,7 @@ out:
 static int serves_nested_reads(const test_server *s)
 {
     return strncmp(s->backend, "redis", 5) == 0 || strcmp(s->backend, "rediss") == 0 ||
-           strcmp(s->backend, "etcd") == 0;
+           strcmp(s->backend, "etcd") == 0 || strcmp(s->backend, "postgres") == 0;
 }
 
 typedef struct {
