@@ -45,36 +45,28 @@
 typedef dlock__redlock_be redlock_backend;
 typedef dlock__redlock_answer answer;
 
-/* prefix + '{' + name + '}' + suffix */
-#define KEY_MAX (128 + DLOCK_NAME_MAX + 32)
-
-typedef struct {
-    char buf[KEY_MAX];
-    size_t len;
-} key_buf;
-
-static void make_key(key_buf *k, const redlock_backend *be, const char *name, const char *suffix)
+void dlock__redlock_make_key(dlock__redlock_key *k, const redlock_backend *be, const char *name, const char *suffix)
 {
     k->len = (size_t)snprintf(k->buf, sizeof(k->buf), "%s{%s}%s", be->prefix, name, suffix);
 }
 
-static unsigned all_nodes(const redlock_backend *be)
+unsigned dlock__redlock_all_nodes(const redlock_backend *be)
 {
     return (1u << be->n) - 1;
 }
 
-static int64_t drift_ms(const redlock_backend *be, int64_t lease_ms)
+int64_t dlock__redlock_drift_ms(const redlock_backend *be, int64_t lease_ms)
 {
     return be->drift_ms >= 0 ? be->drift_ms : lease_ms / 100 + 2;
 }
 
 /* What the nodes set: the lease plus the drift (see the top). */
-static int64_t node_px(const redlock_backend *be, int64_t lease_ms)
+int64_t dlock__redlock_node_px(const redlock_backend *be, int64_t lease_ms)
 {
-    return lease_ms + drift_ms(be, lease_ms);
+    return lease_ms + dlock__redlock_drift_ms(be, lease_ms);
 }
 
-static int64_t node_timeout_ms(const redlock_backend *be, int64_t lease_ms)
+int64_t dlock__redlock_node_timeout_ms(const redlock_backend *be, int64_t lease_ms)
 {
     int64_t t = lease_ms / 10;
 
@@ -95,12 +87,12 @@ static int is_int_triple(const redisReply *r)
 
 /* The scripts' owner argument: the owner id, or "" for the plain mutex
  * (whose key holds the token). */
-static const char *owner_arg(const dlock_request *req)
+const char *dlock__redlock_owner_arg(const dlock_request *req)
 {
     return req->owner != NULL ? req->owner : "";
 }
 
-static void bad_reply(answer *a, const dlock__redlock_node *node, const char *what)
+void dlock__redlock_bad_reply(answer *a, const dlock__redlock_node *node, const char *what)
 {
     a->code = dlock__fail(DLOCK_EPROTO, "%s: unexpected reply to %s", node->cmd.conn.where,
                           what);
@@ -197,162 +189,6 @@ static int check_url(const dlock_url *url, int *tls, int *io)
     return DLOCK_OK;
 }
 
-/* ---- the nodes' settings -------------------------------------------- */
-
-/* A setting's value as the server gave it, in buf, for a message: a word of
- * letters, digits and '-', else "?" (a message never carries a control
- * character, whatever the server sends). */
-static const char *setting_text(const redisReply *v, char *buf, size_t size)
-{
-    size_t n = v != NULL && v->type == REDIS_REPLY_STRING ? v->len : 0;
-
-    if (n == 0 || n >= size || strspn(v->str, "abcdefghijklmnopqrstuvwxyz0123456789-") != n)
-        return "?";
-    memcpy(buf, v->str, n);
-    buf[n] = '\0';
-    return buf;
-}
-
-/* What is wrong with a node's (setting, value) for the fence, or NULL. */
-static const char *setting_flaw(const char *key, const char *value)
-{
-    if (strcmp(key, "appendonly") == 0 && strcmp(value, "yes") != 0)
-        return "a restart loses the fence marks; the fence needs appendonly yes";
-    if (strcmp(key, "appendfsync") == 0 && strcmp(value, "always") != 0)
-        return "a crash of the machine can lose a fence mark; the fence needs appendfsync "
-               "always";
-    if (strcmp(key, "maxmemory-policy") == 0 && strncmp(value, "allkeys-", 8) == 0)
-        return "the fence marks may be evicted; the fence needs noeviction or a volatile-* "
-               "policy";
-    return NULL;
-}
-
-/* CONFIG GET of the settings the fence needs (one request: Redis 7 takes
- * several names; older servers answer "wrong number of arguments", and are
- * asked one name at a time). */
-static const char *const settings[] = {"appendonly", "appendfsync", "maxmemory-policy"};
-
-static void settings_argv(const char **argv, size_t *lens, size_t from, size_t n)
-{
-    argv[0] = "CONFIG";
-    argv[1] = "GET";
-    for (size_t j = 0; j < n; j++)
-        argv[2 + j] = settings[from + j];
-    for (size_t j = 0; j < 2 + n; j++)
-        lens[j] = strlen(argv[j]);
-}
-
-/* Log that node's settings could not be read, with the thread's message. */
-static void settings_unknown(const dlock__redlock_node *node, const dlock_client_options *opts)
-{
-    char msg[512];
-
-    if (opts->log == NULL)
-        return;
-    snprintf(msg, sizeof(msg), "redlock: cannot check that %s keeps its fence marks (CONFIG "
-             "GET appendonly appendfsync maxmemory-policy): %s", node->cmd.conn.where,
-             dlock_error_message());
-    opts->log(DLOCK_LOG_WARN, msg, opts->log_payload);
-}
-
-/* Judge one CONFIG GET reply (name, value pairs) of node: DLOCK_OK, the
- * flaws logged; with strict, the first flaw as DLOCK_ESERVER. */
-static int settings_judge(const dlock__redlock_node *node, const redisReply *r, int strict,
-                          const dlock_client_options *opts)
-{
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY)
-        return DLOCK_OK;
-    for (size_t e = 0; e + 1 < r->elements; e += 2) {
-        char kb[32], vb[32], msg[512];
-        const char *key = setting_text(r->element[e], kb, sizeof(kb));
-        const char *value = setting_text(r->element[e + 1], vb, sizeof(vb));
-        const char *flaw;
-        if ((flaw = setting_flaw(key, value)) == NULL)
-            continue;
-        if (strict)
-            return dlock__fail(DLOCK_ESERVER, "redlock: %s has %s %s: %s (strict=1)",
-                               node->cmd.conn.where, key, value, flaw);
-        if (opts->log != NULL) {
-            snprintf(msg, sizeof(msg), "redlock: %s has %s %s: %s (docs/redlock.md)",
-                     node->cmd.conn.where, key, value, flaw);
-            opts->log(DLOCK_LOG_WARN, msg, opts->log_payload);
-        }
-    }
-    return DLOCK_OK;
-}
-
-/*
- * The fence's order holds while every node keeps its marks (docs/redlock.md,
- * "Nodes keep their marks"): its AOF on, written to disk before each reply,
- * and never evicted. Each node of up (connected by open) is asked once, all
- * at once: CONFIG GET goes out behind the SCRIPT LOADs a new connection
- * owes, whose replies are skipped here. A setting that breaks the rule is a
- * DLOCK_LOG_WARN naming the node and the setting, or with strict the open's
- * DLOCK_ESERVER. A node that cannot be asked (an ACL without CONFIG answers
- * NOPERM; CONFIG renamed away; the connection lost) is logged and not
- * refused: nothing is known against it. Nodes down at open are not asked.
- */
-static int check_settings(redlock_backend *be, unsigned up, int strict,
-                          const dlock_client_options *opts)
-{
-    const char *argv[5];
-    size_t lens[5];
-    int sent[DLOCK__REDLOCK_NODES_MAX] = {0};
-    int rc = DLOCK_OK;
-
-    settings_argv(argv, lens, 0, 3);
-    for (size_t i = 0; i < be->n; i++)
-        sent[i] = (up & (1u << i)) &&
-                  dlock__redis_tp_append_argv(&be->nodes[i].cmd.conn.tp, 5, argv, lens) ==
-                      REDIS_OK;
-    for (size_t i = 0; i < be->n; i++) {
-        dlock__redlock_link *l = &be->nodes[i].cmd;
-        redisReply *r = NULL;
-        int got = DLOCK_OK;
-        if (!(up & (1u << i)))
-            continue;
-        if (!sent[i]) {
-            settings_unknown(&be->nodes[i], opts);
-            continue;
-        }
-        /* The owed SCRIPT LOAD replies, then ours (always read, also after
-         * a refusal, so that no node is left owing one). */
-        for (int k = 0; k <= l->owed && got == DLOCK_OK; k++) {
-            if (r != NULL)
-                freeReplyObject(r);
-            r = NULL;
-            if (dlock__redis_conn_get_reply(&l->conn, &r) != REDIS_OK)
-                got = dlock__redis_conn_io_error(&l->conn);
-        }
-        l->owed = 0;
-        if (got == DLOCK_OK && r->type == REDIS_REPLY_ERROR) {
-            got = dlock__redis_conn_reply_error(&l->conn, r);
-            freeReplyObject(r);
-            r = NULL;
-        }
-        if (got == DLOCK_ESERVER && strstr(dlock_error_message(), "wrong number of arguments")) {
-            got = DLOCK_OK;
-            for (size_t j = 0; j < 3 && got == DLOCK_OK && rc == DLOCK_OK; j++) {
-                settings_argv(argv, lens, j, 1);
-                if ((got = dlock__redis_conn_command_slot(&l->conn, &r, 3, argv, lens, -1)) ==
-                    DLOCK_OK)
-                    rc = settings_judge(&be->nodes[i], r, strict, opts);
-                if (r != NULL)
-                    freeReplyObject(r);
-                r = NULL;
-            }
-            settings_argv(argv, lens, 0, 3);
-        } else if (got == DLOCK_OK && rc == DLOCK_OK) {
-            rc = settings_judge(&be->nodes[i], r, strict, opts);
-        }
-        if (r != NULL)
-            freeReplyObject(r);
-        if (got != DLOCK_OK)
-            settings_unknown(&be->nodes[i], opts);
-    }
-    return rc;
-}
-
 static int redlock_open(void **out, const dlock_url *url, const dlock_client_options *opts)
 {
     redlock_backend *be;
@@ -431,7 +267,7 @@ static int redlock_open(void **out, const dlock_url *url, const dlock_client_opt
     }
     /* Connect now, to every node at once: wrong credentials on any node,
      * or fewer than a quorum of nodes reachable, is reported by open. */
-    dlock__redlock_connect(be, 0, all_nodes(be), conn);
+    dlock__redlock_connect(be, 0, dlock__redlock_all_nodes(be), conn);
     for (size_t i = 0; i < be->n; i++) {
         rc = conn[i].code;
         if (rc == DLOCK_OK) {
@@ -451,7 +287,7 @@ static int redlock_open(void **out, const dlock_url *url, const dlock_client_opt
     }
     for (size_t i = 0; i < be->n; i++)
         mask |= conn[i].code == DLOCK_OK ? 1u << i : 0;
-    if ((rc = check_settings(be, mask, strict, opts)) != DLOCK_OK)
+    if ((rc = dlock__redlock_check_settings(be, mask, strict, opts)) != DLOCK_OK)
         goto err;
     dlock__clear_error();
     *out = be;
@@ -538,20 +374,20 @@ static int ours_decided(void *arg, const answer *ans, size_t i)
 static void release_fanout(redlock_backend *be, const dlock_request *req, unsigned mask,
                            int64_t timeout_ms, answer *ans)
 {
-    key_buf lock, chan;
+    dlock__redlock_key lock, chan;
     const char *argv[4];
     size_t lens[4];
     tally t = {be, 0, 0, 0};
 
-    make_key(&lock, be, req->name, "");
-    make_key(&chan, be, req->name, ":release");
+    dlock__redlock_make_key(&lock, be, req->name, "");
+    dlock__redlock_make_key(&chan, be, req->name, ":release");
     argv[0] = lock.buf;
     lens[0] = lock.len;
     argv[1] = req->token;
     lens[1] = strlen(req->token);
     argv[2] = chan.buf;
     lens[2] = chan.len;
-    argv[3] = owner_arg(req);
+    argv[3] = dlock__redlock_owner_arg(req);
     lens[3] = strlen(argv[3]);
     dlock__redlock_fanout(be, 0, mask, &dlock__redlock_script_release, 1, 4, argv, lens,
                           timeout_ms, ours_decided, &t, ans);
@@ -621,11 +457,11 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
                           dlock_acquire_result *out)
 {
     answer ans[DLOCK__REDLOCK_NODES_MAX], conf[DLOCK__REDLOCK_NODES_MAX];
-    key_buf lock, mark;
+    dlock__redlock_key lock, mark;
     char px[24], fence_text[24];
     const char *argv[7];
     size_t lens[7];
-    int64_t pttl[DLOCK__REDLOCK_NODES_MAX], timeout = node_timeout_ms(be, req->lease_ms);
+    int64_t pttl[DLOCK__REDLOCK_NODES_MAX], timeout = dlock__redlock_node_timeout_ms(be, req->lease_ms);
     uint64_t tenure[DLOCK__REDLOCK_NODES_MAX], value[DLOCK__REDLOCK_NODES_MAX];
     unsigned granted = 0, busy = 0;
     size_t ngranted = 0, nbusy = 0, nmine = 0;
@@ -634,9 +470,9 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
     tally t = {be, 0, 0, 0};
     int rc;
 
-    make_key(&lock, be, req->name, "");
-    make_key(&mark, be, req->name, ":fence");
-    snprintf(px, sizeof(px), "%lld", (long long)node_px(be, req->lease_ms));
+    dlock__redlock_make_key(&lock, be, req->name, "");
+    dlock__redlock_make_key(&mark, be, req->name, ":fence");
+    snprintf(px, sizeof(px), "%lld", (long long)dlock__redlock_node_px(be, req->lease_ms));
     argv[0] = lock.buf;
     lens[0] = lock.len;
     argv[1] = mark.buf;
@@ -645,7 +481,7 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
     lens[2] = strlen(req->token);
     argv[3] = px;
     lens[3] = strlen(px);
-    argv[4] = owner_arg(req);
+    argv[4] = dlock__redlock_owner_arg(req);
     lens[4] = strlen(argv[4]);
     argv[5] = req->reentrant ? "1" : "0";
     lens[5] = 1;
@@ -657,7 +493,7 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
      * node (in the node timeout): round 2 then records the owner's fence on
      * all that granted, so that a re-entry finds a quorum vouching for it
      * even when nodes restarted since (docs/redlock.md, "Reentrancy"). */
-    dlock__redlock_fanout(be, 0, all_nodes(be), &dlock__redlock_script_acquire, 2, 7, argv,
+    dlock__redlock_fanout(be, 0, dlock__redlock_all_nodes(be), &dlock__redlock_script_acquire, 2, 7, argv,
                           lens, timeout, req->owner == NULL ? granted_decided : NULL, &t,
                           ans);
     for (size_t i = 0; i < be->n; i++) {
@@ -666,7 +502,7 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
             continue;
         if (!is_int_triple(r) || r->element[0]->integer < -1 ||
             r->element[1]->integer < (r->element[0]->integer ? 0 : -2)) {
-            bad_reply(&ans[i], &be->nodes[i], "the acquire script");
+            dlock__redlock_bad_reply(&ans[i], &be->nodes[i], "the acquire script");
         } else if (r->element[0]->integer == 1) {
             granted |= 1u << i;
             value[ngranted] = (uint64_t)r->element[1]->integer;
@@ -718,7 +554,7 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
             if (r == NULL)
                 continue;
             if (r->type != REDIS_REPLY_INTEGER)
-                bad_reply(&conf[i], &be->nodes[i], "the confirm script");
+                dlock__redlock_bad_reply(&conf[i], &be->nodes[i], "the confirm script");
             else if (r->integer == 1)
                 nconfirmed++;
         }
@@ -760,14 +596,14 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
                 out->retry_ms = cap;
         }
     } else {
-        rc = dlock__redlock_fail_quorum(be, "acquiring", ngranted, ans, all_nodes(be),
+        rc = dlock__redlock_fail_quorum(be, "acquiring", ngranted, ans, dlock__redlock_all_nodes(be),
                                         DLOCK_ECONN);
     }
     dlock__redlock_answers_free(ans, be->n);
     /* Not ours: give back every key we may have taken, including on the
      * nodes that did not answer, or were not waited for (the release runs
      * after the acquire there). */
-    release_on(be, req, all_nodes(be) & ~busy, timeout);
+    release_on(be, req, dlock__redlock_all_nodes(be) & ~busy, timeout);
     return rc;
 }
 
@@ -800,18 +636,18 @@ static int redlock_release(void *arg, const dlock_request *req)
      * acquire in time may hold the key all the same. Done once a quorum
      * gave it up (or cannot); the rest run it in turn, their replies read
      * at the next fan-out. */
-    release_fanout(be, req, all_nodes(be), be->command_timeout_ms, ans);
+    release_fanout(be, req, dlock__redlock_all_nodes(be), be->command_timeout_ms, ans);
     for (size_t i = 0; i < be->n; i++) {
         if (ans[i].reply == NULL)
             unknown++; /* a failure, or not waited for */
         else if (ans[i].reply->type != REDIS_REPLY_INTEGER)
-            bad_reply(&ans[i], &be->nodes[i], "the release script"), unknown++;
+            dlock__redlock_bad_reply(&ans[i], &be->nodes[i], "the release script"), unknown++;
         else if (ans[i].reply->integer == 1)
             released++;
     }
     if (released < be->quorum) {
         if (released + unknown >= be->quorum)
-            rc = dlock__redlock_fail_quorum(be, "releasing", released, ans, all_nodes(be),
+            rc = dlock__redlock_fail_quorum(be, "releasing", released, ans, dlock__redlock_all_nodes(be),
                                             DLOCK_ECONN);
         else
             rc = dlock__fail(DLOCK_ELOST, "redlock: lock '%s' was not held on a quorum "
@@ -820,202 +656,6 @@ static int redlock_release(void *arg, const dlock_request *req)
     dlock__redlock_answers_free(ans, be->n);
     pthread_mutex_unlock(&be->cmd_mu);
     return rc;
-}
-
-/* ---- extend, check, renew ----------------------------------------------- */
-
-/* One lock's arguments to renew.lua and reset.lua: token, PX, owner. */
-static void lock_args(const char **argv, size_t *lens, const dlock_request *req,
-                      const char *px)
-{
-    argv[0] = req->token;
-    argv[1] = px;
-    argv[2] = owner_arg(req);
-    for (int i = 0; i < 3; i++)
-        lens[i] = strlen(argv[i]);
-}
-
-/* A renewal's fan-out (n locks, each node's reply an array of n) is decided
- * once every lock is: Q nodes had it, or Q no longer can. Failed nodes make
- * it wait for the rest, as tally does. */
-typedef struct {
-    const redlock_backend *be;
-    size_t n, failed;
-    size_t yes[128], no[128];
-} renew_tally;
-
-static int renew_decided(void *arg, const answer *ans, size_t node)
-{
-    renew_tally *t = arg;
-    const redisReply *r = ans[node].reply;
-    int all = 1;
-
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != t->n) {
-        t->failed++;
-        return 0;
-    }
-    for (size_t i = 0; i < t->n; i++) {
-        if (r->element[i]->type == REDIS_REPLY_INTEGER && r->element[i]->integer == 1)
-            t->yes[i]++;
-        else
-            t->no[i]++;
-        all &= t->yes[i] >= t->be->quorum || t->no[i] > t->be->n - t->be->quorum;
-    }
-    return all && t->failed == 0;
-}
-
-/*
- * Renew (lease_ms > 0 in each request) or check n locks on all nodes in one
- * round, on the watchdog's connections (wd) or the callers'. A lock a
- * quorum holds for its token is set again on the nodes that lost it (they
- * restarted empty). results[i]: DLOCK_OK, DLOCK_ELOST, or unknown (a
- * connection error) when the nodes that answered cannot decide: then the
- * call returns that error. It returns once every lock is decided: a node
- * not waited for is renewed when the request reaches it, or set again at
- * a later renewal if it lost the key.
- */
-static int renew_locked(redlock_backend *be, int wd, dlock_renewal *items, size_t n, int renew)
-{
-    answer ans[DLOCK__REDLOCK_NODES_MAX];
-    size_t nargs = 4 * n, ours[128] = {0}, others[128] = {0};
-    unsigned absent[128] = {0};
-    key_buf *keys;
-    char (*pxs)[24];
-    const char **argv;
-    size_t *lens;
-    renew_tally *rt;
-    int64_t timeout = INT64_MAX;
-    int rc = DLOCK_OK;
-
-    if (n == 0)
-        return DLOCK_OK;
-    if (n > 128)
-        return dlock__fail(DLOCK_EINVAL, "redlock: at most 128 locks per renewal");
-    keys = malloc(n * sizeof(*keys));
-    pxs = malloc(n * sizeof(*pxs));
-    argv = malloc(nargs * sizeof(*argv));
-    lens = malloc(nargs * sizeof(*lens));
-    rt = calloc(1, sizeof(*rt));
-    if (keys == NULL || pxs == NULL || argv == NULL || lens == NULL || rt == NULL) {
-        rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        const dlock_request *req = items[i].req;
-        int64_t t = node_timeout_ms(be, req->lease_ms);
-        make_key(&keys[i], be, req->name, "");
-        snprintf(pxs[i], sizeof(pxs[i]), "%lld",
-                 renew ? (long long)node_px(be, req->lease_ms) : 0LL);
-        argv[i] = keys[i].buf;
-        lens[i] = keys[i].len;
-        lock_args(argv + n + 3 * i, lens + n + 3 * i, req, pxs[i]);
-        if (t < timeout)
-            timeout = t;
-    }
-    rt->be = be;
-    rt->n = n;
-    dlock__redlock_fanout(be, wd, all_nodes(be), &dlock__redlock_script_renew, (int)n,
-                          (int)(4 * n), argv, lens, timeout, renew_decided, rt, ans);
-    for (size_t j = 0; j < be->n; j++) {
-        redisReply *r = ans[j].reply;
-        if (r == NULL)
-            continue;
-        if (r->type != REDIS_REPLY_ARRAY || r->elements != n) {
-            bad_reply(&ans[j], &be->nodes[j], "the renew script");
-            continue;
-        }
-        for (size_t i = 0; i < n; i++) {
-            long long v = r->element[i]->type == REDIS_REPLY_INTEGER ? r->element[i]->integer
-                                                                    : -1;
-            if (v == 1)
-                ours[i]++;
-            else if (v == 0)
-                absent[i] |= 1u << j;
-            else
-                others[i]++;
-        }
-    }
-    for (size_t i = 0; i < n && rc == DLOCK_OK; i++) {
-        size_t known = ours[i] + others[i];
-        for (unsigned m = absent[i]; m; m &= m - 1)
-            known++;
-        if (ours[i] >= be->quorum)
-            items[i].result = DLOCK_OK;
-        else if (ours[i] + (be->n - known) < be->quorum)
-            items[i].result = DLOCK_ELOST;
-        else
-            rc = dlock__redlock_fail_quorum(be, renew ? "renewing" : "checking", ours[i], ans,
-                                            all_nodes(be), DLOCK_ECONN);
-    }
-    dlock__redlock_answers_free(ans, be->n);
-    if (rc != DLOCK_OK || !renew)
-        goto out;
-
-    /* Set again what a quorum holds and some nodes lost, one batch per
-     * node (the locks it lost). Best effort: the quorum holds already. */
-    for (size_t j = 0; j < be->n; j++) {
-        size_t k = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (items[i].result != DLOCK_OK || !(absent[i] & (1u << j)))
-                continue;
-            argv[k] = keys[i].buf;
-            lens[k] = keys[i].len;
-            k++;
-        }
-        if (k == 0)
-            continue;
-        /* The arguments follow the keys: rebuild them for these k locks. */
-        for (size_t i = 0, m = 0; i < n; i++) {
-            if (items[i].result != DLOCK_OK || !(absent[i] & (1u << j)))
-                continue;
-            lock_args(argv + k + 3 * m, lens + k + 3 * m, items[i].req, pxs[i]);
-            m++;
-        }
-        dlock__redlock_fanout(be, wd, 1u << j, &dlock__redlock_script_reset, (int)k,
-                              (int)(4 * k), argv, lens, timeout, NULL, NULL, ans);
-        dlock__redlock_answers_free(ans, be->n);
-    }
-out:
-    free(rt);
-    free(keys);
-    free(pxs);
-    free(argv);
-    free(lens);
-    return rc;
-}
-
-static int redlock_renew(void *arg, dlock_renewal *items, size_t n)
-{
-    /* The watchdog's own connections: no lock needed (one call at a time). */
-    return renew_locked(arg, 1, items, n, 1);
-}
-
-static int one_on_cmd(redlock_backend *be, const dlock_request *req, int renew)
-{
-    dlock_renewal item = {req, DLOCK_EPROTO};
-    char saved[1024];
-    int rc;
-
-    pthread_mutex_lock(&be->cmd_mu);
-    rc = renew_locked(be, 0, &item, 1, renew);
-    snprintf(saved, sizeof(saved), "%s", dlock_error_message());
-    pthread_mutex_unlock(&be->cmd_mu);
-    if (rc != DLOCK_OK)
-        return dlock__fail(rc, "%s", saved);
-    if (item.result == DLOCK_ELOST)
-        return dlock__fail(DLOCK_ELOST, "redlock: lock '%s' is not held on a quorum",
-                           req->name);
-    return DLOCK_OK;
-}
-
-static int redlock_extend(void *be, const dlock_request *req)
-{
-    return one_on_cmd(be, req, 1);
-}
-
-static int redlock_check(void *be, const dlock_request *req)
-{
-    return one_on_cmd(be, req, 0);
 }
 
 /* ---- status, force release ------------------------------------------------ */
@@ -1029,16 +669,16 @@ static int redlock_check(void *be, const dlock_request *req)
 static int read_status(redlock_backend *be, const char *name, int force, dlock_lock_info *out)
 {
     answer ans[DLOCK__REDLOCK_NODES_MAX];
-    key_buf lock, mark, chan;
+    dlock__redlock_key lock, mark, chan;
     const char *argv[4];
     size_t lens[4], replied = 0, held = 0;
     int64_t ttl[DLOCK__REDLOCK_NODES_MAX];
     uint64_t fence = 0;
     int rc = DLOCK_OK;
 
-    make_key(&lock, be, name, "");
-    make_key(&mark, be, name, ":fence");
-    make_key(&chan, be, name, ":release");
+    dlock__redlock_make_key(&lock, be, name, "");
+    dlock__redlock_make_key(&mark, be, name, ":fence");
+    dlock__redlock_make_key(&chan, be, name, ":release");
     argv[0] = lock.buf;
     lens[0] = lock.len;
     argv[1] = mark.buf;
@@ -1048,7 +688,7 @@ static int read_status(redlock_backend *be, const char *name, int force, dlock_l
     argv[3] = chan.buf;
     lens[3] = chan.len;
     pthread_mutex_lock(&be->cmd_mu);
-    dlock__redlock_fanout(be, 0, all_nodes(be), &dlock__redis_script_status, 2, 4, argv, lens,
+    dlock__redlock_fanout(be, 0, dlock__redlock_all_nodes(be), &dlock__redis_script_status, 2, 4, argv, lens,
                           be->command_timeout_ms, NULL, NULL, ans);
     for (size_t i = 0; i < be->n; i++) {
         redisReply *r = ans[i].reply;
@@ -1060,7 +700,7 @@ static int read_status(redlock_backend *be, const char *name, int force, dlock_l
             r->element[0]->type != REDIS_REPLY_INTEGER ||
             r->element[1]->type != REDIS_REPLY_INTEGER ||
             r->element[2]->type != REDIS_REPLY_INTEGER) {
-            bad_reply(&ans[i], &be->nodes[i], "the status script");
+            dlock__redlock_bad_reply(&ans[i], &be->nodes[i], "the status script");
             continue;
         }
         replied++;
@@ -1071,7 +711,7 @@ static int read_status(redlock_backend *be, const char *name, int force, dlock_l
     }
     if (replied < be->quorum) {
         rc = dlock__redlock_fail_quorum(be, force ? "force-releasing" : "reading the status",
-                                        replied, ans, all_nodes(be), DLOCK_ECONN);
+                                        replied, ans, dlock__redlock_all_nodes(be), DLOCK_ECONN);
     } else {
         memset(out, 0, sizeof(*out));
         out->held = held >= be->quorum;
@@ -1122,9 +762,9 @@ const dlock_backend dlock__redlock_backend = {
     .close = redlock_close,
     .acquire = redlock_acquire,
     .release = redlock_release,
-    .extend = redlock_extend,
-    .check = redlock_check,
-    .renew = redlock_renew,
+    .extend = dlock__redlock_extend,
+    .check = dlock__redlock_check,
+    .renew = dlock__redlock_renew,
     .watch_begin = dlock__redlock_watch_begin,
     .watch_wait = dlock__redlock_watch_wait,
     .watch_end = dlock__redlock_watch_end,

@@ -117,6 +117,39 @@ int dlock__redlock_ring_open(dlock__redlock_ring **out, size_t nodes);
 void dlock__redlock_ring_close(dlock__redlock_ring *r);
 dlock__redlock_ring *dlock__redlock_ring_usable(dlock__redlock_ring *r);
 
+/* A key on the nodes: prefix + '{' + name + '}' + suffix. */
+#define DLOCK__REDLOCK_KEY_MAX (128 + DLOCK_NAME_MAX + 32)
+typedef struct {
+    char buf[DLOCK__REDLOCK_KEY_MAX];
+    size_t len;
+} dlock__redlock_key;
+
+/* Helpers shared by redlock.c and redlock_renew.c (redlock.c): the key of
+ * name + suffix; every node's bit; the drift kept on top of a lease; what
+ * the nodes set (lease + drift); how long a node's reply is waited for;
+ * the scripts' owner argument ("" for the plain mutex); a reply of the
+ * wrong shape as the node's answer. */
+void dlock__redlock_make_key(dlock__redlock_key *k, const dlock__redlock_be *be, const char *name,
+                             const char *suffix);
+unsigned dlock__redlock_all_nodes(const dlock__redlock_be *be);
+int64_t dlock__redlock_drift_ms(const dlock__redlock_be *be, int64_t lease_ms);
+int64_t dlock__redlock_node_px(const dlock__redlock_be *be, int64_t lease_ms);
+int64_t dlock__redlock_node_timeout_ms(const dlock__redlock_be *be, int64_t lease_ms);
+const char *dlock__redlock_owner_arg(const dlock_request *req);
+void dlock__redlock_bad_reply(dlock__redlock_answer *a, const dlock__redlock_node *node,
+                              const char *what);
+
+/* The backend's extend, check and renew (redlock_renew.c). */
+int dlock__redlock_extend(void *be, const dlock_request *req);
+int dlock__redlock_check(void *be, const dlock_request *req);
+int dlock__redlock_renew(void *be, dlock_renewal *items, size_t n);
+
+/* Ask each node of up (connected) for the settings the fence needs (AOF
+ * with appendfsync always, no eviction): a DLOCK_LOG_WARN for each that
+ * breaks them, or DLOCK_ESERVER with strict (redlock_settings.c). */
+int dlock__redlock_check_settings(dlock__redlock_be *be, unsigned up, int strict,
+                                  const dlock_client_options *opts);
+
 /* Set the thread's message for a call that did not reach a quorum: what
  * for, how many nodes agreed, and each failing node's reason (nodes not
  * waited for are left out). Returns the
