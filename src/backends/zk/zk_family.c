@@ -372,8 +372,19 @@ static int sem_try(dlock__zk_sess *s, const dlock_request *req, fam *f, const ch
                 return rc;
             f->czxid = (uint64_t)st.czxid;
         }
-        if (w != NULL && (rc = watch_dir(w, f->dir)) < 0)
-            return rc;
+        if (w != NULL) {
+            int again;
+            if ((rc = watch_dir(w, f->dir)) < 0)
+                return rc;
+            /* N again, now that the watch is set: a set_permits between
+             * the first read and the watch would wake nobody (found by
+             * family-zk.semaphore_permits_and_set_permits: a waiter slept
+             * a minute after N was raised). */
+            if ((rc = permits_get(s, f->dir, &again)) != DLOCK_OK)
+                return rc;
+            if (again > 0)
+                n = again;
+        }
         rc = dlock__zk_children(s, f->dir, &kids);
         if (rc != ZOK && rc != ZNONODE)
             return dlock__zk_fail(s, rc, "list", f->dir);

@@ -254,12 +254,13 @@ void dlock__zk_watch_wake(void *arg, void *watch);
 /* The node data of a holder: req->holder, then NUL-separated fields
  * "lease_ms=N", "owner=HEX" (req->owner in hex, when it has one) and
  * "fence=N" (fence > 0: a re-entry's node, whose czxid is not the lock's
- * fence). Status reads them back; Curator ignores the data. *len its
- * length. */
+ * fence), and "kind=fair" for DLOCK_KIND_FAIR (its nodes are the mutex's).
+ * Status reads them back; Curator ignores the data. *len its length. */
 char *dlock__zk_node_data(const dlock_request *req, int64_t lease_ms, int *len);
 char *dlock__zk_node_data_fenced(const dlock_request *req, int64_t lease_ms, uint64_t fence,
                                  int *len);
-/* Read holder record, lease and fence (when stored) from node data. */
+/* Read holder record, lease, fence (when stored) and kind=fair (out->kind)
+ * from node data. */
 void dlock__zk_parse_data(const char *data, int len, dlock_lock_info *out);
 /* 1 when node data names owner as its owner id. */
 int dlock__zk_data_owner_is(const char *data, int len, const char *owner);

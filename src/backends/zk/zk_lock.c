@@ -122,7 +122,7 @@ char *dlock__zk_node_data_fenced(const dlock_request *req, int64_t lease_ms, uin
     static const char hex[] = "0123456789abcdef";
     const char *holder = req->holder != NULL ? req->holder : "";
     size_t hlen = strlen(holder), olen = req->owner != NULL ? strlen(req->owner) : 0, n;
-    char *out = malloc(hlen + 2 * olen + 96);
+    char *out = malloc(hlen + 2 * olen + 128);
 
     if (out == NULL)
         return NULL;
@@ -139,6 +139,9 @@ char *dlock__zk_node_data_fenced(const dlock_request *req, int64_t lease_ms, uin
     }
     if (fence > 0)
         n += (size_t)sprintf(out + n, "%cfence=%" PRIu64, '\0', fence);
+    if (req->kind == DLOCK_KIND_FAIR)
+        /* For status: the nodes are the mutex's, the kind is not in them. */
+        n += (size_t)sprintf(out + n, "%ckind=fair", '\0');
     out[n] = '\0';
     *len = (int)n;
     return out;
@@ -202,6 +205,9 @@ void dlock__zk_parse_data(const char *data, int len, dlock_lock_info *out)
     v = data_field(data, len, "fence=", &vlen);
     if (v != NULL && (fence = data_num(v, vlen)) > 0)
         out->fence = (uint64_t)fence;
+    v = data_field(data, len, "kind=", &vlen);
+    if (v != NULL && vlen == 4 && memcmp(v, "fair", 4) == 0)
+        out->kind = DLOCK_KIND_FAIR;
 }
 
 int dlock__zk_data_owner_is(const char *data, int len, const char *owner)
@@ -514,7 +520,10 @@ int dlock__zk_acquire(void *arg, const dlock_request *req, void *watch, dlock_ac
 {
     dlock__zk_be *be = arg;
 
-    if (req->kind != DLOCK_KIND_MUTEX)
+    /* FAIR is the mutex: its queue of sequential nodes is FIFO already,
+     * a try-once never jumps it (a node ahead of ours is a waiter's too),
+     * and a release wakes only the node just behind. */
+    if (req->kind != DLOCK_KIND_MUTEX && req->kind != DLOCK_KIND_FAIR)
         return dlock__zk_family_acquire(be, req, watch, out);
     if (watch == NULL)
         return try_once(be, req, out);
@@ -542,7 +551,8 @@ int dlock__zk_watch_begin(void *arg, const dlock_request *req, void **watch)
         dlock__zk_watch_free(w);
         return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
     }
-    if (req->kind != DLOCK_KIND_MUTEX && (rc = dlock__zk_family_watch_begin(w, be, req)) != DLOCK_OK) {
+    if (req->kind != DLOCK_KIND_MUTEX && req->kind != DLOCK_KIND_FAIR &&
+        (rc = dlock__zk_family_watch_begin(w, be, req)) != DLOCK_OK) {
         dlock__zk_watch_free(w);
         return rc;
     }
