@@ -170,4 +170,10 @@ int dlock__redis_observe_begin(void *be, const char *name, void **watch);
 int dlock__redis_family_renew(dlock__redis_be *be, dlock__redis_conn *conn,
                               dlock_renewal *items, size_t n, int renew);
 
+/* The backend's status, holders, force_release and list (redis_status.c). */
+int dlock__redis_status(void *be, const char *name, dlock_lock_info *out);
+int dlock__redis_holders(void *be, const char *name, dlock_list_cb cb, void *payload);
+int dlock__redis_force_release(void *be, const char *name, dlock_lock_info *removed);
+int dlock__redis_list(void *be, const char *name_prefix, dlock_list_cb cb, void *payload);
+
 #endif
