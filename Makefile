@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Thin wrapper over CMake. The two set-up commands of the README:
-#   make demo   installs what is missing, builds, runs the payout demo
+#   make demo   installs what is missing for it (no database servers, no
+#               JDK), builds, runs the payout demo
 #   make test   installs what is missing, builds, runs the whole suite
 #               (plain, ASan+UBSan, and the watchdog tests under TSan),
 #               warnings as errors
@@ -28,7 +29,8 @@ test: deps
 verify: deps
 	@models/check.sh
 
-demo: deps
+demo:
+	@scripts/deps.sh demo
 	@$(MAKE) --no-print-directory build
 	@scripts/demo.sh $(BUILD)
 

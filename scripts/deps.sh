@@ -1,16 +1,27 @@
 #!/bin/sh
 # SPDX-License-Identifier: BSD-3-Clause
-# Installs the Debian packages dlock needs to build, test and demo, when any
-# is missing (scdoc for the man pages, man-db to check them, debhelper for
-# the .debs). Needs root (or sudo) only when something is missing. `make
-# demo`, `make test` and CI run it; `make build` and `make install` do not.
+# Installs the Debian packages dlock needs, when any is missing. Needs root
+# (or sudo) only when something is missing.
+#   scripts/deps.sh demo   what `make demo` needs: the build (every backend's
+#                          client library, scdoc for the man pages) and the
+#                          redis-server the demo starts; no JDK, no database
+#                          servers
+#   scripts/deps.sh        what `make test` and CI need besides: the servers
+#                          the tests start (etcd, ZooKeeper, PostgreSQL,
+#                          MariaDB, Sentinel), the Curator interop test's
+#                          Java, clang for the fuzzers, spin, faketime, ...
+# `make build` and `make install` install nothing.
 set -eu
-pkgs="build-essential cmake pkg-config python3 libhiredis-dev libssl-dev liburing-dev openssl redis-server redis-sentinel redis-tools libsqlite3-dev sqlite3 libpq-dev postgresql etcd-server etcd-client libcurl4-openssl-dev libjansson-dev golang-etcd-server-dev protobuf-c-compiler libprotobuf-c-dev python3-etcd3 faketime clang libclang-rt-14-dev spin scdoc man-db debhelper mariadb-server libmariadb-dev"
+build="build-essential cmake pkg-config python3 libhiredis-dev libssl-dev liburing-dev openssl libsqlite3-dev sqlite3 libpq-dev libcurl4-openssl-dev libjansson-dev golang-etcd-server-dev protobuf-c-compiler libprotobuf-c-dev libzookeeper-mt-dev libmariadb-dev scdoc redis-server redis-tools"
+pkgs=$build
+if [ "${1:-test}" != demo ]; then
+    pkgs="$pkgs redis-sentinel postgresql etcd-server etcd-client python3-etcd3 faketime clang libclang-rt-14-dev spin man-db debhelper mariadb-server"
+    # ZooKeeper's server for the tests, and the Curator interop test
+    # (tests/interop/curator): Java, Curator's recipes and what they load
+    # (the ZooKeeper client jars, Guava, slf4j).
+    pkgs="$pkgs zookeeper default-jdk-headless libcurator-recipes-java libcurator-framework-java libcurator-client-java libzookeeper-java libguava-java libslf4j-java"
+fi
 missing=""
-# ZooKeeper (the zk module's client library, the server for its tests) and
-# the Curator interop test (tests/interop/curator): Java, Curator's recipes
-# and what they load (the ZooKeeper client jars, Guava, slf4j).
-pkgs="$pkgs zookeeper libzookeeper-mt-dev default-jdk-headless libcurator-recipes-java libcurator-framework-java libcurator-client-java libzookeeper-java libguava-java libslf4j-java"
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
