@@ -86,33 +86,93 @@ err:
 
 /* ---- dispatch by mode --------------------------------------------------- */
 
+/* Named mode serves the plain mutex alone: caps are the table's, so the
+ * rest is refused here. */
+static int named_refuses(my_be *be, const char *what)
+{
+    return dlock_backend_fail(DLOCK_ENOTSUP,
+                              "%s: mode=named serves the plain mutex only, not %s (owner ids and "
+                              "the lock family need the lease mode: drop mode=named)",
+                              be->where, what);
+}
+
+static const char *kind_text(const dlock_request *req)
+{
+    static const char *const kinds[] = {"owner ids", "fair locks", "read-write locks",
+                                        "read-write locks", "semaphores", "leader election"};
+
+    return req->kind >= 0 && req->kind <= DLOCK_KIND_LEADER ? kinds[req->kind] : "this kind";
+}
+
 static int my_acquire(void *arg, const dlock_request *req, void *watch, dlock_acquire_result *out)
 {
     my_be *be = arg;
 
-    return be->named ? my_named_acquire(be, req, watch, out)
-                     : my_lease_acquire(be, req, watch, out);
+    if (be->named)
+        return my_family_request(req) ? named_refuses(be, kind_text(req))
+                                      : my_named_acquire(be, req, watch, out);
+    return my_family_request(req) ? my_fam_acquire(be, req, watch, out)
+                                  : my_lease_acquire(be, req, watch, out);
 }
 
 static int my_release(void *arg, const dlock_request *req)
 {
-    return ((my_be *)arg)->named ? my_named_release(arg, req) : my_lease_release(arg, req);
+    my_be *be = arg;
+
+    if (be->named)
+        return my_named_release(be, req);
+    return my_family_request(req) ? my_fam_release(be, req) : my_lease_release(be, req);
 }
 
 static int my_extend(void *arg, const dlock_request *req)
 {
-    return ((my_be *)arg)->named ? my_named_extend(arg, req) : my_lease_extend(arg, req);
+    my_be *be = arg;
+
+    if (be->named)
+        return my_named_extend(be, req);
+    return my_family_request(req) ? my_fam_extend(be, req) : my_lease_extend(be, req);
 }
 
 static int my_check(void *arg, const dlock_request *req)
 {
-    return ((my_be *)arg)->named ? my_named_check(arg, req) : my_lease_check(arg, req);
+    my_be *be = arg;
+
+    if (be->named)
+        return my_named_check(be, req);
+    return my_family_request(req) ? my_fam_check(be, req) : my_lease_check(be, req);
 }
 
+/* Lease mode: the plain leases in one batch, the family's holds in another. */
 static int my_renew(void *arg, dlock_renewal *items, size_t n)
 {
-    return ((my_be *)arg)->named ? my_named_renew(arg, items, n)
-                                 : my_lease_renew(arg, items, n);
+    my_be *be = arg;
+    dlock_renewal *part[2] = {NULL, NULL};
+    size_t np[2] = {0, 0};
+    int rc = DLOCK_OK;
+
+    if (be->named)
+        return my_named_renew(be, items, n);
+    for (int k = 0; k < 2; k++)
+        if ((part[k] = malloc((n ? n : 1) * sizeof(**part))) == NULL) {
+            rc = dlock_backend_fail(DLOCK_ENOMEM, "%s: out of memory", be->where);
+            goto done;
+        }
+    for (size_t i = 0; i < n; i++) {
+        int k = my_family_request(items[i].req);
+        part[k][np[k]++] = items[i];
+    }
+    if ((rc = my_lease_renew(be, part[0], np[0])) != DLOCK_OK ||
+        (rc = my_fam_renew(be, part[1], np[1])) != DLOCK_OK)
+        goto done;
+    np[0] = np[1] = 0;
+    for (size_t i = 0; i < n; i++) {
+        int k = my_family_request(items[i].req);
+        items[i].result = part[k][np[k]++].result;
+    }
+done:
+    free(part[0]);
+    free(part[1]);
+    return rc;
 }
 
 static int my_status(void *arg, const char *name, dlock_lock_info *out)
@@ -138,6 +198,49 @@ static int my_list(void *arg, const char *prefix, dlock_list_cb cb, void *payloa
                      : my_lease_list(be, prefix, cb, payload);
 }
 
+static int my_holders(void *arg, const char *name, dlock_list_cb cb, void *payload)
+{
+    my_be *be = arg;
+    dlock_lock_info info;
+    int rc;
+
+    if (!be->named)
+        return my_fam_holders(be, name, cb, payload);
+    if ((rc = my_named_status(be, name, 0, &info)) == DLOCK_OK && info.held)
+        cb(name, &info, payload);
+    return rc;
+}
+
+static int my_downgrade(void *arg, const dlock_request *req)
+{
+    my_be *be = arg;
+
+    return be->named ? named_refuses(be, "read-write locks") : my_fam_downgrade(be, req);
+}
+
+static int my_set_permits(void *arg, const char *name, int permits)
+{
+    my_be *be = arg;
+
+    return be->named ? named_refuses(be, "semaphores") : my_fam_set_permits(be, name, permits);
+}
+
+static int my_leader_get(void *arg, const char *name, dlock_leader_info *out)
+{
+    my_be *be = arg;
+
+    memset(out, 0, sizeof(*out));
+    return be->named ? named_refuses(be, "leader election") : my_fam_leader_get(be, name, out);
+}
+
+static int my_observe(void *arg, const char *name, void **watch)
+{
+    my_be *be = arg;
+
+    *watch = NULL;
+    return be->named ? named_refuses(be, "leader election") : my_observe_begin(be, name, watch);
+}
+
 static const char *const my_schemes[] = {"mysql", "mariadb", NULL};
 
 /* The table: the module's entry returns it; a static user registers it
@@ -148,7 +251,11 @@ const dlock_backend dlock_mysql_backend = {
     .size = sizeof(dlock_backend),
     .name = "mysql",
     .schemes = my_schemes,
-    .caps = DLOCK_CAP_KIND(DLOCK_KIND_MUTEX),
+    /* Lease mode; named mode refuses all but the plain mutex (named_refuses). */
+    .caps = DLOCK_CAP_KIND(DLOCK_KIND_MUTEX) | DLOCK_CAP_KIND(DLOCK_KIND_FAIR) |
+            DLOCK_CAP_KIND(DLOCK_KIND_READ) | DLOCK_CAP_KIND(DLOCK_KIND_WRITE) |
+            DLOCK_CAP_KIND(DLOCK_KIND_SEMAPHORE) | DLOCK_CAP_KIND(DLOCK_KIND_LEADER) |
+            DLOCK_CAP_OWNER_IDS,
     .open = my_open,
     .close = my_close,
     .acquire = my_acquire,
@@ -162,7 +269,12 @@ const dlock_backend dlock_mysql_backend = {
     .watch_wake = my_watch_wake,
     .status = my_status,
     .force_release = my_force_release,
+    .downgrade = my_downgrade,
+    .set_permits = my_set_permits,
+    .leader_get = my_leader_get,
+    .observe_begin = my_observe,
     .list = my_list,
+    .holders = my_holders,
 };
 
 DLOCK_BACKEND_MODULE(dlock_mysql_backend)

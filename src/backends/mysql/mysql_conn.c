@@ -357,6 +357,11 @@ int my_query_rows(my_be *be, MYSQL **slot, const char *sql, MYSQL_RES **res, int
         *unknown = 0;
     if (*slot != NULL && closed_by_server(*slot))
         my_drop(slot); /* a restart, a KILL, wait_timeout: connect again */
+    if (*slot == NULL && ((slot == &be->cmd && be->cmd_tx) || (slot == &be->wd && be->wd_tx)))
+        /* Not on a new connection: the transaction, and its row locks,
+         * ended with the old one. */
+        return dlock_backend_fail(DLOCK_ECONN, "%s: the connection ended during a transaction",
+                                  be->where);
     if (*slot == NULL) {
         if ((rc = my_connect(be, slot)) != DLOCK_OK)
             return rc;

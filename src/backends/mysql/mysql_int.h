@@ -63,6 +63,10 @@ typedef struct my_be {
     pthread_mutex_t mu; /* cmd */
     MYSQL *cmd;
     MYSQL *wd;
+    /* A transaction is open on cmd (under mu) / wd (the watchdog's): a
+     * broken connection is not opened again in the middle of it. */
+    int cmd_tx, wd_tx;
+    unsigned cmd_errno; /* the server's error of the family's last statement on cmd */
     pthread_mutex_t wake_mu; /* wake */
     MYSQL *wake;
 
@@ -140,11 +144,37 @@ int my_lease_check(void *be, const dlock_request *req);
 int my_lease_renew(void *be, dlock_renewal *items, size_t n);
 int my_lease_status(my_be *be, const char *name, int force, dlock_lock_info *out);
 int my_lease_list(my_be *be, const char *prefix, dlock_list_cb cb, void *payload);
+/* Take the wake channel of name if free, before a family acquisition
+ * commits, so that a waiter who sees the new hold finds its channel held:
+ * 1 when this call took it (to give back if the commit fails), 2 when it
+ * was ours already, else 0. Best effort. */
+int my_wake_grab(my_be *be, const char *name);
 /* Wake channel of a lease held: take (on acquire) or give up (on release). */
 void my_wake_hold(my_be *be, const char *name, int hold);
 /* A lease's state from a row of its status columns (held, fence, ms left,
  * holder, name); also fed from memory by tests/fuzz/fuzz_sql_rows.c. */
 void my_lease_fill_info(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out);
+
+/* ---- mysql_family.c (lease mode) ---- */
+
+/* 1 when req goes to the family (another kind than the mutex, or an owner
+ * id), else to the plain row of mysql_lease.c. */
+int my_family_request(const dlock_request *req);
+int my_fam_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acquire_result *out);
+int my_fam_release(my_be *be, const dlock_request *req);
+int my_fam_extend(my_be *be, const dlock_request *req);
+int my_fam_check(my_be *be, const dlock_request *req);
+int my_fam_renew(my_be *be, dlock_renewal *items, size_t n);
+int my_fam_downgrade(my_be *be, const dlock_request *req);
+int my_fam_set_permits(my_be *be, const char *name, int permits);
+int my_fam_leader_get(my_be *be, const char *name, dlock_leader_info *out);
+int my_fam_holders(my_be *be, const char *name, dlock_list_cb cb, void *payload);
+/* An observer's wait statement for election key (X'hex'), channel expr,
+ * s seconds at most (mysql_wait.c). */
+void my_observe_sql(char *out, size_t size, const char *key, const char *expr, int64_t s);
+/* A waiter's leave: its place in a queue, and with unknown the hold a try
+ * whose reply was lost may have taken. Best effort; keeps the message. */
+void my_fam_leave(my_be *be, const char *name, const char *token, int unknown);
 
 /* ---- mysql_named.c ---- */
 
@@ -170,6 +200,11 @@ int my_watch_begin(void *be, const dlock_request *req, void **watch);
 int my_watch_wait(void *be, void *watch, int64_t timeout_ms);
 void my_watch_end(void *be, void *watch);
 void my_watch_wake(void *be, void *watch);
+/* A family acquisition's token, and whether it may queue a place (fair,
+ * write): watch_end leaves that place, or the hold of a lost reply. */
+void my_watch_note_family(void *watch, const char *token, int queues);
+/* An election's observer: a watch on the leader's wake channel. */
+int my_observe_begin(void *be, const char *name, void **watch);
 /* The token of the watch's last try whose outcome is unknown. */
 void my_watch_note_try(void *watch, const char *token, int unknown);
 /* Named mode: the watch's connection when its GET_LOCK was granted (the

@@ -49,6 +49,32 @@ void my_wake_hold(my_be *be, const char *name, int hold)
     dlock_backend_fail(DLOCK_OK, "%s", saved);
 }
 
+int my_wake_grab(my_be *be, const char *name)
+{
+    char expr[MY_LOCKEXPR_MAX], sql[MY_LOCKEXPR_MAX * 3 + 128], saved[512];
+    MYSQL_RES *res = NULL;
+    MYSQL_ROW row;
+    int taken = 0;
+
+    if (my_lock_expr(be, name, 'w', expr) != DLOCK_OK)
+        return 0;
+    snprintf(sql, sizeof(sql),
+             "SELECT IS_USED_LOCK(%s) <=> CONNECTION_ID(),"
+             " IF(IS_USED_LOCK(%s) <=> CONNECTION_ID(), 0, GET_LOCK(%s, 0))",
+             expr, expr, expr);
+    snprintf(saved, sizeof(saved), "%s", dlock_error_message());
+    pthread_mutex_lock(&be->wake_mu);
+    if (my_query(be, &be->wake, sql, &res, NULL) == DLOCK_OK && res != NULL &&
+        (row = mysql_fetch_row(res)) != NULL && mysql_num_fields(res) == 2)
+        taken = row[0] != NULL && strcmp(row[0], "1") == 0 ? 2
+                : row[1] != NULL && strcmp(row[1], "1") == 0 ? 1 : 0;
+    pthread_mutex_unlock(&be->wake_mu);
+    if (res != NULL)
+        mysql_free_result(res);
+    dlock_backend_fail(DLOCK_OK, "%s", saved);
+    return taken;
+}
+
 int my_lease_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acquire_result *out)
 {
     char key[MY_HEX_MAX], tok[80], holder[2 * DLOCK_HOLDER_MAX + 8];
@@ -267,11 +293,24 @@ done:
     return rc;
 }
 
-/* The columns read for a lock: held, fence, ms left, holder, name. */
+/* A name's live family holds (mysql_family.c), in a subquery. */
+#define LIVE_HOLDS                                                                                 \
+    " FROM dlock_holds h WHERE h.name = dlock_locks.name AND h.waiting = 0"                      \
+    " AND h.expires > UTC_TIMESTAMP(6)"
+
+/* The columns read for a lock: held, fence, ms left, holder, name (what
+ * my_lease_fill_info reads), then the family's count of holds and the
+ * oldest's kind (NULL for a plain mutex). A family row (token '*') takes
+ * them from its holds: the oldest's record, the longest lease. */
 #define STATUS_COLS                                                                                \
-    "token <> '' AND expires > UTC_TIMESTAMP(6), fence,"                                        \
-    " GREATEST(0, CEIL(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires) / 1000)),"          \
-    " holder, name"
+    "IF(token = '*', EXISTS(SELECT 1" LIVE_HOLDS "),"                                            \
+    " token <> '' AND expires > UTC_TIMESTAMP(6)), fence,"                                      \
+    " GREATEST(0, CEIL(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6),"                             \
+    " IF(token = '*', (SELECT MAX(h.expires)" LIVE_HOLDS "), expires)) / 1000)),"                \
+    " IF(token = '*', (SELECT h.holder" LIVE_HOLDS " ORDER BY h.fence, h.seq LIMIT 1), holder),"  \
+    " name, IF(token = '*', (SELECT COUNT(*)" LIVE_HOLDS "), NULL),"                             \
+    " IF(token = '*', (SELECT h.kind" LIVE_HOLDS " ORDER BY h.fence, h.seq LIMIT 1), NULL)"
+#define STATUS_NCOLS 7
 
 void my_lease_fill_info(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out)
 {
@@ -283,9 +322,25 @@ void my_lease_fill_info(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out
         my_holder_fill(out, row[3], lens[3]);
 }
 
+/* my_lease_fill_info, and the holds' count and kind. */
+static void fill_all(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out)
+{
+    my_lease_fill_info(row, lens, out);
+    if (!out->held) {
+        out->holders = 0;
+        out->kind = -1;
+    } else if (row[5] != NULL) {
+        out->holders = atoi(row[5]);
+        out->kind = row[6] != NULL ? atoi(row[6]) : -1;
+    } else {
+        out->holders = 1;
+        out->kind = DLOCK_KIND_MUTEX;
+    }
+}
+
 int my_lease_status(my_be *be, const char *name, int force, dlock_lock_info *out)
 {
-    char key[MY_HEX_MAX], sql[MY_HEX_MAX + 512];
+    char key[MY_HEX_MAX], sql[MY_HEX_MAX + 2048];
     MYSQL_RES *res = NULL;
     MYSQL_ROW row;
     int rc;
@@ -300,13 +355,19 @@ int my_lease_status(my_be *be, const char *name, int force, dlock_lock_info *out
              force ? " FOR UPDATE" : "");
     if ((rc = my_query(be, &be->cmd, sql, &res, NULL)) != DLOCK_OK)
         goto out;
-    if (res == NULL || mysql_num_fields(res) != 5) {
+    if (res == NULL || mysql_num_fields(res) != STATUS_NCOLS) {
         rc = dlock_backend_fail(DLOCK_EPROTO, "%s: the status query returned no rows", be->where);
         goto out;
     }
     if ((row = mysql_fetch_row(res)) != NULL)
-        my_lease_fill_info(row, mysql_fetch_lengths(res), out);
+        fill_all(row, mysql_fetch_lengths(res), out);
+    else
+        out->kind = -1;
     if (force) {
+        /* Every kind's holds go with the row's holder; places stay. */
+        snprintf(sql, sizeof(sql), "DELETE FROM dlock_holds WHERE name = %s AND waiting = 0", key);
+        if ((rc = my_query(be, &be->cmd, sql, NULL, NULL)) != DLOCK_OK)
+            goto out;
         snprintf(sql, sizeof(sql),
                  "UPDATE dlock_locks SET token = '', holder = NULL, expires = UTC_TIMESTAMP(6)"
                  " WHERE name = %s",
@@ -326,7 +387,7 @@ out:
 
 int my_lease_list(my_be *be, const char *prefix, dlock_list_cb cb, void *payload)
 {
-    char key[MY_HEX_MAX], sql[MY_HEX_MAX + 512];
+    char key[MY_HEX_MAX], sql[MY_HEX_MAX + 2048];
     size_t lp = strlen(be->prefix);
     int rc;
 
@@ -336,5 +397,5 @@ int my_lease_list(my_be *be, const char *prefix, dlock_list_cb cb, void *payload
              "SELECT " STATUS_COLS " FROM dlock_locks WHERE LEFT(name, %zu) = %s"
              " AND token <> '' AND expires > UTC_TIMESTAMP(6) ORDER BY name",
              lp + strlen(prefix), key);
-    return my_list_query(be, sql, 5, my_lease_fill_info, cb, payload);
+    return my_list_query(be, sql, STATUS_NCOLS, fill_all, cb, payload);
 }

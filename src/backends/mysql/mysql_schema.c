@@ -37,6 +37,38 @@ static const char locks_ddl[] =
     ") ENGINE=InnoDB";
 
 /*
+ * Lease mode's lock family (mysql_family.c): a row per hold (an owner id's
+ * mutex, a fair holder, a writer, each reader, each permit, a leader) and
+ * per place in a queue (waiting = 1: a fair waiter, a waiting writer's
+ * marker), each with its own lease. seq is the arrival order. Every change
+ * of a name's rows is made under the row lock of its dlock_locks row,
+ * which then has token '*' while any hold lives (expiring with the last),
+ * so the plain mutex's procedure finds the name taken.
+ */
+static const char holds_ddl[] =
+    "CREATE TABLE IF NOT EXISTS dlock_holds (\n"
+    "  seq BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,\n"
+    "  name VARBINARY(640) NOT NULL,\n"
+    "  token VARBINARY(64) NOT NULL,\n"
+    "  kind TINYINT NOT NULL,\n"
+    "  waiting TINYINT NOT NULL,\n"
+    "  owner VARBINARY(128) NULL,\n"
+    "  fence BIGINT UNSIGNED NOT NULL,\n"
+    "  expires DATETIME(6) NOT NULL,\n"
+    "  holder VARBINARY(512) NULL,\n"
+    "  identity VARBINARY(256) NULL,\n"
+    "  UNIQUE KEY name_token (name, token)\n"
+    ") ENGINE=InnoDB";
+
+/* A semaphore's number of permits, set by its first acquisition and by
+ * dlock_semaphore_set_permits. */
+static const char permits_ddl[] =
+    "CREATE TABLE IF NOT EXISTS dlock_permits (\n"
+    "  name VARBINARY(640) NOT NULL PRIMARY KEY,\n"
+    "  permits INT NOT NULL\n"
+    ") ENGINE=InnoDB";
+
+/*
  * Lease mode's acquire, one CALL: take the row if it is free, expired by
  * the server's clock or already ours (a retry after a lost reply keeps its
  * fence), and issue the fence in the same transaction. The clock is
@@ -133,7 +165,7 @@ int my_schema(my_be *be, MYSQL **slot)
 {
     static const char exists[] =
         "SELECT (SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE()"
-        " AND table_name IN ('dlock_fence', '%s')),"
+        " AND table_name IN ('dlock_fence', '%s', '%s', '%s')),"
         " (SELECT COUNT(*) FROM information_schema.routines WHERE routine_schema = DATABASE()"
         " AND routine_name = '%s')";
     char sql[512];
@@ -143,19 +175,24 @@ int my_schema(my_be *be, MYSQL **slot)
     int64_t v[2];
     int found, rc;
 
-    snprintf(sql, sizeof(sql), exists, table, proc);
+    /* Named mode has no lock family: the names repeat dlock_named. */
+    snprintf(sql, sizeof(sql), exists, table, be->named ? table : "dlock_holds",
+             be->named ? table : "dlock_permits", proc);
     if ((rc = my_query(be, slot, sql, &res, NULL)) != DLOCK_OK ||
         (rc = my_row_ints(be, res, v, 2, 0, &found, "the schema check")) != DLOCK_OK)
         return rc;
-    if (v[0] == 2 && v[1] == 1)
+    if (v[0] == (be->named ? 2 : 4) && v[1] == 1)
         return DLOCK_OK;
     if (!be->create)
         return dlock_backend_fail(DLOCK_ESERVER,
-                                  "%s: create=0 but table dlock_fence, table %s or procedure %s "
+                                  "%s: create=0 but table dlock_fence, table %s%s or procedure %s "
                                   "is missing (docs/mysql.md has the DDL)",
-                                  be->where, table, proc);
+                                  be->where, table,
+                                  be->named ? "" : ", dlock_holds, dlock_permits", proc);
     if ((rc = run_ddl(be, slot, fence_ddl)) != DLOCK_OK ||
         (rc = run_ddl(be, slot, be->named ? named_ddl : locks_ddl)) != DLOCK_OK ||
+        (!be->named && (rc = run_ddl(be, slot, holds_ddl)) != DLOCK_OK) ||
+        (!be->named && (rc = run_ddl(be, slot, permits_ddl)) != DLOCK_OK) ||
         (rc = run_ddl(be, slot, be->named ? named_acquire_ddl : acquire_ddl)) != DLOCK_OK)
         return rc;
     return DLOCK_OK;

@@ -20,6 +20,11 @@
  *               waiter then sleeps to the holder's expiry (the core bounds
  *               every wait by it), never a tight loop.
  *
+ *   observer    an election's observer (lease mode) blocks on the leader's
+ *               channel while a leader lives; while none does it SLEEPs in a
+ *               statement tagged with the election's name, and a new leader
+ *               ends that SLEEP with KILL QUERY (my_observe_sql).
+ *
  * The statement is sent and its reply polled for beside the watch's
  * eventfd (watch_wake), so a wake does not wait for the server; a
  * statement still running then stays in flight and the next watch_wait
@@ -47,6 +52,10 @@ typedef struct {
     int granted;         /* named: c holds the lock */
     int free_seen;       /* lease: the channel was free last time */
     char *lost_token;    /* lease: the last try's token if its outcome is unknown */
+    char *fam_token;     /* lease: a family acquisition's token (its place to leave) */
+    int fam_queues;      /* ... of a kind that queues (fair, write) */
+    int observe;         /* an election's observer (below) */
+    char *key;           /* observer: the stored name as X'hex' */
 } my_watch;
 
 int my_watch_begin(void *arg, const dlock_request *req, void **watch)
@@ -72,8 +81,11 @@ int my_watch_begin(void *arg, const dlock_request *req, void **watch)
     }
     /* The connection now, so a server that cannot be reached is reported
      * here. Nothing can be missed before the first GET_LOCK: it finds the
-     * lock (or channel) free and returns at once. */
-    if ((rc = my_connect(be, &w->c)) != DLOCK_OK)
+     * lock (or channel) free and returns at once. The family's waiter
+     * connects in its first watch_wait instead (which then returns at once,
+     * a reason to try): its next try, which takes its place in a fair
+     * queue, follows its first busy one without a connection's delay. */
+    if (!(!be->named && my_family_request(req)) && (rc = my_connect(be, &w->c)) != DLOCK_OK)
         goto err;
     *watch = w;
     return DLOCK_OK;
@@ -83,6 +95,38 @@ err:
     free(w->name);
     free(w);
     return rc;
+}
+
+void my_watch_note_family(void *watch, const char *token, int queues)
+{
+    my_watch *w = watch;
+
+    if (w->fam_token == NULL)
+        w->fam_token = strdup(token); /* NULL: out of memory; the place expires */
+    w->fam_queues |= queues;
+}
+
+int my_observe_begin(void *arg, const char *name, void **watch)
+{
+    dlock_request req;
+    int rc;
+
+    char key[MY_HEX_MAX];
+    my_watch *w;
+
+    memset(&req, 0, sizeof(req));
+    req.name = name;
+    if ((rc = my_key_hex(arg, name, key)) != DLOCK_OK ||
+        (rc = my_watch_begin(arg, &req, watch)) != DLOCK_OK)
+        return rc;
+    w = *watch;
+    w->observe = 1;
+    if ((w->key = strdup(key)) == NULL) {
+        my_watch_end(arg, w);
+        *watch = NULL;
+        return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+    }
+    return DLOCK_OK;
 }
 
 void my_watch_note_try(void *watch, const char *token, int unknown)
@@ -117,7 +161,7 @@ static int drain_wake(my_watch *w)
 /* Read the reply of the statement in flight: the GET_LOCK result into
  * *got, IS_FREE_LOCK's into *was_free (lease mode). -1 when the
  * connection broke. */
-static int read_reply(my_watch *w, int named, int *got, int *was_free)
+static int read_reply(my_watch *w, int named, int *got, int *was_free, int *slept)
 {
     MYSQL_RES *res;
     MYSQL_ROW row;
@@ -136,6 +180,8 @@ static int read_reply(my_watch *w, int named, int *got, int *was_free)
     } else {
         *was_free = row[0] != NULL && strcmp(row[0], "1") == 0;
         *got = row[1] != NULL && strcmp(row[1], "1") == 0;
+        /* An observer's SLEEP, ended or cut short by a new leader. */
+        *slept = row[1] != NULL && (strcmp(row[1], "2") == 0 || strcmp(row[1], "3") == 0);
     }
     mysql_free_result(res);
     while (mysql_next_result(w->c) == 0) {
@@ -148,7 +194,7 @@ static int read_reply(my_watch *w, int named, int *got, int *was_free)
 
 static int send_wait(my_be *be, my_watch *w, int64_t timeout_ms)
 {
-    char sql[3 * MY_LOCKEXPR_MAX + 96];
+    char sql[3 * MY_LOCKEXPR_MAX + 3 * MY_HEX_MAX + 512];
     int64_t s = (timeout_ms + 999) / 1000;
 
     if (s < 1)
@@ -157,6 +203,8 @@ static int send_wait(my_be *be, my_watch *w, int64_t timeout_ms)
         s = 60;
     if (be->named)
         snprintf(sql, sizeof(sql), "SELECT GET_LOCK(%s, %lld)", w->expr, (long long)s);
+    else if (w->observe)
+        my_observe_sql(sql, sizeof(sql), w->key, w->expr, s > 5 ? 5 : s);
     else
         snprintf(sql, sizeof(sql), "SELECT IS_FREE_LOCK(%s), GET_LOCK(%s, %lld), RELEASE_LOCK(%s)",
                  w->expr, w->expr, (long long)s, w->expr);
@@ -194,7 +242,7 @@ int my_watch_wait(void *arg, void *watch, int64_t timeout_ms)
     for (;;) {
         struct pollfd fds[2];
         int64_t now = my_now_ms(), left = deadline < 0 ? -1 : deadline - now;
-        int got = 0, was_free = 0, n;
+        int got = 0, was_free = 0, slept = 0, n;
 
         if (w->c == NULL) {
             /* Broken: a release may have gone unseen, so a reconnection
@@ -244,14 +292,24 @@ int my_watch_wait(void *arg, void *watch, int64_t timeout_ms)
             return DLOCK_OK;
         }
         if (fds[1].revents != 0) {
-            if (read_reply(w, be->named, &got, &was_free) != 0) {
-                my_drop(&w->c);
+            if (read_reply(w, be->named, &got, &was_free, &slept) != 0) {
+                my_drop(&w->c); /* also a SLEEP a new leader killed with an error */
                 return DLOCK_OK;
             }
             if (be->named && got) {
                 w->granted = 1;
                 return DLOCK_OK;
             }
+            if (w->observe && was_free && got) {
+                /* A leader whose client holds no channel (it crashed, or
+                 * lost the race for it): look again in a second. */
+                int64_t until = my_now_ms() + 1000;
+                if (deadline >= 0 && deadline < until)
+                    until = deadline;
+                return sleep_only(w, until);
+            }
+            if (w->observe)
+                return DLOCK_OK; /* the leader went, or one came */
             if (!be->named && was_free) {
                 /* Free the first time: maybe released just now, so try;
                  * free again after a busy try: no channel to wait on. */
@@ -276,7 +334,10 @@ void my_watch_end(void *arg, void *watch)
 
     if (w == NULL)
         return;
-    if (w->lost_token != NULL && !be->named)
+    if (w->fam_token != NULL && !be->named) {
+        if (w->fam_queues || w->lost_token != NULL) /* best effort */
+            my_fam_leave(be, w->name, w->fam_token, w->lost_token != NULL);
+    } else if (w->lost_token != NULL && !be->named)
         my_lease_release_token(be, w->name, w->lost_token); /* best effort */
     /* A GET_LOCK in flight is ended on the server first, and its answer
      * read: a session blocked in GET_LOCK does not notice that its client
@@ -287,12 +348,12 @@ void my_watch_end(void *arg, void *watch)
     if (w->pending && w->c != NULL) {
         char sql[48];
         struct pollfd pf = {.fd = (int)mysql_get_socket(w->c), .events = POLLIN};
-        int got = 0, was_free = 0;
+        int got = 0, was_free = 0, slept = 0;
 
         snprintf(sql, sizeof(sql), "KILL QUERY %lu", mysql_thread_id(w->c));
         my_cmd(be, sql, NULL, NULL); /* best effort; the core keeps its message */
         if (poll(&pf, 1, be->command_ms > INT_MAX ? INT_MAX : (int)be->command_ms) > 0 &&
-            read_reply(w, be->named, &got, &was_free) == 0 && be->named && got)
+            read_reply(w, be->named, &got, &was_free, &slept) == 0 && be->named && got)
             w->granted = 1;
         w->pending = 0;
     }
@@ -300,6 +361,8 @@ void my_watch_end(void *arg, void *watch)
         my_query(be, &w->c, "DO RELEASE_ALL_LOCKS()", NULL, NULL);
     my_drop(&w->c);
     free(w->lost_token);
+    free(w->fam_token);
+    free(w->key);
     close(w->wake_fd);
     free(w->name);
     free(w);

@@ -206,11 +206,12 @@ static void wait_not_held(test_server *s, const char *name)
     CHECK(!test_server_held(s, name));
 }
 
-/* The backends that serve owner ids (DLOCK_CAP_OWNER_IDS): all but MySQL
- * and the out-of-tree plainredis. */
+/* The backends that serve owner ids (DLOCK_CAP_OWNER_IDS): all but MySQL's
+ * named mode and the out-of-tree plainredis. */
 static int serves_owner_ids(const test_server *s)
 {
-    return strcmp(s->backend, "plainredis") != 0 && strcmp(s->backend, "mysql") != 0;
+    return strcmp(s->backend, "plainredis") != 0 &&
+           !(strcmp(s->backend, "mysql") == 0 && s->sql_named);
 }
 
 /* Owner ids: the same owner re-enters from another client with the same
@@ -269,7 +270,8 @@ out:
 static int serves_nested_reads(const test_server *s)
 {
     return strncmp(s->backend, "redis", 5) == 0 || strcmp(s->backend, "rediss") == 0 ||
-           strcmp(s->backend, "etcd") == 0 || strcmp(s->backend, "postgres") == 0;
+           strcmp(s->backend, "etcd") == 0 || strcmp(s->backend, "postgres") == 0 ||
+           (strcmp(s->backend, "mysql") == 0 && !s->sql_named);
 }
 
 typedef struct {
