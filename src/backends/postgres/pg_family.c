@@ -346,11 +346,18 @@ int pg_fam_acquire(pg_be *be, const dlock_request *req, const char *wid,
 
 /* ---- release, extend, check, downgrade, leave ------------------------------ */
 
-/* $1 name (hex), $2 token. A row when it was ours; NOTIFY then. */
+/* $1 name (hex), $2 token. A row when it was ours; NOTIFY then: a fair
+ * lock's release names the head of its queue ("HEX WAITER-ID"), which
+ * wakes that waiter alone (pg_wait.c); the others wake every waiter of the
+ * name, since several readers or permit holders may get in. */
 static const char release_tmpl[] =
     "WITH d AS (DELETE FROM %1$s_family h WHERE h.name = decode($1, 'hex') AND h.id = $2"
-    "  AND h.fence IS NOT NULL AND h.expires > clock_timestamp() RETURNING h.kind)"
-    " SELECT d.kind, pg_notify('%1$s', $1) FROM d";
+    "  AND h.fence IS NOT NULL AND h.expires > clock_timestamp() RETURNING h.kind),"
+    " q AS (SELECT h.id FROM %1$s_family h WHERE h.name = decode($1, 'hex')"
+    "  AND h.arrival IS NOT NULL AND h.kind = 1 AND h.expires > clock_timestamp()"
+    "  ORDER BY h.arrival LIMIT 1)"
+    " SELECT d.kind, pg_notify('%1$s', CASE WHEN d.kind = 1 AND EXISTS (SELECT 1 FROM q)"
+    "  THEN $1 || ' ' || (SELECT id FROM q) ELSE $1 END) FROM d";
 
 static const char extend_tmpl[] =
     "UPDATE %1$s_family h SET expires = clock_timestamp() + $3::bigint * interval '1 millisecond'"
@@ -369,11 +376,19 @@ static const char downgrade_tmpl[] =
     "  AND h.expires > clock_timestamp() RETURNING h.id)"
     " SELECT u.id IS NOT NULL, pg_notify('%1$s', $1) FROM u";
 
-/* $2 a waiter id: its place goes; NOTIFY so the next in line looks. */
+/* $2 a waiter id: its place goes. A fair queue's head that leaves names
+ * the next in line (who may find the lock free now); a writer that leaves
+ * wakes the name's waiters (readers it held back); a fair waiter behind
+ * the head wakes nobody. */
 static const char leave_tmpl[] =
     "WITH d AS (DELETE FROM %1$s_family h WHERE h.name = decode($1, 'hex') AND h.id = $2"
-    "  AND h.arrival IS NOT NULL RETURNING h.id)"
-    " SELECT pg_notify('%1$s', $1) FROM d";
+    "  AND h.arrival IS NOT NULL RETURNING h.id, h.kind, h.arrival),"
+    " q AS (SELECT h.id, h.arrival FROM %1$s_family h WHERE h.name = decode($1, 'hex')"
+    "  AND h.arrival IS NOT NULL AND h.kind = 1 AND h.expires > clock_timestamp()"
+    "  ORDER BY h.arrival LIMIT 2)"
+    " SELECT pg_notify('%1$s', CASE WHEN d.kind = 1 THEN coalesce($1 || ' ' ||"
+    "  (SELECT q.id FROM q WHERE q.id <> d.id ORDER BY q.arrival LIMIT 1), $1) ELSE $1 END)"
+    " FROM d WHERE d.kind <> 1 OR d.arrival <= (SELECT min(q.arrival) FROM q)";
 
 /* Run tmpl about name: $1 name, $2 id, [$3 lease]; the rows it touched or
  * returned in *rows. */

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Waiting without polling: LISTEN/NOTIFY. A release (and a force release)
- * sends pg_notify(TABLE, hex of the row's name) in its statement; the
- * notification is delivered when it commits. Each client has one listener
+ * sends pg_notify(TABLE, hex of the row's name) in its statement (a fair
+ * lock's release adds the waiter id of its queue's head, which wakes that
+ * waiter alone: pg_family.c); the notification is delivered when it
+ * commits. Each client has one listener
  * connection, LISTENing on TABLE, opened by the first watch_begin; a
  * thread of the client's reads it (blocked in poll() on its socket and an
  * eventfd, never a timer) and wakes the watches of the name. A wait is also
@@ -119,8 +121,14 @@ static void *listener_main(void *arg)
             broke = 1;
         pthread_mutex_lock(&l->mu);
         while ((nt = PQnotifies(c)) != NULL) {
+            /* "HEX": every watch of the name; "HEX WAITER-ID": that
+             * waiter's alone (a fair lock's head). */
+            const char *sp = strchr(nt->extra, ' ');
+            size_t n = sp != NULL ? (size_t)(sp - nt->extra) : strlen(nt->extra);
             for (pg_watch *w = l->watches; w != NULL; w = w->next)
-                if (w->hex != NULL && strcmp(w->hex, nt->extra) == 0)
+                if (w->hex != NULL && strlen(w->hex) == n &&
+                    memcmp(w->hex, nt->extra, n) == 0 &&
+                    (sp == NULL || strcmp(w->id, sp + 1) == 0))
                     w->woken = 1;
             PQfreemem(nt);
             pthread_cond_broadcast(&l->cv);

@@ -265,8 +265,9 @@ static void *fair_main(void *arg)
  * other (each seen in the queue before the next starts); they get the lock
  * in that order, each woken by the NOTIFY of a release: the four hand-offs
  * take well under the 10 s a waiter sleeps between refreshes of its place
- * (W/3 with W = 30 s). A try-once while they wait is refused (no barging),
- * and a waiter that gives up leaves the queue.
+ * (W/3 with W = 30 s), and each release wakes the head alone. A try-once
+ * while they wait is refused (no barging), and a waiter that gives up
+ * leaves the queue.
  */
 static void fair_fifo_by_notify(void)
 {
@@ -310,8 +311,16 @@ static void fair_fifo_by_notify(void)
     for (int i = 0; i < 3; i++)
         CHECK(atomic_load(&order[1 + i]) == i);
     CHECK(places(&p, "fifo") == 0);
-    for (int i = 0; i < 3; i++)
+    /* Each release woke the head alone: every waiter found the lock busy
+     * twice (its try before watching, and the one that took its place),
+     * then took it at its next. Woken by every release, the later ones
+     * would have tried (and been refused) once more per release. */
+    for (int i = 0; i < 3; i++) {
+        dlock_stats st = DLOCK_STATS_INIT;
+        CHECK_RC(dlock_client_stats(&st, cs[i]), DLOCK_OK);
+        CHECK(st.busy == 2);
         dlock_client_free(cs[i]);
+    }
     dlock_client_free(holder);
     dlock_client_free(late);
     test_pg_stop(&p);
