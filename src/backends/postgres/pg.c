@@ -478,17 +478,18 @@ static int pg_list(void *vbe, const char *prefix, dlock_list_cb cb, void *payloa
     return pg_fam_list(be, prefix, list_family, &x);
 }
 
-/* Advisory mode: the one holder status reads. */
+/* Advisory mode, and a table without its family (create=0): the one
+ * holder status reads. */
 static int pg_holders(void *vbe, const char *name, dlock_list_cb cb, void *payload)
 {
     pg_be *be = vbe;
     dlock_lock_info info;
     int rc;
 
-    if (be->mode == PG_MODE_LEASE)
+    if (be->mode == PG_MODE_LEASE && be->has_family)
         return pg_fam_holders(be, name, cb, payload);
     memset(&info, 0, sizeof(info));
-    if ((rc = pg_adv_status(be, name, &info)) != DLOCK_OK || !info.held)
+    if ((rc = pg_status(be, name, &info)) != DLOCK_OK || !info.held)
         return rc;
     info.holders = 1;
     info.kind = DLOCK_KIND_MUTEX;

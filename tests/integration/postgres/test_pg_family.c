@@ -59,6 +59,14 @@ static void wait_places(test_pg *p, const char *name, long long want)
 
 /* ---- schema, fences, lost replies ---------------------------------------- */
 
+static int count_held(const char *name, const dlock_lock_info *info, void *arg)
+{
+    (void)name;
+    CHECK(info->held && info->kind == DLOCK_KIND_MUTEX);
+    ++*(int *)arg;
+    return 0;
+}
+
 /*
  * Opening makes the companion table and its function; one name taken as
  * every kind in turn gets fences strictly increasing across the kinds (one
@@ -82,6 +90,7 @@ static void schema_and_fences(void)
     dlock_acquire_result r1, r2;
     void *be;
     char url[256];
+    int held = 0;
 
     test_pg_start(&p);
     c = open_url(p.url);
@@ -135,6 +144,8 @@ static void schema_and_fences(void)
     snprintf(url, sizeof(url), "%s?create=0", p.url);
     c = open_url(url);
     CHECK_RC(dlock_acquire(&l, c, "old", NULL), DLOCK_OK);
+    CHECK_RC(dlock_status_holders(c, "old", count_held, &held), DLOCK_OK);
+    CHECK(held == 1);
     CHECK_RC(dlock_release(l), DLOCK_OK);
     {
         dlock_acquire_options o = kopts(DLOCK_KIND_READ, 0, 3000);
@@ -550,14 +561,6 @@ static void semaphore_and_leader(void)
 }
 
 /* ---- advisory mode ---------------------------------------------------------- */
-
-static int count_held(const char *name, const dlock_lock_info *info, void *arg)
-{
-    (void)name;
-    CHECK(info->held && info->kind == DLOCK_KIND_MUTEX);
-    ++*(int *)arg;
-    return 0;
-}
 
 /* Advisory mode keeps the mutex and refuses the rest, saying why. */
 static void advisory_refuses_family(void)
