@@ -29,8 +29,8 @@ expect 255 "--command-status-offset 128: killed by SIGTERM (143) is 255" off sh 
 expect 127 "--command-status-offset: not found stays dlock's 127" off "no-such-command-$$"
 expect 176 "--command-status-offset=100 form: COMMAND's 76 is 176" \
     "$DLOCK" --url "$URL" run --command-status-offset=100 "$N" -- sh -c 'exit 76'
-if [ "$BACKEND" = redlock ] || [ "$BACKEND" = mysql ]; then
-    # Redlock and MySQL offer no election: refused with a message (DLOCK_ENOTSUP).
+if [ "$BACKEND" = redlock ]; then
+    # Redlock offers no election: refused with a message (DLOCK_ENOTSUP).
     expect 64 "elect on $BACKEND is not supported" \
         "$DLOCK" --url "$URL" elect --once "$N" -- true
     grep_file 'does not implement leader election' "$WORK/err" "elect on $BACKEND: the message says why"
