@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,51 +20,97 @@ static const dlock_backend *const builtin[] = {&dlock__redis_backend, &dlock__et
                                                &dlock__redlock_backend};
 
 /* Backends registered at run time (dlock_backend_register), each for one
+ * scheme: a full-size copy of the table (check_backend), and the table as
+ * given, which a module that serves several schemes registers once per
  * scheme; guarded by registry_mu, never removed. */
 #define REGISTERED_MAX 32
 static struct {
     char scheme[33];
-    const dlock_backend *backend;
+    const dlock_backend *given;
+    dlock_backend table;
 } registered[REGISTERED_MAX];
 static size_t nregistered;
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* Caller holds registry_mu. */
-static const dlock_backend *find_backend_locked(const char *scheme)
+static const dlock_backend *find_backend_locked(const char *scheme, const dlock_backend **given)
 {
     for (size_t i = 0; i < sizeof(builtin) / sizeof(builtin[0]); i++)
         for (const char *const *s = builtin[i]->schemes; *s != NULL; s++)
-            if (strcmp(*s, scheme) == 0)
+            if (strcmp(*s, scheme) == 0) {
+                if (given != NULL)
+                    *given = builtin[i];
                 return builtin[i];
+            }
     for (size_t i = 0; i < nregistered; i++)
-        if (strcmp(registered[i].scheme, scheme) == 0)
-            return registered[i].backend;
+        if (strcmp(registered[i].scheme, scheme) == 0) {
+            if (given != NULL)
+                *given = registered[i].given;
+            return &registered[i].table;
+        }
     return NULL;
 }
 
-const dlock_backend *dlock__find_backend(const char *scheme)
+const dlock_backend *dlock__find_backend(const char *scheme, const dlock_backend **given)
 {
     const dlock_backend *b;
 
     pthread_mutex_lock(&registry_mu);
-    b = find_backend_locked(scheme);
+    b = find_backend_locked(scheme, given);
     pthread_mutex_unlock(&registry_mu);
     return b;
 }
 
-/* What a backend of this version must have for the caps it claims. */
-static int check_backend(const dlock_backend *b)
+/*
+ * The table versions served: 2, the first request-based table, to the
+ * current one ("Versions" in include/dlock/sys/backend.h). A version 2
+ * table ends with multi_acquire; the calls after it were appended since,
+ * and a table has one only when its size reaches past it.
+ */
+#define OLDEST_VERSION 2
+#define END_OF(call) (offsetof(dlock_backend, call) + sizeof(((dlock_backend *)0)->call))
+#define OLDEST_SIZE END_OF(multi_acquire)
+#define HAS(b, call) ((b)->size >= END_OF(call))
+
+/*
+ * Check the table b and copy it into *out, full size: the calls a table of
+ * an older header lacks (beyond its size, never read) are NULL in the copy,
+ * which is all the core ever reads. Then check what a backend must have for
+ * the caps it claims.
+ */
+static int check_backend(const dlock_backend *b, dlock_backend *out)
 {
     const char *missing = NULL;
+    const char *name = HAS(b, name) && b->name != NULL ? b->name : "?";
     unsigned kinds = DLOCK_CAP_KIND(DLOCK_KIND_MUTEX) | DLOCK_CAP_KIND(DLOCK_KIND_FAIR) |
                      DLOCK_CAP_KIND(DLOCK_KIND_READ) | DLOCK_CAP_KIND(DLOCK_KIND_WRITE) |
                      DLOCK_CAP_KIND(DLOCK_KIND_SEMAPHORE) | DLOCK_CAP_KIND(DLOCK_KIND_LEADER);
 
-    if (b->version != DLOCK_BACKEND_VERSION || b->size != sizeof(dlock_backend))
+    if (b->version > DLOCK_BACKEND_VERSION)
         return dlock__fail(DLOCK_EINVAL, "dlock_backend_register: backend '%s' was built for "
-                           "version %u (size %zu), this library has version %d (size %zu)",
-                           b->name != NULL ? b->name : "?", b->version, b->size,
-                           DLOCK_BACKEND_VERSION, sizeof(dlock_backend));
+                           "version %u of the backend interface, newer than this library's "
+                           "%d: rebuild it against this dlock's <dlock/sys/backend.h>",
+                           name, b->version, DLOCK_BACKEND_VERSION);
+    if (b->version < OLDEST_VERSION)
+        return dlock__fail(DLOCK_EINVAL, "dlock_backend_register: backend '%s' was built for "
+                           "version %u of the backend interface; this library serves versions "
+                           "%d to %d: rebuild it against <dlock/sys/backend.h>",
+                           name, b->version, OLDEST_VERSION, DLOCK_BACKEND_VERSION);
+    if (b->size < OLDEST_SIZE)
+        return dlock__fail(DLOCK_EINVAL, "dlock_backend_register: backend '%s' (version %u) "
+                           "has a table of %zu bytes, smaller than the %zu of a version %d "
+                           "table: size must be sizeof(dlock_backend)",
+                           name, b->version, b->size, (size_t)OLDEST_SIZE, OLDEST_VERSION);
+    memset(out, 0, sizeof(*out));
+    memcpy(out, b, OLDEST_SIZE);
+    out->size = sizeof(*out);
+    if (HAS(b, list)) /* since v3 */
+        out->list = b->list;
+    if (HAS(b, holders)) /* since v4 */
+        out->holders = b->holders;
+    if (HAS(b, token_new)) /* since v5 */
+        out->token_new = b->token_new;
+    b = out;
     if (b->name == NULL)
         missing = "name";
     else if (!(b->caps & DLOCK_CAP_KIND(DLOCK_KIND_MUTEX)))
@@ -91,6 +138,7 @@ static int check_backend(const dlock_backend *b)
 
 int dlock_backend_register(const char *scheme, const dlock_backend *backend)
 {
+    dlock_backend table;
     size_t n;
     int rc;
 
@@ -103,10 +151,10 @@ int dlock_backend_register(const char *scheme, const dlock_backend *backend)
         strspn(scheme, "abcdefghijklmnopqrstuvwxyz0123456789+-.") != n)
         return dlock__fail(DLOCK_EINVAL, "dlock_backend_register: scheme must be 1..32 lower "
                            "case letters, digits, '+', '-' or '.'");
-    if ((rc = check_backend(backend)) != DLOCK_OK)
+    if ((rc = check_backend(backend, &table)) != DLOCK_OK)
         return rc;
     pthread_mutex_lock(&registry_mu);
-    if (find_backend_locked(scheme) != NULL)
+    if (find_backend_locked(scheme, NULL) != NULL)
         rc = dlock__fail(DLOCK_EINVAL, "dlock_backend_register: scheme '%s://' is already "
                          "served", scheme);
     else if (nregistered == REGISTERED_MAX)
@@ -114,7 +162,8 @@ int dlock_backend_register(const char *scheme, const dlock_backend *backend)
                          "already", REGISTERED_MAX);
     else {
         memcpy(registered[nregistered].scheme, scheme, n + 1);
-        registered[nregistered].backend = backend;
+        registered[nregistered].given = backend;
+        registered[nregistered].table = table;
         nregistered++;
     }
     pthread_mutex_unlock(&registry_mu);
@@ -174,7 +223,7 @@ int dlock_client_open(dlock_client **out, const char *url, const dlock_client_op
     }
     if ((rc = dlock__url_parse(&c->url, url)) != DLOCK_OK)
         goto err;
-    c->backend = dlock__find_backend(c->url.scheme);
+    c->backend = dlock__find_backend(c->url.scheme, NULL);
     if (c->backend == NULL && (rc = dlock__module_load(c->url.scheme, &c->backend)) != DLOCK_OK)
         goto err;
     if ((rc = c->backend->open(&c->be, &c->url, &o)) != DLOCK_OK)

@@ -124,8 +124,10 @@ static inline int64_t dlock__renew_period(int64_t lease_ms)
 
 /* Put a new lock under the client's care (watchdog renewal and deadline
  * checks), starting the watchdog thread on first use. */
-/* The backend serving scheme (built in or registered), or NULL. */
-const dlock_backend *dlock__find_backend(const char *scheme);
+/* The backend serving scheme (built in or registered), or NULL: a table
+ * of the current size, whatever the size of the one registered, which
+ * *given (when not NULL) is set to. */
+const dlock_backend *dlock__find_backend(const char *scheme, const dlock_backend **given);
 /* Load the backend module for scheme and serve its schemes (module.c). */
 int dlock__module_load(const char *scheme, const dlock_backend **out);
 

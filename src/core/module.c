@@ -105,8 +105,11 @@ static int load_from(const char *dir, const char *module, const char *scheme,
     dlclose(handle);
     return dlock__fail(DLOCK_EINVAL, "%s does not serve scheme '%s://'", path, scheme);
 serves:
-    for (const char *const *s = b->schemes; *s != NULL; s++)
-        if (dlock__find_backend(*s) != b && (rc = dlock_backend_register(*s, b)) != DLOCK_OK) {
+    for (const char *const *s = b->schemes; *s != NULL; s++) {
+        const dlock_backend *given = NULL;
+        if (dlock__find_backend(*s, &given) != NULL && given == b)
+            continue;
+        if ((rc = dlock_backend_register(*s, b)) != DLOCK_OK) {
             char why[512];
 
             /* The message buffer is the one dlock__fail writes: copy it. The
@@ -114,7 +117,10 @@ serves:
             snprintf(why, sizeof(why), "%s", dlock_error_message());
             return dlock__fail(rc, "%s: %s", path, why);
         }
-    *out = b;
+    }
+    /* The core's copy of the table, not the module's: that may be of an
+     * older, smaller version. */
+    *out = dlock__find_backend(scheme, NULL);
     return DLOCK_OK;
 }
 
@@ -142,7 +148,7 @@ int dlock__module_load(const char *scheme, const dlock_backend **out)
     }
     pthread_mutex_lock(&load_mu);
     /* Another thread may have loaded it meanwhile. */
-    found = (*out = dlock__find_backend(scheme)) != NULL;
+    found = (*out = dlock__find_backend(scheme, NULL)) != NULL;
     for (int i = 0; i < 2 && !found; i++)
         if (dirs[i][0] != '\0' &&
             snprintf(probe, sizeof(probe), "%s/%s.so", dirs[i], module) < (int)sizeof(probe) &&

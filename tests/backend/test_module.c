@@ -3,14 +3,19 @@
  * Backend modules (include/dlock/sys/backend.h): a client opened with a
  * scheme no backend serves loads the module of that name from
  * DLOCK_MODULE_DIR (CTest sets it to build/dlock) and uses it; a module that
- * is missing, not a dlock backend, or built for another interface version
- * is refused with a message naming the file.
+ * is missing, not a dlock backend, or built for an interface version the
+ * library does not serve is refused with a message naming the file. Tables
+ * of every version from 2 on are served (v2_module.c); tables of other
+ * versions or too small are refused, naming what is wrong.
  */
 #define _GNU_SOURCE
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dlock/dlock.h"
+#include "dlock/sys/backend.h"
+#include "plain_backend.h"
 #include "test.h"
 
 static void module_serves_its_scheme(void)
@@ -72,7 +77,94 @@ static void module_of_other_version_refused(void)
     CHECK(c == NULL);
 }
 
+static int count_one(const char *name, const dlock_lock_info *info, void *payload)
+{
+    (void)name, (void)info;
+    ++*(int *)payload;
+    return 0;
+}
+
+/*
+ * A module built against version 2 of the interface (v2_module.c: the
+ * version 2 layout, size and version number) loads and serves locks. The
+ * calls appended since are absent from its table: dlock_list is not
+ * supported, dlock_status_holders falls back to status; the library reads
+ * nothing past the table's size (the module aborts if it does).
+ */
+static void module_of_version_2_serves(void)
+{
+    dlock_acquire_options o = test_opts(0, 5000, 1);
+    test_redis r;
+    dlock_client *c, *c2;
+    dlock_lock *l, *b;
+    char url[128];
+    int n = 0;
+
+    test_redis_start(&r, NULL);
+    snprintf(url, sizeof(url), "v2mod://127.0.0.1:%d", r.port);
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_OK);
+    CHECK(strcmp(dlock_client_backend(c), "plainredis-v2") == 0);
+    CHECK_RC(dlock_acquire(&l, c, "v2-lock", &o), DLOCK_OK);
+    CHECK(dlock_lock_fence(l) > 0);
+    CHECK_RC(dlock_lock_check(l), DLOCK_OK);
+    CHECK_RC(dlock_lock_extend(l, 6000), DLOCK_OK);
+    /* Still a lock: another client is refused while it is held. */
+    CHECK_RC(dlock_client_open(&c2, url, NULL), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&b, c2, "v2-lock", &o), DLOCK_EBUSY);
+    CHECK_RC(dlock_list(c, "", count_one, &n), DLOCK_ENOTSUP);
+    CHECK_RC(dlock_status_holders(c, "v2-lock", count_one, &n), DLOCK_OK);
+    CHECK(n == 1);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&b, c2, "v2-lock", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(b), DLOCK_OK);
+    dlock_client_free(c2);
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
+/* Tables the library cannot serve, each refused with a message that names
+ * the backend and what is wrong, and nothing registered. */
+static void bad_tables_refused(void)
+{
+    dlock_backend t = plain_backend;
+    dlock_client *c = NULL;
+    char want[160];
+
+    t.version = 1; /* before the request-based calls */
+    CHECK_RC(dlock_backend_register("badtable", &t), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "backend 'plainredis' was built for version 1 of the "
+                                          "backend interface");
+    snprintf(want, sizeof(want), "serves versions 2 to %d", DLOCK_BACKEND_VERSION);
+    CHECK_CONTAINS(dlock_error_message(), want);
+    t.version = 0;
+    CHECK_RC(dlock_backend_register("badtable", &t), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "was built for version 0");
+    t.version = DLOCK_BACKEND_VERSION + 1; /* a newer dlock's header */
+    CHECK_RC(dlock_backend_register("badtable", &t), DLOCK_EINVAL);
+    snprintf(want, sizeof(want), "was built for version %d of the backend interface, newer "
+             "than this library's %d", DLOCK_BACKEND_VERSION + 1, DLOCK_BACKEND_VERSION);
+    CHECK_CONTAINS(dlock_error_message(), want);
+    /* Smaller than a version 2 table (which ends with multi_acquire). */
+    t.version = 2;
+    t.size = offsetof(dlock_backend, multi_acquire);
+    CHECK_RC(dlock_backend_register("badtable", &t), DLOCK_EINVAL);
+    snprintf(want, sizeof(want), "has a table of %zu bytes, smaller than the %zu of a version 2 "
+             "table", offsetof(dlock_backend, multi_acquire), offsetof(dlock_backend, list));
+    CHECK_CONTAINS(dlock_error_message(), want);
+    t.size = 0;
+    CHECK_RC(dlock_backend_register("badtable", &t), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "has a table of 0 bytes");
+    /* None of them was registered; the least of the good ones is. */
+    CHECK_RC(dlock_client_open(&c, "badtable://127.0.0.1:1", NULL), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "is not known");
+    t.size = offsetof(dlock_backend, list);
+    CHECK_RC(dlock_backend_register("badtable", &t), DLOCK_OK);
+    CHECK(c == NULL);
+}
+
 TEST_MAIN({"module_serves_its_scheme", module_serves_its_scheme, NULL},
           {"missing_module_named", missing_module_named, NULL},
           {"module_without_entry_refused", module_without_entry_refused, NULL},
-          {"module_of_other_version_refused", module_of_other_version_refused, NULL})
+          {"module_of_other_version_refused", module_of_other_version_refused, NULL},
+          {"module_of_version_2_serves", module_of_version_2_serves, NULL},
+          {"bad_tables_refused", bad_tables_refused, NULL})

@@ -338,7 +338,7 @@ static void backend_register_checks(void)
     CHECK_CONTAINS(dlock_error_message(), "lower case");
     CHECK_RC(dlock_backend_register("redis", &b), DLOCK_EINVAL);
     CHECK_CONTAINS(dlock_error_message(), "already served");
-    bad.version = DLOCK_BACKEND_VERSION - 1;
+    bad.version = DLOCK_BACKEND_VERSION + 1;
     CHECK_RC(dlock_backend_register("unitlock", &bad), DLOCK_EINVAL);
     CHECK_CONTAINS(dlock_error_message(), "built for version");
     bad = b;

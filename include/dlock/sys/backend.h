@@ -11,11 +11,25 @@
  * lease and issue a fence in one round trip, how to release by token, how to
  * renew many leases at once, and how to wait for a release without polling.
  * Every call about a lock takes one request (dlock_request) that carries its
- * kind; a backend declares the kinds it serves in caps. docs/backends.md has
- * the contract and the checklist for a new backend.
+ * kind; a backend declares the kinds it serves in caps. This header is the
+ * contract; docs/backends.md has the checklist for a new backend.
  *
- * Not yet frozen: DLOCK_BACKEND_VERSION changes with every incompatible
- * change until 1.0.
+ * Versions, after sqlite3_vfs's iVersion. A table says which version of
+ * this interface it was built for (version) and how large it is (size). A
+ * call that comes later is appended at the end of dlock_backend, optional
+ * (NULL: the core does without it), and marked "since vN" with the version
+ * of the header it first appeared in; the core reads a call only when the
+ * table's size reaches past it, and treats a call beyond the size as NULL,
+ * so a table built against an older header keeps working with the calls
+ * it has. The structs a call is given (dlock_request, dlock_acquire_result,
+ * dlock_lock_info, dlock_client_options) likewise only grow at their end.
+ * DLOCK_BACKEND_VERSION goes up only for a real break: a field that moves
+ * or changes type, a call whose arguments or meaning change so that a
+ * backend built before would do the wrong thing, or a new call every
+ * backend must have; appending an optional call is none. After a break,
+ * tables of the versions before it are refused. Accepted today: versions 2
+ * (the first request-based table) to DLOCK_BACKEND_VERSION, with a size of
+ * at least that of the version 2 table (the calls up to multi_acquire).
  */
 #ifndef DLOCK_SYS_BACKEND_H
 #define DLOCK_SYS_BACKEND_H
@@ -75,10 +89,11 @@ typedef struct {
     int64_t lease_ms;     /* acquire, extend and renew: the lease to set */
     int permits;          /* SEMAPHORE: N when the service has none yet */
     const char *identity; /* LEADER: what observers see */
-    /* Who holds the lock, "HOST PID START_MS[ LABEL]": acquire stores it
-     * with the lock, as it is, in the same round trip, and status gives it
-     * back to dlock_holder_parse. At most DLOCK_HOLDER_MAX bytes, printable
-     * ASCII; NULL when unknown (the other calls may ignore it). */
+    /* Since v3 (a backend built before ignores it). Who holds the lock,
+     * "HOST PID START_MS[ LABEL]": acquire stores it with the lock, as it
+     * is, in the same round trip, and status gives it back to
+     * dlock_holder_parse. At most DLOCK_HOLDER_MAX bytes, printable ASCII;
+     * NULL when unknown (the other calls may ignore it). */
     const char *holder;
 } dlock_request;
 
@@ -105,9 +120,9 @@ typedef struct {
     int64_t lease_from_ms;
     /* multi_acquire, DLOCK_EBUSY: the index of a name held by another. */
     size_t busy;
-    /* DLOCK_OK: set to 1 when the lock was handed to this waiter by the
-     * holder's release (the try confirmed a hand-off), for the client's
-     * statistics and log. The core sets it to 0 before each try. */
+    /* Since v3. DLOCK_OK: set to 1 when the lock was handed to this waiter
+     * by the holder's release (the try confirmed a hand-off), for the
+     * client's statistics and log. The core sets it to 0 before each try. */
     int handed;
 } dlock_acquire_result;
 
@@ -123,6 +138,7 @@ typedef struct {
 #define DLOCK_CAP_KIND(kind) (1u << (kind)) /* DLOCK_KIND_*: MUTEX is required */
 #define DLOCK_CAP_OWNER_IDS (1u << 16)      /* owner ids and reentrancy */
 
+/* The version of this interface: see "Versions" at the top. */
 #define DLOCK_BACKEND_VERSION 5
 
 /* Length of an owner token (dlock_request.token), in hex digits. */
@@ -138,6 +154,8 @@ typedef struct {
  * dlock_backend_fail (text naming the server), and returns a DLOCK_E* code.
  */
 typedef struct dlock_backend {
+    /* ---- Since v2: every table has the fields up to multi_acquire. ---- */
+
     unsigned version;     /* DLOCK_BACKEND_VERSION */
     size_t size;          /* sizeof(dlock_backend) */
     const char *name;     /* "redis" */
@@ -240,26 +258,28 @@ typedef struct dlock_backend {
     int (*multi_acquire)(void *be, const dlock_request *reqs, size_t n, uint64_t *fences,
                          dlock_acquire_result *out);
 
+    /* ---- Appended since: optional, there when size reaches past them. ---- */
+
     /*
-     * Listing: optional (NULL: dlock_list answers DLOCK_ENOTSUP). Call cb
-     * for each lock held now whose name starts with prefix ("" for all),
-     * with its state as status reads it, until cb returns non-zero (then
-     * return DLOCK_OK). Names the service cannot turn back into lock names
-     * are skipped.
+     * Since v3. Listing: optional (NULL: dlock_list answers DLOCK_ENOTSUP).
+     * Call cb for each lock held now whose name starts with prefix ("" for
+     * all), with its state as status reads it, until cb returns non-zero
+     * (then return DLOCK_OK). Names the service cannot turn back into lock
+     * names are skipped.
      */
     int (*list)(void *be, const char *prefix, dlock_list_cb cb, void *payload);
 
     /*
-     * Holders: optional (NULL: dlock_status_holders calls status, and cb
-     * once when held). Call cb for each holder of name, as
+     * Since v4. Holders: optional (NULL: dlock_status_holders calls status,
+     * and cb once when held). Call cb for each holder of name, as
      * dlock_status_holders describes, until cb returns non-zero (then
      * return DLOCK_OK).
      */
     int (*holders)(void *be, const char *name, dlock_list_cb cb, void *payload);
 
     /*
-     * Tokens: optional (NULL: the core writes DLOCK_BACKEND_TOKEN_LEN random
-     * hex digits). Write the token of a new acquisition to out:
+     * Since v5. Tokens: optional (NULL: the core writes
+     * DLOCK_BACKEND_TOKEN_LEN random hex digits). Write the token of a new acquisition to out:
      * DLOCK_BACKEND_TOKEN_LEN lower-case hex digits and a NUL. The second
      * half must be fresh random bits, so that every token stays unique and
      * unguessable; the first half may repeat that of an earlier acquisition
@@ -274,11 +294,14 @@ typedef struct dlock_backend {
 /*
  * Serve URLs of scheme with backend, for every client opened from now on in
  * this process: a backend that lives outside the library. The table is
- * borrowed for the life of the process. scheme: lower case letters, digits,
+ * read at this call (the core keeps a full-size copy, its calls beyond the
+ * table's size NULL); the name and schemes it points to are borrowed for
+ * the life of the process. scheme: lower case letters, digits,
  * '+', '-', '.'; a scheme already served (built in or registered) is
  * refused. Thread-safe.
  *
- * Required of every backend: version and size of this header, a name,
+ * Required of every backend: a version from 2 to DLOCK_BACKEND_VERSION, a
+ * size of at least the version 2 table's (see "Versions"), a name,
  * DLOCK_CAP_KIND(DLOCK_KIND_MUTEX) in caps (and no unknown bit), every call
  * from open to force_release; downgrade with READ or WRITE, set_permits
  * with SEMAPHORE, leader_get and observe_begin with LEADER; multi_atomic
@@ -287,7 +310,8 @@ typedef struct dlock_backend {
  * (tests keep apart by key prefix).
  *
  * Returns DLOCK_OK, or DLOCK_EINVAL (NULL argument, a bad or taken scheme,
- * or a backend that misses one of the above; the message says which).
+ * a version or size out of range, or a backend that misses one of the
+ * above; the message says which, and names the backend).
  */
 DLOCK_EXTERN int dlock_backend_register(const char *scheme, const dlock_backend *backend);
 
