@@ -365,7 +365,8 @@ static int pg_acquire(void *vbe, const dlock_request *req, void *watch, dlock_ac
         return rc;
     if (req->kind != DLOCK_KIND_MUTEX) {
         rc = pg_fam_acquire(be, req, pg_watch_id(watch), out);
-        if (rc == DLOCK_EBUSY && watch != NULL &&
+        /* A busy try left a place in line; so may one whose reply was lost. */
+        if ((rc == DLOCK_EBUSY || rc == DLOCK_ECONN) && watch != NULL &&
             (req->kind == DLOCK_KIND_FAIR || req->kind == DLOCK_KIND_WRITE))
             pg_watch_queued(watch);
     } else {
