@@ -53,11 +53,15 @@ bench-redlock: deps
 # Every row (a nemesis on a backend) runs until CHAOS_FAULTS faults: 10 or 11
 # fault nemeses a backend, so at least 1000 faults on each (about 8 hours on
 # 2 cores; docs/verification.md, "Chaos").
+# CHAOS_ENSEMBLES: the 3-member etcd cluster and ZooKeeper ensemble, their
+# leader killed -9 and restarted (leader-kill), to CHAOS_FAULTS each.
 CHAOS_FAULTS ?= 125
 CHAOS_BACKENDS ?= redis,etcd,redlock,zk,postgres,postgres-advisory,mysql,mysql-named
+CHAOS_ENSEMBLES ?= etcd3,zk3
 chaos: deps
 	@$(MAKE) --no-print-directory build
 	@$(BUILD)/tests/chaos --backend $(CHAOS_BACKENDS) --duration 15 --faults $(CHAOS_FAULTS) --markdown $(BUILD)/chaos.md
+	@$(BUILD)/tests/chaos --backend $(CHAOS_ENSEMBLES) --nemesis leader-kill --duration 15 --faults $(CHAOS_FAULTS) --markdown $(BUILD)/chaos-leader.md
 	@$(BUILD)/tests/chaos --backend etcd --kind rw --duration 15 --runs 3 --markdown $(BUILD)/chaos-etcd-rw.md
 
 fuzz: deps

@@ -6,8 +6,8 @@
  * history and the store and print one row.
  *
  *   chaos [--workers 8] [--lease MS] [--duration S] [--runs N] [--seed N]
- *         [--nemesis a,b,...] [--backend redis,etcd,redlock,zk] [--url URL] [--keep]
- *         [--markdown FILE] [--self-test]
+ *         [--nemesis a,b,...] [--backend redis,etcd,etcd3,redlock,zk,zk3,...]
+ *         [--url URL] [--keep] [--markdown FILE] [--self-test]
  *
  * Exit status 0 when no row failed: a row fails when two holders believed
  * they held the lock at the same time (each logs, before every store step,
@@ -76,7 +76,7 @@ static const char chaos_acl[] =
     "user chaos on >chaos-pw ~dlock:* &dlock:* -@all +evalsha +eval +get +set +incr +pexpire "
     "+pttl +del +publish +exists +subscribe +unsubscribe +client|setname\n";
 
-/* Redlock's nodes; 1 for the others. */
+/* Redlock's nodes, an ensemble's members (etcd3, zk3); 1 for the others. */
 #define CHAOS_NODES_MAX TEST_REDLOCK_MAX
 
 typedef struct server {
@@ -96,8 +96,10 @@ typedef struct {
     int64_t lease_ms;
     /* 1 if the service can run without persistence (server-kill-volatile). */
     int volatile_option;
-    /* Independent servers the lock spans (Redlock), each killed and cut
-     * off on its own; 1 for a single server. */
+    /* Servers the workers' URL names, each killed and cut off (behind a
+     * proxy of its own) on its own: Redlock's independent nodes, or the
+     * members of one replicated service (etcd3, zk3); 1 for a single
+     * server. */
     int nodes;
     /* Start a fresh server (every node), keeping what files it needs in
      * dir; persist: its data survives kill -9. */
@@ -119,6 +121,14 @@ typedef struct {
      * next holder in while the holder still believes: a documented limit
      * of session locks (docs/postgres.md, docs/mysql.md), shown ok*. */
     int session_bound;
+    /* An ensemble (etcd3, zk3): the member that leads now (waits for an
+     * election to end), for leader-kill; NULL where there is no leader (a
+     * single server, Redlock's independent nodes). */
+    int (*leader)(server *s);
+    /* How long, after its leader dies, the ensemble may take to elect
+     * another and serve the clients again (leader-kill's unavailability
+     * bound adds it to detect_ms). */
+    int64_t elect_ms;
 } backend;
 
 /* The ACL file in dir, and redis-server's arguments for it. */
@@ -227,6 +237,32 @@ static void etcd_url(char *buf, size_t size, const int *port)
     snprintf(buf, size, "etcd://127.0.0.1:%d", port[0]);
 }
 
+/* etcd3: a cluster of 3 members (elections after 500 ms without a
+ * heartbeat: tests/support), the workers' URL naming every member; the
+ * client fails over between them (docs/etcd.md, "Endpoints and failover"). */
+#define ENSEMBLE_MEMBERS 3
+
+static void etcd3_start(server *s, const char *dir, int persist)
+{
+    (void)dir;
+    (void)persist;
+    test_etcd_start(&s->e, ENSEMBLE_MEMBERS, NULL);
+    for (int i = 0; i < ENSEMBLE_MEMBERS; i++)
+        s->port[i] = s->e.client_port[i];
+}
+
+static void etcd3_url(char *buf, size_t size, const int *port)
+{
+    snprintf(buf, size, "etcd://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", port[0], port[1],
+             port[2]);
+}
+
+/* The member whose /v3/maintenance/status says it leads. */
+static int etcd3_leader(server *s)
+{
+    return test_etcd_leader(&s->e);
+}
+
 /* ZooKeeper: one standalone server; its transaction log is written before
  * it answers (without fsync in the tests, but kill -9 of the JVM keeps what
  * the kernel has), so there is no no-persistence variant. */
@@ -258,6 +294,30 @@ static void zk_stop(server *s)
 static void zk_url(char *buf, size_t size, const int *port)
 {
     snprintf(buf, size, "zk://127.0.0.1:%d?session_timeout_ms=1500", port[0]);
+}
+
+/* zk3: an ensemble of 3 QuorumPeerMain members, the same session, the
+ * workers' URL naming every member (the C client moves to another when its
+ * member goes). */
+static void zk3_start(server *s, const char *dir, int persist)
+{
+    (void)dir;
+    (void)persist;
+    test_zk_start(&s->z, ENSEMBLE_MEMBERS, NULL);
+    for (int i = 0; i < ENSEMBLE_MEMBERS; i++)
+        s->port[i] = s->z.client_port[i];
+}
+
+static void zk3_url(char *buf, size_t size, const int *port)
+{
+    snprintf(buf, size, "zk://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d?session_timeout_ms=1500",
+             port[0], port[1], port[2]);
+}
+
+/* The member whose srvr four-letter word says "Mode: leader". */
+static int zk3_leader(server *s)
+{
+    return test_zk_leader(&s->z);
 }
 
 /* PostgreSQL: one private server (tests/support/test_pg.c), lease-table
@@ -345,32 +405,44 @@ static void mysql_named_url(char *buf, size_t size, const int *port)
     snprintf(buf, size, "mysql://dlock:dlockpw@127.0.0.1:%d/dlock_test?mode=named", port[0]);
 }
 
-/* detect_ms (the last field): Redis and Redlock expire a key on its TTL,
- * and a waiter that heard no release retries within a lease; etcd's lease
- * is whole seconds, expired by the leader's check every 500 ms; ZooKeeper
- * deletes a dead holder's node when its session (1.5 s) ends, checked every
- * tick (250 ms). */
+/* detect_ms: Redis and Redlock expire a key on its TTL, and a waiter that
+ * heard no release retries within a lease; etcd's lease is whole seconds,
+ * expired by the leader's check every 500 ms; ZooKeeper deletes a dead
+ * holder's node when its session (1.5 s) ends, checked every tick
+ * (250 ms). elect_ms (the last field, ensembles only): etcd elects after
+ * 500 ms without a heartbeat, and its new leader extends every lease by
+ * that much; a ZooKeeper follower sees its leader's connection close at
+ * once, elects (200 ms of notifications at least) and syncs, and the new
+ * leader gives every session its whole timeout again. */
 static const backend backends[] = {
-    {"redis", 400, 1, 1, redis_start, redis_kill, redis_restart, redis_stop, redis_url, 400, 0},
+    {"redis", 400, 1, 1, redis_start, redis_kill, redis_restart, redis_stop, redis_url, 400, 0,
+     NULL, 0},
     /* etcd leases are whole seconds. */
-    {"etcd", 1000, 0, 1, etcd_start, etcd_kill, etcd_restart, etcd_stop, etcd_url, 1000, 0},
+    {"etcd", 1000, 0, 1, etcd_start, etcd_kill, etcd_restart, etcd_stop, etcd_url, 1000, 0, NULL,
+     0},
+    {"etcd3", 1000, 0, ENSEMBLE_MEMBERS, etcd3_start, etcd_kill, etcd_restart, etcd_stop,
+     etcd3_url, 1000, 0, etcd3_leader, 2000},
     /* A node must answer within lease / 10 (the node timeout): at 400 ms
      * that is 40 ms, which an fsync on a loaded disk can exceed. */
     {"redlock", 1000, 1, REDLOCK_NODES, redlock_start, redis_kill, redis_restart, redlock_stop,
-     redlock_url, 1000, 0},
+     redlock_url, 1000, 0, NULL, 0},
     /* A lease must fit in the session (docs/zookeeper.md): 1 s in 1.5 s. */
-    {"zk", 1000, 0, 1, zk_start, zk_kill, zk_restart, zk_stop, zk_url, 1500, 0},
+    {"zk", 1000, 0, 1, zk_start, zk_kill, zk_restart, zk_stop, zk_url, 1500, 0, NULL, 0},
+    {"zk3", 1000, 0, ENSEMBLE_MEMBERS, zk3_start, zk_kill, zk_restart, zk_stop, zk3_url, 1500, 0,
+     zk3_leader, 3000},
     /* SQL: a statement's round trip and a commit's fsync are slower than
      * Redis'; a waiter polls (detection: a lease). */
 #ifdef DLOCK_TEST_POSTGRES
-    {"postgres", 1000, 0, 1, pg_start, pg_kill, pg_restart, pg_stop, pg_url, 1000, 0},
+    {"postgres", 1000, 0, 1, pg_start, pg_kill, pg_restart, pg_stop, pg_url, 1000, 0, NULL, 0},
     {"postgres-advisory", 1000, 0, 1, pg_start, pg_kill, pg_restart, pg_stop, pg_advisory_url,
-     1000, 1},
+     1000, 1, NULL, 0},
 #endif
-    {"mysql", 1000, 0, 1, mysql_start, mysql_kill, mysql_restart, mysql_stop, mysql_url, 1000, 0},
+    {"mysql", 1000, 0, 1, mysql_start, mysql_kill, mysql_restart, mysql_stop, mysql_url, 1000, 0,
+     NULL, 0},
     {"mysql-named", 1000, 0, 1, mysql_start, mysql_kill, mysql_restart, mysql_stop,
-     mysql_named_url, 1000, 1},
+     mysql_named_url, 1000, 1, NULL, 0},
 };
+#define NBACKENDS (sizeof(backends) / sizeof(backends[0]))
 
 /* ---- nemeses ------------------------------------------------------------ */
 
@@ -387,6 +459,7 @@ enum {
     N_WAITER,
     N_SESSION,
     N_MIXED,
+    N_LEADER_KILL, /* after mixed: the older rows keep their seeds */
     N_COUNT
 };
 
@@ -414,7 +487,9 @@ static const struct {
     [N_SESSION] = {"session-expiry", 0, 1, "proxy forwards nothing for the backend's detection "
                                            "time + 1-2 leases (ZooKeeper: past the session)"},
     [N_MIXED] = {"mixed", 1, 1, "a random one of pause, kill-holder, server-kill, "
-                                "proxy-*, each step"},
+                                "proxy-*, waiter (etcd3, zk3: leader-kill too), each step"},
+    [N_LEADER_KILL] = {"leader-kill", 1, 0, "kill -9 the member that leads (etcd3, zk3 only), "
+                                            "restart it on its data 1-3 leases later"},
 };
 
 /* ---- one run ------------------------------------------------------------ */
@@ -442,6 +517,7 @@ typedef struct {
     int hung;    /* workers still running long after the end */
     int faults;  /* faults injected */
     int stopped_slot; /* slot of a worker we froze, -1 */
+    int64_t max_elect_ms; /* leader-kill: the longest election */
     int broken;       /* CHAOS_OK, or the broken worker of a self-test row */
 } run_ctx;
 
@@ -714,6 +790,36 @@ static void do_server_kill(run_ctx *c)
     }
 }
 
+/*
+ * Kill -9 the member that leads the ensemble now, and start it again on its
+ * data 1-3 leases later: the other two elect a leader meanwhile, and the
+ * clients on the dead member move to another. One fault; how long the
+ * election took (from the kill to a member that says it leads) goes into
+ * the history and the row.
+ */
+static void do_leader_kill(run_ctx *c)
+{
+    int64_t down_ms = lease_ms + rnd(c, (unsigned)(lease_ms * 2)), killed_at, elect_ms;
+    int node = c->be->leader(&c->srv), next;
+
+    c->be->kill(&c->srv, node);
+    killed_at = chaos_now_us();
+    runner_event(c, "leader_kill", node, 0);
+    c->faults++;
+    next = c->be->leader(&c->srv); /* waits for the election */
+    elect_ms = (chaos_now_us() - killed_at) / 1000;
+    runner_event(c, "elected", next, elect_ms);
+    if (elect_ms > c->max_elect_ms)
+        c->max_elect_ms = elect_ms;
+    if (next == node) { /* the dead member cannot lead: a helper's mistake */
+        fprintf(stderr, "chaos: member %d leads after it was killed\n", node);
+        exit(1);
+    }
+    sleep_until_or(c, down_ms - elect_ms);
+    c->be->restart(&c->srv, node);
+    runner_event(c, "server_up", node, 0);
+}
+
 static void do_delay(run_ctx *c)
 {
     static const int delays[] = {20, 60, 120};
@@ -865,11 +971,19 @@ static void nemesis_step(run_ctx *c, int n)
         do_session(c);
         break;
     case N_MIXED: {
-        static const int pick[] = {N_PAUSE, N_KILL, N_SERVER_PERSIST, N_DELAY, N_DROP, N_BLACKHOLE,
-                                   N_WAITER};
-        nemesis_step(c, pick[rnd(c, sizeof(pick) / sizeof(pick[0]))]);
+        /* leader-kill last: picked only on an ensemble (the other backends
+         * draw as before). */
+        static const int pick[] = {N_PAUSE, N_KILL,   N_SERVER_PERSIST, N_DELAY,
+                                   N_DROP,  N_BLACKHOLE, N_WAITER,      N_LEADER_KILL};
+        unsigned npick = sizeof(pick) / sizeof(pick[0]) - (c->be->leader == NULL);
+        nemesis_step(c, pick[rnd(c, npick)]);
         break;
     }
+    case N_LEADER_KILL:
+        sleep_until_or(c, lease_ms + rnd(c, (unsigned)lease_ms * 2));
+        if (chaos_now_us() < c->until_us - lease_ms * 1000)
+            do_leader_kill(c);
+        break;
     }
 }
 
@@ -931,6 +1045,7 @@ typedef struct {
     long acq_fail;
     double max_unavail; /* in leases */
     double unavail_bound; /* in leases; 0: none for this nemesis */
+    int64_t max_elect_ms; /* leader-kill: the longest election, kill to new leader */
     int conn_ends_lock; /* a session lock under a nemesis that closes connections */
     int crashed, hung, store_errors, no_effect, wall_jumps;
     int ran_nothing;
@@ -1446,11 +1561,16 @@ static void check_run(run_ctx *c, row *r, int nemesis)
  * server and the network alone (none, pause, kill-holder, clock-jump): the
  * longest a hold may run (a think of up to 2 leases ends in a release, or a
  * stopped or killed holder's lease runs out within 1 lease of its last
- * renewal), plus the backend's detection time. 0: no bound (the server or
- * the network is down for a while, by design).
+ * renewal), plus the backend's detection time. leader-kill adds the
+ * ensemble's election (elect_ms): the two members left serve on their own,
+ * so the dead member's downtime does not count, only the time without a
+ * leader. 0: no bound (the server or the network is down for a while, by
+ * design).
  */
 static double unavail_bound(const backend *be, int nemesis)
 {
+    if (nemesis == N_LEADER_KILL)
+        return 2.0 + (double)(be->detect_ms + be->elect_ms) / (double)lease_ms;
     if (nemesis != N_NONE && nemesis != N_PAUSE && nemesis != N_KILL && nemesis != N_CLOCK)
         return 0;
     return 2.0 + (double)be->detect_ms / (double)lease_ms;
@@ -1573,6 +1693,8 @@ static void run_once(const backend *be, int nemesis, int broken, unsigned seed, 
     r->conn_ends_lock = conn_ends_lock(be, nemesis);
     r->crashed += c.crashed;
     r->hung += c.hung;
+    if (c.max_elect_ms > r->max_elect_ms)
+        r->max_elect_ms = c.max_elect_ms;
     if (nemesis != N_NONE && c.faults == 0)
         r->no_effect++;
     check_run(&c, r, nemesis);
@@ -1739,9 +1861,9 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: chaos [--workers N] [--lease MS] [--duration S] [--runs N] [--seed N]\n"
-            "             [--nemesis all|a,b,...] [--backend redis,etcd,redlock,zk] [--url URL]\n"
-            "             [--keep] [--markdown FILE] [--self-test] [--kind mutex|rw|sem]\n"
-            "             [--faults N]\n"
+            "             [--nemesis all|a,b,...] [--backend redis,etcd,etcd3,zk,zk3,...]\n"
+            "             [--url URL] [--keep] [--markdown FILE] [--self-test]\n"
+            "             [--kind mutex|rw|sem] [--faults N]\n"
             "--faults N: each row runs (more runs of --duration) until N faults\n"
             "--kind rw: a read-write lock, half the holds reads (no register step;\n"
             "           readers may overlap readers, nothing else)\n"
@@ -1749,6 +1871,10 @@ static void usage(void)
             "nemeses:\n");
     for (int i = 0; i < N_COUNT; i++)
         fprintf(stderr, "  %-20s %s\n", nemeses[i].name, nemeses[i].what);
+    fprintf(stderr, "backends:");
+    for (size_t i = 0; i < NBACKENDS; i++)
+        fprintf(stderr, " %s", backends[i].name);
+    fprintf(stderr, "\n(etcd3, zk3: a 3-member etcd cluster, ZooKeeper ensemble)\n");
 }
 
 /* ---- the self-test ------------------------------------------------------ */
@@ -1856,9 +1982,9 @@ int main(int argc, char **argv)
         {"markdown", 1, NULL, 'm'}, {"help", 0, NULL, 'h'},   {"self-test", 0, NULL, 't'},
         {"kind", 1, NULL, 'K'},    {"faults", 1, NULL, 'f'},  {NULL, 0, NULL, 0}};
     const char *nemesis_list = NULL;
-    const backend *chosen[8];
+    const backend *chosen[NBACKENDS];
     int which[N_COUNT * 4] = {0}, nw, nb = 0, failed = 0, total = 0, opt;
-    row rows[8][N_COUNT * 4];
+    row rows[NBACKENDS][N_COUNT * 4];
     char *slash, list[256], *save = NULL;
     FILE *md = NULL;
 
@@ -1901,14 +2027,20 @@ int main(int argc, char **argv)
         return 64;
     }
     snprintf(list, sizeof(list), "%s", opt_backend);
-    for (char *tok = strtok_r(list, ",", &save); tok != NULL && nb < 8;
-         tok = strtok_r(NULL, ",", &save)) {
+    for (char *tok = strtok_r(list, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
         const backend *be = NULL;
-        for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++)
+        for (size_t i = 0; i < NBACKENDS; i++)
             if (strcmp(backends[i].name, tok) == 0)
                 be = &backends[i];
         if (be == NULL) {
-            fprintf(stderr, "chaos: unknown backend '%s'\n", tok);
+            fprintf(stderr, "chaos: unknown backend '%s'; known:", tok);
+            for (size_t i = 0; i < NBACKENDS; i++)
+                fprintf(stderr, " %s", backends[i].name);
+            fprintf(stderr, "\n");
+            return 64;
+        }
+        if (nb == (int)NBACKENDS) {
+            fprintf(stderr, "chaos: more than %d backends in --backend\n", (int)NBACKENDS);
             return 64;
         }
         chosen[nb++] = be;
@@ -1962,6 +2094,12 @@ int main(int argc, char **argv)
             }
             if (which[i] == N_SERVER_VOLATILE && !be->volatile_option)
                 continue; /* the service always persists */
+            if (which[i] == N_LEADER_KILL && be->leader == NULL) {
+                if (nemesis_list != NULL && strcmp(nemesis_list, "all") != 0)
+                    fprintf(stderr, "chaos: leader-kill needs an ensemble (etcd3, zk3): "
+                            "skipped on %s\n", be->name);
+                continue;
+            }
             /* --runs runs at least; with --faults, more until the row has
              * injected that many faults (a run that injects none ends it:
              * its row fails, "no effect"). */
@@ -1984,6 +2122,9 @@ int main(int argc, char **argv)
             else if (opt_sem)
                 fprintf(stderr, "chaos: %s %s done: %ld permit holds began beside another\n",
                         be->name, nemeses[which[i]].name, rows[b][i].readers_together);
+            else if (which[i] == N_LEADER_KILL)
+                fprintf(stderr, "chaos: %s %s done: the longest election took %lld ms\n",
+                        be->name, nemeses[which[i]].name, (long long)rows[b][i].max_elect_ms);
             else
                 fprintf(stderr, "chaos: %s %s done\n", be->name, nemeses[which[i]].name);
         }

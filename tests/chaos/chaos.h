@@ -54,7 +54,9 @@
  *   exit        code
  * Runner (worker -1, or the target's id in a):
  *   stop cont kill       worker   fence held or 0
- *   server_kill server_up
+ *   server_kill server_up  node  nodes cut off meanwhile (a mask; leader-kill: 0)
+ *   leader_kill node               (leader-kill: the member that led, killed)
+ *   elected     node     ms        (the member that leads next, ms after the kill)
  *   proxy       mode     delay ms
  *   proxy_drop  connections closed
  *   clock       offset s
