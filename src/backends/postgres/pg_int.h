@@ -25,7 +25,9 @@
 #include "dlock/sys/backend.h"
 
 #define PG_CMD_MAX 4
-#define PG_IDENT_MAX 48 /* table name; the sequence adds "_fence" */
+/* Table name; the sequence adds "_fence", the family's function
+ * "_family_acquire" (63 bytes then: PostgreSQL's longest name). */
+#define PG_IDENT_MAX 48
 
 typedef enum { PG_MODE_LEASE, PG_MODE_ADVISORY } pg_mode;
 

@@ -139,6 +139,21 @@ static void schema_and_fences(void)
     }
     dlock_postgres_backend.close(be);
 
+    /* The longest table name (48): its function's name is 63 bytes,
+     * PostgreSQL's longest, not cut short (which would call another). */
+    snprintf(url, sizeof(url), "%s?table=%s", p.url,
+             "t23456789_123456789_123456789_123456789_12345678");
+    c = open_url(url);
+    {
+        dlock_acquire_options o = kopts(DLOCK_KIND_READ, 0, 3000);
+        CHECK_RC(dlock_acquire(&l, c, "long", &o), DLOCK_OK);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+    }
+    dlock_client_free(c);
+    CHECK(test_pg_query(&p, "SELECT count(*) FROM pg_proc WHERE proname = "
+                            "'t23456789_123456789_123456789_123456789_12345678_family_acquire'") ==
+          1);
+
     /* A table made before the family (create=0): the mutex still works. */
     test_pg_query(&p, "DROP TABLE dlock_locks_family CASCADE");
     snprintf(url, sizeof(url), "%s?create=0", p.url);
