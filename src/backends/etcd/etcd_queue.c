@@ -809,15 +809,16 @@ int dlock__etcd_multi_acquire(void *arg, const dlock_request *reqs, size_t n, ui
         } else if (found == 1 && dlock__etcd_same_key(&first, k[i].key)) {
             fences[i] = (uint64_t)first.create_revision; /* ours: a lost reply */
             mine++;
-        } else if (busy == n) {
+        } else if (found == 1 && busy == n) {
+            /* The first name another holds (a free one is not what was
+             * busy: the error names this one). */
             busy = i;
-            if (found == 1)
-                dlock__etcd_lease_left(be, c, first.lease, &out->retry_ms);
-            else
-                out->retry_ms = 0; /* it went between the compare and the read */
+            dlock__etcd_lease_left(be, c, first.lease, &out->retry_ms);
         }
         free(first.key);
     }
+    if (busy == n)
+        out->retry_ms = 0; /* it went between the compare and the read */
     if (rc == DLOCK_OK && mine == n) {
         for (size_t i = 0; i < n && rc == DLOCK_OK; i++)
             rc = dlock__etcd_held_set(be, reqs[i].token, k[i].lease, k[i].ttl);
