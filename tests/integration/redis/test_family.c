@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * The lock family on Redis (docs/family.md) against a real redis-server:
- * reentrant, fair, read-write, semaphore, multi-lock, leader election and
- * bounded fence state. Each test starts its own throwaway server. Where a
- * property needs several holders at once, they are processes sharing a
- * MAP_SHARED page of atomics, so any overlap the lock should prevent is
- * seen; no test decides by how long something took.
+ * What only Redis has in the lock family (docs/family.md): the fair queue's
+ * keys, channels and script counts, the multi-lock's one-script path, the
+ * fence counters' bounded state, server time under skewed clocks, the
+ * family's ACL and bad input, and the holder records in the keys. The
+ * contracts every backend keeps are family-<backend>.* (tests/integration/
+ * core/test_family_suite.c), run on Redis too. Each test starts its own
+ * throwaway server; no test decides by how long something took.
  */
 #define _GNU_SOURCE
 #include <hiredis/hiredis.h>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "test_family.h"
 
 static dlock_client *open_client(const test_redis *r)
 {
@@ -62,33 +64,6 @@ static void wait_cmd(test_redis *r, long long want, const char *fmt, const char 
         test_sleep_ms(10);
     }
     fprintf(stderr, "'%s' (%s) never became %lld\n", fmt, arg, want);
-    exit(1);
-}
-
-/* Wait (at most 20 s) until a server command's integer reply is at least
- * want. */
-static void wait_cmd_at_least(test_redis *r, long long want, const char *fmt, const char *arg)
-{
-    for (int i = 0; i < 2000; i++) {
-        if (test_redis_cmd(r, fmt, arg) >= want)
-            return;
-        test_sleep_ms(10);
-    }
-    fprintf(stderr, "'%s' (%s) never reached %lld\n", fmt, arg, want);
-    exit(1);
-}
-
-/* Wait (at most 20 s) until a waiter that began after the server had run
- * `scripts` scripts is asleep on channel: subscribed, and both its tries
- * (before and after subscribing) done. */
-static void wait_asleep(test_redis *r, const char *channel, long long scripts)
-{
-    for (int i = 0; i < 2000; i++) {
-        if (test_redis_numsub(r, channel) >= 1 && test_redis_calls(r, "evalsha") - scripts >= 2)
-            return;
-        test_sleep_ms(10);
-    }
-    fprintf(stderr, "no waiter fell asleep on %s\n", channel);
     exit(1);
 }
 
@@ -142,142 +117,6 @@ static void make_due_in(test_redis *r, const char *registry, const char *counter
 static void make_due(test_redis *r, const char *counter)
 {
     make_due_in(r, "dlock:fence-registry", counter);
-}
-
-/* ---------------------------------------------------------------------- */
-/* Reentrant */
-
-typedef struct {
-    dlock_client *c;
-    const char *owner;
-    dlock_lock *lock;
-    int rc;
-} reenter_arg;
-
-static void *reenter_main(void *p)
-{
-    reenter_arg *a = p;
-    dlock_acquire_options o = kopts(DLOCK_KIND_MUTEX, 0, 300);
-
-    o.owner = a->owner;
-    o.reentrant = 1;
-    a->rc = dlock_acquire(&a->lock, a->c, "re", &o);
-    return NULL;
-}
-
-/* The same owner takes the lock again from other threads and clients; it
- * is freed on the last release, not before. */
-static void reentrant_counts(void)
-{
-    test_redis r;
-    dlock_client *c, *c2;
-    dlock_lock *a1, *a2, *other = NULL;
-    dlock_acquire_options o = kopts(DLOCK_KIND_MUTEX, 0, 300), plain = kopts(0, 0, 300);
-    dlock_acquire_options solo = kopts(DLOCK_KIND_MUTEX, 5000, 300);
-    reenter_arg a3 = {0};
-    pthread_t t;
-    char owner[DLOCK_OWNER_GENERATED_LEN + 1], small[8];
-    uint64_t fence;
-
-    test_redis_start(&r, NULL);
-    c = open_client(&r);
-    c2 = open_client(&r);
-    CHECK_RC(dlock_owner_generate(owner, sizeof(owner)), DLOCK_OK);
-    CHECK(strlen(owner) == DLOCK_OWNER_GENERATED_LEN);
-    CHECK(strspn(owner, "0123456789abcdef") == DLOCK_OWNER_GENERATED_LEN);
-    CHECK_RC(dlock_owner_generate(small, sizeof(small)), DLOCK_EINVAL);
-
-    o.owner = owner;
-    o.reentrant = 1;
-    CHECK_RC(dlock_acquire(&a1, c, "re", &o), DLOCK_OK);
-    fence = dlock_lock_fence(a1);
-    CHECK_RC(dlock_acquire(&a2, c, "re", &o), DLOCK_OK);
-    CHECK(a2 != a1 && dlock_lock_fence(a2) == fence);
-    /* Another thread, another client: the owner id is what counts. */
-    a3.c = c2;
-    a3.owner = owner;
-    CHECK(pthread_create(&t, NULL, reenter_main, &a3) == 0);
-    CHECK(pthread_join(t, NULL) == 0);
-    CHECK_RC(a3.rc, DLOCK_OK);
-    CHECK(dlock_lock_fence(a3.lock) == fence);
-    CHECK(dlock_lock_kind(a3.lock) == DLOCK_KIND_MUTEX);
-    CHECK(test_redis_cmd(&r, "HLEN dlock:{re}:holds") == 3);
-
-    CHECK_RC(dlock_acquire(&other, c, "re", &plain), DLOCK_EBUSY);
-    plain.owner = "someone-else";
-    plain.reentrant = 1;
-    CHECK_RC(dlock_acquire(&other, c, "re", &plain), DLOCK_EBUSY);
-    plain.owner = NULL;
-    plain.reentrant = 0;
-
-    /* The watchdog renews all three holds past several leases. */
-    test_sleep_ms(1000);
-    CHECK_RC(dlock_lock_check(a1), DLOCK_OK);
-    CHECK_RC(dlock_lock_check(a3.lock), DLOCK_OK);
-
-    CHECK_RC(dlock_release(a2), DLOCK_OK);
-    CHECK(test_redis_cmd(&r, "HLEN dlock:{re}:holds") == 2);
-    CHECK_RC(dlock_acquire(&other, c, "re", &plain), DLOCK_EBUSY);
-    CHECK_RC(dlock_release(a1), DLOCK_OK);
-    CHECK_RC(dlock_acquire(&other, c, "re", &plain), DLOCK_EBUSY);
-    CHECK_RC(dlock_lock_check(a3.lock), DLOCK_OK);
-    CHECK_RC(dlock_release(a3.lock), DLOCK_OK);
-    CHECK(test_redis_cmd(&r, "EXISTS dlock:{re}") == 0);
-    CHECK(test_redis_cmd(&r, "EXISTS dlock:{re}:holds") == 0);
-    CHECK_RC(dlock_acquire(&other, c, "re", &plain), DLOCK_OK);
-    CHECK(dlock_lock_fence(other) == fence + 1);
-    CHECK_RC(dlock_release(other), DLOCK_OK);
-
-    /* Without reentrant, an owner that holds the lock is told at once,
-     * rather than waiting 5 s for itself. */
-    solo.owner = "solo";
-    CHECK_RC(dlock_acquire(&a1, c, "re", &solo), DLOCK_OK);
-    CHECK_RC(dlock_acquire(&a2, c2, "re", &solo), DLOCK_EMISUSE);
-    CHECK_CONTAINS(dlock_error_message(), "reentrant is off");
-    CHECK_RC(dlock_release(a1), DLOCK_OK);
-
-    /* A fair lock re-enters too, skipping the queue. */
-    o.kind = DLOCK_KIND_FAIR;
-    CHECK_RC(dlock_acquire(&a1, c, "re-fair", &o), DLOCK_OK);
-    CHECK_RC(dlock_acquire(&a2, c2, "re-fair", &o), DLOCK_OK);
-    CHECK(dlock_lock_fence(a1) == dlock_lock_fence(a2));
-    CHECK(dlock_lock_kind(a2) == DLOCK_KIND_FAIR);
-    CHECK_RC(dlock_release(a1), DLOCK_OK);
-    CHECK(test_redis_cmd(&r, "EXISTS dlock:{re-fair}") == 1);
-    CHECK_RC(dlock_release(a2), DLOCK_OK);
-    CHECK(test_redis_cmd(&r, "EXISTS dlock:{re-fair}") == 0);
-    dlock_client_free(c);
-    dlock_client_free(c2);
-    test_redis_stop(&r);
-}
-
-/* Holds are counted per handle: a handle whose hold ran out stays lost
- * when the same owner takes the lock again, and cannot release the new
- * hold. */
-static void reentrant_stale_handle_is_lost(void)
-{
-    test_redis r;
-    dlock_client *c;
-    dlock_lock *old, *cur;
-    dlock_acquire_options o = kopts(DLOCK_KIND_MUTEX, 0, 200);
-
-    test_redis_start(&r, NULL);
-    c = open_client(&r);
-    o.owner = "worker-7";
-    o.reentrant = 1;
-    o.auto_renew = 0;
-    CHECK_RC(dlock_acquire(&old, c, "stale", &o), DLOCK_OK);
-    wait_cmd(&r, 0, "EXISTS %s", "dlock:{stale}"); /* its lease ran out, unrenewed */
-    o.lease_ms = 5000;
-    CHECK_RC(dlock_acquire(&cur, c, "stale", &o), DLOCK_OK);
-    CHECK(dlock_lock_fence(cur) > dlock_lock_fence(old));
-    CHECK_RC(dlock_lock_check(old), DLOCK_ELOST);
-    CHECK_RC(dlock_release(old), DLOCK_ELOST);
-    CHECK(test_redis_cmd(&r, "HLEN dlock:{stale}:holds") == 1);
-    CHECK_RC(dlock_lock_check(cur), DLOCK_OK);
-    CHECK_RC(dlock_release(cur), DLOCK_OK);
-    dlock_client_free(c);
-    test_redis_stop(&r);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -507,492 +346,38 @@ static void fair_killed_waiter_does_not_block(void)
 }
 
 /* ---------------------------------------------------------------------- */
-/* Read-write */
-
-typedef struct {
-    atomic_int readers, writers, violations, max_readers, ready;
-} rw_state;
-
-static void rw_enter_read(rw_state *s)
-{
-    int n = atomic_fetch_add(&s->readers, 1) + 1;
-    int m = atomic_load(&s->max_readers);
-
-    if (atomic_load(&s->writers) != 0)
-        atomic_fetch_add(&s->violations, 1);
-    while (n > m && !atomic_compare_exchange_weak(&s->max_readers, &m, n))
-        ;
-}
-
-/* Readers hold the lock together; writers hold it alone. */
-static void rw_readers_parallel_writers_alone(void)
-{
-    enum { READERS = 5, PROCS = 6, ITERS = 25 };
-    test_redis r;
-    rw_state *s = shared_page(4096);
-    pid_t pids[PROCS];
-
-    test_redis_start(&r, NULL);
-    /* All five readers inside at once: each waits for the others before it
-     * releases, so a lock that let only one in would never get there. */
-    for (int i = 0; i < READERS; i++) {
-        pids[i] = fork();
-        if (pids[i] == 0) {
-            dlock_client *c = open_client(&r);
-            dlock_acquire_options o = kopts(DLOCK_KIND_READ, 10000, 5000);
-            dlock_lock *l;
-            CHECK_RC(dlock_acquire(&l, c, "rw", &o), DLOCK_OK);
-            rw_enter_read(s);
-            wait_atomic(&s->readers, READERS, "readers inside together");
-            atomic_fetch_add(&s->ready, 1);
-            wait_atomic(&s->ready, READERS, "readers done");
-            atomic_fetch_sub(&s->readers, 1);
-            CHECK_RC(dlock_release(l), DLOCK_OK);
-            dlock_client_free(c);
-            _exit(0);
-        }
-    }
-    for (int i = 0; i < READERS; i++)
-        test_wait_child_ok(pids[i]);
-    CHECK(atomic_load(&s->max_readers) == READERS);
-
-    /* Three writers and three readers hammer the lock. */
-    atomic_store(&s->max_readers, 0);
-    for (int p = 0; p < PROCS; p++) {
-        pids[p] = fork();
-        if (pids[p] == 0) {
-            dlock_client *c = open_client(&r);
-            int writer = p % 2 == 0;
-            dlock_acquire_options o = kopts(writer ? DLOCK_KIND_WRITE : DLOCK_KIND_READ,
-                                            DLOCK_WAIT_FOREVER, 5000);
-            for (int i = 0; i < ITERS; i++) {
-                dlock_lock *l;
-                CHECK_RC(dlock_acquire(&l, c, "rw", &o), DLOCK_OK);
-                if (writer) {
-                    if (atomic_fetch_add(&s->writers, 1) != 0 || atomic_load(&s->readers) != 0)
-                        atomic_fetch_add(&s->violations, 1);
-                    usleep(300);
-                    if (atomic_load(&s->readers) != 0)
-                        atomic_fetch_add(&s->violations, 1);
-                    atomic_fetch_sub(&s->writers, 1);
-                } else {
-                    rw_enter_read(s);
-                    usleep(300);
-                    if (atomic_load(&s->writers) != 0)
-                        atomic_fetch_add(&s->violations, 1);
-                    atomic_fetch_sub(&s->readers, 1);
-                }
-                CHECK_RC(dlock_release(l), DLOCK_OK);
-            }
-            dlock_client_free(c);
-            _exit(0);
-        }
-    }
-    for (int p = 0; p < PROCS; p++)
-        test_wait_child_ok(pids[p]);
-    fprintf(stderr, "violations %d, most readers at once %d\n", atomic_load(&s->violations),
-            atomic_load(&s->max_readers));
-    CHECK(atomic_load(&s->violations) == 0);
-    test_redis_stop(&r);
-}
-
-enum { STREAM_READERS = 4, STREAM_SLOT_MS = 10, STREAM_HOLD_MS = 35 };
-
-typedef struct {
-    dlock_client *c;
-    int index;
-    int64_t t0_ms;
-    atomic_int *stop;
-    atomic_long reads;
-    int rc;
-} reader_stream_arg;
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_until_ms(int64_t t)
-{
-    int64_t now = mono_ms();
-    if (t > now)
-        test_sleep_ms(t - now);
-}
-
-/*
- * A stream of readers without a gap: reader i takes its k-th read at slot
- * 4k + i (a slot every 10 ms) and holds it 35 ms, so three or four reads
- * overlap at any time and the readers as a whole never let go. Without a
- * writer preference, a writer would wait for ever.
- */
-static void *reader_stream(void *p)
-{
-    reader_stream_arg *a = p;
-    dlock_acquire_options o = kopts(DLOCK_KIND_READ, DLOCK_WAIT_FOREVER, 5000);
-
-    for (long k = 0; !atomic_load(a->stop); k++) {
-        int64_t slot = a->t0_ms + (STREAM_READERS * k + a->index) * STREAM_SLOT_MS;
-        dlock_lock *l;
-        sleep_until_ms(slot);
-        if ((a->rc = dlock_acquire(&l, a->c, "busy-rw", &o)) != DLOCK_OK)
-            return NULL;
-        a->reads++;
-        sleep_until_ms(slot + STREAM_HOLD_MS);
-        dlock_release(l);
-    }
-    return NULL;
-}
-
-/* Readers overlap without a gap, for ever; a writer still gets in. */
-static void rw_writer_not_starved(void)
-{
-    test_redis r;
-    dlock_client *rcs[STREAM_READERS], *wc;
-    reader_stream_arg a[STREAM_READERS];
-    pthread_t t[STREAM_READERS];
-    atomic_int stop = 0;
-    dlock_lock *w;
-    dlock_acquire_options o = kopts(DLOCK_KIND_WRITE, 10000, 5000);
-    int64_t t0;
-    long reads_before = 0, reads_after = 0;
-
-    test_redis_start(&r, NULL);
-    wc = open_client(&r);
-    t0 = mono_ms() + 50;
-    for (int i = 0; i < STREAM_READERS; i++) {
-        rcs[i] = open_client(&r);
-        a[i].c = rcs[i];
-        a[i].index = i;
-        a[i].t0_ms = t0;
-        a[i].stop = &stop;
-        atomic_store(&a[i].reads, 0);
-        a[i].rc = DLOCK_OK;
-        CHECK(pthread_create(&t[i], NULL, reader_stream, &a[i]) == 0);
-    }
-    wait_cmd_at_least(&r, 1, "ZCARD %s", "dlock:{busy-rw}:readers"); /* a reader is in */
-    CHECK_RC(dlock_acquire(&w, wc, "busy-rw", &o), DLOCK_OK);
-    /* While the writer holds the lock, no reader is inside. */
-    CHECK(test_redis_cmd(&r, "ZCARD dlock:{busy-rw}:readers") == 0);
-    CHECK(test_redis_cmd(&r, "EXISTS dlock:{busy-rw}:writer-wait") == 0);
-    for (int i = 0; i < STREAM_READERS; i++)
-        reads_before += atomic_load(&a[i].reads);
-    CHECK_RC(dlock_release(w), DLOCK_OK);
-    /* Readers go on after the writer: wait for a read that began after it. */
-    for (int i = 0; i < 2000; i++) {
-        long reads = 0;
-        for (int k = 0; k < STREAM_READERS; k++)
-            reads += atomic_load(&a[k].reads);
-        if (reads > reads_before)
-            break;
-        test_sleep_ms(10);
-    }
-    atomic_store(&stop, 1);
-    for (int i = 0; i < STREAM_READERS; i++) {
-        CHECK(pthread_join(t[i], NULL) == 0);
-        CHECK_RC(a[i].rc, DLOCK_OK);
-        reads_after += atomic_load(&a[i].reads);
-        dlock_client_free(rcs[i]);
-    }
-    CHECK(reads_after > reads_before); /* readers went on after the writer */
-    dlock_client_free(wc);
-    test_redis_stop(&r);
-}
-
-/* Write -> read downgrade in place; read -> write upgrade refused at once;
- * a nested read of an owner is not held back by a waiting writer. */
-static void rw_downgrade_and_upgrade(void)
-{
-    test_redis r;
-    dlock_client *c, *c2;
-    dlock_lock *w, *rd, *rd2, *x = NULL;
-    dlock_acquire_options wo = kopts(DLOCK_KIND_WRITE, 0, 5000);
-    dlock_acquire_options ro = kopts(DLOCK_KIND_READ, 0, 5000);
-    test_acquirer wa;
-    pthread_t t;
-    uint64_t fence;
-
-    test_redis_start(&r, NULL);
-    c = open_client(&r);
-    c2 = open_client(&r);
-    wo.owner = "alice";
-    CHECK_RC(dlock_acquire(&w, c, "grade", &wo), DLOCK_OK);
-    fence = dlock_lock_fence(w);
-    CHECK_RC(dlock_acquire(&rd, c2, "grade", &ro), DLOCK_EBUSY);
-    /* alice asking to read while she writes: told to downgrade. */
-    ro.owner = "alice";
-    CHECK_RC(dlock_acquire(&rd, c, "grade", &ro), DLOCK_EMISUSE);
-    CHECK_CONTAINS(dlock_error_message(), "downgrade");
-    CHECK_RC(dlock_acquire(&x, c, "grade", &wo), DLOCK_EMISUSE);
-    ro.owner = NULL;
-
-    CHECK_RC(dlock_lock_downgrade(w), DLOCK_OK);
-    CHECK(dlock_lock_kind(w) == DLOCK_KIND_READ);
-    CHECK(dlock_lock_fence(w) == fence);
-    CHECK_RC(dlock_lock_downgrade(w), DLOCK_EMISUSE);
-    CHECK_RC(dlock_lock_check(w), DLOCK_OK);
-    CHECK_RC(dlock_acquire(&rd, c2, "grade", &ro), DLOCK_OK); /* readers share now */
-    CHECK(dlock_lock_fence(rd) > fence);
-    wo.owner = NULL;
-    CHECK_RC(dlock_acquire(&x, c2, "grade", &wo), DLOCK_EBUSY);
-    /* The downgraded handle is renewed as a read lock. */
-    test_sleep_ms(50);
-    CHECK_RC(dlock_lock_extend(w, 5000), DLOCK_OK);
-    CHECK_RC(dlock_release(rd), DLOCK_OK);
-
-    /* Upgrade: alice holds a read lock and asks to write: refused at once,
-     * even with an endless wait. */
-    wo.owner = "alice";
-    wo.wait_ms = DLOCK_WAIT_FOREVER;
-    CHECK_RC(dlock_acquire(&x, c, "grade", &wo), DLOCK_EMISUSE);
-    CHECK_CONTAINS(dlock_error_message(), "upgrade");
-
-    /* A writer waits for alice's read lock; alice reads again (nested): she
-     * is let in, new readers are not. */
-    test_acquirer_init(&wa, c2, "grade", kopts(DLOCK_KIND_WRITE, 20000, 5000));
-    CHECK(pthread_create(&t, NULL, test_acquirer_main, &wa) == 0);
-    wait_cmd(&r, 1, "EXISTS %s", "dlock:{grade}:writer-wait");
-    CHECK_RC(dlock_acquire(&rd, c2, "grade", &ro), DLOCK_EBUSY);
-    ro.owner = "alice";
-    CHECK_RC(dlock_acquire(&rd2, c, "grade", &ro), DLOCK_OK);
-    CHECK_RC(dlock_release(rd2), DLOCK_OK);
-    CHECK_RC(dlock_release(w), DLOCK_OK); /* the last reader: the writer gets in */
-    CHECK(pthread_join(t, NULL) == 0);
-    CHECK_RC(wa.rc, DLOCK_OK);
-    CHECK(dlock_lock_kind(wa.lock) == DLOCK_KIND_WRITE);
-    CHECK_RC(dlock_release(wa.lock), DLOCK_OK);
-    {
-        dlock_lock *m;
-        dlock_acquire_options mo = kopts(DLOCK_KIND_MUTEX, 0, 5000);
-        CHECK_RC(dlock_acquire(&m, c, "plain", &mo), DLOCK_OK);
-        CHECK_RC(dlock_lock_downgrade(m), DLOCK_EMISUSE);
-        CHECK_RC(dlock_release(m), DLOCK_OK);
-    }
-    dlock_client_free(c);
-    dlock_client_free(c2);
-    test_redis_stop(&r);
-}
-
-/* A reader killed while another reader keeps renewing holds the lock for
- * its own lease only. */
-static void rw_reader_lease_is_its_own(void)
-{
-    test_redis r;
-    dlock_client *c;
-    dlock_lock *alive, *w;
-    dlock_acquire_options ro = kopts(DLOCK_KIND_READ, 0, 20000);
-    dlock_acquire_options wo = kopts(DLOCK_KIND_WRITE, 0, 5000);
-    pid_t dead;
-
-    test_redis_start(&r, NULL);
-    c = open_client(&r);
-    dead = fork();
-    if (dead == 0) {
-        dlock_client *cc = open_client(&r);
-        dlock_acquire_options o = kopts(DLOCK_KIND_READ, 0, 400);
-        dlock_lock *l;
-        CHECK_RC(dlock_acquire(&l, cc, "leases", &o), DLOCK_OK);
-        for (;;)
-            pause();
-    }
-    wait_cmd(&r, 1, "ZCARD %s", "dlock:{leases}:readers");
-    CHECK_RC(dlock_acquire(&alive, c, "leases", &ro), DLOCK_OK);
-    kill_child(dead);
-    test_sleep_ms(1200); /* three of the dead reader's leases; ours is renewed */
-    CHECK_RC(dlock_acquire(&w, c, "leases", &wo), DLOCK_EBUSY); /* ours still counts */
-    CHECK_RC(dlock_release(alive), DLOCK_OK);
-    CHECK_RC(dlock_acquire(&w, c, "leases", &wo), DLOCK_OK);
-    CHECK_RC(dlock_release(w), DLOCK_OK);
-    dlock_client_free(c);
-    test_redis_stop(&r);
-}
-
-/* ---------------------------------------------------------------------- */
 /* Semaphore */
-
-/* 20 processes, 3 permits: never more than 3 holders at once, every fence
- * issued once. */
-static void semaphore_never_exceeds_n(void)
-{
-    enum { PROCS = 20, ITERS = 12, N = 3 };
-    test_redis r;
-    struct {
-        atomic_int holders, max, violations;
-        uint64_t fences[PROCS * ITERS];
-    } *s = shared_page(sizeof(*s));
-    pid_t pids[PROCS];
-
-    test_redis_start(&r, NULL);
-    for (int p = 0; p < PROCS; p++) {
-        pids[p] = fork();
-        if (pids[p] == 0) {
-            dlock_client *c = open_client(&r);
-            dlock_acquire_options o = kopts(DLOCK_KIND_SEMAPHORE, DLOCK_WAIT_FOREVER, 5000);
-            o.permits = N;
-            for (int i = 0; i < ITERS; i++) {
-                dlock_lock *l;
-                int n, m;
-                CHECK_RC(dlock_acquire(&l, c, "pool", &o), DLOCK_OK);
-                s->fences[p * ITERS + i] = dlock_lock_fence(l);
-                n = atomic_fetch_add(&s->holders, 1) + 1;
-                if (n > N)
-                    atomic_fetch_add(&s->violations, 1);
-                m = atomic_load(&s->max);
-                while (n > m && !atomic_compare_exchange_weak(&s->max, &m, n))
-                    ;
-                usleep(1000);
-                atomic_fetch_sub(&s->holders, 1);
-                CHECK_RC(dlock_release(l), DLOCK_OK);
-            }
-            dlock_client_free(c);
-            _exit(0);
-        }
-    }
-    for (int p = 0; p < PROCS; p++)
-        test_wait_child_ok(pids[p]);
-    fprintf(stderr, "most holders at once: %d of %d permits\n", atomic_load(&s->max), N);
-    CHECK(atomic_load(&s->violations) == 0);
-    CHECK(atomic_load(&s->max) <= N);
-    CHECK(atomic_load(&s->max) >= 2); /* the permits were shared */
-    for (int i = 0; i < PROCS * ITERS; i++)
-        for (int j = 0; j < i; j++)
-            CHECK(s->fences[i] != s->fences[j] && s->fences[i] > 0);
-    test_redis_stop(&r);
-}
-
-/* A killed holder's permit comes back when its lease ends; N changes at
- * run time. */
-static void semaphore_killed_holder_permit_returns(void)
-{
-    test_redis r;
-    dlock_client *c, *c2;
-    dlock_lock *mine, *third = NULL, *h1, *h2;
-    dlock_acquire_options o = kopts(DLOCK_KIND_SEMAPHORE, 0, 5000);
-    test_acquirer pa;
-    pthread_t t;
-    char v[32];
-    long long scripts;
-    pid_t dead;
-
-    test_redis_start(&r, NULL);
-    c = open_client(&r);
-    c2 = open_client(&r);
-    CHECK_RC(dlock_acquire(&mine, c, "sem", &o), DLOCK_EINVAL); /* no N yet */
-    CHECK_CONTAINS(dlock_error_message(), "permits");
-    o.permits = 2;
-    dead = fork();
-    if (dead == 0) {
-        dlock_client *cc = open_client(&r);
-        dlock_acquire_options k = kopts(DLOCK_KIND_SEMAPHORE, 0, 600);
-        dlock_lock *l;
-        k.permits = 2;
-        CHECK_RC(dlock_acquire(&l, cc, "sem", &k), DLOCK_OK);
-        for (;;)
-            pause();
-    }
-    wait_cmd(&r, 1, "ZCARD %s", "dlock:{sem}:sem");
-    o.permits = 0; /* N is on the server now */
-    CHECK_RC(dlock_acquire(&mine, c, "sem", &o), DLOCK_OK);
-    CHECK_RC(dlock_acquire(&third, c, "sem", &o), DLOCK_EBUSY);
-    kill_child(dead);
-    o.wait_ms = 20000;
-    CHECK_RC(dlock_acquire(&third, c, "sem", &o), DLOCK_OK); /* the dead one's permit */
-    CHECK(dlock_lock_fence(third) > dlock_lock_fence(mine));
-    CHECK(dlock_lock_kind(third) == DLOCK_KIND_SEMAPHORE);
-    CHECK_RC(dlock_release(third), DLOCK_OK);
-    CHECK_RC(dlock_release(mine), DLOCK_OK);
-
-    /* N at run time: raise it and a waiter gets in at once. */
-    o = kopts(DLOCK_KIND_SEMAPHORE, 0, 5000);
-    o.permits = 1;
-    CHECK_RC(dlock_acquire(&h1, c, "permits", &o), DLOCK_OK);
-    test_acquirer_init(&pa, c2, "permits", kopts(DLOCK_KIND_SEMAPHORE, 20000, 5000));
-    scripts = test_redis_calls(&r, "evalsha");
-    CHECK(pthread_create(&t, NULL, test_acquirer_main, &pa) == 0);
-    wait_asleep(&r, "dlock:{permits}:release", scripts); /* the waiter is queued */
-    CHECK(!atomic_load(&pa.done));
-    CHECK_RC(dlock_semaphore_set_permits(c, "permits", 2), DLOCK_OK);
-    CHECK(pthread_join(t, NULL) == 0);
-    CHECK_RC(pa.rc, DLOCK_OK);
-    raw_string(&r, v, sizeof(v), "GET dlock:{permits}:permits");
-    CHECK(strcmp(v, "2") == 0);
-    /* Lower it: holders keep their permits, nobody new gets one until
-     * fewer than N are held. */
-    CHECK_RC(dlock_semaphore_set_permits(c, "permits", 1), DLOCK_OK);
-    CHECK_RC(dlock_lock_check(h1), DLOCK_OK);
-    CHECK_RC(dlock_lock_check(pa.lock), DLOCK_OK);
-    CHECK_RC(dlock_acquire(&h2, c, "permits", &o), DLOCK_EBUSY);
-    CHECK_RC(dlock_release(h1), DLOCK_OK);
-    CHECK_RC(dlock_acquire(&h2, c, "permits", &o), DLOCK_EBUSY);
-    CHECK_RC(dlock_release(pa.lock), DLOCK_OK);
-    CHECK_RC(dlock_acquire(&h2, c, "permits", &o), DLOCK_OK);
-    CHECK_RC(dlock_release(h2), DLOCK_OK);
-    CHECK_RC(dlock_semaphore_set_permits(c, "permits", 0), DLOCK_EINVAL);
-    dlock_client_free(c);
-    dlock_client_free(c2);
-    test_redis_stop(&r);
-}
 
 /* ---------------------------------------------------------------------- */
 /* Multi-lock */
 
-/* Many processes lock {a,b} and {b,a}; none deadlocks (each waits at most
- * 30 s, and ETIMEOUT fails the test) and each pair is held alone. */
-static void multi_no_deadlock(const char *a, const char *b)
+/* The one-slot path (one script for both names) under processes locking
+ * {a,b} and {b,a} of one hash tag: none deadlocks and each pair is held
+ * alone (family-<backend>.multi_no_deadlock runs the ordered path). */
+static void multi_no_deadlock_one_slot(void)
 {
-    enum { PROCS = 6, ITERS = 30 };
+    static const int kinds[6] = {DLOCK_KIND_MULTI, DLOCK_KIND_MULTI, DLOCK_KIND_MULTI,
+                                 DLOCK_KIND_MULTI, DLOCK_KIND_MULTI, DLOCK_KIND_MULTI};
+    static const char *const names[2] = {"{t}a", "{t}b"};
     test_redis r;
-    struct {
-        atomic_int in_a, in_b, violations;
-    } *s = shared_page(4096);
-    pid_t pids[PROCS];
+    test_contend_opts o = {0};
+    test_contend_result res;
 
     test_redis_start(&r, NULL);
-    for (int p = 0; p < PROCS; p++) {
-        pids[p] = fork();
-        if (pids[p] == 0) {
-            dlock_client *c = open_client(&r);
-            const char *names[2];
-            dlock_acquire_options o = kopts(DLOCK_KIND_MUTEX, 30000, 5000);
-            names[0] = p % 2 ? a : b;
-            names[1] = p % 2 ? b : a;
-            for (int i = 0; i < ITERS; i++) {
-                dlock_lock *l;
-                CHECK_RC(dlock_acquire_multi(&l, c, names, 2, &o), DLOCK_OK);
-                CHECK(dlock_lock_count(l) == 2);
-                CHECK(strcmp(dlock_lock_name_at(l, 0), names[0]) == 0);
-                CHECK(dlock_lock_fence_at(l, 0) == dlock_lock_fence(l));
-                if (atomic_fetch_add(&s->in_a, 1) != 0 || atomic_fetch_add(&s->in_b, 1) != 0)
-                    atomic_fetch_add(&s->violations, 1);
-                usleep(200);
-                atomic_fetch_sub(&s->in_a, 1);
-                atomic_fetch_sub(&s->in_b, 1);
-                CHECK_RC(dlock_release(l), DLOCK_OK);
-            }
-            dlock_client_free(c);
-            _exit(0);
-        }
-    }
-    for (int p = 0; p < PROCS; p++)
-        test_wait_child_ok(pids[p]);
-    CHECK(atomic_load(&s->violations) == 0);
+    o.url = r.url;
+    o.names = names;
+    o.kinds = kinds;
+    o.procs = 6;
+    o.turns = 30;
+    o.hold_us = 200;
+    test_contend_run(&o, &res);
     test_redis_stop(&r);
 }
 
-static void multi_no_deadlock_ordered(void)
-{
-    multi_no_deadlock("a", "b");
-}
-
-static void multi_no_deadlock_one_slot(void)
-{
-    multi_no_deadlock("{t}a", "{t}b");
-}
-
-/* All or nothing: when one name is held, none is taken (one slot: never
- * written; ordered: taken and rolled back). */
-static void multi_all_or_nothing(void)
+/* All or nothing on Redis' two paths, by the commands they run: one slot,
+ * nothing written; ordered, taken and rolled back (the contract itself is
+ * family-<backend>.multi_all_or_nothing). */
+static void multi_commands_per_path(void)
 {
     test_redis r;
     dlock_client *c;
@@ -1031,208 +416,6 @@ static void multi_all_or_nothing(void)
     CHECK_RC(dlock_release(m), DLOCK_OK);
     CHECK(test_redis_cmd(&r, "EXISTS dlock:{{g}x} dlock:{{g}y} dlock:{{g}z}") == 0);
     dlock_client_free(c);
-    test_redis_stop(&r);
-}
-
-static atomic_int multi_lost_calls;
-static dlock_lock *multi_lost_handle;
-
-static void count_multi_lost(dlock_lock *l, int reason, void *payload)
-{
-    (void)payload;
-    CHECK(reason == DLOCK_ELOST);
-    CHECK(dlock_release(l) == DLOCK_EMISUSE);
-    multi_lost_handle = l;
-    atomic_fetch_add(&multi_lost_calls, 1);
-}
-
-/* A lost part makes the whole multi-lock lost, and on_lost fires once with
- * the multi handle; the other parts are still released. */
-static void multi_on_lost_once(void)
-{
-    test_redis r;
-    dlock_client *c;
-    dlock_lock *m;
-    dlock_acquire_options o = kopts(DLOCK_KIND_MUTEX, 0, 300);
-    const char *names[3] = {"m1", "m2", "m3"};
-
-    test_redis_start(&r, NULL);
-    c = open_client(&r);
-    o.on_lost = count_multi_lost;
-    CHECK_RC(dlock_acquire_multi(&m, c, names, 3, &o), DLOCK_OK);
-    CHECK(test_redis_cmd(&r, "DEL dlock:{m2} dlock:{m3}") == 2);
-    wait_atomic(&multi_lost_calls, 1, "on_lost calls");
-    test_sleep_ms(400);
-    CHECK(atomic_load(&multi_lost_calls) == 1);
-    CHECK(multi_lost_handle == m);
-    CHECK(dlock_lock_lost(m));
-    CHECK_RC(dlock_lock_check(m), DLOCK_ELOST);
-    CHECK_RC(dlock_release(m), DLOCK_ELOST);
-    CHECK(test_redis_cmd(&r, "EXISTS dlock:{m1}") == 0);
-    dlock_client_free(c);
-    test_redis_stop(&r);
-}
-
-/* ---------------------------------------------------------------------- */
-/* Leader election */
-
-typedef struct {
-    pthread_mutex_t mu;
-    int calls;
-    dlock_leader_info last;
-} observed;
-
-static void on_leader(const dlock_leader_info *leader, void *payload)
-{
-    observed *o = payload;
-
-    pthread_mutex_lock(&o->mu);
-    o->calls++;
-    o->last = *leader;
-    pthread_mutex_unlock(&o->mu);
-}
-
-/* Wait (at most 20 s) until the observer reports identity ("" for none). */
-static void wait_observed(observed *o, const char *identity)
-{
-    for (int i = 0; i < 2000; i++) {
-        int ok;
-        pthread_mutex_lock(&o->mu);
-        ok = o->calls > 0 && strcmp(o->last.identity, identity) == 0 &&
-             o->last.held == (identity[0] != '\0');
-        pthread_mutex_unlock(&o->mu);
-        if (ok)
-            return;
-        test_sleep_ms(10);
-    }
-    fprintf(stderr, "the observer never reported leader '%s' (last '%s')\n", identity,
-            o->last.identity);
-    exit(1);
-}
-
-/* Candidates in five processes lead in turns: one leader at a time. */
-static void leader_one_at_a_time(void)
-{
-    enum { PROCS = 5, TERMS = 8 };
-    test_redis r;
-    struct {
-        atomic_int leaders, violations, terms, go;
-    } *s = shared_page(4096);
-    pid_t pids[PROCS];
-    dlock_client *c;
-    dlock_observer *ob;
-    observed seen = {PTHREAD_MUTEX_INITIALIZER, 0, {0}};
-
-    test_redis_start(&r, NULL);
-    /* The candidates are forked before this process has threads (the
-     * observer's), and start when the observer has seen that none leads. */
-    for (int p = 0; p < PROCS; p++) {
-        pids[p] = fork();
-        if (pids[p] == 0) {
-            dlock_client *cc;
-            char id[32];
-            wait_atomic(&s->go, 1, "go");
-            cc = open_client(&r);
-            snprintf(id, sizeof(id), "candidate-%d", p);
-            for (int i = 0; i < TERMS; i++) {
-                dlock_lock *l;
-                dlock_leader_info info;
-                CHECK_RC(dlock_campaign(&l, cc, "sched", id, NULL), DLOCK_OK);
-                CHECK(dlock_lock_kind(l) == DLOCK_KIND_LEADER);
-                if (atomic_fetch_add(&s->leaders, 1) != 0)
-                    atomic_fetch_add(&s->violations, 1);
-                CHECK_RC(dlock_leader(&info, cc, "sched"), DLOCK_OK);
-                CHECK(info.held && strcmp(info.identity, id) == 0);
-                CHECK(info.fence == dlock_lock_fence(l));
-                usleep(2000);
-                atomic_fetch_sub(&s->leaders, 1);
-                atomic_fetch_add(&s->terms, 1);
-                CHECK_RC(dlock_resign(l), DLOCK_OK);
-            }
-            dlock_client_free(cc);
-            _exit(0);
-        }
-    }
-    c = open_client(&r);
-    CHECK_RC(dlock_observe(&ob, c, "sched", on_leader, &seen), DLOCK_OK);
-    wait_observed(&seen, "");
-    atomic_store(&s->go, 1);
-    for (int p = 0; p < PROCS; p++)
-        test_wait_child_ok(pids[p]);
-    CHECK(atomic_load(&s->violations) == 0);
-    CHECK(atomic_load(&s->terms) == PROCS * TERMS);
-    wait_observed(&seen, "");
-    fprintf(stderr, "observer calls: %d for %d terms\n", seen.calls, PROCS * TERMS);
-    CHECK(seen.calls >= 3); /* none, at least one leader, none */
-    dlock_observer_free(ob);
-    dlock_client_free(c);
-    test_redis_stop(&r);
-}
-
-typedef struct {
-    dlock_client *c;
-    int rc;
-    dlock_lock *lock;
-} campaign_arg;
-
-static void *campaign_main(void *p)
-{
-    campaign_arg *a = p;
-    dlock_acquire_options o = kopts(DLOCK_KIND_MUTEX, 20000, 2000);
-
-    a->rc = dlock_campaign(&a->lock, a->c, "jobs", "beta", &o);
-    return NULL;
-}
-
-/* The leader is killed: a waiting candidate takes over once its lease has
- * run out, and the observer reports each change. */
-static void leader_killed_new_leader(void)
-{
-    test_redis r;
-    dlock_client *c, *c2;
-    dlock_observer *ob;
-    observed seen = {PTHREAD_MUTEX_INITIALIZER, 0, {0}};
-    campaign_arg ca = {0};
-    dlock_leader_info info;
-    uint64_t alpha_fence;
-    long long scripts;
-    pthread_t t;
-    pid_t alpha;
-
-    test_redis_start(&r, NULL);
-    /* Forked before this process has threads. */
-    alpha = fork();
-    if (alpha == 0) {
-        dlock_client *cc = open_client(&r);
-        dlock_acquire_options o = kopts(DLOCK_KIND_MUTEX, 0, 800);
-        dlock_lock *l;
-        CHECK_RC(dlock_campaign(&l, cc, "jobs", "alpha", &o), DLOCK_OK);
-        for (;;)
-            pause();
-    }
-    c = open_client(&r);
-    c2 = open_client(&r);
-    CHECK_RC(dlock_observe(&ob, c, "jobs", on_leader, &seen), DLOCK_OK);
-    wait_observed(&seen, "alpha");
-    alpha_fence = seen.last.fence;
-    CHECK(alpha_fence > 0);
-    ca.c = c2;
-    scripts = test_redis_calls(&r, "evalsha");
-    CHECK(pthread_create(&t, NULL, campaign_main, &ca) == 0);
-    wait_asleep(&r, "dlock:{jobs}:release", scripts); /* beta campaigns */
-    CHECK_RC(dlock_leader(&info, c, "jobs"), DLOCK_OK);
-    CHECK(strcmp(info.identity, "alpha") == 0); /* alpha renews: still leads */
-    kill_child(alpha);
-    CHECK(pthread_join(t, NULL) == 0);
-    CHECK_RC(ca.rc, DLOCK_OK);
-    CHECK(dlock_lock_fence(ca.lock) > alpha_fence);
-    wait_observed(&seen, "beta");
-    CHECK(seen.last.fence == dlock_lock_fence(ca.lock));
-    CHECK_RC(dlock_resign(ca.lock), DLOCK_OK);
-    wait_observed(&seen, "");
-    dlock_observer_free(ob);
-    dlock_client_free(c);
-    dlock_client_free(c2);
     test_redis_stop(&r);
 }
 
@@ -1744,8 +927,7 @@ static void family_acl_documented_set(void)
     test_redis r;
     dlock_client *c;
     dlock_lock *l, *l2;
-    dlock_observer *ob;
-    observed seen = {PTHREAD_MUTEX_INITIALIZER, 0, {0}};
+    test_leader_watch seen;
     dlock_acquire_options o = kopts(DLOCK_KIND_MUTEX, 0, 2000);
     const char *names[2] = {"{t}a", "{t}b"}, *spread[2] = {"a", "b"};
     char url[160];
@@ -1795,12 +977,12 @@ static void family_acl_documented_set(void)
     CHECK_RC(dlock_release(l), DLOCK_OK);
     CHECK_RC(dlock_acquire_multi(&l, c, spread, 2, &o), DLOCK_OK);
     CHECK_RC(dlock_release(l), DLOCK_OK);
-    CHECK_RC(dlock_observe(&ob, c, "lead", on_leader, &seen), DLOCK_OK);
+    test_leader_watch_start(&seen, c, "lead");
     CHECK_RC(dlock_campaign(&l, c, "lead", "me", &o), DLOCK_OK);
-    wait_observed(&seen, "me");
+    test_leader_watch_wait(&seen, "me");
     CHECK_RC(dlock_resign(l), DLOCK_OK);
-    wait_observed(&seen, "");
-    dlock_observer_free(ob);
+    test_leader_watch_wait(&seen, "");
+    test_leader_watch_stop(&seen);
     /* The retiring side of the upkeep. */
     make_due(&r, "dlock:{m}:fence");
     CHECK_RC(dlock_acquire(&l, c, "m2", &o), DLOCK_OK);
@@ -2310,23 +1492,11 @@ static void holder_multi(void)
     test_redis_stop(&r);
 }
 
-TEST_MAIN({"reentrant_counts", reentrant_counts, "watchdog"},
-          {"reentrant_stale_handle_is_lost", reentrant_stale_handle_is_lost, NULL},
-          {"fair_fifo_ten_waiters", fair_fifo_ten_waiters, NULL},
+TEST_MAIN({"fair_fifo_ten_waiters", fair_fifo_ten_waiters, NULL},
           {"fair_killed_waiter_does_not_block", fair_killed_waiter_does_not_block, NULL},
           {"fair_tokens_never_on_channels", fair_tokens_never_on_channels, NULL},
-          {"rw_readers_parallel_writers_alone", rw_readers_parallel_writers_alone, NULL},
-          {"rw_writer_not_starved", rw_writer_not_starved, "watchdog"},
-          {"rw_downgrade_and_upgrade", rw_downgrade_and_upgrade, "watchdog"},
-          {"rw_reader_lease_is_its_own", rw_reader_lease_is_its_own, NULL},
-          {"semaphore_never_exceeds_n", semaphore_never_exceeds_n, NULL},
-          {"semaphore_killed_holder_permit_returns", semaphore_killed_holder_permit_returns, "watchdog"},
-          {"multi_no_deadlock_ordered", multi_no_deadlock_ordered, NULL},
           {"multi_no_deadlock_one_slot", multi_no_deadlock_one_slot, NULL},
-          {"multi_all_or_nothing", multi_all_or_nothing, NULL},
-          {"multi_on_lost_once", multi_on_lost_once, "watchdog"},
-          {"leader_one_at_a_time", leader_one_at_a_time, "watchdog"},
-          {"leader_killed_new_leader", leader_killed_new_leader, "watchdog"},
+          {"multi_commands_per_path", multi_commands_per_path, NULL},
           {"fence_counter_retired_stays_monotonic", fence_counter_retired_stays_monotonic, NULL},
           {"multi_one_slot_fence_from_floor", multi_one_slot_fence_from_floor, NULL},
           {"skewed_clocks", skewed_clocks, NULL}, {"skewed_holder", skewed_holder, TEST_CHILD},

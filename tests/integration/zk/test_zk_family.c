@@ -1,13 +1,12 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * The lock family on ZooKeeper (src/backends/zk/zk_family.c) against a real
- * standalone server: read-write locks, semaphores, leader election and
- * multi-locks in Curator's layouts. Where a property needs several holders
- * at once, they are processes sharing a MAP_SHARED page of atomics, so any
- * overlap the lock should prevent is seen; where a test waits for a waiter
- * to queue, it looks at the server's nodes (test_zk_child_names). No test
- * decides by how long something took. Interop with real Curator is
- * tests/interop/curator.
+ * What only ZooKeeper has in the lock family (src/backends/zk/zk_family.c)
+ * against a real standalone server: Curator's node layouts for the
+ * read-write lock, the semaphore, the election and the fair lock, and the
+ * holders read back from those nodes. The contracts every backend keeps
+ * are family-zk.* (tests/integration/core/test_family_suite.c). Where a
+ * test waits for a waiter to queue, it looks at the server's nodes
+ * (test_zk_child_names). Interop with real Curator is tests/interop/curator.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -65,80 +64,6 @@ static void wait_children(const char *path, long long want)
 typedef struct {
     atomic_int readers, writers, max_readers, bad;
 } rw_page;
-
-/* Readers and writers in 6 processes, 15 turns each: a writer is alone,
- * readers share. */
-static void rw_readers_share_writers_alone(void)
-{
-    rw_page *pg = test_shared_page(sizeof(*pg));
-    pid_t pids[6];
-
-    dlock_client_free(start()); /* the server runs; each process opens its own */
-    for (int p = 0; p < 6; p++) {
-        if ((pids[p] = fork()) == 0) {
-            dlock_client *c = another();
-            int writer = p < 2;
-            for (int i = 0; i < 15; i++) {
-                dlock_acquire_options o =
-                    kopts(writer ? DLOCK_KIND_WRITE : DLOCK_KIND_READ, DLOCK_WAIT_FOREVER);
-                dlock_lock *l;
-                CHECK_RC(dlock_acquire(&l, c, "rw", &o), DLOCK_OK);
-                if (writer) {
-                    if (atomic_fetch_add(&pg->writers, 1) != 0 || atomic_load(&pg->readers) != 0)
-                        atomic_fetch_add(&pg->bad, 1);
-                    test_sleep_ms(5);
-                    atomic_fetch_sub(&pg->writers, 1);
-                } else {
-                    int n = atomic_fetch_add(&pg->readers, 1) + 1, m;
-                    if (atomic_load(&pg->writers) != 0)
-                        atomic_fetch_add(&pg->bad, 1);
-                    while ((m = atomic_load(&pg->max_readers)) < n &&
-                           !atomic_compare_exchange_weak(&pg->max_readers, &m, n))
-                        ;
-                    test_sleep_ms(5);
-                    atomic_fetch_sub(&pg->readers, 1);
-                }
-                CHECK_RC(dlock_release(l), DLOCK_OK);
-            }
-            dlock_client_free(c);
-            _exit(0);
-        }
-        CHECK(pids[p] > 0);
-    }
-    for (int p = 0; p < 6; p++)
-        test_wait_child_ok(pids[p]);
-    CHECK(atomic_load(&pg->bad) == 0);
-    wait_children("/dlock/rw", 0);
-}
-
-/*
- * Curator's order: a reader waits for the first writer queued before it,
- * so a queued writer holds back readers that come after it (a stream of
- * readers cannot starve it), and the readers before it keep their lock.
- */
-static void rw_queued_writer_holds_back_new_readers(void)
-{
-    dlock_client *c = start(), *c2 = another();
-    dlock_acquire_options ro = kopts(DLOCK_KIND_READ, 0);
-    dlock_lock *r1, *r2;
-    test_acquirer wa;
-    pthread_t t;
-
-    CHECK_RC(dlock_acquire(&r1, c, "order", &ro), DLOCK_OK);
-    test_acquirer_init(&wa, c2, "order", kopts(DLOCK_KIND_WRITE, 60000));
-    CHECK(pthread_create(&t, NULL, test_acquirer_main, &wa) == 0);
-    wait_children("/dlock/order", 2); /* the writer queued */
-    CHECK_RC(dlock_acquire(&r2, c, "order", &ro), DLOCK_EBUSY);
-    wait_children("/dlock/order", 2); /* the try left nothing */
-    CHECK(!atomic_load(&wa.done));
-    CHECK_RC(dlock_release(r1), DLOCK_OK);
-    CHECK(pthread_join(t, NULL) == 0);
-    CHECK_RC(wa.rc, DLOCK_OK);
-    CHECK_RC(dlock_release(wa.lock), DLOCK_OK);
-    wait_children("/dlock/order", 0);
-    dlock_client_free(c2);
-    dlock_client_free(c);
-}
 
 /*
  * Downgrade: the read node takes the write node's own sequence, so a writer
@@ -198,44 +123,6 @@ typedef struct {
     atomic_int inside, max, bad;
 } sem_page;
 
-static void semaphore_never_exceeds_n(void)
-{
-    sem_page *pg = test_shared_page(sizeof(*pg));
-    pid_t pids[8];
-
-    dlock_client_free(start());
-    for (int p = 0; p < 8; p++) {
-        if ((pids[p] = fork()) == 0) {
-            dlock_client *c = another();
-            for (int i = 0; i < 10; i++) {
-                dlock_acquire_options o = kopts(DLOCK_KIND_SEMAPHORE, DLOCK_WAIT_FOREVER);
-                dlock_lock *l;
-                int n, m;
-                o.permits = 3;
-                CHECK_RC(dlock_acquire(&l, c, "sem", &o), DLOCK_OK);
-                n = atomic_fetch_add(&pg->inside, 1) + 1;
-                if (n > 3)
-                    atomic_fetch_add(&pg->bad, 1);
-                while ((m = atomic_load(&pg->max)) < n &&
-                       !atomic_compare_exchange_weak(&pg->max, &m, n))
-                    ;
-                test_sleep_ms(10);
-                atomic_fetch_sub(&pg->inside, 1);
-                CHECK_RC(dlock_release(l), DLOCK_OK);
-            }
-            dlock_client_free(c);
-            _exit(0);
-        }
-        CHECK(pids[p] > 0);
-    }
-    for (int p = 0; p < 8; p++)
-        test_wait_child_ok(pids[p]);
-    CHECK(atomic_load(&pg->bad) == 0);
-    CHECK(atomic_load(&pg->max) <= 3);
-    wait_children("/dlock/sem/leases", 0);
-    wait_children("/dlock/sem/locks", 0);
-}
-
 /*
  * A waiter holds NAME/locks while it waits for a permit (Curator's way),
  * a try-once leaves nothing behind, raising N lets the waiter in, and a
@@ -270,39 +157,6 @@ static void semaphore_waiter_and_permits(void)
     CHECK_RC(dlock_release(wa.lock), DLOCK_OK);
     CHECK_RC(dlock_release(a), DLOCK_OK);
     dlock_client_free(c2);
-    dlock_client_free(c);
-}
-
-/* A killed holder's permit comes back with its session (2 s here). The
- * holder is forked before the parent has a client (threads). */
-static void semaphore_killed_holder_permit_returns(void)
-{
-    dlock_acquire_options o = kopts(DLOCK_KIND_SEMAPHORE, 60000);
-    dlock_client *c;
-    dlock_lock *b;
-    pid_t pid;
-
-    test_zk_start(&zk, 1, NULL);
-    if ((pid = fork()) == 0) {
-        dlock_client *ck = another();
-        dlock_acquire_options ko = kopts(DLOCK_KIND_SEMAPHORE, 0);
-        dlock_lock *k;
-        ko.permits = 1;
-        CHECK_RC(dlock_acquire(&k, ck, "killed", &ko), DLOCK_OK);
-        for (;;)
-            pause();
-    }
-    CHECK(pid > 0);
-    wait_children("/dlock/killed/leases", 1);
-    c = another();
-    {
-        dlock_acquire_options once = kopts(DLOCK_KIND_SEMAPHORE, 0);
-        CHECK_RC(dlock_acquire(&b, c, "killed", &once), DLOCK_EBUSY);
-    }
-    CHECK(kill(pid, SIGKILL) == 0);
-    CHECK(waitpid(pid, NULL, 0) == pid);
-    CHECK_RC(dlock_acquire(&b, c, "killed", &o), DLOCK_OK);
-    CHECK_RC(dlock_release(b), DLOCK_OK);
     dlock_client_free(c);
 }
 
@@ -384,42 +238,120 @@ static void leader_latch_and_observer(void)
     dlock_client_free(c);
 }
 
-/* ---- multi-lock --------------------------------------------------------------------- */
+/* ---- the fair lock and holders ------------------------------------------------ */
 
-/* {a,b} against {b,a} in two processes, 20 turns each: the core's global
- * order, one name at a time on ZooKeeper, never deadlocks. */
-static void multi_no_deadlock(void)
+/*
+ * FAIR is the mutex's queue ("_c_<uuid>-lock-<seq>" nodes, FIFO by
+ * sequence; a Curator InterProcessMutex on the path queues with it), with
+ * "kind=fair" in the node data so that status tells it from a mutex; a
+ * try-once leaves no node behind.
+ */
+static void fair_is_the_mutex_queue(void)
 {
-    pid_t pids[2];
+    dlock_client *c = start(), *c2 = another();
+    dlock_acquire_options o = kopts(DLOCK_KIND_FAIR, 0);
+    dlock_lock *h, *x = NULL;
+    dlock_lock_info info;
+    test_acquirer wa;
+    pthread_t t;
+    char names[4][128];
 
-    dlock_client_free(start());
-    for (int p = 0; p < 2; p++) {
-        if ((pids[p] = fork()) == 0) {
-            dlock_client *c = another();
-            const char *ab[] = {"ma", "mb"}, *ba[] = {"mb", "ma"};
-            for (int i = 0; i < 20; i++) {
-                dlock_acquire_options o = kopts(DLOCK_KIND_MUTEX, 60000);
-                dlock_lock *l;
-                CHECK_RC(dlock_acquire_multi(&l, c, p ? ba : ab, 2, &o), DLOCK_OK);
-                CHECK(dlock_lock_fence_at(l, 0) > 0 && dlock_lock_fence_at(l, 1) > 0);
-                CHECK_RC(dlock_release(l), DLOCK_OK);
-            }
-            dlock_client_free(c);
-            _exit(0);
-        }
-        CHECK(pids[p] > 0);
-    }
-    test_wait_child_ok(pids[0]);
-    test_wait_child_ok(pids[1]);
+    CHECK_RC(dlock_acquire(&h, c, "fq", &o), DLOCK_OK);
+    CHECK(test_zk_child_names(&zk, "/dlock/fq", names, 4) == 1);
+    CHECK(strncmp(names[0], "_c_", 3) == 0 && strstr(names[0], "-lock-") != NULL);
+    CHECK_RC(dlock_status(&info, c2, "fq"), DLOCK_OK);
+    CHECK(info.held && info.kind == DLOCK_KIND_FAIR && info.holders == 1);
+    CHECK(info.fence == dlock_lock_fence(h));
+    test_acquirer_init(&wa, c2, "fq", kopts(DLOCK_KIND_FAIR, 60000));
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &wa) == 0);
+    wait_children("/dlock/fq", 2);
+    CHECK_RC(dlock_acquire(&x, c, "fq", &o), DLOCK_EBUSY);
+    CHECK(test_zk_children(&zk, "/dlock/fq") == 2);
+    CHECK_RC(dlock_status(&info, c, "fq"), DLOCK_OK);
+    CHECK(info.holders == 1 && info.fence == dlock_lock_fence(h)); /* the waiter is none */
+    CHECK_RC(dlock_release(h), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(wa.rc, DLOCK_OK);
+    CHECK_RC(dlock_release(wa.lock), DLOCK_OK);
+    wait_children("/dlock/fq", 0);
+    dlock_client_free(c2);
+    dlock_client_free(c);
 }
 
-TEST_MAIN({"rw_readers_share_writers_alone", rw_readers_share_writers_alone, NULL},
-          {"rw_queued_writer_holds_back_new_readers", rw_queued_writer_holds_back_new_readers,
-           NULL},
-          {"rw_downgrade_keeps_place", rw_downgrade_keeps_place, "watchdog"},
-          {"semaphore_never_exceeds_n", semaphore_never_exceeds_n, NULL},
+static int count_holder(const char *name, const dlock_lock_info *info, void *payload)
+{
+    (void)name;
+    (void)info;
+    (*(int *)payload)++;
+    return 0;
+}
+
+/*
+ * Who holds, read from the nodes: a writer queued behind two readers is not
+ * a holder; a semaphore's waiter, whose lease node is over N while it holds
+ * NAME/locks, is not one either; the leader is the first latch node.
+ */
+static void holders_from_node_data(void)
+{
+    dlock_client *c = start(), *c2 = another();
+    dlock_acquire_options ro = kopts(DLOCK_KIND_READ, 0), so = kopts(DLOCK_KIND_SEMAPHORE, 0);
+    dlock_lock *r[2], *p, *lead;
+    dlock_lock_info info;
+    dlock_leader_info li;
+    test_acquirer wa, sa;
+    pthread_t tw, ts;
+    int n = 0;
+
+    for (int i = 0; i < 2; i++)
+        CHECK_RC(dlock_acquire(&r[i], c, "books", &ro), DLOCK_OK);
+    test_acquirer_init(&wa, c2, "books", kopts(DLOCK_KIND_WRITE, 60000));
+    CHECK(pthread_create(&tw, NULL, test_acquirer_main, &wa) == 0);
+    wait_children("/dlock/books", 3);
+    CHECK_RC(dlock_status(&info, c, "books"), DLOCK_OK);
+    CHECK(info.held && info.kind == DLOCK_KIND_READ && info.holders == 2);
+    CHECK(info.fence == dlock_lock_fence(r[0]));
+    CHECK_RC(dlock_status_holders(c, "books", count_holder, &n), DLOCK_OK);
+    CHECK(n == 2);
+
+    so.permits = 1;
+    CHECK_RC(dlock_acquire(&p, c, "seats", &so), DLOCK_OK);
+    test_acquirer_init(&sa, c2, "seats", kopts(DLOCK_KIND_SEMAPHORE, 60000));
+    CHECK(pthread_create(&ts, NULL, test_acquirer_main, &sa) == 0);
+    wait_children("/dlock/seats/leases", 2); /* the waiter's lease, over N */
+    CHECK(test_zk_children(&zk, "/dlock/seats/locks") == 1);
+    CHECK_RC(dlock_status(&info, c, "seats"), DLOCK_OK);
+    CHECK(info.held && info.kind == DLOCK_KIND_SEMAPHORE && info.holders == 1);
+    CHECK(info.fence == dlock_lock_fence(p));
+    n = 0;
+    CHECK_RC(dlock_status_holders(c, "seats", count_holder, &n), DLOCK_OK);
+    CHECK(n == 1);
+
+    CHECK_RC(dlock_campaign(&lead, c, "el", "alpha", NULL), DLOCK_OK);
+    CHECK_RC(dlock_status(&info, c2, "el"), DLOCK_OK);
+    CHECK(info.held && info.kind == DLOCK_KIND_LEADER && info.holders == 1);
+    CHECK_RC(dlock_leader(&li, c2, "el"), DLOCK_OK);
+    CHECK(info.fence == li.fence && li.fence == dlock_lock_fence(lead));
+    CHECK_RC(dlock_resign(lead), DLOCK_OK);
+
+    for (int i = 0; i < 2; i++)
+        CHECK_RC(dlock_release(r[i]), DLOCK_OK);
+    CHECK(pthread_join(tw, NULL) == 0);
+    CHECK_RC(wa.rc, DLOCK_OK);
+    CHECK_RC(dlock_status(&info, c, "books"), DLOCK_OK);
+    CHECK(info.held && info.kind == DLOCK_KIND_WRITE && info.holders == 1);
+    CHECK_RC(dlock_release(wa.lock), DLOCK_OK);
+    CHECK_RC(dlock_release(p), DLOCK_OK);
+    CHECK(pthread_join(ts, NULL) == 0);
+    CHECK_RC(sa.rc, DLOCK_OK);
+    CHECK_RC(dlock_release(sa.lock), DLOCK_OK);
+    CHECK_RC(dlock_status(&info, c, "seats"), DLOCK_OK);
+    CHECK(!info.held && info.holders == 0);
+    dlock_client_free(c2);
+    dlock_client_free(c);
+}
+
+TEST_MAIN({"rw_downgrade_keeps_place", rw_downgrade_keeps_place, "watchdog"},
           {"semaphore_waiter_and_permits", semaphore_waiter_and_permits, NULL},
-          {"semaphore_killed_holder_permit_returns", semaphore_killed_holder_permit_returns,
-           NULL},
           {"leader_latch_and_observer", leader_latch_and_observer, "watchdog"},
-          {"multi_no_deadlock", multi_no_deadlock, NULL})
+          {"fair_is_the_mutex_queue", fair_is_the_mutex_queue, NULL},
+          {"holders_from_node_data", holders_from_node_data, NULL})
