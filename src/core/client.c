@@ -108,8 +108,6 @@ static int check_backend(const dlock_backend *b, dlock_backend *out)
         out->list = b->list;
     if (HAS(b, holders)) /* since v4 */
         out->holders = b->holders;
-    if (HAS(b, token_new)) /* since v5 */
-        out->token_new = b->token_new;
     b = out;
     if (b->name == NULL)
         missing = "name";

@@ -162,26 +162,6 @@ void dlock__lock_start(dlock_lock *l, int64_t from_ms)
 
 _Static_assert(DLOCK_BACKEND_TOKEN_LEN == DLOCK__TOKEN_LEN, "the backend's token length");
 
-/* A fresh token for an acquisition on c: the backend's (token_new), checked,
- * or DLOCK__TOKEN_LEN random hex digits. */
-static int token_new(dlock_client *c, char *out)
-{
-    size_t n = 0;
-    int rc;
-
-    if (c->backend->token_new == NULL)
-        return dlock__token_new(out);
-    out[DLOCK__TOKEN_LEN] = '\0';
-    if ((rc = c->backend->token_new(c->be, out)) != DLOCK_OK)
-        return rc;
-    while (n < DLOCK__TOKEN_LEN && ((out[n] >= '0' && out[n] <= '9') || (out[n] >= 'a' && out[n] <= 'f')))
-        n++;
-    if (n != DLOCK__TOKEN_LEN || out[n] != '\0')
-        return dlock__fail(DLOCK_EPROTO, "backend '%s': token_new wrote no token of %d lower-case "
-                           "hex digits", c->backend->name, DLOCK__TOKEN_LEN);
-    return DLOCK_OK;
-}
-
 int dlock__lock_new(dlock_lock **out, dlock_client *c, const char *name,
                     const dlock_acquire_options *o, const char *identity)
 {
@@ -206,7 +186,7 @@ int dlock__lock_new(dlock_lock **out, dlock_client *c, const char *name,
     l->kind = o->kind;
     l->reentrant = o->reentrant;
     l->permits = o->permits;
-    if ((rc = token_new(c, l->token)) != DLOCK_OK) {
+    if ((rc = dlock__token_new(l->token)) != DLOCK_OK) {
         dlock__lock_free(l);
         return rc;
     }

@@ -328,7 +328,7 @@ static void backend_register_checks(void)
                        DLOCK_CAP_KIND(DLOCK_KIND_MUTEX), ok_open, ok_close, ok_acquire, ok_req,
                        ok_req, ok_req, ok_renew, ok_watch_begin, ok_watch_wait, ok_watch_end,
                        ok_watch_end, ok_status, ok_status, NULL, NULL, NULL, NULL, NULL, NULL,
-                       NULL, NULL, NULL};
+                       NULL, NULL};
     dlock_backend bad = b;
     dlock_client *c = NULL;
 
@@ -362,61 +362,6 @@ static void backend_register_checks(void)
     CHECK(c == NULL);
     CHECK_RC(dlock_backend_register("unitlock", &b), DLOCK_EINVAL);
     CHECK_CONTAINS(dlock_error_message(), "already served");
-}
-
-/* A backend's token_new (etcd reuses the first half of a token): what it
- * writes is the acquisition's token; one that writes no token of 32
- * lower-case hex digits fails the acquire, naming the backend. */
-static int tok_mode; /* 0: a good token; 1: upper case; 2: too short */
-static char tok_seen[DLOCK_BACKEND_TOKEN_LEN + 1];
-static int tok_open(void **out, const dlock_url *url, const dlock_client_options *opts)
-{
-    (void)url, (void)opts;
-    *out = &tok_mode;
-    return 0;
-}
-static int tok_new(void *be, char *out)
-{
-    (void)be;
-    memcpy(out, "0123456789abcdef0123456789abcdef", DLOCK_BACKEND_TOKEN_LEN + 1);
-    if (tok_mode == 1)
-        out[3] = 'A';
-    else if (tok_mode == 2)
-        out[20] = '\0';
-    return 0;
-}
-static int tok_acquire(void *be, const dlock_request *req, void *w, dlock_acquire_result *o)
-{
-    (void)be, (void)w;
-    snprintf(tok_seen, sizeof(tok_seen), "%s", req->token);
-    o->fence = 1;
-    return 0;
-}
-
-static void backend_token_new(void)
-{
-    static const char *const schemes[] = {"unittok", NULL};
-    dlock_backend b = {DLOCK_BACKEND_VERSION, sizeof(dlock_backend), "unittok", schemes,
-                       DLOCK_CAP_KIND(DLOCK_KIND_MUTEX), tok_open, ok_close, tok_acquire, ok_req,
-                       ok_req, ok_req, ok_renew, ok_watch_begin, ok_watch_wait, ok_watch_end,
-                       ok_watch_end, ok_status, ok_status, NULL, NULL, NULL, NULL, NULL, NULL,
-                       NULL, NULL, tok_new};
-    dlock_acquire_options o = test_opts(0, 5000, 0);
-    dlock_client *c = NULL;
-    dlock_lock *l = NULL;
-
-    CHECK_RC(dlock_backend_register("unittok", &b), DLOCK_OK);
-    CHECK_RC(dlock_client_open(&c, "unittok://h", NULL), DLOCK_OK);
-    CHECK_RC(dlock_acquire(&l, c, "t", &o), DLOCK_OK);
-    CHECK(strcmp(tok_seen, "0123456789abcdef0123456789abcdef") == 0);
-    CHECK_RC(dlock_release(l), DLOCK_OK);
-    for (tok_mode = 1; tok_mode <= 2; tok_mode++) {
-        tok_seen[0] = '\0';
-        CHECK_RC(dlock_acquire(&l, c, "t", &o), DLOCK_EPROTO);
-        CHECK_CONTAINS(dlock_error_message(), "backend 'unittok': token_new");
-        CHECK(tok_seen[0] == '\0'); /* nothing was asked of the server */
-    }
-    dlock_client_free(c);
 }
 
 /* The holder record an acquisition stores, read back as status shows it. */
@@ -738,5 +683,4 @@ TEST_MAIN({"url_redis_full", url_redis_full, NULL}, {"url_forms", url_forms, NUL
           {"lease_clock_is_boottime", lease_clock_is_boottime, NULL},
           {"options_init_calls", options_init_calls, NULL},
           {"backend_register_checks", backend_register_checks, NULL},
-          {"backend_token_new", backend_token_new, NULL},
           {"holder_records", holder_records, NULL}, {"stats_bad_input", stats_bad_input, NULL})

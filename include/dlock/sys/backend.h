@@ -2,8 +2,9 @@
 /*
  * The backend interface: what a lock service (Redis, etcd, ZooKeeper,
  * PostgreSQL ...) provides to the dlock core. After sqlite3_vfs: a versioned
- * struct of function pointers with a name and a size, so the core can refuse a
- * backend built for another version.
+ * struct of function pointers with a name and a size, so the core can tell
+ * which calls a table built against an older header has, and refuse one it
+ * cannot serve.
  *
  * The core owns everything that is the same for every service: argument
  * checks, tokens, the acquire/wait loop, lease bookkeeping, the watchdog
@@ -23,13 +24,19 @@
  * so a table built against an older header keeps working with the calls
  * it has. The structs a call is given (dlock_request, dlock_acquire_result,
  * dlock_lock_info, dlock_client_options) likewise only grow at their end.
+ *
  * DLOCK_BACKEND_VERSION goes up only for a real break: a field that moves
  * or changes type, a call whose arguments or meaning change so that a
  * backend built before would do the wrong thing, or a new call every
- * backend must have; appending an optional call is none. After a break,
- * tables of the versions before it are refused. Accepted today: versions 2
- * (the first request-based table) to DLOCK_BACKEND_VERSION, with a size of
- * at least that of the version 2 table (the calls up to multi_acquire).
+ * backend must have. Appending an optional call is none, and neither is
+ * dropping the last one when the core's doing without it is what its NULL
+ * always meant: a table larger than the core knows, of a version it
+ * serves, is served with the calls the core knows, the rest never read
+ * (version 5 tables built while token_new followed holders). After a
+ * break, tables of the versions before it are refused. Served today:
+ * versions 2 (the first request-based table) to DLOCK_BACKEND_VERSION,
+ * with a size of at least the version 2 table's (the calls up to
+ * multi_acquire).
  */
 #ifndef DLOCK_SYS_BACKEND_H
 #define DLOCK_SYS_BACKEND_H
@@ -276,19 +283,6 @@ typedef struct dlock_backend {
      * return DLOCK_OK).
      */
     int (*holders)(void *be, const char *name, dlock_list_cb cb, void *payload);
-
-    /*
-     * Since v5. Tokens: optional (NULL: the core writes
-     * DLOCK_BACKEND_TOKEN_LEN random hex digits). Write the token of a new acquisition to out:
-     * DLOCK_BACKEND_TOKEN_LEN lower-case hex digits and a NUL. The second
-     * half must be fresh random bits, so that every token stays unique and
-     * unguessable; the first half may repeat that of an earlier acquisition
-     * of this client whose state on the server the backend knows to be gone
-     * (etcd names an acquisition's key by it: a lock taken again and again
-     * reuses one key instead of leaving a new one in the server's index
-     * each time).
-     */
-    int (*token_new)(void *be, char *out);
 } dlock_backend;
 
 /*

@@ -6,7 +6,9 @@
  *
  * Keys, for lock NAME and the default prefix "dlock/":
  *   dlock/NAME/<id>   one per acquisition (holder or waiter), <id> 16 hex
- *                     digits derived from the owner token; attached to the
+ *                     digits: the id of a key of this client's known
+ *                     gone, lent for reuse (etcd_keys.c), else the first
+ *                     half of the owner token; attached to the
  *                     acquisition's lease. NAME has '/', '%' and bytes
  *                     outside printable ASCII %-escaped, so no lock's
  *                     directory is a prefix of another's.
@@ -39,6 +41,7 @@
 #include "backends/etcd/etcd_int.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/wait.h"
 
 /* Key reads per renewal txn (etcd's default --max-txn-ops is 128). */
 #define TXN_CHUNK 64
@@ -53,6 +56,7 @@ static void etcd_close(void *arg)
         return;
     dlock__etcd_spares_free(be); /* revokes the spares: before the pool goes */
     pthread_mutex_destroy(&be->ids_mu);
+    free(be->lent);
     dlock__etcd_conn_free(be->wd);
     dlock__etcd_free(be->http);
     free(be->prefix);
@@ -140,10 +144,9 @@ err:
  * fair lock (the same queue: first come, first served), an election, whose
  * keys hold the candidates' identities, and the read-write lock and the
  * semaphore, whose keys' values say their kind (etcd_family.c). */
-static int etcd_acquire(void *arg, const dlock_request *req, void *watch,
-                        dlock_acquire_result *out)
+static int acquire_keys(dlock__etcd_be *be, const dlock_request *req, void *watch,
+                         dlock_acquire_result *out)
 {
-    dlock__etcd_be *be = arg;
     char *value = NULL;
     int rc;
 
@@ -178,6 +181,39 @@ static int etcd_acquire(void *arg, const dlock_request *req, void *watch,
     free(value);
     if (rc == DLOCK_OK)
         rc = dlock__etcd_hold_add(be, req, out->fence);
+    return rc;
+}
+
+/*
+ * The key id of an acquisition (etcd_keys.c): lent at its first try, or
+ * at its first try through a watch (a busy first try gave its id back).
+ * A try that will not wait and failed for sure ends the loan; one whose
+ * outcome is not known keeps it, as the core then gives the lock back with
+ * release, which ends it (as does a watch left without the lock).
+ */
+static int etcd_acquire(void *arg, const dlock_request *req, void *watch,
+                        dlock_acquire_result *out)
+{
+    dlock__etcd_be *be = arg;
+    dlock__etcd_watch *w = watch;
+    int rc;
+
+    if (w == NULL || w->token[0] == '\0') {
+        if (w != NULL)
+            snprintf(w->token, sizeof(w->token), "%s", req->token);
+        dlock__etcd_key_id_lend(be, req->token);
+    }
+    rc = acquire_keys(be, req, watch, out);
+    if (w != NULL) {
+        w->took = rc == DLOCK_OK;
+    } else if (rc == DLOCK_EBUSY && !dlock__etcd_shared_kind(req->kind)) {
+        /* The acquire txn's compare failed: nothing was put, the id is
+         * still known gone. (A shared kind's try may have put its key and
+         * deleted it again.) */
+        dlock__etcd_key_id_free(be, req->token);
+    } else if (rc != DLOCK_OK && !dlock__outcome_unknown(rc)) {
+        dlock__etcd_key_id_drop(be, req->token);
+    }
     return rc;
 }
 
@@ -247,9 +283,8 @@ static int release_by_delete(dlock__etcd_be *be, dlock__etcd_conn *c, const char
     return DLOCK_OK;
 }
 
-static int etcd_release(void *arg, const dlock_request *req)
+static int release_keys(dlock__etcd_be *be, const dlock_request *req)
 {
-    dlock__etcd_be *be = arg;
     const char *name = req->name, *owner = req->token;
     dlock__etcd_conn *c;
     dlock__etcd_keys k;
@@ -303,6 +338,17 @@ static int etcd_release(void *arg, const dlock_request *req)
     free(prev.key);
     dlock__etcd_conn_put(be->http, c);
     dlock__etcd_keys_free(&k);
+    return rc;
+}
+
+/* The acquisition ends here, whatever the answer: its key id's loan with it
+ * (release_keys gave the id back when its key was seen to go). */
+static int etcd_release(void *arg, const dlock_request *req)
+{
+    dlock__etcd_be *be = arg;
+    int rc = release_keys(be, req);
+
+    dlock__etcd_key_id_drop(be, req->token);
     return rc;
 }
 
@@ -842,5 +888,4 @@ const dlock_backend dlock__etcd_backend = {
     .multi_acquire = dlock__etcd_multi_acquire,
     .leader_get = dlock__etcd_leader_get,
     .observe_begin = dlock__etcd_observe_begin,
-    .token_new = dlock__etcd_token_new,
 };

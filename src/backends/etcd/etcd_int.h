@@ -8,7 +8,7 @@
  *   etcd.c        open/close, release, extend, check, renew, status, force
  *                 release and the backend table
  *   etcd_keys.c   names: a lock's directory, its key and lease IDs, the
- *                 range requests that read them
+ *                 key ids lent for reuse, the range requests that read them
  *   etcd_lease.c  one request on the backend's connection, reply checks,
  *                 and the lease calls (grant, revoke, keepalive, TTL left)
  *   etcd_queue.c  acquiring: a try that will not wait, and the tries of a
@@ -39,6 +39,12 @@ typedef struct dlock__etcd_spares dlock__etcd_spares;
 /* Key ids kept for reuse (etcd_keys.c), at most. */
 #define DLOCK__ETCD_FREE_IDS 64
 
+/* A key id lent to the acquisition of token (etcd_keys.c). */
+typedef struct {
+    char token[DLOCK_BACKEND_TOKEN_LEN + 1];
+    int64_t id;
+} dlock__etcd_loan;
+
 typedef struct {
     dlock__etcd *http;
     char *prefix;
@@ -49,10 +55,13 @@ typedef struct {
      * stale leader may answer a keepalive (or whose version could not be
      * read): each renewal is confirmed by the lease's TTL (etcd_renew). */
     int confirm_renewals;
-    /* Key ids whose keys are known gone, for the next tokens (etcd_keys.c). */
+    /* Key ids (etcd_keys.c): those whose keys are known gone, for the next
+     * acquisitions, and those lent to the acquisitions under way. */
     pthread_mutex_t ids_mu;
     int64_t free_ids[DLOCK__ETCD_FREE_IDS];
     int nfree;
+    dlock__etcd_loan *lent;
+    size_t nlent, lent_cap;
 } dlock__etcd_be;
 
 /* ---- etcd_keys.c: names ------------------------------------------------- */
@@ -75,16 +84,21 @@ typedef struct {
 
 /* The lease ID of (owner, ttl): derived, so that every call finds it. */
 int64_t dlock__etcd_lease_for(const char *owner, int64_t ttl);
-/* The id that names owner's keys: the first half of its token. */
-int64_t dlock__etcd_key_id(const char *owner);
-/* The backend's token_new: a fresh token whose first half is a key id known
- * gone, when there is one. */
-int dlock__etcd_token_new(void *be, char *out);
-/* owner's key is known gone from the server (a delete answered): its id may
- * name the keys of a later token. */
-void dlock__etcd_key_id_free(dlock__etcd_be *be, const char *owner);
+/* The id that names the keys of the acquisition of token: the one lent to
+ * it, else the first half of the token. */
+int64_t dlock__etcd_key_id(dlock__etcd_be *be, const char *token);
+/* The acquisition of token begins (its first try, or its first through a
+ * watch): lend it an id whose key is known gone, when there is one and it
+ * has none yet. */
+void dlock__etcd_key_id_lend(dlock__etcd_be *be, const char *token);
+/* token's key is known gone from the server (a delete answered), or was
+ * never put: its id may name a later acquisition's keys. The loan ends. */
+void dlock__etcd_key_id_free(dlock__etcd_be *be, const char *token);
+/* The acquisition of token ended otherwise: its loan ends, the id is not
+ * reused. */
+void dlock__etcd_key_id_drop(dlock__etcd_be *be, const char *token);
 /* owner may be NULL (status, force release: the directory only). */
-int dlock__etcd_keys_make(dlock__etcd_keys *k, const dlock__etcd_be *be, const char *name,
+int dlock__etcd_keys_make(dlock__etcd_keys *k, dlock__etcd_be *be, const char *name,
                           const char *owner, int64_t lease_ms);
 void dlock__etcd_keys_free(dlock__etcd_keys *k);
 /* kv is the key named key. */
@@ -188,6 +202,11 @@ typedef struct {
     int64_t keepalive_at;  /* next keepalive while waiting */
     int64_t myrev;         /* our key's create revision, 0 when not known */
     int won;               /* the last acquire through this watch took the lock */
+    /* The acquisition that tried through this watch (etcd.c), and whether
+     * its last try took the lock (a re-entry too): its key id's loan ends
+     * with the watch otherwise. "" before the first try. */
+    char token[DLOCK_BACKEND_TOKEN_LEN + 1];
+    int took;
     int kind;              /* DLOCK_KIND_*: READ and SEMAPHORE decide in
                             * etcd_family.c */
     int permits;           /* SEMAPHORE: N to store when none is */

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The etcd backend's names: the directory of a lock NAME under the key
- * prefix, the key of one acquisition in it and the lease it lives on, both
- * derived from the owner token (see the top of etcd.c for why), and the
- * range requests that read a directory's keys.
+ * prefix, the key of one acquisition in it (named by a key id the client
+ * reuses, or by the owner token) and the lease it lives on (derived from the
+ * token: see the top of etcd.c for why), and the range requests that read a
+ * directory's keys.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -12,7 +13,6 @@
 
 #include "backends/etcd/etcd_int.h"
 #include "core/error.h"
-#include "core/token.h"
 
 /* ---- names ------------------------------------------------------------- */
 
@@ -59,11 +59,6 @@ int64_t dlock__etcd_lease_for(const char *owner, int64_t ttl)
                     ~DLOCK__ETCD_SPARE_BIT);
 }
 
-int64_t dlock__etcd_key_id(const char *owner)
-{
-    return positive(hex64(owner));
-}
-
 /*
  * Key ids are reused. etcd keeps every key ever written in its index until
  * the key's revisions are compacted away, deleted keys too, and a range
@@ -71,44 +66,105 @@ int64_t dlock__etcd_key_id(const char *owner)
  * them: with a new key per acquisition, a lock taken N times since the last
  * compaction costs N steps per acquire (measured: about +0.25 ms per 1000
  * acquisitions on one etcd 3.4 member, 8 ms after 60000). So an id whose key
- * a release saw deleted goes back to a list, and the next token starts with
- * it: a lock taken again and again by one client names the same key, as
- * etcd's own Mutex does with its session's lease. An id is in one
- * acquisition's hands at a time (the list hands it out once), and only a
- * delete's answer puts it back; ids of acquisitions that end otherwise are
- * dropped, and fresh ones are random, as before. The second half of a
- * token stays random: the lease IDs derived from it stay unique.
+ * a release saw deleted goes back to a list, and the next acquisition of
+ * the client borrows it: a lock taken again and again by one client names
+ * the same key, as etcd's own Mutex does with its session's lease.
+ *
+ * The core's tokens are random, and each call names the acquisition by its
+ * token alone; the backend keeps the loans, token -> id, for the life of
+ * each acquisition, and an acquisition without one names its keys by the
+ * first half of its token, as before. A loan starts with the acquisition's
+ * first try (a try that will not wait, or the first try through a watch:
+ * etcd.c) and ends when the backend sees the acquisition end: its release,
+ * a try that will not wait and failed for sure (a busy one gives its id
+ * back: it put nothing), a watch left without the lock. The parts of an
+ * atomic multi-lock borrow none: a try of theirs made while waiting whose
+ * outcome is not known ends without a call the backend would see. An id is
+ * in one acquisition's hands at a time (the list hands it out once), and
+ * only a delete's answer puts it back (or a busy try's, which put nothing);
+ * ids of acquisitions that end otherwise are dropped. The lease IDs stay
+ * derived from the whole token (random), so they stay unique.
  */
-int dlock__etcd_token_new(void *arg, char *out)
-{
-    dlock__etcd_be *be = arg;
-    int64_t id = 0;
-    int rc;
 
-    if ((rc = dlock__token_new(out)) != DLOCK_OK)
-        return rc;
-    pthread_mutex_lock(&be->ids_mu);
-    if (be->nfree > 0)
-        id = be->free_ids[--be->nfree];
-    pthread_mutex_unlock(&be->ids_mu);
-    if (id != 0) {
-        char first[17];
-        snprintf(first, sizeof(first), "%016" PRIx64, (uint64_t)id);
-        memcpy(out, first, 16);
-    }
-    return DLOCK_OK;
+/* Loans at most: past that, acquisitions name their keys by their tokens. */
+#define LENT_MAX 1024
+
+/* Caller holds ids_mu. The loan of token, or NULL. */
+static dlock__etcd_loan *loan_of(dlock__etcd_be *be, const char *token)
+{
+    for (size_t i = 0; i < be->nlent; i++)
+        if (strcmp(be->lent[i].token, token) == 0)
+            return &be->lent[i];
+    return NULL;
 }
 
-void dlock__etcd_key_id_free(dlock__etcd_be *be, const char *owner)
+int64_t dlock__etcd_key_id(dlock__etcd_be *be, const char *token)
 {
-    int64_t id = dlock__etcd_key_id(owner);
+    dlock__etcd_loan *loan;
+    int64_t id = 0;
+
+    pthread_mutex_lock(&be->ids_mu);
+    if ((loan = loan_of(be, token)) != NULL)
+        id = loan->id;
+    pthread_mutex_unlock(&be->ids_mu);
+    return id != 0 ? id : positive(hex64(token));
+}
+
+void dlock__etcd_key_id_lend(dlock__etcd_be *be, const char *token)
+{
+    dlock__etcd_loan *grown;
+
+    if (strlen(token) >= sizeof(be->lent[0].token))
+        return;
+    pthread_mutex_lock(&be->ids_mu);
+    if (be->nfree == 0 || be->nlent == LENT_MAX || loan_of(be, token) != NULL)
+        goto out;
+    if (be->nlent == be->lent_cap) {
+        size_t cap = be->lent_cap != 0 ? be->lent_cap * 2 : 8;
+        /* Out of memory: no loan, the token names the keys. */
+        if ((grown = realloc(be->lent, cap * sizeof(*grown))) == NULL)
+            goto out;
+        be->lent = grown;
+        be->lent_cap = cap;
+    }
+    memcpy(be->lent[be->nlent].token, token, strlen(token) + 1);
+    be->lent[be->nlent++].id = be->free_ids[--be->nfree];
+out:
+    pthread_mutex_unlock(&be->ids_mu);
+}
+
+/* Caller holds ids_mu. End token's loan, if it has one: its id, else 0. */
+static int64_t loan_end(dlock__etcd_be *be, const char *token)
+{
+    dlock__etcd_loan *loan = loan_of(be, token);
+    int64_t id;
+
+    if (loan == NULL)
+        return 0;
+    id = loan->id;
+    *loan = be->lent[--be->nlent];
+    return id;
+}
+
+void dlock__etcd_key_id_free(dlock__etcd_be *be, const char *token)
+{
+    int64_t id;
     int i;
 
     pthread_mutex_lock(&be->ids_mu);
+    if ((id = loan_end(be, token)) == 0)
+        id = positive(hex64(token));
     for (i = 0; i < be->nfree && be->free_ids[i] != id; i++) {
     }
     if (i == be->nfree && be->nfree < DLOCK__ETCD_FREE_IDS)
         be->free_ids[be->nfree++] = id;
+    pthread_mutex_unlock(&be->ids_mu);
+}
+
+void dlock__etcd_key_id_drop(dlock__etcd_be *be, const char *token)
+{
+    pthread_mutex_lock(&be->ids_mu);
+    loan_end(be, token);
     pthread_mutex_unlock(&be->ids_mu);
 }
 
@@ -122,7 +178,7 @@ void dlock__etcd_keys_free(dlock__etcd_keys *k)
 }
 
 /* owner may be NULL (status, force release: the directory only). */
-int dlock__etcd_keys_make(dlock__etcd_keys *k, const dlock__etcd_be *be, const char *name,
+int dlock__etcd_keys_make(dlock__etcd_keys *k, dlock__etcd_be *be, const char *name,
                           const char *owner, int64_t lease_ms)
 {
     memset(k, 0, sizeof(*k));
@@ -138,7 +194,7 @@ int dlock__etcd_keys_make(dlock__etcd_keys *k, const dlock__etcd_be *be, const c
         k->key = malloc(n);
         if (k->key == NULL)
             goto oom;
-        snprintf(k->key, n, "%s%016" PRIx64, k->dir, (uint64_t)dlock__etcd_key_id(owner));
+        snprintf(k->key, n, "%s%016" PRIx64, k->dir, (uint64_t)dlock__etcd_key_id(be, owner));
         k->ttl = ttl_of(lease_ms);
         k->lease = dlock__etcd_lease_for(owner, k->ttl);
     }

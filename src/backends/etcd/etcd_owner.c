@@ -6,7 +6,7 @@
  *
  *   NAME/x<id>   "FENCE TTL OWNER-ID", on the tenure's lease
  *
- * <id> derived from its own token as the queue key's is. Hold keys sort
+ * <id> that of its queue key (etcd_keys.c). Hold keys sort
  * after the queue's range (etcd_keys.c: the queue ends at "g"), so nobody
  * waits for them and nobody counts them as holders. A re-entry (the first
  * hold key names our owner id) writes its hold key in one txn guarded by

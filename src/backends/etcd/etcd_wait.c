@@ -252,6 +252,10 @@ void dlock__etcd_watch_end(void *arg, void *watch)
         dlock__fail(0, "%s", keep); /* the caller's message is the one to keep */
         dlock__etcd_conn_put(be->http, c);
     }
+    /* Left without the lock: the acquisition ends, and its key id with it
+     * (a revoke does not say whether the key was still there). */
+    if (w->token[0] != '\0' && !w->took)
+        dlock__etcd_key_id_drop(be, w->token);
     if (w->wake_fd >= 0)
         close(w->wake_fd);
     dlock__etcd_keys_free(&w->k);
