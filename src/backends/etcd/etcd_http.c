@@ -220,16 +220,6 @@ void dlock__etcd_free(dlock__etcd *e)
     free(e);
 }
 
-int64_t dlock__etcd_connect_timeout_ms(const dlock__etcd *e)
-{
-    return e->connect_timeout_ms;
-}
-
-int64_t dlock__etcd_command_timeout_ms(const dlock__etcd *e)
-{
-    return e->command_timeout_ms;
-}
-
 size_t dlock__etcd_current(dlock__etcd *e)
 {
     return atomic_load(&e->current);

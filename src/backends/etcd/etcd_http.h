@@ -166,7 +166,4 @@ int dlock__etcd_setup_stream(dlock__etcd *e, CURL *easy, size_t endpoint, const 
  * (transport=gateway): a stream's body is framed protobuf then. */
 int dlock__etcd_is_grpc(const dlock__etcd *e);
 
-int64_t dlock__etcd_connect_timeout_ms(const dlock__etcd *e);
-int64_t dlock__etcd_command_timeout_ms(const dlock__etcd *e);
-
 #endif

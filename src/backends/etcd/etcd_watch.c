@@ -792,11 +792,6 @@ size_t dlock__etcd_stream_endpoint(const dlock__etcd_stream *s)
     return endpoint;
 }
 
-const char *dlock__etcd_stream_error(const dlock__etcd_stream *s)
-{
-    return s->error;
-}
-
 void dlock__etcd_stream_close(dlock__etcd_stream *s)
 {
     if (s == NULL)

@@ -47,9 +47,8 @@ void dlock__etcd_stream_rearm(dlock__etcd_stream *s);
  * past the last revision the stream reported, or its start revision. */
 int64_t dlock__etcd_stream_next_rev(const dlock__etcd_stream *s);
 
-/* The endpoint the stream is on, and the reason it failed (for messages). */
+/* The endpoint the stream is on (for messages). */
 size_t dlock__etcd_stream_endpoint(const dlock__etcd_stream *s);
-const char *dlock__etcd_stream_error(const dlock__etcd_stream *s);
 
 /* NULL is a no-op. */
 void dlock__etcd_stream_close(dlock__etcd_stream *s);
