@@ -157,8 +157,17 @@ typedef struct {
  * connections); renew is only ever called from the client's watchdog thread,
  * one call at a time, and should use a connection of its own so that renewals
  * never queue behind a caller's command. Every call must return within the
- * client's timeouts. A failing call sets the thread's message with
- * dlock_backend_fail (text naming the server), and returns a DLOCK_E* code.
+ * client's timeouts (connect_timeout_ms, command_timeout_ms); a connection
+ * that broke is opened again on next use.
+ *
+ * Errors: a failing call sets the thread's message with dlock_backend_fail
+ * (text naming the server, never a password: url->redacted is the URL to
+ * show), and returns a DLOCK_E* code: DLOCK_ECONN for the network and
+ * timeouts, DLOCK_EAUTH for credentials, DLOCK_ESERVER for a refusal,
+ * DLOCK_EPROTO for a reply the protocol does not allow, DLOCK_ENOMEM. After
+ * DLOCK_ECONN, DLOCK_ETIMEOUT or DLOCK_EPROTO the core takes it that the
+ * server may have carried the request out (it gives a try-once acquire
+ * back with release); after any other code, that it did not.
  */
 typedef struct dlock_backend {
     /* ---- Since v2: every table has the fields up to multi_acquire. ---- */
@@ -205,10 +214,10 @@ typedef struct dlock_backend {
     int (*extend)(void *be, const dlock_request *req);
     /* DLOCK_OK if req->token holds the lock, DLOCK_ELOST if not. */
     int (*check)(void *be, const dlock_request *req);
-    /* Renew n leases (each its req->lease_ms) in as few round trips as
-     * possible, setting each result. Returns DLOCK_OK when every result is
-     * set, else a connection or protocol error and no result is to be
-     * trusted. */
+    /* Renew n leases (each its req->lease_ms; n at most 128) in as few
+     * round trips as possible, setting each result. Returns DLOCK_OK when
+     * every result is set, else a connection or protocol error and no
+     * result is to be trusted (the core tries again until the deadline). */
     int (*renew)(void *be, dlock_renewal *items, size_t n);
 
     /*
