@@ -409,11 +409,15 @@ static void mysql_named_url(char *buf, size_t size, const int *port)
  * heard no release retries within a lease; etcd's lease is whole seconds,
  * expired by the leader's check every 500 ms; ZooKeeper deletes a dead
  * holder's node when its session (1.5 s) ends, checked every tick
- * (250 ms). elect_ms (the last field, ensembles only): etcd elects after
- * 500 ms without a heartbeat, and its new leader extends every lease by
- * that much; a ZooKeeper follower sees its leader's connection close at
- * once, elects (200 ms of notifications at least) and syncs, and the new
- * leader gives every session its whole timeout again. */
+ * (250 ms). elect_ms (the last field, ensembles only): 3 s, twice the
+ * longest election seen on loaded cores (1.6 s from the kill). etcd elects
+ * after 500 ms without a heartbeat, and its new leader gives every lease
+ * its TTL again + that 500 ms, so the key of a holder whose release could
+ * not get through stays up to 1.5 s past the election (a 60-kill run came
+ * to 4.7 leases, over the 5 of a 2 s elect_ms); a ZooKeeper follower sees
+ * its leader's connection close at once, elects (200 ms of notifications
+ * at least) and syncs, and the new leader gives every session its whole
+ * timeout again. */
 static const backend backends[] = {
     {"redis", 400, 1, 1, redis_start, redis_kill, redis_restart, redis_stop, redis_url, 400, 0,
      NULL, 0},
@@ -421,7 +425,7 @@ static const backend backends[] = {
     {"etcd", 1000, 0, 1, etcd_start, etcd_kill, etcd_restart, etcd_stop, etcd_url, 1000, 0, NULL,
      0},
     {"etcd3", 1000, 0, ENSEMBLE_MEMBERS, etcd3_start, etcd_kill, etcd_restart, etcd_stop,
-     etcd3_url, 1000, 0, etcd3_leader, 2000},
+     etcd3_url, 1000, 0, etcd3_leader, 3000},
     /* A node must answer within lease / 10 (the node timeout): at 400 ms
      * that is 40 ms, which an fsync on a loaded disk can exceed. */
     {"redlock", 1000, 1, REDLOCK_NODES, redlock_start, redis_kill, redis_restart, redlock_stop,
