@@ -45,9 +45,9 @@ expect 64 "--shared and --exclusive together" dl run --shared --exclusive "$P" -
 expect 64 "--permits 0" dl run --permits 0 "$P" -- true
 expect 64 "--permits x" dl run --permits x "$P" -- true
 expect 64 "--permits without N" dl run "$P" --permits
-# Redis and etcd keep a record per reader and permit holder; ZooKeeper's
-# backend has no multi-holder view yet (docs/zookeeper.md).
-if [ "$BACKEND" = redis ] || [ "$BACKEND" = etcd ]; then
+# Redis, etcd and PostgreSQL keep a record per reader and permit holder;
+# ZooKeeper's backend has no multi-holder view yet (docs/zookeeper.md).
+if [ "$BACKEND" = redis ] || [ "$BACKEND" = etcd ] || [ "$BACKEND" = postgres ]; then
 # The operator's view of a lock several hold (issue 16): status and list
 # count the readers or permit holders and show each, with --json too.
 HOST=$(hostname)
