@@ -148,6 +148,8 @@ static void child(const test_contend_opts *o, contend_page *pg, int p)
                 int64_t meet_until = mono_ms() + 20000;
                 while (atomic_load(&pg->max_shared) < o->meet && mono_ms() < meet_until)
                     usleep(1000);
+                /* Stay a while, full: whoever else tries now must wait. */
+                usleep(200000);
             }
             usleep((useconds_t)hold_us);
             if (kind == DLOCK_KIND_READ && atomic_load(&pg->excl) != 0)
@@ -196,21 +198,25 @@ void test_contend_finish(test_contend *t, test_contend_result *out)
     contend_page *pg = t->pg;
 
     while (left > 0) {
-        int status;
-        pid_t pid = waitpid(-1, &status, WNOHANG);
-        if (pid > 0) {
-            for (int p = 0; p < t->procs; p++)
-                if (t->pids[p] == pid) {
-                    t->pids[p] = 0;
-                    left--;
-                    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-                        fprintf(stderr, "contending process %d failed (status %d)\n", p, status);
-                        failed = 1;
-                    }
-                }
-            continue;
+        /* Our children only: the servers the test started are children too. */
+        for (int p = 0; p < t->procs; p++) {
+            int status;
+            pid_t pid;
+            if (t->pids[p] <= 0)
+                continue;
+            pid = waitpid(t->pids[p], &status, WNOHANG);
+            CHECK(pid >= 0 || errno == EINTR);
+            if (pid != t->pids[p])
+                continue;
+            t->pids[p] = 0;
+            left--;
+            if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                fprintf(stderr, "contending process %d failed (status %d)\n", p, status);
+                failed = 1;
+            }
         }
-        CHECK(pid == 0 || errno == EINTR);
+        if (left == 0)
+            break;
         if (mono_ms() > until) {
             for (int p = 0; p < t->procs; p++)
                 if (t->pids[p] > 0) {

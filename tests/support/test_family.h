@@ -38,7 +38,9 @@ typedef struct {
     int hold_us;           /* how long a holder stays inside (0: 1000) */
     int meet;              /* > 0: on its first turn, each holder stays inside
                             * until meet holders were inside at once (at most
-                            * 20 s), so that a lock letting fewer in fails */
+                            * 20 s), so that a lock letting fewer in fails,
+                            * then 200 ms more, while the others try to get
+                            * in, so that one letting more in fails too */
 } test_contend_opts;
 
 typedef struct {
