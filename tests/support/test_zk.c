@@ -250,32 +250,47 @@ void test_zk_start(test_zk *z, int members, const char *extra_cfg)
     }
     for (int i = 0; i < members; i++) {
         char d[96];
-        z->client_port[i] = test_free_port();
-        z->peer_port[i] = test_free_port();
-        z->elect_port[i] = test_free_port();
         snprintf(d, sizeof(d), "%s/m%d", z->dir, i);
         if (mkdir(d, 0755) != 0) {
             perror(d);
             exit(1);
         }
     }
-    used = (size_t)snprintf(z->hosts, sizeof(z->hosts), "127.0.0.1:%d", z->client_port[0]);
-    for (int i = 1; i < members; i++)
-        used += (size_t)snprintf(z->hosts + used, sizeof(z->hosts) - used, ",127.0.0.1:%d",
-                                 z->client_port[i]);
-    /* Sessions of 2 s: a stalled holder's node goes in about 2 s. */
-    snprintf(z->url, sizeof(z->url), "zk://%s?session_timeout_ms=2000", z->hosts);
-    for (int i = 0; i < members; i++) {
-        snprintf(z->member_url[i], sizeof(z->member_url[i]),
-                 "zk://127.0.0.1:%d?session_timeout_ms=2000", z->client_port[i]);
-        zk_write_config(z, i);
-        zk_spawn(z, i);
-    }
-    for (int i = 0; i < members; i++)
-        if (!zk_wait_serving(z, i)) {
+    /* A free port may be taken by another test between test_free_port and
+     * the JVM's bind: a member that exits at start is tried again, every
+     * member on new ports. */
+    for (int attempt = 0;; attempt++) {
+        int failed = -1;
+        for (int i = 0; i < members; i++) {
+            z->client_port[i] = test_free_port();
+            z->peer_port[i] = test_free_port();
+            z->elect_port[i] = test_free_port();
+        }
+        used = (size_t)snprintf(z->hosts, sizeof(z->hosts), "127.0.0.1:%d", z->client_port[0]);
+        for (int i = 1; i < members; i++)
+            used += (size_t)snprintf(z->hosts + used, sizeof(z->hosts) - used, ",127.0.0.1:%d",
+                                     z->client_port[i]);
+        /* Sessions of 2 s: a stalled holder's node goes in about 2 s. */
+        snprintf(z->url, sizeof(z->url), "zk://%s?session_timeout_ms=2000", z->hosts);
+        for (int i = 0; i < members; i++) {
+            snprintf(z->member_url[i], sizeof(z->member_url[i]),
+                     "zk://127.0.0.1:%d?session_timeout_ms=2000", z->client_port[i]);
+            zk_write_config(z, i);
+            zk_spawn(z, i);
+        }
+        for (int i = 0; i < members && failed < 0; i++)
+            if (!zk_wait_serving(z, i))
+                failed = i;
+        if (failed < 0)
+            return;
+        if (z->pid[failed] != 0 || attempt == 2) { /* did not serve in time, or 3 tries */
             test_zk_stop(z);
             exit(1);
         }
+        fprintf(stderr, "zookeeper: starting again on other ports\n");
+        for (int i = 0; i < members; i++)
+            test_zk_kill(z, i);
+    }
 }
 
 void test_zk_kill(test_zk *z, int i)

@@ -184,7 +184,11 @@ static void *reaper_main(void *arg)
         if (due != NULL) {
             int gone = 1;
             pthread_mutex_unlock(&be->mu);
-            if (dlock__zk_sess_alive(due->sess, due->gen))
+            /* Not sess_alive: a session cut off past its timeout by our
+             * clock may live on at the server (dlock__zk_sess_open); a
+             * node dropped here would stay ahead of every waiter for as
+             * long as this process lives (chaos zk3 leader-kill). */
+            if (dlock__zk_sess_open(due->sess, due->gen))
                 gone = reap(due);
             pthread_mutex_lock(&be->mu);
             if (gone) {
@@ -591,8 +595,15 @@ static int zk_release(void *arg, const dlock_request *req)
 
     if (h != NULL && !h->orphan) {
         if (!dlock__zk_sess_alive(h->sess, h->gen)) {
+            /* Lost to us; but the server may have kept the session, and
+             * its node with it: the reaper deletes it while it may. */
+            if (dlock__zk_sess_open(h->sess, h->gen)) {
+                char uuid[DLOCK__ZK_UUID_LEN + 1];
+                dlock__zk_uuid(req->token, uuid);
+                dlock__zk_orphan_add(be, req->token, h->sess, h->gen, NULL, uuid, h->node);
+            }
             hold_free(h);
-            return DLOCK_ELOST; /* its session, and so its node, is gone */
+            return DLOCK_ELOST;
         }
         s = h->sess;
         gen = h->gen;

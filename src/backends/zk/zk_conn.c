@@ -926,6 +926,16 @@ int dlock__zk_sess_alive(dlock__zk_sess *s, uint64_t gen)
     return alive;
 }
 
+int dlock__zk_sess_open(dlock__zk_sess *s, uint64_t gen)
+{
+    int open;
+
+    pthread_mutex_lock(&s->mu);
+    open = s->zh != NULL && s->gen == gen && !s->expired;
+    pthread_mutex_unlock(&s->mu);
+    return open;
+}
+
 int dlock__zk_sess_for(dlock__zk_be *be, int64_t lease_ms, dlock__zk_sess **out, uint64_t *gen)
 {
     int rc;

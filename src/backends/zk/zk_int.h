@@ -121,6 +121,12 @@ int dlock__zk_sess_ready(dlock__zk_sess *s, uint64_t *gen);
  * connected or disconnected for less than its timeout since the last
  * contact. */
 int dlock__zk_sess_alive(dlock__zk_sess *s, uint64_t gen);
+/* The handle of gen is still open and was not told its session expired:
+ * whatever our clock says, the server may keep the session (a new leader
+ * starts every session's timeout again, and the handle reconnects to it),
+ * and with it the nodes it made. What is to be deleted from such a
+ * session is deleted (by the reaper) until it is gone or known expired. */
+int dlock__zk_sess_open(dlock__zk_sess *s, uint64_t gen);
 
 /* An error for ZooKeeper return code zrc during what ("create /dlock/x"):
  * ECONN for the connection and the session, EAUTH, ESERVER. */

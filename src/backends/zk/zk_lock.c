@@ -580,7 +580,14 @@ void dlock__zk_watch_end(void *arg, void *watch)
         dlock__zk_family_watch_end(w);
         return;
     }
-    if (!w->won && (w->node != NULL || w->maybe) && dlock__zk_sess_alive(w->sess, w->gen)) {
+    if (!w->won && (w->node != NULL || w->maybe) && !dlock__zk_sess_alive(w->sess, w->gen) &&
+        dlock__zk_sess_open(w->sess, w->gen)) {
+        /* Cut off past its timeout by our clock, but the server may keep
+         * the session and its node in the queue (dlock__zk_sess_open):
+         * the reaper deletes it once it can. */
+        dlock__zk_orphan_add(be, NULL, w->sess, w->gen, w->dir, w->uuid, w->node);
+    } else if (!w->won && (w->node != NULL || w->maybe) &&
+               dlock__zk_sess_alive(w->sess, w->gen)) {
         int rc = dlock__zk_sess_ready(w->sess, &gen) == DLOCK_OK && gen == w->gen ? ZOK
                                                                                    : ZINVALIDSTATE;
         if (rc == ZOK && w->node == NULL) {
