@@ -353,10 +353,10 @@ static void two_raft_writes_per_cycle(void)
  * A lock taken again and again names the same key: etcd keeps every key
  * ever written in its index until compaction, and an acquire's range over
  * the lock's directory walks them all, so a new key per acquisition made
- * each acquire slower than the last (etcd_keys.c). A released key's id goes
- * to the client's next token; never to two live acquisitions at once (a
- * lock held on one name while another is taken, a holder and a waiter of
- * one name in one client), and mutual exclusion is as before.
+ * each acquire slower than the last (etcd_keys.c). A released key's id is
+ * lent to the client's next acquisition; never to two live acquisitions at
+ * once (a lock held on one name while another is taken, a holder and a
+ * waiter of one name in one client), and mutual exclusion is as before.
  */
 static void wait_queued(test_etcd *e, const char *prefix);
 
