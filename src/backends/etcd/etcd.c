@@ -210,7 +210,7 @@ static int etcd_acquire(void *arg, const dlock_request *req, void *watch,
         /* The acquire txn's compare failed: nothing was put, the id is
          * still known gone. (A shared kind's try may have put its key and
          * deleted it again.) */
-        dlock__etcd_key_id_free(be, req->token);
+        dlock__etcd_key_id_give_back(be, req->token);
     } else if (rc != DLOCK_OK && !dlock__outcome_unknown(rc)) {
         dlock__etcd_key_id_drop(be, req->token);
     }

@@ -94,6 +94,10 @@ void dlock__etcd_key_id_lend(dlock__etcd_be *be, const char *token);
 /* token's key is known gone from the server (a delete answered), or was
  * never put: its id may name a later acquisition's keys. The loan ends. */
 void dlock__etcd_key_id_free(dlock__etcd_be *be, const char *token);
+/* A busy try put nothing: its loan ends and the lent id goes back. An
+ * unlent token's own id does not: its acquisition may go on (a wait) and
+ * keeps naming its key by it, which must not be lent to another meanwhile. */
+void dlock__etcd_key_id_give_back(dlock__etcd_be *be, const char *token);
 /* The acquisition of token ended otherwise: its loan ends, the id is not
  * reused. */
 void dlock__etcd_key_id_drop(dlock__etcd_be *be, const char *token);

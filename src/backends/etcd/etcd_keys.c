@@ -161,6 +161,21 @@ void dlock__etcd_key_id_free(dlock__etcd_be *be, const char *token)
     pthread_mutex_unlock(&be->ids_mu);
 }
 
+void dlock__etcd_key_id_give_back(dlock__etcd_be *be, const char *token)
+{
+    int64_t id;
+    int i;
+
+    pthread_mutex_lock(&be->ids_mu);
+    if ((id = loan_end(be, token)) != 0) {
+        for (i = 0; i < be->nfree && be->free_ids[i] != id; i++) {
+        }
+        if (i == be->nfree && be->nfree < DLOCK__ETCD_FREE_IDS)
+            be->free_ids[be->nfree++] = id;
+    }
+    pthread_mutex_unlock(&be->ids_mu);
+}
+
 void dlock__etcd_key_id_drop(dlock__etcd_be *be, const char *token)
 {
     pthread_mutex_lock(&be->ids_mu);
