@@ -146,11 +146,18 @@ char *test_zk_4lw(test_zk *z, int i, const char *cmd)
     return out;
 }
 
-/* 1 when member i serves clients (standalone, leader or follower). */
+/* 1 when member i serves clients (standalone, leader or follower), and it
+ * is ours: another test's server that took the port first (ours then exits
+ * at start) would answer srvr too; only ours has its data in z->dir. */
 static int zk_serving(test_zk *z, int i)
 {
     char *r = test_zk_4lw(z, i, "srvr");
     int ok = r != NULL && strstr(r, "Mode: ") != NULL;
+    free(r);
+    if (!ok)
+        return 0;
+    r = test_zk_4lw(z, i, "conf");
+    ok = r != NULL && strstr(r, z->dir) != NULL;
     free(r);
     return ok;
 }
