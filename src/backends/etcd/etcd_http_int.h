@@ -39,7 +39,7 @@ struct dlock__etcd {
     char *token;
     unsigned long token_gen;
     pthread_mutex_t login_mu; /* one login at a time */
-    struct dlock__etcd_hub *hub; /* the watches' stream (etcd_watch.c); under mu */
+    struct dlock__etcd_hub *hub; /* the watches' stream (etcd_watch_hub.c); under mu */
 };
 
 /* What to do after an attempt. DLOCK__ETCD_TRY_REFUSED is

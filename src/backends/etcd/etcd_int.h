@@ -5,14 +5,16 @@
  * operation makes, and the state a waiting acquisition keeps. Private to
  * src/backends/etcd. The design is told at the top of etcd.c.
  *
- *   etcd.c        open/close, release, extend, check, renew, status, force
- *                 release and the backend table
+ *   etcd.c        open/close, release, extend, check, renew and the
+ *                 backend table
+ *   etcd_status.c status, holders, force release, list
  *   etcd_keys.c   names: a lock's directory, its key and lease IDs, the
  *                 key ids lent for reuse, the range requests that read them
  *   etcd_lease.c  one request on the backend's connection, reply checks,
  *                 and the lease calls (grant, revoke, keepalive, TTL left)
  *   etcd_queue.c  acquiring: a try that will not wait, and the tries of a
  *                 waiting acquisition in the queue of keys (enqueue, promote)
+ *   etcd_multi.c  multi-locks: several mutexes in one txn
  *   etcd_wait.c   waiting between tries: the watch of the key ahead, the
  *                 observer's watch of a directory, wake-ups
  *   etcd_elect.c  leader election: the leader, and an observer's start
@@ -239,7 +241,8 @@ int dlock__etcd_acquire_as(dlock__etcd_be *be, const char *name, const char *own
                            dlock__etcd_watch *w, uint64_t *fence, int64_t *retry_ms,
                            int64_t *lease_from_ms);
 
-/* The backend's multi_atomic and multi_acquire: all names in one txn. */
+/* The backend's multi_atomic and multi_acquire (etcd_multi.c): all names
+ * in one txn. */
 int dlock__etcd_multi_atomic(void *arg, const dlock_request *reqs, size_t n);
 int dlock__etcd_multi_acquire(void *arg, const dlock_request *reqs, size_t n, uint64_t *fences,
                               dlock_acquire_result *out);
@@ -252,6 +255,13 @@ int dlock__etcd_watch_begin(void *arg, const dlock_request *req, void **watch);
 int dlock__etcd_watch_wait(void *arg, void *watch, int64_t timeout_ms);
 void dlock__etcd_watch_end(void *arg, void *watch);
 void dlock__etcd_watch_wake(void *arg, void *watch);
+
+/* ---- etcd_status.c: the operator view ------------------------------------ */
+
+int dlock__etcd_status(void *arg, const char *name, dlock_lock_info *out);
+int dlock__etcd_holders(void *arg, const char *name, dlock_list_cb cb, void *payload);
+int dlock__etcd_force_release(void *arg, const char *name, dlock_lock_info *removed);
+int dlock__etcd_list(void *arg, const char *name_prefix, dlock_list_cb cb, void *payload);
 
 /* ---- etcd_family.c: read-write locks and semaphores ---------------------- */
 

@@ -54,7 +54,7 @@ size_t dlock__etcd_stream_endpoint(const dlock__etcd_stream *s);
 void dlock__etcd_stream_close(dlock__etcd_stream *s);
 
 /* Over gRPC every stream of a client is a watch on one Watch stream, kept
- * by a thread of this hub (etcd_watch.c); the client's dlock__etcd holds
+ * by a thread of this hub (etcd_watch_hub.c); the client's dlock__etcd holds
  * it (dlock__etcd_watch_hub). */
 typedef struct dlock__etcd_hub dlock__etcd_hub;
 int dlock__etcd_hub_new(dlock__etcd *e, dlock__etcd_hub **out);
