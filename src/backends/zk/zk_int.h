@@ -4,10 +4,11 @@
  * The design (paths, node names, sessions, the lease) is told in
  * docs/zookeeper.md and at the top of zk.c.
  *
- *   zk.c        open/close, release, extend, check, renew, status, force
- *               release, list, the holds table and its reaper, the table
- *   zk_conn.c   sessions: connect, digest auth, session state, every
- *               ZooKeeper call with the client's command timeout
+ *   zk.c        open/close, release, extend, check, renew, the table
+ *   zk_holds.c  the holds table and its reaper
+ *   zk_status.c status, holders, force release, list
+ *   zk_conn.c   sessions: connect, digest auth, session state, ACLs, errors
+ *   zk_call.c   every ZooKeeper call with the client's command timeout
  *   zk_path.c   paths: a lock's directory, escaping names, the protected
  *               node name (Curator's _c_<uuid>-lock-<seq>), sorting
  *   zk_lock.c   the mutex: a try, the tries of a waiting acquisition, the
@@ -97,7 +98,7 @@ struct dlock__zk_be {
     int reaper_running, stopping;
 };
 
-/* ---- zk_conn.c: sessions and calls -------------------------------------- */
+/* ---- zk_conn.c: sessions ------------------------------------------------- */
 
 /* be->acl from the URL's credentials and its acl= value (NULL: none); url
  * is the redacted URL, for messages. DLOCK_EINVAL naming the bad entry. */
@@ -106,6 +107,10 @@ void dlock__zk_acl_free(dlock__zk_be *be);
 
 int64_t dlock__zk_now_ms(void); /* CLOCK_BOOTTIME */
 int64_t dlock__zk_mono_ms(void); /* CLOCK_MONOTONIC, for waits */
+/* pthread_cond_timedwait until the CLOCK_MONOTONIC time deadline_ms. */
+int dlock__zk_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline_ms);
+/* A condition variable on CLOCK_MONOTONIC. */
+void dlock__zk_cond_init(pthread_cond_t *cv);
 
 /* Open the session slot (no connection yet) / close its handle. */
 void dlock__zk_sess_init(dlock__zk_sess *s, dlock__zk_be *be, int64_t want_ms);
@@ -131,6 +136,8 @@ int dlock__zk_sess_open(dlock__zk_sess *s, uint64_t gen);
 /* An error for ZooKeeper return code zrc during what ("create /dlock/x"):
  * ECONN for the connection and the session, EAUTH, ESERVER. */
 int dlock__zk_fail(dlock__zk_sess *s, int zrc, const char *what, const char *path);
+
+/* ---- zk_call.c: calls ---------------------------------------------------- */
 
 /*
  * Calls, each waiting at most the command timeout for its reply. Each
@@ -271,7 +278,36 @@ void dlock__zk_parse_data(const char *data, int len, dlock_lock_info *out);
 /* 1 when node data names owner as its owner id. */
 int dlock__zk_data_owner_is(const char *data, int len, const char *owner);
 
-/* ---- zk.c: holds ---------------------------------------------------------- */
+/* ---- zk_holds.c: holds --------------------------------------------------- */
+
+/* A lock taken, or an orphan; in be->holds (under be->mu). */
+typedef struct dlock__zk_hold {
+    struct dlock__zk_hold *next;
+    char *token;
+    char *node;
+    dlock__zk_sess *sess;
+    uint64_t gen;
+    uint64_t czxid;
+    int64_t lease_ms;
+    int64_t expires_ms; /* CLOCK_BOOTTIME: the reaper deletes the node then */
+    /* An orphan: a node that may exist in a live session but that nobody
+     * will release (a create whose reply was lost, a leave or release that
+     * could not reach the server). The reaper deletes it (finding it by its
+     * protection id when node is NULL), once a second until it succeeds or
+     * the session is gone. */
+    int orphan;
+    char *dir;
+    char uuid[DLOCK__ZK_UUID_LEN + 1];
+} dlock__zk_hold;
+
+void dlock__zk_hold_free(dlock__zk_hold *h);
+/* Take the hold of token out of the table (NULL if none). */
+dlock__zk_hold *dlock__zk_hold_take(dlock__zk_be *be, const char *token);
+/* A copy of token's hold (node and session), for a call without be->mu:
+ * 1 found (out->node malloc'd), 0 not. */
+int dlock__zk_hold_copy(dlock__zk_be *be, const char *token, dlock__zk_hold *out);
+/* The lease of token's hold runs lease_ms from now. */
+void dlock__zk_hold_touch(dlock__zk_be *be, const char *token, int64_t lease_ms);
 
 /* Remember a lock taken (token -> node, session, lease) for release, renew
  * and the reaper, which deletes the node when its lease ran out unrenewed. */
@@ -290,6 +326,13 @@ int dlock__zk_hold_find(dlock__zk_be *be, const char *token, dlock__zk_sess **s,
                         char **node);
 /* Token's hold is now node (a downgrade's read node). */
 int dlock__zk_hold_move(dlock__zk_be *be, const char *token, const char *node);
+
+/* ---- zk_status.c: the operator view -------------------------------------- */
+
+int dlock__zk_status(void *arg, const char *name, dlock_lock_info *out);
+int dlock__zk_holders_list(void *arg, const char *name, dlock_list_cb cb, void *payload);
+int dlock__zk_force_release(void *arg, const char *name, dlock_lock_info *removed);
+int dlock__zk_list(void *arg, const char *name_prefix, dlock_list_cb cb, void *payload);
 
 /* ---- zk_family.c: read-write lock, semaphore, leader election --------- */
 

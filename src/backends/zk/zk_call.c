@@ -1,0 +1,489 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The ZooKeeper calls. The multithreaded C client runs an I/O thread and a
+ * completion thread per handle; its synchronous calls have no timeout of
+ * their own, so every call here is the asynchronous one, waited for at most
+ * the client's command timeout. A call whose wait ran out leaves its
+ * completion to free what it shares (a reference count).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zk_int.h"
+
+/* What a call and its completion share. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs, done, rc;
+    dlock__zk_sess *s;
+    uint64_t gen;        /* the session's gen when sent */
+    int64_t sent;
+    struct Stat stat;
+    char *str;
+    struct String_vector kids;
+    char *data;
+    int len;
+    zoo_op_t *ops;
+    zoo_op_result_t *results;
+    char **paths;
+    size_t n;
+    struct ACL_vector acl;
+} op_t;
+
+static op_t *op_new(dlock__zk_sess *s)
+{
+    op_t *op = calloc(1, sizeof(*op));
+    if (op == NULL)
+        return NULL;
+    pthread_mutex_init(&op->mu, NULL);
+    dlock__zk_cond_init(&op->cv);
+    op->refs = 2; /* the caller and the completion */
+    op->s = s;
+    op->sent = dlock__zk_now_ms();
+    pthread_mutex_lock(&s->mu);
+    op->gen = s->gen;
+    pthread_mutex_unlock(&s->mu);
+    return op;
+}
+
+static void op_unref(op_t *op)
+{
+    int left;
+
+    pthread_mutex_lock(&op->mu);
+    left = --op->refs;
+    pthread_mutex_unlock(&op->mu);
+    if (left > 0)
+        return;
+    free(op->str);
+    free(op->data);
+    deallocate_String_vector(&op->kids);
+    free(op->ops);
+    free(op->results);
+    for (size_t i = 0; op->paths != NULL && i < op->n; i++)
+        free(op->paths[i]);
+    free(op->paths);
+    deallocate_ACL_vector(&op->acl);
+    pthread_cond_destroy(&op->cv);
+    pthread_mutex_destroy(&op->mu);
+    free(op);
+}
+
+/* The completion's end: a reply came (rc from the server or the client). */
+static void op_done(op_t *op, int rc)
+{
+    if (rc != ZCONNECTIONLOSS && rc != ZOPERATIONTIMEOUT && rc != ZSESSIONEXPIRED &&
+        rc != ZCLOSING && rc != ZINVALIDSTATE && rc != ZSESSIONMOVED) {
+        /* The server answered: it heard from the session at op->sent or
+         * later. */
+        pthread_mutex_lock(&op->s->mu);
+        if (op->gen == op->s->gen && op->sent > op->s->last_contact_ms)
+            op->s->last_contact_ms = op->sent;
+        pthread_mutex_unlock(&op->s->mu);
+    } else if (rc == ZSESSIONEXPIRED) {
+        /* Only for the session it was sent in: a newer one is not. */
+        pthread_mutex_lock(&op->s->mu);
+        if (op->gen == op->s->gen) {
+            op->s->expired = 1;
+            pthread_cond_broadcast(&op->s->cv);
+        }
+        pthread_mutex_unlock(&op->s->mu);
+    }
+    pthread_mutex_lock(&op->mu);
+    op->rc = rc;
+    op->done = 1;
+    pthread_cond_signal(&op->cv);
+    pthread_mutex_unlock(&op->mu);
+    op_unref(op);
+}
+
+static void on_string_stat(int rc, const char *value, const struct Stat *stat, const void *data)
+{
+    op_t *op = (op_t *)data;
+    if (rc == ZOK) {
+        op->str = value != NULL ? strdup(value) : NULL;
+        if (stat != NULL)
+            op->stat = *stat;
+    }
+    op_done(op, rc);
+}
+
+static void on_strings(int rc, const struct String_vector *strings, const void *data)
+{
+    op_t *op = (op_t *)data;
+    if (rc == ZOK && strings != NULL) {
+        op->kids.count = 0;
+        op->kids.data = calloc((size_t)(strings->count > 0 ? strings->count : 1), sizeof(char *));
+        for (int i = 0; op->kids.data != NULL && i < strings->count; i++)
+            if ((op->kids.data[op->kids.count] = strdup(strings->data[i])) != NULL)
+                op->kids.count++;
+        if (op->kids.data == NULL || op->kids.count != strings->count)
+            rc = ZSYSTEMERROR; /* out of memory */
+    }
+    op_done(op, rc);
+}
+
+static void on_void(int rc, const void *data)
+{
+    op_done((op_t *)data, rc);
+}
+
+static void on_stat(int rc, const struct Stat *stat, const void *data)
+{
+    op_t *op = (op_t *)data;
+    if (rc == ZOK && stat != NULL)
+        op->stat = *stat;
+    op_done(op, rc);
+}
+
+static void on_data(int rc, const char *value, int len, const struct Stat *stat, const void *data)
+{
+    op_t *op = (op_t *)data;
+    if (rc == ZOK) {
+        op->len = len > 0 ? len : 0;
+        op->data = malloc((size_t)op->len + 1);
+        if (op->data == NULL) {
+            rc = ZSYSTEMERROR;
+        } else {
+            if (op->len > 0)
+                memcpy(op->data, value, (size_t)op->len);
+            op->data[op->len] = '\0';
+        }
+        if (stat != NULL)
+            op->stat = *stat;
+    }
+    op_done(op, rc);
+}
+
+/* A copy of the ACL: the library frees its own after the completion. */
+static void on_acl(int rc, struct ACL_vector *acl, struct Stat *stat, const void *data)
+{
+    op_t *op = (op_t *)data;
+    (void)stat;
+    if (rc == ZOK && acl != NULL && acl->count > 0) {
+        int bad = (op->acl.data = calloc((size_t)acl->count, sizeof(*acl->data))) == NULL;
+        for (int i = 0; !bad && i < acl->count; i++) {
+            struct ACL *a = &op->acl.data[op->acl.count++];
+            a->perms = acl->data[i].perms;
+            a->id.scheme = strdup(acl->data[i].id.scheme);
+            a->id.id = strdup(acl->data[i].id.id);
+            bad = a->id.scheme == NULL || a->id.id == NULL;
+        }
+        if (bad)
+            rc = ZSYSTEMERROR; /* out of memory */
+    }
+    op_done(op, rc);
+}
+
+/* The handle of s, or NULL with *zrc (not connected yet: never opened). */
+static zhandle_t *handle_of(dlock__zk_sess *s)
+{
+    zhandle_t *zh;
+    pthread_mutex_lock(&s->mu);
+    zh = s->zh;
+    pthread_mutex_unlock(&s->mu);
+    return zh;
+}
+
+/* After zoo_a* returned submitted: wait for the completion up to the
+ * command timeout. The caller reads op's results when this returns ZOK,
+ * then unrefs. */
+static int op_wait(op_t *op, int submitted)
+{
+    int64_t deadline = dlock__zk_mono_ms() + op->s->be->command_timeout_ms;
+    int rc;
+
+    if (submitted != ZOK) {
+        /* Never sent: the completion will not run. */
+        op->refs--;
+        return submitted;
+    }
+    pthread_mutex_lock(&op->mu);
+    while (!op->done)
+        if (dlock__zk_wait_until(&op->cv, &op->mu, deadline) == ETIMEDOUT)
+            break;
+    rc = op->done ? op->rc : ZOPERATIONTIMEOUT;
+    pthread_mutex_unlock(&op->mu);
+    return rc;
+}
+
+/* The ACL of the nodes we create (be->acl, or open without credentials). */
+static const struct ACL_vector *acl_of(const dlock__zk_be *be)
+{
+    return be->acl.count > 0 ? &be->acl : &ZOO_OPEN_ACL_UNSAFE;
+}
+
+#define NEW_OP(s, op, zh)                                                                          \
+    do {                                                                                           \
+        if (((zh) = handle_of(s)) == NULL)                                                         \
+            return ZINVALIDSTATE;                                                                  \
+        if (((op) = op_new(s)) == NULL)                                                            \
+            return ZSYSTEMERROR;                                                                   \
+    } while (0)
+
+int dlock__zk_create(dlock__zk_sess *s, const char *path, const char *data, int len, int flags,
+                     char **created, struct Stat *stat)
+{
+    zhandle_t *zh;
+    op_t *op;
+    int rc;
+
+    NEW_OP(s, op, zh);
+    rc = op_wait(op, zoo_acreate2(zh, path, data, len, acl_of(s->be), flags, on_string_stat,
+                                  op));
+    if (rc == ZOK) {
+        if (created != NULL) {
+            *created = op->str;
+            op->str = NULL;
+        }
+        if (stat != NULL)
+            *stat = op->stat;
+    }
+    op_unref(op);
+    return rc;
+}
+
+static int children(dlock__zk_sess *s, const char *path, int watch, struct String_vector *out)
+{
+    zhandle_t *zh;
+    op_t *op;
+    int rc;
+
+    NEW_OP(s, op, zh);
+    rc = op_wait(op, zoo_aget_children(zh, path, watch, on_strings, op));
+    if (rc == ZOK) {
+        *out = op->kids;
+        op->kids.count = 0;
+        op->kids.data = NULL;
+    }
+    op_unref(op);
+    return rc;
+}
+
+int dlock__zk_children(dlock__zk_sess *s, const char *path, struct String_vector *out)
+{
+    return children(s, path, 0, out);
+}
+
+int dlock__zk_children_watch(dlock__zk_sess *s, const char *path, struct String_vector *out)
+{
+    return children(s, path, 1, out);
+}
+
+int dlock__zk_delete(dlock__zk_sess *s, const char *path, int version)
+{
+    zhandle_t *zh;
+    op_t *op;
+    int rc;
+
+    NEW_OP(s, op, zh);
+    rc = op_wait(op, zoo_adelete(zh, path, version, on_void, op));
+    op_unref(op);
+    return rc;
+}
+
+int dlock__zk_exists(dlock__zk_sess *s, const char *path, int watch, struct Stat *stat)
+{
+    zhandle_t *zh;
+    op_t *op;
+    int rc;
+
+    NEW_OP(s, op, zh);
+    rc = op_wait(op, zoo_aexists(zh, path, watch, on_stat, op));
+    if (rc == ZOK && stat != NULL)
+        *stat = op->stat;
+    op_unref(op);
+    return rc;
+}
+
+int dlock__zk_get(dlock__zk_sess *s, const char *path, char **data, int *len, struct Stat *stat)
+{
+    zhandle_t *zh;
+    op_t *op;
+    int rc;
+
+    NEW_OP(s, op, zh);
+    rc = op_wait(op, zoo_aget(zh, path, 0, on_data, op));
+    if (rc == ZOK) {
+        *data = op->data;
+        *len = op->len;
+        op->data = NULL;
+        if (stat != NULL)
+            *stat = op->stat;
+    }
+    op_unref(op);
+    return rc;
+}
+
+int dlock__zk_get_acl(dlock__zk_sess *s, const char *path, struct ACL_vector *acl)
+{
+    zhandle_t *zh;
+    op_t *op;
+    int rc;
+
+    NEW_OP(s, op, zh);
+    rc = op_wait(op, zoo_aget_acl(zh, path, on_acl, op));
+    if (rc == ZOK) {
+        *acl = op->acl;
+        op->acl.count = 0;
+        op->acl.data = NULL;
+    }
+    op_unref(op);
+    return rc;
+}
+
+int dlock__zk_set(dlock__zk_sess *s, const char *path, const char *data, int len, int version)
+{
+    zhandle_t *zh;
+    op_t *op;
+    int rc;
+
+    NEW_OP(s, op, zh);
+    rc = op_wait(op, zoo_aset(zh, path, data, len, version, on_stat, op));
+    op_unref(op);
+    return rc;
+}
+
+/* One multi of check ops over paths[0..n) that have ok[i] == -1 still. */
+static int check_round(dlock__zk_sess *s, const char *const *paths, size_t n, int *ok, int *again)
+{
+    zhandle_t *zh;
+    op_t *op;
+    size_t m = 0, *idx;
+    int rc;
+
+    *again = 0;
+    if ((idx = calloc(n, sizeof(*idx))) == NULL)
+        return ZSYSTEMERROR;
+    for (size_t i = 0; i < n; i++)
+        if (ok[i] < 0)
+            idx[m++] = i;
+    if (m == 0) {
+        free(idx);
+        return ZOK;
+    }
+    if ((zh = handle_of(s)) == NULL || (op = op_new(s)) == NULL) {
+        free(idx);
+        return zh == NULL ? ZINVALIDSTATE : ZSYSTEMERROR;
+    }
+    op->ops = calloc(m, sizeof(*op->ops));
+    op->results = calloc(m, sizeof(*op->results));
+    op->paths = calloc(m, sizeof(*op->paths));
+    if (op->ops == NULL || op->results == NULL || op->paths == NULL) {
+        op->refs = 1;
+        op_unref(op);
+        free(idx);
+        return ZSYSTEMERROR;
+    }
+    for (size_t j = 0; j < m; j++) {
+        if ((op->paths[j] = strdup(paths[idx[j]])) == NULL) {
+            op->n = j;
+            op->refs = 1;
+            op_unref(op);
+            free(idx);
+            return ZSYSTEMERROR;
+        }
+        zoo_check_op_init(&op->ops[j], op->paths[j], -1);
+    }
+    op->n = m;
+    rc = op_wait(op, zoo_amulti(zh, (int)m, op->ops, op->results, on_void, op));
+    if (rc == ZOK) {
+        for (size_t j = 0; j < m; j++)
+            ok[idx[j]] = 1;
+    } else if (rc == ZNONODE || rc == ZBADVERSION) {
+        /* The multi stops at the first missing node: it is gone, those
+         * before it exist, those after it are not known yet. */
+        int found = 0;
+        for (size_t j = 0; j < m; j++) {
+            int err = op->results[j].err;
+            if (!found && err == ZOK) {
+                ok[idx[j]] = 1;
+            } else if (!found && err != ZRUNTIMEINCONSISTENCY) {
+                ok[idx[j]] = 0;
+                found = 1;
+            }
+        }
+        if (!found) /* no op named: the first unknown is the culprit */
+            for (size_t j = 0; j < m; j++)
+                if (ok[idx[j]] < 0) {
+                    ok[idx[j]] = 0;
+                    break;
+                }
+        *again = 1;
+        rc = ZOK;
+    }
+    op_unref(op);
+    free(idx);
+    return rc;
+}
+
+int dlock__zk_check_many(dlock__zk_sess *s, const char *const *paths, size_t n, int *ok)
+{
+    int rc, again = 1;
+
+    for (size_t i = 0; i < n; i++)
+        ok[i] = -1;
+    while (again)
+        if ((rc = check_round(s, paths, n, ok, &again)) != ZOK)
+            return rc;
+    return ZOK;
+}
+
+int dlock__zk_check_create(dlock__zk_sess *s, const char *check, const char *path,
+                           const char *data, int len, int flags)
+{
+    zhandle_t *zh;
+    op_t *op;
+    size_t plen = strlen(path) + 1;
+    int rc;
+
+    NEW_OP(s, op, zh);
+    /* Everything the completion writes belongs to op, which outlives a
+     * caller that gave up waiting: the results and the created path. */
+    op->ops = calloc(2, sizeof(*op->ops));
+    op->results = calloc(2, sizeof(*op->results));
+    op->paths = calloc(2, sizeof(*op->paths));
+    if (op->ops == NULL || op->results == NULL || op->paths == NULL ||
+        (op->paths[0] = strdup(check)) == NULL || (op->paths[1] = malloc(plen)) == NULL) {
+        op->n = 2;
+        op->refs = 1;
+        op_unref(op);
+        return ZSYSTEMERROR;
+    }
+    op->n = 2;
+    zoo_check_op_init(&op->ops[0], op->paths[0], -1);
+    zoo_create_op_init(&op->ops[1], path, data, len, acl_of(s->be), flags, op->paths[1],
+                       (int)plen);
+    rc = op_wait(op, zoo_amulti(zh, 2, op->ops, op->results, on_void, op));
+    if (rc != ZOK && rc != ZOPERATIONTIMEOUT && op->results[0].err != ZOK &&
+        op->results[0].err != ZRUNTIMEINCONSISTENCY)
+        rc = op->results[0].err == ZBADVERSION ? ZNONODE : op->results[0].err;
+    else if (rc != ZOK && rc != ZOPERATIONTIMEOUT && op->results[1].err != ZOK &&
+             op->results[1].err != ZRUNTIMEINCONSISTENCY)
+        rc = op->results[1].err;
+    op_unref(op);
+    return rc;
+}
+
+int dlock__zk_make_parents(dlock__zk_sess *s, const char *path)
+{
+    char *p = strdup(path), *slash;
+    int rc = ZOK;
+
+    if (p == NULL)
+        return ZSYSTEMERROR;
+    /* Each prefix ending before a '/' past the first. */
+    for (slash = strchr(p + 1, '/'); slash != NULL; slash = strchr(slash + 1, '/')) {
+        *slash = '\0';
+        rc = dlock__zk_create(s, p, NULL, -1, ZOO_CONTAINER, NULL, NULL);
+        *slash = '/';
+        if (rc == ZNODEEXISTS)
+            rc = ZOK;
+        if (rc != ZOK)
+            break;
+    }
+    free(p);
+    return rc;
+}

@@ -1,0 +1,283 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The holds table of the ZooKeeper backend and its reaper: each lock taken
+ * (token -> node, session, lease) for release, renew and status, and the
+ * orphans, nodes that may exist but that nobody will release. The reaper
+ * thread deletes the node of a hold whose lease ran out unrenewed, and
+ * each orphan while its session may keep it (zk.c, "The lease").
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zk_int.h"
+
+void dlock__zk_hold_free(dlock__zk_hold *h)
+{
+    if (h == NULL)
+        return;
+    free(h->token);
+    free(h->node);
+    free(h->dir);
+    free(h);
+}
+
+#define ORPHAN_RETRY_MS 1000
+
+/* be->mu held. */
+static dlock__zk_hold *hold_find(dlock__zk_be *be, const char *token)
+{
+    for (dlock__zk_hold *h = be->holds; h != NULL; h = h->next)
+        if (strcmp(h->token, token) == 0)
+            return h;
+    return NULL;
+}
+
+/* Take the hold of token out of the table (NULL if none). */
+dlock__zk_hold *dlock__zk_hold_take(dlock__zk_be *be, const char *token)
+{
+    dlock__zk_hold *h = NULL;
+
+    pthread_mutex_lock(&be->mu);
+    for (dlock__zk_hold **p = &be->holds; *p != NULL; p = &(*p)->next)
+        if (strcmp((*p)->token, token) == 0) {
+            h = *p;
+            *p = h->next;
+            break;
+        }
+    pthread_mutex_unlock(&be->mu);
+    return h;
+}
+
+/* A copy of token's hold (node and session), for a call without be->mu. */
+int dlock__zk_hold_copy(dlock__zk_be *be, const char *token, dlock__zk_hold *out)
+{
+    dlock__zk_hold *h;
+    int found = 0;
+
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&be->mu);
+    if ((h = hold_find(be, token)) != NULL && !h->orphan && h->node != NULL &&
+        (out->node = strdup(h->node)) != NULL) {
+        out->sess = h->sess;
+        out->gen = h->gen;
+        out->czxid = h->czxid;
+        out->lease_ms = h->lease_ms;
+        out->expires_ms = h->expires_ms;
+        found = 1;
+    }
+    pthread_mutex_unlock(&be->mu);
+    return found;
+}
+
+/* The lease of token's hold runs lease_ms from now (a renewal that was
+ * sent at sent_ms succeeded: count from its reply, which is later). */
+void dlock__zk_hold_touch(dlock__zk_be *be, const char *token, int64_t lease_ms)
+{
+    dlock__zk_hold *h;
+
+    pthread_mutex_lock(&be->mu);
+    if ((h = hold_find(be, token)) != NULL && !h->orphan) {
+        h->lease_ms = lease_ms;
+        h->expires_ms = dlock__zk_now_ms() + lease_ms;
+        pthread_cond_signal(&be->reap_cv);
+    }
+    pthread_mutex_unlock(&be->mu);
+}
+
+/* Delete h's node (found by its protection id if not known). 1 done (or
+ * nothing to delete), 0 when the server could not be reached. */
+static int reap(dlock__zk_hold *h)
+{
+    int rc;
+
+    if (h->node == NULL && h->dir != NULL) {
+        struct String_vector kids = {0, NULL};
+        int i;
+        rc = dlock__zk_children(h->sess, h->dir, &kids);
+        if (rc == ZNONODE)
+            return 1;
+        if (rc != ZOK)
+            return rc != ZCONNECTIONLOSS && rc != ZOPERATIONTIMEOUT && rc != ZINVALIDSTATE;
+        i = dlock__zk_find_protected(&kids, h->uuid);
+        if (i >= 0)
+            h->node = dlock__zk_join(h->dir, kids.data[i]);
+        deallocate_String_vector(&kids);
+        if (h->node == NULL)
+            return 1;
+    }
+    if (h->node == NULL)
+        return 1;
+    rc = dlock__zk_delete(h->sess, h->node, -1);
+    return rc != ZCONNECTIONLOSS && rc != ZOPERATIONTIMEOUT && rc != ZINVALIDSTATE;
+}
+
+/*
+ * The reaper: deletes the node of each hold whose lease ran out without a
+ * renewal (auto_renew off, or renewals that failed), so that a live holder
+ * frees the lock at the end of its lease as on the other backends. It
+ * counts from after the reply that set the lease, so it never deletes
+ * before the core's deadline, which counts from before the request.
+ */
+static void *reaper_main(void *arg)
+{
+    dlock__zk_be *be = arg;
+
+    pthread_mutex_lock(&be->mu);
+    while (!be->stopping) {
+        int64_t now = dlock__zk_now_ms(), next = INT64_MAX;
+        dlock__zk_hold *due = NULL;
+
+        for (dlock__zk_hold **p = &be->holds; *p != NULL; p = &(*p)->next) {
+            if ((*p)->expires_ms <= now) {
+                due = *p;
+                *p = due->next;
+                break;
+            }
+            if ((*p)->expires_ms < next)
+                next = (*p)->expires_ms;
+        }
+        if (due != NULL) {
+            int gone = 1;
+            pthread_mutex_unlock(&be->mu);
+            /* Not sess_alive: a session cut off past its timeout by our
+             * clock may live on at the server (dlock__zk_sess_open); a
+             * node dropped here would stay ahead of every waiter for as
+             * long as this process lives (chaos zk3 leader-kill). */
+            if (dlock__zk_sess_open(due->sess, due->gen))
+                gone = reap(due);
+            pthread_mutex_lock(&be->mu);
+            if (gone) {
+                dlock__zk_hold_free(due);
+            } else {
+                /* The server could not be reached: again in a second. */
+                due->orphan = 1;
+                due->expires_ms = dlock__zk_now_ms() + ORPHAN_RETRY_MS;
+                due->next = be->holds;
+                be->holds = due;
+            }
+            continue;
+        }
+        if (next == INT64_MAX) {
+            pthread_cond_wait(&be->reap_cv, &be->mu);
+        } else {
+            struct timespec ts;
+            int64_t at = dlock__zk_mono_ms() + (next - now);
+            ts.tv_sec = at / 1000;
+            ts.tv_nsec = (long)(at % 1000) * 1000000;
+            pthread_cond_timedwait(&be->reap_cv, &be->mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&be->mu);
+    return NULL;
+}
+
+/* Start the reaper if it is not running, and wake it (be->mu held). */
+static int reaper_poke(dlock__zk_be *be)
+{
+    int rc = DLOCK_OK;
+
+    if (!be->reaper_running) {
+        if (pthread_create(&be->reaper, NULL, reaper_main, be) == 0)
+            be->reaper_running = 1;
+        else
+            rc = dlock_backend_fail(DLOCK_ENOMEM, "zk: cannot start the lease reaper thread");
+    }
+    pthread_cond_signal(&be->reap_cv);
+    return rc;
+}
+
+int dlock__zk_hold_add(dlock__zk_be *be, const dlock_request *req, dlock__zk_sess *s,
+                       uint64_t gen, const char *node, uint64_t czxid)
+{
+    dlock__zk_hold *h;
+    int rc = DLOCK_OK;
+
+    pthread_mutex_lock(&be->mu);
+    if ((h = hold_find(be, req->token)) == NULL) {
+        if ((h = calloc(1, sizeof(*h))) == NULL || (h->token = strdup(req->token)) == NULL ||
+            (h->node = strdup(node)) == NULL) {
+            dlock__zk_hold_free(h);
+            pthread_mutex_unlock(&be->mu);
+            return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+        }
+        h->next = be->holds;
+        be->holds = h;
+    }
+    if (h->node == NULL || strcmp(h->node, node) != 0) {
+        free(h->node);
+        if ((h->node = strdup(node)) == NULL) {
+            pthread_mutex_unlock(&be->mu);
+            return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+        }
+    }
+    h->orphan = 0;
+    h->sess = s;
+    h->gen = gen;
+    h->czxid = czxid;
+    h->lease_ms = req->lease_ms;
+    h->expires_ms = dlock__zk_now_ms() + req->lease_ms;
+    rc = reaper_poke(be);
+    pthread_mutex_unlock(&be->mu);
+    return rc;
+}
+
+int dlock__zk_orphan_add(dlock__zk_be *be, const char *token, dlock__zk_sess *s, uint64_t gen,
+                         const char *dir, const char *uuid, const char *node)
+{
+    dlock__zk_hold *h = calloc(1, sizeof(*h));
+    int rc = DLOCK_OK;
+
+    if (h == NULL || (h->token = strdup(token != NULL ? token : uuid)) == NULL ||
+        (dir != NULL && (h->dir = strdup(dir)) == NULL) ||
+        (node != NULL && (h->node = strdup(node)) == NULL)) {
+        dlock__zk_hold_free(h);
+        return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+    }
+    snprintf(h->uuid, sizeof(h->uuid), "%s", uuid);
+    h->orphan = 1;
+    h->sess = s;
+    h->gen = gen;
+    h->expires_ms = dlock__zk_now_ms() + ORPHAN_RETRY_MS;
+    pthread_mutex_lock(&be->mu);
+    h->next = be->holds;
+    be->holds = h;
+    rc = reaper_poke(be);
+    pthread_mutex_unlock(&be->mu);
+    return rc;
+}
+
+int dlock__zk_hold_find(dlock__zk_be *be, const char *token, dlock__zk_sess **s, uint64_t *gen,
+                        char **node)
+{
+    dlock__zk_hold h;
+
+    if (!dlock__zk_hold_copy(be, token, &h) || !dlock__zk_sess_alive(h.sess, h.gen)) {
+        free(h.node);
+        return dlock_backend_fail(DLOCK_ELOST, "zk %s: the lock is no longer ours", be->shown);
+    }
+    *s = h.sess;
+    *gen = h.gen;
+    *node = h.node;
+    return DLOCK_OK;
+}
+
+int dlock__zk_hold_move(dlock__zk_be *be, const char *token, const char *node)
+{
+    char *copy = strdup(node);
+    dlock__zk_hold *h;
+
+    if (copy == NULL)
+        return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+    pthread_mutex_lock(&be->mu);
+    if ((h = hold_find(be, token)) != NULL) {
+        free(h->node);
+        h->node = copy;
+        copy = NULL;
+    }
+    pthread_mutex_unlock(&be->mu);
+    free(copy);
+    return h != NULL ? DLOCK_OK : dlock_backend_fail(DLOCK_ELOST, "zk %s: the lock is no "
+                                                     "longer ours", be->shown);
+}
