@@ -223,7 +223,7 @@ static int read_holders(dlock__zk_be *be, dlock__zk_sess *s, const char *name, z
             /* Our own hold: the lease left, as the reaper counts it. */
             pthread_mutex_lock(&be->mu);
             for (dlock__zk_hold *o = be->holds; o != NULL; o = o->next)
-                if (strcmp(o->node, h->path) == 0) {
+                if (o->node != NULL && strcmp(o->node, h->path) == 0) {
                     int64_t left = o->expires_ms - dlock__zk_now_ms();
                     h->info.ttl_ms = left > 0 ? left : 1;
                 }
