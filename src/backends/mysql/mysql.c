@@ -243,7 +243,10 @@ static int my_observe(void *arg, const char *name, void **watch)
 
 static const char *const my_schemes[] = {"mysql", "mariadb", NULL};
 
-static const dlock_backend my_backend = {
+/* The table: the module's entry returns it; a static user registers it
+ * (dlock_backend_register("mysql", &dlock_mysql_backend)). */
+extern const dlock_backend dlock_mysql_backend;
+const dlock_backend dlock_mysql_backend = {
     .version = DLOCK_BACKEND_VERSION,
     .size = sizeof(dlock_backend),
     .name = "mysql",
@@ -274,12 +277,4 @@ static const dlock_backend my_backend = {
     .holders = my_holders,
 };
 
-DLOCK_BACKEND_MODULE(my_backend)
-
-/* For static programs and the tests: the table without loading a module
- * (dlock_backend_register("mysql", dlock_mysql_backend())). */
-DLOCK_EXTERN const dlock_backend *dlock_mysql_backend(void);
-const dlock_backend *dlock_mysql_backend(void)
-{
-    return &my_backend;
-}
+DLOCK_BACKEND_MODULE(dlock_mysql_backend)

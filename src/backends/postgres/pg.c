@@ -537,7 +537,9 @@ static int pg_observe_begin(void *vbe, const char *name, void **watch)
 
 static const char *const pg_schemes[] = {"postgres", "postgresql", NULL};
 
-static const dlock_backend pg_backend = {
+/* Not static: a static program registers it (dlock_backend_postgres). */
+extern const dlock_backend dlock_postgres_backend;
+const dlock_backend dlock_postgres_backend = {
     .version = DLOCK_BACKEND_VERSION,
     .size = sizeof(dlock_backend),
     .name = "postgres",
@@ -568,12 +570,4 @@ static const dlock_backend pg_backend = {
     .holders = pg_holders,
 };
 
-DLOCK_BACKEND_MODULE(pg_backend)
-
-/* For static programs and the tests: the table without loading a module
- * (dlock_backend_register("postgres", dlock_postgres_backend())). */
-DLOCK_EXTERN const dlock_backend *dlock_postgres_backend(void);
-const dlock_backend *dlock_postgres_backend(void)
-{
-    return &pg_backend;
-}
+DLOCK_BACKEND_MODULE(dlock_postgres_backend)
