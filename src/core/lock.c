@@ -158,6 +158,7 @@ void dlock__lock_start(dlock_lock *l, int64_t from_ms)
     atomic_store(&l->deadline_ms, from_ms + l->lease_ms);
     l->next_event_ms = l->auto_renew ? from_ms + dlock__renew_period(l->lease_ms)
                                      : from_ms + l->lease_ms;
+    l->retry_count = 0;
 }
 
 _Static_assert(DLOCK_BACKEND_TOKEN_LEN == DLOCK__TOKEN_LEN, "the backend's token length");

@@ -44,10 +44,17 @@ void dlock__lock_mark_lost(dlock_lock *l, int reason, const char *message)
 }
 
 /* Is the lock's renewal due now? Locks due within a sixth of their lease are
- * renewed together with the one that woke us, to save round trips. */
+ * renewed together with the one that woke us, to save round trips. A lock
+ * whose renewal failed waits out its whole pause before it tries again: its
+ * pause (a tenth of the lease at most) is shorter than that sixth, so with
+ * the slack it would be due at once, and a server that refuses at once (a
+ * dropped connection, a ZooKeeper client between servers) would be asked in
+ * a hot loop that starves the reconnect it waits for. */
 static int renewal_due(const dlock_lock *l, int64_t now)
 {
-    return l->auto_renew && l->next_event_ms - l->lease_ms / 6 <= now;
+    int64_t slack = l->retry_count > 0 ? 0 : l->lease_ms / 6;
+
+    return l->auto_renew && l->next_event_ms - slack <= now;
 }
 
 static void renew_batch(dlock_client *c, dlock_lock **batch, size_t n)
@@ -91,7 +98,6 @@ static void renew_batch(dlock_client *c, dlock_lock **batch, size_t n)
              * grow (dlock_lock_valid_ms, without the mutex) sees it counted. */
             dlock__count(c, renewals);
             dlock__lock_start(l, sent);
-            l->retry_count = 0;
         } else if (rc == DLOCK_OK) {
             dlock__lock_mark_lost(l, DLOCK_ELOST, "renewal found the lock gone or owned by "
                                   "another (lease expired or taken over)");

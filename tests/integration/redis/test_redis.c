@@ -145,6 +145,7 @@ static void server_killed_and_restarted(void)
     dlock_lock *l, *l2;
     dlock_lock_info info;
     dlock_acquire_options o = test_opts(0, 400, 1);
+    dlock_stats st = DLOCK_STATS_INIT;
     char where[64];
 
     atomic_store(&test_lost_calls, 0);
@@ -163,6 +164,12 @@ static void server_killed_and_restarted(void)
     CHECK(atomic_load(&test_lost_calls) == 1);
     CHECK(atomic_load(&test_lost_reason) == DLOCK_ECONN);
     CHECK(dlock_lock_lost(l));
+    /* Refused at once, the renewal is tried again every 40 ms (a tenth of
+     * the lease) from the first try at 133 ms to the deadline at 400 ms:
+     * 8 tries (10 allows a wake-up a little early), never a hot loop. */
+    CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
+    fprintf(stderr, "renewals that failed: %llu\n", (unsigned long long)st.renew_failures);
+    CHECK(st.renew_failures >= 1 && st.renew_failures <= 10);
     test_redis_restart(&r);
     CHECK_RC(dlock_release(l), DLOCK_ELOST);
     CHECK_RC(dlock_acquire(&l2, c, "other", NULL), DLOCK_OK);
