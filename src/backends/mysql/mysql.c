@@ -243,10 +243,7 @@ static int my_observe(void *arg, const char *name, void **watch)
 
 static const char *const my_schemes[] = {"mysql", "mariadb", NULL};
 
-/* The table: the module's entry returns it; a static user registers it
- * (dlock_backend_register("mysql", &dlock_mysql_backend)). */
-extern const dlock_backend dlock_mysql_backend;
-const dlock_backend dlock_mysql_backend = {
+static const dlock_backend my_backend = {
     .version = DLOCK_BACKEND_VERSION,
     .size = sizeof(dlock_backend),
     .name = "mysql",
@@ -277,4 +274,12 @@ const dlock_backend dlock_mysql_backend = {
     .holders = my_holders,
 };
 
-DLOCK_BACKEND_MODULE(dlock_mysql_backend)
+DLOCK_BACKEND_MODULE(my_backend)
+
+/* For static programs and the tests: the table without loading a module
+ * (dlock_backend_register("mysql", dlock_mysql_backend())). */
+DLOCK_EXTERN const dlock_backend *dlock_mysql_backend(void);
+const dlock_backend *dlock_mysql_backend(void)
+{
+    return &my_backend;
+}

@@ -537,9 +537,7 @@ static int pg_observe_begin(void *vbe, const char *name, void **watch)
 
 static const char *const pg_schemes[] = {"postgres", "postgresql", NULL};
 
-/* Not static: a static program registers it (dlock_backend_postgres). */
-extern const dlock_backend dlock_postgres_backend;
-const dlock_backend dlock_postgres_backend = {
+static const dlock_backend pg_backend = {
     .version = DLOCK_BACKEND_VERSION,
     .size = sizeof(dlock_backend),
     .name = "postgres",
@@ -570,4 +568,12 @@ const dlock_backend dlock_postgres_backend = {
     .holders = pg_holders,
 };
 
-DLOCK_BACKEND_MODULE(dlock_postgres_backend)
+DLOCK_BACKEND_MODULE(pg_backend)
+
+/* For static programs and the tests: the table without loading a module
+ * (dlock_backend_register("postgres", dlock_postgres_backend())). */
+DLOCK_EXTERN const dlock_backend *dlock_postgres_backend(void);
+const dlock_backend *dlock_postgres_backend(void)
+{
+    return &pg_backend;
+}

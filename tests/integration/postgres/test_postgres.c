@@ -17,7 +17,7 @@
 #include "dlock/sys/backend.h"
 #include "test_pg.h"
 
-extern const dlock_backend dlock_postgres_backend;
+extern const dlock_backend *dlock_postgres_backend(void); /* the static twin's table */
 
 static dlock_client *open_url(const char *url)
 {
@@ -86,7 +86,7 @@ static void lost_reply_idempotent(void)
     u.nhosts = 1;
     u.path = "/postgres";
     u.redacted = p.url;
-    CHECK_RC(dlock_postgres_backend.open(&be, &u, &co), DLOCK_OK);
+    CHECK_RC(dlock_postgres_backend()->open(&be, &u, &co), DLOCK_OK);
     memset(&req, 0, sizeof(req));
     req.kind = DLOCK_KIND_MUTEX;
     req.name = "retry";
@@ -95,18 +95,18 @@ static void lost_reply_idempotent(void)
     memset(&r1, 0, sizeof(r1));
     memset(&r2, 0, sizeof(r2));
     memset(&r3, 0, sizeof(r3));
-    CHECK_RC(dlock_postgres_backend.acquire(be, &req, NULL, &r1), DLOCK_OK);
-    CHECK_RC(dlock_postgres_backend.acquire(be, &req, NULL, &r2), DLOCK_OK);
+    CHECK_RC(dlock_postgres_backend()->acquire(be, &req, NULL, &r1), DLOCK_OK);
+    CHECK_RC(dlock_postgres_backend()->acquire(be, &req, NULL, &r2), DLOCK_OK);
     CHECK(r1.fence > 0 && r2.fence == r1.fence);
     req.token = "fedcba9876543210fedcba9876543210";
-    CHECK_RC(dlock_postgres_backend.acquire(be, &req, NULL, &r3), DLOCK_EBUSY);
+    CHECK_RC(dlock_postgres_backend()->acquire(be, &req, NULL, &r3), DLOCK_EBUSY);
     CHECK(r3.retry_ms > 50000 && r3.retry_ms <= 60000);
     CHECK(test_pg_query(&p, "SELECT count(*) FROM pg_sequences WHERE sequencename = "
                             "'dlock_locks_fence' AND NOT cycle") == 1);
     req.token = "0123456789abcdef0123456789abcdef";
-    CHECK_RC(dlock_postgres_backend.release(be, &req), DLOCK_OK);
-    CHECK_RC(dlock_postgres_backend.release(be, &req), DLOCK_ELOST);
-    dlock_postgres_backend.close(be);
+    CHECK_RC(dlock_postgres_backend()->release(be, &req), DLOCK_OK);
+    CHECK_RC(dlock_postgres_backend()->release(be, &req), DLOCK_ELOST);
+    dlock_postgres_backend()->close(be);
     test_pg_stop(&p);
 }
 
