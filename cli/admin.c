@@ -169,8 +169,8 @@ static const char *holder_word(int kind, size_t n)
     return n == 1 ? "holder" : "holders";
 }
 
-/* One line as before for a lock with one holder; with several, "NAME: held
- * by 3 readers, fence 42, ttl 2931 ms" and a line for each. */
+/* One line for a lock with one holder; with several, "NAME: held by 3
+ * readers, fence 42, ttl 2931 ms" and a line for each. */
 static void print_text(const char *name, const dlock_lock_info *info, const holder_list *hl)
 {
     char text[128], holder[4 * (DLOCK_HOST_MAX + DLOCK_LABEL_MAX) + 128], whole[CLI_NAME_OUT];

@@ -118,8 +118,8 @@ static int file_status(const char *path)
  * (not found) or 126 (found but not executable) at once, without waiting
  * for the lock or spending a fence, instead of hiding behind a busy lock's
  * 75. exec can still fail later (the file changed meanwhile, a missing
- * interpreter): that is reported as before. Returns 0, or the exit code
- * after printing why.
+ * interpreter): run_command then says why and gives 127 or 126 too, once
+ * the lock was taken. Returns 0, or the exit code after printing why.
  */
 static int find_command(const char *subcommand, const char *file)
 {
