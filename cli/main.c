@@ -26,7 +26,7 @@ static const char admin_synopsis[] =
     "       dlock [--url URL] release --force NAME\n";
 static const char tail_synopsis[] =
     "       dlock demo [ARG...]\n"
-    "       dlock --version | --help | SUBCOMMAND --help\n";
+    "       dlock --version | --help | --list-schemes | SUBCOMMAND --help\n";
 
 static const char commands_text[] =
     "\n"
@@ -41,19 +41,49 @@ static const char commands_text[] =
     "release   --force: break the lock NAME whoever holds it (administrators)\n"
     "demo      run the demonstration (see `dlock demo --help`)\n";
 
-static const char url_text[] =
-    "\n"
-    "  --url URL    lock server, one of the schemes this build serves:\n"
-    "                 redis://[user:password@]host[:port][/db]\n"
-    "                 unix:///path/to/redis.sock[?db=N]\n"
-    "                 etcd://[user:password@]host[:port][,host[:port]...]\n"
-    "                 etcds://...[?cacert=FILE][&cert=FILE&key=FILE]  (https)\n"
-    "                 etcd(s) also: ?proxy=URL (proxy variables are ignored),\n"
-    "                 ?insecure_auth=1 (a password over plain etcd://)\n"
-    "                 rediss://...?cacert=FILE[&cert=FILE&key=FILE][&sni=NAME]  (TLS)\n"
-    "               default $DLOCK_URL, else " CLI_DEFAULT_URL "\n"
-    "               (prefer $DLOCK_URL for a password: other users can read\n"
-    "               command lines)\n";
+/*
+ * --url's help. The schemes come from the library (dlock_scheme), the one
+ * list the backends' tables make, so that a new backend shows up here, in
+ * --list-schemes (the shell completions' source) and in the unknown-scheme
+ * error at once; man dlock (URLS) has each one's form.
+ */
+static void print_url_help(FILE *out)
+{
+    const char *s;
+    unsigned flags;
+    int col = 17, missing = 0;
+
+    fputs("\n"
+          "  --url URL    lock server; default $DLOCK_URL, else " CLI_DEFAULT_URL "\n"
+          "               (prefer $DLOCK_URL for a password: other users can read\n"
+          "               command lines). The schemes this build knows (the forms:\n"
+          "               `man dlock`, URLS; `dlock --list-schemes` lists them):\n"
+          "                ", out);
+    for (size_t i = 0; (s = dlock_scheme(i, &flags)) != NULL; i++) {
+        int n = (int)strlen(s) + 4 + ((flags & DLOCK_SCHEME_NOT_INSTALLED) ? 1 : 0);
+        if (col + n > 78) {
+            fputs("\n                ", out);
+            col = 17;
+        }
+        fprintf(out, " %s://%s", s, (flags & DLOCK_SCHEME_NOT_INSTALLED) ? "*" : "");
+        col += n;
+        missing |= (flags & DLOCK_SCHEME_NOT_INSTALLED) != 0;
+    }
+    fputs("\n", out);
+    if (missing)
+        fputs("               (*: its backend module is not installed)\n", out);
+    fputs("               e.g. redis://[user:password@]host[:port][/db],\n"
+          "               etcd://host[:port][,host[:port]...], zk://h1:2181,h2:2181\n", out);
+}
+
+/* --list-schemes: one scheme a line, for scripts and the completions. */
+static void list_schemes(void)
+{
+    const char *s;
+
+    for (size_t i = 0; (s = dlock_scheme(i, NULL)) != NULL; i++)
+        puts(s);
+}
 
 static const char run_options_text[] =
     "  --ttl DUR    the lease, renewed every DUR/3 while COMMAND runs (30s;\n"
@@ -109,7 +139,7 @@ void cli_usage(int to_stderr)
     fputs(admin_synopsis, out);
     fputs(tail_synopsis, out);
     fputs(commands_text, out);
-    fputs(url_text, out);
+    print_url_help(out);
     fputs(run_options_text, out);
     fputs(admin_options_text, out);
     fputs(footer_text, out);
@@ -122,13 +152,13 @@ void cli_command_usage(const char *command)
         fputs(run_synopsis, stdout);
         fputs("\nHold the lock NAME while COMMAND runs (no shell), renewing it; COMMAND\n"
               "gets DLOCK_NAME and DLOCK_FENCE in its environment.\n", stdout);
-        fputs(url_text, stdout);
+        print_url_help(stdout);
         fputs(run_options_text, stdout);
     } else if (!strcmp(command, "elect")) {
         printf("usage:%s", elect_synopsis + strlen("      "));
         fputs("\nCampaign to lead the election NAME; while leader, run COMMAND (as run\n"
               "does); when it ends, resign and campaign again.\n", stdout);
-        fputs(url_text, stdout);
+        print_url_help(stdout);
         fputs(run_options_text, stdout);
     } else {
         const char *line = strstr(admin_synopsis, command);
@@ -147,7 +177,7 @@ void cli_command_usage(const char *command)
         else
             fputs("\nBreak the lock NAME whoever holds it, and wake its waiters. The fence\n"
                   "counter is kept.\n", stdout);
-        fputs(url_text, stdout);
+        print_url_help(stdout);
         fputs(admin_options_text, stdout);
     }
     fputs(footer_text, stdout);
@@ -211,6 +241,11 @@ int main(int argc, char **argv)
         int r;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             cli_usage(0);
+            rc = 0;
+            goto out;
+        }
+        if (!strcmp(argv[i], "--list-schemes")) {
+            list_schemes();
             rc = 0;
             goto out;
         }

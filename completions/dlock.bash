@@ -38,7 +38,8 @@ _dlock()
 
     case $prev in
     --url)
-        COMPREPLY=($(compgen -W "redis:// unix:// etcd:// etcds://" -- "$cur"))
+        # The schemes the dlock being completed knows (its library's list).
+        COMPREPLY=($(compgen -W "$("${words[0]}" --list-schemes 2>/dev/null | sed 's,$,://,')" -- "$cur"))
         compopt -o nospace 2>/dev/null
         return ;;
     --ttl | --wait | --grace)
@@ -50,7 +51,8 @@ _dlock()
 
     case $sub in
     "")
-        COMPREPLY=($(compgen -W "run elect status list release demo --url --help --version" -- "$cur")) ;;
+        COMPREPLY=($(compgen -W "run elect status list release demo --url --help --version
+                               --list-schemes" -- "$cur")) ;;
     run)
         COMPREPLY=($(compgen -W "--ttl --wait --grace -E --shared --exclusive --permits --kill-group
                                --command-status-offset --label -v --stats --help --" -- "$cur")) ;;

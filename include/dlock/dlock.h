@@ -200,6 +200,23 @@ typedef struct {
 #define DLOCK_CLIENT_OPTIONS_INIT {DLOCK_CLIENT_OPTIONS_VERSION, 2000, 5000, NULL, NULL, NULL, NULL}
 
 /*
+ * The URL schemes this library knows, one by one: i from 0 until NULL.
+ * First the built-in backends' (redis, unix, rediss, redis-sentinel, ...,
+ * etcd, etcds, redlock), each as its backend's table lists it; then those
+ * of the backend modules dlock ships (zk, postgres, postgresql, mysql,
+ * mariadb), with DLOCK_SCHEME_MODULE in *flags, and DLOCK_SCHEME_NOT_INSTALLED
+ * too when the module is not where dlock_client_open would look for it;
+ * then those a program registered (dlock_backend_register), with
+ * DLOCK_SCHEME_REGISTERED. flags may be NULL. The string is borrowed for
+ * the life of the process; an index keeps its scheme (registrations are
+ * appended). Thread-safe; no I/O but a file-existence check per module.
+ */
+#define DLOCK_SCHEME_MODULE 1u
+#define DLOCK_SCHEME_NOT_INSTALLED 2u
+#define DLOCK_SCHEME_REGISTERED 4u
+DLOCK_EXTERN const char *dlock_scheme(size_t i, unsigned *flags);
+
+/*
  * Fill opts with the defaults of options version (1..DLOCK_CLIENT_OPTIONS_VERSION),
  * as DLOCK_CLIENT_OPTIONS_INIT does: for callers that cannot use C macros.
  * Every options struct is read as the version in its first field says, so
@@ -212,11 +229,18 @@ DLOCK_EXTERN int dlock_client_options_init(dlock_client_options *opts, unsigned 
 /*
  * Open a client for the lock service at url. opts NULL means defaults.
  *
- * URLs:
+ * URLs (dlock_scheme lists the schemes this library knows):
  *   redis://[user:password@]host[:port][/db]     default port 6379, db 0
  *   unix:///path/to/redis.sock[?db=N]
- *   rediss://...    refused with DLOCK_ENOTSUP: this build's hiredis has no
- *                   TLS, and dlock never falls back to clear text.
+ *   rediss://host[:port][/db]?cacert=FILE[&cert=FILE&key=FILE][&sni=NAME]
+ *                   Redis over TLS, certificate and host name verified
+ *                   (docs/redis-tls.md); never a fall-back to clear text
+ *   redis-sentinel://[user:password@]s1:p1,...,sN:pN/MASTERNAME[?...]
+ *   rediss-sentinel://...   the master found through Sentinel, failover
+ *                   followed (docs/redis-sentinel.md); rediss-: over TLS
+ *   redis-cluster://[user:password@]h1:p1,h2:p2,...[?min_replicas=N]
+ *   rediss-cluster://...    Redis Cluster, slots followed
+ *                   (docs/redis-cluster.md); rediss-: over TLS
  *   etcd://[user:password@]host[:port][,host[:port]...]   etcd v3, default
  *                   port 2379; the next endpoint is tried when one fails
  *   etcds://...[?cacert=FILE][&cert=FILE&key=FILE]   the same over https
@@ -240,6 +264,14 @@ DLOCK_EXTERN int dlock_client_options_init(dlock_client_options *opts, unsigned 
  *                   kernel allows it, else poll), poll, or io_uring
  *                   (DLOCK_ENOTSUP from open when it cannot be had; not
  *                   with tls=1, which reads through OpenSSL with poll)
+ * Served by backend modules (loaded by scheme the first time; DLOCK_EINVAL
+ * naming the module and where it was looked for when it is not installed):
+ *   zk://[user:password@]h1:p1,...[/chroot][?session_timeout_ms=T&acl=...]
+ *                   ZooKeeper, Curator's recipes (docs/zookeeper.md)
+ *   postgres://user:password@host[:port]/db[?mode=lease|advisory&...]
+ *   postgresql://...        PostgreSQL (docs/postgres.md)
+ *   mysql://user:password@host[:port]/db[?mode=lease|named&...]
+ *   mariadb://...           MySQL or MariaDB (docs/mysql.md)
  * User and password may be percent-encoded.
  *
  * The connection is made and checked (AUTH, SELECT, CLIENT SETNAME) before
@@ -254,7 +286,9 @@ DLOCK_EXTERN int dlock_client_options_init(dlock_client_options *opts, unsigned 
  *
  * Returns DLOCK_OK and *out, or:
  *   DLOCK_EINVAL   NULL out/url, malformed URL or options, unknown scheme
- *   DLOCK_ENOTSUP  a scheme this build cannot serve (rediss://)
+ *                  (the message lists the known ones), a module that
+ *                  cannot be loaded
+ *   DLOCK_ENOTSUP  what this build or host cannot do (redlock's io=io_uring)
  *   DLOCK_ECONN    the server cannot be reached within connect_timeout_ms
  *   DLOCK_EAUTH    the server refused the credentials
  *   DLOCK_EPROTO   the server did not answer as its backend's protocol says

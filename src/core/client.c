@@ -168,6 +168,49 @@ int dlock_backend_register(const char *scheme, const dlock_backend *backend)
     return rc;
 }
 
+const char *dlock_scheme(size_t i, unsigned *flags)
+{
+    const char *s = NULL, *module = NULL;
+    size_t n;
+    unsigned f = 0;
+
+    /* The built-in tables' schemes, in the order of builtin[]. */
+    for (size_t b = 0; b < sizeof(builtin) / sizeof(builtin[0]); b++)
+        for (const char *const *p = builtin[b]->schemes; *p != NULL; p++)
+            if (i-- == 0) {
+                s = *p;
+                goto found;
+            }
+    /* The modules'. */
+    for (n = 0; dlock__module_scheme(n, NULL) != NULL; n++)
+        ;
+    if (i < n) {
+        s = dlock__module_scheme(i, &module);
+        f = DLOCK_SCHEME_MODULE;
+        if (!dlock__module_installed(module))
+            f |= DLOCK_SCHEME_NOT_INSTALLED;
+        goto found;
+    }
+    i -= n;
+    /* Then those registered that no module above serves (a loaded module
+     * registers its schemes too). Append-only: an index keeps its scheme. */
+    pthread_mutex_lock(&registry_mu);
+    for (size_t r = 0; r < nregistered && s == NULL; r++) {
+        const char *m;
+        int listed = 0;
+        for (size_t k = 0; (m = dlock__module_scheme(k, NULL)) != NULL && !listed; k++)
+            listed = strcmp(m, registered[r].scheme) == 0;
+        if (!listed && i-- == 0)
+            s = registered[r].scheme;
+    }
+    pthread_mutex_unlock(&registry_mu);
+    f = DLOCK_SCHEME_REGISTERED;
+found:
+    if (flags != NULL && s != NULL)
+        *flags = f;
+    return s;
+}
+
 static int check_options(dlock_client_options *o, const dlock_client_options *given)
 {
     int rc;

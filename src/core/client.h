@@ -130,6 +130,11 @@ static inline int64_t dlock__renew_period(int64_t lease_ms)
 const dlock_backend *dlock__find_backend(const char *scheme, const dlock_backend **given);
 /* Load the backend module for scheme and serve its schemes (module.c). */
 int dlock__module_load(const char *scheme, const dlock_backend **out);
+/* The i-th scheme of the modules dlock ships (module.c's list), with its
+ * module's name in *module; NULL past the end. */
+const char *dlock__module_scheme(size_t i, const char **module);
+/* Whether module.so is where dlock__module_load would look for it. */
+int dlock__module_installed(const char *module);
 
 /* In a set-user-id (AT_SECURE) process, remove once from the environment
  * the variables that a library dlock loads would trust (module.c has the

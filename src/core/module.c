@@ -22,7 +22,10 @@
 #define DLOCK_MODULE_LIBDIR "/usr/local/lib/dlock"
 #endif
 
-/* Schemes whose module has another name. */
+/* The modules dlock ships and the schemes each one's table serves, in the
+ * order dlock_scheme lists them (test_module's schemes_match_tables checks
+ * this list against the modules' tables). A scheme not here is looked for
+ * in a module of its own name. */
 static const struct {
     const char *scheme;
     const char *module;
@@ -124,47 +127,94 @@ serves:
     return DLOCK_OK;
 }
 
+const char *dlock__module_scheme(size_t i, const char **module)
+{
+    if (i >= sizeof(aliases) / sizeof(aliases[0]))
+        return NULL;
+    if (module != NULL)
+        *module = aliases[i].module;
+    return aliases[i].scheme;
+}
+
+/* Where modules are looked for: DLOCK_MODULE_DIR alone, or beside
+ * libdlock.so and then the configured LIBDIR/dlock; "" for none. */
+static void module_dirs(char dirs[2][PATH_MAX])
+{
+    const char *env = secure_getenv("DLOCK_MODULE_DIR");
+
+    if (env != NULL && env[0] != '\0') {
+        snprintf(dirs[0], PATH_MAX, "%s", env);
+        dirs[1][0] = '\0';
+    } else {
+        dir_beside_library(dirs[0], PATH_MAX);
+        snprintf(dirs[1], PATH_MAX, "%s", DLOCK_MODULE_LIBDIR);
+    }
+}
+
+/* The first of dirs that holds module.so, or NULL. */
+static const char *module_dir(char dirs[2][PATH_MAX], const char *module)
+{
+    char probe[PATH_MAX];
+
+    for (int i = 0; i < 2; i++)
+        if (dirs[i][0] != '\0' &&
+            snprintf(probe, sizeof(probe), "%s/%s.so", dirs[i], module) < (int)sizeof(probe) &&
+            access(probe, F_OK) == 0)
+            return dirs[i];
+    return NULL;
+}
+
+int dlock__module_installed(const char *module)
+{
+    char dirs[2][PATH_MAX];
+
+    module_dirs(dirs);
+    return module_dir(dirs, module) != NULL;
+}
+
+/* "unknown scheme" as dlock_client_open reports it: the message lists the
+ * schemes dlock_scheme gives, so that it never lags behind the tables. */
+static int unknown_scheme(const char *scheme, const char *where)
+{
+    char known[512];
+    size_t n = 0;
+    const char *s;
+
+    known[0] = '\0';
+    for (size_t i = 0; (s = dlock_scheme(i, NULL)) != NULL && n < sizeof(known); i++)
+        n += (size_t)snprintf(known + n, sizeof(known) - n, "%s%s://", i > 0 ? ", " : "", s);
+    return dlock__fail(DLOCK_EINVAL, "URL scheme '%.32s://' is not known (known: %s%s%s)",
+                       scheme, known, where != NULL ? "; nor is there a backend module " : "",
+                       where != NULL ? where : "");
+}
+
 int dlock__module_load(const char *scheme, const dlock_backend **out)
 {
-    char dirs[2][PATH_MAX], probe[PATH_MAX];
-    const char *module = module_name(scheme);
-    const char *env = secure_getenv("DLOCK_MODULE_DIR");
+    char dirs[2][PATH_MAX], where[2 * PATH_MAX + 64];
+    const char *module = module_name(scheme), *dir;
     int rc = DLOCK_OK, found = 0;
 
     *out = NULL;
     if (module == NULL)
-        return dlock__fail(DLOCK_EINVAL, "URL scheme '%.32s://' is not known (use redis://, "
-                           "unix://, etcd://, etcds://, redlock://, zk://, postgres:// or "
-                           "mysql://, or one a program registered with "
-                           "dlock_backend_register)", scheme);
-    /* Where to look: DLOCK_MODULE_DIR alone, or beside libdlock.so and then
-     * the configured LIBDIR/dlock. */
-    if (env != NULL && env[0] != '\0') {
-        snprintf(dirs[0], sizeof(dirs[0]), "%s", env);
-        dirs[1][0] = '\0';
-    } else {
-        dir_beside_library(dirs[0], sizeof(dirs[0]));
-        snprintf(dirs[1], sizeof(dirs[1]), "%s", DLOCK_MODULE_LIBDIR);
-    }
+        return unknown_scheme(scheme, NULL);
+    module_dirs(dirs);
     pthread_mutex_lock(&load_mu);
     /* Another thread may have loaded it meanwhile. */
     found = (*out = dlock__find_backend(scheme, NULL)) != NULL;
-    for (int i = 0; i < 2 && !found; i++)
-        if (dirs[i][0] != '\0' &&
-            snprintf(probe, sizeof(probe), "%s/%s.so", dirs[i], module) < (int)sizeof(probe) &&
-            access(probe, F_OK) == 0) {
-            found = 1;
-            rc = load_from(dirs[i], module, scheme, out);
-        }
+    if (!found && (dir = module_dir(dirs, module)) != NULL) {
+        found = 1;
+        rc = load_from(dir, module, scheme, out);
+    }
     pthread_mutex_unlock(&load_mu);
     if (found)
         return rc;
-    if (module == scheme) /* no module of that name: a typo, most likely */
-        return dlock__fail(DLOCK_EINVAL, "URL scheme '%s://' is not known (use redis://, "
-                           "unix://, etcd://, etcds://, redlock://, zk://, postgres:// or "
-                           "mysql://, one a program registered with dlock_backend_register, "
-                           "or a backend module %s.so in %s)", scheme, module,
-                           dirs[1][0] != '\0' ? dirs[1] : dirs[0]);
+    if (module == scheme) { /* no module of that name: a typo, most likely */
+        snprintf(where, sizeof(where), "%s.so in %s%s%s", module,
+                 dirs[0][0] != '\0' ? dirs[0] : dirs[1],
+                 dirs[0][0] != '\0' && dirs[1][0] != '\0' ? " or " : "",
+                 dirs[0][0] != '\0' ? dirs[1] : "");
+        return unknown_scheme(scheme, where);
+    }
     return dlock__fail(DLOCK_EINVAL, "URL scheme '%s://' needs the backend module %s.so, "
                        "found in neither %s nor %s (build dlock with it, or install its "
                        "package; DLOCK_MODULE_DIR names another directory)", scheme, module,

@@ -9,6 +9,7 @@
  * versions or too small are refused, naming what is wrong.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,10 @@
 #include "dlock/sys/backend.h"
 #include "plain_backend.h"
 #include "test.h"
+
+extern const dlock_backend dlock__redis_backend;
+extern const dlock_backend dlock__etcd_backend;
+extern const dlock_backend dlock__redlock_backend;
 
 static void module_serves_its_scheme(void)
 {
@@ -201,10 +206,78 @@ static void bad_tables_refused(void)
     CHECK(c == NULL);
 }
 
+/*
+ * dlock_scheme (what dlock --help, --list-schemes, the completions and the
+ * unknown-scheme error show) against the backends' own tables: the
+ * built-in ones, then each shipped module's, read from the module itself;
+ * then a scheme registered at run time.
+ */
+static void schemes_match_tables(void)
+{
+    static const dlock_backend *const builtin[] = {&dlock__redis_backend, &dlock__etcd_backend,
+                                                   &dlock__redlock_backend};
+    static const char *const modules[] = {"zk", "postgres", "mysql"};
+    const char *want[64], *dir = getenv("DLOCK_MODULE_DIR"), *s;
+    size_t nwant = 0, i, first_module;
+    dlock_client *c = NULL;
+    unsigned flags;
+
+    CHECK(dir != NULL);
+    for (i = 0; i < sizeof(builtin) / sizeof(builtin[0]); i++)
+        for (const char *const *p = builtin[i]->schemes; *p != NULL; p++)
+            want[nwant++] = *p;
+    first_module = nwant;
+    for (i = 0; i < sizeof(modules) / sizeof(modules[0]); i++) {
+        char path[4096];
+        void *h;
+        const dlock_backend *(*entry)(void);
+
+        snprintf(path, sizeof(path), "%s/%s.so", dir, modules[i]);
+        if ((h = dlopen(path, RTLD_NOW | RTLD_LOCAL)) == NULL) {
+            /* Not built here: its schemes must say so. */
+            fprintf(stderr, "# %s not built (%s)\n", modules[i], dlerror());
+            continue;
+        }
+        *(void **)&entry = dlsym(h, DLOCK_BACKEND_MODULE_SYMBOL);
+        CHECK(entry != NULL);
+        for (const char *const *p = entry()->schemes; *p != NULL; p++)
+            want[nwant++] = *p; /* the module stays mapped: the strings are its */
+    }
+    for (i = 0; (s = dlock_scheme(i, &flags)) != NULL; i++) {
+        if (i < first_module) {
+            CHECK(flags == 0);
+        } else if (flags & DLOCK_SCHEME_NOT_INSTALLED) {
+            CHECK(flags & DLOCK_SCHEME_MODULE);
+            continue; /* not built: nothing to compare with */
+        } else {
+            CHECK(flags == DLOCK_SCHEME_MODULE);
+        }
+        if (i >= nwant || strcmp(s, want[i]) != 0) {
+            fprintf(stderr, "dlock_scheme(%zu) = %s, the tables say %s\n", i, s,
+                    i < nwant ? want[i] : "(none)");
+            CHECK(0);
+        }
+    }
+    CHECK(i == nwant);
+    /* A scheme registered at run time comes last; it keeps its index. */
+    CHECK_RC(dlock_backend_register("plainx", &plain_backend), DLOCK_OK);
+    CHECK(dlock_scheme(i, &flags) != NULL && strcmp(dlock_scheme(i, &flags), "plainx") == 0);
+    CHECK(flags == DLOCK_SCHEME_REGISTERED);
+    CHECK(dlock_scheme(i + 1, NULL) == NULL);
+    /* The unknown-scheme error lists them all. */
+    CHECK_RC(dlock_client_open(&c, "reids://127.0.0.1:1", NULL), DLOCK_EINVAL);
+    for (i = 0; (s = dlock_scheme(i, NULL)) != NULL; i++) {
+        char shown[64];
+        snprintf(shown, sizeof(shown), " %s://", s);
+        CHECK_CONTAINS(dlock_error_message(), shown);
+    }
+}
+
 TEST_MAIN({"module_serves_its_scheme", module_serves_its_scheme, NULL},
           {"missing_module_named", missing_module_named, NULL},
           {"module_without_entry_refused", module_without_entry_refused, NULL},
           {"module_of_other_version_refused", module_of_other_version_refused, NULL},
           {"module_of_version_2_serves", module_of_version_2_serves, NULL},
           {"table_of_old_version_5_serves", table_of_old_version_5_serves, NULL},
-          {"bad_tables_refused", bad_tables_refused, NULL})
+          {"bad_tables_refused", bad_tables_refused, NULL},
+          {"schemes_match_tables", schemes_match_tables, NULL})
