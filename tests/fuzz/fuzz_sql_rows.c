@@ -2,9 +2,9 @@
 /*
  * libFuzzer target, in process: the rows the SQL backends decode from the
  * server's text results: PostgreSQL's status and list rows (held, fence, ms
- * left, holder record; a listed name's hex: pg_fill_info, pg_unhex) and
- * MySQL/MariaDB's, in lease mode (my_lease_fill_info) and named mode
- * (my_named_fill_info: held, fence, ttl, holder, name, holding and
+ * left, holder record; a listed name's hex: dlock__pg_fill_info, dlock__pg_unhex) and
+ * MySQL/MariaDB's, in lease mode (dlock__my_lease_fill_info) and named mode
+ * (dlock__my_named_fill_info: held, fence, ttl, holder, name, holding and
  * recorded connection). No server: a PGresult is built with libpq's
  * PQmakeEmptyPGresult/PQsetvalue, a MYSQL_ROW is an array of strings.
  *
@@ -78,10 +78,11 @@ static void check_pg(char **f, unsigned long *lens)
     for (int c = 0; c < 5; c++)
         if (!PQsetvalue(r, 0, c, f[c], f[c] != NULL ? (int)lens[c] : -1))
             goto out;
-    pg_fill_info(&info, r, 0, 1);
+    dlock__pg_fill_info(&info, r, 0, 1);
     check_info(&info, 1);
-    /* A list row's name, as pg_lease_list reads it. */
-    if (PQgetlength(r, 0, 0) <= 2 * DLOCK_NAME_MAX && pg_unhex(name, PQgetvalue(r, 0, 0)) == 0) {
+    /* A list row's name, as dlock__pg_lease_list reads it. */
+    if (PQgetlength(r, 0, 0) <= 2 * DLOCK_NAME_MAX &&
+        dlock__pg_unhex(name, PQgetvalue(r, 0, 0)) == 0) {
         const char *hex = PQgetvalue(r, 0, 0);
         size_t n = strlen(hex) / 2;
         if (strlen(name) != n)
@@ -100,9 +101,9 @@ static void check_mysql(char **f, unsigned long *lens)
     dlock_lock_info info;
     int same;
 
-    my_lease_fill_info(f, lens, &info);
+    dlock__my_lease_fill_info(f, lens, &info);
     check_info(&info, 0);
-    my_named_fill_info(f, lens, &info);
+    dlock__my_named_fill_info(f, lens, &info);
     check_info(&info, 0);
     same = f[5] != NULL && f[6] != NULL && strcmp(f[5], f[6]) == 0;
     if (info.held && !same && (info.has_holder || info.ttl_ms != -1))

@@ -21,14 +21,14 @@ static void free_str(char **s)
 
 static void my_close(void *arg)
 {
-    my_be *be = arg;
+    dlock__my_be *be = arg;
 
     if (be == NULL)
         return;
-    my_drop(&be->cmd);
-    my_drop(&be->wd);
-    my_drop(&be->wake); /* lets go of every wake channel */
-    my_named_close(be);
+    dlock__my_drop(&be->cmd);
+    dlock__my_drop(&be->wd);
+    dlock__my_drop(&be->wake); /* lets go of every wake channel */
+    dlock__my_named_close(be);
     pthread_mutex_destroy(&be->mu);
     pthread_mutex_destroy(&be->wake_mu);
     pthread_mutex_destroy(&be->named_mu);
@@ -57,7 +57,7 @@ static void library_init(void)
 
 static int my_open(void **out, const dlock_url *url, const dlock_client_options *opts)
 {
-    my_be *be;
+    dlock__my_be *be;
     int rc;
 
     *out = NULL;
@@ -69,11 +69,12 @@ static int my_open(void **out, const dlock_url *url, const dlock_client_options 
     pthread_mutex_init(&be->mu, NULL);
     pthread_mutex_init(&be->wake_mu, NULL);
     pthread_mutex_init(&be->named_mu, NULL);
-    if ((rc = my_parse_url(be, url, opts)) != DLOCK_OK)
+    if ((rc = dlock__my_parse_url(be, url, opts)) != DLOCK_OK)
         goto err;
     /* Connect now, so that a wrong address, credentials or database are
      * reported by open, and make the schema on first use. */
-    if ((rc = my_connect(be, &be->cmd)) != DLOCK_OK || (rc = my_schema(be, &be->cmd)) != DLOCK_OK)
+    if ((rc = dlock__my_connect(be, &be->cmd)) != DLOCK_OK ||
+        (rc = dlock__my_schema(be, &be->cmd)) != DLOCK_OK)
         goto err;
     be->log = opts != NULL && opts->version >= 2 ? opts->log : NULL;
     be->log_payload = opts != NULL && opts->version >= 2 ? opts->log_payload : NULL;
@@ -88,7 +89,7 @@ err:
 
 /* Named mode serves the plain mutex alone: caps are the table's, so the
  * rest is refused here. */
-static int named_refuses(my_be *be, const char *what)
+static int named_refuses(dlock__my_be *be, const char *what)
 {
     return dlock_backend_fail(DLOCK_ENOTSUP,
                               "%s: mode=named serves the plain mutex only, not %s (owner ids and "
@@ -106,67 +107,70 @@ static const char *kind_text(const dlock_request *req)
 
 static int my_acquire(void *arg, const dlock_request *req, void *watch, dlock_acquire_result *out)
 {
-    my_be *be = arg;
+    dlock__my_be *be = arg;
 
     if (be->named)
-        return my_family_request(req) ? named_refuses(be, kind_text(req))
-                                      : my_named_acquire(be, req, watch, out);
-    return my_family_request(req) ? my_fam_acquire(be, req, watch, out)
-                                  : my_lease_acquire(be, req, watch, out);
+        return dlock__my_family_request(req) ? named_refuses(be, kind_text(req))
+                                             : dlock__my_named_acquire(be, req, watch, out);
+    return dlock__my_family_request(req) ? dlock__my_fam_acquire(be, req, watch, out)
+                                         : dlock__my_lease_acquire(be, req, watch, out);
 }
 
 static int my_release(void *arg, const dlock_request *req)
 {
-    my_be *be = arg;
+    dlock__my_be *be = arg;
 
     if (be->named)
-        return my_named_release(be, req);
-    return my_family_request(req) ? my_fam_release(be, req) : my_lease_release(be, req);
+        return dlock__my_named_release(be, req);
+    return dlock__my_family_request(req) ? dlock__my_fam_release(be, req)
+                                         : dlock__my_lease_release(be, req);
 }
 
 static int my_extend(void *arg, const dlock_request *req)
 {
-    my_be *be = arg;
+    dlock__my_be *be = arg;
 
     if (be->named)
-        return my_named_extend(be, req);
-    return my_family_request(req) ? my_fam_extend(be, req) : my_lease_extend(be, req);
+        return dlock__my_named_extend(be, req);
+    return dlock__my_family_request(req) ? dlock__my_fam_extend(be, req)
+                                         : dlock__my_lease_extend(be, req);
 }
 
 static int my_check(void *arg, const dlock_request *req)
 {
-    my_be *be = arg;
+    dlock__my_be *be = arg;
 
     if (be->named)
-        return my_named_check(be, req);
-    return my_family_request(req) ? my_fam_check(be, req) : my_lease_check(be, req);
+        return dlock__my_named_check(be, req);
+    return dlock__my_family_request(req) ? dlock__my_fam_check(be, req)
+                                         : dlock__my_lease_check(be, req);
 }
 
 /* Lease mode: the plain leases in one batch, the family's holds in another. */
 static int my_renew(void *arg, dlock_renewal *items, size_t n)
 {
-    my_be *be = arg;
+    dlock__my_be *be = arg;
     dlock_renewal *part[2] = {NULL, NULL};
     size_t np[2] = {0, 0};
     int rc = DLOCK_OK;
 
     if (be->named)
-        return my_named_renew(be, items, n);
+        return dlock__my_named_renew(be, items, n);
     for (int k = 0; k < 2; k++)
         if ((part[k] = malloc((n ? n : 1) * sizeof(**part))) == NULL) {
             rc = dlock_backend_fail(DLOCK_ENOMEM, "%s: out of memory", be->where);
             goto done;
         }
     for (size_t i = 0; i < n; i++) {
-        int k = my_family_request(items[i].req);
+        int k = dlock__my_family_request(items[i].req);
         part[k][np[k]++] = items[i];
     }
-    if ((rc = my_lease_renew(be, part[0], np[0])) != DLOCK_OK ||
-        (rc = my_fam_renew(be, part[1], np[1])) != DLOCK_OK)
+    if ((rc = dlock__my_lease_renew(be, part[0], np[0])) != DLOCK_OK ||
+        (rc = dlock__my_fam_renew(be, part[1], np[1])) != DLOCK_OK)
         goto done;
     np[0] = np[1] = 0;
     for (size_t i = 0; i < n; i++) {
-        int k = my_family_request(items[i].req);
+        int k = dlock__my_family_request(items[i].req);
         items[i].result = part[k][np[k]++].result;
     }
 done:
@@ -177,68 +181,72 @@ done:
 
 static int my_status(void *arg, const char *name, dlock_lock_info *out)
 {
-    my_be *be = arg;
+    dlock__my_be *be = arg;
 
-    return be->named ? my_named_status(be, name, 0, out) : my_lease_status(be, name, 0, out);
+    return be->named ? dlock__my_named_status(be, name, 0, out)
+                     : dlock__my_lease_status(be, name, 0, out);
 }
 
 static int my_force_release(void *arg, const char *name, dlock_lock_info *removed)
 {
-    my_be *be = arg;
+    dlock__my_be *be = arg;
 
-    return be->named ? my_named_status(be, name, 1, removed)
-                     : my_lease_status(be, name, 1, removed);
+    return be->named ? dlock__my_named_status(be, name, 1, removed)
+                     : dlock__my_lease_status(be, name, 1, removed);
 }
 
 static int my_list(void *arg, const char *prefix, dlock_list_cb cb, void *payload)
 {
-    my_be *be = arg;
+    dlock__my_be *be = arg;
 
-    return be->named ? my_named_list(be, prefix, cb, payload)
-                     : my_lease_list(be, prefix, cb, payload);
+    return be->named ? dlock__my_named_list(be, prefix, cb, payload)
+                     : dlock__my_lease_list(be, prefix, cb, payload);
 }
 
 static int my_holders(void *arg, const char *name, dlock_list_cb cb, void *payload)
 {
-    my_be *be = arg;
+    dlock__my_be *be = arg;
     dlock_lock_info info;
     int rc;
 
     if (!be->named)
-        return my_fam_holders(be, name, cb, payload);
-    if ((rc = my_named_status(be, name, 0, &info)) == DLOCK_OK && info.held)
+        return dlock__my_fam_holders(be, name, cb, payload);
+    if ((rc = dlock__my_named_status(be, name, 0, &info)) == DLOCK_OK && info.held)
         cb(name, &info, payload);
     return rc;
 }
 
 static int my_downgrade(void *arg, const dlock_request *req)
 {
-    my_be *be = arg;
+    dlock__my_be *be = arg;
 
-    return be->named ? named_refuses(be, "read-write locks") : my_fam_downgrade(be, req);
+    return be->named ? named_refuses(be, "read-write locks") : dlock__my_fam_downgrade(be, req);
 }
 
 static int my_set_permits(void *arg, const char *name, int permits)
 {
-    my_be *be = arg;
+    dlock__my_be *be = arg;
 
-    return be->named ? named_refuses(be, "semaphores") : my_fam_set_permits(be, name, permits);
+    return be->named ? named_refuses(be, "semaphores")
+                     : dlock__my_fam_set_permits(be, name, permits);
 }
 
 static int my_leader_get(void *arg, const char *name, dlock_leader_info *out)
 {
-    my_be *be = arg;
+    dlock__my_be *be = arg;
 
     memset(out, 0, sizeof(*out));
-    return be->named ? named_refuses(be, "leader election") : my_fam_leader_get(be, name, out);
+    return be->named ? named_refuses(be, "leader election")
+                     : dlock__my_fam_leader_get(be, name, out);
 }
 
 static int my_observe(void *arg, const char *name, void **watch)
 {
-    my_be *be = arg;
+    dlock__my_be *be = arg;
 
     *watch = NULL;
-    return be->named ? named_refuses(be, "leader election") : my_observe_begin(be, name, watch);
+    return be->named ? named_refuses(be, "leader election")
+                     : dlock__my_observe_begin(be, name, watch);
 }
 
 static const char *const my_schemes[] = {"mysql", "mariadb", NULL};
@@ -260,10 +268,10 @@ static const dlock_backend my_backend = {
     .extend = my_extend,
     .check = my_check,
     .renew = my_renew,
-    .watch_begin = my_watch_begin,
-    .watch_wait = my_watch_wait,
-    .watch_end = my_watch_end,
-    .watch_wake = my_watch_wake,
+    .watch_begin = dlock__my_watch_begin,
+    .watch_wait = dlock__my_watch_wait,
+    .watch_end = dlock__my_watch_end,
+    .watch_wake = dlock__my_watch_wake,
     .status = my_status,
     .force_release = my_force_release,
     .downgrade = my_downgrade,

@@ -21,7 +21,7 @@
 
 #include "mysql_int.h"
 
-int64_t my_now_ms(void)
+int64_t dlock__my_now_ms(void)
 {
     struct timespec ts;
 
@@ -72,7 +72,7 @@ static unsigned to_seconds(int64_t ms)
     return s < 1 ? 1 : s > 86400 ? 86400 : (unsigned)s;
 }
 
-int my_parse_url(my_be *be, const dlock_url *url, const dlock_client_options *opts)
+int dlock__my_parse_url(dlock__my_be *be, const dlock_url *url, const dlock_client_options *opts)
 {
     const char *mode = dlock_url_param_get(url, "mode");
     const char *prefix = opts != NULL && opts->key_prefix != NULL ? opts->key_prefix : "dlock:";
@@ -111,9 +111,9 @@ int my_parse_url(my_be *be, const dlock_url *url, const dlock_client_options *op
         return dlock_backend_fail(DLOCK_EINVAL,
                                   "%s: the URL names no database (mysql://USER:PASS@HOST:PORT/DB)",
                                   url->redacted);
-    if (strlen(prefix) > MY_KEY_MAX - DLOCK_NAME_MAX)
+    if (strlen(prefix) > DLOCK__MY_KEY_MAX - DLOCK_NAME_MAX)
         return dlock_backend_fail(DLOCK_EINVAL, "%s: key prefix longer than %d bytes",
-                                  url->redacted, MY_KEY_MAX - DLOCK_NAME_MAX);
+                                  url->redacted, DLOCK__MY_KEY_MAX - DLOCK_NAME_MAX);
     if ((be->db = strdup(url->path + 1)) == NULL || (be->prefix = strdup(prefix)) == NULL ||
         (url->user != NULL && (be->user = strdup(url->user)) == NULL) ||
         (url->password != NULL && (be->password = strdup(url->password)) == NULL) ||
@@ -127,7 +127,7 @@ int my_parse_url(my_be *be, const dlock_url *url, const dlock_client_options *op
         (rc = dup_param(url, "ssl-cipher", &be->ssl_cipher)) != DLOCK_OK ||
         (rc = dup_param(url, "key_secret", &be->key_secret)) != DLOCK_OK)
         return rc;
-    /* Asking for TLS in any way makes it required (my_connect checks the
+    /* Asking for TLS in any way makes it required (dlock__my_connect checks the
      * session is encrypted); a CA given always verifies the server. */
     be->tls = ssl == 1 || verify >= 0 || be->ssl_ca != NULL || be->ssl_capath != NULL ||
               be->ssl_cert != NULL || be->ssl_key != NULL || be->ssl_cipher != NULL;
@@ -161,7 +161,7 @@ int my_parse_url(my_be *be, const dlock_url *url, const dlock_client_options *op
 
 /* ---- connections -------------------------------------------------------- */
 
-void my_drop(MYSQL **slot)
+void dlock__my_drop(MYSQL **slot)
 {
     if (*slot != NULL) {
         mysql_close(*slot);
@@ -175,7 +175,7 @@ static int broken(unsigned e)
     return e >= 2000 && e < 3000;
 }
 
-int my_fail(my_be *be, MYSQL **slot, const char *what, int *unknown)
+int dlock__my_fail(dlock__my_be *be, MYSQL **slot, const char *what, int *unknown)
 {
     unsigned e = mysql_errno(*slot);
     const char *text = mysql_error(*slot);
@@ -214,20 +214,20 @@ int my_fail(my_be *be, MYSQL **slot, const char *what, int *unknown)
     else
         code = dlock_backend_fail(code, "%s: %s: %.300s (error %u)", be->where, what, text, e);
     if (broken(e))
-        my_drop(slot);
+        dlock__my_drop(slot);
     return code;
 }
 
-static int session_setup(my_be *be, MYSQL **slot)
+static int session_setup(dlock__my_be *be, MYSQL **slot)
 {
     char sql[128];
 
     if (mysql_query(*slot, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED") != 0)
-        return my_fail(be, slot, "setting up the session", NULL);
+        return dlock__my_fail(be, slot, "setting up the session", NULL);
     /* A row lock waited for may not outlast the client's read timeout. */
     snprintf(sql, sizeof(sql), "SET SESSION innodb_lock_wait_timeout = %u", be->read_s);
     if (mysql_query(*slot, sql) != 0)
-        return my_fail(be, slot, "setting up the session", NULL);
+        return dlock__my_fail(be, slot, "setting up the session", NULL);
     return DLOCK_OK;
 }
 
@@ -243,7 +243,7 @@ static int session_setup(my_be *be, MYSQL **slot)
 #define SAFE_AUTH "mysql_native_password,client_ed25519,parsec,auth_gssapi_client"
 #define SHA2_AUTH ",caching_sha2_password,sha256_password"
 
-static const char *auth_methods(const my_be *be)
+static const char *auth_methods(const dlock__my_be *be)
 {
     if (be->allow_cleartext)
         return SAFE_AUTH SHA2_AUTH ",mysql_clear_password,dialog";
@@ -255,7 +255,7 @@ static const char *auth_methods(const my_be *be)
 
 /* A connection that failed to open: its error as a DLOCK_E* code, said the
  * way the cause needs (a refused method, TLS). Closes *slot. */
-static int connect_failed(my_be *be, MYSQL **slot)
+static int connect_failed(dlock__my_be *be, MYSQL **slot)
 {
     unsigned e = mysql_errno(*slot);
     int rc;
@@ -273,12 +273,12 @@ static int connect_failed(my_be *be, MYSQL **slot)
         rc = dlock_backend_fail(DLOCK_ECONN, "%s: cannot connect: TLS was required: %.300s (error "
                                 "%u)", be->where, mysql_error(*slot), e);
     else
-        rc = my_fail(be, slot, "cannot connect", NULL);
-    my_drop(slot);
+        rc = dlock__my_fail(be, slot, "cannot connect", NULL);
+    dlock__my_drop(slot);
     return rc;
 }
 
-int my_connect(my_be *be, MYSQL **out)
+int dlock__my_connect(dlock__my_be *be, MYSQL **out)
 {
     MYSQL *c = mysql_init(NULL);
     my_bool no = 0;
@@ -295,7 +295,7 @@ int my_connect(my_be *be, MYSQL **out)
     mysql_options(c, MYSQL_SET_CHARSET_NAME, "utf8mb4");
     mysql_options(c, MYSQL_READ_DEFAULT_GROUP, NULL);
     if (mysql_optionsv(c, MARIADB_OPT_RESTRICTED_AUTH, auth_methods(be)) != 0) {
-        my_drop(&c);
+        dlock__my_drop(&c);
         return dlock_backend_fail(DLOCK_ENOTSUP, "%s: the client library cannot restrict the "
                                   "authentication methods it answers (MariaDB Connector/C 3.3 "
                                   "or later needed)", be->where);
@@ -313,7 +313,7 @@ int my_connect(my_be *be, MYSQL **out)
     /* The library's own enforcement is not trusted alone: a session asked
      * to be encrypted that is not goes no further. */
     if (be->tls && ((cipher = mysql_get_ssl_cipher(c)) == NULL || cipher[0] == '\0')) {
-        my_drop(&c);
+        dlock__my_drop(&c);
         return dlock_backend_fail(DLOCK_ECONN, "%s: TLS was required (an ssl parameter) but the "
                                   "session is not encrypted: refused", be->where);
     }
@@ -323,7 +323,7 @@ int my_connect(my_be *be, MYSQL **out)
             fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) | FD_CLOEXEC);
     }
     if ((rc = session_setup(be, &c)) != DLOCK_OK) {
-        my_drop(&c);
+        dlock__my_drop(&c);
         return rc;
     }
     *out = c;
@@ -340,13 +340,13 @@ static int closed_by_server(MYSQL *c)
     return pf.fd >= 0 && poll(&pf, 1, 0) > 0;
 }
 
-int my_query(my_be *be, MYSQL **slot, const char *sql, MYSQL_RES **res, int *unknown)
+int dlock__my_query(dlock__my_be *be, MYSQL **slot, const char *sql, MYSQL_RES **res, int *unknown)
 {
-    return my_query_rows(be, slot, sql, res, unknown, NULL);
+    return dlock__my_query_rows(be, slot, sql, res, unknown, NULL);
 }
 
-int my_query_rows(my_be *be, MYSQL **slot, const char *sql, MYSQL_RES **res, int *unknown,
-                  uint64_t *affected)
+int dlock__my_query_rows(dlock__my_be *be, MYSQL **slot, const char *sql, MYSQL_RES **res,
+                         int *unknown, uint64_t *affected)
 {
     MYSQL_RES *first = NULL;
     int rc, more;
@@ -356,20 +356,20 @@ int my_query_rows(my_be *be, MYSQL **slot, const char *sql, MYSQL_RES **res, int
     if (unknown != NULL)
         *unknown = 0;
     if (*slot != NULL && closed_by_server(*slot))
-        my_drop(slot); /* a restart, a KILL, wait_timeout: connect again */
+        dlock__my_drop(slot); /* a restart, a KILL, wait_timeout: connect again */
     if (*slot == NULL && ((slot == &be->cmd && be->cmd_tx) || (slot == &be->wd && be->wd_tx)))
         /* Not on a new connection: the transaction, and its row locks,
          * ended with the old one. */
         return dlock_backend_fail(DLOCK_ECONN, "%s: the connection ended during a transaction",
                                   be->where);
     if (*slot == NULL) {
-        if ((rc = my_connect(be, slot)) != DLOCK_OK)
+        if ((rc = dlock__my_connect(be, slot)) != DLOCK_OK)
             return rc;
         if (be->log != NULL)
             be->log(DLOCK_LOG_INFO, be->where, be->log_payload);
     }
     if (mysql_real_query(*slot, sql, (unsigned long)strlen(sql)) != 0)
-        return my_fail(be, slot, "statement failed", unknown);
+        return dlock__my_fail(be, slot, "statement failed", unknown);
     /* Every result of the statement, the first kept: a CALL ends with a
      * status result that must be read before the next statement. */
     do {
@@ -381,7 +381,7 @@ int my_query_rows(my_be *be, MYSQL **slot, const char *sql, MYSQL_RES **res, int
         if (r == NULL && mysql_field_count(*slot) != 0) {
             if (first != NULL)
                 mysql_free_result(first);
-            return my_fail(be, slot, "reading the reply", unknown);
+            return dlock__my_fail(be, slot, "reading the reply", unknown);
         }
         if (r != NULL) {
             if (first == NULL)
@@ -393,7 +393,7 @@ int my_query_rows(my_be *be, MYSQL **slot, const char *sql, MYSQL_RES **res, int
         if (more > 0) {
             if (first != NULL)
                 mysql_free_result(first);
-            return my_fail(be, slot, "statement failed", unknown);
+            return dlock__my_fail(be, slot, "statement failed", unknown);
         }
     } while (more == 0);
     if (res != NULL)
@@ -403,18 +403,18 @@ int my_query_rows(my_be *be, MYSQL **slot, const char *sql, MYSQL_RES **res, int
     return DLOCK_OK;
 }
 
-int my_cmd(my_be *be, const char *sql, MYSQL_RES **res, int *unknown)
+int dlock__my_cmd(dlock__my_be *be, const char *sql, MYSQL_RES **res, int *unknown)
 {
     int rc;
 
     pthread_mutex_lock(&be->mu);
-    rc = my_query(be, &be->cmd, sql, res, unknown);
+    rc = dlock__my_query(be, &be->cmd, sql, res, unknown);
     pthread_mutex_unlock(&be->mu);
     return rc;
 }
 
-int my_row_ints(my_be *be, MYSQL_RES *res, int64_t *v, int n, int64_t def, int *found,
-                const char *what)
+int dlock__my_row_ints(dlock__my_be *be, MYSQL_RES *res, int64_t *v, int n, int64_t def, int *found,
+                       const char *what)
 {
     MYSQL_ROW row;
 
@@ -435,8 +435,8 @@ int my_row_ints(my_be *be, MYSQL_RES *res, int64_t *v, int n, int64_t def, int *
     return DLOCK_OK;
 }
 
-int my_list_query(my_be *be, const char *sql, unsigned ncols, my_fill_fn fill, dlock_list_cb cb,
-                  void *payload)
+int dlock__my_list_query(dlock__my_be *be, const char *sql, unsigned ncols, dlock__my_fill_fn fill,
+                         dlock_list_cb cb, void *payload)
 {
     char name[DLOCK_NAME_MAX + 1];
     size_t lp = strlen(be->prefix);
@@ -444,7 +444,7 @@ int my_list_query(my_be *be, const char *sql, unsigned ncols, my_fill_fn fill, d
     MYSQL_ROW row;
     int rc;
 
-    if ((rc = my_cmd(be, sql, &res, NULL)) != DLOCK_OK)
+    if ((rc = dlock__my_cmd(be, sql, &res, NULL)) != DLOCK_OK)
         return rc;
     if (res == NULL || mysql_num_fields(res) != ncols) {
         if (res != NULL)
@@ -470,7 +470,7 @@ int my_list_query(my_be *be, const char *sql, unsigned ncols, my_fill_fn fill, d
 
 /* ---- names -------------------------------------------------------------- */
 
-void my_hex(char *out, const char *s, size_t len)
+void dlock__my_hex(char *out, const char *s, size_t len)
 {
     static const char digits[] = "0123456789abcdef";
     char *p = out;
@@ -485,12 +485,12 @@ void my_hex(char *out, const char *s, size_t len)
     *p = '\0';
 }
 
-/* key_prefix + name into key (MY_KEY_MAX + 1 bytes). */
-static int make_key(my_be *be, const char *name, char *key)
+/* key_prefix + name into key (DLOCK__MY_KEY_MAX + 1 bytes). */
+static int make_key(dlock__my_be *be, const char *name, char *key)
 {
     size_t lp = strlen(be->prefix), ln = strlen(name);
 
-    if (ln > DLOCK_NAME_MAX || lp + ln > MY_KEY_MAX)
+    if (ln > DLOCK_NAME_MAX || lp + ln > DLOCK__MY_KEY_MAX)
         return dlock_backend_fail(DLOCK_EINVAL, "%s: lock name longer than %d bytes", be->where,
                                   DLOCK_NAME_MAX);
     memcpy(key, be->prefix, lp);
@@ -498,20 +498,20 @@ static int make_key(my_be *be, const char *name, char *key)
     return DLOCK_OK;
 }
 
-int my_key_hex(my_be *be, const char *name, char *out)
+int dlock__my_key_hex(dlock__my_be *be, const char *name, char *out)
 {
-    char key[MY_KEY_MAX + 1];
+    char key[DLOCK__MY_KEY_MAX + 1];
     int rc;
 
     if ((rc = make_key(be, name, key)) != DLOCK_OK)
         return rc;
-    my_hex(out, key, strlen(key));
+    dlock__my_hex(out, key, strlen(key));
     return DLOCK_OK;
 }
 
-int my_lock_expr(my_be *be, const char *name, char tag, char *out)
+int dlock__my_lock_expr(dlock__my_be *be, const char *name, char tag, char *out)
 {
-    char key[MY_KEY_MAX + 1], hex[MY_HEX_MAX];
+    char key[DLOCK__MY_KEY_MAX + 1], hex[DLOCK__MY_HEX_MAX];
     size_t len;
     int plain;
     int rc;
@@ -527,26 +527,27 @@ int my_lock_expr(my_be *be, const char *name, char tag, char *out)
         if (HMAC(EVP_sha256(), be->key_secret, (int)strlen(be->key_secret),
                  (const unsigned char *)key, len, mac, &mlen) == NULL || mlen < 29)
             return dlock_backend_fail(DLOCK_ENOMEM, "%s: HMAC-SHA256 failed", be->where);
-        my_hex(hex, (const char *)mac, 29);
-        /* my_hex wrote X'..': the 58 digits are from hex + 2. */
-        snprintf(out, MY_LOCKEXPR_MAX, "'%s%.58s'", tag == 'n' ? "dlock$" : "dlckw$", hex + 2);
+        dlock__my_hex(hex, (const char *)mac, 29);
+        /* dlock__my_hex wrote X'..': the 58 digits are from hex + 2. */
+        snprintf(out, DLOCK__MY_LOCKEXPR_MAX, "'%s%.58s'", tag == 'n' ? "dlock$" : "dlckw$",
+                 hex + 2);
         return DLOCK_OK;
     }
     plain = tag == 'n' && len <= 64;
     for (size_t i = 0; plain && i < len; i++)
         plain = key[i] > 0x20 && key[i] < 0x7f && key[i] != '\'' && key[i] != '\\';
     if (plain) {
-        snprintf(out, MY_LOCKEXPR_MAX, "'%s'", key);
+        snprintf(out, DLOCK__MY_LOCKEXPR_MAX, "'%s'", key);
         return DLOCK_OK;
     }
     /* 'dlock#' and 58 hex digits of SHA-256 (232 bits): 64 characters. */
-    my_hex(hex, key, len);
-    snprintf(out, MY_LOCKEXPR_MAX, "CONCAT('%s', LEFT(SHA2(%s, 256), 58))",
+    dlock__my_hex(hex, key, len);
+    snprintf(out, DLOCK__MY_LOCKEXPR_MAX, "CONCAT('%s', LEFT(SHA2(%s, 256), 58))",
              tag == 'n' ? "dlock#" : "dlckw#", hex);
     return DLOCK_OK;
 }
 
-void my_holder_fill(dlock_lock_info *info, const char *text, unsigned long len)
+void dlock__my_holder_fill(dlock_lock_info *info, const char *text, unsigned long len)
 {
     info->has_holder = 0;
     if (text != NULL && len > 0)

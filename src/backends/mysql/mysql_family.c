@@ -37,8 +37,8 @@
 
 /* Room for a statement: the name, token, owner, holder and identity as
  * hex literals, and the words around them. */
-#define FAM_SQL_MAX (MY_HEX_MAX + 2 * (64 + DLOCK_OWNER_MAX + DLOCK_HOLDER_MAX + \
-                                       DLOCK_IDENTITY_MAX) + 1024)
+#define FAM_SQL_MAX (DLOCK__MY_HEX_MAX + 2 * (64 + DLOCK_OWNER_MAX + DLOCK_HOLDER_MAX + \
+                                              DLOCK_IDENTITY_MAX) + 1024)
 
 #define NOW "UTC_TIMESTAMP(6)"
 
@@ -54,16 +54,16 @@ typedef struct {
 
 /* One transaction's view of a name. */
 typedef struct {
-    my_be *be;
+    dlock__my_be *be;
     const char *name;
-    char key[MY_HEX_MAX];
+    char key[DLOCK__MY_HEX_MAX];
     int plain;          /* a plain mutex's token holds the row */
     int64_t plain_left; /* ... for this many ms */
     fam_row *rows;
     size_t nrows;
 } fam_tx;
 
-int my_family_request(const dlock_request *req)
+int dlock__my_family_request(const dlock_request *req)
 {
     return req->kind != DLOCK_KIND_MUTEX || req->owner != NULL;
 }
@@ -86,7 +86,7 @@ static int exclusive(int kind)
 
 static int run(fam_tx *t, const char *sql, MYSQL_RES **res, uint64_t *affected, int *unknown)
 {
-    int rc = my_query_rows(t->be, &t->be->cmd, sql, res, unknown, affected);
+    int rc = dlock__my_query_rows(t->be, &t->be->cmd, sql, res, unknown, affected);
 
     /* Kept for again(): the ROLLBACK after it resets the connection's. */
     t->be->cmd_errno = rc != DLOCK_OK && t->be->cmd != NULL ? mysql_errno(t->be->cmd) : 0;
@@ -96,7 +96,7 @@ static int run(fam_tx *t, const char *sql, MYSQL_RES **res, uint64_t *affected, 
 static void rollback(fam_tx *t)
 {
     if (t->be->cmd != NULL && mysql_query(t->be->cmd, "ROLLBACK") != 0)
-        my_drop(&t->be->cmd); /* cannot tell what is left open: start afresh */
+        dlock__my_drop(&t->be->cmd); /* cannot tell what is left open: start afresh */
     t->be->cmd_tx = 0;
 }
 
@@ -104,7 +104,7 @@ static void rollback(fam_tx *t)
  * lease, or free when none lives. */
 static int marker_recompute(fam_tx *t)
 {
-    char sql[2 * MY_HEX_MAX + 512];
+    char sql[2 * DLOCK__MY_HEX_MAX + 512];
 
     snprintf(sql, sizeof(sql),
              "UPDATE dlock_locks SET expires = COALESCE((SELECT MAX(h.expires) FROM dlock_holds h"
@@ -119,9 +119,9 @@ static int marker_recompute(fam_tx *t)
  * places, and read what is left (with_rows) in arrival order. On failure
  * the transaction is rolled back.
  */
-static int tx_begin(fam_tx *t, my_be *be, const char *name, int with_rows)
+static int tx_begin(fam_tx *t, dlock__my_be *be, const char *name, int with_rows)
 {
-    char sql[2 * MY_HEX_MAX + 512];
+    char sql[2 * DLOCK__MY_HEX_MAX + 512];
     MYSQL_RES *res = NULL;
     MYSQL_ROW row;
     int rc;
@@ -129,7 +129,7 @@ static int tx_begin(fam_tx *t, my_be *be, const char *name, int with_rows)
     memset(t, 0, sizeof(*t));
     t->be = be;
     t->name = name;
-    if ((rc = my_key_hex(be, name, t->key)) != DLOCK_OK)
+    if ((rc = dlock__my_key_hex(be, name, t->key)) != DLOCK_OK)
         return rc;
     if ((rc = run(t, "START TRANSACTION", NULL, NULL, NULL)) != DLOCK_OK)
         return rc;
@@ -226,7 +226,7 @@ static int tx_fail(fam_tx *t, int rc)
 }
 
 /* A deadlock or lock wait timeout rolled the transaction back: try again. */
-static int again(my_be *be, int rc, int unknown)
+static int again(dlock__my_be *be, int rc, int unknown)
 {
     return rc == DLOCK_ECONN && !unknown &&
            (be->cmd_errno == ER_LOCK_DEADLOCK || be->cmd_errno == ER_LOCK_WAIT_TIMEOUT);
@@ -241,19 +241,19 @@ static int same_owner(const fam_row *r, const char *owner)
 static void hex_or_null(char *out, const char *s, size_t max)
 {
     if (s != NULL && strlen(s) <= max)
-        my_hex(out, s, strlen(s));
+        dlock__my_hex(out, s, strlen(s));
     else
         strcpy(out, "NULL");
 }
 
 /* ---- acquire ------------------------------------------------------------ */
 
-static void notify_observers(my_be *be, const char *name);
+static void notify_observers(dlock__my_be *be, const char *name);
 
 /* Take or refresh a place in the queue (a fair waiter, a writer's marker). */
 static int queue_place(fam_tx *t, const dlock_request *req, const char *tok)
 {
-    char sql[2 * MY_HEX_MAX + 512];
+    char sql[2 * DLOCK__MY_HEX_MAX + 512];
 
     snprintf(sql, sizeof(sql),
              "INSERT INTO dlock_holds (name, token, kind, waiting, fence, expires)"
@@ -320,10 +320,10 @@ static int64_t capped(int64_t retry, const dlock_request *req)
  * One try in one transaction. *verdict: DLOCK_OK (taken, *fence),
  * DLOCK_EBUSY (out->retry_ms), DLOCK_EMISUSE, DLOCK_EINVAL.
  */
-static int try_once(my_be *be, const dlock_request *req, int waiting, int *verdict,
+static int try_once(dlock__my_be *be, const dlock_request *req, int waiting, int *verdict,
                     uint64_t *fence, int64_t *retry, int *unknown, int *grabbed)
 {
-    char tok[80], sql[2 * MY_HEX_MAX + 512], shown[80];
+    char tok[80], sql[2 * DLOCK__MY_HEX_MAX + 512], shown[80];
     const fam_row *own = NULL, *mine_excl = NULL, *mine_read = NULL, *head = NULL;
     int64_t excl_left = -1, shared_left = -1, shared_min = -1, marker_left = -1;
     int nexcl = 0, nsem = 0, nshared = 0, writer_waits = 0;
@@ -331,7 +331,7 @@ static int try_once(my_be *be, const dlock_request *req, int waiting, int *verdi
     int rc;
 
     snprintf(shown, sizeof(shown), "%.60s", req->name);
-    my_hex(tok, req->token, strlen(req->token));
+    dlock__my_hex(tok, req->token, strlen(req->token));
     if ((rc = tx_begin(&t, be, req->name, 1)) != DLOCK_OK)
         return rc;
     for (size_t i = 0; i < t.nrows; i++) {
@@ -409,7 +409,7 @@ static int try_once(my_be *be, const dlock_request *req, int waiting, int *verdi
         MYSQL_RES *res;
         snprintf(sql, sizeof(sql), "SELECT permits FROM dlock_permits WHERE name = %s", t.key);
         if ((rc = run(&t, sql, &res, NULL, NULL)) != DLOCK_OK ||
-            (rc = my_row_ints(be, res, &v, 1, 0, &found, "the permits")) != DLOCK_OK)
+            (rc = dlock__my_row_ints(be, res, &v, 1, 0, &found, "the permits")) != DLOCK_OK)
             return tx_fail(&t, rc);
         if (!found) {
             if (req->permits < 1)
@@ -465,7 +465,7 @@ static int try_once(my_be *be, const dlock_request *req, int waiting, int *verdi
          * while the waiter, finding the channel free twice, sleeps to the
          * lease. (Still under the row lock, so no other try sees it yet.) */
         if (exclusive(req->kind))
-            *grabbed = my_wake_grab(be, req->name);
+            *grabbed = dlock__my_wake_grab(be, req->name);
         return tx_commit(&t, unknown);
     }
     if (*verdict == DLOCK_EBUSY && waiting &&
@@ -477,7 +477,8 @@ static int try_once(my_be *be, const dlock_request *req, int waiting, int *verdi
     return tx_commit(&t, unknown);
 }
 
-int my_fam_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acquire_result *out)
+int dlock__my_fam_acquire(dlock__my_be *be, const dlock_request *req, void *watch,
+                          dlock_acquire_result *out)
 {
     uint64_t fence = 0;
     int64_t retry = -1;
@@ -486,12 +487,12 @@ int my_fam_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acqui
     if (strlen(req->token) > 32)
         return dlock_backend_fail(DLOCK_EINVAL, "%s: token longer than 32 bytes", be->where);
     if (watch != NULL)
-        my_watch_note_family(watch, req->token,
-                             req->kind == DLOCK_KIND_FAIR || req->kind == DLOCK_KIND_WRITE);
+        dlock__my_watch_note_family(watch, req->token,
+                                    req->kind == DLOCK_KIND_FAIR || req->kind == DLOCK_KIND_WRITE);
     pthread_mutex_lock(&be->mu);
     for (int tries = 0;; tries++) {
         if (grabbed == 1)
-            my_wake_hold(be, req->name, 0); /* a try rolled back */
+            dlock__my_wake_hold(be, req->name, 0); /* a try rolled back */
         grabbed = 0;
         rc = try_once(be, req, watch != NULL, &verdict, &fence, &retry, &unknown, &grabbed);
         if (rc == DLOCK_OK || tries == 3 || !again(be, rc, unknown))
@@ -499,15 +500,15 @@ int my_fam_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acqui
     }
     pthread_mutex_unlock(&be->mu);
     if (grabbed == 1 && rc != DLOCK_OK && !unknown)
-        my_wake_hold(be, req->name, 0);
+        dlock__my_wake_hold(be, req->name, 0);
     if (watch != NULL)
-        my_watch_note_try(watch, req->token, unknown);
+        dlock__my_watch_note_try(watch, req->token, unknown);
     if (rc != DLOCK_OK)
         return rc;
     if (verdict == DLOCK_OK) {
         out->fence = fence;
         if (grabbed == 0)
-            my_wake_hold(be, req->name, 1);
+            dlock__my_wake_hold(be, req->name, 1);
         if (req->kind == DLOCK_KIND_LEADER)
             notify_observers(be, req->name);
         return DLOCK_OK;
@@ -526,10 +527,10 @@ int my_fam_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acqui
  * twice: the key, then the token) and refresh the marker; DLOCK_ELOST when
  * it matched no row (need_row).
  */
-static int owned_change(my_be *be, const char *name, const char *token, const char *change,
+static int owned_change(dlock__my_be *be, const char *name, const char *token, const char *change,
                         int need_row)
 {
-    char tok[80], sql[3 * MY_HEX_MAX + 512];
+    char tok[80], sql[3 * DLOCK__MY_HEX_MAX + 512];
     uint64_t affected = 0;
     fam_tx t;
     int rc = DLOCK_OK, unknown = 0;
@@ -537,7 +538,7 @@ static int owned_change(my_be *be, const char *name, const char *token, const ch
     if (strlen(token) > 32)
         return dlock_backend_fail(DLOCK_ELOST, "%s: the lock is no longer this token's",
                                   be->where);
-    my_hex(tok, token, strlen(token));
+    dlock__my_hex(tok, token, strlen(token));
     pthread_mutex_lock(&be->mu);
     for (int tries = 0; tries < 4; tries++) {
         if ((rc = tx_begin(&t, be, name, 0)) != DLOCK_OK) {
@@ -564,18 +565,18 @@ static int owned_change(my_be *be, const char *name, const char *token, const ch
     return rc;
 }
 
-int my_fam_release(my_be *be, const dlock_request *req)
+int dlock__my_fam_release(dlock__my_be *be, const dlock_request *req)
 {
     int rc = owned_change(be, req->name, req->token,
                           "DELETE FROM dlock_holds WHERE name = %s AND token = %s AND waiting = 0",
                           1);
 
     if (rc == DLOCK_OK || rc == DLOCK_ELOST)
-        my_wake_hold(be, req->name, 0);
+        dlock__my_wake_hold(be, req->name, 0);
     return rc;
 }
 
-void my_fam_leave(my_be *be, const char *name, const char *token, int unknown)
+void dlock__my_fam_leave(dlock__my_be *be, const char *name, const char *token, int unknown)
 {
     char saved[512];
 
@@ -587,11 +588,11 @@ void my_fam_leave(my_be *be, const char *name, const char *token, int unknown)
                            " AND waiting = 1",
                  0);
     if (unknown)
-        my_wake_hold(be, name, 0);
+        dlock__my_wake_hold(be, name, 0);
     dlock_backend_fail(DLOCK_OK, "%s", saved);
 }
 
-int my_fam_extend(my_be *be, const dlock_request *req)
+int dlock__my_fam_extend(dlock__my_be *be, const dlock_request *req)
 {
     char change[256];
 
@@ -602,7 +603,7 @@ int my_fam_extend(my_be *be, const dlock_request *req)
     return owned_change(be, req->name, req->token, change, 1);
 }
 
-int my_fam_downgrade(my_be *be, const dlock_request *req)
+int dlock__my_fam_downgrade(dlock__my_be *be, const dlock_request *req)
 {
     char change[256];
     int rc;
@@ -613,45 +614,45 @@ int my_fam_downgrade(my_be *be, const dlock_request *req)
              DLOCK_KIND_READ, (long long)lease_us(req->lease_ms), DLOCK_KIND_WRITE);
     rc = owned_change(be, req->name, req->token, change, 1);
     if (rc == DLOCK_OK)
-        my_wake_hold(be, req->name, 0); /* the waiting readers may come in */
+        dlock__my_wake_hold(be, req->name, 0); /* the waiting readers may come in */
     return rc;
 }
 
-int my_fam_check(my_be *be, const dlock_request *req)
+int dlock__my_fam_check(dlock__my_be *be, const dlock_request *req)
 {
-    char key[MY_HEX_MAX], tok[80], sql[MY_HEX_MAX + 256];
+    char key[DLOCK__MY_HEX_MAX], tok[80], sql[DLOCK__MY_HEX_MAX + 256];
     MYSQL_RES *res;
     int64_t v;
     int found, rc;
 
-    if ((rc = my_key_hex(be, req->name, key)) != DLOCK_OK)
+    if ((rc = dlock__my_key_hex(be, req->name, key)) != DLOCK_OK)
         return rc;
     if (strlen(req->token) > 32)
         return DLOCK_ELOST;
-    my_hex(tok, req->token, strlen(req->token));
+    dlock__my_hex(tok, req->token, strlen(req->token));
     snprintf(sql, sizeof(sql),
              "SELECT 1 FROM dlock_holds WHERE name = %s AND token = %s AND waiting = 0"
              " AND expires > " NOW,
              key, tok);
-    if ((rc = my_cmd(be, sql, &res, NULL)) != DLOCK_OK ||
-        (rc = my_row_ints(be, res, &v, 1, 0, &found, "the check")) != DLOCK_OK)
+    if ((rc = dlock__my_cmd(be, sql, &res, NULL)) != DLOCK_OK ||
+        (rc = dlock__my_row_ints(be, res, &v, 1, 0, &found, "the check")) != DLOCK_OK)
         return rc;
     return found ? DLOCK_OK : DLOCK_ELOST;
 }
 
-int my_fam_set_permits(my_be *be, const char *name, int permits)
+int dlock__my_fam_set_permits(dlock__my_be *be, const char *name, int permits)
 {
-    char key[MY_HEX_MAX], sql[MY_HEX_MAX + 256];
+    char key[DLOCK__MY_HEX_MAX], sql[DLOCK__MY_HEX_MAX + 256];
     int rc;
 
-    if ((rc = my_key_hex(be, name, key)) != DLOCK_OK)
+    if ((rc = dlock__my_key_hex(be, name, key)) != DLOCK_OK)
         return rc;
     snprintf(sql, sizeof(sql),
              "INSERT INTO dlock_permits (name, permits) VALUES (%s, %d)"
              " ON DUPLICATE KEY UPDATE permits = VALUES(permits)",
              key, permits);
     /* Waiters look again within W/3 (no channel to wake them by). */
-    return my_cmd(be, sql, NULL, NULL);
+    return dlock__my_cmd(be, sql, NULL, NULL);
 }
 
 /* ---- renew -------------------------------------------------------------- */
@@ -663,11 +664,11 @@ int my_fam_set_permits(my_be *be, const char *name, int permits)
  * hold that is still its token's, finds which, and moves each marker to
  * its longest hold.
  */
-int my_fam_renew(my_be *be, dlock_renewal *items, size_t n)
+int dlock__my_fam_renew(dlock__my_be *be, dlock_renewal *items, size_t n)
 {
-    size_t per = 3 * MY_HEX_MAX + 256, cap = 512 + n * per;
+    size_t per = 3 * DLOCK__MY_HEX_MAX + 256, cap = 512 + n * per;
     char *sql = NULL, *where = NULL, *names = NULL, *cases = NULL, tok[80];
-    char (*keys)[MY_HEX_MAX] = NULL;
+    char (*keys)[DLOCK__MY_HEX_MAX] = NULL;
     size_t wl = 0, nl = 0, cl = 0;
     MYSQL_RES *res = NULL;
     int rc = DLOCK_OK;
@@ -686,31 +687,31 @@ int my_fam_renew(my_be *be, dlock_renewal *items, size_t n)
     for (size_t i = 0; i < n; i++) {
         const dlock_request *r = items[i].req;
         items[i].result = DLOCK_ELOST;
-        if ((rc = my_key_hex(be, r->name, keys[i])) != DLOCK_OK)
+        if ((rc = dlock__my_key_hex(be, r->name, keys[i])) != DLOCK_OK)
             goto done;
-        my_hex(tok, r->token, strlen(r->token) > 32 ? 32 : strlen(r->token));
+        dlock__my_hex(tok, r->token, strlen(r->token) > 32 ? 32 : strlen(r->token));
         wl += (size_t)snprintf(where + wl, cap - wl, "%s(name = %s AND token = %s)",
                                i ? " OR " : "", keys[i], tok);
         nl += (size_t)snprintf(names + nl, cap - nl, "%s%s", i ? ", " : "", keys[i]);
         cl += (size_t)snprintf(cases + cl, cap - cl, " WHEN name = %s AND token = %s THEN %lld",
                                keys[i], tok, (long long)lease_us(r->lease_ms));
     }
-    if ((rc = my_query(be, &be->wd, "START TRANSACTION", NULL, NULL)) != DLOCK_OK)
+    if ((rc = dlock__my_query(be, &be->wd, "START TRANSACTION", NULL, NULL)) != DLOCK_OK)
         goto done;
     be->wd_tx = 1;
     snprintf(sql, 3 * cap, "SELECT name FROM dlock_locks WHERE name IN (%s) FOR UPDATE", names);
-    if ((rc = my_query(be, &be->wd, sql, NULL, NULL)) != DLOCK_OK)
+    if ((rc = dlock__my_query(be, &be->wd, sql, NULL, NULL)) != DLOCK_OK)
         goto fail;
     snprintf(sql, 3 * cap,
              "UPDATE dlock_holds SET expires = " NOW " + INTERVAL CASE%s ELSE 0 END MICROSECOND"
              " WHERE (%s) AND waiting = 0 AND expires > " NOW,
              cases, where);
-    if ((rc = my_query(be, &be->wd, sql, NULL, NULL)) != DLOCK_OK)
+    if ((rc = dlock__my_query(be, &be->wd, sql, NULL, NULL)) != DLOCK_OK)
         goto fail;
     snprintf(sql, 3 * cap,
              "SELECT name, token FROM dlock_holds WHERE (%s) AND waiting = 0 AND expires > " NOW,
              where);
-    if ((rc = my_query(be, &be->wd, sql, &res, NULL)) != DLOCK_OK)
+    if ((rc = dlock__my_query(be, &be->wd, sql, &res, NULL)) != DLOCK_OK)
         goto fail;
     if (res == NULL || mysql_num_fields(res) != 2) {
         rc = dlock_backend_fail(DLOCK_EPROTO, "%s: the renewal check returned no rows",
@@ -722,9 +723,9 @@ int my_fam_renew(my_be *be, dlock_renewal *items, size_t n)
              " MAX(h.expires) FROM dlock_holds h WHERE h.name = l.name AND h.waiting = 0), " NOW
              ")) WHERE l.name IN (%s) AND l.token = '*'",
              names);
-    if ((rc = my_query(be, &be->wd, sql, NULL, NULL)) != DLOCK_OK)
+    if ((rc = dlock__my_query(be, &be->wd, sql, NULL, NULL)) != DLOCK_OK)
         goto fail;
-    rc = my_query(be, &be->wd, "COMMIT", NULL, NULL);
+    rc = dlock__my_query(be, &be->wd, "COMMIT", NULL, NULL);
     be->wd_tx = 0;
     if (rc != DLOCK_OK)
         goto fail;
@@ -742,7 +743,7 @@ int my_fam_renew(my_be *be, dlock_renewal *items, size_t n)
     goto done;
 fail:
     if (be->wd != NULL && mysql_query(be->wd, "ROLLBACK") != 0)
-        my_drop(&be->wd);
+        dlock__my_drop(&be->wd);
     be->wd_tx = 0;
 done:
     if (res != NULL)
@@ -757,20 +758,20 @@ done:
 
 /* ---- who holds it ------------------------------------------------------- */
 
-int my_fam_holders(my_be *be, const char *name, dlock_list_cb cb, void *payload)
+int dlock__my_fam_holders(dlock__my_be *be, const char *name, dlock_list_cb cb, void *payload)
 {
-    char key[MY_HEX_MAX], sql[MY_HEX_MAX + 512];
+    char key[DLOCK__MY_HEX_MAX], sql[DLOCK__MY_HEX_MAX + 512];
     MYSQL_RES *res = NULL;
     MYSQL_ROW row;
     dlock_lock_info all;
     int rc, n;
 
     /* The lock's state, then its holds: a plain holder is the one. */
-    if ((rc = my_lease_status(be, name, 0, &all)) != DLOCK_OK)
+    if ((rc = dlock__my_lease_status(be, name, 0, &all)) != DLOCK_OK)
         return rc;
     if (!all.held)
         return DLOCK_OK;
-    if ((rc = my_key_hex(be, name, key)) != DLOCK_OK)
+    if ((rc = dlock__my_key_hex(be, name, key)) != DLOCK_OK)
         return rc;
     snprintf(sql, sizeof(sql),
              "SELECT l.token = '*', h.fence,"
@@ -778,7 +779,7 @@ int my_fam_holders(my_be *be, const char *name, dlock_list_cb cb, void *payload)
              " h.holder, h.kind FROM dlock_locks l LEFT JOIN dlock_holds h ON h.name = l.name"
              " AND h.waiting = 0 AND h.expires > " NOW " WHERE l.name = %s ORDER BY h.fence, h.seq",
              key);
-    if ((rc = my_cmd(be, sql, &res, NULL)) != DLOCK_OK)
+    if ((rc = dlock__my_cmd(be, sql, &res, NULL)) != DLOCK_OK)
         return rc;
     if (res == NULL || mysql_num_fields(res) != 5) {
         if (res != NULL)
@@ -801,7 +802,7 @@ int my_fam_holders(my_be *be, const char *name, dlock_list_cb cb, void *payload)
         info.fence = strtoull(row[1], NULL, 10);
         info.ttl_ms = row[2] != NULL ? strtoll(row[2], NULL, 10) : 0;
         info.kind = row[4] != NULL ? atoi(row[4]) : -1;
-        my_holder_fill(&info, row[3], lens[3]);
+        dlock__my_holder_fill(&info, row[3], lens[3]);
         if (cb(name, &info, payload) != 0)
             break;
     }
@@ -820,9 +821,9 @@ static void observer_tag(char *out, size_t size, const char *key)
     snprintf(out, size, "dlckobs:%.*s:", len >= 3 ? (int)(len - 3) : 0, key + 2);
 }
 
-void my_observe_sql(char *out, size_t size, const char *key, const char *expr, int64_t s)
+void dlock__my_observe_sql(char *out, size_t size, const char *key, const char *expr, int64_t s)
 {
-    char tag[MY_HEX_MAX + 16];
+    char tag[DLOCK__MY_HEX_MAX + 16];
 
     observer_tag(tag, sizeof(tag), key);
     /* A leader: block on its channel (a leader whose client holds none
@@ -839,13 +840,14 @@ void my_observe_sql(char *out, size_t size, const char *key, const char *expr, i
  * election that this account can see (its own sessions; all with the
  * PROCESS privilege), each cut short with KILL QUERY. Best effort: an
  * observer not reached sees the leader at its SLEEP's end (5 s at most). */
-static void notify_observers(my_be *be, const char *name)
+static void notify_observers(dlock__my_be *be, const char *name)
 {
-    char key[MY_HEX_MAX], tag[MY_HEX_MAX + 16], sql[MY_HEX_MAX + 256], saved[512];
+    char key[DLOCK__MY_HEX_MAX], tag[DLOCK__MY_HEX_MAX + 16], sql[DLOCK__MY_HEX_MAX + 256],
+        saved[512];
     MYSQL_RES *res = NULL;
     MYSQL_ROW row;
 
-    if (my_key_hex(be, name, key) != DLOCK_OK)
+    if (dlock__my_key_hex(be, name, key) != DLOCK_OK)
         return;
     snprintf(saved, sizeof(saved), "%s", dlock_error_message());
     observer_tag(tag, sizeof(tag), key);
@@ -854,11 +856,11 @@ static void notify_observers(my_be *be, const char *name)
              " AND ID <> CONNECTION_ID()",
              tag);
     pthread_mutex_lock(&be->mu);
-    if (my_query(be, &be->cmd, sql, &res, NULL) == DLOCK_OK && res != NULL) {
+    if (dlock__my_query(be, &be->cmd, sql, &res, NULL) == DLOCK_OK && res != NULL) {
         while ((row = mysql_fetch_row(res)) != NULL)
             if (row[0] != NULL) {
                 snprintf(sql, sizeof(sql), "KILL QUERY %llu", strtoull(row[0], NULL, 10));
-                my_query(be, &be->cmd, sql, NULL, NULL);
+                dlock__my_query(be, &be->cmd, sql, NULL, NULL);
             }
     }
     pthread_mutex_unlock(&be->mu);
@@ -867,22 +869,22 @@ static void notify_observers(my_be *be, const char *name)
     dlock_backend_fail(DLOCK_OK, "%s", saved);
 }
 
-int my_fam_leader_get(my_be *be, const char *name, dlock_leader_info *out)
+int dlock__my_fam_leader_get(dlock__my_be *be, const char *name, dlock_leader_info *out)
 {
-    char key[MY_HEX_MAX], sql[MY_HEX_MAX + 512];
+    char key[DLOCK__MY_HEX_MAX], sql[DLOCK__MY_HEX_MAX + 512];
     MYSQL_RES *res = NULL;
     MYSQL_ROW row;
     int rc;
 
     memset(out, 0, sizeof(*out));
-    if ((rc = my_key_hex(be, name, key)) != DLOCK_OK)
+    if ((rc = dlock__my_key_hex(be, name, key)) != DLOCK_OK)
         return rc;
     snprintf(sql, sizeof(sql),
              "SELECT fence, GREATEST(0, CEIL(TIMESTAMPDIFF(MICROSECOND, " NOW ", expires) / 1000)),"
              " identity FROM dlock_holds WHERE name = %s AND kind = %d AND waiting = 0"
              " AND expires > " NOW " ORDER BY seq LIMIT 1",
              key, DLOCK_KIND_LEADER);
-    if ((rc = my_cmd(be, sql, &res, NULL)) != DLOCK_OK)
+    if ((rc = dlock__my_cmd(be, sql, &res, NULL)) != DLOCK_OK)
         return rc;
     if (res == NULL || mysql_num_fields(res) != 3) {
         if (res != NULL)

@@ -2,6 +2,8 @@
 /*
  * The MySQL / MariaDB backend's shared pieces (docs/mysql.md): the backend
  * state, one connection, and the helpers every part uses to talk SQL.
+ * Private to src/backends/mysql: what its files share is named dlock__my_
+ * (DLOCK__MY_ for macros); a file's own helpers are static.
  *
  * Two modes, chosen by the URL's mode= parameter:
  *   lease (default)  a row per lock in dlock_locks under its primary key,
@@ -33,15 +35,15 @@
 
 /* Bytes of a stored lock name (key_prefix + name); dlock_locks.name is
  * VARBINARY of this size. */
-#define MY_KEY_MAX 640
+#define DLOCK__MY_KEY_MAX 640
 /* A lock name as a hex literal X'..' with its NUL. */
-#define MY_HEX_MAX (2 * MY_KEY_MAX + 4)
+#define DLOCK__MY_HEX_MAX (2 * DLOCK__MY_KEY_MAX + 4)
 /* The GET_LOCK name of a lock as an SQL expression. */
-#define MY_LOCKEXPR_MAX (MY_HEX_MAX + 64)
+#define DLOCK__MY_LOCKEXPR_MAX (DLOCK__MY_HEX_MAX + 64)
 
-typedef struct my_named my_named;
+typedef struct dlock__my_named dlock__my_named;
 
-typedef struct my_be {
+typedef struct dlock__my_be {
     /* Where and how to connect. */
     char *host, *user, *password, *db, *socket;
     unsigned port;
@@ -73,145 +75,148 @@ typedef struct my_be {
     /* Named mode: the locks held, each on its own connection, and idle
      * connections kept for the next acquisition. */
     pthread_mutex_t named_mu;
-    my_named *held;
+    dlock__my_named *held;
     MYSQL *spare[4];
     int nspare;
-} my_be;
+} dlock__my_be;
 
 /* ---- mysql_conn.c ---- */
 
 /* Parse url into be (everything but the connections). */
-int my_parse_url(my_be *be, const dlock_url *url, const dlock_client_options *opts);
+int dlock__my_parse_url(dlock__my_be *be, const dlock_url *url, const dlock_client_options *opts);
 /* Open a connection (read committed, UTC, found rows). *out on DLOCK_OK. */
-int my_connect(my_be *be, MYSQL **out);
+int dlock__my_connect(dlock__my_be *be, MYSQL **out);
 /* Close *slot if open and set it NULL. */
-void my_drop(MYSQL **slot);
+void dlock__my_drop(MYSQL **slot);
 /* Report the error of *slot as a DLOCK_E* code; a broken connection is
  * closed (the next use reconnects). *unknown (may be NULL) is set when the
  * statement may have run though no reply came. */
-int my_fail(my_be *be, MYSQL **slot, const char *what, int *unknown);
+int dlock__my_fail(dlock__my_be *be, MYSQL **slot, const char *what, int *unknown);
 /* Run sql on *slot (connected first if NULL): DLOCK_OK and *res (the first
  * result set, NULL for a statement without one; free with
  * mysql_free_result) with every further result of a CALL drained. res may
  * be NULL to discard. */
-int my_query(my_be *be, MYSQL **slot, const char *sql, MYSQL_RES **res, int *unknown);
-/* my_query, and the rows the (first) statement changed or matched into
+int dlock__my_query(dlock__my_be *be, MYSQL **slot, const char *sql, MYSQL_RES **res, int *unknown);
+/* dlock__my_query, and the rows the (first) statement changed or matched into
  * *affected (may be NULL). */
-int my_query_rows(my_be *be, MYSQL **slot, const char *sql, MYSQL_RES **res, int *unknown,
-                  uint64_t *affected);
-/* my_query on the callers' connection, under mu. */
-int my_cmd(my_be *be, const char *sql, MYSQL_RES **res, int *unknown);
+int dlock__my_query_rows(dlock__my_be *be, MYSQL **slot, const char *sql, MYSQL_RES **res,
+                         int *unknown, uint64_t *affected);
+/* dlock__my_query on the callers' connection, under mu. */
+int dlock__my_cmd(dlock__my_be *be, const char *sql, MYSQL_RES **res, int *unknown);
 /* One row of res (freed), its n first columns as int64 (NULL -> def).
  * DLOCK_EPROTO when res has no row or fewer columns. 0 rows -> DLOCK_ENOENT
  * style: returns 1 in *found when there was a row. */
-int my_row_ints(my_be *be, MYSQL_RES *res, int64_t *v, int n, int64_t def, int *found,
-                const char *what);
+int dlock__my_row_ints(dlock__my_be *be, MYSQL_RES *res, int64_t *v, int n, int64_t def, int *found,
+                       const char *what);
 
 /* Run a listing's sql (the stored name in column 4 of ncols), and call cb
  * with each name under key_prefix and its state as fill reads the row,
  * until cb returns non-zero. */
-typedef void (*my_fill_fn)(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out);
-int my_list_query(my_be *be, const char *sql, unsigned ncols, my_fill_fn fill, dlock_list_cb cb,
-                  void *payload);
+typedef void (*dlock__my_fill_fn)(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out);
+int dlock__my_list_query(dlock__my_be *be, const char *sql, unsigned ncols, dlock__my_fill_fn fill,
+                         dlock_list_cb cb, void *payload);
 
 /* s (len bytes) as X'hex' into out (2 len + 4 bytes). */
-void my_hex(char *out, const char *s, size_t len);
+void dlock__my_hex(char *out, const char *s, size_t len);
 /* The stored name of lock name: key_prefix + name, as a hex literal.
  * DLOCK_EINVAL when too long. */
-int my_key_hex(my_be *be, const char *name, char *out);
+int dlock__my_key_hex(dlock__my_be *be, const char *name, char *out);
 /* The GET_LOCK name of lock name as an SQL expression (tag 'n' for named
  * mode, 'w' for a lease's wake channel): with key_secret, an HMAC-SHA256
  * of key_prefix + name under it, computed here; else key_prefix + name
  * itself when it is printable ASCII and fits the server's 64 characters
  * (named mode only), else a SHA-256 of it (docs/mysql.md). */
-int my_lock_expr(my_be *be, const char *name, char tag, char *out);
+int dlock__my_lock_expr(dlock__my_be *be, const char *name, char tag, char *out);
 /* A string column's bytes (NULL when SQL NULL) and length. */
-int64_t my_now_ms(void);
+int64_t dlock__my_now_ms(void);
 
 /* ---- mysql_schema.c ---- */
 
 /* Create the tables and procedures if create=1, else check that they are
  * there, on *slot. */
-int my_schema(my_be *be, MYSQL **slot);
+int dlock__my_schema(dlock__my_be *be, MYSQL **slot);
 
 /* ---- mysql_lease.c ---- */
 
-int my_lease_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acquire_result *out);
-int my_lease_release_token(my_be *be, const char *name, const char *token);
-int my_lease_release(void *be, const dlock_request *req);
-int my_lease_extend(void *be, const dlock_request *req);
-int my_lease_check(void *be, const dlock_request *req);
-int my_lease_renew(void *be, dlock_renewal *items, size_t n);
-int my_lease_status(my_be *be, const char *name, int force, dlock_lock_info *out);
-int my_lease_list(my_be *be, const char *prefix, dlock_list_cb cb, void *payload);
+int dlock__my_lease_acquire(dlock__my_be *be, const dlock_request *req, void *watch,
+                            dlock_acquire_result *out);
+int dlock__my_lease_release_token(dlock__my_be *be, const char *name, const char *token);
+int dlock__my_lease_release(void *be, const dlock_request *req);
+int dlock__my_lease_extend(void *be, const dlock_request *req);
+int dlock__my_lease_check(void *be, const dlock_request *req);
+int dlock__my_lease_renew(void *be, dlock_renewal *items, size_t n);
+int dlock__my_lease_status(dlock__my_be *be, const char *name, int force, dlock_lock_info *out);
+int dlock__my_lease_list(dlock__my_be *be, const char *prefix, dlock_list_cb cb, void *payload);
 /* Take the wake channel of name if free, before a family acquisition
  * commits, so that a waiter who sees the new hold finds its channel held:
  * 1 when this call took it (to give back if the commit fails), 2 when it
  * was ours already, else 0. Best effort. */
-int my_wake_grab(my_be *be, const char *name);
+int dlock__my_wake_grab(dlock__my_be *be, const char *name);
 /* Wake channel of a lease held: take (on acquire) or give up (on release). */
-void my_wake_hold(my_be *be, const char *name, int hold);
+void dlock__my_wake_hold(dlock__my_be *be, const char *name, int hold);
 /* A lease's state from a row of its status columns (held, fence, ms left,
  * holder, name); also fed from memory by tests/fuzz/fuzz_sql_rows.c. */
-void my_lease_fill_info(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out);
+void dlock__my_lease_fill_info(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out);
 
 /* ---- mysql_family.c (lease mode) ---- */
 
 /* 1 when req goes to the family (another kind than the mutex, or an owner
  * id), else to the plain row of mysql_lease.c. */
-int my_family_request(const dlock_request *req);
-int my_fam_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acquire_result *out);
-int my_fam_release(my_be *be, const dlock_request *req);
-int my_fam_extend(my_be *be, const dlock_request *req);
-int my_fam_check(my_be *be, const dlock_request *req);
-int my_fam_renew(my_be *be, dlock_renewal *items, size_t n);
-int my_fam_downgrade(my_be *be, const dlock_request *req);
-int my_fam_set_permits(my_be *be, const char *name, int permits);
-int my_fam_leader_get(my_be *be, const char *name, dlock_leader_info *out);
-int my_fam_holders(my_be *be, const char *name, dlock_list_cb cb, void *payload);
+int dlock__my_family_request(const dlock_request *req);
+int dlock__my_fam_acquire(dlock__my_be *be, const dlock_request *req, void *watch,
+                          dlock_acquire_result *out);
+int dlock__my_fam_release(dlock__my_be *be, const dlock_request *req);
+int dlock__my_fam_extend(dlock__my_be *be, const dlock_request *req);
+int dlock__my_fam_check(dlock__my_be *be, const dlock_request *req);
+int dlock__my_fam_renew(dlock__my_be *be, dlock_renewal *items, size_t n);
+int dlock__my_fam_downgrade(dlock__my_be *be, const dlock_request *req);
+int dlock__my_fam_set_permits(dlock__my_be *be, const char *name, int permits);
+int dlock__my_fam_leader_get(dlock__my_be *be, const char *name, dlock_leader_info *out);
+int dlock__my_fam_holders(dlock__my_be *be, const char *name, dlock_list_cb cb, void *payload);
 /* An observer's wait statement for election key (X'hex'), channel expr,
  * s seconds at most (mysql_wait.c). */
-void my_observe_sql(char *out, size_t size, const char *key, const char *expr, int64_t s);
+void dlock__my_observe_sql(char *out, size_t size, const char *key, const char *expr, int64_t s);
 /* A waiter's leave: its place in a queue, and with unknown the hold a try
  * whose reply was lost may have taken. Best effort; keeps the message. */
-void my_fam_leave(my_be *be, const char *name, const char *token, int unknown);
+void dlock__my_fam_leave(dlock__my_be *be, const char *name, const char *token, int unknown);
 
 /* ---- mysql_named.c ---- */
 
-int my_named_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acquire_result *out);
-int my_named_release(void *be, const dlock_request *req);
-int my_named_check(void *be, const dlock_request *req);
-int my_named_extend(void *be, const dlock_request *req);
-int my_named_renew(void *be, dlock_renewal *items, size_t n);
-int my_named_status(my_be *be, const char *name, int force, dlock_lock_info *out);
-int my_named_list(my_be *be, const char *prefix, dlock_list_cb cb, void *payload);
-void my_named_close(my_be *be);
+int dlock__my_named_acquire(dlock__my_be *be, const dlock_request *req, void *watch,
+                            dlock_acquire_result *out);
+int dlock__my_named_release(void *be, const dlock_request *req);
+int dlock__my_named_check(void *be, const dlock_request *req);
+int dlock__my_named_extend(void *be, const dlock_request *req);
+int dlock__my_named_renew(void *be, dlock_renewal *items, size_t n);
+int dlock__my_named_status(dlock__my_be *be, const char *name, int force, dlock_lock_info *out);
+int dlock__my_named_list(dlock__my_be *be, const char *prefix, dlock_list_cb cb, void *payload);
+void dlock__my_named_close(dlock__my_be *be);
 /* A named lock's state from a row of its status columns (held, fence, ttl,
  * holder, name, holding connection, recorded connection); also fed from
  * memory by tests/fuzz/fuzz_sql_rows.c. */
-void my_named_fill_info(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out);
+void dlock__my_named_fill_info(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out);
 /* A connection for a named acquisition (spare or new), and back. */
-int my_named_take_conn(my_be *be, MYSQL **out);
-void my_named_give_conn(my_be *be, MYSQL *c);
+int dlock__my_named_take_conn(dlock__my_be *be, MYSQL **out);
+void dlock__my_named_give_conn(dlock__my_be *be, MYSQL *c);
 
 /* ---- mysql_wait.c ---- */
 
-int my_watch_begin(void *be, const dlock_request *req, void **watch);
-int my_watch_wait(void *be, void *watch, int64_t timeout_ms);
-void my_watch_end(void *be, void *watch);
-void my_watch_wake(void *be, void *watch);
+int dlock__my_watch_begin(void *be, const dlock_request *req, void **watch);
+int dlock__my_watch_wait(void *be, void *watch, int64_t timeout_ms);
+void dlock__my_watch_end(void *be, void *watch);
+void dlock__my_watch_wake(void *be, void *watch);
 /* A family acquisition's token, and whether it may queue a place (fair,
  * write): watch_end leaves that place, or the hold of a lost reply. */
-void my_watch_note_family(void *watch, const char *token, int queues);
+void dlock__my_watch_note_family(void *watch, const char *token, int queues);
 /* An election's observer: a watch on the leader's wake channel. */
-int my_observe_begin(void *be, const char *name, void **watch);
+int dlock__my_observe_begin(void *be, const char *name, void **watch);
 /* The token of the watch's last try whose outcome is unknown. */
-void my_watch_note_try(void *watch, const char *token, int unknown);
+void dlock__my_watch_note_try(void *watch, const char *token, int unknown);
 /* Named mode: the watch's connection when its GET_LOCK was granted (the
  * waiter holds the lock there): taken out of the watch, or NULL. */
-MYSQL *my_watch_take_granted(void *watch);
+MYSQL *dlock__my_watch_take_granted(void *watch);
 
 /* Holder text (NULL-safe) into info. */
-void my_holder_fill(dlock_lock_info *info, const char *text, unsigned long len);
+void dlock__my_holder_fill(dlock_lock_info *info, const char *text, unsigned long len);
 
 #endif

@@ -26,12 +26,12 @@ static int64_t lease_us(int64_t ms)
     return ms < 1 ? 1000 : ms > (int64_t)86400000 * 3650 ? (int64_t)86400000 * 3650000 : ms * 1000;
 }
 
-void my_wake_hold(my_be *be, const char *name, int hold)
+void dlock__my_wake_hold(dlock__my_be *be, const char *name, int hold)
 {
-    char expr[MY_LOCKEXPR_MAX], sql[MY_LOCKEXPR_MAX * 2 + 128];
+    char expr[DLOCK__MY_LOCKEXPR_MAX], sql[DLOCK__MY_LOCKEXPR_MAX * 2 + 128];
     char saved[512];
 
-    if (my_lock_expr(be, name, 'w', expr) != DLOCK_OK)
+    if (dlock__my_lock_expr(be, name, 'w', expr) != DLOCK_OK)
         return;
     /* Held once per lease: GET_LOCK counts, so only when not held yet. */
     if (hold)
@@ -43,20 +43,20 @@ void my_wake_hold(my_be *be, const char *name, int hold)
     /* Best effort, and the caller's message is kept. */
     snprintf(saved, sizeof(saved), "%s", dlock_error_message());
     pthread_mutex_lock(&be->wake_mu);
-    if (my_query(be, &be->wake, sql, NULL, NULL) != DLOCK_OK)
+    if (dlock__my_query(be, &be->wake, sql, NULL, NULL) != DLOCK_OK)
         dlock_backend_fail(DLOCK_OK, "%s", saved);
     pthread_mutex_unlock(&be->wake_mu);
     dlock_backend_fail(DLOCK_OK, "%s", saved);
 }
 
-int my_wake_grab(my_be *be, const char *name)
+int dlock__my_wake_grab(dlock__my_be *be, const char *name)
 {
-    char expr[MY_LOCKEXPR_MAX], sql[MY_LOCKEXPR_MAX * 3 + 128], saved[512];
+    char expr[DLOCK__MY_LOCKEXPR_MAX], sql[DLOCK__MY_LOCKEXPR_MAX * 3 + 128], saved[512];
     MYSQL_RES *res = NULL;
     MYSQL_ROW row;
     int taken = 0;
 
-    if (my_lock_expr(be, name, 'w', expr) != DLOCK_OK)
+    if (dlock__my_lock_expr(be, name, 'w', expr) != DLOCK_OK)
         return 0;
     snprintf(sql, sizeof(sql),
              "SELECT IS_USED_LOCK(%s) <=> CONNECTION_ID(),"
@@ -64,7 +64,7 @@ int my_wake_grab(my_be *be, const char *name)
              expr, expr, expr);
     snprintf(saved, sizeof(saved), "%s", dlock_error_message());
     pthread_mutex_lock(&be->wake_mu);
-    if (my_query(be, &be->wake, sql, &res, NULL) == DLOCK_OK && res != NULL &&
+    if (dlock__my_query(be, &be->wake, sql, &res, NULL) == DLOCK_OK && res != NULL &&
         (row = mysql_fetch_row(res)) != NULL && mysql_num_fields(res) == 2)
         taken = row[0] != NULL && strcmp(row[0], "1") == 0 ? 2
                 : row[1] != NULL && strcmp(row[1], "1") == 0 ? 1 : 0;
@@ -75,21 +75,22 @@ int my_wake_grab(my_be *be, const char *name)
     return taken;
 }
 
-int my_lease_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acquire_result *out)
+int dlock__my_lease_acquire(dlock__my_be *be, const dlock_request *req, void *watch,
+                            dlock_acquire_result *out)
 {
-    char key[MY_HEX_MAX], tok[80], holder[2 * DLOCK_HOLDER_MAX + 8];
+    char key[DLOCK__MY_HEX_MAX], tok[80], holder[2 * DLOCK_HOLDER_MAX + 8];
     char sql[sizeof(key) + sizeof(tok) + sizeof(holder) + 96];
     MYSQL_RES *res;
     int64_t v[3];
     int found, rc, unknown = 0;
 
-    if ((rc = my_key_hex(be, req->name, key)) != DLOCK_OK)
+    if ((rc = dlock__my_key_hex(be, req->name, key)) != DLOCK_OK)
         return rc;
     if (strlen(req->token) > 32)
         return dlock_backend_fail(DLOCK_EINVAL, "%s: token longer than 32 bytes", be->where);
-    my_hex(tok, req->token, strlen(req->token));
+    dlock__my_hex(tok, req->token, strlen(req->token));
     if (req->holder != NULL && strlen(req->holder) <= DLOCK_HOLDER_MAX)
-        my_hex(holder, req->holder, strlen(req->holder));
+        dlock__my_hex(holder, req->holder, strlen(req->holder));
     else
         snprintf(holder, sizeof(holder), "NULL");
     snprintf(sql, sizeof(sql), "CALL dlock_acquire_v1(%s, %s, %lld, %s)", key, tok,
@@ -97,7 +98,7 @@ int my_lease_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acq
     /* A deadlock or a lock wait that timed out rolled everything back:
      * try again, a few times. */
     for (int tries = 0;; tries++) {
-        rc = my_cmd(be, sql, &res, &unknown);
+        rc = dlock__my_cmd(be, sql, &res, &unknown);
         if (rc == DLOCK_OK || tries == 3 || unknown)
             break;
         pthread_mutex_lock(&be->mu);
@@ -108,10 +109,10 @@ int my_lease_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acq
             break;
     }
     if (watch != NULL)
-        my_watch_note_try(watch, req->token, unknown);
+        dlock__my_watch_note_try(watch, req->token, unknown);
     if (rc != DLOCK_OK)
         return rc;
-    if ((rc = my_row_ints(be, res, v, 3, 0, &found, "dlock_acquire_v1")) != DLOCK_OK)
+    if ((rc = dlock__my_row_ints(be, res, v, 3, 0, &found, "dlock_acquire_v1")) != DLOCK_OK)
         return rc;
     if (!found)
         return dlock_backend_fail(DLOCK_EPROTO, "%s: dlock_acquire_v1 returned no row",
@@ -121,7 +122,7 @@ int my_lease_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acq
             return dlock_backend_fail(DLOCK_EPROTO, "%s: fence %lld is not positive", be->where,
                                       (long long)v[1]);
         out->fence = (uint64_t)v[1];
-        my_wake_hold(be, req->name, 1);
+        dlock__my_wake_hold(be, req->name, 1);
         return DLOCK_OK;
     }
     out->retry_ms = v[2] < 0 ? 0 : v[2];
@@ -130,23 +131,23 @@ int my_lease_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acq
 
 /* An UPDATE of the row of name if token holds it unexpired: DLOCK_OK when
  * it matched, DLOCK_ELOST when not. set: the SET clause. */
-static int owned_update(my_be *be, const char *name, const char *token, const char *set)
+static int owned_update(dlock__my_be *be, const char *name, const char *token, const char *set)
 {
-    char key[MY_HEX_MAX], tok[80], sql[MY_HEX_MAX + 512];
+    char key[DLOCK__MY_HEX_MAX], tok[80], sql[DLOCK__MY_HEX_MAX + 512];
     uint64_t affected = 0;
     int rc;
 
-    if ((rc = my_key_hex(be, name, key)) != DLOCK_OK)
+    if ((rc = dlock__my_key_hex(be, name, key)) != DLOCK_OK)
         return rc;
     if (strlen(token) > 32)
         return DLOCK_ELOST;
-    my_hex(tok, token, strlen(token));
+    dlock__my_hex(tok, token, strlen(token));
     snprintf(sql, sizeof(sql),
              "UPDATE dlock_locks SET %s WHERE name = %s AND token = %s"
              " AND expires > UTC_TIMESTAMP(6)",
              set, key, tok);
     pthread_mutex_lock(&be->mu);
-    rc = my_query_rows(be, &be->cmd, sql, NULL, NULL, &affected);
+    rc = dlock__my_query_rows(be, &be->cmd, sql, NULL, NULL, &affected);
     pthread_mutex_unlock(&be->mu);
     if (rc == DLOCK_OK && affected != 1)
         rc = dlock_backend_fail(DLOCK_ELOST, "%s: the lease is no longer this token's",
@@ -154,31 +155,31 @@ static int owned_update(my_be *be, const char *name, const char *token, const ch
     return rc;
 }
 
-int my_lease_release_token(my_be *be, const char *name, const char *token)
+int dlock__my_lease_release_token(dlock__my_be *be, const char *name, const char *token)
 {
-    char key[MY_HEX_MAX], tok[80], sql[MY_HEX_MAX + 256];
+    char key[DLOCK__MY_HEX_MAX], tok[80], sql[DLOCK__MY_HEX_MAX + 256];
     int rc = owned_update(be, name, token, "token = '', holder = NULL, expires = UTC_TIMESTAMP(6)");
 
-    if (rc == DLOCK_ELOST && my_key_hex(be, name, key) == DLOCK_OK && strlen(token) <= 32) {
+    if (rc == DLOCK_ELOST && dlock__my_key_hex(be, name, key) == DLOCK_OK && strlen(token) <= 32) {
         /* Ran out but nobody took it: tidy up, and still not ours. */
-        my_hex(tok, token, strlen(token));
+        dlock__my_hex(tok, token, strlen(token));
         snprintf(sql, sizeof(sql),
                  "UPDATE dlock_locks SET token = '', holder = NULL WHERE name = %s AND token = %s",
                  key, tok);
-        my_cmd(be, sql, NULL, NULL);
+        dlock__my_cmd(be, sql, NULL, NULL);
         dlock_backend_fail(DLOCK_ELOST, "%s: the lease had run out", be->where);
     }
     if (rc == DLOCK_OK || rc == DLOCK_ELOST)
-        my_wake_hold(be, name, 0);
+        dlock__my_wake_hold(be, name, 0);
     return rc;
 }
 
-int my_lease_release(void *arg, const dlock_request *req)
+int dlock__my_lease_release(void *arg, const dlock_request *req)
 {
-    return my_lease_release_token(arg, req->name, req->token);
+    return dlock__my_lease_release_token(arg, req->name, req->token);
 }
 
-int my_lease_extend(void *arg, const dlock_request *req)
+int dlock__my_lease_extend(void *arg, const dlock_request *req)
 {
     char set[128];
 
@@ -187,25 +188,25 @@ int my_lease_extend(void *arg, const dlock_request *req)
     return owned_update(arg, req->name, req->token, set);
 }
 
-int my_lease_check(void *arg, const dlock_request *req)
+int dlock__my_lease_check(void *arg, const dlock_request *req)
 {
-    my_be *be = arg;
-    char key[MY_HEX_MAX], tok[80], sql[MY_HEX_MAX + 256];
+    dlock__my_be *be = arg;
+    char key[DLOCK__MY_HEX_MAX], tok[80], sql[DLOCK__MY_HEX_MAX + 256];
     MYSQL_RES *res;
     int64_t v;
     int found, rc;
 
-    if ((rc = my_key_hex(be, req->name, key)) != DLOCK_OK)
+    if ((rc = dlock__my_key_hex(be, req->name, key)) != DLOCK_OK)
         return rc;
     if (strlen(req->token) > 32)
         return DLOCK_ELOST;
-    my_hex(tok, req->token, strlen(req->token));
+    dlock__my_hex(tok, req->token, strlen(req->token));
     snprintf(sql, sizeof(sql),
              "SELECT 1 FROM dlock_locks WHERE name = %s AND token = %s"
              " AND expires > UTC_TIMESTAMP(6)",
              key, tok);
-    if ((rc = my_cmd(be, sql, &res, NULL)) != DLOCK_OK ||
-        (rc = my_row_ints(be, res, &v, 1, 0, &found, "the check")) != DLOCK_OK)
+    if ((rc = dlock__my_cmd(be, sql, &res, NULL)) != DLOCK_OK ||
+        (rc = dlock__my_row_ints(be, res, &v, 1, 0, &found, "the check")) != DLOCK_OK)
         return rc;
     return found ? DLOCK_OK : DLOCK_ELOST;
 }
@@ -216,11 +217,11 @@ int my_lease_check(void *arg, const dlock_request *req)
  * which (a renewed row is unexpired and still has our token, one not
  * renewed is not both). On the wd connection, without mu.
  */
-int my_lease_renew(void *arg, dlock_renewal *items, size_t n)
+int dlock__my_lease_renew(void *arg, dlock_renewal *items, size_t n)
 {
-    my_be *be = arg;
-    size_t per = 2 * MY_HEX_MAX + 160, cap = 256 + 2 * n * per;
-    char *sql = NULL, *where = NULL, (*keys)[MY_HEX_MAX] = NULL;
+    dlock__my_be *be = arg;
+    size_t per = 2 * DLOCK__MY_HEX_MAX + 160, cap = 256 + 2 * n * per;
+    char *sql = NULL, *where = NULL, (*keys)[DLOCK__MY_HEX_MAX] = NULL;
     char tok[80];
     size_t len = 0, wlen = 0;
     uint64_t affected = 0;
@@ -241,9 +242,9 @@ int my_lease_renew(void *arg, dlock_renewal *items, size_t n)
                            " CASE name");
     for (size_t i = 0; i < n; i++) {
         const dlock_request *r = items[i].req;
-        if ((rc = my_key_hex(be, r->name, keys[i])) != DLOCK_OK)
+        if ((rc = dlock__my_key_hex(be, r->name, keys[i])) != DLOCK_OK)
             goto done;
-        my_hex(tok, r->token, strlen(r->token) > 32 ? 32 : strlen(r->token));
+        dlock__my_hex(tok, r->token, strlen(r->token) > 32 ? 32 : strlen(r->token));
         len += (size_t)snprintf(sql + len, cap - len, " WHEN %s THEN %lld", keys[i],
                                 (long long)lease_us(r->lease_ms));
         wlen += (size_t)snprintf(where + wlen, cap - wlen, "%s(name = %s AND token = %s)",
@@ -252,7 +253,7 @@ int my_lease_renew(void *arg, dlock_renewal *items, size_t n)
     }
     snprintf(sql + len, cap - len,
              " ELSE 0 END MICROSECOND WHERE (%s) AND expires > UTC_TIMESTAMP(6)", where);
-    if ((rc = my_query_rows(be, &be->wd, sql, NULL, NULL, &affected)) != DLOCK_OK)
+    if ((rc = dlock__my_query_rows(be, &be->wd, sql, NULL, NULL, &affected)) != DLOCK_OK)
         goto done;
     if (affected == n) {
         for (size_t i = 0; i < n; i++)
@@ -262,7 +263,7 @@ int my_lease_renew(void *arg, dlock_renewal *items, size_t n)
     snprintf(sql, cap,
              "SELECT name, token FROM dlock_locks WHERE (%s) AND expires > UTC_TIMESTAMP(6)",
              where);
-    if ((rc = my_query(be, &be->wd, sql, &res, NULL)) != DLOCK_OK)
+    if ((rc = dlock__my_query(be, &be->wd, sql, &res, NULL)) != DLOCK_OK)
         goto done;
     if (res == NULL || mysql_num_fields(res) != 2) {
         rc = dlock_backend_fail(DLOCK_EPROTO, "%s: the renewal check returned no rows",
@@ -283,7 +284,7 @@ int my_lease_renew(void *arg, dlock_renewal *items, size_t n)
     /* Leases lost: their wake channels wake nobody any more. */
     for (size_t i = 0; i < n; i++)
         if (items[i].result == DLOCK_ELOST)
-            my_wake_hold(be, items[i].req->name, 0);
+            dlock__my_wake_hold(be, items[i].req->name, 0);
 done:
     if (res != NULL)
         mysql_free_result(res);
@@ -299,7 +300,7 @@ done:
     " AND h.expires > UTC_TIMESTAMP(6)"
 
 /* The columns read for a lock: held, fence, ms left, holder, name (what
- * my_lease_fill_info reads), then the family's count of holds and the
+ * dlock__my_lease_fill_info reads), then the family's count of holds and the
  * oldest's kind (NULL for a plain mutex). A family row (token '*') takes
  * them from its holds: the oldest's record, the longest lease. */
 #define STATUS_COLS                                                                                \
@@ -312,20 +313,20 @@ done:
     " IF(token = '*', (SELECT h.kind" LIVE_HOLDS " ORDER BY h.fence, h.seq LIMIT 1), NULL)"
 #define STATUS_NCOLS 7
 
-void my_lease_fill_info(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out)
+void dlock__my_lease_fill_info(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out)
 {
     memset(out, 0, sizeof(*out));
     out->held = row[0] != NULL && strcmp(row[0], "1") == 0;
     out->fence = row[1] != NULL ? strtoull(row[1], NULL, 10) : 0;
     out->ttl_ms = out->held && row[2] != NULL ? strtoll(row[2], NULL, 10) : 0;
     if (out->held)
-        my_holder_fill(out, row[3], lens[3]);
+        dlock__my_holder_fill(out, row[3], lens[3]);
 }
 
-/* my_lease_fill_info, and the holds' count and kind. */
+/* dlock__my_lease_fill_info, and the holds' count and kind. */
 static void fill_all(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out)
 {
-    my_lease_fill_info(row, lens, out);
+    dlock__my_lease_fill_info(row, lens, out);
     if (!out->held) {
         out->holders = 0;
         out->kind = -1;
@@ -338,22 +339,22 @@ static void fill_all(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out)
     }
 }
 
-int my_lease_status(my_be *be, const char *name, int force, dlock_lock_info *out)
+int dlock__my_lease_status(dlock__my_be *be, const char *name, int force, dlock_lock_info *out)
 {
-    char key[MY_HEX_MAX], sql[MY_HEX_MAX + 2048];
+    char key[DLOCK__MY_HEX_MAX], sql[DLOCK__MY_HEX_MAX + 2048];
     MYSQL_RES *res = NULL;
     MYSQL_ROW row;
     int rc;
 
     memset(out, 0, sizeof(*out));
-    if ((rc = my_key_hex(be, name, key)) != DLOCK_OK)
+    if ((rc = dlock__my_key_hex(be, name, key)) != DLOCK_OK)
         return rc;
     pthread_mutex_lock(&be->mu);
-    if (force && (rc = my_query(be, &be->cmd, "START TRANSACTION", NULL, NULL)) != DLOCK_OK)
+    if (force && (rc = dlock__my_query(be, &be->cmd, "START TRANSACTION", NULL, NULL)) != DLOCK_OK)
         goto out;
     snprintf(sql, sizeof(sql), "SELECT " STATUS_COLS " FROM dlock_locks WHERE name = %s%s", key,
              force ? " FOR UPDATE" : "");
-    if ((rc = my_query(be, &be->cmd, sql, &res, NULL)) != DLOCK_OK)
+    if ((rc = dlock__my_query(be, &be->cmd, sql, &res, NULL)) != DLOCK_OK)
         goto out;
     if (res == NULL || mysql_num_fields(res) != STATUS_NCOLS) {
         rc = dlock_backend_fail(DLOCK_EPROTO, "%s: the status query returned no rows", be->where);
@@ -366,15 +367,15 @@ int my_lease_status(my_be *be, const char *name, int force, dlock_lock_info *out
     if (force) {
         /* Every kind's holds go with the row's holder; places stay. */
         snprintf(sql, sizeof(sql), "DELETE FROM dlock_holds WHERE name = %s AND waiting = 0", key);
-        if ((rc = my_query(be, &be->cmd, sql, NULL, NULL)) != DLOCK_OK)
+        if ((rc = dlock__my_query(be, &be->cmd, sql, NULL, NULL)) != DLOCK_OK)
             goto out;
         snprintf(sql, sizeof(sql),
                  "UPDATE dlock_locks SET token = '', holder = NULL, expires = UTC_TIMESTAMP(6)"
                  " WHERE name = %s",
                  key);
-        if ((rc = my_query(be, &be->cmd, sql, NULL, NULL)) != DLOCK_OK)
+        if ((rc = dlock__my_query(be, &be->cmd, sql, NULL, NULL)) != DLOCK_OK)
             goto out;
-        rc = my_query(be, &be->cmd, "COMMIT", NULL, NULL);
+        rc = dlock__my_query(be, &be->cmd, "COMMIT", NULL, NULL);
     }
 out:
     if (rc != DLOCK_OK && force && be->cmd != NULL)
@@ -385,17 +386,17 @@ out:
     return rc;
 }
 
-int my_lease_list(my_be *be, const char *prefix, dlock_list_cb cb, void *payload)
+int dlock__my_lease_list(dlock__my_be *be, const char *prefix, dlock_list_cb cb, void *payload)
 {
-    char key[MY_HEX_MAX], sql[MY_HEX_MAX + 2048];
+    char key[DLOCK__MY_HEX_MAX], sql[DLOCK__MY_HEX_MAX + 2048];
     size_t lp = strlen(be->prefix);
     int rc;
 
-    if ((rc = my_key_hex(be, prefix, key)) != DLOCK_OK)
+    if ((rc = dlock__my_key_hex(be, prefix, key)) != DLOCK_OK)
         return rc;
     snprintf(sql, sizeof(sql),
              "SELECT " STATUS_COLS " FROM dlock_locks WHERE LEFT(name, %zu) = %s"
              " AND token <> '' AND expires > UTC_TIMESTAMP(6) ORDER BY name",
              lp + strlen(prefix), key);
-    return my_list_query(be, sql, STATUS_NCOLS, fill_all, cb, payload);
+    return dlock__my_list_query(be, sql, STATUS_NCOLS, fill_all, cb, payload);
 }

@@ -26,8 +26,8 @@
 
 #include "mysql_int.h"
 
-struct my_named {
-    my_named *next;
+struct dlock__my_named {
+    dlock__my_named *next;
     char *token;
     char *name;
     char *key;          /* the stored name, as a hex literal */
@@ -35,7 +35,7 @@ struct my_named {
     unsigned long conn; /* c's CONNECTION_ID() */
     uint64_t fence;
     int64_t lease_s;    /* c's wait_timeout */
-    char expr[MY_LOCKEXPR_MAX];
+    char expr[DLOCK__MY_LOCKEXPR_MAX];
 };
 
 /* The server's lease for lease_ms: whole seconds, rounded up. */
@@ -46,15 +46,15 @@ static int64_t lease_seconds(int64_t ms)
     return s < 1 ? 1 : s > 31536000 ? 31536000 : s;
 }
 
-int my_named_take_conn(my_be *be, MYSQL **out)
+int dlock__my_named_take_conn(dlock__my_be *be, MYSQL **out)
 {
     pthread_mutex_lock(&be->named_mu);
     *out = be->nspare > 0 ? be->spare[--be->nspare] : NULL;
     pthread_mutex_unlock(&be->named_mu);
-    return *out != NULL ? DLOCK_OK : my_connect(be, out);
+    return *out != NULL ? DLOCK_OK : dlock__my_connect(be, out);
 }
 
-void my_named_give_conn(my_be *be, MYSQL *c)
+void dlock__my_named_give_conn(dlock__my_be *be, MYSQL *c)
 {
     pthread_mutex_lock(&be->named_mu);
     if (be->nspare < (int)(sizeof(be->spare) / sizeof(be->spare[0]))) {
@@ -62,33 +62,33 @@ void my_named_give_conn(my_be *be, MYSQL *c)
         c = NULL;
     }
     pthread_mutex_unlock(&be->named_mu);
-    my_drop(&c);
+    dlock__my_drop(&c);
 }
 
-static void free_named(my_named *h)
+static void free_named(dlock__my_named *h)
 {
-    my_drop(&h->c);
+    dlock__my_drop(&h->c);
     free(h->token);
     free(h->name);
     free(h->key);
     free(h);
 }
 
-void my_named_close(my_be *be)
+void dlock__my_named_close(dlock__my_be *be)
 {
     while (be->held != NULL) {
-        my_named *h = be->held;
+        dlock__my_named *h = be->held;
         be->held = h->next;
         free_named(h);
     }
     while (be->nspare > 0)
-        my_drop(&be->spare[--be->nspare]);
+        dlock__my_drop(&be->spare[--be->nspare]);
 }
 
 /* The entry of token, under named_mu. */
-static my_named *find(my_be *be, const char *token, my_named ***link)
+static dlock__my_named *find(dlock__my_be *be, const char *token, dlock__my_named ***link)
 {
-    my_named **p = &be->held;
+    dlock__my_named **p = &be->held;
 
     for (; *p != NULL; p = &(*p)->next)
         if (strcmp((*p)->token, token) == 0) {
@@ -99,18 +99,19 @@ static my_named *find(my_be *be, const char *token, my_named ***link)
     return NULL;
 }
 
-int my_named_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acquire_result *out)
+int dlock__my_named_acquire(dlock__my_be *be, const dlock_request *req, void *watch,
+                            dlock_acquire_result *out)
 {
-    char key[MY_HEX_MAX], expr[MY_LOCKEXPR_MAX], holder[2 * DLOCK_HOLDER_MAX + 8];
+    char key[DLOCK__MY_HEX_MAX], expr[DLOCK__MY_LOCKEXPR_MAX], holder[2 * DLOCK_HOLDER_MAX + 8];
     char sql[sizeof(key) + sizeof(expr) + sizeof(holder) + 96];
     MYSQL *c = NULL;
     MYSQL_RES *res;
-    my_named *h;
+    dlock__my_named *h;
     int64_t v[2];
     int found, rc;
 
-    if ((rc = my_key_hex(be, req->name, key)) != DLOCK_OK ||
-        (rc = my_lock_expr(be, req->name, 'n', expr)) != DLOCK_OK)
+    if ((rc = dlock__my_key_hex(be, req->name, key)) != DLOCK_OK ||
+        (rc = dlock__my_lock_expr(be, req->name, 'n', expr)) != DLOCK_OK)
         return rc;
     pthread_mutex_lock(&be->named_mu);
     if ((h = find(be, req->token, NULL)) != NULL) {
@@ -121,7 +122,7 @@ int my_named_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acq
     }
     pthread_mutex_unlock(&be->named_mu);
     if (req->holder != NULL && strlen(req->holder) <= DLOCK_HOLDER_MAX)
-        my_hex(holder, req->holder, strlen(req->holder));
+        dlock__my_hex(holder, req->holder, strlen(req->holder));
     else
         snprintf(holder, sizeof(holder), "NULL");
     snprintf(sql, sizeof(sql), "CALL dlock_named_acquire_v1(%s, %s, %lld, %s)", key, expr,
@@ -132,34 +133,34 @@ int my_named_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acq
      * retry starts afresh. */
     for (int tries = 0;; tries++) {
         int spare = 0;
-        if ((c = my_watch_take_granted(watch)) == NULL) {
+        if ((c = dlock__my_watch_take_granted(watch)) == NULL) {
             pthread_mutex_lock(&be->named_mu);
             spare = be->nspare > 0;
             pthread_mutex_unlock(&be->named_mu);
-            if ((rc = my_named_take_conn(be, &c)) != DLOCK_OK)
+            if ((rc = dlock__my_named_take_conn(be, &c)) != DLOCK_OK)
                 return rc;
         }
-        if ((rc = my_query(be, &c, sql, &res, NULL)) == DLOCK_OK)
+        if ((rc = dlock__my_query(be, &c, sql, &res, NULL)) == DLOCK_OK)
             break;
-        my_drop(&c);
+        dlock__my_drop(&c);
         if (!spare || tries > 0)
             return rc;
     }
-    if ((rc = my_row_ints(be, res, v, 2, 0, &found, "dlock_named_acquire_v1")) != DLOCK_OK ||
+    if ((rc = dlock__my_row_ints(be, res, v, 2, 0, &found, "dlock_named_acquire_v1")) != DLOCK_OK ||
         !found) {
-        my_drop(&c);
+        dlock__my_drop(&c);
         return rc != DLOCK_OK ? rc
                               : dlock_backend_fail(DLOCK_EPROTO,
                                                    "%s: dlock_named_acquire_v1 returned no row",
                                                    be->where);
     }
     if (v[0] != 1) {
-        my_named_give_conn(be, c);
+        dlock__my_named_give_conn(be, c);
         out->retry_ms = INT64_MAX; /* GET_LOCK's queue announces the release */
         return DLOCK_EBUSY;
     }
     if (v[1] <= 0) {
-        my_drop(&c);
+        dlock__my_drop(&c);
         return dlock_backend_fail(DLOCK_EPROTO, "%s: fence %lld is not positive", be->where,
                                   (long long)v[1]);
     }
@@ -167,7 +168,7 @@ int my_named_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acq
         (h->name = strdup(req->name)) == NULL || (h->key = strdup(key)) == NULL) {
         if (h != NULL)
             free_named(h);
-        my_drop(&c);
+        dlock__my_drop(&c);
         return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
     }
     h->c = c;
@@ -183,11 +184,11 @@ int my_named_acquire(my_be *be, const dlock_request *req, void *watch, dlock_acq
     return DLOCK_OK;
 }
 
-int my_named_release(void *arg, const dlock_request *req)
+int dlock__my_named_release(void *arg, const dlock_request *req)
 {
-    my_be *be = arg;
-    char sql[MY_LOCKEXPR_MAX + 96];
-    my_named *h, **link = NULL;
+    dlock__my_be *be = arg;
+    char sql[DLOCK__MY_LOCKEXPR_MAX + 96];
+    dlock__my_named *h, **link = NULL;
     MYSQL_RES *res;
     int64_t v;
     int found, rc;
@@ -202,9 +203,9 @@ int my_named_release(void *arg, const dlock_request *req)
      * grant taken again by the acquire (GET_LOCK counts). */
     snprintf(sql, sizeof(sql), "SELECT IS_USED_LOCK(%s) <=> CONNECTION_ID(), RELEASE_ALL_LOCKS()",
              h->expr);
-    rc = my_query(be, &h->c, sql, &res, NULL);
+    rc = dlock__my_query(be, &h->c, sql, &res, NULL);
     if (rc == DLOCK_OK)
-        rc = my_row_ints(be, res, &v, 1, 0, &found, "the release");
+        rc = dlock__my_row_ints(be, res, &v, 1, 0, &found, "the release");
     if (rc == DLOCK_OK && found && v == 1) {
         /* Closed, not kept: its wait_timeout is this lease's. */
     } else if (rc == DLOCK_OK || rc == DLOCK_ECONN) {
@@ -218,14 +219,14 @@ int my_named_release(void *arg, const dlock_request *req)
 
 /* Read the reply to a statement sent on h->c: DLOCK_OK if it says the lock
  * is still held there, else DLOCK_ELOST (and h->c closed if broken). */
-static int read_held(my_named *h)
+static int read_held(dlock__my_named *h)
 {
     MYSQL_RES *res;
     MYSQL_ROW row;
     int held = 0;
 
     if (mysql_read_query_result(h->c) != 0 || (res = mysql_store_result(h->c)) == NULL) {
-        my_drop(&h->c);
+        dlock__my_drop(&h->c);
         return DLOCK_ELOST;
     }
     if ((row = mysql_fetch_row(res)) != NULL && row[0] != NULL)
@@ -235,20 +236,20 @@ static int read_held(my_named *h)
 }
 
 /* Set h's lease on the server (its connection's wait_timeout). */
-static int set_lease(my_be *be, my_named *h, int64_t lease_s)
+static int set_lease(dlock__my_be *be, dlock__my_named *h, int64_t lease_s)
 {
-    char sql[MY_HEX_MAX + 160];
+    char sql[DLOCK__MY_HEX_MAX + 160];
 
     if (h->c == NULL || lease_s == h->lease_s)
         return h->c == NULL ? DLOCK_ELOST : DLOCK_OK;
     snprintf(sql, sizeof(sql), "SET SESSION wait_timeout = %lld", (long long)lease_s);
-    if (my_query(be, &h->c, sql, NULL, NULL) != DLOCK_OK)
+    if (dlock__my_query(be, &h->c, sql, NULL, NULL) != DLOCK_OK)
         return DLOCK_ELOST;
     /* For status: the record's lease, while this connection is the holder. */
     snprintf(sql, sizeof(sql),
              "UPDATE dlock_named SET lease_s = %lld WHERE name = %s AND conn = CONNECTION_ID()",
              (long long)lease_s, h->key);
-    if (my_query(be, &h->c, sql, NULL, NULL) != DLOCK_OK)
+    if (dlock__my_query(be, &h->c, sql, NULL, NULL) != DLOCK_OK)
         return DLOCK_ELOST;
     h->lease_s = lease_s;
     return DLOCK_OK;
@@ -260,14 +261,14 @@ static int set_lease(my_be *be, my_named *h, int64_t lease_s)
  * read. A connection that fails loses its lock (the server ends the lock
  * with it); no error is the batch's.
  */
-static void renew_held(my_be *be, const dlock_request *const *reqs, int *results, size_t n)
+static void renew_held(dlock__my_be *be, const dlock_request *const *reqs, int *results, size_t n)
 {
-    my_named **hs = calloc(n ? n : 1, sizeof(*hs));
+    dlock__my_named **hs = calloc(n ? n : 1, sizeof(*hs));
 
     pthread_mutex_lock(&be->named_mu);
     for (size_t i = 0; i < n; i++) {
-        char sql[MY_LOCKEXPR_MAX + 96];
-        my_named *h = find(be, reqs[i]->token, NULL);
+        char sql[DLOCK__MY_LOCKEXPR_MAX + 96];
+        dlock__my_named *h = find(be, reqs[i]->token, NULL);
         results[i] = DLOCK_ELOST;
         if (h == NULL || hs == NULL)
             continue;
@@ -275,7 +276,7 @@ static void renew_held(my_be *be, const dlock_request *const *reqs, int *results
             continue;
         snprintf(sql, sizeof(sql), "SELECT IS_USED_LOCK(%s) <=> CONNECTION_ID()", h->expr);
         if (h->c == NULL || mysql_send_query(h->c, sql, (unsigned long)strlen(sql)) != 0) {
-            my_drop(&h->c);
+            dlock__my_drop(&h->c);
             continue;
         }
         hs[i] = h;
@@ -287,7 +288,7 @@ static void renew_held(my_be *be, const dlock_request *const *reqs, int *results
     free(hs);
 }
 
-int my_named_check(void *arg, const dlock_request *req)
+int dlock__my_named_check(void *arg, const dlock_request *req)
 {
     dlock_request r = *req;
     const dlock_request *p = &r;
@@ -296,23 +297,27 @@ int my_named_check(void *arg, const dlock_request *req)
     r.lease_ms = -1;
     renew_held(arg, &p, &result, 1);
     return result == DLOCK_OK ? DLOCK_OK
-                              : dlock_backend_fail(DLOCK_ELOST, "%s: the named lock's connection "
-                                                   "no longer holds it", ((my_be *)arg)->where);
+                              : dlock_backend_fail(DLOCK_ELOST,
+                                                   "%s: the named lock's connection "
+                                                   "no longer holds it",
+                                                   ((dlock__my_be *)arg)->where);
 }
 
-int my_named_extend(void *arg, const dlock_request *req)
+int dlock__my_named_extend(void *arg, const dlock_request *req)
 {
     int result;
 
     renew_held(arg, &req, &result, 1);
     return result == DLOCK_OK ? DLOCK_OK
-                              : dlock_backend_fail(DLOCK_ELOST, "%s: the named lock's connection "
-                                                   "no longer holds it", ((my_be *)arg)->where);
+                              : dlock_backend_fail(DLOCK_ELOST,
+                                                   "%s: the named lock's connection "
+                                                   "no longer holds it",
+                                                   ((dlock__my_be *)arg)->where);
 }
 
-int my_named_renew(void *arg, dlock_renewal *items, size_t n)
+int dlock__my_named_renew(void *arg, dlock_renewal *items, size_t n)
 {
-    my_be *be = arg;
+    dlock__my_be *be = arg;
     const dlock_request **reqs = calloc(n ? n : 1, sizeof(*reqs));
     int *results = malloc((n ? n : 1) * sizeof(*results));
 
@@ -338,7 +343,7 @@ int my_named_renew(void *arg, dlock_renewal *items, size_t n)
     " (SELECT GREATEST(1, n.lease_s - p.TIME) * 1000 FROM information_schema.PROCESSLIST AS p"     \
     "  WHERE p.ID = IS_USED_LOCK(" lock ")), n.holder, n.name, IS_USED_LOCK(" lock "), n.conn"
 
-void my_named_fill_info(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out)
+void dlock__my_named_fill_info(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out)
 {
     memset(out, 0, sizeof(*out));
     out->held = row[0] != NULL && strcmp(row[0], "1") == 0;
@@ -351,24 +356,25 @@ void my_named_fill_info(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out
                                        : -1;
     /* The record is the holder's only if its connection still holds it. */
     if (out->held && row[5] != NULL && row[6] != NULL && strcmp(row[5], row[6]) == 0)
-        my_holder_fill(out, row[3], lens[3]);
+        dlock__my_holder_fill(out, row[3], lens[3]);
 }
 
-int my_named_status(my_be *be, const char *name, int force, dlock_lock_info *out)
+int dlock__my_named_status(dlock__my_be *be, const char *name, int force, dlock_lock_info *out)
 {
-    char key[MY_HEX_MAX], expr[MY_LOCKEXPR_MAX], sql[MY_HEX_MAX + 5 * MY_LOCKEXPR_MAX + 1024];
+    char key[DLOCK__MY_HEX_MAX], expr[DLOCK__MY_LOCKEXPR_MAX],
+        sql[DLOCK__MY_HEX_MAX + 5 * DLOCK__MY_LOCKEXPR_MAX + 1024];
     MYSQL_RES *res = NULL;
     MYSQL_ROW row;
     unsigned long long conn = 0;
     int rc;
 
     memset(out, 0, sizeof(*out));
-    if ((rc = my_key_hex(be, name, key)) != DLOCK_OK ||
-        (rc = my_lock_expr(be, name, 'n', expr)) != DLOCK_OK)
+    if ((rc = dlock__my_key_hex(be, name, key)) != DLOCK_OK ||
+        (rc = dlock__my_lock_expr(be, name, 'n', expr)) != DLOCK_OK)
         return rc;
     {
         /* NAMED_COLS with the lock's expression for n.lockname. */
-        char cols[4 * MY_LOCKEXPR_MAX + 512];
+        char cols[4 * DLOCK__MY_LOCKEXPR_MAX + 512];
         snprintf(cols, sizeof(cols),
                  "IS_USED_LOCK(%s) IS NOT NULL, n.fence,"
                  " (SELECT GREATEST(1, n.lease_s - p.TIME) * 1000"
@@ -379,7 +385,7 @@ int my_named_status(my_be *be, const char *name, int force, dlock_lock_info *out
                  "SELECT %s FROM (SELECT 1) AS d LEFT JOIN dlock_named AS n ON n.name = %s",
                  cols, key);
     }
-    if ((rc = my_cmd(be, sql, &res, NULL)) != DLOCK_OK)
+    if ((rc = dlock__my_cmd(be, sql, &res, NULL)) != DLOCK_OK)
         return rc;
     if (res == NULL || mysql_num_fields(res) != 7 || (row = mysql_fetch_row(res)) == NULL) {
         if (res != NULL)
@@ -387,15 +393,15 @@ int my_named_status(my_be *be, const char *name, int force, dlock_lock_info *out
         return dlock_backend_fail(DLOCK_EPROTO, "%s: the status query returned no row",
                                   be->where);
     }
-    my_named_fill_info(row, mysql_fetch_lengths(res), out);
+    dlock__my_named_fill_info(row, mysql_fetch_lengths(res), out);
     if (row[5] != NULL)
         conn = strtoull(row[5], NULL, 10);
     mysql_free_result(res);
     if (force && out->held && conn != 0) {
         /* Only its session can release a user-level lock: end it. */
-        int64_t until = my_now_ms() + be->command_ms;
+        int64_t until = dlock__my_now_ms() + be->command_ms;
         snprintf(sql, sizeof(sql), "KILL CONNECTION %llu", conn);
-        if ((rc = my_cmd(be, sql, NULL, NULL)) != DLOCK_OK)
+        if ((rc = dlock__my_cmd(be, sql, NULL, NULL)) != DLOCK_OK)
             return rc;
         /* KILL returns before the killed session has let go of its locks:
          * confirm it did (it takes the server a moment), so that the lock
@@ -405,12 +411,13 @@ int my_named_status(my_be *be, const char *name, int force, dlock_lock_info *out
             MYSQL_RES *r;
             int64_t v;
             int found;
-            if ((rc = my_cmd(be, sql, &r, NULL)) != DLOCK_OK ||
-                (rc = my_row_ints(be, r, &v, 1, 0, &found, "the check after KILL")) != DLOCK_OK)
+            if ((rc = dlock__my_cmd(be, sql, &r, NULL)) != DLOCK_OK ||
+                (rc = dlock__my_row_ints(be, r, &v, 1, 0, &found,
+                                         "the check after KILL")) != DLOCK_OK)
                 return rc;
             if (v != 1)
                 break;
-            if (my_now_ms() >= until)
+            if (dlock__my_now_ms() >= until)
                 return dlock_backend_fail(DLOCK_ECONN, "%s: connection %llu still holds the lock "
                                           "%lld ms after KILL", be->where, conn,
                                           (long long)be->command_ms);
@@ -420,18 +427,18 @@ int my_named_status(my_be *be, const char *name, int force, dlock_lock_info *out
     return DLOCK_OK;
 }
 
-int my_named_list(my_be *be, const char *prefix, dlock_list_cb cb, void *payload)
+int dlock__my_named_list(dlock__my_be *be, const char *prefix, dlock_list_cb cb, void *payload)
 {
-    char key[MY_HEX_MAX], sql[MY_HEX_MAX + 1024];
+    char key[DLOCK__MY_HEX_MAX], sql[DLOCK__MY_HEX_MAX + 1024];
     size_t lp = strlen(be->prefix);
     int rc;
 
-    if ((rc = my_key_hex(be, prefix, key)) != DLOCK_OK)
+    if ((rc = dlock__my_key_hex(be, prefix, key)) != DLOCK_OK)
         return rc;
     snprintf(sql, sizeof(sql),
              "SELECT " NAMED_COLS("n.lockname") " FROM dlock_named AS n"
              " WHERE LEFT(n.name, %zu) = %s AND IS_USED_LOCK(n.lockname) IS NOT NULL"
              " ORDER BY n.name",
              lp + strlen(prefix), key);
-    return my_list_query(be, sql, 7, my_named_fill_info, cb, payload);
+    return dlock__my_list_query(be, sql, 7, dlock__my_named_fill_info, cb, payload);
 }

@@ -151,9 +151,9 @@ static const char named_acquire_ddl[] =
     "  END IF;\n"
     "END";
 
-static int run_ddl(my_be *be, MYSQL **slot, const char *sql)
+static int run_ddl(dlock__my_be *be, MYSQL **slot, const char *sql)
 {
-    int rc = my_query(be, slot, sql, NULL, NULL);
+    int rc = dlock__my_query(be, slot, sql, NULL, NULL);
 
     /* Another client created the procedure first. */
     if (rc != DLOCK_OK && *slot != NULL && mysql_errno(*slot) == ER_SP_ALREADY_EXISTS)
@@ -161,7 +161,7 @@ static int run_ddl(my_be *be, MYSQL **slot, const char *sql)
     return rc;
 }
 
-int my_schema(my_be *be, MYSQL **slot)
+int dlock__my_schema(dlock__my_be *be, MYSQL **slot)
 {
     static const char exists[] =
         "SELECT (SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE()"
@@ -178,8 +178,8 @@ int my_schema(my_be *be, MYSQL **slot)
     /* Named mode has no lock family: the names repeat dlock_named. */
     snprintf(sql, sizeof(sql), exists, table, be->named ? table : "dlock_holds",
              be->named ? table : "dlock_permits", proc);
-    if ((rc = my_query(be, slot, sql, &res, NULL)) != DLOCK_OK ||
-        (rc = my_row_ints(be, res, v, 2, 0, &found, "the schema check")) != DLOCK_OK)
+    if ((rc = dlock__my_query(be, slot, sql, &res, NULL)) != DLOCK_OK ||
+        (rc = dlock__my_row_ints(be, res, v, 2, 0, &found, "the schema check")) != DLOCK_OK)
         return rc;
     if (v[0] == (be->named ? 2 : 4) && v[1] == 1)
         return DLOCK_OK;

@@ -23,7 +23,7 @@
  *   observer    an election's observer (lease mode) blocks on the leader's
  *               channel while a leader lives; while none does it SLEEPs in a
  *               statement tagged with the election's name, and a new leader
- *               ends that SLEEP with KILL QUERY (my_observe_sql).
+ *               ends that SLEEP with KILL QUERY (dlock__my_observe_sql).
  *
  * The statement is sent and its reply polled for beside the watch's
  * eventfd (watch_wake), so a wake does not wait for the server; a
@@ -46,7 +46,7 @@ typedef struct {
     MYSQL *c;            /* the watch's connection; NULL while broken */
     int wake_fd;         /* eventfd: watch_wake rings it */
     char *name;
-    char expr[MY_LOCKEXPR_MAX];
+    char expr[DLOCK__MY_LOCKEXPR_MAX];
     int pending;         /* a GET_LOCK is in flight on c */
     int64_t pending_until; /* ... and should have answered by then */
     int granted;         /* named: c holds the lock */
@@ -58,9 +58,9 @@ typedef struct {
     char *key;           /* observer: the stored name as X'hex' */
 } my_watch;
 
-int my_watch_begin(void *arg, const dlock_request *req, void **watch)
+int dlock__my_watch_begin(void *arg, const dlock_request *req, void **watch)
 {
-    my_be *be = arg;
+    dlock__my_be *be = arg;
     my_watch *w;
     int rc;
 
@@ -68,7 +68,7 @@ int my_watch_begin(void *arg, const dlock_request *req, void **watch)
     if ((w = calloc(1, sizeof(*w))) == NULL)
         return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
     w->wake_fd = -1;
-    if ((rc = my_lock_expr(be, req->name, be->named ? 'n' : 'w', w->expr)) != DLOCK_OK)
+    if ((rc = dlock__my_lock_expr(be, req->name, be->named ? 'n' : 'w', w->expr)) != DLOCK_OK)
         goto err;
     if ((w->name = strdup(req->name)) == NULL) {
         rc = dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
@@ -85,7 +85,8 @@ int my_watch_begin(void *arg, const dlock_request *req, void **watch)
      * connects in its first watch_wait instead (which then returns at once,
      * a reason to try): its next try, which takes its place in a fair
      * queue, follows its first busy one without a connection's delay. */
-    if (!(!be->named && my_family_request(req)) && (rc = my_connect(be, &w->c)) != DLOCK_OK)
+    if (!(!be->named && dlock__my_family_request(req)) &&
+        (rc = dlock__my_connect(be, &w->c)) != DLOCK_OK)
         goto err;
     *watch = w;
     return DLOCK_OK;
@@ -97,7 +98,7 @@ err:
     return rc;
 }
 
-void my_watch_note_family(void *watch, const char *token, int queues)
+void dlock__my_watch_note_family(void *watch, const char *token, int queues)
 {
     my_watch *w = watch;
 
@@ -106,30 +107,30 @@ void my_watch_note_family(void *watch, const char *token, int queues)
     w->fam_queues |= queues;
 }
 
-int my_observe_begin(void *arg, const char *name, void **watch)
+int dlock__my_observe_begin(void *arg, const char *name, void **watch)
 {
     dlock_request req;
     int rc;
 
-    char key[MY_HEX_MAX];
+    char key[DLOCK__MY_HEX_MAX];
     my_watch *w;
 
     memset(&req, 0, sizeof(req));
     req.name = name;
-    if ((rc = my_key_hex(arg, name, key)) != DLOCK_OK ||
-        (rc = my_watch_begin(arg, &req, watch)) != DLOCK_OK)
+    if ((rc = dlock__my_key_hex(arg, name, key)) != DLOCK_OK ||
+        (rc = dlock__my_watch_begin(arg, &req, watch)) != DLOCK_OK)
         return rc;
     w = *watch;
     w->observe = 1;
     if ((w->key = strdup(key)) == NULL) {
-        my_watch_end(arg, w);
+        dlock__my_watch_end(arg, w);
         *watch = NULL;
         return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
     }
     return DLOCK_OK;
 }
 
-void my_watch_note_try(void *watch, const char *token, int unknown)
+void dlock__my_watch_note_try(void *watch, const char *token, int unknown)
 {
     my_watch *w = watch;
 
@@ -137,7 +138,7 @@ void my_watch_note_try(void *watch, const char *token, int unknown)
     w->lost_token = unknown ? strdup(token) : NULL;
 }
 
-MYSQL *my_watch_take_granted(void *watch)
+MYSQL *dlock__my_watch_take_granted(void *watch)
 {
     my_watch *w = watch;
     MYSQL *c;
@@ -192,9 +193,9 @@ static int read_reply(my_watch *w, int named, int *got, int *was_free, int *slep
     return 0;
 }
 
-static int send_wait(my_be *be, my_watch *w, int64_t timeout_ms)
+static int send_wait(dlock__my_be *be, my_watch *w, int64_t timeout_ms)
 {
-    char sql[3 * MY_LOCKEXPR_MAX + 3 * MY_HEX_MAX + 512];
+    char sql[3 * DLOCK__MY_LOCKEXPR_MAX + 3 * DLOCK__MY_HEX_MAX + 512];
     int64_t s = (timeout_ms + 999) / 1000;
 
     if (s < 1)
@@ -204,14 +205,14 @@ static int send_wait(my_be *be, my_watch *w, int64_t timeout_ms)
     if (be->named)
         snprintf(sql, sizeof(sql), "SELECT GET_LOCK(%s, %lld)", w->expr, (long long)s);
     else if (w->observe)
-        my_observe_sql(sql, sizeof(sql), w->key, w->expr, s > 5 ? 5 : s);
+        dlock__my_observe_sql(sql, sizeof(sql), w->key, w->expr, s > 5 ? 5 : s);
     else
         snprintf(sql, sizeof(sql), "SELECT IS_FREE_LOCK(%s), GET_LOCK(%s, %lld), RELEASE_LOCK(%s)",
                  w->expr, w->expr, (long long)s, w->expr);
     if (mysql_send_query(w->c, sql, (unsigned long)strlen(sql)) != 0)
         return -1;
     w->pending = 1;
-    w->pending_until = my_now_ms() + s * 1000 + be->command_ms;
+    w->pending_until = dlock__my_now_ms() + s * 1000 + be->command_ms;
     return 0;
 }
 
@@ -219,7 +220,7 @@ static int send_wait(my_be *be, my_watch *w, int64_t timeout_ms)
 static int sleep_only(my_watch *w, int64_t deadline)
 {
     struct pollfd pf = {.fd = w->wake_fd, .events = POLLIN};
-    int64_t left = deadline < 0 ? -1 : deadline - my_now_ms();
+    int64_t left = deadline < 0 ? -1 : deadline - dlock__my_now_ms();
 
     if (deadline >= 0 && left < 0)
         left = 0;
@@ -227,34 +228,36 @@ static int sleep_only(my_watch *w, int64_t deadline)
         drain_wake(w);
         return DLOCK_OK;
     }
-    return deadline >= 0 && my_now_ms() >= deadline ? DLOCK_ETIMEOUT : DLOCK_OK;
+    return deadline >= 0 && dlock__my_now_ms() >= deadline ? DLOCK_ETIMEOUT : DLOCK_OK;
 }
 
-int my_watch_wait(void *arg, void *watch, int64_t timeout_ms)
+int dlock__my_watch_wait(void *arg, void *watch, int64_t timeout_ms)
 {
-    my_be *be = arg;
+    dlock__my_be *be = arg;
     my_watch *w = watch;
     /* A timeout past any deadline (the core's wait forever) is none. */
-    int64_t deadline = timeout_ms < 0 || timeout_ms > INT64_MAX / 2 ? -1 : my_now_ms() + timeout_ms;
+    int64_t deadline =
+        timeout_ms < 0 || timeout_ms > INT64_MAX / 2 ? -1 : dlock__my_now_ms() + timeout_ms;
 
     if (w->granted)
         return DLOCK_OK; /* the next acquire takes it */
     for (;;) {
         struct pollfd fds[2];
-        int64_t now = my_now_ms(), left = deadline < 0 ? -1 : deadline - now;
+        int64_t now = dlock__my_now_ms(), left = deadline < 0 ? -1 : deadline - now;
         int got = 0, was_free = 0, slept = 0, n;
 
         if (w->c == NULL) {
             /* Broken: a release may have gone unseen, so a reconnection
              * that works is a reason to try; until one works, look again
              * every second. */
-            if (my_connect(be, &w->c) == DLOCK_OK)
+            if (dlock__my_connect(be, &w->c) == DLOCK_OK)
                 return DLOCK_OK;
             if (left < 0 || left > 1000)
                 left = 1000;
-            if (sleep_only(w, now + left) == DLOCK_OK && (deadline < 0 || my_now_ms() < deadline))
+            if (sleep_only(w, now + left) == DLOCK_OK &&
+                (deadline < 0 || dlock__my_now_ms() < deadline))
                 return DLOCK_OK;
-            if (deadline >= 0 && my_now_ms() >= deadline)
+            if (deadline >= 0 && dlock__my_now_ms() >= deadline)
                 return DLOCK_ETIMEOUT;
             continue;
         }
@@ -265,14 +268,14 @@ int my_watch_wait(void *arg, void *watch, int64_t timeout_ms)
                 return sleep_only(w, deadline);
             }
             if (send_wait(be, w, left < 0 ? 60000 : left) != 0) {
-                my_drop(&w->c);
+                dlock__my_drop(&w->c);
                 return DLOCK_OK;
             }
         }
         if (deadline >= 0 && left < 0)
             left = 0;
         if (now >= w->pending_until) {
-            my_drop(&w->c); /* no answer from the server in time */
+            dlock__my_drop(&w->c); /* no answer from the server in time */
             w->pending = 0;
             return DLOCK_OK;
         }
@@ -293,7 +296,7 @@ int my_watch_wait(void *arg, void *watch, int64_t timeout_ms)
         }
         if (fds[1].revents != 0) {
             if (read_reply(w, be->named, &got, &was_free, &slept) != 0) {
-                my_drop(&w->c); /* also a SLEEP a new leader killed with an error */
+                dlock__my_drop(&w->c); /* also a SLEEP a new leader killed with an error */
                 return DLOCK_OK;
             }
             if (be->named && got) {
@@ -303,7 +306,7 @@ int my_watch_wait(void *arg, void *watch, int64_t timeout_ms)
             if (w->observe && was_free && got) {
                 /* A leader whose client holds no channel (it crashed, or
                  * lost the race for it): look again in a second. */
-                int64_t until = my_now_ms() + 1000;
+                int64_t until = dlock__my_now_ms() + 1000;
                 if (deadline >= 0 && deadline < until)
                     until = deadline;
                 return sleep_only(w, until);
@@ -322,23 +325,23 @@ int my_watch_wait(void *arg, void *watch, int64_t timeout_ms)
             if (got)
                 return DLOCK_OK; /* the holder let go of the channel */
         }
-        if (deadline >= 0 && my_now_ms() >= deadline)
+        if (deadline >= 0 && dlock__my_now_ms() >= deadline)
             return DLOCK_ETIMEOUT;
     }
 }
 
-void my_watch_end(void *arg, void *watch)
+void dlock__my_watch_end(void *arg, void *watch)
 {
-    my_be *be = arg;
+    dlock__my_be *be = arg;
     my_watch *w = watch;
 
     if (w == NULL)
         return;
     if (w->fam_token != NULL && !be->named) {
         if (w->fam_queues || w->lost_token != NULL) /* best effort */
-            my_fam_leave(be, w->name, w->fam_token, w->lost_token != NULL);
+            dlock__my_fam_leave(be, w->name, w->fam_token, w->lost_token != NULL);
     } else if (w->lost_token != NULL && !be->named)
-        my_lease_release_token(be, w->name, w->lost_token); /* best effort */
+        dlock__my_lease_release_token(be, w->name, w->lost_token); /* best effort */
     /* A GET_LOCK in flight is ended on the server first, and its answer
      * read: a session blocked in GET_LOCK does not notice that its client
      * has gone, and would be granted the lock at the holder's release and
@@ -351,15 +354,15 @@ void my_watch_end(void *arg, void *watch)
         int got = 0, was_free = 0, slept = 0;
 
         snprintf(sql, sizeof(sql), "KILL QUERY %lu", mysql_thread_id(w->c));
-        my_cmd(be, sql, NULL, NULL); /* best effort; the core keeps its message */
+        dlock__my_cmd(be, sql, NULL, NULL); /* best effort; the core keeps its message */
         if (poll(&pf, 1, be->command_ms > INT_MAX ? INT_MAX : (int)be->command_ms) > 0 &&
             read_reply(w, be->named, &got, &was_free, &slept) == 0 && be->named && got)
             w->granted = 1;
         w->pending = 0;
     }
     if (w->granted && w->c != NULL)
-        my_query(be, &w->c, "DO RELEASE_ALL_LOCKS()", NULL, NULL);
-    my_drop(&w->c);
+        dlock__my_query(be, &w->c, "DO RELEASE_ALL_LOCKS()", NULL, NULL);
+    dlock__my_drop(&w->c);
     free(w->lost_token);
     free(w->fam_token);
     free(w->key);
@@ -368,7 +371,7 @@ void my_watch_end(void *arg, void *watch)
     free(w);
 }
 
-void my_watch_wake(void *arg, void *watch)
+void dlock__my_watch_wake(void *arg, void *watch)
 {
     my_watch *w = watch;
     uint64_t one = 1;

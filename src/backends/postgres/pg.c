@@ -24,7 +24,7 @@
 
 #define KW_MAX 48
 
-static int kw_add(pg_be *be, int *n, const char *k, const char *v)
+static int kw_add(dlock__pg_be *be, int *n, const char *k, const char *v)
 {
     if (*n >= KW_MAX - 1)
         return dlock_backend_fail(DLOCK_EINVAL, "postgres URL: too many parameters");
@@ -51,7 +51,8 @@ static int libpq_knows(const char *key)
 
 static int valid_ident(const char *s)
 {
-    if (s == NULL || !*s || strlen(s) > PG_IDENT_MAX || !(islower((unsigned char)*s) || *s == '_'))
+    if (s == NULL || !*s || strlen(s) > DLOCK__PG_IDENT_MAX ||
+        !(islower((unsigned char)*s) || *s == '_'))
         return 0;
     for (; *s; s++)
         if (!islower((unsigned char)*s) && !isdigit((unsigned char)*s) && *s != '_')
@@ -60,7 +61,7 @@ static int valid_ident(const char *s)
 }
 
 /* host and port lists as libpq takes them ("h1,h2", "p1,p2"). */
-static int url_hosts(pg_be *be, int *n, const dlock_url *url)
+static int url_hosts(dlock__pg_be *be, int *n, const dlock_url *url)
 {
     char hosts[1024] = "", ports[256] = "";
     size_t hl = 0, pl = 0;
@@ -104,7 +105,7 @@ static int local_list(const char *list)
 }
 
 /* The value libpq will use for keyword k: the last one given, else NULL. */
-static const char *kw_get(const pg_be *be, int n, const char *k)
+static const char *kw_get(const dlock__pg_be *be, int n, const char *k)
 {
     for (int i = n - 1; i >= 0; i--)
         if (strcmp(be->kw[i], k) == 0)
@@ -113,7 +114,7 @@ static const char *kw_get(const pg_be *be, int n, const char *k)
 }
 
 /* A secret in the environment counts as one in the URL: libpq sends it. */
-static int has_password(const pg_be *be, int n)
+static int has_password(const dlock__pg_be *be, int n)
 {
     const char *env = getenv("PGPASSWORD");
     return kw_get(be, n, "password") != NULL || (env != NULL && *env != '\0');
@@ -134,7 +135,7 @@ static int has_password(const pg_be *be, int n)
  * loopback or Unix-socket URL keeps libpq's defaults. PGSSLMODE and
  * PGCHANNELBINDING do not count as the URL naming one.
  */
-static int secure_transport(pg_be *be, int *n, const dlock_url *url)
+static int secure_transport(dlock__pg_be *be, int *n, const dlock_url *url)
 {
     static const char *const weak[] = {"disable", "allow", "prefer", "require"};
     const char *insecure = dlock_url_param_get(url, "insecure_auth");
@@ -189,13 +190,13 @@ static void free_wiped(char *s)
     free(s);
 }
 
-static void be_free(pg_be *be)
+static void be_free(dlock__pg_be *be)
 {
     if (be == NULL)
         return;
-    pg_listener_free(be);
-    pg_adv_close_all(be);
-    pg_conns_close(be);
+    dlock__pg_listener_free(be);
+    dlock__pg_adv_close_all(be);
+    dlock__pg_conns_close(be);
     for (int i = 0; be->kw != NULL && i < KW_MAX; i++) {
         free(be->kw[i]);
         free_wiped(be->val[i]);
@@ -217,13 +218,13 @@ static void be_free(pg_be *be)
  * without S cannot take or block a name's key before it is in use
  * (pg_advisory.c). In lease mode the table's grants decide who may write.
  */
-static int key_secret(pg_be *be, const dlock_url *url)
+static int key_secret(dlock__pg_be *be, const dlock_url *url)
 {
     const char *v = dlock_url_param_get(url, "key_secret");
 
     if (v == NULL)
         return DLOCK_OK;
-    if (be->mode != PG_MODE_ADVISORY)
+    if (be->mode != DLOCK__PG_MODE_ADVISORY)
         return dlock_backend_fail(DLOCK_EINVAL, "postgres URL: key_secret= is for "
                                   "mode=advisory (in lease mode the table's grants decide "
                                   "who may take a lock)");
@@ -240,7 +241,7 @@ static int key_secret(pg_be *be, const dlock_url *url)
 
 static int pg_open(void **out, const dlock_url *url, const dlock_client_options *opts)
 {
-    pg_be *be;
+    dlock__pg_be *be;
     const char *mode = dlock_url_param_get(url, "mode");
     const char *create = dlock_url_param_get(url, "create");
     const char *table = dlock_url_param_get(url, "table");
@@ -267,9 +268,9 @@ static int pg_open(void **out, const dlock_url *url, const dlock_client_options 
     be->log_payload = opts->log_payload;
 
     if (mode == NULL || strcmp(mode, "lease") == 0)
-        be->mode = PG_MODE_LEASE;
+        be->mode = DLOCK__PG_MODE_LEASE;
     else if (strcmp(mode, "advisory") == 0)
-        be->mode = PG_MODE_ADVISORY;
+        be->mode = DLOCK__PG_MODE_ADVISORY;
     else {
         be_free(be);
         return dlock_backend_fail(DLOCK_EINVAL, "postgres URL: mode must be lease or advisory");
@@ -283,7 +284,7 @@ static int pg_open(void **out, const dlock_url *url, const dlock_client_options 
         return dlock_backend_fail(DLOCK_EINVAL,
                                   "postgres URL: table must be 1..%d of a-z, 0-9 and _, "
                                   "not starting with a digit",
-                                  PG_IDENT_MAX);
+                                  DLOCK__PG_IDENT_MAX);
     }
     snprintf(be->table, sizeof(be->table), "%s", table ? table : "dlock_locks");
     snprintf(be->seq, sizeof(be->seq), "%s_fence", be->table);
@@ -326,7 +327,7 @@ static int pg_open(void **out, const dlock_url *url, const dlock_client_options 
         goto fail;
     /* Connects and checks credentials and database; makes the table and
      * the sequence on first use unless create=0. */
-    if ((rc = pg_create(be, create == NULL || strcmp(create, "1") == 0)) != DLOCK_OK)
+    if ((rc = dlock__pg_create(be, create == NULL || strcmp(create, "1") == 0)) != DLOCK_OK)
         goto fail;
     *out = be;
     return DLOCK_OK;
@@ -343,11 +344,11 @@ static void pg_close(void *be)
 /* Advisory mode serves the mutex only: a session-level advisory lock has
  * no lease, no queue and no room for readers or permits. The caps are the
  * backend's, not the mode's, so the refusal is here. */
-static int advisory_refuses(pg_be *be, int kind, const char *what)
+static int advisory_refuses(dlock__pg_be *be, int kind, const char *what)
 {
     static const char *const kinds[] = {"mutex", "fair lock", "read-write lock",
                                         "read-write lock", "semaphore", "leader election"};
-    if (be->mode != PG_MODE_ADVISORY || kind == DLOCK_KIND_MUTEX)
+    if (be->mode != DLOCK__PG_MODE_ADVISORY || kind == DLOCK_KIND_MUTEX)
         return DLOCK_OK;
     return dlock_backend_fail(DLOCK_ENOTSUP,
                               "%s: mode=advisory serves the plain mutex only, not %s%s (use "
@@ -358,65 +359,70 @@ static int advisory_refuses(pg_be *be, int kind, const char *what)
 
 static int pg_acquire(void *vbe, const dlock_request *req, void *watch, dlock_acquire_result *out)
 {
-    pg_be *be = vbe;
+    dlock__pg_be *be = vbe;
     int rc;
 
     if ((rc = advisory_refuses(be, req->kind, NULL)) != DLOCK_OK)
         return rc;
     if (req->kind != DLOCK_KIND_MUTEX) {
-        rc = pg_fam_acquire(be, req, pg_watch_id(watch), out);
+        rc = dlock__pg_fam_acquire(be, req, dlock__pg_watch_id(watch), out);
         /* A busy try left a place in line; so may one whose reply was lost. */
         if ((rc == DLOCK_EBUSY || rc == DLOCK_ECONN) && watch != NULL &&
             (req->kind == DLOCK_KIND_FAIR || req->kind == DLOCK_KIND_WRITE))
-            pg_watch_queued(watch);
+            dlock__pg_watch_queued(watch);
     } else {
-        rc = be->mode == PG_MODE_LEASE ? pg_lease_acquire(be, req, out)
-                                       : pg_adv_acquire(be, req, out);
+        rc = be->mode == DLOCK__PG_MODE_LEASE ? dlock__pg_lease_acquire(be, req, out)
+                                              : dlock__pg_adv_acquire(be, req, out);
     }
     /* A lost reply may have taken the lock (lease mode; in advisory mode
      * the closed session gave it back). */
-    pg_watch_note(watch, rc == DLOCK_ECONN && be->mode == PG_MODE_LEASE ? req->token : NULL);
+    dlock__pg_watch_note(watch,
+                         rc == DLOCK_ECONN && be->mode == DLOCK__PG_MODE_LEASE ? req->token : NULL);
     return rc;
 }
 
-int pg_release(void *vbe, const dlock_request *req)
+int dlock__pg_release(void *vbe, const dlock_request *req)
 {
-    pg_be *be = vbe;
-    if (req->kind != DLOCK_KIND_MUTEX && be->mode == PG_MODE_LEASE)
-        return pg_fam_release(be, req);
-    return be->mode == PG_MODE_LEASE ? pg_lease_release(be, req) : pg_adv_release(be, req);
+    dlock__pg_be *be = vbe;
+    if (req->kind != DLOCK_KIND_MUTEX && be->mode == DLOCK__PG_MODE_LEASE)
+        return dlock__pg_fam_release(be, req);
+    return be->mode == DLOCK__PG_MODE_LEASE ? dlock__pg_lease_release(be, req)
+                                            : dlock__pg_adv_release(be, req);
 }
 
 static int pg_extend(void *vbe, const dlock_request *req)
 {
-    pg_be *be = vbe;
-    if (req->kind != DLOCK_KIND_MUTEX && be->mode == PG_MODE_LEASE)
-        return pg_fam_extend(be, req);
-    return be->mode == PG_MODE_LEASE ? pg_lease_extend(be, req) : pg_adv_extend(be, req);
+    dlock__pg_be *be = vbe;
+    if (req->kind != DLOCK_KIND_MUTEX && be->mode == DLOCK__PG_MODE_LEASE)
+        return dlock__pg_fam_extend(be, req);
+    return be->mode == DLOCK__PG_MODE_LEASE ? dlock__pg_lease_extend(be, req)
+                                            : dlock__pg_adv_extend(be, req);
 }
 
 static int pg_check(void *vbe, const dlock_request *req)
 {
-    pg_be *be = vbe;
-    if (req->kind != DLOCK_KIND_MUTEX && be->mode == PG_MODE_LEASE)
-        return pg_fam_check(be, req);
-    return be->mode == PG_MODE_LEASE ? pg_lease_check(be, req) : pg_adv_check(be, req);
+    dlock__pg_be *be = vbe;
+    if (req->kind != DLOCK_KIND_MUTEX && be->mode == DLOCK__PG_MODE_LEASE)
+        return dlock__pg_fam_check(be, req);
+    return be->mode == DLOCK__PG_MODE_LEASE ? dlock__pg_lease_check(be, req)
+                                            : dlock__pg_adv_check(be, req);
 }
 
 static int pg_renew(void *vbe, dlock_renewal *items, size_t n)
 {
-    pg_be *be = vbe;
-    return be->mode == PG_MODE_LEASE ? pg_lease_renew(be, items, n) : pg_adv_renew(be, items, n);
+    dlock__pg_be *be = vbe;
+    return be->mode == DLOCK__PG_MODE_LEASE ? dlock__pg_lease_renew(be, items, n)
+                                            : dlock__pg_adv_renew(be, items, n);
 }
 
 static int pg_status(void *vbe, const char *name, dlock_lock_info *out)
 {
-    pg_be *be = vbe;
+    dlock__pg_be *be = vbe;
     int rc;
 
-    if (be->mode != PG_MODE_LEASE)
-        return pg_adv_status(be, name, out);
-    if ((rc = pg_lease_status(be, name, out)) != DLOCK_OK)
+    if (be->mode != DLOCK__PG_MODE_LEASE)
+        return dlock__pg_adv_status(be, name, out);
+    if ((rc = dlock__pg_lease_status(be, name, out)) != DLOCK_OK)
         return rc;
     if (out->held) {
         out->kind = DLOCK_KIND_MUTEX;
@@ -424,21 +430,21 @@ static int pg_status(void *vbe, const char *name, dlock_lock_info *out)
         return DLOCK_OK;
     }
     out->kind = -1;
-    return pg_fam_status(be, name, out);
+    return dlock__pg_fam_status(be, name, out);
 }
 
 static int pg_force_release(void *vbe, const char *name, dlock_lock_info *removed)
 {
-    pg_be *be = vbe;
+    dlock__pg_be *be = vbe;
     int rc;
 
-    if (be->mode != PG_MODE_LEASE)
-        return pg_adv_force_release(be, name, removed);
-    if ((rc = pg_lease_force_release(be, name, removed)) != DLOCK_OK)
+    if (be->mode != DLOCK__PG_MODE_LEASE)
+        return dlock__pg_adv_force_release(be, name, removed);
+    if ((rc = dlock__pg_lease_force_release(be, name, removed)) != DLOCK_OK)
         return rc;
     removed->kind = removed->held ? DLOCK_KIND_MUTEX : -1;
     /* Both tables: a force release breaks whatever kind holds the name. */
-    return pg_fam_force_release(be, name, removed);
+    return dlock__pg_fam_force_release(be, name, removed);
 }
 
 /* dlock_list over both tables: cb's answer to stop is kept across them. */
@@ -465,30 +471,30 @@ static int list_family(const char *name, const dlock_lock_info *info, void *arg)
 
 static int pg_list(void *vbe, const char *prefix, dlock_list_cb cb, void *payload)
 {
-    pg_be *be = vbe;
+    dlock__pg_be *be = vbe;
     list_ctx x = {cb, payload, 0};
     int rc;
 
-    if (be->mode != PG_MODE_LEASE)
+    if (be->mode != DLOCK__PG_MODE_LEASE)
         return dlock_backend_fail(DLOCK_ENOTSUP,
                                   "%s: listing is not offered in advisory mode (pg_locks "
                                   "shows hashes, not names)",
                                   be->where);
-    if ((rc = pg_lease_list(be, prefix, list_mutex, &x)) != DLOCK_OK || x.stopped)
+    if ((rc = dlock__pg_lease_list(be, prefix, list_mutex, &x)) != DLOCK_OK || x.stopped)
         return rc;
-    return pg_fam_list(be, prefix, list_family, &x);
+    return dlock__pg_fam_list(be, prefix, list_family, &x);
 }
 
 /* Advisory mode, and a table without its family (create=0): the one
  * holder status reads. */
 static int pg_holders(void *vbe, const char *name, dlock_list_cb cb, void *payload)
 {
-    pg_be *be = vbe;
+    dlock__pg_be *be = vbe;
     dlock_lock_info info;
     int rc;
 
-    if (be->mode == PG_MODE_LEASE && be->has_family)
-        return pg_fam_holders(be, name, cb, payload);
+    if (be->mode == DLOCK__PG_MODE_LEASE && be->has_family)
+        return dlock__pg_fam_holders(be, name, cb, payload);
     memset(&info, 0, sizeof(info));
     if ((rc = pg_status(be, name, &info)) != DLOCK_OK || !info.held)
         return rc;
@@ -500,29 +506,29 @@ static int pg_holders(void *vbe, const char *name, dlock_list_cb cb, void *paylo
 
 static int pg_downgrade(void *vbe, const dlock_request *req)
 {
-    pg_be *be = vbe;
+    dlock__pg_be *be = vbe;
     int rc = advisory_refuses(be, DLOCK_KIND_WRITE, NULL);
-    return rc != DLOCK_OK ? rc : pg_fam_downgrade(be, req);
+    return rc != DLOCK_OK ? rc : dlock__pg_fam_downgrade(be, req);
 }
 
 static int pg_set_permits(void *vbe, const char *name, int permits)
 {
-    pg_be *be = vbe;
+    dlock__pg_be *be = vbe;
     int rc = advisory_refuses(be, DLOCK_KIND_SEMAPHORE, NULL);
-    return rc != DLOCK_OK ? rc : pg_fam_set_permits(be, name, permits);
+    return rc != DLOCK_OK ? rc : dlock__pg_fam_set_permits(be, name, permits);
 }
 
 static int pg_leader_get(void *vbe, const char *name, dlock_leader_info *out)
 {
-    pg_be *be = vbe;
+    dlock__pg_be *be = vbe;
     int rc = advisory_refuses(be, DLOCK_KIND_LEADER, NULL);
-    return rc != DLOCK_OK ? rc : pg_fam_leader_get(be, name, out);
+    return rc != DLOCK_OK ? rc : dlock__pg_fam_leader_get(be, name, out);
 }
 
 /* Observers wait on the name's NOTIFYs: a campaign won, a resignation. */
 static int pg_observe_begin(void *vbe, const char *name, void **watch)
 {
-    pg_be *be = vbe;
+    dlock__pg_be *be = vbe;
     dlock_request req;
     int rc;
 
@@ -532,7 +538,7 @@ static int pg_observe_begin(void *vbe, const char *name, void **watch)
     memset(&req, 0, sizeof(req));
     req.kind = DLOCK_KIND_LEADER;
     req.name = name;
-    return pg_watch_begin(be, &req, watch);
+    return dlock__pg_watch_begin(be, &req, watch);
 }
 
 static const char *const pg_schemes[] = {"postgres", "postgresql", NULL};
@@ -550,14 +556,14 @@ static const dlock_backend pg_backend = {
     .open = pg_open,
     .close = pg_close,
     .acquire = pg_acquire,
-    .release = pg_release,
+    .release = dlock__pg_release,
     .extend = pg_extend,
     .check = pg_check,
     .renew = pg_renew,
-    .watch_begin = pg_watch_begin,
-    .watch_wait = pg_watch_wait,
-    .watch_end = pg_watch_end,
-    .watch_wake = pg_watch_wake,
+    .watch_begin = dlock__pg_watch_begin,
+    .watch_wait = dlock__pg_watch_wait,
+    .watch_end = dlock__pg_watch_end,
+    .watch_wake = dlock__pg_watch_wake,
     .status = pg_status,
     .force_release = pg_force_release,
     .downgrade = pg_downgrade,

@@ -4,13 +4,13 @@
  * 64-bit hash of key_prefix + name (FNV-1a; two names with one hash are one
  * lock: docs/postgres.md), the fence from the same sequence in the same
  * statement. The lock lives as long as its session, so every held lock has
- * a connection of its own (pg_session), closed by release. The lease is
+ * a connection of its own (dlock__pg_session), closed by release. The lease is
  * the session's idle_session_timeout, set to lease_ms in the acquiring
  * round trip: a holder that stops talking (SIGSTOP, a dead network) has its
  * session ended by the server after its lease, by the server's clock, and
  * the lock with it. The watchdog's renew is the keepalive: a statement on
  * the session that asks pg_locks whether the session still holds the lock.
- * With key_secret, the key is an HMAC instead (pg_advisory_key).
+ * With key_secret, the key is an HMAC instead (dlock__pg_advisory_key).
  *
  * Once a session's connection broke or timed out it is closed, and its lock
  * is gone (or goes when the server sees the close): every later call on the
@@ -26,8 +26,8 @@
 
 #include "pg_int.h"
 
-struct pg_session {
-    pg_session *next;
+struct dlock__pg_session {
+    dlock__pg_session *next;
     pthread_mutex_t mu; /* guards c: the watchdog and the caller share it */
     PGconn *c;          /* NULL once broken: the lock is gone */
     char *token;
@@ -38,7 +38,7 @@ struct pg_session {
 /* FNV-1a 64 of key_prefix + name; with key_secret, the first 8 bytes of
  * HMAC-SHA256(key_secret, key_prefix + name), which only holders of the
  * secret can compute. */
-int pg_advisory_key(const pg_be *be, const char *name, uint64_t *key)
+int dlock__pg_advisory_key(const dlock__pg_be *be, const char *name, uint64_t *key)
 {
     uint64_t h = 1469598103934665603ULL;
     unsigned char mac[EVP_MAX_MD_SIZE];
@@ -80,7 +80,7 @@ int pg_advisory_key(const pg_be *be, const char *name, uint64_t *key)
  * the server, and a shorter one in its place would end the session (and
  * the lock) while the handle still believed it: refused, before any I/O.
  */
-static int lease_fits(const pg_be *be, int64_t lease_ms)
+static int lease_fits(const dlock__pg_be *be, int64_t lease_ms)
 {
     if (lease_ms <= INT_MAX)
         return DLOCK_OK;
@@ -90,7 +90,7 @@ static int lease_fits(const pg_be *be, int64_t lease_ms)
                               be->where, (long long)lease_ms, INT_MAX);
 }
 
-static void session_free(pg_session *s)
+static void session_free(dlock__pg_session *s)
 {
     if (s == NULL)
         return;
@@ -101,9 +101,9 @@ static void session_free(pg_session *s)
 }
 
 /* The session holding req's lock, taken out of the list when take. */
-static pg_session *find(pg_be *be, const char *token, int take)
+static dlock__pg_session *find(dlock__pg_be *be, const char *token, int take)
 {
-    pg_session **pp, *s = NULL;
+    dlock__pg_session **pp, *s = NULL;
 
     pthread_mutex_lock(&be->smu);
     for (pp = &be->sessions; *pp != NULL; pp = &(*pp)->next)
@@ -117,16 +117,16 @@ static pg_session *find(pg_be *be, const char *token, int take)
     return s;
 }
 
-static int gone(pg_be *be, const dlock_request *req)
+static int gone(dlock__pg_be *be, const dlock_request *req)
 {
     return dlock_backend_fail(DLOCK_ELOST, "%s: lock '%s': its session ended (advisory mode)",
                               be->where, req->name);
 }
 
-int pg_adv_acquire(pg_be *be, const dlock_request *req, dlock_acquire_result *out)
+int dlock__pg_adv_acquire(dlock__pg_be *be, const dlock_request *req, dlock_acquire_result *out)
 {
     char sql[256];
-    pg_session *s;
+    dlock__pg_session *s;
     PGresult *r;
     int rc;
 
@@ -147,7 +147,7 @@ int pg_adv_acquire(pg_be *be, const dlock_request *req, dlock_acquire_result *ou
         return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
     }
     pthread_mutex_init(&s->mu, NULL);
-    if ((rc = pg_advisory_key(be, req->name, &s->key)) != DLOCK_OK) {
+    if ((rc = dlock__pg_advisory_key(be, req->name, &s->key)) != DLOCK_OK) {
         session_free(s);
         return rc;
     }
@@ -158,7 +158,7 @@ int pg_adv_acquire(pg_be *be, const dlock_request *req, dlock_acquire_result *ou
              "SET idle_session_timeout = %lld;"
              "SELECT CASE WHEN pg_try_advisory_lock(%lld) THEN nextval('%s') END",
              (long long)req->lease_ms, (long long)s->key, be->seq);
-    if ((rc = pg_exec(be, &s->c, sql, 0, NULL, &r)) != DLOCK_OK) {
+    if ((rc = dlock__pg_exec(be, &s->c, sql, 0, NULL, &r)) != DLOCK_OK) {
         session_free(s);
         return rc;
     }
@@ -174,7 +174,7 @@ int pg_adv_acquire(pg_be *be, const dlock_request *req, dlock_acquire_result *ou
         return dlock_backend_fail(DLOCK_EBUSY, "%s: lock '%s' is held by another owner",
                                   be->where, req->name);
     }
-    s->fence = (uint64_t)pg_num(r, 0, 0);
+    s->fence = (uint64_t)dlock__pg_num(r, 0, 0);
     PQclear(r);
     pthread_mutex_lock(&be->smu);
     s->next = be->sessions;
@@ -186,7 +186,7 @@ int pg_adv_acquire(pg_be *be, const dlock_request *req, dlock_acquire_result *ou
 
 /* Ask the session whether it still holds its lock, after setting its
  * lease to lease_ms (when > 0 and changed). s->mu held. */
-static int keepalive(pg_be *be, pg_session *s, int64_t lease_ms)
+static int keepalive(dlock__pg_be *be, dlock__pg_session *s, int64_t lease_ms)
 {
     char sql[320], set[64] = "";
     PGresult *r;
@@ -200,23 +200,23 @@ static int keepalive(pg_be *be, pg_session *s, int64_t lease_ms)
              "%sSELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
              " AND pid = pg_backend_pid() AND classid = %u AND objid = %u AND objsubid = 1",
              set, (unsigned)(s->key >> 32), (unsigned)(s->key & 0xffffffffu));
-    rc = pg_exec(be, &s->c, sql, 0, NULL, &r);
+    rc = dlock__pg_exec(be, &s->c, sql, 0, NULL, &r);
     if (rc != DLOCK_OK) {
-        /* Closed by pg_exec or refused: either way the session is done. */
+        /* Closed by dlock__pg_exec or refused: either way the session is done. */
         PQfinish(s->c);
         s->c = NULL;
         return DLOCK_ELOST;
     }
-    held = PQntuples(r) == 1 && pg_num(r, 0, 0) > 0;
+    held = PQntuples(r) == 1 && dlock__pg_num(r, 0, 0) > 0;
     PQclear(r);
     if (held && lease_ms > 0)
         s->lease_ms = lease_ms;
     return held ? DLOCK_OK : DLOCK_ELOST;
 }
 
-static int on_session(pg_be *be, const dlock_request *req, int64_t lease_ms)
+static int on_session(dlock__pg_be *be, const dlock_request *req, int64_t lease_ms)
 {
-    pg_session *s = find(be, req->token, 0);
+    dlock__pg_session *s = find(be, req->token, 0);
     int rc;
 
     if (s == NULL)
@@ -227,22 +227,22 @@ static int on_session(pg_be *be, const dlock_request *req, int64_t lease_ms)
     return rc == DLOCK_OK ? rc : gone(be, req);
 }
 
-int pg_adv_extend(pg_be *be, const dlock_request *req)
+int dlock__pg_adv_extend(dlock__pg_be *be, const dlock_request *req)
 {
     int rc = lease_fits(be, req->lease_ms);
 
     return rc != DLOCK_OK ? rc : on_session(be, req, req->lease_ms);
 }
 
-int pg_adv_check(pg_be *be, const dlock_request *req)
+int dlock__pg_adv_check(dlock__pg_be *be, const dlock_request *req)
 {
     return on_session(be, req, 0);
 }
 
-int pg_adv_renew(pg_be *be, dlock_renewal *items, size_t n)
+int dlock__pg_adv_renew(dlock__pg_be *be, dlock_renewal *items, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        pg_session *s = find(be, items[i].req->token, 0);
+        dlock__pg_session *s = find(be, items[i].req->token, 0);
         if (s == NULL) {
             items[i].result = DLOCK_ELOST;
             continue;
@@ -254,16 +254,16 @@ int pg_adv_renew(pg_be *be, dlock_renewal *items, size_t n)
     return DLOCK_OK;
 }
 
-int pg_adv_release(pg_be *be, const dlock_request *req)
+int dlock__pg_adv_release(dlock__pg_be *be, const dlock_request *req)
 {
-    pg_session *s = find(be, req->token, 1);
+    dlock__pg_session *s = find(be, req->token, 1);
     char sql[256], *hex;
     PGresult *r;
     int rc, ours = 0;
 
     if (s == NULL)
         return gone(be, req);
-    if ((hex = pg_key_hex(be, req->name)) == NULL) {
+    if ((hex = dlock__pg_key_hex(be, req->name)) == NULL) {
         session_free(s);
         return DLOCK_ENOMEM;
     }
@@ -273,7 +273,7 @@ int pg_adv_release(pg_be *be, const dlock_request *req)
         snprintf(sql, sizeof(sql),
                  "SELECT pg_advisory_unlock(%lld), pg_notify('%s', $1)", (long long)s->key,
                  be->table);
-        rc = pg_exec(be, &s->c, sql, 1, p, &r);
+        rc = dlock__pg_exec(be, &s->c, sql, 1, p, &r);
         if (rc == DLOCK_OK) {
             ours = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
             PQclear(r);
@@ -291,38 +291,38 @@ int pg_adv_release(pg_be *be, const dlock_request *req)
     " AND objsubid = 1 AND database = (SELECT oid FROM pg_database"                              \
     " WHERE datname = current_database())"
 
-int pg_adv_status(pg_be *be, const char *name, dlock_lock_info *out)
+int dlock__pg_adv_status(dlock__pg_be *be, const char *name, dlock_lock_info *out)
 {
     uint64_t key;
     char sql[512];
     PGresult *r;
     int rc;
 
-    if ((rc = pg_advisory_key(be, name, &key)) != DLOCK_OK)
+    if ((rc = dlock__pg_advisory_key(be, name, &key)) != DLOCK_OK)
         return rc;
 
     snprintf(sql, sizeof(sql), "SELECT count(*) " HOLDERS, (unsigned)(key >> 32),
              (unsigned)(key & 0xffffffffu));
-    if ((rc = pg_cmd(be, sql, 0, NULL, &r)) != DLOCK_OK)
+    if ((rc = dlock__pg_cmd(be, sql, 0, NULL, &r)) != DLOCK_OK)
         return rc;
     memset(out, 0, sizeof(*out));
-    out->held = PQntuples(r) == 1 && pg_num(r, 0, 0) > 0;
+    out->held = PQntuples(r) == 1 && dlock__pg_num(r, 0, 0) > 0;
     out->ttl_ms = out->held ? -1 : 0; /* a session has no expiry to read */
     PQclear(r);
     return DLOCK_OK;
 }
 
-int pg_adv_force_release(pg_be *be, const char *name, dlock_lock_info *removed)
+int dlock__pg_adv_force_release(dlock__pg_be *be, const char *name, dlock_lock_info *removed)
 {
     uint64_t key;
     char sql[640], *hex;
     PGresult *r;
     int rc;
 
-    if ((rc = pg_advisory_key(be, name, &key)) != DLOCK_OK ||
-        (rc = pg_adv_status(be, name, removed)) != DLOCK_OK)
+    if ((rc = dlock__pg_advisory_key(be, name, &key)) != DLOCK_OK ||
+        (rc = dlock__pg_adv_status(be, name, removed)) != DLOCK_OK)
         return rc;
-    if ((hex = pg_key_hex(be, name)) == NULL)
+    if ((hex = dlock__pg_key_hex(be, name)) == NULL)
         return DLOCK_ENOMEM;
     /* The only way to take a session's lock: end the session. */
     snprintf(sql, sizeof(sql),
@@ -330,7 +330,7 @@ int pg_adv_force_release(pg_be *be, const char *name, dlock_lock_info *removed)
              (unsigned)(key >> 32), (unsigned)(key & 0xffffffffu));
     {
         const char *p[1] = {hex};
-        rc = pg_cmd(be, sql, 1, p, &r);
+        rc = dlock__pg_cmd(be, sql, 1, p, &r);
     }
     free(hex);
     if (rc != DLOCK_OK)
@@ -339,10 +339,10 @@ int pg_adv_force_release(pg_be *be, const char *name, dlock_lock_info *removed)
     return DLOCK_OK;
 }
 
-void pg_adv_close_all(pg_be *be)
+void dlock__pg_adv_close_all(dlock__pg_be *be)
 {
     while (be->sessions != NULL) {
-        pg_session *s = be->sessions;
+        dlock__pg_session *s = be->sessions;
         be->sessions = s->next;
         session_free(s);
     }

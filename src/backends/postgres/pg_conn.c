@@ -65,7 +65,7 @@ static void pq_text(PGconn *c, char *out, size_t size)
             *p = ' ';
 }
 
-static int connect_failed(pg_be *be, PGconn *c, const char *what)
+static int connect_failed(dlock__pg_be *be, PGconn *c, const char *what)
 {
     char text[400];
     const char *hint = "";
@@ -99,7 +99,7 @@ static int connect_failed(pg_be *be, PGconn *c, const char *what)
     return dlock_backend_fail(code, "%s: %s%s%s", be->where, what, text, hint);
 }
 
-int pg_connect(pg_be *be, PGconn **out)
+int dlock__pg_connect(dlock__pg_be *be, PGconn **out)
 {
     PGconn *c;
     int64_t deadline = mono_ms() + be->connect_ms;
@@ -135,7 +135,7 @@ int pg_connect(pg_be *be, PGconn **out)
 }
 
 /* The code for a server's error: the SQLSTATE's class decides. */
-static int server_error(pg_be *be, const PGresult *r, const char *sql)
+static int server_error(dlock__pg_be *be, const PGresult *r, const char *sql)
 {
     const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
     const char *msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
@@ -150,7 +150,7 @@ static int server_error(pg_be *be, const PGresult *r, const char *sql)
                               state ? state : "?");
 }
 
-static int conn_broke(pg_be *be, PGconn **pc, const char *what)
+static int conn_broke(dlock__pg_be *be, PGconn **pc, const char *what)
 {
     char text[400];
 
@@ -160,8 +160,8 @@ static int conn_broke(pg_be *be, PGconn **pc, const char *what)
     return dlock_backend_fail(DLOCK_ECONN, "%s: %s%s", be->where, what, text);
 }
 
-int pg_exec(pg_be *be, PGconn **pc, const char *sql, int nparams, const char *const *params,
-            PGresult **res)
+int dlock__pg_exec(dlock__pg_be *be, PGconn **pc, const char *sql, int nparams,
+                   const char *const *params, PGresult **res)
 {
     int64_t deadline;
     PGresult *last = NULL, *r;
@@ -172,7 +172,7 @@ int pg_exec(pg_be *be, PGconn **pc, const char *sql, int nparams, const char *co
         PQfinish(*pc);
         *pc = NULL;
     }
-    if (*pc == NULL && (rc = pg_connect(be, pc)) != DLOCK_OK)
+    if (*pc == NULL && (rc = dlock__pg_connect(be, pc)) != DLOCK_OK)
         return rc;
     deadline = mono_ms() + be->command_ms;
     /* Without parameters, the simple protocol: it allows several
@@ -241,15 +241,16 @@ timeout:
                               (long long)be->command_ms);
 }
 
-int pg_cmd(pg_be *be, const char *sql, int nparams, const char *const *params, PGresult **res)
+int dlock__pg_cmd(dlock__pg_be *be, const char *sql, int nparams, const char *const *params,
+                  PGresult **res)
 {
     int i, rc, fresh;
 
     pthread_mutex_lock(&be->mu);
     for (;;) {
-        for (i = 0; i < PG_CMD_MAX && be->cmd_busy[i]; i++)
+        for (i = 0; i < DLOCK__PG_CMD_MAX && be->cmd_busy[i]; i++)
             ;
-        if (i < PG_CMD_MAX)
+        if (i < DLOCK__PG_CMD_MAX)
             break;
         pthread_cond_wait(&be->cv, &be->mu);
     }
@@ -257,13 +258,13 @@ int pg_cmd(pg_be *be, const char *sql, int nparams, const char *const *params, P
     fresh = be->cmd[i] == NULL || PQstatus(be->cmd[i]) == CONNECTION_BAD;
     pthread_mutex_unlock(&be->mu);
 
-    rc = pg_exec(be, &be->cmd[i], sql, nparams, params, res);
+    rc = dlock__pg_exec(be, &be->cmd[i], sql, nparams, params, res);
     /* A pooled connection the server closed while idle (a restart, an
      * idle timeout) fails on first use: every statement here is
      * idempotent by token, so try once more on a new one. */
     if (rc == DLOCK_ECONN && !fresh) {
         fresh = 1;
-        rc = pg_exec(be, &be->cmd[i], sql, nparams, params, res);
+        rc = dlock__pg_exec(be, &be->cmd[i], sql, nparams, params, res);
     }
 
     pthread_mutex_lock(&be->mu);
@@ -278,9 +279,9 @@ int pg_cmd(pg_be *be, const char *sql, int nparams, const char *const *params, P
     return rc;
 }
 
-void pg_conns_close(pg_be *be)
+void dlock__pg_conns_close(dlock__pg_be *be)
 {
-    for (int i = 0; i < PG_CMD_MAX; i++) {
+    for (int i = 0; i < DLOCK__PG_CMD_MAX; i++) {
         PQfinish(be->cmd[i]);
         be->cmd[i] = NULL;
     }
@@ -288,7 +289,7 @@ void pg_conns_close(pg_be *be)
     be->wd = NULL;
 }
 
-void pg_hex(char *out, const void *s, size_t len)
+void dlock__pg_hex(char *out, const void *s, size_t len)
 {
     static const char digits[] = "0123456789abcdef";
     const unsigned char *p = s;
@@ -300,7 +301,7 @@ void pg_hex(char *out, const void *s, size_t len)
     out[2 * len] = '\0';
 }
 
-char *pg_key_hex(const pg_be *be, const char *name)
+char *dlock__pg_key_hex(const dlock__pg_be *be, const char *name)
 {
     size_t n = strlen(name);
     char *out = malloc(2 * (be->prefix_len + n) + 1);
@@ -309,12 +310,12 @@ char *pg_key_hex(const pg_be *be, const char *name)
         dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
         return NULL;
     }
-    pg_hex(out, be->prefix, be->prefix_len);
-    pg_hex(out + 2 * be->prefix_len, name, n);
+    dlock__pg_hex(out, be->prefix, be->prefix_len);
+    dlock__pg_hex(out + 2 * be->prefix_len, name, n);
     return out;
 }
 
-int64_t pg_num(const PGresult *r, int row, int col)
+int64_t dlock__pg_num(const PGresult *r, int row, int col)
 {
     if (PQgetisnull(r, row, col))
         return 0;

@@ -36,7 +36,7 @@
 
 #define FAM_SQL_MAX 16384
 
-static const char *fill(const pg_be *be, char *buf, size_t size, const char *tmpl)
+static const char *fill(const dlock__pg_be *be, char *buf, size_t size, const char *tmpl)
 {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wformat-nonliteral"
@@ -200,7 +200,7 @@ static const char ddl_tmpl[] =
 
 static const char exists_tmpl[] = "SELECT to_regclass('%1$s_family') IS NOT NULL";
 
-int pg_fam_create(pg_be *be, int create)
+int dlock__pg_fam_create(dlock__pg_be *be, int create)
 {
     char *sql = malloc(FAM_SQL_MAX);
     PGresult *r;
@@ -208,14 +208,14 @@ int pg_fam_create(pg_be *be, int create)
 
     if (sql == NULL)
         return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
-    if ((rc = pg_cmd(be, fill(be, sql, FAM_SQL_MAX, exists_tmpl), 0, NULL, &r)) != DLOCK_OK)
+    if ((rc = dlock__pg_cmd(be, fill(be, sql, FAM_SQL_MAX, exists_tmpl), 0, NULL, &r)) != DLOCK_OK)
         goto out;
     have = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
     PQclear(r);
     be->has_family = have;
     if (have || !create)
         goto out; /* without it, the mutex still works; the family says why not */
-    if ((rc = pg_cmd(be, fill(be, sql, FAM_SQL_MAX, ddl_tmpl), 0, NULL, &r)) != DLOCK_OK)
+    if ((rc = dlock__pg_cmd(be, fill(be, sql, FAM_SQL_MAX, ddl_tmpl), 0, NULL, &r)) != DLOCK_OK)
         goto out;
     PQclear(r);
     be->has_family = 1;
@@ -224,7 +224,7 @@ out:
     return rc;
 }
 
-static int no_family(pg_be *be)
+static int no_family(dlock__pg_be *be)
 {
     if (be->has_family)
         return DLOCK_OK;
@@ -246,7 +246,7 @@ static int64_t waiter_ttl_ms(int64_t lease_ms)
     return lease_ms < 1000 ? 1000 : lease_ms > 30000 ? 30000 : lease_ms;
 }
 
-static int misuse(pg_be *be, const dlock_request *req, int64_t why)
+static int misuse(dlock__pg_be *be, const dlock_request *req, int64_t why)
 {
     switch (why) {
     case 1:
@@ -278,8 +278,8 @@ static int parse_pair(const char *s, long long *a, long long *b)
     return sscanf(s, "{%lld,%lld}", a, b) == 2 ? 0 : -1;
 }
 
-int pg_fam_acquire(pg_be *be, const dlock_request *req, const char *wid,
-                   dlock_acquire_result *out)
+int dlock__pg_fam_acquire(dlock__pg_be *be, const dlock_request *req, const char *wid,
+                          dlock_acquire_result *out)
 {
     char sql[FAM_SQL_MAX / 4], kind[8], lease[24], ttl[24], permits[16], *name, *owner = NULL;
     const char *p[11];
@@ -289,14 +289,14 @@ int pg_fam_acquire(pg_be *be, const dlock_request *req, const char *wid,
 
     if ((rc = no_family(be)) != DLOCK_OK)
         return rc;
-    if ((name = pg_key_hex(be, req->name)) == NULL)
+    if ((name = dlock__pg_key_hex(be, req->name)) == NULL)
         return DLOCK_ENOMEM;
     if (req->owner != NULL) {
         if ((owner = malloc(2 * strlen(req->owner) + 1)) == NULL) {
             free(name);
             return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
         }
-        pg_hex(owner, req->owner, strlen(req->owner));
+        dlock__pg_hex(owner, req->owner, strlen(req->owner));
     }
     snprintf(kind, sizeof(kind), "%d", req->kind);
     snprintf(lease, sizeof(lease), "%lld", (long long)req->lease_ms);
@@ -313,7 +313,7 @@ int pg_fam_acquire(pg_be *be, const dlock_request *req, const char *wid,
     p[8] = ttl;
     p[9] = permits;
     p[10] = req->kind == DLOCK_KIND_LEADER ? req->identity : NULL;
-    rc = pg_cmd(be, fill(be, sql, sizeof(sql), acquire_tmpl), 11, p, &r);
+    rc = dlock__pg_cmd(be, fill(be, sql, sizeof(sql), acquire_tmpl), 11, p, &r);
     free(name);
     free(owner);
     if (rc != DLOCK_OK)
@@ -392,7 +392,7 @@ static const char leave_tmpl[] =
 
 /* Run tmpl about name: $1 name, $2 id, [$3 lease]; the rows it touched or
  * returned in *rows. */
-static int on_row(pg_be *be, const char *tmpl, const char *name_s, const char *id,
+static int on_row(dlock__pg_be *be, const char *tmpl, const char *name_s, const char *id,
                   const int64_t *lease_ms, int *rows)
 {
     char sql[FAM_SQL_MAX / 8], lease[24], *name;
@@ -402,13 +402,13 @@ static int on_row(pg_be *be, const char *tmpl, const char *name_s, const char *i
 
     if ((rc = no_family(be)) != DLOCK_OK)
         return rc;
-    if ((name = pg_key_hex(be, name_s)) == NULL)
+    if ((name = dlock__pg_key_hex(be, name_s)) == NULL)
         return DLOCK_ENOMEM;
     snprintf(lease, sizeof(lease), "%lld", lease_ms != NULL ? (long long)*lease_ms : 0LL);
     p[0] = name;
     p[1] = id;
     p[2] = lease;
-    rc = pg_cmd(be, fill(be, sql, sizeof(sql), tmpl), lease_ms != NULL ? 3 : 2, p, &r);
+    rc = dlock__pg_cmd(be, fill(be, sql, sizeof(sql), tmpl), lease_ms != NULL ? 3 : 2, p, &r);
     free(name);
     if (rc != DLOCK_OK)
         return rc;
@@ -417,37 +417,37 @@ static int on_row(pg_be *be, const char *tmpl, const char *name_s, const char *i
     return DLOCK_OK;
 }
 
-static int not_ours(pg_be *be, const dlock_request *req)
+static int not_ours(dlock__pg_be *be, const dlock_request *req)
 {
     return dlock_backend_fail(DLOCK_ELOST, "%s: lock '%s' is no longer held by this handle",
                               be->where, req->name);
 }
 
-int pg_fam_release(pg_be *be, const dlock_request *req)
+int dlock__pg_fam_release(dlock__pg_be *be, const dlock_request *req)
 {
     int rows, rc = on_row(be, release_tmpl, req->name, req->token, NULL, &rows);
     return rc != DLOCK_OK ? rc : rows == 1 ? DLOCK_OK : not_ours(be, req);
 }
 
-int pg_fam_extend(pg_be *be, const dlock_request *req)
+int dlock__pg_fam_extend(dlock__pg_be *be, const dlock_request *req)
 {
     int rows, rc = on_row(be, extend_tmpl, req->name, req->token, &req->lease_ms, &rows);
     return rc != DLOCK_OK ? rc : rows == 1 ? DLOCK_OK : not_ours(be, req);
 }
 
-int pg_fam_check(pg_be *be, const dlock_request *req)
+int dlock__pg_fam_check(dlock__pg_be *be, const dlock_request *req)
 {
     int rows, rc = on_row(be, check_tmpl, req->name, req->token, NULL, &rows);
     return rc != DLOCK_OK ? rc : rows == 1 ? DLOCK_OK : not_ours(be, req);
 }
 
-int pg_fam_downgrade(pg_be *be, const dlock_request *req)
+int dlock__pg_fam_downgrade(dlock__pg_be *be, const dlock_request *req)
 {
     int rows, rc = on_row(be, downgrade_tmpl, req->name, req->token, &req->lease_ms, &rows);
     return rc != DLOCK_OK ? rc : rows == 1 ? DLOCK_OK : not_ours(be, req);
 }
 
-int pg_fam_leave(pg_be *be, const char *name, const char *wid)
+int dlock__pg_fam_leave(dlock__pg_be *be, const char *name, const char *wid)
 {
     int rows;
     return on_row(be, leave_tmpl, name, wid, NULL, &rows);
@@ -461,7 +461,7 @@ static const char permits_tmpl[] =
     "  ON CONFLICT (name, id) DO UPDATE SET permits = EXCLUDED.permits RETURNING a.id)"
     " SELECT pg_notify('%1$s', $1) FROM u";
 
-int pg_fam_set_permits(pg_be *be, const char *name, int permits)
+int dlock__pg_fam_set_permits(dlock__pg_be *be, const char *name, int permits)
 {
     char sql[FAM_SQL_MAX / 8], n[16], *hex;
     const char *p[2];
@@ -470,12 +470,12 @@ int pg_fam_set_permits(pg_be *be, const char *name, int permits)
 
     if ((rc = no_family(be)) != DLOCK_OK)
         return rc;
-    if ((hex = pg_key_hex(be, name)) == NULL)
+    if ((hex = dlock__pg_key_hex(be, name)) == NULL)
         return DLOCK_ENOMEM;
     snprintf(n, sizeof(n), "%d", permits);
     p[0] = hex;
     p[1] = n;
-    rc = pg_cmd(be, fill(be, sql, sizeof(sql), permits_tmpl), 2, p, &r);
+    rc = dlock__pg_cmd(be, fill(be, sql, sizeof(sql), permits_tmpl), 2, p, &r);
     free(hex);
     if (rc == DLOCK_OK)
         PQclear(r);
@@ -488,7 +488,7 @@ static const char leader_tmpl[] =
     " AND h.kind = 5 AND h.fence IS NOT NULL AND h.expires > clock_timestamp()"
     " ORDER BY h.fence DESC LIMIT 1";
 
-int pg_fam_leader_get(pg_be *be, const char *name, dlock_leader_info *out)
+int dlock__pg_fam_leader_get(dlock__pg_be *be, const char *name, dlock_leader_info *out)
 {
     char sql[FAM_SQL_MAX / 8], *hex;
     const char *p[1];
@@ -498,17 +498,17 @@ int pg_fam_leader_get(pg_be *be, const char *name, dlock_leader_info *out)
     memset(out, 0, sizeof(*out));
     if ((rc = no_family(be)) != DLOCK_OK)
         return rc;
-    if ((hex = pg_key_hex(be, name)) == NULL)
+    if ((hex = dlock__pg_key_hex(be, name)) == NULL)
         return DLOCK_ENOMEM;
     p[0] = hex;
-    rc = pg_cmd(be, fill(be, sql, sizeof(sql), leader_tmpl), 1, p, &r);
+    rc = dlock__pg_cmd(be, fill(be, sql, sizeof(sql), leader_tmpl), 1, p, &r);
     free(hex);
     if (rc != DLOCK_OK)
         return rc;
     if (PQntuples(r) == 1) {
         out->held = 1;
-        out->fence = (uint64_t)pg_num(r, 0, 0);
-        out->ttl_ms = pg_num(r, 0, 1);
+        out->fence = (uint64_t)dlock__pg_num(r, 0, 0);
+        out->ttl_ms = dlock__pg_num(r, 0, 1);
         if (out->ttl_ms < 1)
             out->ttl_ms = 1;
         if (!PQgetisnull(r, 0, 2))
@@ -520,7 +520,7 @@ int pg_fam_leader_get(pg_be *be, const char *name, dlock_leader_info *out)
 
 /* ---- status, holders, force release ---------------------------------------- */
 
-/* The family's state of a name, in the columns of pg_fill_info and two
+/* The family's state of a name, in the columns of dlock__pg_fill_info and two
  * more: held, the last fence issued, the longest lease left, the oldest
  * holder's record (lowest fence), how many hold it, and what (a writer
  * when one does). FROM the anchor a LEFT JOIN its live holds h. */
@@ -539,11 +539,11 @@ static const char status_tmpl[] =
     " WHERE a.name = decode($1, 'hex') AND a.id = '' GROUP BY a.name, a.fence";
 
 /* Columns col.. as FAM_INFO_COLS writes them. */
-void pg_fam_fill(dlock_lock_info *out, const PGresult *r, int row, int col)
+void dlock__pg_fam_fill(dlock_lock_info *out, const PGresult *r, int row, int col)
 {
-    pg_fill_info(out, r, row, col);
-    out->holders = out->held ? (int)pg_num(r, row, col + 4) : 0;
-    out->kind = out->held ? (int)pg_num(r, row, col + 5) : -1;
+    dlock__pg_fill_info(out, r, row, col);
+    out->holders = out->held ? (int)dlock__pg_num(r, row, col + 4) : 0;
+    out->kind = out->held ? (int)dlock__pg_num(r, row, col + 5) : -1;
     if (out->kind < DLOCK_KIND_MUTEX || out->kind > DLOCK_KIND_LEADER)
         out->kind = -1;
 }
@@ -558,7 +558,7 @@ static void merge(dlock_lock_info *out, const dlock_lock_info *fam)
     out->fence = fence;
 }
 
-int pg_fam_status(pg_be *be, const char *name, dlock_lock_info *out)
+int dlock__pg_fam_status(dlock__pg_be *be, const char *name, dlock_lock_info *out)
 {
     char sql[FAM_SQL_MAX / 8], *hex;
     const char *p[1];
@@ -568,15 +568,15 @@ int pg_fam_status(pg_be *be, const char *name, dlock_lock_info *out)
 
     if (!be->has_family)
         return DLOCK_OK;
-    if ((hex = pg_key_hex(be, name)) == NULL)
+    if ((hex = dlock__pg_key_hex(be, name)) == NULL)
         return DLOCK_ENOMEM;
     p[0] = hex;
-    rc = pg_cmd(be, fill(be, sql, sizeof(sql), status_tmpl), 1, p, &r);
+    rc = dlock__pg_cmd(be, fill(be, sql, sizeof(sql), status_tmpl), 1, p, &r);
     free(hex);
     if (rc != DLOCK_OK)
         return rc;
     if (PQntuples(r) == 1) {
-        pg_fam_fill(&fam, r, 0, 0);
+        dlock__pg_fam_fill(&fam, r, 0, 0);
         merge(out, &fam);
     }
     PQclear(r);
@@ -599,7 +599,7 @@ static const char holders_tmpl[] =
     "  ceil(extract(epoch FROM f.expires - clock_timestamp()) * 1000)::bigint, f.holder,"
     "  w.n, f.kind FROM f, w";
 
-int pg_fam_holders(pg_be *be, const char *name, dlock_list_cb cb, void *payload)
+int dlock__pg_fam_holders(dlock__pg_be *be, const char *name, dlock_list_cb cb, void *payload)
 {
     char sql[FAM_SQL_MAX / 4], *hex;
     const char *p[1];
@@ -608,17 +608,17 @@ int pg_fam_holders(pg_be *be, const char *name, dlock_list_cb cb, void *payload)
 
     if ((rc = no_family(be)) != DLOCK_OK)
         return rc;
-    if ((hex = pg_key_hex(be, name)) == NULL)
+    if ((hex = dlock__pg_key_hex(be, name)) == NULL)
         return DLOCK_ENOMEM;
     p[0] = hex;
-    rc = pg_cmd(be, fill(be, sql, sizeof(sql), holders_tmpl), 1, p, &r);
+    rc = dlock__pg_cmd(be, fill(be, sql, sizeof(sql), holders_tmpl), 1, p, &r);
     free(hex);
     if (rc != DLOCK_OK)
         return rc;
     for (int row = 0; row < PQntuples(r); row++) {
         dlock_lock_info info;
 
-        pg_fam_fill(&info, r, row, 0);
+        dlock__pg_fam_fill(&info, r, row, 0);
         if (cb(name, &info, payload) != 0)
             break;
     }
@@ -634,7 +634,7 @@ static const char force_tmpl[] =
     " FROM %1$s_family a LEFT JOIN %1$s_family h ON " FAM_LIVE("a")
     " WHERE a.name = decode($1, 'hex') AND a.id = '' GROUP BY a.name, a.fence";
 
-int pg_fam_force_release(pg_be *be, const char *name, dlock_lock_info *removed)
+int dlock__pg_fam_force_release(dlock__pg_be *be, const char *name, dlock_lock_info *removed)
 {
     char sql[FAM_SQL_MAX / 8], *hex;
     const char *p[1];
@@ -644,15 +644,15 @@ int pg_fam_force_release(pg_be *be, const char *name, dlock_lock_info *removed)
 
     if (!be->has_family)
         return DLOCK_OK;
-    if ((hex = pg_key_hex(be, name)) == NULL)
+    if ((hex = dlock__pg_key_hex(be, name)) == NULL)
         return DLOCK_ENOMEM;
     p[0] = hex;
-    rc = pg_cmd(be, fill(be, sql, sizeof(sql), force_tmpl), 1, p, &r);
+    rc = dlock__pg_cmd(be, fill(be, sql, sizeof(sql), force_tmpl), 1, p, &r);
     free(hex);
     if (rc != DLOCK_OK)
         return rc;
     if (PQntuples(r) == 1) {
-        pg_fam_fill(&fam, r, 0, 0);
+        dlock__pg_fam_fill(&fam, r, 0, 0);
         merge(removed, &fam);
     }
     PQclear(r);
@@ -667,7 +667,7 @@ static const char list_tmpl[] =
     " WHERE a.id = '' AND substr(a.name, 1, length(decode($1, 'hex'))) = decode($1, 'hex')"
     " GROUP BY a.name, a.fence ORDER BY a.name";
 
-int pg_fam_list(pg_be *be, const char *prefix, dlock_list_cb cb, void *payload)
+int dlock__pg_fam_list(dlock__pg_be *be, const char *prefix, dlock_list_cb cb, void *payload)
 {
     char sql[FAM_SQL_MAX / 8], plen[24], *hex;
     const char *p[2];
@@ -676,12 +676,12 @@ int pg_fam_list(pg_be *be, const char *prefix, dlock_list_cb cb, void *payload)
 
     if (!be->has_family)
         return DLOCK_OK;
-    if ((hex = pg_key_hex(be, prefix)) == NULL)
+    if ((hex = dlock__pg_key_hex(be, prefix)) == NULL)
         return DLOCK_ENOMEM;
     snprintf(plen, sizeof(plen), "%zu", be->prefix_len);
     p[0] = hex;
     p[1] = plen;
-    rc = pg_cmd(be, fill(be, sql, sizeof(sql), list_tmpl), 2, p, &r);
+    rc = dlock__pg_cmd(be, fill(be, sql, sizeof(sql), list_tmpl), 2, p, &r);
     free(hex);
     if (rc != DLOCK_OK)
         return rc;
@@ -689,9 +689,10 @@ int pg_fam_list(pg_be *be, const char *prefix, dlock_list_cb cb, void *payload)
         char name[DLOCK_NAME_MAX + 1];
         dlock_lock_info info;
 
-        if (PQgetlength(r, row, 0) > 2 * DLOCK_NAME_MAX || pg_unhex(name, PQgetvalue(r, row, 0)))
+        if (PQgetlength(r, row, 0) > 2 * DLOCK_NAME_MAX ||
+            dlock__pg_unhex(name, PQgetvalue(r, row, 0)))
             continue;
-        pg_fam_fill(&info, r, row, 1);
+        dlock__pg_fam_fill(&info, r, row, 1);
         if (cb(name, &info, payload) != 0)
             break;
     }

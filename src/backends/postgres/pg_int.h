@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * The PostgreSQL backend's shared state (docs/postgres.md).
+ * The PostgreSQL backend's shared state (docs/postgres.md). Private to
+ * src/backends/postgres: what its files share is named dlock__pg_
+ * (DLOCK__PG_ for macros); a file's own helpers are static.
  *
  * Connections, each a libpq connection in nonblocking mode driven by
  * poll() (pg_conn.c), so that every connect is bounded by the client's
  * connect_timeout_ms and every statement by its command_timeout_ms; a
  * connection that timed out or broke is closed and opened again on next use:
- *   cmd[]     up to PG_CMD_MAX for callers, one statement at a time each;
+ *   cmd[]     up to DLOCK__PG_CMD_MAX for callers, one statement at a time each;
  *   wd        the watchdog's (renew), its thread's alone;
  *   listener  LISTENs on the table's channel for releases (pg_wait.c), read
  *             by one thread per client that wakes the watches;
@@ -24,25 +26,25 @@
 
 #include "dlock/sys/backend.h"
 
-#define PG_CMD_MAX 4
+#define DLOCK__PG_CMD_MAX 4
 /* Table name; the sequence adds "_fence", the family's function
  * "_family_acquire" (63 bytes then: PostgreSQL's longest name). */
-#define PG_IDENT_MAX 48
+#define DLOCK__PG_IDENT_MAX 48
 
-typedef enum { PG_MODE_LEASE, PG_MODE_ADVISORY } pg_mode;
+typedef enum { DLOCK__PG_MODE_LEASE, DLOCK__PG_MODE_ADVISORY } dlock__pg_mode;
 
-typedef struct pg_listener pg_listener;
-typedef struct pg_session pg_session;
+typedef struct dlock__pg_listener dlock__pg_listener;
+typedef struct dlock__pg_session dlock__pg_session;
 
 typedef struct {
     char where[160]; /* "postgres HOST:PORT", for messages */
     /* libpq's connection keywords and values, NULL-terminated, owned. */
     char **kw, **val;
     int64_t connect_ms, command_ms;
-    pg_mode mode;
-    char table[PG_IDENT_MAX + 1]; /* the lock table; also the NOTIFY channel */
-    char seq[PG_IDENT_MAX + 8];   /* TABLE_fence */
-    char *prefix;                 /* key_prefix, put before every name */
+    dlock__pg_mode mode;
+    char table[DLOCK__PG_IDENT_MAX + 1]; /* the lock table; also the NOTIFY channel */
+    char seq[DLOCK__PG_IDENT_MAX + 8];   /* TABLE_fence */
+    char *prefix;                        /* key_prefix, put before every name */
     size_t prefix_len;
     char *key_secret; /* key_secret=, or NULL; wiped when freed */
     size_t key_secret_len;
@@ -54,110 +56,111 @@ typedef struct {
 
     pthread_mutex_t mu; /* guards cmd, cmd_busy, ever_connected */
     pthread_cond_t cv;
-    PGconn *cmd[PG_CMD_MAX];
-    int cmd_busy[PG_CMD_MAX];
+    PGconn *cmd[DLOCK__PG_CMD_MAX];
+    int cmd_busy[DLOCK__PG_CMD_MAX];
     int ever_connected;
     PGconn *wd;
 
-    pg_listener *listener;
+    dlock__pg_listener *listener;
 
     pthread_mutex_t smu; /* guards sessions (advisory) */
-    pg_session *sessions;
-} pg_be;
+    dlock__pg_session *sessions;
+} dlock__pg_be;
 
 /* ---- pg_conn.c ---- */
 
 /* Connect (bounded by connect_ms) into *out; DLOCK_ECONN/EAUTH/ESERVER. */
-int pg_connect(pg_be *be, PGconn **out);
+int dlock__pg_connect(dlock__pg_be *be, PGconn **out);
 /* Run sql with nparams text parameters on *pc (connecting first when *pc
  * is NULL), bounded by command_ms; *res the last result (PQclear it).
  * A connection error or a timeout closes *pc (NULL after) and returns
  * DLOCK_ECONN; an error the server reports, DLOCK_ESERVER (or EAUTH). */
-int pg_exec(pg_be *be, PGconn **pc, const char *sql, int nparams, const char *const *params,
-            PGresult **res);
-/* pg_exec on one of the command connections. */
-int pg_cmd(pg_be *be, const char *sql, int nparams, const char *const *params, PGresult **res);
+int dlock__pg_exec(dlock__pg_be *be, PGconn **pc, const char *sql, int nparams,
+                   const char *const *params, PGresult **res);
+/* dlock__pg_exec on one of the command connections. */
+int dlock__pg_cmd(dlock__pg_be *be, const char *sql, int nparams, const char *const *params,
+                  PGresult **res);
 /* Close every connection of the pool. */
-void pg_conns_close(pg_be *be);
+void dlock__pg_conns_close(dlock__pg_be *be);
 /* Hex of len bytes of s into out (2 * len + 1 bytes). */
-void pg_hex(char *out, const void *s, size_t len);
+void dlock__pg_hex(char *out, const void *s, size_t len);
 /* prefix + name in hex, malloc'd; NULL when out of memory (message set). */
-char *pg_key_hex(const pg_be *be, const char *name);
+char *dlock__pg_key_hex(const dlock__pg_be *be, const char *name);
 /* The integer in column col of row (0 when NULL). */
-int64_t pg_num(const PGresult *r, int row, int col);
+int64_t dlock__pg_num(const PGresult *r, int row, int col);
 
 /* ---- pg_lease.c: the lease-mode calls (and the admin ones of both) ---- */
-int pg_create(pg_be *be, int create);
-int pg_lease_acquire(pg_be *be, const dlock_request *req, dlock_acquire_result *out);
-int pg_lease_release(pg_be *be, const dlock_request *req);
-int pg_lease_extend(pg_be *be, const dlock_request *req);
-int pg_lease_check(pg_be *be, const dlock_request *req);
-int pg_lease_renew(pg_be *be, dlock_renewal *items, size_t n);
-int pg_lease_status(pg_be *be, const char *name, dlock_lock_info *out);
-int pg_lease_force_release(pg_be *be, const char *name, dlock_lock_info *removed);
-int pg_lease_list(pg_be *be, const char *prefix, dlock_list_cb cb, void *payload);
+int dlock__pg_create(dlock__pg_be *be, int create);
+int dlock__pg_lease_acquire(dlock__pg_be *be, const dlock_request *req, dlock_acquire_result *out);
+int dlock__pg_lease_release(dlock__pg_be *be, const dlock_request *req);
+int dlock__pg_lease_extend(dlock__pg_be *be, const dlock_request *req);
+int dlock__pg_lease_check(dlock__pg_be *be, const dlock_request *req);
+int dlock__pg_lease_renew(dlock__pg_be *be, dlock_renewal *items, size_t n);
+int dlock__pg_lease_status(dlock__pg_be *be, const char *name, dlock_lock_info *out);
+int dlock__pg_lease_force_release(dlock__pg_be *be, const char *name, dlock_lock_info *removed);
+int dlock__pg_lease_list(dlock__pg_be *be, const char *prefix, dlock_list_cb cb, void *payload);
 /* The rows dlock decodes (also fed from memory by tests/fuzz/fuzz_sql_rows.c).
  * fill_info: a lock's state from columns col.. of row: held ('t'), fence,
  * ms left, holder text. unhex: a listed name's hex (at most 2
  * DLOCK_NAME_MAX digits) into out (DLOCK_NAME_MAX + 1 bytes); -1 for a
  * name dlock did not make (a NUL byte, or not lower-case hex digits in
  * pairs, as encode(..., 'hex') writes). */
-void pg_fill_info(dlock_lock_info *out, const PGresult *r, int row, int col);
-int pg_unhex(char *out, const char *hex);
+void dlock__pg_fill_info(dlock_lock_info *out, const PGresult *r, int row, int col);
+int dlock__pg_unhex(char *out, const char *hex);
 
 /* ---- pg_family.c: the lock family in lease mode (every kind but MUTEX) ---- */
 /* Make TABLE_family and its function unless there (or create is 0: then
  * the family's calls say why they cannot run); sets be->has_family. */
-int pg_fam_create(pg_be *be, int create);
+int dlock__pg_fam_create(dlock__pg_be *be, int create);
 /* wid: the waiter's id (its watch's), NULL for a try-once. */
-int pg_fam_acquire(pg_be *be, const dlock_request *req, const char *wid,
-                   dlock_acquire_result *out);
-int pg_fam_release(pg_be *be, const dlock_request *req);
-int pg_fam_extend(pg_be *be, const dlock_request *req);
-int pg_fam_check(pg_be *be, const dlock_request *req);
-int pg_fam_downgrade(pg_be *be, const dlock_request *req);
+int dlock__pg_fam_acquire(dlock__pg_be *be, const dlock_request *req, const char *wid,
+                          dlock_acquire_result *out);
+int dlock__pg_fam_release(dlock__pg_be *be, const dlock_request *req);
+int dlock__pg_fam_extend(dlock__pg_be *be, const dlock_request *req);
+int dlock__pg_fam_check(dlock__pg_be *be, const dlock_request *req);
+int dlock__pg_fam_downgrade(dlock__pg_be *be, const dlock_request *req);
 /* Drop waiter wid's place in name's queue (fair) or its writer's mark. */
-int pg_fam_leave(pg_be *be, const char *name, const char *wid);
-int pg_fam_set_permits(pg_be *be, const char *name, int permits);
-int pg_fam_leader_get(pg_be *be, const char *name, dlock_leader_info *out);
+int dlock__pg_fam_leave(dlock__pg_be *be, const char *name, const char *wid);
+int dlock__pg_fam_set_permits(dlock__pg_be *be, const char *name, int permits);
+int dlock__pg_fam_leader_get(dlock__pg_be *be, const char *name, dlock_leader_info *out);
 /* status and force_release: the family's state merged into *out, which
  * holds the mutex's (the held one wins; the higher fence). */
-int pg_fam_status(pg_be *be, const char *name, dlock_lock_info *out);
-int pg_fam_force_release(pg_be *be, const char *name, dlock_lock_info *removed);
-int pg_fam_holders(pg_be *be, const char *name, dlock_list_cb cb, void *payload);
-int pg_fam_list(pg_be *be, const char *prefix, dlock_list_cb cb, void *payload);
-/* pg_fill_info's columns, then how many hold it and what kind. */
-void pg_fam_fill(dlock_lock_info *out, const PGresult *r, int row, int col);
+int dlock__pg_fam_status(dlock__pg_be *be, const char *name, dlock_lock_info *out);
+int dlock__pg_fam_force_release(dlock__pg_be *be, const char *name, dlock_lock_info *removed);
+int dlock__pg_fam_holders(dlock__pg_be *be, const char *name, dlock_list_cb cb, void *payload);
+int dlock__pg_fam_list(dlock__pg_be *be, const char *prefix, dlock_list_cb cb, void *payload);
+/* dlock__pg_fill_info's columns, then how many hold it and what kind. */
+void dlock__pg_fam_fill(dlock_lock_info *out, const PGresult *r, int row, int col);
 
 /* ---- pg_advisory.c ---- */
 /* The advisory key of name into *key; DLOCK_ENOMEM (message set) when the
  * HMAC of key_secret fails. */
-int pg_advisory_key(const pg_be *be, const char *name, uint64_t *key);
-int pg_adv_acquire(pg_be *be, const dlock_request *req, dlock_acquire_result *out);
-int pg_adv_release(pg_be *be, const dlock_request *req);
-int pg_adv_extend(pg_be *be, const dlock_request *req);
-int pg_adv_check(pg_be *be, const dlock_request *req);
-int pg_adv_renew(pg_be *be, dlock_renewal *items, size_t n);
-int pg_adv_status(pg_be *be, const char *name, dlock_lock_info *out);
-int pg_adv_force_release(pg_be *be, const char *name, dlock_lock_info *removed);
-void pg_adv_close_all(pg_be *be);
+int dlock__pg_advisory_key(const dlock__pg_be *be, const char *name, uint64_t *key);
+int dlock__pg_adv_acquire(dlock__pg_be *be, const dlock_request *req, dlock_acquire_result *out);
+int dlock__pg_adv_release(dlock__pg_be *be, const dlock_request *req);
+int dlock__pg_adv_extend(dlock__pg_be *be, const dlock_request *req);
+int dlock__pg_adv_check(dlock__pg_be *be, const dlock_request *req);
+int dlock__pg_adv_renew(dlock__pg_be *be, dlock_renewal *items, size_t n);
+int dlock__pg_adv_status(dlock__pg_be *be, const char *name, dlock_lock_info *out);
+int dlock__pg_adv_force_release(dlock__pg_be *be, const char *name, dlock_lock_info *removed);
+void dlock__pg_adv_close_all(dlock__pg_be *be);
 
 /* ---- pg_wait.c ---- */
-int pg_watch_begin(void *be, const dlock_request *req, void **watch);
-int pg_watch_wait(void *be, void *watch, int64_t timeout_ms);
-void pg_watch_end(void *be, void *watch);
-void pg_watch_wake(void *be, void *watch);
-void pg_listener_free(pg_be *be);
+int dlock__pg_watch_begin(void *be, const dlock_request *req, void **watch);
+int dlock__pg_watch_wait(void *be, void *watch, int64_t timeout_ms);
+void dlock__pg_watch_end(void *be, void *watch);
+void dlock__pg_watch_wake(void *be, void *watch);
+void dlock__pg_listener_free(dlock__pg_be *be);
 /* The outcome of watch's last try: token when unknown (a lost reply), NULL
  * when known. watch_end gives back a lock a lost reply may hold. */
-void pg_watch_note(void *watch, const char *token);
+void dlock__pg_watch_note(void *watch, const char *token);
 /* The waiter id of watch (32 random hex digits), NULL for NULL. */
-const char *pg_watch_id(void *watch);
+const char *dlock__pg_watch_id(void *watch);
 /* The last try with watch left a place in a queue (a fair waiter's, a
  * waiting writer's): watch_end removes it. */
-void pg_watch_queued(void *watch);
+void dlock__pg_watch_queued(void *watch);
 
 /* ---- pg.c ---- */
-int pg_release(void *be, const dlock_request *req);
+int dlock__pg_release(void *be, const dlock_request *req);
 
 #endif

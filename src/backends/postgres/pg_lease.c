@@ -3,7 +3,7 @@
  * Lease mode: one row per lock name in the lock table, its lease ending at
  * `expires` by the server's clock (clock_timestamp()), its fence from a
  * NO CYCLE sequence. Every call is one statement, so one round trip; the
- * DDL is in docs/postgres.md and below (pg_create).
+ * DDL is in docs/postgres.md and below (dlock__pg_create).
  *
  * A row outlives its holder: release clears tokens and expires but keeps
  * the row and its fence, so that every later acquisition of the name goes
@@ -24,7 +24,7 @@
 #define SQL_MAX 4096
 
 /* The template with %1$s the table and %2$s the sequence. */
-static const char *fill(const pg_be *be, char *buf, const char *tmpl)
+static const char *fill(const dlock__pg_be *be, char *buf, const char *tmpl)
 {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wformat-nonliteral"
@@ -51,30 +51,30 @@ static const char ddl_tmpl[] =
 static const char exists_tmpl[] =
     "SELECT to_regclass('%1$s') IS NOT NULL, to_regclass('%2$s') IS NOT NULL";
 
-int pg_create(pg_be *be, int create)
+int dlock__pg_create(dlock__pg_be *be, int create)
 {
     char sql[SQL_MAX];
     PGresult *r;
     int rc, table, seq;
 
-    if ((rc = pg_cmd(be, fill(be, sql, exists_tmpl), 0, NULL, &r)) != DLOCK_OK)
+    if ((rc = dlock__pg_cmd(be, fill(be, sql, exists_tmpl), 0, NULL, &r)) != DLOCK_OK)
         return rc;
     table = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
     seq = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 1), "t") == 0;
     PQclear(r);
-    if (seq && be->mode == PG_MODE_ADVISORY)
+    if (seq && be->mode == DLOCK__PG_MODE_ADVISORY)
         return DLOCK_OK;
     if (seq && table)
-        return pg_fam_create(be, create);
+        return dlock__pg_fam_create(be, create);
     if (!create)
         return dlock_backend_fail(DLOCK_ESERVER,
                                   "%s: %s %s does not exist, and create=0 says not to create "
                                   "it (docs/postgres.md has the DDL)",
                                   be->where, seq ? "table" : "sequence", seq ? be->table : be->seq);
-    if ((rc = pg_cmd(be, fill(be, sql, ddl_tmpl), 0, NULL, &r)) != DLOCK_OK)
+    if ((rc = dlock__pg_cmd(be, fill(be, sql, ddl_tmpl), 0, NULL, &r)) != DLOCK_OK)
         return rc;
     PQclear(r);
-    return be->mode == PG_MODE_LEASE ? pg_fam_create(be, create) : DLOCK_OK;
+    return be->mode == DLOCK__PG_MODE_LEASE ? dlock__pg_fam_create(be, create) : DLOCK_OK;
 }
 
 /* ---- acquire --------------------------------------------------------- */
@@ -116,14 +116,14 @@ static int is_true(const PGresult *r, int col)
     return !PQgetisnull(r, 0, col) && strcmp(PQgetvalue(r, 0, col), "t") == 0;
 }
 
-int pg_lease_acquire(pg_be *be, const dlock_request *req, dlock_acquire_result *out)
+int dlock__pg_lease_acquire(dlock__pg_be *be, const dlock_request *req, dlock_acquire_result *out)
 {
     char sql[SQL_MAX], lease[24], *name, *owner = NULL;
     const char *p[6];
     PGresult *r;
     int rc;
 
-    if ((name = pg_key_hex(be, req->name)) == NULL)
+    if ((name = dlock__pg_key_hex(be, req->name)) == NULL)
         return DLOCK_ENOMEM;
     if (req->owner != NULL) {
         owner = malloc(2 * strlen(req->owner) + 1);
@@ -131,7 +131,7 @@ int pg_lease_acquire(pg_be *be, const dlock_request *req, dlock_acquire_result *
             free(name);
             return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
         }
-        pg_hex(owner, req->owner, strlen(req->owner));
+        dlock__pg_hex(owner, req->owner, strlen(req->owner));
     }
     snprintf(lease, sizeof(lease), "%lld", (long long)req->lease_ms);
     p[0] = name;
@@ -140,7 +140,7 @@ int pg_lease_acquire(pg_be *be, const dlock_request *req, dlock_acquire_result *
     p[3] = lease;
     p[4] = req->holder;
     p[5] = req->reentrant ? "t" : "f";
-    rc = pg_cmd(be, fill(be, sql, acquire_tmpl), 6, p, &r);
+    rc = dlock__pg_cmd(be, fill(be, sql, acquire_tmpl), 6, p, &r);
     free(name);
     free(owner);
     if (rc != DLOCK_OK)
@@ -150,7 +150,7 @@ int pg_lease_acquire(pg_be *be, const dlock_request *req, dlock_acquire_result *
         return dlock_backend_fail(DLOCK_EPROTO, "%s: acquire: unexpected reply", be->where);
     }
     if (!PQgetisnull(r, 0, 0)) {
-        out->fence = (uint64_t)pg_num(r, 0, 0);
+        out->fence = (uint64_t)dlock__pg_num(r, 0, 0);
         PQclear(r);
         if (out->fence == 0)
             return dlock_backend_fail(DLOCK_EPROTO, "%s: acquire: fence 0", be->where);
@@ -162,7 +162,7 @@ int pg_lease_acquire(pg_be *be, const dlock_request *req, dlock_acquire_result *
                                   "%s: lock '%s' is held by this owner already (not reentrant)",
                                   be->where, req->name);
     }
-    out->retry_ms = is_true(r, 1) ? pg_num(r, 0, 2) : 0;
+    out->retry_ms = is_true(r, 1) ? dlock__pg_num(r, 0, 2) : 0;
     if (out->retry_ms < 0)
         out->retry_ms = 0;
     PQclear(r);
@@ -184,7 +184,7 @@ static const char release_tmpl[] =
     " RETURNING tokens IS NULL AS freed)"
     " SELECT freed, CASE WHEN freed THEN pg_notify('%1$s', $1) END FROM r";
 
-static int not_ours(pg_be *be, const dlock_request *req)
+static int not_ours(dlock__pg_be *be, const dlock_request *req)
 {
     return dlock_backend_fail(DLOCK_ELOST, "%s: lock '%s' is no longer held by this handle",
                               be->where, req->name);
@@ -192,7 +192,7 @@ static int not_ours(pg_be *be, const dlock_request *req)
 
 /* Run a statement about req's hold: $1 name, $2 token, [$3 lease]. Returns
  * the rows it touched or returned through *rows. */
-static int on_hold(pg_be *be, const dlock_request *req, const char *tmpl, int with_lease,
+static int on_hold(dlock__pg_be *be, const dlock_request *req, const char *tmpl, int with_lease,
                    int *rows)
 {
     char sql[SQL_MAX], lease[24], *name;
@@ -200,13 +200,13 @@ static int on_hold(pg_be *be, const dlock_request *req, const char *tmpl, int wi
     PGresult *r;
     int rc;
 
-    if ((name = pg_key_hex(be, req->name)) == NULL)
+    if ((name = dlock__pg_key_hex(be, req->name)) == NULL)
         return DLOCK_ENOMEM;
     snprintf(lease, sizeof(lease), "%lld", (long long)req->lease_ms);
     p[0] = name;
     p[1] = req->token;
     p[2] = lease;
-    rc = pg_cmd(be, fill(be, sql, tmpl), with_lease ? 3 : 2, p, &r);
+    rc = dlock__pg_cmd(be, fill(be, sql, tmpl), with_lease ? 3 : 2, p, &r);
     free(name);
     if (rc != DLOCK_OK)
         return rc;
@@ -215,7 +215,7 @@ static int on_hold(pg_be *be, const dlock_request *req, const char *tmpl, int wi
     return DLOCK_OK;
 }
 
-int pg_lease_release(pg_be *be, const dlock_request *req)
+int dlock__pg_lease_release(dlock__pg_be *be, const dlock_request *req)
 {
     int rows, rc = on_hold(be, req, release_tmpl, 0, &rows);
     return rc != DLOCK_OK ? rc : rows == 1 ? DLOCK_OK : not_ours(be, req);
@@ -234,13 +234,13 @@ static const char check_tmpl[] =
     "SELECT 1 FROM %1$s"
     " WHERE name = decode($1, 'hex') AND $2::text = ANY(tokens) AND expires > clock_timestamp()";
 
-int pg_lease_extend(pg_be *be, const dlock_request *req)
+int dlock__pg_lease_extend(dlock__pg_be *be, const dlock_request *req)
 {
     int rows, rc = on_hold(be, req, extend_tmpl, 1, &rows);
     return rc != DLOCK_OK ? rc : rows == 1 ? DLOCK_OK : not_ours(be, req);
 }
 
-int pg_lease_check(pg_be *be, const dlock_request *req)
+int dlock__pg_lease_check(dlock__pg_be *be, const dlock_request *req)
 {
     int rows, rc = on_hold(be, req, check_tmpl, 0, &rows);
     return rc != DLOCK_OK ? rc : rows == 1 ? DLOCK_OK : not_ours(be, req);
@@ -303,7 +303,7 @@ static int append_elem(char **buf, size_t *len, size_t *cap, const char *s)
     return 0;
 }
 
-int pg_lease_renew(pg_be *be, dlock_renewal *items, size_t n)
+int dlock__pg_lease_renew(dlock__pg_be *be, dlock_renewal *items, size_t n)
 {
     char sql[SQL_MAX], *arr[4] = {NULL, NULL, NULL, NULL};
     size_t len[4] = {1, 1, 1, 1}, cap[4] = {0, 0, 0, 0};
@@ -320,7 +320,7 @@ int pg_lease_renew(pg_be *be, dlock_renewal *items, size_t n)
         strcpy(arr[k], "{");
     }
     for (size_t i = 0; i < n; i++) {
-        char lease[24], kind[8], *name = pg_key_hex(be, items[i].req->name);
+        char lease[24], kind[8], *name = dlock__pg_key_hex(be, items[i].req->name);
         int bad;
 
         if (name == NULL)
@@ -343,9 +343,9 @@ int pg_lease_renew(pg_be *be, dlock_renewal *items, size_t n)
     /* The watchdog's own connection: renewals never queue behind callers. */
     {
         int reused = be->wd != NULL;
-        rc = pg_exec(be, &be->wd, fill(be, sql, tmpl), np, p, &r);
+        rc = dlock__pg_exec(be, &be->wd, fill(be, sql, tmpl), np, p, &r);
         if (rc == DLOCK_ECONN && reused) /* closed while idle: once more */
-            rc = pg_exec(be, &be->wd, fill(be, sql, tmpl), np, p, &r);
+            rc = dlock__pg_exec(be, &be->wd, fill(be, sql, tmpl), np, p, &r);
     }
     if (rc != DLOCK_OK)
         goto out;
@@ -366,13 +366,13 @@ out:
 
 /* ---- status, force release, list ------------------------------------- */
 
-void pg_fill_info(dlock_lock_info *out, const PGresult *r, int row, int col)
+void dlock__pg_fill_info(dlock_lock_info *out, const PGresult *r, int row, int col)
 {
     memset(out, 0, sizeof(*out));
     out->held = !PQgetisnull(r, row, col) && strcmp(PQgetvalue(r, row, col), "t") == 0;
-    out->fence = (uint64_t)pg_num(r, row, col + 1);
+    out->fence = (uint64_t)dlock__pg_num(r, row, col + 1);
     if (out->held) {
-        out->ttl_ms = pg_num(r, row, col + 2);
+        out->ttl_ms = dlock__pg_num(r, row, col + 2);
         if (out->ttl_ms < 1)
             out->ttl_ms = 1;
         if (!PQgetisnull(r, row, col + 3))
@@ -389,27 +389,27 @@ void pg_fill_info(dlock_lock_info *out, const PGresult *r, int row, int col)
 static const char status_tmpl[] = "SELECT " INFO_COLS " FROM %1$s o WHERE o.name = decode($1, 'hex')";
 
 /* Run tmpl ($1 the name) and read the lock's state from its one row. */
-static int read_info(pg_be *be, const char *tmpl, const char *name, dlock_lock_info *out)
+static int read_info(dlock__pg_be *be, const char *tmpl, const char *name, dlock_lock_info *out)
 {
-    char sql[SQL_MAX], *hex = pg_key_hex(be, name);
+    char sql[SQL_MAX], *hex = dlock__pg_key_hex(be, name);
     const char *p[1] = {hex};
     PGresult *r;
     int rc;
 
     if (hex == NULL)
         return DLOCK_ENOMEM;
-    rc = pg_cmd(be, fill(be, sql, tmpl), 1, p, &r);
+    rc = dlock__pg_cmd(be, fill(be, sql, tmpl), 1, p, &r);
     free(hex);
     if (rc != DLOCK_OK)
         return rc;
     memset(out, 0, sizeof(*out));
     if (PQntuples(r) == 1)
-        pg_fill_info(out, r, 0, 0);
+        dlock__pg_fill_info(out, r, 0, 0);
     PQclear(r);
     return DLOCK_OK;
 }
 
-int pg_lease_status(pg_be *be, const char *name, dlock_lock_info *out)
+int dlock__pg_lease_status(dlock__pg_be *be, const char *name, dlock_lock_info *out)
 {
     return read_info(be, status_tmpl, name, out);
 }
@@ -422,7 +422,7 @@ static const char force_tmpl[] =
     " SELECT " INFO_COLS ", (SELECT count(*) FROM r), pg_notify('%1$s', $1)"
     " FROM %1$s o WHERE o.name = decode($1, 'hex')";
 
-int pg_lease_force_release(pg_be *be, const char *name, dlock_lock_info *removed)
+int dlock__pg_lease_force_release(dlock__pg_be *be, const char *name, dlock_lock_info *removed)
 {
     return read_info(be, force_tmpl, name, removed);
 }
@@ -440,7 +440,7 @@ static int hex_digit(char c)
 
 /* Digits only, as encode(..., 'hex') writes them: sscanf's %2x would also
  * take a sign, a space or a single digit, and spell another name. */
-int pg_unhex(char *out, const char *hex)
+int dlock__pg_unhex(char *out, const char *hex)
 {
     size_t len = strlen(hex), n = len / 2;
 
@@ -456,9 +456,9 @@ int pg_unhex(char *out, const char *hex)
     return 0;
 }
 
-int pg_lease_list(pg_be *be, const char *prefix, dlock_list_cb cb, void *payload)
+int dlock__pg_lease_list(dlock__pg_be *be, const char *prefix, dlock_list_cb cb, void *payload)
 {
-    char sql[SQL_MAX], plen[24], *hex = pg_key_hex(be, prefix);
+    char sql[SQL_MAX], plen[24], *hex = dlock__pg_key_hex(be, prefix);
     const char *p[2] = {hex, plen};
     PGresult *r;
     int rc;
@@ -466,7 +466,7 @@ int pg_lease_list(pg_be *be, const char *prefix, dlock_list_cb cb, void *payload
     if (hex == NULL)
         return DLOCK_ENOMEM;
     snprintf(plen, sizeof(plen), "%zu", be->prefix_len);
-    rc = pg_cmd(be, fill(be, sql, list_tmpl), 2, p, &r);
+    rc = dlock__pg_cmd(be, fill(be, sql, list_tmpl), 2, p, &r);
     free(hex);
     if (rc != DLOCK_OK)
         return rc;
@@ -474,9 +474,10 @@ int pg_lease_list(pg_be *be, const char *prefix, dlock_list_cb cb, void *payload
         char name[DLOCK_NAME_MAX + 1];
         dlock_lock_info info;
 
-        if (PQgetlength(r, row, 0) > 2 * DLOCK_NAME_MAX || pg_unhex(name, PQgetvalue(r, row, 0)))
+        if (PQgetlength(r, row, 0) > 2 * DLOCK_NAME_MAX ||
+            dlock__pg_unhex(name, PQgetvalue(r, row, 0)))
             continue; /* not a lock name dlock made */
-        pg_fill_info(&info, r, row, 1);
+        dlock__pg_fill_info(&info, r, row, 1);
         if (cb(name, &info, payload) != 0)
             break;
     }

@@ -40,7 +40,7 @@ typedef struct pg_watch {
     int queued;       /* a try left a place under id (watch_end removes it) */
 } pg_watch;
 
-struct pg_listener {
+struct dlock__pg_listener {
     pthread_mutex_t mu;
     pthread_cond_t cv; /* CLOCK_MONOTONIC */
     pthread_t thread;
@@ -50,9 +50,9 @@ struct pg_listener {
     pg_watch *watches;
 };
 
-static pg_listener *listener_get(pg_be *be)
+static dlock__pg_listener *listener_get(dlock__pg_be *be)
 {
-    pg_listener *l;
+    dlock__pg_listener *l;
     pthread_condattr_t ca;
 
     pthread_mutex_lock(&be->mu);
@@ -74,7 +74,7 @@ static pg_listener *listener_get(pg_be *be)
     return l;
 }
 
-static void ring(pg_listener *l)
+static void ring(dlock__pg_listener *l)
 {
     uint64_t one = 1;
     ssize_t n = write(l->efd, &one, sizeof(one));
@@ -82,7 +82,7 @@ static void ring(pg_listener *l)
 }
 
 /* Every watch may have missed a release: wake them all. l->mu held. */
-static void wake_all(pg_listener *l)
+static void wake_all(dlock__pg_listener *l)
 {
     for (pg_watch *w = l->watches; w != NULL; w = w->next)
         w->woken = 1;
@@ -91,7 +91,7 @@ static void wake_all(pg_listener *l)
 
 static void *listener_main(void *arg)
 {
-    pg_listener *l = arg;
+    dlock__pg_listener *l = arg;
 
     pthread_mutex_lock(&l->mu);
     while (!l->stop) {
@@ -145,9 +145,9 @@ static void *listener_main(void *arg)
 
 /* Make sure the listener is connected and LISTENing. Returns DLOCK_OK
  * (and *fresh 1 when it had to connect: a release may have been missed). */
-static int listener_up(pg_be *be, pg_listener *l, int *fresh)
+static int listener_up(dlock__pg_be *be, dlock__pg_listener *l, int *fresh)
 {
-    char sql[PG_IDENT_MAX + 16];
+    char sql[DLOCK__PG_IDENT_MAX + 16];
     PGconn *c = NULL;
     PGresult *r;
     int rc;
@@ -160,7 +160,7 @@ static int listener_up(pg_be *be, pg_listener *l, int *fresh)
     }
     pthread_mutex_unlock(&l->mu);
     snprintf(sql, sizeof(sql), "LISTEN %s", be->table);
-    if ((rc = pg_exec(be, &c, sql, 0, NULL, &r)) != DLOCK_OK)
+    if ((rc = dlock__pg_exec(be, &c, sql, 0, NULL, &r)) != DLOCK_OK)
         return rc;
     PQclear(r);
     *fresh = 1;
@@ -188,17 +188,17 @@ static int listener_up(pg_be *be, pg_listener *l, int *fresh)
     return DLOCK_OK;
 }
 
-int pg_watch_begin(void *vbe, const dlock_request *req, void **watch)
+int dlock__pg_watch_begin(void *vbe, const dlock_request *req, void **watch)
 {
-    pg_be *be = vbe;
-    pg_listener *l = listener_get(be);
+    dlock__pg_be *be = vbe;
+    dlock__pg_listener *l = listener_get(be);
     pg_watch *w;
     int rc, fresh;
 
     *watch = NULL;
     if (l == NULL || (w = calloc(1, sizeof(*w))) == NULL)
         return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
-    if (req != NULL && ((w->hex = pg_key_hex(be, req->name)) == NULL ||
+    if (req != NULL && ((w->hex = dlock__pg_key_hex(be, req->name)) == NULL ||
                         (w->name = strdup(req->name)) == NULL)) {
         free(w->hex);
         free(w);
@@ -215,7 +215,7 @@ int pg_watch_begin(void *vbe, const dlock_request *req, void **watch)
             return dlock_backend_fail(DLOCK_ENOMEM, "%s: no random bytes for a waiter id",
                                       be->where);
         }
-        pg_hex(w->id, raw, sizeof(raw));
+        dlock__pg_hex(w->id, raw, sizeof(raw));
         w->kind = req->kind;
     }
     /* Registered before LISTEN is known to be active, so that a
@@ -225,17 +225,17 @@ int pg_watch_begin(void *vbe, const dlock_request *req, void **watch)
     l->watches = w;
     pthread_mutex_unlock(&l->mu);
     if ((rc = listener_up(be, l, &fresh)) != DLOCK_OK) {
-        pg_watch_end(be, w);
+        dlock__pg_watch_end(be, w);
         return rc;
     }
     *watch = w;
     return DLOCK_OK;
 }
 
-int pg_watch_wait(void *vbe, void *watch, int64_t timeout_ms)
+int dlock__pg_watch_wait(void *vbe, void *watch, int64_t timeout_ms)
 {
-    pg_be *be = vbe;
-    pg_listener *l = be->listener;
+    dlock__pg_be *be = vbe;
+    dlock__pg_listener *l = be->listener;
     pg_watch *w = watch;
     struct timespec dl;
     int fresh = 0;
@@ -268,10 +268,10 @@ int pg_watch_wait(void *vbe, void *watch, int64_t timeout_ms)
     return DLOCK_OK;
 }
 
-void pg_watch_end(void *vbe, void *watch)
+void dlock__pg_watch_end(void *vbe, void *watch)
 {
-    pg_be *be = vbe;
-    pg_listener *l = be->listener;
+    dlock__pg_be *be = vbe;
+    dlock__pg_listener *l = be->listener;
     pg_watch *w = watch, **pp;
 
     if (w == NULL)
@@ -290,19 +290,19 @@ void pg_watch_end(void *vbe, void *watch)
         req.kind = w->kind;
         req.name = w->name;
         req.token = w->lost_token;
-        pg_release(be, &req);
+        dlock__pg_release(be, &req);
         free(w->lost_token);
     }
     /* A waiter that gives up leaves its place (a taken lock has already
      * removed it; then this finds nothing). */
     if (w->queued && w->name != NULL)
-        pg_fam_leave(be, w->name, w->id);
+        dlock__pg_fam_leave(be, w->name, w->id);
     free(w->name);
     free(w->hex);
     free(w);
 }
 
-void pg_watch_note(void *watch, const char *token)
+void dlock__pg_watch_note(void *watch, const char *token)
 {
     pg_watch *w = watch;
 
@@ -312,23 +312,23 @@ void pg_watch_note(void *watch, const char *token)
     w->lost_token = token != NULL ? strdup(token) : NULL;
 }
 
-const char *pg_watch_id(void *watch)
+const char *dlock__pg_watch_id(void *watch)
 {
     pg_watch *w = watch;
     return w != NULL ? w->id : NULL;
 }
 
-void pg_watch_queued(void *watch)
+void dlock__pg_watch_queued(void *watch)
 {
     pg_watch *w = watch;
     if (w != NULL)
         w->queued = 1;
 }
 
-void pg_watch_wake(void *vbe, void *watch)
+void dlock__pg_watch_wake(void *vbe, void *watch)
 {
-    pg_be *be = vbe;
-    pg_listener *l = be->listener;
+    dlock__pg_be *be = vbe;
+    dlock__pg_listener *l = be->listener;
     pg_watch *w = watch;
 
     if (l == NULL || w == NULL)
@@ -339,9 +339,9 @@ void pg_watch_wake(void *vbe, void *watch)
     pthread_mutex_unlock(&l->mu);
 }
 
-void pg_listener_free(pg_be *be)
+void dlock__pg_listener_free(dlock__pg_be *be)
 {
-    pg_listener *l = be->listener;
+    dlock__pg_listener *l = be->listener;
 
     if (l == NULL)
         return;

@@ -241,7 +241,7 @@ static void exclusion_across_processes(void)
 
     test_pg_start(&p);
     /* Made once first: seven processes creating the schema at once is
-     * another test's business (pg_create's advisory lock). */
+     * another test's business (dlock__pg_create's advisory lock). */
     c = open_url(p.url);
     o.permits = 2;
     CHECK_RC(dlock_acquire(&l, c, "sem", &o), DLOCK_OK);
