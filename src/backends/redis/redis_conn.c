@@ -69,7 +69,7 @@ int dlock__redis_min_replicas_init(dlock__redis_conn *conn, const dlock_url *url
 int dlock__redis_conn_init(dlock__redis_conn *conn, const dlock_url *url,
                            const dlock_client_options *opts, const char *role)
 {
-    const char *db = NULL;
+    const char *db = NULL, *param_db;
     int rc;
 
     memset(conn, 0, sizeof(*conn));
@@ -110,7 +110,6 @@ int dlock__redis_conn_init(dlock__redis_conn *conn, const dlock_url *url,
         if (url->nhosts != 0 || url->path == NULL || url->path[0] != '/')
             return dlock__fail(DLOCK_EINVAL, "unix URL: expected unix:///path/to/redis.sock");
         conn->ep.unix_path = url->path;
-        db = dlock_url_param_get(url, "db");
         snprintf(conn->where, sizeof(conn->where), "redis unix:%.100s", url->path);
     } else {
         if (url->nhosts != 1)
@@ -123,6 +122,15 @@ int dlock__redis_conn_init(dlock__redis_conn *conn, const dlock_url *url,
         snprintf(conn->where, sizeof(conn->where), strchr(conn->ep.host, ':') ? "%s [%.64s]:%d"
                  : "%s %.64s:%d", conn->ep.tls ? "rediss" : "redis", conn->ep.host,
                  conn->ep.port);
+    }
+    /* db=N: the database on every scheme but a cluster's (one database),
+     * beside the path's /N on redis:// and rediss://, never both. */
+    if (!conn->is_cluster && (param_db = dlock_url_param_get(url, "db")) != NULL) {
+        if (db != NULL)
+            return dlock__fail(DLOCK_EINVAL, "%s URL: the database is given twice, as the "
+                               "path '/%.32s' and as db=%.32s: give it once", url->scheme, db,
+                               param_db);
+        db = param_db;
     }
     for (size_t i = 0; i < url->nparams; i++) {
         const char *k = url->params[i].key;

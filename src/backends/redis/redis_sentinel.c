@@ -30,9 +30,10 @@ int dlock__redis_sentinel_param(const char *key)
 
 
 /*
- * redis-sentinel://[user:pass@]s1:26379,s2:26379/MASTERNAME[?min_replicas=N
- * &password=P&sentinel_user=SU&sentinel_password=SP]: the hosts are
- * sentinels (port 26379 by default), the path the master's name. user:pass
+ * redis-sentinel://[user:pass@]s1:26379,s2:26379/MASTERNAME[?db=N
+ * &min_replicas=N&password=P&sentinel_user=SU&sentinel_password=SP]: the
+ * hosts are sentinels (port 26379 by default), the path the master's name,
+ * db the master's database (0 by default). user:pass
  * and password= are the master's (one or the other), sentinel_user and
  * sentinel_password the sentinels' (an ACL user, or requirepass alone).
  */

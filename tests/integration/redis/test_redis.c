@@ -607,6 +607,28 @@ static void auth_and_db_and_unix(void)
         CHECK(info.fence == 1);
     }
     dlock_client_free(c);
+    /* db=N on redis:// too (it was read on unix:// alone, and ignored
+     * here: the locks went to database 0); database 0 has no such fence */
+    snprintf(url, sizeof(url), "redis://default:s3cret@127.0.0.1:%d?db=5", r.port);
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_OK);
+    {
+        dlock_lock_info info;
+        CHECK_RC(dlock_status(&info, c, "in-db-5"), DLOCK_OK);
+        CHECK(info.fence == 1);
+    }
+    dlock_client_free(c);
+    snprintf(url, sizeof(url), "redis://default:s3cret@127.0.0.1:%d", r.port);
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_OK);
+    {
+        dlock_lock_info info;
+        CHECK_RC(dlock_status(&info, c, "in-db-5"), DLOCK_OK);
+        CHECK(info.fence == 0);
+    }
+    dlock_client_free(c);
+    snprintf(url, sizeof(url), "redis://default:s3cret@127.0.0.1:%d/5?db=6", r.port);
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "the database is given twice, as the path '/5' "
+                   "and as db=6: give it once");
     test_redis_stop(&r);
 }
 

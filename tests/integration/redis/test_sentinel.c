@@ -509,13 +509,16 @@ static void lying_sentinel(void)
     test_sentinel_stop(&s);
 }
 
-/* One sentinel of 3 down: the other two are a majority and agree. */
+/* One sentinel of 3 down: the other two are a majority and agree; db=N
+ * is the master's database. */
 static void one_sentinel_down(void)
 {
     test_sentinel s;
     dlock_client *c;
     dlock_lock *l;
+    dlock_lock_info info;
     dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+    char url[600];
 
     test_sentinel_start(&s, NULL, 0);
     test_redis_kill(&s.sentinels[0]);
@@ -523,6 +526,15 @@ static void one_sentinel_down(void)
     CHECK_RC(dlock_client_open(&c, s.url, &o), DLOCK_OK);
     CHECK_RC(dlock_acquire(&l, c, "one-down", NULL), DLOCK_OK);
     CHECK(test_redis_cmd(&s.nodes[0], "EXISTS dlock:{one-down}") == 1);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+    /* db=N selects the master's database: the lock is not in database 0. */
+    snprintf(url, sizeof(url), "%s?db=3", s.url);
+    CHECK_RC(dlock_client_open(&c, url, &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire(&l, c, "in-db-3", NULL), DLOCK_OK);
+    CHECK(test_redis_cmd(&s.nodes[0], "EXISTS dlock:{in-db-3}") == 0);
+    CHECK_RC(dlock_status(&info, c, "in-db-3"), DLOCK_OK);
+    CHECK(info.held && info.fence == 1);
     CHECK_RC(dlock_release(l), DLOCK_OK);
     dlock_client_free(c);
     test_sentinel_stop(&s);
