@@ -40,7 +40,7 @@ typedef struct {
     dlock__redis_watcher *watcher;
 } dlock__redlock_node;
 
-/* An io_uring instance for fan-outs (redlock_nodes.c); opaque. */
+/* An io_uring instance for fan-outs (redlock_ring.c); opaque. */
 typedef struct dlock__redlock_ring dlock__redlock_ring;
 
 /* io= in the URL: how a fan-out waits for the nodes. */
@@ -116,6 +116,62 @@ void dlock__redlock_connect(dlock__redlock_be *be, int wd, unsigned mask,
 int dlock__redlock_ring_open(dlock__redlock_ring **out, size_t nodes);
 void dlock__redlock_ring_close(dlock__redlock_ring *r);
 dlock__redlock_ring *dlock__redlock_ring_usable(dlock__redlock_ring *r);
+
+/* ---- a fan-out in progress: started and waited for with poll(2) in
+ * redlock_nodes.c, waited for on a ring in redlock_ring.c ---- */
+
+/* What each node of a fan-out is at. */
+typedef struct {
+    dlock__redlock_link *link;
+    int waiting;  /* a reply of ours still to come */
+    int reloaded; /* NOSCRIPT answered by sending EVAL */
+    int reused;   /* the connection was open before this round */
+    int resent;   /* sent again on a fresh connection */
+    int queued;   /* the ring is to write the request (not written yet) */
+    int resend;   /* to send again once the ring let go of the old socket */
+    int cancelled; /* the old socket's receive cancelled, for resend */
+} dlock__redlock_node_state;
+
+/* The EVALSHA of a fan-out, formatted once for all its nodes. */
+typedef struct {
+    char *bytes;
+    size_t len;
+    char stack[1024];
+} dlock__redlock_request;
+
+/* A fan-out in progress (a round): the request, each node's state and
+ * answer. */
+typedef struct {
+    dlock__redlock_be *be;
+    const dlock__redis_script *s;
+    int nkeys, argc;
+    const char **argv;
+    const size_t *lens;
+    dlock__redlock_decided_fn decided;
+    void *ctx;
+    dlock__redlock_answer *ans;
+    dlock__redlock_node_state st[DLOCK__REDLOCK_NODES_MAX];
+    dlock__redlock_request q;
+    size_t replied;
+    int done;
+} dlock__redlock_round;
+
+/* redlock_nodes.c: connect if needed and queue the request, left to the
+ * ring with by_ring (node_start); node i sent something, now in its reader,
+ * or reading failed (rc): take our reply, or send again (node_input); node
+ * i failed with code (node_failed). Both ask whether the outcome is
+ * decided. */
+int dlock__redlock_node_start(dlock__redlock_node_state *st, const dlock__redlock_request *q,
+                              int by_ring);
+void dlock__redlock_node_input(dlock__redlock_round *f, size_t i, int rc, int by_ring);
+void dlock__redlock_node_failed(dlock__redlock_round *f, size_t i, int code);
+
+#ifdef DLOCK_HAVE_LIBURING
+/* redlock_ring.c: send the queued requests on the ring and wait up to
+ * deadline for the replies, or until f is decided; nothing is left in
+ * flight on return. */
+void dlock__redlock_wait_ring(dlock__redlock_round *f, dlock__redlock_ring *r, int64_t deadline);
+#endif
 
 /* A key on the nodes: prefix + '{' + name + '}' + suffix. */
 #define DLOCK__REDLOCK_KEY_MAX (128 + DLOCK_NAME_MAX + 32)

@@ -4,7 +4,8 @@
  * backend's (redis_conn.c: timeouts, credentials, database, bounded
  * replies); the requests are written to all of them first, then one poll
  * over all their sockets reads the replies until the per-node timeout, so a
- * round costs the slowest answering node's round trip, not the sum.
+ * round costs the slowest answering node's round trip, not the sum. With a
+ * ring, io_uring does the writes and the waiting (redlock_ring.c).
  *
  * A fan-out returns as soon as its outcome is decided (the caller's
  * decided function: a quorum granted, or no quorum can any more), without
@@ -23,26 +24,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef DLOCK_HAVE_LIBURING
-#include <liburing.h>
-#endif
-
 #include "backends/redlock/redlock_int.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/thread.h"
-
-/* What each node of a fan-out is at. */
-typedef struct {
-    dlock__redlock_link *link;
-    int waiting;  /* a reply of ours still to come */
-    int reloaded; /* NOSCRIPT answered by sending EVAL */
-    int reused;   /* the connection was open before this round */
-    int resent;   /* sent again on a fresh connection */
-    int queued;   /* the ring is to write the request (not written yet) */
-    int resend;   /* to send again once the ring let go of the old socket */
-    int cancelled; /* the old socket's receive cancelled, for resend */
-} node_state;
 
 /* The scripts a connection may run, loaded ahead on each new one. */
 static const dlock__redis_script *const preload[] = {
@@ -166,15 +151,8 @@ static int send_eval(dlock__redis_conn *conn, const dlock__redis_script *s, int 
     return rc;
 }
 
-/* The EVALSHA of a fan-out, formatted once for all its nodes. */
-typedef struct {
-    char *bytes;
-    size_t len;
-    char stack[1024];
-} request;
-
-static int request_init(request *q, const dlock__redis_script *s, int nkeys, int argc,
-                        const char **argv, const size_t *lens)
+static int request_init(dlock__redlock_request *q, const dlock__redis_script *s, int nkeys,
+                        int argc, const char **argv, const size_t *lens)
 {
     dlock__redis_script_cmd c;
     int rc;
@@ -193,33 +171,18 @@ static int request_init(request *q, const dlock__redis_script *s, int nkeys, int
     return DLOCK_OK;
 }
 
-static void request_free(request *q)
+static void request_free(dlock__redlock_request *q)
 {
     if (q->bytes != q->stack)
         free(q->bytes);
 }
 
-/* A fan-out in progress: the request, each node's state and answer. */
-typedef struct {
-    dlock__redlock_be *be;
-    const dlock__redis_script *s;
-    int nkeys, argc;
-    const char **argv;
-    const size_t *lens;
-    dlock__redlock_decided_fn decided;
-    void *ctx;
-    dlock__redlock_answer *ans;
-    node_state st[DLOCK__REDLOCK_NODES_MAX];
-    request q;
-    size_t replied;
-    int done;
-} fanout;
-
 /* Connect if needed and queue the request (after the scripts loaded ahead
  * on a new connection). by_ring: when nothing else is queued, leave the
  * writing to the ring (queued set); otherwise write it all out now: one
  * write. */
-static int start(node_state *st, const request *q, int by_ring)
+int dlock__redlock_node_start(dlock__redlock_node_state *st, const dlock__redlock_request *q,
+                              int by_ring)
 {
     dlock__redlock_link *l = st->link;
     dlock__redis_conn *conn = &l->conn;
@@ -246,7 +209,7 @@ static int start(node_state *st, const request *q, int by_ring)
  * transport's reader). DLOCK_OK with *out NULL while it has not come, with
  * *out set once it has; a code on failure (the connection closed).
  */
-static int next_reply(node_state *st, redisReply **out)
+static int next_reply(dlock__redlock_node_state *st, redisReply **out)
 {
     dlock__redis_conn *conn = &st->link->conn;
     void *r;
@@ -272,13 +235,13 @@ static int next_reply(node_state *st, redisReply **out)
 }
 
 /* Node i's answer is final: ask whether the outcome is decided. */
-static void answered(fanout *f, size_t i)
+static void answered(dlock__redlock_round *f, size_t i)
 {
     if (f->decided != NULL && f->decided(f->ctx, f->ans, i))
         f->done = 1;
 }
 
-static void node_failed(fanout *f, size_t i, int code)
+void dlock__redlock_node_failed(dlock__redlock_round *f, size_t i, int code)
 {
     f->st[i].waiting = 0;
     note(&f->ans[i], code);
@@ -287,7 +250,7 @@ static void node_failed(fanout *f, size_t i, int code)
 
 /* The node closed a connection that looked open (it restarted): the
  * request never ran there, and may be sent again, once. */
-static int may_resend(const node_state *x)
+static int may_resend(const dlock__redlock_node_state *x)
 {
     return x->reused && !x->resent && !x->link->conn.timed_out && x->link->owed == 0;
 }
@@ -297,9 +260,9 @@ static int may_resend(const node_state *x)
  * failed): take our reply if it came, and ask whether the outcome is
  * decided. by_ring: a request to send again is left to the ring (resend).
  */
-static void node_input(fanout *f, size_t i, int rc, int by_ring)
+void dlock__redlock_node_input(dlock__redlock_round *f, size_t i, int rc, int by_ring)
 {
-    node_state *x = &f->st[i];
+    dlock__redlock_node_state *x = &f->st[i];
     redisReply *r = NULL;
 
     if (rc == DLOCK_OK)
@@ -312,11 +275,11 @@ static void node_input(fanout *f, size_t i, int rc, int by_ring)
             return;
         }
         x->waiting = 0;
-        if ((rc = start(x, &f->q, 0)) == DLOCK_OK)
+        if ((rc = dlock__redlock_node_start(x, &f->q, 0)) == DLOCK_OK)
             return;
     }
     if (rc != DLOCK_OK) {
-        node_failed(f, i, rc);
+        dlock__redlock_node_failed(f, i, rc);
         return;
     }
     if (r == NULL)
@@ -328,7 +291,7 @@ static void node_input(fanout *f, size_t i, int rc, int by_ring)
         x->reloaded = 1;
         if ((rc = send_eval(&x->link->conn, f->s, f->nkeys, f->argc, f->argv, f->lens)) !=
             DLOCK_OK)
-            node_failed(f, i, rc);
+            dlock__redlock_node_failed(f, i, rc);
         return;
     }
     x->waiting = 0;
@@ -343,7 +306,7 @@ static void node_input(fanout *f, size_t i, int rc, int by_ring)
 }
 
 /* Wait for the nodes with poll(2), reading each when it is ready. */
-static void wait_poll(fanout *f, int64_t deadline)
+static void wait_poll(dlock__redlock_round *f, int64_t deadline)
 {
     struct pollfd fds[DLOCK__REDLOCK_NODES_MAX];
     size_t idx[DLOCK__REDLOCK_NODES_MAX];
@@ -371,18 +334,14 @@ static void wait_poll(fanout *f, int64_t deadline)
             dlock__redis_conn *conn = &f->st[idx[j]].link->conn;
             if (fds[j].revents == 0)
                 continue;
-            node_input(f, idx[j],
-                       dlock__redis_tp_read(&conn->tp, -1) == REDIS_OK
-                           ? DLOCK_OK
-                           : dlock__redis_conn_io_error(conn),
-                       0);
+            dlock__redlock_node_input(f, idx[j],
+                                      dlock__redis_tp_read(&conn->tp, -1) == REDIS_OK
+                                          ? DLOCK_OK
+                                          : dlock__redis_conn_io_error(conn),
+                                      0);
         }
     }
 }
-
-#ifdef DLOCK_HAVE_LIBURING
-static void wait_ring(fanout *f, dlock__redlock_ring *r, int64_t deadline);
-#endif
 
 size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
                              const dlock__redis_script *s, int nkeys, int argc,
@@ -390,7 +349,7 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
                              dlock__redlock_decided_fn decided, void *ctx,
                              dlock__redlock_answer *ans)
 {
-    fanout f;
+    dlock__redlock_round f;
     int64_t deadline = dlock__now_ms() + timeout_ms;
     dlock__redlock_ring *ring = dlock__redlock_ring_usable(be->ring[wd != 0]);
     dlock__sigpipe_guard guard;
@@ -435,11 +394,11 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
         if (rc == DLOCK_OK)
             rc = qrc;
         if (rc == DLOCK_OK)
-            rc = start(&f.st[i], &f.q, ring != NULL);
+            rc = dlock__redlock_node_start(&f.st[i], &f.q, ring != NULL);
         if (rc != DLOCK_OK && rc != qrc && f.st[i].reused) {
             /* Dead before we used it (the node restarted): once more. */
             f.st[i].reused = 0;
-            rc = start(&f.st[i], &f.q, ring != NULL);
+            rc = dlock__redlock_node_start(&f.st[i], &f.q, ring != NULL);
         }
         if (rc != DLOCK_OK) {
             f.st[i].waiting = 0;
@@ -451,7 +410,7 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
 
 #ifdef DLOCK_HAVE_LIBURING
     if (ring != NULL)
-        wait_ring(&f, ring, deadline);
+        dlock__redlock_wait_ring(&f, ring, deadline);
     else
 #endif
         wait_poll(&f, deadline);
@@ -481,310 +440,6 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
     restore_message(saved);
     return f.replied;
 }
-
-/* ---- io_uring --------------------------------------------------------- */
-
-/*
- * With a ring, a round is one or two io_uring_enter where poll(2) took a
- * send, a poll and a recv per node: the sends and receives of every node
- * go in together, and the call returns with the first replies. On 2 vCPUs
- * shared with the 5 redis-servers each system call and each wake-up costs
- * the client the time the servers need (docs/bench.md, "Redlock"). Between fan-outs
- * nothing is in flight: wait_ring cancels what is left before it returns,
- * so connections are closed and reopened as with poll, and each ring is
- * used under the lock of its connections (cmd_mu, or the watchdog's one
- * call at a time).
- */
-#ifdef DLOCK_HAVE_LIBURING
-
-/* A round queues at most a send, a receive and two cancellations per node
- * between two submissions. */
-#define RING_ENTRIES (4 * DLOCK__REDLOCK_NODES_MAX + 4)
-#define RING_BUF 4096
-
-enum { OP_SEND = 1, OP_RECV, OP_CANCEL };
-
-struct dlock__redlock_ring {
-    struct io_uring ring;
-    unsigned sending, receiving; /* nodes with a send, a receive in flight */
-    size_t cancels;              /* cancellations in flight */
-    int broken; /* something would not stop: poll from now on */
-    char buf[][RING_BUF]; /* each node's receive */
-};
-
-static uint64_t op_data(int op, size_t node)
-{
-    return (uint64_t)op << 8 | (uint64_t)node;
-}
-
-int dlock__redlock_ring_open(dlock__redlock_ring **out, size_t nodes)
-{
-    dlock__redlock_ring *r = calloc(1, sizeof(*r) + nodes * RING_BUF);
-    int rc;
-
-    *out = NULL;
-    if (r == NULL)
-        return dlock__fail(DLOCK_ENOMEM, "out of memory");
-    /* COOP_TASKRUN (Linux 5.19): completions are posted when we enter the
-     * kernel to wait, not by interrupting us. */
-    rc = io_uring_queue_init(RING_ENTRIES, &r->ring, IORING_SETUP_COOP_TASKRUN);
-    if (rc == -EINVAL)
-        rc = io_uring_queue_init(RING_ENTRIES, &r->ring, 0);
-    if (rc < 0) {
-        free(r);
-        return dlock__fail(DLOCK_ENOTSUP, "io_uring_setup: %s", strerror(-rc));
-    }
-    /* The wait's timeout as an argument (Linux 5.11), not as a request of
-     * its own in the ring. */
-    if (!(r->ring.features & IORING_FEAT_EXT_ARG)) {
-        io_uring_queue_exit(&r->ring);
-        free(r);
-        return dlock__fail(DLOCK_ENOTSUP, "io_uring: the kernel has no IORING_FEAT_EXT_ARG "
-                           "(Linux 5.11)");
-    }
-    *out = r;
-    return DLOCK_OK;
-}
-
-void dlock__redlock_ring_close(dlock__redlock_ring *r)
-{
-    if (r == NULL)
-        return;
-    io_uring_queue_exit(&r->ring);
-    free(r);
-}
-
-dlock__redlock_ring *dlock__redlock_ring_usable(dlock__redlock_ring *r)
-{
-    return r != NULL && !r->broken ? r : NULL;
-}
-
-/* A free entry: the queue holds RING_ENTRIES, more than a round queues
- * between two submissions, so this submits only if that ever changes. */
-static struct io_uring_sqe *ring_sqe(dlock__redlock_ring *r)
-{
-    struct io_uring_sqe *e = io_uring_get_sqe(&r->ring);
-
-    if (e == NULL && io_uring_submit(&r->ring) >= 0)
-        e = io_uring_get_sqe(&r->ring);
-    return e;
-}
-
-static int ring_send(fanout *f, dlock__redlock_ring *r, size_t i)
-{
-    struct io_uring_sqe *e = ring_sqe(r);
-
-    f->st[i].queued = 0;
-    if (e == NULL)
-        return dlock__fail(DLOCK_ENOMEM, "io_uring: no free submission entry");
-    io_uring_prep_send(e, f->st[i].link->conn.tp.fd, f->q.bytes, f->q.len, MSG_NOSIGNAL);
-    io_uring_sqe_set_data64(e, op_data(OP_SEND, i));
-    r->sending |= 1u << i;
-    return DLOCK_OK;
-}
-
-static int ring_recv(dlock__redlock_ring *r, int fd, size_t i)
-{
-    struct io_uring_sqe *e = ring_sqe(r);
-
-    if (e == NULL)
-        return dlock__fail(DLOCK_ENOMEM, "io_uring: no free submission entry");
-    io_uring_prep_recv(e, fd, r->buf[i], RING_BUF, 0);
-    io_uring_sqe_set_data64(e, op_data(OP_RECV, i));
-    r->receiving |= 1u << i;
-    return DLOCK_OK;
-}
-
-/* Cancel node i's send or receive (op); 0 when no entry was free (it is
- * then waited for all the same). */
-static int ring_cancel(dlock__redlock_ring *r, int op, size_t i)
-{
-    struct io_uring_sqe *e = ring_sqe(r);
-
-    if (e == NULL)
-        return 0;
-    io_uring_prep_cancel64(e, op_data(op, i), 0);
-    io_uring_sqe_set_data64(e, op_data(OP_CANCEL, i));
-    r->cancels++;
-    return 1;
-}
-
-/* One completion. draining: what a node sends is only fed to its reader
- * (the outcome is known), its reply skipped later as owed. */
-static void ring_done(fanout *f, dlock__redlock_ring *r, uint64_t data, int res, int draining)
-{
-    size_t i = (size_t)(data & 0xff);
-    node_state *x = &f->st[i];
-    dlock__redis_conn *conn;
-    int rc;
-
-    if ((data >> 8) == OP_CANCEL) {
-        r->cancels--;
-        return;
-    }
-    conn = &x->link->conn;
-    if ((data >> 8) == OP_SEND) {
-        r->sending &= ~(1u << i);
-        if (res == (int)f->q.len)
-            return;
-        rc = DLOCK_OK;
-        if (res >= 0) {
-            /* A short write: the rest as poll would write it. */
-            if (dlock__redis_tp_append_resp(&conn->tp, f->q.bytes + res, f->q.len - (size_t)res) !=
-                    REDIS_OK ||
-                dlock__redis_tp_flush(&conn->tp, dlock__now_ms() + conn->command_ms) != REDIS_OK)
-                rc = dlock__redis_conn_io_error(conn);
-        } else {
-            /* Failed or cancelled: what reached the node is not known, so
-             * the connection is not used again (a new one owes nothing). */
-            dlock__redis_tp_fail_errno(&conn->tp, -res);
-            rc = dlock__redis_conn_io_error(conn);
-        }
-        if (rc != DLOCK_OK && x->waiting && !draining)
-            node_input(f, i, rc, 1);
-        return;
-    }
-    r->receiving &= ~(1u << i);
-    if (res == -ECANCELED)
-        return;
-    rc = dlock__redis_tp_took(&conn->tp, r->buf[i], res) == REDIS_OK
-             ? DLOCK_OK
-             : dlock__redis_conn_io_error(conn);
-    if (x->waiting && !draining && !x->resend && res != -EAGAIN)
-        node_input(f, i, rc, 1);
-}
-
-/* Take every completion there is. */
-static void ring_reap(fanout *f, dlock__redlock_ring *r, int draining)
-{
-    struct io_uring_cqe *c;
-    unsigned head, seen = 0;
-
-    io_uring_for_each_cqe(&r->ring, head, c)
-    {
-        ring_done(f, r, io_uring_cqe_get_data64(c), c->res, draining);
-        seen++;
-    }
-    io_uring_cq_advance(&r->ring, seen);
-}
-
-/* Submit what is queued and wait up to deadline for a completion or
- * more (waiting in the kernel for as many as a decision takes, a quorum,
- * was no faster). 0, or -errno (-ETIME: the deadline passed). */
-static int ring_wait(dlock__redlock_ring *r, int64_t deadline)
-{
-    struct __kernel_timespec ts;
-    struct io_uring_cqe *c;
-    int64_t left = deadline - dlock__now_ms();
-    int rc;
-
-    if (left < 0)
-        left = 0;
-    ts.tv_sec = left / 1000;
-    ts.tv_nsec = (left % 1000) * 1000000;
-    rc = io_uring_submit_and_wait_timeout(&r->ring, &c, 1, &ts, NULL);
-    return rc == -EINTR ? 0 : rc < 0 ? rc : 0;
-}
-
-/*
- * Cancel what is still in flight and wait for it: a node's receive still
- * posted when the outcome was decided, a send to a full socket. Bounded by
- * the command timeout; a ring that will not let go is given up (broken),
- * and the connections it still used are closed.
- */
-static void ring_drain(fanout *f, dlock__redlock_ring *r)
-{
-    unsigned left = r->sending | r->receiving;
-    int64_t deadline = dlock__now_ms() + f->be->command_timeout_ms;
-
-    for (size_t i = 0; i < f->be->n; i++) {
-        for (int op = OP_SEND; op <= OP_RECV; op++)
-            if ((op == OP_SEND ? r->sending : r->receiving) & (1u << i))
-                ring_cancel(r, op, i);
-    }
-    while ((r->sending | r->receiving) != 0 || r->cancels > 0) {
-        int rc = ring_wait(r, deadline);
-        ring_reap(f, r, 1);
-        if (rc < 0 && rc != -ETIME)
-            break;
-        if (rc == -ETIME && dlock__now_ms() >= deadline)
-            break;
-    }
-    if ((r->sending | r->receiving) == 0 && r->cancels == 0)
-        return;
-    r->broken = 1;
-    for (size_t i = 0; i < f->be->n; i++)
-        if (left & (1u << i))
-            dlock__redis_conn_close(&f->st[i].link->conn);
-}
-
-static void wait_ring(fanout *f, dlock__redlock_ring *r, int64_t deadline)
-{
-    size_t n = f->be->n;
-    int rc;
-
-    for (size_t i = 0; i < n; i++)
-        if (f->st[i].queued && (rc = ring_send(f, r, i)) != DLOCK_OK)
-            node_failed(f, i, rc);
-    for (;;) {
-        int any = 0;
-        for (size_t i = 0; i < n; i++) {
-            node_state *x = &f->st[i];
-            unsigned bit = 1u << i;
-            if (x->resend && (r->receiving & bit) && !x->cancelled)
-                /* The old socket may never be readable again. */
-                x->cancelled = ring_cancel(r, OP_RECV, i);
-            if (x->resend && !((r->sending | r->receiving) & bit)) {
-                /* On a fresh connection (connect_link writes it with the
-                 * scripts loaded ahead). */
-                x->resend = 0;
-                x->waiting = 0;
-                if ((rc = start(x, &f->q, 1)) == DLOCK_OK && x->queued)
-                    rc = ring_send(f, r, i);
-                if (rc != DLOCK_OK)
-                    node_failed(f, i, rc);
-            }
-            if (x->waiting && !x->resend && !(r->receiving & bit) &&
-                (rc = ring_recv(r, x->link->conn.tp.fd, i)) != DLOCK_OK)
-                node_failed(f, i, rc);
-            any |= x->waiting;
-        }
-        if (f->done || !any || dlock__now_ms() >= deadline)
-            break;
-        rc = ring_wait(r, deadline);
-        ring_reap(f, r, 0);
-        if (rc < 0 && rc != -ETIME) {
-            /* The ring itself failed: every node still waited for. */
-            dlock__fail(DLOCK_ECONN, "io_uring_enter: %s", strerror(-rc));
-            for (size_t i = 0; i < n; i++)
-                if (f->st[i].waiting)
-                    node_failed(f, i, DLOCK_ECONN);
-        }
-    }
-    ring_drain(f, r);
-}
-
-#else
-
-int dlock__redlock_ring_open(dlock__redlock_ring **out, size_t nodes)
-{
-    (void)nodes;
-    *out = NULL;
-    return dlock__fail(DLOCK_ENOTSUP, "this dlock was built without io_uring (liburing)");
-}
-
-void dlock__redlock_ring_close(dlock__redlock_ring *r)
-{
-    (void)r;
-}
-
-dlock__redlock_ring *dlock__redlock_ring_usable(dlock__redlock_ring *r)
-{
-    (void)r;
-    return NULL;
-}
-
-#endif
 
 void dlock__redlock_answers_free(dlock__redlock_answer *ans, size_t n)
 {
