@@ -87,7 +87,8 @@ static void list_schemes(void)
 
 static const char run_options_text[] =
     "  --ttl DUR    the lease, renewed every DUR/3 while COMMAND runs (30s;\n"
-    "               at least 1s)\n"
+    "               at least 100ms, on etcd 1s; on ZooKeeper at most the\n"
+    "               server's maxSessionTimeout)\n"
     "  --wait DUR   run: how long to wait for a busy lock; 0 tries once (0),\n"
     "               'forever' waits as long as it takes\n"
     "  --grace DUR  when the lock is lost: SIGTERM to COMMAND, then SIGKILL\n"
@@ -121,7 +122,8 @@ static const char admin_options_text[] =
     "  --force      release: required; the holder finds its lock lost\n";
 
 static const char footer_text[] =
-    "DUR is a whole number with a unit ms, s, m, h or d (no unit: seconds).\n"
+    "DUR is a number with a unit d, h, m, s or ms, or several from the longest\n"
+    "unit down: 90s, 1.5s, 250ms, 1h30m; a bare number is seconds (1.5).\n"
     "NAME is 1 to 512 bytes. COMMAND dies with dlock, even of SIGKILL.\n"
     "\n"
     "Exit codes: COMMAND's own (128+N if it died of signal N; plus the\n"

@@ -43,13 +43,40 @@
  * Options
  * ====================================================================== */
 
-static int parse_duration(int64_t *out_ms, const char *option, const char *text)
+static int parse_duration(int64_t *out_ms, const char *command, const char *option,
+                          const char *text)
 {
     int err = dlock_duration_parse(out_ms, text);
     if (err != DLOCK_OK)
-        return cli_fail(err, "run: bad %s '%s' (a whole number and ms, s, m, h or d)", option,
-                        text);
+        return cli_fail(err, "%s: bad %s", command, option);
     return 0;
+}
+
+/*
+ * The shortest --ttl on the server url names. Every lease is renewed every
+ * third of it over the network, so none is shorter than CLI_TTL_MIN_MS;
+ * etcd grants leases in whole seconds, so a shorter one would be held for
+ * a second on the server while dlock counted less: refused rather than
+ * pretended. ZooKeeper's bound is the server's maxSessionTimeout, which
+ * only the server knows: the library names it when a lease exceeds it.
+ * Keyed by scheme, so that the check is made before any connection.
+ */
+static int64_t ttl_min(const char *url, const char **why)
+{
+    static const struct {
+        const char *scheme;
+        int64_t ms;
+        const char *why;
+    } mins[] = {{"etcd://", 1000, "etcd grants leases in whole seconds"},
+                {"etcds://", 1000, "etcd grants leases in whole seconds"}};
+
+    for (size_t i = 0; i < sizeof mins / sizeof mins[0]; i++)
+        if (strncmp(url, mins[i].scheme, strlen(mins[i].scheme)) == 0) {
+            *why = mins[i].why;
+            return mins[i].ms;
+        }
+    *why = "the lease is renewed every third of it, over the network";
+    return CLI_TTL_MIN_MS;
 }
 
 static int parse_permits(int *out, const char *text)
@@ -171,8 +198,10 @@ static int find_command(const char *subcommand, const char *file)
  * checked here, before any connection, so that a typo is reported as one
  * even when the server is down.
  */
-static int parse_args(cli_run_options *o, int argc, char **argv)
+static int parse_args(cli_run_options *o, const char *url, int argc, char **argv)
 {
+    const char *why;
+    int64_t min_ms = ttl_min(url, &why);
     int i, rc;
     for (i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
         const char *arg = argv[i], *value;
@@ -237,19 +266,19 @@ static int parse_args(cli_run_options *o, int argc, char **argv)
         } else if ((r = cli_option_value(argc, argv, &i, "--ttl", &value)) != 0) {
             if (r < 0)
                 return CLI_EXIT_USAGE;
-            if ((rc = parse_duration(&o->ttl_ms, "--ttl", value)) != 0)
+            if ((rc = parse_duration(&o->ttl_ms, argv[0], "--ttl", value)) != 0)
                 return rc;
         } else if (!o->elect && (r = cli_option_value(argc, argv, &i, "--wait", &value)) != 0) {
             if (r < 0)
                 return CLI_EXIT_USAGE;
             if (!strcmp(value, "forever"))
                 o->wait_ms = DLOCK_WAIT_FOREVER;
-            else if ((rc = parse_duration(&o->wait_ms, "--wait", value)) != 0)
+            else if ((rc = parse_duration(&o->wait_ms, argv[0], "--wait", value)) != 0)
                 return rc;
         } else if ((r = cli_option_value(argc, argv, &i, "--grace", &value)) != 0) {
             if (r < 0)
                 return CLI_EXIT_USAGE;
-            if ((rc = parse_duration(&o->grace_ms, "--grace", value)) != 0)
+            if ((rc = parse_duration(&o->grace_ms, argv[0], "--grace", value)) != 0)
                 return rc;
         } else if (!o->elect && (r = cli_option_value(argc, argv, &i, "-E", &value)) != 0) {
             if (r < 0)
@@ -290,9 +319,9 @@ static int parse_args(cli_run_options *o, int argc, char **argv)
         return rc;
     cli_shown_name(o->shown, sizeof o->shown, o->name);
 
-    if (o->ttl_ms < CLI_TTL_MIN_MS) {
-        cli_error("%s: --ttl must be at least 1s, got %" PRId64 " ms (the lease is renewed "
-                  "every third of it, over the network)", argv[0], o->ttl_ms);
+    if (o->ttl_ms < min_ms) {
+        cli_error("%s: --ttl must be at least %" PRId64 " ms here, got %" PRId64 " ms (%s)",
+                  argv[0], min_ms, o->ttl_ms, why);
         return CLI_EXIT_USAGE;
     }
     /* Once the lock is lost someone else may hold it, and COMMAND still runs
@@ -398,7 +427,7 @@ static int run_command(cli_supervisor *s, session *ss, dlock_lock *lock, int *st
 int cli_run(const char *url, int argc, char **argv)
 {
     cli_run_options opts = default_options(0);
-    int rc = parse_args(&opts, argc, argv);
+    int rc = parse_args(&opts, url, argc, argv);
     if (rc)
         return rc < 0 ? 0 : rc;
 
@@ -500,7 +529,7 @@ static void sleep_ms(int64_t ms)
 int cli_elect(const char *url, int argc, char **argv)
 {
     cli_run_options opts = default_options(1);
-    int rc = parse_args(&opts, argc, argv);
+    int rc = parse_args(&opts, url, argc, argv);
     if (rc)
         return rc < 0 ? 0 : rc;
 

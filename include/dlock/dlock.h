@@ -976,11 +976,16 @@ DLOCK_EXTERN int dlock_client_stats(dlock_stats *out, const dlock_client *client
  * ---------------------------------------------------------------------- */
 
 /*
- * Parse a duration: a non-negative integer with an optional unit, "ms",
- * "s", "m" (minutes), "h" or "d" (days of 24 h): "250ms", "30s", "2m",
- * "1h", "7d"; no unit means seconds. Returns DLOCK_OK and *out_ms, or
- * DLOCK_EINVAL for anything else (empty, negative, fractional, unknown
- * unit, over DLOCK_LEASE_MAX_MS).
+ * Parse a duration, as people write them (and Go's time.ParseDuration and
+ * systemd mostly agree): one or more parts, each a non-negative number with
+ * an optional fraction of at most 9 digits and a unit, "d" (days of 24 h),
+ * "h", "m" (minutes), "s" or "ms", the units from the longest to the
+ * shortest, each once: "250ms", "30s", "90s", "1.5s", "2m", "1h30m",
+ * "1d12h", "0.25h". A bare number alone is seconds ("30", "1.5"). The sum
+ * must be a whole number of milliseconds ("0.5ms" is refused, not rounded),
+ * at most DLOCK_LEASE_MAX_MS. Returns DLOCK_OK and *out_ms, or DLOCK_EINVAL
+ * for anything else (empty, a sign, spaces, an unknown unit, units out of
+ * order or repeated, "1h30"), saying why and leaving *out_ms alone.
  */
 DLOCK_EXTERN int dlock_duration_parse(int64_t *out_ms, const char *text);
 

@@ -28,7 +28,9 @@ usage "run: missing --" --url "$DEAD" run "$N" true
 usage "run: missing COMMAND" --url "$DEAD" run "$N" --
 usage "run: two names" --url "$DEAD" run "$N" other -- true
 usage "run: bad --ttl unit" --url "$DEAD" run --ttl 5x "$N" -- true
-usage "run: fractional --ttl" --url "$DEAD" run --ttl 1.5s "$N" -- true
+usage "run: --ttl with a fraction of a ms" --url "$DEAD" run --ttl 1.0005s "$N" -- true
+usage "run: --wait with units out of order" --url "$DEAD" run --wait 30m1h "$N" -- true
+grep_file 'longest to the shortest' "$WORK/err" "units out of order: the message says so"
 usage "run: negative --wait" --url "$DEAD" run --wait -1s "$N" -- true
 usage "run: empty --grace" --url "$DEAD" run --grace= "$N" -- true
 usage "run: --ttl without a value" --url "$DEAD" run "$N" --ttl
@@ -66,12 +68,15 @@ usage "elect: empty NAME" --url "$DEAD" elect "" -- true
 usage "status: empty NAME" --url "$DEAD" status ""
 usage "release: empty NAME" --url "$DEAD" release --force ""
 
-# Leases under a second are refused: renewals every third of one must get
-# through, and COMMAND must start well within it.
+# Leases under 100 ms are refused (renewals every third of one must get
+# through), and under a second on etcd (whole seconds), before connecting.
 usage "run: --ttl 1ms" --url "$DEAD" run --ttl 1ms "$N" -- true
-grep_file 'ttl .*at least 1s' "$WORK/err" "--ttl 1ms: the message gives the minimum"
-usage "run: --ttl 999ms" --url "$DEAD" run --ttl 999ms "$N" -- true
-usage "elect: --ttl 500ms" --url "$DEAD" elect --ttl 500ms "$N" -- true
+grep_file 'ttl must be at least 100 ms' "$WORK/err" "--ttl 1ms: the message gives the minimum"
+usage "run: --ttl 999ms on etcd" --url etcd://127.0.0.1:1 run --ttl 999ms "$N" -- true
+grep_file 'at least 1000 ms .*etcd' "$WORK/err" "--ttl 999ms on etcd: the message names etcd"
+usage "elect: --ttl 500ms on etcds" --url etcds://127.0.0.1:1 elect --ttl 500ms "$N" -- true
+expect 69 "run: --ttl 500ms on Redis reaches the server" "$DLOCK" --url "$DEAD" run --ttl 500ms "$N" -- true
+expect 69 "run: --ttl 1.5s --wait 1h30m reach the server" "$DLOCK" --url "$DEAD" run --ttl 1.5s --wait 1h30m "$N" -- true
 
 # COMMAND is looked up (PATH, the executable bit) before any connection:
 # 127 not found, 126 not executable, as a shell says.
@@ -112,7 +117,7 @@ done
 for sub in run elect status list release; do
     expect 0 "$sub --help" "$DLOCK" "$sub" --help
     grep_file "^usage: dlock \[--url URL\] $sub " "$WORK/out" "$sub --help: its own synopsis first"
-    grep_file 'ms, s, m, h or d' "$WORK/out" "$sub --help: the duration units"
+    grep_file 'unit d, h, m, s or ms' "$WORK/out" "$sub --help: the duration units"
     for other in run elect status list release; do
         [ "$other" = "$sub" ] && continue
         if grep -q "dlock \[--url URL\] $other " "$WORK/out"; then
@@ -136,7 +141,7 @@ expect 69 "run: --ttl in hours" "$DLOCK" --url "$DEAD" run --ttl 1h "$N" -- true
 expect 69 "run: --wait in days" "$DLOCK" --url "$DEAD" run --wait 2d "$N" -- true
 usage "run: --wait over 30 days" --url "$DEAD" run --wait 31d "$N" -- true
 usage "run: --ttl in weeks" --url "$DEAD" run --ttl 1w "$N" -- true
-grep_file 'ms, s, m, h or d' "$WORK/err" "a bad unit names the units"
+grep_file 'd, h, m, s or ms' "$WORK/err" "a bad unit names the units"
 # The bash completion (completions/dlock.bash) offers the subcommands and
 # each one's options, and what --help lists.
 COMPLETION=$(dirname "$0")/../../completions/dlock.bash
