@@ -168,7 +168,8 @@ typedef struct {
     int64_t grace_ms; /* -1 until given: then 5 s, at most half the TTL */
     int busy_code; /* exit code when the lock is busy (-E) */
     int status_offset; /* --command-status-offset: added to COMMAND's non-zero status */
-    char **command; /* NULL-terminated, points into argv */
+    char **command; /* NULL-terminated, points into argv or at shell_argv */
+    char *shell_argv[4]; /* -c STRING: /bin/sh -c STRING */
     int kill_group;  /* --kill-group: COMMAND in a process group of its own */
     /* run: the lock kind (--shared, --exclusive, --permits N) */
     int kind;
@@ -281,9 +282,10 @@ typedef struct {
  * memory. */
 int cli_plan_fds(cli_fd_plan *plan);
 
-/* COMMAND's environment: dlock's own without DLOCK_URL, with DLOCK_NAME and
- * DLOCK_FENCE. NULL when out of memory; free with cli_free_environment. */
-char **cli_build_environment(const char *name, uint64_t fence);
+/* COMMAND's environment: dlock's own without DLOCK_URL, with DLOCK_NAME,
+ * DLOCK_FENCE and DLOCK_HOLDER (holder, when not NULL). NULL when out of
+ * memory; free with cli_free_environment. */
+char **cli_build_environment(const char *name, uint64_t fence, const char *holder);
 void cli_free_environment(char **env);
 
 /* Fork and exec COMMAND (s->opts->command), with --kill-group in its own

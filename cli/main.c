@@ -15,11 +15,11 @@ static const char run_synopsis[] =
     "usage: dlock [--url URL] run [--ttl DUR] [--wait DUR] [--grace DUR] [-E CODE]\n"
     "                             [--shared | --exclusive | --permits N] [--kill-group]\n"
     "                             [--command-status-offset N] [--label TEXT] [-v]\n"
-    "                             [--stats] NAME -- COMMAND [ARG...]\n";
+    "                             [--stats] NAME (-- COMMAND [ARG...] | -c STRING)\n";
 static const char elect_synopsis[] =
     "       dlock [--url URL] elect [--ttl DUR] [--grace DUR] [--id ID] [--once]\n"
     "                               [--kill-group] [--command-status-offset N] [-v]\n"
-    "                               [--stats] NAME -- COMMAND [ARG...]\n";
+    "                               [--stats] NAME (-- COMMAND [ARG...] | -c STRING)\n";
 static const char admin_synopsis[] =
     "       dlock [--url URL] status [--json] NAME\n"
     "       dlock [--url URL] list [--json] [PREFIX]\n"
@@ -30,8 +30,9 @@ static const char tail_synopsis[] =
 
 static const char commands_text[] =
     "\n"
-    "run       hold the lock NAME while COMMAND runs (no shell), renewing it;\n"
-    "          COMMAND gets DLOCK_NAME and DLOCK_FENCE in its environment\n"
+    "run       hold the lock NAME while COMMAND runs (no shell; -c: sh -c),\n"
+    "          renewing it; COMMAND gets DLOCK_NAME, DLOCK_FENCE and\n"
+    "          DLOCK_HOLDER in its environment\n"
     "elect     campaign to lead the election NAME; while leader, run COMMAND (as\n"
     "          run does); when it ends, resign and campaign again\n"
     "status    print whether NAME is held, its fencing token, its lease left and\n"
@@ -89,8 +90,10 @@ static const char run_options_text[] =
     "  --ttl DUR    the lease, renewed every DUR/3 while COMMAND runs (30s;\n"
     "               at least 100ms, on etcd 1s; on ZooKeeper at most the\n"
     "               server's maxSessionTimeout)\n"
-    "  --wait DUR   run: how long to wait for a busy lock; 0 tries once (0),\n"
-    "               'forever' waits as long as it takes\n"
+    "  --wait [DUR] run: how long to wait for a busy lock; 0 tries once (the\n"
+    "               default, unlike flock); 'forever', or --wait alone, waits\n"
+    "               as long as it takes\n"
+    "  -c STRING    run STRING with /bin/sh -c instead of '-- COMMAND'\n"
     "  --grace DUR  when the lock is lost: SIGTERM to COMMAND, then SIGKILL\n"
     "               after DUR (5s, at most half of --ttl); must be shorter\n"
     "               than --ttl\n"
@@ -152,8 +155,9 @@ void cli_command_usage(const char *command)
     /* The synopsis lines after the first start with "       dlock". */
     if (!strcmp(command, "run")) {
         fputs(run_synopsis, stdout);
-        fputs("\nHold the lock NAME while COMMAND runs (no shell), renewing it; COMMAND\n"
-              "gets DLOCK_NAME and DLOCK_FENCE in its environment.\n", stdout);
+        fputs("\nHold the lock NAME while COMMAND runs (no shell; -c STRING: /bin/sh -c\n"
+              "STRING), renewing it; COMMAND gets DLOCK_NAME, DLOCK_FENCE and DLOCK_HOLDER\n"
+              "in its environment.\n", stdout);
         print_url_help(stdout);
         fputs(run_options_text, stdout);
     } else if (!strcmp(command, "elect")) {

@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -71,7 +72,7 @@ static int64_t ttl_min(const char *url, const char **why)
                 {"etcds://", 1000, "etcd grants leases in whole seconds"}};
 
     for (size_t i = 0; i < sizeof mins / sizeof mins[0]; i++)
-        if (strncmp(url, mins[i].scheme, strlen(mins[i].scheme)) == 0) {
+        if (strncasecmp(url, mins[i].scheme, strlen(mins[i].scheme)) == 0) {
             *why = mins[i].why;
             return mins[i].ms;
         }
@@ -268,6 +269,24 @@ static int parse_args(cli_run_options *o, const char *url, int argc, char **argv
                 return CLI_EXIT_USAGE;
             if ((rc = parse_duration(&o->ttl_ms, argv[0], "--ttl", value)) != 0)
                 return rc;
+        } else if (!o->elect && !strcmp(arg, "--wait")) {
+            /* The value is optional, as with getopt's: "--wait" alone waits
+             * forever. So the next argument is the value only when it reads
+             * as one (a duration, "forever"); else it is NAME, "--" or an
+             * option. --wait=DUR is never ambiguous. */
+            int64_t ms;
+            o->wait_ms = DLOCK_WAIT_FOREVER;
+            if (i + 1 < argc && !strcmp(argv[i + 1], "forever"))
+                i++;
+            else if (i + 1 < argc && dlock_duration_parse(&ms, argv[i + 1]) == DLOCK_OK)
+                o->wait_ms = ms, i++;
+        } else if ((r = cli_option_value(argc, argv, &i, "-c", &value)) != 0) {
+            if (r < 0)
+                return CLI_EXIT_USAGE;
+            o->shell_argv[0] = "/bin/sh";
+            o->shell_argv[1] = "-c";
+            o->shell_argv[2] = (char *)value;
+            o->shell_argv[3] = NULL;
         } else if (!o->elect && (r = cli_option_value(argc, argv, &i, "--wait", &value)) != 0) {
             if (r < 0)
                 return CLI_EXIT_USAGE;
@@ -306,15 +325,22 @@ static int parse_args(cli_run_options *o, const char *url, int argc, char **argv
         cli_error("%s: missing NAME (try 'dlock --help')", argv[0]);
         return CLI_EXIT_USAGE;
     }
-    if (i >= argc) {
-        cli_error("%s: missing '--' between NAME and COMMAND", argv[0]);
+    if (o->shell_argv[0] != NULL) {
+        /* -c STRING: COMMAND is /bin/sh -c STRING, as with flock -c. */
+        if (i < argc) {
+            cli_error("%s: -c STRING and '-- COMMAND': give one of them", argv[0]);
+            return CLI_EXIT_USAGE;
+        }
+        o->command = o->shell_argv;
+    } else if (i >= argc) {
+        cli_error("%s: missing '--' between NAME and COMMAND (or -c STRING)", argv[0]);
         return CLI_EXIT_USAGE;
-    }
-    if (i + 1 >= argc) {
+    } else if (i + 1 >= argc) {
         cli_error("%s: missing COMMAND after '--'", argv[0]);
         return CLI_EXIT_USAGE;
+    } else {
+        o->command = argv + i + 1;
     }
-    o->command = argv + i + 1;
     if ((rc = cli_check_name(argv[0], o->name)) != 0)
         return rc;
     cli_shown_name(o->shown, sizeof o->shown, o->name);
@@ -399,7 +425,7 @@ static cli_run_options default_options(int elect)
 static int run_command(cli_supervisor *s, session *ss, dlock_lock *lock, int *started)
 {
     const cli_run_options *o = s->opts;
-    char **env = cli_build_environment(o->name, dlock_lock_fence(lock));
+    char **env = cli_build_environment(o->name, dlock_lock_fence(lock), dlock_lock_holder(lock));
     int exec_errno = 0, rc;
 
     *started = 0;

@@ -118,53 +118,56 @@ static int env_is(const char *entry, const char *name)
     return strncmp(entry, name, n) == 0 && entry[n] == '=';
 }
 
+/* The variables dlock sets for COMMAND, in this order, after dlock's own
+ * environment (which loses any of them it had). */
+static const char *const ours[] = {"DLOCK_NAME", "DLOCK_FENCE", "DLOCK_HOLDER"};
+#define NOURS (sizeof ours / sizeof ours[0])
+
 /*
  * COMMAND's environment: dlock's own, without DLOCK_URL (it may hold a
  * password, and COMMAND has no business with the lock server), with
- * DLOCK_NAME and DLOCK_FENCE set. Built here rather than by setenv() in the
- * child, because after fork in a threaded process only async-signal-safe
- * calls are allowed, and setenv() allocates. Free with cli_free_environment.
+ * DLOCK_NAME, DLOCK_FENCE and DLOCK_HOLDER (the holder record, when
+ * there is one) set. Built here rather than by setenv() in the child,
+ * because after fork in a threaded process only async-signal-safe calls
+ * are allowed, and setenv() allocates. Free with cli_free_environment.
  */
-char **cli_build_environment(const char *name, uint64_t fence)
+char **cli_build_environment(const char *name, uint64_t fence, const char *holder)
 {
-    size_t n = 0;
+    size_t n = 0, k = 0;
+    char **env;
+
     for (char **e = environ; *e; e++)
         n++;
-    char **env = calloc(n + 3, sizeof *env);
-    if (!env)
+    if ((env = calloc(n + NOURS + 1, sizeof *env)) == NULL)
         return NULL;
-    size_t k = 0;
     for (char **e = environ; *e; e++) {
-        if (!env_is(*e, "DLOCK_URL") && !env_is(*e, "DLOCK_NAME") && !env_is(*e, "DLOCK_FENCE"))
+        int skip = env_is(*e, "DLOCK_URL");
+        for (size_t i = 0; i < NOURS; i++)
+            skip |= env_is(*e, ours[i]);
+        if (!skip)
             env[k++] = *e;
     }
     /* Ours go last; cli_free_environment finds them there. */
-    char fence_text[32];
-    snprintf(fence_text, sizeof fence_text, "%" PRIu64, fence);
-    size_t name_len = strlen(name);
-    env[k] = malloc(sizeof "DLOCK_NAME=" + name_len);
-    env[k + 1] = malloc(sizeof "DLOCK_FENCE=" + strlen(fence_text));
-    if (!env[k] || !env[k + 1]) {
-        free(env[k]);
-        free(env[k + 1]);
-        free(env);
-        return NULL;
-    }
-    memcpy(env[k], "DLOCK_NAME=", sizeof "DLOCK_NAME=" - 1);
-    memcpy(env[k] + sizeof "DLOCK_NAME=" - 1, name, name_len + 1);
-    sprintf(env[k + 1], "DLOCK_FENCE=%s", fence_text);
-    return env;
+    if (asprintf(&env[k], "DLOCK_NAME=%s", name) < 0)
+        env[k] = NULL;
+    else if (asprintf(&env[k + 1], "DLOCK_FENCE=%" PRIu64, fence) < 0)
+        env[k + 1] = NULL;
+    else if (holder != NULL && asprintf(&env[k + 2], "DLOCK_HOLDER=%s", holder) < 0)
+        env[k + 2] = NULL;
+    else
+        return env;
+    cli_free_environment(env);
+    return NULL;
 }
 
 void cli_free_environment(char **env)
 {
     if (!env)
         return;
-    size_t n = 0;
-    while (env[n])
-        n++;
-    free(env[n - 2]);
-    free(env[n - 1]);
+    for (char **e = env; *e; e++)
+        for (size_t i = 0; i < NOURS; i++)
+            if (env_is(*e, ours[i]))
+                free(*e);
     free(env);
 }
 

@@ -45,7 +45,7 @@ _dlock()
     --ttl | --wait | --grace)
         COMPREPLY=($(compgen -W "500ms 5s 30s 1m 10m 1h 1d $([[ $prev == --wait ]] && echo forever)" -- "$cur"))
         return ;;
-    -E | --command-status-offset | --permits | --id | --label)
+    -E | --command-status-offset | --permits | --id | --label | -c)
         return ;;
     esac
 
@@ -55,10 +55,10 @@ _dlock()
                                --list-schemes" -- "$cur")) ;;
     run)
         COMPREPLY=($(compgen -W "--ttl --wait --grace -E --shared --exclusive --permits --kill-group
-                               --command-status-offset --label -v --stats --help --" -- "$cur")) ;;
+                               --command-status-offset --label -c -v --stats --help --" -- "$cur")) ;;
     elect)
         COMPREPLY=($(compgen -W "--ttl --grace --id --once --kill-group --command-status-offset
-                               -v --stats --help --" -- "$cur")) ;;
+                               -c -v --stats --help --" -- "$cur")) ;;
     status | list)
         COMPREPLY=($(compgen -W "--json --help" -- "$cur")) ;;
     release)

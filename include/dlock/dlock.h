@@ -573,6 +573,16 @@ DLOCK_EXTERN uint64_t dlock_lock_fence(const dlock_lock *lock);
 DLOCK_EXTERN const char *dlock_lock_name(const dlock_lock *lock);
 
 /*
+ * The holder record this acquisition stored with the lock, "HOST PID
+ * START_MS[ LABEL]" (the host name, the process id, the wall-clock time of
+ * the acquisition in ms since the Unix epoch, the label if one was given):
+ * what dlock_status reads back into dlock_lock_info's host, pid, start_ms
+ * and label. NULL for NULL. Borrowed for the handle's lifetime.
+ * Thread-safe, no I/O.
+ */
+DLOCK_EXTERN const char *dlock_lock_holder(const dlock_lock *lock);
+
+/*
  * Set the lease to lease_ms from now, if the lock is still ours. Also the
  * new renewal period for an auto-renewed lock. (Family: a reentrant hold
  * never shortens the lease its owner's other holds share; a reader or a

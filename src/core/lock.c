@@ -261,6 +261,11 @@ const char *dlock_lock_name(const dlock_lock *l)
     return l != NULL ? l->name : NULL;
 }
 
+const char *dlock_lock_holder(const dlock_lock *l)
+{
+    return l != NULL ? l->holder : NULL;
+}
+
 int dlock_lock_lost(const dlock_lock *l)
 {
     if (l == NULL)

@@ -29,7 +29,7 @@ usage "run: missing COMMAND" --url "$DEAD" run "$N" --
 usage "run: two names" --url "$DEAD" run "$N" other -- true
 usage "run: bad --ttl unit" --url "$DEAD" run --ttl 5x "$N" -- true
 usage "run: --ttl with a fraction of a ms" --url "$DEAD" run --ttl 1.0005s "$N" -- true
-usage "run: --wait with units out of order" --url "$DEAD" run --wait 30m1h "$N" -- true
+usage "run: --wait with units out of order" --url "$DEAD" run --wait=30m1h "$N" -- true
 grep_file 'longest to the shortest' "$WORK/err" "units out of order: the message says so"
 usage "run: negative --wait" --url "$DEAD" run --wait -1s "$N" -- true
 usage "run: empty --grace" --url "$DEAD" run --grace= "$N" -- true
