@@ -171,22 +171,24 @@ static const char *holder_word(int kind, size_t n)
 
 /* One line for a lock with one holder; with several, "NAME: held by 3
  * readers, fence 42, ttl 2931 ms" and a line for each. */
-static void print_text(const char *name, const dlock_lock_info *info, const holder_list *hl)
+static void print_text(FILE *out, const char *name, const dlock_lock_info *info,
+                       const holder_list *hl)
 {
     char text[128], holder[4 * (DLOCK_HOST_MAX + DLOCK_LABEL_MAX) + 128], whole[CLI_NAME_OUT];
 
     describe(text, sizeof text, info);
     if (!several(info)) {
         describe_holder(holder, sizeof holder, info);
-        printf("%s: %s%s\n", shown_whole(whole, name), text, holder);
+        fprintf(out, "%s: %s%s\n", shown_whole(whole, name), text, holder);
         return;
     }
-    printf("%s: held by %d %s, %s\n", shown_whole(whole, name), info->holders,
-           holder_word(info->kind, (size_t)info->holders), text + strlen("held, "));
+    fprintf(out, "%s: held by %d %s, %s\n", shown_whole(whole, name), info->holders,
+            holder_word(info->kind, (size_t)info->holders), text + strlen("held, "));
     for (size_t i = 0; i < hl->n; i++) {
         describe(text, sizeof text, &hl->each[i]);
         describe_holder(holder, sizeof holder, &hl->each[i]);
-        printf("  %s %s%s\n", holder_word(info->kind, 1), text + strlen("held, "), holder);
+        fprintf(out, "  %s %s%s\n", holder_word(info->kind, 1), text + strlen("held, "),
+                holder);
     }
 }
 
@@ -241,6 +243,28 @@ static void print_json(const char *name, const dlock_lock_info *info, const hold
     fputs("]}", stdout);
 }
 
+void cli_report_holders(dlock_client *client, const char *name)
+{
+    dlock_lock_info info;
+    holder_list hl = {NULL, 0, 0};
+    char *text = NULL, *line, *save = NULL;
+    size_t len = 0;
+    FILE *out;
+
+    /* Free again already (or unreadable): the busy message stands alone. */
+    if (dlock_status(&info, client, name) != DLOCK_OK || !info.held ||
+        read_holders(client, name, &info, &hl) != 0 || (out = open_memstream(&text, &len)) == NULL) {
+        free(hl.each);
+        return;
+    }
+    print_text(out, name, &info, &hl);
+    fclose(out);
+    for (line = strtok_r(text, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save))
+        cli_error("%s", line);
+    free(text);
+    free(hl.each);
+}
+
 int cli_status(const char *url, int argc, char **argv)
 {
     const char *name = NULL;
@@ -264,7 +288,7 @@ int cli_status(const char *url, int argc, char **argv)
         print_json(name, &info, &hl);
         putchar('\n');
     } else {
-        print_text(name, &info, &hl);
+        print_text(stdout, name, &info, &hl);
     }
     free(hl.each);
     dlock_client_free(client);
@@ -327,7 +351,7 @@ int cli_list(const char *url, int argc, char **argv)
             fputs(i == 0 ? "[\n  " : ",\n  ", stdout);
             print_json(ls.each[i].name, &ls.each[i].info, &hl);
         } else {
-            print_text(ls.each[i].name, &ls.each[i].info, &hl);
+            print_text(stdout, ls.each[i].name, &ls.each[i].info, &hl);
         }
         free(hl.each);
         free(ls.each[i].name);

@@ -147,6 +147,12 @@ void cli_command_usage(const char *command);
 extern int cli_verbose;
 void cli_log(int level, const char *message, void *payload);
 
+/* After a busy answer: who holds name now, as `dlock status` prints it,
+ * as "dlock: NAME: held, fence F, ttl T ms, holder HOST pid PID since ...
+ * (LABEL)" lines on stderr (one per holder for a lock several hold).
+ * Nothing when the lock is free again or cannot be read. */
+void cli_report_holders(dlock_client *client, const char *name);
+
 /* The client's counters on stderr (--stats), "dlock: stats: ..." lines. */
 void cli_print_stats(dlock_client *client);
 

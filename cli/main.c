@@ -97,7 +97,8 @@ static const char run_options_text[] =
     "  --grace DUR  when the lock is lost: SIGTERM to COMMAND, then SIGKILL\n"
     "               after DUR (5s, at most half of --ttl); must be shorter\n"
     "               than --ttl\n"
-    "  -E CODE      run: exit code when the lock is busy (75)\n"
+    "  -E CODE      run: exit code when the lock is busy (75); the holder is\n"
+    "               printed as status prints it\n"
     "  --command-status-offset N\n"
     "               exit with COMMAND's non-zero status plus N (at most 255),\n"
     "               so that it cannot be taken for one of dlock's codes (N: 1\n"
@@ -113,8 +114,10 @@ static const char run_options_text[] =
     "               holder's host and pid (1 to 128 printable ASCII bytes)\n"
     "  --id ID      elect: what observers see as the leader (HOSTNAME:PID)\n"
     "  --once       elect: exit after the first term, with COMMAND's status\n"
-    "  -v           print the library's log on stderr: renew failures,\n"
-    "               reconnections, hand-offs, losses\n"
+    "  -v           run: print when the lock was had (fence, lease, renewal\n"
+    "               period) and released (held how long, renewals); and the\n"
+    "               library's log on stderr: renew failures, reconnections,\n"
+    "               hand-offs, losses\n"
     "  --stats      print the client's counters and round-trip and wait\n"
     "               histograms on stderr at exit\n";
 

@@ -450,6 +450,42 @@ static int run_command(cli_supervisor *s, session *ss, dlock_lock *lock, int *st
     return rc;
 }
 
+/* A span for -v: "500 ms", "30 s", "3.333 s". */
+static const char *span(char *buf, size_t size, int64_t ms)
+{
+    if (ms < 1000)
+        snprintf(buf, size, "%" PRId64 " ms", ms);
+    else if (ms % 1000 == 0)
+        snprintf(buf, size, "%" PRId64 " s", ms / 1000);
+    else
+        snprintf(buf, size, "%.*f s", ms % 100 == 0 ? 1 : 3, (double)ms / 1000);
+    return buf;
+}
+
+/* A measured time for -v, from microseconds: "3.2 ms", "41.0 s". */
+static const char *took(char *buf, size_t size, int64_t us)
+{
+    if (us < 1000000)
+        snprintf(buf, size, "%.1f ms", (double)us / 1000);
+    else
+        snprintf(buf, size, "%.1f s", (double)us / 1000000);
+    return buf;
+}
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* The watchdog's renewals so far, for -v's last line. */
+static uint64_t renewals(dlock_client *client)
+{
+    dlock_stats st = DLOCK_STATS_INIT;
+    return dlock_client_stats(&st, client) == DLOCK_OK ? st.renewals : 0;
+}
+
 int cli_run(const char *url, int argc, char **argv)
 {
     cli_run_options opts = default_options(0);
@@ -464,6 +500,8 @@ int cli_run(const char *url, int argc, char **argv)
     cli_interrupter it;
     int started = 0; /* COMMAND was started (and has ended) */
     int stop = 0;    /* a signal that came while waiting: dlock dies of it */
+    int64_t asked_us, held_us = 0;
+    uint64_t renewed_before = 0;
     int err;
 
     if ((rc = session_open(&ss, url)) != 0)
@@ -490,6 +528,7 @@ int cli_run(const char *url, int argc, char **argv)
     }
     if ((rc = cli_interrupter_start(&it, ss.client, ss.wake_pipe[0])) != 0)
         goto out;
+    asked_us = now_us();
     err = dlock_acquire(&lock, ss.client, opts.name, &ao);
     stop = cli_interrupter_stop(&it);
     if (err != DLOCK_OK) {
@@ -497,12 +536,24 @@ int cli_run(const char *url, int argc, char **argv)
         /* Interrupted: the waiter has left the queue; die of the signal. */
         if (err != DLOCK_EINTR || !stop)
             rc = cli_fail(err, "cannot take the lock '%s'", opts.shown);
-        if (err == DLOCK_EBUSY || err == DLOCK_ETIMEOUT)
+        if (err == DLOCK_EBUSY || err == DLOCK_ETIMEOUT) {
             rc = opts.busy_code;
+            cli_report_holders(ss.client, opts.name);
+        }
         goto out;
     }
     if (stop) /* the lock came with the signal: give it back, run nothing */
         goto out;
+    held_us = now_us();
+    if (cli_verbose) {
+        char t[32], lease[32], every[32];
+        /* The watchdog renews every third of the lease (dlock.h). */
+        renewed_before = renewals(ss.client);
+        cli_error("acquired %s after %s, fence %" PRIu64 ", lease %s, renewed every %s",
+                  opts.shown, took(t, sizeof t, held_us - asked_us), dlock_lock_fence(lock),
+                  span(lease, sizeof lease, opts.ttl_ms),
+                  span(every, sizeof every, opts.ttl_ms / 3));
+    }
 
     s.wake_read = ss.wake_pipe[0];
     rc = run_command(&s, &ss, lock, &started);
@@ -520,6 +571,11 @@ out:
             /* COMMAND ran under the lock: its status stands. */
             cli_fail(err, "warning: could not release '%s' (its lease runs out by itself)",
                      opts.shown);
+        } else if (err == DLOCK_OK && cli_verbose) {
+            char t[32];
+            uint64_t n = renewals(ss.client) - renewed_before;
+            cli_error("released after %s (%" PRIu64 " renewal%s)",
+                      took(t, sizeof t, now_us() - held_us), n, n == 1 ? "" : "s");
         }
     }
     if (opts.stats)
