@@ -142,8 +142,7 @@ static int my_check(void *arg, const dlock_request *req)
 
     if (be->named)
         return dlock__my_named_check(be, req);
-    return dlock__my_family_request(req) ? dlock__my_fam_check(be, req)
-                                         : dlock__my_lease_check(be, req);
+    return dlock__my_lease_check(be, req, dlock__my_family_request(req));
 }
 
 /* Lease mode: the plain leases in one batch, the family's holds in another. */

@@ -520,7 +520,7 @@ int dlock__my_fam_acquire(dlock__my_be *be, const dlock_request *req, void *watc
     return verdict;
 }
 
-/* ---- release, extend, check, downgrade ---------------------------------- */
+/* ---- release, extend, downgrade, leave, permits ------------------------ */
 
 /*
  * In one transaction: run change (a statement on the token's rows, "%s"
@@ -616,28 +616,6 @@ int dlock__my_fam_downgrade(dlock__my_be *be, const dlock_request *req)
     if (rc == DLOCK_OK)
         dlock__my_wake_hold(be, req->name, 0); /* the waiting readers may come in */
     return rc;
-}
-
-int dlock__my_fam_check(dlock__my_be *be, const dlock_request *req)
-{
-    char key[DLOCK__MY_HEX_MAX], tok[80], sql[DLOCK__MY_HEX_MAX + 256];
-    MYSQL_RES *res;
-    int64_t v;
-    int found, rc;
-
-    if ((rc = dlock__my_key_hex(be, req->name, key)) != DLOCK_OK)
-        return rc;
-    if (strlen(req->token) > 32)
-        return DLOCK_ELOST;
-    dlock__my_hex(tok, req->token, strlen(req->token));
-    snprintf(sql, sizeof(sql),
-             "SELECT 1 FROM dlock_holds WHERE name = %s AND token = %s AND waiting = 0"
-             " AND expires > " NOW,
-             key, tok);
-    if ((rc = dlock__my_cmd(be, sql, &res, NULL)) != DLOCK_OK ||
-        (rc = dlock__my_row_ints(be, res, &v, 1, 0, &found, "the check")) != DLOCK_OK)
-        return rc;
-    return found ? DLOCK_OK : DLOCK_ELOST;
 }
 
 int dlock__my_fam_set_permits(dlock__my_be *be, const char *name, int permits)

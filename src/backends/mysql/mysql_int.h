@@ -143,7 +143,10 @@ int dlock__my_lease_acquire(dlock__my_be *be, const dlock_request *req, void *wa
 int dlock__my_lease_release_token(dlock__my_be *be, const char *name, const char *token);
 int dlock__my_lease_release(void *be, const dlock_request *req);
 int dlock__my_lease_extend(void *be, const dlock_request *req);
-int dlock__my_lease_check(void *be, const dlock_request *req);
+/* DLOCK_OK while req's token holds its lease unexpired: the plain row of
+ * dlock_locks, or with family a hold (not a place in a queue) of
+ * dlock_holds; else DLOCK_ELOST. */
+int dlock__my_lease_check(dlock__my_be *be, const dlock_request *req, int family);
 int dlock__my_lease_renew(void *be, dlock_renewal *items, size_t n);
 int dlock__my_lease_status(dlock__my_be *be, const char *name, int force, dlock_lock_info *out);
 int dlock__my_lease_list(dlock__my_be *be, const char *prefix, dlock_list_cb cb, void *payload);
@@ -167,7 +170,6 @@ int dlock__my_fam_acquire(dlock__my_be *be, const dlock_request *req, void *watc
                           dlock_acquire_result *out);
 int dlock__my_fam_release(dlock__my_be *be, const dlock_request *req);
 int dlock__my_fam_extend(dlock__my_be *be, const dlock_request *req);
-int dlock__my_fam_check(dlock__my_be *be, const dlock_request *req);
 int dlock__my_fam_renew(dlock__my_be *be, dlock_renewal *items, size_t n);
 int dlock__my_fam_downgrade(dlock__my_be *be, const dlock_request *req);
 int dlock__my_fam_set_permits(dlock__my_be *be, const char *name, int permits);

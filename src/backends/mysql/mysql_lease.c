@@ -188,9 +188,8 @@ int dlock__my_lease_extend(void *arg, const dlock_request *req)
     return owned_update(arg, req->name, req->token, set);
 }
 
-int dlock__my_lease_check(void *arg, const dlock_request *req)
+int dlock__my_lease_check(dlock__my_be *be, const dlock_request *req, int family)
 {
-    dlock__my_be *be = arg;
     char key[DLOCK__MY_HEX_MAX], tok[80], sql[DLOCK__MY_HEX_MAX + 256];
     MYSQL_RES *res;
     int64_t v;
@@ -202,9 +201,8 @@ int dlock__my_lease_check(void *arg, const dlock_request *req)
         return DLOCK_ELOST;
     dlock__my_hex(tok, req->token, strlen(req->token));
     snprintf(sql, sizeof(sql),
-             "SELECT 1 FROM dlock_locks WHERE name = %s AND token = %s"
-             " AND expires > UTC_TIMESTAMP(6)",
-             key, tok);
+             "SELECT 1 FROM %s WHERE name = %s AND token = %s%s AND expires > UTC_TIMESTAMP(6)",
+             family ? "dlock_holds" : "dlock_locks", key, tok, family ? " AND waiting = 0" : "");
     if ((rc = dlock__my_cmd(be, sql, &res, NULL)) != DLOCK_OK ||
         (rc = dlock__my_row_ints(be, res, &v, 1, 0, &found, "the check")) != DLOCK_OK)
         return rc;

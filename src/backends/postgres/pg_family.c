@@ -45,6 +45,24 @@ static const char *fill(const dlock__pg_be *be, char *buf, size_t size, const ch
     return buf;
 }
 
+/* Run tmpl (the table's names filled in) with $1 the hex of name's key and,
+ * unless NULL, $2 arg; its result in *r (PQclear it). */
+static int by_name(dlock__pg_be *be, const char *tmpl, const char *name, const char *arg,
+                   PGresult **r)
+{
+    char sql[FAM_SQL_MAX / 4], *hex;
+    const char *p[2];
+    int rc;
+
+    if ((hex = dlock__pg_key_hex(be, name)) == NULL)
+        return DLOCK_ENOMEM;
+    p[0] = hex;
+    p[1] = arg;
+    rc = dlock__pg_cmd(be, fill(be, sql, sizeof(sql), tmpl), arg != NULL ? 2 : 1, p, r);
+    free(hex);
+    return rc;
+}
+
 /* ---- DDL ----------------------------------------------------------------- */
 
 /*
@@ -463,20 +481,14 @@ static const char permits_tmpl[] =
 
 int dlock__pg_fam_set_permits(dlock__pg_be *be, const char *name, int permits)
 {
-    char sql[FAM_SQL_MAX / 8], n[16], *hex;
-    const char *p[2];
+    char n[16];
     PGresult *r;
     int rc;
 
     if ((rc = no_family(be)) != DLOCK_OK)
         return rc;
-    if ((hex = dlock__pg_key_hex(be, name)) == NULL)
-        return DLOCK_ENOMEM;
     snprintf(n, sizeof(n), "%d", permits);
-    p[0] = hex;
-    p[1] = n;
-    rc = dlock__pg_cmd(be, fill(be, sql, sizeof(sql), permits_tmpl), 2, p, &r);
-    free(hex);
+    rc = by_name(be, permits_tmpl, name, n, &r);
     if (rc == DLOCK_OK)
         PQclear(r);
     return rc;
@@ -490,20 +502,12 @@ static const char leader_tmpl[] =
 
 int dlock__pg_fam_leader_get(dlock__pg_be *be, const char *name, dlock_leader_info *out)
 {
-    char sql[FAM_SQL_MAX / 8], *hex;
-    const char *p[1];
     PGresult *r;
     int rc;
 
     memset(out, 0, sizeof(*out));
-    if ((rc = no_family(be)) != DLOCK_OK)
-        return rc;
-    if ((hex = dlock__pg_key_hex(be, name)) == NULL)
-        return DLOCK_ENOMEM;
-    p[0] = hex;
-    rc = dlock__pg_cmd(be, fill(be, sql, sizeof(sql), leader_tmpl), 1, p, &r);
-    free(hex);
-    if (rc != DLOCK_OK)
+    if ((rc = no_family(be)) != DLOCK_OK ||
+        (rc = by_name(be, leader_tmpl, name, NULL, &r)) != DLOCK_OK)
         return rc;
     if (PQntuples(r) == 1) {
         out->held = 1;
@@ -548,39 +552,36 @@ void dlock__pg_fam_fill(dlock_lock_info *out, const PGresult *r, int row, int co
         out->kind = -1;
 }
 
-/* fam: the family's state of a name, merged into *out, the mutex's. */
-static void merge(dlock_lock_info *out, const dlock_lock_info *fam)
+/* Run tmpl, a query of the family's state of name in FAM_INFO_COLS, and
+ * merge its row into *out, which holds the mutex's (the held one wins; the
+ * higher fence). */
+static int merge_family(dlock__pg_be *be, const char *tmpl, const char *name,
+                        dlock_lock_info *out)
 {
-    uint64_t fence = out->fence > fam->fence ? out->fence : fam->fence;
-
-    if (!out->held && fam->held)
-        *out = *fam;
-    out->fence = fence;
-}
-
-int dlock__pg_fam_status(dlock__pg_be *be, const char *name, dlock_lock_info *out)
-{
-    char sql[FAM_SQL_MAX / 8], *hex;
-    const char *p[1];
     dlock_lock_info fam;
     PGresult *r;
     int rc;
 
     if (!be->has_family)
         return DLOCK_OK;
-    if ((hex = dlock__pg_key_hex(be, name)) == NULL)
-        return DLOCK_ENOMEM;
-    p[0] = hex;
-    rc = dlock__pg_cmd(be, fill(be, sql, sizeof(sql), status_tmpl), 1, p, &r);
-    free(hex);
-    if (rc != DLOCK_OK)
+    if ((rc = by_name(be, tmpl, name, NULL, &r)) != DLOCK_OK)
         return rc;
     if (PQntuples(r) == 1) {
+        uint64_t fence;
+
         dlock__pg_fam_fill(&fam, r, 0, 0);
-        merge(out, &fam);
+        fence = out->fence > fam.fence ? out->fence : fam.fence;
+        if (!out->held && fam.held)
+            *out = fam;
+        out->fence = fence;
     }
     PQclear(r);
     return DLOCK_OK;
+}
+
+int dlock__pg_fam_status(dlock__pg_be *be, const char *name, dlock_lock_info *out)
+{
+    return merge_family(be, status_tmpl, name, out);
 }
 
 /* Each holder: the mutex's row (one per token of a reentrant owner), then
@@ -601,19 +602,11 @@ static const char holders_tmpl[] =
 
 int dlock__pg_fam_holders(dlock__pg_be *be, const char *name, dlock_list_cb cb, void *payload)
 {
-    char sql[FAM_SQL_MAX / 4], *hex;
-    const char *p[1];
     PGresult *r;
     int rc;
 
-    if ((rc = no_family(be)) != DLOCK_OK)
-        return rc;
-    if ((hex = dlock__pg_key_hex(be, name)) == NULL)
-        return DLOCK_ENOMEM;
-    p[0] = hex;
-    rc = dlock__pg_cmd(be, fill(be, sql, sizeof(sql), holders_tmpl), 1, p, &r);
-    free(hex);
-    if (rc != DLOCK_OK)
+    if ((rc = no_family(be)) != DLOCK_OK ||
+        (rc = by_name(be, holders_tmpl, name, NULL, &r)) != DLOCK_OK)
         return rc;
     for (int row = 0; row < PQntuples(r); row++) {
         dlock_lock_info info;
@@ -636,27 +629,7 @@ static const char force_tmpl[] =
 
 int dlock__pg_fam_force_release(dlock__pg_be *be, const char *name, dlock_lock_info *removed)
 {
-    char sql[FAM_SQL_MAX / 8], *hex;
-    const char *p[1];
-    dlock_lock_info fam;
-    PGresult *r;
-    int rc;
-
-    if (!be->has_family)
-        return DLOCK_OK;
-    if ((hex = dlock__pg_key_hex(be, name)) == NULL)
-        return DLOCK_ENOMEM;
-    p[0] = hex;
-    rc = dlock__pg_cmd(be, fill(be, sql, sizeof(sql), force_tmpl), 1, p, &r);
-    free(hex);
-    if (rc != DLOCK_OK)
-        return rc;
-    if (PQntuples(r) == 1) {
-        dlock__pg_fam_fill(&fam, r, 0, 0);
-        merge(removed, &fam);
-    }
-    PQclear(r);
-    return DLOCK_OK;
+    return merge_family(be, force_tmpl, name, removed);
 }
 
 /* dlock_list's rows of the family: hex name after the key prefix, then
