@@ -166,8 +166,10 @@ void cli_free_environment(char **env)
         return;
     for (char **e = env; *e; e++)
         for (size_t i = 0; i < NOURS; i++)
-            if (env_is(*e, ours[i]))
+            if (env_is(*e, ours[i])) {
                 free(*e);
+                break;
+            }
     free(env);
 }
 
