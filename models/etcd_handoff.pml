@@ -4,7 +4,8 @@
  * spare-lease hand-off, checked with spin (models/check.sh, `make verify`;
  * what is modelled and what is not: docs/verification.md; the protocol:
  * docs/etcd.md, "Spare leases" and "Acquire, wait, release";
- * src/backends/etcd/etcd_queue.c, etcd_spare.c).
+ * src/backends/etcd/etcd_queue.c, etcd_lease.c (the lease source),
+ * etcd_spare.c).
  *
  * Processes:
  *   Client(i)  one dlock client taking one lock name, once (ROUNDS): the
@@ -216,7 +217,8 @@ idle:
         fi;
         if
         :: sp_in[i] && now - sp_ok[i] <= FRESH && lexp[SPARE(i)] != 0 ->
-            /* try_spare, confirmed within the window: the txn alone */
+            /* try_once on a spare of the lease source (dlock__etcd_lease_txn),
+             * confirmed within the window: the txn alone */
             others(i, c);
             if
             :: c == 0 ->
@@ -248,8 +250,8 @@ idle:
             :: else
             fi
         :: else ->
-            /* no spare, or it ran out (SPARE_GONE): a lease of its own,
-             * granted now, kept only if the txn put the key */
+            /* no spare, or it ran out (DLOCK__ETCD_LEASE_GONE): a lease
+             * of its own, granted now, kept only if the txn put the key */
             if
             :: sp_in[i] && lexp[SPARE(i)] == 0 -> sp_in[i] = 0
             :: else
@@ -283,7 +285,7 @@ queue:
     }
     do
     :: /* a wake-up with a spare ready: the check and the move in one txn
-        * (promote_on_spare, first), beside the spare's keepalive */
+        * (move with first, in try_queued), beside the spare's keepalive */
         atomic {
             sp_in[i] && now < sp_ok[i] + TTL && lexp[SPARE(i)] != 0 ->
             sent = now;
@@ -353,7 +355,8 @@ requeue:
 
 promote:
     /* (the client may pause here) the holder's lease, granted now, and the
-     * move guarded by our create revision; then the short lease revoked */
+     * move guarded by our create revision; then the short lease revoked,
+     * off the path, as after the move onto a spare */
     atomic {
         lexp[OWN(i)] = now + TTL;
         if
@@ -363,7 +366,7 @@ promote:
             :: else
             fi;
             kl[i] = OWN(i);
-            drop_lease(SHORT(i));
+            pend = 1;         /* dlock__etcd_revoke_later */
             lease = OWN(i); onspare = 0;
             hold[i] = 1; dl[i] = sent + TTL;
             won(myrev);

@@ -11,7 +11,8 @@
  *   etcd_keys.c   names: a lock's directory, its key and lease IDs, the
  *                 key ids lent for reuse, the range requests that read them
  *   etcd_lease.c  one request on the backend's connection, reply checks,
- *                 and the lease calls (grant, revoke, keepalive, TTL left)
+ *                 the lease calls (grant, revoke, keepalive, TTL left), and
+ *                 the lease source the acquisitions take their leases from
  *   etcd_queue.c  acquiring: a try that will not wait, and the tries of a
  *                 waiting acquisition in the queue of keys (enqueue, promote)
  *   etcd_multi.c  multi-locks: several mutexes in one txn
@@ -140,6 +141,66 @@ int dlock__etcd_keepalive_results(dlock__etcd_be *be, const json_t *results, con
 int dlock__etcd_keepalive(dlock__etcd_be *be, dlock__etcd_conn *c, const int64_t *ids, size_t n,
                           int *alive);
 
+/* ---- etcd_lease.c: the lease source ------------------------------------- */
+
+/*
+ * The lease an acquisition puts its key on, from one source: a spare of the
+ * pool (etcd_spare.c) when one is ready, else one granted now under the ID
+ * derived from the token. The queue and its callers never see which: they
+ * take a lease, put their key on it in a txn that also confirms it alive
+ * when it must (lease_txn), and then hold it (lease_hold) or give it back
+ * (lease_give_back). Which lease it was matters only to the source, and to
+ * a release (etcd.c), which may hand a spare back to the pool.
+ */
+typedef struct {
+    int64_t own;   /* the ID granted when no spare is ready */
+    int64_t ttl;   /* seconds */
+    int64_t id;    /* the lease taken; 0: none */
+    int64_t ok_ms; /* send time of the grant or keepalive that last found id
+                    * alive; 0: not known (an error left it in doubt) */
+    int pooled;    /* etcd_lease.c's alone: a spare the pool still counts as
+                    * taken, which may go back to it */
+} dlock__etcd_lease;
+
+/* How lease_take may get a lease. */
+enum {
+    DLOCK__ETCD_TAKE_ANY,   /* one ready (no request), else a grant */
+    DLOCK__ETCD_TAKE_READY, /* only one ready: DLOCK__ETCD_LEASE_NONE if not */
+    DLOCK__ETCD_TAKE_GRANT  /* a grant: a lease whose release never pools it
+                             * (the family's), or after LEASE_GONE */
+};
+/* lease_take: no lease is ready (TAKE_READY). */
+#define DLOCK__ETCD_LEASE_NONE 2
+/* lease_txn: the lease ran out before it was confirmed, taking whatever
+ * the txn put on it (or that was revoked): take another, by a grant. */
+#define DLOCK__ETCD_LEASE_GONE 1
+
+/* A source for keys of TTL ttl seconds whose own lease ID is own. */
+void dlock__etcd_lease_init(dlock__etcd_lease *l, int64_t own, int64_t ttl);
+/* Take a lease into l (how: DLOCK__ETCD_TAKE_*): l->id, and l->ok_ms the
+ * send time of the request that last found it alive (a grant made now: its
+ * own send time). After a failed grant l->id is set all the same (its reply
+ * may be lost): the caller gives it back. */
+int dlock__etcd_lease_take(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_lease *l,
+                           int how);
+/* Send txn (consumed), which puts a key on l->id, with the lease known
+ * alive from since_ms on: alone when l->ok_ms >= since_ms, else beside a
+ * keepalive of the lease in the same round trip (l->ok_ms then its send
+ * time). DLOCK_OK and *reply (the caller's); DLOCK__ETCD_LEASE_GONE; or an
+ * error, after which l->id may back the key: hold it, give it back, or
+ * leave it to run out (lease_drop). */
+int dlock__etcd_lease_txn(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_lease *l,
+                          int64_t since_ms, json_t *txn, json_t **reply);
+/* A key of the acquisition of token is on l: noted in the held table (with
+ * what a release needs to reuse it), and no longer the pool's. */
+int dlock__etcd_lease_hold(dlock__etcd_be *be, const char *token, dlock__etcd_lease *l);
+/* l backs no key (a txn said so, or none was sent), alive as of l->ok_ms:
+ * kept for the next acquire, or revoked on c. Nothing when l holds none. */
+void dlock__etcd_lease_give_back(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_lease *l);
+/* What l backs is not known (an error): left to run out, as nothing keeps
+ * it alive (a release deletes the key by its name). */
+void dlock__etcd_lease_drop(dlock__etcd_be *be, dlock__etcd_lease *l);
+
 /* ---- etcd_spare.c: spare leases, held leases ----------------------------- */
 
 /* TTLs with a spare at a time per client: one uses one or two lease lengths. */
@@ -153,7 +214,8 @@ int dlock__etcd_keepalive(dlock__etcd_be *be, dlock__etcd_conn *c, const int64_t
 int dlock__etcd_spares_new(dlock__etcd_be *be);
 /* Stop the spare thread and revoke the spares. */
 void dlock__etcd_spares_free(dlock__etcd_be *be);
-/* 1, *lease and *ok_ms: a spare of ttl seconds, alive by its last
+/* The pool's side of the lease source (etcd_lease.c), its only user. 1,
+ * *lease and *ok_ms: a spare of ttl seconds, alive by its last
  * confirmation, whose request was sent at *ok_ms. Wakes the spare thread
  * when it has a grant to make. */
 int dlock__etcd_spare_take(dlock__etcd_be *be, int64_t ttl, int64_t *lease, int64_t *ok_ms);
@@ -197,11 +259,10 @@ typedef struct {
     dlock__etcd_keys k; /* k.key is NULL until the first acquire through the
                          * watch; k.lease and k.ttl are the short lease the
                          * key waits on */
-    int64_t hold_ttl;   /* the holder's lease (seconds), which the key moves */
-    int64_t hold_lease; /* to at the head of the queue (promote) */
-    int hold_granted;   /* hold_lease may exist and is not yet ours for good */
-    int64_t hold_ok_ms; /* hold_lease is a spare, found alive by a keepalive
-                         * sent then; 0: granted for this acquisition */
+    dlock__etcd_lease hold; /* the holder's lease, which the key moves to at
+                             * the head of the queue (promote); hold.own is
+                             * k.lease when the key waits on it already.
+                             * hold.id: taken, not yet ours for good */
     char *name;
     int granted;           /* the lease exists, as far as we know */
     int64_t lease_ok_ms;   /* when the last grant or keepalive that succeeded was sent */

@@ -3,6 +3,8 @@
  * The etcd backend's requests: one call on a connection with its request
  * built in place, the check of a reply, and the lease calls every lock
  * operation makes (grant, revoke, time to live, keepalive in batches).
+ * And the lease source the acquisitions take their leases from: a spare
+ * when one is ready, else a grant (see the end of the file).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,6 +12,7 @@
 #include <string.h>
 
 #include "backends/etcd/etcd_int.h"
+#include "core/clock.h"
 #include "core/error.h"
 
 /* Lease IDs kept alive per keepalive stream; the request body stays small
@@ -167,3 +170,194 @@ int dlock__etcd_keepalive(dlock__etcd_be *be, dlock__etcd_conn *c, const int64_t
     return rc;
 }
 
+
+/* ---- the lease source ---------------------------------------------------- */
+
+/*
+ * Why a lease from this source is safe for an acquisition, however long ago
+ * a spare was granted (etcd_spare.c grants it ahead of need, with the TTL of
+ * the acquisitions that take it: etcd only ever raises a TTL, to its
+ * minimum). etcd's leader sets a lease's expiry to the time it handles a
+ * grant or keepalive plus the TTL (a new leader: its own start plus the
+ * TTL, only later). So a lease found alive by a request sent at ok_ms runs
+ * out on the server no earlier than ok_ms + TTL, and the caller counts it
+ * from a time no later than ok_ms:
+ *
+ * - a grant made by lease_take: ok_ms is its send time, after the time the
+ *   caller counts from;
+ * - a spare confirmed at or after since_ms (the caller counts from
+ *   since_ms, or from ok_ms itself, as a try that will not wait does): the
+ *   txn alone. A put on a lease that ran out meanwhile fails ("requested
+ *   lease not found"): LEASE_GONE;
+ * - else the txn and a keepalive of the spare, sent at once on two
+ *   connections (a keepalive is no raft write: etcd's leader renews a lease
+ *   in memory), ok_ms the keepalive's send time. The put and the keepalive
+ *   may be handled in either order, and success needs both: the put done
+ *   and the lease found alive. A lease that ran out between the two took
+ *   the key with it: LEASE_GONE.
+ *
+ * A spare backs one key at most: it leaves the pool when taken
+ * (dlock__etcd_spare_take), and goes back only when a txn said it backs
+ * nothing (lease_give_back) or a release deleted the key on it
+ * (dlock__etcd_spare_reuse, etcd.c).
+ */
+
+void dlock__etcd_lease_init(dlock__etcd_lease *l, int64_t own, int64_t ttl)
+{
+    memset(l, 0, sizeof(*l));
+    l->own = own;
+    l->ttl = ttl;
+}
+
+/* l is no longer the pool's: it is used, or in doubt. */
+static void unpool(dlock__etcd_be *be, dlock__etcd_lease *l)
+{
+    if (l->pooled)
+        dlock__etcd_spare_used(be, l->ttl);
+    l->pooled = 0;
+}
+
+int dlock__etcd_lease_take(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_lease *l,
+                           int how)
+{
+    json_t *reply = NULL;
+    int64_t sent;
+    int rc, alive = 0;
+
+    if (how != DLOCK__ETCD_TAKE_GRANT && dlock__etcd_spare_take(be, l->ttl, &l->id, &l->ok_ms)) {
+        l->pooled = 1;
+        return DLOCK_OK;
+    }
+    if (how == DLOCK__ETCD_TAKE_READY)
+        return DLOCK__ETCD_LEASE_NONE;
+    l->id = l->own;
+    l->ok_ms = 0;
+    l->pooled = 0;
+    sent = dlock__now_ms();
+    rc = dlock__etcd_be_call(
+        be, c, "/v3/lease/grant",
+        json_pack("{s:I, s:I}", "ID", (json_int_t)l->own, "TTL", (json_int_t)l->ttl), &reply);
+    json_decref(reply);
+    if (rc == DLOCK_ESERVER && c->grpc_code == DLOCK__GRPC_FAILED_PRECONDITION &&
+        strstr(c->grpc_message, "exists") != NULL) {
+        /* Ours from an earlier try whose reply was lost: refresh it to its
+         * full length, counted from the refresh. */
+        sent = dlock__now_ms();
+        rc = dlock__etcd_keepalive(be, c, &l->own, 1, &alive);
+        if (rc == DLOCK_OK && !alive)
+            rc = dlock__etcd_bad_reply(be, "lease keepalive (the lease just granted is gone)");
+    }
+    if (rc == DLOCK_OK)
+        l->ok_ms = sent;
+    return rc;
+}
+
+/*
+ * Send txn (consumed) and a keepalive of lease at once, on two connections
+ * (dlock__etcd_call_pair). *alive: 1 the keepalive found the lease alive, 0
+ * gone, -1 no answer. Of *p, the txn's rc[1], grpc_code[1] and out[1] (the
+ * caller's to free) and the keepalive's rc[0] are left to read.
+ */
+static int txn_and_keepalive(dlock__etcd_be *be, dlock__etcd_conn *c, json_t *txn, int64_t lease,
+                             dlock__etcd_pair *p, int *alive)
+{
+    char ka[48], *body = txn != NULL ? json_dumps(txn, JSON_COMPACT) : NULL;
+    int rc;
+
+    json_decref(txn);
+    memset(p, 0, sizeof(*p));
+    *alive = -1;
+    if (body == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    snprintf(ka, sizeof(ka), "{\"ID\":\"%" PRId64 "\"}", lease);
+    p->path[0] = "/v3/lease/keepalive";
+    p->path[1] = "/v3/kv/txn";
+    p->body[0] = ka;
+    p->body[1] = body;
+    p->stream[0] = 1;
+    rc = dlock__etcd_call_pair(be->http, c, p);
+    free(body);
+    p->body[0] = p->body[1] = NULL;
+    if (p->rc[0] == DLOCK_OK)
+        p->rc[0] = dlock__etcd_keepalive_results(be, p->out[0], &lease, 1, alive);
+    json_decref(p->out[0]);
+    p->out[0] = NULL;
+    return rc;
+}
+
+int dlock__etcd_lease_txn(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_lease *l,
+                          int64_t since_ms, json_t *txn, json_t **reply)
+{
+    int64_t sent = dlock__now_ms();
+    dlock__etcd_pair p;
+    int rc, alive, put;
+
+    *reply = NULL;
+    if (l->ok_ms >= since_ms) {
+        rc = dlock__etcd_be_call(be, c, "/v3/kv/txn", txn, reply);
+        if (rc == DLOCK_OK)
+            return DLOCK_OK;
+        if (rc == DLOCK_ESERVER && c->grpc_code == DLOCK__GRPC_NOT_FOUND && l->pooled)
+            rc = DLOCK__ETCD_LEASE_GONE; /* the spare ran out unused */
+        /* Else not known whether the put was done: the spare, which
+         * nothing keeps alive any more, runs out by its TTL. */
+        unpool(be, l);
+        l->ok_ms = 0;
+        if (rc == DLOCK__ETCD_LEASE_GONE)
+            l->id = 0;
+        return rc;
+    }
+    rc = txn_and_keepalive(be, c, txn, l->id, &p, &alive);
+    put = p.rc[1] == DLOCK_OK && json_is_true(json_object_get(p.out[1], "succeeded"));
+    if (p.rc[1] == DLOCK_ESERVER && p.grpc_code[1] == DLOCK__GRPC_NOT_FOUND) {
+        /* "requested lease not found": the spare ran out unused. */
+        json_decref(p.out[1]);
+        unpool(be, l);
+        l->id = l->ok_ms = 0;
+        return DLOCK__ETCD_LEASE_GONE;
+    }
+    if (rc != DLOCK_OK || p.rc[0] != DLOCK_OK || alive != 1) {
+        /* Whether the lease lives is not known, or it ran out after the
+         * put: a key the txn put on it goes now (best effort; else when it
+         * runs out, as nothing keeps it alive). */
+        if (put)
+            dlock__etcd_lease_revoke(be, c, l->id);
+        json_decref(p.out[1]);
+        unpool(be, l);
+        l->ok_ms = 0;
+        if (rc != DLOCK_OK || p.rc[0] != DLOCK_OK)
+            return rc != DLOCK_OK ? rc : p.rc[0];
+        l->id = 0;
+        return DLOCK__ETCD_LEASE_GONE;
+    }
+    l->ok_ms = sent;
+    *reply = p.out[1];
+    return DLOCK_OK;
+}
+
+int dlock__etcd_lease_hold(dlock__etcd_be *be, const char *token, dlock__etcd_lease *l)
+{
+    int pooled = l->pooled, rc;
+
+    unpool(be, l);
+    rc = dlock__etcd_held_set(be, token, l->id, l->ttl);
+    if (rc == DLOCK_OK && pooled) /* a release may give it back to the pool */
+        dlock__etcd_held_alive(be, token, l->id, l->ok_ms);
+    return rc;
+}
+
+void dlock__etcd_lease_give_back(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_lease *l)
+{
+    if (l->id != 0 && l->pooled) /* the pool keeps it, or revokes it */
+        dlock__etcd_spare_return(be, c, l->ttl, l->id, l->ok_ms);
+    else if (l->id != 0)
+        dlock__etcd_lease_revoke(be, c, l->id);
+    l->id = l->ok_ms = 0;
+    l->pooled = 0;
+}
+
+void dlock__etcd_lease_drop(dlock__etcd_be *be, dlock__etcd_lease *l)
+{
+    unpool(be, l);
+    l->id = l->ok_ms = 0;
+}

@@ -21,10 +21,12 @@
  * SPARE_IDLE_MS is revoked. Closing the client revokes the spares; a
  * client that crashes leaves them to run out by their TTL.
  *
- * Why a spare granted earlier is safe for an acquisition's lease: see
- * try_spare in etcd_queue.c (the acquire counts the lease from the spare's
- * last confirmation when that is recent, else sends a keepalive of the
- * spare in the same round trip as the put).
+ * The acquisitions never ask for a spare themselves: they take their
+ * leases from the lease source (etcd_lease.c), which takes a spare here
+ * when one is ready, and says there why one granted earlier is safe for an
+ * acquisition's lease (the acquire counts the lease from the spare's last
+ * confirmation when that is recent, else sends a keepalive of the spare in
+ * the same round trip as the put).
  */
 #include <inttypes.h>
 #include <stdio.h>

@@ -247,8 +247,8 @@ void dlock__etcd_watch_end(void *arg, void *watch)
         char keep[512];
         snprintf(keep, sizeof(keep), "%s", dlock_error_message());
         dlock__etcd_lease_revoke(be, c, w->k.lease);
-        if (w->hold_granted && w->hold_lease != w->k.lease)
-            dlock__etcd_lease_revoke(be, c, w->hold_lease);
+        if (w->hold.id != w->k.lease)
+            dlock__etcd_lease_give_back(be, c, &w->hold);
         dlock__fail(0, "%s", keep); /* the caller's message is the one to keep */
         dlock__etcd_conn_put(be->http, c);
     }
