@@ -173,14 +173,20 @@ int dlock__my_fam_extend(dlock__my_be *be, const dlock_request *req);
 int dlock__my_fam_renew(dlock__my_be *be, dlock_renewal *items, size_t n);
 int dlock__my_fam_downgrade(dlock__my_be *be, const dlock_request *req);
 int dlock__my_fam_set_permits(dlock__my_be *be, const char *name, int permits);
+/* A waiter's leave: its place in a queue, and with unknown the hold a try
+ * whose reply was lost may have taken. Best effort; keeps the message. */
+void dlock__my_fam_leave(dlock__my_be *be, const char *name, const char *token, int unknown);
+
+/* ---- mysql_family_view.c (lease mode) ---- */
+
 int dlock__my_fam_leader_get(dlock__my_be *be, const char *name, dlock_leader_info *out);
 int dlock__my_fam_holders(dlock__my_be *be, const char *name, dlock_list_cb cb, void *payload);
 /* An observer's wait statement for election key (X'hex'), channel expr,
  * s seconds at most (mysql_wait.c). */
 void dlock__my_observe_sql(char *out, size_t size, const char *key, const char *expr, int64_t s);
-/* A waiter's leave: its place in a queue, and with unknown the hold a try
- * whose reply was lost may have taken. Best effort; keeps the message. */
-void dlock__my_fam_leave(dlock__my_be *be, const char *name, const char *token, int unknown);
+/* A new leader of name ends its observers' wait. Best effort; keeps the
+ * message. */
+void dlock__my_fam_notify_observers(dlock__my_be *be, const char *name);
 
 /* ---- mysql_named.c ---- */
 
