@@ -8,7 +8,7 @@
  * serves alone. A JVM takes a second or
  * two to start: start one per test program where you can.
  *
- * The classpath is the jars the server needs, not /usr/share/java/* (which
+ * The classpath is the jars the server needs, not every jar of /usr/share/java (which
  * holds hundreds of jars, and slows the start down tenfold on a loaded
  * machine).
  */
