@@ -106,7 +106,7 @@ const char *test_log_text(void);
 void test_log_clear(void);
 
 /* ---- a private redis-server, for tests that count its commands or
- * kill and restart it ---- */
+ * kill and restart it (server_redis.c) ---- */
 
 typedef struct {
     int port;
@@ -121,7 +121,7 @@ typedef struct {
 /* Start redis-server on a free loopback port in a new temp dir; exits the
  * test with a clear message if redis-server is missing. */
 void test_redis_start(test_redis *r, const char *extra_args);
-/* ---- TLS: certificates made with openssl at run time ---- */
+/* ---- TLS: certificates made with openssl at run time (server_redis.c) ---- */
 
 typedef struct {
     char dir[64]; /* mkdtemp; holds every file below, as DIR/NAME */
@@ -164,7 +164,7 @@ long long test_redis_calls(test_redis *r, const char *command);
 
 /* Start n (at most TEST_REDLOCK_MAX) independent redis-servers, each as
  * test_redis_start, and write the redlock:// URL over all of them to url
- * (size bytes). */
+ * (size bytes; server_redlock.c). */
 #define TEST_REDLOCK_MAX 5
 void test_redis_start_many(test_redis *r, int n, const char *extra_args, char *url,
                            size_t size);
@@ -184,7 +184,8 @@ int64_t test_clock_ms(int clock);
 const char *test_faketime_lib(void);
 
 
-/* ---- private etcd members (single node or a cluster on loopback) ---- */
+/* ---- private etcd members (single node or a cluster on loopback;
+ * server_etcd.c) ---- */
 
 #define TEST_ETCD_MAX 3
 
@@ -286,7 +287,8 @@ long long test_zk_children(test_zk *z, const char *path);
 /* Their names, up to max. */
 int test_zk_child_names(test_zk *z, const char *path, char names[][128], int max);
 
-/* ---- Sentinel: a master, 2 replicas and 3 sentinels on loopback ---- */
+/* ---- Sentinel: a master, 2 replicas and 3 sentinels on loopback
+ * (server_sentinel.c) ---- */
 
 #define TEST_SENTINEL_REPLICAS 2
 #define TEST_SENTINELS 3
@@ -379,7 +381,8 @@ void test_mariadb_stop(test_mariadb *m);
  * statement without a result changed. */
 long long test_mariadb_query(test_mariadb *m, const char *fmt, ...);
 
-/* ---- Cluster: 3 masters on loopback (redis-cli --cluster create) ---- */
+/* ---- Cluster: 3 masters on loopback (redis-cli --cluster create;
+ * server_cluster.c) ---- */
 
 #define TEST_CLUSTER_NODES 3
 
@@ -472,7 +475,11 @@ int test_acl_scenario(const char *url, int64_t connect_ms, int *code, char *msg,
 /* ---- either backend: the scenarios every backend must pass
  * (tests/integration/core) see the server only through these ---- */
 
+/* What a test server does, one table per backend (test_server.h). */
+typedef struct test_server_ops test_server_ops;
+
 typedef struct {
+    const test_server_ops *ops; /* of the name given to test_server_start */
     const char *backend; /* "redis", "plainredis" (tests/backend), "etcd",
                           * "redlock" (3 independent redis-servers) or "zk"
                           * (a standalone ZooKeeper); "rediss" starts "redis"
@@ -511,20 +518,17 @@ typedef struct {
  * containing needle. */
 void test_url_refused(const char *url, const char *needle);
 
-/* Start a throwaway server of backend ("redis", "rediss": redis over TLS,
- * "etcd": one member, or
- * "plainredis": a redis-server served by the out-of-tree backend of
- * tests/backend, registered with dlock_backend_register).
- * Exits the test with a message for any other name. */
+/* Start a throwaway server of backend: a name of test_server.c's list
+ * ("redis", "rediss": redis over TLS, "etcd": one member, "plainredis": a
+ * redis-server served by the out-of-tree backend of tests/backend,
+ * registered with dlock_backend_register, ...; each a table of
+ * tests/support/server_NAME.c). Exits the test with a message for any
+ * other name. */
 void test_server_start(test_server *s, const char *backend);
 void test_server_stop(test_server *s);
 /* 1 if the server holds the lock name for someone now (redlock: a quorum
  * of nodes holds its key). */
 int test_server_held(test_server *s, const char *name);
-/* test_server_held, _leftovers and _requests on MariaDB (test_mysql.c). */
-int test_mysql_held(test_server *s, const char *name);
-long long test_mysql_leftovers(test_server *s, const char *name);
-long long test_mysql_requests(test_server *s);
 /* Pause the server's process (SIGSTOP; etcd: its first member; redlock:
  * every node), or let it
  * go on (SIGCONT): while paused, connections stay open and requests go

@@ -41,13 +41,6 @@ long long test_pg_query(test_pg *p, const char *fmt, ...)
 /* SIGSTOP (paused 1) or SIGCONT the postmaster and every backend. */
 void test_pg_pause(test_pg *p, int paused);
 
-/* The test_server hooks (test.c calls them for "postgres" and
- * "postgres-advisory"). */
-void test_pg_server_start(test_server *s, const char *backend);
-int test_pg_server_held(test_server *s, const char *name);
-long long test_pg_server_leftovers(test_server *s, const char *name);
-long long test_pg_server_requests(test_server *s);
-
 /* The advisory key of name under key prefix "dlock:" (as the backend
  * computes it: FNV-1a 64). */
 unsigned long long test_pg_advisory_key(const char *name);
