@@ -119,7 +119,8 @@ static const char run_options_text[] =
     "               library's log on stderr: renew failures, reconnections,\n"
     "               hand-offs, losses\n"
     "  --stats      print the client's counters and round-trip and wait\n"
-    "               histograms on stderr at exit\n";
+    "               histograms on stderr at exit; --stats=json as one JSON\n"
+    "               object, --stats=prometheus in Prometheus' text format\n";
 
 static const char admin_options_text[] =
     "  --json       status, list: print JSON (an object; list: an array of\n"

@@ -236,8 +236,17 @@ static int parse_args(cli_run_options *o, const char *url, int argc, char **argv
             o->kill_group = 1;
         } else if (!strcmp(arg, "-v") || !strcmp(arg, "--verbose")) {
             cli_verbose = 1;
-        } else if (!strcmp(arg, "--stats")) {
+        } else if (!strcmp(arg, "--stats") || !strcmp(arg, "--stats=text")) {
             o->stats = 1;
+        } else if (!strcmp(arg, "--stats=json")) {
+            o->stats = 1 + DLOCK_STATS_JSON;
+        } else if (!strcmp(arg, "--stats=prometheus")) {
+            o->stats = 1 + DLOCK_STATS_PROMETHEUS;
+        } else if (!strncmp(arg, "--stats=", 8)) {
+            char shown[64];
+            cli_error("%s: --stats takes text, json or prometheus, not '%s'",
+                      o->elect ? "elect" : "run", cli_shown(shown, sizeof shown, arg + 8));
+            return CLI_EXIT_USAGE;
         } else if (!o->elect && (r = cli_option_value(argc, argv, &i, "--label", &value)) != 0) {
             size_t n;
             if (r < 0)
@@ -486,6 +495,34 @@ static uint64_t renewals(dlock_client *client)
     return dlock_client_stats(&st, client) == DLOCK_OK ? st.renewals : 0;
 }
 
+/* --stats at exit: the text lines (stats 1), else dlock_stats_format's
+ * format stats - 1 on stderr as it is, without the "dlock: " prefix. */
+static void print_stats(dlock_client *client, int stats)
+{
+    dlock_stats st = DLOCK_STATS_INIT;
+    const char *backend;
+    char *buf;
+    int n;
+
+    if (stats == 1) {
+        cli_print_stats(client);
+        return;
+    }
+    if (client == NULL || dlock_client_stats(&st, client) != DLOCK_OK)
+        return;
+    /* Measured first, then written into a buffer of that size. */
+    backend = dlock_client_backend(client);
+    n = dlock_stats_format(NULL, 0, &st, backend, stats - 1);
+    if (n < 0 || (buf = malloc((size_t)n + 1)) == NULL) {
+        cli_error("stats: cannot format the counters");
+        return;
+    }
+    dlock_stats_format(buf, (size_t)n + 1, &st, backend, stats - 1);
+    fputs(buf, stderr);
+    fflush(stderr);
+    free(buf);
+}
+
 int cli_run(const char *url, int argc, char **argv)
 {
     cli_run_options opts = default_options(0);
@@ -579,7 +616,7 @@ out:
         }
     }
     if (opts.stats)
-        cli_print_stats(ss.client);
+        print_stats(ss.client, opts.stats);
     session_close(&ss);
     return stop ? cli_die_of(stop) : rc;
 }
@@ -682,7 +719,7 @@ int cli_elect(const char *url, int argc, char **argv)
 
 out:
     if (opts.stats)
-        cli_print_stats(ss.client);
+        print_stats(ss.client, opts.stats);
     session_close(&ss);
     return stop ? cli_die_of(stop) : rc;
 }

@@ -981,6 +981,41 @@ typedef struct {
  */
 DLOCK_EXTERN int dlock_client_stats(dlock_stats *out, const dlock_client *client);
 
+/* Formats of dlock_stats_format. */
+#define DLOCK_STATS_JSON 1
+#define DLOCK_STATS_PROMETHEUS 2
+
+/*
+ * Write *st as text into buf, snprintf-style: at most size bytes, always
+ * NUL-terminated when size > 0 (buf may be NULL when size is 0). Returns the
+ * length of the whole text without its NUL (so a return >= size means it was
+ * cut: call again with a buffer of return + 1 bytes), or -1 for NULL st, a
+ * version below 1 or an unknown format. backend (may be NULL: left out)
+ * names the client's backend, as dlock_client_backend gives it.
+ *
+ *   DLOCK_STATS_JSON        one object on one line and a newline, its keys
+ *     always these, in this order: "backend" (when given), "acquires",
+ *     "busy", "waits", "handoffs", "renewals", "renew_failures", "losses",
+ *     "round_trip_us" and "wait_us" (arrays of the DLOCK_STATS_BUCKETS
+ *     bucket counts as dlock_stats has them).
+ *   DLOCK_STATS_PROMETHEUS  the text exposition format 0.0.4, for a
+ *     /metrics handler: with # HELP and # TYPE lines, the counters
+ *     dlock_acquires_total, dlock_busy_total, dlock_waits_total,
+ *     dlock_handoffs_total, dlock_renewals_total, dlock_renew_failures_total
+ *     and dlock_losses_total, and the histograms dlock_round_trip_seconds
+ *     and dlock_wait_seconds, each sample labelled {backend="..."} when
+ *     backend is given. A histogram's buckets are cumulative, le="2^i us" in
+ *     seconds for i from 0 to DLOCK_STATS_BUCKETS - 2, then le="+Inf" whose
+ *     count equals _count. Each le counts the times under it (one microsecond
+ *     short of Prometheus' "at most"). There is no _sum: dlock_stats keeps
+ *     no total time. One client per call: the text has each metric's HELP
+ *     and TYPE, so it is a whole scrape body, not a part to concatenate.
+ *
+ * Thread-safe, no I/O, no allocation.
+ */
+DLOCK_EXTERN int dlock_stats_format(char *buf, size_t size, const dlock_stats *st,
+                                    const char *backend, int format);
+
 /* ------------------------------------------------------------------------
  * Helpers
  * ---------------------------------------------------------------------- */

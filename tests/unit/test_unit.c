@@ -427,6 +427,88 @@ static void stats_bad_input(void)
     CHECK_RC(dlock_list(NULL, "", NULL, NULL), DLOCK_EINVAL);
 }
 
+/* dlock_stats_format (issue 32, item 7): JSON and Prometheus' text format
+ * of a hand-filled dlock_stats, line by line; snprintf's contract (measure
+ * with NULL, cut and NUL-terminated when short); the refusals. */
+static void stats_format(void)
+{
+    dlock_stats st = DLOCK_STATS_INIT;
+    static char buf[16384];
+    char small[20];
+    int n;
+
+    st.acquires = 3;
+    st.busy = 2;
+    st.waits = 1;
+    st.renewals = 5;
+    st.renew_failures = 1;
+    st.round_trip_us[0] = 1; /* under 1 us */
+    st.round_trip_us[1] = 2; /* 1 us */
+    st.round_trip_us[3] = 4; /* 4..7 us */
+    st.round_trip_us[DLOCK_STATS_BUCKETS - 1] = 1; /* longer than any le */
+    st.wait_us[11] = 1; /* 1024..2047 us */
+
+    n = dlock_stats_format(buf, sizeof buf, &st, "redis", DLOCK_STATS_PROMETHEUS);
+    CHECK(n > 0 && (size_t)n < sizeof buf && strlen(buf) == (size_t)n);
+    CHECK(strncmp(buf, "# HELP dlock_acquires_total ", 28) == 0);
+    CHECK(strstr(buf, "\n# TYPE dlock_acquires_total counter\n"
+                      "dlock_acquires_total{backend=\"redis\"} 3\n") != NULL);
+    CHECK(strstr(buf, "\ndlock_renew_failures_total{backend=\"redis\"} 1\n") != NULL);
+    CHECK(strstr(buf, "\ndlock_losses_total{backend=\"redis\"} 0\n") != NULL);
+    CHECK(strstr(buf, "\n# TYPE dlock_round_trip_seconds histogram\n"
+                      "dlock_round_trip_seconds_bucket{backend=\"redis\",le=\"0.000001\"} 1\n"
+                      "dlock_round_trip_seconds_bucket{backend=\"redis\",le=\"0.000002\"} 3\n"
+                      "dlock_round_trip_seconds_bucket{backend=\"redis\",le=\"0.000004\"} 3\n"
+                      "dlock_round_trip_seconds_bucket{backend=\"redis\",le=\"0.000008\"} 7\n") != NULL);
+    /* the last finite bucket, 2^38 us; the longer time only in +Inf */
+    CHECK(strstr(buf, "\ndlock_round_trip_seconds_bucket{backend=\"redis\",le=\"274877.906944\"} 7\n"
+                      "dlock_round_trip_seconds_bucket{backend=\"redis\",le=\"+Inf\"} 8\n"
+                      "dlock_round_trip_seconds_count{backend=\"redis\"} 8\n") != NULL);
+    CHECK(strstr(buf, "\ndlock_wait_seconds_bucket{backend=\"redis\",le=\"0.001024\"} 0\n"
+                      "dlock_wait_seconds_bucket{backend=\"redis\",le=\"0.002048\"} 1\n") != NULL);
+    CHECK(strstr(buf, "\ndlock_wait_seconds_bucket{backend=\"redis\",le=\"+Inf\"} 1\n"
+                      "dlock_wait_seconds_count{backend=\"redis\"} 1\n") != NULL);
+    CHECK(strstr(buf, "_sum") == NULL && buf[n - 1] == '\n');
+    /* measured without a buffer: the same length */
+    CHECK(dlock_stats_format(NULL, 0, &st, "redis", DLOCK_STATS_PROMETHEUS) == n);
+    /* too small: cut, NUL-terminated, nothing past size, the whole length */
+    memset(small, 'x', sizeof small);
+    CHECK(dlock_stats_format(small, 16, &st, "redis", DLOCK_STATS_PROMETHEUS) == n);
+    CHECK(small[15] == '\0' && strncmp(small, buf, 15) == 0 && small[16] == 'x');
+    CHECK(dlock_stats_format(small, 1, &st, "redis", DLOCK_STATS_PROMETHEUS) == n);
+    CHECK(small[0] == '\0');
+
+    /* without a backend: no label, or le alone */
+    n = dlock_stats_format(buf, sizeof buf, &st, NULL, DLOCK_STATS_PROMETHEUS);
+    CHECK(n > 0 && strstr(buf, "\ndlock_acquires_total 3\n") != NULL);
+    CHECK(strstr(buf, "\ndlock_wait_seconds_bucket{le=\"+Inf\"} 1\n"
+                      "dlock_wait_seconds_count 1\n") != NULL);
+    /* a label value escaped */
+    n = dlock_stats_format(buf, sizeof buf, &st, "a\"b\\c\nd", DLOCK_STATS_PROMETHEUS);
+    CHECK(n > 0 && strstr(buf, "\ndlock_busy_total{backend=\"a\\\"b\\\\c\\nd\"} 2\n") != NULL);
+
+    n = dlock_stats_format(buf, sizeof buf, &st, "redis", DLOCK_STATS_JSON);
+    CHECK(n > 0 && (size_t)n < sizeof buf && strlen(buf) == (size_t)n);
+    CHECK(strncmp(buf,
+                  "{\"backend\":\"redis\",\"acquires\":3,\"busy\":2,\"waits\":1,\"handoffs\":0,"
+                  "\"renewals\":5,\"renew_failures\":1,\"losses\":0,"
+                  "\"round_trip_us\":[1,2,0,4,0,0,",
+                  136) == 0);
+    CHECK(strstr(buf, ",0,0,1],\"wait_us\":[0,0,0,0,0,0,0,0,0,0,0,1,0,") != NULL);
+    CHECK(strcmp(buf + n - 5, ",0]}\n") == 0 && strchr(buf, '\n') == buf + n - 1);
+    CHECK(dlock_stats_format(NULL, 0, &st, "redis", DLOCK_STATS_JSON) == n);
+    n = dlock_stats_format(buf, sizeof buf, &st, "a\"\x01", DLOCK_STATS_JSON);
+    CHECK(n > 0 && strncmp(buf, "{\"backend\":\"a\\\"\\u0001\",\"acquires\":3,", 36) == 0);
+    n = dlock_stats_format(buf, sizeof buf, &st, NULL, DLOCK_STATS_JSON);
+    CHECK(n > 0 && strncmp(buf, "{\"acquires\":3,", 14) == 0);
+
+    CHECK(dlock_stats_format(buf, sizeof buf, NULL, "redis", DLOCK_STATS_JSON) == -1);
+    CHECK(dlock_stats_format(buf, sizeof buf, &st, "redis", 0) == -1);
+    CHECK(dlock_stats_format(buf, sizeof buf, &st, "redis", 3) == -1);
+    st.version = 0;
+    CHECK(dlock_stats_format(buf, sizeof buf, &st, "redis", DLOCK_STATS_JSON) == -1);
+}
+
 /* etcd revisions become fences (uint64_t): only 0..INT64_MAX is one. A
  * revision past INT64_MAX, or negative (which the cast would turn into one
  * past it), makes the key malformed. */
@@ -699,4 +781,5 @@ TEST_MAIN({"url_redis_full", url_redis_full, NULL}, {"url_forms", url_forms, NUL
           {"lease_clock_is_boottime", lease_clock_is_boottime, NULL},
           {"options_init_calls", options_init_calls, NULL},
           {"backend_register_checks", backend_register_checks, NULL},
-          {"holder_records", holder_records, NULL}, {"stats_bad_input", stats_bad_input, NULL})
+          {"holder_records", holder_records, NULL}, {"stats_bad_input", stats_bad_input, NULL},
+          {"stats_format", stats_format, NULL})
