@@ -572,6 +572,18 @@ static void noscript_and_reconnect(void)
     test_redis_stop(&r);
 }
 
+/* The fence dlock_status reports for name through a client of url. */
+static uint64_t fence_seen(const char *url, const char *name)
+{
+    dlock_client *c = NULL;
+    dlock_lock_info info;
+
+    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_OK);
+    CHECK_RC(dlock_status(&info, c, name), DLOCK_OK);
+    dlock_client_free(c);
+    return info.fence;
+}
+
 static void auth_and_db_and_unix(void)
 {
     test_redis r;
@@ -600,31 +612,13 @@ static void auth_and_db_and_unix(void)
 
     /* unix socket: the same lock, seen through db 5 */
     snprintf(url, sizeof(url), "unix://:s3cret@%s?db=5", sock);
-    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_OK);
-    {
-        dlock_lock_info info;
-        CHECK_RC(dlock_status(&info, c, "in-db-5"), DLOCK_OK);
-        CHECK(info.fence == 1);
-    }
-    dlock_client_free(c);
+    CHECK(fence_seen(url, "in-db-5") == 1);
     /* db=N on redis:// too (it was read on unix:// alone, and ignored
      * here: the locks went to database 0); database 0 has no such fence */
     snprintf(url, sizeof(url), "redis://default:s3cret@127.0.0.1:%d?db=5", r.port);
-    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_OK);
-    {
-        dlock_lock_info info;
-        CHECK_RC(dlock_status(&info, c, "in-db-5"), DLOCK_OK);
-        CHECK(info.fence == 1);
-    }
-    dlock_client_free(c);
+    CHECK(fence_seen(url, "in-db-5") == 1);
     snprintf(url, sizeof(url), "redis://default:s3cret@127.0.0.1:%d", r.port);
-    CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_OK);
-    {
-        dlock_lock_info info;
-        CHECK_RC(dlock_status(&info, c, "in-db-5"), DLOCK_OK);
-        CHECK(info.fence == 0);
-    }
-    dlock_client_free(c);
+    CHECK(fence_seen(url, "in-db-5") == 0);
     snprintf(url, sizeof(url), "redis://default:s3cret@127.0.0.1:%d/5?db=6", r.port);
     CHECK_RC(dlock_client_open(&c, url, NULL), DLOCK_EINVAL);
     CHECK_CONTAINS(dlock_error_message(), "the database is given twice, as the path '/5' "
