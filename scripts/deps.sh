@@ -29,5 +29,7 @@ done
 echo "dlock: installing Debian packages:$missing"
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing >/dev/null
+# Another apt-get (an unattended upgrade, a second checkout's make) holds
+# dpkg's lock for a while: wait for it instead of failing at once.
+$sudo apt-get -o DPkg::Lock::Timeout=600 update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -qq $missing >/dev/null
