@@ -37,6 +37,21 @@ static const struct {
     {"mariadb", "mysql"},
 };
 
+/* The static library each shipped module's code also comes in, and the
+ * call that gives its table (docs/static.md), for the advice to a program
+ * that cannot load modules. */
+static const struct {
+    const char *module;
+    const char *library;
+    const char *table;
+} static_twins[] = {
+    {"zk", "libdlock_zk.a (pkg-config dlock-zk, CMake dlock::zk_static)", "dlock_zk_backend()"},
+    {"postgres", "libdlock_postgres.a (pkg-config dlock-postgres, CMake dlock::postgres_static)",
+     "dlock_postgres_backend()"},
+    {"mysql", "libdlock_mysql.a (pkg-config dlock-mysql, CMake dlock::mysql_static)",
+     "dlock_mysql_backend()"},
+};
+
 /* One load at a time: two threads opening zk:// at once load it once. */
 static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -70,6 +85,85 @@ static void dir_beside_library(char *buf, size_t size)
     if (snprintf(buf, size, "%.*s/dlock", (int)(slash - info.dli_fname), info.dli_fname) >=
         (int)size)
         buf[0] = '\0';
+}
+
+/* "unknown scheme" as dlock_client_open reports it: the message lists the
+ * schemes dlock_scheme gives, so that it never lags behind the tables. */
+static int unknown_scheme(const char *scheme, const char *where)
+{
+    char known[512];
+    size_t n = 0;
+    const char *s;
+
+    known[0] = '\0';
+    for (size_t i = 0; (s = dlock_scheme(i, NULL)) != NULL && n < sizeof(known); i++)
+        n += (size_t)snprintf(known + n, sizeof(known) - n, "%s%s://", i > 0 ? ", " : "", s);
+    return dlock__fail(DLOCK_EINVAL, "URL scheme '%.32s://' is not known (known: %s%s%s)",
+                       scheme, known, where != NULL ? "; nor is there a backend module " : "",
+                       where != NULL ? where : "");
+}
+
+/*
+ * Whether a module loaded now would find dlock's calls. A module does not
+ * link libdlock: it resolves the dlock_* calls it makes in the process's
+ * global scope, which holds them when libdlock.so was loaded as a program's
+ * dependency (or with RTLD_GLOBAL), or when a program linked with libdlock.a
+ * exports them (-rdynamic). A static program without -rdynamic, or a
+ * libdlock.so dlopen()ed with RTLD_LOCAL, has them in no such scope: the
+ * load would end in "undefined symbol: dlock_holder_parse".
+ */
+static int modules_can_link(void)
+{
+    return dlsym(RTLD_DEFAULT, "dlock_backend_fail") != NULL;
+}
+
+/* The refusal when !modules_can_link(), with what to do instead. */
+static int cannot_link(const char *scheme, const char *module)
+{
+    char lib[PATH_MAX];
+
+    dir_beside_library(lib, sizeof(lib));
+    if (lib[0] != '\0')
+        return dlock__fail(DLOCK_EINVAL, "URL scheme '%s://' needs the backend module %s.so, "
+                           "which cannot find dlock's calls: libdlock.so was loaded with "
+                           "RTLD_LOCAL; load it with RTLD_GLOBAL, or link the backend's static "
+                           "library and register its table (docs/static.md)", scheme, module);
+    for (size_t i = 0; i < sizeof(static_twins) / sizeof(static_twins[0]); i++)
+        if (strcmp(static_twins[i].module, module) == 0)
+            return dlock__fail(DLOCK_EINVAL, "URL scheme '%s://' needs the backend module "
+                               "%s.so, which a program linked with libdlock.a cannot load: link "
+                               "%s and call dlock_backend_register_table(%s) before opening the "
+                               "client (docs/static.md), or link the program with -rdynamic",
+                               scheme, module, static_twins[i].library, static_twins[i].table);
+    /* Not one dlock ships: a typo, most likely, as in a program that could
+     * load modules. */
+    return unknown_scheme(scheme, NULL);
+}
+
+/* One table's schemes at a time: two threads registering the same table
+ * find each other's schemes served by it, not taken. */
+static pthread_mutex_t table_mu = PTHREAD_MUTEX_INITIALIZER;
+
+int dlock_backend_register_table(const dlock_backend *backend)
+{
+    const dlock_backend *given;
+    int rc = DLOCK_OK;
+
+    dlock__clear_error();
+    if (backend == NULL)
+        return dlock__fail(DLOCK_EINVAL, "dlock_backend_register_table: backend is NULL");
+    if (backend->schemes == NULL || backend->schemes[0] == NULL)
+        return dlock__fail(DLOCK_EINVAL, "dlock_backend_register_table: backend '%s' lists no "
+                           "schemes", backend->name != NULL ? backend->name : "?");
+    pthread_mutex_lock(&table_mu);
+    for (const char *const *s = backend->schemes; *s != NULL && rc == DLOCK_OK; s++) {
+        given = NULL;
+        if (dlock__find_backend(*s, &given) != NULL && given == backend)
+            continue; /* this table's already: a second call */
+        rc = dlock_backend_register(*s, backend);
+    }
+    pthread_mutex_unlock(&table_mu);
+    return rc;
 }
 
 static int load_from(const char *dir, const char *module, const char *scheme,
@@ -108,18 +202,13 @@ static int load_from(const char *dir, const char *module, const char *scheme,
     dlclose(handle);
     return dlock__fail(DLOCK_EINVAL, "%s does not serve scheme '%s://'", path, scheme);
 serves:
-    for (const char *const *s = b->schemes; *s != NULL; s++) {
-        const dlock_backend *given = NULL;
-        if (dlock__find_backend(*s, &given) != NULL && given == b)
-            continue;
-        if ((rc = dlock_backend_register(*s, b)) != DLOCK_OK) {
-            char why[512];
+    if ((rc = dlock_backend_register_table(b)) != DLOCK_OK) {
+        char why[512];
 
-            /* The message buffer is the one dlock__fail writes: copy it. The
-             * module stays mapped: an earlier scheme may be served. */
-            snprintf(why, sizeof(why), "%s", dlock_error_message());
-            return dlock__fail(rc, "%s: %s", path, why);
-        }
+        /* The message buffer is the one dlock__fail writes: copy it. The
+         * module stays mapped: an earlier scheme may be served. */
+        snprintf(why, sizeof(why), "%s", dlock_error_message());
+        return dlock__fail(rc, "%s: %s", path, why);
     }
     /* The core's copy of the table, not the module's: that may be of an
      * older, smaller version. */
@@ -168,24 +257,15 @@ int dlock__module_installed(const char *module)
 {
     char dirs[2][PATH_MAX];
 
+    /* Its code linked in and registered (docs/static.md) serves as well. */
+    for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++)
+        if (strcmp(aliases[i].module, module) == 0 &&
+            dlock__find_backend(aliases[i].scheme, NULL) != NULL)
+            return 1;
+    if (!modules_can_link())
+        return 0;
     module_dirs(dirs);
     return module_dir(dirs, module) != NULL;
-}
-
-/* "unknown scheme" as dlock_client_open reports it: the message lists the
- * schemes dlock_scheme gives, so that it never lags behind the tables. */
-static int unknown_scheme(const char *scheme, const char *where)
-{
-    char known[512];
-    size_t n = 0;
-    const char *s;
-
-    known[0] = '\0';
-    for (size_t i = 0; (s = dlock_scheme(i, NULL)) != NULL && n < sizeof(known); i++)
-        n += (size_t)snprintf(known + n, sizeof(known) - n, "%s%s://", i > 0 ? ", " : "", s);
-    return dlock__fail(DLOCK_EINVAL, "URL scheme '%.32s://' is not known (known: %s%s%s)",
-                       scheme, known, where != NULL ? "; nor is there a backend module " : "",
-                       where != NULL ? where : "");
 }
 
 int dlock__module_load(const char *scheme, const dlock_backend **out)
@@ -197,6 +277,8 @@ int dlock__module_load(const char *scheme, const dlock_backend **out)
     *out = NULL;
     if (module == NULL)
         return unknown_scheme(scheme, NULL);
+    if (!modules_can_link())
+        return cannot_link(scheme, module);
     module_dirs(dirs);
     pthread_mutex_lock(&load_mu);
     /* Another thread may have loaded it meanwhile. */

@@ -352,6 +352,39 @@ DLOCK_EXTERN int dlock_backend_register(const char *scheme, const dlock_backend 
 #endif
 
 /*
+ * Serve every scheme backend->schemes lists, as a loaded module's table is
+ * served: dlock_backend_register for each, but for a scheme this very table
+ * serves already (so a second call changes nothing). For a program that
+ * links a backend's code instead of loading its module: a program linked
+ * with libdlock.a cannot load modules, unless it exports dlock's calls
+ * (-rdynamic). Call it before the first client of those schemes opens.
+ * Thread-safe.
+ *
+ * Returns DLOCK_OK, or DLOCK_EINVAL: NULL, a table that lists no scheme,
+ * or what dlock_backend_register refuses (a scheme another table serves,
+ * a bad table); the message says which. The schemes before the refused one
+ * stay served.
+ */
+DLOCK_EXTERN int dlock_backend_register_table(const dlock_backend *backend);
+
+/*
+ * The tables of the backend modules dlock ships, for programs that link
+ * their code (docs/static.md):
+ *   dlock_zk_backend()        zk://                 libdlock_zk.a
+ *   dlock_postgres_backend()  postgres://, postgresql://  libdlock_postgres.a
+ *   dlock_mysql_backend()     mysql://, mariadb://  libdlock_mysql.a
+ * Each is defined in its static library (pkg-config dlock-zk, ...; CMake
+ * find_package(dlock COMPONENTS zk) and dlock::zk_static, ...), which links
+ * libdlock.a and the backend's client library, and in its module, but not
+ * in libdlock itself:
+ *   dlock_backend_register_table(dlock_zk_backend());
+ * The table lives for the life of the process.
+ */
+DLOCK_EXTERN const dlock_backend *dlock_zk_backend(void);
+DLOCK_EXTERN const dlock_backend *dlock_postgres_backend(void);
+DLOCK_EXTERN const dlock_backend *dlock_mysql_backend(void);
+
+/*
  * For backends: fill the holder fields of *info (has_holder, host, pid,
  * start_ms, label) from text, len bytes as an acquisition's
  * dlock_request.holder gave them. Text that is not such a record leaves
