@@ -118,6 +118,7 @@ static const char run_options_text[] =
     "               period) and released (held how long, renewals); and the\n"
     "               library's log on stderr: renew failures, reconnections,\n"
     "               hand-offs, losses\n"
+    "  -vv          run: as -v, and a debug line per call to the server\n"
     "  --stats      print the client's counters and round-trip and wait\n"
     "               histograms on stderr at exit; --stats=json as one JSON\n"
     "               object, --stats=prometheus in Prometheus' text format\n";

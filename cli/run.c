@@ -235,7 +235,9 @@ static int parse_args(cli_run_options *o, const char *url, int argc, char **argv
         } else if (!strcmp(arg, "--kill-group")) {
             o->kill_group = 1;
         } else if (!strcmp(arg, "-v") || !strcmp(arg, "--verbose")) {
-            cli_verbose = 1;
+            cli_verbose++;
+        } else if (!strcmp(arg, "-vv")) {
+            cli_verbose += 2;
         } else if (!strcmp(arg, "--stats") || !strcmp(arg, "--stats=text")) {
             o->stats = 1;
         } else if (!strcmp(arg, "--stats=json")) {

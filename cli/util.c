@@ -157,6 +157,9 @@ int cli_client_open(dlock_client **out, const char *url)
     opts.client_name = "dlock-cli";
     if (cli_verbose)
         opts.log = cli_log;
+    /* -v -v: a line per call to the server as well. */
+    if (cli_verbose >= 2)
+        opts.log_level = DLOCK_LOG_DEBUG;
     *out = NULL;
     int err = dlock_client_open(out, url, &opts);
     if (err != DLOCK_OK) {

@@ -55,10 +55,10 @@ _dlock()
                                --list-schemes" -- "$cur")) ;;
     run)
         COMPREPLY=($(compgen -W "--ttl --wait --grace -E --shared --exclusive --permits --kill-group
-                               --command-status-offset --label -c -v --stats --help --" -- "$cur")) ;;
+                               --command-status-offset --label -c -v -vv --stats --help --" -- "$cur")) ;;
     elect)
         COMPREPLY=($(compgen -W "--ttl --grace --id --once --kill-group --command-status-offset
-                               -c -v --stats --help --" -- "$cur")) ;;
+                               -c -v -vv --stats --help --" -- "$cur")) ;;
     status | list)
         COMPREPLY=($(compgen -W "--json --help" -- "$cur")) ;;
     release)

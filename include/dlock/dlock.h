@@ -151,7 +151,7 @@ DLOCK_EXTERN const char *dlock_version(void);
  */
 typedef struct dlock_client dlock_client;
 
-/* Log levels (dlock_client_options.log). */
+/* Log levels (dlock_client_options.log and log_level). */
 #define DLOCK_LOG_DEBUG 0
 #define DLOCK_LOG_INFO 1
 #define DLOCK_LOG_WARN 2
@@ -170,8 +170,51 @@ typedef struct dlock_client dlock_client;
  *   DLOCK_LOG_INFO   (Redis) a connection to the server was made again
  *                    after it broke; a waiter was handed the lock by the
  *                    holder's release
+ *   DLOCK_LOG_DEBUG  every call to the server, when it ends: what it was
+ *                    for, its outcome and how long it took ("acquire
+ *                    'payout': busy in 0.42 ms"); only with log_level
+ *                    DLOCK_LOG_DEBUG
  */
 typedef void (*dlock_log_cb)(int level, const char *message, void *payload);
+
+/* Phases of a traced call (dlock_trace_event.phase). */
+#define DLOCK_TRACE_BEGIN 0
+#define DLOCK_TRACE_END 1
+
+/*
+ * One call from the client to the lock service, for a tracer
+ * (dlock_client_options.trace): a span's start and end, so that a program
+ * can feed OpenTelemetry or its own tracer without dlock linking either.
+ * Every call is traced once as BEGIN just before it is sent and once as
+ * END when it returns, on the same thread, with the same id.
+ */
+typedef struct {
+    int phase;         /* DLOCK_TRACE_BEGIN or DLOCK_TRACE_END */
+    uint64_t id;       /* pairs a BEGIN with its END; unique in a client */
+    /* What the call does: "acquire" (one try; a waiting acquisition makes
+     * several), "release", "extend", "check", "renew" (a batch of the
+     * watchdog's), "status", "force_release", "downgrade", "set_permits",
+     * "leader_get", "multi_acquire" (one try of a multi-lock), "list",
+     * "holders". A static string. */
+    const char *call;
+    /* The lock's name (borrowed for the callback), or NULL for a call on
+     * many (a renewal batch, a multi-lock's try, list). */
+    const char *name;
+    size_t count;        /* locks the call is for: 1, or a batch's size */
+    int64_t duration_us; /* END: microseconds since its BEGIN; 0 at BEGIN */
+    /* END: DLOCK_OK, or the call's error (DLOCK_EBUSY for a try that found
+     * the lock held; a renewal batch's DLOCK_OK may hold locks found lost);
+     * 0 at BEGIN. */
+    int result;
+} dlock_trace_event;
+
+/*
+ * The client's trace hook. Called on the thread that makes the call (the
+ * watchdog's for renewals), never while the library holds a lock of its
+ * own: it may take its own locks, but must not call into dlock with the
+ * same client, and should return quickly: the call waits for it.
+ */
+typedef void (*dlock_trace_cb)(const dlock_trace_event *ev, void *payload);
 
 typedef struct {
     unsigned version;
@@ -194,10 +237,21 @@ typedef struct {
      * dlock_log_cb), with log_payload. NULL (default): nothing is logged. */
     dlock_log_cb log;
     void *log_payload;
+
+    /* ---- Version 3 ---- */
+
+    /* The lowest level passed to log. Default DLOCK_LOG_INFO;
+     * DLOCK_LOG_DEBUG adds a line per call to the server. */
+    int log_level;
+    /* Called at the start and end of every call to the server (see
+     * dlock_trace_cb), with trace_payload. NULL (default): none. */
+    dlock_trace_cb trace;
+    void *trace_payload;
 } dlock_client_options;
 
-#define DLOCK_CLIENT_OPTIONS_VERSION 2
-#define DLOCK_CLIENT_OPTIONS_INIT {DLOCK_CLIENT_OPTIONS_VERSION, 2000, 5000, NULL, NULL, NULL, NULL}
+#define DLOCK_CLIENT_OPTIONS_VERSION 3
+#define DLOCK_CLIENT_OPTIONS_INIT                                                                 \
+    {DLOCK_CLIENT_OPTIONS_VERSION, 2000, 5000, NULL, NULL, NULL, NULL, DLOCK_LOG_INFO, NULL, NULL}
 
 /*
  * The URL schemes this library knows, one by one: i from 0 until NULL.
@@ -968,10 +1022,16 @@ typedef struct {
     /* How long acquisitions that waited (see waits) waited, till the lock or
      * till they gave up. */
     uint64_t wait_us[DLOCK_STATS_BUCKETS];
+
+    /* ---- Version 2 ---- */
+
+    /* The sums of the times the two histograms count, in microseconds. */
+    uint64_t round_trip_us_sum;
+    uint64_t wait_us_sum;
 } dlock_stats;
 
-#define DLOCK_STATS_VERSION 1
-#define DLOCK_STATS_INIT {DLOCK_STATS_VERSION, 0, 0, 0, 0, 0, 0, 0, {0}, {0}}
+#define DLOCK_STATS_VERSION 2
+#define DLOCK_STATS_INIT {DLOCK_STATS_VERSION, 0, 0, 0, 0, 0, 0, 0, {0}, {0}, 0, 0}
 
 /*
  * Read the client's counters, all at once, into *out (whose version says
@@ -997,7 +1057,8 @@ DLOCK_EXTERN int dlock_client_stats(dlock_stats *out, const dlock_client *client
  *     always these, in this order: "backend" (when given), "acquires",
  *     "busy", "waits", "handoffs", "renewals", "renew_failures", "losses",
  *     "round_trip_us" and "wait_us" (arrays of the DLOCK_STATS_BUCKETS
- *     bucket counts as dlock_stats has them).
+ *     bucket counts as dlock_stats has them), and with a version 2 *st,
+ *     "round_trip_us_sum" and "wait_us_sum".
  *   DLOCK_STATS_PROMETHEUS  the text exposition format 0.0.4, for a
  *     /metrics handler: with # HELP and # TYPE lines, the counters
  *     dlock_acquires_total, dlock_busy_total, dlock_waits_total,
@@ -1007,8 +1068,9 @@ DLOCK_EXTERN int dlock_client_stats(dlock_stats *out, const dlock_client *client
  *     backend is given. A histogram's buckets are cumulative, le="2^i us" in
  *     seconds for i from 0 to DLOCK_STATS_BUCKETS - 2, then le="+Inf" whose
  *     count equals _count. Each le counts the times under it (one microsecond
- *     short of Prometheus' "at most"). There is no _sum: dlock_stats keeps
- *     no total time. One client per call: the text has each metric's HELP
+ *     short of Prometheus' "at most"). A version 2 *st adds each
+ *     histogram's _sum (in seconds); a version 1 one has no total time, so
+ *     no _sum. One client per call: the text has each metric's HELP
  *     and TYPE, so it is a whole scrape body, not a part to concatenate.
  *
  * Thread-safe, no I/O, no allocation.

@@ -221,6 +221,9 @@ static int check_options(dlock_client_options *o, const dlock_client_options *gi
         return dlock__fail(DLOCK_EINVAL, "client options: connect_timeout_ms must be 1..3600000");
     if (o->command_timeout_ms <= 0 || o->command_timeout_ms > 3600000)
         return dlock__fail(DLOCK_EINVAL, "client options: command_timeout_ms must be 1..3600000");
+    if (o->log_level < DLOCK_LOG_DEBUG || o->log_level > DLOCK_LOG_ERROR)
+        return dlock__fail(DLOCK_EINVAL, "client options: log_level must be DLOCK_LOG_DEBUG.."
+                           "DLOCK_LOG_ERROR (0..3), not %d", o->log_level);
     if (o->key_prefix != NULL && strlen(o->key_prefix) > 128)
         return dlock__fail(DLOCK_EINVAL, "client options: key_prefix longer than 128 bytes");
     if (o->client_name != NULL) {
@@ -256,6 +259,9 @@ int dlock_client_open(dlock_client **out, const char *url, const dlock_client_op
     atomic_store(&c->interrupt_fd, -1);
     c->log = o.log;
     c->log_payload = o.log_payload;
+    c->log_level = o.log_level;
+    c->trace = o.trace;
+    c->trace_payload = o.trace_payload;
     dlock__clear_trusted_env(c);
     if (pthread_mutex_init(&c->mu, NULL) != 0 || dlock__cond_init(&c->wake) != 0 ||
         dlock__cond_init(&c->idle) != 0) {
@@ -359,6 +365,7 @@ int dlock__check_name(const char *name, const char *what)
 
 int dlock_status(dlock_lock_info *out, dlock_client *c, const char *name)
 {
+    dlock__call k;
     int rc;
 
     dlock__clear_error();
@@ -367,7 +374,8 @@ int dlock_status(dlock_lock_info *out, dlock_client *c, const char *name)
     memset(out, 0, sizeof(*out));
     if ((rc = check_name(name, "dlock_status")) != DLOCK_OK)
         return rc;
-    rc = c->backend->status(c->be, name, out);
+    dlock__call_begin(c, &k, "status", name, 1, 0);
+    rc = dlock__call_end(c, &k, c->backend->status(c->be, name, out));
     dlock__info_settle(out);
     return rc;
 }
@@ -375,6 +383,7 @@ int dlock_status(dlock_lock_info *out, dlock_client *c, const char *name)
 int dlock_force_release(dlock_lock_info *removed, dlock_client *c, const char *name)
 {
     dlock_lock_info ignored;
+    dlock__call k;
     int rc;
 
     dlock__clear_error();
@@ -385,7 +394,8 @@ int dlock_force_release(dlock_lock_info *removed, dlock_client *c, const char *n
     memset(removed, 0, sizeof(*removed));
     if ((rc = check_name(name, "dlock_force_release")) != DLOCK_OK)
         return rc;
-    rc = c->backend->force_release(c->be, name, removed);
+    dlock__call_begin(c, &k, "force_release", name, 1, 0);
+    rc = dlock__call_end(c, &k, c->backend->force_release(c->be, name, removed));
     dlock__info_settle(removed);
     return rc;
 }

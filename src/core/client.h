@@ -18,6 +18,7 @@ typedef struct {
     _Atomic uint64_t acquires, busy, waits, handoffs, renewals, renew_failures, losses;
     _Atomic uint64_t round_trip_us[DLOCK_STATS_BUCKETS];
     _Atomic uint64_t wait_us[DLOCK_STATS_BUCKETS];
+    _Atomic uint64_t round_trip_us_sum, wait_us_sum;
 } dlock__counters;
 
 /* A waiting acquisition's watch, listed on its client so that
@@ -66,9 +67,14 @@ struct dlock_client {
     int interrupt_read;
     pthread_t interrupt_thread;
 
-    /* The log (client options), and the counters (dlock_client_stats). */
+    /* The log and the trace hook (client options), the ids of the traced
+     * calls, and the counters (dlock_client_stats). */
     dlock_log_cb log;
     void *log_payload;
+    int log_level;
+    dlock_trace_cb trace;
+    void *trace_payload;
+    _Atomic uint64_t last_call_id;
     dlock__counters stats;
 };
 
@@ -232,9 +238,32 @@ void dlock__log(dlock_client *c, int level, const char *fmt, ...)
     ;
 
 /* Add one to a counter; add a time, since start_us (dlock__now_us of
- * core/clock.h), to a histogram. */
+ * core/clock.h), to a histogram and its sum. */
 #define dlock__count(c, field) atomic_fetch_add(&(c)->stats.field, 1)
-void dlock__histogram_add(_Atomic uint64_t *hist, int64_t start_us);
+void dlock__histogram_add(_Atomic uint64_t *hist, _Atomic uint64_t *sum_us, int64_t start_us);
+
+/*
+ * One call to the server: dlock__call_begin just before it is sent,
+ * dlock__call_end with its result when it returns, never with the client's
+ * mutex held. They trace it (the client's trace hook), log it at
+ * DLOCK_LOG_DEBUG and, for a call of DLOCK__CALL_TIMED, add its time to the
+ * round-trip histogram (the calls for a held or wanted lock: tries,
+ * release, extend, check, renewal batches).
+ */
+#define DLOCK__CALL_TIMED 1
+typedef struct {
+    const char *call; /* static: "acquire", "renew", ... */
+    const char *name; /* borrowed, or NULL for a call on many locks */
+    size_t count;
+    int flags;
+    uint64_t id;
+    int64_t start_us;
+} dlock__call;
+
+void dlock__call_begin(dlock_client *c, dlock__call *k, const char *call, const char *name,
+                       size_t count, int flags);
+/* Returns rc, and leaves the thread's error message as it was. */
+int dlock__call_end(dlock_client *c, const dlock__call *k, int rc);
 
 /* Start the thread that wakes the waiters on dlock_client_interrupt, if it
  * is not running (before a call first waits). DLOCK_OK, or an error with

@@ -67,6 +67,7 @@ int dlock_lock_downgrade(dlock_lock *l)
 {
     dlock_client *c;
     dlock_request req;
+    dlock__call k;
     char shown[80], msg[200];
     int64_t sent;
     int rc;
@@ -90,7 +91,8 @@ int dlock_lock_downgrade(dlock_lock *l)
         return rc;
     dlock__lock_request(&req, l);
     sent = dlock__now_ms();
-    rc = c->backend->downgrade(c->be, &req);
+    dlock__call_begin(c, &k, "downgrade", req.name, 1, 0);
+    rc = dlock__call_end(c, &k, c->backend->downgrade(c->be, &req));
     pthread_mutex_lock(&c->mu);
     if (rc == DLOCK_OK) {
         atomic_store(&l->kind, DLOCK_KIND_READ);
@@ -110,6 +112,7 @@ int dlock_lock_downgrade(dlock_lock *l)
 
 int dlock_semaphore_set_permits(dlock_client *c, const char *name, int permits)
 {
+    dlock__call k;
     int rc;
 
     dlock__clear_error();
@@ -122,7 +125,8 @@ int dlock_semaphore_set_permits(dlock_client *c, const char *name, int permits)
                            "1..%d", permits, DLOCK_PERMITS_MAX);
     if (!(c->backend->caps & DLOCK_CAP_KIND(DLOCK_KIND_SEMAPHORE)))
         return dlock__not_supported(c, "semaphores");
-    return c->backend->set_permits(c->be, name, permits);
+    dlock__call_begin(c, &k, "set_permits", name, 1, 0);
+    return dlock__call_end(c, &k, c->backend->set_permits(c->be, name, permits));
 }
 
 /* ---- multi-lock --------------------------------------------------------- */
@@ -214,9 +218,12 @@ typedef struct {
 static int multi_try(void *ctx, void *watch, dlock_acquire_result *res)
 {
     multi *m = ctx;
+    dlock__call k;
 
     (void)watch; /* nothing queued: the watch only wakes us */
-    return m->c->backend->multi_acquire(m->c->be, m->reqs, m->n, m->fences, res);
+    dlock__call_begin(m->c, &k, "multi_acquire", NULL, m->n, DLOCK__CALL_TIMED);
+    return dlock__call_end(m->c, &k, m->c->backend->multi_acquire(m->c->be, m->reqs, m->n,
+                                                                  m->fences, res));
 }
 
 static const dlock_request *multi_busy(void *ctx, const dlock_acquire_result *res)
@@ -232,8 +239,11 @@ static void multi_give_back(void *ctx)
     char saved[512];
 
     snprintf(saved, sizeof(saved), "%s", dlock_error_message());
-    for (size_t i = 0; i < m->n; i++)
-        m->c->backend->release(m->c->be, &m->reqs[i]);
+    for (size_t i = 0; i < m->n; i++) {
+        dlock__call k;
+        dlock__call_begin(m->c, &k, "release", m->reqs[i].name, 1, 0);
+        dlock__call_end(m->c, &k, m->c->backend->release(m->c->be, &m->reqs[i]));
+    }
     dlock__fail(DLOCK_OK, "%s", saved);
 }
 
@@ -405,6 +415,7 @@ int dlock_resign(dlock_lock *leader)
 
 int dlock_leader(dlock_leader_info *out, dlock_client *c, const char *name)
 {
+    dlock__call k;
     int rc;
 
     dlock__clear_error();
@@ -415,7 +426,8 @@ int dlock_leader(dlock_leader_info *out, dlock_client *c, const char *name)
         return rc;
     if (!(c->backend->caps & DLOCK_CAP_KIND(DLOCK_KIND_LEADER)))
         return dlock__not_supported(c, "leader election");
-    return c->backend->leader_get(c->be, name, out);
+    dlock__call_begin(c, &k, "leader_get", name, 1, 0);
+    return dlock__call_end(c, &k, c->backend->leader_get(c->be, name, out));
 }
 
 struct dlock_observer {

@@ -113,8 +113,10 @@ typedef struct {
 static int single_try(void *ctx, void *watch, dlock_acquire_result *res)
 {
     single *s = ctx;
+    dlock__call k;
 
-    return s->c->backend->acquire(s->c->be, &s->req, watch, res);
+    dlock__call_begin(s->c, &k, "acquire", s->req.name, 1, DLOCK__CALL_TIMED);
+    return dlock__call_end(s->c, &k, s->c->backend->acquire(s->c->be, &s->req, watch, res));
 }
 
 static const dlock_request *single_busy(void *ctx, const dlock_acquire_result *res)
@@ -128,9 +130,11 @@ static const dlock_request *single_busy(void *ctx, const dlock_acquire_result *r
 static void give_back(dlock_client *c, const dlock_request *req)
 {
     char saved[512];
+    dlock__call k;
 
     snprintf(saved, sizeof(saved), "%s", dlock_error_message());
-    c->backend->release(c->be, req);
+    dlock__call_begin(c, &k, "release", req->name, 1, 0);
+    dlock__call_end(c, &k, c->backend->release(c->be, req));
     dlock__fail(DLOCK_OK, "%s", saved);
 }
 
@@ -352,7 +356,8 @@ static int extend_one(dlock_lock *l, int64_t lease_ms)
 {
     dlock_client *c;
     dlock_request req;
-    int64_t sent, sent_us;
+    dlock__call k;
+    int64_t sent;
     int rc;
 
     if ((rc = usable(l, "dlock_lock_extend")) != DLOCK_OK)
@@ -373,9 +378,8 @@ static int extend_one(dlock_lock *l, int64_t lease_ms)
     pthread_mutex_unlock(&c->mu);
     dlock__lock_request(&req, l);
     req.lease_ms = lease_ms;
-    sent_us = dlock__now_us();
-    rc = c->backend->extend(c->be, &req);
-    dlock__histogram_add(c->stats.round_trip_us, sent_us);
+    dlock__call_begin(c, &k, "extend", req.name, 1, DLOCK__CALL_TIMED);
+    rc = dlock__call_end(c, &k, c->backend->extend(c->be, &req));
     if (rc == DLOCK_OK) {
         pthread_mutex_lock(&c->mu);
         l->lease_ms = lease_ms;
@@ -407,17 +411,16 @@ static int check_one(dlock_lock *l, int64_t unused)
 {
     dlock_client *c;
     dlock_request req;
+    dlock__call k;
     int rc;
 
     (void)unused;
     if ((rc = usable(l, "dlock_lock_check")) != DLOCK_OK)
         return rc;
     c = l->client;
-    int64_t sent_us = dlock__now_us();
-
     dlock__lock_request(&req, l);
-    rc = c->backend->check(c->be, &req);
-    dlock__histogram_add(c->stats.round_trip_us, sent_us);
+    dlock__call_begin(c, &k, "check", req.name, 1, DLOCK__CALL_TIMED);
+    rc = dlock__call_end(c, &k, c->backend->check(c->be, &req));
     return rc == DLOCK_ELOST ? found_lost(l, "dlock_lock_check") : rc;
 }
 
@@ -447,9 +450,10 @@ int dlock_lock_check(dlock_lock *l)
  */
 static int release_one(dlock_lock *l)
 {
-    int64_t called = dlock__now_ms(), late, sent_us;
+    int64_t called = dlock__now_ms(), late;
     dlock_client *c = l->client;
     dlock_request req;
+    dlock__call k;
     char shown[80], why[256];
     int rc;
 
@@ -464,9 +468,8 @@ static int release_one(dlock_lock *l)
         return rc;
     /* From here on the watchdog cannot see the lock. */
     dlock__lock_request(&req, l);
-    sent_us = dlock__now_us();
-    rc = c->backend->release(c->be, &req);
-    dlock__histogram_add(c->stats.round_trip_us, sent_us);
+    dlock__call_begin(c, &k, "release", req.name, 1, DLOCK__CALL_TIMED);
+    rc = dlock__call_end(c, &k, c->backend->release(c->be, &req));
     dlock__printable(shown, sizeof(shown), l->name);
     late = called - atomic_load(&l->deadline_ms);
     if (atomic_load(&l->lost_reason) != 0) {

@@ -133,6 +133,7 @@ int dlock_status_holders(dlock_client *c, const char *name, dlock_list_cb cb, vo
 {
     settled s = {cb, payload};
     dlock_lock_info info;
+    dlock__call k;
     int rc;
 
     dlock__clear_error();
@@ -141,8 +142,10 @@ int dlock_status_holders(dlock_client *c, const char *name, dlock_list_cb cb, vo
                            c == NULL ? "client" : "cb");
     if ((rc = dlock__check_name(name, "dlock_status_holders")) != DLOCK_OK)
         return rc;
-    if (c->backend->holders != NULL)
-        return c->backend->holders(c->be, name, settle_each, &s);
+    if (c->backend->holders != NULL) {
+        dlock__call_begin(c, &k, "holders", name, 1, 0);
+        return dlock__call_end(c, &k, c->backend->holders(c->be, name, settle_each, &s));
+    }
     /* No list of holders: the one status reads. */
     if ((rc = dlock_status(&info, c, name)) == DLOCK_OK && info.held)
         cb(name, &info, payload);
@@ -152,6 +155,7 @@ int dlock_status_holders(dlock_client *c, const char *name, dlock_list_cb cb, vo
 int dlock_list(dlock_client *c, const char *prefix, dlock_list_cb cb, void *payload)
 {
     settled s = {cb, payload};
+    dlock__call k;
 
     dlock__clear_error();
     if (c == NULL || cb == NULL)
@@ -163,7 +167,8 @@ int dlock_list(dlock_client *c, const char *prefix, dlock_list_cb cb, void *payl
                            DLOCK_NAME_MAX);
     if (c->backend->list == NULL)
         return dlock__not_supported(c, "listing locks (dlock_list)");
-    return c->backend->list(c->be, prefix, settle_each, &s);
+    dlock__call_begin(c, &k, "list", NULL, 0, 0);
+    return dlock__call_end(c, &k, c->backend->list(c->be, prefix, settle_each, &s));
 }
 
 /* ---- log and counters ---------------------------------------------------- */
@@ -173,7 +178,7 @@ void dlock__log(dlock_client *c, int level, const char *fmt, ...)
     char msg[512];
     va_list ap;
 
-    if (c == NULL || c->log == NULL)
+    if (c == NULL || c->log == NULL || level < c->log_level)
         return;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -185,17 +190,73 @@ void dlock__log(dlock_client *c, int level, const char *fmt, ...)
     c->log(level, msg, c->log_payload);
 }
 
-void dlock__histogram_add(_Atomic uint64_t *hist, int64_t start_us)
+void dlock__histogram_add(_Atomic uint64_t *hist, _Atomic uint64_t *sum_us, int64_t start_us)
 {
     int64_t us = dlock__now_us() - start_us;
     int b = 0;
 
+    if (us < 0)
+        us = 0;
+    atomic_fetch_add(sum_us, (uint64_t)us);
     /* Bucket i holds [2^(i-1), 2^i) us; the last one everything longer. */
     while (us > 0 && b < DLOCK_STATS_BUCKETS - 1) {
         us >>= 1;
         b++;
     }
     atomic_fetch_add(&hist[b], 1);
+}
+
+/* ---- traced calls -------------------------------------------------------- */
+
+static void trace(dlock_client *c, const dlock__call *k, int phase, int64_t us, int rc)
+{
+    dlock_trace_event ev;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.phase = phase;
+    ev.id = k->id;
+    ev.call = k->call;
+    ev.name = k->name;
+    ev.count = k->count;
+    ev.duration_us = us;
+    ev.result = rc;
+    c->trace(&ev, c->trace_payload);
+}
+
+void dlock__call_begin(dlock_client *c, dlock__call *k, const char *call, const char *name,
+                       size_t count, int flags)
+{
+    k->call = call;
+    k->name = name;
+    k->count = count;
+    k->flags = flags;
+    k->id = atomic_fetch_add(&c->last_call_id, 1) + 1;
+    if (c->trace != NULL)
+        trace(c, k, DLOCK_TRACE_BEGIN, 0, 0);
+    k->start_us = dlock__now_us(); /* after the hook: its time is not the server's */
+}
+
+int dlock__call_end(dlock_client *c, const dlock__call *k, int rc)
+{
+    int64_t us = dlock__now_us() - k->start_us;
+
+    if (k->flags & DLOCK__CALL_TIMED)
+        dlock__histogram_add(c->stats.round_trip_us, &c->stats.round_trip_us_sum, k->start_us);
+    if (c->trace != NULL)
+        trace(c, k, DLOCK_TRACE_END, us, rc);
+    if (c->log != NULL && c->log_level <= DLOCK_LOG_DEBUG) {
+        char shown[80], what[120];
+        if (k->name != NULL)
+            snprintf(what, sizeof(what), "%s '%s'", k->call,
+                     dlock__printable(shown, sizeof(shown), k->name));
+        else
+            snprintf(what, sizeof(what), "%s of %zu lock%s", k->call, k->count,
+                     k->count == 1 ? "" : "s");
+        dlock__log(c, DLOCK_LOG_DEBUG, "%s: %s in %lld.%03lld ms", what,
+                   rc == DLOCK_OK ? "ok" : dlock_strerror(rc), (long long)(us / 1000),
+                   (long long)(us % 1000));
+    }
+    return rc;
 }
 
 int dlock_client_stats(dlock_stats *out, const dlock_client *client)
@@ -207,7 +268,7 @@ int dlock_client_stats(dlock_stats *out, const dlock_client *client)
     if (out == NULL || c == NULL)
         return dlock__fail(DLOCK_EINVAL, "dlock_client_stats: %s is NULL",
                            out == NULL ? "out" : "client");
-    if (out->version != DLOCK_STATS_VERSION)
+    if (out->version < 1 || out->version > DLOCK_STATS_VERSION)
         return dlock__fail(DLOCK_EINVAL, "dlock_client_stats: version %u, this library knows "
                            "1..%d (initialise with DLOCK_STATS_INIT)", out->version,
                            DLOCK_STATS_VERSION);
@@ -222,6 +283,10 @@ int dlock_client_stats(dlock_stats *out, const dlock_client *client)
     for (int i = 0; i < DLOCK_STATS_BUCKETS; i++) {
         out->round_trip_us[i] = atomic_load(&k->round_trip_us[i]);
         out->wait_us[i] = atomic_load(&k->wait_us[i]);
+    }
+    if (out->version >= 2) {
+        out->round_trip_us_sum = atomic_load(&k->round_trip_us_sum);
+        out->wait_us_sum = atomic_load(&k->wait_us_sum);
     }
     return DLOCK_OK;
 }

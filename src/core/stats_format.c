@@ -96,6 +96,9 @@ static void format_json(out_text *o, const dlock_stats *st, const char *backend)
         put(o, "%s\"%s\":%" PRIu64, i ? "," : "", counters[i].name, counter(st, i));
     json_buckets(o, "round_trip_us", st->round_trip_us);
     json_buckets(o, "wait_us", st->wait_us);
+    if (st->version >= 2)
+        put(o, ",\"round_trip_us_sum\":%" PRIu64 ",\"wait_us_sum\":%" PRIu64,
+            st->round_trip_us_sum, st->wait_us_sum);
     put(o, "}\n");
 }
 
@@ -115,8 +118,9 @@ static void prom_name(out_text *o, const char *name, const char *backend, const 
     put(o, "}");
 }
 
+/* sum_us: the times' sum, or NULL for none (a version 1 dlock_stats). */
 static void prom_histogram(out_text *o, const char *name, const char *help, const uint64_t *h,
-                           const char *backend)
+                           const uint64_t *sum_us, const char *backend)
 {
     char metric[64], le[32];
     uint64_t total = 0;
@@ -142,6 +146,11 @@ static void prom_histogram(out_text *o, const char *name, const char *help, cons
     total += h[DLOCK_STATS_BUCKETS - 1];
     prom_name(o, metric, backend, "+Inf");
     put(o, " %" PRIu64 "\n", total);
+    if (sum_us != NULL) {
+        snprintf(metric, sizeof metric, "%s_sum", name);
+        prom_name(o, metric, backend, NULL);
+        put(o, " %" PRIu64 ".%06" PRIu64 "\n", *sum_us / 1000000, *sum_us % 1000000);
+    }
     snprintf(metric, sizeof metric, "%s_count", name);
     prom_name(o, metric, backend, NULL);
     put(o, " %" PRIu64 "\n", total);
@@ -159,10 +168,10 @@ static void format_prometheus(out_text *o, const dlock_stats *st, const char *ba
     }
     prom_histogram(o, "dlock_round_trip_seconds",
                    "Round trips of the calls to the server for a lock, in seconds.",
-                   st->round_trip_us, backend);
+                   st->round_trip_us, st->version >= 2 ? &st->round_trip_us_sum : NULL, backend);
     prom_histogram(o, "dlock_wait_seconds",
                    "How long acquisitions that waited waited, in seconds.", st->wait_us,
-                   backend);
+                   st->version >= 2 ? &st->wait_us_sum : NULL, backend);
 }
 
 int dlock_stats_format(char *buf, size_t size, const dlock_stats *st, const char *backend,

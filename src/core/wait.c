@@ -60,12 +60,10 @@ int dlock__acquire_loop(dlock_client *c, const dlock__attempt *a, int64_t wait_m
 
         if (watch != NULL && (rc = dlock__check_interrupt(c, watched->name)) != DLOCK_OK)
             break;
-        int64_t sent_us = dlock__now_us();
         res->lease_from_ms = dlock__now_ms();
         res->retry_ms = -1;
         res->handed = 0;
         rc = a->try_once(a->ctx, watch, res);
-        dlock__histogram_add(c->stats.round_trip_us, sent_us);
         /* A try-once whose reply never came may have taken the lock: give
          * it back (a waiting try's leave, in watch_end, does the same). */
         if (watch == NULL && dlock__outcome_unknown(rc))
@@ -118,7 +116,7 @@ int dlock__acquire_loop(dlock_client *c, const dlock__attempt *a, int64_t wait_m
             dlock__clear_error();
     }
     if (waited)
-        dlock__histogram_add(c->stats.wait_us, start_us);
+        dlock__histogram_add(c->stats.wait_us, &c->stats.wait_us_sum, start_us);
     if (rc == DLOCK_OK) {
         dlock__count(c, acquires);
         if (res->handed) {

@@ -61,7 +61,8 @@ static void renew_batch(dlock_client *c, dlock_lock **batch, size_t n)
 {
     dlock_request reqs[BATCH_MAX];
     dlock_renewal items[BATCH_MAX];
-    int64_t sent, now, sent_us;
+    dlock__call k;
+    int64_t sent, now;
     int rc;
 
     /* The requests borrow the locks' strings, which live while busy. */
@@ -72,10 +73,9 @@ static void renew_batch(dlock_client *c, dlock_lock **batch, size_t n)
     }
     pthread_mutex_unlock(&c->mu);
     sent = dlock__now_ms();
-    sent_us = dlock__now_us();
-    rc = c->backend->renew(c->be, items, n);
+    dlock__call_begin(c, &k, "renew", n == 1 ? reqs[0].name : NULL, n, DLOCK__CALL_TIMED);
+    rc = dlock__call_end(c, &k, c->backend->renew(c->be, items, n));
     now = dlock__now_ms();
-    dlock__histogram_add(c->stats.round_trip_us, sent_us);
     pthread_mutex_lock(&c->mu);
 
     for (size_t i = 0; i < n; i++) {

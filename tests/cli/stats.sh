@@ -15,10 +15,12 @@ grep_file "^dlock_round_trip_seconds_count\{backend=\"$BACKEND\"\} [1-9][0-9]*$"
     "--stats=prometheus: the round trips counted"
 grep_file "^dlock_round_trip_seconds_bucket\{backend=\"$BACKEND\",le=\"\+Inf\"\} [1-9][0-9]*$" \
     "$WORK/err" "--stats=prometheus: the +Inf bucket"
+grep_file "^dlock_round_trip_seconds_sum\{backend=\"$BACKEND\"\} [0-9]+\.[0-9]{6}$" "$WORK/err" \
+    "--stats=prometheus: the round trips' sum, in seconds"
 if grep -q '^dlock: ' "$WORK/err"; then fail "--stats=prometheus: a 'dlock: ' line: $(cat "$WORK/err")"; else pass "--stats=prometheus: nothing but the exposition"; fi
 
 expect 0 "run --stats=json" "$DLOCK" --url "$URL" run --stats=json "$N" -- true
-grep_file "^\{\"backend\":\"$BACKEND\",\"acquires\":1,\"busy\":0,\"waits\":0,\"handoffs\":0,\"renewals\":[0-9]+,\"renew_failures\":0,\"losses\":0,\"round_trip_us\":\[[0-9,]+\],\"wait_us\":\[[0-9,]+\]\}$" \
+grep_file "^\{\"backend\":\"$BACKEND\",\"acquires\":1,\"busy\":0,\"waits\":0,\"handoffs\":0,\"renewals\":[0-9]+,\"renew_failures\":0,\"losses\":0,\"round_trip_us\":\[[0-9,]+\],\"wait_us\":\[[0-9,]+\],\"round_trip_us_sum\":[1-9][0-9]*,\"wait_us_sum\":0\}$" \
     "$WORK/err" "--stats=json: one object, its keys in order"
 
 expect 64 "run --stats=yaml" "$DLOCK" --url "$URL" run --stats=yaml "$N" -- true

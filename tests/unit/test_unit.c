@@ -290,7 +290,12 @@ static void options_init_calls(void)
     CHECK_RC(dlock_client_options_init(&c, DLOCK_CLIENT_OPTIONS_VERSION), DLOCK_OK);
     CHECK(c.version == cm.version && c.connect_timeout_ms == cm.connect_timeout_ms &&
           c.command_timeout_ms == cm.command_timeout_ms && c.key_prefix == NULL &&
-          c.client_name == NULL && c.log == NULL && c.log_payload == NULL);
+          c.client_name == NULL && c.log == NULL && c.log_payload == NULL &&
+          c.log_level == DLOCK_LOG_INFO && c.trace == NULL && c.trace_payload == NULL);
+    /* A version 2 caller's struct ends before log_level. */
+    memset(&c, 0x5a, sizeof(c));
+    CHECK_RC(dlock_client_options_init(&c, 2), DLOCK_OK);
+    CHECK(c.version == 2 && c.log == NULL && *(unsigned char *)&c.log_level == 0x5a);
     /* A version 1 caller's struct ends before log: init leaves it alone. */
     memset(&c, 0x5a, sizeof(c));
     CHECK_RC(dlock_client_options_init(&c, 1), DLOCK_OK);
@@ -447,6 +452,8 @@ static void stats_format(void)
     st.round_trip_us[3] = 4; /* 4..7 us */
     st.round_trip_us[DLOCK_STATS_BUCKETS - 1] = 1; /* longer than any le */
     st.wait_us[11] = 1; /* 1024..2047 us */
+    st.round_trip_us_sum = 274877906999ULL;
+    st.wait_us_sum = 1500;
 
     n = dlock_stats_format(buf, sizeof buf, &st, "redis", DLOCK_STATS_PROMETHEUS);
     CHECK(n > 0 && (size_t)n < sizeof buf && strlen(buf) == (size_t)n);
@@ -463,12 +470,15 @@ static void stats_format(void)
     /* the last finite bucket, 2^38 us; the longer time only in +Inf */
     CHECK(strstr(buf, "\ndlock_round_trip_seconds_bucket{backend=\"redis\",le=\"274877.906944\"} 7\n"
                       "dlock_round_trip_seconds_bucket{backend=\"redis\",le=\"+Inf\"} 8\n"
-                      "dlock_round_trip_seconds_count{backend=\"redis\"} 8\n") != NULL);
+                      "dlock_round_trip_seconds_sum{backend=\"redis\"} ") != NULL);
     CHECK(strstr(buf, "\ndlock_wait_seconds_bucket{backend=\"redis\",le=\"0.001024\"} 0\n"
                       "dlock_wait_seconds_bucket{backend=\"redis\",le=\"0.002048\"} 1\n") != NULL);
     CHECK(strstr(buf, "\ndlock_wait_seconds_bucket{backend=\"redis\",le=\"+Inf\"} 1\n"
+                      "dlock_wait_seconds_sum{backend=\"redis\"} 0.001500\n"
                       "dlock_wait_seconds_count{backend=\"redis\"} 1\n") != NULL);
-    CHECK(strstr(buf, "_sum") == NULL && buf[n - 1] == '\n');
+    CHECK(strstr(buf, "\ndlock_round_trip_seconds_sum{backend=\"redis\"} 274877.906999\n"
+                      "dlock_round_trip_seconds_count{backend=\"redis\"} 8\n") != NULL);
+    CHECK(buf[n - 1] == '\n');
     /* measured without a buffer: the same length */
     CHECK(dlock_stats_format(NULL, 0, &st, "redis", DLOCK_STATS_PROMETHEUS) == n);
     /* too small: cut, NUL-terminated, nothing past size, the whole length */
@@ -482,6 +492,7 @@ static void stats_format(void)
     n = dlock_stats_format(buf, sizeof buf, &st, NULL, DLOCK_STATS_PROMETHEUS);
     CHECK(n > 0 && strstr(buf, "\ndlock_acquires_total 3\n") != NULL);
     CHECK(strstr(buf, "\ndlock_wait_seconds_bucket{le=\"+Inf\"} 1\n"
+                      "dlock_wait_seconds_sum 0.001500\n"
                       "dlock_wait_seconds_count 1\n") != NULL);
     /* a label value escaped */
     n = dlock_stats_format(buf, sizeof buf, &st, "a\"b\\c\nd", DLOCK_STATS_PROMETHEUS);
@@ -495,7 +506,9 @@ static void stats_format(void)
                   "\"round_trip_us\":[1,2,0,4,0,0,",
                   136) == 0);
     CHECK(strstr(buf, ",0,0,1],\"wait_us\":[0,0,0,0,0,0,0,0,0,0,0,1,0,") != NULL);
-    CHECK(strcmp(buf + n - 5, ",0]}\n") == 0 && strchr(buf, '\n') == buf + n - 1);
+    CHECK(strstr(buf, ",0]," "\"round_trip_us_sum\":274877906999,\"wait_us_sum\":1500}\n") ==
+          buf + n - 57);
+    CHECK(strchr(buf, '\n') == buf + n - 1);
     CHECK(dlock_stats_format(NULL, 0, &st, "redis", DLOCK_STATS_JSON) == n);
     n = dlock_stats_format(buf, sizeof buf, &st, "a\"\x01", DLOCK_STATS_JSON);
     CHECK(n > 0 && strncmp(buf, "{\"backend\":\"a\\\"\\u0001\",\"acquires\":3,", 36) == 0);
@@ -505,6 +518,13 @@ static void stats_format(void)
     CHECK(dlock_stats_format(buf, sizeof buf, NULL, "redis", DLOCK_STATS_JSON) == -1);
     CHECK(dlock_stats_format(buf, sizeof buf, &st, "redis", 0) == -1);
     CHECK(dlock_stats_format(buf, sizeof buf, &st, "redis", 3) == -1);
+    /* A version 1 dlock_stats has no sums: none written, none read. */
+    st.version = 1;
+    n = dlock_stats_format(buf, sizeof buf, &st, "redis", DLOCK_STATS_PROMETHEUS);
+    CHECK(n > 0 && strstr(buf, "_sum") == NULL &&
+          strstr(buf, "\ndlock_wait_seconds_count{backend=\"redis\"} 1\n") != NULL);
+    n = dlock_stats_format(buf, sizeof buf, &st, "redis", DLOCK_STATS_JSON);
+    CHECK(n > 0 && strstr(buf, "_sum") == NULL && strcmp(buf + n - 5, ",0]}\n") == 0);
     st.version = 0;
     CHECK(dlock_stats_format(buf, sizeof buf, &st, "redis", DLOCK_STATS_JSON) == -1);
 }

@@ -711,7 +711,13 @@ int dlock__etcd_setup_stream(dlock__etcd *e, CURL *easy, size_t endpoint, const 
     *headers = dlock__etcd_headers(e, 1, &gen, 1);
     if (*headers == NULL)
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
-    snprintf(url, sizeof(url), "%s%s", e->eps[endpoint % e->neps].base, e->grpc ? grpc_path : path);
+    if (snprintf(url, sizeof(url), "%s%s", e->eps[endpoint % e->neps].base,
+                 e->grpc ? grpc_path : path) >= (int)sizeof(url)) {
+        dlock__etcd_headers_free(*headers);
+        *headers = NULL;
+        return dlock__fail(DLOCK_EINVAL, "etcd: the URL of %s is longer than %zu bytes", path,
+                           sizeof(url) - 1);
+    }
     common_options(e, easy);
     curl_easy_setopt(easy, CURLOPT_URL, url);
     curl_easy_setopt(easy, CURLOPT_HTTPHEADER, *headers);

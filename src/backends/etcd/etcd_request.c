@@ -295,7 +295,10 @@ int dlock__etcd_prepare(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const c
     c->headers = dlock__etcd_headers(e, with_token, gen, 0);
     if (c->headers == NULL)
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
-    snprintf(url, sizeof(url), "%s%s", e->eps[idx].base, e->grpc ? grpc_path : path);
+    if (snprintf(url, sizeof(url), "%s%s", e->eps[idx].base, e->grpc ? grpc_path : path) >=
+        (int)sizeof(url))
+        return dlock__fail(DLOCK_EINVAL, "etcd: the URL of %s is longer than %zu bytes", path,
+                           sizeof(url) - 1);
     curl_easy_setopt(c->easy, CURLOPT_URL, url);
     curl_easy_setopt(c->easy, CURLOPT_HTTPHEADER, c->headers);
     if (e->grpc) {

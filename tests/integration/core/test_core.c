@@ -943,74 +943,9 @@ static uint64_t bucket_sum(const uint64_t *h)
     return n;
 }
 
-/* The counters after a known sequence of calls. */
-static void stats_count_exactly(void)
-{
-    test_server s;
-    dlock_client *c, *other;
-    dlock_lock *a, *b = NULL;
-    dlock_acquire_options o = test_opts(0, 20000, 0);
-    dlock_stats st = DLOCK_STATS_INIT;
-
-    test_server_start(&s, backend);
-    c = open_client(&s);
-    other = open_client(&s);
-    CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
-    CHECK(st.acquires == 0 && st.busy == 0 && bucket_sum(st.round_trip_us) == 0);
-
-    CHECK_RC(dlock_acquire(&a, c, "st", &o), DLOCK_OK);            /* 1 try */
-    CHECK_RC(dlock_acquire(&b, c, "st", &o), DLOCK_EBUSY);         /* 1 try, busy */
-    o.wait_ms = 300;
-    CHECK_RC(dlock_acquire(&b, c, "st", &o), DLOCK_ETIMEOUT);      /* waits: busy tries */
-    CHECK_RC(dlock_lock_check(a), DLOCK_OK);                       /* 1 round trip */
-    CHECK_RC(dlock_release(a), DLOCK_OK);                          /* 1 round trip */
-    CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
-    CHECK(st.acquires == 1);
-    CHECK(st.waits == 1);
-    CHECK(st.busy >= 3); /* the try, and the wait's first two tries at least */
-    CHECK(st.handoffs == 0 && st.renewals == 0 && st.renew_failures == 0 && st.losses == 0);
-    CHECK(bucket_sum(st.wait_us) == 1);
-    /* The timed-out wait lasted 300 ms at least: 2^18 us = 262 ms. */
-    for (int i = 0; i < 19; i++)
-        CHECK(st.wait_us[i] == 0);
-    /* Every try is a round trip; so are check and release. */
-    CHECK(bucket_sum(st.round_trip_us) == st.acquires + st.busy + 2);
-
-    /* A loss counts once, whoever finds it. */
-    o = test_opts(0, 20000, 1);
-    o.on_lost = test_count_lost;
-    CHECK_RC(dlock_acquire(&a, c, "st-lost", &o), DLOCK_OK);
-    CHECK_RC(dlock_force_release(NULL, other, "st-lost"), DLOCK_OK);
-    CHECK_RC(dlock_lock_check(a), DLOCK_ELOST);
-    CHECK_RC(dlock_lock_check(a), DLOCK_ELOST);
-    CHECK_RC(dlock_release(a), DLOCK_ELOST);
-    CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
-    CHECK(st.acquires == 2 && st.losses == 1);
-
-    /* Renewals: the watchdog's, one per lock per renewal. */
-    o = test_opts(0, s.short_lease_ms * 3, 1);
-    CHECK_RC(dlock_acquire(&a, c, "st-renew", &o), DLOCK_OK);
-    for (int i = 0; i < 600; i++) {
-        CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
-        if (st.renewals >= 2)
-            break;
-        test_sleep_ms(50);
-    }
-    CHECK(st.renewals >= 2 && st.renew_failures == 0 && st.losses == 1);
-    CHECK_RC(dlock_release(a), DLOCK_OK);
-    /* The other client's counters are its own. */
-    CHECK_RC(dlock_client_stats(&st, other), DLOCK_OK);
-    CHECK(st.acquires == 0 && st.busy == 0 && bucket_sum(st.round_trip_us) == 0);
-    st.version = 99;
-    CHECK_RC(dlock_client_stats(&st, c), DLOCK_EINVAL);
-    dlock_client_free(c);
-    dlock_client_free(other);
-    test_server_stop(&s);
-}
-
 /* What the log callback received. */
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
-static char log_text[8192];
+static char log_text[65536];
 static int log_levels[4];
 
 static void record_log(int level, const char *message, void *payload)
@@ -1031,6 +966,172 @@ static int log_count(int level)
     n = log_levels[level];
     pthread_mutex_unlock(&log_mu);
     return n;
+}
+
+/* The trace hook's events, in order (client options' trace). */
+#define TRACE_MAX 4096
+static dlock_trace_event trace_ev[TRACE_MAX];
+static char trace_names[TRACE_MAX][16];
+static int trace_n;
+
+static void record_trace(const dlock_trace_event *ev, void *payload)
+{
+    (void)payload;
+    pthread_mutex_lock(&log_mu);
+    if (trace_n < TRACE_MAX) {
+        trace_ev[trace_n] = *ev;
+        snprintf(trace_names[trace_n], sizeof(trace_names[0]), "%s",
+                 ev->name != NULL ? ev->name : "");
+        trace_ev[trace_n].name = NULL; /* borrowed: the copy above stays */
+        trace_n++;
+    }
+    pthread_mutex_unlock(&log_mu);
+}
+
+/* The ENDs of call since event from (all calls: NULL), and of those the
+ * ones with result rc (any: 1). Every END follows its BEGIN, same id,
+ * same call, same name. */
+static int trace_ends(int from, const char *call, int rc)
+{
+    int n = 0;
+
+    pthread_mutex_lock(&log_mu);
+    for (int i = from; i < trace_n; i++) {
+        const dlock_trace_event *e = &trace_ev[i];
+        if (e->phase != DLOCK_TRACE_END)
+            continue;
+        int begun = 0;
+        for (int j = i - 1; j >= 0 && !begun; j--)
+            begun = trace_ev[j].phase == DLOCK_TRACE_BEGIN && trace_ev[j].id == e->id &&
+                    strcmp(trace_ev[j].call, e->call) == 0 &&
+                    strcmp(trace_names[j], trace_names[i]) == 0 && trace_ev[j].count == e->count;
+        CHECK(begun && e->duration_us >= 0);
+        if ((call == NULL || strcmp(e->call, call) == 0) && (rc == 1 || e->result == rc))
+            n++;
+    }
+    pthread_mutex_unlock(&log_mu);
+    return n;
+}
+
+/* The counters after a known sequence of calls; the trace hook's events
+ * and the DLOCK_LOG_DEBUG lines of the same calls. */
+static void stats_count_exactly(void)
+{
+    test_server s;
+    dlock_client *c, *other, *refused = NULL;
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_lock *a, *b = NULL;
+    dlock_acquire_options o = test_opts(0, 20000, 0);
+    dlock_stats st = DLOCK_STATS_INIT;
+    int mark;
+
+    test_server_start(&s, backend);
+    co.trace = record_trace;
+    co.log = record_log;
+    co.log_level = DLOCK_LOG_DEBUG;
+    CHECK_RC(dlock_client_open(&c, s.url, &co), DLOCK_OK);
+    other = open_client(&s);
+    CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
+    CHECK(st.acquires == 0 && st.busy == 0 && bucket_sum(st.round_trip_us) == 0);
+    CHECK(st.round_trip_us_sum == 0 && st.wait_us_sum == 0);
+    pthread_mutex_lock(&log_mu);
+    trace_n = 0;
+    log_text[0] = '\0';
+    memset(log_levels, 0, sizeof(log_levels));
+    pthread_mutex_unlock(&log_mu);
+
+    CHECK_RC(dlock_acquire(&a, c, "st", &o), DLOCK_OK);            /* 1 try */
+    CHECK_RC(dlock_acquire(&b, c, "st", &o), DLOCK_EBUSY);         /* 1 try, busy */
+    o.wait_ms = 300;
+    CHECK_RC(dlock_acquire(&b, c, "st", &o), DLOCK_ETIMEOUT);      /* waits: busy tries */
+    CHECK_RC(dlock_lock_check(a), DLOCK_OK);                       /* 1 round trip */
+    CHECK_RC(dlock_release(a), DLOCK_OK);                          /* 1 round trip */
+    CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
+    CHECK(st.acquires == 1);
+    CHECK(st.waits == 1);
+    CHECK(st.busy >= 3); /* the try, and the wait's first two tries at least */
+    CHECK(st.handoffs == 0 && st.renewals == 0 && st.renew_failures == 0 && st.losses == 0);
+    CHECK(bucket_sum(st.wait_us) == 1);
+    /* The timed-out wait lasted 300 ms at least: 2^18 us = 262 ms. */
+    for (int i = 0; i < 19; i++)
+        CHECK(st.wait_us[i] == 0);
+    /* Every try is a round trip; so are check and release. */
+    CHECK(bucket_sum(st.round_trip_us) == st.acquires + st.busy + 2);
+    /* Their times' sum: the wait's 300 ms at least, round trips over 0. */
+    CHECK(st.wait_us_sum >= 300000 && st.round_trip_us_sum > 0);
+    /* Traced: each try, the check and the release, BEGIN then END. */
+    CHECK(trace_ends(0, "acquire", DLOCK_OK) == 1);
+    CHECK(trace_ends(0, "acquire", DLOCK_EBUSY) == (int)st.busy);
+    CHECK(trace_ends(0, "check", DLOCK_OK) == 1 && trace_ends(0, "release", DLOCK_OK) == 1);
+    CHECK(trace_ends(0, NULL, 1) == (int)bucket_sum(st.round_trip_us));
+    pthread_mutex_lock(&log_mu);
+    CHECK(trace_n == 2 * (int)bucket_sum(st.round_trip_us) && trace_ev[0].id == trace_ev[1].id);
+    CHECK(trace_ev[0].phase == DLOCK_TRACE_BEGIN && strcmp(trace_ev[0].call, "acquire") == 0 &&
+          strcmp(trace_names[0], "st") == 0 && trace_ev[0].count == 1);
+    /* One DEBUG line per call, and nothing else logged. */
+    CHECK(log_levels[DLOCK_LOG_DEBUG] == (int)bucket_sum(st.round_trip_us));
+    CHECK_CONTAINS(log_text, "0 acquire 'st': ok in ");
+    CHECK_CONTAINS(log_text, "0 acquire 'st': lock is held by another owner in ");
+    CHECK_CONTAINS(log_text, "0 release 'st': ok in ");
+    mark = trace_n;
+    pthread_mutex_unlock(&log_mu);
+
+    /* A loss counts once, whoever finds it. */
+    o = test_opts(0, 20000, 1);
+    o.on_lost = test_count_lost;
+    CHECK_RC(dlock_acquire(&a, c, "st-lost", &o), DLOCK_OK);
+    CHECK_RC(dlock_force_release(NULL, other, "st-lost"), DLOCK_OK);
+    CHECK_RC(dlock_lock_check(a), DLOCK_ELOST);
+    CHECK_RC(dlock_lock_check(a), DLOCK_ELOST);
+    CHECK_RC(dlock_release(a), DLOCK_ELOST);
+    CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
+    CHECK(st.acquires == 2 && st.losses == 1);
+    /* The other client's call is traced by none: it has no hook. */
+    CHECK(trace_ends(mark, "force_release", 1) == 0);
+    CHECK(trace_ends(mark, "check", DLOCK_ELOST) >= 1);
+    /* A status is traced and logged, not timed as a lock's round trip. */
+    {
+        dlock_lock_info info;
+        uint64_t before = bucket_sum(st.round_trip_us);
+        CHECK_RC(dlock_status(&info, c, "st-lost"), DLOCK_OK);
+        CHECK(trace_ends(mark, "status", DLOCK_OK) == 1);
+        CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
+        CHECK(bucket_sum(st.round_trip_us) == before);
+        CHECK_CONTAINS(log_text, "0 status 'st-lost': ok in ");
+    }
+
+    /* Renewals: the watchdog's, one per lock per renewal. */
+    o = test_opts(0, s.short_lease_ms * 3, 1);
+    CHECK_RC(dlock_acquire(&a, c, "st-renew", &o), DLOCK_OK);
+    for (int i = 0; i < 600; i++) {
+        CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
+        if (st.renewals >= 2)
+            break;
+        test_sleep_ms(50);
+    }
+    CHECK(st.renewals >= 2 && st.renew_failures == 0 && st.losses == 1);
+    CHECK_RC(dlock_release(a), DLOCK_OK);
+    /* The watchdog's renewals, traced from its thread: one lock each. */
+    CHECK(trace_ends(mark, "renew", DLOCK_OK) >= 2);
+    CHECK_CONTAINS(log_text, "0 renew 'st-renew': ok in ");
+    /* The other client's counters are its own. */
+    CHECK_RC(dlock_client_stats(&st, other), DLOCK_OK);
+    CHECK(st.acquires == 0 && st.busy == 0 && bucket_sum(st.round_trip_us) == 0);
+    st.version = 99;
+    CHECK_RC(dlock_client_stats(&st, c), DLOCK_EINVAL);
+    /* A version 1 reader gets no sums, and nothing is written past them. */
+    memset(&st, 0x5a, sizeof(st));
+    st.version = 1;
+    CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
+    CHECK(st.acquires == 3 && *(unsigned char *)&st.round_trip_us_sum == 0x5a);
+    /* An unknown level is refused, naming the field. */
+    co.log_level = 7;
+    CHECK_RC(dlock_client_open(&refused, s.url, &co), DLOCK_EINVAL);
+    CHECK(refused == NULL);
+    CHECK_CONTAINS(dlock_error_message(), "log_level");
+    dlock_client_free(c);
+    dlock_client_free(other);
+    test_server_stop(&s);
 }
 
 /* A renewal that cannot reach the server is a warning; the loss an error. */

@@ -631,7 +631,7 @@ static void tls_cluster(void)
     dlock_lock *locks[LOCKS], *l;
     dlock_acquire_options o = test_opts(0, 30000, 1);
     int on[TEST_CLUSTER_NODES] = {0}, slot, from, to, code;
-    char url[1200], msg[1024];
+    char url[1200], msg[1200];
 
     test_tls_make(&t);
     test_cluster_start_tls(&c, &t);
@@ -671,7 +671,7 @@ static void tls_cluster(void)
     dlock_client_free(cl);
 
     snprintf(msg, sizeof(msg), "%s", url);
-    snprintf(url, sizeof(url), "%s&sni=localhost", msg);
+    CHECK(snprintf(url, sizeof(url), "%s&sni=localhost", msg) < (int)sizeof(url));
     CHECK_RC(dlock_client_open(&cl, url, NULL), DLOCK_OK);
     for (int i = 0; i < LOCKS; i++) {
         char name[16];
