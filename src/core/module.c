@@ -114,7 +114,14 @@ static int unknown_scheme(const char *scheme, const char *where)
  */
 static int modules_can_link(void)
 {
-    return dlsym(RTLD_DEFAULT, "dlock_backend_fail") != NULL;
+    /* The program's handle searches the global scope alone; RTLD_DEFAULT
+     * would search this library's own scope too, and find them there. */
+    void *global = dlopen(NULL, RTLD_NOW);
+    int found = global != NULL && dlsym(global, "dlock_backend_fail") != NULL;
+
+    if (global != NULL)
+        dlclose(global);
+    return found;
 }
 
 /* The refusal when !modules_can_link(), with what to do instead. */
