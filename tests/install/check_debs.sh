@@ -24,6 +24,10 @@ echo "== check_debs: dpkg-buildpackage -b -us -uc (log: $work/build.log while it
     dpkg-buildpackage -b -us -uc >"$work/build.log" 2>&1) ||
     { tail -60 "$work/build.log" >&2; fail "dpkg-buildpackage"; }
 
+# Every package of debian/control, each built; the library's is named
+# after its SONAME (libdlock.so.0.1 -> libdlock0.1).
+packages=$(sed -n 's/^Package: *//p' "$src/debian/control")
+libpkg=$(echo "$packages" | grep -E '^libdlock[0-9]') || fail "no libdlockN package in debian/control"
 deb() { # package -> its .deb
     f=$(ls "$work"/"$1"_*.deb 2>/dev/null | head -1)
     [ -n "$f" ] || fail "no $1 package was built"
@@ -36,8 +40,9 @@ hasnt() {
     dpkg -c "$(deb "$1")" | awk '{ print $6 }' | grep -Eq "$2" && fail "$1 holds $3"
     return 0
 }
-has libdlock0 '/usr/lib/[^/]+/libdlock\.so\.0\.[0-9]+$' "the SONAME link libdlock.so.0.N"
-hasnt libdlock0 '\.a$|\.pc$|/include/' "development files"
+soname_re=$(echo "$libpkg" | sed 's/^libdlock//; s/\./\\./g')
+has "$libpkg" "/usr/lib/[^/]+/libdlock\\.so\\.$soname_re\$" "the SONAME link libdlock.so.${libpkg#libdlock}"
+hasnt "$libpkg" '\.a$|\.pc$|/include/' "development files"
 has libdlock-dev '/usr/include/dlock/dlock\.h$' "dlock.h"
 has libdlock-dev '/usr/include/dlock/version\.h$' "version.h"
 has libdlock-dev '/usr/include/dlock/sys/backend\.h$' "sys/backend.h"
@@ -48,14 +53,14 @@ has libdlock-dev '/usr/lib/[^/]+/cmake/dlock/dlockConfig\.cmake$' "dlockConfig.c
 has dlock '/usr/bin/dlock$' "/usr/bin/dlock"
 hasnt dlock 'dlock-demo' "the demo"
 has dlock-demo '/usr/bin/dlock-demo$' "/usr/bin/dlock-demo"
-# Each backend module in a package of its own, so that libdlock0 and dlock
+# Each backend module in a package of its own, so that the library and dlock
 # depend on no database library.
 for mod in zk postgres mysql; do
     has dlock-backend-$mod "/usr/lib/[^/]+/dlock/$mod\\.so\$" "the $mod module"
-    hasnt libdlock0 "/dlock/$mod\\.so\$" "the $mod module"
+    hasnt "$libpkg" "/dlock/$mod\\.so\$" "the $mod module"
 done
-lib_depends=$(dpkg-deb -f "$(deb libdlock0)" Depends)
-echo "$lib_depends" | grep -Eq 'libpq|libzookeeper|libmariadb' && fail "libdlock0 depends on a database library: $lib_depends"
+lib_depends=$(dpkg-deb -f "$(deb "$libpkg")" Depends)
+echo "$lib_depends" | grep -Eq 'libpq|libzookeeper|libmariadb' && fail "$libpkg depends on a database library: $lib_depends"
 for page in "$src"/man/*.scd; do
     [ -e "$page" ] || continue
     name=$(basename "$page" .scd)
@@ -65,14 +70,14 @@ for page in "$src"/man/*.scd; do
     has "$pkg" "/usr/share/man/man$section/$name(\\.gz)?$" "the man page $name"
 done
 depends=$(dpkg-deb -f "$(deb dlock)" Depends)
-echo "$depends" | grep -q "libdlock0" || fail "dlock does not depend on libdlock0: $depends"
+echo "$depends" | grep -q "$libpkg" || fail "dlock does not depend on $libpkg: $depends"
 echo "$depends" | grep -Eq 'libpq|libsqlite' && fail "dlock depends on a database library: $depends"
-for p in libdlock0 libdlock-dev dlock dlock-demo dlock-backend-zk dlock-backend-postgres dlock-backend-mysql; do
+for p in $packages; do
     echo "-- $(basename "$(deb "$p")"): $(dpkg -c "$(deb "$p")" | awk '$6 !~ /\/$/ { print $6 }' | grep -v '/usr/share/doc/' | tr '\n' ' ')"
 done
 # A user's program against the packages' files, unpacked into a folder
 # (not installed: the machine's /usr stays as it is).
-for p in libdlock0 libdlock-dev dlock dlock-demo dlock-backend-zk dlock-backend-postgres dlock-backend-mysql; do
+for p in $packages; do
     dpkg -x "$(deb "$p")" "$work/root"
 done
 sh "$src/tests/install/check_install.sh" "$src" --installed "$work/root/usr" ||
