@@ -370,9 +370,9 @@ DLOCK_EXTERN int dlock_backend_register_table(const dlock_backend *backend);
 /*
  * The tables of the backend modules dlock ships, for programs that link
  * their code (docs/static.md):
- *   dlock_zk_backend()        zk://                 libdlock_zk.a
+ *   dlock_zk_backend()        zk://                       libdlock_zk.a
  *   dlock_postgres_backend()  postgres://, postgresql://  libdlock_postgres.a
- *   dlock_mysql_backend()     mysql://, mariadb://  libdlock_mysql.a
+ *   dlock_mysql_backend()     mysql://, mariadb://        libdlock_mysql.a
  * Each is defined in its static library (pkg-config dlock-zk, ...; CMake
  * find_package(dlock COMPONENTS zk) and dlock::zk_static, ...), which links
  * libdlock.a and the backend's client library, and in its module, but not
