@@ -61,12 +61,20 @@ for mod in zk postgres mysql; do
 done
 lib_depends=$(dpkg-deb -f "$(deb "$libpkg")" Depends)
 echo "$lib_depends" | grep -Eq 'libpq|libzookeeper|libmariadb' && fail "$libpkg depends on a database library: $lib_depends"
+# Every man page with its program: section 3 in libdlock-dev, NAME.1 in the
+# package of /usr/bin/NAME.
 for page in "$src"/man/*.scd; do
     [ -e "$page" ] || continue
     name=$(basename "$page" .scd)
     section=${name##*.}
-    pkg=dlock
-    [ "$section" = 3 ] && pkg=libdlock-dev
+    pkg=libdlock-dev
+    if [ "$section" != 3 ]; then
+        pkg=
+        for p in $packages; do
+            dpkg -c "$(deb "$p")" | awk '{ print $6 }' | grep -Eq "/usr/bin/${name%.*}\$" && pkg=$p
+        done
+        [ -n "$pkg" ] || fail "man/$name.scd: no package has /usr/bin/${name%.*}"
+    fi
     has "$pkg" "/usr/share/man/man$section/$name(\\.gz)?$" "the man page $name"
 done
 depends=$(dpkg-deb -f "$(deb dlock)" Depends)
