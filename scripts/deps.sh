@@ -15,7 +15,7 @@ set -eu
 build="build-essential cmake pkg-config python3 libhiredis-dev libssl-dev liburing-dev openssl libsqlite3-dev sqlite3 libpq-dev libcurl4-openssl-dev libjansson-dev golang-etcd-server-dev protobuf-c-compiler libprotobuf-c-dev libzookeeper-mt-dev libmariadb-dev scdoc redis-server redis-tools"
 pkgs=$build
 if [ "${1:-test}" != demo ]; then
-    pkgs="$pkgs redis-sentinel postgresql etcd-server etcd-client python3-etcd3 faketime clang libclang-rt-14-dev spin man-db debhelper mariadb-server"
+    pkgs="$pkgs redis-sentinel postgresql etcd-server etcd-client python3-etcd3 faketime clang libclang-rt-14-dev spin man-db debhelper lintian mariadb-server"
     # ZooKeeper's server for the tests, and the Curator interop test
     # (tests/interop/curator): Java, Curator's recipes and what they load
     # (the ZooKeeper client jars, Guava, slf4j).

@@ -4,11 +4,18 @@
 #   tests/install/check_debs.sh [OUT_DIR]
 # Copies the tracked files of this tree (with their changes) to a scratch
 # folder, runs `dpkg-buildpackage -b -us -uc` there (no tests: they need
-# servers, and run in CI), then checks what each .deb holds (dpkg -c) and
-# that the dlock command's package depends on no database library; then
-# unpacks them into a folder and builds the README's example against it
-# (check_install.sh --installed). The .debs are left in OUT_DIR when given. Needs dpkg-dev, debhelper and the
-# Build-Depends of debian/control (scripts/deps.sh installs them).
+# servers, and run in CI), then checks
+#   - lintian: no error and no warning on any package, the .changes and the
+#     .buildinfo (and that a warning does fail the check);
+#   - what each .deb holds (dpkg -c): the library package named after the
+#     SONAME, the man pages each with its program, the guides in dlock-doc;
+#   - the relations: libdlock0.1 and dlock depend on no database library,
+#     dlock suggests the backend modules;
+# then unpacks them into a folder and builds the README's example against
+# it (check_install.sh --installed: pkg-config, CMake). The .debs
+# are left in OUT_DIR when given. Needs dpkg-dev, debhelper, lintian and the
+# Build-Depends of debian/control (scripts/deps.sh installs them). Takes
+# 2 to 10 minutes, most of it dpkg-buildpackage; lintian about 15 s.
 set -eu
 src=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/dlock-debs-XXXXXX")
@@ -22,7 +29,10 @@ mkdir "$work/dlock"
 echo "== check_debs: dpkg-buildpackage -b -us -uc (log: $work/build.log while it runs)"
 (cd "$work/dlock" && DEB_BUILD_OPTIONS="parallel=2 ${DEB_BUILD_OPTIONS:-}" \
     dpkg-buildpackage -b -us -uc >"$work/build.log" 2>&1) ||
-    { tail -60 "$work/build.log" >&2; fail "dpkg-buildpackage"; }
+    { tail -60 "$work/build.log" >&2
+      grep -q "^dpkg-gensymbols: error" "$work/build.log" &&
+          fail "dpkg-buildpackage: symbols of debian/libdlock*.symbols are gone from the library (above): an ABI break"
+      fail "dpkg-buildpackage"; }
 
 # Every package of debian/control, each built; the library's is named
 # after its SONAME (libdlock.so.0.1 -> libdlock0.1).
@@ -33,6 +43,44 @@ deb() { # package -> its .deb
     [ -n "$f" ] || fail "no $1 package was built"
     echo "$f"
 }
+for p in $packages; do deb "$p" >/dev/null; done
+
+# ---- lintian: no error, no warning ----
+# On the .changes: every .deb (the -dbgsym ones too) and the .buildinfo.
+# Informational tags (I:) are shown, not counted.
+command -v lintian >/dev/null || fail "lintian is not installed (apt-get install lintian; scripts/deps.sh installs it)"
+lint() { # files... -> lintian's output in $work/lintian.log, its status
+    lintian --fail-on error,warning --display-info --tag-display-limit 0 "$@" >"$work/lintian.log" 2>&1
+}
+echo "== check_debs: lintian"
+changes=$(ls "$work"/*.changes)
+if ! lint "$changes"; then
+    grep -E '^[EW]:' "$work/lintian.log" >&2 || cat "$work/lintian.log" >&2
+    fail "lintian reports errors or warnings (above)"
+fi
+grep -E '^[IPX]:' "$work/lintian.log" | sed 's/^/    /' || true
+# The gate can close: dlock-demo without its man page is a warning
+# (no-manual-page), and a warning fails lint.
+dpkg-deb -R "$(deb dlock-demo)" "$work/broken"
+rm -f "$work"/broken/usr/share/man/man1/dlock-demo.1*
+sed -i '/dlock-demo\.1/d' "$work/broken/DEBIAN/md5sums"
+dpkg-deb --root-owner-group -b "$work/broken" "$work/broken.deb" >/dev/null
+lint "$work/broken.deb" && fail "lintian passed dlock-demo without its man page"
+grep -q '^W: dlock-demo: no-manual-page' "$work/lintian.log" ||
+    { cat "$work/lintian.log" >&2; fail "lintian did not warn no-manual-page for dlock-demo without its man page"; }
+echo "check_debs: ok: lintian: no error, no warning ($(echo "$packages" | wc -w) packages, .changes, .buildinfo)"
+
+# debian/LIBPKG.symbols lists the library's exported symbols, each with the
+# version that brought it. A symbol gone fails dpkg-buildpackage (an ABI
+# break: a new SONAME and package name); a new one is only a warning of
+# dpkg-gensymbols, shown here: add it to the file with the version it first
+# ships in.
+if grep -q "^dpkg-gensymbols: warning" "$work/build.log"; then
+    echo "check_debs: note: new symbols, not in debian/$libpkg.symbols yet:"
+    sed -n '/^dpkg-gensymbols: warning/,/^ *dh_/p' "$work/build.log" | grep '^+ ' | sed 's/^+/   /'
+fi
+
+# ---- what each package holds ----
 has() { # package path-regex what
     dpkg -c "$(deb "$1")" | awk '{ print $6 }' | grep -Eq "$2" || fail "$1 has no $3"
 }
@@ -53,11 +101,17 @@ has libdlock-dev '/usr/lib/[^/]+/cmake/dlock/dlockConfig\.cmake$' "dlockConfig.c
 has dlock '/usr/bin/dlock$' "/usr/bin/dlock"
 hasnt dlock 'dlock-demo' "the demo"
 has dlock-demo '/usr/bin/dlock-demo$' "/usr/bin/dlock-demo"
-# Each backend module in a package of its own, so that the library and dlock
-# depend on no database library.
+has dlock-doc '/usr/share/doc/dlock/README\.md$' "the README"
+for guide in "$src"/docs/*.md; do
+    has dlock-doc "/usr/share/doc/dlock/docs/$(basename "$guide")\$" "docs/$(basename "$guide")"
+done
+# Each backend module in a package of its own, so that the library and
+# dlock depend on no database library; dlock suggests them.
+suggests=$(dpkg-deb -f "$(deb dlock)" Suggests)
 for mod in zk postgres mysql; do
     has dlock-backend-$mod "/usr/lib/[^/]+/dlock/$mod\\.so\$" "the $mod module"
     hasnt "$libpkg" "/dlock/$mod\\.so\$" "the $mod module"
+    echo "$suggests" | grep -q "dlock-backend-$mod" || fail "dlock does not suggest dlock-backend-$mod: $suggests"
 done
 lib_depends=$(dpkg-deb -f "$(deb "$libpkg")" Depends)
 echo "$lib_depends" | grep -Eq 'libpq|libzookeeper|libmariadb' && fail "$libpkg depends on a database library: $lib_depends"
@@ -83,6 +137,7 @@ echo "$depends" | grep -Eq 'libpq|libsqlite' && fail "dlock depends on a databas
 for p in $packages; do
     echo "-- $(basename "$(deb "$p")"): $(dpkg -c "$(deb "$p")" | awk '$6 !~ /\/$/ { print $6 }' | grep -v '/usr/share/doc/' | tr '\n' ' ')"
 done
+
 # A user's program against the packages' files, unpacked into a folder
 # (not installed: the machine's /usr stays as it is).
 for p in $packages; do
@@ -90,6 +145,7 @@ for p in $packages; do
 done
 sh "$src/tests/install/check_install.sh" "$src" --installed "$work/root/usr" ||
     fail "the unpacked packages do not work as an installed dlock"
+
 if [ -n "${1:-}" ]; then
     mkdir -p "$1"
     cp "$work"/*.deb "$1"/
