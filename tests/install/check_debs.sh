@@ -10,9 +10,11 @@
 #   - what each .deb holds (dpkg -c): the library package named after the
 #     SONAME, the man pages each with its program, the guides in dlock-doc;
 #   - the relations: libdlock0.1 and dlock depend on no database library,
-#     dlock suggests the backend modules;
-# then unpacks them into a folder and builds the README's example against
-# it (check_install.sh --installed: pkg-config, CMake). The .debs
+#     dlock suggests the backend modules, libdlock-dev depends on the package
+#     of every pkg-config module that dlock.pc requires;
+# then unpacks them into a folder and builds programs against it: the
+# README's example (check_install.sh --installed: pkg-config, CMake), and a
+# program linked with libdlock.a, its flags from pkg-config. The .debs
 # are left in OUT_DIR when given. Needs dpkg-dev, debhelper, lintian and the
 # Build-Depends of debian/control (scripts/deps.sh installs them). Takes
 # 2 to 10 minutes, most of it dpkg-buildpackage; lintian about 15 s.
@@ -143,8 +145,72 @@ done
 for p in $packages; do
     dpkg -x "$(deb "$p")" "$work/root"
 done
+pc=$(ls "$work"/root/usr/lib/*/pkgconfig/dlock.pc)
+libdir=$(dirname "$(dirname "$pc")")
+
+# libdlock-dev depends on the package of each pkg-config module dlock.pc
+# requires (privately too: `pkg-config --static --libs dlock` and, with
+# pkg-config, even `--cflags dlock` need them), so that installing it is
+# enough. Each module's .pc is looked up on this machine, its owner with dpkg.
+dev_depends=$(dpkg-deb -f "$(deb libdlock-dev)" Depends | tr -s ',| ' '\n')
+requires=
+for m in $(sed -n 's/^Requires\(\.private\)\{0,1\}: *//p' "$pc" | tr ',' ' '); do
+    case "$m" in [\<\>=0-9]*) continue ;; esac # a version constraint
+    requires="$requires $m"
+    path=$(pkg-config --path "$m") || fail "dlock.pc requires $m: no $m.pc on this machine"
+    owner=$(dpkg -S "$path" | sed 's/[:,].*//')
+    echo "$dev_depends" | grep -qx "$owner" ||
+        fail "dlock.pc requires $m ($owner), and libdlock-dev does not depend on $owner"
+    echo "check_debs: ok: dlock.pc requires $m: libdlock-dev depends on $owner"
+done
+
 sh "$src/tests/install/check_install.sh" "$src" --installed "$work/root/usr" ||
     fail "the unpacked packages do not work as an installed dlock"
+
+# A program linked with libdlock.a, the rest shared, its flags from
+# pkg-config: both built-in backends reached (Redis: hiredis, OpenSSL; etcd:
+# libcurl, jansson, protobuf-c), each failing to connect to port 1.
+# `pkg-config --static --libs dlock` must resolve (every module it requires
+# installed with libdlock-dev), but its flags do not link on Debian:
+# libcurl.pc names its own private libraries (-lnghttp2, -lssh2, ...), whose
+# -dev packages libcurl4-openssl-dev only suggests. So the program links
+# libdlock.a and the shared libraries of the modules dlock.pc requires, as
+# dlock::dlock_static does.
+cat >"$work/static.c" <<'C'
+#include <dlock/dlock.h>
+#include <stdio.h>
+#include <string.h>
+
+int main(void)
+{
+    const char *urls[] = {"redis://127.0.0.1:1", "etcd://127.0.0.1:1"};
+    dlock_client_options opts = DLOCK_CLIENT_OPTIONS_INIT;
+    opts.connect_timeout_ms = 2000;
+    if (strcmp(dlock_version(), DLOCK_VERSION) != 0)
+        return 3;
+    for (int i = 0; i < 2; i++) {
+        dlock_client *client = NULL;
+        int rc = dlock_client_open(&client, urls[i], &opts);
+        printf("%s: %s\n", urls[i], dlock_strerror(rc));
+        dlock_client_free(client);
+        if (rc != DLOCK_ECONN)
+            return 2;
+    }
+    return 0;
+}
+C
+export PKG_CONFIG_PATH="$libdir/pkgconfig"
+pkg-config --static --libs dlock >/dev/null || fail "pkg-config --static --libs dlock"
+cflags=$(pkg-config --cflags dlock) || fail "pkg-config --cflags dlock"
+libs=$(pkg-config --libs dlock $requires) || fail "pkg-config --libs dlock $requires"
+static_libs="$(echo " $libs " | sed 's| -ldlock | -l:libdlock.a |') -pthread"
+# shellcheck disable=SC2086 # the flags are words
+cc -std=c11 -Wall -Wextra -Werror -o "$work/static" "$work/static.c" $cflags $static_libs ||
+    fail "a program does not link libdlock.a ($cflags $static_libs)"
+readelf -d "$work/static" | grep -q 'NEEDED.*libdlock' && fail "the static program needs libdlock.so"
+"$work/static" | sed 's/^/    /' || fail "the static program failed"
+echo "check_debs: ok: a program links libdlock.a with pkg-config: $static_libs"
+unset PKG_CONFIG_PATH
 
 if [ -n "${1:-}" ]; then
     mkdir -p "$1"
