@@ -525,16 +525,37 @@ typedef struct {
     int broken;       /* CHAOS_OK, or the broken worker of a self-test row */
 } run_ctx;
 
-static void runner_event(run_ctx *c, const char *kind, long long a, long long b)
+/* An event of the runner at time t (chaos_now_us). */
+static void runner_event_at(run_ctx *c, int64_t t, const char *kind, long long a, long long b)
 {
     char line[CHAOS_HISTORY_LINE];
-    int n = snprintf(line, sizeof(line), "%lld -1 %s %lld %lld 0\n", (long long)chaos_now_us(),
-                     kind, a, b);
+    int n = snprintf(line, sizeof(line), "%lld -1 %s %lld %lld 0\n", (long long)t, kind, a, b);
 
     if (write(c->runner_fd, line, (size_t)n) != n) {
         perror("chaos: runner history");
         exit(1);
     }
+}
+
+static void runner_event(run_ctx *c, const char *kind, long long a, long long b)
+{
+    runner_event_at(c, chaos_now_us(), kind, a, b);
+}
+
+/*
+ * Signal sig to the worker in slot, and log it as kind, timed before the
+ * signal is sent: a stop or kill ends the worker's belief, and timed after,
+ * a runner descheduled between the two (a loaded CI machine) made the next
+ * holder of a session-bound lock (released the moment the killed process's
+ * connection closes) look as if it began while the victim still held.
+ */
+static void signal_event(run_ctx *c, int slot, int sig, const char *kind, long long a,
+                         long long b)
+{
+    int64_t t = chaos_now_us();
+
+    kill(c->pids[slot], sig);
+    runner_event_at(c, t, kind, a, b);
 }
 
 static unsigned rnd(run_ctx *c, unsigned n)
@@ -659,8 +680,7 @@ static void stop_for(run_ctx *c, int slot, int64_t ms, long long fence)
 {
     int id = atomic_load(&c->slots[slot].id);
 
-    kill(c->pids[slot], SIGSTOP);
-    runner_event(c, "stop", id, fence);
+    signal_event(c, slot, SIGSTOP, "stop", id, fence);
     c->stopped_slot = slot;
     c->faults++;
     test_sleep_ms((long)ms);
@@ -674,8 +694,7 @@ static void kill_slot(run_ctx *c, int slot, long long fence)
 {
     int id = atomic_load(&c->slots[slot].id);
 
-    kill(c->pids[slot], SIGKILL);
-    runner_event(c, "kill", id, fence);
+    signal_event(c, slot, SIGKILL, "kill", id, fence);
     waitpid(c->pids[slot], NULL, 0);
     c->pids[slot] = 0;
     c->faults++;
@@ -775,8 +794,8 @@ static void do_server_kill(run_ctx *c)
         sleep_until_or(c, lease_ms / 2);
         if ((slot = pick_holder(c, lease_ms)) >= 0) {
             id = atomic_load(&c->slots[slot].id);
-            kill(c->pids[slot], SIGSTOP);
-            runner_event(c, "stop", id, (long long)atomic_load(&c->slots[slot].fence));
+            signal_event(c, slot, SIGSTOP, "stop", id,
+                         (long long)atomic_load(&c->slots[slot].fence));
             c->stopped_slot = slot;
         }
         down_ms = 50;
