@@ -80,9 +80,15 @@ struct dlock__etcd_spares {
     spare s[SPARES];
     int64_t later[LATER]; /* leases that back no key, for the thread to revoke */
     int nlater;
-    owned *held;
+    /* The leases the client's acquisitions hold, by token: held_size
+     * chains (a power of two), doubled when the entries outnumber them
+     * twice. A client may hold thousands; each renewal looks its up. */
+    owned **held;
+    size_t held_size, nheld;
     dlock__etcd_conn *conn; /* the thread's own */
 };
+
+#define HELD_MIN 64
 
 static int64_t random_id(void)
 {
@@ -100,8 +106,11 @@ int dlock__etcd_spares_new(dlock__etcd_be *be)
 {
     dlock__etcd_spares *sp = calloc(1, sizeof(*sp));
 
-    if (sp == NULL)
+    if (sp == NULL || (sp->held = calloc(HELD_MIN, sizeof(*sp->held))) == NULL) {
+        free(sp);
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    }
+    sp->held_size = HELD_MIN;
     pthread_mutex_init(&sp->mu, NULL);
     pthread_cond_init(&sp->cond, NULL);
     be->spares = sp;
@@ -308,12 +317,14 @@ void dlock__etcd_spares_free(dlock__etcd_be *be)
             dlock__etcd_lease_revoke(be, sp->conn, sp->s[i].p[j].id);
     for (int i = 0; i < sp->nlater && sp->conn != NULL; i++)
         dlock__etcd_lease_revoke(be, sp->conn, sp->later[i]);
-    while (sp->held != NULL) {
-        owned *o = sp->held;
-        sp->held = o->next;
-        free(o->token);
-        free(o);
-    }
+    for (size_t i = 0; i < sp->held_size; i++)
+        while (sp->held[i] != NULL) {
+            owned *o = sp->held[i];
+            sp->held[i] = o->next;
+            free(o->token);
+            free(o);
+        }
+    free(sp->held);
     dlock__etcd_conn_free(sp->conn);
     pthread_cond_destroy(&sp->cond);
     pthread_mutex_destroy(&sp->mu);
@@ -466,13 +477,46 @@ void dlock__etcd_spare_used(dlock__etcd_be *be, int64_t ttl)
 
 /* ---- the leases the acquisitions hold ----------------------------------- */
 
+static size_t held_chain(const dlock__etcd_spares *sp, const char *token)
+{
+    size_t h = 2166136261u; /* FNV-1a */
+
+    for (const unsigned char *p = (const unsigned char *)token; *p != '\0'; p++)
+        h = (h ^ *p) * 16777619u;
+    return h & (sp->held_size - 1);
+}
+
+/* The link that points to token's entry, or the end of its chain. */
 static owned **find(dlock__etcd_spares *sp, const char *token)
 {
-    owned **o = &sp->held;
+    owned **o = &sp->held[held_chain(sp, token)];
 
     while (*o != NULL && strcmp((*o)->token, token) != 0)
         o = &(*o)->next;
     return o;
+}
+
+/* Room for one entry more: twice the chains when they would average more
+ * than two (kept as they are when no memory is left for it). */
+static void held_grow(dlock__etcd_spares *sp)
+{
+    owned **old = sp->held;
+    size_t old_size = sp->held_size;
+
+    if (sp->nheld + 1 <= old_size * 2 || (sp->held = calloc(old_size * 2, sizeof(*old))) == NULL) {
+        sp->held = old;
+        return;
+    }
+    sp->held_size = old_size * 2;
+    for (size_t i = 0; i < old_size; i++)
+        while (old[i] != NULL) {
+            owned *o = old[i];
+            size_t c = held_chain(sp, o->token);
+            old[i] = o->next;
+            o->next = sp->held[c];
+            sp->held[c] = o;
+        }
+    free(old);
 }
 
 int dlock__etcd_held_set(dlock__etcd_be *be, const char *token, int64_t lease, int64_t ttl)
@@ -481,6 +525,7 @@ int dlock__etcd_held_set(dlock__etcd_be *be, const char *token, int64_t lease, i
     owned **o, *n;
 
     pthread_mutex_lock(&sp->mu);
+    held_grow(sp);
     o = find(sp, token);
     if (*o == NULL) {
         n = calloc(1, sizeof(*n));
@@ -490,6 +535,7 @@ int dlock__etcd_held_set(dlock__etcd_be *be, const char *token, int64_t lease, i
             return dlock__fail(DLOCK_ENOMEM, "out of memory");
         }
         *o = n;
+        sp->nheld++;
     }
     if ((*o)->lease != lease)
         (*o)->ok_ms = 0;
@@ -538,8 +584,10 @@ int dlock__etcd_held_take(dlock__etcd_be *be, const char *token, int64_t *lease,
 
     pthread_mutex_lock(&sp->mu);
     o = find(sp, token);
-    if ((n = *o) != NULL)
+    if ((n = *o) != NULL) {
         *o = n->next;
+        sp->nheld--;
+    }
     pthread_mutex_unlock(&sp->mu);
     *lease = n != NULL ? n->lease : 0;
     *ttl = n != NULL ? n->ttl : 0;

@@ -56,11 +56,7 @@ static void zk_close(void *arg)
         pthread_mutex_destroy(&be->sess[i].mu);
         pthread_cond_destroy(&be->sess[i].cv);
     }
-    while (be->holds != NULL) {
-        dlock__zk_hold *h = be->holds;
-        be->holds = h->next;
-        dlock__zk_hold_free(h);
-    }
+    dlock__zk_holds_free(be);
     pthread_mutex_destroy(&be->mu);
     pthread_cond_destroy(&be->reap_cv);
     free(be->hosts);

@@ -25,27 +25,115 @@ void dlock__zk_hold_free(dlock__zk_hold *h)
 
 #define ORPHAN_RETRY_MS 1000
 
+/* ---- the table ------------------------------------------------------------ */
+
+/* The table starts with this many chains, and doubles when the holds
+ * outnumber them twice. */
+#define TABLE_MIN 64
+
+static size_t token_hash(const char *token)
+{
+    size_t h = 2166136261u; /* FNV-1a */
+
+    for (const unsigned char *p = (const unsigned char *)token; *p != '\0'; p++)
+        h = (h ^ *p) * 16777619u;
+    return h;
+}
+
+static dlock__zk_hold **chain_of(dlock__zk_be *be, const char *token)
+{
+    return &be->table[token_hash(token) & (be->table_size - 1)];
+}
+
+/* Put h in the list and the table (be->mu held); 0 when the table cannot
+ * be made. Holds of one token (an orphan beside a hold) chain newest
+ * first, as hold_find expects. */
+static int hold_link(dlock__zk_be *be, dlock__zk_hold *h)
+{
+    dlock__zk_hold **chain;
+
+    if (be->table == NULL || be->nholds + 1 > be->table_size * 2) {
+        size_t size = be->table == NULL ? TABLE_MIN : be->table_size * 2;
+        dlock__zk_hold **table = calloc(size, sizeof(*table));
+        if (table == NULL) {
+            if (be->table == NULL)
+                return 0;
+        } else {
+            /* Oldest first, so that each chain keeps newest first. */
+            dlock__zk_hold *last = be->holds;
+            while (last != NULL && last->next != NULL)
+                last = last->next;
+            free(be->table);
+            be->table = table;
+            be->table_size = size;
+            for (dlock__zk_hold *o = last; o != NULL; o = o->prev) {
+                chain = chain_of(be, o->token);
+                o->hnext = *chain;
+                *chain = o;
+            }
+        }
+    }
+    chain = chain_of(be, h->token);
+    h->hnext = *chain;
+    *chain = h;
+    h->prev = NULL;
+    h->next = be->holds;
+    if (be->holds != NULL)
+        be->holds->prev = h;
+    be->holds = h;
+    be->nholds++;
+    return 1;
+}
+
+/* Take h out of the list and the table (be->mu held). */
+static void hold_unlink(dlock__zk_be *be, dlock__zk_hold *h)
+{
+    for (dlock__zk_hold **p = chain_of(be, h->token); *p != NULL; p = &(*p)->hnext)
+        if (*p == h) {
+            *p = h->hnext;
+            break;
+        }
+    if (h->prev != NULL)
+        h->prev->next = h->next;
+    else
+        be->holds = h->next;
+    if (h->next != NULL)
+        h->next->prev = h->prev;
+    h->next = h->prev = h->hnext = NULL;
+    be->nholds--;
+}
+
 /* be->mu held. */
 static dlock__zk_hold *hold_find(dlock__zk_be *be, const char *token)
 {
-    for (dlock__zk_hold *h = be->holds; h != NULL; h = h->next)
+    if (be->table == NULL)
+        return NULL;
+    for (dlock__zk_hold *h = *chain_of(be, token); h != NULL; h = h->hnext)
         if (strcmp(h->token, token) == 0)
             return h;
     return NULL;
 }
 
+void dlock__zk_holds_free(dlock__zk_be *be)
+{
+    while (be->holds != NULL) {
+        dlock__zk_hold *h = be->holds;
+        be->holds = h->next;
+        dlock__zk_hold_free(h);
+    }
+    free(be->table);
+    be->table = NULL;
+    be->table_size = be->nholds = 0;
+}
+
 /* Take the hold of token out of the table (NULL if none). */
 dlock__zk_hold *dlock__zk_hold_take(dlock__zk_be *be, const char *token)
 {
-    dlock__zk_hold *h = NULL;
+    dlock__zk_hold *h;
 
     pthread_mutex_lock(&be->mu);
-    for (dlock__zk_hold **p = &be->holds; *p != NULL; p = &(*p)->next)
-        if (strcmp((*p)->token, token) == 0) {
-            h = *p;
-            *p = h->next;
-            break;
-        }
+    if ((h = hold_find(be, token)) != NULL)
+        hold_unlink(be, h);
     pthread_mutex_unlock(&be->mu);
     return h;
 }
@@ -81,7 +169,12 @@ void dlock__zk_hold_touch(dlock__zk_be *be, const char *token, int64_t lease_ms)
     if ((h = hold_find(be, token)) != NULL && !h->orphan) {
         h->lease_ms = lease_ms;
         h->expires_ms = dlock__zk_now_ms() + lease_ms;
-        pthread_cond_signal(&be->reap_cv);
+        /* Later than before, as a rule: the reaper, waking for the old
+         * time, finds nothing due and sleeps again. Only a shorter lease
+         * may need it sooner. Waking it on every renewal made it scan
+         * every hold thousands of times a second. */
+        if (be->reap_at >= 0 && h->expires_ms < be->reap_at)
+            pthread_cond_signal(&be->reap_cv);
     }
     pthread_mutex_unlock(&be->mu);
 }
@@ -129,14 +222,15 @@ static void *reaper_main(void *arg)
         int64_t now = dlock__zk_now_ms(), next = INT64_MAX;
         dlock__zk_hold *due = NULL;
 
-        for (dlock__zk_hold **p = &be->holds; *p != NULL; p = &(*p)->next) {
-            if ((*p)->expires_ms <= now) {
-                due = *p;
-                *p = due->next;
+        be->reap_at = -1;
+        for (dlock__zk_hold *h = be->holds; h != NULL; h = h->next) {
+            if (h->expires_ms <= now) {
+                due = h;
+                hold_unlink(be, due);
                 break;
             }
-            if ((*p)->expires_ms < next)
-                next = (*p)->expires_ms;
+            if (h->expires_ms < next)
+                next = h->expires_ms;
         }
         if (due != NULL) {
             int gone = 1;
@@ -154,11 +248,12 @@ static void *reaper_main(void *arg)
                 /* The server could not be reached: again in a second. */
                 due->orphan = 1;
                 due->expires_ms = dlock__zk_now_ms() + ORPHAN_RETRY_MS;
-                due->next = be->holds;
-                be->holds = due;
+                if (!hold_link(be, due)) /* no table to grow into: given up */
+                    dlock__zk_hold_free(due);
             }
             continue;
         }
+        be->reap_at = next;
         if (next == INT64_MAX) {
             pthread_cond_wait(&be->reap_cv, &be->mu);
         } else {
@@ -173,18 +268,21 @@ static void *reaper_main(void *arg)
     return NULL;
 }
 
-/* Start the reaper if it is not running, and wake it (be->mu held). */
-static int reaper_poke(dlock__zk_be *be)
+/* Start the reaper if it is not running, and wake it if h is due before
+ * it planned to wake (be->mu held). */
+static int reaper_poke(dlock__zk_be *be, const dlock__zk_hold *h)
 {
     int rc = DLOCK_OK;
 
     if (!be->reaper_running) {
+        be->reap_at = -1;
         if (pthread_create(&be->reaper, NULL, reaper_main, be) == 0)
             be->reaper_running = 1;
         else
             rc = dlock_backend_fail(DLOCK_ENOMEM, "zk: cannot start the lease reaper thread");
     }
-    pthread_cond_signal(&be->reap_cv);
+    if (be->reap_at >= 0 && h->expires_ms < be->reap_at)
+        pthread_cond_signal(&be->reap_cv);
     return rc;
 }
 
@@ -202,8 +300,11 @@ int dlock__zk_hold_add(dlock__zk_be *be, const dlock_request *req, dlock__zk_ses
             pthread_mutex_unlock(&be->mu);
             return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
         }
-        h->next = be->holds;
-        be->holds = h;
+        if (!hold_link(be, h)) {
+            dlock__zk_hold_free(h);
+            pthread_mutex_unlock(&be->mu);
+            return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+        }
     }
     if (h->node == NULL || strcmp(h->node, node) != 0) {
         free(h->node);
@@ -218,7 +319,7 @@ int dlock__zk_hold_add(dlock__zk_be *be, const dlock_request *req, dlock__zk_ses
     h->czxid = czxid;
     h->lease_ms = req->lease_ms;
     h->expires_ms = dlock__zk_now_ms() + req->lease_ms;
-    rc = reaper_poke(be);
+    rc = reaper_poke(be, h);
     pthread_mutex_unlock(&be->mu);
     return rc;
 }
@@ -241,9 +342,12 @@ int dlock__zk_orphan_add(dlock__zk_be *be, const char *token, dlock__zk_sess *s,
     h->gen = gen;
     h->expires_ms = dlock__zk_now_ms() + ORPHAN_RETRY_MS;
     pthread_mutex_lock(&be->mu);
-    h->next = be->holds;
-    be->holds = h;
-    rc = reaper_poke(be);
+    if (!hold_link(be, h)) {
+        pthread_mutex_unlock(&be->mu);
+        dlock__zk_hold_free(h);
+        return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+    }
+    rc = reaper_poke(be, h);
     pthread_mutex_unlock(&be->mu);
     return rc;
 }

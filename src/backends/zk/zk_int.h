@@ -93,7 +93,16 @@ struct dlock__zk_be {
 
     pthread_mutex_t mu;   /* the holds table and the reaper */
     pthread_cond_t reap_cv;
+    /* Every hold, doubly linked through prev/next, and hashed by token
+     * (table of table_size chains through hnext): a client may hold
+     * thousands, each renewal looks one up. */
     struct dlock__zk_hold *holds;
+    struct dlock__zk_hold **table;
+    size_t table_size, nholds;
+    /* When the sleeping reaper plans to wake (CLOCK_BOOTTIME, INT64_MAX:
+     * when told), or -1 while it is awake: a hold due before then pokes
+     * it, a later one need not. */
+    int64_t reap_at;
     pthread_t reaper;
     int reaper_running, stopping;
 };
@@ -282,7 +291,7 @@ int dlock__zk_data_owner_is(const char *data, int len, const char *owner);
 
 /* A lock taken, or an orphan; in be->holds (under be->mu). */
 typedef struct dlock__zk_hold {
-    struct dlock__zk_hold *next;
+    struct dlock__zk_hold *next, *prev, *hnext;
     char *token;
     char *node;
     dlock__zk_sess *sess;
@@ -301,6 +310,8 @@ typedef struct dlock__zk_hold {
 } dlock__zk_hold;
 
 void dlock__zk_hold_free(dlock__zk_hold *h);
+/* Free every hold and the table (closing: the reaper has stopped). */
+void dlock__zk_holds_free(dlock__zk_be *be);
 /* Take the hold of token out of the table (NULL if none). */
 dlock__zk_hold *dlock__zk_hold_take(dlock__zk_be *be, const char *token);
 /* A copy of token's hold (node and session), for a call without be->mu:
