@@ -34,9 +34,16 @@ demo:
 	@$(MAKE) --no-print-directory build
 	@scripts/demo.sh $(BUILD)
 
+# Then one client holding 10,000 locks on each backend (test_scale, a
+# program of the test suite): RSS per lock, CPU, renewal calls per second.
 bench: deps
 	@$(MAKE) --no-print-directory build
 	@$(BUILD)/bench/dlock-bench
+	@echo "== many locks on one client (docs/bench.md)"
+	@for b in redis etcd zk postgres mysql; do \
+		DLOCK_MODULE_DIR=$(BUILD)/dlock DLOCK_SCALE_LOCKS=10000 \
+			$(BUILD)/tests/test_scale $$b hold_many 2>/dev/null | grep '^scale:' || true; \
+	done
 
 # Redlock on 5 throwaway redis-servers beside node-redlock (npm's redlock v5
 # and ioredis, installed under $(BUILD)/node-redlock; docs/bench.md).
