@@ -1097,7 +1097,9 @@ static void stats_count_exactly(void)
         CHECK(trace_ends(mark, "status", DLOCK_OK) == 1);
         CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
         CHECK(bucket_sum(st.round_trip_us) == before);
+        pthread_mutex_lock(&log_mu);
         CHECK_CONTAINS(log_text, "0 status 'st-lost': ok in ");
+        pthread_mutex_unlock(&log_mu);
     }
 
     /* Renewals: the watchdog's, one per lock per renewal. */
@@ -1113,7 +1115,9 @@ static void stats_count_exactly(void)
     CHECK_RC(dlock_release(a), DLOCK_OK);
     /* The watchdog's renewals, traced from its thread: one lock each. */
     CHECK(trace_ends(mark, "renew", DLOCK_OK) >= 2);
+    pthread_mutex_lock(&log_mu);
     CHECK_CONTAINS(log_text, "0 renew 'st-renew': ok in ");
+    pthread_mutex_unlock(&log_mu);
     /* The other client's counters are its own. */
     CHECK_RC(dlock_client_stats(&st, other), DLOCK_OK);
     CHECK(st.acquires == 0 && st.busy == 0 && bucket_sum(st.round_trip_us) == 0);
