@@ -392,7 +392,7 @@ typedef struct {
     char url[400]; /* redis-cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3 */
 } test_cluster;
 
-/* Start 3 cluster-enabled redis-servers on ports of 48200-48299 free then
+/* Start 3 cluster-enabled redis-servers on ports of 21200-21299 free then
  * (the cluster bus takes port+10000), join them with redis-cli --cluster
  * create (slots split in three) and wait until every node says
  * cluster_state:ok. extra_args go to every redis-server. */
