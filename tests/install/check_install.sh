@@ -253,7 +253,9 @@ int main(int argc, char **argv)
         }
     }
 #endif
-    o.connect_timeout_ms = 500;
+    /* Port 1 refuses: ZooKeeper's client retries until the timeout. */
+    if (strstr(argv[1], "127.0.0.1:1/") != NULL)
+        o.connect_timeout_ms = 200;
     if ((rc = dlock_client_open(&c, argv[1], &o)) != DLOCK_OK) {
         printf("open: %s: %s\n", dlock_strerror(rc), dlock_error_message());
         return rc == DLOCK_ECONN ? 1 : 2;
@@ -287,7 +289,7 @@ CMAKE
     cmake -S "$work/static-app" -B "$work/static-app/build" -DCMAKE_PREFIX_PATH="$prefix" \
         "-DBACKENDS=$list" -DCMAKE_C_FLAGS="-Wall -Wextra -Werror" >"$work/static.log" 2>&1 ||
         { cat "$work/static.log" >&2; fail "find_package(dlock COMPONENTS$backends)"; }
-    cmake --build "$work/static-app/build" >>"$work/static.log" 2>&1 ||
+    cmake --build "$work/static-app/build" --parallel 2 >>"$work/static.log" 2>&1 ||
         { cat "$work/static.log" >&2; fail "a static program does not build with dlock::NAME_static"; }
     # run_static WHAT WANT BINARY ARG...: runs it, fails unless it exits WANT
     run_static() {
