@@ -5,30 +5,12 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/file.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "test_server.h"
-
-/* Whether port is free on loopback now. */
-static int port_free(int port)
-{
-    struct sockaddr_in a;
-    int fd = socket(AF_INET, SOCK_STREAM, 0), ok;
-
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons((uint16_t)port);
-    ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
-    if (fd >= 0)
-        close(fd);
-    return ok;
-}
 
 /* Claim port among this machine's test processes: an flock on a file of
  * its own, held until this process exits (parallel tests would otherwise
@@ -65,7 +47,7 @@ static int cluster_port(const test_cluster *c, int upto)
         int port = 21200 + (start + i) % 100, mine = 0;
         for (int j = 0; j < upto; j++)
             mine = mine || c->nodes[j].port == port;
-        if (!mine && port_free(port) && port_free(port + 10000) && port_claim(port))
+        if (!mine && test__port_free(port) && test__port_free(port + 10000) && port_claim(port))
             return port;
     }
     fprintf(stderr, "test_cluster_start: no free port pair in 21200-21299 (+10000)\n");

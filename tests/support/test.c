@@ -92,23 +92,40 @@ const char *test_faketime_lib(void)
     return NULL;
 }
 
-int test__kernel_port(void)
+/* Bind a socket to loopback port (0: one the kernel picks) and close it:
+ * the port bound, or 0 when the bind failed. */
+static int loopback_bind(int port)
 {
     struct sockaddr_in a;
     socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), bound = 0;
 
     memset(&a, 0, sizeof(a));
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+    a.sin_port = htons((uint16_t)port);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        bound = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return bound;
+}
+
+int test__kernel_port(void)
+{
+    int port = loopback_bind(0);
+
+    if (port == 0) {
         perror("test__kernel_port");
         exit(1);
     }
-    port = ntohs(a.sin_port);
-    close(fd);
     return port;
+}
+
+int test__port_free(int port)
+{
+    return loopback_bind(port) == port;
 }
 
 void *test_shared_page(size_t size)

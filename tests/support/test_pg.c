@@ -3,12 +3,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
-#include <netinet/in.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +14,7 @@
 #include <libpq-fe.h>
 
 #include "test_pg.h"
+#include "test_server.h"
 
 /* The folder of initdb and postgres: PATH's, else Debian's newest. */
 static const char *bindir(void)
@@ -48,21 +47,6 @@ static void drop_root(void)
     }
 }
 
-static int port_free(int port)
-{
-    struct sockaddr_in a;
-    int fd = socket(AF_INET, SOCK_STREAM, 0), ok;
-
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
-    if (fd >= 0)
-        close(fd);
-    return ok;
-}
-
 static test_pg *running[8];
 static pid_t starter;
 
@@ -76,7 +60,7 @@ static void stop_all(void)
 }
 
 /* Start postgres on p->port. 0 when it answers on its own socket, -1 when it
- * exited at start (another test took the port between port_free and the
+ * exited at start (another test took the port between test__port_free and the
  * bind: try another). Readiness is asked on the Unix socket in p->dir, which
  * only this server can have: over TCP another test's server on the same
  * port would answer, and this test would go on with that one. */
@@ -198,7 +182,7 @@ static void start(test_pg *p, const test_tls *t)
     }
     for (i = 0, tries = 0; i < 200; i++) {
         p->port = 47300 + (int)((getpid() + i * 7) % 100);
-        if (!port_free(p->port))
+        if (!test__port_free(p->port))
             continue;
         snprintf(p->url, sizeof(p->url), "postgres://dlock@127.0.0.1:%d/postgres", p->port);
         if (spawn(p) == 0)

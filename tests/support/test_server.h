@@ -44,6 +44,8 @@ void test__signal(int pid, int paused);
 
 /* A loopback port the kernel picks (bind to port 0). */
 int test__kernel_port(void);
+/* Whether loopback port is free now (a bind to it works). */
+int test__port_free(int port);
 
 /* ---- server_redis.c ---- */
 
