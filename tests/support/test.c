@@ -50,6 +50,18 @@ int test_run(const test_case *cases, size_t n, int argc, char **argv)
     return 2;
 }
 
+int test_run_on(const test_case *cases, size_t n, int argc, char **argv, const char **backend)
+{
+    if (argc == 2 && strcmp(argv[1], "--list") == 0)
+        return test_run(cases, n, argc, argv);
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s BACKEND CASE | --list\n", argv[0]);
+        return 2;
+    }
+    *backend = argv[1];
+    return test_run(cases, n, argc - 1, argv + 1);
+}
+
 int64_t test_clock_ms(int clock)
 {
     struct timespec ts;

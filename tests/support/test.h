@@ -67,6 +67,9 @@ typedef struct {
 
 /* PROGRAM CASE runs one case; PROGRAM --list prints "NAME LABELS" a line. */
 int test_run(const test_case *cases, size_t n, int argc, char **argv);
+/* For a suite run once per backend: PROGRAM BACKEND CASE runs one case with
+ * *backend set to BACKEND; PROGRAM --list as test_run. */
+int test_run_on(const test_case *cases, size_t n, int argc, char **argv, const char **backend);
 
 /* DLOCK_ACQUIRE_OPTIONS_INIT with these three set. */
 dlock_acquire_options test_opts(int64_t wait_ms, int64_t lease_ms, int auto_renew);

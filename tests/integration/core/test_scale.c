@@ -227,12 +227,5 @@ static const test_case cases[] = {
 /* test_scale BACKEND CASE, or test_scale --list */
 int main(int argc, char **argv)
 {
-    if (argc == 2 && strcmp(argv[1], "--list") == 0)
-        return test_run(cases, sizeof(cases) / sizeof(cases[0]), argc, argv);
-    if (argc < 2) {
-        fprintf(stderr, "usage: %s BACKEND CASE | --list\n", argv[0]);
-        return 2;
-    }
-    backend = argv[1];
-    return test_run(cases, sizeof(cases) / sizeof(cases[0]), argc - 1, argv + 1);
+    return test_run_on(cases, sizeof(cases) / sizeof(cases[0]), argc, argv, &backend);
 }
