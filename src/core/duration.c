@@ -28,6 +28,10 @@ int dlock_duration_parse(int64_t *out_ms, const char *text)
 {
     const char *p = text;
     int64_t total = 0;
+    /* What the fractions add below a millisecond, in billionths of one: the
+     * sum must come out whole ("9.00000001s9.99999ms" is 9010 ms), not each
+     * part (libFuzzer's fuzz_duration found the difference). */
+    int64_t below = 0;
     size_t next_unit = 0; /* units before this one are used up */
 
     dlock__clear_error();
@@ -78,14 +82,20 @@ int dlock_duration_parse(int64_t *out_ms, const char *text)
             p += len;
         }
         next_unit = u + 1;
-        /* whole <= 30 days in ms and a unit <= 1 day in ms: no overflow. */
-        if (frac * units[u].ms % den != 0)
-            return bad(text, "finer than a millisecond");
+        /* whole <= 30 days in ms, frac < 10^9 and a unit <= 1 day in ms: no
+         * overflow. den is a power of 10 up to 10^9. */
         part = whole * units[u].ms + frac * units[u].ms / den;
+        below += frac * units[u].ms % den * (1000000000 / den);
+        if (below >= 1000000000) {
+            below -= 1000000000;
+            part++;
+        }
         if (part > DLOCK_LEASE_MAX_MS - total)
             return too_long(text);
         total += part;
     }
+    if (below != 0)
+        return bad(text, "finer than a millisecond");
     *out_ms = total;
     return DLOCK_OK;
 }

@@ -146,7 +146,9 @@ static void duration(void)
                 {"0.25s", 250}, {"0.001s", 1}, {"1.500000000s", 1500}, {"1h30m", 5400000},
                 {"1h30m15s", 5415000}, {"1m30s500ms", 90500}, {"1d12h", 129600000},
                 {"0.25h", 900000}, {"1.5m", 90000}, {"29d23h59m59s999ms", DLOCK_LEASE_MAX_MS - 1},
-                {"2s500ms", 2500}, {"0.5d", 43200000}, {"007s", 7000}};
+                {"2s500ms", 2500}, {"0.5d", 43200000}, {"007s", 7000},
+                /* fractions below a millisecond that add up to whole ones */
+                {"9.00000001s9.99999ms", 9010}, {"1.0005s0.5ms", 1001}};
     static const struct {
         const char *text, *why;
     } bad[] = {{"", "empty"}, {"-1s", "expected a number"}, {"5H", "expected a unit"},
@@ -160,6 +162,7 @@ static void duration(void)
                {"1s1s", "longest to the shortest"}, {"1h30", "without a unit"},
                {"1.s", "digits after '.'"}, {".5s", "expected a number"},
                {"0.5ms", "finer than a millisecond"}, {"0.0001s", "finer than a millisecond"},
+               {"1.0005s0.4ms", "finer than a millisecond"},
                {"1.0000000001s", "more than 9 digits"}, {"1,5s", "expected a unit"},
                {"1.5.5s", "expected a unit"}, {"1e3s", "unknown unit 'e'"}, {"+5s", "expected a number"},
                {"1h ", "expected a number"}};
