@@ -47,6 +47,9 @@ struct dlock_client {
      * wakes it only for a lock due before then: waking it on every acquire
      * cost a context switch per lock cycle. */
     int64_t sleep_until_ms;
+    /* A lock may have on_lost due (watchdog.c): set by lock_mark_lost,
+     * cleared by a look at every lock that found none. */
+    int callbacks_pending;
     /* The shortest time from registration to a lock's first event seen so
      * far (0: none yet). With no lock to watch, the watchdog still wakes
      * this often, so that a new lock whose first event comes no sooner
