@@ -89,6 +89,7 @@ void dlock__lock_request(dlock_request *req, const dlock_lock *l)
     req->permits = l->permits;
     req->identity = l->identity;
     req->holder = l->holder;
+    req->auto_renew = l->auto_renew;
 }
 
 int dlock__not_supported(const dlock_client *c, const char *what)

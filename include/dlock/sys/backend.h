@@ -102,6 +102,12 @@ typedef struct {
      * dlock_holder_parse. At most DLOCK_HOLDER_MAX bytes, printable ASCII;
      * NULL when unknown (the other calls may ignore it). */
     const char *holder;
+    /* Since v5, after holder (0 from a core built before). 1 when the
+     * core's watchdog renews this lock (auto_renew): a backend may then
+     * keep it alive together with the client's other auto-renewed locks
+     * (etcd puts them on one lease); 0 when its lease must run out on the
+     * server at the end of lease_ms unless extended. */
+    int auto_renew;
 } dlock_request;
 
 /* Longest dlock_request.holder. */

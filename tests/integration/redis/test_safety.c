@@ -446,7 +446,7 @@ static void own_key_after_counter_retired(void)
     dlock_lock *l;
     const char *token = "0123456789abcdef0123456789abcdef";
     dlock_acquire_options o = test_opts(0, 5000, 0);
-    dlock_request req = {DLOCK_KIND_MUTEX, "retired", token, NULL, 0, 5000, 0, NULL, NULL};
+    dlock_request req = {DLOCK_KIND_MUTEX, "retired", token, NULL, 0, 5000, 0, NULL, NULL, 0};
     dlock_acquire_result res = {0};
 
     test_redis_start(&r, NULL);
@@ -479,7 +479,7 @@ static void timed_out_tries_leave_nothing(void)
     dlock_acquire_options o = test_opts(0, 60000, 0);
     void *watch = NULL;
     dlock_request req = {DLOCK_KIND_MUTEX, "noreply", "00112233445566778899aabbccddeeff", NULL,
-                         0, 60000, 0, NULL, NULL};
+                         0, 60000, 0, NULL, NULL, 0};
     dlock_acquire_result res = {0};
     int rc;
 
