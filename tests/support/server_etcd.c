@@ -437,9 +437,10 @@ long long test_etcd_delete(test_etcd *e, const char *prefix)
     return etcd_prefix_op(e, "/v3/kv/deleterange", prefix, "", "deleted");
 }
 
-/* Leases of dlock's etcd backend with bit 62 set are spares, granted ahead
- * of need (etcd_spare.c): *spares counts those with no key attached, the
- * rest are leases in use. */
+/* Leases of dlock's etcd backend with bit 62 set and bit 61 clear are
+ * spares, granted ahead of need (etcd_spare.c): *spares counts those with
+ * no key attached, the rest are leases in use, session leases
+ * (etcd_session.c: both bits set) whether keys are on them or not. */
 static long long etcd_leases(test_etcd *e, long long *spares)
 {
     json_t *j = etcd_post_any(e, "/v3/lease/leases", "{}");
@@ -452,7 +453,7 @@ static long long etcd_leases(test_etcd *e, long long *spares)
         char body[64];
         json_t *t;
 
-        if ((id & (1LL << 62)) == 0) {
+        if ((id & (3LL << 61)) != (1LL << 62)) {
             n++;
             continue;
         }
@@ -473,6 +474,20 @@ long long test_etcd_leases(test_etcd *e)
     long long spares;
 
     return etcd_leases(e, &spares);
+}
+
+/* Session leases of dlock's etcd backend (bits 62 and 61 set). */
+long long test_etcd_sessions(test_etcd *e)
+{
+    json_t *j = etcd_post_any(e, "/v3/lease/leases", "{}");
+    const json_t *l = json_object_get(j, "leases");
+    long long n = 0;
+
+    for (size_t i = 0; i < json_array_size(l); i++)
+        if ((etcd_field(json_array_get(l, i), "ID") & (3LL << 61)) == (3LL << 61))
+            n++;
+    json_decref(j);
+    return n;
 }
 
 long long test_etcd_spares(test_etcd *e)

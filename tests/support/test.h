@@ -234,6 +234,8 @@ long long test_etcd_delete(test_etcd *e, const char *prefix);
 long long test_etcd_leases(test_etcd *e);
 /* dlock's spare leases (ID bit 62 set) with no key attached. */
 long long test_etcd_spares(test_etcd *e);
+/* Session leases (etcd_session.c) there are, with keys or not. */
+long long test_etcd_sessions(test_etcd *e);
 /* Sum of member i's Prometheus counters whose line starts with metric, e.g.
  * "grpc_server_started_total{grpc_method=\"Txn\"". */
 long long test_etcd_metric(test_etcd *e, int member, const char *metric);

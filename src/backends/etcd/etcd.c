@@ -45,6 +45,8 @@
 
 /* Key reads per renewal txn (etcd's default --max-txn-ops is 128). */
 #define TXN_CHUNK 64
+/* Key compares per renewal txn (etcd counts them apart from the ops). */
+#define COMPARE_CHUNK 128
 
 /* ---- open / close ----------------------------------------------------- */
 
@@ -54,6 +56,7 @@ static void etcd_close(void *arg)
 
     if (be == NULL)
         return;
+    dlock__etcd_sessions_free(be); /* revoked: before the pool goes */
     dlock__etcd_spares_free(be); /* revokes the spares: before the pool goes */
     pthread_mutex_destroy(&be->ids_mu);
     free(be->lent);
@@ -107,6 +110,7 @@ static int etcd_open(void **out, const dlock_url *url, const dlock_client_option
     if (be == NULL)
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
     pthread_mutex_init(&be->ids_mu, NULL);
+    dlock__etcd_sessions_init(be);
     be->prefix = strdup(opts->key_prefix != NULL ? opts->key_prefix : "dlock/");
     be->value = strdup(opts->client_name != NULL ? opts->client_name : "dlock");
     if (be->prefix == NULL || be->value == NULL) {
@@ -139,6 +143,15 @@ err:
 }
 
 /* ---- acquire ------------------------------------------------------------ */
+
+/* A lock the watchdog renews, of the plain queue (not a reader, a
+ * semaphore or an owner id's, which end by revoking their leases), goes on
+ * the client's session lease of its TTL (etcd_session.c). */
+static int on_session(const dlock_request *req)
+{
+    return req->auto_renew && !dlock__etcd_shared_kind(req->kind) &&
+           !dlock__etcd_owner_mode(req);
+}
 
 /* Every kind etcd serves (caps) is a queue of keys: the plain mutex, the
  * fair lock (the same queue: first come, first served), an election, whose
@@ -176,8 +189,8 @@ static int acquire_keys(dlock__etcd_be *be, const dlock_request *req, void *watc
     }
     rc = dlock__etcd_acquire_as(be, req->name, req->token, req->lease_ms,
                                 req->kind == DLOCK_KIND_LEADER ? req->identity : value, req->kind,
-                                req->permits, watch, &out->fence, &out->retry_ms,
-                                &out->lease_from_ms);
+                                req->permits, on_session(req), watch, &out->fence,
+                                &out->retry_ms, &out->lease_from_ms);
     free(value);
     if (rc == DLOCK_OK)
         rc = dlock__etcd_hold_add(be, req, out->fence);
@@ -302,13 +315,15 @@ static int release_keys(dlock__etcd_be *be, const dlock_request *req)
         dlock__etcd_keys_free(&k);
         return rc;
     }
-    if (ok_ms > 0 && (lease & (int64_t)DLOCK__ETCD_SPARE_BIT) != 0 &&
+    if (ok_ms > 0 && DLOCK__ETCD_IS_SPARE(lease) &&
         (rc = release_by_delete(be, c, owner, k.key, lease, ttl, ok_ms)) != UNCLEAR) {
         dlock__etcd_conn_put(be->http, c);
         dlock__etcd_keys_free(&k);
         return rc;
     }
-    if (lease != 0 && (rc = release_by_revoke(be, c, lease)) != DLOCK_ELOST) {
+    /* A session lease backs other locks too: its key is deleted below. */
+    if (lease != 0 && !DLOCK__ETCD_IS_SESSION(lease) &&
+        (rc = release_by_revoke(be, c, lease)) != DLOCK_ELOST) {
         /* The key was on that lease (an extend whose outcome is not known
          * leaves no lease in the table), so it went with it. */
         if (rc == DLOCK_OK)
@@ -332,7 +347,7 @@ static int release_keys(dlock__etcd_be *be, const dlock_request *req)
     if (rc == DLOCK_OK && deleted == 0)
         rc = DLOCK_ELOST;
     /* No lock of this acquisition remains: end its lease now rather than
-     * let it run out. */
+     * let it run out (not a session lease: lease_revoke leaves it). */
     if (rc == DLOCK_OK && prev.lease != 0)
         dlock__etcd_lease_revoke(be, c, prev.lease);
     free(prev.key);
@@ -439,23 +454,32 @@ static int move_to_lease(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__e
  * move: the watchdog tries again). One TimeToLive, on renewals and extends
  * only.
  */
-static int confirm_lease(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t lease, int64_t sent,
-                         const dlock_request *req)
+/* The leader's TTL of lease, in whole seconds (-1: no such lease), read
+ * at *asked. */
+static int leader_ttl(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t lease, int64_t *asked,
+                      int64_t *ttl)
 {
-    int64_t asked = dlock__now_ms(), ttl = -1;
     json_t *reply = NULL;
-    int rc = dlock__etcd_be_call(be, c, "/v3/lease/timetolive",
-                                 json_pack("{s:I}", "ID", (json_int_t)lease), &reply);
+    int rc;
 
+    *asked = dlock__now_ms();
+    *ttl = -1;
+    rc = dlock__etcd_be_call(be, c, "/v3/lease/timetolive",
+                             json_pack("{s:I}", "ID", (json_int_t)lease), &reply);
     /* TTL -1 (or NOT_FOUND): no such lease; 0: under a second left. */
-    if (rc == DLOCK_OK && (dlock__etcd_int(reply, "TTL", &ttl) != 0 || ttl < -1 ||
-                           ttl > INT64_MAX / 1000 - 1))
+    if (rc == DLOCK_OK && (dlock__etcd_int(reply, "TTL", ttl) != 0 || *ttl < -1 ||
+                           *ttl > INT64_MAX / 1000 - 1))
         rc = dlock__etcd_bad_reply(be, "lease timetolive");
     json_decref(reply);
     if (rc == DLOCK_ESERVER && c->grpc_code == DLOCK__GRPC_NOT_FOUND)
-        rc = DLOCK_OK, ttl = -1;
-    if (rc != DLOCK_OK)
-        return rc;
+        rc = DLOCK_OK, *ttl = -1;
+    return rc;
+}
+
+/* Does the leader's TTL (leader_ttl) cover req's renewal sent at sent? */
+static int ttl_covers(dlock__etcd_be *be, int64_t ttl, int64_t asked, int64_t sent,
+                      const dlock_request *req)
+{
     if (ttl < 0)
         return DLOCK_ELOST;
     if (asked + ttl * 1000 + 1000 < sent + req->lease_ms)
@@ -467,6 +491,15 @@ static int confirm_lease(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t lease,
                            req->name, (long long)(ttl * 1000),
                            (long long)(sent + req->lease_ms - asked));
     return DLOCK_OK;
+}
+
+static int confirm_lease(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t lease, int64_t sent,
+                         const dlock_request *req)
+{
+    int64_t asked, ttl;
+    int rc = leader_ttl(be, c, lease, &asked, &ttl);
+
+    return rc == DLOCK_OK ? ttl_covers(be, ttl, asked, sent, req) : rc;
 }
 
 static int etcd_extend(void *arg, const dlock_request *req)
@@ -522,70 +555,103 @@ static int etcd_extend(void *arg, const dlock_request *req)
     return rc;
 }
 
-/*
- * The watchdog's renewal: keep every lock's lease alive, then read every
- * lock's key in one txn, because a key can be deleted while its lease lives
- * (an administrator's force release). A lock is still ours when its key
- * exists on our lease, alive. A key on another lease is one an extend whose
- * reply was lost may have moved (to a lease nobody keeps alive, perhaps
- * shorter than ours): it is moved back onto the lease renewed here.
- */
-/* confirm_lease for each renewal still DLOCK_OK, after the renewal's txn
- * (the linearizable read): ELOST per lock, any other failure for all. */
-static int confirm_renewals(dlock__etcd_be *be, dlock_renewal *items, size_t n,
-                            const int64_t *ids, int64_t sent)
+/* The leases of a renewal batch, each once: the locks on a session lease
+ * share it (etcd_session.c), so a batch of 128 locks is one keepalive and,
+ * on an etcd before 3.4.25, one TimeToLive, not 128 of each. */
+typedef struct {
+    int64_t *ids;  /* distinct lease IDs: the locks' first, then the spares' */
+    int *alive;    /* per ID, from the keepalive */
+    size_t n;
+    size_t *of;    /* per lock: the index of its lease in ids */
+} batch_leases;
+
+static size_t lease_index(batch_leases *b, int64_t id)
 {
-    for (size_t i = 0; i < n; i++) {
-        int rc;
-        if (items[i].result != DLOCK_OK)
-            continue;
-        rc = confirm_lease(be, be->wd, ids[i], sent, items[i].req);
-        if (rc == DLOCK_ELOST)
-            items[i].result = DLOCK_ELOST;
-        else if (rc != DLOCK_OK)
-            return rc;
-    }
-    return DLOCK_OK;
+    /* Most locks of a batch are on one session lease: look at the last
+     * one added first. */
+    for (size_t j = b->n; j-- > 0;)
+        if (b->ids[j] == id)
+            return j;
+    b->ids[b->n] = id;
+    return b->n++;
 }
 
-static int etcd_renew(void *arg, dlock_renewal *items, size_t n)
+/* confirm the renewals still DLOCK_OK by each lease's leader TTL, read once
+ * per lease after the renewal's txn (the linearizable read): ELOST per
+ * lock, any other failure for all. */
+static int confirm_renewals(dlock__etcd_be *be, dlock_renewal *items, size_t n,
+                            const batch_leases *b, int64_t sent)
 {
-    dlock__etcd_be *be = arg;
-    dlock__etcd_keys *keys = calloc(n, sizeof(*keys));
-    /* The locks' leases, then the spares' (etcd_spare.c), in one request. */
-    int64_t *ids = calloc(n + DLOCK__ETCD_SPARE_IDS, sizeof(*ids));
-    int *alive = calloc(n + DLOCK__ETCD_SPARE_IDS, sizeof(*alive));
-    int64_t sent = dlock__now_ms();
-    size_t spares = 0;
+    int64_t *ttl = malloc(b->n * sizeof(*ttl)), *asked = malloc(b->n * sizeof(*asked));
     int rc = DLOCK_OK;
 
-    if (keys == NULL || ids == NULL || alive == NULL) {
-        rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
-        goto done;
+    if (ttl == NULL || asked == NULL) {
+        free(ttl);
+        free(asked);
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
     }
+    for (size_t j = 0; j < b->n; j++)
+        asked[j] = 0; /* not read yet */
     for (size_t i = 0; i < n && rc == DLOCK_OK; i++) {
-        int64_t held = 0, held_ttl = 0;
-        rc = dlock__etcd_keys_make(&keys[i], be, items[i].req->name, items[i].req->token,
-                                   items[i].req->lease_ms);
-        if (rc == DLOCK_OK)
-            rc = dlock__etcd_hold_key(&keys[i], items[i].req);
-        /* A spare's lease (of this TTL), else the one derived from the token. */
-        dlock__etcd_held_get(be, items[i].req->token, &held, &held_ttl);
-        ids[i] = held != 0 && held_ttl == keys[i].ttl ? held : keys[i].lease;
+        size_t j = b->of[i];
+        int r;
+        if (items[i].result != DLOCK_OK)
+            continue;
+        if (asked[j] == 0 && (rc = leader_ttl(be, be->wd, b->ids[j], &asked[j], &ttl[j])) !=
+                                 DLOCK_OK)
+            break;
+        r = ttl_covers(be, ttl[j], asked[j], sent, items[i].req);
+        if (r == DLOCK_ELOST)
+            items[i].result = DLOCK_ELOST;
+        else if (r != DLOCK_OK)
+            rc = r;
     }
-    if (rc == DLOCK_OK) {
-        spares = dlock__etcd_spares_alive(be, ids + n, DLOCK__ETCD_SPARE_IDS);
-        rc = dlock__etcd_keepalive(be, be->wd, ids, n + spares, alive);
-    }
-    for (size_t i = 0; rc == DLOCK_OK && i < n; i++)
-        if (alive[i] == 1)
-            dlock__etcd_held_alive(be, items[i].req->token, ids[i], sent);
-    for (size_t i = n; rc == DLOCK_OK && i < n + spares; i++)
-        dlock__etcd_spare_renewed(be, ids[i], alive[i] == 1, sent);
-    for (size_t from = 0; from < n && rc == DLOCK_OK; from += TXN_CHUNK) {
-        size_t to = from + TXN_CHUNK < n ? from + TXN_CHUNK : n;
-        json_t *ops = json_array(), *reply = NULL;
+    free(ttl);
+    free(asked);
+    return rc;
+}
 
+/*
+ * 1 when every key of items [from, to) is on the lease its lock renews (a
+ * txn of compares alone, which etcd serves as a linearizable read and
+ * answers with one flag, so a batch of locks costs no key's decoding), 0
+ * when one is not (gone, or moved), or an error.
+ */
+static int keys_on_leases(dlock__etcd_be *be, size_t from, size_t to,
+                          const dlock__etcd_keys *keys, const batch_leases *b)
+{
+    json_t *cmp = json_array(), *reply = NULL;
+    int rc;
+
+    for (size_t i = from; cmp != NULL && i < to; i++) {
+        json_t *one = json_pack("{s:o, s:s, s:s, s:I}", "key", dlock__etcd_str(keys[i].key),
+                                "target", "LEASE", "result", "EQUAL", "lease",
+                                (json_int_t)b->ids[b->of[i]]);
+        if (json_array_append_new(cmp, one) != 0) {
+            json_decref(cmp);
+            cmp = NULL;
+        }
+    }
+    if (cmp == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    rc = dlock__etcd_be_call(be, be->wd, "/v3/kv/txn", json_pack("{s:o}", "compare", cmp), &reply);
+    if (rc == DLOCK_OK)
+        rc = json_is_true(json_object_get(reply, "succeeded"));
+    json_decref(reply);
+    return rc;
+}
+
+/* Read the keys of items [from, to), TXN_CHUNK to a txn, and set each
+ * result: ours when the key exists on the lease just renewed, alive. A key
+ * on another lease is moved back (etcd_renew). */
+static int read_keys(dlock__etcd_be *be, dlock_renewal *items, size_t from0, size_t to0,
+                     dlock__etcd_keys *keys, const batch_leases *b)
+{
+    int rc = DLOCK_OK;
+
+    for (size_t from = from0; from < to0 && rc == DLOCK_OK; from += TXN_CHUNK) {
+        size_t to = from + TXN_CHUNK < to0 ? from + TXN_CHUNK : to0;
+        json_t *ops = json_array(), *reply = NULL;
         for (size_t i = from; ops != NULL && i < to; i++) {
             json_t *op = dlock__etcd_as_op(dlock__etcd_range_key(keys[i].key));
             if (json_array_append_new(ops, op) != 0) {
@@ -593,14 +659,13 @@ static int etcd_renew(void *arg, dlock_renewal *items, size_t n)
                 ops = NULL;
             }
         }
-        if (ops == NULL) {
-            rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
-            break;
-        }
+        if (ops == NULL)
+            return dlock__fail(DLOCK_ENOMEM, "out of memory");
         rc = dlock__etcd_be_call(be, be->wd, "/v3/kv/txn", json_pack("{s:o}", "success", ops),
                                  &reply);
         for (size_t i = from; rc == DLOCK_OK && i < to; i++) {
             dlock__etcd_kv kv;
+            int64_t lease = b->ids[b->of[i]];
             int found = dlock__etcd_kv_at(dlock__etcd_txn_op(reply, i - from, "response_range"),
                                           0, &kv);
             if (found < 0) {
@@ -609,8 +674,8 @@ static int etcd_renew(void *arg, dlock_renewal *items, size_t n)
             }
             if (found != 1 || !dlock__etcd_same_key(&kv, keys[i].key))
                 items[i].result = DLOCK_ELOST;
-            else if (kv.lease == ids[i])
-                items[i].result = alive[i] == 1 ? DLOCK_OK : DLOCK_ELOST;
+            else if (kv.lease == lease)
+                items[i].result = b->alive[b->of[i]] == 1 ? DLOCK_OK : DLOCK_ELOST;
             else {
                 int moved = move_to_lease(be, be->wd, &keys[i], &kv);
                 dlock__etcd_held_set(be, items[i].req->token, moved == DLOCK_OK ? keys[i].lease : 0,
@@ -624,14 +689,91 @@ static int etcd_renew(void *arg, dlock_renewal *items, size_t n)
         }
         json_decref(reply);
     }
+    return rc;
+}
+
+/* Check every renewed lock's key: COMPARE_CHUNK at a time by compares
+ * alone (keys_on_leases), and the keys of a chunk that fails one by one
+ * (read_keys), to tell which. */
+static int renew_keys(dlock__etcd_be *be, dlock_renewal *items, size_t n, dlock__etcd_keys *keys,
+                      const batch_leases *b)
+{
+    int rc = DLOCK_OK;
+
+    for (size_t from = 0; from < n && rc == DLOCK_OK; from += COMPARE_CHUNK) {
+        size_t to = from + COMPARE_CHUNK < n ? from + COMPARE_CHUNK : n;
+
+        if ((rc = keys_on_leases(be, from, to, keys, b)) == 1) {
+            for (size_t i = from; i < to; i++)
+                items[i].result = b->alive[b->of[i]] == 1 ? DLOCK_OK : DLOCK_ELOST;
+            rc = DLOCK_OK;
+        } else if (rc == 0) {
+            rc = read_keys(be, items, from, to, keys, b);
+        }
+    }
+    return rc;
+}
+
+/*
+ * The watchdog's renewal: keep every lock's lease alive, then read every
+ * lock's key in one txn, because a key can be deleted while its lease lives
+ * (an administrator's force release). A lock is still ours when its key
+ * exists on our lease, alive. A key on another lease is one an extend whose
+ * reply was lost may have moved (to a lease nobody keeps alive, perhaps
+ * shorter than ours): it is moved back onto the lease renewed here.
+ */
+static int etcd_renew(void *arg, dlock_renewal *items, size_t n)
+{
+    dlock__etcd_be *be = arg;
+    dlock__etcd_keys *keys = calloc(n, sizeof(*keys));
+    batch_leases b = {0};
+    int64_t sent = dlock__now_ms();
+    size_t locks;
+    int rc = DLOCK_OK;
+
+    /* The locks' leases, then the spares' (etcd_spare.c), in one request. */
+    b.ids = calloc(n + DLOCK__ETCD_SPARE_IDS, sizeof(*b.ids));
+    b.alive = calloc(n + DLOCK__ETCD_SPARE_IDS, sizeof(*b.alive));
+    b.of = calloc(n, sizeof(*b.of));
+    if (keys == NULL || b.ids == NULL || b.alive == NULL || b.of == NULL) {
+        rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < n && rc == DLOCK_OK; i++) {
+        int64_t held = 0, held_ttl = 0;
+        rc = dlock__etcd_keys_make(&keys[i], be, items[i].req->name, items[i].req->token,
+                                   items[i].req->lease_ms);
+        if (rc == DLOCK_OK)
+            rc = dlock__etcd_hold_key(&keys[i], items[i].req);
+        /* A spare's or session's lease (of this TTL), else the one derived
+         * from the token. */
+        dlock__etcd_held_get(be, items[i].req->token, &held, &held_ttl);
+        b.of[i] = lease_index(&b, held != 0 && held_ttl == keys[i].ttl ? held : keys[i].lease);
+    }
+    locks = b.n;
+    if (rc == DLOCK_OK) {
+        b.n += dlock__etcd_spares_alive(be, b.ids + b.n, DLOCK__ETCD_SPARE_IDS);
+        rc = dlock__etcd_keepalive(be, be->wd, b.ids, b.n, b.alive);
+    }
+    for (size_t i = 0; rc == DLOCK_OK && i < n; i++)
+        if (b.alive[b.of[i]] == 1)
+            dlock__etcd_held_alive(be, items[i].req->token, b.ids[b.of[i]], sent);
+    for (size_t j = 0; rc == DLOCK_OK && j < locks; j++)
+        if (DLOCK__ETCD_IS_SESSION(b.ids[j]))
+            dlock__etcd_session_seen(be, b.ids[j], b.alive[j] == 1, sent);
+    for (size_t j = locks; rc == DLOCK_OK && j < b.n; j++)
+        dlock__etcd_spare_renewed(be, b.ids[j], b.alive[j] == 1, sent);
+    if (rc == DLOCK_OK)
+        rc = renew_keys(be, items, n, keys, &b);
     if (rc == DLOCK_OK && be->confirm_renewals)
-        rc = confirm_renewals(be, items, n, ids, sent);
+        rc = confirm_renewals(be, items, n, &b, sent);
 done:
     for (size_t i = 0; keys != NULL && i < n; i++)
         dlock__etcd_keys_free(&keys[i]);
     free(keys);
-    free(ids);
-    free(alive);
+    free(b.ids);
+    free(b.alive);
+    free(b.of);
     return rc;
 }
 

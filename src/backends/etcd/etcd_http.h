@@ -72,6 +72,10 @@ typedef struct dlock__etcd_conn {
     unsigned h2_state, *h2;
     const uint8_t *preset; /* a gRPC body built by the caller (the login's) */
     size_t preset_len;
+    /* gRPC: the body of dlock__etcd_call's request, packed from its JSON
+     * object once for every attempt (a login's preset comes first). */
+    const uint8_t *packed;
+    size_t packed_len;
     int reusing; /* the request in flight counts on that connection */
     CURLM *multi;                  /* runs the transfers, keeps the connections */
     struct dlock__etcd_conn *twin; /* the second handle of a pair, on multi */

@@ -39,6 +39,17 @@
 
 typedef struct dlock__etcd_spares dlock__etcd_spares;
 
+/* The client's session lease of one TTL (etcd_session.c). */
+typedef struct {
+    int64_t ttl;     /* seconds; 0: the slot is free */
+    int64_t id;      /* 0: none granted, or the last one ran out */
+    int64_t ok_ms;   /* send time of the grant or keepalive that last found it alive */
+    int64_t used_ms; /* last time an acquisition took it */
+} dlock__etcd_session;
+
+/* TTLs with a session lease at a time per client. */
+#define DLOCK__ETCD_SESSIONS 8
+
 /* Key ids kept for reuse (etcd_keys.c), at most. */
 #define DLOCK__ETCD_FREE_IDS 64
 
@@ -54,6 +65,9 @@ typedef struct {
     char *value;          /* what every lock key holds: the client name */
     dlock__etcd_conn *wd; /* the watchdog thread's alone */
     dlock__etcd_spares *spares; /* etcd_spare.c */
+    /* The session leases of the auto-renewed locks (etcd_session.c). */
+    pthread_mutex_t sessions_mu;
+    dlock__etcd_session sessions[DLOCK__ETCD_SESSIONS];
     /* The server answered at open runs an etcd before 3.4.25 / 3.5.8, whose
      * stale leader may answer a keepalive (or whose version could not be
      * read): each renewal is confirmed by the lease's TTL (etcd_renew). */
@@ -82,8 +96,14 @@ typedef struct {
                         * identity (borrowed) */
 } dlock__etcd_keys;
 
-/* Set in the IDs of spare leases (etcd_spare.c) alone. */
+/* Lease IDs the client chooses: a spare's (etcd_spare.c) has bit 62 set
+ * and bit 61 clear, a session lease's (etcd_session.c) both set, one
+ * derived from a token (etcd_keys.c) both clear. */
 #define DLOCK__ETCD_SPARE_BIT (1ULL << 62)
+#define DLOCK__ETCD_SESSION_BIT (1ULL << 61)
+#define DLOCK__ETCD_ID_BITS (DLOCK__ETCD_SPARE_BIT | DLOCK__ETCD_SESSION_BIT)
+#define DLOCK__ETCD_IS_SPARE(id) (((uint64_t)(id) & DLOCK__ETCD_ID_BITS) == DLOCK__ETCD_SPARE_BIT)
+#define DLOCK__ETCD_IS_SESSION(id) (((uint64_t)(id) & DLOCK__ETCD_ID_BITS) == DLOCK__ETCD_ID_BITS)
 
 /* The lease ID of (owner, ttl): derived, so that every call finds it. */
 int64_t dlock__etcd_lease_for(const char *owner, int64_t ttl);
@@ -128,7 +148,10 @@ int dlock__etcd_read_kv(dlock__etcd_be *be, const json_t *range, dlock__etcd_kv 
                         const char *what);
 /* Grant the lease; one that exists already is ours (a retry). */
 int dlock__etcd_grant(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t lease, int64_t ttl);
-/* Revoke the lease, deleting what is attached. A lease already gone is fine. */
+/* Revoke the lease, deleting what is attached. A lease already gone is fine.
+ * A session lease (DLOCK__ETCD_IS_SESSION) is never revoked here, whoever
+ * asks (an operator's force release too): it backs the keys of other locks
+ * of its client, which a release deletes one by one. */
 int dlock__etcd_lease_revoke(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t lease);
 /* Lease left in ms: -1 for no lease (a key set by hand), 0 when expired. */
 int dlock__etcd_lease_left(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t lease,
@@ -160,6 +183,13 @@ typedef struct {
                     * alive; 0: not known (an error left it in doubt) */
     int pooled;    /* etcd_lease.c's alone: a spare the pool still counts as
                     * taken, which may go back to it */
+    /* Set by the caller after lease_init: the key goes on the client's
+     * session lease of this TTL (etcd_session.c), shared with its other
+     * auto-renewed locks, instead of a spare or a lease of its own; key
+     * (borrowed) is the key the txn puts, which a failure deletes by name,
+     * as the lease cannot be revoked. */
+    int session;
+    const char *key;
 } dlock__etcd_lease;
 
 /* How lease_take may get a lease. */
@@ -248,6 +278,24 @@ void dlock__etcd_held_alive(dlock__etcd_be *be, const char *token, int64_t lease
 int dlock__etcd_held_take(dlock__etcd_be *be, const char *token, int64_t *lease, int64_t *ttl,
                           int64_t *ok_ms);
 
+/* ---- etcd_session.c: session leases ------------------------------------- */
+
+void dlock__etcd_sessions_init(dlock__etcd_be *be);
+/* Revoke the session leases (the client closes). */
+void dlock__etcd_sessions_free(dlock__etcd_be *be);
+/* 1, *lease and *ok_ms: the session lease of ttl seconds, which the
+ * server still has by its last confirmation (sent at *ok_ms); else 0. */
+int dlock__etcd_session_get(dlock__etcd_be *be, int64_t ttl, int64_t *lease, int64_t *ok_ms);
+/* Grant a new session lease of ttl seconds, on c: DLOCK_OK, *lease and
+ * *ok_ms (the grant's send time); it becomes the one of its TTL. */
+int dlock__etcd_session_grant(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t ttl,
+                              int64_t *lease, int64_t *ok_ms);
+/* A request sent at sent_ms found lease (a session lease) alive, or gone. */
+void dlock__etcd_session_seen(dlock__etcd_be *be, int64_t lease, int alive, int64_t sent_ms);
+/* Delete key, which was this client's, by name (best effort): for a key
+ * on a session lease, what a revoke does for a key on a lease of its own. */
+void dlock__etcd_session_key_drop(dlock__etcd_be *be, dlock__etcd_conn *c, const char *key);
+
 /* ---- etcd_queue.c and etcd_wait.c: acquiring and waiting ---------------- */
 
 /*
@@ -296,11 +344,12 @@ typedef struct {
 
 /* Acquire once (w NULL: a try that never waits) or as a try of the waiting
  * acquisition w. value: what the key holds (NULL: the client name). kind
- * and permits as in dlock_request. */
+ * and permits as in dlock_request. session: the held key goes on the
+ * client's session lease (an auto-renewed plain lock, etcd.c). */
 int dlock__etcd_acquire_as(dlock__etcd_be *be, const char *name, const char *owner,
                            int64_t lease_ms, const char *value, int kind, int permits,
-                           dlock__etcd_watch *w, uint64_t *fence, int64_t *retry_ms,
-                           int64_t *lease_from_ms);
+                           int session, dlock__etcd_watch *w, uint64_t *fence,
+                           int64_t *retry_ms, int64_t *lease_from_ms);
 
 /* The backend's multi_atomic and multi_acquire (etcd_multi.c): all names
  * in one txn. */

@@ -56,7 +56,7 @@ static int64_t ttl_of(int64_t lease_ms)
 int64_t dlock__etcd_lease_for(const char *owner, int64_t ttl)
 {
     return positive((hex64(owner) ^ mix(hex64(owner + 16) + (uint64_t)ttl)) &
-                    ~DLOCK__ETCD_SPARE_BIT);
+                    ~DLOCK__ETCD_ID_BITS);
 }
 
 /*

@@ -75,6 +75,8 @@ int dlock__etcd_lease_revoke(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t le
     json_t *reply;
     int rc;
 
+    if (DLOCK__ETCD_IS_SESSION(lease))
+        return DLOCK_OK;
     rc = dlock__etcd_be_call(be, c, "/v3/lease/revoke", json_pack("{s:I}", "ID", (json_int_t)lease),
                              &reply);
     json_decref(reply);
@@ -224,6 +226,14 @@ int dlock__etcd_lease_take(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_
     int64_t sent;
     int rc, alive = 0;
 
+    if (l->session) {
+        l->pooled = 0;
+        if (how != DLOCK__ETCD_TAKE_GRANT && dlock__etcd_session_get(be, l->ttl, &l->id, &l->ok_ms))
+            return DLOCK_OK;
+        if (how == DLOCK__ETCD_TAKE_READY)
+            return DLOCK__ETCD_LEASE_NONE;
+        return dlock__etcd_session_grant(be, c, l->ttl, &l->id, &l->ok_ms);
+    }
     if (how != DLOCK__ETCD_TAKE_GRANT && dlock__etcd_spare_take(be, l->ttl, &l->id, &l->ok_ms)) {
         l->pooled = 1;
         return DLOCK_OK;
@@ -297,8 +307,11 @@ int dlock__etcd_lease_txn(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_l
         rc = dlock__etcd_be_call(be, c, "/v3/kv/txn", txn, reply);
         if (rc == DLOCK_OK)
             return DLOCK_OK;
-        if (rc == DLOCK_ESERVER && c->grpc_code == DLOCK__GRPC_NOT_FOUND && l->pooled)
-            rc = DLOCK__ETCD_LEASE_GONE; /* the spare ran out unused */
+        if (rc == DLOCK_ESERVER && c->grpc_code == DLOCK__GRPC_NOT_FOUND &&
+            (l->pooled || l->session))
+            rc = DLOCK__ETCD_LEASE_GONE; /* the spare (session lease) ran out */
+        if (rc == DLOCK__ETCD_LEASE_GONE && l->session)
+            dlock__etcd_session_seen(be, l->id, 0, l->ok_ms);
         /* Else not known whether the put was done: the spare, which
          * nothing keeps alive any more, runs out by its TTL. */
         unpool(be, l);
@@ -312,6 +325,8 @@ int dlock__etcd_lease_txn(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_l
     if (p.rc[1] == DLOCK_ESERVER && p.grpc_code[1] == DLOCK__GRPC_NOT_FOUND) {
         /* "requested lease not found": the spare ran out unused. */
         json_decref(p.out[1]);
+        if (l->session)
+            dlock__etcd_session_seen(be, l->id, 0, sent);
         unpool(be, l);
         l->id = l->ok_ms = 0;
         return DLOCK__ETCD_LEASE_GONE;
@@ -320,8 +335,12 @@ int dlock__etcd_lease_txn(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_l
         /* Whether the lease lives is not known, or it ran out after the
          * put: a key the txn put on it goes now (best effort; else when it
          * runs out, as nothing keeps it alive). */
-        if (put)
+        if (put && l->session)
+            dlock__etcd_session_key_drop(be, c, l->key);
+        else if (put)
             dlock__etcd_lease_revoke(be, c, l->id);
+        if (l->session && alive == 0)
+            dlock__etcd_session_seen(be, l->id, 0, sent);
         json_decref(p.out[1]);
         unpool(be, l);
         l->ok_ms = 0;
@@ -331,6 +350,8 @@ int dlock__etcd_lease_txn(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_l
         return DLOCK__ETCD_LEASE_GONE;
     }
     l->ok_ms = sent;
+    if (l->session)
+        dlock__etcd_session_seen(be, l->id, 1, sent);
     *reply = p.out[1];
     return DLOCK_OK;
 }
@@ -341,14 +362,18 @@ int dlock__etcd_lease_hold(dlock__etcd_be *be, const char *token, dlock__etcd_le
 
     unpool(be, l);
     rc = dlock__etcd_held_set(be, token, l->id, l->ttl);
-    if (rc == DLOCK_OK && pooled) /* a release may give it back to the pool */
+    /* A release may give a spare back to the pool; a renewal counts a
+     * session lease's locks from their own confirmations. */
+    if (rc == DLOCK_OK && (pooled || l->session))
         dlock__etcd_held_alive(be, token, l->id, l->ok_ms);
     return rc;
 }
 
 void dlock__etcd_lease_give_back(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_lease *l)
 {
-    if (l->id != 0 && l->pooled) /* the pool keeps it, or revokes it */
+    if (l->session) /* it backs the client's other locks */
+        ;
+    else if (l->id != 0 && l->pooled) /* the pool keeps it, or revokes it */
         dlock__etcd_spare_return(be, c, l->ttl, l->id, l->ok_ms);
     else if (l->id != 0)
         dlock__etcd_lease_revoke(be, c, l->id);

@@ -103,7 +103,8 @@ static int64_t fresh_ms(int64_t ttl)
  * grant. A busy lock gives the lease back.
  */
 static int try_once(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__etcd_keys *k,
-                    const char *owner, uint64_t *fence, int64_t *retry_ms, int64_t *lease_from_ms)
+                    const char *owner, int session, uint64_t *fence, int64_t *retry_ms,
+                    int64_t *lease_from_ms)
 {
     dlock__etcd_keys on = *k;
     dlock__etcd_lease l;
@@ -113,6 +114,8 @@ static int try_once(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__etcd_k
     int rc = DLOCK__ETCD_LEASE_GONE, how = DLOCK__ETCD_TAKE_ANY;
 
     dlock__etcd_lease_init(&l, k->lease, k->ttl);
+    l.session = session;
+    l.key = k->key;
     for (; rc == DLOCK__ETCD_LEASE_GONE; how = DLOCK__ETCD_TAKE_GRANT) {
         if ((rc = dlock__etcd_lease_take(be, c, &l, how)) != DLOCK_OK)
             return rc;
@@ -516,8 +519,8 @@ static int try_queued(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch
 /* value: what the key holds (NULL: the client name). */
 int dlock__etcd_acquire_as(dlock__etcd_be *be, const char *name, const char *owner,
                            int64_t lease_ms, const char *value, int kind, int permits,
-                           dlock__etcd_watch *w, uint64_t *fence, int64_t *retry_ms,
-                           int64_t *lease_from_ms)
+                           int session, dlock__etcd_watch *w, uint64_t *fence,
+                           int64_t *retry_ms, int64_t *lease_from_ms)
 {
     dlock__etcd_conn *c;
     dlock__etcd_keys k;
@@ -534,7 +537,7 @@ int dlock__etcd_acquire_as(dlock__etcd_be *be, const char *name, const char *own
             if (rc == DLOCK_OK && dlock__etcd_shared_kind(kind))
                 rc = dlock__etcd_try_shared(be, c, &k, kind, owner, fence, retry_ms);
             else if (rc == DLOCK_OK)
-                rc = try_once(be, c, &k, owner, fence, retry_ms, lease_from_ms);
+                rc = try_once(be, c, &k, owner, session, fence, retry_ms, lease_from_ms);
         }
         dlock__etcd_keys_free(&k);
     } else {
@@ -545,6 +548,9 @@ int dlock__etcd_acquire_as(dlock__etcd_be *be, const char *name, const char *own
             if (rc == DLOCK_OK && w->k.ttl > WAIT_TTL_S) {
                 w->k.ttl = WAIT_TTL_S;
                 w->k.lease = dlock__etcd_lease_for(owner, WAIT_TTL_S);
+                /* The holder's lease, at the head: the session lease. */
+                w->hold.session = session;
+                w->hold.key = w->k.key;
             }
             if (rc == DLOCK_OK && value != NULL) {
                 if ((w->value = strdup(value)) == NULL)

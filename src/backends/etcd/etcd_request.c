@@ -287,6 +287,11 @@ int dlock__etcd_prepare(dlock__etcd *e, dlock__etcd_conn *c, size_t idx, const c
             return dlock__fail(DLOCK_ENOMEM, "out of memory");
         memcpy(c->frames, c->preset, c->preset_len);
         c->frames_len = c->preset_len;
+    } else if (e->grpc && c->packed != NULL) {
+        if ((c->frames = malloc(c->packed_len)) == NULL)
+            return dlock__fail(DLOCK_ENOMEM, "out of memory");
+        memcpy(c->frames, c->packed, c->packed_len);
+        c->frames_len = c->packed_len;
     } else if (e->grpc) {
         if (dlock__etcd_grpc_body(m->input, body, c->secret, &c->frames, &c->frames_len, err,
                                   sizeof(err)) != 0)

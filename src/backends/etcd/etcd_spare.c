@@ -96,10 +96,11 @@ static int64_t random_id(void)
 
     while (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v)) {
     }
-    /* Positive, and bit 62 set: a spare's ID never equals one derived from
-     * a token (etcd_keys.c clears that bit), and `etcdctl lease list`
-     * tells them apart. */
-    return (int64_t)((v & (uint64_t)INT64_MAX) | DLOCK__ETCD_SPARE_BIT);
+    /* Positive, bit 62 set and bit 61 clear: a spare's ID never equals one
+     * derived from a token (etcd_keys.c clears both) or a session lease's
+     * (both set), and `etcdctl lease list` tells them apart. */
+    return (int64_t)((v & (uint64_t)INT64_MAX & ~DLOCK__ETCD_SESSION_BIT) |
+                     DLOCK__ETCD_SPARE_BIT);
 }
 
 int dlock__etcd_spares_new(dlock__etcd_be *be)

@@ -233,7 +233,8 @@ int dlock__etcd_watch_wait(void *arg, void *watch, int64_t timeout_ms)
 
 /* Leave the queue unless the last try took the lock: revoking the lease
  * deletes our key with it (and the holder's lease, if a promote that failed
- * may have moved the key there). */
+ * may have moved the key there; a session lease is not revoked, so the key
+ * is deleted by name). */
 void dlock__etcd_watch_end(void *arg, void *watch)
 {
     dlock__etcd_be *be = arg;
@@ -247,6 +248,8 @@ void dlock__etcd_watch_end(void *arg, void *watch)
         char keep[512];
         snprintf(keep, sizeof(keep), "%s", dlock_error_message());
         dlock__etcd_lease_revoke(be, c, w->k.lease);
+        if (w->hold.session && w->hold.id != 0)
+            dlock__etcd_session_key_drop(be, c, w->k.key);
         if (w->hold.id != w->k.lease)
             dlock__etcd_lease_give_back(be, c, &w->hold);
         dlock__fail(0, "%s", keep); /* the caller's message is the one to keep */

@@ -170,7 +170,7 @@ static void leases_follow_the_lock(void)
     dlock_client *c;
     dlock_lock *a, *b = (dlock_lock *)1;
     dlock_lock_info info;
-    dlock_acquire_options o = test_opts(0, 5000, 1);
+    dlock_acquire_options o = test_opts(0, 5000, 0); /* a lease of its own */
     uint64_t first;
 
     test_etcd_start(&e, 1, NULL);
@@ -2071,9 +2071,118 @@ static void renewal_confirmed_on_old_server(void)
     test_etcd_stop(&e);
 }
 
+/* Messages etcd received on a stream method ("LeaseKeepAlive"). */
+static long long messages(test_etcd *e, const char *method)
+{
+    char metric[160];
+
+    snprintf(metric, sizeof(metric), "grpc_server_msg_received_total{grpc_method=\"%s\"", method);
+    return test_etcd_metric(e, 0, metric);
+}
+
+#define SESSION_BITS (3LL << 61)
+
+/*
+ * The auto-renewed locks of a client and a TTL share its session lease
+ * (etcd_session.c, issue 33): renewing them is a keepalive per batch, not
+ * per lock; a release, or an operator's force release from another
+ * client, deletes one key and leaves the others held; a lock with
+ * auto_renew off keeps a lease of its own, which runs out on the server
+ * while the session lease lives on; a session lease revoked by hand loses
+ * every lock on it, each told; and closing the client revokes it.
+ */
+static void session_lease_shared(void)
+{
+    enum { N = 40 };
+    test_etcd e;
+    dlock_client *c, *c2;
+    dlock_lock *l[N], *once, *b;
+    dlock_acquire_options o = test_opts(0, 3000, 1), off = test_opts(0, 2000, 0);
+    dlock_acquire_options wait = test_opts(6000, 2000, 0);
+    dlock_lock_info removed;
+    char name[32], body[64];
+    long long lease, ka;
+
+    atomic_store(&test_lost_calls, 0);
+    test_etcd_start(&e, 1, NULL);
+    c = open_client(&e);
+    c2 = open_client(&e);
+    o.on_lost = test_count_lost;
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof(name), "s%d", i);
+        CHECK_RC(dlock_acquire(&l[i], c, name, &o), DLOCK_OK);
+    }
+    CHECK(test_etcd_sessions(&e) == 1);
+    lease = key_lease(&e, "dlock/s0/");
+    CHECK((lease & SESSION_BITS) == SESSION_BITS);
+    for (int i = 1; i < N; i++) {
+        snprintf(name, sizeof(name), "dlock/s%d/", i);
+        CHECK(key_lease(&e, name) == lease);
+    }
+    /* auto_renew off: a lease of its own. */
+    CHECK_RC(dlock_acquire(&once, c, "once", &off), DLOCK_OK);
+    CHECK((key_lease(&e, "dlock/once/") & SESSION_BITS) != SESSION_BITS);
+
+    /* Three renewal periods (a second each): a keepalive per batch, where a
+     * lease per lock took one per lock and period (3 * N). */
+    ka = messages(&e, "LeaseKeepAlive");
+    test_sleep_ms(3000);
+    ka = messages(&e, "LeaseKeepAlive") - ka;
+    fprintf(stderr, "%d session locks, 3 s: %lld keepalive messages\n", N, ka);
+    CHECK(ka > 0 && ka < N);
+    CHECK(atomic_load(&test_lost_calls) == 0);
+
+    /* The lock with auto_renew off ran out on the server meanwhile. */
+    CHECK_RC(dlock_acquire(&b, c2, "once", &wait), DLOCK_OK);
+    CHECK_RC(dlock_release(b), DLOCK_OK);
+    CHECK_RC(dlock_release(once), DLOCK_ELOST);
+
+    /* A release deletes its key alone. */
+    CHECK_RC(dlock_release(l[0]), DLOCK_OK);
+    CHECK(test_etcd_count(&e, "dlock/s0/") == 0);
+    CHECK(test_etcd_sessions(&e) == 1);
+    CHECK_RC(dlock_lock_check(l[1]), DLOCK_OK);
+
+    /* An operator's force release, from another client: that lock is told,
+     * the others stay held. */
+    CHECK_RC(dlock_force_release(&removed, c2, "s1"), DLOCK_OK);
+    CHECK(removed.held == 1 && removed.fence == dlock_lock_fence(l[1]));
+    for (int i = 0; i < 300 && atomic_load(&test_lost_calls) < 1; i++)
+        test_sleep_ms(10);
+    test_sleep_ms(1200); /* a renewal period more: nobody else lost */
+    CHECK(atomic_load(&test_lost_calls) == 1);
+    CHECK(test_etcd_sessions(&e) == 1);
+    CHECK_RC(dlock_lock_check(l[2]), DLOCK_OK);
+    CHECK_RC(dlock_release(l[1]), DLOCK_ELOST);
+
+    /* The session lease revoked by hand: every lock on it is lost, each
+     * told once. */
+    snprintf(body, sizeof(body), "{\"ID\":\"%lld\"}", lease);
+    free(test_etcd_post(&e, 0, "/v3/lease/revoke", body));
+    for (int i = 0; i < 500 && atomic_load(&test_lost_calls) < N - 1; i++)
+        test_sleep_ms(10);
+    CHECK(atomic_load(&test_lost_calls) == N - 1);
+    for (int i = 2; i < N; i++) {
+        CHECK(dlock_lock_lost(l[i]) == 1);
+        CHECK_RC(dlock_release(l[i]), DLOCK_ELOST);
+    }
+
+    /* The next acquire grants a new session lease; closing revokes it. */
+    CHECK_RC(dlock_acquire(&l[0], c, "s0", &o), DLOCK_OK);
+    CHECK(key_lease(&e, "dlock/s0/") != lease);
+    CHECK((key_lease(&e, "dlock/s0/") & SESSION_BITS) == SESSION_BITS);
+    CHECK_RC(dlock_release(l[0]), DLOCK_OK);
+    CHECK(test_etcd_sessions(&e) == 1);
+    dlock_client_free(c);
+    CHECK(test_etcd_sessions(&e) == 0);
+    dlock_client_free(c2);
+    test_etcd_stop(&e);
+}
+
 TEST_MAIN({"codec", codec, NULL}, {"url_and_open_errors", url_and_open_errors, NULL},
           {"renewal_confirmed_on_old_server", renewal_confirmed_on_old_server, "watchdog"},
           {"leases_follow_the_lock", leases_follow_the_lock, NULL},
+          {"session_lease_shared", session_lease_shared, "watchdog"},
           {"two_raft_writes_per_cycle", two_raft_writes_per_cycle, NULL},
           {"keys_reused_across_cycles", keys_reused_across_cycles, "watchdog"},
           {"on_lost_when_key_deleted", on_lost_when_key_deleted, "watchdog"},
