@@ -437,10 +437,11 @@ long long test_etcd_delete(test_etcd *e, const char *prefix)
     return etcd_prefix_op(e, "/v3/kv/deleterange", prefix, "", "deleted");
 }
 
-/* Leases of dlock's etcd backend with bit 62 set and bit 61 clear are
- * spares, granted ahead of need (etcd_spare.c): *spares counts those with
- * no key attached, the rest are leases in use, session leases
- * (etcd_session.c: both bits set) whether keys are on them or not. */
+/* Leases of dlock's etcd backend with bit 62 set are spares (bit 61 clear,
+ * granted ahead of need: etcd_spare.c) or session leases (bit 61 set, the
+ * client's auto-renewed locks': etcd_session.c): in use while a key is on
+ * them. *spares counts the spares with no key attached; a session lease
+ * with none is the client's until it closes (test_etcd_sessions). */
 static long long etcd_leases(test_etcd *e, long long *spares)
 {
     json_t *j = etcd_post_any(e, "/v3/lease/leases", "{}");
@@ -453,7 +454,7 @@ static long long etcd_leases(test_etcd *e, long long *spares)
         char body[64];
         json_t *t;
 
-        if ((id & (3LL << 61)) != (1LL << 62)) {
+        if ((id & (1LL << 62)) == 0) {
             n++;
             continue;
         }
@@ -461,7 +462,7 @@ static long long etcd_leases(test_etcd *e, long long *spares)
         t = etcd_post_any(e, "/v3/lease/timetolive", body);
         if (json_array_size(json_object_get(t, "keys")) > 0)
             n++;
-        else
+        else if ((id & (1LL << 61)) == 0)
             (*spares)++;
         json_decref(t);
     }

@@ -230,9 +230,10 @@ long long test_etcd_count(test_etcd *e, const char *prefix);
 /* Delete the keys starting with prefix; returns how many. */
 long long test_etcd_delete(test_etcd *e, const char *prefix);
 /* Leases that exist now. */
-/* Leases in use (a spare lease of dlock's with a key attached included). */
+/* Leases in use (a spare or session lease of dlock's with a key attached
+ * included). */
 long long test_etcd_leases(test_etcd *e);
-/* dlock's spare leases (ID bit 62 set) with no key attached. */
+/* dlock's spare leases (ID bit 62 set, 61 clear) with no key attached. */
 long long test_etcd_spares(test_etcd *e);
 /* Session leases (etcd_session.c) there are, with keys or not. */
 long long test_etcd_sessions(test_etcd *e);

@@ -513,7 +513,7 @@ static void on_lost_when_key_deleted(void)
     o.on_lost = test_count_lost;
     CHECK_RC(dlock_acquire(&l, c, "deleted", &o), DLOCK_OK);
     CHECK(test_etcd_delete(&e, "dlock/deleted/") == 1);
-    CHECK(test_etcd_leases(&e) == 1); /* only the key went */
+    CHECK(test_etcd_sessions(&e) == 1); /* only the key went, not its lease */
     for (int i = 0; i < 200 && atomic_load(&test_lost_calls) == 0; i++)
         test_sleep_ms(20);
     CHECK(atomic_load(&test_lost_calls) == 1);
