@@ -12,9 +12,9 @@
  * The lease. ZooKeeper keeps an ephemeral node as long as the session that
  * made it: until the server has not heard from the client for the session
  * timeout. The core counts a lease of lease_ms from the send time of the
- * last renewal that succeeded; a renewal here is one multi request that
- * checks every renewed node exists, which proves to the server that the
- * session is alive at that time, so the server keeps the nodes at least
+ * last renewal that succeeded; a renewal here is one sync through the
+ * leader (and the nodes' watches: "Renewal" below), which proves the
+ * session alive at its send time, so the server keeps the nodes at least
  * until then + the session timeout. For the core's count never to outlive
  * that, a lock lives in a session whose timeout is at least its lease: the
  * short session (session_timeout_ms, default 10 s) for leases up to it, a
@@ -427,73 +427,199 @@ static int zk_extend(void *arg, const dlock_request *req)
 }
 
 /*
- * One multi request of check ops per session, whatever the number of locks:
- * a round trip that proves the session alive and each node still there.
+ * Renewal. ZooKeeper keeps every ephemeral node of a session as long as the
+ * session, so a renewal confirms the session, not each node: per session,
+ * one sync, which goes through the leader and whose reply proves the
+ * session alive at its send time (the lease counts from before it, as
+ * before). That a node is still there is known from its watch: an exists
+ * with a watch, sent at the hold's first renewal, after a reconnect (a
+ * watch set on an earlier connection is not counted on, though the client
+ * sets it again) and after any event of the node (a watch fires once: a
+ * change of its data ends it), and whose reply itself tells whether the
+ * node is there. The session's watcher counts each event of a held node
+ * and marks the hold gone at its deletion (an operator's force release),
+ * and since it runs every event before the replies that came after it, the
+ * sync's reply comes after the deletion event of every node deleted before
+ * the sync was sent. So a hold is renewed when its watch was set on this
+ * connection and no event came for it until the sync's reply; one whose
+ * event came (not a deletion) is asked with an exists again; a gone one is
+ * lost. A renewal of 128 watched locks is one request, not 128 ops.
+ *
  * A lock whose session expired, or was cut off longer than its timeout, is
  * lost without asking. A session that is disconnected but may still be
  * alive fails the batch (DLOCK_ECONN): the core retries until the lease
  * runs out.
  */
+enum { R_LOST, R_WATCHED, R_EXISTS, R_DONE };
+
+typedef struct {
+    int state;       /* R_* */
+    unsigned events; /* the hold's event count when its request was sent */
+    char *node;      /* R_EXISTS: the path asked */
+} renew_item;
+
+/* What the renewal needs of session s, under s->mu. */
+typedef struct {
+    uint64_t gen, epoch;
+    int alive, connected;
+    int64_t timeout_ms;
+} sess_view;
+
+static void view_of(dlock__zk_sess *s, sess_view *v)
+{
+    pthread_mutex_lock(&s->mu);
+    v->gen = s->gen;
+    v->epoch = s->conn_epoch;
+    v->connected = s->connected;
+    v->timeout_ms = s->timeout_ms;
+    v->alive = s->zh != NULL && !s->expired &&
+               dlock__zk_now_ms() < s->last_contact_ms + s->timeout_ms;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* One round for session si: the sync (when a watched hold counts on it)
+ * and an exists with a watch of each R_EXISTS hold, all in one go; then
+ * each hold's result. Watched holds that an event or a reconnect left
+ * unsure become R_EXISTS, for another round. */
+static int renew_round(dlock__zk_be *be, int si, dlock_renewal *items, renew_item *st,
+                       size_t n, const char **paths, size_t *idx, int *rcs)
+{
+    dlock__zk_sess *s = &be->sess[si];
+    sess_view v, after;
+    size_t m = 0;
+    int sync = 0, zrc;
+
+    view_of(s, &v);
+    pthread_mutex_lock(&be->mu);
+    for (size_t i = 0; i < n; i++) {
+        dlock__zk_hold *h;
+        if (st[i].state != R_WATCHED && st[i].state != R_EXISTS)
+            continue;
+        if ((h = dlock__zk_hold_get(be, items[i].req->token)) == NULL || h->gone) {
+            st[i].state = R_LOST; /* released meanwhile, or deleted */
+            continue;
+        }
+        if (h->sess != s)
+            continue; /* the other session's round */
+        st[i].events = h->events;
+        if (st[i].state == R_WATCHED) {
+            sync = 1;
+        } else {
+            idx[m] = i;
+            paths[m++] = st[i].node;
+        }
+    }
+    pthread_mutex_unlock(&be->mu);
+    if (!sync && m == 0)
+        return DLOCK_OK;
+    if (!v.connected)
+        return dlock_backend_fail(DLOCK_ECONN, "zk %s: disconnected; the session is kept "
+                                  "while it reconnects within its timeout", be->shown);
+    zrc = dlock__zk_confirm(s, sync, paths, m, rcs);
+    if (zrc != ZOK)
+        return dlock__zk_fail(s, zrc, "renew (sync, stat)", "the held nodes");
+    view_of(s, &after);
+    pthread_mutex_lock(&be->mu);
+    for (size_t j = 0; j < m; j++) {
+        size_t i = idx[j];
+        dlock__zk_hold *h = dlock__zk_hold_get(be, items[i].req->token);
+        st[i].state = R_DONE;
+        if (h == NULL || h->sess != s || h->gen != v.gen || strcmp(h->node, st[i].node) != 0)
+            continue; /* released meanwhile: lost to this renewal */
+        if (rcs[j] == ZNONODE) {
+            h->gone = 1;
+            continue;
+        }
+        items[i].result = DLOCK_OK;
+        dlock__zk_hold_touch_locked(be, h, items[i].req->lease_ms);
+        /* Its watch counts from now on if it was set on this connection
+         * and did not fire since. */
+        if (after.epoch == v.epoch && h->events == st[i].events &&
+            dlock__zk_token_watchable(h->token))
+            h->armed = v.epoch;
+    }
+    for (size_t i = 0; sync && i < n; i++) {
+        dlock__zk_hold *h;
+        if (st[i].state != R_WATCHED)
+            continue;
+        h = dlock__zk_hold_get(be, items[i].req->token);
+        if (h != NULL && h->sess != s)
+            continue; /* the other session's round */
+        st[i].state = R_DONE;
+        if (h == NULL || h->gen != v.gen || h->gone)
+            continue;
+        if (after.epoch != v.epoch || h->events != st[i].events || h->armed != v.epoch) {
+            /* Its watch may have ended before a deletion: ask. */
+            if ((st[i].node = strdup(h->node)) == NULL) {
+                pthread_mutex_unlock(&be->mu);
+                return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+            }
+            st[i].state = R_EXISTS;
+            continue;
+        }
+        items[i].result = DLOCK_OK;
+        dlock__zk_hold_touch_locked(be, h, items[i].req->lease_ms);
+    }
+    pthread_mutex_unlock(&be->mu);
+    return DLOCK_OK;
+}
+
 static int zk_renew(void *arg, dlock_renewal *items, size_t n)
 {
     dlock__zk_be *be = arg;
-    dlock__zk_hold *hs = calloc(n > 0 ? n : 1, sizeof(*hs));
+    renew_item *st = calloc(n > 0 ? n : 1, sizeof(*st));
     const char **paths = calloc(n > 0 ? n : 1, sizeof(*paths));
-    int *ok = calloc(n > 0 ? n : 1, sizeof(*ok));
     size_t *idx = calloc(n > 0 ? n : 1, sizeof(*idx));
+    int *rcs = calloc(n > 0 ? n : 1, sizeof(*rcs));
+    sess_view v[2];
     int rc = DLOCK_OK;
 
-    if (hs == NULL || paths == NULL || ok == NULL || idx == NULL) {
+    if (st == NULL || paths == NULL || idx == NULL || rcs == NULL) {
         rc = dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
         goto out;
     }
+    view_of(&be->sess[0], &v[0]);
+    view_of(&be->sess[1], &v[1]);
+    pthread_mutex_lock(&be->mu);
     for (size_t i = 0; i < n; i++) {
+        dlock__zk_hold *h = dlock__zk_hold_get(be, items[i].req->token);
+        sess_view *sv;
         items[i].result = DLOCK_ELOST;
-        if (dlock__zk_hold_copy(be, items[i].req->token, &hs[i]) &&
-            (!dlock__zk_sess_alive(hs[i].sess, hs[i].gen) ||
-             !fits_session(hs[i].sess, items[i].req->lease_ms))) {
-            free(hs[i].node);
-            hs[i].node = NULL;
-        }
-    }
-    for (int si = 0; si < 2 && rc == DLOCK_OK; si++) {
-        dlock__zk_sess *s = &be->sess[si];
-        size_t m = 0;
-        int connected, zrc;
-
-        for (size_t i = 0; i < n; i++)
-            if (hs[i].node != NULL && hs[i].sess == s) {
-                idx[m] = i;
-                paths[m++] = hs[i].node;
-            }
-        if (m == 0)
+        st[i].state = R_LOST;
+        if (h == NULL || h->gone)
             continue;
-        pthread_mutex_lock(&s->mu);
-        connected = s->connected;
-        pthread_mutex_unlock(&s->mu);
-        if (!connected) {
-            rc = dlock_backend_fail(DLOCK_ECONN, "zk %s: disconnected; the session is kept "
-                                    "while it reconnects within its timeout", be->shown);
-            break;
+        sv = &v[h->sess == &be->sess[0] ? 0 : 1];
+        /* The server promised nothing past the session's timeout, which a
+         * reconnect may have shortened below the lease (fits_session). */
+        if (h->gen != sv->gen || !sv->alive || items[i].req->lease_ms > sv->timeout_ms)
+            continue;
+        if (h->armed != 0 && h->armed == sv->epoch) {
+            st[i].state = R_WATCHED;
+        } else if ((st[i].node = strdup(h->node)) != NULL) {
+            st[i].state = R_EXISTS;
+        } else {
+            pthread_mutex_unlock(&be->mu);
+            rc = dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
+            goto out;
         }
-        zrc = dlock__zk_check_many(s, paths, m, ok);
-        if (zrc != ZOK) {
-            rc = dlock__zk_fail(s, zrc, "check", "the held nodes");
-            break;
-        }
-        for (size_t j = 0; j < m; j++)
-            if (ok[j] == 1) {
-                items[idx[j]].result = DLOCK_OK;
-                dlock__zk_hold_touch(be, items[idx[j]].req->token, items[idx[j]].req->lease_ms);
-            }
     }
+    pthread_mutex_unlock(&be->mu);
+    /* Per session: a round, and a second for the holds the first left
+     * unsure (the second only asks exists, whose replies decide). */
+    for (int si = 0; si < 2 && rc == DLOCK_OK; si++)
+        for (int round = 0; round < 2 && rc == DLOCK_OK; round++)
+            rc = renew_round(be, si, items, st, n, paths, idx, rcs);
+    for (size_t i = 0; rc == DLOCK_OK && i < n; i++)
+        if (st[i].state == R_WATCHED || st[i].state == R_EXISTS)
+            rc = dlock_backend_fail(DLOCK_ECONN, "zk %s: the held nodes changed while being "
+                                    "renewed: trying again", be->shown);
 out:
-    for (size_t i = 0; hs != NULL && i < n; i++)
-        free(hs[i].node);
-    free(hs);
+    for (size_t i = 0; st != NULL && i < n; i++)
+        free(st[i].node);
+    free(st);
     free(paths);
-    free(ok);
     free(idx);
+    free(rcs);
     return rc;
 }
 

@@ -71,26 +71,33 @@ static void op_unref(op_t *op)
     free(op);
 }
 
-/* The completion's end: a reply came (rc from the server or the client). */
-static void op_done(op_t *op, int rc)
+/* A reply to a request of session gen of s sent at sent (rc from the
+ * server or the client). */
+static void note_reply(dlock__zk_sess *s, uint64_t gen, int64_t sent, int rc)
 {
     if (rc != ZCONNECTIONLOSS && rc != ZOPERATIONTIMEOUT && rc != ZSESSIONEXPIRED &&
         rc != ZCLOSING && rc != ZINVALIDSTATE && rc != ZSESSIONMOVED) {
-        /* The server answered: it heard from the session at op->sent or
+        /* The server answered: it heard from the session at sent or
          * later. */
-        pthread_mutex_lock(&op->s->mu);
-        if (op->gen == op->s->gen && op->sent > op->s->last_contact_ms)
-            op->s->last_contact_ms = op->sent;
-        pthread_mutex_unlock(&op->s->mu);
+        pthread_mutex_lock(&s->mu);
+        if (gen == s->gen && sent > s->last_contact_ms)
+            s->last_contact_ms = sent;
+        pthread_mutex_unlock(&s->mu);
     } else if (rc == ZSESSIONEXPIRED) {
         /* Only for the session it was sent in: a newer one is not. */
-        pthread_mutex_lock(&op->s->mu);
-        if (op->gen == op->s->gen) {
-            op->s->expired = 1;
-            pthread_cond_broadcast(&op->s->cv);
+        pthread_mutex_lock(&s->mu);
+        if (gen == s->gen) {
+            s->expired = 1;
+            pthread_cond_broadcast(&s->cv);
         }
-        pthread_mutex_unlock(&op->s->mu);
+        pthread_mutex_unlock(&s->mu);
     }
+}
+
+/* The completion's end: a reply came (rc from the server or the client). */
+static void op_done(op_t *op, int rc)
+{
+    note_reply(op->s, op->gen, op->sent, rc);
     pthread_mutex_lock(&op->mu);
     op->rc = rc;
     op->done = 1;
@@ -346,89 +353,138 @@ int dlock__zk_set(dlock__zk_sess *s, const char *path, const char *data, int len
     return rc;
 }
 
-/* One multi of check ops over paths[0..n) that have ok[i] == -1 still. */
-static int check_round(dlock__zk_sess *s, const char *const *paths, size_t n, int *ok, int *again)
-{
-    zhandle_t *zh;
-    op_t *op;
-    size_t m = 0, *idx;
-    int rc;
+/* ---- a renewal's round trip ------------------------------------------------ */
 
-    *again = 0;
-    if ((idx = calloc(n, sizeof(*idx))) == NULL)
-        return ZSYSTEMERROR;
-    for (size_t i = 0; i < n; i++)
-        if (ok[i] < 0)
-            idx[m++] = i;
-    if (m == 0) {
-        free(idx);
-        return ZOK;
-    }
-    if ((zh = handle_of(s)) == NULL || (op = op_new(s)) == NULL) {
-        free(idx);
-        return zh == NULL ? ZINVALIDSTATE : ZSYSTEMERROR;
-    }
-    op->ops = calloc(m, sizeof(*op->ops));
-    op->results = calloc(m, sizeof(*op->results));
-    op->paths = calloc(m, sizeof(*op->paths));
-    if (op->ops == NULL || op->results == NULL || op->paths == NULL) {
-        op->refs = 1;
-        op_unref(op);
-        free(idx);
-        return ZSYSTEMERROR;
-    }
-    for (size_t j = 0; j < m; j++) {
-        if ((op->paths[j] = strdup(paths[idx[j]])) == NULL) {
-            op->n = j;
-            op->refs = 1;
-            op_unref(op);
-            free(idx);
-            return ZSYSTEMERROR;
-        }
-        zoo_check_op_init(&op->ops[j], op->paths[j], -1);
-    }
-    op->n = m;
-    rc = op_wait(op, zoo_amulti(zh, (int)m, op->ops, op->results, on_void, op));
-    if (rc == ZOK) {
-        for (size_t j = 0; j < m; j++)
-            ok[idx[j]] = 1;
-    } else if (rc == ZNONODE || rc == ZBADVERSION) {
-        /* The multi stops at the first missing node: it is gone, those
-         * before it exist, those after it are not known yet. */
-        int found = 0;
-        for (size_t j = 0; j < m; j++) {
-            int err = op->results[j].err;
-            if (!found && err == ZOK) {
-                ok[idx[j]] = 1;
-            } else if (!found && err != ZRUNTIMEINCONSISTENCY) {
-                ok[idx[j]] = 0;
-                found = 1;
-            }
-        }
-        if (!found) /* no op named: the first unknown is the culprit */
-            for (size_t j = 0; j < m; j++)
-                if (ok[idx[j]] < 0) {
-                    ok[idx[j]] = 0;
-                    break;
-                }
-        *again = 1;
-        rc = ZOK;
-    }
-    op_unref(op);
-    free(idx);
-    return rc;
+/* What the requests of dlock__zk_confirm share with their completions:
+ * freed by the last of them, the caller being one. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs, left;
+    dlock__zk_sess *s;
+    uint64_t gen;
+    int64_t sent;
+    int sync_rc;
+    int *rcs;      /* one per exists */
+    struct slot {
+        void *batch;
+        int i;     /* the exists' index, -1 for the sync */
+    } *slots;
+} confirm_t;
+
+static void confirm_unref(confirm_t *b)
+{
+    int left;
+
+    pthread_mutex_lock(&b->mu);
+    left = --b->refs;
+    pthread_mutex_unlock(&b->mu);
+    if (left > 0)
+        return;
+    free(b->rcs);
+    free(b->slots);
+    pthread_cond_destroy(&b->cv);
+    pthread_mutex_destroy(&b->mu);
+    free(b);
 }
 
-int dlock__zk_check_many(dlock__zk_sess *s, const char *const *paths, size_t n, int *ok)
+static void confirm_done(struct slot *slot, int rc)
 {
-    int rc, again = 1;
+    confirm_t *b = slot->batch;
 
-    for (size_t i = 0; i < n; i++)
-        ok[i] = -1;
-    while (again)
-        if ((rc = check_round(s, paths, n, ok, &again)) != ZOK)
-            return rc;
-    return ZOK;
+    note_reply(b->s, b->gen, b->sent, rc);
+    pthread_mutex_lock(&b->mu);
+    if (slot->i < 0)
+        b->sync_rc = rc;
+    else
+        b->rcs[slot->i] = rc;
+    if (--b->left == 0)
+        pthread_cond_signal(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    confirm_unref(b);
+}
+
+static void on_confirm_sync(int rc, const char *value, const void *data)
+{
+    (void)value;
+    confirm_done((struct slot *)data, rc);
+}
+
+static void on_confirm_exists(int rc, const struct Stat *stat, const void *data)
+{
+    (void)stat;
+    confirm_done((struct slot *)data, rc);
+}
+
+int dlock__zk_confirm(dlock__zk_sess *s, int sync, const char *const *paths, size_t n,
+                      int *rcs)
+{
+    int64_t deadline = dlock__zk_mono_ms() + s->be->command_timeout_ms;
+    zhandle_t *zh = handle_of(s);
+    confirm_t *b;
+    int rc = ZOK;
+
+    if (zh == NULL)
+        return ZINVALIDSTATE;
+    if ((b = calloc(1, sizeof(*b))) == NULL)
+        return ZSYSTEMERROR;
+    b->rcs = calloc(n > 0 ? n : 1, sizeof(*b->rcs));
+    b->slots = calloc(n + 1, sizeof(*b->slots));
+    if (b->rcs == NULL || b->slots == NULL) {
+        free(b->rcs);
+        free(b->slots);
+        free(b);
+        return ZSYSTEMERROR;
+    }
+    pthread_mutex_init(&b->mu, NULL);
+    dlock__zk_cond_init(&b->cv);
+    b->s = s;
+    b->sent = dlock__zk_now_ms();
+    pthread_mutex_lock(&s->mu);
+    b->gen = s->gen;
+    pthread_mutex_unlock(&s->mu);
+    b->sync_rc = ZOK;
+    b->refs = 1;
+    /* Each request submitted is one more reference and one more reply to
+     * wait for (counted before it is sent: its reply may come at once).
+     * The sync goes last: its reply comes after every other's. */
+    for (size_t i = 0; i <= n && rc == ZOK; i++) {
+        struct slot *slot = &b->slots[i];
+        int zrc;
+        slot->batch = b;
+        slot->i = i < n ? (int)i : -1;
+        if (i == n && !sync)
+            break;
+        pthread_mutex_lock(&b->mu);
+        b->refs++;
+        b->left++;
+        pthread_mutex_unlock(&b->mu);
+        zrc = i < n ? zoo_aexists(zh, paths[i], 1, on_confirm_exists, slot)
+                    : zoo_async(zh, "/", on_confirm_sync, slot);
+        if (zrc != ZOK) {
+            pthread_mutex_lock(&b->mu);
+            b->refs--;
+            b->left--;
+            pthread_mutex_unlock(&b->mu);
+            rc = zrc;
+        }
+    }
+    pthread_mutex_lock(&b->mu);
+    while (b->left > 0)
+        if (dlock__zk_wait_until(&b->cv, &b->mu, deadline) == ETIMEDOUT)
+            break;
+    if (rc == ZOK && b->left > 0)
+        rc = ZOPERATIONTIMEOUT;
+    if (rc == ZOK && b->sync_rc != ZOK)
+        rc = b->sync_rc;
+    for (size_t i = 0; rc == ZOK && i < n; i++) {
+        rcs[i] = b->rcs[i];
+        if (rcs[i] != ZOK && rcs[i] != ZNONODE)
+            rc = rcs[i];
+    }
+    pthread_mutex_unlock(&b->mu);
+    confirm_unref(b);
+    return rc;
 }
 
 int dlock__zk_check_create(dlock__zk_sess *s, const char *check, const char *path,

@@ -74,15 +74,18 @@ static void wake_all(dlock__zk_sess *s)
 static void session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
     dlock__zk_sess *s = ctx;
+    uint64_t gen;
 
     pthread_mutex_lock(&s->mu);
     if (zh != s->zh) {
         pthread_mutex_unlock(&s->mu);
         return; /* an older handle, being closed */
     }
+    gen = s->gen;
     if (type == ZOO_SESSION_EVENT) {
         if (state == ZOO_CONNECTED_STATE) {
             const clientid_t *id = zoo_client_id(zh);
+            s->conn_epoch++;
             s->connected = 1;
             s->session_id = id != NULL ? id->client_id : 0;
             s->timeout_ms = zoo_recv_timeout(zh);
@@ -104,6 +107,12 @@ static void session_watcher(zhandle_t *zh, int type, int state, const char *path
     }
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
+    /* A held node's watch (zk.c, "Renewal"). Without s->mu: the holds
+     * table's lock is never taken under it. This thread runs each event
+     * before the replies that came after it, so a renewal that waits for a
+     * reply sees the event counted. */
+    if (type != ZOO_SESSION_EVENT && path != NULL)
+        dlock__zk_hold_event(s->be, s, gen, type, path);
 }
 
 void dlock__zk_sess_init(dlock__zk_sess *s, dlock__zk_be *be, int64_t want_ms)
@@ -329,6 +338,8 @@ static void on_auth(int rc, const void *data)
     pthread_mutex_unlock(&s->mu);
 }
 
+#define RESOLVE_DELAY_MS 5000
+
 /*
  * Open a new handle in s (s->mu held; released while the library starts
  * its threads is not needed: zookeeper_init does not call back before it
@@ -345,6 +356,11 @@ static int open_handle(dlock__zk_sess *s)
         return dlock_backend_fail(errno == EINVAL ? DLOCK_EINVAL : DLOCK_ECONN,
                                   "zk %s: cannot start a session: %s", s->be->shown,
                                   errno != 0 ? strerror(errno) : "zookeeper_init failed");
+    /* The client resolves the host names each time it polls its socket,
+     * by default: a getaddrinfo per request and reply, most of the client's
+     * CPU while it renews thousands of locks. Once in a few seconds is
+     * enough to see a DNS change (a lost connection resolves at once). */
+    (void)zoo_set_servers_resolution_delay(zh, RESOLVE_DELAY_MS);
     s->zh = zh;
     s->gen++;
     s->connected = 0;

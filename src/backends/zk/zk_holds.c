@@ -159,6 +159,20 @@ int dlock__zk_hold_copy(dlock__zk_be *be, const char *token, dlock__zk_hold *out
     return found;
 }
 
+dlock__zk_hold *dlock__zk_hold_get(dlock__zk_be *be, const char *token)
+{
+    dlock__zk_hold *h = hold_find(be, token);
+    return h != NULL && !h->orphan && h->node != NULL ? h : NULL;
+}
+
+void dlock__zk_hold_touch_locked(dlock__zk_be *be, dlock__zk_hold *h, int64_t lease_ms)
+{
+    h->lease_ms = lease_ms;
+    h->expires_ms = dlock__zk_now_ms() + lease_ms;
+    if (be->reap_at >= 0 && h->expires_ms < be->reap_at)
+        pthread_cond_signal(&be->reap_cv);
+}
+
 /* The lease of token's hold runs lease_ms from now (a renewal that was
  * sent at sent_ms succeeded: count from its reply, which is later). */
 void dlock__zk_hold_touch(dlock__zk_be *be, const char *token, int64_t lease_ms)
@@ -308,10 +322,16 @@ int dlock__zk_hold_add(dlock__zk_be *be, const dlock_request *req, dlock__zk_ses
     }
     if (h->node == NULL || strcmp(h->node, node) != 0) {
         free(h->node);
+        h->armed = 0;
+        h->gone = 0;
         if ((h->node = strdup(node)) == NULL) {
             pthread_mutex_unlock(&be->mu);
             return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
         }
+    }
+    if (h->orphan || h->sess != s || h->gen != gen) {
+        h->armed = 0; /* a node of its own: its watch is set at the next renewal */
+        h->gone = 0;
     }
     h->orphan = 0;
     h->sess = s;
@@ -378,10 +398,63 @@ int dlock__zk_hold_move(dlock__zk_be *be, const char *token, const char *node)
     if ((h = hold_find(be, token)) != NULL) {
         free(h->node);
         h->node = copy;
+        h->armed = 0;
+        h->gone = 0;
         copy = NULL;
     }
     pthread_mutex_unlock(&be->mu);
     free(copy);
     return h != NULL ? DLOCK_OK : dlock_backend_fail(DLOCK_ELOST, "zk %s: the lock is no "
                                                      "longer ours", be->shown);
+}
+
+void dlock__zk_hold_event(dlock__zk_be *be, dlock__zk_sess *s, uint64_t gen, int type,
+                          const char *path)
+{
+    const char *name = strrchr(path, '/'), *u;
+    char token[DLOCK__ZK_UUID_LEN + 1];
+    size_t t = 0;
+
+    /* Our nodes are "_c_<uuid>-...", the uuid being the hold's token
+     * (dlock__zk_uuid): the token back, then the hold by token. A hold
+     * whose token does not come back so is never taken as watched (zk.c,
+     * renew). */
+    if (name == NULL || strncmp(name + 1, DLOCK__ZK_PROTECT, strlen(DLOCK__ZK_PROTECT)) != 0)
+        return;
+    u = name + 1 + strlen(DLOCK__ZK_PROTECT);
+    for (size_t i = 0; i < DLOCK__ZK_UUID_LEN; i++) {
+        if (u[i] == '\0')
+            return;
+        if (u[i] != '-')
+            token[t++] = u[i];
+    }
+    token[t] = '\0';
+    pthread_mutex_lock(&be->mu);
+    for (dlock__zk_hold *h = be->table != NULL ? *chain_of(be, token) : NULL; h != NULL;
+         h = h->hnext)
+        if (!h->orphan && h->sess == s && h->gen == gen && h->node != NULL &&
+            strcmp(h->token, token) == 0 && strcmp(h->node, path) == 0) {
+            /* Any event ends the watch (ZooKeeper's watches fire once). */
+            h->events++;
+            h->armed = 0;
+            if (type == ZOO_DELETED_EVENT)
+                h->gone = 1;
+        }
+    pthread_mutex_unlock(&be->mu);
+}
+
+/* 1 when a watch event for token's node finds its hold (the token is what
+ * dlock__zk_uuid makes a uuid of, and dlock__zk_hold_event reads back). */
+int dlock__zk_token_watchable(const char *token)
+{
+    char uuid[DLOCK__ZK_UUID_LEN + 1];
+    size_t t = 0;
+
+    if (strlen(token) != 32)
+        return 0;
+    dlock__zk_uuid(token, uuid);
+    for (size_t i = 0; i < DLOCK__ZK_UUID_LEN; i++)
+        if (uuid[i] != '-' && uuid[i] != token[t++])
+            return 0;
+    return 1;
 }

@@ -73,6 +73,9 @@ typedef struct {
      * back: the server heard from the session no earlier, so it keeps the
      * session at least until last_contact_ms + timeout_ms. */
     int64_t last_contact_ms;
+    /* + 1 at each connect of the handle (first or again): a node watch
+     * set on an earlier connection is not counted on (zk.c, "Renewal"). */
+    uint64_t conn_epoch;
     dlock__zk_watch *watches; /* waiting on events of this session */
 } dlock__zk_sess;
 
@@ -175,9 +178,16 @@ int dlock__zk_get(dlock__zk_sess *s, const char *path, char **data, int *len, st
 int dlock__zk_get_acl(dlock__zk_sess *s, const char *path, struct ACL_vector *acl);
 /* Set path's data at version (-1: any). */
 int dlock__zk_set(dlock__zk_sess *s, const char *path, const char *data, int len, int version);
-/* Check that each of paths[0..n) exists, in one multi request; ok[i] 1 or
- * 0. ZOK when every ok[i] is set. */
-int dlock__zk_check_many(dlock__zk_sess *s, const char *const *paths, size_t n, int *ok);
+/*
+ * A renewal's round trip (zk.c, "Renewal"), every request sent at once and
+ * waited for together: with sync, a sync through the leader, whose reply
+ * comes after every watch event for what changed before it; and an exists
+ * with a watch of each of paths[0..n), rcs[i] its code (ZOK, ZNONODE ...).
+ * ZOK when every reply came and the sync's was ZOK; else the first failure
+ * (the rcs are then not to be trusted).
+ */
+int dlock__zk_confirm(dlock__zk_sess *s, int sync, const char *const *paths, size_t n,
+                      int *rcs);
 /* One multi request: check that check exists, and create path (data, len,
  * flags) in the same transaction, so that path is made only while check
  * is there. ZNONODE when check was gone (nothing made), ZNODEEXISTS when
@@ -299,6 +309,13 @@ typedef struct dlock__zk_hold {
     uint64_t czxid;
     int64_t lease_ms;
     int64_t expires_ms; /* CLOCK_BOOTTIME: the reaper deletes the node then */
+    /* The node's watch (zk.c, "Renewal"): armed is the session's
+     * conn_epoch when an exists with a watch found the node (0: not
+     * since); events counts the watch events for the node, gone says one
+     * told it was deleted. Under be->mu, set by the session's watcher. */
+    uint64_t armed;
+    unsigned events;
+    int gone;
     /* An orphan: a node that may exist in a live session but that nobody
      * will release (a create whose reply was lost, a leave or release that
      * could not reach the server). The reaper deletes it (finding it by its
@@ -319,6 +336,10 @@ dlock__zk_hold *dlock__zk_hold_take(dlock__zk_be *be, const char *token);
 int dlock__zk_hold_copy(dlock__zk_be *be, const char *token, dlock__zk_hold *out);
 /* The lease of token's hold runs lease_ms from now. */
 void dlock__zk_hold_touch(dlock__zk_be *be, const char *token, int64_t lease_ms);
+/* With be->mu held: token's hold (not an orphan, its node known), or NULL;
+ * and its lease runs lease_ms from now. */
+dlock__zk_hold *dlock__zk_hold_get(dlock__zk_be *be, const char *token);
+void dlock__zk_hold_touch_locked(dlock__zk_be *be, dlock__zk_hold *h, int64_t lease_ms);
 
 /* Remember a lock taken (token -> node, session, lease) for release, renew
  * and the reaper, which deletes the node when its lease ran out unrenewed. */
@@ -337,6 +358,13 @@ int dlock__zk_hold_find(dlock__zk_be *be, const char *token, dlock__zk_sess **s,
                         char **node);
 /* Token's hold is now node (a downgrade's read node). */
 int dlock__zk_hold_move(dlock__zk_be *be, const char *token, const char *node);
+/* The session watcher's node event (ZOO_DELETED_EVENT, ZOO_CHANGED_EVENT
+ * ...) for path in gen of s: the hold whose node it is counts the event,
+ * and is gone when it was a deletion. Takes be->mu; call without s->mu. */
+void dlock__zk_hold_event(dlock__zk_be *be, dlock__zk_sess *s, uint64_t gen, int type,
+                          const char *path);
+/* 1 when dlock__zk_hold_event finds token's hold by its node's name. */
+int dlock__zk_token_watchable(const char *token);
 
 /* ---- zk_status.c: the operator view -------------------------------------- */
 

@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
@@ -995,6 +996,131 @@ static void session_timeout_shrinks_on_reconnect(void)
     test_zk_stop(&z);
 }
 
+/* ---- renewal: the session, not each node (issue 33) ------------------------ */
+
+static atomic_long renew_calls;
+
+static void count_renew(const dlock_trace_event *ev, void *payload)
+{
+    (void)payload;
+    if (ev->phase == DLOCK_TRACE_END && strcmp(ev->call, "renew") == 0 &&
+        ev->result == DLOCK_OK)
+        atomic_fetch_add(&renew_calls, 1);
+}
+
+/*
+ * A renewal confirms the session with one request whatever the number of
+ * locks: 100 locks held (lease 1.5 s, renewed every 0.5 s in one batch),
+ * once their watches are set, cost the server a few dozen bytes per
+ * renewal, where a check per lock (the multi of before) sent ~70 bytes per
+ * lock, 7 KB per renewal.
+ */
+static void renewal_is_one_request(void)
+{
+    enum { LOCKS = 100 };
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_acquire_options o = test_opts(0, 1500, 1);
+    dlock_client *c = NULL;
+    dlock_lock *locks[LOCKS];
+    long long b0, b1;
+    long calls;
+    test_zk z;
+
+    test_zk_start(&z, 1, NULL);
+    co.trace = count_renew;
+    co.log = log_stderr;
+    CHECK_RC(dlock_client_open(&c, z.url, &co), DLOCK_OK);
+    o.on_lost = test_count_lost;
+    atomic_store(&test_lost_calls, 0);
+    for (int i = 0; i < LOCKS; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "one%d", i);
+        CHECK_RC(dlock_acquire(&locks[i], c, name, &o), DLOCK_OK);
+    }
+    /* The first renewal sets each node's watch (one exists per lock, once). */
+    test_sleep_ms(1200);
+    b0 = test_zk_mntr(&z, 0, "zk_bytes_received_count");
+    atomic_store(&renew_calls, 0);
+    test_sleep_ms(2000);
+    calls = atomic_load(&renew_calls);
+    b1 = test_zk_mntr(&z, 0, "zk_bytes_received_count");
+    fprintf(stderr, "%ld renewals of %d locks: %lld bytes to the server\n", calls, LOCKS,
+            b1 - b0);
+    CHECK(b0 >= 0 && b1 >= b0);
+    CHECK(calls >= 3);
+    CHECK(b1 - b0 < calls * 200); /* one request each (and the session's pings) */
+    for (int i = 0; i < LOCKS; i++) {
+        CHECK(!dlock_lock_lost(locks[i]));
+        CHECK_RC(dlock_release(locks[i]), DLOCK_OK);
+    }
+    CHECK(atomic_load(&test_lost_calls) == 0);
+    dlock_client_free(c);
+    test_zk_stop(&z);
+}
+
+/*
+ * An operator deletes a held node behind the holder's back (zkCli's
+ * delete, or dlock_force_release from another process): the node's watch
+ * tells the holder, whose next renewal reports the lock lost, within a
+ * renewal period, though the session lives on. Each of three locks is
+ * deleted at a time of its own: before its first renewal (no watch yet:
+ * that renewal's exists finds it gone), after it (the watch tells), and
+ * after the lease was extended (the data change ended the watch, set
+ * again at the next renewal).
+ */
+static void deleted_node_is_lost(void)
+{
+    test_zk z;
+    dlock_client *c;
+    dlock_acquire_options o = test_opts(0, 1500, 1);
+    dlock_lock *l[3], *keep;
+    zhandle_t *zh;
+    char names[4][128], path[256];
+
+    test_zk_start(&z, 1, NULL);
+    c = open_url(z.url, 5000);
+    o.on_lost = test_count_lost;
+    atomic_store(&test_lost_calls, 0);
+    CHECK_RC(dlock_acquire(&keep, c, "del-keep", &o), DLOCK_OK);
+    for (int i = 0; i < 3; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "del%d", i);
+        CHECK_RC(dlock_acquire(&l[i], c, name, &o), DLOCK_OK);
+    }
+    zh = raw_open(&z, NULL);
+    /* 0: before any renewal. */
+    CHECK(test_zk_child_names(&z, "/dlock/del0", names, 4) == 1);
+    snprintf(path, sizeof(path), "/dlock/del0/%s", names[0]);
+    CHECK_RC(zoo_delete(zh, path, -1), ZOK);
+    /* 1: after two renewals (its watch set). */
+    test_sleep_ms(1100);
+    CHECK(!dlock_lock_lost(l[1]) && !dlock_lock_lost(l[2]));
+    CHECK(test_zk_child_names(&z, "/dlock/del1", names, 4) == 1);
+    snprintf(path, sizeof(path), "/dlock/del1/%s", names[0]);
+    CHECK_RC(zoo_delete(zh, path, -1), ZOK);
+    /* 2: extended (a data change, which ends its watch), then deleted
+     * before the next renewal could set it again. */
+    CHECK_RC(dlock_lock_extend(l[2], 1500), DLOCK_OK);
+    CHECK(test_zk_child_names(&z, "/dlock/del2", names, 4) == 1);
+    snprintf(path, sizeof(path), "/dlock/del2/%s", names[0]);
+    CHECK_RC(zoo_delete(zh, path, -1), ZOK);
+    /* Reported within a renewal period (0.5 s) and some slack. */
+    for (int t = 0; t < 40 && atomic_load(&test_lost_calls) < 3; t++)
+        test_sleep_ms(50);
+    for (int i = 0; i < 3; i++) {
+        CHECK(dlock_lock_lost(l[i]));
+        CHECK_RC(dlock_release(l[i]), DLOCK_ELOST);
+    }
+    CHECK(atomic_load(&test_lost_calls) == 3);
+    /* The session and the other lock live on. */
+    CHECK(!dlock_lock_lost(keep));
+    CHECK_RC(dlock_lock_check(keep), DLOCK_OK);
+    CHECK_RC(dlock_release(keep), DLOCK_OK);
+    zookeeper_close(zh);
+    dlock_client_free(c);
+    test_zk_stop(&z);
+}
+
 TEST_MAIN({"curator_node_names", curator_node_names, NULL},
           {"session_timeout_shrinks_on_reconnect", session_timeout_shrinks_on_reconnect,
            "watchdog"},
@@ -1006,6 +1132,8 @@ TEST_MAIN({"curator_node_names", curator_node_names, NULL},
           {"ensemble_member_and_leader_killed", ensemble_member_and_leader_killed, "ensemble"},
           {"reentrant_by_owner", reentrant_by_owner, "watchdog"},
           {"bad_urls", bad_urls, NULL},
+          {"renewal_is_one_request", renewal_is_one_request, "watchdog"},
+          {"deleted_node_is_lost", deleted_node_is_lost, "watchdog"},
           {"acl_holder_node_protected", acl_holder_node_protected, NULL},
           {"acl_open_prefix_refused", acl_open_prefix_refused, NULL},
           {"acl_every_node_kind", acl_every_node_kind, NULL},
