@@ -22,6 +22,7 @@ zk_pid=""
 pg_ctl_bin=""
 pg_as=""
 mysql_pid=""
+fuzz_pid=""
 cleanup() {
     # Never fail here: etcd exits 143 on SIGTERM, and under set -e the wait
     # would turn a green run into a failed one.
@@ -32,6 +33,9 @@ cleanup() {
     [ -n "$zk_pid" ] && kill "$zk_pid" 2>/dev/null && wait "$zk_pid" 2>/dev/null
     [ -n "$pg_ctl_bin" ] && $pg_as "$pg_ctl_bin" -D "$tmp/pg/data" -m immediate stop >/dev/null 2>&1
     [ -n "$mysql_pid" ] && kill "$mysql_pid" 2>/dev/null && wait "$mysql_pid" 2>/dev/null
+    # A suite that failed leaves the fuzz build to finish on its own (its
+    # lock keeps the next run.sh in that folder waiting for it).
+    [ -n "$fuzz_pid" ] && kill "$fuzz_pid" 2>/dev/null
     rm -rf "$tmp"
 }
 trap cleanup EXIT INT TERM
@@ -194,10 +198,26 @@ run_suite() { # build-dir sanitizer "cmake-options" ctest-args...
     cmake -S . -B "$dir" -DDLOCK_SANITIZE="$san" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLOCK_WERROR=ON \
         $opts >/dev/null
     cmake --build "$dir" -j "$jobs" >/dev/null
+    # The plain suite's fuzz cases (fuzz.bounded, fuzz.inprocess) run the
+    # libFuzzer targets of $dir/fuzz (clang, ASan+UBSan). Built inside the
+    # first case, the clang build held cpu_heavy for 1.5-4 minutes (the chain
+    # of cases run one at a time) and a slot; built here, in the background
+    # (nice) while the suite runs, it takes the CPU time the suite's waiting
+    # cases leave (the CPUs are about half idle), and the cases, last of the
+    # chain, find the targets built (or wait for the build: run.sh's lock).
+    if [ -z "$san" ]; then
+        echo "== build $dir/fuzz in the background (the libFuzzer targets, clang)"
+        nice -n 5 tests/fuzz/run.sh --build-only "$PWD/$dir/fuzz" >"$tmp/fuzz-build.out" 2>&1 &
+        fuzz_pid=$!
+    fi
     echo "== test $dir"
     # --no-tests=error: a label or filter that matches nothing fails, not
     # passes (ctest -L watchdog with no watchdog test would exit 0).
     (cd "$dir" && ctest --output-on-failure --no-tests=error "$@")
+    if [ -n "$fuzz_pid" ]; then
+        wait "$fuzz_pid" || { echo "test.sh: the fuzz build failed" >&2; cat "$tmp/fuzz-build.out" >&2; exit 1; }
+        fuzz_pid=""
+    fi
 }
 
 # Tests run in parallel: -j 1.5 x the cores in the plain and ASan suites.
@@ -205,12 +225,14 @@ run_suite() { # build-dir sanitizer "cmake-options" ctest-args...
 # with -j 2 on 2 cores, CI up to the end of the plain suite (its builds
 # included) kept the CPUs 42% busy (user + sys over wall time, 2026-12-02),
 # and the suite's wall time was the sum of the cases' times over 2. The
-# cases that do keep CPUs busy (the chaos rows, the fuzz build, the install
+# cases that do keep CPUs busy (the chaos rows, the fuzz runs, the install
 # check, the Curator interop, the ZooKeeper ensemble) run one at a time
-# (RESOURCE_LOCK cpu_heavy in tests/CMakeLists.txt) and first (their COST),
-# beside the rest: counted as 2 slots each instead, they were left for last
-# and ran one after another (5 minutes of tail). TSan, with the most CPU
-# per case, keeps -j of the cores.
+# (RESOURCE_LOCK, DLOCK_CPU_HEAVY in tests/CMakeLists.txt; but a MariaDB
+# chaos row beside a PostgreSQL one) and first (their COST; the fuzz runs
+# last of them, after their build in the background), beside the rest:
+# counted as 2 slots each instead, they were left for last and ran one after
+# another (5 minutes of tail). TSan, with the most CPU per case, keeps -j of
+# the cores.
 many=$(( jobs * 3 / 2 ))
 [ "$many" -ge 2 ] || many=2
 

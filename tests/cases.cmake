@@ -30,12 +30,12 @@ foreach(dlock_line IN LISTS dlock_lines)
                       ENVIRONMENT "DLOCK_MODULE_DIR=${DLOCK_CASES_MODULE_DIR}")
   # A case labelled "ensemble" runs three ZooKeeper JVMs: one of the
   # CPU-heavy cases, run one at a time and early (scripts/test.sh runs more
-  # cases than cores; tests/CMakeLists.txt has the others). Not "scale":
-  # the CPU-heavy cases already run one after another for about as long as
-  # the whole plain suite, and the scale cases ride out a loaded machine
-  # (leases of seconds, renewed at a third).
+  # cases than cores; tests/CMakeLists.txt has the others: both locks of
+  # DLOCK_CPU_HEAVY). Not "scale": the CPU-heavy cases already run one after
+  # another for about as long as the whole plain suite, and the scale cases
+  # ride out a loaded machine (leases of seconds, renewed at a third).
   if("${dlock_labels}" MATCHES "(^|;| )ensemble(;| |$)")
-    set_tests_properties(${dlock_name} PROPERTIES RESOURCE_LOCK cpu_heavy COST 75)
+    set_tests_properties(${dlock_name} PROPERTIES RESOURCE_LOCK "cpu_heavy;cpu_heavy_2" COST 75)
   endif()
   math(EXPR dlock_count "${dlock_count} + 1")
 endforeach()
