@@ -535,7 +535,7 @@ static int renew_round(dlock__zk_be *be, int si, dlock_renewal *items, renew_ite
         /* Its watch counts from now on if it was set on this connection
          * and did not fire since. */
         if (after.epoch == v.epoch && h->events == st[i].events &&
-            dlock__zk_token_watchable(h->token))
+            dlock__zk_hold_watchable(h))
             h->armed = v.epoch;
     }
     for (size_t i = 0; sync && i < n; i++) {

@@ -443,18 +443,22 @@ void dlock__zk_hold_event(dlock__zk_be *be, dlock__zk_sess *s, uint64_t gen, int
     pthread_mutex_unlock(&be->mu);
 }
 
-/* 1 when a watch event for token's node finds its hold (the token is what
- * dlock__zk_uuid makes a uuid of, and dlock__zk_hold_event reads back). */
-int dlock__zk_token_watchable(const char *token)
+/* 1 when a watch event for h's node finds h: the node's name is
+ * "_c_<uuid>-...", the uuid made of h's token (dlock__zk_uuid), and the
+ * token comes back from it as dlock__zk_hold_event reads it. */
+int dlock__zk_hold_watchable(const dlock__zk_hold *h)
 {
     char uuid[DLOCK__ZK_UUID_LEN + 1];
+    const char *name = h->node != NULL ? strrchr(h->node, '/') : NULL;
     size_t t = 0;
 
-    if (strlen(token) != 32)
+    if (name == NULL || strlen(h->token) != 32)
         return 0;
-    dlock__zk_uuid(token, uuid);
+    dlock__zk_uuid(h->token, uuid);
     for (size_t i = 0; i < DLOCK__ZK_UUID_LEN; i++)
-        if (uuid[i] != '-' && uuid[i] != token[t++])
+        if (uuid[i] != '-' && uuid[i] != h->token[t++])
             return 0;
-    return 1;
+    name++;
+    return strncmp(name, DLOCK__ZK_PROTECT, strlen(DLOCK__ZK_PROTECT)) == 0 &&
+           strncmp(name + strlen(DLOCK__ZK_PROTECT), uuid, DLOCK__ZK_UUID_LEN) == 0;
 }

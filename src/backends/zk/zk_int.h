@@ -363,8 +363,9 @@ int dlock__zk_hold_move(dlock__zk_be *be, const char *token, const char *node);
  * and is gone when it was a deletion. Takes be->mu; call without s->mu. */
 void dlock__zk_hold_event(dlock__zk_be *be, dlock__zk_sess *s, uint64_t gen, int type,
                           const char *path);
-/* 1 when dlock__zk_hold_event finds token's hold by its node's name. */
-int dlock__zk_token_watchable(const char *token);
+/* 1 when dlock__zk_hold_event finds h by its node's name (a hold that it
+ * would not find is never taken as watched: asked exists at each renewal). */
+int dlock__zk_hold_watchable(const dlock__zk_hold *h);
 
 /* ---- zk_status.c: the operator view -------------------------------------- */
 
