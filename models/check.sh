@@ -147,8 +147,12 @@ check $m 1 "etcd: the move without our create revision (-DNO_REV_CMP)" -DNO_REV_
 check $m 1 "etcd: a fresh spare's lease counted from the acquire (-DFROM_CALL)" -DFROM_CALL -DTMAX=3
 check $m 1 "etcd: a spare given back alive as of the release (-DBACK_AT_RELEASE)" -DBACK_AT_RELEASE -DTMAX=3
 check $m 1 "etcd: the promote onto a spare without its keepalive (-DPROMOTE_NO_KA)" -DPROMOTE_NO_KA -DTMAX=3
+check $m none "etcd: session leases (-DSESSION), 2 clients (one acquiring twice), 3 ticks" -DSESSION -DTMAX=3
+check $m 1 "etcd: session lease, the acquire counted from the call (-DSESSION -DFROM_CALL)" -DSESSION -DFROM_CALL -DTMAX=3
+check $m 1 "etcd: session lease counted alive as of a release (-DSESSION -DBACK_AT_RELEASE)" -DSESSION -DBACK_AT_RELEASE -DTMAX=3
 if [ "$long" = 1 ]; then
     check $m none "etcd: 5 ticks" -DTMAX=5
+    check $m none "etcd: session leases, 4 ticks" -DSESSION -DTMAX=4
     check $m none "etcd: the short lease revoked before the move (-DREVOKE_EARLY), 4 ticks" -DREVOKE_EARLY -DTMAX=4
 fi
 

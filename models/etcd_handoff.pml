@@ -51,6 +51,15 @@
  *   -DPROMOTE_NO_KA  the promote onto a spare without the spare's keepalive
  *                    in the same round trip, the lease counted from the try,
  *                    (1).
+ * -DSESSION models the session lease instead (etcd_session.c: the
+ * auto-renewed locks of a client share one lease of their TTL): the
+ * client's "spare" is never taken out of its slot, backs its key while
+ * the client's other locks (not modelled, one name here) keep it alive at
+ * any moment (the Thread's keepalives), a release deletes the key alone
+ * and leaves the lease as it is, and the holder's renewal confirms it. The
+ * switches -DFROM_CALL (the acquire counted from the call, not the session
+ * lease's last confirmation) and -DBACK_AT_RELEASE (a release counts the
+ * session lease alive as of the release) must break (1) with it too.
  * And changes that must not (check.sh expects no violation): -DFRESH=k the
  * confirmation window (a twentieth of the TTL in the code) widened, up to
  * past the TTL; -DREVOKE_EARLY the waiter's short lease revoked before the
@@ -107,6 +116,14 @@ byte kl[N];          /* the lease it is on */
 byte lexp[NL];       /* a lease's expiry on the leader's clock; 0: none */
 
 /* ---- the clients' pools (etcd_spare.c): one spare per client ------------- */
+/* Taking the spare: out of the pool; a session lease stays in its slot. */
+#ifdef SESSION
+#define TAKE_SPARE(i) skip
+#define IS_SESSION 1
+#else
+#define TAKE_SPARE(i) sp_in[i] = 0; sp_used[i] = 1
+#define IS_SESSION 0
+#endif
 bool sp_in[N];       /* the pool has the spare */
 byte sp_ok[N];       /* when the request that last found it alive was sent */
 bool sp_used[N];     /* a key of an acquisition is on it: not the pool's */
@@ -222,7 +239,7 @@ idle:
             others(i, c);
             if
             :: c == 0 ->
-                sp_in[i] = 0; sp_used[i] = 1;
+                TAKE_SPARE(i);
                 rev++; kc[i] = rev; kl[i] = SPARE(i); myrev = rev;
                 lease = SPARE(i); onspare = 1; okh = sp_ok[i];
 #ifdef FROM_CALL
@@ -241,7 +258,7 @@ idle:
             others(i, c);
             if
             :: c == 0 ->
-                sp_in[i] = 0; sp_used[i] = 1;
+                TAKE_SPARE(i);
                 rev++; kc[i] = rev; kl[i] = SPARE(i); myrev = rev;
                 lease = SPARE(i); onspare = 1; okh = sent;
                 hold[i] = 1; dl[i] = sent + TTL;
@@ -304,7 +321,7 @@ queue:
                 :: else
                 fi;
                 kl[i] = SPARE(i);
-                sp_in[i] = 0; sp_used[i] = 1;
+                TAKE_SPARE(i);
                 lease = SPARE(i); onspare = 1; okh = sp_ok[i];
                 hold[i] = 1; dl[i] = sent + TTL;
 #ifndef REVOKE_EARLY
@@ -382,6 +399,12 @@ held:
     :: /* the watchdog's renewal: a keepalive of the lease */
         atomic {
             keepalive(lease, alive);
+#ifdef SESSION
+            if
+            :: alive && lease == SPARE(i) -> sp_ok[i] = now   /* session_seen */
+            :: else
+            fi;
+#endif
             if
             :: alive && kc[i] != 0 && kl[i] == lease ->
                 dl[i] = now + TTL; okh = now
@@ -397,7 +420,20 @@ held:
     atomic {
         /* release */
         if
-        :: onspare && kc[i] != 0 && kl[i] == lease ->
+#ifdef SESSION
+        :: onspare ->
+            /* one delete of our key, by name; the session lease stays as
+             * it is, kept alive by the client's other locks */
+            if
+            :: kc[i] != 0 && kl[i] == lease -> kc[i] = 0
+            :: else
+            fi;
+#ifdef BACK_AT_RELEASE
+            sp_ok[i] = now;
+#endif
+            printf("t=%d c%d releases: deletes its key\n", now, i)
+#endif
+        :: !IS_SESSION && onspare && kc[i] != 0 && kl[i] == lease ->
             /* one delete of our key; prev_kv says it was on the spare:
              * the spare goes back to the pool, alive as of okh */
             kc[i] = 0;
@@ -437,7 +473,8 @@ end_spin:
         !sp_in[i] && !sp_used[i] && lexp[SPARE(i)] == 0 ->
         lexp[SPARE(i)] = now + TTL; sp_ok[i] = now; sp_in[i] = 1
        }
-#ifdef SPARE_KEEPALIVE
+#if defined(SPARE_KEEPALIVE) || defined(SESSION)
+    /* (a session lease: the renewals of the client's other locks) */
     :: atomic {
         sp_in[i] && lexp[SPARE(i)] != 0 && sp_ok[i] != now ->
         lexp[SPARE(i)] = now + TTL; sp_ok[i] = now
