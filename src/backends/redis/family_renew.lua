@@ -4,8 +4,10 @@
 -- KEYS[1..n] the base keys
 -- ARGV[1] 'renew' or 'check'; then for lock i, ARGV[4i-2 .. 4i+1]: kind
 -- ('mutex' plain, 'excl' for mutex with owner, fair and write, 'leader',
--- 'read', 'sem'), token, owner value, lease ms
--- Returns an array of n results: 1 ours (renewed), 0 no longer ours.
+-- 'read', 'sem'), token, owner value ('' for 'mutex', 'read' and 'sem',
+-- which do not read it), lease ms
+-- Returns a string of n results, one character a lock: '1' ours (renewed),
+-- '0' no longer ours (one reply object for the client to read, not n + 1).
 -- #include fence
 -- #include family
 local renew = ARGV[1] == 'renew'
@@ -14,12 +16,12 @@ local out = {}
 for i = 1, #KEYS do
   local base, kind, token, value = KEYS[i], ARGV[4 * i - 2], ARGV[4 * i - 1], ARGV[4 * i]
   local lease = tonumber(ARGV[4 * i + 1])
-  local ok = 0
+  local ok = '0'
   if kind == 'mutex' then
     -- "TOKEN[ HOLDER]" (acquire.lua): the record lives and dies with it.
     local held = redis.call('GET', base)
     if held and (held == token or string.sub(held, 1, #token + 1) == token .. ' ') then
-      ok = 1
+      ok = '1'
       if renew then
         redis.call('PEXPIRE', base, lease)
       end
@@ -30,7 +32,7 @@ for i = 1, #KEYS do
     now = now or dlock_now_ms()
     local score = redis.call('ZSCORE', zset, token)
     if score and tonumber(score) > now then
-      ok = 1
+      ok = '1'
       if renew then
         redis.call('ZADD', zset, 'XX', now + lease, token)
         dlock_pexpire_max(zset, lease)
@@ -43,7 +45,7 @@ for i = 1, #KEYS do
   else
     local holds = base .. ':holds'
     if redis.call('GET', base) == value and redis.call('HEXISTS', holds, token) == 1 then
-      ok = 1
+      ok = '1'
       if renew then
         local keys = {base, holds}
         if kind == 'leader' then
@@ -64,4 +66,4 @@ for i = 1, #KEYS do
   end
   out[i] = ok
 end
-return out
+return table.concat(out)

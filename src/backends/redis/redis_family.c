@@ -372,18 +372,24 @@ int dlock__redis_set_permits(void *arg_be, const char *name, int permits)
 
 /* ---- renew, extend, check ---------------------------------------------- */
 
-static const char *renew_kind(int kind, const char *owner)
+/* A lock's kind word in family_renew.lua. Only the kinds kept in base:holds
+ * ('excl', 'leader') compare the owner value; the others get '' for it. */
+static const char *renew_kind(int kind, const char *owner, int *wants_value)
 {
+    *wants_value = 0;
     switch (kind) {
     case DLOCK_KIND_MUTEX:
+        *wants_value = owner != NULL;
         return owner == NULL ? "mutex" : "excl";
     case DLOCK_KIND_READ:
         return "read";
     case DLOCK_KIND_SEMAPHORE:
         return "sem";
     case DLOCK_KIND_LEADER:
+        *wants_value = 1;
         return "leader";
     default:
+        *wants_value = 1;
         return "excl"; /* fair, write */
     }
 }
@@ -453,37 +459,56 @@ int dlock__redis_family_renew(redis_backend *be, dlock__redis_conn *conn, dlock_
     return rc;
 }
 
+/*
+ * One script for the batch (family_renew.lua), its arguments in one
+ * allocation: the keys, and a lease written out once for a run of items
+ * with the same lease (a watchdog's batch usually has one). The plain
+ * mutex, the reader and the semaphore send '' for the owner value, which
+ * their checks do not read: a renewal is the bytes it needs only. The
+ * reply is one string, a character a lock, not an array of n integers
+ * (n + 1 objects for the reader to make and free).
+ */
 static int renew_batch(redis_backend *be, dlock__redis_conn *conn, dlock_renewal *items,
                        size_t n, int renew)
 {
-    key_buf *keys = malloc(n * sizeof(*keys));
-    char (*leases)[24] = malloc(n * sizeof(*leases));
+    typedef char lease_text[24];
     size_t argc = 1 + 5 * n;
-    const char **argv = malloc(argc * sizeof(*argv));
-    size_t *lens = malloc(argc * sizeof(*lens));
+    char *block = malloc(n * (sizeof(key_buf) + sizeof(lease_text)) +
+                         argc * (sizeof(const char *) + sizeof(size_t)));
+    key_buf *keys = (key_buf *)block;
+    lease_text *leases = (lease_text *)(keys + n);
+    const char **argv = (const char **)(leases + n);
+    size_t *lens = (size_t *)(argv + argc);
+    const char *lease = NULL;
+    size_t lease_len = 0;
+    int64_t last_lease = -1;
     redisReply *r = NULL;
     int rc;
 
-    if (keys == NULL || leases == NULL || argv == NULL || lens == NULL) {
-        rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
-        goto done;
-    }
+    if (block == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         const dlock_request *req = items[i].req;
-        const char *kind = renew_kind(req->kind, req->owner);
-        const char *value = req->owner != NULL ? req->owner : req->token;
+        int wants_value;
+        const char *kind = renew_kind(req->kind, req->owner, &wants_value);
+        const char *value = !wants_value ? "" : req->owner != NULL ? req->owner : req->token;
         size_t at = n + 1 + 4 * i;
 
+        if (lease == NULL || req->lease_ms != last_lease) {
+            int len = snprintf(leases[i], sizeof(leases[i]), "%lld", (long long)req->lease_ms);
+            lease = leases[i];
+            lease_len = (size_t)len;
+            last_lease = req->lease_ms;
+        }
         dlock__redis_key(&keys[i], be, req->name, "");
-        snprintf(leases[i], sizeof(leases[i]), "%lld", (long long)req->lease_ms);
         argv[i] = keys[i].buf, lens[i] = keys[i].len;
         argv[at] = kind, lens[at] = strlen(kind);
         argv[at + 1] = req->token, lens[at + 1] = strlen(req->token);
         argv[at + 2] = value, lens[at + 2] = strlen(value);
-        argv[at + 3] = leases[i], lens[at + 3] = strlen(leases[i]);
+        argv[at + 3] = lease, lens[at + 3] = lease_len;
     }
     argv[n] = renew ? "renew" : "check";
-    lens[n] = strlen(argv[n]);
+    lens[n] = 5;
     if (conn != NULL) {
         rc = dlock__redis_conn_script(conn, &dlock__redis_script_family_renew, &r, (int)n,
                                       (int)argc, argv, lens);
@@ -494,24 +519,17 @@ static int renew_batch(redis_backend *be, dlock__redis_conn *conn, dlock_renewal
     }
     if (rc != DLOCK_OK)
         goto done;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != n) {
+    if (r->type != REDIS_REPLY_STRING || r->len != n ||
+        strspn(r->str, "01") != n) {
         rc = dlock__redis_bad_reply(conn, "the renew script");
         goto done;
     }
-    for (size_t i = 0; i < n; i++) {
-        if (r->element[i]->type != REDIS_REPLY_INTEGER) {
-            rc = dlock__redis_bad_reply(conn, "the renew script");
-            goto done;
-        }
-        items[i].result = r->element[i]->integer == DLOCK__REDIS_DONE ? DLOCK_OK : DLOCK_ELOST;
-    }
+    for (size_t i = 0; i < n; i++)
+        items[i].result = r->str[i] == '1' ? DLOCK_OK : DLOCK_ELOST;
 done:
     if (r != NULL)
         freeReplyObject(r);
-    free(keys);
-    free(leases);
-    free(argv);
-    free(lens);
+    free(block);
     return rc;
 }
 

@@ -17,6 +17,7 @@
 
 #include "backends/redis/redis_scripts.h"
 #include "test.h"
+#include "test_server.h"
 
 static dlock_client *open_client(const test_redis *r)
 {
@@ -684,6 +685,130 @@ static void sockets_cloexec_and_no_sigpipe(void)
     test_redis_stop(&r);
 }
 
+/*
+ * What a renewal costs the server, measured between two renewal batches
+ * (the trace hook runs on the watchdog's thread after a batch's reply and
+ * before the next batch is sent, so no renewal is in flight): after a
+ * CONFIG RESETSTAT, until 2 x LOCKS plain mutexes have been renewed, each
+ * batch is one EVALSHA, each lock in it one GET and one PEXPIRE, no other
+ * command reaches the server, and the requests carry 100 bytes a lock at
+ * most: its key, token, kind word and lease (88 here), not its token twice
+ * (121, before renew_batch sent '' for the owner value the mutex's check
+ * does not read).
+ */
+#define COST_LOCKS 100
+
+static struct {
+    test_redis *r;
+    redisContext *rc;
+    atomic_int phase; /* 0 acquiring, 1 armed, 2 counting, 3 done */
+    long calls, items;
+    int failed;
+    char stats[4096], commands[8192];
+} cost;
+
+static void cost_info(const char *section, char *out, size_t size)
+{
+    redisReply *rep = redisCommand(cost.rc, "INFO %s", section);
+
+    out[0] = '\0';
+    if (rep != NULL && rep->type == REDIS_REPLY_STRING)
+        snprintf(out, size, "%s", rep->str);
+    else
+        cost.failed = 1;
+    if (rep != NULL)
+        freeReplyObject(rep);
+}
+
+static void cost_trace(const dlock_trace_event *ev, void *payload)
+{
+    int phase = atomic_load(&cost.phase);
+
+    (void)payload;
+    if (ev->phase != DLOCK_TRACE_END || strcmp(ev->call, "renew") != 0 || phase == 0 ||
+        phase == 3)
+        return;
+    if (ev->result != DLOCK_OK)
+        cost.failed = 1;
+    if (phase == 1) {
+        redisReply *rep = redisCommand(cost.rc, "CONFIG RESETSTAT");
+        if (rep == NULL || rep->type != REDIS_REPLY_STATUS)
+            cost.failed = 1;
+        if (rep != NULL)
+            freeReplyObject(rep);
+        atomic_store(&cost.phase, 2);
+        return;
+    }
+    cost.calls++;
+    cost.items += (long)ev->count;
+    if (cost.items >= 2 * COST_LOCKS) {
+        /* Stats first: the bytes then include one short INFO request. */
+        cost_info("stats", cost.stats, sizeof(cost.stats));
+        cost_info("commandstats", cost.commands, sizeof(cost.commands));
+        atomic_store(&cost.phase, 3);
+    }
+}
+
+static long long info_field(const char *text, const char *field)
+{
+    const char *p = strstr(text, field);
+
+    return p != NULL ? atoll(p + strlen(field)) : -1;
+}
+
+static void renewal_batch_cost(void)
+{
+    test_redis r;
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_client *c;
+    dlock_lock *locks[COST_LOCKS];
+    dlock_acquire_options o = test_opts(0, 900, 1);
+    long long bytes;
+    int others = 0;
+
+    test_redis_start(&r, NULL);
+    cost.r = &r;
+    cost.rc = test__redis_connect(&r);
+    CHECK(cost.rc != NULL);
+    co.trace = cost_trace;
+    CHECK_RC(dlock_client_open(&c, r.url, &co), DLOCK_OK);
+    for (int i = 0; i < COST_LOCKS; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "batch-%02d", i);
+        CHECK_RC(dlock_acquire(&locks[i], c, name, &o), DLOCK_OK);
+    }
+    atomic_store(&cost.phase, 1);
+    for (int i = 0; i < 1000 && atomic_load(&cost.phase) != 3; i++)
+        test_sleep_ms(10);
+    CHECK(atomic_load(&cost.phase) == 3);
+    CHECK(!cost.failed);
+    bytes = info_field(cost.stats, "total_net_input_bytes:");
+    fprintf(stderr, "%ld locks renewed in %ld batches: evalsha %lld, get %lld, pexpire %lld, "
+            "%lld bytes in\n", cost.items, cost.calls,
+            info_field(cost.commands, "cmdstat_evalsha:calls="),
+            info_field(cost.commands, "cmdstat_get:calls="),
+            info_field(cost.commands, "cmdstat_pexpire:calls="), bytes);
+    CHECK(info_field(cost.commands, "cmdstat_evalsha:calls=") == cost.calls);
+    CHECK(info_field(cost.commands, "cmdstat_get:calls=") == cost.items);
+    CHECK(info_field(cost.commands, "cmdstat_pexpire:calls=") == cost.items);
+    /* Nothing else but this test's own CONFIG and INFO. */
+    for (const char *p = cost.commands; (p = strstr(p, "cmdstat_")) != NULL; p++) {
+        if (strncmp(p, "cmdstat_evalsha:", 16) != 0 && strncmp(p, "cmdstat_get:", 12) != 0 &&
+            strncmp(p, "cmdstat_pexpire:", 16) != 0 && strncmp(p, "cmdstat_config", 14) != 0 &&
+            strncmp(p, "cmdstat_info:", 13) != 0) {
+            fprintf(stderr, "unexpected: %.60s\n", p);
+            others++;
+        }
+    }
+    CHECK(others == 0);
+    CHECK(bytes > 0 && bytes <= 100 * cost.items);
+    for (int i = 0; i < COST_LOCKS; i++)
+        CHECK_RC(dlock_release(locks[i]), DLOCK_OK);
+    dlock_client_free(c);
+    redisFree(cost.rc);
+    test_redis_stop(&r);
+}
+
 /* A wake-up that never comes (the holder's key deleted behind its back, no
  * message) costs a waiter at most a quarter of its lease (README: each
  * sleep is bounded by the holder's lease and by a quarter of the
@@ -750,4 +875,5 @@ TEST_MAIN({"sockets_cloexec_and_no_sigpipe", sockets_cloexec_and_no_sigpipe, NUL
           {"handed_to_a_dead_waiter", handed_to_a_dead_waiter, "watchdog"},
           {"leave_after_hand_over", leave_after_hand_over, NULL},
           {"auth_and_db_and_unix", auth_and_db_and_unix, NULL}, {"maxmemory_reached", maxmemory_reached, NULL},
-          {"lost_wakeup_costs_a_quarter_lease", lost_wakeup_costs_a_quarter_lease, "watchdog"})
+          {"lost_wakeup_costs_a_quarter_lease", lost_wakeup_costs_a_quarter_lease, "watchdog"},
+          {"renewal_batch_cost", renewal_batch_cost, "watchdog"})
