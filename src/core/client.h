@@ -163,6 +163,10 @@ void dlock__lock_mark_lost(dlock_lock *l, int reason, const char *message);
 
 /* The family request for l (borrowing its strings). */
 void dlock__lock_request(dlock_request *req, const dlock_lock *l);
+/* Give back, by token, whatever reqs[0..n) may hold on the server (an
+ * acquire whose outcome is not known); best effort, each release traced,
+ * and the caller's error message stays. */
+void dlock__give_back(dlock_client *c, const dlock_request *reqs, size_t n);
 
 /* DLOCK_ENOTSUP with a message naming the backend and what it lacks. */
 int dlock__not_supported(const dlock_client *c, const char *what);
@@ -240,10 +244,10 @@ void dlock__log(dlock_client *c, int level, const char *fmt, ...)
 #endif
     ;
 
-/* Add one to a counter; add a time, since start_us (dlock__now_us of
- * core/clock.h), to a histogram and its sum. */
+/* Add one to a counter; add a time of us microseconds to a histogram and
+ * its sum. */
 #define dlock__count(c, field) atomic_fetch_add(&(c)->stats.field, 1)
-void dlock__histogram_add(_Atomic uint64_t *hist, _Atomic uint64_t *sum_us, int64_t start_us);
+void dlock__histogram_add(_Atomic uint64_t *hist, _Atomic uint64_t *sum_us, int64_t us);
 
 /*
  * One call to the server: dlock__call_begin just before it is sent,

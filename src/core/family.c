@@ -236,15 +236,8 @@ static const dlock_request *multi_busy(void *ctx, const dlock_acquire_result *re
 static void multi_give_back(void *ctx)
 {
     multi *m = ctx;
-    char saved[512];
 
-    snprintf(saved, sizeof(saved), "%s", dlock_error_message());
-    for (size_t i = 0; i < m->n; i++) {
-        dlock__call k;
-        dlock__call_begin(m->c, &k, "release", m->reqs[i].name, 1, 0);
-        dlock__call_end(m->c, &k, m->c->backend->release(m->c->be, &m->reqs[i]));
-    }
-    dlock__fail(DLOCK_OK, "%s", saved);
+    dlock__give_back(m->c, m->reqs, m->n);
 }
 
 /* Can the backend take names (plain mutexes as o asks) in one atomic step? */

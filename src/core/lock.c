@@ -126,16 +126,16 @@ static const dlock_request *single_busy(void *ctx, const dlock_acquire_result *r
     return &((single *)ctx)->req;
 }
 
-/* Give back, by token, whatever req may hold on the server; best effort,
- * and the caller's error message stays. */
-static void give_back(dlock_client *c, const dlock_request *req)
+void dlock__give_back(dlock_client *c, const dlock_request *reqs, size_t n)
 {
     char saved[512];
-    dlock__call k;
 
     snprintf(saved, sizeof(saved), "%s", dlock_error_message());
-    dlock__call_begin(c, &k, "release", req->name, 1, 0);
-    dlock__call_end(c, &k, c->backend->release(c->be, req));
+    for (size_t i = 0; i < n; i++) {
+        dlock__call k;
+        dlock__call_begin(c, &k, "release", reqs[i].name, 1, 0);
+        dlock__call_end(c, &k, c->backend->release(c->be, &reqs[i]));
+    }
     dlock__fail(DLOCK_OK, "%s", saved);
 }
 
@@ -143,7 +143,7 @@ static void single_give_back(void *ctx)
 {
     single *s = ctx;
 
-    give_back(s->c, &s->req);
+    dlock__give_back(s->c, &s->req, 1);
 }
 
 /* Can the client's backend serve l? */
@@ -222,7 +222,7 @@ int dlock__acquire(dlock_lock **out, dlock_client *c, const char *name,
     l->fence = res.fence;
     dlock__lock_start(l, res.lease_from_ms);
     if ((rc = dlock__client_register(c, l)) != DLOCK_OK) {
-        give_back(c, &s.req);
+        dlock__give_back(c, &s.req, 1);
         goto err;
     }
     *out = l;

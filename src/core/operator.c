@@ -190,9 +190,8 @@ void dlock__log(dlock_client *c, int level, const char *fmt, ...)
     c->log(level, msg, c->log_payload);
 }
 
-void dlock__histogram_add(_Atomic uint64_t *hist, _Atomic uint64_t *sum_us, int64_t start_us)
+void dlock__histogram_add(_Atomic uint64_t *hist, _Atomic uint64_t *sum_us, int64_t us)
 {
-    int64_t us = dlock__now_us() - start_us;
     int b = 0;
 
     if (us < 0)
@@ -241,7 +240,7 @@ int dlock__call_end(dlock_client *c, const dlock__call *k, int rc)
     int64_t us = dlock__now_us() - k->start_us;
 
     if (k->flags & DLOCK__CALL_TIMED)
-        dlock__histogram_add(c->stats.round_trip_us, &c->stats.round_trip_us_sum, k->start_us);
+        dlock__histogram_add(c->stats.round_trip_us, &c->stats.round_trip_us_sum, us);
     if (c->trace != NULL)
         trace(c, k, DLOCK_TRACE_END, us, rc);
     if (c->log != NULL && c->log_level <= DLOCK_LOG_DEBUG) {

@@ -116,7 +116,7 @@ int dlock__acquire_loop(dlock_client *c, const dlock__attempt *a, int64_t wait_m
             dlock__clear_error();
     }
     if (waited)
-        dlock__histogram_add(c->stats.wait_us, &c->stats.wait_us_sum, start_us);
+        dlock__histogram_add(c->stats.wait_us, &c->stats.wait_us_sum, dlock__now_us() - start_us);
     if (rc == DLOCK_OK) {
         dlock__count(c, acquires);
         if (res->handed) {
