@@ -218,8 +218,13 @@ int dlock__my_lease_check(dlock__my_be *be, const dlock_request *req, int family
 int dlock__my_lease_renew(void *arg, dlock_renewal *items, size_t n)
 {
     dlock__my_be *be = arg;
-    size_t per = 2 * DLOCK__MY_HEX_MAX + 160, cap = 256 + 2 * n * per;
-    char *sql = NULL, *where = NULL, (*keys)[DLOCK__MY_HEX_MAX] = NULL;
+    /* Sized by the names at hand, not the longest a name may be: 128 such
+     * slots were 1.5 MB a batch, mapped and unmapped each time, whose page
+     * faults cost the renewal most of its CPU (issue 33). Per lock: its key
+     * in hex (X'..', twice the bytes and 3) twice in the statement and
+     * once in the check, and the rest of the text about each. */
+    size_t keys_len = 0, cap = 256, lp = strlen(be->prefix);
+    char *sql = NULL, *where = NULL, *hexes = NULL, **keys = NULL;
     char tok[80];
     size_t len = 0, wlen = 0;
     uint64_t affected = 0;
@@ -228,20 +233,28 @@ int dlock__my_lease_renew(void *arg, dlock_renewal *items, size_t n)
 
     if (n == 0)
         return DLOCK_OK;
+    for (size_t i = 0; i < n; i++)
+        keys_len += 2 * (lp + strlen(items[i].req->name)) + 4;
+    cap += 2 * keys_len + n * 160;
     sql = malloc(cap);
     where = malloc(cap);
+    hexes = malloc(keys_len > DLOCK__MY_HEX_MAX ? keys_len : DLOCK__MY_HEX_MAX);
     keys = malloc(n * sizeof(*keys));
-    if (sql == NULL || where == NULL || keys == NULL) {
+    if (sql == NULL || where == NULL || hexes == NULL || keys == NULL) {
         rc = dlock_backend_fail(DLOCK_ENOMEM, "%s: out of memory", be->where);
         goto done;
     }
     len = (size_t)snprintf(sql, cap,
                            "UPDATE dlock_locks SET expires = UTC_TIMESTAMP(6) + INTERVAL"
                            " CASE name");
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0, at = 0; i < n; i++) {
         const dlock_request *r = items[i].req;
-        if ((rc = dlock__my_key_hex(be, r->name, keys[i])) != DLOCK_OK)
+        char key[DLOCK__MY_HEX_MAX];
+        if ((rc = dlock__my_key_hex(be, r->name, key)) != DLOCK_OK)
             goto done;
+        keys[i] = hexes + at;
+        memcpy(keys[i], key, strlen(key) + 1);
+        at += strlen(key) + 1;
         dlock__my_hex(tok, r->token, strlen(r->token) > 32 ? 32 : strlen(r->token));
         len += (size_t)snprintf(sql + len, cap - len, " WHEN %s THEN %lld", keys[i],
                                 (long long)lease_us(r->lease_ms));
@@ -272,7 +285,7 @@ int dlock__my_lease_renew(void *arg, dlock_renewal *items, size_t n)
         unsigned long *lens = mysql_fetch_lengths(res);
         for (size_t i = 0; i < n; i++) {
             const dlock_request *r = items[i].req;
-            size_t lp = strlen(be->prefix), ln = strlen(r->name), lt = strlen(r->token);
+            size_t ln = strlen(r->name), lt = strlen(r->token);
             if (lens[0] == lp + ln && memcmp(row[0], be->prefix, lp) == 0 &&
                 memcmp(row[0] + lp, r->name, ln) == 0 && lens[1] == lt &&
                 memcmp(row[1], r->token, lt) == 0)
@@ -288,6 +301,7 @@ done:
         mysql_free_result(res);
     free(sql);
     free(where);
+    free(hexes);
     free(keys);
     return rc;
 }
