@@ -25,9 +25,10 @@
 /* Most batches taken from one look at the client's locks. Each look visits
  * every lock, so a client holding 10,000 would otherwise walk them all for
  * every 128 it renews (79 walks a renewal period: most of its CPU, issue
- * 33); a caller who releases a lock of a later batch waits for the batches
- * before it. */
-#define BATCHES_PER_LOOK 8
+ * 33). A lock of a later batch that a caller wants meanwhile (a release,
+ * an extend) is let go before its batch is sent: the caller waits for the
+ * batch in flight only, as with one batch a look. */
+#define BATCHES_PER_LOOK 32
 
 /* An idle watchdog wakes no more often than this (client.h, idle_period_ms):
  * a client with short leases pays a wake-up per acquisition instead. */
@@ -193,14 +194,22 @@ static void *watchdog_main(void *arg)
             }
         }
         for (size_t from = 0; from < n; from += BATCH_MAX) {
-            size_t k = n - from < BATCH_MAX ? n - from : BATCH_MAX;
-            if (!c->stopping) {
-                renew_batch(c, batch + from, k);
-                continue;
+            size_t k = 0, end = n - from < BATCH_MAX ? n : from + BATCH_MAX;
+            int freed = 0;
+            /* Those a caller (or the close) waits for meanwhile are left. */
+            for (size_t i = from; i < end; i++) {
+                dlock_lock *l = batch[i];
+                if (c->stopping || l->releasing || l->claimers > 0) {
+                    l->busy = 0;
+                    freed = 1;
+                } else {
+                    batch[from + k++] = l;
+                }
             }
-            for (size_t i = from; i < from + k; i++) /* left for the close */
-                batch[i]->busy = 0;
-            pthread_cond_broadcast(&c->idle);
+            if (freed)
+                pthread_cond_broadcast(&c->idle);
+            if (k > 0)
+                renew_batch(c, batch + from, k);
         }
         if (n > 0)
             continue;

@@ -755,8 +755,10 @@ static int etcd_renew(void *arg, dlock_renewal *items, size_t n)
         b.n += dlock__etcd_spares_alive(be, b.ids + b.n, DLOCK__ETCD_SPARE_IDS);
         rc = dlock__etcd_keepalive(be, be->wd, b.ids, b.n, b.alive);
     }
+    /* (The last confirmation of a spare, for its release; a session
+     * lease's release does not need it.) */
     for (size_t i = 0; rc == DLOCK_OK && i < n; i++)
-        if (b.alive[b.of[i]] == 1)
+        if (b.alive[b.of[i]] == 1 && !DLOCK__ETCD_IS_SESSION(b.ids[b.of[i]]))
             dlock__etcd_held_alive(be, items[i].req->token, b.ids[b.of[i]], sent);
     for (size_t j = 0; rc == DLOCK_OK && j < locks; j++)
         if (DLOCK__ETCD_IS_SESSION(b.ids[j]))
