@@ -362,18 +362,15 @@ int dlock__etcd_lease_hold(dlock__etcd_be *be, const char *token, dlock__etcd_le
 
     unpool(be, l);
     rc = dlock__etcd_held_set(be, token, l->id, l->ttl);
-    /* A release may give a spare back to the pool; a renewal counts a
-     * session lease's locks from their own confirmations. */
-    if (rc == DLOCK_OK && (pooled || l->session))
+    if (rc == DLOCK_OK && pooled) /* a release may give it back to the pool */
         dlock__etcd_held_alive(be, token, l->id, l->ok_ms);
     return rc;
 }
 
 void dlock__etcd_lease_give_back(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_lease *l)
 {
-    if (l->session) /* it backs the client's other locks */
-        ;
-    else if (l->id != 0 && l->pooled) /* the pool keeps it, or revokes it */
+    /* (A session lease is not revoked: lease_revoke leaves it.) */
+    if (l->id != 0 && l->pooled) /* the pool keeps it, or revokes it */
         dlock__etcd_spare_return(be, c, l->ttl, l->id, l->ok_ms);
     else if (l->id != 0)
         dlock__etcd_lease_revoke(be, c, l->id);
