@@ -322,18 +322,24 @@ void dlock__waiting_add(dlock_client *c, dlock__waiter *w, void *watch)
     w->watch = watch;
     pthread_mutex_lock(&c->mu);
     w->next = c->waiting;
+    if (w->next != NULL)
+        w->next->prev = &w->next;
+    w->prev = &c->waiting;
     c->waiting = w;
     pthread_mutex_unlock(&c->mu);
 }
 
+/* In constant time: 10,000 waiters on a client leave their list without a
+ * walk of it each (issue 33). */
 void dlock__waiting_remove(dlock_client *c, dlock__waiter *w)
 {
     pthread_mutex_lock(&c->mu);
-    for (dlock__waiter **pp = &c->waiting; *pp != NULL; pp = &(*pp)->next) {
-        if (*pp == w) {
-            *pp = w->next;
-            break;
-        }
+    if (w->prev != NULL) {
+        *w->prev = w->next;
+        if (w->next != NULL)
+            w->next->prev = w->prev;
+        w->prev = NULL;
+        w->next = NULL;
     }
     pthread_mutex_unlock(&c->mu);
 }

@@ -25,7 +25,7 @@ typedef struct {
  * dlock_client_interrupt can wake it. Lives on the waiter's stack. */
 typedef struct dlock__waiter {
     void *watch;
-    struct dlock__waiter *next;
+    struct dlock__waiter *next, **prev; /* prev: the pointer to this one */
 } dlock__waiter;
 
 struct dlock_client {

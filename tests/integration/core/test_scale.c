@@ -12,6 +12,8 @@
  * are figures, not checks, the machines being noisy.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/resource.h>
@@ -21,6 +23,7 @@
 #include "test.h"
 
 static const char *backend; /* argv[1] */
+static int scale_kind;      /* the locks' kind: DLOCK_KIND_MUTEX, or FAIR */
 
 #define THREADS 8
 
@@ -59,6 +62,7 @@ static void *take_slice(void *arg)
     dlock_acquire_options o = test_opts(0, s->lease_ms, 1);
 
     o.on_lost = test_count_lost;
+    o.kind = scale_kind;
     for (int i = s->from; i < s->to && !s->failed; i++) {
         char name[32];
         snprintf(name, sizeof(name), "scale-%d", i);
@@ -210,8 +214,141 @@ static void hold_many(void)
     test_server_stop(&s);
 }
 
+/* Threads of this process now. */
+static int thread_count(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+
+    if (d == NULL)
+        return -1;
+    while ((e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+typedef struct {
+    dlock_client *c;
+    int i;
+    int64_t lease_ms;
+    int rc;
+    dlock_lock *l;
+} waiter;
+
+static atomic_int waiters_in;
+
+static void *wait_one(void *arg)
+{
+    waiter *w = arg;
+    dlock_acquire_options o = test_opts(120000, w->lease_ms, 1);
+    char name[32];
+
+    o.kind = scale_kind;
+    o.on_lost = test_count_lost;
+    snprintf(name, sizeof(name), "scale-%d", w->i);
+    atomic_fetch_add(&waiters_in, 1);
+    w->rc = dlock_acquire(&w->l, w->c, name, &o);
+    if (w->rc != DLOCK_OK && atomic_fetch_add(&logged, 1) < 5)
+        fprintf(stderr, "wait %s: %s\n", name, dlock_error_message());
+    return NULL;
+}
+
+/*
+ * Many waiters on one client (issue 33): N callers, each on a thread of its
+ * own (the blocking API's caller), wait on one client for N locks another
+ * client holds; then the holder releases them all and every waiter gets its
+ * lock. Checks that all do, that none is lost, and that the client adds no
+ * thread per waiter; prints the RSS per waiter (the callers' stacks left
+ * out: 64 KiB each, mapped, mostly untouched) and the client's CPU while
+ * they wait. Redis waits with fair locks (the kind that queues there),
+ * etcd and ZooKeeper with mutexes (their queue of keys and nodes).
+ */
+static void wait_many(void)
+{
+    const char *env = getenv("DLOCK_SCALE_WAITERS");
+    int n = env != NULL ? atoi(env) : DEFAULT_LOCKS, extra, got = 0;
+    int64_t lease_ms = lease_for(backend);
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    test_server s;
+    dlock_client *holder, *c;
+    dlock_lock **locks;
+    waiter *w;
+    pthread_t *t;
+    pthread_attr_t attr;
+    long rss0, rss1;
+    size_t heap0, heap1;
+    int threads0, threads1;
+    double cpu0, cpu1;
+
+    CHECK(n > 0 && n <= 100000);
+    /* One arena, so that mallinfo2() (the main arena's) sees every thread's. */
+    mallopt(M_ARENA_MAX, 1);
+    scale_kind = strncmp(backend, "redis", 5) == 0 ? DLOCK_KIND_FAIR : DLOCK_KIND_MUTEX;
+    locks = calloc((size_t)n, sizeof(*locks));
+    w = calloc((size_t)n, sizeof(*w));
+    t = calloc((size_t)n, sizeof(*t));
+    CHECK(locks != NULL && w != NULL && t != NULL);
+    test_server_start(&s, backend);
+    co.log = show_log;
+    CHECK_RC(dlock_client_open(&holder, s.url, &co), DLOCK_OK);
+    CHECK_RC(dlock_client_open(&c, s.url, &co), DLOCK_OK);
+    CHECK(on_slices(take_slice, holder, locks, n, lease_ms) == 0);
+
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 64 * 1024);
+    rss0 = rss_bytes();
+    heap0 = mallinfo2().uordblks;
+    threads0 = thread_count();
+    atomic_store(&waiters_in, 0);
+    for (int i = 0; i < n; i++) {
+        w[i] = (waiter){c, i, lease_ms, DLOCK_EPROTO, NULL};
+        CHECK(pthread_create(&t[i], &attr, wait_one, &w[i]) == 0);
+    }
+    for (int i = 0; i < 6000 && atomic_load(&waiters_in) < n; i++)
+        test_sleep_ms(10);
+    CHECK(atomic_load(&waiters_in) == n);
+    test_sleep_ms(2000); /* queued */
+    cpu0 = cpu_seconds();
+    test_sleep_ms(3000);
+    cpu1 = cpu_seconds();
+    rss1 = rss_bytes();
+    heap1 = mallinfo2().uordblks;
+    threads1 = thread_count();
+    extra = threads1 - threads0 - n;
+
+    CHECK(on_slices(release_slice, holder, locks, n, lease_ms) == 0);
+    for (int i = 0; i < n; i++) {
+        pthread_join(t[i], NULL);
+        got += w[i].rc == DLOCK_OK;
+    }
+    /* The heap is what dlock keeps per waiter; the RSS adds each caller's
+     * thread (its stack's touched pages, its TLS), the blocking API's price. */
+    printf("scale: %s, %d waiters on one client: %.0f B of heap per waiter (%.0f B of RSS with "
+           "the caller's thread), %d threads of the client's own beside the %d callers, client "
+           "CPU %.1f%% of a core while they wait, %d got their lock after the release, %d lost\n",
+           backend, n, ((double)heap1 - (double)heap0) / n, (double)(rss1 - rss0) / n, extra, n,
+           100.0 * (cpu1 - cpu0) / 3.0, got, atomic_load(&test_lost_calls));
+    fflush(stdout);
+    CHECK(got == n);
+    CHECK(atomic_load(&test_lost_calls) == 0);
+    CHECK(extra <= 8); /* the watchdogs, a watch hub, a spare thread: not one per waiter */
+    for (int i = 0; i < n; i++)
+        if (w[i].l != NULL)
+            CHECK_RC(dlock_release(w[i].l), DLOCK_OK);
+    pthread_attr_destroy(&attr);
+    free(locks);
+    free(w);
+    free(t);
+    dlock_client_free(c);
+    dlock_client_free(holder);
+    test_server_stop(&s);
+}
+
 static const test_case cases[] = {
     {"hold_many", hold_many, "scale"},
+    {"wait_many", wait_many, "scale"},
 };
 
 /* test_scale BACKEND CASE, or test_scale --list */
