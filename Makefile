@@ -35,7 +35,8 @@ demo:
 	@scripts/demo.sh $(BUILD)
 
 # Then one client holding 10,000 locks on each backend (test_scale, a
-# program of the test suite): RSS per lock, CPU, renewal calls per second.
+# program of the test suite): RSS per lock, CPU, renewal calls per second;
+# and 10,000 waiters on one client where a backend queues them.
 bench: deps
 	@$(MAKE) --no-print-directory build
 	@$(BUILD)/bench/dlock-bench
@@ -43,6 +44,11 @@ bench: deps
 	@for b in redis etcd zk postgres mysql; do \
 		DLOCK_MODULE_DIR=$(BUILD)/dlock DLOCK_SCALE_LOCKS=10000 \
 			$(BUILD)/tests/test_scale $$b hold_many 2>/dev/null | grep '^scale:' || true; \
+	done
+	@echo "== many waiters on one client (docs/bench.md)"
+	@for b in redis etcd zk; do \
+		DLOCK_MODULE_DIR=$(BUILD)/dlock DLOCK_SCALE_WAITERS=10000 \
+			$(BUILD)/tests/test_scale $$b wait_many 2>/dev/null | grep '^scale:' || true; \
 	done
 
 # Redlock on 5 throwaway redis-servers beside node-redlock (npm's redlock v5

@@ -176,6 +176,7 @@ static void redis_close(void *arg)
     if (be == NULL)
         return;
     dlock__redis_watcher_free(be->watcher);
+    dlock__redis_places_destroy(&be->places);
     for (int i = 0; i < DLOCK__REDIS_CMD_MAX; i++)
         dlock__redis_conn_close(&be->cmd[i]);
     dlock__redis_conn_close(&be->wd);
@@ -212,8 +213,10 @@ static int redis_open(void **out, const dlock_url *url, const dlock_client_optio
         if ((rc = dlock__redis_conn_init(&be->cmd[i], url, opts, "cmd")) != DLOCK_OK)
             goto err;
     if ((rc = dlock__redis_conn_init(&be->wd, url, opts, "watchdog")) != DLOCK_OK ||
-        (rc = dlock__redis_watcher_new(&be->watcher, url, opts)) != DLOCK_OK)
+        (rc = dlock__redis_watcher_new(&be->watcher, url, opts)) != DLOCK_OK ||
+        (rc = dlock__redis_places_init(&be->places)) != DLOCK_OK)
         goto err;
+    dlock__redis_watcher_set_upkeep(be->watcher, dlock__redis_places_upkeep, be);
     /* Connect now so that a wrong address or password is reported by open. */
     if ((rc = dlock__redis_conn_connect(&be->cmd[0])) != DLOCK_OK)
         goto err;
@@ -518,6 +521,8 @@ void dlock__redis_watch_close(redis_backend *be, dlock__redis_watch *w)
 {
     if (w == NULL)
         return;
+    /* First, so that the upkeep renews no place this waiter leaves. */
+    dlock__redis_place_drop(be, w);
     if (w->leave) {
         /* Best effort: if this fails, the server drops the place, marker or
          * hand-off entry when its expiry passes. */

@@ -240,6 +240,10 @@ int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *wa
     }
     if (status == DLOCK__REDIS_BUSY) {
         *retry_ms = value;
+        /* A fair waiter's place is kept by the subscriber thread from now
+         * on, in batches with the client's other waiters (redis_places.c). */
+        if (watch != NULL && req->kind == DLOCK_KIND_FAIR)
+            dlock__redis_place_keep(be, watch, base.buf, ttl, retry_ms);
         return DLOCK_EBUSY;
     }
     if (status == DLOCK__REDIS_NO_PERMITS)

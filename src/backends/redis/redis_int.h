@@ -18,6 +18,15 @@
  * first need it; a call has one to itself for its round trip. */
 #define DLOCK__REDIS_CMD_MAX 4
 
+/* The fair waiters' places the subscriber thread keeps (redis_places.c). */
+typedef struct dlock__redis_place dlock__redis_place;
+typedef struct {
+    pthread_mutex_t mu;
+    dlock__redis_place *first;
+    int64_t next_due_ms; /* no place is due before; INT64_MAX: none */
+    int ready;
+} dlock__redis_places;
+
 typedef struct {
     char *prefix;
     pthread_mutex_t cmd_mu;    /* guards cmd_busy */
@@ -26,6 +35,7 @@ typedef struct {
     int cmd_busy[DLOCK__REDIS_CMD_MAX];
     dlock__redis_conn wd;
     dlock__redis_watcher *watcher;
+    dlock__redis_places places;
 } dlock__redis_be;
 
 /* prefix + '{' + name + '}' + suffix */
@@ -139,6 +149,8 @@ typedef struct {
     /* A plain mutex's waiter: its hand-off entry "WAITER-ID TOKEN LEASE"
      * (acquire.lua; NULL until the first try that waits). */
     char *entry;
+    /* A fair waiter's place, while the subscriber thread keeps it. */
+    dlock__redis_place *place;
 } dlock__redis_watch;
 
 /* Subscribe to channel for a waiter, known by the random id token (see
@@ -148,6 +160,22 @@ int dlock__redis_watch_open(dlock__redis_be *be, const char *channel, const char
                             const char *token, dlock__redis_watch **out);
 /* Leave what the waiter queued (if anything), unsubscribe, free. */
 void dlock__redis_watch_close(dlock__redis_be *be, dlock__redis_watch *watch);
+
+/* ---- redis_places.c: fair waiters' places, kept in batches ---- */
+
+int dlock__redis_places_init(dlock__redis_places *ps);
+void dlock__redis_places_destroy(dlock__redis_places *ps);
+/* After a fair waiter's try queued it (or kept its place) in the queue of
+ * the lock whose base key is key: have the subscriber thread keep the place
+ * from now on, and wake the waiter when its turn may have come. Returns 1
+ * (and sets *retry_ms to the waiter's own recheck) when it does, 0 when the
+ * waiter keeps its own place (a cluster; no memory). */
+int dlock__redis_place_keep(dlock__redis_be *be, dlock__redis_watch *w, const char *key,
+                            int64_t ttl_ms, int64_t *retry_ms);
+/* Stop keeping w's place (before its waiter leaves the queue). */
+void dlock__redis_place_drop(dlock__redis_be *be, dlock__redis_watch *w);
+/* The subscriber thread's upkeep: ms until it is due again, -1 never. */
+int64_t dlock__redis_places_upkeep(void *be);
 
 /* ---- redis_family.c: the lock family (dlock_backend's optional calls) ---- */
 

@@ -31,5 +31,6 @@ extern const dlock__redis_script dlock__redis_script_sem_permits;
 extern const dlock__redis_script dlock__redis_script_family_renew;
 extern const dlock__redis_script dlock__redis_script_leader_get;
 extern const dlock__redis_script dlock__redis_script_multi_acquire;
+extern const dlock__redis_script dlock__redis_script_fair_keep;
 
 #endif

@@ -7,6 +7,11 @@
  *
  * A channel stays subscribed for LINGER_MS after its last waiter left.
  *
+ * Channels are found by name in a hash table, and the thread looks only at
+ * those with something to do (a SUBSCRIBE to send, a linger that ended):
+ * 10,000 waiters of one client on as many locks cost no walk of them all
+ * per message or per new waiter (issue 33).
+ *
  * If the connection drops, every waiter is woken (a release may have been
  * missed while it was down) and the thread reconnects and subscribes again.
  */
@@ -21,6 +26,7 @@
 #include "backends/redis/redis_watch.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/thread.h"
 
 /* A channel nobody waits on stays subscribed this long, so that waiting
@@ -33,8 +39,12 @@ typedef struct channel {
     int64_t idle_since; /* when refs dropped to 0 */
     int sent;       /* SUBSCRIBE sent on the current connection */
     int confirmed;  /* the server confirmed it */
+    int queued;     /* on the watcher's todo list */
+    int idle;       /* on the watcher's idle list */
     dlock__redis_waiter *first, *last; /* FIFO of waiters */
-    struct channel *next;
+    struct channel *hnext;             /* the hash chain */
+    struct channel *todo_next;         /* SUBSCRIBE to send, or free */
+    struct channel *idle_next, *idle_prev; /* by idle_since, oldest first */
 } channel;
 
 struct dlock__redis_waiter {
@@ -48,16 +58,115 @@ struct dlock__redis_waiter {
 
 struct dlock__redis_watcher {
     pthread_mutex_t mu;
-    pthread_cond_t confirmed; /* a subscription was confirmed or failed */
     pthread_t thread;
     int running;
     int stopping;
     int pipe_fd[2];
     int64_t command_timeout_ms;
     dlock__redis_conn conn; /* the thread's alone */
-    channel *channels;
+    channel **table;        /* by name; table_size a power of two */
+    size_t table_size, nchannels;
+    channel *todo;          /* new, or to subscribe again */
+    channel *idle_first, *idle_last;
     unsigned long failures; /* connection failures, to wake confirm-waiters */
+    int64_t (*upkeep)(void *); /* NULL, or called each turn of the thread */
+    void *upkeep_arg;
 };
+
+/* ---- channels (w->mu held) ------------------------------------------ */
+
+static channel **chain_of(dlock__redis_watcher *w, const char *name)
+{
+    return &w->table[dlock__hash_str(name) & (w->table_size - 1)];
+}
+
+static channel *find_channel(dlock__redis_watcher *w, const char *name)
+{
+    channel *ch;
+
+    if (w->table == NULL)
+        return NULL;
+    for (ch = *chain_of(w, name); ch != NULL; ch = ch->hnext)
+        if (strcmp(ch->name, name) == 0)
+            break;
+    return ch;
+}
+
+/* Room for one more channel: the table doubles when it is full. */
+static int table_reserve(dlock__redis_watcher *w)
+{
+    size_t size = w->table_size != 0 ? w->table_size * 2 : 64;
+    channel **old = w->table, **t;
+    size_t old_size = w->table_size;
+
+    if (w->nchannels < w->table_size)
+        return 0;
+    if ((t = calloc(size, sizeof(*t))) == NULL)
+        return -1;
+    w->table = t;
+    w->table_size = size;
+    for (size_t i = 0; i < old_size; i++) {
+        while (old[i] != NULL) {
+            channel *ch = old[i], **chain;
+            old[i] = ch->hnext;
+            chain = chain_of(w, ch->name);
+            ch->hnext = *chain;
+            *chain = ch;
+        }
+    }
+    free(old);
+    return 0;
+}
+
+static void idle_push(dlock__redis_watcher *w, channel *ch)
+{
+    ch->idle = 1;
+    ch->idle_next = NULL;
+    ch->idle_prev = w->idle_last;
+    if (w->idle_last != NULL)
+        w->idle_last->idle_next = ch;
+    else
+        w->idle_first = ch;
+    w->idle_last = ch;
+}
+
+static void idle_remove(dlock__redis_watcher *w, channel *ch)
+{
+    if (!ch->idle)
+        return;
+    if (ch->idle_prev != NULL)
+        ch->idle_prev->idle_next = ch->idle_next;
+    else
+        w->idle_first = ch->idle_next;
+    if (ch->idle_next != NULL)
+        ch->idle_next->idle_prev = ch->idle_prev;
+    else
+        w->idle_last = ch->idle_prev;
+    ch->idle = 0;
+}
+
+static void todo_push(dlock__redis_watcher *w, channel *ch)
+{
+    if (ch->queued)
+        return;
+    ch->queued = 1;
+    ch->todo_next = w->todo;
+    w->todo = ch;
+}
+
+/* Forget ch (no waiter, not on the todo list). */
+static void destroy_channel(dlock__redis_watcher *w, channel *ch)
+{
+    channel **pp = chain_of(w, ch->name);
+
+    while (*pp != ch)
+        pp = &(*pp)->hnext;
+    *pp = ch->hnext;
+    idle_remove(w, ch);
+    w->nchannels--;
+    free(ch->name);
+    free(ch);
+}
 
 /* ---- waiter queue --------------------------------------------------- */
 
@@ -135,9 +244,10 @@ static void wake_for(channel *ch, const char *text)
 
 static void wake_all(dlock__redis_watcher *w)
 {
-    for (channel *ch = w->channels; ch != NULL; ch = ch->next)
-        for (dlock__redis_waiter *x = ch->first; x != NULL; x = x->next)
-            wake_waiter(x);
+    for (size_t i = 0; i < w->table_size; i++)
+        for (channel *ch = w->table[i]; ch != NULL; ch = ch->hnext)
+            for (dlock__redis_waiter *x = ch->first; x != NULL; x = x->next)
+                wake_waiter(x);
 }
 
 static void poke(dlock__redis_watcher *w)
@@ -156,44 +266,56 @@ static void drop_connection(dlock__redis_watcher *w)
 {
     dlock__redis_conn_close(&w->conn);
     pthread_mutex_lock(&w->mu);
-    for (channel *ch = w->channels; ch != NULL; ch = ch->next)
-        ch->sent = ch->confirmed = 0;
+    /* The next connection subscribes again to what has waiters; an idle
+     * channel, subscribed on no connection now, is let go. */
+    for (size_t i = 0; i < w->table_size; i++) {
+        channel *ch = w->table[i];
+        while (ch != NULL) {
+            channel *next = ch->hnext;
+            ch->sent = ch->confirmed = 0;
+            if (ch->refs > 0)
+                todo_push(w, ch);
+            else if (!ch->queued)
+                destroy_channel(w, ch);
+            ch = next;
+        }
+    }
     w->failures++;
     wake_all(w);
-    pthread_cond_broadcast(&w->confirmed);
     pthread_mutex_unlock(&w->mu);
 }
 
-/* Queue SUBSCRIBE/UNSUBSCRIBE for what changed and free channels idle for
- * LINGER_MS. Returns the poll timeout until the next channel's linger ends
- * (-1: none lingers). */
+/* Send SUBSCRIBE for new channels, UNSUBSCRIBE for those idle for
+ * LINGER_MS, and free these. Returns the poll timeout until the next
+ * channel's linger ends (-1: no channel at all). */
 static int sync_subscriptions(dlock__redis_watcher *w)
 {
-    channel **pp = &w->channels;
     int64_t now = dlock__now_ms(), next = -1;
 
     pthread_mutex_lock(&w->mu);
-    while (*pp != NULL) {
-        channel *ch = *pp;
+    while (w->todo != NULL) {
+        channel *ch = w->todo;
+        w->todo = ch->todo_next;
+        ch->queued = 0;
         if (ch->refs > 0 && !ch->sent) {
             dlock__redis_tp_append(&w->conn.tp, "SUBSCRIBE %s", ch->name);
             ch->sent = 1;
-        } else if (ch->refs == 0 && (!ch->sent || now - ch->idle_since >= LINGER_MS)) {
-            if (ch->sent)
-                dlock__redis_tp_append(&w->conn.tp, "UNSUBSCRIBE %s", ch->name);
-            *pp = ch->next;
-            free(ch->name);
-            free(ch);
-            continue;
-        } else {
-            /* Channels in use may fall idle without telling us (that would
-             * put a wake-up on the waiter's path): look again within a linger. */
-            int64_t left = ch->refs == 0 ? ch->idle_since + LINGER_MS - now : LINGER_MS;
-            if (next < 0 || left < next)
-                next = left;
+        } else if (ch->refs == 0 && !ch->sent) {
+            destroy_channel(w, ch); /* its waiter left before it was sent */
         }
-        pp = &ch->next;
     }
+    while (w->idle_first != NULL && now - w->idle_first->idle_since >= LINGER_MS) {
+        channel *ch = w->idle_first;
+        if (ch->sent)
+            dlock__redis_tp_append(&w->conn.tp, "UNSUBSCRIBE %s", ch->name);
+        destroy_channel(w, ch);
+    }
+    if (w->idle_first != NULL)
+        next = w->idle_first->idle_since + LINGER_MS - now;
+    else if (w->nchannels > 0)
+        /* Channels in use may fall idle without telling us (that would put
+         * a wake-up on the waiter's path): look again within a linger. */
+        next = LINGER_MS;
     pthread_mutex_unlock(&w->mu);
     return next > INT32_MAX ? INT32_MAX : (int)next;
 }
@@ -201,22 +323,23 @@ static int sync_subscriptions(dlock__redis_watcher *w)
 static void handle_reply(dlock__redis_watcher *w, redisReply *r)
 {
     const char *kind;
+    channel *ch;
 
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
         r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING)
         return;
     kind = r->element[0]->str;
     pthread_mutex_lock(&w->mu);
-    for (channel *ch = w->channels; ch != NULL; ch = ch->next) {
-        if (strcmp(ch->name, r->element[1]->str) != 0)
-            continue;
+    if ((ch = find_channel(w, r->element[1]->str)) != NULL) {
         if (strcmp(kind, "subscribe") == 0) {
+            /* Only this channel's waiters wait for it (each on its own
+             * condition: 10,000 new waiters are not 10,000 wake-ups each). */
             ch->confirmed = 1;
-            pthread_cond_broadcast(&w->confirmed);
+            for (dlock__redis_waiter *x = ch->first; x != NULL; x = x->next)
+                pthread_cond_signal(&x->cond);
         } else if (strcmp(kind, "message") == 0) {
             wake_for(ch, r->element[2]->type == REDIS_REPLY_STRING ? r->element[2]->str : "");
         }
-        break;
     }
     pthread_mutex_unlock(&w->mu);
 }
@@ -280,6 +403,11 @@ static void *watcher_main(void *arg)
             drop_connection(w);
             continue;
         }
+        if (w->upkeep != NULL) {
+            int64_t next = w->upkeep(w->upkeep_arg);
+            if (next >= 0 && (timeout < 0 || next < timeout))
+                timeout = next > INT32_MAX ? INT32_MAX : (int)next;
+        }
         fds[0].fd = w->conn.tp.fd;
         fds[0].events = POLLIN;
         fds[1].fd = w->pipe_fd[0];
@@ -322,8 +450,7 @@ int dlock__redis_watcher_new(dlock__redis_watcher **out, const dlock_url *url,
         free(w);
         return dlock__fail(DLOCK_ENOMEM, "cannot create a mutex");
     }
-    if (dlock__cond_init(&w->confirmed) != 0 ||
-        pipe2(w->pipe_fd, O_CLOEXEC | O_NONBLOCK) != 0) {
+    if (pipe2(w->pipe_fd, O_CLOEXEC | O_NONBLOCK) != 0) {
         dlock__redis_watcher_free(w);
         return dlock__fail(DLOCK_ENOMEM, "cannot create the subscriber's wake-up pipe");
     }
@@ -343,19 +470,43 @@ void dlock__redis_watcher_free(dlock__redis_watcher *w)
         pthread_join(w->thread, NULL);
     }
     dlock__redis_conn_close(&w->conn);
-    while (w->channels != NULL) {
-        channel *ch = w->channels;
-        w->channels = ch->next;
-        free(ch->name);
-        free(ch);
+    for (size_t i = 0; i < w->table_size; i++) {
+        while (w->table[i] != NULL) {
+            channel *ch = w->table[i];
+            w->table[i] = ch->hnext;
+            free(ch->name);
+            free(ch);
+        }
     }
+    free(w->table);
     if (w->pipe_fd[0] >= 0)
         close(w->pipe_fd[0]);
     if (w->pipe_fd[1] >= 0)
         close(w->pipe_fd[1]);
-    pthread_cond_destroy(&w->confirmed);
     pthread_mutex_destroy(&w->mu);
     free(w);
+}
+
+void dlock__redis_watcher_set_upkeep(dlock__redis_watcher *w, int64_t (*upkeep)(void *),
+                                     void *arg)
+{
+    w->upkeep = upkeep;
+    w->upkeep_arg = arg;
+}
+
+void dlock__redis_watcher_poke(dlock__redis_watcher *w)
+{
+    poke(w);
+}
+
+int dlock__redis_watcher_running(dlock__redis_watcher *w)
+{
+    int running;
+
+    pthread_mutex_lock(&w->mu);
+    running = w->running;
+    pthread_mutex_unlock(&w->mu);
+    return running;
 }
 
 static int begin(dlock__redis_watcher *w, const char *name, const char *id,
@@ -380,24 +531,29 @@ static int begin(dlock__redis_watcher *w, const char *name, const char *id,
     x->bell = bell;
 
     pthread_mutex_lock(&w->mu);
-    for (ch = w->channels; ch != NULL; ch = ch->next)
-        if (strcmp(ch->name, name) == 0)
-            break;
-    if (ch == NULL) {
+    if ((ch = find_channel(w, name)) == NULL) {
         ch = calloc(1, sizeof(*ch));
-        if (ch == NULL || (ch->name = strdup(name)) == NULL) {
+        if (ch == NULL || (ch->name = strdup(name)) == NULL || table_reserve(w) != 0) {
             pthread_mutex_unlock(&w->mu);
+            if (ch != NULL)
+                free(ch->name);
             free(ch);
             pthread_cond_destroy(&x->cond);
             free(x->id);
             free(x);
             return dlock__fail(DLOCK_ENOMEM, "out of memory");
         }
-        ch->next = w->channels;
-        w->channels = ch;
+        {
+            channel **chain = chain_of(w, name);
+            ch->hnext = *chain;
+            *chain = ch;
+        }
+        w->nchannels++;
+        todo_push(w, ch);
     }
     ch->refs++;
     ch->idle_since = 0;
+    idle_remove(w, ch);
     x->chan = ch;
     x->prev = ch->last;
     if (ch->last != NULL)
@@ -419,7 +575,7 @@ static int begin(dlock__redis_watcher *w, const char *name, const char *id,
     if (!ch->sent)
         poke(w);
     while (!ch->confirmed && w->failures == failures && w->running)
-        if (pthread_cond_timedwait(&w->confirmed, &w->mu, &until) != 0)
+        if (pthread_cond_timedwait(&x->cond, &w->mu, &until) != 0)
             break;
     pthread_mutex_unlock(&w->mu);
     *out = x;
@@ -483,8 +639,14 @@ void dlock__redis_watch_end(dlock__redis_watcher *w, dlock__redis_waiter *x)
         ch->last = x->prev;
     if (pass_on)
         wake_one(ch);
-    if (--ch->refs == 0)
-        ch->idle_since = dlock__now_ms(); /* the thread unsubscribes after LINGER_MS */
+    if (--ch->refs == 0) {
+        if (!ch->sent && !ch->queued) {
+            destroy_channel(w, ch); /* subscribed on no connection */
+        } else {
+            ch->idle_since = dlock__now_ms(); /* the thread unsubscribes after LINGER_MS */
+            idle_push(w, ch);
+        }
+    }
     pthread_mutex_unlock(&w->mu);
     pthread_cond_destroy(&x->cond);
     free(x->id);

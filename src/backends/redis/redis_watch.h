@@ -33,6 +33,16 @@ int dlock__redis_watcher_new(dlock__redis_watcher **out, const dlock_url *url,
                              const dlock_client_options *opts);
 void dlock__redis_watcher_free(dlock__redis_watcher *w);
 
+/* Have the subscriber thread call upkeep(arg) on each of its turns (it
+ * returns the ms until it wants the next, -1 for none), before the first
+ * waiter starts the thread. */
+void dlock__redis_watcher_set_upkeep(dlock__redis_watcher *w, int64_t (*upkeep)(void *),
+                                     void *arg);
+/* Have the thread take a turn now (its upkeep has something sooner). */
+void dlock__redis_watcher_poke(dlock__redis_watcher *w);
+/* 1 when the thread runs (a waiter started it), else 0. */
+int dlock__redis_watcher_running(dlock__redis_watcher *w);
+
 /* Subscribe (if no waiter of this client already did) and return once the
  * server has confirmed the subscription, or the command timeout passed.
  * id (copied; NULL for none) is what a targeted message names: a random id

@@ -345,6 +345,128 @@ static void fair_killed_waiter_does_not_block(void)
     test_redis_stop(&r);
 }
 
+typedef struct {
+    dlock_client *c;
+    char name[32];
+    int64_t wait_ms, took_ms;
+    int rc;
+    dlock_lock *l;
+} fair_waiter;
+
+static void *fair_waiter_main(void *p)
+{
+    fair_waiter *w = p;
+    dlock_acquire_options o = kopts(DLOCK_KIND_FAIR, w->wait_ms, 1000);
+    int64_t start = test_clock_ms(CLOCK_MONOTONIC);
+
+    w->rc = dlock_acquire(&w->l, w->c, w->name, &o);
+    w->took_ms = test_clock_ms(CLOCK_MONOTONIC) - start;
+    return NULL;
+}
+
+static long long evalsha_calls(test_redis *r)
+{
+    char info[8192];
+    const char *p;
+
+    raw_string(r, info, sizeof(info), "INFO commandstats");
+    p = strstr(info, "cmdstat_evalsha:calls=");
+    return p != NULL ? atoll(p + strlen("cmdstat_evalsha:calls=")) : 0;
+}
+
+/*
+ * The places of a client's fair waiters are kept in batches by its
+ * subscriber thread (redis_places.c), not by a try of each waiter each
+ * third of the place's expiry: 40 waiters of one client, on 40 locks held
+ * elsewhere without renewal, with places that expire in 1 s, cost the
+ * server a few scripts a second, where their own tries would be 120. The
+ * places stay (the queues still hold every waiter), and each waiter gets
+ * its lock at the release.
+ */
+#define KEPT_WAITERS 40
+static void fair_places_kept_in_batches(void)
+{
+    test_redis r;
+    dlock_client *holder, *c;
+    dlock_lock *held[KEPT_WAITERS];
+    dlock_acquire_options o = kopts(DLOCK_KIND_FAIR, 0, 60000);
+    fair_waiter w[KEPT_WAITERS];
+    pthread_t t[KEPT_WAITERS];
+    long long before, calls;
+
+    test_redis_start(&r, NULL);
+    holder = open_client(&r);
+    c = open_client(&r);
+    o.auto_renew = 0;
+    for (int i = 0; i < KEPT_WAITERS; i++) {
+        snprintf(w[i].name, sizeof(w[i].name), "kept-%d", i);
+        CHECK_RC(dlock_acquire(&held[i], holder, w[i].name, &o), DLOCK_OK);
+        w[i].c = c;
+        w[i].wait_ms = 60000;
+        w[i].rc = -1;
+        CHECK(pthread_create(&t[i], NULL, fair_waiter_main, &w[i]) == 0);
+    }
+    for (int i = 0; i < KEPT_WAITERS; i++) {
+        char queue[64];
+        snprintf(queue, sizeof(queue), "dlock:{%s}:queue", w[i].name);
+        wait_cmd(&r, 1, "ZCARD %s", queue);
+    }
+    /* Three expiries of every place. */
+    before = evalsha_calls(&r);
+    test_sleep_ms(3000);
+    calls = evalsha_calls(&r) - before;
+    fprintf(stderr, "%d fair waiters of one client: %lld scripts in 3 s\n", KEPT_WAITERS, calls);
+    CHECK(calls < KEPT_WAITERS); /* a try each: 3 * 3 * KEPT_WAITERS */
+    for (int i = 0; i < KEPT_WAITERS; i++) {
+        char queue[64];
+        snprintf(queue, sizeof(queue), "dlock:{%s}:queue", w[i].name);
+        CHECK(test_redis_cmd(&r, "ZCARD %s", queue) == 1);
+        CHECK_RC(dlock_release(held[i]), DLOCK_OK);
+    }
+    for (int i = 0; i < KEPT_WAITERS; i++) {
+        CHECK(pthread_join(t[i], NULL) == 0);
+        CHECK_RC(w[i].rc, DLOCK_OK);
+        CHECK_RC(dlock_release(w[i].l), DLOCK_OK);
+    }
+    dlock_client_free(c);
+    dlock_client_free(holder);
+    test_redis_stop(&r);
+}
+
+/* A fair waiter whose place the subscriber thread keeps is woken when its
+ * holder's lease runs out without a release (no message comes): it gets the
+ * lock a third of its place's expiry after the lease at most, where it
+ * would otherwise try again only after a minute (PLACE_RECHECK_MS) or at
+ * the end of its wait. The bound checked, half the wait, is far from both. */
+static void fair_waiter_woken_at_holder_expiry(void)
+{
+    test_redis r;
+    dlock_client *holder, *c;
+    dlock_lock *held;
+    dlock_acquire_options o = kopts(DLOCK_KIND_FAIR, 0, 1500);
+    fair_waiter w = {.wait_ms = 20000, .rc = -1};
+    pthread_t t;
+
+    test_redis_start(&r, NULL);
+    holder = open_client(&r);
+    c = open_client(&r);
+    o.auto_renew = 0;
+    CHECK_RC(dlock_acquire(&held, holder, "lapse", &o), DLOCK_OK);
+    w.c = c;
+    snprintf(w.name, sizeof(w.name), "lapse");
+    CHECK(pthread_create(&t, NULL, fair_waiter_main, &w) == 0);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(w.rc, DLOCK_OK);
+    fprintf(stderr, "the waiter got the lock after %lld ms (the holder's lease: 1500 ms)\n",
+            (long long)w.took_ms);
+    CHECK(w.took_ms < w.wait_ms / 2);
+    CHECK_RC(dlock_release(held), DLOCK_ELOST);
+    CHECK_RC(dlock_release(w.l), DLOCK_OK);
+    dlock_client_free(c);
+    dlock_client_free(holder);
+    test_redis_stop(&r);
+}
+
 /* ---------------------------------------------------------------------- */
 /* Semaphore */
 
@@ -1495,6 +1617,8 @@ static void holder_multi(void)
 TEST_MAIN({"fair_fifo_ten_waiters", fair_fifo_ten_waiters, NULL},
           {"fair_killed_waiter_does_not_block", fair_killed_waiter_does_not_block, NULL},
           {"fair_tokens_never_on_channels", fair_tokens_never_on_channels, NULL},
+          {"fair_places_kept_in_batches", fair_places_kept_in_batches, NULL},
+          {"fair_waiter_woken_at_holder_expiry", fair_waiter_woken_at_holder_expiry, NULL},
           {"multi_no_deadlock_one_slot", multi_no_deadlock_one_slot, NULL},
           {"multi_commands_per_path", multi_commands_per_path, NULL},
           {"fence_counter_retired_stays_monotonic", fence_counter_retired_stays_monotonic, NULL},
