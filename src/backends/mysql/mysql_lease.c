@@ -238,7 +238,8 @@ int dlock__my_lease_renew(void *arg, dlock_renewal *items, size_t n)
     cap += 2 * keys_len + n * 160;
     sql = malloc(cap);
     where = malloc(cap);
-    hexes = malloc(keys_len > DLOCK__MY_HEX_MAX ? keys_len : DLOCK__MY_HEX_MAX);
+    /* Each key written in place, where the longest still fits. */
+    hexes = malloc(keys_len + DLOCK__MY_HEX_MAX);
     keys = malloc(n * sizeof(*keys));
     if (sql == NULL || where == NULL || hexes == NULL || keys == NULL) {
         rc = dlock_backend_fail(DLOCK_ENOMEM, "%s: out of memory", be->where);
@@ -249,12 +250,10 @@ int dlock__my_lease_renew(void *arg, dlock_renewal *items, size_t n)
                            " CASE name");
     for (size_t i = 0, at = 0; i < n; i++) {
         const dlock_request *r = items[i].req;
-        char key[DLOCK__MY_HEX_MAX];
-        if ((rc = dlock__my_key_hex(be, r->name, key)) != DLOCK_OK)
-            goto done;
         keys[i] = hexes + at;
-        memcpy(keys[i], key, strlen(key) + 1);
-        at += strlen(key) + 1;
+        if ((rc = dlock__my_key_hex(be, r->name, keys[i])) != DLOCK_OK)
+            goto done;
+        at += strlen(keys[i]) + 1;
         dlock__my_hex(tok, r->token, strlen(r->token) > 32 ? 32 : strlen(r->token));
         len += (size_t)snprintf(sql + len, cap - len, " WHEN %s THEN %lld", keys[i],
                                 (long long)lease_us(r->lease_ms));
