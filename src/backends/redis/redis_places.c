@@ -143,10 +143,11 @@ void dlock__redis_place_drop(dlock__redis_be *be, dlock__redis_watch *w)
     pthread_mutex_unlock(&ps->mu);
 }
 
-/* Renew the places of batch[0..n) in one script; wake the waiters whose
- * turn it may be, and all of them when the script failed (each then tries
- * on its own, which renews its place). */
-static void keep_batch(dlock__redis_be *be, dlock__redis_place **batch, size_t n)
+/* Renew the places of batch[0..n) in one script (none when send is 0);
+ * wake the waiters whose turn it may be, and all of them when the script
+ * failed or was not sent (each then tries on its own, which renews its
+ * place). Returns the script's result. */
+static int keep_batch(dlock__redis_be *be, dlock__redis_place **batch, size_t n, int send)
 {
     dlock__redis_places *ps = &be->places;
     const char *argv[3 * PLACES_BATCH];
@@ -155,9 +156,9 @@ static void keep_batch(dlock__redis_be *be, dlock__redis_place **batch, size_t n
     int64_t sent = dlock__now_ms();
     redisReply *r = NULL;
     const char *verdict = NULL;
-    int rc;
+    int rc = DLOCK_ECONN;
 
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; send && i < n; i++) {
         argv[i] = batch[i]->key;
         lens[i] = strlen(batch[i]->key);
         argv[n + 2 * i] = batch[i]->wid;
@@ -166,8 +167,9 @@ static void keep_batch(dlock__redis_be *be, dlock__redis_place **batch, size_t n
         argv[n + 2 * i + 1] = ttls[i];
         lens[n + 2 * i + 1] = strlen(ttls[i]);
     }
-    rc = dlock__redis_cmd_script(be, &dlock__redis_script_fair_keep, &r, (int)n, (int)(3 * n),
-                                 argv, lens);
+    if (send)
+        rc = dlock__redis_cmd_script(be, &dlock__redis_script_fair_keep, &r, (int)n,
+                                     (int)(3 * n), argv, lens);
     if (rc == DLOCK_OK && (r->type != REDIS_REPLY_STRING || r->len != n)) {
         dlock__redis_bad_reply(be->cmd, "fair_keep.lua (not one character a place)");
         rc = DLOCK_EPROTO;
@@ -191,6 +193,7 @@ static void keep_batch(dlock__redis_be *be, dlock__redis_place **batch, size_t n
     pthread_mutex_unlock(&ps->mu);
     if (r != NULL)
         freeReplyObject(r);
+    return rc;
 }
 
 /* The subscriber thread's upkeep (dlock__redis_watcher_set_upkeep): renew
@@ -238,8 +241,12 @@ int64_t dlock__redis_places_upkeep(void *arg)
     }
     ps->next_due_ms = next; /* keep_batch lowers it to the renewed places' */
     pthread_mutex_unlock(&ps->mu);
-    for (size_t from = 0; from < n; from += PLACES_BATCH)
-        keep_batch(be, due + from, n - from < PLACES_BATCH ? n - from : PLACES_BATCH);
+    /* After a failed script the rest are not sent: with the server down,
+     * each would hold this thread (and the client's close) for a command
+     * timeout. Their waiters try on their own meanwhile. */
+    for (size_t from = 0, ok = 1; from < n; from += PLACES_BATCH)
+        ok = keep_batch(be, due + from, n - from < PLACES_BATCH ? n - from : PLACES_BATCH,
+                        (int)ok) == DLOCK_OK;
     if (due != stack)
         free(due);
     pthread_mutex_lock(&ps->mu);
