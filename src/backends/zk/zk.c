@@ -53,7 +53,9 @@ static void zk_close(void *arg)
     /* Closing the sessions deletes their ephemeral nodes at once. */
     for (int i = 0; i < 2; i++) {
         dlock__zk_sess_close(&be->sess[i]);
+        dlock__zk_watch_table_free(&be->sess[i]);
         pthread_mutex_destroy(&be->sess[i].mu);
+        pthread_mutex_destroy(&be->sess[i].qmu);
         pthread_cond_destroy(&be->sess[i].cv);
     }
     dlock__zk_holds_free(be);

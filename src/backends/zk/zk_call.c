@@ -5,6 +5,20 @@
  * their own, so every call here is the asynchronous one, waited for at most
  * the client's command timeout. A call whose wait ran out leaves its
  * completion to free what it shares (a reference count).
+ *
+ * In flight. A session sends at most DLOCK__ZK_INFLIGHT requests of
+ * callers at once; a caller beyond waits its turn here (first come, first
+ * served) as long as the line moves: it gives up (ZOPERATIONTIMEOUT) when
+ * no request of the session ended for a command timeout. Its own request
+ * then has the command timeout for its reply. Thousands of callers waiting
+ * on one client queue at once (each a create, a list and a watch): sent
+ * all together they made a queue of thousands on the server, which serves
+ * every session's requests in one line, and the renewals of every client
+ * (this one's, others') waited behind it until leases ran out. A renewal
+ * (dlock__zk_confirm, the watchdog's) does not wait here: it passes the
+ * callers' queue, and no caller's request is sent while it waits for its
+ * replies: its sync, which the server answers after every request the
+ * session sent before it, waits behind at most DLOCK__ZK_INFLIGHT of them.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -12,11 +26,121 @@
 
 #include "zk_int.h"
 
+/* ---- in flight ------------------------------------------------------------- */
+
+/* A caller waiting for its turn to send (on its stack), in s->qhead. */
+struct dlock__zk_slot_wait {
+    pthread_cond_t cv;
+    struct dlock__zk_slot_wait *next, *prev;
+    int granted;
+};
+
+/* A turn to send: ZOK, or ZOPERATIONTIMEOUT when no request of the
+ * session ended for a whole command timeout while we waited (the server
+ * does not answer). While replies come, the line moves and we wait on. */
+static int slot_take(dlock__zk_sess *s)
+{
+    int64_t timeout = s->be->command_timeout_ms, start;
+    struct dlock__zk_slot_wait me;
+
+    pthread_mutex_lock(&s->qmu);
+    if (s->inflight < DLOCK__ZK_INFLIGHT && s->qhead == NULL && s->renewing == 0) {
+        s->inflight++;
+        pthread_mutex_unlock(&s->qmu);
+        return ZOK;
+    }
+    dlock__zk_cond_init(&me.cv);
+    me.granted = 0;
+    me.next = NULL;
+    me.prev = s->qtail;
+    if (s->qtail != NULL)
+        s->qtail->next = &me;
+    else
+        s->qhead = &me;
+    s->qtail = &me;
+    start = dlock__zk_mono_ms();
+    while (!me.granted) {
+        /* The line last moved at last (or we came then). */
+        int64_t last = s->last_turn_ms > start ? s->last_turn_ms : start;
+        if (dlock__zk_mono_ms() >= last + timeout)
+            break;
+        dlock__zk_wait_until(&me.cv, &s->qmu, last + timeout);
+    }
+    if (!me.granted) {
+        if (me.prev != NULL)
+            me.prev->next = me.next;
+        else
+            s->qhead = me.next;
+        if (me.next != NULL)
+            me.next->prev = me.prev;
+        else
+            s->qtail = me.prev;
+    }
+    pthread_mutex_unlock(&s->qmu);
+    pthread_cond_destroy(&me.cv);
+    return me.granted ? ZOK : ZOPERATIONTIMEOUT;
+}
+
+/* A request's turn ends (its completion ran, or it was never sent): the
+ * next caller's begins. */
+static void slot_give(dlock__zk_sess *s)
+{
+    struct dlock__zk_slot_wait *w;
+
+    pthread_mutex_lock(&s->qmu);
+    s->last_turn_ms = dlock__zk_mono_ms();
+    if ((w = s->qhead) != NULL && s->renewing == 0) {
+        /* The turn passes on: inflight stays. */
+        s->qhead = w->next;
+        if (s->qhead != NULL)
+            s->qhead->prev = NULL;
+        else
+            s->qtail = NULL;
+        w->granted = 1;
+        pthread_cond_signal(&w->cv);
+    } else {
+        s->inflight--;
+    }
+    pthread_mutex_unlock(&s->qmu);
+}
+
+/* A renewal of s begins: no caller's request is sent until it ends, so
+ * that its sync waits behind those in flight only. */
+static void renewal_begin(dlock__zk_sess *s)
+{
+    pthread_mutex_lock(&s->qmu);
+    s->renewing++;
+    pthread_mutex_unlock(&s->qmu);
+}
+
+/* It ended: the callers waiting take the free turns. */
+static void renewal_end(dlock__zk_sess *s)
+{
+    pthread_mutex_lock(&s->qmu);
+    if (--s->renewing == 0) {
+        while (s->qhead != NULL && s->inflight < DLOCK__ZK_INFLIGHT) {
+            struct dlock__zk_slot_wait *w = s->qhead;
+            s->qhead = w->next;
+            if (s->qhead != NULL)
+                s->qhead->prev = NULL;
+            else
+                s->qtail = NULL;
+            s->inflight++;
+            w->granted = 1;
+            pthread_cond_signal(&w->cv);
+        }
+    }
+    pthread_mutex_unlock(&s->qmu);
+}
+
+/* ---- calls ------------------------------------------------------------------ */
+
 /* What a call and its completion share. */
 typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int refs, done, rc;
+    int64_t deadline;    /* CLOCK_MONOTONIC: the command timeout's end */
     dlock__zk_sess *s;
     uint64_t gen;        /* the session's gen when sent */
     int64_t sent;
@@ -32,11 +156,21 @@ typedef struct {
     struct ACL_vector acl;
 } op_t;
 
-static op_t *op_new(dlock__zk_sess *s)
+/* A call's state, once it is this caller's turn to send (NULL with *zrc:
+ * ZSYSTEMERROR, or ZOPERATIONTIMEOUT when the turn did not come within
+ * the command timeout). */
+static op_t *op_new(dlock__zk_sess *s, int *zrc)
 {
-    op_t *op = calloc(1, sizeof(*op));
-    if (op == NULL)
+    op_t *op;
+
+    if ((*zrc = slot_take(s)) != ZOK)
         return NULL;
+    if ((op = calloc(1, sizeof(*op))) == NULL) {
+        slot_give(s);
+        *zrc = ZSYSTEMERROR;
+        return NULL;
+    }
+    op->deadline = dlock__zk_mono_ms() + s->be->command_timeout_ms;
     pthread_mutex_init(&op->mu, NULL);
     dlock__zk_cond_init(&op->cv);
     op->refs = 2; /* the caller and the completion */
@@ -98,6 +232,7 @@ static void note_reply(dlock__zk_sess *s, uint64_t gen, int64_t sent, int rc)
 static void op_done(op_t *op, int rc)
 {
     note_reply(op->s, op->gen, op->sent, rc);
+    slot_give(op->s);
     pthread_mutex_lock(&op->mu);
     op->rc = rc;
     op->done = 1;
@@ -199,17 +334,17 @@ static zhandle_t *handle_of(dlock__zk_sess *s)
  * then unrefs. */
 static int op_wait(op_t *op, int submitted)
 {
-    int64_t deadline = dlock__zk_mono_ms() + op->s->be->command_timeout_ms;
     int rc;
 
     if (submitted != ZOK) {
         /* Never sent: the completion will not run. */
         op->refs--;
+        slot_give(op->s);
         return submitted;
     }
     pthread_mutex_lock(&op->mu);
     while (!op->done)
-        if (dlock__zk_wait_until(&op->cv, &op->mu, deadline) == ETIMEDOUT)
+        if (dlock__zk_wait_until(&op->cv, &op->mu, op->deadline) == ETIMEDOUT)
             break;
     rc = op->done ? op->rc : ZOPERATIONTIMEOUT;
     pthread_mutex_unlock(&op->mu);
@@ -224,10 +359,15 @@ static const struct ACL_vector *acl_of(const dlock__zk_be *be)
 
 #define NEW_OP(s, op, zh)                                                                          \
     do {                                                                                           \
-        if (((zh) = handle_of(s)) == NULL)                                                         \
+        int zrc_;                                                                                  \
+        if (((op) = op_new(s, &zrc_)) == NULL)                                                     \
+            return zrc_;                                                                           \
+        if (((zh) = handle_of(s)) == NULL) {                                                       \
+            op->refs = 1;                                                                          \
+            slot_give(s);                                                                          \
+            op_unref(op);                                                                          \
             return ZINVALIDSTATE;                                                                  \
-        if (((op) = op_new(s)) == NULL)                                                            \
-            return ZSYSTEMERROR;                                                                   \
+        }                                                                                          \
     } while (0)
 
 int dlock__zk_create(dlock__zk_sess *s, const char *path, const char *data, int len, int flags,
@@ -445,6 +585,7 @@ int dlock__zk_confirm(dlock__zk_sess *s, int sync, const char *const *paths, siz
     pthread_mutex_unlock(&s->mu);
     b->sync_rc = ZOK;
     b->refs = 1;
+    renewal_begin(s);
     /* Each request submitted is one more reference and one more reply to
      * wait for (counted before it is sent: its reply may come at once).
      * The sync goes last: its reply comes after every other's. */
@@ -483,6 +624,7 @@ int dlock__zk_confirm(dlock__zk_sess *s, int sync, const char *const *paths, siz
             rc = rcs[i];
     }
     pthread_mutex_unlock(&b->mu);
+    renewal_end(s);
     confirm_unref(b);
     return rc;
 }
@@ -505,6 +647,7 @@ int dlock__zk_check_create(dlock__zk_sess *s, const char *check, const char *pat
         (op->paths[0] = strdup(check)) == NULL || (op->paths[1] = malloc(plen)) == NULL) {
         op->n = 2;
         op->refs = 1;
+        slot_give(s);
         op_unref(op);
         return ZSYSTEMERROR;
     }

@@ -99,11 +99,7 @@ static void session_watcher(zhandle_t *zh, int type, int state, const char *path
         }
         wake_all(s);
     } else if (path != NULL) {
-        for (dlock__zk_watch *w = s->watches; w != NULL; w = w->next)
-            if (w->target != NULL && strcmp(w->target, path) == 0) {
-                w->fired = 1;
-                pthread_cond_signal(&w->cv);
-            }
+        dlock__zk_watch_fire(s, path);
     }
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -121,6 +117,7 @@ void dlock__zk_sess_init(dlock__zk_sess *s, dlock__zk_be *be, int64_t want_ms)
     s->be = be;
     s->want_ms = want_ms;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->qmu, NULL);
     dlock__zk_cond_init(&s->cv);
 }
 

@@ -255,8 +255,7 @@ static int watch_dir(dlock__zk_watch *w, const char *dir)
     if (copy == NULL)
         return oom();
     pthread_mutex_lock(&s->mu);
-    free(w->target);
-    w->target = copy;
+    dlock__zk_watch_retarget(w, copy);
     pthread_mutex_unlock(&s->mu);
     for (int round = 0; round < 3; round++) {
         struct String_vector kids = {0, NULL};

@@ -443,6 +443,44 @@ void dlock__zk_hold_event(dlock__zk_be *be, dlock__zk_sess *s, uint64_t gen, int
     pthread_mutex_unlock(&be->mu);
 }
 
+void dlock__zk_hold_arm(dlock__zk_be *be, const char *token)
+{
+    dlock__zk_hold *h;
+    dlock__zk_sess *s;
+    char *node;
+    uint64_t gen, epoch, after;
+    unsigned events;
+    int zrc;
+
+    pthread_mutex_lock(&be->mu);
+    if ((h = dlock__zk_hold_get(be, token)) == NULL || h->armed != 0 || h->gone ||
+        !dlock__zk_hold_watchable(h) || (node = strdup(h->node)) == NULL) {
+        pthread_mutex_unlock(&be->mu);
+        return;
+    }
+    s = h->sess;
+    gen = h->gen;
+    events = h->events;
+    pthread_mutex_unlock(&be->mu);
+    pthread_mutex_lock(&s->mu);
+    epoch = s->gen == gen && s->connected ? s->conn_epoch : 0;
+    pthread_mutex_unlock(&s->mu);
+    /* As a renewal's exists (zk.c, "Renewal"): the watch counts when it
+     * was set on this connection and no event came for the node since
+     * events was read (the watcher counts each under be->mu). */
+    zrc = epoch != 0 ? dlock__zk_exists(s, node, 1, NULL) : ZINVALIDSTATE;
+    pthread_mutex_lock(&s->mu);
+    after = s->gen == gen ? s->conn_epoch : 0;
+    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&be->mu);
+    if (zrc == ZOK && after == epoch && (h = dlock__zk_hold_get(be, token)) != NULL &&
+        h->sess == s && h->gen == gen && !h->gone && h->events == events &&
+        strcmp(h->node, node) == 0)
+        h->armed = epoch;
+    pthread_mutex_unlock(&be->mu);
+    free(node);
+}
+
 /* 1 when a watch event for h's node finds h: the node's name is
  * "_c_<uuid>-...", the uuid made of h's token (dlock__zk_uuid), and the
  * token comes back from it as dlock__zk_hold_event reads it. */

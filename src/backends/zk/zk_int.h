@@ -76,8 +76,26 @@ typedef struct {
     /* + 1 at each connect of the handle (first or again): a node watch
      * set on an earlier connection is not counted on (zk.c, "Renewal"). */
     uint64_t conn_epoch;
-    dlock__zk_watch *watches; /* waiting on events of this session */
+    /* The watches waiting on events of this session, doubly linked (a
+     * waiter leaves in constant time), and those with a target hashed by
+     * it (wtab_size chains through tnext/tprev, NULL until the first): a
+     * node event wakes its path's watches without a walk of the others,
+     * of which a client may have thousands. */
+    dlock__zk_watch *watches;
+    dlock__zk_watch **wtab;
+    size_t wtab_size, nwatches;
+    /* The callers' requests in flight (zk_call.c, "In flight"), at most
+     * DLOCK__ZK_INFLIGHT; the callers waiting for one to end, first come
+     * first served. Under qmu. */
+    pthread_mutex_t qmu;
+    int inflight;
+    int renewing;         /* renewals waiting for replies: no new turns */
+    int64_t last_turn_ms; /* CLOCK_MONOTONIC: when a request last ended */
+    struct dlock__zk_slot_wait *qhead, *qtail;
 } dlock__zk_sess;
+
+/* The most requests of callers a session has in flight (zk_call.c). */
+#define DLOCK__ZK_INFLIGHT 32
 
 struct dlock__zk_be {
     char *hosts;          /* "h1:p1,h2:p2[/chroot]", as zookeeper_init takes it */
@@ -242,7 +260,8 @@ int dlock__zk_create_protected(dlock__zk_sess *s, const char *dir, const char *u
  */
 struct dlock__zk_watch {
     dlock__zk_sess *sess;
-    dlock__zk_watch *next; /* in sess->watches */
+    dlock__zk_watch *next, *prev;   /* in sess->watches */
+    dlock__zk_watch *tnext, *tprev; /* in target's chain of sess->wtab */
     pthread_cond_t cv;     /* with sess->mu, CLOCK_MONOTONIC */
     char *target;          /* the path whose events wake us, or NULL */
     int fired, woken;      /* under sess->mu */
@@ -266,6 +285,13 @@ struct dlock__zk_watch {
 int dlock__zk_watch_new(dlock__zk_sess *s, dlock__zk_watch **out);
 /* Unregister and free (does not touch the server). */
 void dlock__zk_watch_free(dlock__zk_watch *w);
+/* With w->sess->mu held: w's target is now path (malloc'd, taken; NULL:
+ * none), hashed for dlock__zk_watch_fire. */
+void dlock__zk_watch_retarget(dlock__zk_watch *w, char *path);
+/* With s->mu held: wake the watches that target path. */
+void dlock__zk_watch_fire(dlock__zk_sess *s, const char *path);
+/* With s->mu held, closing: free the table of targets. */
+void dlock__zk_watch_table_free(dlock__zk_sess *s);
 /*
  * Wait for path: target it, then set a ZooKeeper watch on it (exists). 1
  * when the node is there (the watch is set: its deletion will wake w), 0
@@ -345,6 +371,14 @@ void dlock__zk_hold_touch_locked(dlock__zk_be *be, dlock__zk_hold *h, int64_t le
  * and the reaper, which deletes the node when its lease ran out unrenewed. */
 int dlock__zk_hold_add(dlock__zk_be *be, const dlock_request *req, dlock__zk_sess *s,
                        uint64_t gen, const char *node, uint64_t czxid);
+
+/* Set the watch of token's new hold now (an exists with a watch), as its
+ * first renewal would (zk.c, "Renewal"): that renewal is then a sync, not
+ * an exists per lock. For a waiter that won: thousands of them winning
+ * together would send thousands of exists at their first renewal, one
+ * batch after another from the watchdog, late. Failing, it leaves the hold
+ * to the renewal's exists. */
+void dlock__zk_hold_arm(dlock__zk_be *be, const char *token);
 
 /* Hand a node that may exist but that nobody will release to the reaper
  * (token: the acquisition's, or NULL for a waiter's, keyed by uuid; node:

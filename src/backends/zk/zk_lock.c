@@ -20,6 +20,96 @@
 
 /* ---- watches -------------------------------------------------------------- */
 
+/* The table of targets starts with this many chains, and doubles when the
+ * watches outnumber them twice. */
+#define WTAB_MIN 64
+
+static size_t path_hash(const char *path)
+{
+    size_t h = 2166136261u; /* FNV-1a */
+
+    for (const unsigned char *p = (const unsigned char *)path; *p != '\0'; p++)
+        h = (h ^ *p) * 16777619u;
+    return h;
+}
+
+/* Put w in its target's chain (s->mu held, s->wtab not NULL). */
+static void target_link(dlock__zk_sess *s, dlock__zk_watch *w)
+{
+    dlock__zk_watch **chain = &s->wtab[path_hash(w->target) & (s->wtab_size - 1)];
+
+    w->tprev = NULL;
+    w->tnext = *chain;
+    if (*chain != NULL)
+        (*chain)->tprev = w;
+    *chain = w;
+}
+
+/* Take w out of its target's chain (s->mu held). */
+static void target_unlink(dlock__zk_sess *s, dlock__zk_watch *w)
+{
+    if (s->wtab == NULL || w->target == NULL)
+        return;
+    if (w->tprev != NULL)
+        w->tprev->tnext = w->tnext;
+    else
+        s->wtab[path_hash(w->target) & (s->wtab_size - 1)] = w->tnext;
+    if (w->tnext != NULL)
+        w->tnext->tprev = w->tprev;
+    w->tnext = w->tprev = NULL;
+}
+
+/* Grow the table for one more watch (s->mu held). Without memory the table
+ * stays as it is (longer chains), or absent: dlock__zk_watch_fire then
+ * walks every watch. */
+static void wtab_grow(dlock__zk_sess *s)
+{
+    size_t size;
+    dlock__zk_watch **table;
+
+    if (s->wtab != NULL && s->nwatches + 1 <= s->wtab_size * 2)
+        return;
+    size = s->wtab == NULL ? WTAB_MIN : s->wtab_size * 2;
+    if ((table = calloc(size, sizeof(*table))) == NULL)
+        return;
+    free(s->wtab);
+    s->wtab = table;
+    s->wtab_size = size;
+    for (dlock__zk_watch *o = s->watches; o != NULL; o = o->next)
+        if (o->target != NULL)
+            target_link(s, o);
+}
+
+void dlock__zk_watch_table_free(dlock__zk_sess *s)
+{
+    free(s->wtab);
+    s->wtab = NULL;
+    s->wtab_size = 0;
+}
+
+void dlock__zk_watch_retarget(dlock__zk_watch *w, char *path)
+{
+    dlock__zk_sess *s = w->sess;
+
+    target_unlink(s, w);
+    free(w->target);
+    w->target = path;
+    if (path != NULL && s->wtab != NULL)
+        target_link(s, w);
+}
+
+void dlock__zk_watch_fire(dlock__zk_sess *s, const char *path)
+{
+    dlock__zk_watch *w = s->wtab != NULL ? s->wtab[path_hash(path) & (s->wtab_size - 1)]
+                                         : s->watches;
+
+    for (; w != NULL; w = s->wtab != NULL ? w->tnext : w->next)
+        if (w->target != NULL && strcmp(w->target, path) == 0) {
+            w->fired = 1;
+            pthread_cond_signal(&w->cv);
+        }
+}
+
 int dlock__zk_watch_new(dlock__zk_sess *s, dlock__zk_watch **out)
 {
     dlock__zk_watch *w = calloc(1, sizeof(*w));
@@ -33,8 +123,13 @@ int dlock__zk_watch_new(dlock__zk_sess *s, dlock__zk_watch **out)
     pthread_cond_init(&w->cv, &a);
     pthread_condattr_destroy(&a);
     pthread_mutex_lock(&s->mu);
+    wtab_grow(s);
+    w->prev = NULL;
     w->next = s->watches;
+    if (s->watches != NULL)
+        s->watches->prev = w;
     s->watches = w;
+    s->nwatches++;
     pthread_mutex_unlock(&s->mu);
     *out = w;
     return DLOCK_OK;
@@ -48,11 +143,14 @@ void dlock__zk_watch_free(dlock__zk_watch *w)
         return;
     s = w->sess;
     pthread_mutex_lock(&s->mu);
-    for (dlock__zk_watch **p = &s->watches; *p != NULL; p = &(*p)->next)
-        if (*p == w) {
-            *p = w->next;
-            break;
-        }
+    target_unlink(s, w);
+    if (w->prev != NULL)
+        w->prev->next = w->next;
+    else
+        s->watches = w->next;
+    if (w->next != NULL)
+        w->next->prev = w->prev;
+    s->nwatches--;
     pthread_mutex_unlock(&s->mu);
     if (w->extra_free != NULL)
         w->extra_free(w->extra);
@@ -74,8 +172,7 @@ int dlock__zk_watch_target(dlock__zk_watch *w, const char *path)
         return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
     /* Target first: an event that comes before exists returns is ours. */
     pthread_mutex_lock(&s->mu);
-    free(w->target);
-    w->target = copy;
+    dlock__zk_watch_retarget(w, copy);
     pthread_mutex_unlock(&s->mu);
     rc = dlock__zk_exists(s, path, 1, NULL);
     if (rc == ZOK)
@@ -400,6 +497,23 @@ static int try_once(dlock__zk_be *be, const dlock_request *req, dlock_acquire_re
         rc = rc == 1 ? DLOCK_OK : rc;
         goto out;
     }
+    /* A queue node there already (a holder's, a waiter's) has a lower
+     * sequence than any we would make: busy, seen with one read, without
+     * the create and delete (two writes through the leader, and a watch
+     * event for whoever waits behind). A waiting acquisition's first try
+     * is this one: thousands of waiters queueing at once would otherwise
+     * flood the server with writes and delay everyone's requests. */
+    if ((rc = sorted_children(s, dir, &kids)) != DLOCK_OK)
+        goto out;
+    for (int i = 0; i < kids.count; i++)
+        if (dlock__zk_mutex_seq(kids.data[i]) != NULL) {
+            out->retry_ms = -1;
+            rc = DLOCK_EBUSY;
+            goto out;
+        }
+    deallocate_String_vector(&kids);
+    kids.count = 0;
+    kids.data = NULL;
     rc = dlock__zk_create_protected(s, dir, uuid, DLOCK__ZK_LOCK_NAME, data, len,
                                     ZOO_EPHEMERAL_SEQUENTIAL, &maybe, &node, &st);
     if (rc != DLOCK_OK) {
@@ -488,6 +602,7 @@ static int try_queued(dlock__zk_be *be, const dlock_request *req, dlock__zk_watc
         deallocate_String_vector(&kids);
         if ((rc = dlock__zk_hold_add(be, req, s, w->gen, w->node, w->czxid)) != DLOCK_OK)
             return rc;
+        dlock__zk_hold_arm(be, req->token);
         w->won = 1;
         out->fence = w->czxid;
         return DLOCK_OK;

@@ -1059,6 +1059,108 @@ static void renewal_is_one_request(void)
 }
 
 /*
+ * Waiters cost the server little (issue 33: 10,000 waiters on one client).
+ * A try that finds the lock held makes no node (one read, where a create
+ * and a delete were two writes and a watch event for the queue): the
+ * directory's children version stays. And a waiter that wins sets its
+ * node's watch as it takes the lock, so that the first renewal of 20
+ * locks taken together is a sync, not 20 exists sent by the watchdog.
+ */
+enum { LIGHT_WAITERS = 20 };
+
+typedef struct {
+    dlock_client *c;
+    int i;
+    dlock_lock *l;
+    int rc;
+} light_waiter;
+
+static void *light_wait(void *arg)
+{
+    light_waiter *w = arg;
+    dlock_acquire_options o = test_opts(20000, 1500, 1);
+    char name[16];
+
+    o.on_lost = test_count_lost;
+    snprintf(name, sizeof(name), "light%d", w->i);
+    w->rc = dlock_acquire(&w->l, w->c, name, &o);
+    return NULL;
+}
+
+static void waiters_queue_lightly(void)
+{
+    dlock_acquire_options o = test_opts(0, 1500, 1);
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_client *holder, *c = NULL;
+    dlock_lock *held[LIGHT_WAITERS], *l = NULL;
+    light_waiter w[LIGHT_WAITERS];
+    pthread_t t[LIGHT_WAITERS];
+    struct Stat st0, st1;
+    zhandle_t *zh;
+    long long b0, b1;
+    long calls;
+    test_zk z;
+
+    test_zk_start(&z, 1, NULL);
+    holder = open_url(z.url, 5000);
+    co.trace = count_renew;
+    co.log = log_stderr;
+    CHECK_RC(dlock_client_open(&c, z.url, &co), DLOCK_OK);
+    atomic_store(&test_lost_calls, 0);
+    for (int i = 0; i < LIGHT_WAITERS; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "light%d", i);
+        CHECK_RC(dlock_acquire(&held[i], holder, name, &o), DLOCK_OK);
+    }
+    zh = raw_open(&z, NULL);
+    CHECK_RC(zoo_exists(zh, "/dlock/light0", 0, &st0), ZOK);
+    CHECK_RC(dlock_acquire(&l, c, "light0", &o), DLOCK_EBUSY);
+    CHECK_RC(zoo_exists(zh, "/dlock/light0", 0, &st1), ZOK);
+    fprintf(stderr, "a busy try: children version %d -> %d\n", st0.cversion, st1.cversion);
+    CHECK(st1.cversion == st0.cversion);
+    zookeeper_close(zh);
+
+    for (int i = 0; i < LIGHT_WAITERS; i++) {
+        w[i] = (light_waiter){c, i, NULL, DLOCK_EPROTO};
+        CHECK(pthread_create(&t[i], NULL, light_wait, &w[i]) == 0);
+    }
+    for (int i = 0; i < 200; i++) {
+        dlock_stats st = DLOCK_STATS_INIT;
+        CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
+        if (st.busy >= 2 * LIGHT_WAITERS + 1) /* each: the try, then the queued try */
+            break;
+        test_sleep_ms(20);
+    }
+    test_sleep_ms(200);
+    for (int i = 0; i < LIGHT_WAITERS; i++)
+        CHECK_RC(dlock_release(held[i]), DLOCK_OK);
+    for (int i = 0; i < LIGHT_WAITERS; i++) {
+        CHECK(pthread_join(t[i], NULL) == 0);
+        CHECK_RC(w[i].rc, DLOCK_OK);
+    }
+    dlock_client_free(holder);
+    /* Taken within a few ms of each other: their first renewal (a third of
+     * the lease on) is one batch. */
+    b0 = test_zk_mntr(&z, 0, "zk_bytes_received_count");
+    atomic_store(&renew_calls, 0);
+    test_sleep_ms(1200);
+    calls = atomic_load(&renew_calls);
+    b1 = test_zk_mntr(&z, 0, "zk_bytes_received_count");
+    fprintf(stderr, "%ld renewals of %d locks just taken by waiters: %lld bytes to the server\n",
+            calls, LIGHT_WAITERS, b1 - b0);
+    CHECK(b0 >= 0 && b1 >= b0);
+    CHECK(calls >= 2);
+    CHECK(b1 - b0 < calls * 200); /* one request each (and the session's pings) */
+    for (int i = 0; i < LIGHT_WAITERS; i++) {
+        CHECK(!dlock_lock_lost(w[i].l));
+        CHECK_RC(dlock_release(w[i].l), DLOCK_OK);
+    }
+    CHECK(atomic_load(&test_lost_calls) == 0);
+    dlock_client_free(c);
+    test_zk_stop(&z);
+}
+
+/*
  * An operator deletes a held node behind the holder's back (zkCli's
  * delete, or dlock_force_release from another process): the node's watch
  * tells the holder, whose next renewal reports the lock lost, within a
@@ -1133,6 +1235,7 @@ TEST_MAIN({"curator_node_names", curator_node_names, NULL},
           {"reentrant_by_owner", reentrant_by_owner, "watchdog"},
           {"bad_urls", bad_urls, NULL},
           {"renewal_is_one_request", renewal_is_one_request, "watchdog"},
+          {"waiters_queue_lightly", waiters_queue_lightly, NULL},
           {"deleted_node_is_lost", deleted_node_is_lost, "watchdog"},
           {"acl_holder_node_protected", acl_holder_node_protected, NULL},
           {"acl_open_prefix_refused", acl_open_prefix_refused, NULL},
