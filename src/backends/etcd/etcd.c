@@ -58,6 +58,7 @@ static void etcd_close(void *arg)
         return;
     dlock__etcd_sessions_free(be); /* revoked: before the pool goes */
     dlock__etcd_spares_free(be); /* revokes the spares: before the pool goes */
+    dlock__etcd_waiting_free(be); /* after the thread that keeps it alive */
     pthread_mutex_destroy(&be->ids_mu);
     free(be->lent);
     dlock__etcd_conn_free(be->wd);
@@ -111,6 +112,7 @@ static int etcd_open(void **out, const dlock_url *url, const dlock_client_option
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
     pthread_mutex_init(&be->ids_mu, NULL);
     dlock__etcd_sessions_init(be);
+    dlock__etcd_waiting_init(be);
     be->prefix = strdup(opts->key_prefix != NULL ? opts->key_prefix : "dlock/");
     be->value = strdup(opts->client_name != NULL ? opts->client_name : "dlock");
     if (be->prefix == NULL || be->value == NULL) {

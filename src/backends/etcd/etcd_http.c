@@ -24,6 +24,17 @@
 #define DEFAULT_PORT 2379
 /* Idle connections kept for reuse; more are closed when handed back. */
 #define POOL_MAX 16
+/* Pool connections in use at once. Each is a TCP connection (two for a
+ * pair) whose calls poll every 20 ms while they wait for their reply, so
+ * 10,000 threads waiting on one client would otherwise open 10,000 of them
+ * at once, and their polls alone would take the CPU. A caller beyond the
+ * limit sleeps until one comes back (each conn_put wakes one), but never a
+ * thread that holds one already (out_here), so that a caller that asks for
+ * a second one never waits for a thread that waits for its first. */
+#define OUT_MAX 16
+
+/* Pool connections this thread holds now. */
+static _Thread_local int out_here;
 /* A reply larger than this is not an answer to anything dlock asks. */
 #define REPLY_MAX (16 * 1024 * 1024)
 /* Pause after every endpoint failed once, before the next round. */
@@ -147,6 +158,12 @@ int dlock__etcd_new(dlock__etcd **out, const dlock_url *url, const dlock_client_
         free(e);
         return dlock__fail(DLOCK_ENOMEM, "cannot create a mutex");
     }
+    if (pthread_cond_init(&e->out_cond, NULL) != 0) {
+        pthread_mutex_destroy(&e->login_mu);
+        pthread_mutex_destroy(&e->mu);
+        free(e);
+        return dlock__fail(DLOCK_ENOMEM, "cannot create a condition variable");
+    }
     e->neps = url->nhosts;
     for (size_t i = 0; i < url->nhosts; i++) {
         const char *h = url->hosts[i].host;
@@ -215,6 +232,7 @@ void dlock__etcd_free(dlock__etcd *e)
         explicit_bzero(e->token, strlen(e->token));
         free(e->token);
     }
+    pthread_cond_destroy(&e->out_cond);
     pthread_mutex_destroy(&e->login_mu);
     pthread_mutex_destroy(&e->mu);
     free(e);
@@ -372,7 +390,13 @@ void dlock__etcd_conn_free(dlock__etcd_conn *c)
 
 int dlock__etcd_conn_get(dlock__etcd *e, dlock__etcd_conn **out)
 {
+    int rc;
+
     pthread_mutex_lock(&e->mu);
+    while (e->nout >= OUT_MAX && out_here == 0)
+        pthread_cond_wait(&e->out_cond, &e->mu);
+    e->nout++;
+    out_here++;
     *out = e->idle;
     if (*out != NULL) {
         e->idle = (*out)->next;
@@ -380,7 +404,14 @@ int dlock__etcd_conn_get(dlock__etcd *e, dlock__etcd_conn **out)
         (*out)->next = NULL;
     }
     pthread_mutex_unlock(&e->mu);
-    return *out != NULL ? DLOCK_OK : dlock__etcd_conn_new(e, out);
+    if (*out != NULL || (rc = dlock__etcd_conn_new(e, out)) == DLOCK_OK)
+        return DLOCK_OK;
+    pthread_mutex_lock(&e->mu);
+    e->nout--;
+    out_here--;
+    pthread_cond_signal(&e->out_cond);
+    pthread_mutex_unlock(&e->mu);
+    return rc;
 }
 
 void dlock__etcd_conn_put(dlock__etcd *e, dlock__etcd_conn *c)
@@ -388,6 +419,11 @@ void dlock__etcd_conn_put(dlock__etcd *e, dlock__etcd_conn *c)
     if (c == NULL)
         return;
     pthread_mutex_lock(&e->mu);
+    if (e->nout > 0)
+        e->nout--;
+    if (out_here > 0)
+        out_here--;
+    pthread_cond_signal(&e->out_cond);
     if (e->nidle < POOL_MAX) {
         c->next = e->idle;
         e->idle = c;

@@ -36,6 +36,10 @@ struct dlock__etcd {
     pthread_mutex_t mu; /* guards idle, nidle, token, token_gen */
     dlock__etcd_conn *idle;
     int nidle;
+    /* Connections of the pool in callers' hands (conn_get until conn_put),
+     * at most OUT_MAX at a time: a caller beyond waits on out_cond. */
+    int nout;
+    pthread_cond_t out_cond;
     char *token;
     unsigned long token_gen;
     pthread_mutex_t login_mu; /* one login at a time */

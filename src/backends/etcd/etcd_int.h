@@ -38,6 +38,28 @@
 #include "backends/etcd/etcd_watch.h"
 
 typedef struct dlock__etcd_spares dlock__etcd_spares;
+typedef struct dlock__etcd_watch dlock__etcd_watch;
+
+/* The client's waiting lease (etcd_session.c): the keys its waiters queue
+ * share it, kept alive by the spare thread (etcd_spare.c) while any waits. */
+typedef struct dlock__etcd_drop {
+    char *key;
+    struct dlock__etcd_drop *next;
+} dlock__etcd_drop;
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    int64_t id;            /* 0: none, or the last one was found gone */
+    int64_t ttl;           /* seconds */
+    int64_t ok_ms;         /* send time of the grant or keepalive that last found it alive */
+    int64_t ka_retry_at;   /* the thread's keepalive failed: the next not before */
+    int64_t drop_retry_at; /* a delete of drops failed: the next not before */
+    int busy;              /* a waiter grants or keeps it alive now: the others wait */
+    size_t n;              /* waiters joined (list) */
+    dlock__etcd_watch *list;
+    dlock__etcd_drop *drops; /* keys of waiters that left, whose delete failed */
+} dlock__etcd_waiting;
 
 /* The client's session lease of one TTL (etcd_session.c). */
 typedef struct {
@@ -68,6 +90,7 @@ typedef struct {
     /* The session leases of the auto-renewed locks (etcd_session.c). */
     pthread_mutex_t sessions_mu;
     dlock__etcd_session sessions[DLOCK__ETCD_SESSIONS];
+    dlock__etcd_waiting waiting; /* the waiters' shared lease (etcd_session.c) */
     /* The server answered at open runs an etcd before 3.4.25 / 3.5.8, whose
      * stale leader may answer a keepalive (or whose version could not be
      * read): each renewal is confirmed by the lease's TTL (etcd_renew). */
@@ -249,6 +272,8 @@ void dlock__etcd_spares_free(dlock__etcd_be *be);
  * confirmation, whose request was sent at *ok_ms. Wakes the spare thread
  * when it has a grant to make. */
 int dlock__etcd_spare_take(dlock__etcd_be *be, int64_t ttl, int64_t *lease, int64_t *ok_ms);
+/* Start the spare thread, or wake it: it has work on the waiting lease. */
+void dlock__etcd_spares_wake(dlock__etcd_be *be);
 /* Revoke lease, which backs no key any more, in the spare thread (on c
  * when it cannot take it). */
 void dlock__etcd_revoke_later(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t lease);
@@ -296,6 +321,43 @@ void dlock__etcd_session_seen(dlock__etcd_be *be, int64_t lease, int alive, int6
  * on a session lease, what a revoke does for a key on a lease of its own. */
 void dlock__etcd_session_key_drop(dlock__etcd_be *be, dlock__etcd_conn *c, const char *key);
 
+/*
+ * The waiting lease: the keys of the client's waiters (whose locks' leases
+ * are longer than the wait's) queue on one lease of ttl seconds, as the
+ * keys of a concurrency.Session share its lease. Its ID is a session
+ * lease's (both bits: dlock__etcd_lease_revoke leaves it), chosen here. A
+ * waiter joins before it puts its key and leaves when the key moved to the
+ * holder's lease (promote) or was deleted (the wait ended); while any is
+ * joined, the spare thread keeps the lease alive every third of its TTL
+ * (dlock__etcd_waiting_job), one keepalive whatever their number, and when
+ * it finds the lease gone it wakes every waiter joined (watch_wake), whose
+ * next try queues again on a new one. With no waiter joined nothing keeps
+ * it alive: it runs out, and the key of a waiter whose delete never got
+ * through with it.
+ */
+void dlock__etcd_waiting_init(dlock__etcd_be *be);
+/* Revoke the waiting lease (the client closes; no waiter is left). */
+void dlock__etcd_waiting_free(dlock__etcd_be *be);
+/* w joins (once), and gets the waiting lease of ttl seconds, granted or
+ * kept alive on c when the last confirmation is too old: *lease, *ok_ms
+ * (the send time of the request that last found it alive). */
+int dlock__etcd_waiting_get(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w,
+                            int64_t ttl, int64_t *lease, int64_t *ok_ms);
+/* A request sent at sent_ms found lease alive, or gone (every waiter
+ * joined is woken, the next get grants another). */
+void dlock__etcd_waiting_seen(dlock__etcd_be *be, int64_t lease, int alive, int64_t sent_ms);
+/* w's key is off the waiting lease (moved, or deleted): w leaves. */
+void dlock__etcd_waiting_leave(dlock__etcd_be *be, dlock__etcd_watch *w);
+/* w left the queue without the lock: delete its key, by name (the
+ * waiting lease backs the keys of other waiters); a delete that fails is
+ * made again by the spare thread. */
+void dlock__etcd_waiting_drop_key(dlock__etcd_be *be, dlock__etcd_conn *c, const char *key);
+/* The spare thread's turn, on its connection c: the waiting lease's
+ * keepalive when due, a failed delete again. 1 when it made a call; else
+ * 0, *next lowered to when it will. */
+int dlock__etcd_waiting_job(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t now,
+                            int64_t *next);
+
 /* ---- etcd_queue.c and etcd_wait.c: acquiring and waiting ---------------- */
 
 /*
@@ -303,10 +365,21 @@ void dlock__etcd_session_key_drop(dlock__etcd_be *be, dlock__etcd_conn *c, const
  * place in the queue (the key's create revision), the key just ahead and the
  * stream watching it.
  */
-typedef struct {
+struct dlock__etcd_watch {
     dlock__etcd_keys k; /* k.key is NULL until the first acquire through the
                          * watch; k.lease and k.ttl are the short lease the
                          * key waits on */
+    /* The key waits on the client's waiting lease (etcd_session.c), shared
+     * with its other waiters, not on a lease of its own; joined: w is on
+     * the waiting lease's list (wl_prev, wl_next). */
+    int shared_wait, joined;
+    dlock__etcd_watch *wl_prev, *wl_next;
+    /* A connection of the pool taken at the end of a wait, for the next
+     * try (NULL: none): a try waits for a connection (the pool lends at
+     * most a few at once) before the core counts the lease from its start,
+     * not after, so 10,000 waiters woken at once do not each count their
+     * lease from a queue of the others' tries. */
+    dlock__etcd_conn *conn;
     dlock__etcd_lease hold; /* the holder's lease, which the key moves to at
                              * the head of the queue (promote); hold.own is
                              * k.lease when the key waits on it already.
@@ -340,7 +413,7 @@ typedef struct {
     int observe;
     int wake_fd;
     atomic_int woken;
-} dlock__etcd_watch;
+};
 
 /* Acquire once (w NULL: a try that never waits) or as a try of the waiting
  * acquisition w. value: what the key holds (NULL: the client name). kind

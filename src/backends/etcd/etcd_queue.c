@@ -2,9 +2,10 @@
 /*
  * Acquiring an etcd lock: a try that will not wait (only into an empty
  * directory), and the tries of a waiting acquisition, whose key holds its
- * place in the queue on a short lease of its own and moves to the holder's
- * lease at the head of the queue (promote). Waiting between the tries is in
- * etcd_wait.c.
+ * place in the queue on a short lease (the client's waiting lease, shared
+ * by its waiters: etcd_session.c; or, for a lock of WAIT_TTL_S or less, its
+ * own) and moves to the holder's lease at the head of the queue (promote).
+ * Waiting between the tries is in etcd_wait.c.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -15,12 +16,14 @@
 #include "core/clock.h"
 #include "core/error.h"
 
-/* A waiter's key lives on a lease of this many seconds (or the holder's, if
- * shorter), kept alive every third of it while the waiter waits, and moved
- * to the holder's lease when it reaches the head of the queue: a waiter that
- * dies (SIGKILL, a lost machine) blocks the queue for this long, not for the
- * lease it asked for. etcd may round it up to its minimum TTL (1.5 x its
- * election timeout). */
+/* A waiter's key lives on a lease of this many seconds, the client's
+ * waiting lease (or the holder's own, if that is not longer), kept alive
+ * every third of it while the waiter waits (the waiting lease by the spare
+ * thread, for all the client's waiters at once), and moved to the holder's
+ * lease when it reaches the head of the queue: a client that dies (SIGKILL,
+ * a lost machine) blocks the queue for this long, not for the lease it
+ * asked for. etcd may round it up to its minimum TTL (1.5 x its election
+ * timeout). */
 #define WAIT_TTL_S 3
 
 /* ---- acquire ------------------------------------------------------------ */
@@ -162,10 +165,17 @@ static int enqueue(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w
             &reply);
         if (rc == DLOCK_ESERVER && c->grpc_code == DLOCK__GRPC_NOT_FOUND && attempt == 0) {
             /* "requested lease not found": it ran out while we were not
-             * looking (a stall); a new one with the same ID. */
+             * looking (a stall); a new one (the waiting lease: whichever
+             * the client's waiters now share; else with the same ID). */
             w->granted = 0;
             int64_t sent = dlock__now_ms();
-            if ((rc = dlock__etcd_grant(be, c, k->lease, k->ttl)) != DLOCK_OK)
+            if (w->shared_wait) {
+                dlock__etcd_waiting_seen(be, k->lease, 0, 0);
+                rc = dlock__etcd_waiting_get(be, c, w, k->ttl, &w->k.lease, &sent);
+            } else {
+                rc = dlock__etcd_grant(be, c, k->lease, k->ttl);
+            }
+            if (rc != DLOCK_OK)
                 return rc;
             w->granted = 1;
             w->lease_ok_ms = sent;
@@ -235,8 +245,9 @@ static json_t *move_txn(const dlock__etcd_watch *w, int64_t lease, int first)
  * the move txn, with the lease known alive from now on (after the core
  * noted the time of this try), so that the server's lease outlasts the
  * core's deadline: a spare gets a keepalive in the same round trip. Its
- * create revision, the fence, stays. Then the short lease, which backs no
- * key now, is revoked off the hand-off's path. DLOCK_OK;
+ * create revision, the fence, stays. Then the waiter leaves the waiting
+ * lease (its other waiters keep it), or a short lease of its own, which
+ * backs no key now, is revoked off the hand-off's path. DLOCK_OK;
  * DLOCK_ELOST when our key is gone (its short lease ran out in a stall);
  * DLOCK__ETCD_LEASE_NONE or _GONE when no lease was ready or it ran out
  * (the key still waits on its short lease, or went with it); or an error,
@@ -262,7 +273,10 @@ static int move(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w, i
         dlock__etcd_lease_give_back(be, c, &w->hold);
         return first ? NOT_FIRST : DLOCK_ELOST;
     }
-    dlock__etcd_revoke_later(be, c, w->k.lease);
+    if (w->shared_wait)
+        dlock__etcd_waiting_leave(be, w); /* the others keep it */
+    else
+        dlock__etcd_revoke_later(be, c, w->k.lease);
     w->granted = 0;
     return DLOCK_OK;
 }
@@ -400,11 +414,13 @@ static int check(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w, 
         json_decref(p.out[1]);
         return rc;
     }
+    if (w->shared_wait)
+        dlock__etcd_waiting_seen(be, k->lease, alive, sent);
     if (alive)
         w->lease_ok_ms = sent;
     else
         w->granted = 0; /* the key went with the lease */
-    w->keepalive_at = w->lease_ok_ms + k->ttl * 1000 / 3;
+    w->keepalive_at = w->shared_wait ? INT64_MAX : w->lease_ok_ms + k->ttl * 1000 / 3;
     if (alive && json_is_true(json_object_get(p.out[1], "succeeded"))) {
         *reply = p.out[1];
     } else {
@@ -425,6 +441,22 @@ static int join(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w, i
     const dlock__etcd_keys *k = &w->k;
     int rc, alive = 0;
 
+    if (w->shared_wait) {
+        /* The client's waiting lease, which the spare thread keeps alive
+         * (none of the waiter's own, so no keepalive while it sleeps). A
+         * lease other than the one our key was on: that one was found
+         * gone, and our key with it. */
+        int64_t lease = 0, ok = 0;
+        if ((rc = dlock__etcd_waiting_get(be, c, w, k->ttl, &lease, &ok)) != DLOCK_OK)
+            return rc;
+        if (lease != k->lease)
+            w->myrev = 0;
+        w->k.lease = lease;
+        w->granted = 1;
+        w->lease_ok_ms = ok;
+        w->keepalive_at = INT64_MAX;
+        return enqueue(be, c, w, first);
+    }
     if (w->granted && !kept) {
         if ((rc = dlock__etcd_keepalive(be, c, &k->lease, 1, &alive)) != DLOCK_OK)
             return rc;
@@ -464,6 +496,12 @@ static int try_queued(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch
     int64_t sent = dlock__now_ms(), rev = 0;
     int rc, found, kept = 0, shared = dlock__etcd_shared_kind(w->kind);
 
+    /* Woken by other than the watch (the waiting lease was found gone, an
+     * interrupt): the key to wait for is read again below. */
+    if (w->stream != NULL) {
+        dlock__etcd_stream_close(w->stream);
+        w->stream = NULL;
+    }
     if (w->granted && w->myrev > 0 && !shared && w->hold.own != k->lease && w->hold.id == 0) {
         rc = move(be, c, w, DLOCK__ETCD_TAKE_READY, 1);
         if (rc == DLOCK_OK) {
@@ -526,8 +564,12 @@ int dlock__etcd_acquire_as(dlock__etcd_be *be, const char *name, const char *own
     dlock__etcd_keys k;
     int rc = DLOCK_OK;
 
-    if ((rc = dlock__etcd_conn_get(be->http, &c)) != DLOCK_OK)
+    if (w != NULL && w->conn != NULL) {
+        c = w->conn; /* taken at the end of the wait (etcd_wait.c) */
+        w->conn = NULL;
+    } else if ((rc = dlock__etcd_conn_get(be->http, &c)) != DLOCK_OK) {
         return rc;
+    }
     if (w == NULL) {
         if ((rc = dlock__etcd_keys_make(&k, be, name, owner, lease_ms)) == DLOCK_OK) {
             if (value != NULL)
@@ -543,11 +585,14 @@ int dlock__etcd_acquire_as(dlock__etcd_be *be, const char *name, const char *own
     } else {
         if (w->k.key == NULL) {
             rc = dlock__etcd_keys_make(&w->k, be, name, owner, lease_ms);
-            /* The key waits on a short lease of its own (WAIT_TTL_S). */
+            /* The key waits on the client's waiting lease (WAIT_TTL_S),
+             * shared by its waiters (etcd_session.c), granted or found at
+             * the first join. */
             dlock__etcd_lease_init(&w->hold, w->k.lease, w->k.ttl);
             if (rc == DLOCK_OK && w->k.ttl > WAIT_TTL_S) {
                 w->k.ttl = WAIT_TTL_S;
-                w->k.lease = dlock__etcd_lease_for(owner, WAIT_TTL_S);
+                w->k.lease = 0;
+                w->shared_wait = 1;
                 /* The holder's lease, at the head: the session lease. */
                 w->hold.session = session;
                 w->hold.key = w->k.key;

@@ -158,3 +158,246 @@ void dlock__etcd_session_key_drop(dlock__etcd_be *be, dlock__etcd_conn *c, const
                                                                dlock__etcd_str(key)), &reply);
     json_decref(reply);
 }
+
+/* ---- the waiting lease ---------------------------------------------------- */
+
+/* The waiting lease is taken as it is only with this much of its TTL left
+ * by its last confirmation; else the taker keeps it alive first. */
+#define WAITING_MARGIN_MS 500
+
+void dlock__etcd_waiting_init(dlock__etcd_be *be)
+{
+    memset(&be->waiting, 0, sizeof(be->waiting));
+    pthread_mutex_init(&be->waiting.mu, NULL);
+    pthread_cond_init(&be->waiting.cond, NULL);
+}
+
+void dlock__etcd_waiting_free(dlock__etcd_be *be)
+{
+    dlock__etcd_waiting *wl = &be->waiting;
+    dlock__etcd_conn *c;
+
+    if (wl->id != 0 && dlock__etcd_conn_get(be->http, &c) == DLOCK_OK) {
+        json_t *reply = NULL;
+        /* Deletes the keys still on it: those whose delete failed. */
+        dlock__etcd_be_call(be, c, "/v3/lease/revoke",
+                            json_pack("{s:I}", "ID", (json_int_t)wl->id), &reply);
+        json_decref(reply);
+        dlock__etcd_conn_put(be->http, c);
+    }
+    while (wl->drops != NULL) {
+        dlock__etcd_drop *d = wl->drops;
+        wl->drops = d->next;
+        free(d->key);
+        free(d);
+    }
+    pthread_cond_destroy(&wl->cond);
+    pthread_mutex_destroy(&wl->mu);
+}
+
+/* The lease is gone: forget it and wake every waiter joined, whose key went
+ * with it (their next try finds that and queues again). Under the mutex. */
+static void waiting_lost(dlock__etcd_be *be)
+{
+    dlock__etcd_waiting *wl = &be->waiting;
+
+    wl->id = wl->ok_ms = 0;
+    for (dlock__etcd_watch *w = wl->list; w != NULL; w = w->wl_next)
+        dlock__etcd_watch_wake(be, w);
+}
+
+int dlock__etcd_waiting_get(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch *w,
+                            int64_t ttl, int64_t *lease, int64_t *ok_ms)
+{
+    dlock__etcd_waiting *wl = &be->waiting;
+    int first = 0, rc = DLOCK_OK;
+
+    pthread_mutex_lock(&wl->mu);
+    if (!w->joined) {
+        w->joined = 1;
+        w->wl_prev = NULL;
+        w->wl_next = wl->list;
+        if (wl->list != NULL)
+            wl->list->wl_prev = w;
+        wl->list = w;
+        first = wl->n++ == 0;
+    }
+    for (;;) {
+        int64_t now = dlock__now_ms(), id = wl->id, sent;
+        int alive = 0;
+        if (id != 0 && wl->ttl == ttl && now < wl->ok_ms + ttl * 1000 - WAITING_MARGIN_MS) {
+            *lease = id;
+            *ok_ms = wl->ok_ms;
+            break;
+        }
+        if (wl->busy) {
+            /* Another waiter grants it or keeps it alive: its answer is
+             * ours too (its call has a timeout; a second look then). */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 100 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&wl->cond, &wl->mu, &ts);
+            continue;
+        }
+        wl->busy = 1;
+        pthread_mutex_unlock(&wl->mu);
+        sent = dlock__now_ms();
+        if (id != 0 && wl->ttl == ttl) {
+            rc = dlock__etcd_keepalive(be, c, &id, 1, &alive);
+        } else {
+            /* A lost grant's reply leaves a lease nobody knows of, which
+             * runs out by its TTL with nothing on it. */
+            id = session_id();
+            rc = dlock__etcd_grant(be, c, id, ttl);
+            alive = 1;
+        }
+        pthread_mutex_lock(&wl->mu);
+        wl->busy = 0;
+        pthread_cond_broadcast(&wl->cond);
+        if (rc != DLOCK_OK)
+            break;
+        if (!alive) {
+            if (wl->id == id)
+                waiting_lost(be);
+            continue;
+        }
+        if (wl->id != id) {
+            /* A new one (the one before, of another TTL, runs out with
+             * the keys still on it: their waiters were woken). */
+            if (wl->id != 0)
+                waiting_lost(be);
+            wl->id = id;
+            wl->ttl = ttl;
+            first = 1; /* the thread learns of it */
+        }
+        if (sent > wl->ok_ms)
+            wl->ok_ms = sent;
+    }
+    pthread_mutex_unlock(&wl->mu);
+    if (first)
+        dlock__etcd_spares_wake(be);
+    return rc;
+}
+
+void dlock__etcd_waiting_seen(dlock__etcd_be *be, int64_t lease, int alive, int64_t sent_ms)
+{
+    dlock__etcd_waiting *wl = &be->waiting;
+
+    pthread_mutex_lock(&wl->mu);
+    if (lease != 0 && wl->id == lease) {
+        if (!alive)
+            waiting_lost(be);
+        else if (sent_ms > wl->ok_ms)
+            wl->ok_ms = sent_ms;
+    }
+    pthread_mutex_unlock(&wl->mu);
+}
+
+void dlock__etcd_waiting_leave(dlock__etcd_be *be, dlock__etcd_watch *w)
+{
+    dlock__etcd_waiting *wl = &be->waiting;
+
+    pthread_mutex_lock(&wl->mu);
+    if (w->joined) {
+        if (w->wl_prev != NULL)
+            w->wl_prev->wl_next = w->wl_next;
+        else
+            wl->list = w->wl_next;
+        if (w->wl_next != NULL)
+            w->wl_next->wl_prev = w->wl_prev;
+        w->wl_prev = w->wl_next = NULL;
+        w->joined = 0;
+        wl->n--;
+    }
+    pthread_mutex_unlock(&wl->mu);
+}
+
+/* Delete key by name: DLOCK_OK when the server answered. */
+static int drop_key(dlock__etcd_be *be, dlock__etcd_conn *c, const char *key)
+{
+    json_t *reply = NULL;
+    int rc = dlock__etcd_be_call(be, c, "/v3/kv/deleterange",
+                                 json_pack("{s:o}", "key", dlock__etcd_str(key)), &reply);
+
+    json_decref(reply);
+    return rc;
+}
+
+void dlock__etcd_waiting_drop_key(dlock__etcd_be *be, dlock__etcd_conn *c, const char *key)
+{
+    dlock__etcd_waiting *wl = &be->waiting;
+    dlock__etcd_drop *d;
+
+    if (key == NULL || drop_key(be, c, key) == DLOCK_OK)
+        return;
+    /* Left to the thread: the other waiters keep the lease, and the key on
+     * it, alive. Out of memory: the key goes when the lease runs out. */
+    if ((d = calloc(1, sizeof(*d))) == NULL || (d->key = strdup(key)) == NULL) {
+        free(d);
+        return;
+    }
+    pthread_mutex_lock(&wl->mu);
+    d->next = wl->drops;
+    wl->drops = d;
+    pthread_mutex_unlock(&wl->mu);
+    dlock__etcd_spares_wake(be);
+}
+
+int dlock__etcd_waiting_job(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t now, int64_t *next)
+{
+    dlock__etcd_waiting *wl = &be->waiting;
+    dlock__etcd_drop *d = NULL;
+    int64_t id = 0, due;
+    int alive = 0, rc;
+
+    pthread_mutex_lock(&wl->mu);
+    if (wl->id != 0 && wl->n > 0 && !wl->busy) {
+        due = wl->ok_ms + wl->ttl * 1000 / 3;
+        if (due < wl->ka_retry_at)
+            due = wl->ka_retry_at;
+        if (now >= due)
+            id = wl->id;
+        else if (due < *next)
+            *next = due;
+    }
+    if (id == 0 && wl->drops != NULL && now >= wl->drop_retry_at) {
+        d = wl->drops;
+        wl->drops = d->next;
+    }
+    if (wl->drops != NULL && wl->drop_retry_at < *next)
+        *next = wl->drop_retry_at > now ? wl->drop_retry_at : now;
+    pthread_mutex_unlock(&wl->mu);
+    if (d != NULL) {
+        rc = drop_key(be, c, d->key);
+        pthread_mutex_lock(&wl->mu);
+        if (rc == DLOCK_OK) {
+            free(d->key);
+            free(d);
+        } else {
+            d->next = wl->drops;
+            wl->drops = d;
+            wl->drop_retry_at = now + 1000;
+        }
+        pthread_mutex_unlock(&wl->mu);
+        return 1;
+    }
+    if (id == 0)
+        return 0;
+    rc = dlock__etcd_keepalive(be, c, &id, 1, &alive);
+    pthread_mutex_lock(&wl->mu);
+    if (wl->id == id) {
+        if (rc != DLOCK_OK)
+            /* Not known: again soon. Only an answer tells it gone. */
+            wl->ka_retry_at = dlock__now_ms() + 200;
+        else if (!alive)
+            waiting_lost(be);
+        else if (now > wl->ok_ms)
+            wl->ok_ms = now;
+    }
+    pthread_mutex_unlock(&wl->mu);
+    return 1;
+}

@@ -27,6 +27,10 @@
  * acquisition's lease (the acquire counts the lease from the spare's last
  * confirmation when that is recent, else sends a keepalive of the spare in
  * the same round trip as the put).
+ *
+ * The thread also keeps the client's waiting lease alive while waiters
+ * are queued on it, and deletes again the keys of waiters that left when
+ * their delete failed (etcd_session.c, dlock__etcd_waiting_job).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -256,7 +260,11 @@ static void *spare_main(void *arg)
         int64_t now = dlock__now_ms(), next = now + 1000;
         int did = 0;
 
-        if (sp->nlater > 0) {
+        /* The waiting lease first: waiters' places hang on it. */
+        pthread_mutex_unlock(&sp->mu);
+        did = dlock__etcd_waiting_job(be, sp->conn, now, &next);
+        pthread_mutex_lock(&sp->mu);
+        if (!did && sp->nlater > 0) {
             revoke_unlocked(be, sp->later[--sp->nlater]);
             did = 1;
         }
@@ -277,6 +285,20 @@ static void *spare_main(void *arg)
     }
     pthread_mutex_unlock(&sp->mu);
     return NULL;
+}
+
+void dlock__etcd_spares_wake(dlock__etcd_be *be)
+{
+    dlock__etcd_spares *sp = be->spares;
+
+    pthread_mutex_lock(&sp->mu);
+    if (!sp->started && !sp->stop) {
+        if (dlock__thread_create(&sp->thread, spare_main, be) == 0)
+            sp->started = 1;
+    } else {
+        pthread_cond_signal(&sp->cond);
+    }
+    pthread_mutex_unlock(&sp->mu);
 }
 
 /* A lease that backs no key any more (a waiter's short lease, its key

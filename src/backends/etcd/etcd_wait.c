@@ -132,15 +132,36 @@ static int watch_holder(dlock__etcd_be *be, dlock__etcd_watch *w)
     return rc;
 }
 
+static int queue_wait(dlock__etcd_be *be, dlock__etcd_watch *w, int64_t end);
+
 int dlock__etcd_watch_wait(void *arg, void *watch, int64_t timeout_ms)
 {
     dlock__etcd_be *be = arg;
     dlock__etcd_watch *w = watch;
     int64_t now = dlock__now_ms();
     int64_t end = timeout_ms >= INT64_MAX - now ? INT64_MAX : now + timeout_ms;
+    int rc;
 
     if (w->observe)
         return observe_wait(be, w, end);
+    /* One the try did not use (a multi-lock's takes its own): not kept
+     * while asleep, when others may need it. */
+    dlock__etcd_conn_put(be->http, w->conn);
+    w->conn = NULL;
+    rc = queue_wait(be, w, end);
+    /* A try follows: its connection now, before the core notes the time
+     * of the try (a failure: the try takes one itself). */
+    if ((rc == DLOCK_OK || rc == DLOCK_ETIMEOUT) && w->conn == NULL &&
+        dlock__etcd_conn_get(be->http, &w->conn) != DLOCK_OK)
+        w->conn = NULL;
+    return rc;
+}
+
+/* The sleep of a waiter with a key in the queue (or watching the holder's). */
+static int queue_wait(dlock__etcd_be *be, dlock__etcd_watch *w, int64_t end)
+{
+    int64_t now;
+
     for (;;) {
         int64_t until;
         int state;
@@ -195,6 +216,11 @@ int dlock__etcd_watch_wait(void *arg, void *watch, int64_t timeout_ms)
             continue;
         }
         until = end < w->keepalive_at ? end : w->keepalive_at;
+        /* A waiter on the waiting lease keeps none alive (keepalive_at is
+         * INT64_MAX) and may wait for ever: a look at least every 1000 s,
+         * so that the times below stay far from overflowing. */
+        if (until - now > 1000000)
+            until = now + 1000000;
         if (w->ahead == NULL) {
             sleep_ms(w, until - now);
             continue;
@@ -244,17 +270,32 @@ void dlock__etcd_watch_end(void *arg, void *watch)
     if (w == NULL)
         return;
     close_stream(w);
-    if (!w->won && w->k.key != NULL && dlock__etcd_conn_get(be->http, &c) == DLOCK_OK) {
+    c = w->conn; /* a wait's, for a try that did not come */
+    w->conn = NULL;
+    if (!w->won && w->k.key != NULL &&
+        (c != NULL || dlock__etcd_conn_get(be->http, &c) == DLOCK_OK)) {
         char keep[512];
         snprintf(keep, sizeof(keep), "%s", dlock_error_message());
-        dlock__etcd_lease_revoke(be, c, w->k.lease);
-        if (w->hold.session && w->hold.id != 0)
-            dlock__etcd_session_key_drop(be, c, w->k.key);
+        if (w->shared_wait) {
+            /* The waiting lease backs the other waiters' keys: ours alone
+             * goes, by its name (this acquisition's only), wherever a
+             * promote in doubt may have moved it. */
+            if (w->joined || w->hold.id != 0)
+                dlock__etcd_waiting_drop_key(be, c, w->k.key);
+        } else {
+            dlock__etcd_lease_revoke(be, c, w->k.lease);
+            if (w->hold.session && w->hold.id != 0)
+                dlock__etcd_session_key_drop(be, c, w->k.key);
+        }
         if (w->hold.id != w->k.lease)
             dlock__etcd_lease_give_back(be, c, &w->hold);
         dlock__fail(0, "%s", keep); /* the caller's message is the one to keep */
-        dlock__etcd_conn_put(be->http, c);
+    } else if (!w->won && w->shared_wait && w->joined) {
+        dlock__etcd_waiting_drop_key(be, NULL, w->k.key); /* the thread deletes it */
     }
+    /* Off the waiting lease's list before w goes (its loss wakes those on it). */
+    dlock__etcd_waiting_leave(be, w);
+    dlock__etcd_conn_put(be->http, c);
     /* Left without the lock: the acquisition ends, and its key id with it
      * (a revoke does not say whether the key was still there). */
     if (w->token[0] != '\0' && !w->took)

@@ -2179,6 +2179,113 @@ static void session_lease_shared(void)
     test_etcd_stop(&e);
 }
 
+/* The lease of the key at index i under prefix, in the order of creation
+ * (0 when there is none). */
+static long long nth_key_lease(test_etcd *e, const char *prefix, size_t i)
+{
+    json_t *j = range_under(e, prefix, ",\"sort_order\":\"ASCEND\",\"sort_target\":\"CREATE\""),
+           *kv;
+    long long lease = 0;
+
+    kv = json_array_get(json_object_get(j, "kvs"), i);
+    if (json_is_string(json_object_get(kv, "lease")))
+        lease = atoll(json_string_value(json_object_get(kv, "lease")));
+    json_decref(j);
+    return lease;
+}
+
+/*
+ * The waiters of one client queue their keys on one waiting lease
+ * (etcd_session.c, issue 33), kept alive by one keepalive a period whatever
+ * their number, as a concurrency.Session's keys share its lease: N waiters'
+ * keys share a lease ID; over 3 s (the lease's TTL) etcd gets fewer
+ * keepalives than waiters; one that gives up deletes its own key and the
+ * others stay queued past the TTL; the lease revoked by hand wakes them,
+ * they queue again on a new one, and each gets its lock.
+ */
+static void waiters_share_one_lease(void)
+{
+    enum { N = 10 };
+    test_etcd e;
+    dlock_client *holder_c, *waiter_c;
+    dlock_lock *held[N + 1], *l;
+    dlock_acquire_options o = test_opts(0, 20000, 0), give_up = test_opts(700, 6000, 0);
+    test_acquirer a[N];
+    pthread_t t[N];
+    char name[N + 1][16], prefix[256], body[64];
+    long long lease, ka;
+
+    test_etcd_start(&e, 1, NULL);
+    holder_c = open_client(&e);
+    waiter_c = open_client(&e);
+    for (int i = 0; i <= N; i++) {
+        snprintf(name[i], sizeof(name[i]), "q%d", i);
+        CHECK_RC(dlock_acquire(&held[i], holder_c, name[i], &o), DLOCK_OK);
+    }
+    for (int i = 0; i < N; i++) {
+        test_acquirer_init(&a[i], waiter_c, name[i], test_opts(30000, 6000, 0));
+        CHECK(pthread_create(&t[i], NULL, test_acquirer_main, &a[i]) == 0);
+    }
+    for (int i = 0; i < N; i++) {
+        snprintf(prefix, sizeof(prefix), "dlock/%s/", name[i]);
+        for (int k = 0; k < 500 && test_etcd_count(&e, prefix) < 2; k++)
+            test_sleep_ms(10);
+        CHECK(test_etcd_count(&e, prefix) == 2);
+    }
+    lease = nth_key_lease(&e, "dlock/q0/", 1);
+    CHECK((lease & SESSION_BITS) == SESSION_BITS);
+    for (int i = 1; i < N; i++) {
+        snprintf(prefix, sizeof(prefix), "dlock/%s/", name[i]);
+        CHECK(nth_key_lease(&e, prefix, 1) == lease);
+    }
+
+    /* A waiter that gives up (its wait ends) deletes its key alone. */
+    CHECK_RC(dlock_acquire(&l, waiter_c, name[N], &give_up), DLOCK_ETIMEOUT);
+    snprintf(prefix, sizeof(prefix), "dlock/%s/", name[N]);
+    CHECK(test_etcd_count(&e, prefix) == 1);
+
+    /* Past the waiting lease's TTL (3 s): the keys stay, on that lease,
+     * kept alive by fewer keepalives than waiters (one each second). */
+    ka = messages(&e, "LeaseKeepAlive");
+    test_sleep_ms(3500);
+    ka = messages(&e, "LeaseKeepAlive") - ka;
+    fprintf(stderr, "%d waiters, 3.5 s: %lld keepalive messages\n", N, ka);
+    CHECK(ka > 0 && ka < N);
+    for (int i = 0; i < N; i++) {
+        snprintf(prefix, sizeof(prefix), "dlock/%s/", name[i]);
+        CHECK(test_etcd_count(&e, prefix) == 2);
+        CHECK(nth_key_lease(&e, prefix, 1) == lease);
+    }
+
+    /* The waiting lease revoked by hand: its keys go; the waiters are woken
+     * and queue again, on a new one. */
+    snprintf(body, sizeof(body), "{\"ID\":\"%lld\"}", lease);
+    free(test_etcd_post(&e, 0, "/v3/lease/revoke", body));
+    for (int i = 0; i < N; i++) {
+        long long now = 0;
+        snprintf(prefix, sizeof(prefix), "dlock/%s/", name[i]);
+        for (int k = 0; k < 500; k++) {
+            now = nth_key_lease(&e, prefix, 1);
+            if (now != 0 && now != lease)
+                break;
+            test_sleep_ms(10);
+        }
+        CHECK(now != 0 && now != lease && (now & SESSION_BITS) == SESSION_BITS);
+    }
+    for (int i = 0; i < N; i++) {
+        uint64_t fence = dlock_lock_fence(held[i]);
+        CHECK_RC(dlock_release(held[i]), DLOCK_OK);
+        CHECK(pthread_join(t[i], NULL) == 0);
+        CHECK_RC(a[i].rc, DLOCK_OK);
+        CHECK(dlock_lock_fence(a[i].lock) > fence);
+        CHECK_RC(dlock_release(a[i].lock), DLOCK_OK);
+    }
+    CHECK_RC(dlock_release(held[N]), DLOCK_OK);
+    dlock_client_free(holder_c);
+    dlock_client_free(waiter_c);
+    test_etcd_stop(&e);
+}
+
 TEST_MAIN({"codec", codec, NULL}, {"url_and_open_errors", url_and_open_errors, NULL},
           {"renewal_confirmed_on_old_server", renewal_confirmed_on_old_server, "watchdog"},
           {"leases_follow_the_lock", leases_follow_the_lock, NULL},
@@ -2189,6 +2296,7 @@ TEST_MAIN({"codec", codec, NULL}, {"url_and_open_errors", url_and_open_errors, N
           {"waiter_woken_by_release", waiter_woken_by_release, "watchdog"},
           {"release_wakes_one_waiter", release_wakes_one_waiter, "watchdog"},
           {"waiters_share_one_watch_stream", waiters_share_one_watch_stream, "watchdog"},
+          {"waiters_share_one_lease", waiters_share_one_lease, "watchdog"},
           {"fair_lock_in_order", fair_lock_in_order, "watchdog"}, {"leader_election", leader_election, "watchdog"},
           {"status_fence_semantics", status_fence_semantics, NULL},
           {"multi_lock", multi_lock, NULL},
