@@ -19,6 +19,9 @@
  * callers' queue, and no caller's request is sent while it waits for its
  * replies: its sync, which the server answers after every request the
  * session sent before it, waits behind at most DLOCK__ZK_INFLIGHT of them.
+ * Nor do a queued waiter's look after its wake-up and its winner's watch
+ * (dlock__zk_children_now, dlock__zk_exists_now): one per release, and
+ * the lease of the lock they take runs already.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -141,6 +144,7 @@ typedef struct {
     pthread_cond_t cv;
     int refs, done, rc;
     int64_t deadline;    /* CLOCK_MONOTONIC: the command timeout's end */
+    int turn;            /* it waited for a turn (zk_call.c, "In flight") */
     dlock__zk_sess *s;
     uint64_t gen;        /* the session's gen when sent */
     int64_t sent;
@@ -159,17 +163,19 @@ typedef struct {
 /* A call's state, once it is this caller's turn to send (NULL with *zrc:
  * ZSYSTEMERROR, or ZOPERATIONTIMEOUT when the turn did not come within
  * the command timeout). */
-static op_t *op_new(dlock__zk_sess *s, int *zrc)
+static op_t *op_new_turn(dlock__zk_sess *s, int *zrc, int turn)
 {
     op_t *op;
 
-    if ((*zrc = slot_take(s)) != ZOK)
+    if (turn && (*zrc = slot_take(s)) != ZOK)
         return NULL;
     if ((op = calloc(1, sizeof(*op))) == NULL) {
-        slot_give(s);
+        if (turn)
+            slot_give(s);
         *zrc = ZSYSTEMERROR;
         return NULL;
     }
+    op->turn = turn;
     op->deadline = dlock__zk_mono_ms() + s->be->command_timeout_ms;
     pthread_mutex_init(&op->mu, NULL);
     dlock__zk_cond_init(&op->cv);
@@ -228,11 +234,23 @@ static void note_reply(dlock__zk_sess *s, uint64_t gen, int64_t sent, int rc)
     }
 }
 
+static op_t *op_new(dlock__zk_sess *s, int *zrc)
+{
+    return op_new_turn(s, zrc, 1);
+}
+
+/* op's turn ends, if it waited for one. */
+static void op_turn_end(op_t *op)
+{
+    if (op->turn)
+        slot_give(op->s);
+}
+
 /* The completion's end: a reply came (rc from the server or the client). */
 static void op_done(op_t *op, int rc)
 {
     note_reply(op->s, op->gen, op->sent, rc);
-    slot_give(op->s);
+    op_turn_end(op);
     pthread_mutex_lock(&op->mu);
     op->rc = rc;
     op->done = 1;
@@ -339,7 +357,7 @@ static int op_wait(op_t *op, int submitted)
     if (submitted != ZOK) {
         /* Never sent: the completion will not run. */
         op->refs--;
-        slot_give(op->s);
+        op_turn_end(op);
         return submitted;
     }
     pthread_mutex_lock(&op->mu);
@@ -364,7 +382,7 @@ static const struct ACL_vector *acl_of(const dlock__zk_be *be)
             return zrc_;                                                                           \
         if (((zh) = handle_of(s)) == NULL) {                                                       \
             op->refs = 1;                                                                          \
-            slot_give(s);                                                                          \
+            op_turn_end(op);                                                                       \
             op_unref(op);                                                                          \
             return ZINVALIDSTATE;                                                                  \
         }                                                                                          \
@@ -392,13 +410,21 @@ int dlock__zk_create(dlock__zk_sess *s, const char *path, const char *data, int 
     return rc;
 }
 
-static int children(dlock__zk_sess *s, const char *path, int watch, struct String_vector *out)
+static int children(dlock__zk_sess *s, const char *path, int watch, struct String_vector *out,
+                    int turn)
 {
     zhandle_t *zh;
     op_t *op;
     int rc;
 
-    NEW_OP(s, op, zh);
+    if ((op = op_new_turn(s, &rc, turn)) == NULL)
+        return rc;
+    if ((zh = handle_of(s)) == NULL) {
+        op->refs = 1;
+        op_turn_end(op);
+        op_unref(op);
+        return ZINVALIDSTATE;
+    }
     rc = op_wait(op, zoo_aget_children(zh, path, watch, on_strings, op));
     if (rc == ZOK) {
         *out = op->kids;
@@ -411,12 +437,17 @@ static int children(dlock__zk_sess *s, const char *path, int watch, struct Strin
 
 int dlock__zk_children(dlock__zk_sess *s, const char *path, struct String_vector *out)
 {
-    return children(s, path, 0, out);
+    return children(s, path, 0, out, 1);
+}
+
+int dlock__zk_children_now(dlock__zk_sess *s, const char *path, struct String_vector *out)
+{
+    return children(s, path, 0, out, 0);
 }
 
 int dlock__zk_children_watch(dlock__zk_sess *s, const char *path, struct String_vector *out)
 {
-    return children(s, path, 1, out);
+    return children(s, path, 1, out, 1);
 }
 
 int dlock__zk_delete(dlock__zk_sess *s, const char *path, int version)
@@ -431,18 +462,35 @@ int dlock__zk_delete(dlock__zk_sess *s, const char *path, int version)
     return rc;
 }
 
-int dlock__zk_exists(dlock__zk_sess *s, const char *path, int watch, struct Stat *stat)
+static int exists(dlock__zk_sess *s, const char *path, int watch, struct Stat *stat, int turn)
 {
     zhandle_t *zh;
     op_t *op;
     int rc;
 
-    NEW_OP(s, op, zh);
+    if ((op = op_new_turn(s, &rc, turn)) == NULL)
+        return rc;
+    if ((zh = handle_of(s)) == NULL) {
+        op->refs = 1;
+        op_turn_end(op);
+        op_unref(op);
+        return ZINVALIDSTATE;
+    }
     rc = op_wait(op, zoo_aexists(zh, path, watch, on_stat, op));
     if (rc == ZOK && stat != NULL)
         *stat = op->stat;
     op_unref(op);
     return rc;
+}
+
+int dlock__zk_exists(dlock__zk_sess *s, const char *path, int watch, struct Stat *stat)
+{
+    return exists(s, path, watch, stat, 1);
+}
+
+int dlock__zk_exists_now(dlock__zk_sess *s, const char *path, int watch, struct Stat *stat)
+{
+    return exists(s, path, watch, stat, 0);
 }
 
 int dlock__zk_get(dlock__zk_sess *s, const char *path, char **data, int *len, struct Stat *stat)

@@ -468,7 +468,7 @@ void dlock__zk_hold_arm(dlock__zk_be *be, const char *token)
     /* As a renewal's exists (zk.c, "Renewal"): the watch counts when it
      * was set on this connection and no event came for the node since
      * events was read (the watcher counts each under be->mu). */
-    zrc = epoch != 0 ? dlock__zk_exists(s, node, 1, NULL) : ZINVALIDSTATE;
+    zrc = epoch != 0 ? dlock__zk_exists_now(s, node, 1, NULL) : ZINVALIDSTATE;
     pthread_mutex_lock(&s->mu);
     after = s->gen == gen ? s->conn_epoch : 0;
     pthread_mutex_unlock(&s->mu);

@@ -182,6 +182,10 @@ int dlock__zk_create(dlock__zk_sess *s, const char *path, const char *data, int 
                      char **created, struct Stat *stat);
 /* Children names (deallocate_String_vector after). */
 int dlock__zk_children(dlock__zk_sess *s, const char *path, struct String_vector *out);
+/* The same without waiting for a turn (zk_call.c, "In flight"): a queued
+ * waiter's look after its wake-up (one per release), whose lease runs
+ * from before it. */
+int dlock__zk_children_now(dlock__zk_sess *s, const char *path, struct String_vector *out);
 /* The same, also setting a watch on path's children, whose event wakes the
  * watches that target path. */
 int dlock__zk_children_watch(dlock__zk_sess *s, const char *path, struct String_vector *out);
@@ -190,6 +194,9 @@ int dlock__zk_delete(dlock__zk_sess *s, const char *path, int version);
 /* The stat of path; with watch, also a watch on it (ZNONODE: a watch on its
  * creation), whose event wakes the watches that target path. */
 int dlock__zk_exists(dlock__zk_sess *s, const char *path, int watch, struct Stat *stat);
+/* The same without waiting for a turn (zk_call.c, "In flight"), as a
+ * renewal: for a lock just taken, whose lease runs already. */
+int dlock__zk_exists_now(dlock__zk_sess *s, const char *path, int watch, struct Stat *stat);
 /* Data (malloc'd, *len bytes, NUL-terminated for convenience) and stat. */
 int dlock__zk_get(dlock__zk_sess *s, const char *path, char **data, int *len, struct Stat *stat);
 /* path's ACL (deallocate_ACL_vector after). */

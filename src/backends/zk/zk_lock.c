@@ -324,10 +324,12 @@ int dlock__zk_data_owner_is(const char *data, int len, const char *owner)
 
 /* ---- acquiring ------------------------------------------------------------ */
 
-/* The children of dir in sequence order; ZNONODE gives none. */
-static int sorted_children(dlock__zk_sess *s, const char *dir, struct String_vector *kids)
+/* The children of dir in sequence order; ZNONODE gives none. now: without
+ * waiting for a turn (dlock__zk_children_now). */
+static int sorted_children_now(dlock__zk_sess *s, const char *dir, struct String_vector *kids,
+                               int now)
 {
-    int rc = dlock__zk_children(s, dir, kids);
+    int rc = now ? dlock__zk_children_now(s, dir, kids) : dlock__zk_children(s, dir, kids);
 
     if (rc == ZNONODE) {
         kids->count = 0;
@@ -338,6 +340,11 @@ static int sorted_children(dlock__zk_sess *s, const char *dir, struct String_vec
         return dlock__zk_fail(s, rc, "list", dir);
     dlock__zk_sort_children(kids, DLOCK__ZK_LOCK_NAME);
     return DLOCK_OK;
+}
+
+static int sorted_children(dlock__zk_sess *s, const char *dir, struct String_vector *kids)
+{
+    return sorted_children_now(s, dir, kids, 0);
 }
 
 /* The index of node (a full path) among kids, or -1. */
@@ -561,7 +568,7 @@ static int try_queued(dlock__zk_be *be, const dlock_request *req, dlock__zk_watc
     struct String_vector kids = {0, NULL};
     struct Stat st;
     uint64_t gen;
-    int rc, at;
+    int rc, at, queued;
 
     if ((rc = dlock__zk_sess_ready(s, &gen)) != DLOCK_OK)
         return rc;
@@ -580,6 +587,7 @@ static int try_queued(dlock__zk_be *be, const dlock_request *req, dlock__zk_watc
         if (rc != 0)
             return rc;
     }
+    queued = w->node != NULL;
     if (w->node == NULL) {
         char *data;
         int len;
@@ -595,7 +603,9 @@ static int try_queued(dlock__zk_be *be, const dlock_request *req, dlock__zk_watc
             return rc;
         w->czxid = (uint64_t)st.czxid;
     }
-    if ((rc = sorted_children(s, w->dir, &kids)) != DLOCK_OK)
+    /* Queued already: a look after a wake-up (one per release), which
+     * does not wait behind the callers queueing (zk_call.c, "In flight"). */
+    if ((rc = sorted_children_now(s, w->dir, &kids, queued)) != DLOCK_OK)
         return rc;
     at = index_of(&kids, w->node);
     if (at == 0) {
