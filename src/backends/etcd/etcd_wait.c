@@ -79,13 +79,18 @@ static void stream_failed(dlock__etcd_be *be, dlock__etcd_watch *w)
     w->stream_retry_at = dlock__now_ms() + (pause < 1000 ? pause : 1000);
 }
 
-/* Sleep ms, or until watch_wake. */
+/* Sleep ms, or until watch_wake. The eventfd is drained: a watch of the
+ * client's gRPC stream writes it too (dlock__etcd_stream_open), and a
+ * watch_wake is told by the woken flag, not by the counter. */
 static void sleep_ms(dlock__etcd_watch *w, int64_t ms)
 {
     struct pollfd pfd = {w->wake_fd, POLLIN, 0};
+    uint64_t n;
 
-    if (ms > 0)
-        poll(&pfd, 1, ms > 1000000 ? 1000000 : (int)ms);
+    if (ms > 0 && poll(&pfd, 1, ms > 1000000 ? 1000000 : (int)ms) > 0 &&
+        read(w->wake_fd, &n, sizeof(n)) < 0) {
+        /* nothing pending: fine */
+    }
 }
 
 /*
@@ -231,7 +236,7 @@ static int queue_wait(dlock__etcd_be *be, dlock__etcd_watch *w, int64_t end)
                 continue;
             }
             if (dlock__etcd_stream_open(&w->stream, be->http, w->ahead, w->ahead_end,
-                                        w->ahead_from) !=
+                                        w->ahead_from, w->wake_fd) !=
                 DLOCK_OK) {
                 w->stream_retry_at = now + 100;
                 continue;
@@ -339,14 +344,13 @@ static int observe_wait(dlock__etcd_be *be, dlock__etcd_watch *w, int64_t end)
         if (now >= end)
             return DLOCK_ETIMEOUT;
         if (w->stream == NULL) {
-            struct pollfd pfd = {w->wake_fd, POLLIN, 0};
             if (now < w->stream_retry_at) {
                 int64_t until = end < w->stream_retry_at ? end : w->stream_retry_at;
-                poll(&pfd, 1, (int)(until - now));
+                sleep_ms(w, until - now);
                 continue;
             }
             if (dlock__etcd_stream_open(&w->stream, be->http, w->k.dir, w->k.dir_end,
-                                        w->ahead_from) != DLOCK_OK) {
+                                        w->ahead_from, w->wake_fd) != DLOCK_OK) {
                 w->stream_retry_at = now + 100;
                 continue;
             }

@@ -227,7 +227,7 @@ json_t *dlock__etcd_watch_create_request(const dlock__etcd_stream *s)
 }
 
 int dlock__etcd_stream_open(dlock__etcd_stream **out, dlock__etcd *e, const char *key,
-                            const char *range_end, int64_t start_rev)
+                            const char *range_end, int64_t start_rev, int wake_fd)
 {
     dlock__etcd_stream *s;
     json_t *req;
@@ -239,6 +239,7 @@ int dlock__etcd_stream_open(dlock__etcd_stream **out, dlock__etcd *e, const char
     if (s == NULL)
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
     s->efd = -1;
+    s->wake_fd = wake_fd;
     s->key_len = strlen(key);
     s->key = strdup(key);
     s->range_end = range_end != NULL ? strdup(range_end) : NULL;
@@ -370,7 +371,7 @@ void dlock__etcd_stream_close(dlock__etcd_stream *s)
         return;
     if (s->hub != NULL)
         dlock__etcd_hub_close(s);
-    if (s->efd >= 0)
+    if (s->efd >= 0 && s->efd != s->wake_fd)
         close(s->efd);
     free(s->range_end);
     if (s->multi != NULL && s->easy != NULL)

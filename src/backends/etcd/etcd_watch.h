@@ -32,9 +32,12 @@ enum {
 /* Start watching, from revision start_rev on the endpoint in use, for the
  * deletion of key (range_end NULL), or for any change of the keys from key to
  * range_end. No waiting: the connection is made while the caller waits in
- * dlock__etcd_stream_wait. */
+ * dlock__etcd_stream_wait. wake_fd (or -1): the eventfd the caller passes
+ * to dlock__etcd_stream_wait, which a watch of the client's gRPC stream
+ * then also uses to tell a change of its state (borrowed, not closed),
+ * instead of an eventfd of its own: one descriptor per waiter, not two. */
 int dlock__etcd_stream_open(dlock__etcd_stream **out, dlock__etcd *e, const char *key,
-                            const char *range_end, int64_t start_rev);
+                            const char *range_end, int64_t start_rev, int wake_fd);
 
 /* Drive the stream for up to timeout_ms, or until its state is no longer
  * RUNNING, or until wake_fd (-1: none) is readable. Returns the state. */

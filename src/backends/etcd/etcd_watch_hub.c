@@ -337,7 +337,9 @@ int dlock__etcd_hub_open(dlock__etcd_hub *h, dlock__etcd_stream *s)
 {
     int rc = DLOCK_OK;
 
-    if ((s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
+    if (s->wake_fd >= 0)
+        s->efd = s->wake_fd;
+    else if ((s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
         return dlock__fail(DLOCK_ENOMEM, "eventfd: %s", strerror(errno));
     pthread_mutex_lock(&h->mu);
     if (!h->started) {
@@ -398,6 +400,7 @@ int dlock__etcd_hub_wait(dlock__etcd_stream *s, int64_t timeout_ms, int wake_fd)
 
     for (int woken = 0;;) {
         struct pollfd fds[2] = {{s->efd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
+        int one = wake_fd < 0 || wake_fd == s->efd; /* one descriptor to poll */
         int64_t left;
         uint64_t v;
         int state;
@@ -408,13 +411,15 @@ int dlock__etcd_hub_wait(dlock__etcd_stream *s, int64_t timeout_ms, int wake_fd)
         left = end - dlock__now_ms();
         if (state != DLOCK__ETCD_STREAM_RUNNING || left <= 0 || woken)
             return state;
-        if (poll(fds, wake_fd >= 0 ? 2 : 1, left > INT32_MAX ? INT32_MAX : (int)left) < 0 &&
+        if (poll(fds, one ? 1 : 2, left > INT32_MAX ? INT32_MAX : (int)left) < 0 &&
             errno != EINTR)
             return state;
         if (fds[0].revents != 0 && read(s->efd, &v, sizeof(v)) < 0) {
             /* nothing: the look at the state comes next */
         }
-        woken = wake_fd >= 0 && fds[1].revents != 0;
+        /* The caller's own descriptor: a wake-up of the caller's (whose
+         * flag it reads) or a change of state, told apart by the caller. */
+        woken = wake_fd >= 0 && (wake_fd == s->efd ? fds[0].revents != 0 : fds[1].revents != 0);
     }
 }
 

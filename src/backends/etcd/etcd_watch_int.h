@@ -21,7 +21,8 @@ struct dlock__etcd_stream {
      * and efd is written when state changes. */
     dlock__etcd_hub *hub;
     int64_t id;      /* its watch_id on the hub's stream */
-    int efd;
+    int efd;         /* wake_fd when the caller gave one (not ours to close) */
+    int wake_fd;
     int listed;      /* in the hub's list (not after the stream failed) */
     int queued;      /* its create request is on the stream up now */
     unsigned long gen; /* the hub stream it was created on */
