@@ -113,7 +113,7 @@ static int check_backend(const dlock_backend *b, dlock_backend *out)
         missing = "name";
     else if (!(b->caps & DLOCK_CAP_KIND(DLOCK_KIND_MUTEX)))
         missing = "DLOCK_CAP_KIND(DLOCK_KIND_MUTEX) in caps";
-    else if (b->caps & ~(kinds | DLOCK_CAP_OWNER_IDS))
+    else if (b->caps & ~(kinds | DLOCK_CAP_OWNER_IDS | DLOCK_CAP_QUEUE_FIRST))
         missing = "only known DLOCK_CAP_* bits in caps";
     else if (!b->open || !b->close || !b->acquire || !b->release || !b->extend || !b->check ||
              !b->renew || !b->watch_begin || !b->watch_wait || !b->watch_end ||

@@ -260,7 +260,7 @@ static int same_step(dlock_client *c, const char *const *names, size_t n,
 static int multi_atomic(dlock_lock *parent, dlock_client *c, const char *const *names, size_t n,
                         const dlock_acquire_options *o)
 {
-    dlock__attempt a = {multi_try, multi_busy, multi_give_back, NULL};
+    dlock__attempt a = {multi_try, multi_busy, multi_give_back, NULL, NULL};
     dlock_acquire_result res = {0};
     multi *m = calloc(1, sizeof(*m));
     int rc = DLOCK_OK;

@@ -203,7 +203,7 @@ int dlock__lock_new(dlock_lock **out, dlock_client *c, const char *name,
 int dlock__acquire(dlock_lock **out, dlock_client *c, const char *name,
                    const dlock_acquire_options *o, const char *identity)
 {
-    dlock__attempt a = {single_try, single_busy, single_give_back, NULL};
+    dlock__attempt a = {single_try, single_busy, single_give_back, NULL, NULL};
     dlock_acquire_result res = {0};
     single s;
     dlock_lock *l;
@@ -217,6 +217,7 @@ int dlock__acquire(dlock_lock **out, dlock_client *c, const char *name,
     s.c = c;
     dlock__lock_request(&s.req, l);
     a.ctx = &s;
+    a.queue_first = &s.req;
     if ((rc = dlock__acquire_loop(c, &a, o->wait_ms, &res)) != DLOCK_OK)
         goto err;
     l->fence = res.fence;

@@ -45,7 +45,9 @@ int dlock__acquire_loop(dlock_client *c, const dlock__attempt *a, int64_t wait_m
                         dlock_acquire_result *res)
 {
     const dlock_backend *b = c->backend;
-    int64_t start = dlock__now_ms(), start_us = dlock__now_us();
+    /* The start's millisecond rounded up: a wait that times out lasted
+     * wait_ms at least, to the microsecond (the statistics' wait time). */
+    int64_t start_us = dlock__now_us(), start = (start_us + 999) / 1000;
     int waited = 0;
     int64_t deadline = wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX : start + wait_ms;
     const dlock_request *watched = NULL;
@@ -54,6 +56,13 @@ int dlock__acquire_loop(dlock_client *c, const dlock__attempt *a, int64_t wait_m
     char shown[80];
     int rc;
 
+    /* A backend whose queued try is as cheap as its try-once: join the
+     * queue at once instead of trying, undoing and joining. */
+    if (a->queue_first != NULL && wait_ms != 0 && (b->caps & DLOCK_CAP_QUEUE_FIRST)) {
+        if ((rc = watch_again(c, &waiter, &watch, a->queue_first)) != DLOCK_OK)
+            return rc;
+        watched = a->queue_first;
+    }
     for (;;) {
         const dlock_request *busy;
         int64_t now, sleep_ms, retry;

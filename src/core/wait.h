@@ -18,6 +18,9 @@ typedef struct {
      * taken; best effort. */
     void (*give_back)(void *ctx);
     void *ctx;
+    /* The one lock a waiting acquisition may queue for before its first
+     * try (DLOCK_CAP_QUEUE_FIRST), or NULL (a multi-lock). */
+    const dlock_request *queue_first;
 } dlock__attempt;
 
 /*

@@ -264,6 +264,11 @@ uint64_t test_busy_tries(const dlock_client *c)
     return st.busy;
 }
 
+uint64_t test_tries_to_queue(const dlock_client *c)
+{
+    return strcmp(dlock_client_backend(c), "zk") == 0 ? 1 : 2;
+}
+
 void test_wait_busy(const dlock_client *c, uint64_t want, const char *what)
 {
     for (int i = 0; i < 3000; i++) {

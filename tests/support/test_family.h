@@ -72,6 +72,10 @@ void test_contend_run(const test_contend_opts *o, test_contend_result *out);
  * core's first try of a waiting acquisition is a try-once (it leaves
  * nothing), the second is made with the waiter's watch (its place). */
 uint64_t test_busy_tries(const dlock_client *c);
+/* The busy tries after which a waiting acquisition of c holds its place in
+ * the queue: 2 (a try, then a try with its watch), or 1 on a backend that
+ * queues at once (ZooKeeper: DLOCK_CAP_QUEUE_FIRST). */
+uint64_t test_tries_to_queue(const dlock_client *c);
 /* Wait (at most 30 s) until c's busy tries reach want; fail otherwise. */
 void test_wait_busy(const dlock_client *c, uint64_t want, const char *what);
 /* Wait (at most 30 s) until *v >= want; fail otherwise. */

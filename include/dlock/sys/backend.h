@@ -150,6 +150,12 @@ typedef struct {
  * DLOCK_CAP_OWNER_IDS) before any call reaches the backend. */
 #define DLOCK_CAP_KIND(kind) (1u << (kind)) /* DLOCK_KIND_*: MUTEX is required */
 #define DLOCK_CAP_OWNER_IDS (1u << 16)      /* owner ids and reentrancy */
+/* A waiting acquisition of one lock begins with watch_begin and a try with
+ * the watch, not a try without: the backend's queued try costs no more
+ * than a try-once when the lock is free (ZooKeeper's: a node created and
+ * the queue listed, as Curator's acquire), and a busy one stays queued
+ * instead of being undone and made again. */
+#define DLOCK_CAP_QUEUE_FIRST (1u << 17)
 
 /* The version of this interface: see "Versions" at the top. */
 #define DLOCK_BACKEND_VERSION 5

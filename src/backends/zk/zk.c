@@ -637,7 +637,7 @@ static const dlock_backend zk_backend = {
     .caps = DLOCK_CAP_KIND(DLOCK_KIND_MUTEX) | DLOCK_CAP_KIND(DLOCK_KIND_FAIR) |
             DLOCK_CAP_KIND(DLOCK_KIND_READ) |
             DLOCK_CAP_KIND(DLOCK_KIND_WRITE) | DLOCK_CAP_KIND(DLOCK_KIND_SEMAPHORE) |
-            DLOCK_CAP_KIND(DLOCK_KIND_LEADER) | DLOCK_CAP_OWNER_IDS,
+            DLOCK_CAP_KIND(DLOCK_KIND_LEADER) | DLOCK_CAP_OWNER_IDS | DLOCK_CAP_QUEUE_FIRST,
     .open = zk_open,
     .close = zk_close,
     .acquire = dlock__zk_acquire,

@@ -410,6 +410,46 @@ int dlock__zk_create(dlock__zk_sess *s, const char *path, const char *data, int 
     return rc;
 }
 
+int dlock__zk_create_list(dlock__zk_sess *s, const char *path, const char *data, int len,
+                          int flags, char **created, struct Stat *stat, const char *dir,
+                          struct String_vector *kids, int *listed)
+{
+    zhandle_t *zh;
+    op_t *op, *list;
+    int rc, lrc;
+
+    *listed = 0;
+    NEW_OP(s, op, zh);
+    /* The list rides on the create's turn. */
+    if ((list = op_new_turn(s, &lrc, 0)) == NULL) {
+        op->refs = 1;
+        op_turn_end(op);
+        op_unref(op);
+        return lrc;
+    }
+    rc = zoo_acreate2(zh, path, data, len, acl_of(s->be), flags, on_string_stat, op);
+    lrc = rc == ZOK ? zoo_aget_children(zh, dir, 0, on_strings, list) : rc;
+    rc = op_wait(op, rc);
+    lrc = op_wait(list, lrc);
+    if (rc == ZOK) {
+        if (created != NULL) {
+            *created = op->str;
+            op->str = NULL;
+        }
+        if (stat != NULL)
+            *stat = op->stat;
+        if (lrc == ZOK) {
+            *kids = list->kids;
+            list->kids.count = 0;
+            list->kids.data = NULL;
+            *listed = 1;
+        }
+    }
+    op_unref(op);
+    op_unref(list);
+    return rc;
+}
+
 static int children(dlock__zk_sess *s, const char *path, int watch, struct String_vector *out,
                     int turn)
 {

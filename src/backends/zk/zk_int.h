@@ -180,6 +180,13 @@ int dlock__zk_fail(dlock__zk_sess *s, int zrc, const char *what, const char *pat
  * *created (malloc'd, may be NULL) the path made, *stat its stat. */
 int dlock__zk_create(dlock__zk_sess *s, const char *path, const char *data, int len, int flags,
                      char **created, struct Stat *stat);
+/* dlock__zk_create, and the children of dir listed in the same round trip:
+ * the list is sent right behind the create, and the server, which serves a
+ * session's requests in order, lists after the create. *listed is 1 when
+ * *kids holds the list (the create succeeded and so did the list). */
+int dlock__zk_create_list(dlock__zk_sess *s, const char *path, const char *data, int len,
+                          int flags, char **created, struct Stat *stat, const char *dir,
+                          struct String_vector *kids, int *listed);
 /* Children names (deallocate_String_vector after). */
 int dlock__zk_children(dlock__zk_sess *s, const char *path, struct String_vector *out);
 /* The same without waiting for a turn (zk_call.c, "In flight"): a queued
@@ -256,6 +263,12 @@ char *dlock__zk_join(const char *dir, const char *child);
 int dlock__zk_create_protected(dlock__zk_sess *s, const char *dir, const char *uuid,
                                const char *name_part, const char *data, int len, int flags,
                                int *maybe, char **node, struct Stat *stat);
+/* As dlock__zk_create_protected, with dir's children listed behind the
+ * create (dlock__zk_create_list): *listed is 1 when *kids holds them. */
+int dlock__zk_create_protected_list(dlock__zk_sess *s, const char *dir, const char *uuid,
+                                    const char *name_part, const char *data, int len, int flags,
+                                    int *maybe, char **node, struct Stat *stat,
+                                    struct String_vector *kids, int *listed);
 
 /* ---- zk_lock.c: the mutex and waiting ----------------------------------- */
 

@@ -347,6 +347,17 @@ static int sorted_children(dlock__zk_sess *s, const char *dir, struct String_vec
     return sorted_children_now(s, dir, kids, 0);
 }
 
+/* The children a create listed behind it (listed: in *kids already), in
+ * sequence order, or listed now. */
+static int listed_children(dlock__zk_sess *s, const char *dir, struct String_vector *kids,
+                           int listed, int now)
+{
+    if (!listed)
+        return sorted_children_now(s, dir, kids, now);
+    dlock__zk_sort_children(kids, DLOCK__ZK_LOCK_NAME);
+    return DLOCK_OK;
+}
+
 /* The index of node (a full path) among kids, or -1. */
 static int index_of(const struct String_vector *kids, const char *node)
 {
@@ -490,7 +501,7 @@ static int try_once(dlock__zk_be *be, const dlock_request *req, dlock_acquire_re
     struct String_vector kids = {0, NULL};
     struct Stat st;
     char uuid[DLOCK__ZK_UUID_LEN + 1], *dir = NULL, *node = NULL, *data = NULL;
-    int rc, len = 0, maybe = 0, at;
+    int rc, len = 0, maybe = 0, listed = 0, at;
 
     if ((rc = dlock__zk_sess_for(be, req->lease_ms, &s, &gen)) != DLOCK_OK)
         return rc;
@@ -504,25 +515,14 @@ static int try_once(dlock__zk_be *be, const dlock_request *req, dlock_acquire_re
         rc = rc == 1 ? DLOCK_OK : rc;
         goto out;
     }
-    /* A queue node there already (a holder's, a waiter's) has a lower
-     * sequence than any we would make: busy, seen with one read, without
-     * the create and delete (two writes through the leader, and a watch
-     * event for whoever waits behind). A waiting acquisition's first try
-     * is this one: thousands of waiters queueing at once would otherwise
-     * flood the server with writes and delay everyone's requests. */
-    if ((rc = sorted_children(s, dir, &kids)) != DLOCK_OK)
-        goto out;
-    for (int i = 0; i < kids.count; i++)
-        if (dlock__zk_mutex_seq(kids.data[i]) != NULL) {
-            out->retry_ms = -1;
-            rc = DLOCK_EBUSY;
-            goto out;
-        }
-    deallocate_String_vector(&kids);
-    kids.count = 0;
-    kids.data = NULL;
-    rc = dlock__zk_create_protected(s, dir, uuid, DLOCK__ZK_LOCK_NAME, data, len,
-                                    ZOO_EPHEMERAL_SEQUENTIAL, &maybe, &node, &st);
+    /* The node made and the queue listed in one round trip (the list
+     * rides behind the create), as Curator's create and getChildren in two.
+     * A waiting acquisition does not come here: it queues at once
+     * (DLOCK_CAP_QUEUE_FIRST, try_queued), so a busy try's create and
+     * delete are a try-once's alone. */
+    rc = dlock__zk_create_protected_list(s, dir, uuid, DLOCK__ZK_LOCK_NAME, data, len,
+                                         ZOO_EPHEMERAL_SEQUENTIAL, &maybe, &node, &st, &kids,
+                                         &listed);
     if (rc != DLOCK_OK) {
         /* A create whose reply was lost may have made the node (and so may
          * hold the lock): the core gives it back with release, which finds
@@ -532,7 +532,7 @@ static int try_once(dlock__zk_be *be, const dlock_request *req, dlock_acquire_re
             dlock__zk_orphan_add(be, req->token, s, gen, dir, uuid, NULL);
         goto out;
     }
-    if ((rc = sorted_children(s, dir, &kids)) != DLOCK_OK) {
+    if ((rc = listed_children(s, dir, &kids, listed, 0)) != DLOCK_OK) {
         dlock__zk_orphan_add(be, req->token, s, gen, dir, uuid, node);
         goto out;
     }
@@ -568,7 +568,7 @@ static int try_queued(dlock__zk_be *be, const dlock_request *req, dlock__zk_watc
     struct String_vector kids = {0, NULL};
     struct Stat st;
     uint64_t gen;
-    int rc, at, queued;
+    int rc, at, queued, listed = 0;
 
     if ((rc = dlock__zk_sess_ready(s, &gen)) != DLOCK_OK)
         return rc;
@@ -596,23 +596,33 @@ static int try_queued(dlock__zk_be *be, const dlock_request *req, dlock__zk_watc
         if (w->maybe && w->gen != gen)
             w->maybe = 0;
         w->gen = gen;
-        rc = dlock__zk_create_protected(s, w->dir, w->uuid, DLOCK__ZK_LOCK_NAME, data, len,
-                                        ZOO_EPHEMERAL_SEQUENTIAL, &w->maybe, &w->node, &st);
+        /* Queued and listed in one round trip (the list behind the
+         * create). */
+        rc = dlock__zk_create_protected_list(s, w->dir, w->uuid, DLOCK__ZK_LOCK_NAME, data, len,
+                                             ZOO_EPHEMERAL_SEQUENTIAL, &w->maybe, &w->node, &st,
+                                             &kids, &listed);
         free(data);
-        if (rc != DLOCK_OK)
+        if (rc != DLOCK_OK) {
+            deallocate_String_vector(&kids);
             return rc;
+        }
         w->czxid = (uint64_t)st.czxid;
     }
     /* Queued already: a look after a wake-up (one per release), which
      * does not wait behind the callers queueing (zk_call.c, "In flight"). */
-    if ((rc = sorted_children_now(s, w->dir, &kids, queued)) != DLOCK_OK)
+    if ((rc = listed_children(s, w->dir, &kids, listed, queued)) != DLOCK_OK)
         return rc;
     at = index_of(&kids, w->node);
     if (at == 0) {
         deallocate_String_vector(&kids);
         if ((rc = dlock__zk_hold_add(be, req, s, w->gen, w->node, w->czxid)) != DLOCK_OK)
             return rc;
-        dlock__zk_hold_arm(be, req->token);
+        /* A winner after a wait sets its node's watch now (thousands
+         * taken together would otherwise cost the first renewal an exists
+         * each); one that won at once, as a try-once, leaves it to the
+         * first renewal. */
+        if (queued)
+            dlock__zk_hold_arm(be, req->token);
         w->won = 1;
         out->fence = w->czxid;
         return DLOCK_OK;

@@ -170,22 +170,34 @@ int dlock__zk_create_protected(dlock__zk_sess *s, const char *dir, const char *u
                                const char *name_part, const char *data, int len, int flags,
                                int *maybe, char **node, struct Stat *stat)
 {
+    return dlock__zk_create_protected_list(s, dir, uuid, name_part, data, len, flags, maybe, node,
+                                           stat, NULL, NULL);
+}
+
+int dlock__zk_create_protected_list(dlock__zk_sess *s, const char *dir, const char *uuid,
+                                    const char *name_part, const char *data, int len, int flags,
+                                    int *maybe, char **node, struct Stat *stat,
+                                    struct String_vector *kids, int *listed)
+{
     char *path = NULL;
     int rc, parents = 0;
+
+    if (listed != NULL)
+        *listed = 0;
 
     for (int attempt = 0; attempt < 3; attempt++) {
         if (*maybe) {
             /* An earlier create may have made it: look for it first. */
-            struct String_vector kids = {0, NULL};
+            struct String_vector found = {0, NULL};
             int i;
-            rc = dlock__zk_children(s, dir, &kids);
+            rc = dlock__zk_children(s, dir, &found);
             if (rc == ZNONODE) {
                 rc = ZOK; /* no directory: no node of ours either */
             } else if (rc != ZOK) {
                 return dlock__zk_fail(s, rc, "list", dir);
-            } else if ((i = dlock__zk_find_protected(&kids, uuid)) >= 0) {
-                *node = dlock__zk_join(dir, kids.data[i]);
-                deallocate_String_vector(&kids);
+            } else if ((i = dlock__zk_find_protected(&found, uuid)) >= 0) {
+                *node = dlock__zk_join(dir, found.data[i]);
+                deallocate_String_vector(&found);
                 if (*node == NULL)
                     return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
                 rc = dlock__zk_exists(s, *node, 0, stat);
@@ -199,7 +211,7 @@ int dlock__zk_create_protected(dlock__zk_sess *s, const char *dir, const char *u
                     return dlock__zk_fail(s, rc, "stat", dir);
                 /* deleted meanwhile: create anew */
             } else {
-                deallocate_String_vector(&kids);
+                deallocate_String_vector(&found);
             }
             *maybe = 0;
         }
@@ -207,7 +219,9 @@ int dlock__zk_create_protected(dlock__zk_sess *s, const char *dir, const char *u
         if (asprintf(&path, "%s/" DLOCK__ZK_PROTECT "%s-%s", dir, uuid, name_part) < 0)
             return dlock_backend_fail(DLOCK_ENOMEM, "out of memory");
         *maybe = 1;
-        rc = dlock__zk_create(s, path, data, len, flags, node, stat);
+        rc = kids != NULL ? dlock__zk_create_list(s, path, data, len, flags, node, stat, dir, kids,
+                                                  listed)
+                          : dlock__zk_create(s, path, data, len, flags, node, stat);
         if (rc == ZOK) {
             *maybe = 0;
             free(path);

@@ -256,14 +256,14 @@ typedef struct {
     atomic_int stop;
 } busy_watch;
 
-/* In a waiter: set *flag once the client's second try found the lock busy
- * (the first with its watch: its place in the queue is taken). */
+/* In a waiter: set *flag once the client's try with its watch found the
+ * lock busy (its place in the queue is taken: test_tries_to_queue). */
 static void *busy_watch_main(void *p)
 {
     busy_watch *b = p;
 
     while (!atomic_load(&b->stop)) {
-        if (test_busy_tries(b->c) >= 2) {
+        if (test_busy_tries(b->c) >= test_tries_to_queue(b->c)) {
             atomic_store(b->flag, 1);
             break;
         }
@@ -478,11 +478,11 @@ static void rw_writer_not_starved(void)
     CHECK_RC(dlock_acquire(&r1, c, "order", &ro), DLOCK_OK);
     test_acquirer_init(&wa, c2, "order", kopts(DLOCK_KIND_WRITE, 60000, 5000));
     CHECK(pthread_create(&tw, NULL, test_acquirer_main, &wa) == 0);
-    test_wait_busy(c2, 2, "the writer");
+    test_wait_busy(c2, test_tries_to_queue(c2), "the writer");
     CHECK_RC(dlock_acquire(&r2, c3, "order", &ro), DLOCK_EBUSY);
     test_acquirer_init(&ra, c3, "order", kopts(DLOCK_KIND_READ, 60000, 5000));
     CHECK(pthread_create(&tr, NULL, test_acquirer_main, &ra) == 0);
-    test_wait_busy(c3, 3, "the late reader");
+    test_wait_busy(c3, 1 + test_tries_to_queue(c3), "the late reader");
     CHECK(!atomic_load(&wa.done) && !atomic_load(&ra.done));
     fence = dlock_lock_fence(r1);
     CHECK_RC(dlock_release(r1), DLOCK_OK);
@@ -615,7 +615,7 @@ static void rw_downgrade_and_upgrade(void)
     fence = dlock_lock_fence(w);
     test_acquirer_init(&wa, c2, "grade2", kopts(DLOCK_KIND_WRITE, 60000, 5000));
     CHECK(pthread_create(&t, NULL, test_acquirer_main, &wa) == 0);
-    test_wait_busy(c2, test_busy_tries(c2) + 2, "the queued writer");
+    test_wait_busy(c2, test_busy_tries(c2) + test_tries_to_queue(c2), "the queued writer");
     CHECK_RC(dlock_lock_downgrade(w), DLOCK_OK);
     CHECK(dlock_lock_kind(w) == DLOCK_KIND_READ && dlock_lock_fence(w) == fence);
     CHECK_RC(dlock_lock_check(w), DLOCK_OK);
@@ -763,7 +763,7 @@ static void semaphore_permits_and_set_permits(void)
     CHECK_RC(dlock_acquire(&x, c2, "permits", &o), DLOCK_EBUSY);
     test_acquirer_init(&wa, c2, "permits", kopts(DLOCK_KIND_SEMAPHORE, 60000, 5000));
     CHECK(pthread_create(&t, NULL, test_acquirer_main, &wa) == 0);
-    test_wait_busy(c2, test_busy_tries(c2) + 2, "the permit waiter");
+    test_wait_busy(c2, test_busy_tries(c2) + test_tries_to_queue(c2), "the permit waiter");
     CHECK(!atomic_load(&wa.done));
     CHECK_RC(dlock_semaphore_set_permits(c, "permits", 2), DLOCK_OK);
     CHECK(pthread_join(t, NULL) == 0);
@@ -1046,7 +1046,7 @@ static void leader_killed_new_leader(void)
     ca.c = c2;
     ca.lease_ms = s.short_lease_ms;
     CHECK(pthread_create(&t, NULL, campaign_main, &ca) == 0);
-    test_wait_busy(c2, 3, "beta campaigns");
+    test_wait_busy(c2, 1 + test_tries_to_queue(c2), "beta campaigns");
     CHECK_RC(dlock_leader(&info, c, "jobs"), DLOCK_OK);
     CHECK(info.held && strcmp(info.identity, "alpha") == 0 && info.fence == alpha_fence);
     kill_child(alpha);

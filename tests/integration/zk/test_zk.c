@@ -1112,13 +1112,11 @@ static void waiters_queue_lightly(void)
         snprintf(name, sizeof(name), "light%d", i);
         CHECK_RC(dlock_acquire(&held[i], holder, name, &o), DLOCK_OK);
     }
+    /* A try-once that finds the lock busy leaves nothing behind. */
+    CHECK_RC(dlock_acquire(&l, c, "light0", &o), DLOCK_EBUSY);
+    CHECK(test_zk_children(&z, "/dlock/light0") == 1);
     zh = raw_open(&z, NULL);
     CHECK_RC(zoo_exists(zh, "/dlock/light0", 0, &st0), ZOK);
-    CHECK_RC(dlock_acquire(&l, c, "light0", &o), DLOCK_EBUSY);
-    CHECK_RC(zoo_exists(zh, "/dlock/light0", 0, &st1), ZOK);
-    fprintf(stderr, "a busy try: children version %d -> %d\n", st0.cversion, st1.cversion);
-    CHECK(st1.cversion == st0.cversion);
-    zookeeper_close(zh);
 
     for (int i = 0; i < LIGHT_WAITERS; i++) {
         w[i] = (light_waiter){c, i, NULL, DLOCK_EPROTO};
@@ -1127,11 +1125,18 @@ static void waiters_queue_lightly(void)
     for (int i = 0; i < 200; i++) {
         dlock_stats st = DLOCK_STATS_INIT;
         CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
-        if (st.busy >= 2 * LIGHT_WAITERS + 1) /* each: the try, then the queued try */
+        if (st.busy >= LIGHT_WAITERS + 1) /* each: its queued try */
             break;
         test_sleep_ms(20);
     }
     test_sleep_ms(200);
+    /* Each waiter joined its queue with one write, its node: no try's
+     * create and delete before it (DLOCK_CAP_QUEUE_FIRST). */
+    CHECK_RC(zoo_exists(zh, "/dlock/light0", 0, &st1), ZOK);
+    fprintf(stderr, "a waiter queueing: children version %d -> %d\n", st0.cversion, st1.cversion);
+    CHECK(st1.cversion == st0.cversion + 1);
+    CHECK(test_zk_children(&z, "/dlock/light0") == 2);
+    zookeeper_close(zh);
     for (int i = 0; i < LIGHT_WAITERS; i++)
         CHECK_RC(dlock_release(held[i]), DLOCK_OK);
     for (int i = 0; i < LIGHT_WAITERS; i++) {
@@ -1156,6 +1161,51 @@ static void waiters_queue_lightly(void)
         CHECK_RC(dlock_release(w[i].l), DLOCK_OK);
     }
     CHECK(atomic_load(&test_lost_calls) == 0);
+    dlock_client_free(c);
+    test_zk_stop(&z);
+}
+
+/* Reads and writes the server answered (the test server's requests). */
+static long long zk_requests(test_zk *z)
+{
+    return test_zk_mntr(z, 0, "zk_cnt_readlatency") + test_zk_mntr(z, 0, "zk_cnt_updatelatency");
+}
+
+/*
+ * An uncontended cycle costs the server what one of Curator's
+ * InterProcessMutex does: a create and a list to acquire, a delete to
+ * release, whether the acquisition would wait or not. The list is sent
+ * right behind the create (one round trip, where Curator waits for the
+ * create's reply first), and nothing is read before the create: 4 requests
+ * a cycle before, when a try looked at the queue first.
+ */
+static void cycle_is_curators_requests(void)
+{
+    enum { CYCLES = 100 };
+    test_zk z;
+    dlock_client *c;
+
+    test_zk_start(&z, 1, NULL);
+    c = open_url(z.url, 5000);
+    for (int waits = 0; waits < 2; waits++) {
+        dlock_acquire_options o = test_opts(waits ? 5000 : 0, 10000, 0);
+        dlock_lock *l;
+        long long r0, r1;
+
+        /* The first makes the lock's directory. */
+        CHECK_RC(dlock_acquire(&l, c, "cycle", &o), DLOCK_OK);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+        r0 = zk_requests(&z);
+        for (int i = 0; i < CYCLES; i++) {
+            CHECK_RC(dlock_acquire(&l, c, "cycle", &o), DLOCK_OK);
+            CHECK_RC(dlock_release(l), DLOCK_OK);
+        }
+        r1 = zk_requests(&z);
+        fprintf(stderr, "%d cycles (%s): %lld requests\n", CYCLES,
+                waits ? "waiting acquisitions" : "try-once", r1 - r0);
+        CHECK(r0 >= 0 && r1 - r0 >= 3 * CYCLES);
+        CHECK(r1 - r0 <= 3 * CYCLES + CYCLES / 10); /* and the session's pings */
+    }
     dlock_client_free(c);
     test_zk_stop(&z);
 }
@@ -1236,6 +1286,7 @@ TEST_MAIN({"curator_node_names", curator_node_names, NULL},
           {"bad_urls", bad_urls, NULL},
           {"renewal_is_one_request", renewal_is_one_request, "watchdog"},
           {"waiters_queue_lightly", waiters_queue_lightly, NULL},
+          {"cycle_is_curators_requests", cycle_is_curators_requests, NULL},
           {"deleted_node_is_lost", deleted_node_is_lost, "watchdog"},
           {"acl_holder_node_protected", acl_holder_node_protected, NULL},
           {"acl_open_prefix_refused", acl_open_prefix_refused, NULL},
