@@ -10,6 +10,7 @@
 #define DLOCK_BENCH_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -225,6 +226,42 @@ int bench_cluster(const char *url, long iterations);
 /* The lease-mode cycle beside the raw `SELECT 1` round trip, and the ratio.
  * url: postgres://... (required). Returns the exit status. */
 int bench_postgres(const char *url, long iterations);
+
+/* ------------------------------------------------------------------------
+ * peer.c: a peer library in a child process, driven over pipes
+ * ---------------------------------------------------------------------- */
+
+/* Its protocol: it prints "ready" once connected and warmed up, answers
+ * each command line ("cycles N" ...) with "ok", and "report" with its
+ * figures on one line, then exits. */
+typedef struct {
+    pid_t pid;
+    FILE *to, *from; /* NULL once stopped */
+    char why[256];   /* why it stopped early */
+    char name[128];  /* what to say when it ends without a word */
+} bench_peer;
+
+/* Start argv (execvp; env: NULL or NAME, VALUE, ..., NULL set in the
+ * child); on return it is ready, or stopped with why (its first line, or
+ * fail_why). */
+void bench_peer_start(bench_peer *p, char *const argv[], char *const env[], const char *fail_why);
+/* A line from the peer; 0 at its end. */
+int bench_peer_line(bench_peer *p, char *line, size_t size);
+/* Stop it (why: NULL for a normal end). */
+void bench_peer_stop(bench_peer *p, const char *why);
+/* "cmd n" (n < 0: "cmd"), answered "ok"; else it is stopped, with why. */
+void bench_peer_cmd(bench_peer *p, const char *cmd, long n);
+/* "report": its n numbers into v; 1 when all came (the first > 0), else 0
+ * and it is stopped with why. It is stopped either way. */
+int bench_peer_report(bench_peer *p, double *v, int n);
+
+/* ------------------------------------------------------------------------
+ * zk.c: dlock-bench --zk
+ * ---------------------------------------------------------------------- */
+
+/* The cycle beside Curator's InterProcessMutex and the raw C client's
+ * calls. url NULL: a throwaway ZooKeeper. Returns the exit status. */
+int bench_zk(const char *url, long iterations);
 
 /* ------------------------------------------------------------------------
  * main.c: the table

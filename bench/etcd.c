@@ -376,104 +376,29 @@ static void reqs_print(const char *label, const reqs *a, const reqs *b, long uni
 
 /* ---- python-etcd3 --------------------------------------------------------- */
 
-/* etcd3_lock.py on the etcd at base_url, driven over two pipes: its
- * cycles run between dlock's, round by round (bench_etcd). */
-typedef struct {
-    pid_t pid;
-    FILE *to, *from;
-    char why[256];
-} py_peer;
-
-/* A line from the peer into line; 0 at its end. */
-static int py_line(py_peer *py, char *line, size_t size)
+/* etcd3_lock.py on the etcd at base_url (bench/peer.c): its cycles run
+ * between dlock's, round by round (bench_etcd). Ready, or stopped with
+ * why. */
+static void py_start(bench_peer *py)
 {
-    if (py->to == NULL || fgets(line, (int)size, py->from) == NULL)
-        return 0;
-    line[strcspn(line, "\n")] = 0;
-    return 1;
-}
+    char host[128], port[16];
+    int p = 0;
 
-static void py_stop(py_peer *py, const char *why)
-{
-    if (why != NULL && py->why[0] == 0)
-        snprintf(py->why, sizeof py->why, "%s", why);
-    if (py->to != NULL) {
-        fclose(py->to);
-        fclose(py->from);
-        py->to = py->from = NULL;
-        waitpid(py->pid, NULL, 0);
-    }
-}
-
-/* Start the peer (connected and warmed up when it says "ready"), or leave
- * py->to NULL with py->why. */
-static void py_start(py_peer *py)
-{
-    char host[128], port[16], line[256];
-    int in[2], out[2], p = 0;
-
-    memset(py, 0, sizeof *py);
     if (sscanf(base_url, "http://%127[^:]:%d", host, &p) != 2) {
+        memset(py, 0, sizeof *py);
         snprintf(py->why, sizeof py->why, "cannot read host:port from %s", base_url);
         return;
     }
     snprintf(port, sizeof port, "%d", p);
-    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0)
-        bench_die("pipe: %s", strerror(errno));
-    py->pid = fork();
-    if (py->pid < 0)
-        bench_die("fork: %s", strerror(errno));
-    if (py->pid == 0) {
-        dup2(in[0], 0);
-        dup2(out[1], 1);
-        dup2(out[1], 2);
-        /* The root password, if any, by the environment (not argv, which
-         * every local user can read). */
-        if (root_pw[0] && (setenv("DLOCK_BENCH_ETCD_USER", "root", 1) != 0 ||
-                           setenv("DLOCK_BENCH_ETCD_PASSWORD", root_pw, 1) != 0))
-            _exit(127);
-        /* Debian's python3, where python3-etcd3 is, whatever PATH says. */
-        execl("/usr/bin/python3", "python3", DLOCK_BENCH_ETCD3_SCRIPT, host, port, (char *)NULL);
-        _exit(127);
+    {
+        /* Debian's python3, where python3-etcd3 is, whatever PATH says;
+         * the root password, if any, by the environment. */
+        char *argv[] = {"/usr/bin/python3", DLOCK_BENCH_ETCD3_SCRIPT, host, port, NULL};
+        char *env[] = {"DLOCK_BENCH_ETCD_USER", "root", "DLOCK_BENCH_ETCD_PASSWORD", root_pw,
+                       NULL};
+        bench_peer_start(py, argv, root_pw[0] ? env : NULL,
+                         "etcd3_lock.py failed (is python3-etcd3 installed?)");
     }
-    close(in[0]);
-    close(out[1]);
-    if ((py->to = fdopen(in[1], "w")) == NULL || (py->from = fdopen(out[0], "r")) == NULL)
-        bench_die("fdopen: %s", strerror(errno));
-    if (!py_line(py, line, sizeof line) || strcmp(line, "ready") != 0)
-        py_stop(py, line[0] && strcmp(line, "ready") != 0
-                        ? line
-                        : "etcd3_lock.py failed (is python3-etcd3 installed?)");
-}
-
-/* One command, answered "ok"; else the peer is stopped, with why. */
-static void py_cmd(py_peer *py, const char *cmd, long n)
-{
-    char line[256] = "";
-
-    if (py->to == NULL)
-        return;
-    fprintf(py->to, "%s %ld\n", cmd, n);
-    fflush(py->to);
-    if (!py_line(py, line, sizeof line) || strcmp(line, "ok") != 0)
-        py_stop(py, line[0] ? line : "etcd3_lock.py ended early");
-}
-
-/* The peer's cycle and hand-off p50 and p99 in microseconds (v[4]); 0 when
- * it failed (py->why). */
-static int py_report(py_peer *py, double v[4])
-{
-    char line[256] = "";
-    int ok;
-
-    if (py->to == NULL)
-        return 0;
-    fprintf(py->to, "report\n");
-    fflush(py->to);
-    ok = py_line(py, line, sizeof line) &&
-         sscanf(line, "%lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3]) == 4 && v[0] > 0;
-    py_stop(py, ok ? NULL : line[0] ? line : "etcd3_lock.py ended early");
-    return ok;
 }
 
 /* ---- measurements ---------------------------------------------------------- */
@@ -611,7 +536,7 @@ int bench_etcd(const char *given_url, long iterations)
     pthread_t tb;
     int own = given_url == NULL, py_ok;
     double py[4] = {0, 0, 0, 0};
-    py_peer peer;
+    bench_peer peer;
 
     curl_global_init(CURL_GLOBAL_DEFAULT);
     if (own) {
@@ -672,7 +597,7 @@ int bench_etcd(const char *given_url, long iterations)
             cycle(client[1], name[1], 1, &cyc[1], NULL);
         for (long i = 0; i < per; i++)
             cycle(client[0], name[0], 0, &cyc[0], split);
-        py_cmd(&peer, "cycles", per); /* python-etcd3's, in the same round */
+        bench_peer_cmd(&peer, "cycles", per); /* python-etcd3's, in the same round */
     }
     raw(h, "/v3/kv/deleterange", rawkey, NULL);
     /* What the cycles send, counted apart from the raw calls. */
@@ -737,7 +662,7 @@ int bench_etcd(const char *given_url, long iterations)
         if (i >= 5 && ((i - 4) % chunk == 0 || i == handoffs + 4)) {
             reqs pb, pa;
             reqs_take(&pb);
-            py_cmd(&peer, "handoffs", (i - 4) % chunk == 0 ? chunk : (i - 4) % chunk);
+            bench_peer_cmd(&peer, "handoffs", (i - 4) % chunk == 0 ? chunk : (i - 4) % chunk);
             reqs_take(&pa);
             reqs_add(&py_sent, &pb, &pa);
         }
@@ -746,7 +671,7 @@ int bench_etcd(const char *given_url, long iterations)
     reqs_take(&r2);
     r1h = r1; /* r1 + python's: dlock's alone from there to r2 */
     reqs_add(&r1h, &none, &py_sent);
-    py_ok = py_report(&peer, py);
+    py_ok = bench_peer_report(&peer, py, 4);
 
     {
         double r50 = bench_series_us(&range, 50), p50 = bench_series_us(&put, 50);

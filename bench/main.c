@@ -41,6 +41,7 @@ static long iterations = 5000;
 static int pin = 1;
 static int etcd; /* --etcd: the etcd section (bench/etcd.c) instead */
 static int postgres; /* --postgres: the PostgreSQL section (bench/postgres.c) instead */
+static int zk;       /* --zk: the ZooKeeper section (bench/zk.c) instead */
 static int redlock; /* --redlock: the Redlock section (bench/redlock.c) instead */
 static int sentinel; /* --sentinel: min_replicas's cost (bench/sentinel.c) instead */
 static int cluster;  /* --cluster: the cycle on Redis Cluster (bench/cluster.c) instead */
@@ -747,7 +748,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: dlock-bench [--url URL] [--iterations N] [--seconds S] [--no-pin] [--etcd]\n"
-            "                   [--redlock] [--sentinel] [--cluster] [--postgres]\n"
+            "                   [--redlock] [--sentinel] [--cluster] [--postgres] [--zk]\n"
             "\n"
             "  --url URL         the Redis server to measure (default: start a throwaway\n"
             "                    redis-server from PATH on a unix socket in a 0700 folder)\n"
@@ -758,6 +759,9 @@ static void usage(FILE *f)
             "                    CPUs (default: table A on two CPUs, table B on one)\n"
             "  --postgres        measure PostgreSQL's lease mode beside SELECT 1\n"
             "                    (--url postgres://..., required); see bench/postgres.c\n"
+            "  --zk              measure ZooKeeper beside Curator's InterProcessMutex\n"
+            "                    (--url zk://host:port, or a throwaway ZooKeeper on java);\n"
+            "                    see bench/zk.c\n"
             "  --etcd            measure etcd instead (--url etcd://host:port, or a\n"
             "                    throwaway etcd from PATH); see bench/etcd.c\n"
             "  --sentinel        measure min_replicas=1 beside 0 on a Sentinel URL instead\n"
@@ -785,6 +789,7 @@ static void parse_args(int argc, char **argv)
                                              {"sentinel", no_argument, NULL, 'S'},
                                              {"cluster", no_argument, NULL, 'C'},
                                              {"postgres", no_argument, NULL, 'g'},
+                                             {"zk", no_argument, NULL, 'z'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     int opt;
@@ -832,6 +837,9 @@ static void parse_args(int argc, char **argv)
             break;
         case 'g':
             postgres = 1;
+            break;
+        case 'z':
+            zk = 1;
             break;
         case 'h':
             usage(stdout);
@@ -1034,6 +1042,15 @@ int main(int argc, char **argv)
         return bench_sentinel(url[0] ? url : NULL, iterations);
     if (cluster)
         return bench_cluster(url[0] ? url : NULL, iterations);
+#ifdef DLOCK_BENCH_HAVE_ZK
+    if (zk)
+        return bench_zk(url[0] ? url : NULL, iterations);
+#else
+    if (zk) {
+        fprintf(stderr, "dlock-bench: built without the ZooKeeper client (DLOCK_WITH_ZK)\n");
+        return 69;
+    }
+#endif
 #ifdef DLOCK_BENCH_HAVE_PG
     if (postgres)
         return bench_postgres(url[0] ? url : NULL, iterations);
