@@ -9,7 +9,8 @@
 #   scripts/deps.sh        what `make test` and CI need besides: the servers
 #                          the tests start (etcd, ZooKeeper, PostgreSQL,
 #                          MariaDB, Sentinel), the Curator interop test's
-#                          Java, clang for the fuzzers, spin, faketime, ...
+#                          Java, clang for the fuzzers, spin, faketime, the
+#                          Python binding's cffi and pytest, ...
 # `make build` and `make install` install nothing.
 set -eu
 build="build-essential cmake pkg-config python3 libhiredis-dev libssl-dev liburing-dev openssl libsqlite3-dev sqlite3 libpq-dev libcurl4-openssl-dev libjansson-dev golang-etcd-server-dev protobuf-c-compiler libprotobuf-c-dev libzookeeper-mt-dev libmariadb-dev scdoc redis-server redis-tools"
@@ -20,6 +21,9 @@ if [ "${1:-test}" != demo ]; then
     # (tests/interop/curator): Java, Curator's recipes and what they load
     # (the ZooKeeper client jars, Guava, slf4j).
     pkgs="$pkgs zookeeper default-jdk-headless libcurator-recipes-java libcurator-framework-java libcurator-client-java libzookeeper-java libguava-java libslf4j-java"
+    # The Python binding's tests (bindings/python): cffi, pytest, and what
+    # makes its wheel and installs it in a virtualenv.
+    pkgs="$pkgs python3-cffi python3-pytest python3-build python3-setuptools python3-venv"
 fi
 missing=""
 for p in $pkgs; do

@@ -252,6 +252,9 @@ run_suite build "" "" -j "$many"
 #             (test_safety, the fault-proxy cases of test_etcd and test_redlock,
 #             the cluster and failover cases), and
 #             `make chaos` runs the long rows;
+#   binding   the Python binding's tests: a sanitized libdlock does not
+#             load into python3 (the build registers them in the plain
+#             build only); the C calls they make run under ASan in core-*;
 #   ensemble  the ZooKeeper 3-member case (a minute and a half of JVM
 #             restarts; the zk backend's code runs under ASan in the rest of
 #             test_zk and core-zk);
@@ -264,7 +267,7 @@ run_suite build "" "" -j "$many"
 # (no test runs it; the plain build compiles it, warnings as errors), and for
 # TSan, whose tests are the watchdog cases of the C test programs, also the
 # demo, the examples and the man pages.
-run_suite build-asan "address,undefined" "-DDLOCK_BUILD_BENCH=OFF" -j "$many" -LE 'interop|chaos|ensemble' \
+run_suite build-asan "address,undefined" "-DDLOCK_BUILD_BENCH=OFF" -j "$many" -LE 'interop|chaos|ensemble|binding' \
     -E '^cli-(etcd|zk|postgres|mysql|redlock|tls)\.'
 run_suite build-tsan "thread" "-DDLOCK_BUILD_BENCH=OFF -DDLOCK_BUILD_DEMO=OFF -DDLOCK_BUILD_EXAMPLES=OFF -DDLOCK_BUILD_MANPAGES=OFF" \
     -j "$jobs" -L watchdog
