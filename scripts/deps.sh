@@ -22,8 +22,9 @@ if [ "${1:-test}" != demo ]; then
     # (the ZooKeeper client jars, Guava, slf4j).
     pkgs="$pkgs zookeeper default-jdk-headless libcurator-recipes-java libcurator-framework-java libcurator-client-java libzookeeper-java libguava-java libslf4j-java"
     # The Python binding's tests (bindings/python): cffi, pytest, and what
-    # makes its wheel and installs it in a virtualenv.
-    pkgs="$pkgs python3-cffi python3-pytest python3-build python3-setuptools python3-venv"
+    # makes its wheel and installs it in a virtualenv; redis-py, its bench's
+    # peer.
+    pkgs="$pkgs python3-cffi python3-pytest python3-build python3-setuptools python3-venv python3-redis"
 fi
 missing=""
 for p in $pkgs; do

@@ -427,8 +427,11 @@ class Client:
         o.lease_ms = _ms(ttl, "ttl")
         o.wait_ms = _ms(wait, "wait", forever_ok=True)
         o.auto_renew = 1 if auto_renew else 0
-        o.on_lost = _lost_trampoline
-        o.payload = lock._handle
+        if on_lost is not None:
+            # Only then: a lock with on_lost is one more for the watchdog to
+            # look after (lock.lost needs none: the C call is local).
+            o.on_lost = _lost_trampoline
+            o.payload = lock._handle
         o.kind = kind
         keep = [_text(owner, "owner"), _text(label, "label")]
         o.owner = keep[0]
