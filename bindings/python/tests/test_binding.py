@@ -356,3 +356,34 @@ def test_wheel_installs_in_a_virtualenv(redis_server, tmp_path):
                           "    print(dlock.__file__, l.fence)", server.url],
                          check=True, capture_output=True, text=True, env=env, cwd=str(tmp_path)).stdout
     assert str(tmp_path / "venv") in out and int(out.split()[-1]) > 0
+
+
+def test_payout_example_frozen_holder(redis_server, tmp_path):
+    """examples/payout.py, the seed's job: an instance stalls (SIGSTOP) in
+    the middle of paying, past its lease; another takes the lock and pays
+    the rest; woken, the stale one's writes are refused and it is told.
+    Every order paid exactly once."""
+    example = os.path.join(os.path.dirname(HERE), "examples", "payout.py")
+    db = str(tmp_path / "payout.db")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.dirname(HERE)
+    a = subprocess.Popen([sys.executable, example, redis_server.url, db, "--ttl", "1",
+                          "--stall-after", "3"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, env=env)
+    try:
+        line = a.stdout.readline()
+        assert "stalling after 3" in line, line
+        # A is stopped now (its state: T).
+        b = subprocess.run([sys.executable, example, redis_server.url, db, "--wait", "10"],
+                           capture_output=True, text=True, env=env, timeout=60)
+        assert "paid 7 orders" in b.stdout, b.stdout + b.stderr
+        os.kill(a.pid, signal.SIGCONT)
+        out = a.communicate(timeout=30)[0]
+    finally:
+        a.kill()
+        a.wait()
+    assert "refused as stale" in out and "the lock was lost" in out, out
+    import sqlite3
+    rows = sqlite3.connect(db).execute(
+        "SELECT order_id, COUNT(*) FROM ledger GROUP BY order_id").fetchall()
+    assert len(rows) == 10 and all(n == 1 for _, n in rows), rows
