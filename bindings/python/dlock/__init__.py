@@ -24,6 +24,7 @@ which leaves the lock's queue as the ``dlock`` command does: the client's
 waits stop for good then (``Client.interrupt``). For asyncio, run the calls
 in a thread: ``await asyncio.to_thread(c.acquire, "name", wait=10)``.
 """
+import signal
 import threading
 import weakref
 
@@ -38,6 +39,9 @@ __all__ = [
 ]
 
 MUTEX, FAIR, READ, WRITE, SEMAPHORE, LEADER = range(6)
+# Blocked in a helper thread that waits in a C call (Client._take).
+_ASYNC_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
+                  signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM, signal.SIGCHLD}
 _KIND_NAMES = {MUTEX: "mutex", FAIR: "fair", READ: "read", WRITE: "write",
                SEMAPHORE: "semaphore", LEADER: "leader"}
 
@@ -451,15 +455,36 @@ class Client:
             rc = call(out)
         else:
             result = []
-            t = threading.Thread(target=lambda: result.append((call(out), _message())),
-                                 name="dlock-wait", daemon=True)
-            t.start()
+            # Not Thread.join: interrupted by ^C, it may take a thread that
+            # still runs for ended (CPython gh-90882).
+            done = threading.Event()
+
+            def wait():
+                try:
+                    # The signals go to the main thread, which turns them
+                    # into exceptions: none interrupts this one's calls.
+                    signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
+                    result.append((call(out), _message()))
+                finally:
+                    done.set()
+            t = threading.Thread(target=wait, name="dlock-wait", daemon=True)
+            started = False
             try:
-                while t.is_alive():
-                    t.join(0.05)
-            except KeyboardInterrupt:
+                t.start()
+                started = True
+                while not done.wait(0.05):
+                    pass
+            except BaseException:
+                # ^C (or any exception) while the call waits: it leaves the
+                # queue and returns within a round trip or two; nothing may
+                # use the client before it has (dlock_client_free must not
+                # run under a call).
                 lib.dlock_client_interrupt(self._c)
-                t.join()
+                while started and not done.is_set():
+                    try:
+                        done.wait()
+                    except KeyboardInterrupt:
+                        pass
                 if result and result[0][0] == 0:
                     lib.dlock_release(out[0])
                 raise

@@ -144,7 +144,9 @@ def _load():
     tried = []
     for path in _candidates():
         try:
-            return ffi.dlopen(path)
+            # Global: the backend modules dlock loads (zk.so, postgres.so,
+            # mysql.so) find the library's calls among the process's.
+            return ffi.dlopen(path, ffi.RTLD_NOW | ffi.RTLD_GLOBAL)
         except OSError as e:
             tried.append("%s (%s)" % (path, e))
     raise ImportError(

@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """Real servers for the binding's tests: a redis-server and a one-member
 etcd, each started on free loopback ports in a temporary directory and
-stopped at the end (Debian's redis-server and etcd-server packages)."""
+stopped at the end (Debian's redis-server and etcd-server packages), and
+the ZooKeeper, PostgreSQL and MariaDB that scripts/test.sh starts for the
+suite, when their DLOCK_TEST_*_URL is set (make test sets them)."""
 import os
 import shutil
 import socket
@@ -99,9 +101,20 @@ def etcd_server():
     yield from _serve(start_etcd)
 
 
-@pytest.fixture(params=["redis", "etcd"])
+# The servers scripts/test.sh starts for the whole suite (make test), when
+# it names them: every case runs on those backends too.
+SHARED = [("zk", "DLOCK_TEST_ZK_URL", 1.0), ("postgres", "DLOCK_TEST_POSTGRES_URL", 1.0),
+          ("mysql", "DLOCK_TEST_MYSQL_URL", 1.0)]
+BACKENDS = ["redis", "etcd"] + [b for b, env, _ in SHARED if os.environ.get(env)]
+
+
+@pytest.fixture(params=BACKENDS)
 def server(request):
-    """Each case that takes it runs on both servers."""
+    """Each case that takes it runs on every backend at hand: the redis-server
+    and the etcd started here, and the shared servers of make test."""
+    for name, env, short_ttl in SHARED:
+        if request.param == name:
+            return Server(name, os.environ[env], None, short_ttl)
     return request.getfixturevalue(request.param + "_server")
 
 
@@ -112,7 +125,11 @@ def client(server):
         yield c
 
 
+RUN = "%d-%d" % (os.getpid(), int(time.time()))
+
+
 @pytest.fixture
 def name(request):
-    """A lock name of this test's own."""
-    return "py-" + request.node.name.replace("[", "-").replace("]", "")
+    """A lock name of this test's own, and of this run's (the shared servers
+    keep a semaphore's permits, a queue's places, from run to run)."""
+    return "py-%s-%s" % (request.node.name.replace("[", "-").replace("]", ""), RUN)
