@@ -24,6 +24,7 @@ which leaves the lock's queue as the ``dlock`` command does: the client's
 waits stop for good then (``Client.interrupt``). For asyncio, run the calls
 in a thread: ``await asyncio.to_thread(c.acquire, "name", wait=10)``.
 """
+from typing import Callable, List, Optional, Sequence, Union
 import signal
 import threading
 import weakref
@@ -46,7 +47,7 @@ _KIND_NAMES = {MUTEX: "mutex", FAIR: "fair", READ: "read", WRITE: "write",
                SEMAPHORE: "semaphore", LEADER: "leader"}
 
 
-def version():
+def version() -> str:
     """The version of the C library loaded, "MAJOR.MINOR.PATCH"."""
     return ffi.string(lib.dlock_version()).decode()
 
@@ -61,7 +62,7 @@ class Error(Exception):
 
     code = None
 
-    def __init__(self, message, code=None):
+    def __init__(self, message: str, code: Optional[int] = None) -> None:
         super().__init__(message)
         self.message = message
         if code is not None:
@@ -248,60 +249,60 @@ class Lock:
         return self._c
 
     @property
-    def name(self):
+    def name(self) -> str:
         return ffi.string(lib.dlock_lock_name(self._ptr())).decode("utf-8", "replace")
 
     @property
-    def names(self):
+    def names(self) -> List[str]:
         """Every name a multi-lock holds (one name for the others)."""
         c = self._ptr()
         return [ffi.string(lib.dlock_lock_name_at(c, i)).decode("utf-8", "replace")
                 for i in range(lib.dlock_lock_count(c))]
 
     @property
-    def fence(self):
+    def fence(self) -> int:
         return int(lib.dlock_lock_fence(self._ptr()))
 
     @property
-    def fences(self):
+    def fences(self) -> List[int]:
         """The fence of each lock of a multi-lock, in the order of names."""
         c = self._ptr()
         return [int(lib.dlock_lock_fence_at(c, i)) for i in range(lib.dlock_lock_count(c))]
 
     @property
-    def kind(self):
+    def kind(self) -> str:
         return _KIND_NAMES.get(lib.dlock_lock_kind(self._ptr()), "multi")
 
     @property
-    def lost(self):
+    def lost(self) -> bool:
         return self._c is not None and bool(lib.dlock_lock_lost(self._c))
 
     @property
-    def valid(self):
+    def valid(self) -> float:
         """Seconds of lease left (0 once lost)."""
         return lib.dlock_lock_valid_ms(self._ptr()) / 1000.0
 
     @property
-    def valid_ms(self):
+    def valid_ms(self) -> int:
         return int(lib.dlock_lock_valid_ms(self._ptr()))
 
     @property
-    def released(self):
+    def released(self) -> bool:
         return self._c is None
 
-    def check(self):
+    def check(self) -> None:
         """Ask the server whether the lock is still ours; LockLost if not."""
         _check(lib.dlock_lock_check(self._ptr()))
 
-    def extend(self, ttl):
+    def extend(self, ttl: float) -> None:
         """Set the lease to ttl seconds from now."""
         _check(lib.dlock_lock_extend(self._ptr(), _ms(ttl, "ttl")))
 
-    def downgrade(self):
+    def downgrade(self) -> None:
         """A write lock becomes a read lock, without letting go."""
         _check(lib.dlock_lock_downgrade(self._ptr()))
 
-    def release(self):
+    def release(self) -> None:
         """Give the lock back. LockLost when it had been lost meanwhile (it
         is gone either way). Releasing twice is a Misuse."""
         with self._lock:
@@ -312,10 +313,10 @@ class Lock:
         if rc != 0:
             raise _error(rc)
 
-    def __enter__(self):
+    def __enter__(self) -> "Lock":
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type, exc, tb) -> bool:
         if self._c is None:
             return False
         try:
@@ -341,7 +342,7 @@ class Leader(Lock):
     """Leadership won by Client.campaign; resign() (or leaving the with
     block) steps down."""
 
-    def resign(self):
+    def resign(self) -> None:
         with self._lock:
             c = self._ptr()
             self._c = None
@@ -364,8 +365,9 @@ class Client:
     library's docs/urls.md). connect_timeout and command_timeout in
     seconds; key_prefix and client_name as in dlock_client_options."""
 
-    def __init__(self, url, *, connect_timeout=None, command_timeout=None, key_prefix=None,
-                 client_name=None):
+    def __init__(self, url: Union[str, bytes], *, connect_timeout: Optional[float] = None,
+                 command_timeout: Optional[float] = None, key_prefix: Optional[str] = None,
+                 client_name: Optional[str] = None) -> None:
         opts = ffi.new("dlock_client_options *")
         _check(lib.dlock_client_options_init(opts, CLIENT_OPTIONS_VERSION))
         if connect_timeout is not None:
@@ -384,7 +386,7 @@ class Client:
 
     # ---- lifetime
 
-    def close(self):
+    def close(self) -> None:
         """Free the client. Locks still held are released first (quietly:
         one lost meanwhile is gone anyway)."""
         c = getattr(self, "_c", None)
@@ -398,10 +400,10 @@ class Client:
         self._c = None
         lib.dlock_client_free(c)
 
-    def __enter__(self):
+    def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc) -> bool:
         self.close()
         return False
 
@@ -414,10 +416,10 @@ class Client:
         return self._c
 
     @property
-    def backend(self):
+    def backend(self) -> str:
         return ffi.string(lib.dlock_client_backend(self._ptr())).decode()
 
-    def interrupt(self):
+    def interrupt(self) -> None:
         """Stop every wait on this client, now and for good: waiting calls
         raise Interrupted and leave their queues."""
         lib.dlock_client_interrupt(self._c)
@@ -497,8 +499,10 @@ class Client:
         self._held.add(lock)
         return lock
 
-    def acquire(self, name, *, ttl=30, wait=0, auto_renew=True, on_lost=None, fair=False,
-                owner=None, reentrant=False, label=None):
+    def acquire(self, name: Union[str, bytes], *, ttl: float = 30, wait: Optional[float] = 0,
+                auto_renew: bool = True, on_lost: Optional[Callable[["Lock"], None]] = None,
+                fair: bool = False, owner: Optional[str] = None, reentrant: bool = False,
+                label: Optional[str] = None) -> Lock:
         """Take the lock called name (a mutex; fair=True: a fair one, FIFO).
         ttl: the lease in seconds; wait: 0 tries once (Busy if held), a
         number waits that long (Timeout), None waits as long as it takes.
@@ -513,15 +517,15 @@ class Client:
 
     lock = acquire
 
-    def read_lock(self, name, **kw):
+    def read_lock(self, name: Union[str, bytes], **kw) -> Lock:
         """A shared (reader's) side of the read-write lock name."""
         return self._kind(name, READ, kw)
 
-    def write_lock(self, name, **kw):
+    def write_lock(self, name: Union[str, bytes], **kw) -> Lock:
         """The exclusive (writer's) side of the read-write lock name."""
         return self._kind(name, WRITE, kw)
 
-    def semaphore(self, name, permits, **kw):
+    def semaphore(self, name: Union[str, bytes], permits: int, **kw) -> Lock:
         """One of permits places of the semaphore name (the first holder's
         permits stand; set_permits changes them)."""
         return self._kind(name, SEMAPHORE, kw, permits=permits)
@@ -541,8 +545,10 @@ class Client:
         return self._take(lock, lambda out: lib.dlock_acquire(out, self._ptr(), n, o),
                           o.wait_ms != 0)
 
-    def acquire_multi(self, names, *, ttl=30, wait=0, auto_renew=True, on_lost=None,
-                      label=None):
+    def acquire_multi(self, names: Sequence[Union[str, bytes]], *, ttl: float = 30,
+                      wait: Optional[float] = 0, auto_renew: bool = True,
+                      on_lost: Optional[Callable[["Lock"], None]] = None,
+                      label: Optional[str] = None) -> Lock:
         """Every lock of names, all or none, in one step; one Lock that
         holds them all (its fences per name)."""
         if isinstance(names, (str, bytes)):
@@ -556,7 +562,9 @@ class Client:
         return self._take(lock, lambda out: lib.dlock_acquire_multi(
             out, self._ptr(), arr, len(bufs), o), o.wait_ms != 0)
 
-    def campaign(self, name, identity, *, ttl=30, wait=None, on_lost=None):
+    def campaign(self, name: Union[str, bytes], identity: Union[str, bytes], *, ttl: float = 30,
+                 wait: Optional[float] = None,
+                 on_lost: Optional[Callable[["Lock"], None]] = None) -> "Leader":
         """Stand in the election name as identity; returns the Leader once
         this campaigner leads (wait: None for as long as it takes)."""
         lock = Leader(self, on_lost)
@@ -567,19 +575,19 @@ class Client:
 
     # ---- reading and administering
 
-    def leader(self, name):
+    def leader(self, name: Union[str, bytes]) -> LeaderInfo:
         """Who leads the election name now (LeaderInfo)."""
         info = ffi.new("dlock_leader_info *")
         _check(lib.dlock_leader(info, self._ptr(), _text(name, "name")))
         return LeaderInfo(info)
 
-    def status(self, name):
+    def status(self, name: Union[str, bytes]) -> LockInfo:
         """The lock's state, without taking it (LockInfo)."""
         info = ffi.new("dlock_lock_info *")
         _check(lib.dlock_status(info, self._ptr(), _text(name, "name")))
         return LockInfo(info)
 
-    def set_permits(self, name, permits):
+    def set_permits(self, name: Union[str, bytes], permits: int) -> None:
         """Change the number of places of the semaphore name."""
         _check(lib.dlock_semaphore_set_permits(self._ptr(), _text(name, "name"), permits))
 
