@@ -508,12 +508,9 @@ class Client:
         number waits that long (Timeout), None waits as long as it takes.
         on_lost(lock) runs on a thread of its own if the lock is lost.
         Returns a Lock; use it in a with block or release() it."""
-        lock = Lock(self, on_lost)
-        o, keep = self._options(ttl, wait, auto_renew, on_lost, FAIR if fair else MUTEX,
-                                owner, reentrant, 0, label, lock)
-        n = _text(name, "name")
-        return self._take(lock, lambda out: lib.dlock_acquire(out, self._ptr(), n, o),
-                          o.wait_ms != 0)
+        return self._kind(name, FAIR if fair else MUTEX,
+                          {"ttl": ttl, "wait": wait, "auto_renew": auto_renew, "on_lost": on_lost,
+                           "owner": owner, "reentrant": reentrant, "label": label})
 
     lock = acquire
 
@@ -531,6 +528,7 @@ class Client:
         return self._kind(name, SEMAPHORE, kw, permits=permits)
 
     def _kind(self, name, kind, kw, permits=0):
+        """One lock of kind (dlock_acquire); kw: acquire's options."""
         ttl, wait = kw.pop("ttl", 30), kw.pop("wait", 0)
         auto_renew, on_lost = kw.pop("auto_renew", True), kw.pop("on_lost", None)
         owner, reentrant, label = kw.pop("owner", None), kw.pop("reentrant", False), kw.pop("label", None)

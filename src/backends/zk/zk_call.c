@@ -234,11 +234,6 @@ static void note_reply(dlock__zk_sess *s, uint64_t gen, int64_t sent, int rc)
     }
 }
 
-static op_t *op_new(dlock__zk_sess *s, int *zrc)
-{
-    return op_new_turn(s, zrc, 1);
-}
-
 /* op's turn ends, if it waited for one. */
 static void op_turn_end(op_t *op)
 {
@@ -375,17 +370,37 @@ static const struct ACL_vector *acl_of(const dlock__zk_be *be)
     return be->acl.count > 0 ? &be->acl : &ZOO_OPEN_ACL_UNSAFE;
 }
 
+/* op, never sent: its turn ends and it is freed (the completion, which
+ * held the second reference, will not run). */
+static void op_abandon(op_t *op)
+{
+    op->refs = 1;
+    op_turn_end(op);
+    op_unref(op);
+}
+
+/* A call's state after its turn (turn: it waits for one) and the handle to
+ * send it on: ZOK, or op_new_turn's code, or ZINVALIDSTATE (the session
+ * was never opened). */
+static int op_start(dlock__zk_sess *s, int turn, op_t **op, zhandle_t **zh)
+{
+    int rc;
+
+    *zh = NULL;
+    if ((*op = op_new_turn(s, &rc, turn)) == NULL)
+        return rc;
+    if ((*zh = handle_of(s)) == NULL) {
+        op_abandon(*op);
+        return ZINVALIDSTATE;
+    }
+    return ZOK;
+}
+
 #define NEW_OP(s, op, zh)                                                                          \
     do {                                                                                           \
-        int zrc_;                                                                                  \
-        if (((op) = op_new(s, &zrc_)) == NULL)                                                     \
+        int zrc_ = op_start(s, 1, &(op), &(zh));                                                   \
+        if (zrc_ != ZOK)                                                                           \
             return zrc_;                                                                           \
-        if (((zh) = handle_of(s)) == NULL) {                                                       \
-            op->refs = 1;                                                                          \
-            op_turn_end(op);                                                                       \
-            op_unref(op);                                                                          \
-            return ZINVALIDSTATE;                                                                  \
-        }                                                                                          \
     } while (0)
 
 int dlock__zk_create(dlock__zk_sess *s, const char *path, const char *data, int len, int flags,
@@ -422,9 +437,7 @@ int dlock__zk_create_list(dlock__zk_sess *s, const char *path, const char *data,
     NEW_OP(s, op, zh);
     /* The list rides on the create's turn. */
     if ((list = op_new_turn(s, &lrc, 0)) == NULL) {
-        op->refs = 1;
-        op_turn_end(op);
-        op_unref(op);
+        op_abandon(op);
         return lrc;
     }
     rc = zoo_acreate2(zh, path, data, len, acl_of(s->be), flags, on_string_stat, op);
@@ -457,14 +470,8 @@ static int children(dlock__zk_sess *s, const char *path, int watch, struct Strin
     op_t *op;
     int rc;
 
-    if ((op = op_new_turn(s, &rc, turn)) == NULL)
+    if ((rc = op_start(s, turn, &op, &zh)) != ZOK)
         return rc;
-    if ((zh = handle_of(s)) == NULL) {
-        op->refs = 1;
-        op_turn_end(op);
-        op_unref(op);
-        return ZINVALIDSTATE;
-    }
     rc = op_wait(op, zoo_aget_children(zh, path, watch, on_strings, op));
     if (rc == ZOK) {
         *out = op->kids;
@@ -508,14 +515,8 @@ static int exists(dlock__zk_sess *s, const char *path, int watch, struct Stat *s
     op_t *op;
     int rc;
 
-    if ((op = op_new_turn(s, &rc, turn)) == NULL)
+    if ((rc = op_start(s, turn, &op, &zh)) != ZOK)
         return rc;
-    if ((zh = handle_of(s)) == NULL) {
-        op->refs = 1;
-        op_turn_end(op);
-        op_unref(op);
-        return ZINVALIDSTATE;
-    }
     rc = op_wait(op, zoo_aexists(zh, path, watch, on_stat, op));
     if (rc == ZOK && stat != NULL)
         *stat = op->stat;
@@ -734,9 +735,7 @@ int dlock__zk_check_create(dlock__zk_sess *s, const char *check, const char *pat
     if (op->ops == NULL || op->results == NULL || op->paths == NULL ||
         (op->paths[0] = strdup(check)) == NULL || (op->paths[1] = malloc(plen)) == NULL) {
         op->n = 2;
-        op->refs = 1;
-        slot_give(s);
-        op_unref(op);
+        op_abandon(op);
         return ZSYSTEMERROR;
     }
     op->n = 2;
