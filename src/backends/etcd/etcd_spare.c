@@ -41,6 +41,7 @@
 #include "backends/etcd/etcd_int.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/thread.h"
 
 #define SPARES DLOCK__ETCD_SPARES
@@ -502,11 +503,7 @@ void dlock__etcd_spare_used(dlock__etcd_be *be, int64_t ttl)
 
 static size_t held_chain(const dlock__etcd_spares *sp, const char *token)
 {
-    size_t h = 2166136261u; /* FNV-1a */
-
-    for (const unsigned char *p = (const unsigned char *)token; *p != '\0'; p++)
-        h = (h ^ *p) * 16777619u;
-    return h & (sp->held_size - 1);
+    return dlock__hash_str(token) & (sp->held_size - 1);
 }
 
 /* The link that points to token's entry, or the end of its chain. */

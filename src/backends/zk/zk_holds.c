@@ -31,18 +31,9 @@ void dlock__zk_hold_free(dlock__zk_hold *h)
  * outnumber them twice. */
 #define TABLE_MIN 64
 
-static size_t token_hash(const char *token)
-{
-    size_t h = 2166136261u; /* FNV-1a */
-
-    for (const unsigned char *p = (const unsigned char *)token; *p != '\0'; p++)
-        h = (h ^ *p) * 16777619u;
-    return h;
-}
-
 static dlock__zk_hold **chain_of(dlock__zk_be *be, const char *token)
 {
-    return &be->table[token_hash(token) & (be->table_size - 1)];
+    return &be->table[dlock__zk_hash_str(token) & (be->table_size - 1)];
 }
 
 /* Put h in the list and the table (be->mu held); 0 when the table cannot

@@ -31,6 +31,7 @@
 #define DLOCK_ZK_INT_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <zookeeper/zookeeper.h>
 
@@ -127,6 +128,18 @@ struct dlock__zk_be {
     pthread_t reaper;
     int reaper_running, stopping;
 };
+
+/* A string's hash for the tables of holds (by token, zk_holds.c) and of
+ * watch targets (by path, zk_lock.c): FNV-1a, as the library's
+ * dlock__hash_str, whose header (src/core/) a module does not include. */
+static inline size_t dlock__zk_hash_str(const char *s)
+{
+    size_t h = 2166136261u;
+
+    for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++)
+        h = (h ^ *p) * 16777619u;
+    return h;
+}
 
 /* ---- zk_conn.c: sessions ------------------------------------------------- */
 

@@ -24,19 +24,10 @@
  * watches outnumber them twice. */
 #define WTAB_MIN 64
 
-static size_t path_hash(const char *path)
-{
-    size_t h = 2166136261u; /* FNV-1a */
-
-    for (const unsigned char *p = (const unsigned char *)path; *p != '\0'; p++)
-        h = (h ^ *p) * 16777619u;
-    return h;
-}
-
 /* Put w in its target's chain (s->mu held, s->wtab not NULL). */
 static void target_link(dlock__zk_sess *s, dlock__zk_watch *w)
 {
-    dlock__zk_watch **chain = &s->wtab[path_hash(w->target) & (s->wtab_size - 1)];
+    dlock__zk_watch **chain = &s->wtab[dlock__zk_hash_str(w->target) & (s->wtab_size - 1)];
 
     w->tprev = NULL;
     w->tnext = *chain;
@@ -53,7 +44,7 @@ static void target_unlink(dlock__zk_sess *s, dlock__zk_watch *w)
     if (w->tprev != NULL)
         w->tprev->tnext = w->tnext;
     else
-        s->wtab[path_hash(w->target) & (s->wtab_size - 1)] = w->tnext;
+        s->wtab[dlock__zk_hash_str(w->target) & (s->wtab_size - 1)] = w->tnext;
     if (w->tnext != NULL)
         w->tnext->tprev = w->tprev;
     w->tnext = w->tprev = NULL;
@@ -100,8 +91,9 @@ void dlock__zk_watch_retarget(dlock__zk_watch *w, char *path)
 
 void dlock__zk_watch_fire(dlock__zk_sess *s, const char *path)
 {
-    dlock__zk_watch *w = s->wtab != NULL ? s->wtab[path_hash(path) & (s->wtab_size - 1)]
-                                         : s->watches;
+    dlock__zk_watch *w = s->wtab != NULL
+                             ? s->wtab[dlock__zk_hash_str(path) & (s->wtab_size - 1)]
+                             : s->watches;
 
     for (; w != NULL; w = s->wtab != NULL ? w->tnext : w->next)
         if (w->target != NULL && strcmp(w->target, path) == 0) {

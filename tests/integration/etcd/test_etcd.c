@@ -581,6 +581,19 @@ static void waiter_woken_by_release(void)
     test_etcd_stop(&e);
 }
 
+/* Release l: the waiter a (in thread t) then holds, with a fence above
+ * l's, and releases in turn. */
+static void hand_over_and_release(dlock_lock *l, test_acquirer *a, pthread_t t)
+{
+    uint64_t fence = dlock_lock_fence(l);
+
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(a->rc, DLOCK_OK);
+    CHECK(dlock_lock_fence(a->lock) > fence);
+    CHECK_RC(dlock_release(a->lock), DLOCK_OK);
+}
+
 /*
  * The watches of a client are watch_ids on one gRPC Watch stream: four
  * threads of one client waiting for four locks open one stream between
@@ -619,14 +632,8 @@ static void waiters_share_one_watch_stream(void)
                 served(&e, 0, "Watch") - watches, N * (round + 1));
         CHECK(served(&e, 0, "Watch") - watches == 1);
         /* Released in reverse order: each waiter gets its own lock. */
-        for (int i = N - 1; i >= 0; i--) {
-            uint64_t fence = dlock_lock_fence(held[i]);
-            CHECK_RC(dlock_release(held[i]), DLOCK_OK);
-            CHECK(pthread_join(t[i], NULL) == 0);
-            CHECK_RC(a[i].rc, DLOCK_OK);
-            CHECK(dlock_lock_fence(a[i].lock) > fence);
-            CHECK_RC(dlock_release(a[i].lock), DLOCK_OK);
-        }
+        for (int i = N - 1; i >= 0; i--)
+            hand_over_and_release(held[i], &a[i], t[i]);
     }
     dlock_client_free(holder_c);
     dlock_client_free(waiter_c);
@@ -2272,14 +2279,8 @@ static void waiters_share_one_lease(void)
         }
         CHECK(now != 0 && now != lease && (now & SESSION_BITS) == SESSION_BITS);
     }
-    for (int i = 0; i < N; i++) {
-        uint64_t fence = dlock_lock_fence(held[i]);
-        CHECK_RC(dlock_release(held[i]), DLOCK_OK);
-        CHECK(pthread_join(t[i], NULL) == 0);
-        CHECK_RC(a[i].rc, DLOCK_OK);
-        CHECK(dlock_lock_fence(a[i].lock) > fence);
-        CHECK_RC(dlock_release(a[i].lock), DLOCK_OK);
-    }
+    for (int i = 0; i < N; i++)
+        hand_over_and_release(held[i], &a[i], t[i]);
     CHECK_RC(dlock_release(held[N]), DLOCK_OK);
     dlock_client_free(holder_c);
     dlock_client_free(waiter_c);
