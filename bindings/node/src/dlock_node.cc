@@ -1,0 +1,938 @@
+// SPDX-License-Identifier: BSD-3-Clause
+//
+// The native half of dlock's Node.js binding: Node-API (node-addon-api, no
+// V8 code) over libdlock's public C API. lib/index.js is the API users see;
+// this file only moves calls off the JavaScript thread and results back.
+//
+// Threads. A call that may wait for a lock (an acquisition with wait != 0,
+// a campaign) runs on a thread of its own; every other call (a try, a
+// release, an extend, a status) runs on libuv's thread pool, whose few
+// threads a wait would hold for as long as it waits: four waiters for a
+// lock held in the same process would leave its release no thread to run
+// on. Results come back to the JavaScript thread through the client's one
+// thread-safe function, as does on_lost (called by libdlock's watchdog
+// thread, which must not wait).
+//
+// Lifetimes. A lock handle keeps its client's object alive until it is
+// released (dlock_release must come before dlock_client_free for the
+// release to reach the server). A client's Core outlives dlock_client_free:
+// the watchdog may still call on_lost until that returns, and on_lost
+// reaches JavaScript through the Core's thread-safe function.
+
+#define NAPI_VERSION 8
+#define NAPI_DISABLE_CPP_EXCEPTIONS
+#include <napi.h>
+
+#include <dlock/dlock.h>
+
+#include <malloc.h>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <vector>
+
+namespace {
+
+// ---- per-environment state ------------------------------------------------------
+
+struct Addon {
+    Napi::FunctionReference lock_ctor;   // the native Lock class
+    Napi::FunctionReference make_error;  // lib/index.js: (code, message) -> Error
+};
+
+Napi::Value MakeError(Napi::Env env, int code, const std::string &message)
+{
+    Addon *addon = env.GetInstanceData<Addon>();
+    std::string text = message.empty() ? dlock_strerror(code) : message;
+    if (addon == nullptr || addon->make_error.IsEmpty())
+        return Napi::Error::New(env, text).Value();
+    return addon->make_error.Call({Napi::Number::New(env, code), Napi::String::New(env, text)});
+}
+
+// Throws the error lib/index.js makes for code (a bad argument found here,
+// before any call into libdlock).
+Napi::Value Throw(Napi::Env env, int code, const std::string &message)
+{
+    Napi::Value err = MakeError(env, code, message);
+    if (!env.IsExceptionPending())
+        napi_throw(env, err);
+    return env.Undefined();
+}
+
+// The text of a JavaScript string argument; false (and an exception) if it
+// is not a string or holds a NUL, which C would cut the text at.
+bool Text(Napi::Env env, const Napi::Value &v, const char *what, std::string *out)
+{
+    if (!v.IsString()) {
+        Throw(env, DLOCK_EINVAL, std::string(what) + " must be a string");
+        return false;
+    }
+    *out = v.As<Napi::String>().Utf8Value();
+    if (out->find('\0') != std::string::npos) {
+        Throw(env, DLOCK_EINVAL, std::string(what) + " must not contain a NUL character");
+        return false;
+    }
+    return true;
+}
+
+// An optional string argument: null or undefined give none.
+bool OptText(Napi::Env env, const Napi::Value &v, const char *what, std::string *out,
+             bool *has)
+{
+    *has = !(v.IsNull() || v.IsUndefined());
+    return !*has || Text(env, v, what, out);
+}
+
+int64_t Int(const Napi::Value &v)
+{
+    return v.IsNumber() ? v.As<Napi::Number>().Int64Value() : 0;
+}
+
+// ---- the client's core ----------------------------------------------------------
+
+// A message for the JavaScript thread, sent through Core::tsfn.
+struct Msg {
+    virtual ~Msg() = default;
+    virtual void Deliver(Napi::Env env, Napi::Function on_lost) = 0;
+};
+
+void DeliverMsg(Napi::Env env, Napi::Function on_lost, void *, Msg *msg)
+{
+    // env is null when the environment is being torn down: drop the message.
+    if (env != nullptr)
+        msg->Deliver(env, on_lost);
+    delete msg;
+}
+
+using Tsfn = Napi::TypedThreadSafeFunction<void, Msg, DeliverMsg>;
+
+struct Core {
+    dlock_client *c = nullptr;
+    Tsfn tsfn;
+    int busy = 0;  // waits running and locks held
+    bool freed = false;
+
+    // A client keeps the process alive while it waits for a lock or holds
+    // one (its watchdog renews it, and its signal may yet abort), as an
+    // open socket would; an idle client does not.
+    void Hold(Napi::Env env)
+    {
+        if (busy++ == 0)
+            tsfn.Ref(env);
+    }
+    void Drop(Napi::Env env)
+    {
+        if (--busy == 0 && !freed)
+            tsfn.Unref(env);
+    }
+};
+
+// on_lost's payload: which lock (lib/index.js's id) of which client.
+struct Watch {
+    Core *core;
+    double id;
+};
+
+struct LostMsg : Msg {
+    double id;
+    int reason;
+    LostMsg(double id_, int reason_) : id(id_), reason(reason_) {}
+    void Deliver(Napi::Env env, Napi::Function on_lost) override
+    {
+        on_lost.Call({Napi::Number::New(env, id), Napi::Number::New(env, reason)});
+    }
+};
+
+// Called by libdlock's watchdog thread: it must not wait, so the message is
+// queued (the queue has no bound) and delivered on the JavaScript thread.
+extern "C" void OnLost(dlock_lock *, int reason, void *payload)
+{
+    Watch *w = static_cast<Watch *>(payload);
+    w->core->tsfn.NonBlockingCall(new LostMsg(w->id, reason));
+}
+
+// ---- calls ----------------------------------------------------------------------
+
+// One call into libdlock: Run on another thread, then Settle on the
+// JavaScript thread, which resolves or rejects its promise.
+class Call : public Msg {
+  public:
+    explicit Call(Napi::Env env) : deferred_(Napi::Promise::Deferred::New(env)) {}
+
+    Napi::Promise Promise() { return deferred_.Promise(); }
+
+    // Not on the JavaScript thread. libdlock's message is thread-local: it
+    // is read here, right after the call, on the thread that made it.
+    void Execute()
+    {
+        rc_ = Run();
+        if (rc_ != DLOCK_OK)
+            message_ = dlock_error_message();
+    }
+
+    // Rejects the promise of a call that could not be started.
+    void Fail(Napi::Env env, int code, const char *message)
+    {
+        deferred_.Reject(MakeError(env, code, message));
+    }
+
+    void Settle(Napi::Env env)
+    {
+        Napi::HandleScope scope(env);
+        if (rc_ == DLOCK_OK) {
+            Napi::Value v = Result(env);
+            if (env.IsExceptionPending()) {
+                Napi::Error e = env.GetAndClearPendingException();
+                deferred_.Reject(e.Value());
+            } else {
+                deferred_.Resolve(v);
+            }
+        } else {
+            deferred_.Reject(MakeError(env, rc_, message_));
+        }
+    }
+
+    // A spawned call's end, on the JavaScript thread.
+    void Deliver(Napi::Env env, Napi::Function) override
+    {
+        Settle(env);
+        Finish(env);
+        spawned_->Drop(env);
+    }
+
+    // Runs the call on libuv's thread pool (a call that does not wait).
+    void Queue(Napi::Env env);
+    // Runs the call on a thread of its own (a call that may wait); false if
+    // no thread could be had (the call was not started).
+    bool Spawn(Napi::Env env, Core *core);
+
+  protected:
+    virtual int Run() = 0;
+    virtual Napi::Value Result(Napi::Env env) { return env.Undefined(); }
+    // After Settle, on the JavaScript thread: bookkeeping of the caller's.
+    virtual void Finish(Napi::Env) {}
+
+    int rc_ = DLOCK_OK;
+
+  private:
+    Napi::Promise::Deferred deferred_;
+    std::string message_;
+    Core *spawned_ = nullptr;
+
+    friend class PoolWork;
+
+  public:
+    Core *Spawned() const { return spawned_; }
+};
+
+class PoolWork : public Napi::AsyncWorker {
+  public:
+    PoolWork(Napi::Env env, Call *call) : Napi::AsyncWorker(env, "dlock"), call_(call) {}
+    ~PoolWork() override { delete call_; }
+    void Execute() override { call_->Execute(); }
+    void OnOK() override
+    {
+        call_->Settle(Env());
+        call_->Finish(Env());
+    }
+
+  private:
+    Call *call_;
+};
+
+void Call::Queue(Napi::Env env)
+{
+    (new PoolWork(env, this))->Queue();
+}
+
+void *SpawnMain(void *arg)
+{
+    Call *call = static_cast<Call *>(arg);
+    call->Execute();
+    // Delivered (and deleted) by DeliverMsg. If Node is shutting down the
+    // call is dropped: nobody is left to tell.
+    call->Spawned()->tsfn.BlockingCall(call);
+    return nullptr;
+}
+
+bool Call::Spawn(Napi::Env env, Core *core)
+{
+    pthread_attr_t attr;
+    pthread_t t;
+    spawned_ = core;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    // A waiter's thread only sits in libdlock: 256 KiB of stack is plenty.
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    int err = pthread_create(&t, &attr, SpawnMain, this);
+    pthread_attr_destroy(&attr);
+    if (err != 0)
+        return false;
+    core->Hold(env);
+    return true;
+}
+
+// ---- the lock handle ------------------------------------------------------------
+
+class Lock : public Napi::ObjectWrap<Lock> {
+  public:
+    static Napi::Function Define(Napi::Env env)
+    {
+        return DefineClass(env, "Lock",
+                           {
+                               InstanceMethod<&Lock::Fence>("fence"),
+                               InstanceMethod<&Lock::Names>("names"),
+                               InstanceMethod<&Lock::Fences>("fences"),
+                               InstanceMethod<&Lock::Kind>("kind"),
+                               InstanceMethod<&Lock::Lost>("lost"),
+                               InstanceMethod<&Lock::ValidMs>("validMs"),
+                               InstanceMethod<&Lock::Release>("release"),
+                               InstanceMethod<&Lock::Extend>("extend"),
+                               InstanceMethod<&Lock::Check>("check"),
+                               InstanceMethod<&Lock::Downgrade>("downgrade"),
+                           });
+    }
+
+    // A Lock still held when it goes is one whose environment is torn down
+    // (a held lock keeps its client, and lib/index.js's client keeps it):
+    // its lease runs out on the server, and its Watch stays, since the
+    // watchdog may still use it.
+    explicit Lock(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Lock>(info) {}
+
+    // Set by the acquiring call's Result, on the JavaScript thread.
+    void Adopt(Napi::Env env, dlock_lock *l, Watch *w, const Napi::Object &client, Core *core)
+    {
+        lock_ = l;
+        watch_ = w;
+        client_ = Napi::Persistent(client);
+        core_ = core;
+        core->Hold(env);
+    }
+
+    dlock_lock *Handle(Napi::Env env)
+    {
+        if (lock_ == nullptr)
+            Throw(env, DLOCK_EMISUSE, "the lock was released already");
+        else if (busy_)
+            Throw(env, DLOCK_EMISUSE, "another call on this lock is still running");
+        return (lock_ != nullptr && !busy_) ? lock_ : nullptr;
+    }
+
+  private:
+    Napi::Value Fence(const Napi::CallbackInfo &info)
+    {
+        if (lock_ == nullptr)
+            return Throw(info.Env(), DLOCK_EMISUSE, "the lock was released already");
+        return Napi::BigInt::New(info.Env(), static_cast<uint64_t>(dlock_lock_fence(lock_)));
+    }
+
+    Napi::Value Names(const Napi::CallbackInfo &info)
+    {
+        if (lock_ == nullptr)
+            return Throw(info.Env(), DLOCK_EMISUSE, "the lock was released already");
+        size_t n = dlock_lock_count(lock_);
+        Napi::Array a = Napi::Array::New(info.Env(), n);
+        for (size_t i = 0; i < n; i++)
+            a.Set(static_cast<uint32_t>(i), Napi::String::New(info.Env(), dlock_lock_name_at(lock_, i)));
+        return a;
+    }
+
+    Napi::Value Fences(const Napi::CallbackInfo &info)
+    {
+        if (lock_ == nullptr)
+            return Throw(info.Env(), DLOCK_EMISUSE, "the lock was released already");
+        size_t n = dlock_lock_count(lock_);
+        Napi::Array a = Napi::Array::New(info.Env(), n);
+        for (size_t i = 0; i < n; i++)
+            a.Set(static_cast<uint32_t>(i),
+                  Napi::BigInt::New(info.Env(), static_cast<uint64_t>(dlock_lock_fence_at(lock_, i))));
+        return a;
+    }
+
+    Napi::Value Kind(const Napi::CallbackInfo &info)
+    {
+        if (lock_ == nullptr)
+            return Throw(info.Env(), DLOCK_EMISUSE, "the lock was released already");
+        return Napi::Number::New(info.Env(), dlock_lock_kind(lock_));
+    }
+
+    // No I/O: what the client knows now (the watchdog's last word).
+    Napi::Value Lost(const Napi::CallbackInfo &info)
+    {
+        return Napi::Boolean::New(info.Env(), lock_ != nullptr && dlock_lock_lost(lock_) != 0);
+    }
+
+    Napi::Value ValidMs(const Napi::CallbackInfo &info)
+    {
+        if (lock_ == nullptr)
+            return Napi::Number::New(info.Env(), 0);
+        return Napi::Number::New(info.Env(), static_cast<double>(dlock_lock_valid_ms(lock_)));
+    }
+
+    class LockCall : public Call {
+      public:
+        LockCall(Napi::Env env, Lock *self, int op, int64_t ms)
+            : Call(env), self_(self), keep_(Napi::Persistent(self->Value())), l_(self->lock_),
+              op_(op), ms_(ms)
+        {
+            self->busy_ = true;
+        }
+
+      protected:
+        int Run() override
+        {
+            switch (op_) {
+            case 0: return dlock_release(l_);
+            case 1: return dlock_lock_extend(l_, ms_);
+            case 2: return dlock_lock_check(l_);
+            default: return dlock_lock_downgrade(l_);
+            }
+        }
+
+        void Finish(Napi::Env env) override
+        {
+            self_->busy_ = false;
+            if (op_ == 0) {
+                self_->core_->Drop(env);
+                // Released (freed by libdlock) whatever the code: the
+                // watchdog is done with the handle and its Watch.
+                self_->lock_ = nullptr;
+                delete self_->watch_;
+                self_->watch_ = nullptr;
+                self_->client_.Reset();
+            }
+        }
+
+      private:
+        Lock *self_;
+        Napi::ObjectReference keep_;
+        dlock_lock *l_;
+        int op_;
+        int64_t ms_;
+    };
+
+    Napi::Value Start(const Napi::CallbackInfo &info, int op, int64_t ms)
+    {
+        if (Handle(info.Env()) == nullptr)
+            return info.Env().Undefined();
+        LockCall *call = new LockCall(info.Env(), this, op, ms);
+        Napi::Promise p = call->Promise();
+        call->Queue(info.Env());
+        return p;
+    }
+
+    Napi::Value Release(const Napi::CallbackInfo &info) { return Start(info, 0, 0); }
+    Napi::Value Check(const Napi::CallbackInfo &info) { return Start(info, 2, 0); }
+    Napi::Value Downgrade(const Napi::CallbackInfo &info) { return Start(info, 3, 0); }
+    Napi::Value Extend(const Napi::CallbackInfo &info)
+    {
+        if (!info[0].IsNumber())
+            return Throw(info.Env(), DLOCK_EINVAL, "extend's ttl must be a number of ms");
+        return Start(info, 1, Int(info[0]));
+    }
+
+    dlock_lock *lock_ = nullptr;
+    Watch *watch_ = nullptr;
+    Napi::ObjectReference client_;  // kept alive while the lock is held
+    Core *core_ = nullptr;
+    bool busy_ = false;
+};
+
+// ---- the client -----------------------------------------------------------------
+
+// An acquisition's options, from lib/index.js's positional arguments.
+struct Options {
+    dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+    std::string owner, label;
+    bool has_owner = false, has_label = false;
+    double watch_id = 0;
+
+    // args: ttl, wait, autoRenew, watchId, kind, owner, reentrant, permits, label
+    bool Parse(Napi::Env env, const Napi::CallbackInfo &info, size_t at)
+    {
+        o.lease_ms = Int(info[at]);
+        o.wait_ms = Int(info[at + 1]);
+        o.auto_renew = info[at + 2].ToBoolean().Value() ? 1 : 0;
+        watch_id = info[at + 3].IsNumber() ? info[at + 3].As<Napi::Number>().DoubleValue() : 0;
+        o.kind = static_cast<int>(Int(info[at + 4]));
+        if (!OptText(env, info[at + 5], "owner", &owner, &has_owner) ||
+            !OptText(env, info[at + 8], "label", &label, &has_label))
+            return false;
+        o.reentrant = info[at + 6].ToBoolean().Value() ? 1 : 0;
+        o.permits = static_cast<int>(Int(info[at + 7]));
+        return true;
+    }
+
+    // Points the C options at this struct's strings (after any copy).
+    void Bind(Watch *w)
+    {
+        o.owner = has_owner ? owner.c_str() : nullptr;
+        o.label = has_label ? label.c_str() : nullptr;
+        o.on_lost = w ? OnLost : nullptr;
+        o.payload = w;
+    }
+};
+
+class Client : public Napi::ObjectWrap<Client> {
+  public:
+    static Napi::Function Define(Napi::Env env)
+    {
+        return DefineClass(env, "Client",
+                           {
+                               InstanceMethod<&Client::Open>("open"),
+                               InstanceMethod<&Client::Acquire>("acquire"),
+                               InstanceMethod<&Client::AcquireMulti>("acquireMulti"),
+                               InstanceMethod<&Client::Campaign>("campaign"),
+                               InstanceMethod<&Client::Leader>("leader"),
+                               InstanceMethod<&Client::Status>("status"),
+                               InstanceMethod<&Client::SetPermits>("setPermits"),
+                               InstanceMethod<&Client::Interrupt>("interrupt"),
+                               InstanceMethod<&Client::Backend>("backend"),
+                               InstanceMethod<&Client::Free>("free"),
+                           });
+    }
+
+    // new Client(onLost): onLost(id, reason) is called on the JavaScript
+    // thread for each watched lock found lost.
+    explicit Client(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Client>(info)
+    {
+        Napi::Env env = info.Env();
+        if (!info[0].IsFunction()) {
+            Throw(env, DLOCK_EINVAL, "Client needs its on_lost dispatcher");
+            return;
+        }
+        core_ = new Core;
+        core_->tsfn = Tsfn::New(env, info[0].As<Napi::Function>(), "dlock", 0, 1, nullptr);
+        core_->tsfn.Unref(env);
+    }
+
+    ~Client() override
+    {
+        // Reached with the client open only when the environment goes (or
+        // lib/index.js dropped an open client, which it does not do): the
+        // watchdog could still call on_lost, so the Core stays.
+        if (core_ != nullptr && core_->freed) {
+            delete core_;
+        }
+    }
+
+  private:
+    bool Ready(Napi::Env env)
+    {
+        if (core_ == nullptr || core_->c == nullptr || core_->freed || closing_) {
+            Throw(env, DLOCK_EMISUSE, "the client is closed");
+            return false;
+        }
+        return true;
+    }
+
+    // open(url, connectTimeoutMs, commandTimeoutMs, keyPrefix, clientName)
+    Napi::Value Open(const Napi::CallbackInfo &info)
+    {
+        Napi::Env env = info.Env();
+        struct OpenCall : Call {
+            Core *core;
+            std::string url, prefix, name;
+            bool has_prefix = false, has_name = false;
+            dlock_client_options o = DLOCK_CLIENT_OPTIONS_INIT;
+            dlock_client *out = nullptr;
+            OpenCall(Napi::Env env, Core *c) : Call(env), core(c) {}
+            int Run() override
+            {
+                o.key_prefix = has_prefix ? prefix.c_str() : nullptr;
+                o.client_name = has_name ? name.c_str() : nullptr;
+                return dlock_client_open(&out, url.c_str(), &o);
+            }
+            Napi::Value Result(Napi::Env env) override
+            {
+                core->c = out;
+                return env.Undefined();
+            }
+        };
+        if (core_ == nullptr || core_->c != nullptr || core_->freed)
+            return Throw(env, DLOCK_EMISUSE, "the client is open already");
+        OpenCall *call = new OpenCall(env, core_);
+        if (!Text(env, info[0], "url", &call->url) ||
+            !OptText(env, info[3], "keyPrefix", &call->prefix, &call->has_prefix) ||
+            !OptText(env, info[4], "clientName", &call->name, &call->has_name)) {
+            delete call;
+            return env.Undefined();
+        }
+        if (info[1].IsNumber())
+            call->o.connect_timeout_ms = Int(info[1]);
+        if (info[2].IsNumber())
+            call->o.command_timeout_ms = Int(info[2]);
+        Napi::Promise p = call->Promise();
+        call->Queue(env);
+        return p;
+    }
+
+    // A call that gives a lock handle.
+    class TakeCall : public Call {
+      public:
+        TakeCall(Napi::Env env, Client *client)
+            : Call(env), client_(Napi::Persistent(client->Value())), core_(client->core_)
+        {
+        }
+        ~TakeCall() override { delete watch_; }
+
+        Options opts;
+        Watch *watch_ = nullptr;
+
+      protected:
+        dlock_lock *out_ = nullptr;
+
+        Napi::Value Result(Napi::Env env) override
+        {
+            Addon *addon = env.GetInstanceData<Addon>();
+            Napi::Object obj = addon->lock_ctor.New({});
+            if (env.IsExceptionPending()) {
+                dlock_release(out_);  // cannot happen short of memory: give it back
+                return env.Undefined();
+            }
+            Lock::Unwrap(obj)->Adopt(env, out_, watch_, client_.Value(), core_);
+            watch_ = nullptr;
+            return obj;
+        }
+
+        Napi::ObjectReference client_;
+        Core *core_;
+    };
+
+    void Dispatch(Napi::Env env, TakeCall *call)
+    {
+        if (call->opts.watch_id != 0)
+            call->watch_ = new Watch{core_, call->opts.watch_id};
+        call->opts.Bind(call->watch_);
+        if (call->opts.o.wait_ms == 0) {
+            call->Queue(env);
+        } else if (!call->Spawn(env, core_)) {
+            call->Fail(env, DLOCK_ENOMEM, "cannot start a thread for the wait");
+            delete call;
+        }
+    }
+
+    // acquire(name, ttl, wait, autoRenew, watchId, kind, owner, reentrant, permits, label)
+    Napi::Value Acquire(const Napi::CallbackInfo &info)
+    {
+        Napi::Env env = info.Env();
+        struct AcquireCall : TakeCall {
+            std::string name;
+            AcquireCall(Napi::Env env, Client *c) : TakeCall(env, c) {}
+            int Run() override { return dlock_acquire(&out_, core_->c, name.c_str(), &opts.o); }
+        };
+        if (!Ready(env))
+            return env.Undefined();
+        AcquireCall *call = new AcquireCall(env, this);
+        if (!Text(env, info[0], "name", &call->name) || !call->opts.Parse(env, info, 1)) {
+            delete call;
+            return env.Undefined();
+        }
+        Napi::Promise p = call->Promise();
+        Dispatch(env, call);
+        return p;
+    }
+
+    // acquireMulti(names[], ttl, wait, autoRenew, watchId, kind, owner, reentrant, permits, label)
+    Napi::Value AcquireMulti(const Napi::CallbackInfo &info)
+    {
+        Napi::Env env = info.Env();
+        struct MultiCall : TakeCall {
+            std::vector<std::string> names;
+            MultiCall(Napi::Env env, Client *c) : TakeCall(env, c) {}
+            int Run() override
+            {
+                std::vector<const char *> p;
+                for (const std::string &n : names)
+                    p.push_back(n.c_str());
+                return dlock_acquire_multi(&out_, core_->c, p.empty() ? nullptr : p.data(),
+                                           p.size(), &opts.o);
+            }
+        };
+        if (!Ready(env))
+            return env.Undefined();
+        if (!info[0].IsArray())
+            return Throw(env, DLOCK_EINVAL, "names must be an array of names");
+        MultiCall *call = new MultiCall(env, this);
+        Napi::Array a = info[0].As<Napi::Array>();
+        for (uint32_t i = 0; i < a.Length(); i++) {
+            std::string n;
+            if (!Text(env, a.Get(i), "each name", &n)) {
+                delete call;
+                return env.Undefined();
+            }
+            call->names.push_back(n);
+        }
+        if (!call->opts.Parse(env, info, 1)) {
+            delete call;
+            return env.Undefined();
+        }
+        Napi::Promise p = call->Promise();
+        Dispatch(env, call);
+        return p;
+    }
+
+    // campaign(name, identity, ttl, wait, autoRenew, watchId, kind, owner, reentrant, permits, label)
+    Napi::Value Campaign(const Napi::CallbackInfo &info)
+    {
+        Napi::Env env = info.Env();
+        struct CampaignCall : TakeCall {
+            std::string name, identity;
+            CampaignCall(Napi::Env env, Client *c) : TakeCall(env, c) {}
+            int Run() override
+            {
+                return dlock_campaign(&out_, core_->c, name.c_str(), identity.c_str(), &opts.o);
+            }
+        };
+        if (!Ready(env))
+            return env.Undefined();
+        CampaignCall *call = new CampaignCall(env, this);
+        if (!Text(env, info[0], "name", &call->name) ||
+            !Text(env, info[1], "identity", &call->identity) || !call->opts.Parse(env, info, 2)) {
+            delete call;
+            return env.Undefined();
+        }
+        Napi::Promise p = call->Promise();
+        Dispatch(env, call);
+        return p;
+    }
+
+    Napi::Value Leader(const Napi::CallbackInfo &info)
+    {
+        Napi::Env env = info.Env();
+        struct LeaderCall : Call {
+            Napi::ObjectReference keep;
+            Core *core;
+            std::string name;
+            dlock_leader_info out;
+            LeaderCall(Napi::Env env, Client *c)
+                : Call(env), keep(Napi::Persistent(c->Value())), core(c->core_)
+            {
+            }
+            int Run() override { return dlock_leader(&out, core->c, name.c_str()); }
+            Napi::Value Result(Napi::Env env) override
+            {
+                Napi::Object o = Napi::Object::New(env);
+                o.Set("held", Napi::Boolean::New(env, out.held != 0));
+                o.Set("fence", Napi::BigInt::New(env, static_cast<uint64_t>(out.fence)));
+                o.Set("ttl", out.held ? Napi::Number::New(env, static_cast<double>(out.ttl_ms))
+                                      : env.Null());
+                o.Set("identity", out.held ? Napi::String::New(env, out.identity).As<Napi::Value>()
+                                           : env.Null());
+                return o;
+            }
+        };
+        if (!Ready(env))
+            return env.Undefined();
+        LeaderCall *call = new LeaderCall(env, this);
+        if (!Text(env, info[0], "name", &call->name)) {
+            delete call;
+            return env.Undefined();
+        }
+        Napi::Promise p = call->Promise();
+        call->Queue(env);
+        return p;
+    }
+
+    Napi::Value Status(const Napi::CallbackInfo &info)
+    {
+        Napi::Env env = info.Env();
+        struct StatusCall : Call {
+            Napi::ObjectReference keep;
+            Core *core;
+            std::string name;
+            dlock_lock_info out;
+            StatusCall(Napi::Env env, Client *c)
+                : Call(env), keep(Napi::Persistent(c->Value())), core(c->core_)
+            {
+            }
+            int Run() override { return dlock_status(&out, core->c, name.c_str()); }
+            Napi::Value Result(Napi::Env env) override
+            {
+                Napi::Object o = Napi::Object::New(env);
+                o.Set("held", Napi::Boolean::New(env, out.held != 0));
+                o.Set("fence", Napi::BigInt::New(env, static_cast<uint64_t>(out.fence)));
+                o.Set("ttl", out.ttl_ms >= 0 ? Napi::Number::New(env, static_cast<double>(out.ttl_ms))
+                                             : env.Null());
+                o.Set("holders", Napi::Number::New(env, out.holders));
+                o.Set("kind", Napi::Number::New(env, out.kind));
+                if (out.has_holder) {
+                    o.Set("host", Napi::String::New(env, out.host));
+                    o.Set("pid", Napi::Number::New(env, static_cast<double>(out.pid)));
+                    o.Set("startMs", Napi::Number::New(env, static_cast<double>(out.start_ms)));
+                    o.Set("label", out.label[0] ? Napi::String::New(env, out.label).As<Napi::Value>()
+                                                : env.Null());
+                } else {
+                    o.Set("host", env.Null());
+                    o.Set("pid", env.Null());
+                    o.Set("startMs", env.Null());
+                    o.Set("label", env.Null());
+                }
+                return o;
+            }
+        };
+        if (!Ready(env))
+            return env.Undefined();
+        StatusCall *call = new StatusCall(env, this);
+        if (!Text(env, info[0], "name", &call->name)) {
+            delete call;
+            return env.Undefined();
+        }
+        Napi::Promise p = call->Promise();
+        call->Queue(env);
+        return p;
+    }
+
+    Napi::Value SetPermits(const Napi::CallbackInfo &info)
+    {
+        Napi::Env env = info.Env();
+        struct PermitsCall : Call {
+            Napi::ObjectReference keep;
+            Core *core;
+            std::string name;
+            int permits = 0;
+            PermitsCall(Napi::Env env, Client *c)
+                : Call(env), keep(Napi::Persistent(c->Value())), core(c->core_)
+            {
+            }
+            int Run() override
+            {
+                return dlock_semaphore_set_permits(core->c, name.c_str(), permits);
+            }
+        };
+        if (!Ready(env))
+            return env.Undefined();
+        PermitsCall *call = new PermitsCall(env, this);
+        if (!Text(env, info[0], "name", &call->name)) {
+            delete call;
+            return env.Undefined();
+        }
+        call->permits = static_cast<int>(Int(info[1]));
+        Napi::Promise p = call->Promise();
+        call->Queue(env);
+        return p;
+    }
+
+    // Async-signal-safe in C, so safe from here at any time.
+    Napi::Value Interrupt(const Napi::CallbackInfo &info)
+    {
+        if (core_ != nullptr && core_->c != nullptr && !core_->freed)
+            dlock_client_interrupt(core_->c);
+        return info.Env().Undefined();
+    }
+
+    Napi::Value Backend(const Napi::CallbackInfo &info)
+    {
+        if (!Ready(info.Env()))
+            return info.Env().Undefined();
+        return Napi::String::New(info.Env(), dlock_client_backend(core_->c));
+    }
+
+    // free(): lib/index.js calls it once no call on the client runs and its
+    // locks are released. dlock_client_free joins the watchdog, so it runs
+    // on the pool; the Core stays until this object goes (a lost message
+    // may still be queued).
+    Napi::Value Free(const Napi::CallbackInfo &info)
+    {
+        Napi::Env env = info.Env();
+        struct FreeCall : Call {
+            Napi::ObjectReference keep;
+            Core *core;
+            FreeCall(Napi::Env env, Client *c)
+                : Call(env), keep(Napi::Persistent(c->Value())), core(c->core_)
+            {
+            }
+            int Run() override
+            {
+                dlock_client_free(core->c);
+                return DLOCK_OK;
+            }
+            void Finish(Napi::Env) override
+            {
+                core->c = nullptr;
+                core->freed = true;
+                core->tsfn.Release();
+            }
+        };
+        if (core_ == nullptr || closing_)
+            return Throw(env, DLOCK_EMISUSE, "the client is closed");
+        closing_ = true;
+        if (core_->c == nullptr) {
+            core_->freed = true;
+            core_->tsfn.Release();
+            Napi::Promise::Deferred d = Napi::Promise::Deferred::New(env);
+            d.Resolve(env.Undefined());
+            return d.Promise();
+        }
+        FreeCall *call = new FreeCall(env, this);
+        Napi::Promise p = call->Promise();
+        call->Queue(env);
+        return p;
+    }
+
+    Core *core_ = nullptr;
+    bool closing_ = false;
+};
+
+Napi::Value Setup(const Napi::CallbackInfo &info)
+{
+    Addon *addon = info.Env().GetInstanceData<Addon>();
+    if (info[0].IsFunction())
+        addon->make_error = Napi::Persistent(info[0].As<Napi::Function>());
+    return info.Env().Undefined();
+}
+
+Napi::Value Version(const Napi::CallbackInfo &info)
+{
+    return Napi::String::New(info.Env(), dlock_version());
+}
+
+// The bytes malloc has handed out and not had back, in every arena: what
+// the memory test watches (the RSS also counts the arenas' free space).
+Napi::Value MallocInUse(const Napi::CallbackInfo &info)
+{
+    struct mallinfo2 mi = mallinfo2();
+    return Napi::Number::New(info.Env(), static_cast<double>(mi.uordblks + mi.hblkhd));
+}
+
+Napi::Value Strerror(const Napi::CallbackInfo &info)
+{
+    return Napi::String::New(info.Env(), dlock_strerror(static_cast<int>(Int(info[0]))));
+}
+
+// Node loads an addon with RTLD_LOCAL, and libdlock with it, where the
+// backend modules libdlock loads by scheme (zk.so, postgres.so, mysql.so)
+// cannot see its calls: make libdlock's symbols global, as a program
+// linked with it has them.
+void PromoteLibdlock()
+{
+    Dl_info info;
+    if (dladdr(reinterpret_cast<void *>(&dlock_version), &info) == 0 || info.dli_fname == nullptr)
+        return;
+    void *h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
+    // Dropping the extra reference leaves the library loaded, and global.
+    if (h != nullptr)
+        dlclose(h);
+}
+
+Napi::Object Init(Napi::Env env, Napi::Object exports)
+{
+    PromoteLibdlock();
+    Addon *addon = new Addon;
+    env.SetInstanceData<Addon>(addon);
+    Napi::Function lock = Lock::Define(env);
+    addon->lock_ctor = Napi::Persistent(lock);
+    exports.Set("Lock", lock);
+    exports.Set("Client", Client::Define(env));
+    exports.Set("setup", Napi::Function::New<Setup>(env));
+    exports.Set("version", Napi::Function::New<Version>(env));
+    exports.Set("strerror", Napi::Function::New<Strerror>(env));
+    exports.Set("mallocInUse", Napi::Function::New<MallocInUse>(env));
+    return exports;
+}
+
+}  // namespace
+
+NODE_API_MODULE(dlock, Init)

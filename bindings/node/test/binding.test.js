@@ -1,0 +1,462 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The Node.js binding against real servers (servers.js): the cases that
+// matter to a user, on Redis and etcd, and on the ZooKeeper, PostgreSQL and
+// MariaDB of make test when it names them. Run: npm test (node --test).
+'use strict';
+
+const { describe, it, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const { spawn, spawnSync } = require('child_process');
+const path = require('path');
+
+const dlock = require('..');
+const servers = require('./support/servers');
+
+const HERE = path.resolve(__dirname, '..');
+const RUN = `${process.pid}-${Date.now()}`;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// A Node process running code, with this binding as require('dlock') and
+// the script's arguments in process.argv.slice(1).
+function child(code, ...args) {
+  const p = spawn(process.execPath, ['-e', code, '--', ...args], {
+    env: { ...process.env, NODE_PATH: path.dirname(HERE) },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  p.lines = [];
+  p.waiters = [];
+  let buf = '';
+  const take = (d) => {
+    buf += d;
+    let i;
+    while ((i = buf.indexOf('\n')) >= 0) {
+      p.lines.push(buf.slice(0, i));
+      buf = buf.slice(i + 1);
+    }
+    p.waiters = p.waiters.filter((w) => !w());
+  };
+  p.stdout.on('data', take);
+  p.stderr.on('data', take);
+  p.on('exit', () => p.waiters.forEach((w) => w(true)));
+  return p;
+}
+
+// Resolves with p's lines once one equals want; rejects at p's end or after
+// seconds.
+function readUntil(p, want, seconds = 20) {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(
+      `never saw ${JSON.stringify(want)} from the child; it said: ${JSON.stringify(p.lines)}`)),
+    seconds * 1000);
+    const check = (ended) => {
+      if (p.lines.includes(want)) {
+        clearTimeout(timer);
+        resolve(p.lines.slice());
+        return true;
+      }
+      if (ended || p.exitCode !== null) {
+        clearTimeout(timer);
+        reject(new Error(`the child ended without ${JSON.stringify(want)}: ${JSON.stringify(p.lines)}`));
+        return true;
+      }
+      return false;
+    };
+    if (!check(false))
+      p.waiters.push(check);
+  });
+}
+
+let env;
+before(async () => { env = await servers.start(); });
+after(async () => { await env.stop(); });
+
+it('has the library version', () => {
+  assert.match(dlock.version, /^\d+\.\d+\.\d+$/);
+});
+
+// Every case below runs on each backend at hand. node:test collects the
+// describe blocks before `before` runs, so the list is known up front.
+const BACKENDS = ['redis', 'etcd'].concat(
+  [['zk', 'DLOCK_TEST_ZK_URL'], ['postgres', 'DLOCK_TEST_POSTGRES_URL'],
+    ['mysql', 'DLOCK_TEST_MYSQL_URL']].filter(([, v]) => process.env[v]).map(([b]) => b));
+
+for (const backend of BACKENDS) {
+  describe(backend, () => {
+    let server;
+    let client;
+    let n = 0;
+    // A lock name of this case's own and this run's (the shared servers
+    // keep a semaphore's permits, a queue's places, from run to run).
+    const fresh = () => `node-${backend}-${RUN}-${++n}`;
+
+    before(async () => {
+      server = env.servers.find((s) => s.name === backend);
+      client = await dlock.connect(server.url);
+    });
+    after(async () => { await client.close(); });
+
+    it('cycle', async () => {
+      const name = fresh();
+      const lock = await client.acquire(name, { ttl: 10000 });
+      assert.equal(typeof lock.fence, 'bigint');
+      assert.ok(lock.fence > 0n);
+      assert.equal(lock.lost, false);
+      assert.equal(lock.signal.aborted, false);
+      assert.ok(lock.validMs > 9000 && lock.validMs <= 10000, String(lock.validMs));
+      assert.equal(lock.name, name);
+      assert.equal((await client.status(name)).held, true);
+      await lock.check();
+      await lock.extend(20000);
+      assert.ok(lock.validMs > 19000, String(lock.validMs));
+      await lock.release();
+      assert.equal(lock.released, true);
+      assert.equal(lock.validMs, 0);
+      assert.equal((await client.status(name)).held, false);
+    });
+
+    it('fences strictly increase across clients', async () => {
+      const name = fresh();
+      const other = await dlock.connect(server.url);
+      const fences = [];
+      try {
+        for (let i = 0; i < 6; i++) {
+          const lock = await (i % 2 ? client : other).acquire(name);
+          fences.push(lock.fence);
+          await lock.release();
+        }
+      } finally {
+        await other.close();
+      }
+      for (let i = 1; i < fences.length; i++)
+        assert.ok(fences[i] > fences[i - 1], fences.join(' '));
+    });
+
+    it('busy and timeout', async () => {
+      const name = fresh();
+      const held = await client.acquire(name);
+      const other = await dlock.connect(server.url);
+      try {
+        await assert.rejects(other.acquire(name), (e) => e instanceof dlock.Busy &&
+          e.code === -1 && e.message.length > 0 && e.name === 'Busy');
+        const t0 = Date.now();
+        await assert.rejects(other.acquire(name, { wait: 300 }),
+          (e) => e instanceof dlock.Timeout && e instanceof dlock.Busy && e.code === -2);
+        assert.ok(Date.now() - t0 >= 295, String(Date.now() - t0));
+      } finally {
+        await other.close();
+        await held.release();
+      }
+    });
+
+    it('wait and hand-off, the event loop free meanwhile', async () => {
+      const name = fresh();
+      const holder = await client.acquire(name);
+      const other = await dlock.connect(server.url);
+      try {
+        const t0 = Date.now();
+        let ticks = 0;
+        const tick = setInterval(() => { ticks++; }, 10);
+        setTimeout(() => holder.release(), 300);
+        const lock = await other.acquire(name, { wait: 10000 });
+        clearInterval(tick);
+        const waited = Date.now() - t0;
+        assert.ok(lock.fence > holder.fence);
+        assert.ok(waited >= 250 && waited < 5000, String(waited));
+        // The loop ran while the acquisition waited.
+        assert.ok(ticks >= 10, `only ${ticks} timer ticks in ${waited} ms`);
+        await lock.release();
+      } finally {
+        await other.close();
+      }
+    });
+
+    it('more waiters than libuv has pool threads, and their holder releases', async () => {
+      // Waits have threads of their own: the pool (4 threads) stays free
+      // for the holder's release.
+      const name = fresh();
+      const holder = await client.acquire(name);
+      const waits = [];
+      for (let i = 0; i < 6; i++)
+        waits.push(client.acquire(name, { wait: 20000, ttl: 5000 }));
+      await sleep(200);
+      await holder.release();
+      // Each releases as soon as it holds: the others wait for it.
+      await Promise.all(waits.map(async (w) => (await w).release()));
+    });
+
+    it('expiry frees the lock, and the holder is told', async () => {
+      const name = fresh();
+      const ttl = server.shortTtl;
+      const told = [];
+      const lock = await client.acquire(name, { ttl, autoRenew: false,
+        onLost: (l, reason) => told.push([l, reason]) });
+      const aborted = new Promise((r) => lock.signal.addEventListener('abort', r));
+      await sleep(ttl + 400);
+      assert.equal(lock.lost, true);
+      await aborted;
+      assert.ok(lock.signal.reason instanceof dlock.LockLost);
+      assert.equal(told.length, 1);
+      assert.equal(told[0][0], lock);
+      const other = await dlock.connect(server.url);
+      try {
+        // The server's own expiry may come a little later (etcd counts
+        // leases in whole seconds): wait for it, never for a release.
+        const again = await other.acquire(name, { wait: ttl * 4 + 2000 });
+        assert.ok(again.fence > lock.fence);
+        await again.release();
+      } finally {
+        await other.close();
+      }
+      await assert.rejects(lock.release(), dlock.LockLost);
+    });
+
+    it('a holder frozen past its lease sees lost and its signal abort', async () => {
+      const name = fresh();
+      const ttl = Math.max(server.shortTtl * 2, 1000);
+      const p = child(`
+        const dlock = require('node');
+        const [url, name, ttl] = process.argv.slice(1);
+        (async () => {
+          const c = await dlock.connect(url);
+          let told = false;
+          try {
+            await c.using(name, { ttl: Number(ttl), onLost: () => { told = true; } }, async (lock) => {
+              console.log('held', String(lock.fence));
+              await new Promise((r) => lock.signal.addEventListener('abort', r));
+              console.log('lost', lock.lost, lock.signal.reason.name);
+              console.log(told ? 'told' : 'not told');
+            });
+          } catch (e) {
+            console.log('rejected', e.name);
+          }
+          await c.close();
+          console.log('end');
+        })();`, server.url, name, String(ttl));
+      try {
+        const lines = await waitHeld(p);
+        const fence = BigInt(lines.find((l) => l.startsWith('held ')).split(' ')[1]);
+        p.kill('SIGSTOP');
+        const other = await dlock.connect(server.url);
+        try {
+          const taken = await other.acquire(name, { wait: ttl * 4 + 5000 });
+          assert.ok(taken.fence > fence);
+          await taken.release();
+        } finally {
+          p.kill('SIGCONT');
+          await other.close();
+        }
+        const out = await readUntil(p, 'end');
+        assert.ok(out.includes('lost true LockLost'), out.join('\n'));
+        assert.ok(out.includes('told'), out.join('\n'));
+        assert.ok(out.includes('rejected LockLost'), out.join('\n'));
+      } finally {
+        p.kill('SIGKILL');
+      }
+    });
+
+    it('bad input names what was wrong', async () => {
+      await assert.rejects(dlock.connect('nosuch://127.0.0.1:1'),
+        (e) => e instanceof dlock.InvalidArgument && /nosuch/.test(e.message));
+      await assert.rejects(client.acquire('x', { ttl: -1 }), dlock.InvalidArgument);
+      await assert.rejects(client.acquire('x', { wait: 'soon' }),
+        (e) => e instanceof dlock.InvalidArgument && /wait/.test(e.message));
+      await assert.rejects(client.acquire('a\0b'),
+        (e) => e instanceof dlock.InvalidArgument && /NUL/.test(e.message));
+      await assert.rejects(client.acquire(''),
+        (e) => e instanceof dlock.InvalidArgument && /name/.test(e.message));
+      await assert.rejects(client.acquire(42), dlock.InvalidArgument);
+      await assert.rejects(client.acquire('x', { tll: 5 }),
+        (e) => e instanceof dlock.InvalidArgument && /tll/.test(e.message));
+      await assert.rejects(client.acquire('x', { ttl: 31 * 86400 * 1000 }), dlock.InvalidArgument);
+      await assert.rejects(client.semaphore('s', '2'), dlock.InvalidArgument);
+      await assert.rejects(client.using('x', {}, 'not a function'), dlock.InvalidArgument);
+      await assert.rejects(dlock.connect(await servers.closedPort(server.url),
+        { connectTimeout: 1000 }), dlock.Unreachable);
+    });
+
+    it('release twice is misuse; calls on one lock run in turn', async () => {
+      const lock = await client.acquire(fresh());
+      // Issued together, they run one after the other on the handle.
+      const [a, b, c] = await Promise.allSettled([lock.check(), lock.extend(15000),
+        lock.release()]);
+      assert.deepEqual([a.status, b.status, c.status], ['fulfilled', 'fulfilled', 'fulfilled']);
+      await assert.rejects(lock.release(), dlock.Misuse);
+      await assert.rejects(lock.check(), dlock.Misuse);
+    });
+
+    it('using releases, and returns what the function returns', async () => {
+      const name = fresh();
+      const r = await client.using(name, { wait: 1000 }, async (lock) => {
+        assert.equal((await client.status(name)).held, true);
+        return lock.fence;
+      });
+      assert.equal(typeof r, 'bigint');
+      assert.equal((await client.status(name)).held, false);
+      await assert.rejects(client.using(name, async () => { throw new Error('boom'); }),
+        /boom/);
+      assert.equal((await client.status(name)).held, false);
+    });
+
+    it('read-write', async (t) => {
+      const name = fresh();
+      const other = await dlock.connect(server.url);
+      try {
+        const r1 = await client.readLock(name);
+        const r2 = await other.readLock(name);
+        await assert.rejects(other.writeLock(name), dlock.Busy);
+        await r1.release();
+        await r2.release();
+        const w = await other.writeLock(name);
+        assert.equal(w.kind, 'write');
+        await assert.rejects(client.readLock(name), dlock.Busy);
+        await w.downgrade();
+        assert.equal(w.kind, 'read');
+        await (await client.readLock(name)).release();
+        await w.release();
+      } catch (e) {
+        if (e instanceof dlock.NotSupported)
+          return t.skip(`${backend} has no read-write lock`);
+        throw e;
+      } finally {
+        await other.close();
+      }
+    });
+
+    it('semaphore', async () => {
+      const name = fresh();
+      const other = await dlock.connect(server.url);
+      try {
+        const a = await client.semaphore(name, 2);
+        const b = await other.semaphore(name, 2);
+        await assert.rejects(client.semaphore(name, 2), dlock.Busy);
+        await client.setPermits(name, 3);
+        await (await client.semaphore(name, 2)).release();
+        await a.release();
+        await b.release();
+      } finally {
+        await other.close();
+      }
+    });
+
+    it('multi: all or nothing', async () => {
+      const base = fresh();
+      const names = [`${base}-a`, `${base}-b`, `${base}-c`];
+      const other = await dlock.connect(server.url);
+      try {
+        const one = await other.acquire(names[1]);
+        await assert.rejects(client.acquireMulti(names), dlock.Busy);
+        assert.equal((await other.status(names[0])).held, false);
+        await one.release();
+        const m = await client.acquireMulti(names);
+        assert.deepEqual(m.names, names);
+        assert.ok(m.fences.every((f) => f > 0n));
+        await assert.rejects(other.acquire(names[2]), dlock.Busy);
+        await m.release();
+      } finally {
+        await other.close();
+      }
+    });
+
+    it('leader election', async () => {
+      const name = fresh();
+      const lead = await client.campaign(name, 'alpha');
+      const info = await client.leader(name);
+      assert.equal(info.held, true);
+      assert.equal(info.identity, 'alpha');
+      assert.equal(info.fence, lead.fence);
+      const other = await dlock.connect(server.url);
+      try {
+        await assert.rejects(other.campaign(name, 'beta', { wait: 0 }), dlock.Busy);
+      } finally {
+        await other.close();
+      }
+      await lead.resign();
+      assert.equal((await client.leader(name)).held, false);
+    });
+
+    it('close on SIGINT leaves the queue', async () => {
+      const name = fresh();
+      const held = await client.acquire(name, { fair: true });
+      const p = child(`
+        const dlock = require('node');
+        const [url, name] = process.argv.slice(1);
+        (async () => {
+          const c = await dlock.connect(url);
+          const t0 = Date.now();
+          process.once('SIGINT', () => c.close());
+          console.log('waiting');
+          try {
+            await c.acquire(name, { wait: Infinity, fair: true });
+            console.log('got it');
+          } catch (e) {
+            console.log('interrupted', e.name, Date.now() - t0);
+          }
+          await c.close();
+          console.log('end');
+        })();`, server.url, name);
+      let out;
+      try {
+        await readUntil(p, 'waiting');
+        await sleep(500);
+        p.kill('SIGINT');
+        out = await readUntil(p, 'end');
+      } finally {
+        p.kill('SIGKILL');
+        await held.release();
+      }
+      assert.ok(out.some((l) => l.startsWith('interrupted Interrupted')), out.join('\n'));
+      // Nobody is left waiting: the next try takes the lock at once.
+      await (await client.acquire(name, { fair: true })).release();
+    });
+
+    it('100,000 cycles leave the RSS flat', async () => {
+      // The RSS also counts the allocator's free space, which grows with
+      // the arenas of libuv's pool threads for tens of thousands of cycles
+      // before it stays: what must not grow is the memory in use, the C
+      // side's (malloc's, every arena: V8's own allocations too, which
+      // settle in the warm-up) and the JavaScript heap. One block of 32
+      // bytes (malloc's least) kept per cycle would be 3.2 MB in 100,000.
+      const name = fresh();
+      const n = { redis: 100000, etcd: 10000 }[backend] || 2000;
+      const cycle = async () => (await client.acquire(name, { autoRenew: false })).release();
+      const sample = () => {
+        if (global.gc)
+          global.gc();
+        const m = process.memoryUsage();
+        return { rss: m.rss, heap: m.heapUsed, c: dlock._native.mallocInUse() };
+      };
+      for (let i = 0; i < n / 5; i++)
+        await cycle();
+      const a = sample();
+      for (let i = 0; i < n; i++)
+        await cycle();
+      const b = sample();
+      const kib = (k) => Math.round((b[k] - a[k]) / 1024);
+      console.log(`# ${n} cycles on ${backend}: RSS grew ${kib('rss')} KiB, malloc in use ` +
+        `${kib('c')} KiB, JavaScript heap ${kib('heap')} KiB`);
+      assert.ok(b.c - a.c < n * 20 + 512 * 1024,
+        `malloc in use grew ${b.c - a.c} bytes in ${n} cycles`);
+      assert.ok(b.heap - a.heap < 4 * 1024 * 1024,
+        `the JavaScript heap grew ${b.heap - a.heap} bytes in ${n} cycles`);
+    });
+  });
+}
+
+async function waitHeld(p) {
+  for (let i = 0; i < 400; i++) {
+    if (p.lines.some((l) => l.startsWith('held ')))
+      return p.lines.slice();
+    if (p.exitCode !== null)
+      break;
+    await sleep(50);
+  }
+  throw new Error(`the holder never held: ${JSON.stringify(p.lines)}`);
+}
+
+it('a missing libdlock is named at build time', () => {
+  const r = spawnSync(process.execPath, [path.join(HERE, 'scripts', 'libdlock.js'), 'libs'], {
+    env: { ...process.env, DLOCK_BUILD: '/nonexistent' }, encoding: 'utf8',
+  });
+  assert.notEqual(r.status, 0);
+  assert.match(r.stderr, /DLOCK_BUILD=\/nonexistent: no libdlock.so/);
+});
