@@ -223,9 +223,25 @@ int bench_cluster(const char *url, long iterations);
  * postgres.c: dlock-bench --postgres
  * ---------------------------------------------------------------------- */
 
-/* The lease-mode cycle beside the raw `SELECT 1` round trip, and the ratio.
- * url: postgres://... (required). Returns the exit status. */
+/* Each mode's cycle beside the same statements sent raw through libpq,
+ * and the ratio. url NULL: a throwaway PostgreSQL. Returns the exit
+ * status. */
 int bench_postgres(const char *url, long iterations);
+
+/* ------------------------------------------------------------------------
+ * mysql.c: dlock-bench --mysql
+ * ---------------------------------------------------------------------- */
+
+/* The same for MySQL / MariaDB through libmariadb. url NULL: a throwaway
+ * MariaDB. Returns the exit status. */
+int bench_mysql(const char *url, long iterations);
+
+/* ------------------------------------------------------------------------
+ * sql_count.c: what the SQL sections send
+ * ---------------------------------------------------------------------- */
+
+/* send() and connect() calls of this process so far. */
+void bench_sql_count(long *sends, long *connects);
 
 /* ------------------------------------------------------------------------
  * peer.c: a peer library in a child process, driven over pipes

@@ -41,6 +41,7 @@ static long iterations = 5000;
 static int pin = 1;
 static int etcd; /* --etcd: the etcd section (bench/etcd.c) instead */
 static int postgres; /* --postgres: the PostgreSQL section (bench/postgres.c) instead */
+static int mysql;    /* --mysql: the MySQL/MariaDB section (bench/mysql.c) instead */
 static int zk;       /* --zk: the ZooKeeper section (bench/zk.c) instead */
 static int redlock; /* --redlock: the Redlock section (bench/redlock.c) instead */
 static int sentinel; /* --sentinel: min_replicas's cost (bench/sentinel.c) instead */
@@ -748,7 +749,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: dlock-bench [--url URL] [--iterations N] [--seconds S] [--no-pin] [--etcd]\n"
-            "                   [--redlock] [--sentinel] [--cluster] [--postgres] [--zk]\n"
+            "                   [--redlock] [--sentinel] [--cluster] [--postgres] [--mysql]\n"
+            "                   [--zk]\n"
             "\n"
             "  --url URL         the Redis server to measure (default: start a throwaway\n"
             "                    redis-server from PATH on a unix socket in a 0700 folder)\n"
@@ -757,8 +759,13 @@ static void usage(FILE *f)
             "  --seconds S       length of each throughput run (default 2)\n"
             "  --no-pin          with its own server, do not pin server and client to\n"
             "                    CPUs (default: table A on two CPUs, table B on one)\n"
-            "  --postgres        measure PostgreSQL's lease mode beside SELECT 1\n"
-            "                    (--url postgres://..., required); see bench/postgres.c\n"
+            "  --postgres        measure PostgreSQL's lease and advisory modes beside the\n"
+            "                    same statements sent raw through libpq (--url\n"
+            "                    postgres://..., or a throwaway PostgreSQL); see\n"
+            "                    bench/postgres.c\n"
+            "  --mysql           the same on MySQL/MariaDB, lease and named modes, through\n"
+            "                    libmariadb (--url mysql://..., or a throwaway MariaDB);\n"
+            "                    see bench/mysql.c\n"
             "  --zk              measure ZooKeeper beside Curator's InterProcessMutex\n"
             "                    (--url zk://host:port, or a throwaway ZooKeeper on java);\n"
             "                    see bench/zk.c\n"
@@ -789,6 +796,7 @@ static void parse_args(int argc, char **argv)
                                              {"sentinel", no_argument, NULL, 'S'},
                                              {"cluster", no_argument, NULL, 'C'},
                                              {"postgres", no_argument, NULL, 'g'},
+                                             {"mysql", no_argument, NULL, 'm'},
                                              {"zk", no_argument, NULL, 'z'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
@@ -837,6 +845,9 @@ static void parse_args(int argc, char **argv)
             break;
         case 'g':
             postgres = 1;
+            break;
+        case 'm':
+            mysql = 1;
             break;
         case 'z':
             zk = 1;
@@ -1057,6 +1068,16 @@ int main(int argc, char **argv)
 #else
     if (postgres) {
         fprintf(stderr, "dlock-bench: built without libpq (apt-get install libpq-dev)\n");
+        return 69;
+    }
+#endif
+#ifdef DLOCK_BENCH_HAVE_MYSQL
+    if (mysql)
+        return bench_mysql(url[0] ? url : NULL, iterations);
+#else
+    if (mysql) {
+        fprintf(stderr, "dlock-bench: built without libmariadb (apt-get install "
+                        "libmariadb-dev)\n");
         return 69;
     }
 #endif

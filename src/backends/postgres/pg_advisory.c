@@ -15,6 +15,13 @@
  * Once a session's connection broke or timed out it is closed, and its lock
  * is gone (or goes when the server sees the close): every later call on the
  * handle answers DLOCK_ELOST.
+ *
+ * A session that holds nothing (its lock given back, or a try that found
+ * the lock taken) is kept, up to DLOCK__PG_IDLE_MAX of them, for the next
+ * acquisition: a new session per lock cost a connection (and its
+ * authentication) per cycle, 45 times the cycle's two statements. Its
+ * idle_session_timeout stays the last lease: an idle session the server
+ * ended meanwhile has said so on its socket, and is closed, not used.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -24,7 +31,10 @@
 #include <openssl/core_names.h>
 #include <openssl/params.h>
 
+#include <poll.h>
+
 #include "pg_int.h"
+#include "pg_sql.h"
 
 struct dlock__pg_session {
     dlock__pg_session *next;
@@ -90,6 +100,44 @@ static int lease_fits(const dlock__pg_be *be, int64_t lease_ms)
                               be->where, (long long)lease_ms, INT_MAX);
 }
 
+/* A kept session for an acquisition, or NULL (then a new one). One with
+ * something to read is one the server ended (idle_session_timeout, a
+ * shutdown): closed. */
+static PGconn *idle_take(dlock__pg_be *be)
+{
+    PGconn *c = NULL;
+
+    pthread_mutex_lock(&be->smu);
+    while (c == NULL && be->nidle > 0) {
+        struct pollfd p = {0, POLLIN, 0};
+        c = be->idle[--be->nidle];
+        p.fd = PQsocket(c);
+        if (PQstatus(c) != CONNECTION_OK || p.fd < 0 || poll(&p, 1, 0) != 0) {
+            PQfinish(c);
+            c = NULL;
+        }
+    }
+    pthread_mutex_unlock(&be->smu);
+    return c;
+}
+
+/* Keep *pc, a session that holds no lock, for the next acquisition (or
+ * close it when enough are kept); *pc is NULL after. */
+static void idle_give(dlock__pg_be *be, PGconn **pc)
+{
+    if (*pc != NULL && PQstatus(*pc) == CONNECTION_OK &&
+        PQtransactionStatus(*pc) == PQTRANS_IDLE) {
+        pthread_mutex_lock(&be->smu);
+        if (be->nidle < DLOCK__PG_IDLE_MAX) {
+            be->idle[be->nidle++] = *pc;
+            *pc = NULL;
+        }
+        pthread_mutex_unlock(&be->smu);
+    }
+    PQfinish(*pc);
+    *pc = NULL;
+}
+
 static void session_free(dlock__pg_session *s)
 {
     if (s == NULL)
@@ -125,10 +173,11 @@ static int gone(dlock__pg_be *be, const dlock_request *req)
 
 int dlock__pg_adv_acquire(dlock__pg_be *be, const dlock_request *req, dlock_acquire_result *out)
 {
-    char sql[256];
+    char sql[512], key[24];
+    const char *p[1] = {key};
     dlock__pg_session *s;
     PGresult *r;
-    int rc;
+    int rc, reused;
 
     if (req->owner != NULL)
         return dlock_backend_fail(DLOCK_ENOTSUP,
@@ -152,13 +201,17 @@ int dlock__pg_adv_acquire(dlock__pg_be *be, const dlock_request *req, dlock_acqu
         return rc;
     }
     s->lease_ms = req->lease_ms;
-    /* One round trip: the session's lease, the lock, and the fence drawn
-     * only when the lock was taken. */
-    snprintf(sql, sizeof(sql),
-             "SET idle_session_timeout = %lld;"
-             "SELECT CASE WHEN pg_try_advisory_lock(%lld) THEN nextval('%s') END",
-             (long long)req->lease_ms, (long long)s->key, be->seq);
-    if ((rc = dlock__pg_exec(be, &s->c, sql, 0, NULL, &r)) != DLOCK_OK) {
+    /* One round trip: the lock, the fence drawn and the session's lease
+     * set only when the lock was taken (pg_sql.h). */
+    snprintf(key, sizeof(key), "%lld", (long long)s->key);
+    snprintf(sql, sizeof(sql), dlock__pg_adv_acquire_tmpl, (long long)req->lease_ms, be->seq);
+    s->c = idle_take(be);
+    reused = s->c != NULL;
+    rc = dlock__pg_exec_prepared(be, &s->c, sql, 1, p, &r);
+    /* A kept session that broke took no lock with it: a new one, once. */
+    if (rc == DLOCK_ECONN && reused)
+        rc = dlock__pg_exec_prepared(be, &s->c, sql, 1, p, &r);
+    if (rc != DLOCK_OK) {
         session_free(s);
         return rc;
     }
@@ -169,6 +222,7 @@ int dlock__pg_adv_acquire(dlock__pg_be *be, const dlock_request *req, dlock_acqu
     }
     if (PQgetisnull(r, 0, 0)) {
         PQclear(r);
+        idle_give(be, &s->c); /* the try took nothing */
         session_free(s);
         out->retry_ms = -1; /* a session has no expiry we can read */
         return dlock_backend_fail(DLOCK_EBUSY, "%s: lock '%s' is held by another owner",
@@ -269,19 +323,23 @@ int dlock__pg_adv_release(dlock__pg_be *be, const dlock_request *req)
     }
     pthread_mutex_lock(&s->mu);
     if (s->c != NULL) {
-        const char *p[1] = {hex};
-        snprintf(sql, sizeof(sql),
-                 "SELECT pg_advisory_unlock(%lld), pg_notify('%s', $1)", (long long)s->key,
-                 be->table);
-        rc = dlock__pg_exec(be, &s->c, sql, 1, p, &r);
+        char key[24];
+        const char *p[2] = {key, hex};
+        snprintf(key, sizeof(key), "%lld", (long long)s->key);
+        snprintf(sql, sizeof(sql), dlock__pg_adv_release_tmpl, be->table);
+        rc = dlock__pg_exec_prepared(be, &s->c, sql, 2, p, &r);
         if (rc == DLOCK_OK) {
             ours = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
             PQclear(r);
         }
     }
+    /* Unlocked, the session holds nothing (one lock a session): kept.
+     * Otherwise closing it gives up anything it held. */
+    if (ours)
+        idle_give(be, &s->c);
     pthread_mutex_unlock(&s->mu);
     free(hex);
-    session_free(s); /* closing the session gives up anything it held */
+    session_free(s);
     return ours ? DLOCK_OK : gone(be, req);
 }
 
@@ -341,6 +399,8 @@ int dlock__pg_adv_force_release(dlock__pg_be *be, const char *name, dlock_lock_i
 
 void dlock__pg_adv_close_all(dlock__pg_be *be)
 {
+    while (be->nidle > 0)
+        PQfinish(be->idle[--be->nidle]);
     while (be->sessions != NULL) {
         dlock__pg_session *s = be->sessions;
         be->sessions = s->next;

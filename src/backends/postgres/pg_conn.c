@@ -15,6 +15,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <libpq-events.h>
+
 #include "pg_int.h"
 
 static int64_t mono_ms(void)
@@ -99,6 +101,34 @@ static int connect_failed(dlock__pg_be *be, PGconn *c, const char *what)
     return dlock_backend_fail(code, "%s: %s%s%s", be->where, what, text, hint);
 }
 
+/*
+ * The statements prepared on a connection live and die with it, so what
+ * was prepared is kept on the connection itself (libpq's instance data,
+ * freed by its PGEVT_CONNDESTROY in PQfinish): a connection closed and
+ * opened again starts with none, whichever slot holds it.
+ */
+#define PREPARED_MAX 8
+typedef struct {
+    uint64_t prepared[PREPARED_MAX]; /* the hashes of the texts prepared here */
+    int nprepared;
+    int unnamed; /* prepared statements do not work here: a pooler */
+} conn_state;
+
+static int conn_event(PGEventId id, void *info, void *arg)
+{
+    (void)arg;
+    if (id == PGEVT_CONNDESTROY) {
+        PGEventConnDestroy *d = info;
+        free(PQinstanceData(d->conn, conn_event));
+    } else if (id == PGEVT_CONNRESET) {
+        PGEventConnReset *r = info;
+        conn_state *st = PQinstanceData(r->conn, conn_event);
+        if (st != NULL)
+            st->nprepared = 0;
+    }
+    return 1;
+}
+
 int dlock__pg_connect(dlock__pg_be *be, PGconn **out)
 {
     PGconn *c;
@@ -130,22 +160,32 @@ int dlock__pg_connect(dlock__pg_be *be, PGconn **out)
     PQsetNoticeProcessor(c, quiet, NULL);
     if (PQsetnonblocking(c, 1) != 0)
         return connect_failed(be, c, "nonblocking: ");
+    /* Without its state a connection still works, with unnamed statements. */
+    {
+        conn_state *st = calloc(1, sizeof(*st));
+        if (st != NULL && (!PQregisterEventProc(c, conn_event, "dlock", NULL) ||
+                           !PQsetInstanceData(c, conn_event, st)))
+            free(st);
+    }
     *out = c;
     return DLOCK_OK;
 }
 
-/* The code for a server's error: the SQLSTATE's class decides. */
-static int server_error(dlock__pg_be *be, const PGresult *r, const char *sql)
+/* The code for a server's error: the SQLSTATE's class decides. The
+ * SQLSTATE goes to sqlstate (6 bytes) when not NULL. */
+static int server_error(dlock__pg_be *be, const PGresult *r, char *sqlstate)
 {
     const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
     const char *msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
     int code = DLOCK_ESERVER;
 
+    if (sqlstate != NULL)
+        snprintf(sqlstate, 6, "%s", state != NULL ? state : "");
+
     if (state != NULL && strncmp(state, "28", 2) == 0)
         code = DLOCK_EAUTH;
     else if (state != NULL && strncmp(state, "08", 2) == 0)
         code = DLOCK_ECONN;
-    (void)sql;
     return dlock_backend_fail(code, "%s: %s (SQLSTATE %s)", be->where, msg ? msg : "error",
                               state ? state : "?");
 }
@@ -160,26 +200,44 @@ static int conn_broke(dlock__pg_be *be, PGconn **pc, const char *what)
     return dlock_backend_fail(DLOCK_ECONN, "%s: %s%s", be->where, what, text);
 }
 
-int dlock__pg_exec(dlock__pg_be *be, PGconn **pc, const char *sql, int nparams,
-                   const char *const *params, PGresult **res)
+/* How a statement goes out. */
+typedef enum { SEND_TEXT, SEND_PREPARE, SEND_PREPARED } send_kind;
+
+/* The connection in *pc, opened when there is none or it broke. */
+static int ensure_conn(dlock__pg_be *be, PGconn **pc)
+{
+    if (*pc != NULL && PQstatus(*pc) == CONNECTION_BAD) {
+        PQfinish(*pc);
+        *pc = NULL;
+    }
+    return *pc == NULL ? dlock__pg_connect(be, pc) : DLOCK_OK;
+}
+
+/* One statement on *pc (connected), its replies read: sql itself
+ * (SEND_TEXT), sql prepared as stmt (SEND_PREPARE), or the statement
+ * prepared as stmt (SEND_PREPARED). sqlstate (6 bytes) gets the
+ * SQLSTATE of a server's error. The rest as dlock__pg_exec. */
+static int exec_on(dlock__pg_be *be, PGconn **pc, send_kind kind, const char *stmt,
+                   const char *sql, int nparams, const char *const *params, PGresult **res,
+                   char *sqlstate)
 {
     int64_t deadline;
     PGresult *last = NULL, *r;
     int rc, sent;
 
     *res = NULL;
-    if (*pc != NULL && PQstatus(*pc) == CONNECTION_BAD) {
-        PQfinish(*pc);
-        *pc = NULL;
-    }
-    if (*pc == NULL && (rc = dlock__pg_connect(be, pc)) != DLOCK_OK)
-        return rc;
+    sqlstate[0] = '\0';
     deadline = mono_ms() + be->command_ms;
     /* Without parameters, the simple protocol: it allows several
      * statements (the DDL's transaction) in one round trip. */
-    sent = nparams > 0 || params != NULL
-               ? PQsendQueryParams(*pc, sql, nparams, NULL, params, NULL, NULL, 0)
-               : PQsendQuery(*pc, sql);
+    if (kind == SEND_PREPARE)
+        sent = PQsendPrepare(*pc, stmt, sql, nparams, NULL);
+    else if (kind == SEND_PREPARED)
+        sent = PQsendQueryPrepared(*pc, stmt, nparams, params, NULL, NULL, 0);
+    else
+        sent = nparams > 0 || params != NULL
+                   ? PQsendQueryParams(*pc, sql, nparams, NULL, params, NULL, NULL, 0)
+                   : PQsendQuery(*pc, sql);
     if (!sent)
         return conn_broke(be, pc, "send: ");
     for (;;) {
@@ -222,7 +280,7 @@ int dlock__pg_exec(dlock__pg_be *be, PGconn **pc, const char *sql, int nparams,
         *res = last;
         return DLOCK_OK;
     default:
-        rc = server_error(be, last, sql);
+        rc = server_error(be, last, sqlstate);
         PQclear(last);
         if (PQstatus(*pc) == CONNECTION_BAD) {
             /* pg_terminate_backend, a shutdown: the session is gone. */
@@ -241,10 +299,70 @@ timeout:
                               (long long)be->command_ms);
 }
 
-int dlock__pg_cmd(dlock__pg_be *be, const char *sql, int nparams, const char *const *params,
-                  PGresult **res)
+int dlock__pg_exec(dlock__pg_be *be, PGconn **pc, const char *sql, int nparams,
+                   const char *const *params, PGresult **res)
 {
-    int i, rc, fresh;
+    char state[6];
+    int rc;
+
+    *res = NULL;
+    if ((rc = ensure_conn(be, pc)) != DLOCK_OK)
+        return rc;
+    return exec_on(be, pc, SEND_TEXT, NULL, sql, nparams, params, res, state);
+}
+
+/*
+ * Prepared on first use on each connection, under a name that is a hash of
+ * the text (so that a name found prepared, through a pooler, is this
+ * text); up to PREPARED_MAX texts a connection, unnamed beyond. Where
+ * prepared statements do not work (a pooler in transaction mode says
+ * "does not exist" to an execute), the connection goes back to unnamed
+ * statements for good: the statement is never lost to it.
+ */
+int dlock__pg_exec_prepared(dlock__pg_be *be, PGconn **pc, const char *sql, int nparams,
+                            const char *const *params, PGresult **res)
+{
+    char stmt[32], state[6];
+    uint64_t h = 1469598103934665603ULL;
+    conn_state *st;
+    int rc, i;
+
+    *res = NULL;
+    if ((rc = ensure_conn(be, pc)) != DLOCK_OK)
+        return rc;
+    st = PQinstanceData(*pc, conn_event);
+    if (st == NULL || st->unnamed)
+        return exec_on(be, pc, SEND_TEXT, NULL, sql, nparams, params, res, state);
+    for (const char *p = sql; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    for (i = 0; i < st->nprepared && st->prepared[i] != h; i++)
+        ;
+    if (i == st->nprepared && i == PREPARED_MAX)
+        return exec_on(be, pc, SEND_TEXT, NULL, sql, nparams, params, res, state);
+    snprintf(stmt, sizeof(stmt), "dlock_%016llx", (unsigned long long)h);
+    if (i == st->nprepared) {
+        rc = exec_on(be, pc, SEND_PREPARE, stmt, sql, nparams, NULL, res, state);
+        if (rc == DLOCK_OK)
+            PQclear(*res);
+        else if (strcmp(state, "42P05") != 0) /* not "already prepared" */
+            return rc;
+        *res = NULL;
+        st->prepared[st->nprepared++] = h;
+    }
+    rc = exec_on(be, pc, SEND_PREPARED, stmt, NULL, nparams, params, res, state);
+    if (rc == DLOCK_ESERVER && strcmp(state, "26000") == 0 && *pc != NULL) {
+        /* "prepared statement does not exist": not run, so once more. */
+        st->unnamed = 1;
+        rc = exec_on(be, pc, SEND_TEXT, NULL, sql, nparams, params, res, state);
+    }
+    return rc;
+}
+
+/* A free command connection's slot (waiting for one), marked busy; *fresh
+ * when it has no live connection. */
+static int cmd_take(dlock__pg_be *be, int *fresh)
+{
+    int i;
 
     pthread_mutex_lock(&be->mu);
     for (;;) {
@@ -255,18 +373,13 @@ int dlock__pg_cmd(dlock__pg_be *be, const char *sql, int nparams, const char *co
         pthread_cond_wait(&be->cv, &be->mu);
     }
     be->cmd_busy[i] = 1;
-    fresh = be->cmd[i] == NULL || PQstatus(be->cmd[i]) == CONNECTION_BAD;
+    *fresh = be->cmd[i] == NULL || PQstatus(be->cmd[i]) == CONNECTION_BAD;
     pthread_mutex_unlock(&be->mu);
+    return i;
+}
 
-    rc = dlock__pg_exec(be, &be->cmd[i], sql, nparams, params, res);
-    /* A pooled connection the server closed while idle (a restart, an
-     * idle timeout) fails on first use: every statement here is
-     * idempotent by token, so try once more on a new one. */
-    if (rc == DLOCK_ECONN && !fresh) {
-        fresh = 1;
-        rc = dlock__pg_exec(be, &be->cmd[i], sql, nparams, params, res);
-    }
-
+static void cmd_give(dlock__pg_be *be, int i, int fresh)
+{
     pthread_mutex_lock(&be->mu);
     if (fresh && be->cmd[i] != NULL) {
         if (be->ever_connected && be->log != NULL)
@@ -276,6 +389,37 @@ int dlock__pg_cmd(dlock__pg_be *be, const char *sql, int nparams, const char *co
     be->cmd_busy[i] = 0;
     pthread_cond_signal(&be->cv);
     pthread_mutex_unlock(&be->mu);
+}
+
+int dlock__pg_cmd_prepared(dlock__pg_be *be, const char *sql, int nparams,
+                           const char *const *params, PGresult **res)
+{
+    int fresh, i = cmd_take(be, &fresh), rc;
+
+    rc = dlock__pg_exec_prepared(be, &be->cmd[i], sql, nparams, params, res);
+    /* As dlock__pg_cmd (below): a pooled connection closed while idle. */
+    if (rc == DLOCK_ECONN && !fresh) {
+        fresh = 1;
+        rc = dlock__pg_exec_prepared(be, &be->cmd[i], sql, nparams, params, res);
+    }
+    cmd_give(be, i, fresh);
+    return rc;
+}
+
+int dlock__pg_cmd(dlock__pg_be *be, const char *sql, int nparams, const char *const *params,
+                  PGresult **res)
+{
+    int fresh, i = cmd_take(be, &fresh), rc;
+
+    rc = dlock__pg_exec(be, &be->cmd[i], sql, nparams, params, res);
+    /* A pooled connection the server closed while idle (a restart, an
+     * idle timeout) fails on first use: every statement here is
+     * idempotent by token, so try once more on a new one. */
+    if (rc == DLOCK_ECONN && !fresh) {
+        fresh = 1;
+        rc = dlock__pg_exec(be, &be->cmd[i], sql, nparams, params, res);
+    }
+    cmd_give(be, i, fresh);
     return rc;
 }
 

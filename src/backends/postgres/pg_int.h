@@ -13,7 +13,9 @@
  *   listener  LISTENs on the table's channel for releases (pg_wait.c), read
  *             by one thread per client that wakes the watches;
  *   sessions  advisory mode: one per held lock (pg_advisory.c), because a
- *             session-level advisory lock lives and dies with its session.
+ *             session-level advisory lock lives and dies with its session;
+ *   idle      advisory mode: sessions that hold nothing, kept for the next
+ *             acquisition.
  */
 #ifndef DLOCK_PG_INT_H
 #define DLOCK_PG_INT_H
@@ -27,6 +29,7 @@
 #include "dlock/sys/backend.h"
 
 #define DLOCK__PG_CMD_MAX 4
+#define DLOCK__PG_IDLE_MAX 4
 /* Table name; the sequence adds "_fence", the family's function
  * "_family_acquire" (63 bytes then: PostgreSQL's longest name). */
 #define DLOCK__PG_IDENT_MAX 48
@@ -63,8 +66,10 @@ typedef struct {
 
     dlock__pg_listener *listener;
 
-    pthread_mutex_t smu; /* guards sessions (advisory) */
+    pthread_mutex_t smu; /* guards sessions, idle, nidle (advisory) */
     dlock__pg_session *sessions;
+    PGconn *idle[DLOCK__PG_IDLE_MAX];
+    int nidle;
 } dlock__pg_be;
 
 /* ---- pg_conn.c ---- */
@@ -80,6 +85,15 @@ int dlock__pg_exec(dlock__pg_be *be, PGconn **pc, const char *sql, int nparams,
 /* dlock__pg_exec on one of the command connections. */
 int dlock__pg_cmd(dlock__pg_be *be, const char *sql, int nparams, const char *const *params,
                   PGresult **res);
+/* dlock__pg_exec as a prepared statement: prepared on the connection on
+ * the text's first use there, executed by name after, so that the server
+ * parses and plans it once per connection (pg_conn.c says where it falls
+ * back to an unnamed one). */
+int dlock__pg_exec_prepared(dlock__pg_be *be, PGconn **pc, const char *sql, int nparams,
+                            const char *const *params, PGresult **res);
+/* dlock__pg_exec_prepared on one of the command connections. */
+int dlock__pg_cmd_prepared(dlock__pg_be *be, const char *sql, int nparams,
+                           const char *const *params, PGresult **res);
 /* Close every connection of the pool. */
 void dlock__pg_conns_close(dlock__pg_be *be);
 /* Hex of len bytes of s into out (2 * len + 1 bytes). */

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "pg_int.h"
+#include "pg_sql.h"
 
 #define SQL_MAX 4096
 
@@ -79,38 +80,6 @@ int dlock__pg_create(dlock__pg_be *be, int create)
 
 /* ---- acquire --------------------------------------------------------- */
 
-/* $1 name (hex), $2 token, $3 owner (hex) or NULL, $4 lease ms, $5 holder,
- * $6 reentrant. One row: the fence when taken (else NULL), whether the
- * row was held before, its lease left then (ms), whether by this owner. */
-static const char acquire_tmpl[] =
-    "WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now),"
-    " ins AS ("
-    "  INSERT INTO %1$s AS t (name, tokens, owner, fence, expires, holder)"
-    "  SELECT decode($1, 'hex'), ARRAY[$2::text], decode($3, 'hex'), nextval('%2$s'),"
-    "         c.now + $4::bigint * interval '1 millisecond', $5::text FROM c"
-    "  ON CONFLICT (name) DO UPDATE SET"
-    "   tokens = CASE WHEN t.tokens IS NULL OR t.expires <= (SELECT now FROM c)"
-    "                 THEN ARRAY[$2::text]"
-    "                 WHEN $2::text = ANY(t.tokens) THEN t.tokens"
-    "                 ELSE t.tokens || $2::text END,"
-    "   fence = CASE WHEN t.tokens IS NULL OR t.expires <= (SELECT now FROM c)"
-    "                THEN nextval('%2$s') ELSE t.fence END,"
-    "   owner = CASE WHEN t.tokens IS NULL OR t.expires <= (SELECT now FROM c)"
-    "                THEN EXCLUDED.owner ELSE t.owner END,"
-    "   holder = CASE WHEN t.tokens IS NULL OR t.expires <= (SELECT now FROM c)"
-    "                 THEN EXCLUDED.holder ELSE t.holder END,"
-    "   expires = CASE WHEN t.tokens IS NULL OR t.expires <= (SELECT now FROM c)"
-    "                  THEN EXCLUDED.expires ELSE GREATEST(t.expires, EXCLUDED.expires) END"
-    "  WHERE t.tokens IS NULL OR t.expires <= (SELECT now FROM c)"
-    "     OR $2::text = ANY(t.tokens) OR ($6::bool AND t.owner = decode($3, 'hex'))"
-    "  RETURNING t.fence)"
-    " SELECT (SELECT fence FROM ins),"
-    "        o.tokens IS NOT NULL AND o.expires > c.now,"
-    "        CASE WHEN o.expires > c.now"
-    "             THEN ceil(extract(epoch FROM o.expires - c.now) * 1000)::bigint END,"
-    "        o.owner IS NOT NULL AND o.owner = decode($3, 'hex')"
-    " FROM c LEFT JOIN %1$s o ON o.name = decode($1, 'hex')";
-
 static int is_true(const PGresult *r, int col)
 {
     return !PQgetisnull(r, 0, col) && strcmp(PQgetvalue(r, 0, col), "t") == 0;
@@ -140,7 +109,7 @@ int dlock__pg_lease_acquire(dlock__pg_be *be, const dlock_request *req, dlock_ac
     p[3] = lease;
     p[4] = req->holder;
     p[5] = req->reentrant ? "t" : "f";
-    rc = dlock__pg_cmd(be, fill(be, sql, acquire_tmpl), 6, p, &r);
+    rc = dlock__pg_cmd_prepared(be, fill(be, sql, dlock__pg_acquire_tmpl), 6, p, &r);
     free(name);
     free(owner);
     if (rc != DLOCK_OK)
@@ -172,26 +141,15 @@ int dlock__pg_lease_acquire(dlock__pg_be *be, const dlock_request *req, dlock_ac
 
 /* ---- release, extend, check ------------------------------------------ */
 
-/* $1 name (hex), $2 token. A row when it was ours; a NOTIFY when freed. */
-static const char release_tmpl[] =
-    "WITH r AS ("
-    " UPDATE %1$s SET"
-    "  tokens = CASE WHEN cardinality(tokens) > 1 THEN array_remove(tokens, $2::text) END,"
-    "  owner = CASE WHEN cardinality(tokens) > 1 THEN owner END,"
-    "  holder = CASE WHEN cardinality(tokens) > 1 THEN holder END,"
-    "  expires = CASE WHEN cardinality(tokens) > 1 THEN expires ELSE '-infinity' END"
-    " WHERE name = decode($1, 'hex') AND $2::text = ANY(tokens) AND expires > clock_timestamp()"
-    " RETURNING tokens IS NULL AS freed)"
-    " SELECT freed, CASE WHEN freed THEN pg_notify('%1$s', $1) END FROM r";
-
 static int not_ours(dlock__pg_be *be, const dlock_request *req)
 {
     return dlock_backend_fail(DLOCK_ELOST, "%s: lock '%s' is no longer held by this handle",
                               be->where, req->name);
 }
 
-/* Run a statement about req's hold: $1 name, $2 token, [$3 lease]. Returns
- * the rows it touched or returned through *rows. */
+/* Run a statement about req's hold: $1 name, $2 token, [$3 lease], as a
+ * prepared statement. Returns the rows it touched or returned through
+ * *rows. */
 static int on_hold(dlock__pg_be *be, const dlock_request *req, const char *tmpl, int with_lease,
                    int *rows)
 {
@@ -206,7 +164,7 @@ static int on_hold(dlock__pg_be *be, const dlock_request *req, const char *tmpl,
     p[0] = name;
     p[1] = req->token;
     p[2] = lease;
-    rc = dlock__pg_cmd(be, fill(be, sql, tmpl), with_lease ? 3 : 2, p, &r);
+    rc = dlock__pg_cmd_prepared(be, fill(be, sql, tmpl), with_lease ? 3 : 2, p, &r);
     free(name);
     if (rc != DLOCK_OK)
         return rc;
@@ -217,7 +175,7 @@ static int on_hold(dlock__pg_be *be, const dlock_request *req, const char *tmpl,
 
 int dlock__pg_lease_release(dlock__pg_be *be, const dlock_request *req)
 {
-    int rows, rc = on_hold(be, req, release_tmpl, 0, &rows);
+    int rows, rc = on_hold(be, req, dlock__pg_release_tmpl, 0, &rows);
     return rc != DLOCK_OK ? rc : rows == 1 ? DLOCK_OK : not_ours(be, req);
 }
 

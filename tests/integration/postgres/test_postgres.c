@@ -320,11 +320,13 @@ static void advisory_stopped_holder(void)
 }
 
 /* What the holder's session was last told its idle_session_timeout is,
- * read from its last statement in pg_stat_activity (0: none). */
+ * read from its last statement in pg_stat_activity (0: none): the
+ * acquire's set_config('idle_session_timeout', 'N', ...) or the renewal's
+ * SET idle_session_timeout = N. */
 static long long told_timeout(test_pg *p)
 {
     return test_pg_query(p, "SELECT max(substring(query from "
-                            "'idle_session_timeout = ([0-9]+)')::bigint) FROM "
+                            "'idle_session_timeout[ ='', ]+([0-9]+)')::bigint) FROM "
                             "pg_stat_activity WHERE pid <> pg_backend_pid()");
 }
 
