@@ -25,6 +25,13 @@ if [ "${1:-test}" != demo ]; then
     # makes its wheel and installs it in a virtualenv; redis-py, its bench's
     # peer.
     pkgs="$pkgs python3-cffi python3-pytest python3-build python3-setuptools python3-venv python3-redis"
+    # The Node.js binding's (bindings/node): Node, npm and Node's headers
+    # for node-gyp (a Node from elsewhere, as NodeSource's package, brings
+    # its own npm and headers: then nothing is added).
+    command -v node >/dev/null 2>&1 || pkgs="$pkgs nodejs"
+    command -v npm >/dev/null 2>&1 || pkgs="$pkgs npm"
+    [ -f "$(dirname "$(dirname "$(command -v node || echo /usr/bin/node)")")/include/node/node_api.h" ] ||
+        pkgs="$pkgs libnode-dev"
 fi
 missing=""
 for p in $pkgs; do

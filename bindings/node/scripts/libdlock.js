@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Where binding.gyp finds libdlock: `node scripts/libdlock.js include|libs`.
-//   DLOCK_BUILD=DIR   an in-tree CMake build (DIR/libdlock.so, DIR/include)
-//                     of the repository this folder is in;
+//   DLOCK_BUILD=DIR   a CMake build of dlock (DIR/libdlock.so, DIR/include,
+//                     and the headers of the source tree it was built from);
 //   else pkg-config's dlock (an installed libdlock, or PKG_CONFIG_PATH).
 // The library's folder goes in the addon's run path, so the addon loads the
 // libdlock it was built against.
@@ -32,7 +32,15 @@ if (build) {
   const dir = path.resolve(build);
   if (!fs.existsSync(path.join(dir, 'libdlock.so')))
     fail(`DLOCK_BUILD=${build}: no libdlock.so there (build it first: make build)`);
-  const src = path.resolve(__dirname, '..', '..', '..', 'include');
+  // The headers are the source tree's (and the build's version.h): the
+  // build's CMakeCache.txt names the tree, wherever this package sits.
+  let src = null;
+  try {
+    const cache = fs.readFileSync(path.join(dir, 'CMakeCache.txt'), 'utf8');
+    src = path.join(cache.match(/^CMAKE_HOME_DIRECTORY:INTERNAL=(.*)$/m)[1], 'include');
+  } catch (e) {
+    fail(`DLOCK_BUILD=${build}: not a CMake build of dlock (no CMakeCache.txt naming its source)`);
+  }
   if (what === 'include')
     console.log([src, path.join(dir, 'include')].join(' '));
   else

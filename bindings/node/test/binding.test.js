@@ -460,3 +460,89 @@ it('a missing libdlock is named at build time', () => {
   assert.notEqual(r.status, 0);
   assert.match(r.stderr, /DLOCK_BUILD=\/nonexistent: no libdlock.so/);
 });
+
+it('the payout example pays each order once under a frozen holder', async () => {
+  // examples/payout.js, the seed's job: an instance stalls (SIGSTOP) in the
+  // middle of paying, past its lease; another takes the lock and pays the
+  // rest; woken, the stale one's writes are refused and it is told.
+  const fs = require('fs');
+  const os = require('os');
+  const example = path.join(HERE, 'examples', 'payout.js');
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'dlock-payout-'));
+  const db = path.join(tmp, 'payout.db');
+  const url = env.servers.find((s) => s.name === 'redis').url;
+  const a = spawn(process.execPath, [example, url, db, '--ttl', '1000', '--stall-after', '3'],
+    { stdio: ['ignore', 'pipe', 'pipe'] });
+  try {
+    let out = '';
+    a.stdout.on('data', (d) => { out += d; });
+    a.stderr.on('data', (d) => { out += d; });
+    for (let i = 0; i < 400 && !out.includes('stalling after 3'); i++)
+      await sleep(50);
+    assert.ok(out.includes('stalling after 3'), out);
+    // A is stopped now.
+    const b = spawnSync(process.execPath, [example, url, db, '--wait', '10000'],
+      { encoding: 'utf8', timeout: 60000 });
+    assert.ok(b.stdout.includes('paid 7 orders'), b.stdout + b.stderr);
+    const ended = new Promise((r) => a.once('exit', r));
+    a.kill('SIGCONT');
+    await ended;
+    assert.ok(out.includes('refused as stale') && out.includes('the lock was lost'), out);
+    const rows = spawnSync('sqlite3', [db,
+      'SELECT order_id, COUNT(*) FROM ledger GROUP BY order_id;'], { encoding: 'utf8' })
+      .stdout.trim().split('\n');
+    assert.equal(rows.length, 10, rows.join(' '));
+    assert.ok(rows.every((r) => r.endsWith('|1')), rows.join(' '));
+  } finally {
+    a.kill('SIGKILL');
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+});
+
+it('the TypeScript declarations cover the API', () => {
+  const fs = require('fs');
+  const dts = fs.readFileSync(path.join(HERE, 'lib', 'index.d.ts'), 'utf8');
+  for (const name of Object.keys(dlock).filter((k) => !k.startsWith('_')))
+    assert.match(dts, new RegExp(`export (const|function|class) ${name}\\b`), name);
+  // A program written against them compiles (tsc from npm install's
+  // devDependencies).
+  const tsc = path.join(HERE, 'node_modules', 'typescript', 'bin', 'tsc');
+  assert.ok(fs.existsSync(tsc), 'typescript is missing: npm install in bindings/node');
+  const r = spawnSync(process.execPath, [tsc, '--noEmit', '--strict', '--target', 'es2020',
+    '--module', 'commonjs', '--lib', 'es2020,dom', '--skipLibCheck',
+    path.join(HERE, 'test', 'types.ts')], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stdout + r.stderr);
+});
+
+it('the package installs with npm into a project, and works there', async () => {
+  // npm pack, then npm install of the tarball in a project of its own: the
+  // files the package lists are enough to build the addon against libdlock.
+  const fs = require('fs');
+  const os = require('os');
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'dlock-npm-'));
+  try {
+    const pack = spawnSync('npm', ['pack', '--silent', '--pack-destination', tmp, HERE],
+      { encoding: 'utf8', cwd: tmp });
+    assert.equal(pack.status, 0, pack.stderr);
+    const tarball = path.join(tmp, pack.stdout.trim().split('\n').pop());
+    fs.writeFileSync(path.join(tmp, 'package.json'), '{"name": "app", "private": true}');
+    const inst = spawnSync('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline',
+      '--loglevel=error', tarball], { encoding: 'utf8', cwd: tmp, timeout: 240000 });
+    assert.equal(inst.status, 0, inst.stdout + inst.stderr);
+    const url = env.servers.find((s) => s.name === 'redis').url;
+    const run = spawnSync(process.execPath, ['-e', `
+      const dlock = require('dlock');
+      (async () => {
+        const c = await dlock.connect(process.argv[1]);
+        const l = await c.acquire('node-npm-${RUN}');
+        console.log(require.resolve('dlock'), String(l.fence));
+        await l.release();
+        await c.close();
+      })();`, url], { encoding: 'utf8', cwd: tmp });
+    assert.equal(run.status, 0, run.stderr);
+    assert.ok(run.stdout.startsWith(path.join(tmp, 'node_modules', 'dlock')), run.stdout);
+    assert.ok(Number(run.stdout.trim().split(' ').pop()) > 0, run.stdout);
+  } finally {
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+});
