@@ -127,7 +127,8 @@ class Lock {
     this._h = handle;
     this._id = id;
     this._onLost = onLost;
-    this._ac = new AbortController();
+    this._ac = null;       // made when the signal is first asked for
+    this._lostReason = 0;
     this._tail = Promise.resolve();  // calls on one handle run one at a time
     this._released = false;
     this.name = handle.names()[0];
@@ -150,7 +151,7 @@ class Lock {
 
   /** True once the lock is known lost (no I/O: the watchdog's last word). */
   get lost() {
-    return this._ac.signal.aborted || (!this._released && this._h.lost());
+    return this._lostReason !== 0 || (!this._released && this._h.lost());
   }
 
   /** Lease left in ms, by the last renewal the server confirmed (0 once
@@ -166,16 +167,27 @@ class Lock {
   /** Aborts (its reason a LockLost) when the lock is found lost; give it
    * to whatever writes on the lock's behalf. */
   get signal() {
+    if (this._ac === null) {
+      this._ac = new AbortController();
+      if (this._lostReason !== 0)
+        this._ac.abort(this._lostError());
+    }
     return this._ac.signal;
   }
 
-  _markLost(reason) {
-    if (this._ac.signal.aborted)
-      return;
-    const why = reason === Unreachable.code ?
+  _lostError() {
+    const why = this._lostReason === Unreachable.code ?
       'the lock server could not be reached before the lease ran out' :
       'the lock was lost (lease expired or taken over)';
-    this._ac.abort(new LockLost(`${this.name}: ${why}`, LockLost.code));
+    return new LockLost(`${this.name}: ${why}`, LockLost.code);
+  }
+
+  _markLost(reason) {
+    if (this._lostReason !== 0)
+      return;
+    this._lostReason = reason;
+    if (this._ac !== null)
+      this._ac.abort(this._lostError());
     if (this._onLost) {
       try {
         this._onLost(this, reason);
