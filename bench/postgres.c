@@ -2,7 +2,7 @@
 /*
  * dlock-bench --postgres: a dlock cycle (dlock_acquire, wait 0, no
  * watchdog, then dlock_release) in each mode, beside the same statements
- * sent raw through libpq on one connection, prepared, in the same rounds
+ * sent raw through libpq on one connection, prepared, interleaved cycle by cycle
  * (src/backends/postgres/pg_sql.h has the text both send):
  *
  *   lease     the acquire and the release statement on the lock table,
@@ -38,7 +38,6 @@
 #include <unistd.h>
 
 #define TARGET 1.2
-#define ROUNDS 10
 #define TABLE "dlock_locks" /* dlock's default table= */
 #define SEQ TABLE "_fence"
 
@@ -345,17 +344,19 @@ int bench_postgres(const char *url_arg, long iterations)
 
     printf("dlock-bench: dlock %s, PostgreSQL %s at %s%s\n", dlock_version(), version,
            bench_redacted(url), own ? " (started by this run)" : "");
-    printf("  %ld cycles each, interleaved in %d rounds; one connection for the raw "
+    printf("  %ld cycles each, interleaved one by one; one connection for the raw "
            "statements\n\n",
-           iterations, ROUNDS);
+           iterations);
     memset(s, 0, sizeof s);
     for (int w = 0; w < S_N; w++) /* warm-up: connections, plans */
         for (long i = 0; i < iterations / 10 + 10; i++)
             one(&c, w, NULL);
-    for (int r = 0; r < ROUNDS; r++)
+    /* Cycle by cycle, each kind in turn: a machine whose speed changes
+     * every few seconds (other tenants, the server's background work)
+     * changes it for all of them alike. */
+    for (long i = 0; i < iterations; i++)
         for (int w = 0; w < S_N; w++)
-            for (long i = 0; i < iterations / ROUNDS; i++)
-                one(&c, w, &s[w]);
+            one(&c, w, &s[w]);
 
     double p50[S_N], req[S_N], conn[S_N];
     for (int w = 0; w < S_N; w++) {

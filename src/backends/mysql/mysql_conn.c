@@ -403,6 +403,50 @@ int dlock__my_query_rows(dlock__my_be *be, MYSQL **slot, const char *sql, MYSQL_
     return DLOCK_OK;
 }
 
+int dlock__my_send(dlock__my_be *be, MYSQL **slot, const char *sql)
+{
+    int rc;
+
+    if (*slot != NULL && closed_by_server(*slot))
+        dlock__my_drop(slot);
+    if (*slot == NULL && (rc = dlock__my_connect(be, slot)) != DLOCK_OK)
+        return rc;
+    if (mysql_send_query(*slot, sql, (unsigned long)strlen(sql)) != 0)
+        return dlock__my_fail(be, slot, "statement failed", NULL);
+    return DLOCK_OK;
+}
+
+int dlock__my_read(dlock__my_be *be, MYSQL **slot, MYSQL_RES **res)
+{
+    MYSQL_RES *first = NULL;
+    int more;
+
+    *res = NULL;
+    if (*slot == NULL)
+        return DLOCK_ECONN;
+    if (mysql_read_query_result(*slot) != 0)
+        return dlock__my_fail(be, slot, "reading the reply", NULL);
+    do {
+        MYSQL_RES *r = mysql_store_result(*slot);
+        if (r == NULL && mysql_field_count(*slot) != 0)
+            more = 1; /* the result could not be read */
+        else {
+            if (first == NULL)
+                first = r;
+            else if (r != NULL)
+                mysql_free_result(r);
+            more = mysql_next_result(*slot);
+        }
+        if (more > 0) {
+            if (first != NULL)
+                mysql_free_result(first);
+            return dlock__my_fail(be, slot, "reading the reply", NULL);
+        }
+    } while (more == 0);
+    *res = first;
+    return DLOCK_OK;
+}
+
 int dlock__my_cmd(dlock__my_be *be, const char *sql, MYSQL_RES **res, int *unknown)
 {
     int rc;

@@ -101,6 +101,13 @@ int dlock__my_query(dlock__my_be *be, MYSQL **slot, const char *sql, MYSQL_RES *
  * *affected (may be NULL). */
 int dlock__my_query_rows(dlock__my_be *be, MYSQL **slot, const char *sql, MYSQL_RES **res,
                          int *unknown, uint64_t *affected);
+/* Send sql on *slot (connected first if NULL) without reading its reply,
+ * so that a statement on another connection can go out beside it:
+ * dlock__my_read reads it, before anything else is sent there. */
+int dlock__my_send(dlock__my_be *be, MYSQL **slot, const char *sql);
+/* The reply to the statement dlock__my_send sent: its first result set in
+ * *res (NULL for none; free it), the others read and dropped. */
+int dlock__my_read(dlock__my_be *be, MYSQL **slot, MYSQL_RES **res);
 /* dlock__my_query on the callers' connection, under mu. */
 int dlock__my_cmd(dlock__my_be *be, const char *sql, MYSQL_RES **res, int *unknown);
 /* One row of res (freed), its n first columns as int64 (NULL -> def).

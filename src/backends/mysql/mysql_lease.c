@@ -10,7 +10,13 @@
  * "dlckw#<hash of the name>" on its wake connection; waiters block on that
  * (mysql_wait.c), so a release, or the death of the holder's process,
  * wakes them. It decides nothing: a lost channel only delays a waiter to
- * the holder's expiry.
+ * the holder's expiry. The acquire takes it in the same round trip as the
+ * row: its GET_LOCK goes out on the wake connection beside the CALL on
+ * cmd, and both replies are read before the acquire returns (taken before
+ * the commit, mostly: a waiter that sees the new holder finds the channel
+ * held, as the family's acquire has it, mysql_family.c); the release gives
+ * it up after the row's UPDATE, so that nobody is woken before the lock is
+ * free. Three round trips a cycle, where the row alone takes two.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,28 +55,48 @@ void dlock__my_wake_hold(dlock__my_be *be, const char *name, int hold)
     dlock_backend_fail(DLOCK_OK, "%s", saved);
 }
 
-int dlock__my_wake_grab(dlock__my_be *be, const char *name)
+/* The statement that takes name's channel unless held here already; 0 if
+ * the name has none. Its reply is read by grab_read. */
+static int grab_sql(dlock__my_be *be, const char *name, char *sql, size_t size)
 {
-    char expr[DLOCK__MY_LOCKEXPR_MAX], sql[DLOCK__MY_LOCKEXPR_MAX * 3 + 128], saved[512];
-    MYSQL_RES *res = NULL;
-    MYSQL_ROW row;
-    int taken = 0;
+    char expr[DLOCK__MY_LOCKEXPR_MAX];
 
     if (dlock__my_lock_expr(be, name, 'w', expr) != DLOCK_OK)
         return 0;
-    snprintf(sql, sizeof(sql),
+    snprintf(sql, size,
              "SELECT IS_USED_LOCK(%s) <=> CONNECTION_ID(),"
              " IF(IS_USED_LOCK(%s) <=> CONNECTION_ID(), 0, GET_LOCK(%s, 0))",
              expr, expr, expr);
-    snprintf(saved, sizeof(saved), "%s", dlock_error_message());
-    pthread_mutex_lock(&be->wake_mu);
-    if (dlock__my_query(be, &be->wake, sql, &res, NULL) == DLOCK_OK && res != NULL &&
-        (row = mysql_fetch_row(res)) != NULL && mysql_num_fields(res) == 2)
+    return 1;
+}
+
+/* What the grab's reply says (dlock__my_wake_grab's answer); res freed. */
+static int grab_read(MYSQL_RES *res)
+{
+    MYSQL_ROW row;
+    int taken = 0;
+
+    if (res != NULL && (row = mysql_fetch_row(res)) != NULL && mysql_num_fields(res) == 2)
         taken = row[0] != NULL && strcmp(row[0], "1") == 0 ? 2
                 : row[1] != NULL && strcmp(row[1], "1") == 0 ? 1 : 0;
-    pthread_mutex_unlock(&be->wake_mu);
     if (res != NULL)
         mysql_free_result(res);
+    return taken;
+}
+
+int dlock__my_wake_grab(dlock__my_be *be, const char *name)
+{
+    char sql[DLOCK__MY_LOCKEXPR_MAX * 3 + 128], saved[512];
+    MYSQL_RES *res = NULL;
+    int taken = 0;
+
+    if (!grab_sql(be, name, sql, sizeof(sql)))
+        return 0;
+    snprintf(saved, sizeof(saved), "%s", dlock_error_message());
+    pthread_mutex_lock(&be->wake_mu);
+    if (dlock__my_query(be, &be->wake, sql, &res, NULL) == DLOCK_OK)
+        taken = grab_read(res);
+    pthread_mutex_unlock(&be->wake_mu);
     dlock_backend_fail(DLOCK_OK, "%s", saved);
     return taken;
 }
@@ -80,9 +106,10 @@ int dlock__my_lease_acquire(dlock__my_be *be, const dlock_request *req, void *wa
 {
     char key[DLOCK__MY_HEX_MAX], tok[80], holder[2 * DLOCK_HOLDER_MAX + 8];
     char sql[sizeof(key) + sizeof(tok) + sizeof(holder) + 96];
-    MYSQL_RES *res;
-    int64_t v[3];
-    int found, rc, unknown = 0;
+    char grab[DLOCK__MY_LOCKEXPR_MAX * 3 + 128], saved[512];
+    MYSQL_RES *res = NULL, *gres = NULL;
+    int64_t v[3] = {0, 0, 0};
+    int found = 0, rc, unknown = 0, have_grab, sent, grabbed = 0;
 
     if ((rc = dlock__my_key_hex(be, req->name, key)) != DLOCK_OK)
         return rc;
@@ -95,36 +122,50 @@ int dlock__my_lease_acquire(dlock__my_be *be, const dlock_request *req, void *wa
         snprintf(holder, sizeof(holder), "NULL");
     snprintf(sql, sizeof(sql), "CALL dlock_acquire_v1(%s, %s, %lld, %s)", key, tok,
              (long long)(lease_us(req->lease_ms) / 1000), holder);
+    have_grab = grab_sql(be, req->name, grab, sizeof(grab));
+    /* mu, then wake_mu: the family's order (it grabs inside its transaction). */
+    pthread_mutex_lock(&be->mu);
+    pthread_mutex_lock(&be->wake_mu);
+    /* The channel's statement out first, the row's beside it; a failure on
+     * the wake connection only leaves the channel to wake_hold below. */
+    sent = have_grab && dlock__my_send(be, &be->wake, grab) == DLOCK_OK;
     /* A deadlock or a lock wait that timed out rolled everything back:
      * try again, a few times. */
     for (int tries = 0;; tries++) {
-        rc = dlock__my_cmd(be, sql, &res, &unknown);
-        if (rc == DLOCK_OK || tries == 3 || unknown)
-            break;
-        pthread_mutex_lock(&be->mu);
-        int again = be->cmd != NULL && (mysql_errno(be->cmd) == ER_LOCK_DEADLOCK ||
-                                        mysql_errno(be->cmd) == ER_LOCK_WAIT_TIMEOUT);
-        pthread_mutex_unlock(&be->mu);
-        if (!again)
+        rc = dlock__my_query(be, &be->cmd, sql, &res, &unknown);
+        if (rc == DLOCK_OK || tries == 3 || unknown || be->cmd == NULL ||
+            (mysql_errno(be->cmd) != ER_LOCK_DEADLOCK &&
+             mysql_errno(be->cmd) != ER_LOCK_WAIT_TIMEOUT))
             break;
     }
+    /* The channel is best effort: the row's outcome keeps its message. */
+    snprintf(saved, sizeof(saved), "%s", dlock_error_message());
+    if (sent && dlock__my_read(be, &be->wake, &gres) == DLOCK_OK)
+        grabbed = grab_read(gres);
+    dlock_backend_fail(DLOCK_OK, "%s", saved);
+    pthread_mutex_unlock(&be->wake_mu);
+    pthread_mutex_unlock(&be->mu);
     if (watch != NULL)
         dlock__my_watch_note_try(watch, req->token, unknown);
-    if (rc != DLOCK_OK)
-        return rc;
-    if ((rc = dlock__my_row_ints(be, res, v, 3, 0, &found, "dlock_acquire_v1")) != DLOCK_OK)
-        return rc;
-    if (!found)
-        return dlock_backend_fail(DLOCK_EPROTO, "%s: dlock_acquire_v1 returned no row",
-                                  be->where);
-    if (v[0] == 1) {
-        if (v[1] <= 0)
-            return dlock_backend_fail(DLOCK_EPROTO, "%s: fence %lld is not positive", be->where,
-                                      (long long)v[1]);
+    if (rc == DLOCK_OK)
+        rc = dlock__my_row_ints(be, res, v, 3, 0, &found, "dlock_acquire_v1");
+    if (rc == DLOCK_OK && !found)
+        rc = dlock_backend_fail(DLOCK_EPROTO, "%s: dlock_acquire_v1 returned no row", be->where);
+    if (rc == DLOCK_OK && v[0] == 1 && v[1] <= 0)
+        rc = dlock_backend_fail(DLOCK_EPROTO, "%s: fence %lld is not positive", be->where,
+                                (long long)v[1]);
+    if (rc == DLOCK_OK && v[0] == 1) {
         out->fence = (uint64_t)v[1];
-        dlock__my_wake_hold(be, req->name, 1);
+        if (grabbed == 0) /* not taken, not ours before: once more */
+            dlock__my_wake_hold(be, req->name, 1);
         return DLOCK_OK;
     }
+    /* Not ours (or not known to be): a channel this call took goes back,
+     * unless a lost reply may have taken the lease with it. */
+    if (grabbed == 1 && !unknown)
+        dlock__my_wake_hold(be, req->name, 0);
+    if (rc != DLOCK_OK)
+        return rc;
     out->retry_ms = v[2] < 0 ? 0 : v[2];
     return DLOCK_EBUSY;
 }

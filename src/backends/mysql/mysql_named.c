@@ -207,7 +207,13 @@ int dlock__my_named_release(void *arg, const dlock_request *req)
     if (rc == DLOCK_OK)
         rc = dlock__my_row_ints(be, res, &v, 1, 0, &found, "the release");
     if (rc == DLOCK_OK && found && v == 1) {
-        /* Closed, not kept: its wait_timeout is this lease's. */
+        /* Kept for the next acquisition, which sets its wait_timeout
+         * again: a new connection per lock cost a connect, its
+         * authentication and set-up per cycle. One the server closed
+         * meanwhile (idle past this lease's wait_timeout) is noticed
+         * before use (dlock__my_query) and replaced. */
+        dlock__my_named_give_conn(be, h->c);
+        h->c = NULL;
     } else if (rc == DLOCK_OK || rc == DLOCK_ECONN) {
         /* Not held by our connection, or the connection is gone: lost. */
         rc = dlock_backend_fail(DLOCK_ELOST, "%s: the named lock's connection no longer held it",
