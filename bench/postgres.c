@@ -33,7 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -97,8 +96,13 @@ static void pg_start(char *url, size_t size)
     pid_t pid;
 
     snprintf(dir, sizeof dir, "/tmp/dlock-bench-pg-XXXXXX");
-    if (mkdtemp(dir) == NULL || chmod(dir, 0777) != 0)
+    if (mkdtemp(dir) == NULL)
         bench_die("mkdtemp: %s", strerror(errno));
+    if (getuid() == 0) { /* the server's user (nobody) owns it, and only it */
+        struct passwd *pw = getpwnam("nobody");
+        if (pw == NULL || chown(dir, pw->pw_uid, pw->pw_gid) != 0)
+            bench_die("chown %s to nobody: %s", dir, strerror(errno));
+    }
     snprintf(data, sizeof data, "%s/data", dir);
     snprintf(log, sizeof log, "%s/log", dir);
     if ((pid = fork()) == 0) {
