@@ -499,6 +499,11 @@ int dlock__redis_wait_short(void)
     return wait_result.short_of;
 }
 
+void dlock__redis_wait_clear(void)
+{
+    wait_result.short_of = 0;
+}
+
 int dlock__redis_wait_fail(const char *what)
 {
     if (wait_result.code != DLOCK_OK)

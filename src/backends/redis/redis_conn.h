@@ -157,6 +157,10 @@ int dlock__redis_conn_script(dlock__redis_conn *conn, const dlock__redis_script 
  */
 int dlock__redis_wait_short(void);
 
+/* For a script sent without WAIT elsewhere (redis_mux.c): the next
+ * dlock__redis_wait_short of this thread says 0. */
+void dlock__redis_wait_clear(void);
+
 /* DLOCK_ESERVER, "WHERE: N of M replicas acknowledged the write within W ms
  * (min_replicas=M): what" (what: "the lock was released", ...); when WAIT
  * was refused, its error's code and text, then what. */

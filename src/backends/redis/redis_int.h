@@ -12,10 +12,12 @@
 #include <string.h>
 
 #include "backends/redis/redis_conn.h"
+#include "backends/redis/redis_mux.h"
 #include "backends/redis/redis_watch.h"
 
-/* Callers' connections: up to this many, each opened when concurrent calls
- * first need it; a call has one to itself for its round trip. */
+/* Callers' connections for what does not go through the shared pipelined
+ * one (mux; redis_mux.h): up to this many, each opened when concurrent
+ * calls first need it; a call has one to itself for its round trip. */
 #define DLOCK__REDIS_CMD_MAX 4
 
 /* The fair waiters' places the subscriber thread keeps (redis_places.c). */
@@ -33,6 +35,7 @@ typedef struct {
     pthread_cond_t cmd_freed;  /* a connection came back */
     dlock__redis_conn cmd[DLOCK__REDIS_CMD_MAX];
     int cmd_busy[DLOCK__REDIS_CMD_MAX];
+    dlock__redis_mux mux; /* the scripts' connection, when mux.on */
     dlock__redis_conn wd;
     dlock__redis_watcher *watcher;
     dlock__redis_places places;
@@ -128,7 +131,8 @@ enum {
     DLOCK__REDIS_WHY_UPGRADE = 3     /* a reader asks for the write lock */
 };
 
-/* Run a script on a command connection. */
+/* Run a script: on the shared pipelined connection where the URL allows
+ * it, else on a command connection of its own. */
 int dlock__redis_cmd_script(dlock__redis_be *be, const dlock__redis_script *s,
                             redisReply **out, int nkeys, int argc, const char **argv,
                             const size_t *lens);

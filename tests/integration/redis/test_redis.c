@@ -480,12 +480,18 @@ static void leave_after_hand_over(void)
     test_redis_stop(&r);
 }
 
-/* Threads sharing one client run their calls on up to DLOCK__REDIS_CMD_MAX
- * (4) command connections, opened only when calls overlap: one thread uses
- * one, eight at once use more than one and never more than four. */
+/* Threads sharing one client send their scripts on one connection,
+ * pipelined (redis_mux.h): eight threads at once open no second one, and
+ * their commands reach the server several to a read. */
 typedef struct {
     dlock_client *c;
     int id;
+    /* A release may answer DLOCK_ELOST: one whose reply a killed
+     * connection lost is sent again, and finds the lock gone (its own
+     * first try deleted it). */
+    int lost_ok;
+    int cycles; /* 0: 300 */
+    int stop;   /* set (atomically) to stop after the cycle under way */
 } cycler_arg;
 
 static void *cycler_main(void *p)
@@ -495,12 +501,30 @@ static void *cycler_main(void *p)
     char name[32];
 
     snprintf(name, sizeof(name), "pool%d", a->id);
-    for (int i = 0; i < 300; i++) {
+    for (int i = 0; i < (a->cycles ? a->cycles : 300) && !__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE);
+         i++) {
         dlock_lock *l;
+        int rc;
         CHECK_RC(dlock_acquire(&l, a->c, name, &o), DLOCK_OK);
-        CHECK_RC(dlock_release(l), DLOCK_OK);
+        rc = dlock_release(l);
+        if (!(a->lost_ok && rc == DLOCK_ELOST))
+            CHECK_RC(rc, DLOCK_OK);
     }
     return NULL;
+}
+
+/* n cyclers on c, each on a thread of t (cycles 0: 300). */
+static void start_cyclers(pthread_t *t, cycler_arg *a, int n, dlock_client *c, int lost_ok,
+                          int cycles)
+{
+    for (int i = 0; i < n; i++) {
+        a[i].c = c;
+        a[i].id = i;
+        a[i].lost_ok = lost_ok;
+        a[i].cycles = cycles;
+        a[i].stop = 0;
+        CHECK(pthread_create(&t[i], NULL, cycler_main, &a[i]) == 0);
+    }
 }
 
 static long long cmd_connections(test_redis *r)
@@ -519,35 +543,87 @@ static long long cmd_connections(test_redis *r)
     return n;
 }
 
-static void command_connections_pool(void)
+/* A counter of INFO stats ("total_reads_processed"). */
+static long long info_stat(test_redis *r, const char *field)
+{
+    redisContext *ctx = redisConnect("127.0.0.1", r->port);
+    redisReply *rep;
+    const char *p;
+    long long v = -1;
+
+    CHECK(ctx != NULL && ctx->err == 0);
+    rep = redisCommand(ctx, "INFO stats");
+    CHECK(rep != NULL && rep->type == REDIS_REPLY_STRING);
+    if ((p = strstr(rep->str, field)) != NULL && p[strlen(field)] == ':')
+        v = atoll(p + strlen(field) + 1);
+    freeReplyObject(rep);
+    redisFree(ctx);
+    CHECK(v >= 0);
+    return v;
+}
+
+static void command_connection_shared(void)
 {
     enum { THREADS = 8 };
     test_redis r;
     dlock_client *c;
     pthread_t t[THREADS];
     cycler_arg a[THREADS];
-    long long n;
+    long long n, cmds, reads;
 
     test_redis_start(&r, NULL);
     c = open_client(&r);
-    a[0].c = c;
-    a[0].id = 0;
-    cycler_main(&a[0]);
+    start_cyclers(t, a, 1, c, 0, 0);
+    CHECK(pthread_join(t[0], NULL) == 0);
     CHECK(cmd_connections(&r) == 1);
-    for (int i = 0; i < THREADS; i++) {
-        a[i].c = c;
-        a[i].id = i;
-        CHECK(pthread_create(&t[i], NULL, cycler_main, &a[i]) == 0);
-    }
+    cmds = info_stat(&r, "total_commands_processed");
+    reads = info_stat(&r, "total_reads_processed");
+    start_cyclers(t, a, THREADS, c, 0, 0);
     for (int i = 0; i < THREADS; i++)
         CHECK(pthread_join(t[i], NULL) == 0);
+    cmds = info_stat(&r, "total_commands_processed") - cmds;
+    reads = info_stat(&r, "total_reads_processed") - reads;
     n = cmd_connections(&r);
-    fprintf(stderr, "command connections after %d threads: %lld\n", THREADS, n);
-    CHECK(n > 1 && n <= 4);
+    fprintf(stderr, "%d threads: %lld command connection(s), %lld commands in %lld reads\n",
+            THREADS, n, cmds, reads);
+    CHECK(n == 1);
+    /* 4,800 scripts (and the two INFOs): with a connection per call each
+     * is a read of its own; pipelined, some share one. */
+    CHECK(cmds >= THREADS * 300 * 2);
+    CHECK(reads < cmds);
     dlock_client_free(c);
     for (int i = 0; i < 250 && cmd_connections(&r) != 0; i++)
         test_sleep_ms(20); /* the server sees the closes in its own time */
     CHECK(cmd_connections(&r) == 0);
+    test_redis_stop(&r);
+}
+
+/* The shared connection killed by the server while eight threads use it:
+ * every call made again on a new one succeeds (a script is safe to send
+ * twice), and one connection is left. */
+static void shared_connection_killed(void)
+{
+    enum { THREADS = 8 };
+    test_redis r;
+    dlock_client *c;
+    pthread_t t[THREADS];
+    cycler_arg a[THREADS];
+
+    test_redis_start(&r, NULL);
+    c = open_client(&r);
+    start_cyclers(t, a, THREADS, c, 1, 100000);
+    /* Killed 3 times while they run (100,000 cycles a thread take seconds
+     * even unsanitized), then each thread stops after its cycle. */
+    for (int k = 0; k < 3; k++) {
+        test_sleep_ms(100);
+        CHECK(test_redis_cmd(&r, "CLIENT KILL TYPE normal SKIPME yes") >= 1);
+    }
+    for (int i = 0; i < THREADS; i++)
+        __atomic_store_n(&a[i].stop, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < THREADS; i++)
+        CHECK(pthread_join(t[i], NULL) == 0);
+    CHECK(cmd_connections(&r) == 1);
+    dlock_client_free(c);
     test_redis_stop(&r);
 }
 
@@ -870,7 +946,8 @@ TEST_MAIN({"sockets_cloexec_and_no_sigpipe", sockets_cloexec_and_no_sigpipe, NUL
           {"waiter_woken_by_release", waiter_woken_by_release, "watchdog"},
           {"release_wakes_one_waiter", release_wakes_one_waiter, "watchdog"},
           {"noscript_and_reconnect", noscript_and_reconnect, NULL},
-          {"command_connections_pool", command_connections_pool, "watchdog"},
+          {"command_connection_shared", command_connection_shared, "watchdog"},
+          {"shared_connection_killed", shared_connection_killed, "watchdog"},
           {"release_hands_over", release_hands_over, "watchdog"},
           {"handed_to_a_dead_waiter", handed_to_a_dead_waiter, "watchdog"},
           {"leave_after_hand_over", leave_after_hand_over, NULL},

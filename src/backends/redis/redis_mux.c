@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The shared, pipelined command connection (redis_mux.h).
+ *
+ * Locking: mu guards the connection's state (its transport, the queue of
+ * requests, who reads) and every use of the transport but one: the reader
+ * polls the socket without mu, so that others may append and write their
+ * commands meanwhile. While a reader polls, nobody closes or re-opens the
+ * transport (its descriptor could be reused under the poll): a caller that
+ * finds it failed waits on idle until the reader has let go of it; a
+ * writer whose write failed shuts the socket down, which ends the poll.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "backends/redis/redis_mux.h"
+#include "core/clock.h"
+#include "core/error.h"
+
+struct dlock__redis_mux_req {
+    dlock__redis_mux_req *next;
+    pthread_cond_t done_cv; /* its reply is in, or it failed, or it reads now */
+    int64_t deadline_ms;    /* its reply is due by then (the command timeout) */
+    redisReply *reply;
+    int done;      /* 1: reply, or failed with rc */
+    int rc;        /* DLOCK_OK or the failure's code */
+    int timed_out; /* it failed by a timeout, not a dead connection */
+    char msg[320]; /* the failure's message, for the caller's thread */
+};
+
+int dlock__redis_mux_fits(const dlock__redis_conn *conn)
+{
+    return !conn->is_cluster && conn->master_name == NULL && conn->min_replicas == 0 &&
+           !conn->ep.tls;
+}
+
+int dlock__redis_mux_init(dlock__redis_mux *mux, const dlock__redis_conn *conn)
+{
+    memset(mux, 0, sizeof(*mux));
+    if (pthread_mutex_init(&mux->mu, NULL) != 0)
+        return dlock__fail(DLOCK_ENOMEM, "cannot create a mutex");
+    if (dlock__cond_init(&mux->idle) != 0) {
+        pthread_mutex_destroy(&mux->mu);
+        return dlock__fail(DLOCK_ENOMEM, "cannot create a condition variable");
+    }
+    /* Not open yet: the copy shares only the URL's strings. */
+    mux->conn = *conn;
+    memset(&mux->conn.tp, 0, sizeof(mux->conn.tp));
+    mux->conn.tp.fd = -1;
+    mux->on = 1;
+    return DLOCK_OK;
+}
+
+void dlock__redis_mux_destroy(dlock__redis_mux *mux)
+{
+    if (!mux->on)
+        return;
+    dlock__redis_conn_close(&mux->conn);
+    pthread_cond_destroy(&mux->idle);
+    pthread_mutex_destroy(&mux->mu);
+    mux->on = 0;
+}
+
+int dlock__redis_mux_connect(dlock__redis_mux *mux)
+{
+    int rc;
+
+    pthread_mutex_lock(&mux->mu);
+    while (mux->reading && !dlock__redis_conn_is_open(&mux->conn))
+        pthread_cond_wait(&mux->idle, &mux->mu);
+    rc = dlock__redis_conn_connect(&mux->conn);
+    pthread_mutex_unlock(&mux->mu);
+    return rc;
+}
+
+/* ---- under mu ---------------------------------------------------------------- */
+
+/* Ends every request in flight with the connection's failure (its code and
+ * message, made on this thread), and closes it. Only by whoever may close
+ * it: the reader, or a writer when nobody reads. */
+static void fail_all(dlock__redis_mux *mux)
+{
+    int code = dlock__redis_conn_io_error(&mux->conn); /* closes it */
+    const char *msg = dlock_error_message();
+    int timed_out = mux->conn.timed_out;
+
+    for (dlock__redis_mux_req *q = mux->head; q != NULL; q = q->next) {
+        q->done = 1;
+        q->rc = code;
+        q->timed_out = timed_out;
+        snprintf(q->msg, sizeof(q->msg), "%s", msg);
+        pthread_cond_signal(&q->done_cv);
+    }
+    mux->head = mux->tail = NULL;
+}
+
+/* Hands each complete reply read so far to its request, in order. REDIS_ERR
+ * when the transport failed (a reply refused, or one that came with
+ * nobody waiting for it). */
+static int dispatch(dlock__redis_mux *mux)
+{
+    for (;;) {
+        void *r = NULL;
+        dlock__redis_mux_req *q;
+
+        if (dlock__redis_tp_get_reply(&mux->conn.tp, &r) != REDIS_OK)
+            return REDIS_ERR;
+        if (r == NULL)
+            return dlock__redis_conn_over_cap(&mux->conn) ? REDIS_ERR : REDIS_OK;
+        if ((q = mux->head) == NULL) {
+            freeReplyObject(r);
+            dlock__redis_tp_fail(&mux->conn.tp, REDIS_ERR_PROTOCOL, "a reply nobody asked for");
+            return REDIS_ERR;
+        }
+        mux->head = q->next;
+        if (mux->head == NULL)
+            mux->tail = NULL;
+        q->reply = r;
+        q->done = 1;
+        pthread_cond_signal(&q->done_cv);
+    }
+}
+
+/* Reads replies until me's is in (or the connection failed), polling
+ * without mu. */
+static void read_replies(dlock__redis_mux *mux, dlock__redis_mux_req *me)
+{
+    dlock__redis_tp *tp = &mux->conn.tp;
+
+    mux->reading = 1;
+    while (!me->done) {
+        struct pollfd p = {.fd = tp->fd, .events = POLLIN, .revents = 0};
+        int64_t left = mux->head->deadline_ms - dlock__now_ms();
+        int n;
+
+        pthread_mutex_unlock(&mux->mu);
+        n = left > 0 ? poll(&p, 1, left > 60000 ? 60000 : (int)left) : 0;
+        pthread_mutex_lock(&mux->mu);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (!dlock__redis_tp_ok(tp)) {
+            /* A writer's write failed (and shut the socket down). */
+        } else if (n < 0) {
+            dlock__redis_tp_fail(tp, REDIS_ERR_IO, "poll failed");
+        } else if (n == 0) {
+            if (mux->head->deadline_ms > dlock__now_ms())
+                continue; /* the 60 s slice of a longer timeout */
+            dlock__redis_tp_fail(tp, REDIS_ERR_IO, "timed out (read)");
+            tp->timed_out = 1;
+        } else if (dlock__redis_tp_read(tp, -1) == REDIS_OK && dispatch(mux) == REDIS_OK) {
+            continue;
+        }
+        fail_all(mux);
+        pthread_cond_broadcast(&mux->idle);
+    }
+    mux->reading = 0;
+    /* The next in line reads for itself and those behind it. */
+    if (mux->head != NULL)
+        pthread_cond_signal(&mux->head->done_cv);
+}
+
+/* Sends one command and waits for its reply, on the connection as it is
+ * now (made if need be). *fresh: this call opened the connection. */
+static int send_once(dlock__redis_mux *mux, int argc, const char **argv, const size_t *lens,
+                     dlock__redis_mux_req *me, int *fresh)
+{
+    dlock__redis_tp *tp = &mux->conn.tp;
+    int rc;
+
+    memset(me, 0, sizeof(*me));
+    /* Waited on without a timeout: the reader's poll has the deadline. */
+    if (pthread_cond_init(&me->done_cv, NULL) != 0)
+        return dlock__fail(DLOCK_ENOMEM, "cannot create a condition variable");
+    pthread_mutex_lock(&mux->mu);
+    while (mux->reading && !dlock__redis_tp_ok(tp))
+        pthread_cond_wait(&mux->idle, &mux->mu);
+    *fresh = !dlock__redis_tp_ok(tp);
+    if (*fresh && (rc = dlock__redis_conn_connect(&mux->conn)) != DLOCK_OK) {
+        pthread_mutex_unlock(&mux->mu);
+        pthread_cond_destroy(&me->done_cv);
+        return rc;
+    }
+    if (dlock__redis_tp_append_argv(tp, argc, argv, lens) != REDIS_OK) {
+        pthread_mutex_unlock(&mux->mu);
+        pthread_cond_destroy(&me->done_cv);
+        return dlock__fail(DLOCK_ENOMEM, "%s: out of memory", mux->conn.where);
+    }
+    me->deadline_ms = dlock__now_ms() + mux->conn.command_ms;
+    if (mux->tail != NULL)
+        mux->tail->next = me;
+    else
+        mux->head = me;
+    mux->tail = me;
+    if (dlock__redis_tp_flush(tp, me->deadline_ms) != REDIS_OK) {
+        if (mux->reading)
+            shutdown(tp->fd, SHUT_RDWR); /* the reader's poll ends, and it fails us all */
+        else
+            fail_all(mux);
+    }
+    /* Wait for the reply, reading when nobody else does. */
+    while (!me->done) {
+        if (!mux->reading)
+            read_replies(mux, me);
+        else
+            pthread_cond_wait(&me->done_cv, &mux->mu);
+    }
+    pthread_mutex_unlock(&mux->mu);
+    pthread_cond_destroy(&me->done_cv);
+    if (me->rc != DLOCK_OK)
+        return dlock__fail(me->rc, "%s", me->msg);
+    return DLOCK_OK;
+}
+
+/* One command, sent once more on a new connection when the one it went out
+ * on was found dead (see redis_mux.h). An error reply is a code and message:
+ * DLOCK_ENOTSUP for NOSCRIPT, for the caller to send EVAL. */
+static int command(dlock__redis_mux *mux, redisReply **out, int argc, const char **argv,
+                   const size_t *lens)
+{
+    dlock__redis_mux_req me;
+    int fresh = 0, rc;
+
+    *out = NULL;
+    rc = send_once(mux, argc, argv, lens, &me, &fresh);
+    if (rc == DLOCK_ECONN && !fresh && !me.timed_out && me.done)
+        rc = send_once(mux, argc, argv, lens, &me, &fresh);
+    if (rc != DLOCK_OK)
+        return rc;
+    if (me.reply->type == REDIS_REPLY_ERROR) {
+        rc = me.reply->len >= 8 && strncmp(me.reply->str, "NOSCRIPT", 8) == 0
+                 ? dlock__fail(DLOCK_ENOTSUP, "%s: NOSCRIPT", mux->conn.where)
+                 : dlock__redis_conn_reply_error(&mux->conn, me.reply);
+        freeReplyObject(me.reply);
+        return rc;
+    }
+    *out = me.reply;
+    return DLOCK_OK;
+}
+
+int dlock__redis_mux_script(dlock__redis_mux *mux, const dlock__redis_script *script,
+                            redisReply **out, int nkeys, int argc, const char **argv,
+                            const size_t *lens)
+{
+    dlock__redis_script_cmd c;
+    int rc;
+
+    dlock__redis_wait_clear(); /* no WAIT here: not short of replicas */
+    if ((rc = dlock__redis_script_cmd_init(&c, script, 0, nkeys, argc, argv, lens)) != DLOCK_OK)
+        return rc;
+    rc = command(mux, out, c.argc, c.av, c.al);
+    if (rc == DLOCK_ENOTSUP) {
+        /* NOSCRIPT: the server restarted or flushed its script cache. EVAL
+         * runs the script and caches it for the next EVALSHA. */
+        dlock__redis_script_cmd_eval(&c, script);
+        rc = command(mux, out, c.argc, c.av, c.al);
+        if (rc == DLOCK_OK)
+            dlock__clear_error(); /* the NOSCRIPT was handled */
+    }
+    dlock__redis_script_cmd_free(&c);
+    return rc;
+}

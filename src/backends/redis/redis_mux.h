@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * One connection that a client's callers share, pipelined (issue 28): each
+ * caller appends its command and sends it at once, behind whatever the
+ * others sent, and the replies come back in the order the commands went
+ * out. No thread of its own: one waiting caller at a time is the reader
+ * (it polls the socket and hands each reply to its caller), as the
+ * leader/followers pattern has it; the others sleep on their own condition
+ * variable until their reply is there or they are made the reader. So 8
+ * threads on one client put 8 commands on the wire together, where a
+ * connection per call would have them queue for a connection, and the
+ * server reads and answers them in one go.
+ *
+ * Used for the scripts of a single Redis server in clear text (redis://,
+ * unix://), the path every acquisition, release and renewal takes. TLS
+ * (an SSL read may have to write), Sentinel (a failover re-asks the
+ * sentinels), Cluster (redirections) and min_replicas (WAIT) keep a
+ * connection per call (redis.c, dlock__redis_cmd_take).
+ *
+ * Failures: a reply that does not come within the command timeout, or a
+ * connection that breaks, fails every command in flight on it (replies are
+ * matched by order, so none after it can be placed); the connection is
+ * made again by the next command. A command that went out on a
+ * connection this call did not open, and failed because the connection
+ * was found dead (not by a timeout), is sent once more on a new one, as
+ * dlock__redis_conn_command does: every script sent here is safe to
+ * repeat.
+ */
+#ifndef DLOCK_REDIS_MUX_H
+#define DLOCK_REDIS_MUX_H
+
+#include <pthread.h>
+
+#include "backends/redis/redis_conn.h"
+
+typedef struct dlock__redis_mux_req dlock__redis_mux_req;
+
+typedef struct {
+    int on; /* 0: this client's URL keeps a connection per call */
+    pthread_mutex_t mu;
+    pthread_cond_t idle; /* the reader let go of a connection that failed */
+    dlock__redis_conn conn;
+    /* Commands written (or being written), their replies awaited in this
+     * order. */
+    dlock__redis_mux_req *head, *tail;
+    int reading; /* a caller polls the socket for replies (without mu) */
+} dlock__redis_mux;
+
+/* Whether conn's URL can share one pipelined connection (see above). */
+int dlock__redis_mux_fits(const dlock__redis_conn *conn);
+
+/* Set up mux with a connection like conn (no I/O); DLOCK_ENOMEM. */
+int dlock__redis_mux_init(dlock__redis_mux *mux, const dlock__redis_conn *conn);
+
+/* Close the connection and free; a zeroed mux is a no-op. No call may be
+ * running on it. */
+void dlock__redis_mux_destroy(dlock__redis_mux *mux);
+
+/* Connect now, unless connected (dlock__redis_conn_connect's codes). */
+int dlock__redis_mux_connect(dlock__redis_mux *mux);
+
+/* dlock__redis_conn_script on the shared connection: EVALSHA, then EVAL
+ * on NOSCRIPT. An error reply is a code and message, *out NULL. */
+int dlock__redis_mux_script(dlock__redis_mux *mux, const dlock__redis_script *script,
+                            redisReply **out, int nkeys, int argc, const char **argv,
+                            const size_t *lens);
+
+#endif
