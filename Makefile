@@ -42,6 +42,7 @@ bench: deps
 	@$(BUILD)/bench/dlock-bench
 	@$(BUILD)/bench/dlock-bench --zk --iterations 2000 || true
 	@/usr/bin/python3 bindings/python/bench/bench.py --build $(BUILD) || true
+	@node bindings/node/bench/bench.js --build $(BUILD) || true
 	@echo "== many locks on one client (docs/bench.md)"
 	@for b in redis etcd zk postgres mysql; do \
 		DLOCK_MODULE_DIR=$(BUILD)/dlock DLOCK_SCALE_LOCKS=10000 \
