@@ -270,7 +270,7 @@ static const char *scrub(char *buf, size_t size, const dlock__redis_conn *conn,
     return buf;
 }
 
-int dlock__redis_conn_reply_error(dlock__redis_conn *conn, const redisReply *r)
+int dlock__redis_conn_reply_error(const dlock__redis_conn *conn, const redisReply *r)
 {
     char text[256];
     const char *s = scrub(text, sizeof(text), conn, r);
@@ -504,6 +504,30 @@ void dlock__redis_wait_clear(void)
     wait_result.short_of = 0;
 }
 
+int dlock__redis_wait_reply(const dlock__redis_conn *conn, const redisReply *w)
+{
+    if (w->type == REDIS_REPLY_ERROR) {
+        /* WAIT refused (an ACL user without it): the script's write stands
+         * on the master, acknowledged by no one we know of. Short, so that
+         * the caller gives a hold back as for too few replicas, and fails
+         * with WAIT's own error (dlock__redis_wait_fail). */
+        wait_result.code = dlock__redis_conn_reply_error(conn, w);
+        snprintf(wait_result.error, sizeof(wait_result.error), "%s", dlock_error_message());
+        wait_result.short_of = 1;
+        wait_result.acked = 0;
+    } else if (w->type != REDIS_REPLY_INTEGER) {
+        return bad_wait(conn, w);
+    } else {
+        wait_result.code = DLOCK_OK;
+        wait_result.short_of = w->integer < conn->min_replicas;
+        wait_result.acked = w->integer;
+    }
+    wait_result.wanted = conn->min_replicas;
+    wait_result.wait_ms = conn->wait_ms;
+    snprintf(wait_result.where, sizeof(wait_result.where), "%s", conn->where);
+    return DLOCK_OK;
+}
+
 int dlock__redis_wait_fail(const char *what)
 {
     if (wait_result.code != DLOCK_OK)
@@ -561,27 +585,8 @@ int dlock__redis_conn_command_once(dlock__redis_conn *conn, redisReply **out, in
         /* Keep NOSCRIPT apart: the caller reloads the script. */
         if (r->len >= 8 && strncmp(r->str, "NOSCRIPT", 8) == 0)
             rc = DLOCK_ENOTSUP;
-    } else if (wait && w->type == REDIS_REPLY_ERROR) {
-        /* WAIT refused (an ACL user without it): the script's write stands
-         * on the master, acknowledged by no one we know of. Short, so that
-         * the caller gives a hold back as for too few replicas, and fails
-         * with WAIT's own error (dlock__redis_wait_fail). */
-        wait_result.code = dlock__redis_conn_reply_error(conn, w);
-        snprintf(wait_result.error, sizeof(wait_result.error), "%s", dlock_error_message());
-        wait_result.short_of = 1;
-        wait_result.acked = 0;
-        wait_result.wanted = conn->min_replicas;
-        wait_result.wait_ms = conn->wait_ms;
-        snprintf(wait_result.where, sizeof(wait_result.where), "%s", conn->where);
-    } else if (wait && w->type != REDIS_REPLY_INTEGER) {
-        rc = bad_wait(conn, w);
     } else if (wait) {
-        wait_result.code = DLOCK_OK;
-        wait_result.short_of = w->integer < conn->min_replicas;
-        wait_result.acked = w->integer;
-        wait_result.wanted = conn->min_replicas;
-        wait_result.wait_ms = conn->wait_ms;
-        snprintf(wait_result.where, sizeof(wait_result.where), "%s", conn->where);
+        rc = dlock__redis_wait_reply(conn, w);
     }
     if (w != NULL)
         freeReplyObject(w);
@@ -711,12 +716,17 @@ static int writes_hold(const dlock__redis_script *script)
     return 0;
 }
 
+int dlock__redis_script_waits(const dlock__redis_conn *conn, const dlock__redis_script *script)
+{
+    return conn->min_replicas > 0 && writes_hold(script);
+}
+
 int dlock__redis_conn_script(dlock__redis_conn *conn, const dlock__redis_script *script,
                              redisReply **out, int nkeys, int argc, const char **argv,
                              const size_t *lens)
 {
     dlock__redis_script_cmd c;
-    int wait = conn->min_replicas > 0 && writes_hold(script);
+    int wait = dlock__redis_script_waits(conn, script);
     /* A script's keys all share one slot (redis_family.c, redis.c): the
      * first one routes it. */
     int slot = nkeys > 0 ? (int)dlock__redis_key_slot(argv[0], lens[0]) : -1;

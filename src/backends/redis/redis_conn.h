@@ -161,6 +161,15 @@ int dlock__redis_wait_short(void);
  * dlock__redis_wait_short of this thread says 0. */
 void dlock__redis_wait_clear(void);
 
+/* What WAIT min_replicas answered (w, after a script that writes a hold),
+ * for this thread's dlock__redis_wait_short; DLOCK_EPROTO for a reply WAIT
+ * cannot give. */
+int dlock__redis_wait_reply(const dlock__redis_conn *conn, const redisReply *w);
+
+/* Whether the scripts that take, extend or renew a hold are followed by
+ * WAIT min_replicas on conn. */
+int dlock__redis_script_waits(const dlock__redis_conn *conn, const dlock__redis_script *script);
+
 /* DLOCK_ESERVER, "WHERE: N of M replicas acknowledged the write within W ms
  * (min_replicas=M): what" (what: "the lock was released", ...); when WAIT
  * was refused, its error's code and text, then what. */
@@ -267,6 +276,6 @@ int dlock__redis_conn_over_cap(dlock__redis_conn *conn);
 int dlock__redis_conn_io_error(dlock__redis_conn *conn);
 
 /* Turn an error reply into a code and message. */
-int dlock__redis_conn_reply_error(dlock__redis_conn *conn, const redisReply *r);
+int dlock__redis_conn_reply_error(const dlock__redis_conn *conn, const redisReply *r);
 
 #endif

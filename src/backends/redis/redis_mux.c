@@ -19,12 +19,16 @@
 #include "backends/redis/redis_mux.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/thread.h"
 
 struct dlock__redis_mux_req {
     dlock__redis_mux_req *next;
     pthread_cond_t done_cv; /* its reply is in, or it failed, or it reads now */
     int64_t deadline_ms;    /* its reply is due by then (the command timeout) */
     redisReply *reply;
+    redisReply *wait_reply; /* WAIT min_replicas's, when wait */
+    int wait;               /* a WAIT follows the command */
+    unsigned gen;           /* the connection it went out on (mux->gen) */
     int done;      /* 1: reply, or failed with rc */
     int rc;        /* DLOCK_OK or the failure's code */
     int timed_out; /* it failed by a timeout, not a dead connection */
@@ -33,8 +37,7 @@ struct dlock__redis_mux_req {
 
 int dlock__redis_mux_fits(const dlock__redis_conn *conn)
 {
-    return !conn->is_cluster && conn->master_name == NULL && conn->min_replicas == 0 &&
-           !conn->ep.tls;
+    return !conn->is_cluster;
 }
 
 int dlock__redis_mux_init(dlock__redis_mux *mux, const dlock__redis_conn *conn)
@@ -87,7 +90,12 @@ static void fail_all(dlock__redis_mux *mux)
     const char *msg = dlock_error_message();
     int timed_out = mux->conn.timed_out;
 
+    mux->gen++;
     for (dlock__redis_mux_req *q = mux->head; q != NULL; q = q->next) {
+        if (q->reply != NULL) { /* its WAIT's reply never came */
+            freeReplyObject(q->reply);
+            q->reply = NULL;
+        }
         q->done = 1;
         q->rc = code;
         q->timed_out = timed_out;
@@ -115,13 +123,47 @@ static int dispatch(dlock__redis_mux *mux)
             dlock__redis_tp_fail(&mux->conn.tp, REDIS_ERR_PROTOCOL, "a reply nobody asked for");
             return REDIS_ERR;
         }
+        if (q->reply == NULL) {
+            q->reply = r;
+            if (q->wait)
+                continue; /* WAIT's reply comes next */
+        } else {
+            q->wait_reply = r;
+        }
         mux->head = q->next;
         if (mux->head == NULL)
             mux->tail = NULL;
-        q->reply = r;
         q->done = 1;
         pthread_cond_signal(&q->done_cv);
     }
+}
+
+/* What the socket has, into the reader. OpenSSL reads and writes with
+ * read(2) and write(2): a server gone away must not raise SIGPIPE. */
+static int read_some(dlock__redis_tp *tp)
+{
+    dlock__sigpipe_guard guard;
+    int rc;
+
+    if (tp->ssl == NULL)
+        return dlock__redis_tp_read(tp, -1);
+    dlock__sigpipe_block(&guard);
+    rc = dlock__redis_tp_read(tp, -1);
+    dlock__sigpipe_restore(&guard);
+    return rc;
+}
+
+static int flush(dlock__redis_tp *tp, int64_t deadline_ms)
+{
+    dlock__sigpipe_guard guard;
+    int rc;
+
+    if (tp->ssl == NULL) /* send(2) with MSG_NOSIGNAL */
+        return dlock__redis_tp_flush(tp, deadline_ms);
+    dlock__sigpipe_block(&guard);
+    rc = dlock__redis_tp_flush(tp, deadline_ms);
+    dlock__sigpipe_restore(&guard);
+    return rc;
 }
 
 /* Reads replies until me's is in (or the connection failed), polling
@@ -150,7 +192,7 @@ static void read_replies(dlock__redis_mux *mux, dlock__redis_mux_req *me)
                 continue; /* the 60 s slice of a longer timeout */
             dlock__redis_tp_fail(tp, REDIS_ERR_IO, "timed out (read)");
             tp->timed_out = 1;
-        } else if (dlock__redis_tp_read(tp, -1) == REDIS_OK && dispatch(mux) == REDIS_OK) {
+        } else if (read_some(tp) == REDIS_OK && dispatch(mux) == REDIS_OK) {
             continue;
         }
         fail_all(mux);
@@ -165,7 +207,7 @@ static void read_replies(dlock__redis_mux *mux, dlock__redis_mux_req *me)
 /* Sends one command and waits for its reply, on the connection as it is
  * now (made if need be). *fresh: this call opened the connection. */
 static int send_once(dlock__redis_mux *mux, int argc, const char **argv, const size_t *lens,
-                     dlock__redis_mux_req *me, int *fresh)
+                     int wait, dlock__redis_mux_req *me, int *fresh)
 {
     dlock__redis_tp *tp = &mux->conn.tp;
     int rc;
@@ -183,18 +225,22 @@ static int send_once(dlock__redis_mux *mux, int argc, const char **argv, const s
         pthread_cond_destroy(&me->done_cv);
         return rc;
     }
-    if (dlock__redis_tp_append_argv(tp, argc, argv, lens) != REDIS_OK) {
+    if (dlock__redis_tp_append_argv(tp, argc, argv, lens) != REDIS_OK ||
+        (wait && dlock__redis_tp_append(tp, "WAIT %d %lld", mux->conn.min_replicas,
+                                        (long long)mux->conn.wait_ms) != REDIS_OK)) {
         pthread_mutex_unlock(&mux->mu);
         pthread_cond_destroy(&me->done_cv);
         return dlock__fail(DLOCK_ENOMEM, "%s: out of memory", mux->conn.where);
     }
     me->deadline_ms = dlock__now_ms() + mux->conn.command_ms;
+    me->wait = wait;
+    me->gen = mux->gen;
     if (mux->tail != NULL)
         mux->tail->next = me;
     else
         mux->head = me;
     mux->tail = me;
-    if (dlock__redis_tp_flush(tp, me->deadline_ms) != REDIS_OK) {
+    if (flush(tp, me->deadline_ms) != REDIS_OK) {
         if (mux->reading)
             shutdown(tp->fd, SHUT_RDWR); /* the reader's poll ends, and it fails us all */
         else
@@ -214,30 +260,70 @@ static int send_once(dlock__redis_mux *mux, int argc, const char **argv, const s
     return DLOCK_OK;
 }
 
-/* One command, sent once more on a new connection when the one it went out
- * on was found dead (see redis_mux.h). An error reply is a code and message:
- * DLOCK_ENOTSUP for NOSCRIPT, for the caller to send EVAL. */
-static int command(dlock__redis_mux *mux, redisReply **out, int argc, const char **argv,
-                   const size_t *lens)
+/* Closes the connection gen, which answered READONLY: its server is a
+ * master demoted by a failover, and the next connect asks the sentinels.
+ * What else is in flight on it fails, and is sent again. */
+static void drop(dlock__redis_mux *mux, unsigned gen)
 {
-    dlock__redis_mux_req me;
+    dlock__redis_tp *tp = &mux->conn.tp;
+
+    pthread_mutex_lock(&mux->mu);
+    if (mux->gen == gen && dlock__redis_tp_ok(tp)) {
+        dlock__redis_tp_fail(tp, REDIS_ERR_EOF, "the master was demoted (READONLY)");
+        if (mux->reading)
+            shutdown(tp->fd, SHUT_RDWR); /* the reader fails those in flight */
+        else
+            fail_all(mux);
+    }
+    pthread_mutex_unlock(&mux->mu);
+}
+
+/* One command, and its WAIT when wait; an error reply is a code and
+ * message: DLOCK_ENOTSUP for NOSCRIPT, for the caller to send EVAL. Sent
+ * once more on a new connection (see redis_mux.h) when the one it went out
+ * on was found dead, or, on a Sentinel URL, when its master was demoted or
+ * went away (the new connection asks the sentinels). */
+static int command(dlock__redis_mux *mux, redisReply **out, int argc, const char **argv,
+                   const size_t *lens, int wait)
+{
+    int sentinel = mux->conn.master_name != NULL;
     int fresh = 0, rc;
 
     *out = NULL;
-    rc = send_once(mux, argc, argv, lens, &me, &fresh);
-    if (rc == DLOCK_ECONN && !fresh && !me.timed_out && me.done)
-        rc = send_once(mux, argc, argv, lens, &me, &fresh);
-    if (rc != DLOCK_OK)
-        return rc;
-    if (me.reply->type == REDIS_REPLY_ERROR) {
-        rc = me.reply->len >= 8 && strncmp(me.reply->str, "NOSCRIPT", 8) == 0
-                 ? dlock__fail(DLOCK_ENOTSUP, "%s: NOSCRIPT", mux->conn.where)
-                 : dlock__redis_conn_reply_error(&mux->conn, me.reply);
-        freeReplyObject(me.reply);
-        return rc;
+    for (int attempt = 0;; attempt++) {
+        dlock__redis_mux_req me;
+        int readonly;
+
+        rc = send_once(mux, argc, argv, lens, wait, &me, &fresh);
+        if (rc == DLOCK_ECONN && (sentinel || !fresh) && !me.timed_out && me.done &&
+            attempt == 0)
+            continue;
+        if (rc != DLOCK_OK)
+            return rc;
+        readonly = me.reply->type == REDIS_REPLY_ERROR && strstr(me.reply->str, "READONLY");
+        if (readonly && sentinel && attempt == 0) {
+            freeReplyObject(me.reply);
+            if (me.wait_reply != NULL)
+                freeReplyObject(me.wait_reply);
+            drop(mux, me.gen);
+            continue;
+        }
+        if (me.reply->type == REDIS_REPLY_ERROR) {
+            rc = me.reply->len >= 8 && strncmp(me.reply->str, "NOSCRIPT", 8) == 0
+                     ? dlock__fail(DLOCK_ENOTSUP, "%s: NOSCRIPT", mux->conn.where)
+                     : dlock__redis_conn_reply_error(&mux->conn, me.reply);
+        } else if (me.wait_reply != NULL) {
+            rc = dlock__redis_wait_reply(&mux->conn, me.wait_reply);
+        }
+        if (me.wait_reply != NULL)
+            freeReplyObject(me.wait_reply);
+        if (rc != DLOCK_OK) {
+            freeReplyObject(me.reply);
+            return rc;
+        }
+        *out = me.reply;
+        return DLOCK_OK;
     }
-    *out = me.reply;
-    return DLOCK_OK;
 }
 
 int dlock__redis_mux_script(dlock__redis_mux *mux, const dlock__redis_script *script,
@@ -245,17 +331,18 @@ int dlock__redis_mux_script(dlock__redis_mux *mux, const dlock__redis_script *sc
                             const size_t *lens)
 {
     dlock__redis_script_cmd c;
+    int wait = dlock__redis_script_waits(&mux->conn, script);
     int rc;
 
-    dlock__redis_wait_clear(); /* no WAIT here: not short of replicas */
+    dlock__redis_wait_clear();
     if ((rc = dlock__redis_script_cmd_init(&c, script, 0, nkeys, argc, argv, lens)) != DLOCK_OK)
         return rc;
-    rc = command(mux, out, c.argc, c.av, c.al);
+    rc = command(mux, out, c.argc, c.av, c.al, wait);
     if (rc == DLOCK_ENOTSUP) {
         /* NOSCRIPT: the server restarted or flushed its script cache. EVAL
          * runs the script and caches it for the next EVALSHA. */
         dlock__redis_script_cmd_eval(&c, script);
-        rc = command(mux, out, c.argc, c.av, c.al);
+        rc = command(mux, out, c.argc, c.av, c.al, wait);
         if (rc == DLOCK_OK)
             dlock__clear_error(); /* the NOSCRIPT was handled */
     }

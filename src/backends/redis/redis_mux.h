@@ -11,11 +11,12 @@
  * connection per call would have them queue for a connection, and the
  * server reads and answers them in one go.
  *
- * Used for the scripts of a single Redis server in clear text (redis://,
- * unix://), the path every acquisition, release and renewal takes. TLS
- * (an SSL read may have to write), Sentinel (a failover re-asks the
- * sentinels), Cluster (redirections) and min_replicas (WAIT) keep a
- * connection per call (redis.c, dlock__redis_cmd_take).
+ * Used for the scripts, the path every acquisition, release and renewal
+ * takes, on a single server (redis://, unix://, rediss://) and on the
+ * master Sentinel names (a script that writes a hold is followed by its
+ * WAIT min_replicas, matched to it); Cluster (each command routed by slot,
+ * redirections followed: redis_cluster.c) keeps a connection per call, as
+ * do the other commands (status, list: redis.c, dlock__redis_cmd_take).
  *
  * Failures: a reply that does not come within the command timeout, or a
  * connection that breaks, fails every command in flight on it (replies are
@@ -24,7 +25,9 @@
  * connection this call did not open, and failed because the connection
  * was found dead (not by a timeout), is sent once more on a new one, as
  * dlock__redis_conn_command does: every script sent here is safe to
- * repeat.
+ * repeat. On a Sentinel URL, a command whose master went away or was
+ * demoted (READONLY) is sent once more on a connection to the master the
+ * sentinels name then.
  */
 #ifndef DLOCK_REDIS_MUX_H
 #define DLOCK_REDIS_MUX_H
@@ -44,6 +47,7 @@ typedef struct {
      * order. */
     dlock__redis_mux_req *head, *tail;
     int reading; /* a caller polls the socket for replies (without mu) */
+    unsigned gen; /* counts the connections failed (and closed) */
 } dlock__redis_mux;
 
 /* Whether conn's URL can share one pipelined connection (see above). */
