@@ -11,8 +11,9 @@
  * connection per call would have them queue for a connection, and the
  * server reads and answers them in one go.
  *
- * Used for the scripts, the path every acquisition, release and renewal
- * takes, on a single server (redis://, unix://, rediss://) and on the
+ * Used for the callers' scripts, the path every acquisition, release,
+ * extension and waiter's upkeep takes (the watchdog renews on a connection
+ * of its own: redis.c), on a single server (redis://, unix://, rediss://) and on the
  * master Sentinel names (a script that writes a hold is followed by its
  * WAIT min_replicas, matched to it); Cluster (each command routed by slot,
  * redirections followed: redis_cluster.c) keeps a connection per call, as
