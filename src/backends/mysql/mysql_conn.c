@@ -278,7 +278,8 @@ static int connect_failed(dlock__my_be *be, MYSQL **slot)
     return rc;
 }
 
-int dlock__my_connect(dlock__my_be *be, MYSQL **out)
+/* dlock__my_connect, with the client flags extra besides dlock's own. */
+static int connect_with(dlock__my_be *be, MYSQL **out, unsigned long extra)
 {
     MYSQL *c = mysql_init(NULL);
     my_bool no = 0;
@@ -308,7 +309,7 @@ int dlock__my_connect(dlock__my_be *be, MYSQL **out)
     }
     if (mysql_real_connect(c, be->socket != NULL ? "localhost" : be->host, be->user,
                            be->password, be->db, be->port, be->socket,
-                           CLIENT_MULTI_RESULTS | CLIENT_FOUND_ROWS) == NULL)
+                           CLIENT_MULTI_RESULTS | CLIENT_FOUND_ROWS | extra) == NULL)
         return connect_failed(be, &c);
     /* The library's own enforcement is not trusted alone: a session asked
      * to be encrypted that is not goes no further. */
@@ -328,6 +329,20 @@ int dlock__my_connect(dlock__my_be *be, MYSQL **out)
     }
     *out = c;
     return DLOCK_OK;
+}
+
+int dlock__my_connect(dlock__my_be *be, MYSQL **out)
+{
+    return connect_with(be, out, 0);
+}
+
+/* The connection of *slot, opened. The wake connection takes several
+ * statements in one request: the lease's release sends its UPDATE and the
+ * channel's RELEASE_LOCK together (mysql_lease.c). Every statement sent on
+ * it is fixed text and hex literals, nothing a caller wrote. */
+static int connect_slot(dlock__my_be *be, MYSQL **slot)
+{
+    return connect_with(be, slot, slot == &be->wake ? CLIENT_MULTI_STATEMENTS : 0);
 }
 
 /* An idle connection has nothing to read: if it has, the server closed it
@@ -363,7 +378,7 @@ int dlock__my_query_rows(dlock__my_be *be, MYSQL **slot, const char *sql, MYSQL_
         return dlock_backend_fail(DLOCK_ECONN, "%s: the connection ended during a transaction",
                                   be->where);
     if (*slot == NULL) {
-        if ((rc = dlock__my_connect(be, slot)) != DLOCK_OK)
+        if ((rc = connect_slot(be, slot)) != DLOCK_OK)
             return rc;
         if (be->log != NULL)
             be->log(DLOCK_LOG_INFO, be->where, be->log_payload);
@@ -409,7 +424,7 @@ int dlock__my_send(dlock__my_be *be, MYSQL **slot, const char *sql)
 
     if (*slot != NULL && closed_by_server(*slot))
         dlock__my_drop(slot);
-    if (*slot == NULL && (rc = dlock__my_connect(be, slot)) != DLOCK_OK)
+    if (*slot == NULL && (rc = connect_slot(be, slot)) != DLOCK_OK)
         return rc;
     if (mysql_send_query(*slot, sql, (unsigned long)strlen(sql)) != 0)
         return dlock__my_fail(be, slot, "statement failed", NULL);

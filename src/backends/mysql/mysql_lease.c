@@ -14,9 +14,11 @@
  * row: its GET_LOCK goes out on the wake connection beside the CALL on
  * cmd, and both replies are read before the acquire returns (taken before
  * the commit, mostly: a waiter that sees the new holder finds the channel
- * held, as the family's acquire has it, mysql_family.c); the release gives
- * it up after the row's UPDATE, so that nobody is woken before the lock is
- * free. Three round trips a cycle, where the row alone takes two.
+ * held, as the family's acquire has it, mysql_family.c); the release sends
+ * the row's UPDATE and the channel's RELEASE_LOCK in one request on the
+ * wake connection, the channel given up only once the row is free, so that
+ * nobody is woken before the lock is. Two round trips a cycle, as the
+ * row's statements alone take.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,10 +198,49 @@ static int owned_update(dlock__my_be *be, const char *name, const char *token, c
     return rc;
 }
 
+/*
+ * The row given up and then the channel, in one request on the wake
+ * connection: the UPDATE commits (autocommit) before the RELEASE_LOCK runs,
+ * so no waiter wakes to a lock not yet free, and both are done when this
+ * returns. A failed UPDATE ends the request there: the channel stays, as
+ * it did when the UPDATE failed on cmd.
+ */
+static int release_row_and_channel(dlock__my_be *be, const char *name, const char *token)
+{
+    char key[DLOCK__MY_HEX_MAX], tok[80], expr[DLOCK__MY_LOCKEXPR_MAX];
+    char sql[DLOCK__MY_HEX_MAX + DLOCK__MY_LOCKEXPR_MAX + 256];
+    uint64_t affected = 0;
+    int rc;
+
+    if ((rc = dlock__my_key_hex(be, name, key)) != DLOCK_OK)
+        return rc;
+    if (strlen(token) > 32)
+        return DLOCK_ELOST;
+    if (dlock__my_lock_expr(be, name, 'w', expr) != DLOCK_OK) {
+        rc = owned_update(be, name, token, "token = '', holder = NULL, expires = UTC_TIMESTAMP(6)");
+        if (rc == DLOCK_OK || rc == DLOCK_ELOST)
+            dlock__my_wake_hold(be, name, 0);
+        return rc;
+    }
+    dlock__my_hex(tok, token, strlen(token));
+    snprintf(sql, sizeof(sql),
+             "UPDATE dlock_locks SET token = '', holder = NULL, expires = UTC_TIMESTAMP(6)"
+             " WHERE name = %s AND token = %s AND expires > UTC_TIMESTAMP(6);"
+             "SELECT RELEASE_LOCK(%s)",
+             key, tok, expr);
+    pthread_mutex_lock(&be->wake_mu);
+    rc = dlock__my_query_rows(be, &be->wake, sql, NULL, NULL, &affected);
+    pthread_mutex_unlock(&be->wake_mu);
+    if (rc == DLOCK_OK && affected != 1)
+        rc = dlock_backend_fail(DLOCK_ELOST, "%s: the lease is no longer this token's",
+                                be->where);
+    return rc;
+}
+
 int dlock__my_lease_release_token(dlock__my_be *be, const char *name, const char *token)
 {
     char key[DLOCK__MY_HEX_MAX], tok[80], sql[DLOCK__MY_HEX_MAX + 256];
-    int rc = owned_update(be, name, token, "token = '', holder = NULL, expires = UTC_TIMESTAMP(6)");
+    int rc = release_row_and_channel(be, name, token);
 
     if (rc == DLOCK_ELOST && dlock__my_key_hex(be, name, key) == DLOCK_OK && strlen(token) <= 32) {
         /* Ran out but nobody took it: tidy up, and still not ours. */
@@ -210,8 +251,6 @@ int dlock__my_lease_release_token(dlock__my_be *be, const char *name, const char
         dlock__my_cmd(be, sql, NULL, NULL);
         dlock_backend_fail(DLOCK_ELOST, "%s: the lease had run out", be->where);
     }
-    if (rc == DLOCK_OK || rc == DLOCK_ELOST)
-        dlock__my_wake_hold(be, name, 0);
     return rc;
 }
 
