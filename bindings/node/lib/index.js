@@ -122,16 +122,17 @@ let nextId = 1;
  * lock; `signal` aborts the moment the lock is known lost; release() gives
  * it back. */
 class Lock {
-  constructor(client, handle, id, onLost) {
+  constructor(client, handle, id, onLost, name) {
     this._client = client;
     this._h = handle;
     this._id = id;
     this._onLost = onLost;
     this._ac = null;       // made when the signal is first asked for
     this._lostReason = 0;
-    this._tail = Promise.resolve();  // calls on one handle run one at a time
+    this._running = 0;     // calls on the handle not yet settled,
+    this._tail = null;     // the last of them: the next one runs after it
     this._released = false;
-    this.name = handle.names()[0];
+    this.name = name;
     this.fence = handle.fence();
   }
 
@@ -205,12 +206,27 @@ class Lock {
         throw new Misuse('the lock was released already', Misuse.code);
       return op(this._h);
     };
-    const p = this._tail.then(run, run).catch((e) => {
+    let p;
+    if (this._running === 0) {
+      try {
+        p = Promise.resolve(run());
+      } catch (e) {
+        p = Promise.reject(e);
+      }
+    } else {
+      p = this._tail.then(run, run);
+    }
+    this._running++;
+    p = p.then((v) => {
+      this._running--;
+      return v;
+    }, (e) => {
+      this._running--;
       if (e instanceof LockLost)
         this._markLost(LockLost.code);
       throw e;
     });
-    this._tail = p.catch(() => {});
+    this._tail = p;
     return p;
   }
 
@@ -297,7 +313,7 @@ class Client {
     return this._h;
   }
 
-  async _take(Cls, start, opts) {
+  async _take(Cls, name, start, opts) {
     const h = this._live();
     const onLost = opts.onLost;
     if (onLost !== undefined && onLost !== null && typeof onLost !== 'function')
@@ -305,7 +321,7 @@ class Client {
     const id = nextId++;
     const handle = await this._track(start(h, id));
     this._held.add(handle);
-    const lock = new Cls(this, handle, id, onLost || null);
+    const lock = new Cls(this, handle, id, onLost || null, name);
     this._locks.set(id, new WeakRef(lock));
     registry.register(lock, { client: this, handle, id }, lock);
     return lock;
@@ -321,7 +337,7 @@ class Client {
   }
 
   _kind(name, kind, opts, permits = 0) {
-    return this._take(Lock, (h, id) => {
+    return this._take(Lock, name, (h, id) => {
       const [ttl, wait, renew, k, owner, reentrant, p, label] = this._args(opts, kind, permits);
       return h.acquire(text(name, 'name', false), ttl, wait, renew, id, k, owner, reentrant, p,
         label);
@@ -367,7 +383,7 @@ class Client {
         'acquireMulti');
       if (!Array.isArray(names))
         throw invalid('names must be an array of names');
-      return this._take(Lock, (h, id) => {
+      return this._take(Lock, names[0], (h, id) => {
         const [ttl, wait, renew, , , , , label] = this._args(opts, 0);
         return h.acquireMulti(names.map((n) => text(n, 'each name', false)), ttl, wait, renew,
           id, 0, null, false, 0, label);
@@ -381,7 +397,7 @@ class Client {
     return (async () => {
       opts = checkKeys(opts, new Set(['ttl', 'wait', 'onLost']), 'campaign');
       const o = { ...opts, wait: opts.wait === undefined ? Infinity : opts.wait };
-      return this._take(Leader, (h, id) => {
+      return this._take(Leader, name, (h, id) => {
         const [ttl, wait] = this._args(o, 0);
         return h.campaign(text(name, 'name', false), text(identity, 'identity', false), ttl,
           wait, true, id, 0, null, false, 0, null);
