@@ -200,8 +200,9 @@ static int conn_broke(dlock__pg_be *be, PGconn **pc, const char *what)
     return dlock_backend_fail(DLOCK_ECONN, "%s: %s%s", be->where, what, text);
 }
 
-/* How a statement goes out. */
-typedef enum { SEND_TEXT, SEND_PREPARE, SEND_PREPARED } send_kind;
+/* How a statement goes out. SEND_PREPARE_RUN: prepared and run in one
+ * round trip, in libpq's pipeline mode (libpq 14 and later). */
+typedef enum { SEND_TEXT, SEND_PREPARE, SEND_PREPARED, SEND_PREPARE_RUN } send_kind;
 
 /* The connection in *pc, opened when there is none or it broke. */
 static int ensure_conn(dlock__pg_be *be, PGconn **pc)
@@ -214,16 +215,17 @@ static int ensure_conn(dlock__pg_be *be, PGconn **pc)
 }
 
 /* One statement on *pc (connected), its replies read: sql itself
- * (SEND_TEXT), sql prepared as stmt (SEND_PREPARE), or the statement
- * prepared as stmt (SEND_PREPARED). sqlstate (6 bytes) gets the
- * SQLSTATE of a server's error. The rest as dlock__pg_exec. */
+ * (SEND_TEXT), sql prepared as stmt (SEND_PREPARE), the statement
+ * prepared as stmt (SEND_PREPARED), or both (SEND_PREPARE_RUN). sqlstate
+ * (6 bytes) gets the SQLSTATE of a server's error (the first one). The
+ * rest as dlock__pg_exec. */
 static int exec_on(dlock__pg_be *be, PGconn **pc, send_kind kind, const char *stmt,
                    const char *sql, int nparams, const char *const *params, PGresult **res,
                    char *sqlstate)
 {
     int64_t deadline;
     PGresult *last = NULL, *r;
-    int rc, sent;
+    int rc, sent, pipeline = kind == SEND_PREPARE_RUN;
 
     *res = NULL;
     sqlstate[0] = '\0';
@@ -232,6 +234,12 @@ static int exec_on(dlock__pg_be *be, PGconn **pc, send_kind kind, const char *st
      * statements (the DDL's transaction) in one round trip. */
     if (kind == SEND_PREPARE)
         sent = PQsendPrepare(*pc, stmt, sql, nparams, NULL);
+#ifdef LIBPQ_HAS_PIPELINING
+    else if (pipeline)
+        sent = PQenterPipelineMode(*pc) && PQsendPrepare(*pc, stmt, sql, nparams, NULL) &&
+               PQsendQueryPrepared(*pc, stmt, nparams, params, NULL, NULL, 0) &&
+               PQpipelineSync(*pc);
+#endif
     else if (kind == SEND_PREPARED)
         sent = PQsendQueryPrepared(*pc, stmt, nparams, params, NULL, NULL, 0);
     else
@@ -262,8 +270,21 @@ static int exec_on(dlock__pg_be *be, PGconn **pc, send_kind kind, const char *st
             }
         }
         r = PQgetResult(*pc);
-        if (r == NULL)
+        if (r == NULL) {
+            if (pipeline) /* the end of one statement's results */
+                continue;
             break;
+        }
+#ifdef LIBPQ_HAS_PIPELINING
+        if (pipeline && PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
+            PQclear(r);
+            break;
+        }
+        if (PQresultStatus(r) == PGRES_PIPELINE_ABORTED) {
+            PQclear(r); /* the prepare failed: its error is kept */
+            continue;
+        }
+#endif
         /* Keep an error over any later result. */
         if (last != NULL && PQresultStatus(last) == PGRES_FATAL_ERROR)
             PQclear(r);
@@ -272,6 +293,12 @@ static int exec_on(dlock__pg_be *be, PGconn **pc, send_kind kind, const char *st
             last = r;
         }
     }
+#ifdef LIBPQ_HAS_PIPELINING
+    if (pipeline && !PQexitPipelineMode(*pc)) {
+        PQclear(last);
+        return conn_broke(be, pc, "pipeline: ");
+    }
+#endif
     if (last == NULL)
         return conn_broke(be, pc, "no reply: ");
     switch (PQresultStatus(last)) {
@@ -340,6 +367,19 @@ int dlock__pg_exec_prepared(dlock__pg_be *be, PGconn **pc, const char *sql, int 
     if (i == st->nprepared && i == PREPARED_MAX)
         return exec_on(be, pc, SEND_TEXT, NULL, sql, nparams, params, res, state);
     snprintf(stmt, sizeof(stmt), "dlock_%016llx", (unsigned long long)h);
+#ifdef LIBPQ_HAS_PIPELINING
+    if (i == st->nprepared) {
+        /* Prepared and run in one round trip. Failed, it is marked only
+         * when prepared already ("already exists"): then it runs alone
+         * below; else the next use prepares it again. */
+        rc = exec_on(be, pc, SEND_PREPARE_RUN, stmt, sql, nparams, params, res, state);
+        if (rc == DLOCK_OK)
+            st->prepared[st->nprepared++] = h;
+        if (rc == DLOCK_OK || strcmp(state, "42P05") != 0)
+            return rc;
+        st->prepared[st->nprepared++] = h;
+    }
+#else
     if (i == st->nprepared) {
         rc = exec_on(be, pc, SEND_PREPARE, stmt, sql, nparams, NULL, res, state);
         if (rc == DLOCK_OK)
@@ -349,6 +389,7 @@ int dlock__pg_exec_prepared(dlock__pg_be *be, PGconn **pc, const char *sql, int 
         *res = NULL;
         st->prepared[st->nprepared++] = h;
     }
+#endif
     rc = exec_on(be, pc, SEND_PREPARED, stmt, NULL, nparams, params, res, state);
     if (rc == DLOCK_ESERVER && strcmp(state, "26000") == 0 && *pc != NULL) {
         /* "prepared statement does not exist": not run, so once more. */
