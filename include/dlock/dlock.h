@@ -141,13 +141,13 @@ DLOCK_EXTERN const char *dlock_version(void);
  *
  * Thread-safety: a client may be shared by any number of threads. Each call
  * on it (acquire, status, release of its locks ...) is safe to make
- * concurrently. On Redis (one server, TLS or not, and Sentinel's master),
- * the acquisitions and releases of all threads share one command
- * connection, pipelined: each call's command goes out at once, behind the
- * others', and the replies come back in order, so concurrent calls do not
- * queue for a connection; the other calls (status, list) and Redis Cluster
- * share up to 4 command connections, each opened when overlapping calls
- * first need it. On etcd, each concurrent call takes an HTTP connection from
+ * concurrently. On Redis (one server, TLS or not, Sentinel's master, and
+ * each master of a cluster), the acquisitions and releases of all threads
+ * share one command connection to the server, pipelined: each call's
+ * command goes out at once, behind the others', and the replies come back
+ * in order, so concurrent calls do not queue for a connection; the other
+ * calls (status, list) share up to 4 command connections, each opened when
+ * overlapping calls first need it. On etcd, each concurrent call takes an HTTP connection from
  * a pool. Blocked waiters wait on a separate subscriber connection (Redis)
  * or watch (etcd) and do not hold up other callers. The watchdog has a
  * connection of its own, so renewals are never queued behind a caller's

@@ -137,15 +137,7 @@ int dlock__redis_cmd_script(dlock__redis_be *be, const dlock__redis_script *s,
                             redisReply **out, int nkeys, int argc, const char **argv,
                             const size_t *lens)
 {
-    dlock__redis_conn *conn;
-    int rc;
-
-    if (be->mux.on)
-        return dlock__redis_mux_script(&be->mux, s, out, nkeys, argc, argv, lens);
-    conn = dlock__redis_cmd_take(be);
-    rc = dlock__redis_conn_script(conn, s, out, nkeys, argc, argv, lens);
-    dlock__redis_cmd_give(be, conn);
-    return rc;
+    return dlock__redis_mux_script(&be->mux, s, out, nkeys, argc, argv, lens);
 }
 
 /* Short names for this file; redis_int.h has the shared ones. */
@@ -222,13 +214,11 @@ static int redis_open(void **out, const dlock_url *url, const dlock_client_optio
         (rc = dlock__redis_places_init(&be->places)) != DLOCK_OK)
         goto err;
     dlock__redis_watcher_set_upkeep(be->watcher, dlock__redis_places_upkeep, be);
-    if (dlock__redis_mux_fits(&be->cmd[0]) &&
-        (rc = dlock__redis_mux_init(&be->mux, &be->cmd[0])) != DLOCK_OK)
+    if ((rc = dlock__redis_mux_init(&be->mux, &be->cmd[0])) != DLOCK_OK)
         goto err;
     /* Connect now so that a wrong address or password is reported by open
      * (on the connection the first acquisition will use). */
-    rc = be->mux.on ? dlock__redis_mux_connect(&be->mux) : dlock__redis_conn_connect(&be->cmd[0]);
-    if (rc != DLOCK_OK)
+    if ((rc = dlock__redis_mux_connect(&be->mux)) != DLOCK_OK)
         goto err;
     *out = be;
     return DLOCK_OK;

@@ -14,6 +14,13 @@
  * away makes the map be asked again: all within the command timeout. Every
  * command sent through here is safe to repeat (the scripts are idempotent
  * for the same token, as for a lost reply).
+ *
+ * Two uses. A routing state of a connection's own (status, list: one user
+ * at a time, the connection's), whose commands go out on each node's
+ * conn; and the one the callers' scripts share (dlock__redis_cluster_share,
+ * redis_mux.h), whose map and nodes mu guards, and whose commands go out on
+ * each node's mux, pipelined with the other callers'. Either asks for the
+ * map on the nodes' conns.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -23,6 +30,7 @@
 #include <time.h>
 
 #include "backends/redis/redis_conn.h"
+#include "backends/redis/redis_mux.h"
 #include "core/clock.h"
 #include "core/error.h"
 
@@ -41,6 +49,7 @@ typedef struct {
     char host[256];
     int port;
     dlock__redis_conn conn; /* plain: is_cluster 0 */
+    dlock__redis_mux mux;   /* shared routing: the callers' commands (on when used) */
 } node;
 
 struct dlock__redis_cluster {
@@ -48,6 +57,8 @@ struct dlock__redis_cluster {
     size_t n, cap;
     short slot[DLOCK__REDIS_SLOTS]; /* index into nodes; -1: not known */
     int have_map;
+    int shared;         /* dlock__redis_cluster_share's: mu guards the above */
+    pthread_mutex_t mu;
 };
 
 /* ---- slots ------------------------------------------------------------- */
@@ -114,9 +125,12 @@ void dlock__redis_cluster_free(dlock__redis_cluster *c)
     if (c == NULL)
         return;
     for (size_t i = 0; i < c->n; i++) {
+        dlock__redis_mux_destroy(&c->nodes[i]->mux);
         dlock__redis_conn_close(&c->nodes[i]->conn);
         free(c->nodes[i]);
     }
+    if (c->shared)
+        pthread_mutex_destroy(&c->mu);
     free(c->nodes);
     free(c);
 }
@@ -185,6 +199,18 @@ static int cluster_alloc(dlock__redis_conn *conn)
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
     for (size_t i = 0; i < DLOCK__REDIS_SLOTS; i++)
         conn->cluster->slot[i] = -1;
+    return DLOCK_OK;
+}
+
+int dlock__redis_cluster_share(dlock__redis_conn *conn)
+{
+    int rc;
+
+    if ((rc = cluster_alloc(conn)) != DLOCK_OK)
+        return rc;
+    if (pthread_mutex_init(&conn->cluster->mu, NULL) != 0)
+        return dlock__fail(DLOCK_ENOMEM, "cannot create a mutex");
+    conn->cluster->shared = 1;
     return DLOCK_OK;
 }
 
@@ -435,17 +461,19 @@ int dlock__redis_redirect_parse(const char *text, long *slot, const char **host,
     return 0;
 }
 
-static int redirect_target(dlock__redis_conn *conn, const node *from, int64_t deadline,
-                           long *slot)
+/* The node a redirection (text, from the node at where) names: its index,
+ * or a negative DLOCK_E* code (see above). */
+static int redirect_target(dlock__redis_conn *conn, const char *redirect, const char *where,
+                           int64_t deadline, long *slot)
 {
-    char text[sizeof(from->conn.redirect)];
+    char text[sizeof(conn->redirect)];
     const char *host;
     size_t hostlen;
     long port;
     int at, rc;
 
-    /* A copy: asking the map again may use from's connection. */
-    snprintf(text, sizeof(text), "%s", from->conn.redirect);
+    /* A copy: asking the map again may use the connection it came from. */
+    snprintf(text, sizeof(text), "%s", redirect);
     if (dlock__redis_redirect_parse(text, slot, &host, &hostlen, &port) != 0)
         goto bad;
     if ((at = map_master(conn->cluster, host, hostlen, (int)port)) >= 0)
@@ -461,9 +489,27 @@ static int redirect_target(dlock__redis_conn *conn, const node *from, int64_t de
     }
     return dlock__fail(DLOCK_EPROTO, "%s: refused to follow '%.100s': %.*s:%ld is not a "
                        "master in the cluster's slot map, asked again of a known node",
-                       from->conn.where, text, (int)(hostlen < 100 ? hostlen : 100), host, port);
+                       where, text, (int)(hostlen < 100 ? hostlen : 100), host, port);
 bad:
-    return dlock__fail(DLOCK_EPROTO, "%s: cannot follow '%.100s'", from->conn.where, text);
+    return dlock__fail(DLOCK_EPROTO, "%s: cannot follow '%.100s'", where, text);
+}
+
+/* The node to send a command for slot to (-1: any), or asking's (>= 0):
+ * its index in *at, the map asked for first if need be. */
+static int route(dlock__redis_conn *conn, int asking, int slot, int64_t deadline, int *at)
+{
+    dlock__redis_cluster *c = conn->cluster;
+    int rc;
+
+    if (!c->have_map && (rc = map_refresh(conn, deadline)) != DLOCK_OK)
+        return rc;
+    *at = asking >= 0 ? asking : slot >= 0 ? c->slot[slot] : 0;
+    if (*at < 0) {
+        c->have_map = 0;
+        return dlock__fail(DLOCK_ECONN, "%s: no master serves slot %d (a cluster with slots "
+                           "not covered)", conn->url->scheme, slot);
+    }
+    return DLOCK_OK;
 }
 
 int dlock__redis_cluster_command(dlock__redis_conn *conn, redisReply **out, int argc,
@@ -487,15 +533,8 @@ int dlock__redis_cluster_command(dlock__redis_conn *conn, redisReply **out, int 
 
         if (tries > 0 && (redirects >= CLUSTER_MAX_TRIES || dlock__now_ms() >= deadline))
             return rc; /* the last try's failure */
-        if (!c->have_map && (rc = map_refresh(conn, deadline)) != DLOCK_OK)
+        if ((rc = route(conn, asking, slot, deadline, &at)) != DLOCK_OK)
             goto retry;
-        at = asking >= 0 ? asking : slot >= 0 ? c->slot[slot] : 0;
-        if (at < 0) {
-            rc = dlock__fail(DLOCK_ECONN, "%s: no master serves slot %d (a cluster with "
-                             "slots not covered)", conn->url->scheme, slot);
-            c->have_map = 0;
-            goto retry;
-        }
         nd = c->nodes[at];
         if (asking >= 0) {
             redisReply *ok = NULL;
@@ -511,7 +550,7 @@ int dlock__redis_cluster_command(dlock__redis_conn *conn, redisReply **out, int 
         if (strncmp(nd->conn.redirect, "MOVED ", 6) == 0) {
             /* The slot moved for good: note where, and ask for the whole
              * map on the next try (more slots may have moved with it). */
-            if ((at = redirect_target(conn, nd, deadline, &s)) < 0)
+            if ((at = redirect_target(conn, nd->conn.redirect, nd->conn.where, deadline, &s)) < 0)
                 return at;
             c->slot[s] = (short)at;
             if (redirects++ > 0)
@@ -521,7 +560,8 @@ int dlock__redis_cluster_command(dlock__redis_conn *conn, redisReply **out, int 
         if (strncmp(nd->conn.redirect, "ASK ", 4) == 0) {
             /* The slot is migrating and this key has gone: this command
              * only, on the importing node. */
-            if ((asking = redirect_target(conn, nd, deadline, &s)) < 0)
+            if ((asking = redirect_target(conn, nd->conn.redirect, nd->conn.where, deadline,
+                                          &s)) < 0)
                 return asking;
             redirects++;
             continue;
@@ -545,4 +585,106 @@ int dlock__redis_cluster_command(dlock__redis_conn *conn, redisReply **out, int 
         pause_ms(pause);
         pause = pause * 2 < CLUSTER_RETRY_MAX_MS ? pause * 2 : CLUSTER_RETRY_MAX_MS;
     }
+}
+
+/* ---- the shared routing state ---------------------------------------------------- */
+
+/* The text of an error reply the router acts on (a redirection, or a
+ * cluster state to wait out), else "". */
+static void redirect_of(const redisReply *r, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    if (r->type == REDIS_REPLY_ERROR &&
+        (strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0 ||
+         strncmp(r->str, "TRYAGAIN", 8) == 0 || strncmp(r->str, "CLUSTERDOWN", 11) == 0))
+        snprintf(buf, size, "%.*s", (int)(r->len < size - 1 ? r->len : size - 1), r->str);
+}
+
+int dlock__redis_cluster_mux_command(dlock__redis_conn *conn, redisReply **out,
+                                     redisReply **wait_out, int argc, const char **argv,
+                                     const size_t *lens, int slot, int wait,
+                                     const dlock__redis_conn **where)
+{
+    dlock__redis_cluster *c = conn->cluster;
+    int64_t deadline = dlock__now_ms() + conn->command_ms;
+    int64_t pause = CLUSTER_RETRY_MS;
+    int asking = -1, redirects = 0;
+    int rc = DLOCK_ECONN;
+
+    *out = *wait_out = NULL;
+    pthread_mutex_lock(&c->mu);
+    for (int tries = 0;; tries++) {
+        char redirect[sizeof(conn->redirect)];
+        redisReply *r = NULL, *w = NULL;
+        int at, ask, timed_out = 0;
+        node *nd;
+        long s;
+
+        if (tries > 0 && (redirects >= CLUSTER_MAX_TRIES || dlock__now_ms() >= deadline))
+            break; /* with the last try's failure */
+        if ((rc = route(conn, asking, slot, deadline, &at)) != DLOCK_OK)
+            goto retry;
+        /* Nodes are freed with the routing state only: nd outlives mu. */
+        nd = c->nodes[at];
+        if (!nd->mux.on && (rc = dlock__redis_mux_init(&nd->mux, &nd->conn)) != DLOCK_OK)
+            break;
+        ask = asking >= 0;
+        asking = -1;
+        pthread_mutex_unlock(&c->mu);
+        rc = dlock__redis_mux_call(&nd->mux, &r, &w, argc, argv, lens, wait, ask, &timed_out);
+        pthread_mutex_lock(&c->mu);
+        if (rc != DLOCK_OK) {
+            if (!(rc == DLOCK_ECONN && !timed_out))
+                break; /* the command's own failure, or a silent server */
+            c->have_map = 0; /* a master that went away (a failover) */
+            goto retry;
+        }
+        redirect_of(r, redirect, sizeof(redirect));
+        if (redirect[0] == '\0') {
+            pthread_mutex_unlock(&c->mu);
+            *out = r;
+            *wait_out = w;
+            *where = &nd->conn;
+            return DLOCK_OK;
+        }
+        rc = dlock__redis_conn_reply_error(&nd->conn, r);
+        freeReplyObject(r);
+        if (w != NULL)
+            freeReplyObject(w);
+        if (strncmp(redirect, "MOVED ", 6) == 0) {
+            /* As dlock__redis_cluster_command does. */
+            if ((at = redirect_target(conn, redirect, nd->conn.where, deadline, &s)) < 0) {
+                rc = at;
+                break;
+            }
+            c->slot[s] = (short)at;
+            if (redirects++ > 0)
+                c->have_map = 0;
+            continue;
+        }
+        if (strncmp(redirect, "ASK ", 4) == 0) {
+            if ((asking = redirect_target(conn, redirect, nd->conn.where, deadline, &s)) < 0) {
+                rc = asking;
+                break;
+            }
+            redirects++;
+            continue;
+        }
+        if (strncmp(redirect, "CLUSTERDOWN", 11) == 0)
+            c->have_map = 0;
+    retry:
+        if (rc == DLOCK_EAUTH || rc == DLOCK_EINVAL || rc == DLOCK_ENOMEM)
+            break;
+        if (dlock__now_ms() + pause >= deadline) {
+            if (dlock__now_ms() + 1 >= deadline)
+                break;
+            pause = deadline - dlock__now_ms() - 1;
+        }
+        pthread_mutex_unlock(&c->mu);
+        pause_ms(pause);
+        pthread_mutex_lock(&c->mu);
+        pause = pause * 2 < CLUSTER_RETRY_MAX_MS ? pause * 2 : CLUSTER_RETRY_MAX_MS;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
 }

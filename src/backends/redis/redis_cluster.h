@@ -4,7 +4,8 @@
  * the slot map, one connection per master, and the routing of each command
  * by the hash slot of its first key, following MOVED and ASK within the
  * command's timeout. A routing state belongs to one dlock__redis_conn and
- * shares its thread rule: one user at a time.
+ * shares its thread rule (one user at a time), but the one the callers'
+ * scripts share (dlock__redis_cluster_share), which has a mutex.
  */
 #ifndef DLOCK_REDIS_CLUSTER_H
 #define DLOCK_REDIS_CLUSTER_H

@@ -588,6 +588,11 @@ int dlock__redis_conn_command_once(dlock__redis_conn *conn, redisReply **out, in
     } else if (wait) {
         rc = dlock__redis_wait_reply(conn, w);
     }
+    return dlock__redis_reply_keep(rc, r, w, out);
+}
+
+int dlock__redis_reply_keep(int rc, redisReply *r, redisReply *w, redisReply **out)
+{
     if (w != NULL)
         freeReplyObject(w);
     if (rc != DLOCK_OK) {

@@ -161,6 +161,10 @@ int dlock__redis_wait_short(void);
  * dlock__redis_wait_short of this thread says 0. */
 void dlock__redis_wait_clear(void);
 
+/* A command's outcome: WAIT's reply w (or NULL) freed, and the command's r
+ * given to *out when rc is DLOCK_OK, else freed. Returns rc. */
+int dlock__redis_reply_keep(int rc, redisReply *r, redisReply *w, redisReply **out);
+
 /* What WAIT min_replicas answered (w, after a script that writes a hold),
  * for this thread's dlock__redis_wait_short; DLOCK_EPROTO for a reply WAIT
  * cannot give. */
@@ -229,6 +233,21 @@ int dlock__redis_cluster_command(dlock__redis_conn *conn, redisReply **out, int 
  * min_replicas behind it when wait. */
 int dlock__redis_conn_command_wait(dlock__redis_conn *conn, redisReply **out, int argc,
                                    const char **argv, const size_t *lens, int wait);
+
+/* The routing state the callers' scripts share (redis_mux.h): conn's own,
+ * made now, with a mutex; each master's commands go out on a mux of its
+ * own. DLOCK_ENOMEM. */
+int dlock__redis_cluster_share(dlock__redis_conn *conn);
+
+/* As dlock__redis_cluster_command, on the shared routing state and the
+ * masters' muxes, for any number of threads at once: DLOCK_OK with the
+ * command's reply as the server gave it (an error reply other than a
+ * redirection or a cluster state too) and WAIT's (*wait_out; NULL without),
+ * *where the connection of the master that answered, for its messages. */
+int dlock__redis_cluster_mux_command(dlock__redis_conn *conn, redisReply **out,
+                                     redisReply **wait_out, int argc, const char **argv,
+                                     const size_t *lens, int slot, int wait,
+                                     const dlock__redis_conn **where);
 
 /* dlock__redis_conn_command, routed by slot on a cluster (-1: any node). */
 int dlock__redis_conn_command_slot(dlock__redis_conn *conn, redisReply **out, int argc,

@@ -35,7 +35,7 @@ typedef struct {
     pthread_cond_t cmd_freed;  /* a connection came back */
     dlock__redis_conn cmd[DLOCK__REDIS_CMD_MAX];
     int cmd_busy[DLOCK__REDIS_CMD_MAX];
-    dlock__redis_mux mux; /* the scripts' connection, when mux.on */
+    dlock__redis_mux mux; /* the scripts' connection (connections on a cluster) */
     dlock__redis_conn wd;
     dlock__redis_watcher *watcher;
     dlock__redis_places places;
@@ -131,8 +131,7 @@ enum {
     DLOCK__REDIS_WHY_UPGRADE = 3     /* a reader asks for the write lock */
 };
 
-/* Run a script: on the shared pipelined connection where the URL allows
- * it, else on a command connection of its own. */
+/* Run a script on the shared pipelined connection (redis_mux.h). */
 int dlock__redis_cmd_script(dlock__redis_be *be, const dlock__redis_script *s,
                             redisReply **out, int nkeys, int argc, const char **argv,
                             const size_t *lens);

@@ -28,6 +28,8 @@ struct dlock__redis_mux_req {
     redisReply *reply;
     redisReply *wait_reply; /* WAIT min_replicas's, when wait */
     int wait;               /* a WAIT follows the command */
+    int asking;             /* an ASKING goes before it: its reply comes first, */
+    redisReply *asking_reply; /* here */
     unsigned gen;           /* the connection it went out on (mux->gen) */
     int done;      /* 1: reply, or failed with rc */
     int rc;        /* DLOCK_OK or the failure's code */
@@ -35,13 +37,10 @@ struct dlock__redis_mux_req {
     char msg[320]; /* the failure's message, for the caller's thread */
 };
 
-int dlock__redis_mux_fits(const dlock__redis_conn *conn)
-{
-    return !conn->is_cluster;
-}
-
 int dlock__redis_mux_init(dlock__redis_mux *mux, const dlock__redis_conn *conn)
 {
+    int rc;
+
     memset(mux, 0, sizeof(*mux));
     if (pthread_mutex_init(&mux->mu, NULL) != 0)
         return dlock__fail(DLOCK_ENOMEM, "cannot create a mutex");
@@ -53,6 +52,14 @@ int dlock__redis_mux_init(dlock__redis_mux *mux, const dlock__redis_conn *conn)
     mux->conn = *conn;
     memset(&mux->conn.tp, 0, sizeof(mux->conn.tp));
     mux->conn.tp.fd = -1;
+    /* A cluster's: one routing state for every caller, each master's
+     * commands on a mux of its own (redis_cluster.c). */
+    mux->conn.cluster = NULL;
+    if (conn->is_cluster && (rc = dlock__redis_cluster_share(&mux->conn)) != DLOCK_OK) {
+        pthread_cond_destroy(&mux->idle);
+        pthread_mutex_destroy(&mux->mu);
+        return rc;
+    }
     mux->on = 1;
     return DLOCK_OK;
 }
@@ -92,6 +99,10 @@ static void fail_all(dlock__redis_mux *mux)
 
     mux->gen++;
     for (dlock__redis_mux_req *q = mux->head; q != NULL; q = q->next) {
+        if (q->asking_reply != NULL) { /* the command's own reply never came */
+            freeReplyObject(q->asking_reply);
+            q->asking_reply = NULL;
+        }
         if (q->reply != NULL) { /* its WAIT's reply never came */
             freeReplyObject(q->reply);
             q->reply = NULL;
@@ -122,6 +133,10 @@ static int dispatch(dlock__redis_mux *mux)
             freeReplyObject(r);
             dlock__redis_tp_fail(&mux->conn.tp, REDIS_ERR_PROTOCOL, "a reply nobody asked for");
             return REDIS_ERR;
+        }
+        if (q->asking && q->asking_reply == NULL) {
+            q->asking_reply = r; /* the command's own reply is next */
+            continue;
         }
         if (q->reply == NULL) {
             q->reply = r;
@@ -207,7 +222,7 @@ static void read_replies(dlock__redis_mux *mux, dlock__redis_mux_req *me)
 /* Sends one command and waits for its reply, on the connection as it is
  * now (made if need be). *fresh: this call opened the connection. */
 static int send_once(dlock__redis_mux *mux, int argc, const char **argv, const size_t *lens,
-                     int wait, dlock__redis_mux_req *me, int *fresh)
+                     int wait, int asking, dlock__redis_mux_req *me, int *fresh)
 {
     dlock__redis_tp *tp = &mux->conn.tp;
     int rc;
@@ -225,7 +240,10 @@ static int send_once(dlock__redis_mux *mux, int argc, const char **argv, const s
         pthread_cond_destroy(&me->done_cv);
         return rc;
     }
-    if (dlock__redis_tp_append_argv(tp, argc, argv, lens) != REDIS_OK ||
+    /* ASKING applies to the next command on the connection: the two go
+     * out together, nothing between them. */
+    if ((asking && dlock__redis_tp_append(tp, "ASKING") != REDIS_OK) ||
+        dlock__redis_tp_append_argv(tp, argc, argv, lens) != REDIS_OK ||
         (wait && dlock__redis_tp_append(tp, "WAIT %d %lld", mux->conn.min_replicas,
                                         (long long)mux->conn.wait_ms) != REDIS_OK)) {
         pthread_mutex_unlock(&mux->mu);
@@ -234,6 +252,7 @@ static int send_once(dlock__redis_mux *mux, int argc, const char **argv, const s
     }
     me->deadline_ms = dlock__now_ms() + mux->conn.command_ms;
     me->wait = wait;
+    me->asking = asking;
     me->gen = mux->gen;
     if (mux->tail != NULL)
         mux->tail->next = me;
@@ -278,23 +297,77 @@ static void drop(dlock__redis_mux *mux, unsigned gen)
     pthread_mutex_unlock(&mux->mu);
 }
 
-/* One command, and its WAIT when wait; an error reply is a code and
- * message: DLOCK_ENOTSUP for NOSCRIPT, for the caller to send EVAL. Sent
- * once more on a new connection (see redis_mux.h) when the one it went out
- * on was found dead, or, on a Sentinel URL, when its master was demoted or
- * went away (the new connection asks the sentinels). */
+int dlock__redis_mux_call(dlock__redis_mux *mux, redisReply **out, redisReply **wait_out,
+                          int argc, const char **argv, const size_t *lens, int wait, int asking,
+                          int *timed_out)
+{
+    dlock__redis_mux_req me;
+    int fresh = 0;
+    int rc = send_once(mux, argc, argv, lens, wait, asking, &me, &fresh);
+
+    *timed_out = rc != DLOCK_OK && me.timed_out;
+    *out = *wait_out = NULL;
+    if (rc != DLOCK_OK)
+        return rc;
+    if (me.asking_reply != NULL && me.asking_reply->type == REDIS_REPLY_ERROR) {
+        /* ASKING refused (an ACL user without it): its error is the
+         * answer; the command, run without it, was redirected back. */
+        freeReplyObject(me.reply);
+        if (me.wait_reply != NULL)
+            freeReplyObject(me.wait_reply);
+        *out = me.asking_reply;
+        return DLOCK_OK;
+    }
+    if (me.asking_reply != NULL)
+        freeReplyObject(me.asking_reply);
+    *out = me.reply;
+    *wait_out = me.wait_reply;
+    return DLOCK_OK;
+}
+
+/* The replies of one command (r) and its WAIT (w, NULL without one), made
+ * the command's result: an error reply a code and message (DLOCK_ENOTSUP
+ * for NOSCRIPT, for the caller to send EVAL), WAIT's for
+ * dlock__redis_wait_short. where: the connection that answered. */
+static int result(const dlock__redis_conn *where, redisReply *r, redisReply *w, redisReply **out)
+{
+    int rc = DLOCK_OK;
+
+    if (r->type == REDIS_REPLY_ERROR)
+        rc = r->len >= 8 && strncmp(r->str, "NOSCRIPT", 8) == 0
+                 ? dlock__fail(DLOCK_ENOTSUP, "%s: NOSCRIPT", where->where)
+                 : dlock__redis_conn_reply_error(where, r);
+    else if (w != NULL)
+        rc = dlock__redis_wait_reply(where, w);
+    return dlock__redis_reply_keep(rc, r, w, out);
+}
+
+/* One command, and its WAIT when wait (see result). Sent once more on a new
+ * connection (see redis_mux.h) when the one it went out on was found dead,
+ * or, on a Sentinel URL, when its master was demoted or went away (the new
+ * connection asks the sentinels). On a cluster, routed to the master of
+ * slot (redis_cluster.c). */
 static int command(dlock__redis_mux *mux, redisReply **out, int argc, const char **argv,
-                   const size_t *lens, int wait)
+                   const size_t *lens, int wait, int slot)
 {
     int sentinel = mux->conn.master_name != NULL;
     int fresh = 0, rc;
 
     *out = NULL;
+    if (mux->conn.is_cluster) {
+        const dlock__redis_conn *where = &mux->conn;
+        redisReply *r = NULL, *w = NULL;
+
+        if ((rc = dlock__redis_cluster_mux_command(&mux->conn, &r, &w, argc, argv, lens, slot,
+                                                   wait, &where)) != DLOCK_OK)
+            return rc;
+        return result(where, r, w, out);
+    }
     for (int attempt = 0;; attempt++) {
         dlock__redis_mux_req me;
         int readonly;
 
-        rc = send_once(mux, argc, argv, lens, wait, &me, &fresh);
+        rc = send_once(mux, argc, argv, lens, wait, 0, &me, &fresh);
         if (rc == DLOCK_ECONN && (sentinel || !fresh) && !me.timed_out && me.done &&
             attempt == 0)
             continue;
@@ -308,21 +381,7 @@ static int command(dlock__redis_mux *mux, redisReply **out, int argc, const char
             drop(mux, me.gen);
             continue;
         }
-        if (me.reply->type == REDIS_REPLY_ERROR) {
-            rc = me.reply->len >= 8 && strncmp(me.reply->str, "NOSCRIPT", 8) == 0
-                     ? dlock__fail(DLOCK_ENOTSUP, "%s: NOSCRIPT", mux->conn.where)
-                     : dlock__redis_conn_reply_error(&mux->conn, me.reply);
-        } else if (me.wait_reply != NULL) {
-            rc = dlock__redis_wait_reply(&mux->conn, me.wait_reply);
-        }
-        if (me.wait_reply != NULL)
-            freeReplyObject(me.wait_reply);
-        if (rc != DLOCK_OK) {
-            freeReplyObject(me.reply);
-            return rc;
-        }
-        *out = me.reply;
-        return DLOCK_OK;
+        return result(&mux->conn, me.reply, me.wait_reply, out);
     }
 }
 
@@ -332,17 +391,20 @@ int dlock__redis_mux_script(dlock__redis_mux *mux, const dlock__redis_script *sc
 {
     dlock__redis_script_cmd c;
     int wait = dlock__redis_script_waits(&mux->conn, script);
+    /* A script's keys all share one slot (redis_family.c, redis.c): the
+     * first one routes it on a cluster. */
+    int slot = nkeys > 0 ? (int)dlock__redis_key_slot(argv[0], lens[0]) : -1;
     int rc;
 
     dlock__redis_wait_clear();
     if ((rc = dlock__redis_script_cmd_init(&c, script, 0, nkeys, argc, argv, lens)) != DLOCK_OK)
         return rc;
-    rc = command(mux, out, c.argc, c.av, c.al, wait);
+    rc = command(mux, out, c.argc, c.av, c.al, wait, slot);
     if (rc == DLOCK_ENOTSUP) {
         /* NOSCRIPT: the server restarted or flushed its script cache. EVAL
          * runs the script and caches it for the next EVALSHA. */
         dlock__redis_script_cmd_eval(&c, script);
-        rc = command(mux, out, c.argc, c.av, c.al, wait);
+        rc = command(mux, out, c.argc, c.av, c.al, wait, slot);
         if (rc == DLOCK_OK)
             dlock__clear_error(); /* the NOSCRIPT was handled */
     }

@@ -13,11 +13,12 @@
  *
  * Used for the callers' scripts, the path every acquisition, release,
  * extension and waiter's upkeep takes (the watchdog renews on a connection
- * of its own: redis.c), on a single server (redis://, unix://, rediss://) and on the
- * master Sentinel names (a script that writes a hold is followed by its
- * WAIT min_replicas, matched to it); Cluster (each command routed by slot,
- * redirections followed: redis_cluster.c) keeps a connection per call, as
- * do the other commands (status, list: redis.c, dlock__redis_cmd_take).
+ * of its own: redis.c), on a single server (redis://, unix://, rediss://),
+ * on the master Sentinel names (a script that writes a hold is followed by
+ * its WAIT min_replicas, matched to it), and on each master of a cluster
+ * (one mux per master, the routing shared: redis_cluster.c). The other
+ * commands (status, list) keep a connection per call (redis.c,
+ * dlock__redis_cmd_take).
  *
  * Failures: a reply that does not come within the command timeout, or a
  * connection that breaks, fails every command in flight on it (replies are
@@ -51,10 +52,9 @@ typedef struct {
     unsigned gen; /* counts the connections failed (and closed) */
 } dlock__redis_mux;
 
-/* Whether conn's URL can share one pipelined connection (see above). */
-int dlock__redis_mux_fits(const dlock__redis_conn *conn);
-
-/* Set up mux with a connection like conn (no I/O); DLOCK_ENOMEM. */
+/* Set up mux with a connection like conn (no I/O); DLOCK_ENOMEM. On a
+ * cluster URL, mux's connection gets a routing state of its own, shared by
+ * the callers (dlock__redis_cluster_share). */
 int dlock__redis_mux_init(dlock__redis_mux *mux, const dlock__redis_conn *conn);
 
 /* Close the connection and free; a zeroed mux is a no-op. No call may be
@@ -69,5 +69,17 @@ int dlock__redis_mux_connect(dlock__redis_mux *mux);
 int dlock__redis_mux_script(dlock__redis_mux *mux, const dlock__redis_script *script,
                             redisReply **out, int nkeys, int argc, const char **argv,
                             const size_t *lens);
+
+/*
+ * One command sent once, with ASKING before it when asking and WAIT
+ * min_replicas after it when wait: DLOCK_OK with its reply as the server
+ * gave it, an error reply too (*out), and WAIT's (*wait_out, NULL without);
+ * else a connection failure's code and message, *timed_out when by the
+ * command timeout. For the cluster's router, which follows redirections
+ * itself.
+ */
+int dlock__redis_mux_call(dlock__redis_mux *mux, redisReply **out, redisReply **wait_out,
+                          int argc, const char **argv, const size_t *lens, int wait, int asking,
+                          int *timed_out);
 
 #endif
