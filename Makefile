@@ -41,6 +41,8 @@ bench: deps
 	@$(MAKE) --no-print-directory build
 	@$(BUILD)/bench/dlock-bench
 	@$(BUILD)/bench/dlock-bench --zk --iterations 2000 || true
+	@$(BUILD)/bench/dlock-bench --postgres --iterations 2000 || true
+	@$(BUILD)/bench/dlock-bench --mysql --iterations 2000 || true
 	@/usr/bin/python3 bindings/python/bench/bench.py --build $(BUILD) || true
 	@node bindings/node/bench/bench.js --build $(BUILD) || true
 	@echo "== many locks on one client (docs/bench.md)"
