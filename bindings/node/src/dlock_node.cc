@@ -569,13 +569,36 @@ class Client : public Napi::ObjectWrap<Client> {
         return p;
     }
 
-    // A call that gives a lock handle.
-    class TakeCall : public Call {
-      public:
-        TakeCall(Napi::Env env, Client *client)
-            : Call(env), client_(Napi::Persistent(client->Value())), core_(client->core_)
+    // A call on the client (about the lock name, for most): the client's
+    // object stays alive while it runs.
+    struct ClientCall : Call {
+        Napi::ObjectReference keep;
+        Core *core;
+        std::string name;
+        ClientCall(Napi::Env env, Client *c)
+            : Call(env), keep(Napi::Persistent(c->Value())), core(c->core_)
         {
         }
+    };
+
+    // Reads call's name from the first argument and runs it on the pool.
+    Napi::Value QueueNamed(const Napi::CallbackInfo &info, ClientCall *call)
+    {
+        Napi::Env env = info.Env();
+
+        if (!Text(env, info[0], "name", &call->name)) {
+            delete call;
+            return env.Undefined();
+        }
+        Napi::Promise p = call->Promise();
+        call->Queue(env);
+        return p;
+    }
+
+    // A call that gives a lock handle.
+    class TakeCall : public ClientCall {
+      public:
+        TakeCall(Napi::Env env, Client *client) : ClientCall(env, client) {}
         ~TakeCall() override { delete watch_; }
 
         Options opts;
@@ -592,13 +615,10 @@ class Client : public Napi::ObjectWrap<Client> {
                 dlock_release(out_);  // cannot happen short of memory: give it back
                 return env.Undefined();
             }
-            Lock::Unwrap(obj)->Adopt(env, out_, watch_, client_.Value(), core_);
+            Lock::Unwrap(obj)->Adopt(env, out_, watch_, keep.Value(), core);
             watch_ = nullptr;
             return obj;
         }
-
-        Napi::ObjectReference client_;
-        Core *core_;
     };
 
     void Dispatch(Napi::Env env, TakeCall *call)
@@ -619,9 +639,8 @@ class Client : public Napi::ObjectWrap<Client> {
     {
         Napi::Env env = info.Env();
         struct AcquireCall : TakeCall {
-            std::string name;
             AcquireCall(Napi::Env env, Client *c) : TakeCall(env, c) {}
-            int Run() override { return dlock_acquire(&out_, core_->c, name.c_str(), &opts.o); }
+            int Run() override { return dlock_acquire(&out_, core->c, name.c_str(), &opts.o); }
         };
         if (!Ready(env))
             return env.Undefined();
@@ -647,7 +666,7 @@ class Client : public Napi::ObjectWrap<Client> {
                 std::vector<const char *> p;
                 for (const std::string &n : names)
                     p.push_back(n.c_str());
-                return dlock_acquire_multi(&out_, core_->c, p.empty() ? nullptr : p.data(),
+                return dlock_acquire_multi(&out_, core->c, p.empty() ? nullptr : p.data(),
                                            p.size(), &opts.o);
             }
         };
@@ -679,11 +698,11 @@ class Client : public Napi::ObjectWrap<Client> {
     {
         Napi::Env env = info.Env();
         struct CampaignCall : TakeCall {
-            std::string name, identity;
+            std::string identity;
             CampaignCall(Napi::Env env, Client *c) : TakeCall(env, c) {}
             int Run() override
             {
-                return dlock_campaign(&out_, core_->c, name.c_str(), identity.c_str(), &opts.o);
+                return dlock_campaign(&out_, core->c, name.c_str(), identity.c_str(), &opts.o);
             }
         };
         if (!Ready(env))
@@ -702,15 +721,9 @@ class Client : public Napi::ObjectWrap<Client> {
     Napi::Value Leader(const Napi::CallbackInfo &info)
     {
         Napi::Env env = info.Env();
-        struct LeaderCall : Call {
-            Napi::ObjectReference keep;
-            Core *core;
-            std::string name;
+        struct LeaderCall : ClientCall {
             dlock_leader_info out;
-            LeaderCall(Napi::Env env, Client *c)
-                : Call(env), keep(Napi::Persistent(c->Value())), core(c->core_)
-            {
-            }
+            LeaderCall(Napi::Env env, Client *c) : ClientCall(env, c) {}
             int Run() override { return dlock_leader(&out, core->c, name.c_str()); }
             Napi::Value Result(Napi::Env env) override
             {
@@ -726,28 +739,15 @@ class Client : public Napi::ObjectWrap<Client> {
         };
         if (!Ready(env))
             return env.Undefined();
-        LeaderCall *call = new LeaderCall(env, this);
-        if (!Text(env, info[0], "name", &call->name)) {
-            delete call;
-            return env.Undefined();
-        }
-        Napi::Promise p = call->Promise();
-        call->Queue(env);
-        return p;
+        return QueueNamed(info, new LeaderCall(env, this));
     }
 
     Napi::Value Status(const Napi::CallbackInfo &info)
     {
         Napi::Env env = info.Env();
-        struct StatusCall : Call {
-            Napi::ObjectReference keep;
-            Core *core;
-            std::string name;
+        struct StatusCall : ClientCall {
             dlock_lock_info out;
-            StatusCall(Napi::Env env, Client *c)
-                : Call(env), keep(Napi::Persistent(c->Value())), core(c->core_)
-            {
-            }
+            StatusCall(Napi::Env env, Client *c) : ClientCall(env, c) {}
             int Run() override { return dlock_status(&out, core->c, name.c_str()); }
             Napi::Value Result(Napi::Env env) override
             {
@@ -775,28 +775,15 @@ class Client : public Napi::ObjectWrap<Client> {
         };
         if (!Ready(env))
             return env.Undefined();
-        StatusCall *call = new StatusCall(env, this);
-        if (!Text(env, info[0], "name", &call->name)) {
-            delete call;
-            return env.Undefined();
-        }
-        Napi::Promise p = call->Promise();
-        call->Queue(env);
-        return p;
+        return QueueNamed(info, new StatusCall(env, this));
     }
 
     Napi::Value SetPermits(const Napi::CallbackInfo &info)
     {
         Napi::Env env = info.Env();
-        struct PermitsCall : Call {
-            Napi::ObjectReference keep;
-            Core *core;
-            std::string name;
+        struct PermitsCall : ClientCall {
             int permits = 0;
-            PermitsCall(Napi::Env env, Client *c)
-                : Call(env), keep(Napi::Persistent(c->Value())), core(c->core_)
-            {
-            }
+            PermitsCall(Napi::Env env, Client *c) : ClientCall(env, c) {}
             int Run() override
             {
                 return dlock_semaphore_set_permits(core->c, name.c_str(), permits);
@@ -805,14 +792,8 @@ class Client : public Napi::ObjectWrap<Client> {
         if (!Ready(env))
             return env.Undefined();
         PermitsCall *call = new PermitsCall(env, this);
-        if (!Text(env, info[0], "name", &call->name)) {
-            delete call;
-            return env.Undefined();
-        }
         call->permits = static_cast<int>(Int(info[1]));
-        Napi::Promise p = call->Promise();
-        call->Queue(env);
-        return p;
+        return QueueNamed(info, call);
     }
 
     // Async-signal-safe in C, so safe from here at any time.
@@ -837,13 +818,8 @@ class Client : public Napi::ObjectWrap<Client> {
     Napi::Value Free(const Napi::CallbackInfo &info)
     {
         Napi::Env env = info.Env();
-        struct FreeCall : Call {
-            Napi::ObjectReference keep;
-            Core *core;
-            FreeCall(Napi::Env env, Client *c)
-                : Call(env), keep(Napi::Persistent(c->Value())), core(c->core_)
-            {
-            }
+        struct FreeCall : ClientCall {
+            FreeCall(Napi::Env env, Client *c) : ClientCall(env, c) {}
             int Run() override
             {
                 dlock_client_free(core->c);
