@@ -726,29 +726,51 @@ int dlock__redis_script_waits(const dlock__redis_conn *conn, const dlock__redis_
     return conn->min_replicas > 0 && writes_hold(script);
 }
 
-int dlock__redis_conn_script(dlock__redis_conn *conn, const dlock__redis_script *script,
-                             redisReply **out, int nkeys, int argc, const char **argv,
-                             const size_t *lens)
+int dlock__redis_script_send(const dlock__redis_script *script, redisReply **out, int nkeys,
+                             int argc, const char **argv, const size_t *lens,
+                             dlock__redis_send_fn send, void *ctx)
 {
     dlock__redis_script_cmd c;
-    int wait = dlock__redis_script_waits(conn, script);
-    /* A script's keys all share one slot (redis_family.c, redis.c): the
-     * first one routes it. */
-    int slot = nkeys > 0 ? (int)dlock__redis_key_slot(argv[0], lens[0]) : -1;
     int rc;
 
-    wait_result.short_of = 0;
     if ((rc = dlock__redis_script_cmd_init(&c, script, 0, nkeys, argc, argv, lens)) != DLOCK_OK)
         return rc;
-    rc = command(conn, out, c.argc, c.av, c.al, wait, slot);
+    rc = send(ctx, out, c.argc, c.av, c.al);
     if (rc == DLOCK_ENOTSUP) {
         /* NOSCRIPT: the server restarted or flushed its script cache. EVAL
          * runs the script and caches it for the next EVALSHA. */
         dlock__redis_script_cmd_eval(&c, script);
-        rc = command(conn, out, c.argc, c.av, c.al, wait, slot);
+        rc = send(ctx, out, c.argc, c.av, c.al);
         if (rc == DLOCK_OK)
             dlock__clear_error(); /* the NOSCRIPT was handled */
     }
     dlock__redis_script_cmd_free(&c);
     return rc;
+}
+
+/* dlock__redis_conn_script's way to send: command() with its WAIT and slot. */
+typedef struct {
+    dlock__redis_conn *conn;
+    int wait, slot;
+} conn_send;
+
+static int send_on_conn(void *ctx, redisReply **out, int argc, const char **argv,
+                        const size_t *lens)
+{
+    conn_send *cs = ctx;
+
+    return command(cs->conn, out, argc, argv, lens, cs->wait, cs->slot);
+}
+
+int dlock__redis_conn_script(dlock__redis_conn *conn, const dlock__redis_script *script,
+                             redisReply **out, int nkeys, int argc, const char **argv,
+                             const size_t *lens)
+{
+    /* A script's keys all share one slot (redis_family.c, redis.c): the
+     * first one routes it. */
+    conn_send cs = {conn, dlock__redis_script_waits(conn, script),
+                    nkeys > 0 ? (int)dlock__redis_key_slot(argv[0], lens[0]) : -1};
+
+    wait_result.short_of = 0;
+    return dlock__redis_script_send(script, out, nkeys, argc, argv, lens, send_on_conn, &cs);
 }

@@ -138,6 +138,17 @@ int dlock__redis_script_cmd_init(dlock__redis_script_cmd *c, const dlock__redis_
 void dlock__redis_script_cmd_eval(dlock__redis_script_cmd *c, const dlock__redis_script *script);
 void dlock__redis_script_cmd_free(dlock__redis_script_cmd *c);
 
+/* How a script's command goes out (dlock__redis_script_send): one command
+ * and its reply, DLOCK_ENOTSUP for NOSCRIPT. */
+typedef int (*dlock__redis_send_fn)(void *ctx, redisReply **out, int argc, const char **argv,
+                                    const size_t *lens);
+
+/* An embedded script sent by send: EVALSHA, then EVAL (which loads it) on
+ * NOSCRIPT. argv holds the nkeys keys then the arguments (argc in all). */
+int dlock__redis_script_send(const dlock__redis_script *script, redisReply **out, int nkeys,
+                             int argc, const char **argv, const size_t *lens,
+                             dlock__redis_send_fn send, void *ctx);
+
 /* Run an embedded script with EVALSHA, loading it with EVAL on NOSCRIPT.
  * argv holds the nkeys keys then the arguments (argc in all). With
  * min_replicas=N and a script that writes a hold (acquire, extend, renew),

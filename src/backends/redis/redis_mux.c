@@ -385,29 +385,29 @@ static int command(dlock__redis_mux *mux, redisReply **out, int argc, const char
     }
 }
 
+/* dlock__redis_mux_script's way to send: command() with its WAIT and slot. */
+typedef struct {
+    dlock__redis_mux *mux;
+    int wait, slot;
+} mux_send;
+
+static int send_on_mux(void *ctx, redisReply **out, int argc, const char **argv,
+                       const size_t *lens)
+{
+    mux_send *ms = ctx;
+
+    return command(ms->mux, out, argc, argv, lens, ms->wait, ms->slot);
+}
+
 int dlock__redis_mux_script(dlock__redis_mux *mux, const dlock__redis_script *script,
                             redisReply **out, int nkeys, int argc, const char **argv,
                             const size_t *lens)
 {
-    dlock__redis_script_cmd c;
-    int wait = dlock__redis_script_waits(&mux->conn, script);
     /* A script's keys all share one slot (redis_family.c, redis.c): the
      * first one routes it on a cluster. */
-    int slot = nkeys > 0 ? (int)dlock__redis_key_slot(argv[0], lens[0]) : -1;
-    int rc;
+    mux_send ms = {mux, dlock__redis_script_waits(&mux->conn, script),
+                   nkeys > 0 ? (int)dlock__redis_key_slot(argv[0], lens[0]) : -1};
 
     dlock__redis_wait_clear();
-    if ((rc = dlock__redis_script_cmd_init(&c, script, 0, nkeys, argc, argv, lens)) != DLOCK_OK)
-        return rc;
-    rc = command(mux, out, c.argc, c.av, c.al, wait, slot);
-    if (rc == DLOCK_ENOTSUP) {
-        /* NOSCRIPT: the server restarted or flushed its script cache. EVAL
-         * runs the script and caches it for the next EVALSHA. */
-        dlock__redis_script_cmd_eval(&c, script);
-        rc = command(mux, out, c.argc, c.av, c.al, wait, slot);
-        if (rc == DLOCK_OK)
-            dlock__clear_error(); /* the NOSCRIPT was handled */
-    }
-    dlock__redis_script_cmd_free(&c);
-    return rc;
+    return dlock__redis_script_send(script, out, nkeys, argc, argv, lens, send_on_mux, &ms);
 }
