@@ -72,7 +72,8 @@ extern "C" {
     XX(ENOTSUP, -9, "not supported")                                           \
     XX(EMISUSE, -10, "API misuse")                                             \
     XX(ESERVER, -11, "the lock server refused the command")                   \
-    XX(EINTR, -12, "interrupted by dlock_client_interrupt")
+    XX(EINTR, -12, "interrupted by dlock_client_interrupt")                    \
+    XX(ECANCELED, -13, "the request was canceled")
 
 typedef enum {
 #define DLOCK_ERRNO_GEN(name, value, text) DLOCK_##name = (value),

@@ -108,6 +108,8 @@ static int check_backend(const dlock_backend *b, dlock_backend *out)
         out->list = b->list;
     if (HAS(b, holders)) /* since v4 */
         out->holders = b->holders;
+    if (HAS(b, watch_notify)) /* appended to v5 */
+        out->watch_notify = b->watch_notify;
     b = out;
     if (b->name == NULL)
         missing = "name";
@@ -289,9 +291,10 @@ err:
 
 void dlock_client_free(dlock_client *c)
 {
-    if (c == NULL)
+    if (c == NULL || dlock__async_free_begin(c))
         return;
     dlock__watchdog_stop(c);
+    dlock__async_free_end(c);
     dlock__interrupt_stop(c);
     /* Locks still held keep valid handles; dlock_release frees them later. */
     for (dlock_lock *l = c->locks; l != NULL; l = l->next)

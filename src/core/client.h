@@ -79,6 +79,9 @@ struct dlock_client {
     void *trace_payload;
     _Atomic uint64_t last_call_id;
     dlock__counters stats;
+
+    /* The asynchronous API's engine (async.c), made by its first call. */
+    struct dlock__async *async;
 };
 
 struct dlock_lock {
@@ -121,6 +124,10 @@ struct dlock_lock {
     _Atomic int64_t deadline_ms; /* lease clock (core/clock.h) ms when the lease runs out */
     _Atomic int lost_reason;     /* 0, or DLOCK_ELOST / DLOCK_ECONN */
     char lost_message[256];
+
+    /* Acquired by dlock_acquire_async with an on_lost: what carries it to
+     * the loop's thread (async.c; on_lost is then the relay's). */
+    struct dlock__relay *relay;
 };
 
 /* How long after a confirmed renewal the next one is due: a third of the
@@ -225,6 +232,24 @@ const char *dlock__printable(char *buf, size_t size, const char *name);
 void dlock__watchdog_poke(dlock_client *c, const dlock_lock *l);
 
 void dlock__watchdog_stop(dlock_client *c);
+
+/* ---- async.c: the asynchronous API's engine ---- */
+
+/* dlock_client_free's first step: cancel the client's requests, run their
+ * callbacks, stop the engine's threads. 1 when called from inside one of
+ * its callbacks: the free is finished by dlock_async_process, and the
+ * caller returns at once. */
+int dlock__async_free_begin(dlock_client *c);
+/* Its last, after the watchdog stopped: free the engine. */
+void dlock__async_free_end(dlock_client *c);
+/* A release of l began: its on_lost is no longer carried to the loop. */
+void dlock__async_forget(dlock_lock *l);
+/* Free l's relay (dlock__lock_free). */
+void dlock__async_relay_free(dlock_lock *l);
+
+/* Is the client's backend able to serve l (kind, owner ids)? DLOCK_ENOTSUP
+ * with a message naming what it lacks. */
+int dlock__lock_supported(dlock_client *c, const dlock_lock *l);
 
 /* ---- operator.c: holder records, log, counters, interruption ---- */
 

@@ -70,6 +70,7 @@ int dlock__check_acquire_options(dlock_acquire_options *o, const dlock_acquire_o
 
 void dlock__lock_free(dlock_lock *l)
 {
+    dlock__async_relay_free(l);
     free(l->name);
     free(l->owner);
     free(l->identity);
@@ -146,8 +147,7 @@ static void single_give_back(void *ctx)
     dlock__give_back(s->c, &s->req, 1);
 }
 
-/* Can the client's backend serve l? */
-static int supported(dlock_client *c, const dlock_lock *l)
+int dlock__lock_supported(dlock_client *c, const dlock_lock *l)
 {
     if (!(c->backend->caps & DLOCK_CAP_KIND(l->kind)))
         return dlock__not_supported(c, kind_text(l->kind));
@@ -212,7 +212,7 @@ int dlock__acquire(dlock_lock **out, dlock_client *c, const char *name,
     *out = NULL;
     if ((rc = dlock__lock_new(&l, c, name, o, identity)) != DLOCK_OK)
         return rc;
-    if ((rc = supported(c, l)) != DLOCK_OK)
+    if ((rc = dlock__lock_supported(c, l)) != DLOCK_OK)
         goto err;
     s.c = c;
     dlock__lock_request(&s.req, l);
@@ -468,6 +468,7 @@ static int release_one(dlock_lock *l)
     }
     if ((rc = dlock__client_unregister(c, l)) != DLOCK_OK)
         return rc;
+    dlock__async_forget(l);
     /* From here on the watchdog cannot see the lock. */
     dlock__lock_request(&req, l);
     dlock__call_begin(c, &k, "release", req.name, 1, DLOCK__CALL_TIMED);

@@ -22,6 +22,29 @@ int dlock__outcome_unknown(int rc)
     return rc == DLOCK_ECONN || rc == DLOCK_ETIMEOUT || rc == DLOCK_EPROTO;
 }
 
+int dlock__busy_fail(const char *name, int64_t wait_ms, const dlock_acquire_result *res)
+{
+    char shown[80];
+
+    dlock__printable(shown, sizeof(shown), name);
+    if (wait_ms == 0)
+        return dlock__fail(DLOCK_EBUSY, "lock '%s' is held by another owner (lease left %lld ms)",
+                           shown, (long long)res->retry_ms);
+    return dlock__fail(DLOCK_ETIMEOUT, "lock '%s' still held by another owner after waiting "
+                       "%lld ms", shown, (long long)wait_ms);
+}
+
+int64_t dlock__busy_sleep_ms(int64_t deadline, int64_t now, const dlock_acquire_result *res)
+{
+    int64_t sleep_ms = deadline - now;
+    int64_t retry = res->retry_ms < 0 ? NO_TTL_RECHECK_MS : res->retry_ms;
+
+    /* +1: wake just after the holder's lease, not just before it. */
+    if (retry < INT64_MAX && retry + 1 < sleep_ms)
+        sleep_ms = retry + 1;
+    return sleep_ms;
+}
+
 /* Begin watching req, ending the watch held so far. */
 static int watch_again(dlock_client *c, dlock__waiter *waiter, void **watch,
                        const dlock_request *req)
@@ -65,7 +88,7 @@ int dlock__acquire_loop(dlock_client *c, const dlock__attempt *a, int64_t wait_m
     }
     for (;;) {
         const dlock_request *busy;
-        int64_t now, sleep_ms, retry;
+        int64_t now, sleep_ms;
 
         if (watch != NULL && (rc = dlock__check_interrupt(c, watched->name)) != DLOCK_OK)
             break;
@@ -83,15 +106,7 @@ int dlock__acquire_loop(dlock_client *c, const dlock__attempt *a, int64_t wait_m
         busy = a->busy(a->ctx, res);
         now = dlock__now_ms();
         if (wait_ms == 0 || now >= deadline) {
-            rc = wait_ms == 0
-                     ? dlock__fail(DLOCK_EBUSY, "lock '%s' is held by another owner (lease "
-                                   "left %lld ms)", dlock__printable(shown, sizeof(shown),
-                                                                     busy->name),
-                                   (long long)res->retry_ms)
-                     : dlock__fail(DLOCK_ETIMEOUT, "lock '%s' still held by another owner after "
-                                   "waiting %lld ms", dlock__printable(shown, sizeof(shown),
-                                                                       busy->name),
-                                   (long long)wait_ms);
+            rc = dlock__busy_fail(busy->name, wait_ms, res);
             break;
         }
         if (!waited) {
@@ -104,11 +119,7 @@ int dlock__acquire_loop(dlock_client *c, const dlock__attempt *a, int64_t wait_m
             watched = busy;
             continue;
         }
-        sleep_ms = deadline - now;
-        retry = res->retry_ms < 0 ? NO_TTL_RECHECK_MS : res->retry_ms;
-        /* +1: wake just after the holder's lease, not just before it. */
-        if (retry < INT64_MAX && retry + 1 < sleep_ms)
-            sleep_ms = retry + 1;
+        sleep_ms = dlock__busy_sleep_ms(deadline, now, res);
         rc = b->watch_wait(c->be, watch, sleep_ms);
         if (rc != DLOCK_OK && rc != DLOCK_ETIMEOUT)
             break;

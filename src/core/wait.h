@@ -36,4 +36,13 @@ int dlock__acquire_loop(struct dlock_client *c, const dlock__attempt *a, int64_t
 /* Could the server have run a request whose call failed with rc? */
 int dlock__outcome_unknown(int rc);
 
+/* A busy try's failure once the caller stops: DLOCK_EBUSY for a try-once
+ * (wait_ms 0), else DLOCK_ETIMEOUT, with the message naming the lock. */
+int dlock__busy_fail(const char *name, int64_t wait_ms, const dlock_acquire_result *res);
+
+/* How long a waiter sleeps after a busy try (res) before it tries again
+ * unless a release is announced: to the deadline, or just past the
+ * holder's lease. */
+int64_t dlock__busy_sleep_ms(int64_t deadline, int64_t now, const dlock_acquire_result *res);
+
 #endif

@@ -304,6 +304,19 @@ typedef struct dlock_backend {
      * return DLOCK_OK).
      */
     int (*holders)(void *be, const char *name, dlock_list_cb cb, void *payload);
+
+    /*
+     * Appended to v5 (after holders; optional). Waiting without a thread:
+     * have the backend call fn(arg) each time watch_wait of watch would
+     * return DLOCK_OK (a release announced, watch_wake, a registration that
+     * broke), from any thread, until watch_end returns. fn takes a mutex of
+     * the core's and returns at once; it never calls the backend. The
+     * wake-up stays pending as before: the core consumes it with
+     * watch_wait(watch, 0) before its next try. Called once per watch,
+     * right after watch_begin. NULL: an asynchronous acquisition
+     * (include/dlock/async.h) waits on a thread of its own in watch_wait.
+     */
+    void (*watch_notify)(void *be, void *watch, void (*fn)(void *), void *arg);
 } dlock_backend;
 
 /*

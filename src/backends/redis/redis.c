@@ -589,6 +589,12 @@ static void redis_watch_wake(void *arg, void *watch)
     dlock__redis_watch_wake(((redis_backend *)arg)->watcher, ((dlock__redis_watch *)watch)->waiter);
 }
 
+static void redis_watch_notify(void *arg, void *watch, void (*fn)(void *), void *fn_arg)
+{
+    dlock__redis_watch_notify(((redis_backend *)arg)->watcher,
+                              ((dlock__redis_watch *)watch)->waiter, fn, fn_arg);
+}
+
 static int redis_multi_acquire(void *be, const dlock_request *reqs, size_t n, uint64_t *fences,
                                dlock_acquire_result *out)
 {
@@ -633,4 +639,5 @@ const dlock_backend dlock__redis_backend = {
     .observe_begin = dlock__redis_observe_begin,
     .multi_atomic = dlock__redis_multi_atomic,
     .multi_acquire = redis_multi_acquire,
+    .watch_notify = redis_watch_notify,
 };

@@ -51,6 +51,8 @@ struct dlock__redis_waiter {
     channel *chan;
     char *id; /* NULL, or what a targeted message names (a random id) */
     dlock__redis_bell *bell; /* NULL, or rung too (redis_watch.h) */
+    void (*notify)(void *); /* NULL, or told of each wake-up too (async waiters) */
+    void *notify_arg;
     pthread_cond_t cond;
     int woken;
     dlock__redis_waiter *next, *prev;
@@ -174,6 +176,8 @@ static void wake_waiter(dlock__redis_waiter *x)
 {
     x->woken = 1;
     pthread_cond_signal(&x->cond);
+    if (x->notify != NULL)
+        x->notify(x->notify_arg);
     if (x->bell != NULL) {
         pthread_mutex_lock(&x->bell->mu);
         x->bell->rung = 1;
@@ -662,5 +666,14 @@ void dlock__redis_watch_wake(dlock__redis_watcher *w, dlock__redis_waiter *x)
 {
     pthread_mutex_lock(&w->mu);
     wake_waiter(x);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void dlock__redis_watch_notify(dlock__redis_watcher *w, dlock__redis_waiter *x,
+                               void (*fn)(void *), void *arg)
+{
+    pthread_mutex_lock(&w->mu);
+    x->notify = fn;
+    x->notify_arg = arg;
     pthread_mutex_unlock(&w->mu);
 }

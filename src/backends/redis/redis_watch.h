@@ -78,4 +78,9 @@ int dlock__redis_watch_wait(dlock__redis_watcher *w, dlock__redis_waiter *waiter
                             int64_t timeout_ms);
 void dlock__redis_watch_end(dlock__redis_watcher *w, dlock__redis_waiter *waiter);
 
+/* Have fn(arg) called, with the watcher's mutex held, each time x is woken
+ * (the backend's watch_notify). */
+void dlock__redis_watch_notify(dlock__redis_watcher *w, dlock__redis_waiter *x,
+                               void (*fn)(void *), void *arg);
+
 #endif

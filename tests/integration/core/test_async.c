@@ -1,0 +1,617 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The asynchronous API (include/dlock/async.h) on every backend: one suite,
+ * run once per backend (`test_async redis CASE`), each case on a throwaway
+ * server. The loop is the test's own: poll(2) on dlock_async_fd, then
+ * dlock_async_process, on the main thread, where every callback must run.
+ */
+#define _GNU_SOURCE
+#include <poll.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include "dlock/async.h"
+#include "test.h"
+
+static const char *backend; /* argv[1] */
+static pthread_t loop_thread;
+
+static dlock_client *open_client(const test_server *s)
+{
+    dlock_client *c = NULL;
+
+    CHECK_RC(dlock_client_open(&c, s->url, NULL), DLOCK_OK);
+    return c;
+}
+
+/* One acquisition's outcome, as its callback saw it. */
+typedef struct {
+    int calls, rc;
+    dlock_lock *lock;
+    char msg[512];
+    int order; /* the how-manieth callback of the run */
+} outcome;
+
+static int callbacks_run;
+
+static void on_acquired(int rc, dlock_lock *lock, void *arg)
+{
+    outcome *o = arg;
+
+    CHECK(pthread_equal(pthread_self(), loop_thread));
+    o->calls++;
+    o->rc = rc;
+    o->lock = lock;
+    o->order = ++callbacks_run;
+    snprintf(o->msg, sizeof(o->msg), "%s", dlock_error_message());
+    CHECK((rc == DLOCK_OK) == (lock != NULL));
+}
+
+static void on_done(int rc, void *arg)
+{
+    outcome *o = arg;
+
+    CHECK(pthread_equal(pthread_self(), loop_thread));
+    o->calls++;
+    o->rc = rc;
+    o->order = ++callbacks_run;
+    snprintf(o->msg, sizeof(o->msg), "%s", dlock_error_message());
+}
+
+/* Run c's loop until *calls reaches want, for ms at most (then the test
+ * fails). */
+static void loop_until(dlock_client *c, const int *calls, int want, int64_t ms)
+{
+    int fd = dlock_async_fd(c);
+
+    CHECK(fd >= 0);
+    for (int64_t waited = 0; *calls < want; waited += 10) {
+        struct pollfd p = {fd, POLLIN, 0};
+        CHECK(waited < ms);
+        if (poll(&p, 1, 10) > 0)
+            CHECK(dlock_async_process(c) >= 0);
+    }
+}
+
+/* Run c's loop for ms, whatever comes. */
+static void loop_for(dlock_client *c, int64_t ms)
+{
+    int fd = dlock_async_fd(c);
+
+    for (int64_t waited = 0; waited < ms; waited += 10) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 10) > 0)
+            CHECK(dlock_async_process(c) >= 0);
+    }
+}
+
+static dlock_lock *acquire_now(dlock_client *c, const char *name, dlock_acquire_options *o)
+{
+    outcome got = {0};
+
+    CHECK_RC(dlock_acquire_async(NULL, c, name, o, on_acquired, &got), DLOCK_OK);
+    loop_until(c, &got.calls, 1, 10000);
+    CHECK_RC(got.rc, DLOCK_OK);
+    return got.lock;
+}
+
+static void release_now(dlock_client *c, dlock_lock *l, int want)
+{
+    outcome done = {0};
+
+    CHECK_RC(dlock_release_async(NULL, l, on_done, &done), DLOCK_OK);
+    loop_until(c, &done.calls, 1, 10000);
+    CHECK(done.calls == 1);
+    CHECK_RC(done.rc, want);
+}
+
+/* ---------------------------------------------------------------------- */
+
+/* Try, busy, extend, release; fences as the blocking calls give them. */
+static void cycle(void)
+{
+    test_server s;
+    dlock_client *c, *other;
+    dlock_acquire_options o = test_opts(0, 5000, 1);
+    dlock_lock *l, *blocking;
+    outcome busy = {0}, ext = {0};
+    uint64_t first;
+
+    test_server_start(&s, backend);
+    c = open_client(&s);
+    other = open_client(&s);
+    l = acquire_now(c, "job", &o);
+    first = dlock_lock_fence(l);
+    CHECK(first > 0 && !dlock_lock_lost(l) && dlock_lock_valid_ms(l) > 0);
+    CHECK(test_server_held(&s, "job"));
+    CHECK_RC(dlock_acquire_async(NULL, c, "job", &o, on_acquired, &busy), DLOCK_OK);
+    loop_until(c, &busy.calls, 1, 10000);
+    CHECK_RC(busy.rc, DLOCK_EBUSY);
+    CHECK_CONTAINS(busy.msg, "'job' is held by another owner");
+    CHECK_RC(dlock_extend_async(NULL, l, 8000, on_done, &ext), DLOCK_OK);
+    loop_until(c, &ext.calls, 1, 10000);
+    CHECK_RC(ext.rc, DLOCK_OK);
+    CHECK(dlock_lock_valid_ms(l) > 5000);
+    release_now(c, l, DLOCK_OK);
+    CHECK(!test_server_held(&s, "job"));
+    /* The blocking API on another client sees the next fence. */
+    CHECK_RC(dlock_acquire(&blocking, other, "job", &o), DLOCK_OK);
+    CHECK(dlock_lock_fence(blocking) > first);
+    CHECK_RC(dlock_release(blocking), DLOCK_OK);
+    l = acquire_now(c, "job", &o);
+    CHECK(dlock_lock_fence(l) > first + 1 || !s.dense_fences);
+    release_now(c, l, DLOCK_OK);
+    CHECK(test_server_leftovers(&s, "job") == 0);
+    dlock_client_free(other);
+    dlock_client_free(c);
+    test_server_stop(&s);
+}
+
+/* A waiter is granted the lock when the holder (another client, blocking
+ * API) releases it. */
+static void wait_handoff(void)
+{
+    test_server s;
+    dlock_client *c, *holder_c;
+    dlock_acquire_options o = test_opts(10000, 5000, 1);
+    dlock_lock *held;
+    outcome got = {0};
+
+    test_server_start(&s, backend);
+    c = open_client(&s);
+    holder_c = open_client(&s);
+    CHECK_RC(dlock_acquire(&held, holder_c, "job", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire_async(NULL, c, "job", &o, on_acquired, &got), DLOCK_OK);
+    loop_for(c, 300);
+    CHECK(got.calls == 0);
+    CHECK_RC(dlock_release(held), DLOCK_OK);
+    loop_until(c, &got.calls, 1, 5000);
+    CHECK_RC(got.rc, DLOCK_OK);
+    CHECK(got.lock != NULL && test_server_held(&s, "job"));
+    release_now(c, got.lock, DLOCK_OK);
+    CHECK(test_server_leftovers(&s, "job") == 0);
+    dlock_client_free(holder_c);
+    dlock_client_free(c);
+    test_server_stop(&s);
+}
+
+/* A wait that runs out: DLOCK_ETIMEOUT with the blocking call's message,
+ * and nothing left queued. */
+static void wait_timeout(void)
+{
+    test_server s;
+    dlock_client *c, *holder_c;
+    dlock_acquire_options o = test_opts(0, 5000, 1), w = test_opts(400, 5000, 1);
+    dlock_lock *held;
+    outcome got = {0};
+
+    test_server_start(&s, backend);
+    c = open_client(&s);
+    holder_c = open_client(&s);
+    CHECK_RC(dlock_acquire(&held, holder_c, "job", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire_async(NULL, c, "job", &w, on_acquired, &got), DLOCK_OK);
+    loop_until(c, &got.calls, 1, 5000);
+    CHECK_RC(got.rc, DLOCK_ETIMEOUT);
+    CHECK_CONTAINS(got.msg, "still held by another owner after waiting 400 ms");
+    loop_for(c, 100);
+    CHECK(got.calls == 1);
+    CHECK_RC(dlock_release(held), DLOCK_OK);
+    CHECK(test_server_leftovers(&s, "job") == 0);
+    dlock_client_free(holder_c);
+    dlock_client_free(c);
+    test_server_stop(&s);
+}
+
+/* A queued waiter canceled: DLOCK_ECANCELED once, its place left, and the
+ * next waiter (blocking, another client) gets the lock at the release. */
+static void cancel_queued(void)
+{
+    test_server s;
+    dlock_client *c, *holder_c;
+    dlock_acquire_options w = test_opts(20000, 5000, 1);
+    dlock_request_handle *req;
+    dlock_lock *held;
+    outcome got = {0};
+
+    test_server_start(&s, backend);
+    c = open_client(&s);
+    holder_c = open_client(&s);
+    CHECK_RC(dlock_acquire(&held, holder_c, "job", &w), DLOCK_OK);
+    CHECK_RC(dlock_acquire_async(&req, c, "job", &w, on_acquired, &got), DLOCK_OK);
+    CHECK(req != NULL);
+    loop_for(c, 300);
+    CHECK(got.calls == 0);
+    CHECK_RC(dlock_request_cancel(req), DLOCK_OK);
+    CHECK_RC(dlock_request_cancel(req), DLOCK_OK); /* twice: nothing more */
+    CHECK(got.calls == 0); /* never from inside the cancel */
+    loop_until(c, &got.calls, 1, 5000);
+    CHECK_RC(got.rc, DLOCK_ECANCELED);
+    CHECK_CONTAINS(got.msg, "was canceled (dlock_request_cancel)");
+    loop_for(c, 200);
+    CHECK(got.calls == 1);
+    CHECK_RC(dlock_release(held), DLOCK_OK);
+    CHECK(!test_server_held(&s, "job"));
+    CHECK(test_server_leftovers(&s, "job") == 0);
+    dlock_client_free(holder_c);
+    dlock_client_free(c);
+    test_server_stop(&s);
+}
+
+/* Granted but not yet delivered (the descriptor readable, no process yet),
+ * then canceled: the lock is given back, the callback gets ECANCELED. */
+static void cancel_granted(void)
+{
+    test_server s;
+    dlock_client *c;
+    dlock_acquire_options o = test_opts(0, 5000, 1);
+    dlock_request_handle *req;
+    outcome got = {0};
+    struct pollfd p;
+
+    test_server_start(&s, backend);
+    c = open_client(&s);
+    CHECK_RC(dlock_acquire_async(&req, c, "job", &o, on_acquired, &got), DLOCK_OK);
+    p.fd = dlock_async_fd(c);
+    p.events = POLLIN;
+    CHECK(poll(&p, 1, 10000) == 1);
+    CHECK(test_server_held(&s, "job"));
+    CHECK_RC(dlock_request_cancel(req), DLOCK_OK);
+    loop_until(c, &got.calls, 1, 10000);
+    CHECK_RC(got.rc, DLOCK_ECANCELED);
+    CHECK(got.lock == NULL);
+    CHECK(!test_server_held(&s, "job"));
+    CHECK(test_server_leftovers(&s, "job") == 0);
+    dlock_client_free(c);
+    test_server_stop(&s);
+}
+
+/* Canceled while its try is in flight (the server paused): the try's lock,
+ * once it comes, is given back. */
+static void cancel_in_flight(void)
+{
+    test_server s;
+    dlock_client *c;
+    dlock_acquire_options o = test_opts(0, 5000, 1);
+    dlock_request_handle *req;
+    outcome got = {0};
+
+    test_server_start(&s, backend);
+    c = open_client(&s);
+    /* Connected first, so that the pause holds the try, not the connect. */
+    release_now(c, acquire_now(c, "warm", &o), DLOCK_OK);
+    test_server_pause(&s, 1);
+    CHECK_RC(dlock_acquire_async(&req, c, "job", &o, on_acquired, &got), DLOCK_OK);
+    usleep(200 * 1000);
+    CHECK_RC(dlock_request_cancel(req), DLOCK_OK);
+    test_server_pause(&s, 0);
+    loop_until(c, &got.calls, 1, 15000);
+    CHECK_RC(got.rc, DLOCK_ECANCELED);
+    CHECK(!test_server_held(&s, "job"));
+    dlock_client_free(c);
+    test_server_stop(&s);
+}
+
+/* on_lost of a lock acquired here runs on the loop's thread, and may
+ * release the lock there. */
+static int lost_calls;
+static void lost_on_loop(dlock_lock *l, int reason, void *payload)
+{
+    CHECK(pthread_equal(pthread_self(), loop_thread));
+    CHECK(payload == &lost_calls);
+    CHECK(reason == DLOCK_ELOST);
+    lost_calls++;
+    CHECK_RC(dlock_release(l), DLOCK_ELOST);
+}
+
+static void on_lost_loop(void)
+{
+    test_server s;
+    dlock_client *c, *admin;
+    dlock_acquire_options o;
+    dlock_lock *l;
+
+    test_server_start(&s, backend);
+    o = test_opts(0, s.short_lease_ms > 900 ? s.short_lease_ms : 900, 1);
+    o.on_lost = lost_on_loop;
+    o.payload = &lost_calls;
+    c = open_client(&s);
+    admin = open_client(&s);
+    l = acquire_now(c, "job", &o);
+    CHECK_RC(dlock_force_release(NULL, admin, "job"), DLOCK_OK);
+    loop_until(c, &lost_calls, 1, 20000);
+    loop_for(c, 200);
+    CHECK(lost_calls == 1);
+    (void)l;
+    dlock_client_free(admin);
+    dlock_client_free(c);
+    test_server_stop(&s);
+}
+
+/* Freeing the client with requests in flight: each waiter's callback once
+ * with ECANCELED (on this thread, inside the free), nothing left queued;
+ * a lock acquired here stays a valid handle, as with the blocking API. */
+static void free_outstanding(void)
+{
+    test_server s;
+    dlock_client *c, *holder_c;
+    dlock_acquire_options w = test_opts(DLOCK_WAIT_FOREVER, 5000, 1), o = test_opts(0, 5000, 1);
+    dlock_lock *held, *mine;
+    outcome got[3] = {{0}};
+
+    test_server_start(&s, backend);
+    c = open_client(&s);
+    holder_c = open_client(&s);
+    CHECK_RC(dlock_acquire(&held, holder_c, "job", &o), DLOCK_OK);
+    mine = acquire_now(c, "mine", &o);
+    for (int i = 0; i < 3; i++)
+        CHECK_RC(dlock_acquire_async(NULL, c, "job", &w, on_acquired, &got[i]), DLOCK_OK);
+    loop_for(c, 300);
+    dlock_client_free(c);
+    for (int i = 0; i < 3; i++) {
+        CHECK(got[i].calls == 1);
+        CHECK_RC(got[i].rc, DLOCK_ECANCELED);
+        CHECK_CONTAINS(got[i].msg, "(dlock_client_free)");
+    }
+    CHECK_RC(dlock_release(mine), DLOCK_EMISUSE);
+    CHECK_RC(dlock_release(held), DLOCK_OK);
+    CHECK(test_server_leftovers(&s, "job") == 0);
+    dlock_client_free(holder_c);
+    test_server_stop(&s);
+}
+
+/* dlock_client_free from inside a callback: the free completes when the
+ * callback returns; the other waiters get ECANCELED. */
+static dlock_client *freed_in_callback;
+static outcome in_cb[3];
+
+static void free_from_callback(int rc, dlock_lock *lock, void *arg)
+{
+    on_acquired(rc, lock, arg);
+    CHECK_RC(rc, DLOCK_OK);
+    CHECK_RC(dlock_release(lock), DLOCK_OK);
+    dlock_client_free(freed_in_callback);
+    /* The client is still there until this callback returns. */
+}
+
+static void free_in_callback(void)
+{
+    test_server s;
+    dlock_client *c, *holder_c;
+    dlock_acquire_options w = test_opts(DLOCK_WAIT_FOREVER, 5000, 1), o = test_opts(0, 5000, 1);
+    dlock_lock *held;
+    int fd;
+
+    test_server_start(&s, backend);
+    c = freed_in_callback = open_client(&s);
+    holder_c = open_client(&s);
+    CHECK_RC(dlock_acquire(&held, holder_c, "other", &o), DLOCK_OK);
+    CHECK_RC(dlock_acquire_async(NULL, c, "job", &o, free_from_callback, &in_cb[0]), DLOCK_OK);
+    CHECK_RC(dlock_acquire_async(NULL, c, "other", &w, on_acquired, &in_cb[1]), DLOCK_OK);
+    CHECK_RC(dlock_acquire_async(NULL, c, "other", &w, on_acquired, &in_cb[2]), DLOCK_OK);
+    fd = dlock_async_fd(c);
+    while (in_cb[0].calls == 0) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 10000) > 0)
+            dlock_async_process(c); /* may free c: the loop ends then */
+    }
+    for (int i = 1; i < 3; i++) {
+        CHECK(in_cb[i].calls == 1);
+        CHECK_RC(in_cb[i].rc, DLOCK_ECANCELED);
+    }
+    CHECK_RC(dlock_release(held), DLOCK_OK);
+    CHECK(test_server_leftovers(&s, "other") == 0);
+    CHECK(test_server_leftovers(&s, "job") == 0);
+    dlock_client_free(holder_c);
+    test_server_stop(&s);
+}
+
+/* Bad input: the same codes and messages as the blocking calls, no
+ * callback, nothing started. */
+static void bad_input(void)
+{
+    test_server s;
+    dlock_client *c;
+    dlock_acquire_options bad = test_opts(0, -5, 1), ok = test_opts(0, 5000, 1);
+    dlock_request_handle *req = (dlock_request_handle *)1;
+    dlock_lock *l = (dlock_lock *)1;
+    outcome got = {0};
+    char blocking[512];
+
+    test_server_start(&s, backend);
+    c = open_client(&s);
+    CHECK_RC(dlock_acquire(&l, c, "job", &bad), DLOCK_EINVAL);
+    snprintf(blocking, sizeof(blocking), "%s", dlock_error_message());
+    CHECK_RC(dlock_acquire_async(&req, c, "job", &bad, on_acquired, &got), DLOCK_EINVAL);
+    CHECK(req == NULL);
+    CHECK(strcmp(dlock_error_message(), blocking) == 0);
+    CHECK_RC(dlock_acquire_async(NULL, c, "", &ok, on_acquired, &got), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "dlock_acquire_async");
+    CHECK_RC(dlock_acquire_async(NULL, c, "job", &ok, NULL, &got), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "cb is NULL");
+    CHECK_RC(dlock_acquire_async(NULL, NULL, "job", &ok, on_acquired, &got), DLOCK_EINVAL);
+    CHECK_RC(dlock_release_async(NULL, NULL, on_done, &got), DLOCK_EINVAL);
+    CHECK_RC(dlock_request_cancel(NULL), DLOCK_EINVAL);
+    CHECK_RC(dlock_async_process(NULL), DLOCK_EINVAL);
+    CHECK(dlock_async_fd(NULL) == -1);
+    l = acquire_now(c, "job", &ok);
+    CHECK_RC(dlock_extend_async(NULL, l, 0, on_done, &got), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "lease_ms is 0");
+    {
+        /* A release cannot be canceled; its callback comes as usual. */
+        outcome done = {0};
+        CHECK_RC(dlock_release_async(&req, l, on_done, &done), DLOCK_OK);
+        CHECK_RC(dlock_request_cancel(req), DLOCK_EMISUSE);
+        loop_until(c, &done.calls, 1, 10000);
+        CHECK_RC(done.rc, DLOCK_OK);
+    }
+    loop_for(c, 100);
+    CHECK(got.calls == 0);
+    dlock_client_free(c);
+    test_server_stop(&s);
+}
+
+/* Waiters on one thread, granted in the order they queued (fair locks,
+ * where the backend has them), on as many threads as the engine has. */
+static void fair_order(void)
+{
+    enum { N = 6 };
+    test_server s;
+    dlock_client *c, *holder_c;
+    dlock_acquire_options o = test_opts(0, 5000, 1), w = test_opts(20000, 5000, 1);
+    dlock_lock *held;
+    outcome got[N] = {{0}};
+    int rc;
+
+    test_server_start(&s, backend);
+    c = open_client(&s);
+    holder_c = open_client(&s);
+    o.kind = w.kind = DLOCK_KIND_FAIR;
+    rc = dlock_acquire(&held, holder_c, "job", &o);
+    if (rc == DLOCK_ENOTSUP) {
+        /* The async call refuses it the same way, at once. */
+        CHECK_RC(dlock_acquire_async(NULL, c, "job", &w, on_acquired, &got[0]), DLOCK_ENOTSUP);
+        dlock_client_free(holder_c);
+        dlock_client_free(c);
+        test_server_stop(&s);
+        return;
+    }
+    CHECK_RC(rc, DLOCK_OK);
+    for (int i = 0; i < N; i++) {
+        CHECK_RC(dlock_acquire_async(NULL, c, "job", &w, on_acquired, &got[i]), DLOCK_OK);
+        loop_for(c, 150); /* each queued before the next */
+    }
+    callbacks_run = 0;
+    CHECK_RC(dlock_release(held), DLOCK_OK);
+    for (int i = 0; i < N; i++) {
+        loop_until(c, &got[i].calls, 1, 10000);
+        CHECK_RC(got[i].rc, DLOCK_OK);
+        for (int j = i + 1; j < N; j++)
+            CHECK(got[j].calls == 0);
+        release_now(c, got[i].lock, DLOCK_OK);
+    }
+    CHECK(test_server_leftovers(&s, "job") == 0);
+    dlock_client_free(holder_c);
+    dlock_client_free(c);
+    test_server_stop(&s);
+}
+
+/* Many waiters on one client and one thread: each granted once, none
+ * lost, and the client's threads stay few where the backend announces
+ * releases (prints the memory per waiter). */
+static int threads_now(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    int n = -1;
+
+    CHECK(f != NULL);
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "Threads: %d", &n) == 1)
+            break;
+    fclose(f);
+    return n;
+}
+
+static long rss_kb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+
+    CHECK(f != NULL);
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "VmRSS: %ld", &kb) == 1)
+            break;
+    fclose(f);
+    return kb;
+}
+
+static outcome *many;
+static int many_n, many_granted;
+static dlock_client *many_c;
+
+static void many_released(int rc, void *arg)
+{
+    (void)arg;
+    CHECK_RC(rc, DLOCK_OK);
+}
+
+static void many_acquired(int rc, dlock_lock *lock, void *arg)
+{
+    on_acquired(rc, lock, arg);
+    CHECK_RC(rc, DLOCK_OK);
+    many_granted++;
+    CHECK_RC(dlock_release_async(NULL, lock, many_released, NULL), DLOCK_OK);
+}
+
+static void wait_many(void)
+{
+    const char *env = getenv("DLOCK_TEST_ASYNC_WAITERS");
+    /* Where releases are announced to the client, waiters cost records;
+     * elsewhere each waits on a thread (and a connection) of its own. */
+    int n = env != NULL ? atoi(env) : strncmp(backend, "redis", 5) == 0 ? 1000 : 100;
+    test_server s;
+    dlock_client *holder_c;
+    dlock_acquire_options o = test_opts(0, 30000, 1), w = test_opts(120000, 30000, 1);
+    dlock_lock *held;
+    int threads_before, threads_waiting;
+    long rss_before, rss_waiting;
+
+    test_server_start(&s, backend);
+    many_c = open_client(&s);
+    holder_c = open_client(&s);
+    many_n = n;
+    many = calloc((size_t)n, sizeof(*many));
+    CHECK(many != NULL);
+    /* Redis: fair waiters, whose places the client keeps in batches. */
+    o.kind = w.kind = strcmp(dlock_client_backend(many_c), "redis") == 0 ? DLOCK_KIND_FAIR
+                                                                         : DLOCK_KIND_MUTEX;
+    CHECK_RC(dlock_acquire(&held, holder_c, "job", &o), DLOCK_OK);
+    release_now(many_c, acquire_now(many_c, "warm", &o), DLOCK_OK);
+    threads_before = threads_now();
+    rss_before = rss_kb();
+    for (int i = 0; i < n; i++)
+        CHECK_RC(dlock_acquire_async(NULL, many_c, "job", &w, many_acquired, &many[i]),
+                 DLOCK_OK);
+    loop_for(many_c, 2000);
+    threads_waiting = threads_now();
+    rss_waiting = rss_kb();
+    CHECK(many_granted == 0);
+    printf("%d waiters: %d threads (%d before), RSS +%ld KiB (%.0f B a waiter)\n", n,
+           threads_waiting, threads_before, rss_waiting - rss_before,
+           1024.0 * (double)(rss_waiting - rss_before) / n);
+    /* The engine's workers, the subscriber's and the interrupt's threads. */
+    if (strcmp(dlock_client_backend(many_c), "redis") == 0)
+        CHECK(threads_waiting <= threads_before + 6);
+    CHECK_RC(dlock_release(held), DLOCK_OK);
+    loop_until(many_c, &many_granted, n, 240000);
+    for (int i = 0; i < n; i++)
+        CHECK(many[i].calls == 1);
+    loop_for(many_c, 200);
+    CHECK(test_server_leftovers(&s, "job") == 0);
+    free(many);
+    dlock_client_free(holder_c);
+    dlock_client_free(many_c);
+    test_server_stop(&s);
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case cases[] = {
+        {"cycle", cycle, NULL},
+        {"wait_handoff", wait_handoff, NULL},
+        {"wait_timeout", wait_timeout, NULL},
+        {"cancel_queued", cancel_queued, NULL},
+        {"cancel_granted", cancel_granted, NULL},
+        {"cancel_in_flight", cancel_in_flight, NULL},
+        {"on_lost_loop", on_lost_loop, "watchdog"},
+        {"free_outstanding", free_outstanding, NULL},
+        {"free_in_callback", free_in_callback, NULL},
+        {"bad_input", bad_input, NULL},
+        {"fair_order", fair_order, NULL},
+        {"wait_many", wait_many, NULL},
+    };
+
+    loop_thread = pthread_self();
+    return test_run_on(cases, sizeof(cases) / sizeof(cases[0]), argc, argv, &backend);
+}
