@@ -2,7 +2,8 @@
 # What `cmake --install` puts under the prefix, every path relative to it
 # so that an installed tree still works once moved (tests/install checks it):
 #   lib/libdlock.so.X.Y (SONAME libdlock.so.0.1 while the ABI is 0.x), libdlock.a
-#   include/dlock/ (dlock.h, sys/backend.h, the generated version.h)
+#   include/dlock/ (dlock.h, async.h, sys/backend.h, the header-only
+#                  adapters/libuv.h and adapters/libevent.h, the generated version.h)
 #   lib/pkgconfig/dlock.pc       prefix found from ${pcfiledir}
 #   lib/cmake/dlock/             find_package(dlock): dlock::dlock, dlock::dlock_static,
 #                                and with COMPONENTS zk postgres mysql, dlock::zk_static ...

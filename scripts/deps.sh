@@ -17,6 +17,10 @@ build="build-essential cmake pkg-config python3 libhiredis-dev libssl-dev liburi
 pkgs=$build
 if [ "${1:-test}" != demo ]; then
     pkgs="$pkgs redis-sentinel postgresql etcd-server etcd-client python3-etcd3 faketime clang libclang-rt-14-dev spin man-db debhelper lintian mariadb-server"
+    # The event loops of the asynchronous examples (examples/async_uv.c,
+    # async_event.c, on the adapters in include/dlock/adapters/): built only
+    # when found, so not needed by the demo.
+    pkgs="$pkgs libuv1-dev libevent-dev"
     # ZooKeeper's server for the tests, and the Curator interop test
     # (tests/interop/curator): Java, Curator's recipes and what they load
     # (the ZooKeeper client jars, Guava, slf4j).

@@ -437,12 +437,13 @@ static void undo(dlock_request_handle *h)
 {
     dlock_lock *l = h->lock;
 
+    h->rc = canceled_fail(h);
+    keep_message(h, h->rc); /* before the release frees the name */
     h->lock = NULL;
     h->taken = 0;
+    h->req.name = NULL;
     dlock__async_forget(l);
     dlock_release(l);
-    h->rc = canceled_fail(h);
-    keep_message(h, h->rc);
 }
 
 /* acquire_end, and undo when the acquisition was canceled meanwhile. */
