@@ -82,7 +82,9 @@ DLOCK_EXTERN int dlock_acquire_async(dlock_request_handle **out, dlock_client *c
  * release is done, before cb is called: do not use it after this call).
  * Returns DLOCK_OK (cb will be called), or DLOCK_EINVAL for NULL lock or cb
  * (the lock untouched), DLOCK_EMISUSE for a lock of a multi-lock or
- * election (release those with dlock_release), DLOCK_ENOMEM.
+ * election (release those with dlock_release), DLOCK_ENOMEM; and, cb never
+ * called, what dlock_release returns for a lock whose client was freed
+ * (DLOCK_EMISUSE, the handle freed).
  */
 DLOCK_EXTERN int dlock_release_async(dlock_request_handle **out, dlock_lock *lock,
                                      dlock_done_cb cb, void *arg);
@@ -116,7 +118,10 @@ DLOCK_EXTERN int dlock_request_cancel(dlock_request_handle *req);
 DLOCK_EXTERN int dlock_async_fd(dlock_client *client);
 
 /* How many ms from now the loop should call dlock_async_process even if
- * the descriptor stays quiet; -1 when it need not. */
+ * the descriptor stays quiet; -1 when it need not (today always: the
+ * client's threads keep the time of its waits). Should a request ever make
+ * it earlier, the descriptor turns readable, so that a loop that asks again
+ * after each dlock_async_process is never late. */
 DLOCK_EXTERN int64_t dlock_async_timeout_ms(dlock_client *client);
 
 /*
@@ -133,8 +138,9 @@ DLOCK_EXTERN int dlock_async_process(dlock_client *client);
 /*
  * For an adapter: cb(arg) is called once by dlock_client_free, after the
  * last callback ran and before the descriptor is closed, so that the loop
- * stops watching it (one hook per client; NULL cb removes it). DLOCK_EINVAL
- * for NULL client.
+ * stops watching it. One hook per client: DLOCK_EMISUSE when one is set
+ * already (the client is attached to a loop); NULL cb removes it.
+ * DLOCK_EINVAL for NULL client.
  */
 typedef void (*dlock_async_detach_cb)(void *arg);
 DLOCK_EXTERN int dlock_async_set_detach(dlock_client *client, dlock_async_detach_cb cb,

@@ -777,8 +777,12 @@ static int on_lock(dlock_request_handle **out, dlock_lock *l, int op, int64_t le
     if (op == OP_EXTEND && (lease_ms <= 0 || lease_ms > DLOCK_LEASE_MAX_MS))
         return dlock__fail(DLOCK_EINVAL, "%s: lease_ms is %lld, must be 1..%lld", what,
                            (long long)lease_ms, (long long)DLOCK_LEASE_MAX_MS);
-    if (l->client == NULL)
+    if (l->client == NULL) {
+        /* No loop to call cb: told and freed now, as dlock_release does. */
+        if (op == OP_RELEASE)
+            return dlock_release(l);
         return dlock__fail(DLOCK_EMISUSE, "%s: the lock's client was already freed", what);
+    }
     if ((e = engine_get(l->client)) == NULL || (h = request_new(l->client, op, arg)) == NULL)
         return DLOCK_ENOMEM;
     h->lock = l;
@@ -906,6 +910,11 @@ int dlock_async_set_detach(dlock_client *c, dlock_async_detach_cb cb, void *arg)
     if ((e = engine_get(c)) == NULL)
         return DLOCK_ENOMEM;
     pthread_mutex_lock(&e->mu);
+    if (cb != NULL && e->detach != NULL) {
+        pthread_mutex_unlock(&e->mu);
+        return dlock__fail(DLOCK_EMISUSE, "dlock_async_set_detach: the client has a detach "
+                           "hook already (attached to a loop: one loop per client)");
+    }
     e->detach = cb;
     e->detach_arg = arg;
     pthread_mutex_unlock(&e->mu);

@@ -20,9 +20,198 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dlock/async.h"
+#include "dlock/sys/backend.h"
 #include "test.h"
 
 static const char *backend; /* argv[1] */
+
+/* ---- the asynchronous API's driver ---------------------------------------
+ *
+ * `test_core async:BACKEND CASE` runs the case with its acquisitions,
+ * releases and extensions made through include/dlock/async.h (issue 30): a
+ * loop thread, as an event-loop program has, polls the descriptors of the
+ * clients the case opened and runs dlock_async_process; a caller starts its
+ * request and sleeps until the callback, run on the loop thread, has
+ * answered. One mutex makes the calls of async.h one thread's at a time, as
+ * the header asks. Calls from the loop thread itself (an on_lost that
+ * releases) and on a lock whose client is gone use the blocking calls. A
+ * forked child starts a loop of its own. */
+
+static int via_async;
+
+#define DRIVER_CLIENTS 16
+static struct {
+    pid_t pid; /* the process that started the loop thread */
+    pthread_mutex_t mu;
+    pthread_cond_t answered;
+    pthread_t loop;
+    dlock_client *clients[DRIVER_CLIENTS];
+} drv;
+
+typedef struct {
+    int done, rc;
+    dlock_lock *lock;
+    char msg[512];
+} driver_call;
+
+static void driver_acquired(int rc, dlock_lock *lock, void *arg)
+{
+    driver_call *k = arg;
+
+    k->rc = rc;
+    k->lock = lock;
+    snprintf(k->msg, sizeof(k->msg), "%s", dlock_error_message());
+    k->done = 1;
+    pthread_cond_broadcast(&drv.answered);
+}
+
+static void driver_done(int rc, void *arg)
+{
+    driver_acquired(rc, NULL, arg);
+}
+
+/* The loop: poll every client's descriptor, process the readable ones. The
+ * mutex is held while it polls, for at most a millisecond at a time. */
+static void *driver_loop(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        struct pollfd p[DRIVER_CLIENTS];
+        dlock_client *who[DRIVER_CLIENTS];
+        int n = 0;
+
+        pthread_mutex_lock(&drv.mu);
+        for (int i = 0; i < DRIVER_CLIENTS; i++) {
+            if (drv.clients[i] == NULL)
+                continue;
+            p[n].fd = dlock_async_fd(drv.clients[i]);
+            p[n].events = POLLIN;
+            p[n].revents = 0;
+            who[n++] = drv.clients[i];
+        }
+        if (poll(p, (nfds_t)n, 1) > 0)
+            for (int i = 0; i < n; i++)
+                if (p[i].revents != 0)
+                    CHECK(dlock_async_process(who[i]) >= 0);
+        pthread_mutex_unlock(&drv.mu);
+        usleep(100); /* let the callers have the mutex */
+    }
+    return NULL;
+}
+
+static void driver_start(void)
+{
+    if (drv.pid == getpid())
+        return;
+    memset(&drv, 0, sizeof(drv)); /* a forked child's copy is its parent's */
+    drv.pid = getpid();
+    CHECK(pthread_mutex_init(&drv.mu, NULL) == 0);
+    CHECK(pthread_cond_init(&drv.answered, NULL) == 0);
+    CHECK(pthread_create(&drv.loop, NULL, driver_loop, NULL) == 0);
+    CHECK(pthread_detach(drv.loop) == 0);
+}
+
+static int on_loop_thread(void)
+{
+    return drv.pid == getpid() && pthread_equal(pthread_self(), drv.loop);
+}
+
+/* Watch c's descriptor (drv.mu held). */
+static void driver_watch(dlock_client *c)
+{
+    int free_slot = -1;
+
+    for (int i = 0; i < DRIVER_CLIENTS; i++) {
+        if (drv.clients[i] == c)
+            return;
+        if (drv.clients[i] == NULL && free_slot < 0)
+            free_slot = i;
+    }
+    CHECK(free_slot >= 0);
+    drv.clients[free_slot] = c;
+}
+
+/* Wait for the callback (drv.mu held), and give its message to this thread. */
+static int driver_wait(driver_call *k)
+{
+    while (!k->done)
+        pthread_cond_wait(&drv.answered, &drv.mu);
+    pthread_mutex_unlock(&drv.mu);
+    if (k->rc != DLOCK_OK)
+        dlock_backend_fail(k->rc, "%s", k->msg);
+    return k->rc;
+}
+
+static int core_acquire(dlock_lock **out, dlock_client *c, const char *name,
+                        const dlock_acquire_options *o)
+{
+    driver_call k = {0};
+    int rc;
+
+    if (!via_async || on_loop_thread() || out == NULL || c == NULL)
+        return dlock_acquire(out, c, name, o);
+    driver_start();
+    *out = NULL;
+    pthread_mutex_lock(&drv.mu);
+    driver_watch(c);
+    if ((rc = dlock_acquire_async(NULL, c, name, o, driver_acquired, &k)) != DLOCK_OK) {
+        pthread_mutex_unlock(&drv.mu);
+        return rc;
+    }
+    rc = driver_wait(&k);
+    *out = k.lock;
+    return rc;
+}
+
+static int core_release(dlock_lock *l)
+{
+    driver_call k = {0};
+    int rc;
+
+    if (!via_async || on_loop_thread() || l == NULL || drv.pid != getpid())
+        return dlock_release(l);
+    pthread_mutex_lock(&drv.mu);
+    if ((rc = dlock_release_async(NULL, l, driver_done, &k)) != DLOCK_OK) {
+        pthread_mutex_unlock(&drv.mu);
+        return rc; /* a lock whose client is gone: released and freed */
+    }
+    return driver_wait(&k);
+}
+
+static int core_extend(dlock_lock *l, int64_t lease_ms)
+{
+    driver_call k = {0};
+    int rc;
+
+    if (!via_async || on_loop_thread() || l == NULL || drv.pid != getpid())
+        return dlock_lock_extend(l, lease_ms);
+    pthread_mutex_lock(&drv.mu);
+    if ((rc = dlock_extend_async(NULL, l, lease_ms, driver_done, &k)) != DLOCK_OK) {
+        pthread_mutex_unlock(&drv.mu);
+        return rc;
+    }
+    return driver_wait(&k);
+}
+
+static void core_client_free(dlock_client *c)
+{
+    if (via_async && drv.pid == getpid() && !on_loop_thread()) {
+        pthread_mutex_lock(&drv.mu);
+        for (int i = 0; i < DRIVER_CLIENTS; i++)
+            if (drv.clients[i] == c)
+                drv.clients[i] = NULL;
+        dlock_client_free(c);
+        pthread_mutex_unlock(&drv.mu);
+        return;
+    }
+    dlock_client_free(c);
+}
+
+#define dlock_acquire core_acquire
+#define dlock_release core_release
+#define dlock_lock_extend core_extend
+#define dlock_client_free core_client_free
 
 static dlock_client *open_client(const test_server *s)
 {
@@ -1284,5 +1473,9 @@ static const test_case cases[] = {
 /* test_core BACKEND CASE, or test_core --list */
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strncmp(argv[1], "async:", 6) == 0) {
+        via_async = 1;
+        argv[1] += 6;
+    }
     return test_run_on(cases, sizeof(cases) / sizeof(cases[0]), argc, argv, &backend);
 }
