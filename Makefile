@@ -40,6 +40,7 @@ demo:
 bench: deps
 	@$(MAKE) --no-print-directory build
 	@$(BUILD)/bench/dlock-bench
+	@$(BUILD)/bench/dlock-bench --async || true
 	@$(BUILD)/bench/dlock-bench --zk --iterations 2000 || true
 	@$(BUILD)/bench/dlock-bench --postgres --iterations 2000 || true
 	@$(BUILD)/bench/dlock-bench --mysql --iterations 2000 || true

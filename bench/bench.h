@@ -219,6 +219,12 @@ int bench_sentinel(const char *url, long iterations);
  * to the master of the lock's slot. url NULL: 3 throwaway masters. */
 int bench_cluster(const char *url, long iterations);
 
+/* --async (bench/async.c): the async API's cycle and hand-off beside the
+ * blocking API's, then `waiters` async waiters on one client and one loop
+ * thread (RSS and threads, the time to grant them all). url NULL: the
+ * throwaway redis-server. */
+int bench_async(const char *url, long iterations, long waiters);
+
 /* ------------------------------------------------------------------------
  * postgres.c: dlock-bench --postgres
  * ---------------------------------------------------------------------- */
@@ -282,6 +288,9 @@ int bench_zk(const char *url, long iterations);
 /* ------------------------------------------------------------------------
  * main.c: the table
  * ---------------------------------------------------------------------- */
+
+/* The table's two header lines (measurement, p50 us, ... result). */
+void bench_print_header(void);
 
 /* One row of the table. Numbers < 0 print as "-"; target <= 0 means none. */
 void bench_print_row(const char *name, double p50, double p99, double ops, const char *baseline,

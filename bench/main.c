@@ -46,6 +46,8 @@ static int zk;       /* --zk: the ZooKeeper section (bench/zk.c) instead */
 static int redlock; /* --redlock: the Redlock section (bench/redlock.c) instead */
 static int sentinel; /* --sentinel: min_replicas's cost (bench/sentinel.c) instead */
 static int cluster;  /* --cluster: the cycle on Redis Cluster (bench/cluster.c) instead */
+static int async;    /* --async: the async API beside the blocking one (bench/async.c) */
+static long waiters = 10000; /* --waiters: async waiters on one client, for --async */
 static double seconds = 2.0;
 static char key_base[64]; /* unique per run, so runs against one server never meet */
 
@@ -180,6 +182,11 @@ static void print_row(const char *name, double p50, double p99, double ops, cons
     printf("%-40s %8s %8s %9s  %-20s %6s  %-7s %s\n", name, a, b, c, baseline ? baseline : "-", r,
            t, result);
     fflush(stdout);
+}
+
+void bench_print_header(void)
+{
+    print_header();
 }
 
 void bench_print_row(const char *name, double p50, double p99, double ops, const char *baseline,
@@ -750,7 +757,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: dlock-bench [--url URL] [--iterations N] [--seconds S] [--no-pin] [--etcd]\n"
             "                   [--redlock] [--sentinel] [--cluster] [--postgres] [--mysql]\n"
-            "                   [--zk]\n"
+            "                   [--zk] [--async [--waiters N]]\n"
             "\n"
             "  --url URL         the Redis server to measure (default: start a throwaway\n"
             "                    redis-server from PATH on a unix socket in a 0700 folder)\n"
@@ -777,6 +784,10 @@ static void usage(FILE *f)
             "  --cluster         measure the cycle on Redis Cluster beside a raw PING to\n"
             "                    the lock's master (--url redis-cluster://..., or 3\n"
             "                    masters started by the run); see bench/cluster.c\n"
+            "  --async           measure the async API (async.h) beside the blocking one:\n"
+            "                    cycle, hand-off, and --waiters N (default 10000) async\n"
+            "                    waiters on one client and one loop thread (--url, or\n"
+            "                    the throwaway redis-server); see bench/async.c\n"
             "  --redlock         measure Redlock on 5 nodes beside node-redlock instead\n"
             "                    (--url redlock://..., or 5 throwaway redis-servers);\n"
             "                    see bench/redlock.c and `make bench-redlock`\n"
@@ -798,6 +809,8 @@ static void parse_args(int argc, char **argv)
                                              {"postgres", no_argument, NULL, 'g'},
                                              {"mysql", no_argument, NULL, 'm'},
                                              {"zk", no_argument, NULL, 'z'},
+                                             {"async", no_argument, NULL, 'A'},
+                                             {"waiters", required_argument, NULL, 'w'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     int opt;
@@ -851,6 +864,17 @@ static void parse_args(int argc, char **argv)
             break;
         case 'z':
             zk = 1;
+            break;
+        case 'A':
+            async = 1;
+            break;
+        case 'w':
+            errno = 0;
+            waiters = strtol(optarg, &end, 10);
+            if (errno || *end || waiters < 1 || waiters > 1000000) {
+                fprintf(stderr, "dlock-bench: --waiters wants an integer from 1 to 1000000\n");
+                exit(64);
+            }
             break;
         case 'h':
             usage(stdout);
@@ -1053,6 +1077,8 @@ int main(int argc, char **argv)
         return bench_sentinel(url[0] ? url : NULL, iterations);
     if (cluster)
         return bench_cluster(url[0] ? url : NULL, iterations);
+    if (async)
+        return bench_async(url[0] ? url : NULL, iterations, waiters);
 #ifdef DLOCK_BENCH_HAVE_ZK
     if (zk)
         return bench_zk(url[0] ? url : NULL, iterations);

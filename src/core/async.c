@@ -57,6 +57,12 @@ struct dlock_request_handle {
     int own_thread; /* waits on a thread of its own (no watch_notify) */
     dlock_request_handle *next, *prev; /* in jobs or done */
     dlock_request_handle *live_next, *live_prev; /* an acquisition, until delivered */
+    /* A fair acquisition, from its start until its first try queued it (or
+     * it ended): on the engine's entry list, in the order they started; the
+     * later ones of its name wait in its blocked queue meanwhile. */
+    dlock_request_handle *entry_next, *entry_prev;
+    int in_entry;
+    dlock_request_handle *blocked_first, *blocked_last;
     size_t slot;    /* its index in the sleepers' heap */
     int64_t wake_at; /* sleeping: try again then (lease clock ms) */
 
@@ -106,6 +112,8 @@ struct dlock__async {
     int nworkers, idle;
     queue jobs, done;
     dlock_request_handle *live; /* the acquisitions not yet delivered */
+    dlock_request_handle *entry_first, *entry_last;
+    pthread_cond_t entered; /* a fair acquisition left the entry list */
     dlock_request_handle **heap; /* sleepers, by wake_at */
     size_t nheap, heap_cap;
     relay *lost_first, *lost_last;
@@ -222,8 +230,11 @@ static void signal_loop(engine *e)
         ;
 }
 
+static void entry_leave(engine *e, dlock_request_handle *h);
+
 static void finished(engine *e, dlock_request_handle *h)
 {
+    entry_leave(e, h);
     h->state = ST_DONE;
     push(&e->done, h);
     signal_loop(e);
@@ -245,6 +256,75 @@ static void add_job(engine *e, dlock_request_handle *h)
         /* The busy workers take it when their steps end. */
         pthread_cond_signal(&e->work);
     }
+}
+
+/*
+ * Fair order. A client's fair acquisitions of one name must reach the
+ * server's queue in the order they were made, but the workers run up to 4
+ * first tries at once. So a fair acquisition is on the entry list from its
+ * start until its first try has queued it (or it ended), and it may begin
+ * only when none of its name is ahead of it there: a worker that picks one
+ * that may not sets it aside in the blocked queue of the one ahead, which
+ * puts them back first in line when it leaves.
+ */
+static int is_fair_wait(const dlock_request_handle *h)
+{
+    return h->op == OP_ACQUIRE && h->req.kind == DLOCK_KIND_FAIR && h->wait_ms != 0;
+}
+
+static void entry_add(engine *e, dlock_request_handle *h)
+{
+    h->in_entry = 1;
+    h->entry_prev = e->entry_last;
+    if (e->entry_last != NULL)
+        e->entry_last->entry_next = h;
+    else
+        e->entry_first = h;
+    e->entry_last = h;
+}
+
+/* The first fair acquisition of h's name ahead of h on the entry list. */
+static dlock_request_handle *entry_ahead(engine *e, const dlock_request_handle *h)
+{
+    for (dlock_request_handle *x = e->entry_first; x != NULL && x != h; x = x->entry_next)
+        if (strcmp(x->req.name, h->req.name) == 0)
+            return x;
+    return NULL;
+}
+
+/* h's first try queued it, or it ended: the next of its name may go. */
+static void entry_leave(engine *e, dlock_request_handle *h)
+{
+    if (!h->in_entry)
+        return;
+    h->in_entry = 0;
+    if (h->entry_prev != NULL)
+        h->entry_prev->entry_next = h->entry_next;
+    else
+        e->entry_first = h->entry_next;
+    if (h->entry_next != NULL)
+        h->entry_next->entry_prev = h->entry_prev;
+    else
+        e->entry_last = h->entry_prev;
+    if (h->blocked_first != NULL) {
+        /* First in line again, in their order. */
+        h->blocked_last->next = e->jobs.first;
+        if (e->jobs.first != NULL)
+            e->jobs.first->prev = h->blocked_last;
+        else
+            e->jobs.last = h->blocked_last;
+        e->jobs.first = h->blocked_first;
+        h->blocked_first = h->blocked_last = NULL;
+        pthread_cond_broadcast(&e->work);
+    }
+    pthread_cond_broadcast(&e->entered);
+}
+
+static void entry_leave_locking(engine *e, dlock_request_handle *h)
+{
+    pthread_mutex_lock(&e->mu);
+    entry_leave(e, h);
+    pthread_mutex_unlock(&e->mu);
 }
 
 /* ---- the steps, on a worker (or a request's own thread) --------------------- */
@@ -371,6 +451,7 @@ static int acquire_steps(dlock_request_handle *h)
             continue; /* a release before the watch began is not missed */
         }
         if (h->own_thread) {
+            entry_leave_locking(e, h); /* queued now */
             rc = b->watch_wait(c->be, h->watch, dlock__busy_sleep_ms(h->deadline, now, &h->res));
             if (rc != DLOCK_OK && rc != DLOCK_ETIMEOUT)
                 return h->rc = rc, 1;
@@ -387,6 +468,7 @@ static int acquire_steps(dlock_request_handle *h)
             return h->rc = dlock__fail(DLOCK_ENOMEM, "out of memory"), 1;
         }
         h->state = ST_SLEEPING;
+        entry_leave(e, h); /* queued now */
         pthread_cond_signal(&e->work); /* an idle worker times the heap's first */
         pthread_mutex_unlock(&e->mu);
         return 0;
@@ -509,7 +591,19 @@ static void *worker_main(void *arg)
             add_job(e, h);
         }
         if ((h = e->jobs.first) != NULL) {
+            dlock_request_handle *ahead;
             unlink_from(&e->jobs, h);
+            if (h->in_entry && !h->started && (ahead = entry_ahead(e, h)) != NULL) {
+                /* Set aside until the one ahead is queued. */
+                h->next = NULL;
+                h->prev = ahead->blocked_last;
+                if (ahead->blocked_last != NULL)
+                    ahead->blocked_last->next = h;
+                else
+                    ahead->blocked_first = h;
+                ahead->blocked_last = h;
+                continue;
+            }
             h->state = ST_RUNNING;
             e->running++;
             pthread_mutex_unlock(&e->mu);
@@ -539,6 +633,10 @@ static void *own_thread_main(void *arg)
     dlock_request_handle *h = arg;
     engine *e = h->c->async;
 
+    pthread_mutex_lock(&e->mu);
+    while (h->in_entry && entry_ahead(e, h) != NULL)
+        pthread_cond_wait(&e->entered, &e->mu);
+    pthread_mutex_unlock(&e->mu);
     acquire_steps(h);
     acquire_end_canceled(h);
     pthread_mutex_lock(&e->mu);
@@ -571,7 +669,8 @@ static engine *engine_get(dlock_client *c)
         e = NULL;
         goto out;
     }
-    if (dlock__cond_init(&e->work) != 0 || dlock__cond_init(&e->quiet) != 0) {
+    if (dlock__cond_init(&e->work) != 0 || dlock__cond_init(&e->quiet) != 0 ||
+        dlock__cond_init(&e->entered) != 0) {
         dlock__fail(DLOCK_ENOMEM, "cannot create a condition variable");
         close(e->efd);
         pthread_mutex_destroy(&e->mu);
@@ -611,11 +710,14 @@ static int start(engine *e, dlock_request_handle *h, const char *what)
     int rc = DLOCK_OK;
 
     pthread_mutex_lock(&e->mu);
+    if (!e->closing && is_fair_wait(h))
+        entry_add(e, h);
     if (e->closing) {
         rc = dlock__fail(DLOCK_EMISUSE, "%s: the client is being freed", what);
     } else if (h->own_thread) {
         pthread_t t;
         if (dlock__thread_create(&t, own_thread_main, h) != 0) {
+            entry_leave(e, h);
             rc = dlock__fail(DLOCK_ENOMEM, "%s: cannot start a thread to wait on", what);
         } else {
             pthread_detach(t);
@@ -1141,6 +1243,7 @@ void dlock__async_free_end(dlock_client *c)
     close(e->efd);
     pthread_cond_destroy(&e->work);
     pthread_cond_destroy(&e->quiet);
+    pthread_cond_destroy(&e->entered);
     pthread_mutex_destroy(&e->mu);
     free(e->heap);
     free(e);

@@ -36,13 +36,17 @@ static const char *backend; /* argv[1] */
  * answered. One mutex makes the calls of async.h one thread's at a time, as
  * the header asks. Calls from the loop thread itself (an on_lost that
  * releases) and on a lock whose client is gone use the blocking calls. A
- * forked child starts a loop of its own. */
+ * forked child starts a loop of its own at its first call. The loop starts
+ * with the first call, not before: a case that forks does so before it
+ * makes one (TSan does not follow a fork of a process with threads). */
 
 static int via_async;
 
 #define DRIVER_CLIENTS 16
+static pthread_mutex_t driver_start_mu = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local int driver_is_loop;
 static struct {
-    pid_t pid; /* the process that started the loop thread */
+    _Atomic pid_t pid; /* the process that started the loop thread */
     pthread_mutex_t mu;
     pthread_cond_t answered;
     pthread_t loop;
@@ -76,6 +80,7 @@ static void driver_done(int rc, void *arg)
 static void *driver_loop(void *arg)
 {
     (void)arg;
+    driver_is_loop = 1;
     for (;;) {
         struct pollfd p[DRIVER_CLIENTS];
         dlock_client *who[DRIVER_CLIENTS];
@@ -102,19 +107,22 @@ static void *driver_loop(void *arg)
 
 static void driver_start(void)
 {
-    if (drv.pid == getpid())
-        return;
-    memset(&drv, 0, sizeof(drv)); /* a forked child's copy is its parent's */
-    drv.pid = getpid();
-    CHECK(pthread_mutex_init(&drv.mu, NULL) == 0);
-    CHECK(pthread_cond_init(&drv.answered, NULL) == 0);
-    CHECK(pthread_create(&drv.loop, NULL, driver_loop, NULL) == 0);
-    CHECK(pthread_detach(drv.loop) == 0);
+    pthread_mutex_lock(&driver_start_mu);
+    if (drv.pid != getpid()) {
+        /* A forked child's copy is its parent's: start afresh. */
+        memset(drv.clients, 0, sizeof(drv.clients));
+        CHECK(pthread_mutex_init(&drv.mu, NULL) == 0);
+        CHECK(pthread_cond_init(&drv.answered, NULL) == 0);
+        CHECK(pthread_create(&drv.loop, NULL, driver_loop, NULL) == 0);
+        CHECK(pthread_detach(drv.loop) == 0);
+        drv.pid = getpid();
+    }
+    pthread_mutex_unlock(&driver_start_mu);
 }
 
 static int on_loop_thread(void)
 {
-    return drv.pid == getpid() && pthread_equal(pthread_self(), drv.loop);
+    return driver_is_loop;
 }
 
 /* Watch c's descriptor (drv.mu held). */
