@@ -10,15 +10,24 @@
  * include/dlock/adapters/ do that wiring for libuv and libevent in one call.
  * docs/async.md has the threading rules and an example.
  *
- * How it works, so that costs are no surprise: the calls to the server run
- * on a few threads of the client's (4 at most, started by the first async
- * request, shared by all its requests), which hand results to the loop
- * through the descriptor. A request that waits for a lock holds no thread
- * while it waits, where its backend announces releases to the client
- * (Redis, its Sentinel and Cluster URLs; a backend that does not keeps a
- * thread of the client's per waiting request: etcd, Redlock, ZooKeeper,
- * PostgreSQL, MySQL today). So 10,000 requests waiting for Redis locks
- * cost 10,000 small records, not 10,000 threads.
+ * How it works, so that costs are no surprise. On Redis (one server, TLS,
+ * Sentinel) a try-once acquisition of a plain mutex and a release are sent
+ * from the calling thread, the loop's, on the client's shared pipelined
+ * connection, and their replies read by dlock_async_process: no thread is
+ * involved, and a cycle costs what the blocking one does. The other
+ * requests (waits, the lock family, extensions, other backends) run on a
+ * few threads of the client's (4 at most, started by the first such
+ * request, shared by all), which hand results to the loop through the
+ * descriptor. A request that waits for a lock holds no thread while it
+ * waits, where its backend announces releases to the client (Redis, its
+ * Sentinel and Cluster URLs; a backend that does not keeps a thread of the
+ * client's per waiting request: etcd, Redlock, ZooKeeper, PostgreSQL,
+ * MySQL today). So 10,000 requests waiting for Redis locks cost 10,000
+ * small records, not 10,000 threads.
+ *
+ * The loop must call dlock_async_process when the descriptor is readable
+ * and when dlock_async_timeout_ms says (what it sent itself fails at its
+ * command timeout only then), as the adapters do.
  *
  * Threading: the calls of this header are made from one thread at a time
  * per client, the loop's (they are not thread-safe with one another on

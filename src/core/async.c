@@ -34,6 +34,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -46,7 +48,9 @@
 
 #define MAX_WORKERS 4
 
-enum { OP_ACQUIRE, OP_RELEASE, OP_EXTEND };
+/* OP_RELEASE_REST: a release begun on the loop's thread (taken from the
+ * watchdog), its call to the server made by a worker. */
+enum { OP_ACQUIRE, OP_RELEASE, OP_EXTEND, OP_RELEASE_REST };
 enum { ST_JOB, ST_RUNNING, ST_SLEEPING, ST_DONE };
 
 struct dlock_request_handle {
@@ -82,6 +86,12 @@ struct dlock_request_handle {
     dlock_done_cb finished;
     void *arg;
 
+    /* Sent by the backend's start on the loop's thread (no worker): its
+     * answer, its trace span, and for a release when it was called. */
+    int fast, fast_rc, maybe_taken;
+    dlock__call call;
+    int64_t called;
+
     int rc;
     char *msg; /* the failure's message, for the loop's thread */
 };
@@ -111,6 +121,15 @@ struct dlock__async {
     pthread_t workers[MAX_WORKERS];
     int nworkers, idle;
     queue jobs, done;
+    queue fast;       /* sent on the loop's thread, answered: to finish there */
+    int fast_inflight; /* sent on the loop's thread, not answered yet */
+    int epfd;         /* what the loop watches: efd and the backend's descriptors */
+    struct {
+        int fd;
+        unsigned gen;
+    } watched[4];
+    int nwatched;
+    int64_t due_ms; /* the backend's async_step must run by then (-1: no need) */
     dlock_request_handle *live; /* the acquisitions not yet delivered */
     dlock_request_handle *entry_first, *entry_last;
     pthread_cond_t entered; /* a fair acquisition left the entry list */
@@ -327,6 +346,18 @@ static void entry_leave_locking(engine *e, dlock_request_handle *h)
     pthread_mutex_unlock(&e->mu);
 }
 
+/* Off the list of acquisitions not yet delivered. */
+static void live_unlink(engine *e, dlock_request_handle *h)
+{
+    if (h->live_prev != NULL)
+        h->live_prev->live_next = h->live_next;
+    else if (e->live == h)
+        e->live = h->live_next;
+    if (h->live_next != NULL)
+        h->live_next->live_prev = h->live_prev;
+    h->live_next = h->live_prev = NULL;
+}
+
 /* ---- the steps, on a worker (or a request's own thread) --------------------- */
 
 static void keep_message(dlock_request_handle *h, int rc)
@@ -424,8 +455,11 @@ static int acquire_steps(dlock_request_handle *h)
         cancel = h->canceled;
         h->notified = 0;
         pthread_mutex_unlock(&e->mu);
-        if (cancel)
+        if (cancel) {
+            if (h->maybe_taken) /* its answer was lost on the way */
+                dlock__give_back(c, &h->req, 1);
             return h->rc = canceled_fail(h), 1;
+        }
         if (h->watch != NULL) {
             if ((rc = dlock__check_interrupt(c, h->req.name)) != DLOCK_OK)
                 return h->rc = rc, 1;
@@ -567,6 +601,16 @@ static void run(engine *e, dlock_request_handle *h)
         h->rc = dlock_lock_extend(h->lock, h->lease_ms);
         keep_message(h, h->rc);
         break;
+    case OP_RELEASE_REST: {
+        dlock_client *c = h->c;
+        dlock__call k;
+        dlock__call_begin(c, &k, "release", h->req.name, 1, DLOCK__CALL_TIMED);
+        h->rc = dlock__call_end(c, &k, c->backend->release(c->be, &h->req));
+        h->rc = dlock__release_end(h->lock, h->called, h->rc);
+        h->lock = NULL;
+        keep_message(h, h->rc);
+        break;
+    }
     }
     pthread_mutex_lock(&e->mu);
     if (ended)
@@ -660,11 +704,22 @@ static engine *engine_get(dlock_client *c)
         dlock__fail(DLOCK_ENOMEM, "out of memory");
         goto out;
     }
+    e->due_ms = -1;
     e->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (e->efd < 0 || pthread_mutex_init(&e->mu, NULL) != 0) {
+    e->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (e->efd >= 0 && e->epfd >= 0) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = e->efd};
+        if (epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->efd, &ev) != 0) {
+            close(e->epfd);
+            e->epfd = -1;
+        }
+    }
+    if (e->efd < 0 || e->epfd < 0 || pthread_mutex_init(&e->mu, NULL) != 0) {
         dlock__fail(DLOCK_ENOMEM, "cannot make the async descriptor: %s", strerror(errno));
         if (e->efd >= 0)
             close(e->efd);
+        if (e->epfd >= 0)
+            close(e->epfd);
         free(e);
         e = NULL;
         goto out;
@@ -673,6 +728,7 @@ static engine *engine_get(dlock_client *c)
         dlock__cond_init(&e->entered) != 0) {
         dlock__fail(DLOCK_ENOMEM, "cannot create a condition variable");
         close(e->efd);
+        close(e->epfd);
         pthread_mutex_destroy(&e->mu);
         free(e);
         e = NULL;
@@ -705,19 +761,37 @@ static void request_free(dlock_request_handle *h)
 }
 
 /* Queue h (its first step) unless the client is being freed. */
-static int start(engine *e, dlock_request_handle *h, const char *what)
+static int fast_send(engine *e, dlock_request_handle *h, int op);
+
+/* Start h, unless the client is being freed: sent on this thread where the
+ * backend can (fast_op, 0 for none), else queued for the workers, or a
+ * thread of its own. */
+static int start(engine *e, dlock_request_handle *h, int fast_op, const char *what)
 {
     int rc = DLOCK_OK;
 
     pthread_mutex_lock(&e->mu);
-    if (!e->closing && is_fair_wait(h))
-        entry_add(e, h);
     if (e->closing) {
-        rc = dlock__fail(DLOCK_EMISUSE, "%s: the client is being freed", what);
-    } else if (h->own_thread) {
+        pthread_mutex_unlock(&e->mu);
+        return dlock__fail(DLOCK_EMISUSE, "%s: the client is being freed", what);
+    }
+    if (h->op == OP_ACQUIRE) {
+        h->live_next = e->live;
+        if (e->live != NULL)
+            e->live->live_prev = h;
+        e->live = h;
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (fast_op != 0 && fast_send(e, h, fast_op) == DLOCK_OK)
+        return DLOCK_OK;
+    pthread_mutex_lock(&e->mu);
+    if (is_fair_wait(h))
+        entry_add(e, h);
+    if (h->own_thread) {
         pthread_t t;
         if (dlock__thread_create(&t, own_thread_main, h) != 0) {
             entry_leave(e, h);
+            live_unlink(e, h);
             rc = dlock__fail(DLOCK_ENOMEM, "%s: cannot start a thread to wait on", what);
         } else {
             pthread_detach(t);
@@ -726,12 +800,6 @@ static int start(engine *e, dlock_request_handle *h, const char *what)
         }
     } else {
         add_job(e, h);
-    }
-    if (rc == DLOCK_OK && h->op == OP_ACQUIRE) {
-        h->live_next = e->live;
-        if (e->live != NULL)
-            e->live->live_prev = h;
-        e->live = h;
     }
     pthread_mutex_unlock(&e->mu);
     return rc;
@@ -797,6 +865,180 @@ void dlock__async_relay_free(dlock_lock *l)
     l->relay = NULL;
 }
 
+/* ---- on the loop's thread: the backend's start ------------------------------ */
+
+/* Watch the backend's descriptors on epfd as they are now: a connection
+ * made again (another generation) is watched afresh. The loop's thread. */
+static void sync_fds(dlock_client *c, engine *e)
+{
+    int fds[4];
+    unsigned gens[4];
+    int n = c->backend->async_fds(c->be, fds, gens, 4);
+
+    for (int i = 0; i < e->nwatched;) {
+        int listed = 0;
+        for (int j = 0; j < n; j++)
+            listed |= fds[j] == e->watched[i].fd && gens[j] == e->watched[i].gen;
+        if (listed) {
+            i++;
+            continue;
+        }
+        /* Closed already, most likely (and so gone from epfd): no matter. */
+        epoll_ctl(e->epfd, EPOLL_CTL_DEL, e->watched[i].fd, NULL);
+        e->watched[i] = e->watched[--e->nwatched];
+    }
+    for (int j = 0; j < n; j++) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[j]};
+        int known = 0;
+        for (int i = 0; i < e->nwatched; i++)
+            known |= e->watched[i].fd == fds[j];
+        if (known || e->nwatched == 4)
+            continue;
+        if (epoll_ctl(e->epfd, EPOLL_CTL_ADD, fds[j], &ev) != 0 &&
+            (errno != EEXIST || epoll_ctl(e->epfd, EPOLL_CTL_MOD, fds[j], &ev) != 0))
+            continue;
+        e->watched[e->nwatched].fd = fds[j];
+        e->watched[e->nwatched++].gen = gens[j];
+    }
+}
+
+/* The backend's answer to a request its start sent: on whichever thread
+ * read it (the backend's mutex held), kept for the loop to finish. */
+static void fast_done(void *arg, int rc)
+{
+    dlock_request_handle *h = arg;
+    engine *e = h->c->async;
+
+    h->fast_rc = rc;
+    keep_message(h, rc);
+    pthread_mutex_lock(&e->mu);
+    push(&e->fast, h);
+    signal_loop(e);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Send h (a try-once acquisition or a release, op) on this thread, the
+ * loop's, where the backend can: DLOCK_OK, or DLOCK_ENOTSUP (the workers
+ * then send it). */
+static int fast_send(engine *e, dlock_request_handle *h, int op)
+{
+    dlock_client *c = h->c;
+    int rc;
+
+    if (c->backend->start == NULL)
+        return DLOCK_ENOTSUP;
+    h->res.lease_from_ms = dlock__now_ms();
+    h->res.retry_ms = -1;
+    h->res.handed = 0;
+    pthread_mutex_lock(&e->mu);
+    e->fast_inflight++;
+    h->fast = 1;
+    h->state = ST_RUNNING;
+    pthread_mutex_unlock(&e->mu);
+    if ((rc = c->backend->start(c->be, op, &h->req, &h->res, fast_done, h)) != DLOCK_OK) {
+        pthread_mutex_lock(&e->mu);
+        e->fast_inflight--;
+        h->fast = 0;
+        pthread_mutex_unlock(&e->mu);
+        dlock__clear_error();
+        return DLOCK_ENOTSUP;
+    }
+    dlock__call_begin(c, &h->call, op == DLOCK_BACKEND_OP_ACQUIRE ? "acquire" : "release",
+                      h->req.name, 1, DLOCK__CALL_TIMED);
+    sync_fds(c, e);
+    if (e->due_ms < 0 && !e->in_process) {
+        /* Its timeout is the loop's to keep now: have the loop ask
+         * dlock_async_timeout_ms again. */
+        pthread_mutex_lock(&e->mu);
+        signal_loop(e);
+        pthread_mutex_unlock(&e->mu);
+    }
+    return DLOCK_OK;
+}
+
+/* Finish, on the loop's thread, what fast_send sent and the backend
+ * answered: as the workers' steps would (acquire_end, release_one's end),
+ * or handed to them when the backend said to do it the blocking way, or
+ * the outcome is not known (their call is sent again, as the blocking
+ * call's own retry would; a try's lock it may hold is theirs to give back
+ * if canceled). Done ones go to the done list. */
+static void fast_finish(engine *e, dlock_request_handle *h)
+{
+    dlock_client *c = h->c;
+    int rc = h->fast_rc, cancel, redo;
+
+    if (rc != DLOCK_OK)
+        dlock__fail(rc, "%s", h->msg != NULL ? h->msg : dlock_strerror(rc));
+    dlock__call_end(c, &h->call, rc);
+    pthread_mutex_lock(&e->mu);
+    cancel = h->canceled;
+    h->fast = 0;
+    pthread_mutex_unlock(&e->mu);
+    redo = rc == DLOCK_ENOTSUP || dlock__outcome_unknown(rc);
+    if (h->op == OP_ACQUIRE) {
+        if (redo) {
+            h->maybe_taken = rc != DLOCK_ENOTSUP;
+            h->started = 0;
+            pthread_mutex_lock(&e->mu);
+            add_job(e, h);
+            pthread_mutex_unlock(&e->mu);
+            return;
+        }
+        if (rc == DLOCK_EBUSY) {
+            dlock__count(c, busy);
+            rc = dlock__busy_fail(h->req.name, 0, &h->res);
+        }
+        h->rc = rc;
+        acquire_end(h);
+        if (h->taken && cancel) {
+            pthread_mutex_lock(&e->mu);
+            add_job(e, h); /* run() gives it back */
+            pthread_mutex_unlock(&e->mu);
+            return;
+        }
+        if (cancel && h->rc != DLOCK_OK) {
+            h->rc = canceled_fail(h);
+            keep_message(h, h->rc);
+        }
+    } else {
+        if (redo) {
+            h->op = OP_RELEASE_REST;
+            pthread_mutex_lock(&e->mu);
+            add_job(e, h);
+            pthread_mutex_unlock(&e->mu);
+            return;
+        }
+        h->rc = dlock__release_end(h->lock, h->called, rc);
+        h->lock = NULL;
+        keep_message(h, h->rc);
+    }
+    pthread_mutex_lock(&e->mu);
+    finished(e, h);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Read what the backend's descriptors have and finish what was answered. */
+static void fast_pump(dlock_client *c, engine *e)
+{
+    queue answered;
+
+    if (c->backend->async_step == NULL)
+        return;
+    e->due_ms = c->backend->async_step(c->be);
+    pthread_mutex_lock(&e->mu);
+    answered = e->fast;
+    e->fast.first = e->fast.last = NULL;
+    pthread_mutex_unlock(&e->mu);
+    while (answered.first != NULL) {
+        dlock_request_handle *h = answered.first;
+        unlink_from(&answered, h);
+        pthread_mutex_lock(&e->mu);
+        e->fast_inflight--;
+        pthread_mutex_unlock(&e->mu);
+        fast_finish(e, h);
+    }
+}
+
 /* ---- the public calls ---------------------------------------------------- */
 
 int dlock_acquire_async(dlock_request_handle **out, dlock_client *c, const char *name,
@@ -849,7 +1091,8 @@ int dlock_acquire_async(dlock_request_handle **out, dlock_client *c, const char 
         goto err;
     dlock__lock_request(&h->req, h->lock);
     h->own_thread = o.wait_ms != 0 && c->backend->watch_notify == NULL;
-    if ((rc = start(e, h, "dlock_acquire_async")) != DLOCK_OK)
+    if ((rc = start(e, h, o.wait_ms == 0 ? DLOCK_BACKEND_OP_ACQUIRE : 0,
+                    "dlock_acquire_async")) != DLOCK_OK)
         goto err;
     if (out != NULL)
         *out = h;
@@ -890,9 +1133,26 @@ static int on_lock(dlock_request_handle **out, dlock_lock *l, int op, int64_t le
     h->lock = l;
     h->lease_ms = lease_ms;
     h->finished = cb;
-    if (op == OP_RELEASE)
-        dlock__async_forget(l);
-    if ((rc = start(e, h, what)) != DLOCK_OK) {
+    if (op == OP_RELEASE && e->closing) {
+        request_free(h);
+        return dlock__fail(DLOCK_EMISUSE, "%s: the client is being freed", what);
+    }
+    if (op == OP_RELEASE && l->client->backend->start != NULL) {
+        /* Out of the watchdog's hands here; the call to the server sent
+         * from this thread, or by a worker (the rest of dlock_release). */
+        if ((rc = dlock__release_begin(l, &h->called)) != DLOCK_OK) {
+            request_free(h);
+            return rc;
+        }
+        h->op = OP_RELEASE_REST;
+        dlock__lock_request(&h->req, l);
+        rc = start(e, h, DLOCK_BACKEND_OP_RELEASE, what);
+    } else {
+        if (op == OP_RELEASE)
+            dlock__async_forget(l);
+        rc = start(e, h, 0, what);
+    }
+    if (rc != DLOCK_OK) {
         request_free(h);
         return rc;
     }
@@ -966,8 +1226,8 @@ int dlock_request_cancel(dlock_request_handle *h)
         return dlock__fail(DLOCK_EINVAL, "dlock_request_cancel: req is NULL");
     if (h->op != OP_ACQUIRE)
         return dlock__fail(DLOCK_EMISUSE, "dlock_request_cancel: a %s cannot be stopped; its "
-                           "callback comes as usual", h->op == OP_RELEASE ? "release"
-                                                                          : "extension");
+                           "callback comes as usual", h->op == OP_EXTEND ? "extension"
+                                                                         : "release");
     e = h->c->async;
     pthread_mutex_lock(&e->mu);
     cancel_locked(e, h, &wake);
@@ -992,14 +1252,20 @@ int dlock_async_fd(dlock_client *c)
         dlock__fail(DLOCK_EMISUSE, "dlock_async_fd: the client is being freed");
         return -1;
     }
-    return e->efd;
+    return e->epfd;
 }
 
 int64_t dlock_async_timeout_ms(dlock_client *c)
 {
-    /* The engine's workers keep the time of the waits: the loop need not. */
-    (void)c;
-    return -1;
+    engine *e;
+    int64_t left;
+
+    /* The workers keep the time of the waits; the loop, that of what it
+     * sent itself (the backend's async_step fails it at its timeout). */
+    if (c == NULL || (e = c->async) == NULL || e->due_ms < 0)
+        return -1;
+    left = e->due_ms - dlock__now_ms();
+    return left > 0 ? left : 0;
 }
 
 int dlock_async_set_detach(dlock_client *c, dlock_async_detach_cb cb, void *arg)
@@ -1028,12 +1294,7 @@ static void deliver(engine *e, dlock_request_handle *h)
 {
     if (h->op == OP_ACQUIRE) {
         pthread_mutex_lock(&e->mu);
-        if (h->live_prev != NULL)
-            h->live_prev->live_next = h->live_next;
-        else
-            e->live = h->live_next;
-        if (h->live_next != NULL)
-            h->live_next->live_prev = h->live_prev;
+        live_unlink(e, h);
         pthread_mutex_unlock(&e->mu);
     }
     if (h->rc != DLOCK_OK)
@@ -1161,6 +1422,7 @@ int dlock_async_process(dlock_client *c)
     e->in_process = 1;
     e->process_thread = pthread_self();
     pthread_mutex_unlock(&e->mu);
+    fast_pump(c, e);
     n = deliver_all(e);
     pthread_mutex_lock(&e->mu);
     e->in_process = 0;
@@ -1195,6 +1457,19 @@ int dlock__async_free_begin(dlock_client *c)
     pthread_mutex_unlock(&e->mu);
     if (wake)
         wake_own_threads(c);
+    /* What this thread sent is answered by the server or by its timeout:
+     * read it here, the loop is not running now. */
+    for (;;) {
+        struct pollfd p = {e->epfd, POLLIN, 0};
+        int inflight;
+        pthread_mutex_lock(&e->mu);
+        inflight = e->fast_inflight;
+        pthread_mutex_unlock(&e->mu);
+        fast_pump(c, e);
+        if (inflight == 0)
+            break;
+        poll(&p, 1, 10);
+    }
     /* Steps running now see the cancel when they end: wait for every one,
      * and for the jobs (gives back, releases) the workers still have. */
     pthread_mutex_lock(&e->mu);
@@ -1241,6 +1516,7 @@ void dlock__async_free_end(dlock_client *c)
         if (l->relay != NULL)
             l->relay->engine = NULL;
     close(e->efd);
+    close(e->epfd);
     pthread_cond_destroy(&e->work);
     pthread_cond_destroy(&e->quiet);
     pthread_cond_destroy(&e->entered);

@@ -110,6 +110,11 @@ static int check_backend(const dlock_backend *b, dlock_backend *out)
         out->holders = b->holders;
     if (HAS(b, watch_notify)) /* appended to v5 */
         out->watch_notify = b->watch_notify;
+    if (HAS(b, async_step) && b->start != NULL && b->async_fds != NULL && b->async_step != NULL) {
+        out->start = b->start; /* appended to v5: all three or none */
+        out->async_fds = b->async_fds;
+        out->async_step = b->async_step;
+    }
     b = out;
     if (b->name == NULL)
         missing = "name";

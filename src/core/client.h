@@ -247,6 +247,14 @@ void dlock__async_forget(dlock_lock *l);
 /* Free l's relay (dlock__lock_free). */
 void dlock__async_relay_free(dlock_lock *l);
 
+/* dlock_release of one lock in two halves, around the backend's release
+ * call: begin takes it out of the watchdog's hands (DLOCK_OK), or fails
+ * (DLOCK_EMISUSE: its client is gone, and it is freed; or from inside its
+ * on_lost); end makes the result of the call rc what dlock_release returns
+ * (a loss known or a lease that ran out before *called) and frees l. */
+int dlock__release_begin(dlock_lock *l, int64_t *called);
+int dlock__release_end(dlock_lock *l, int64_t called, int rc);
+
 /* Is the client's backend able to serve l (kind, owner ids)? DLOCK_ENOTSUP
  * with a message naming what it lacks. */
 int dlock__lock_supported(dlock_client *c, const dlock_lock *l);

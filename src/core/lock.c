@@ -438,27 +438,13 @@ int dlock_lock_check(dlock_lock *l)
     return check_one(l, 0);
 }
 
-/*
- * Release one registered lock (not a multi-lock) and free it. The release
- * is sent whatever the handle knows, so that nothing stays locked on a
- * server that can be reached; but the result reports the loss, whatever the
- * server answered, once it is known (on_lost) or once the lease has run out
- * by the handle's own deadline: the holder may then have worked while
- * another held the lock, and a release that found the key still ours (the
- * server's clock ran slow) or no server at all says nothing against that.
- * The deadline is the one the watchdog leaves (a renewal in flight is
- * waited for), compared with the moment the holder called: the work it did
- * ended then, not when the server answered.
- */
-static int release_one(dlock_lock *l)
+int dlock__release_begin(dlock_lock *l, int64_t *called)
 {
-    int64_t called = dlock__now_ms(), late;
     dlock_client *c = l->client;
-    dlock_request req;
-    dlock__call k;
-    char shown[80], why[256];
+    char shown[80];
     int rc;
 
+    *called = dlock__now_ms();
     if (c == NULL) {
         rc = dlock__fail(DLOCK_EMISUSE, "dlock_release: the client of lock '%s' was already "
                          "freed; its lease runs out on the server",
@@ -470,11 +456,15 @@ static int release_one(dlock_lock *l)
         return rc;
     dlock__async_forget(l);
     /* From here on the watchdog cannot see the lock. */
-    dlock__lock_request(&req, l);
-    dlock__call_begin(c, &k, "release", req.name, 1, DLOCK__CALL_TIMED);
-    rc = dlock__call_end(c, &k, c->backend->release(c->be, &req));
+    return DLOCK_OK;
+}
+
+int dlock__release_end(dlock_lock *l, int64_t called, int rc)
+{
+    int64_t late = called - atomic_load(&l->deadline_ms);
+    char shown[80], why[256];
+
     dlock__printable(shown, sizeof(shown), l->name);
-    late = called - atomic_load(&l->deadline_ms);
     if (atomic_load(&l->lost_reason) != 0) {
         /* on_lost already told the holder; stay consistent with it. */
         rc = dlock__fail(DLOCK_ELOST, "dlock_release: %s", l->lost_message);
@@ -491,6 +481,34 @@ static int release_one(dlock_lock *l)
     }
     dlock__lock_free(l);
     return rc;
+}
+
+/*
+ * Release one registered lock (not a multi-lock) and free it. The release
+ * is sent whatever the handle knows, so that nothing stays locked on a
+ * server that can be reached; but the result reports the loss, whatever the
+ * server answered, once it is known (on_lost) or once the lease has run out
+ * by the handle's own deadline: the holder may then have worked while
+ * another held the lock, and a release that found the key still ours (the
+ * server's clock ran slow) or no server at all says nothing against that.
+ * The deadline is the one the watchdog leaves (a renewal in flight is
+ * waited for), compared with the moment the holder called: the work it did
+ * ended then, not when the server answered.
+ */
+static int release_one(dlock_lock *l)
+{
+    dlock_client *c = l->client;
+    dlock_request req;
+    dlock__call k;
+    int64_t called;
+    int rc;
+
+    if ((rc = dlock__release_begin(l, &called)) != DLOCK_OK)
+        return rc;
+    dlock__lock_request(&req, l);
+    dlock__call_begin(c, &k, "release", req.name, 1, DLOCK__CALL_TIMED);
+    rc = dlock__call_end(c, &k, c->backend->release(c->be, &req));
+    return dlock__release_end(l, called, rc);
 }
 
 /* A multi-lock: every part, then the parent. */

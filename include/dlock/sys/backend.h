@@ -317,7 +317,40 @@ typedef struct dlock_backend {
      * (include/dlock/async.h) waits on a thread of its own in watch_wait.
      */
     void (*watch_notify)(void *be, void *watch, void (*fn)(void *), void *arg);
+
+    /*
+     * Appended to v5 (optional: all three, or none). Calls made without
+     * blocking, on the asynchronous API's loop thread (include/dlock/async.h),
+     * so that a request costs no thread hand-over:
+     *
+     * start sends op (DLOCK_BACKEND_OP_ACQUIRE: a try-once acquire, watch
+     * NULL, *res as acquire fills it; DLOCK_BACKEND_OP_RELEASE) for req and
+     * returns at once: DLOCK_OK, and done(arg, rc) is called once later, from
+     * async_step on the loop's thread or from a thread of the backend's,
+     * with the thread's message set when rc is not DLOCK_OK; it must return
+     * at once and not call the backend. rc as the blocking call would
+     * return it, or DLOCK_ENOTSUP: "do it with the blocking call" (nothing
+     * was done, or it may be done again: NOSCRIPT, a failover). start itself
+     * returns DLOCK_ENOTSUP, done never called, for a request it cannot
+     * send so (no connection yet: connecting blocks; a kind it does not
+     * serve this way).
+     *
+     * async_fds fills up to max descriptors to watch for readability, each
+     * with a generation (a new connection on the same descriptor has a new
+     * one), and returns how many. async_step reads what they have without
+     * waiting, calls the done of what finished, fails what timed out, and
+     * returns when it must run again at the latest (lease-clock ms), -1
+     * when nothing is in flight.
+     */
+    int (*start)(void *be, int op, const dlock_request *req, dlock_acquire_result *res,
+                 void (*done)(void *arg, int rc), void *arg);
+    int (*async_fds)(void *be, int *fds, unsigned *gens, int max);
+    int64_t (*async_step)(void *be);
 } dlock_backend;
+
+/* dlock_backend.start's op. */
+#define DLOCK_BACKEND_OP_ACQUIRE 1
+#define DLOCK_BACKEND_OP_RELEASE 2
 
 /*
  * Serve URLs of scheme with backend, for every client opened from now on in

@@ -272,41 +272,28 @@ static int handoff_entry(dlock__redis_watch *w, const char *owner, int64_t lease
     return DLOCK_OK;
 }
 
-static int mutex_acquire(redis_backend *be, const dlock_request *req, void *watch,
-                         dlock_acquire_result *out)
+/* The acquire script's keys and arguments for req, with w's hand-off entry
+ * when it waits (keys must outlive a). */
+static void acquire_args(redis_backend *be, const dlock_request *req, dlock__redis_watch *w,
+                         key_buf keys[MUTEX_KEYS], args *a)
 {
-    const char *name = req->name, *owner = req->token;
-    int64_t lease_ms = req->lease_ms;
-    uint64_t *fence = &out->fence;
-    int64_t *retry_ms = &out->retry_ms;
-    dlock__redis_watch *w = watch;
-    key_buf keys[MUTEX_KEYS];
-    args a = {0};
-    redisReply *r;
+    mutex_keys(be, req->name, keys, a);
+    arg_str(a, req->token);
+    arg_num(a, req->lease_ms);
+    arg_str(a, req->holder != NULL ? req->holder : "");
+    if (w != NULL) {
+        arg_str(a, w->entry);
+        arg_num(a, 2 * handoff_refresh_ms(req->lease_ms) + 100);
+    }
+}
+
+/* The acquire script's reply r (freed): the fence, or busy and when to
+ * come back. */
+static int acquire_reply(redis_backend *be, redisReply *r, dlock__redis_watch *w,
+                         int64_t lease_ms, dlock_acquire_result *out)
+{
     int rc;
 
-    /* A release may have handed us the lock while we slept (release.lua):
-     * this try is what confirms it, finding our token in the key, and the
-     * lease counts from when this try was sent. A grant message alone is
-     * never trusted: it may be late, for a hand-off whose key has expired
-     * and been taken by another since. */
-    if (w != NULL && (rc = handoff_entry(w, owner, lease_ms)) != DLOCK_OK)
-        return rc;
-    mutex_keys(be, name, keys, &a);
-    arg_str(&a, owner);
-    arg_num(&a, lease_ms);
-    arg_str(&a, req->holder != NULL ? req->holder : "");
-    if (w != NULL) {
-        arg_str(&a, w->entry);
-        arg_num(&a, 2 * handoff_refresh_ms(lease_ms) + 100);
-        /* From here the server may hold our entry, or the lock, even if no
-         * reply comes back (a timeout after the server ran the script):
-         * giving up must clean up (watch_end, mutex_leave.lua). */
-        w->leave = 1;
-    }
-    if ((rc = cmd_script(be, &dlock__redis_script_acquire, &r, MUTEX_KEYS, a.argc, a.argv,
-                         a.lens)) != DLOCK_OK)
-        return rc;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER) {
         freeReplyObject(r);
@@ -319,24 +306,52 @@ static int mutex_acquire(redis_backend *be, const dlock_request *req, void *watc
             freeReplyObject(r);
             return bad_reply(be->cmd, "the acquire script (fence <= 0)");
         }
-        *fence = (uint64_t)r->element[1]->integer;
+        out->fence = (uint64_t)r->element[1]->integer;
         if (w != NULL)
             w->leave = 0;
         rc = DLOCK_OK;
     } else {
         /* PTTL: -1 the key has no expiry, -2 it vanished just now (retry). */
         long long pttl = r->element[1]->integer;
-        *retry_ms = pttl == -2 ? 0 : pttl;
+        out->retry_ms = pttl == -2 ? 0 : pttl;
         if (w != NULL) {
             /* Our entry may be in the slot: come back before it expires. */
             int64_t refresh = handoff_refresh_ms(lease_ms);
-            if (*retry_ms < 0 || *retry_ms > refresh)
-                *retry_ms = refresh;
+            if (out->retry_ms < 0 || out->retry_ms > refresh)
+                out->retry_ms = refresh;
         }
         rc = DLOCK_EBUSY;
     }
     freeReplyObject(r);
     return rc;
+}
+
+static int mutex_acquire(redis_backend *be, const dlock_request *req, void *watch,
+                         dlock_acquire_result *out)
+{
+    dlock__redis_watch *w = watch;
+    key_buf keys[MUTEX_KEYS];
+    args a = {0};
+    redisReply *r;
+    int rc;
+
+    /* A release may have handed us the lock while we slept (release.lua):
+     * this try is what confirms it, finding our token in the key, and the
+     * lease counts from when this try was sent. A grant message alone is
+     * never trusted: it may be late, for a hand-off whose key has expired
+     * and been taken by another since. */
+    if (w != NULL && (rc = handoff_entry(w, req->token, req->lease_ms)) != DLOCK_OK)
+        return rc;
+    acquire_args(be, req, w, keys, &a);
+    /* From here the server may hold our entry, or the lock, even if no
+     * reply comes back (a timeout after the server ran the script): giving
+     * up must clean up (watch_end, mutex_leave.lua). */
+    if (w != NULL)
+        w->leave = 1;
+    if ((rc = cmd_script(be, &dlock__redis_script_acquire, &r, MUTEX_KEYS, a.argc, a.argv,
+                         a.lens)) != DLOCK_OK)
+        return rc;
+    return acquire_reply(be, r, w, req->lease_ms, out);
 }
 
 /* Run an owner-checked script, whose reply is DLOCK__REDIS_DONE or _NOT_OURS. */
@@ -354,16 +369,23 @@ static int owned_script(redis_backend *be, const dlock__redis_script *s, int nke
     return v == DLOCK__REDIS_DONE ? DLOCK_OK : DLOCK_ELOST;
 }
 
+/* The release script's keys and arguments (keys and chan must outlive a). */
+static void release_args(redis_backend *be, const char *name, const char *owner,
+                         key_buf keys[MUTEX_KEYS], key_buf *chan, args *a)
+{
+    mutex_keys(be, name, keys, a);
+    make_key(chan, be, name, ":release");
+    arg_str(a, owner);
+    arg_key(a, chan);
+    arg_num(a, DLOCK__REDIS_HANDOFF_CONFIRM_MS);
+}
+
 static int mutex_release(redis_backend *be, const char *name, const char *owner)
 {
     key_buf keys[MUTEX_KEYS], chan;
     args a = {0};
 
-    mutex_keys(be, name, keys, &a);
-    make_key(&chan, be, name, ":release");
-    arg_str(&a, owner);
-    arg_key(&a, &chan);
-    arg_num(&a, DLOCK__REDIS_HANDOFF_CONFIRM_MS);
+    release_args(be, name, owner, keys, &chan, &a);
     return owned_script(be, &dlock__redis_script_release, MUTEX_KEYS, &a, "the release script");
 }
 
@@ -589,6 +611,135 @@ static void redis_watch_wake(void *arg, void *watch)
     dlock__redis_watch_wake(((redis_backend *)arg)->watcher, ((dlock__redis_watch *)watch)->waiter);
 }
 
+/* ---- without blocking: the asynchronous API's loop ------------------------ */
+
+/* A request sent by redis_start, until its reply; its arguments kept for
+ * an EVAL after NOSCRIPT. */
+typedef struct {
+    redis_backend *be;
+    int op;
+    int64_t lease_ms;
+    dlock_acquire_result *res;
+    void (*done)(void *, int);
+    void *arg;
+    int argc, evaled;
+    const char *argv[16];
+    size_t lens[16];
+    char bytes[]; /* what argv points to */
+} started;
+
+/* Send st's script: EVALSHA, or EVAL (which loads it) when eval. */
+static int started_send(started *st, int eval, int again);
+
+/* Its reply, on whichever thread read it, the mux's mutex held. */
+static void started_reply(void *ctx, int rc, redisReply *r)
+{
+    started *st = ctx;
+    long long v = 0;
+
+    if (rc != DLOCK_OK) {
+        /* The connection failed: the thread's message says how. */
+    } else if (r->type == REDIS_REPLY_ERROR && r->len >= 8 &&
+               strncmp(r->str, "NOSCRIPT", 8) == 0 && !st->evaled) {
+        /* The server restarted or flushed its scripts: EVAL loads it. */
+        freeReplyObject(r);
+        if (started_send(st, 1, 1) == DLOCK_OK)
+            return;
+        rc = DLOCK_ENOTSUP;
+    } else if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "READONLY", 8) == 0) {
+        /* A master demoted by a failover: the blocking call follows it. */
+        rc = dlock__fail(DLOCK_ENOTSUP, "%s: READONLY", st->be->mux.conn.where);
+        freeReplyObject(r);
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        rc = dlock__redis_conn_reply_error(&st->be->mux.conn, r);
+        freeReplyObject(r);
+    } else if (st->op == DLOCK_BACKEND_OP_ACQUIRE) {
+        rc = acquire_reply(st->be, r, NULL, st->lease_ms, st->res);
+    } else if ((rc = int_reply(st->be->cmd, r, "the release script", &v)) == DLOCK_OK) {
+        rc = v == DLOCK__REDIS_DONE ? DLOCK_OK : DLOCK_ELOST;
+    }
+    st->done(st->arg, rc);
+    free(st);
+}
+
+/* A try-once acquire or a release of a plain mutex, sent on the shared
+ * pipelined connection without waiting (redis_mux.h): on one server, TLS
+ * or Sentinel, without min_replicas (whose WAIT the blocking call pairs). */
+static int redis_start(void *arg, int op, const dlock_request *req, dlock_acquire_result *res,
+                       void (*done)(void *, int), void *done_arg)
+{
+    redis_backend *be = arg;
+    const dlock__redis_script *script = op == DLOCK_BACKEND_OP_ACQUIRE
+                                            ? &dlock__redis_script_acquire
+                                            : &dlock__redis_script_release;
+    key_buf keys[MUTEX_KEYS], chan;
+    args a = {0};
+    size_t total = 0;
+    started *st;
+    char *at;
+    int rc;
+
+    if (!be->mux.on || be->mux.conn.is_cluster || !is_mutex(req) ||
+        dlock__redis_script_waits(&be->mux.conn, script))
+        return DLOCK_ENOTSUP;
+    if (op == DLOCK_BACKEND_OP_ACQUIRE)
+        acquire_args(be, req, NULL, keys, &a);
+    else
+        release_args(be, req->name, req->token, keys, &chan, &a);
+    for (int i = 0; i < a.argc; i++)
+        total += a.lens[i];
+    if ((st = malloc(sizeof(*st) + total)) == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    *st = (started){be, op, req->lease_ms, res, done, done_arg, a.argc, 0, {0}, {0}};
+    at = st->bytes;
+    for (int i = 0; i < a.argc; i++) {
+        memcpy(at, a.argv[i], a.lens[i]);
+        st->argv[i] = at;
+        st->lens[i] = a.lens[i];
+        at += a.lens[i];
+    }
+    if ((rc = started_send(st, 0, 0)) != DLOCK_OK)
+        free(st);
+    return rc;
+}
+
+static int started_send(started *st, int eval, int again)
+{
+    const dlock__redis_script *script = st->op == DLOCK_BACKEND_OP_ACQUIRE
+                                            ? &dlock__redis_script_acquire
+                                            : &dlock__redis_script_release;
+    dlock__redis_script_cmd c;
+    int rc;
+
+    if ((rc = dlock__redis_script_cmd_init(&c, script, 0, MUTEX_KEYS, st->argc, st->argv,
+                                           st->lens)) != DLOCK_OK)
+        return rc;
+    if (eval) {
+        dlock__redis_script_cmd_eval(&c, script);
+        st->evaled = 1;
+    }
+    rc = again ? dlock__redis_mux_send_again(&st->be->mux, c.argc, c.av, c.al, started_reply, st)
+               : dlock__redis_mux_send_async(&st->be->mux, c.argc, c.av, c.al, started_reply, st);
+    dlock__redis_script_cmd_free(&c);
+    return rc;
+}
+
+static int redis_async_fds(void *arg, int *fds, unsigned *gens, int max)
+{
+    redis_backend *be = arg;
+
+    if (max < 1 || !be->mux.on || (fds[0] = dlock__redis_mux_fd(&be->mux, &gens[0])) < 0)
+        return 0;
+    return 1;
+}
+
+static int64_t redis_async_step(void *arg)
+{
+    redis_backend *be = arg;
+
+    return be->mux.on ? dlock__redis_mux_pump(&be->mux) : -1;
+}
+
 static void redis_watch_notify(void *arg, void *watch, void (*fn)(void *), void *fn_arg)
 {
     dlock__redis_watch_notify(((redis_backend *)arg)->watcher,
@@ -640,4 +791,7 @@ const dlock_backend dlock__redis_backend = {
     .multi_atomic = dlock__redis_multi_atomic,
     .multi_acquire = redis_multi_acquire,
     .watch_notify = redis_watch_notify,
+    .start = redis_start,
+    .async_fds = redis_async_fds,
+    .async_step = redis_async_step,
 };

@@ -13,8 +13,11 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "backends/redis/redis_mux.h"
 #include "core/clock.h"
@@ -35,6 +38,10 @@ struct dlock__redis_mux_req {
     int rc;        /* DLOCK_OK or the failure's code */
     int timed_out; /* it failed by a timeout, not a dead connection */
     char msg[320]; /* the failure's message, for the caller's thread */
+    /* Asynchronous (dlock__redis_mux_send_async): nobody waits on done_cv;
+     * cb is told instead, and the request freed. */
+    dlock__redis_mux_cb cb;
+    void *cb_arg;
 };
 
 int dlock__redis_mux_init(dlock__redis_mux *mux, const dlock__redis_conn *conn)
@@ -48,6 +55,11 @@ int dlock__redis_mux_init(dlock__redis_mux *mux, const dlock__redis_conn *conn)
         pthread_mutex_destroy(&mux->mu);
         return dlock__fail(DLOCK_ENOMEM, "cannot create a condition variable");
     }
+    if ((mux->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+        pthread_cond_destroy(&mux->idle);
+        pthread_mutex_destroy(&mux->mu);
+        return dlock__fail(DLOCK_ENOMEM, "cannot create an eventfd");
+    }
     /* Not open yet: the copy shares only the URL's strings. */
     mux->conn = *conn;
     memset(&mux->conn.tp, 0, sizeof(mux->conn.tp));
@@ -56,6 +68,7 @@ int dlock__redis_mux_init(dlock__redis_mux *mux, const dlock__redis_conn *conn)
      * commands on a mux of its own (redis_cluster.c). */
     mux->conn.cluster = NULL;
     if (conn->is_cluster && (rc = dlock__redis_cluster_share(&mux->conn)) != DLOCK_OK) {
+        close(mux->wake_fd);
         pthread_cond_destroy(&mux->idle);
         pthread_mutex_destroy(&mux->mu);
         return rc;
@@ -69,6 +82,7 @@ void dlock__redis_mux_destroy(dlock__redis_mux *mux)
     if (!mux->on)
         return;
     dlock__redis_conn_close(&mux->conn);
+    close(mux->wake_fd);
     pthread_cond_destroy(&mux->idle);
     pthread_mutex_destroy(&mux->mu);
     mux->on = 0;
@@ -98,7 +112,13 @@ static void fail_all(dlock__redis_mux *mux)
     int timed_out = mux->conn.timed_out;
 
     mux->gen++;
-    for (dlock__redis_mux_req *q = mux->head; q != NULL; q = q->next) {
+    for (dlock__redis_mux_req *q = mux->head, *next; q != NULL; q = next) {
+        next = q->next;
+        if (q->cb != NULL) {
+            q->cb(q->cb_arg, code, NULL); /* this thread's message is the failure's */
+            free(q);
+            continue;
+        }
         if (q->asking_reply != NULL) { /* the command's own reply never came */
             freeReplyObject(q->asking_reply);
             q->asking_reply = NULL;
@@ -148,8 +168,26 @@ static int dispatch(dlock__redis_mux *mux)
         mux->head = q->next;
         if (mux->head == NULL)
             mux->tail = NULL;
+        if (q->cb != NULL) {
+            q->cb(q->cb_arg, DLOCK_OK, q->reply);
+            free(q);
+            continue;
+        }
         q->done = 1;
         pthread_cond_signal(&q->done_cv);
+    }
+}
+
+/* The first caller that waits for its reply, woken to read for itself and
+ * those behind it (asynchronous requests have none: the loop reads for
+ * them, dlock__redis_mux_pump). */
+static void wake_next_reader(dlock__redis_mux *mux)
+{
+    for (dlock__redis_mux_req *q = mux->head; q != NULL; q = q->next) {
+        if (q->cb == NULL) {
+            pthread_cond_signal(&q->done_cv);
+            return;
+        }
     }
 }
 
@@ -189,13 +227,20 @@ static void read_replies(dlock__redis_mux *mux, dlock__redis_mux_req *me)
 
     mux->reading = 1;
     while (!me->done) {
-        struct pollfd p = {.fd = tp->fd, .events = POLLIN, .revents = 0};
+        struct pollfd p[2] = {{.fd = tp->fd, .events = POLLIN, .revents = 0},
+                              {.fd = mux->wake_fd, .events = POLLIN, .revents = 0}};
         int64_t left = mux->head->deadline_ms - dlock__now_ms();
+        uint64_t count;
         int n;
 
         pthread_mutex_unlock(&mux->mu);
-        n = left > 0 ? poll(&p, 1, left > 60000 ? 60000 : (int)left) : 0;
+        n = left > 0 ? poll(p, 2, left > 60000 ? 60000 : (int)left) : 0;
         pthread_mutex_lock(&mux->mu);
+        if (p[1].revents != 0 && read(mux->wake_fd, &count, sizeof(count)) < 0) {
+            /* drained by another reader before: fine */
+        }
+        if (me->done)
+            break; /* the loop read it meanwhile (dlock__redis_mux_pump) */
         if (n < 0 && errno == EINTR)
             continue;
         if (!dlock__redis_tp_ok(tp)) {
@@ -215,8 +260,7 @@ static void read_replies(dlock__redis_mux *mux, dlock__redis_mux_req *me)
     }
     mux->reading = 0;
     /* The next in line reads for itself and those behind it. */
-    if (mux->head != NULL)
-        pthread_cond_signal(&mux->head->done_cv);
+    wake_next_reader(mux);
 }
 
 /* Sends one command and waits for its reply, on the connection as it is
@@ -410,4 +454,110 @@ int dlock__redis_mux_script(dlock__redis_mux *mux, const dlock__redis_script *sc
 
     dlock__redis_wait_clear();
     return dlock__redis_script_send(script, out, nkeys, argc, argv, lens, send_on_mux, &ms);
+}
+
+/* ---- asynchronous requests ------------------------------------------------ */
+
+/* dlock__redis_mux_send_async with mu held. failed: what a write that
+ * failed does (fail_all, or have the reader do it); from inside a cb, the
+ * reader that called it fails us all when it reads next. */
+static int send_async(dlock__redis_mux *mux, int argc, const char **argv, const size_t *lens,
+                      dlock__redis_mux_cb cb, void *arg, int in_cb)
+{
+    dlock__redis_tp *tp = &mux->conn.tp;
+    dlock__redis_mux_req *q;
+
+    if (!dlock__redis_tp_ok(tp) || mux->conn.is_cluster)
+        return DLOCK_ENOTSUP; /* connecting blocks: the caller's blocking way does it */
+    if ((q = calloc(1, sizeof(*q))) == NULL ||
+        dlock__redis_tp_append_argv(tp, argc, argv, lens) != REDIS_OK) {
+        free(q);
+        return dlock__fail(DLOCK_ENOMEM, "%s: out of memory", mux->conn.where);
+    }
+    q->cb = cb;
+    q->cb_arg = arg;
+    q->deadline_ms = dlock__now_ms() + mux->conn.command_ms;
+    q->gen = mux->gen;
+    if (mux->tail != NULL)
+        mux->tail->next = q;
+    else
+        mux->head = q;
+    mux->tail = q;
+    if (flush(tp, q->deadline_ms) != REDIS_OK) {
+        if (mux->reading)
+            shutdown(tp->fd, SHUT_RDWR); /* the reader fails us all, cb included */
+        else if (!in_cb)
+            fail_all(mux);
+    }
+    return DLOCK_OK;
+}
+
+int dlock__redis_mux_send_async(dlock__redis_mux *mux, int argc, const char **argv,
+                                const size_t *lens, dlock__redis_mux_cb cb, void *arg)
+{
+    int rc;
+
+    pthread_mutex_lock(&mux->mu);
+    rc = send_async(mux, argc, argv, lens, cb, arg, 0);
+    pthread_mutex_unlock(&mux->mu);
+    return rc;
+}
+
+int dlock__redis_mux_send_again(dlock__redis_mux *mux, int argc, const char **argv,
+                                const size_t *lens, dlock__redis_mux_cb cb, void *arg)
+{
+    return send_async(mux, argc, argv, lens, cb, arg, 1);
+}
+
+int64_t dlock__redis_mux_pump(dlock__redis_mux *mux)
+{
+    dlock__redis_tp *tp = &mux->conn.tp;
+    int64_t due = -1;
+
+    pthread_mutex_lock(&mux->mu);
+    /* Read what the socket has, without waiting (it does not block), also
+     * while a caller polls it (or the loop would find it readable again and
+     * again until that caller reads): under mu, one reads at a time, and
+     * the caller finds nothing left when its poll returns. But while it
+     * polls nobody closes the socket under it: a failure shuts it down, and
+     * that caller fails everyone, as after a writer's failure; and its poll
+     * keeps the deadlines. */
+    if (mux->reading && mux->head != NULL && dlock__redis_tp_ok(tp)) {
+        uint64_t one = 1;
+        if (read_some(tp) != REDIS_OK || dispatch(mux) != REDIS_OK)
+            shutdown(tp->fd, SHUT_RDWR);
+        /* Its own reply may be among those read: wake its poll. */
+        if (write(mux->wake_fd, &one, sizeof(one)) < 0) {
+            /* the counter is full: it is woken anyway */
+        }
+    } else if (!mux->reading && mux->head != NULL && dlock__redis_tp_ok(tp)) {
+        if (read_some(tp) != REDIS_OK || dispatch(mux) != REDIS_OK) {
+            fail_all(mux);
+            pthread_cond_broadcast(&mux->idle);
+        } else if (mux->head != NULL && mux->head->deadline_ms <= dlock__now_ms()) {
+            dlock__redis_tp_fail(tp, REDIS_ERR_IO, "timed out (read)");
+            tp->timed_out = 1;
+            fail_all(mux);
+            pthread_cond_broadcast(&mux->idle);
+        }
+    }
+    for (dlock__redis_mux_req *q = mux->head; q != NULL; q = q->next) {
+        if (q->cb != NULL) {
+            due = mux->head->deadline_ms; /* the first in line times out first */
+            break;
+        }
+    }
+    pthread_mutex_unlock(&mux->mu);
+    return due;
+}
+
+int dlock__redis_mux_fd(dlock__redis_mux *mux, unsigned *gen)
+{
+    int fd;
+
+    pthread_mutex_lock(&mux->mu);
+    fd = mux->on && dlock__redis_tp_ok(&mux->conn.tp) ? mux->conn.tp.fd : -1;
+    *gen = mux->gen;
+    pthread_mutex_unlock(&mux->mu);
+    return fd;
 }

@@ -49,6 +49,7 @@ typedef struct {
      * order. */
     dlock__redis_mux_req *head, *tail;
     int reading; /* a caller polls the socket for replies (without mu) */
+    int wake_fd; /* an eventfd: its poll ends when the loop read for it */
     unsigned gen; /* counts the connections failed (and closed) */
 } dlock__redis_mux;
 
@@ -81,5 +82,34 @@ int dlock__redis_mux_script(dlock__redis_mux *mux, const dlock__redis_script *sc
 int dlock__redis_mux_call(dlock__redis_mux *mux, redisReply **out, redisReply **wait_out,
                           int argc, const char **argv, const size_t *lens, int wait, int asking,
                           int *timed_out);
+
+/*
+ * Asynchronous requests, for the asynchronous API's loop: a command sent
+ * now, behind whatever is in flight, without waiting for its reply. cb(arg,
+ * rc, reply) is called once, with mux's mutex held, from whichever thread
+ * reads the reply (a caller waiting for its own, or the loop in
+ * dlock__redis_mux_pump): DLOCK_OK with the reply (cb's to free), or the
+ * connection's failure (reply NULL, the thread's message set). It must not
+ * call into mux. DLOCK_ENOTSUP when the connection is not open (connecting
+ * blocks: use the blocking calls), or on a cluster URL.
+ */
+typedef void (*dlock__redis_mux_cb)(void *arg, int rc, redisReply *reply);
+int dlock__redis_mux_send_async(dlock__redis_mux *mux, int argc, const char **argv,
+                                const size_t *lens, dlock__redis_mux_cb cb, void *arg);
+
+/* The same from inside a cb (mux's mutex held): a command sent after an
+ * answer, as EVAL after NOSCRIPT. */
+int dlock__redis_mux_send_again(dlock__redis_mux *mux, int argc, const char **argv,
+                                const size_t *lens, dlock__redis_mux_cb cb, void *arg);
+
+/* Read what the socket has, without waiting, and hand the complete replies
+ * to their requests; fail what waited past its timeout. Returns the lease-
+ * clock ms by which it must run again for an asynchronous request in
+ * flight, -1 when there is none. */
+int64_t dlock__redis_mux_pump(dlock__redis_mux *mux);
+
+/* The connection's descriptor (-1 when it is not open) and its generation
+ * (another connection, perhaps on the same descriptor, has another). */
+int dlock__redis_mux_fd(dlock__redis_mux *mux, unsigned *gen);
 
 #endif

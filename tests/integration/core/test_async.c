@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include <poll.h>
 #include <pthread.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dlock/async.h"
@@ -58,31 +59,42 @@ static void on_done(int rc, void *arg)
     snprintf(o->msg, sizeof(o->msg), "%s", dlock_error_message());
 }
 
+/* One turn of c's loop, as an event loop makes it: wait for the descriptor
+ * up to the client's timeout (10 ms at most here), then process. */
+static void loop_turn(dlock_client *c)
+{
+    struct pollfd p = {dlock_async_fd(c), POLLIN, 0};
+    int64_t due = dlock_async_timeout_ms(c);
+
+    CHECK(p.fd >= 0);
+    if (poll(&p, 1, due >= 0 && due < 10 ? (int)due : 10) > 0 || due >= 0)
+        CHECK(dlock_async_process(c) >= 0);
+}
+
 /* Run c's loop until *calls reaches want, for ms at most (then the test
  * fails). */
 static void loop_until(dlock_client *c, const int *calls, int want, int64_t ms)
 {
-    int fd = dlock_async_fd(c);
+    struct timespec t0, t;
 
-    CHECK(fd >= 0);
-    for (int64_t waited = 0; *calls < want; waited += 10) {
-        struct pollfd p = {fd, POLLIN, 0};
-        CHECK(waited < ms);
-        if (poll(&p, 1, 10) > 0)
-            CHECK(dlock_async_process(c) >= 0);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (*calls < want) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        CHECK((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < ms);
+        loop_turn(c);
     }
 }
 
 /* Run c's loop for ms, whatever comes. */
 static void loop_for(dlock_client *c, int64_t ms)
 {
-    int fd = dlock_async_fd(c);
+    struct timespec t0, t;
 
-    for (int64_t waited = 0; waited < ms; waited += 10) {
-        struct pollfd p = {fd, POLLIN, 0};
-        if (poll(&p, 1, 10) > 0)
-            CHECK(dlock_async_process(c) >= 0);
-    }
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        loop_turn(c);
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < ms);
 }
 
 static dlock_lock *acquire_now(dlock_client *c, const char *name, dlock_acquire_options *o)
@@ -237,7 +249,7 @@ static void cancel_queued(void)
     test_server_stop(&s);
 }
 
-/* Granted but not yet delivered (the descriptor readable, no process yet),
+/* Granted but not yet delivered (the server holds it, no process yet),
  * then canceled: the lock is given back, the callback gets ECANCELED. */
 static void cancel_granted(void)
 {
@@ -250,10 +262,14 @@ static void cancel_granted(void)
 
     test_server_start(&s, backend);
     c = open_client(&s);
+    /* Its scripts loaded, so that the try needs no answer read first. */
+    release_now(c, acquire_now(c, "warm", &o), DLOCK_OK);
     CHECK_RC(dlock_acquire_async(&req, c, "job", &o, on_acquired, &got), DLOCK_OK);
     p.fd = dlock_async_fd(c);
     p.events = POLLIN;
     CHECK(poll(&p, 1, 10000) == 1);
+    for (int i = 0; i < 1000 && !test_server_held(&s, "job"); i++)
+        usleep(10 * 1000);
     CHECK(test_server_held(&s, "job"));
     CHECK_RC(dlock_request_cancel(req), DLOCK_OK);
     loop_until(c, &got.calls, 1, 10000);

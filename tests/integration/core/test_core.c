@@ -95,10 +95,11 @@ static void *driver_loop(void *arg)
             p[n].revents = 0;
             who[n++] = drv.clients[i];
         }
-        if (poll(p, (nfds_t)n, 1) > 0)
-            for (int i = 0; i < n; i++)
-                if (p[i].revents != 0)
-                    CHECK(dlock_async_process(who[i]) >= 0);
+        /* Readable, or its timeout come (what it sent itself fails then). */
+        poll(p, (nfds_t)n, 1);
+        for (int i = 0; i < n; i++)
+            if (p[i].revents != 0 || dlock_async_timeout_ms(who[i]) == 0)
+                CHECK(dlock_async_process(who[i]) >= 0);
         pthread_mutex_unlock(&drv.mu);
         usleep(100); /* let the callers have the mutex */
     }
