@@ -41,23 +41,8 @@ fail() { echo "FAIL async_examples${EX:+ $EX}: $*" >&2; FAILS=$((FAILS + 1)); }
 pass() { echo "ok   async_examples $EX: $*"; }
 die() { fail "$@"; exit 1; }
 
-# free_port: a free loopback port below the ephemeral range (tests/cli/lib.sh).
-free_port() {
-    python3 -c '
-import random, socket
-low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-while True:
-    s = socket.socket()
-    try:
-        p = random.randrange(10000, max(low, 12000))
-        s.bind(("127.0.0.1", p))
-        print(p)
-        break
-    except OSError:
-        pass
-    finally:
-        s.close()'
-}
+# free_port (tests/support/free_port.sh).
+. "$(dirname "$0")/../support/free_port.sh"
 
 # within SECONDS CMD...: until CMD succeeds; 1 when the time ran out.
 within() {

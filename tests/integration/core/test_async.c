@@ -515,32 +515,22 @@ static void fair_order(void)
 /* Many waiters on one client and one thread: each granted once, none
  * lost, and the client's threads stay few where the backend announces
  * releases (prints the memory per waiter). */
-static int threads_now(void)
+
+/* A number of /proc/self/status, as "Field: N" has it (Threads, VmRSS in
+ * KiB). */
+static long proc_status(const char *field)
 {
     FILE *f = fopen("/proc/self/status", "r");
+    size_t n = strlen(field);
     char line[256];
-    int n = -1;
+    long v = -1;
 
     CHECK(f != NULL);
     while (fgets(line, sizeof(line), f) != NULL)
-        if (sscanf(line, "Threads: %d", &n) == 1)
+        if (strncmp(line, field, n) == 0 && line[n] == ':' && sscanf(line + n + 1, "%ld", &v) == 1)
             break;
     fclose(f);
-    return n;
-}
-
-static long rss_kb(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kb = -1;
-
-    CHECK(f != NULL);
-    while (fgets(line, sizeof(line), f) != NULL)
-        if (sscanf(line, "VmRSS: %ld", &kb) == 1)
-            break;
-    fclose(f);
-    return kb;
+    return v;
 }
 
 static outcome *many;
@@ -585,14 +575,14 @@ static void wait_many(void)
                                                                          : DLOCK_KIND_MUTEX;
     CHECK_RC(dlock_acquire(&held, holder_c, "job", &o), DLOCK_OK);
     release_now(many_c, acquire_now(many_c, "warm", &o), DLOCK_OK);
-    threads_before = threads_now();
-    rss_before = rss_kb();
+    threads_before = (int)proc_status("Threads");
+    rss_before = proc_status("VmRSS");
     for (int i = 0; i < n; i++)
         CHECK_RC(dlock_acquire_async(NULL, many_c, "job", &w, many_acquired, &many[i]),
                  DLOCK_OK);
     loop_for(many_c, 2000);
-    threads_waiting = threads_now();
-    rss_waiting = rss_kb();
+    threads_waiting = (int)proc_status("Threads");
+    rss_waiting = proc_status("VmRSS");
     CHECK(many_granted == 0);
     printf("%d waiters: %d threads (%d before), RSS +%ld KiB (%.0f B a waiter)\n", n,
            threads_waiting, threads_before, rss_waiting - rss_before,
