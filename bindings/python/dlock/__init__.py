@@ -21,8 +21,9 @@ writes must carry the fence.
 Times are in seconds (floats allowed). Every call that waits releases the
 GIL; a wait in the main thread is interrupted by ^C (KeyboardInterrupt),
 which leaves the lock's queue as the ``dlock`` command does: the client's
-waits stop for good then (``Client.interrupt``). For asyncio, run the calls
-in a thread: ``await asyncio.to_thread(c.acquire, "name", wait=10)``.
+waits stop for good then (``Client.interrupt``). For asyncio, ``dlock.aio``
+runs acquisitions and releases on the event loop itself (the C library's
+asynchronous API), without a thread per call or per wait.
 """
 from typing import Callable, List, Optional, Sequence, Union
 import signal
@@ -36,7 +37,7 @@ __all__ = [
     "Client", "Lock", "Leader", "LockInfo", "LeaderInfo", "version",
     "Error", "Busy", "Timeout", "LockLost", "Unreachable", "AuthError", "ProtocolError",
     "InvalidArgument", "OutOfMemory", "NotSupported", "Misuse", "ServerError",
-    "Interrupted",
+    "Interrupted", "Canceled",
 ]
 
 MUTEX, FAIR, READ, WRITE, SEMAPHORE, LEADER = range(6)
@@ -128,9 +129,16 @@ class Interrupted(Error):
     code = -12
 
 
+class Canceled(Error):
+    """An asynchronous acquisition was stopped before it got the lock
+    (dlock.aio: its client closed)."""
+    code = -13
+
+
 _ERRORS = {cls.code: cls for cls in (Busy, Timeout, LockLost, Unreachable, AuthError,
                                      ProtocolError, InvalidArgument, OutOfMemory,
-                                     NotSupported, Misuse, ServerError, Interrupted)}
+                                     NotSupported, Misuse, ServerError, Interrupted,
+                                     Canceled)}
 
 
 def _error(rc):

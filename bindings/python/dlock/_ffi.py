@@ -109,6 +109,20 @@ typedef struct {
     int kind;
 } dlock_lock_info;
 int dlock_status(dlock_lock_info *out, dlock_client *client, const char *name);
+
+typedef struct dlock_request_handle dlock_request_handle;
+typedef void (*dlock_acquire_cb)(int rc, dlock_lock *lock, void *arg);
+typedef void (*dlock_done_cb)(int rc, void *arg);
+int dlock_acquire_async(dlock_request_handle **out, dlock_client *client, const char *name,
+                        const dlock_acquire_options *opts, dlock_acquire_cb cb, void *arg);
+int dlock_release_async(dlock_request_handle **out, dlock_lock *lock, dlock_done_cb cb,
+                        void *arg);
+int dlock_extend_async(dlock_request_handle **out, dlock_lock *lock, int64_t lease_ms,
+                       dlock_done_cb cb, void *arg);
+int dlock_request_cancel(dlock_request_handle *req);
+int dlock_async_fd(dlock_client *client);
+int64_t dlock_async_timeout_ms(dlock_client *client);
+int dlock_async_process(dlock_client *client);
 """
 
 CLIENT_OPTIONS_VERSION = 3
