@@ -168,6 +168,7 @@ static int dispatch(dlock__redis_mux *mux)
         mux->head = q->next;
         if (mux->head == NULL)
             mux->tail = NULL;
+        mux->answered++;
         if (q->cb != NULL) {
             q->cb(q->cb_arg, DLOCK_OK, q->reply);
             free(q);
@@ -523,11 +524,12 @@ int64_t dlock__redis_mux_pump(dlock__redis_mux *mux)
      * that caller fails everyone, as after a writer's failure; and its poll
      * keeps the deadlines. */
     if (mux->reading && mux->head != NULL && dlock__redis_tp_ok(tp)) {
+        unsigned long answered = mux->answered;
         uint64_t one = 1;
         if (read_some(tp) != REDIS_OK || dispatch(mux) != REDIS_OK)
             shutdown(tp->fd, SHUT_RDWR);
         /* Its own reply may be among those read: wake its poll. */
-        if (write(mux->wake_fd, &one, sizeof(one)) < 0) {
+        if (mux->answered != answered && write(mux->wake_fd, &one, sizeof(one)) < 0) {
             /* the counter is full: it is woken anyway */
         }
     } else if (!mux->reading && mux->head != NULL && dlock__redis_tp_ok(tp)) {

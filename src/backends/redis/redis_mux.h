@@ -50,6 +50,7 @@ typedef struct {
     dlock__redis_mux_req *head, *tail;
     int reading; /* a caller polls the socket for replies (without mu) */
     int wake_fd; /* an eventfd: its poll ends when the loop read for it */
+    unsigned long answered; /* requests whose replies were handed over */
     unsigned gen; /* counts the connections failed (and closed) */
 } dlock__redis_mux;
 
