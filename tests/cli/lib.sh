@@ -191,8 +191,9 @@ hold() {
     CHILD_PIDS="$CHILD_PIDS $HOLDER_CHILD"
 }
 
-# free_port (tests/support/free_port.sh).
-. "$(dirname "$0")/../support/free_port.sh"
+# free_port (tests/support/free_port.sh; DLOCK_TESTS_DIR: tests/, for a
+# script outside tests/cli that sources this file).
+. "${DLOCK_TESTS_DIR:-$(dirname "$0")/..}/support/free_port.sh"
 
 # etcd_ctl ARGS...: etcdctl against the private etcd.
 etcd_ctl() {

@@ -27,7 +27,8 @@
 # to lib.sh is never used.
 HERE=$(cd "$(dirname "$0")" && pwd)
 CASE=${2:-}
-DLOCK_CLI_BACKEND=redis DLOCK_TEST_URL=redis://127.0.0.1:1 . "$HERE/../../cli/lib.sh"
+DLOCK_TESTS_DIR="$HERE/../.." DLOCK_CLI_BACKEND=redis DLOCK_TEST_URL=redis://127.0.0.1:1 \
+    . "$HERE/../../cli/lib.sh"
 TEST=interop-$CASE
 case $CASE in mutex | rw | sem | block | leader | auth) ;;
 *) echo "usage: interop.sh DLOCK (mutex|rw|sem|block|leader|auth)" >&2; exit 2 ;; esac
