@@ -32,10 +32,12 @@
  * Threading: the calls of this header are made from one thread at a time
  * per client, the loop's (they are not thread-safe with one another on
  * one client), and never from a signal handler. The blocking calls of
- * dlock.h stay usable from any thread beside them, on the same client and
- * on locks acquired here (the accessors: fence, valid_ms, lost); a lock
- * acquired here is released by dlock_release_async or dlock_release, from
- * the loop's thread.
+ * dlock.h stay usable from any thread beside them, on the same client, and
+ * on locks acquired here: the accessors (fence, valid_ms, lost) at any
+ * time, the calls that talk to the server (check, extend, downgrade) as
+ * dlock.h allows them, not while an asynchronous call on the same lock is
+ * in flight. A lock acquired here is released by dlock_release_async or
+ * dlock_release, from the loop's thread.
  */
 #ifndef DLOCK_ASYNC_H
 #define DLOCK_ASYNC_H
@@ -89,17 +91,19 @@ DLOCK_EXTERN int dlock_acquire_async(dlock_request_handle **out, dlock_client *c
 /*
  * Start releasing lock, as dlock_release does (the handle is freed when the
  * release is done, before cb is called: do not use it after this call).
- * Returns DLOCK_OK (cb will be called), or DLOCK_EINVAL for NULL lock or cb
- * (the lock untouched), DLOCK_EMISUSE for a lock of a multi-lock or
- * election (release those with dlock_release), DLOCK_ENOMEM; and, cb never
- * called, what dlock_release returns for a lock whose client was freed
- * (DLOCK_EMISUSE, the handle freed).
+ * Returns DLOCK_OK (cb will be called), or, cb never called: DLOCK_EINVAL
+ * for NULL lock or cb, DLOCK_ENOTSUP for a multi-lock or an election's lock
+ * (release those with dlock_release), DLOCK_ENOMEM, each with the lock
+ * untouched; or what dlock_release returns for a lock whose client was
+ * freed: DLOCK_EMISUSE, and the handle is freed (as dlock_release frees
+ * it).
  */
 DLOCK_EXTERN int dlock_release_async(dlock_request_handle **out, dlock_lock *lock,
                                      dlock_done_cb cb, void *arg);
 
 /* Start extending lock's lease to lease_ms from now, as dlock_lock_extend
- * does. No other call on lock until cb ran. Errors as dlock_release_async's,
+ * does. No other call on lock until cb ran. Errors as dlock_release_async's
+ * (DLOCK_EMISUSE for a lock whose client was freed, the lock untouched),
  * and DLOCK_EINVAL for lease_ms out of range. */
 DLOCK_EXTERN int dlock_extend_async(dlock_request_handle **out, dlock_lock *lock,
                                     int64_t lease_ms, dlock_done_cb cb, void *arg);
@@ -127,10 +131,11 @@ DLOCK_EXTERN int dlock_request_cancel(dlock_request_handle *req);
 DLOCK_EXTERN int dlock_async_fd(dlock_client *client);
 
 /* How many ms from now the loop should call dlock_async_process even if
- * the descriptor stays quiet; -1 when it need not (today always: the
- * client's threads keep the time of its waits). Should a request ever make
- * it earlier, the descriptor turns readable, so that a loop that asks again
- * after each dlock_async_process is never late. */
+ * the descriptor stays quiet (a request the loop's thread sent itself times
+ * out then); -1 when it need not. A request started outside
+ * dlock_async_process that makes it earlier turns the descriptor readable,
+ * so that a loop that asks again after each dlock_async_process is never
+ * late. */
 DLOCK_EXTERN int64_t dlock_async_timeout_ms(dlock_client *client);
 
 /*

@@ -913,7 +913,10 @@ static void fast_done(void *arg, int rc)
     keep_message(h, rc);
     pthread_mutex_lock(&e->mu);
     push(&e->fast, h);
-    signal_loop(e);
+    /* Read by the loop's own fast_pump, which finishes it next: no need
+     * to wake the loop for it. */
+    if (!e->in_process || !pthread_equal(e->process_thread, pthread_self()))
+        signal_loop(e);
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -1117,7 +1120,7 @@ static int on_lock(dlock_request_handle **out, dlock_lock *l, int op, int64_t le
     if (l == NULL || cb == NULL)
         return dlock__fail(DLOCK_EINVAL, "%s: %s is NULL", what, l == NULL ? "lock" : "cb");
     if (l->parts != NULL || l->parent != NULL || l->kind == DLOCK_KIND_LEADER)
-        return dlock__fail(DLOCK_EMISUSE, "%s: a multi-lock or an election's lock is released "
+        return dlock__fail(DLOCK_ENOTSUP, "%s: a multi-lock or an election's lock is released "
                            "and extended with the blocking calls", what);
     if (op == OP_EXTEND && (lease_ms <= 0 || lease_ms > DLOCK_LEASE_MAX_MS))
         return dlock__fail(DLOCK_EINVAL, "%s: lease_ms is %lld, must be 1..%lld", what,
