@@ -11,8 +11,9 @@
 //          server, retryCount 0), both on ioredis
 //   etcd:  dlock, dlock's C API (plain and with on_lost), etcd3's Lock
 //
-// and, once, two bare round trips through libuv's thread pool: the floor of
-// a cycle through the binding, whose try and release each run on the pool.
+// and, once, two bare round trips through libuv's thread pool: what a cycle
+// cost on top of C when the binding ran its try and its release each on the
+// pool (they run on Node's loop now, through libdlock's async.h).
 //
 // Each cycle is an uncontended acquire (try once, 30 s lease, no renewal)
 // and release. The peers are installed with npm under PEERS (default
@@ -189,8 +190,8 @@ function row(label, p50, p99, note) {
 }
 
 // Two round trips through libuv's thread pool with no lock and no I/O to
-// speak of (fs.access): the floor of a cycle through the binding, which
-// runs its try and its release each on the pool.
+// speak of (fs.access): what the binding's cycle paid on top of C while it
+// ran its try and its release each on the pool (before async.h).
 async function twoHops() {
   await fsp.access(HERE);
   await fsp.access(HERE);

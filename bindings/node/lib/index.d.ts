@@ -149,3 +149,5 @@ export class NotSupported extends DlockError {}
 export class Misuse extends DlockError {}
 export class ServerError extends DlockError {}
 export class Interrupted extends DlockError {}
+/** An acquisition stopped because its client was freed while it ran. */
+export class Canceled extends DlockError {}

@@ -9,8 +9,10 @@
 //   });
 //   await client.close();
 //
-// Times are in milliseconds. No call blocks the event loop: a call that may
-// wait for a lock runs on a thread of its own, the others on libuv's pool.
+// Times are in milliseconds. No call blocks the event loop: acquisitions,
+// releases and extensions run on Node's own loop through libdlock's
+// asynchronous API; acquireMulti and campaign, which may wait, on a thread
+// of their own; the other calls on libuv's pool.
 'use strict';
 
 const native = require('../build/Release/dlock.node');
@@ -48,9 +50,10 @@ const NotSupported = errorClass('NotSupported', -9);
 const Misuse = errorClass('Misuse', -10);
 const ServerError = errorClass('ServerError', -11);
 const Interrupted = errorClass('Interrupted', -12);
+const Canceled = errorClass('Canceled', -13);
 
 const ERRORS = new Map([Busy, Timeout, LockLost, Unreachable, AuthError, ProtocolError,
-  InvalidArgument, OutOfMemory, NotSupported, Misuse, ServerError, Interrupted]
+  InvalidArgument, OutOfMemory, NotSupported, Misuse, ServerError, Interrupted, Canceled]
   .map((cls) => [cls.code, cls]));
 
 function makeError(code, message) {
@@ -199,11 +202,15 @@ class Lock {
   }
 
   // Runs op(handle) after the calls before it on this lock; a LockLost
-  // from the server marks the lock lost.
-  _call(op) {
+  // from the server marks the lock lost. after(), when given, runs once
+  // op's promise settled (if op ran), before the caller hears of it. One
+  // promise per call on top of op's own: a cycle's time is mostly hops.
+  _call(op, after) {
+    let ran = false;
     const run = () => {
       if (this._released)
         throw new Misuse('the lock was released already', Misuse.code);
+      ran = true;
       return op(this._h);
     };
     let p;
@@ -219,9 +226,13 @@ class Lock {
     this._running++;
     p = p.then((v) => {
       this._running--;
+      if (after && ran)
+        after();
       return v;
     }, (e) => {
       this._running--;
+      if (after && ran)
+        after();
       if (e instanceof LockLost)
         this._markLost(LockLost.code);
       throw e;
@@ -252,12 +263,12 @@ class Lock {
     if (this._released || this._releasing)
       return Promise.reject(new Misuse('the lock was released already', Misuse.code));
     this._releasing = true;
-    return this._call((h) => h.release().finally(() => {
+    return this._call((h) => h.release(), () => {
       this._released = true;
       this._client._held.delete(this._h);
       this._client._locks.delete(this._id);
       registry.unregister(this);
-    }));
+    });
   }
 }
 
@@ -286,6 +297,8 @@ class Client {
     this._locks = new Map();    // id -> WeakRef(Lock), for on_lost
     this._held = new Set();     // native handles not yet released
     this._pending = new Set();  // calls running, which close() waits for
+    this._starting = new Set(); // ids of acquisitions not yet settled
+    this._lostEarly = new Map(); // id -> reason: lost before its Lock was made
     this._closing = null;
   }
 
@@ -298,6 +311,10 @@ class Client {
     const lock = ref && ref.deref();
     if (lock)
       lock._markLost(reason);
+    else if (!ref && this._starting.has(id))
+      // Lost in the same turn of the loop as it was granted, before the
+      // acquisition's promise reached _take: told once its Lock exists.
+      this._lostEarly.set(id, reason);
   }
 
   _track(p) {
@@ -319,11 +336,25 @@ class Client {
     if (onLost !== undefined && onLost !== null && typeof onLost !== 'function')
       throw invalid(`onLost must be a function, got ${describe(onLost)}`);
     const id = nextId++;
-    const handle = await this._track(start(h, id));
+    const p = start(h, id);
+    this._pending.add(p);
+    this._starting.add(id);
+    let handle;
+    try {
+      handle = await p;
+    } finally {
+      this._pending.delete(p);
+      this._starting.delete(id);
+    }
     this._held.add(handle);
     const lock = new Cls(this, handle, id, onLost || null, name);
     this._locks.set(id, new WeakRef(lock));
     registry.register(lock, { client: this, handle, id }, lock);
+    const early = this._lostEarly.get(id);
+    if (early !== undefined) {
+      this._lostEarly.delete(id);
+      lock._markLost(early);
+    }
     return lock;
   }
 
@@ -349,20 +380,30 @@ class Client {
    * long, then Timeout; Infinity waits as long as it takes), autoRenew
    * (default true), onLost(lock, reason), fair, owner, reentrant, label. */
   acquire(name, opts) {
-    return (async () => {
+    try {
       opts = checkKeys(opts, ACQUIRE_OPTIONS, 'acquire');
       return this._kind(name, opts.fair ? KINDS.fair : KINDS.mutex, opts);
-    })();
+    } catch (e) {
+      return Promise.reject(e);
+    }
   }
 
   /** The shared (reader's) side of the read-write lock name. */
   readLock(name, opts) {
-    return (async () => this._kind(name, KINDS.read, checkKeys(opts, KIND_OPTIONS, 'readLock')))();
+    try {
+      return this._kind(name, KINDS.read, checkKeys(opts, KIND_OPTIONS, 'readLock'));
+    } catch (e) {
+      return Promise.reject(e);
+    }
   }
 
   /** The exclusive (writer's) side of the read-write lock name. */
   writeLock(name, opts) {
-    return (async () => this._kind(name, KINDS.write, checkKeys(opts, KIND_OPTIONS, 'writeLock')))();
+    try {
+      return this._kind(name, KINDS.write, checkKeys(opts, KIND_OPTIONS, 'writeLock'));
+    } catch (e) {
+      return Promise.reject(e);
+    }
   }
 
   /** One of permits places of the semaphore name (the first holder's
@@ -518,6 +559,7 @@ module.exports = {
   Misuse,
   ServerError,
   Interrupted,
+  Canceled,
   version: native.version(),
   _native: native,
 };

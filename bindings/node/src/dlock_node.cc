@@ -4,26 +4,38 @@
 // V8 code) over libdlock's public C API. lib/index.js is the API users see;
 // this file only moves calls off the JavaScript thread and results back.
 //
-// Threads. A call that may wait for a lock (an acquisition with wait != 0,
-// a campaign) runs on a thread of its own; every other call (a try, a
-// release, an extend, a status) runs on libuv's thread pool, whose few
-// threads a wait would hold for as long as it waits: four waiters for a
-// lock held in the same process would leave its release no thread to run
-// on. Results come back to the JavaScript thread through the client's one
-// thread-safe function, as does on_lost (called by libdlock's watchdog
-// thread, which must not wait).
+// Node's own loop. Acquisitions (every kind dlock_acquire takes: plain,
+// fair, read, write, semaphore; waits too), releases and extensions of the
+// locks so acquired go through libdlock's asynchronous API (dlock/async.h)
+// on Node's event loop: a uv_poll_t watches the client's dlock_async_fd and
+// runs dlock_async_process on the JavaScript thread, whose callbacks settle
+// the promises there and then. On Redis a try and a release are sent from
+// this thread and their replies read here: no thread at all. The on_lost of
+// those locks comes the same way (dlock_async_process runs it).
+//
+// Threads, for the rest. A call that may wait for a lock and has no
+// asynchronous C call (acquireMulti, campaign) runs on a thread of its own;
+// the other calls (status, setPermits, check, downgrade, and everything on
+// locks of multi and campaign) run on libuv's thread pool, whose few
+// threads a wait would hold for as long as it waits. Their results come
+// back to the JavaScript thread through the client's one thread-safe
+// function, as does the on_lost of their locks (called by libdlock's
+// watchdog thread, which must not wait).
 //
 // Lifetimes. A lock handle keeps its client's object alive until it is
 // released (dlock_release must come before dlock_client_free for the
 // release to reach the server). A client's Core outlives dlock_client_free:
 // the watchdog may still call on_lost until that returns, and on_lost
-// reaches JavaScript through the Core's thread-safe function.
+// reaches JavaScript through the Core's thread-safe function. The loop's
+// handles (AsyncLoop) are closed by the client's detach hook, or before a
+// dlock_client_free on the pool, and freed by libuv's close callbacks.
 
 #define NAPI_VERSION 8
 #define NAPI_DISABLE_CPP_EXCEPTIONS
 #include <napi.h>
 
-#include <dlock/dlock.h>
+#include <dlock/async.h>
+#include <uv.h>
 
 #include <malloc.h>
 #include <cstdint>
@@ -108,26 +120,251 @@ void DeliverMsg(Napi::Env env, Napi::Function on_lost, void *, Msg *msg)
 
 using Tsfn = Napi::TypedThreadSafeFunction<void, Msg, DeliverMsg>;
 
+struct AsyncLoop;
+
 struct Core {
     dlock_client *c = nullptr;
     Tsfn tsfn;
     int busy = 0;  // waits running and locks held
     bool freed = false;
+    napi_env env = nullptr;
+    // The on_lost dispatcher of lib/index.js, called straight from
+    // dlock_async_process for the locks acquired through async.h.
+    Napi::FunctionReference lost_fn;
+    // What the loop's callbacks run JavaScript in (async_hooks' resource).
+    napi_async_context actx = nullptr;
+    AsyncLoop *loop = nullptr;  // attached at the first asynchronous call
+    int inflight = 0;           // asynchronous requests whose callback is due
+    // In a dlock_async_process run by the loop (LoopProcess): a callback
+    // of libdlock's opens its own scopes then (JsScope).
+    bool in_pass = false;
+
+    ~Core()
+    {
+        if (actx != nullptr)
+            napi_async_destroy(env, actx);
+    }
 
     // A client keeps the process alive while it waits for a lock or holds
     // one (its watchdog renews it, and its signal may yet abort), as an
     // open socket would; an idle client does not.
     void Hold(Napi::Env env)
     {
-        if (busy++ == 0)
+        if (busy++ == 0) {
             tsfn.Ref(env);
+            RefLoop(true);
+        }
     }
     void Drop(Napi::Env env)
     {
-        if (--busy == 0 && !freed)
+        if (--busy == 0 && !freed) {
             tsfn.Unref(env);
+            RefLoop(false);
+        }
     }
+
+    void RefLoop(bool on);
+    int Attach(std::string *message);
 };
+
+// The client's descriptor and deadline on Node's loop (after
+// include/dlock/adapters/libuv.h, with the handles referenced only while
+// the client is busy, and JavaScript callbacks run in a callback scope).
+struct AsyncLoop {
+    Core *core;
+    uv_poll_t poll;
+    uv_timer_t timer;
+    bool detached = false;  // closing: nothing may touch core->c any more
+    int open = 0;           // handles not closed yet; freed at 0
+};
+
+void LoopCleanup(void *arg);
+
+void LoopClosed(uv_handle_t *h)
+{
+    AsyncLoop *l = static_cast<AsyncLoop *>(h->data);
+    if (--l->open == 0)
+        delete l;
+}
+
+// Stops watching, for good: the client is being freed (its detach hook),
+// is about to be freed on the pool, or the environment goes.
+void LoopClose(AsyncLoop *l, bool from_cleanup = false)
+{
+    if (l->detached)
+        return;
+    l->detached = true;
+    if (l->core->loop == l)
+        l->core->loop = nullptr;
+    if (!from_cleanup)
+        napi_remove_env_cleanup_hook(l->core->env, LoopCleanup, l);
+    uv_close(reinterpret_cast<uv_handle_t *>(&l->poll), LoopClosed);
+    uv_close(reinterpret_cast<uv_handle_t *>(&l->timer), LoopClosed);
+}
+
+extern "C" void LoopDetach(void *arg)
+{
+    LoopClose(static_cast<AsyncLoop *>(arg));
+}
+
+// The environment goes with the client still open (a worker that ends, the
+// process's exit): its loop must not keep our handles.
+void LoopCleanup(void *arg)
+{
+    AsyncLoop *l = static_cast<AsyncLoop *>(arg);
+    if (l->detached)
+        return;
+    dlock_async_set_detach(l->core->c, nullptr, nullptr);
+    LoopClose(l, true);
+}
+
+void LoopTimer(uv_timer_t *t);
+
+void LoopArm(AsyncLoop *l)
+{
+    int64_t ms = dlock_async_timeout_ms(l->core->c);
+    if (ms < 0)
+        uv_timer_stop(&l->timer);
+    else
+        uv_timer_start(&l->timer, LoopTimer, static_cast<uint64_t>(ms), 0);
+}
+
+// Runs the callbacks that are due, on the JavaScript thread (each opens
+// its own scopes: JsScope), then asks for the next deadline.
+void LoopProcess(AsyncLoop *l)
+{
+    if (l->detached)
+        return;
+    Core *core = l->core;
+    core->in_pass = true;
+    dlock_async_process(core->c);
+    core->in_pass = false;
+    // The client may have been freed meanwhile (a callback, or a
+    // continuation at the scope's end, closed it): then l is closing.
+    if (!l->detached)
+        LoopArm(l);
+}
+
+// Opened first by every callback of libdlock's, on the JavaScript thread.
+// In a loop's pass: a handle scope and a callback scope, whose close, when
+// the callback ends, runs the process.nextTick queue and the microtasks
+// (the continuations of the promise it settled), as Node does after any
+// callback. They run inside dlock_async_process, where async.h lets them
+// start requests (the release that follows an acquisition, the next try):
+// a request started there is sent at once and its deadline taken by the
+// LoopArm after the pass, where one started outside a pass also wakes the
+// loop through the descriptor. Elsewhere (dlock_client_free from Free)
+// JavaScript is on the stack already: nothing to open.
+class JsScope {
+  public:
+    explicit JsScope(Core *core) : env_(core->env)
+    {
+        if (!core->in_pass)
+            return;
+        napi_value resource;
+        napi_open_handle_scope(env_, &hs_);
+        napi_create_object(env_, &resource);
+        if (napi_open_callback_scope(env_, resource, core->actx, &cs_) != napi_ok)
+            cs_ = nullptr;
+    }
+    ~JsScope()
+    {
+        if (cs_ != nullptr)
+            napi_close_callback_scope(env_, cs_);
+        if (hs_ != nullptr)
+            napi_close_handle_scope(env_, hs_);
+    }
+    JsScope(const JsScope &) = delete;
+    JsScope &operator=(const JsScope &) = delete;
+
+  private:
+    napi_env env_;
+    napi_handle_scope hs_ = nullptr;
+    napi_callback_scope cs_ = nullptr;
+};
+
+void LoopPoll(uv_poll_t *p, int, int)
+{
+    LoopProcess(static_cast<AsyncLoop *>(p->data));
+}
+
+void LoopTimer(uv_timer_t *t)
+{
+    LoopProcess(static_cast<AsyncLoop *>(t->data));
+}
+
+void Core::RefLoop(bool on)
+{
+    if (loop == nullptr)
+        return;
+    uv_handle_t *p = reinterpret_cast<uv_handle_t *>(&loop->poll);
+    uv_handle_t *t = reinterpret_cast<uv_handle_t *>(&loop->timer);
+    if (on) {
+        uv_ref(p);
+        uv_ref(t);
+    } else {
+        uv_unref(p);
+        uv_unref(t);
+    }
+}
+
+// Watches the client's descriptor on Node's loop, once (the first
+// asynchronous call). DLOCK_OK, or a code with *message.
+int Core::Attach(std::string *message)
+{
+    if (loop != nullptr)
+        return DLOCK_OK;
+    uv_loop_t *uvl = nullptr;
+    if (napi_get_uv_event_loop(env, &uvl) != napi_ok || uvl == nullptr) {
+        *message = "cannot find Node's event loop";
+        return DLOCK_ENOMEM;
+    }
+    int fd = dlock_async_fd(c);
+    if (fd < 0) {
+        *message = dlock_error_message();
+        return DLOCK_ENOMEM;
+    }
+    if (actx == nullptr) {
+        napi_value resource, name;
+        if (napi_create_object(env, &resource) != napi_ok ||
+            napi_create_string_utf8(env, "dlock", NAPI_AUTO_LENGTH, &name) != napi_ok ||
+            napi_async_init(env, resource, name, &actx) != napi_ok) {
+            actx = nullptr;
+            *message = "cannot make the client's async context";
+            return DLOCK_ENOMEM;
+        }
+    }
+    AsyncLoop *l = new AsyncLoop;
+    l->core = this;
+    if (uv_poll_init(uvl, &l->poll, fd) != 0) {
+        delete l;
+        *message = "cannot watch the client's descriptor on Node's loop";
+        return DLOCK_ENOMEM;
+    }
+    l->poll.data = l;
+    l->open = 1;
+    uv_timer_init(uvl, &l->timer);  // cannot fail
+    l->timer.data = l;
+    l->open = 2;
+    napi_add_env_cleanup_hook(env, LoopCleanup, l);
+    int rc = uv_poll_start(&l->poll, UV_READABLE, LoopPoll);
+    if (rc != 0) {
+        *message = std::string("cannot watch the client's descriptor: ") + uv_strerror(rc);
+        LoopClose(l);
+        return DLOCK_ENOMEM;
+    }
+    rc = dlock_async_set_detach(c, LoopDetach, l);
+    if (rc != DLOCK_OK) {
+        *message = dlock_error_message();
+        LoopClose(l);
+        return rc;
+    }
+    loop = l;
+    if (busy == 0)
+        RefLoop(false);
+    LoopArm(l);
+    return DLOCK_OK;
+}
 
 // on_lost's payload: which lock (lib/index.js's id) of which client.
 struct Watch {
@@ -151,6 +388,31 @@ extern "C" void OnLost(dlock_lock *, int reason, void *payload)
 {
     Watch *w = static_cast<Watch *>(payload);
     w->core->tsfn.NonBlockingCall(new LostMsg(w->id, reason));
+}
+
+// A JavaScript exception from a call made in a loop callback: Node's
+// uncaughtException, as for any callback.
+void Rethrow(Napi::Env env)
+{
+    if (env.IsExceptionPending()) {
+        napi_value e;
+        napi_get_and_clear_last_exception(env, &e);
+        napi_fatal_exception(env, e);
+    }
+}
+
+// The on_lost of a lock acquired through async.h: called by
+// dlock_async_process, on the JavaScript thread (the loop's pass).
+extern "C" void OnLostAsync(dlock_lock *, int reason, void *payload)
+{
+    Watch *w = static_cast<Watch *>(payload);
+    JsScope js(w->core);
+    Napi::Env env(w->core->env);
+    Napi::HandleScope scope(env);
+    if (w->core->lost_fn.IsEmpty())
+        return;
+    w->core->lost_fn.Call({Napi::Number::New(env, w->id), Napi::Number::New(env, reason)});
+    Rethrow(env);
 }
 
 // ---- calls ----------------------------------------------------------------------
@@ -302,12 +564,15 @@ class Lock : public Napi::ObjectWrap<Lock> {
     explicit Lock(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Lock>(info) {}
 
     // Set by the acquiring call's Result, on the JavaScript thread.
-    void Adopt(Napi::Env env, dlock_lock *l, Watch *w, const Napi::Object &client, Core *core)
+    // async: acquired through async.h, so released and extended there too.
+    void Adopt(Napi::Env env, dlock_lock *l, Watch *w, const Napi::Object &client, Core *core,
+               bool async)
     {
         lock_ = l;
         watch_ = w;
         client_ = Napi::Persistent(client);
         core_ = core;
+        async_ = async;
         core->Hold(env);
     }
 
@@ -394,15 +659,8 @@ class Lock : public Napi::ObjectWrap<Lock> {
         void Finish(Napi::Env env) override
         {
             self_->busy_ = false;
-            if (op_ == 0) {
-                self_->core_->Drop(env);
-                // Released (freed by libdlock) whatever the code: the
-                // watchdog is done with the handle and its Watch.
-                self_->lock_ = nullptr;
-                delete self_->watch_;
-                self_->watch_ = nullptr;
-                self_->client_.Reset();
-            }
+            if (op_ == 0)
+                self_->Forget(env);
         }
 
       private:
@@ -413,10 +671,86 @@ class Lock : public Napi::ObjectWrap<Lock> {
         int64_t ms_;
     };
 
+    // After a release, whatever its code: libdlock freed the handle, and
+    // the watchdog is done with it and its Watch.
+    void Forget(Napi::Env env)
+    {
+        core_->Drop(env);
+        lock_ = nullptr;
+        delete watch_;
+        watch_ = nullptr;
+        client_.Reset();
+    }
+
+    // A release or an extension through async.h, settled by Done.
+    struct AsyncOp {
+        Napi::Promise::Deferred deferred;
+        Napi::ObjectReference keep;  // the Lock's object, until Done
+        Lock *self;
+        int op;
+        AsyncOp(Napi::Env env, Lock *l, int o)
+            : deferred(Napi::Promise::Deferred::New(env)), keep(Napi::Persistent(l->Value())),
+              self(l), op(o)
+        {
+        }
+    };
+
+    // Called by dlock_async_process, on the JavaScript thread.
+    static void Done(int rc, void *arg)
+    {
+        AsyncOp *a = static_cast<AsyncOp *>(arg);
+        std::string message = rc != DLOCK_OK ? dlock_error_message() : "";
+        Lock *self = a->self;
+        JsScope js(self->core_);
+        Napi::Env env(self->core_->env);
+        Napi::HandleScope scope(env);
+        self->core_->inflight--;
+        self->busy_ = false;
+        if (a->op == 0)
+            self->Forget(env);
+        if (rc == DLOCK_OK)
+            a->deferred.Resolve(env.Undefined());
+        else
+            a->deferred.Reject(MakeError(env, rc, message));
+        delete a;
+    }
+
+    Napi::Value StartAsync(Napi::Env env, int op, int64_t ms)
+    {
+        AsyncOp *a = new AsyncOp(env, this, op);
+        Napi::Promise p = a->deferred.Promise();
+        int rc = op == 0 ? dlock_release_async(nullptr, lock_, Done, a)
+                         : dlock_extend_async(nullptr, lock_, ms, Done, a);
+        if (rc == DLOCK_OK) {
+            busy_ = true;
+            core_->inflight++;
+            return p;
+        }
+        std::string message = dlock_error_message();
+        if (op == 0) {
+            // Out of memory, the lock untouched: the blocking release, from
+            // this thread (allowed: one round trip). Otherwise (the client
+            // freed) libdlock freed the handle.
+            if (rc == DLOCK_ENOMEM) {
+                rc = dlock_release(lock_);
+                message = rc != DLOCK_OK ? dlock_error_message() : "";
+            }
+            Forget(env);
+        }
+        if (rc == DLOCK_OK)
+            a->deferred.Resolve(env.Undefined());
+        else
+            a->deferred.Reject(MakeError(env, rc, message));
+        delete a;
+        return p;
+    }
+
     Napi::Value Start(const Napi::CallbackInfo &info, int op, int64_t ms)
     {
         if (Handle(info.Env()) == nullptr)
             return info.Env().Undefined();
+        if (async_ && (op == 0 || op == 1))
+            return StartAsync(info.Env(), op, ms);
         LockCall *call = new LockCall(info.Env(), this, op, ms);
         Napi::Promise p = call->Promise();
         call->Queue(info.Env());
@@ -438,6 +772,7 @@ class Lock : public Napi::ObjectWrap<Lock> {
     Napi::ObjectReference client_;  // kept alive while the lock is held
     Core *core_ = nullptr;
     bool busy_ = false;
+    bool async_ = false;
 };
 
 // ---- the client -----------------------------------------------------------------
@@ -466,11 +801,12 @@ struct Options {
     }
 
     // Points the C options at this struct's strings (after any copy).
-    void Bind(Watch *w)
+    // async: on_lost comes through dlock_async_process (async.h's locks).
+    void Bind(Watch *w, bool async = false)
     {
         o.owner = has_owner ? owner.c_str() : nullptr;
         o.label = has_label ? label.c_str() : nullptr;
-        o.on_lost = w ? OnLost : nullptr;
+        o.on_lost = w ? (async ? OnLostAsync : OnLost) : nullptr;
         o.payload = w;
     }
 };
@@ -504,6 +840,8 @@ class Client : public Napi::ObjectWrap<Client> {
             return;
         }
         core_ = new Core;
+        core_->env = env;
+        core_->lost_fn = Napi::Persistent(info[0].As<Napi::Function>());
         core_->tsfn = Tsfn::New(env, info[0].As<Napi::Function>(), "dlock", 0, 1, nullptr);
         core_->tsfn.Unref(env);
     }
@@ -615,7 +953,7 @@ class Client : public Napi::ObjectWrap<Client> {
                 dlock_release(out_);  // cannot happen short of memory: give it back
                 return env.Undefined();
             }
-            Lock::Unwrap(obj)->Adopt(env, out_, watch_, keep.Value(), core);
+            Lock::Unwrap(obj)->Adopt(env, out_, watch_, keep.Value(), core, false);
             watch_ = nullptr;
             return obj;
         }
@@ -634,23 +972,83 @@ class Client : public Napi::ObjectWrap<Client> {
         }
     }
 
-    // acquire(name, ttl, wait, autoRenew, watchId, kind, owner, reentrant, permits, label)
+    // An acquisition through async.h, settled by Acquired.
+    struct AsyncTake {
+        Napi::Promise::Deferred deferred;
+        Napi::ObjectReference keep;  // the client's object, until Acquired
+        Core *core;
+        std::string name;
+        Options opts;
+        Watch *watch = nullptr;  // the Lock's once it holds
+        AsyncTake(Napi::Env env, Client *c)
+            : deferred(Napi::Promise::Deferred::New(env)), keep(Napi::Persistent(c->Value())),
+              core(c->core_)
+        {
+        }
+        ~AsyncTake() { delete watch; }
+    };
+
+    // Called by dlock_async_process (or by dlock_client_free, from Free),
+    // on the JavaScript thread.
+    static void Acquired(int rc, dlock_lock *lock, void *arg)
+    {
+        AsyncTake *t = static_cast<AsyncTake *>(arg);
+        std::string message = rc != DLOCK_OK ? dlock_error_message() : "";
+        Core *core = t->core;
+        JsScope js(core);
+        Napi::Env env(core->env);
+        Napi::HandleScope scope(env);
+        core->inflight--;
+        if (rc == DLOCK_OK) {
+            Addon *addon = env.GetInstanceData<Addon>();
+            Napi::Object obj = addon->lock_ctor.New({});
+            if (env.IsExceptionPending()) {
+                // Cannot happen short of memory: give it back.
+                Napi::Error e = env.GetAndClearPendingException();
+                dlock_release(lock);
+                t->deferred.Reject(e.Value());
+            } else {
+                Lock::Unwrap(obj)->Adopt(env, lock, t->watch, t->keep.Value(), core, true);
+                t->watch = nullptr;
+                t->deferred.Resolve(obj);
+            }
+        } else {
+            t->deferred.Reject(MakeError(env, rc, message));
+        }
+        core->Drop(env);
+        delete t;
+    }
+
+    // acquire(name, ttl, wait, autoRenew, watchId, kind, owner, reentrant, permits, label):
+    // on Node's loop, through async.h.
     Napi::Value Acquire(const Napi::CallbackInfo &info)
     {
         Napi::Env env = info.Env();
-        struct AcquireCall : TakeCall {
-            AcquireCall(Napi::Env env, Client *c) : TakeCall(env, c) {}
-            int Run() override { return dlock_acquire(&out_, core->c, name.c_str(), &opts.o); }
-        };
         if (!Ready(env))
             return env.Undefined();
-        AcquireCall *call = new AcquireCall(env, this);
-        if (!Text(env, info[0], "name", &call->name) || !call->opts.Parse(env, info, 1)) {
-            delete call;
+        AsyncTake *t = new AsyncTake(env, this);
+        if (!Text(env, info[0], "name", &t->name) || !t->opts.Parse(env, info, 1)) {
+            delete t;
             return env.Undefined();
         }
-        Napi::Promise p = call->Promise();
-        Dispatch(env, call);
+        Napi::Promise p = t->deferred.Promise();
+        std::string message;
+        int rc = core_->Attach(&message);
+        if (rc == DLOCK_OK) {
+            if (t->opts.watch_id != 0)
+                t->watch = new Watch{core_, t->opts.watch_id};
+            t->opts.Bind(t->watch, true);
+            rc = dlock_acquire_async(nullptr, core_->c, t->name.c_str(), &t->opts.o, Acquired, t);
+            if (rc != DLOCK_OK)
+                message = dlock_error_message();
+        }
+        if (rc != DLOCK_OK) {
+            t->deferred.Reject(MakeError(env, rc, message));
+            delete t;
+            return p;
+        }
+        core_->inflight++;
+        core_->Hold(env);
         return p;
     }
 
@@ -813,8 +1211,8 @@ class Client : public Napi::ObjectWrap<Client> {
 
     // free(): lib/index.js calls it once no call on the client runs and its
     // locks are released. dlock_client_free joins the watchdog, so it runs
-    // on the pool; the Core stays until this object goes (a lost message
-    // may still be queued).
+    // on the pool, unless the loop must run it (below); the Core stays
+    // until this object goes (a lost message may still be queued).
     Napi::Value Free(const Napi::CallbackInfo &info)
     {
         Napi::Env env = info.Env();
@@ -841,6 +1239,29 @@ class Client : public Napi::ObjectWrap<Client> {
             Napi::Promise::Deferred d = Napi::Promise::Deferred::New(env);
             d.Resolve(env.Undefined());
             return d.Promise();
+        }
+        if (core_->loop != nullptr && (core_->inflight > 0 || core_->in_pass)) {
+            // Asynchronous requests in flight (lib/index.js waits for its
+            // own, but not for a collected lock's release), or called from
+            // inside dlock_async_process (a continuation of a lock call:
+            // `await lock.release(); await client.close()`): free here, on
+            // the loop's thread, where their callbacks must run (waits get
+            // DLOCK_ECANCELED); from inside dlock_async_process, libdlock
+            // frees the client when that returns. About a millisecond on
+            // a local Redis or etcd. The detach hook closes the handles.
+            dlock_client_free(core_->c);
+            core_->c = nullptr;
+            core_->freed = true;
+            core_->tsfn.Release();
+            Napi::Promise::Deferred d = Napi::Promise::Deferred::New(env);
+            d.Resolve(env.Undefined());
+            return d.Promise();
+        }
+        // Nothing due on the loop: stop watching now, and free on the pool
+        // (dlock_client_free joins the client's threads).
+        if (core_->loop != nullptr) {
+            dlock_async_set_detach(core_->c, nullptr, nullptr);
+            LoopClose(core_->loop);
         }
         FreeCall *call = new FreeCall(env, this);
         Napi::Promise p = call->Promise();

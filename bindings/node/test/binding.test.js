@@ -185,6 +185,100 @@ for (const backend of BACKENDS) {
       await Promise.all(waits.map(async (w) => (await w).release()));
     });
 
+    it('many acquisitions at once on one client, tries and waits', async () => {
+      const base = fresh();
+      const tries = await Promise.all(Array.from({ length: 300 },
+        (_, i) => client.acquire(`${base}-${i}`, { ttl: 10000 })));
+      assert.equal(new Set(tries.map((l) => l.name)).size, 300);
+      await Promise.all(tries.map((l) => l.release()));
+      // Forty waiters on one name, each releasing as soon as it holds.
+      const name = `${base}-one`;
+      const fences = await Promise.all(Array.from({ length: 40 }, async () => {
+        const l = await client.acquire(name, { wait: 30000, ttl: 5000 });
+        const f = l.fence;
+        await l.release();
+        return f;
+      }));
+      assert.equal(new Set(fences).size, 40);
+      assert.equal((await client.status(name)).held, false);
+    });
+
+    it('interrupt and close end waits; a free with a wait in flight cancels it', async () => {
+      const name = fresh();
+      const holder = await client.acquire(name);
+      try {
+        const a = await dlock.connect(server.url);
+        // Each wait's outcome is taken at once: it rejects while close()
+        // and free() run, before assert.rejects would be there.
+        const outcome = (p) => p.then((l) => l, (e) => e);
+        const waitA = outcome(a.acquire(name, { wait: Infinity }));
+        await sleep(200);
+        a.interrupt();
+        assert.ok(await waitA instanceof dlock.Interrupted);
+        await a.close();
+
+        const b = await dlock.connect(server.url);
+        const waitB = outcome(b.acquire(name, { wait: Infinity }));
+        await sleep(200);
+        const t0 = Date.now();
+        await b.close();
+        const eb = await waitB;
+        assert.ok(eb instanceof dlock.Interrupted || eb instanceof dlock.Canceled, String(eb));
+        assert.ok(Date.now() - t0 < 5000, String(Date.now() - t0));
+
+        // Freed under the wait (not through close(), which interrupts first):
+        // the C library cancels it, and it rejects with Canceled.
+        const c = await dlock.connect(server.url);
+        const waitC = outcome(c.acquire(name, { wait: Infinity }));
+        await sleep(200);
+        await c._h.free();
+        const ec = await waitC;
+        assert.ok(ec instanceof dlock.Canceled && ec.code === -13 && ec.message.length > 0,
+          String(ec));
+      } finally {
+        await holder.release();
+      }
+      // Nobody is left in the queue: the lock is free at once.
+      await (await client.acquire(name)).release();
+    });
+
+    it('an idle client lets the process end; a held lock or a wait keeps it', async () => {
+      const name = fresh();
+      const holder = await client.acquire(name);
+      const p = child(`
+        const dlock = require('node');
+        const [url, name] = process.argv.slice(1);
+        (async () => {
+          const c = await dlock.connect(url);
+          await (await c.acquire(name + '-idle')).release();
+          const held = await c.acquire(name + '-held');
+          // Nothing else keeps the loop: an unref'd timer does not.
+          setTimeout(() => held.release().then(() => console.log('released')), 300).unref();
+          console.log('waiting');
+          c.acquire(name, { wait: 20000 }).then((l) => {
+            console.log('got it');
+            return l.release();
+          }).then(() => console.log('end of work'));
+          // The client is never closed: idle again, it must not keep the
+          // process alive.
+        })();`, server.url, name);
+      const exited = new Promise((r) => p.on('exit', (code) => r(code)));
+      try {
+        await readUntil(p, 'waiting');
+        await sleep(500);
+        assert.equal(p.exitCode, null, 'the child ended while it waited for a lock');
+        await holder.release();
+        const code = await Promise.race([exited, sleep(15000).then(() => 'still running')]);
+        assert.equal(code, 0, p.lines.join('\n'));
+        assert.ok(p.lines.includes('released'), p.lines.join('\n'));
+        assert.ok(p.lines.includes('end of work'), p.lines.join('\n'));
+      } finally {
+        p.kill('SIGKILL');
+        if (!holder.released)
+          await holder.release();
+      }
+    });
+
     it('expiry frees the lock, and the holder is told', async () => {
       const name = fresh();
       const ttl = server.shortTtl;
@@ -421,18 +515,24 @@ for (const backend of BACKENDS) {
       const name = fresh();
       const n = { redis: 100000, etcd: 10000 }[backend] || 2000;
       const cycle = async () => (await client.acquire(name, { autoRenew: false })).release();
-      const sample = () => {
-        if (global.gc)
+      // A collected native Lock's memory is freed by its finalizer, which
+      // Node-API runs at the loop's next turn (setImmediate), not inside
+      // gc(): let them run before counting.
+      const sample = async () => {
+        if (global.gc) {
           global.gc();
+          await new Promise((r) => setImmediate(r));
+          global.gc();
+        }
         const m = process.memoryUsage();
         return { rss: m.rss, total: m.heapTotal, heap: m.heapUsed, c: dlock._native.mallocInUse() };
       };
       for (let i = 0; i < n / 5; i++)
         await cycle();
-      const a = sample();
+      const a = await sample();
       for (let i = 0; i < n; i++)
         await cycle();
-      const b = sample();
+      const b = await sample();
       const kib = (k) => Math.round((b[k] - a[k]) / 1024);
       console.log(`# ${n} cycles on ${backend}: RSS grew ${kib('rss')} KiB (V8's heapTotal ` +
         `${kib('total')} KiB), malloc in use ${kib('c')} KiB, JavaScript heap used ${kib('heap')} KiB`);

@@ -25,6 +25,8 @@ async function job(url: string): Promise<bigint> {
   } catch (e) {
     if (e instanceof dlock.Busy)
       return BigInt(e.code) + (info.fence ?? 0n) + BigInt(r.length);
+    if (e instanceof dlock.Canceled || e instanceof dlock.Interrupted)
+      return BigInt(e.code);
   }
   await client.close();
   return fence;
