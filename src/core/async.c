@@ -826,16 +826,18 @@ static void relay_lost(dlock_lock *l, int reason, void *payload)
 
 static void lost_unlink(engine *e, relay *r)
 {
-    relay **pp = &e->lost_first;
+    relay *prev = NULL;
 
-    e->lost_last = NULL;
-    while (*pp != NULL) {
-        if (*pp == r)
-            *pp = r->next;
+    for (relay *x = e->lost_first; x != NULL; prev = x, x = x->next) {
+        if (x != r)
+            continue;
+        if (prev != NULL)
+            prev->next = r->next;
         else
-            e->lost_last = *pp, pp = &(*pp)->next;
-        if (*pp == NULL)
-            break;
+            e->lost_first = r->next;
+        if (e->lost_last == r)
+            e->lost_last = prev;
+        break;
     }
     r->queued = 0;
     r->next = NULL;
@@ -1209,16 +1211,6 @@ static void cancel_locked(engine *e, dlock_request_handle *h, int *wake)
     }
 }
 
-/* Wake the acquisitions blocked in watch_wait on threads of their own, as
- * dlock_client_interrupt does (c->mu keeps their watches alive). */
-static void wake_own_threads(dlock_client *c)
-{
-    pthread_mutex_lock(&c->mu);
-    for (dlock__waiter *w = c->waiting; w != NULL; w = w->next)
-        c->backend->watch_wake(c->be, w->watch);
-    pthread_mutex_unlock(&c->mu);
-}
-
 int dlock_request_cancel(dlock_request_handle *h)
 {
     engine *e;
@@ -1236,7 +1228,7 @@ int dlock_request_cancel(dlock_request_handle *h)
     cancel_locked(e, h, &wake);
     pthread_mutex_unlock(&e->mu);
     if (wake)
-        wake_own_threads(h->c);
+        dlock__waiting_wake_all(h->c); /* those on threads of their own */
     return DLOCK_OK;
 }
 
@@ -1459,7 +1451,7 @@ int dlock__async_free_begin(dlock_client *c)
     wake |= e->running > 0;
     pthread_mutex_unlock(&e->mu);
     if (wake)
-        wake_own_threads(c);
+        dlock__waiting_wake_all(c);
     /* What this thread sent is answered by the server or by its timeout:
      * read it here, the loop is not running now. */
     for (;;) {

@@ -220,6 +220,10 @@ int dlock__check_interrupt(dlock_client *c, const char *name);
  * dlock_client_interrupt wakes it; take it off before watch_end. */
 void dlock__waiting_add(dlock_client *c, dlock__waiter *w, void *watch);
 void dlock__waiting_remove(dlock_client *c, dlock__waiter *w);
+/* watch_wake every waiting call's watch (c->mu keeps them alive meanwhile):
+ * dlock_client_interrupt's thread, and the async engine's cancel and free
+ * for acquisitions blocked in watch_wait on threads of their own. */
+void dlock__waiting_wake_all(dlock_client *c);
 
 /* Validate a lock name (non-empty, at most DLOCK_NAME_MAX bytes). */
 int dlock__check_name(const char *name, const char *what);

@@ -299,7 +299,7 @@ int dlock_client_stats(dlock_stats *out, const dlock_client *client)
  * waiter that lists itself after the thread went through the list sees the
  * flag before it sleeps (dlock__check_interrupt at the top of the loop).
  */
-static void wake_waiters(dlock_client *c)
+void dlock__waiting_wake_all(dlock_client *c)
 {
     pthread_mutex_lock(&c->mu);
     for (dlock__waiter *w = c->waiting; w != NULL; w = w->next)
@@ -318,7 +318,7 @@ static void *interrupt_main(void *arg)
             continue;
         if (n <= 0 || byte == 'q')
             return NULL;
-        wake_waiters(c);
+        dlock__waiting_wake_all(c);
     }
 }
 
