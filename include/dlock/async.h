@@ -25,6 +25,11 @@
  * MySQL today). So 10,000 requests waiting for Redis locks cost 10,000
  * small records, not 10,000 threads.
  *
+ * A client opened with DLOCK_CLIENT_NO_THREADS (dlock.h) starts no thread
+ * at all: renewals, on_lost and every request run inside
+ * dlock_async_process, waits poll, and only plain mutexes are served here
+ * (DLOCK_ENOTSUP for the rest). docs/async.md, "Without threads".
+ *
  * The loop must call dlock_async_process when the descriptor is readable
  * and when dlock_async_timeout_ms says (what it sent itself fails at its
  * command timeout only then), as the adapters do.

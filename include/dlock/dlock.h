@@ -252,11 +252,33 @@ typedef struct {
      * dlock_trace_cb), with trace_payload. NULL (default): none. */
     dlock_trace_cb trace;
     void *trace_payload;
+
+    /* ---- Version 4 ---- */
+
+    /* DLOCK_CLIENT_* bits. Default 0. */
+    unsigned flags;
 } dlock_client_options;
 
-#define DLOCK_CLIENT_OPTIONS_VERSION 3
+/*
+ * flags: the client starts no thread of its own, for a program built
+ * around one event loop (include/dlock/async.h): no watchdog thread, no
+ * subscriber, no worker. Renewals, on_lost and every request of the
+ * asynchronous API run inside dlock_async_process, which the loop must then
+ * call whenever dlock_async_fd is readable and dlock_async_timeout_ms says,
+ * as long as it holds a lock (a lock is renewed only then). A wait polls
+ * the server (no announcement of releases without a subscriber); the
+ * blocking calls of this header keep working on the calling thread.
+ * Served by Redis on one server, TLS or Sentinel, for plain mutexes
+ * (no kind, no owner); dlock_client_open answers DLOCK_ENOTSUP on the
+ * other backends and URLs (Cluster, min_replicas), and dlock_acquire_async
+ * for the other kinds. docs/async.md has the details.
+ */
+#define DLOCK_CLIENT_NO_THREADS 1u
+
+#define DLOCK_CLIENT_OPTIONS_VERSION 4
 #define DLOCK_CLIENT_OPTIONS_INIT                                                                 \
-    {DLOCK_CLIENT_OPTIONS_VERSION, 2000, 5000, NULL, NULL, NULL, NULL, DLOCK_LOG_INFO, NULL, NULL}
+    {DLOCK_CLIENT_OPTIONS_VERSION, 2000, 5000, NULL, NULL, NULL, NULL, DLOCK_LOG_INFO, NULL,   \
+     NULL, 0}
 
 /*
  * The URL schemes this library knows, one by one: i from 0 until NULL.

@@ -81,8 +81,10 @@ struct dlock_request_handle {
     dlock_acquire_result res;
     dlock_acquire_cb acquired;
 
-    /* A release or an extension. */
+    /* A release or an extension (without threads, sent as a renewal of one:
+     * item). */
     int64_t lease_ms;
+    dlock_renewal item;
     dlock_done_cb finished;
     void *arg;
 
@@ -130,6 +132,10 @@ struct dlock__async {
     } watched[4];
     int nwatched;
     int64_t due_ms; /* the backend's async_step must run by then (-1: no need) */
+    /* Without threads: the watchdog's next step (-1: when told), and
+     * whether it must be planned again (dlock__async_wake). */
+    int64_t wd_next_ms;
+    int wd_dirty;
     dlock_request_handle *live; /* the acquisitions not yet delivered */
     dlock_request_handle *entry_first, *entry_last;
     pthread_cond_t entered; /* a fair acquisition left the entry list */
@@ -705,6 +711,8 @@ static engine *engine_get(dlock_client *c)
         goto out;
     }
     e->due_ms = -1;
+    e->wd_next_ms = -1;
+    e->wd_dirty = c->no_threads; /* locks taken before: plan their renewals */
     e->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     e->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (e->efd >= 0 && e->epfd >= 0) {
@@ -734,7 +742,8 @@ static engine *engine_get(dlock_client *c)
         e = NULL;
         goto out;
     }
-    c->async = e;
+    /* Read without c->mu by dlock__async_wake. */
+    __atomic_store_n(&c->async, e, __ATOMIC_RELEASE);
 out:
     pthread_mutex_unlock(&c->mu);
     return e;
@@ -782,9 +791,17 @@ static int start(engine *e, dlock_request_handle *h, int fast_op, const char *wh
         e->live = h;
     }
     pthread_mutex_unlock(&e->mu);
-    if (fast_op != 0 && fast_send(e, h, fast_op) == DLOCK_OK)
+    if (fast_op != 0 && (rc = fast_send(e, h, fast_op)) == DLOCK_OK)
         return DLOCK_OK;
     pthread_mutex_lock(&e->mu);
+    if (h->c->no_threads) {
+        /* No worker to hand it to: refused, with the backend's reason. */
+        live_unlink(e, h);
+        pthread_mutex_unlock(&e->mu);
+        return rc != DLOCK_OK ? rc : dlock__fail(DLOCK_ENOTSUP, "%s: not served without "
+                                                 "threads", what);
+    }
+    rc = DLOCK_OK;
     if (is_fair_wait(h))
         entry_add(e, h);
     if (h->own_thread) {
@@ -945,6 +962,8 @@ static int fast_send(engine *e, dlock_request_handle *h, int op)
         e->fast_inflight--;
         h->fast = 0;
         pthread_mutex_unlock(&e->mu);
+        if (c->no_threads)
+            return rc; /* no worker to do it instead: the reason stands */
         dlock__clear_error();
         return DLOCK_ENOTSUP;
     }
@@ -959,6 +978,144 @@ static int fast_send(engine *e, dlock_request_handle *h, int op)
         pthread_mutex_unlock(&e->mu);
     }
     return DLOCK_OK;
+}
+
+/* ---- without threads (DLOCK_CLIENT_NO_THREADS) ------------------------------ */
+
+/* How often a waiting acquisition tries again without threads, at most:
+ * no subscriber tells it of a release (its holder's lease, when shorter,
+ * decides). */
+#define POLL_MS 100
+
+static void given_back(void *arg, int rc)
+{
+    (void)arg;
+    (void)rc;
+}
+
+/* A try whose answer was lost may hold the lock: its release sent, its
+ * answer not waited for (the lease ends it otherwise). */
+static void give_back_async(dlock_client *c, const dlock_request *req)
+{
+    char msg[512];
+
+    snprintf(msg, sizeof(msg), "%s", dlock_error_message());
+    if (c->backend->start(c->be, DLOCK_BACKEND_OP_RELEASE, req, NULL, given_back, NULL) !=
+        DLOCK_OK)
+        dlock__clear_error();
+    dlock__fail(DLOCK_ECONN, "%s", msg);
+}
+
+/* A busy try of a waiting acquisition: asleep in the heap until its next
+ * try (1), or not (0: its wait is over, or it was canceled). */
+static int sleep_or_fail(engine *e, dlock_request_handle *h, int cancel)
+{
+    int64_t now = dlock__now_ms(), sleep_ms;
+
+    if (h->wait_ms == 0 || cancel || now >= h->deadline)
+        return 0;
+    if (!h->waited) {
+        h->waited = 1;
+        dlock__count(h->c, waits);
+    }
+    sleep_ms = dlock__busy_sleep_ms(h->deadline, now, &h->res);
+    h->wake_at = now + (sleep_ms < POLL_MS ? sleep_ms : POLL_MS);
+    pthread_mutex_lock(&e->mu);
+    if (heap_push(e, h) != 0) {
+        pthread_mutex_unlock(&e->mu);
+        return 0;
+    }
+    h->state = ST_SLEEPING;
+    pthread_mutex_unlock(&e->mu);
+    return 1;
+}
+
+/* The sleepers whose time came: tried again, on this thread. */
+static void sleepers_due(engine *e)
+{
+    int64_t now = dlock__now_ms();
+
+    pthread_mutex_lock(&e->mu);
+    while (e->nheap > 0 && e->heap[0]->wake_at <= now) {
+        dlock_request_handle *h = e->heap[0];
+        int rc;
+
+        heap_remove(e, h);
+        h->state = ST_RUNNING;
+        pthread_mutex_unlock(&e->mu);
+        if ((rc = dlock__check_interrupt(h->c, h->req.name)) != DLOCK_OK ||
+            (rc = fast_send(e, h, DLOCK_BACKEND_OP_ACQUIRE)) != DLOCK_OK) {
+            h->rc = rc;
+            acquire_end(h);
+            pthread_mutex_lock(&e->mu);
+            finished(e, h);
+            continue;
+        }
+        pthread_mutex_lock(&e->mu);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* An extension sent as a renewal of one, claimed from the watchdog until
+ * its answer (fast_finish). DLOCK_OK, or the error with the lock as it was. */
+static int extend_send(engine *e, dlock_request_handle *h)
+{
+    dlock_client *c = h->c;
+    int rc;
+
+    if ((rc = dlock__extend_begin(h->lock, h->lease_ms, &h->called)) != DLOCK_OK)
+        return rc;
+    dlock__lock_request(&h->req, h->lock);
+    h->req.lease_ms = h->lease_ms;
+    h->item = (dlock_renewal){&h->req, DLOCK_EPROTO};
+    pthread_mutex_lock(&e->mu);
+    e->fast_inflight++;
+    h->fast = 1;
+    h->state = ST_RUNNING;
+    pthread_mutex_unlock(&e->mu);
+    dlock__call_begin(c, &h->call, "extend", h->req.name, 1, DLOCK__CALL_TIMED);
+    if ((rc = c->backend->renew_start(c->be, &h->item, 1, fast_done, h)) != DLOCK_OK) {
+        pthread_mutex_lock(&e->mu);
+        e->fast_inflight--;
+        h->fast = 0;
+        pthread_mutex_unlock(&e->mu);
+        dlock__call_end(c, &h->call, rc);
+        return dlock__extend_end(h->lock, h->lease_ms, h->called, rc);
+    }
+    sync_fds(c, e);
+    pthread_mutex_lock(&e->mu);
+    if (!e->in_process)
+        signal_loop(e); /* its timeout is the loop's to keep */
+    pthread_mutex_unlock(&e->mu);
+    return DLOCK_OK;
+}
+
+void dlock__async_wake(dlock_client *c)
+{
+    engine *e = __atomic_load_n(&c->async, __ATOMIC_ACQUIRE);
+
+    if (e == NULL)
+        return;
+    pthread_mutex_lock(&e->mu);
+    e->wd_dirty = 1;
+    /* dlock_async_process plans again before it returns. */
+    if (!e->in_process || !pthread_equal(e->process_thread, pthread_self()))
+        signal_loop(e);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* The watchdog's step, planned (the loop's thread). */
+static void watchdog_step(dlock_client *c, engine *e)
+{
+    int64_t next;
+
+    pthread_mutex_lock(&e->mu);
+    e->wd_dirty = 0;
+    pthread_mutex_unlock(&e->mu);
+    next = dlock__watchdog_step(c);
+    pthread_mutex_lock(&e->mu);
+    e->wd_next_ms = next;
+    pthread_mutex_unlock(&e->mu);
 }
 
 /* Finish, on the loop's thread, what fast_send sent and the backend
@@ -979,7 +1136,7 @@ static void fast_finish(engine *e, dlock_request_handle *h)
     cancel = h->canceled;
     h->fast = 0;
     pthread_mutex_unlock(&e->mu);
-    redo = rc == DLOCK_ENOTSUP || dlock__outcome_unknown(rc);
+    redo = !c->no_threads && (rc == DLOCK_ENOTSUP || dlock__outcome_unknown(rc));
     if (h->op == OP_ACQUIRE) {
         if (redo) {
             h->maybe_taken = rc != DLOCK_ENOTSUP;
@@ -989,22 +1146,40 @@ static void fast_finish(engine *e, dlock_request_handle *h)
             pthread_mutex_unlock(&e->mu);
             return;
         }
+        if (c->no_threads && dlock__outcome_unknown(rc))
+            give_back_async(c, &h->req);
         if (rc == DLOCK_EBUSY) {
             dlock__count(c, busy);
-            rc = dlock__busy_fail(h->req.name, 0, &h->res);
+            if (c->no_threads && h->wait_ms != 0 &&
+                (rc = dlock__check_interrupt(c, h->req.name)) != DLOCK_OK) {
+                /* dlock_client_interrupt: no more waiting */
+            } else if (c->no_threads && sleep_or_fail(e, h, cancel)) {
+                return;
+            } else {
+                rc = dlock__busy_fail(h->req.name, h->wait_ms, &h->res);
+            }
         }
         h->rc = rc;
         acquire_end(h);
         if (h->taken && cancel) {
-            pthread_mutex_lock(&e->mu);
-            add_job(e, h); /* run() gives it back */
-            pthread_mutex_unlock(&e->mu);
-            return;
+            if (c->no_threads) {
+                undo(h); /* on this thread: no worker */
+            } else {
+                pthread_mutex_lock(&e->mu);
+                add_job(e, h); /* run() gives it back */
+                pthread_mutex_unlock(&e->mu);
+                return;
+            }
         }
         if (cancel && h->rc != DLOCK_OK) {
             h->rc = canceled_fail(h);
             keep_message(h, h->rc);
         }
+    } else if (h->op == OP_EXTEND) {
+        /* Without threads only: a renewal of one. */
+        h->rc = dlock__extend_end(h->lock, h->lease_ms, h->called,
+                                  rc == DLOCK_OK ? h->item.result : rc);
+        keep_message(h, h->rc);
     } else {
         if (redo) {
             h->op = OP_RELEASE_REST;
@@ -1066,6 +1241,10 @@ int dlock_acquire_async(dlock_request_handle **out, dlock_client *c, const char 
     if (o.kind == DLOCK_KIND_LEADER)
         return dlock__fail(DLOCK_EINVAL, "dlock_acquire_async: DLOCK_KIND_LEADER is for "
                            "dlock_campaign, which publishes the leader's identity");
+    if (c->no_threads && (o.kind != DLOCK_KIND_MUTEX || o.owner != NULL))
+        return dlock__fail(DLOCK_ENOTSUP, "dlock_acquire_async: a client opened with "
+                           "DLOCK_CLIENT_NO_THREADS serves plain mutexes only (kind "
+                           "DLOCK_KIND_MUTEX, no owner)");
     if ((e = engine_get(c)) == NULL || (h = request_new(c, OP_ACQUIRE, arg)) == NULL)
         return DLOCK_ENOMEM;
     h->acquired = cb;
@@ -1095,8 +1274,15 @@ int dlock_acquire_async(dlock_request_handle **out, dlock_client *c, const char 
     if ((rc = dlock__lock_supported(c, h->lock)) != DLOCK_OK)
         goto err;
     dlock__lock_request(&h->req, h->lock);
-    h->own_thread = o.wait_ms != 0 && c->backend->watch_notify == NULL;
-    if ((rc = start(e, h, o.wait_ms == 0 ? DLOCK_BACKEND_OP_ACQUIRE : 0,
+    h->own_thread = o.wait_ms != 0 && c->backend->watch_notify == NULL && !c->no_threads;
+    if (c->no_threads) {
+        /* Its tries are sent from this thread (sleep_or_fail): timed now. */
+        h->started = 1;
+        h->start_us = dlock__now_us();
+        h->deadline = h->wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX
+                                                        : (h->start_us + 999) / 1000 + h->wait_ms;
+    }
+    if ((rc = start(e, h, o.wait_ms == 0 || c->no_threads ? DLOCK_BACKEND_OP_ACQUIRE : 0,
                     "dlock_acquire_async")) != DLOCK_OK)
         goto err;
     if (out != NULL)
@@ -1133,6 +1319,10 @@ static int on_lock(dlock_request_handle **out, dlock_lock *l, int op, int64_t le
             return dlock_release(l);
         return dlock__fail(DLOCK_EMISUSE, "%s: the lock's client was already freed", what);
     }
+    if (l->client->no_threads && (atomic_load(&l->kind) != DLOCK_KIND_MUTEX || l->owner != NULL))
+        return dlock__fail(DLOCK_ENOTSUP, "%s: a client opened with DLOCK_CLIENT_NO_THREADS "
+                           "serves plain mutexes only: use the blocking call for this lock",
+                           what);
     if ((e = engine_get(l->client)) == NULL || (h = request_new(l->client, op, arg)) == NULL)
         return DLOCK_ENOMEM;
     h->lock = l;
@@ -1152,6 +1342,8 @@ static int on_lock(dlock_request_handle **out, dlock_lock *l, int op, int64_t le
         h->op = OP_RELEASE_REST;
         dlock__lock_request(&h->req, l);
         rc = start(e, h, DLOCK_BACKEND_OP_RELEASE, what);
+    } else if (op == OP_EXTEND && l->client->no_threads) {
+        rc = extend_send(e, h);
     } else {
         if (op == OP_RELEASE)
             dlock__async_forget(l);
@@ -1177,6 +1369,18 @@ int dlock_extend_async(dlock_request_handle **out, dlock_lock *l, int64_t lease_
     return on_lock(out, l, OP_EXTEND, lease_ms, cb, arg, "dlock_extend_async");
 }
 
+/* h's outcome: DLOCK_ECANCELED, e->mu held (so not canceled_fail). */
+static void set_canceled(dlock_request_handle *h)
+{
+    char shown[80];
+
+    h->rc = DLOCK_ECANCELED;
+    free(h->msg);
+    if ((h->msg = malloc(160)) != NULL)
+        snprintf(h->msg, 160, "the acquisition of lock '%s' was canceled",
+                 dlock__printable(shown, sizeof(shown), h->req.name));
+}
+
 /* Cancel h (an acquisition), e->mu held; the waking of a watch blocked on
  * a thread of its own is left to the caller (*wake). */
 static void cancel_locked(engine *e, dlock_request_handle *h, int *wake)
@@ -1187,20 +1391,24 @@ static void cancel_locked(engine *e, dlock_request_handle *h, int *wake)
     switch (h->state) {
     case ST_SLEEPING:
         heap_remove(e, h);
-        add_job(e, h);
+        if (h->c->no_threads) {
+            /* No worker: it ends here (as a wait that ran out, nothing
+             * joined on the server). */
+            set_canceled(h);
+            finished(e, h);
+        } else {
+            add_job(e, h);
+        }
         break;
     case ST_DONE:
-        if (h->taken) {
+        if (h->taken && h->c->no_threads) {
+            /* deliver() gives it back, on the loop's thread. */
+        } else if (h->taken) {
             /* Taken, its callback not run: give the lock back first. */
             unlink_from(&e->done, h);
             add_job(e, h);
         } else if (h->rc != DLOCK_ECANCELED) {
-            char shown[80];
-            h->rc = DLOCK_ECANCELED;
-            free(h->msg);
-            if ((h->msg = malloc(160)) != NULL)
-                snprintf(h->msg, 160, "the acquisition of lock '%s' was canceled",
-                         dlock__printable(shown, sizeof(shown), h->req.name));
+            set_canceled(h);
         }
         break;
     case ST_RUNNING:
@@ -1253,13 +1461,27 @@ int dlock_async_fd(dlock_client *c)
 int64_t dlock_async_timeout_ms(dlock_client *c)
 {
     engine *e;
-    int64_t left;
+    int64_t due, left;
 
     /* The workers keep the time of the waits; the loop, that of what it
-     * sent itself (the backend's async_step fails it at its timeout). */
-    if (c == NULL || (e = c->async) == NULL || e->due_ms < 0)
+     * sent itself (the backend's async_step fails it at its timeout), and
+     * without threads that of the waits and the watchdog too. */
+    if (c == NULL || (e = c->async) == NULL)
         return -1;
-    left = e->due_ms - dlock__now_ms();
+    pthread_mutex_lock(&e->mu);
+    due = e->due_ms;
+    if (c->no_threads) {
+        if (e->wd_next_ms >= 0 && (due < 0 || e->wd_next_ms < due))
+            due = e->wd_next_ms;
+        if (e->nheap > 0 && (due < 0 || e->heap[0]->wake_at < due))
+            due = e->heap[0]->wake_at;
+        if (e->wd_dirty)
+            due = 0;
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (due < 0)
+        return -1;
+    left = due - dlock__now_ms();
     return left > 0 ? left : 0;
 }
 
@@ -1296,6 +1518,8 @@ static void deliver(engine *e, dlock_request_handle *h)
         dlock__fail(h->rc, "%s", h->msg != NULL ? h->msg : dlock_strerror(h->rc));
     else
         dlock__clear_error();
+    if (h->op == OP_ACQUIRE && h->taken && h->canceled)
+        undo(h); /* without threads: taken as it was canceled */
     if (h->op == OP_ACQUIRE) {
         dlock_lock *l = h->rc == DLOCK_OK ? h->lock : NULL;
         if (h->rc != DLOCK_OK && h->lock != NULL)
@@ -1418,7 +1642,22 @@ int dlock_async_process(dlock_client *c)
     e->process_thread = pthread_self();
     pthread_mutex_unlock(&e->mu);
     fast_pump(c, e);
+    if (c->no_threads) {
+        sleepers_due(e);
+        watchdog_step(c, e);
+    }
     n = deliver_all(e);
+    if (c->no_threads && !e->free_pending) {
+        int dirty;
+        pthread_mutex_lock(&e->mu);
+        dirty = e->wd_dirty;
+        pthread_mutex_unlock(&e->mu);
+        if (dirty)
+            watchdog_step(c, e); /* a callback took or released a lock */
+        /* What this call sent (tries, renewals, and the callbacks'
+         * requests): its timeout kept in due_ms. */
+        fast_pump(c, e);
+    }
     pthread_mutex_lock(&e->mu);
     e->in_process = 0;
     pthread_mutex_unlock(&e->mu);

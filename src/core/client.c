@@ -114,6 +114,8 @@ static int check_backend(const dlock_backend *b, dlock_backend *out)
         out->start = b->start; /* appended to v5: all three or none */
         out->async_fds = b->async_fds;
         out->async_step = b->async_step;
+        if (HAS(b, renew_start))
+            out->renew_start = b->renew_start;
     }
     b = out;
     if (b->name == NULL)
@@ -231,6 +233,9 @@ static int check_options(dlock_client_options *o, const dlock_client_options *gi
     if (o->log_level < DLOCK_LOG_DEBUG || o->log_level > DLOCK_LOG_ERROR)
         return dlock__fail(DLOCK_EINVAL, "client options: log_level must be DLOCK_LOG_DEBUG.."
                            "DLOCK_LOG_ERROR (0..3), not %d", o->log_level);
+    if ((o->flags & ~DLOCK_CLIENT_NO_THREADS) != 0)
+        return dlock__fail(DLOCK_EINVAL, "client options: flags has unknown bits 0x%x (known: "
+                           "DLOCK_CLIENT_NO_THREADS)", o->flags & ~DLOCK_CLIENT_NO_THREADS);
     if (o->key_prefix != NULL && strlen(o->key_prefix) > 128)
         return dlock__fail(DLOCK_EINVAL, "client options: key_prefix longer than 128 bytes");
     if (o->client_name != NULL) {
@@ -280,6 +285,14 @@ int dlock_client_open(dlock_client **out, const char *url, const dlock_client_op
     c->backend = dlock__find_backend(c->url.scheme, NULL);
     if (c->backend == NULL && (rc = dlock__module_load(c->url.scheme, &c->backend)) != DLOCK_OK)
         goto err;
+    c->no_threads = (o.flags & DLOCK_CLIENT_NO_THREADS) != 0;
+    if (c->no_threads && (c->backend->start == NULL || c->backend->renew_start == NULL)) {
+        rc = dlock__fail(DLOCK_ENOTSUP, "dlock_client_open: DLOCK_CLIENT_NO_THREADS: the %s "
+                         "backend ('%s://') needs threads of its own; a client without them "
+                         "is served on redis://, unix://, rediss:// and Sentinel URLs",
+                         c->backend->name, c->url.scheme);
+        goto err;
+    }
     if ((rc = c->backend->open(&c->be, &c->url, &o)) != DLOCK_OK)
         goto err;
     *out = c;

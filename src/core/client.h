@@ -56,6 +56,14 @@ struct dlock_client {
      * needs no wake-up: its acquisition costs no context switch. */
     int64_t idle_period_ms;
     dlock_lock *locks; /* doubly linked through prev/next */
+    /* DLOCK_CLIENT_NO_THREADS: no watchdog thread; dlock_async_process runs
+     * its steps (dlock__watchdog_step), on step_thread while stepping, with
+     * at most one renewal batch in flight (wd_batch, wd_inflight). */
+    int no_threads;
+    int stepping;
+    pthread_t step_thread;
+    int wd_inflight;
+    struct dlock__wd_batch *wd_batch;
     /* The watches of the acquisitions waiting now, for dlock_client_interrupt
      * to wake. */
     dlock__waiter *waiting;
@@ -237,6 +245,16 @@ void dlock__watchdog_poke(dlock_client *c, const dlock_lock *l);
 
 void dlock__watchdog_stop(dlock_client *c);
 
+/* DLOCK_CLIENT_NO_THREADS: one step of the watchdog on this thread (from
+ * dlock_async_process): the on_lost due, and the renewals due sent without
+ * waiting. Returns when it must run again (lease-clock ms), -1: when told
+ * (dlock__async_wake). */
+int64_t dlock__watchdog_step(dlock_client *c);
+
+/* Have the loop call dlock_async_process (without threads: the watchdog's
+ * plan changed). Any thread; c->mu may be held. */
+void dlock__async_wake(dlock_client *c);
+
 /* ---- async.c: the asynchronous API's engine ---- */
 
 /* dlock_client_free's first step: cancel the client's requests, run their
@@ -258,6 +276,13 @@ void dlock__async_relay_free(dlock_lock *l);
  * (a loss known or a lease that ran out before *called) and frees l. */
 int dlock__release_begin(dlock_lock *l, int64_t *called);
 int dlock__release_end(dlock_lock *l, int64_t called, int rc);
+
+/* dlock_lock_extend of a single lock in two halves, for the asynchronous
+ * API without threads: _begin claims l from the watchdog and believes the
+ * shorter lease from *sent on; _end (rc: the server's answer) counts
+ * lease_ms from sent, or marks the lock lost, and lets it go. */
+int dlock__extend_begin(dlock_lock *l, int64_t lease_ms, int64_t *sent);
+int dlock__extend_end(dlock_lock *l, int64_t lease_ms, int64_t sent, int rc);
 
 /* Is the client's backend able to serve l (kind, owner ids)? DLOCK_ENOTSUP
  * with a message naming what it lacks. */

@@ -354,12 +354,9 @@ static int each_part(dlock_lock *l, int (*call)(dlock_lock *, int64_t), int64_t 
  * it at any moment from then on; and if the call fails, whatever its
  * outcome, the handle keeps believing the shorter of the two.
  */
-static int extend_one(dlock_lock *l, int64_t lease_ms)
+int dlock__extend_begin(dlock_lock *l, int64_t lease_ms, int64_t *sent)
 {
     dlock_client *c;
-    dlock_request req;
-    dlock__call k;
-    int64_t sent;
     int rc;
 
     if ((rc = usable(l, "dlock_lock_extend")) != DLOCK_OK)
@@ -367,21 +364,24 @@ static int extend_one(dlock_lock *l, int64_t lease_ms)
     c = l->client;
     if ((rc = dlock__client_claim(c, l)) != DLOCK_OK)
         return rc;
-    sent = dlock__now_ms();
+    *sent = dlock__now_ms();
     pthread_mutex_lock(&c->mu);
-    if (sent + lease_ms < atomic_load(&l->deadline_ms)) {
+    if (*sent + lease_ms < atomic_load(&l->deadline_ms)) {
         /* Renew (with the old lease, should this call fail) before the
          * shorter one runs out. */
-        int64_t next = l->auto_renew ? sent + dlock__renew_period(lease_ms) : sent + lease_ms;
-        atomic_store(&l->deadline_ms, sent + lease_ms);
+        int64_t next = l->auto_renew ? *sent + dlock__renew_period(lease_ms) : *sent + lease_ms;
+        atomic_store(&l->deadline_ms, *sent + lease_ms);
         if (next < l->next_event_ms)
             l->next_event_ms = next;
     }
     pthread_mutex_unlock(&c->mu);
-    dlock__lock_request(&req, l);
-    req.lease_ms = lease_ms;
-    dlock__call_begin(c, &k, "extend", req.name, 1, DLOCK__CALL_TIMED);
-    rc = dlock__call_end(c, &k, c->backend->extend(c->be, &req));
+    return DLOCK_OK;
+}
+
+int dlock__extend_end(dlock_lock *l, int64_t lease_ms, int64_t sent, int rc)
+{
+    dlock_client *c = l->client;
+
     if (rc == DLOCK_OK) {
         pthread_mutex_lock(&c->mu);
         l->lease_ms = lease_ms;
@@ -392,6 +392,24 @@ static int extend_one(dlock_lock *l, int64_t lease_ms)
     if (rc == DLOCK_ELOST)
         return found_lost(l, "dlock_lock_extend");
     return rc;
+}
+
+static int extend_one(dlock_lock *l, int64_t lease_ms)
+{
+    dlock_client *c;
+    dlock_request req;
+    dlock__call k;
+    int64_t sent;
+    int rc;
+
+    if ((rc = dlock__extend_begin(l, lease_ms, &sent)) != DLOCK_OK)
+        return rc;
+    c = l->client;
+    dlock__lock_request(&req, l);
+    req.lease_ms = lease_ms;
+    dlock__call_begin(c, &k, "extend", req.name, 1, DLOCK__CALL_TIMED);
+    rc = dlock__call_end(c, &k, c->backend->extend(c->be, &req));
+    return dlock__extend_end(l, lease_ms, sent, rc);
 }
 
 int dlock_lock_extend(dlock_lock *l, int64_t lease_ms)

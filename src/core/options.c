@@ -16,7 +16,7 @@
  * appends its fields and its size here. */
 static const size_t client_sizes[DLOCK_CLIENT_OPTIONS_VERSION + 1] = {
     0, offsetof(dlock_client_options, log), offsetof(dlock_client_options, log_level),
-    sizeof(dlock_client_options)};
+    offsetof(dlock_client_options, flags), sizeof(dlock_client_options)};
 static const size_t acquire_sizes[DLOCK_ACQUIRE_OPTIONS_VERSION + 1] = {
     0, offsetof(dlock_acquire_options, label), sizeof(dlock_acquire_options)};
 

@@ -7,6 +7,7 @@
  * announced or the holder's lease should have run out, and try again.
  */
 #include <stdio.h>
+#include <time.h>
 
 #include "core/client.h"
 #include "core/clock.h"
@@ -16,6 +17,9 @@
 /* A holder's key with no expiry (set by hand) announces nothing: look again
  * this often rather than sleep forever. */
 #define NO_TTL_RECHECK_MS 1000
+/* A blocking wait of a client without threads tries again this often, at
+ * most (the asynchronous API's waits too: async.c's POLL_MS). */
+#define NO_THREADS_POLL_MS 100
 
 int dlock__outcome_unknown(int rc)
 {
@@ -81,7 +85,8 @@ int dlock__acquire_loop(dlock_client *c, const dlock__attempt *a, int64_t wait_m
 
     /* A backend whose queued try is as cheap as its try-once: join the
      * queue at once instead of trying, undoing and joining. */
-    if (a->queue_first != NULL && wait_ms != 0 && (b->caps & DLOCK_CAP_QUEUE_FIRST)) {
+    if (a->queue_first != NULL && wait_ms != 0 && (b->caps & DLOCK_CAP_QUEUE_FIRST) &&
+        !c->no_threads) {
         if ((rc = watch_again(c, &waiter, &watch, a->queue_first)) != DLOCK_OK)
             return rc;
         watched = a->queue_first;
@@ -112,6 +117,27 @@ int dlock__acquire_loop(dlock_client *c, const dlock__attempt *a, int64_t wait_m
         if (!waited) {
             waited = 1;
             dlock__count(c, waits);
+        }
+        if (c->no_threads) {
+            /* No thread to subscribe with (DLOCK_CLIENT_NO_THREADS): try
+             * again after a while, no queue joined. */
+            struct timespec ts;
+            if (busy->kind != DLOCK_KIND_MUTEX) {
+                rc = dlock__fail(DLOCK_ENOTSUP, "waiting for lock '%s': a wait for a lock of "
+                                 "the family (fair, read-write, semaphore) keeps a place in "
+                                 "its queue, which needs the client's threads: not with "
+                                 "DLOCK_CLIENT_NO_THREADS (a try, wait_ms 0, is served)",
+                                 dlock__printable(shown, sizeof(shown), busy->name));
+                break;
+            }
+            if ((rc = dlock__check_interrupt(c, busy->name)) != DLOCK_OK)
+                break;
+            sleep_ms = dlock__busy_sleep_ms(deadline, now, res);
+            sleep_ms = sleep_ms < NO_THREADS_POLL_MS ? sleep_ms : NO_THREADS_POLL_MS;
+            ts.tv_sec = (time_t)(sleep_ms / 1000);
+            ts.tv_nsec = (long)(sleep_ms % 1000) * 1000000L;
+            nanosleep(&ts, NULL);
+            continue;
         }
         if (watch == NULL || busy != watched) {
             if ((rc = watch_again(c, &waiter, &watch, busy)) != DLOCK_OK)

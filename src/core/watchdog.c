@@ -11,6 +11,7 @@
  * busy to clear before it frees a lock, so a renewal can never touch freed
  * memory nor run after release.
  */
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,39 @@
 /* An idle watchdog wakes no more often than this (client.h, idle_period_ms):
  * a client with short leases pays a wake-up per acquisition instead. */
 #define IDLE_WAKE_MIN_MS 1000
+
+/* Is this the thread that runs the watchdog's calls (its own, or the loop's
+ * inside dlock_async_process without threads)? c->mu held. */
+static int on_watchdog(const dlock_client *c)
+{
+    return (c->thread_running && pthread_equal(pthread_self(), c->thread)) ||
+           (c->stepping && pthread_equal(pthread_self(), c->step_thread));
+}
+
+/* Wait until l leaves the watchdog's hands, c->mu held. Without threads a
+ * renewal in flight is answered only when someone reads the connection:
+ * read it here (dlock_async_process may be the caller), a poll at a time. */
+static void wait_not_busy(dlock_client *c, dlock_lock *l)
+{
+    while (l->busy) {
+        if (c->no_threads && c->wd_inflight) {
+            int fds[4];
+            unsigned gens[4];
+            struct pollfd p[4];
+            int n;
+
+            pthread_mutex_unlock(&c->mu);
+            n = c->backend->async_fds(c->be, fds, gens, 4);
+            for (int i = 0; i < n; i++)
+                p[i] = (struct pollfd){fds[i], POLLIN, 0};
+            poll(p, (nfds_t)n, 10);
+            c->backend->async_step(c->be);
+            pthread_mutex_lock(&c->mu);
+        } else {
+            pthread_cond_wait(&c->idle, &c->mu);
+        }
+    }
+}
 
 void dlock__lock_mark_lost(dlock_lock *l, int reason, const char *message)
 {
@@ -66,27 +100,12 @@ static int renewal_due(const dlock_lock *l, int64_t now)
     return l->auto_renew && l->next_event_ms - slack <= now;
 }
 
-static void renew_batch(dlock_client *c, dlock_lock **batch, size_t n)
+/* What a renewal batch's answer means for each of its locks (sent: when
+ * it was sent, now: when it was answered), c->mu held: the lease counted
+ * from the send, or the lock lost, or a retry planned. Lets them go (busy). */
+static void renew_apply(dlock_client *c, dlock_lock **batch, const dlock_renewal *items,
+                        size_t n, int rc, int64_t sent, int64_t now)
 {
-    dlock_request reqs[BATCH_MAX];
-    dlock_renewal items[BATCH_MAX];
-    dlock__call k;
-    int64_t sent, now;
-    int rc;
-
-    /* The requests borrow the locks' strings, which live while busy. */
-    for (size_t i = 0; i < n; i++) {
-        dlock__lock_request(&reqs[i], batch[i]);
-        items[i].req = &reqs[i];
-        items[i].result = DLOCK_EPROTO;
-    }
-    pthread_mutex_unlock(&c->mu);
-    sent = dlock__now_ms();
-    dlock__call_begin(c, &k, "renew", n == 1 ? reqs[0].name : NULL, n, DLOCK__CALL_TIMED);
-    rc = dlock__call_end(c, &k, c->backend->renew(c->be, items, n));
-    now = dlock__now_ms();
-    pthread_mutex_lock(&c->mu);
-
     for (size_t i = 0; i < n; i++) {
         dlock_lock *l = batch[i];
         char msg[256];
@@ -133,6 +152,47 @@ static void renew_batch(dlock_client *c, dlock_lock **batch, size_t n)
     pthread_cond_broadcast(&c->idle);
 }
 
+/* A look at l, c->mu held: 1 when it is not one to renew now (in a
+ * caller's or the watchdog's hands, lost, or not auto-renewed: then only
+ * told when its lease ends, that moment planned in *next). */
+static int not_renewed(dlock_lock *l, int64_t now, int64_t *next)
+{
+    if (l->releasing || l->busy || l->claimers > 0 || atomic_load(&l->lost_reason) != 0)
+        return 1;
+    if (l->auto_renew)
+        return 0;
+    if (l->on_lost == NULL)
+        return 1;
+    if (now >= atomic_load(&l->deadline_ms))
+        dlock__lock_mark_lost(l, DLOCK_ELOST, "lease ran out (auto_renew is off)");
+    else if (l->next_event_ms < *next)
+        *next = l->next_event_ms;
+    return 1;
+}
+
+static void renew_batch(dlock_client *c, dlock_lock **batch, size_t n)
+{
+    dlock_request reqs[BATCH_MAX];
+    dlock_renewal items[BATCH_MAX];
+    dlock__call k;
+    int64_t sent, now;
+    int rc;
+
+    /* The requests borrow the locks' strings, which live while busy. */
+    for (size_t i = 0; i < n; i++) {
+        dlock__lock_request(&reqs[i], batch[i]);
+        items[i].req = &reqs[i];
+        items[i].result = DLOCK_EPROTO;
+    }
+    pthread_mutex_unlock(&c->mu);
+    sent = dlock__now_ms();
+    dlock__call_begin(c, &k, "renew", n == 1 ? reqs[0].name : NULL, n, DLOCK__CALL_TIMED);
+    rc = dlock__call_end(c, &k, c->backend->renew(c->be, items, n));
+    now = dlock__now_ms();
+    pthread_mutex_lock(&c->mu);
+    renew_apply(c, batch, items, n, rc, sent, now);
+}
+
 /* Call on_lost for every lock that has one due, one at a time, without the
  * mutex. Returns 1 if it called any. */
 static int fire_callbacks(dlock_client *c)
@@ -174,18 +234,8 @@ static void *watchdog_main(void *arg)
             continue;
 
         for (dlock_lock *l = c->locks; l != NULL; l = l->next) {
-            if (l->releasing || l->busy || l->claimers > 0 || atomic_load(&l->lost_reason) != 0)
+            if (not_renewed(l, now, &next))
                 continue;
-            if (!l->auto_renew) {
-                /* Nothing to renew; only tell the holder when the lease ends. */
-                if (l->on_lost == NULL)
-                    continue;
-                if (now >= atomic_load(&l->deadline_ms))
-                    dlock__lock_mark_lost(l, DLOCK_ELOST, "lease ran out (auto_renew is off)");
-                else if (l->next_event_ms < next)
-                    next = l->next_event_ms;
-                continue;
-            }
             if (renewal_due(l, now) && n < BATCH_MAX * BATCHES_PER_LOOK) {
                 l->busy = 1;
                 batch[n++] = l;
@@ -233,6 +283,12 @@ static void *watchdog_main(void *arg)
 
 void dlock__watchdog_poke(dlock_client *c, const dlock_lock *l)
 {
+    if (c->no_threads) {
+        /* The loop times the next step: have it look again. */
+        if (l->auto_renew || l->on_lost != NULL || l->callback_due)
+            dlock__async_wake(c);
+        return;
+    }
     if ((l->auto_renew || l->on_lost != NULL || l->callback_due) && c->sleep_until_ms >= 0 &&
         (l->callback_due || l->next_event_ms < c->sleep_until_ms))
         pthread_cond_signal(&c->wake);
@@ -243,7 +299,7 @@ int dlock__client_register(dlock_client *c, dlock_lock *l)
     int rc = DLOCK_OK;
 
     pthread_mutex_lock(&c->mu);
-    if (!c->thread_running && (l->auto_renew || l->on_lost != NULL)) {
+    if (!c->thread_running && !c->no_threads && (l->auto_renew || l->on_lost != NULL)) {
         if (dlock__thread_create(&c->thread, watchdog_main, c) != 0)
             rc = dlock__fail(DLOCK_ENOMEM, "cannot start the watchdog thread");
         else
@@ -266,14 +322,13 @@ int dlock__client_register(dlock_client *c, dlock_lock *l)
 int dlock__client_unregister(dlock_client *c, dlock_lock *l)
 {
     pthread_mutex_lock(&c->mu);
-    if (l->busy && c->thread_running && pthread_equal(pthread_self(), c->thread)) {
+    if (l->busy && on_watchdog(c)) {
         pthread_mutex_unlock(&c->mu);
         return dlock__fail(DLOCK_EMISUSE, "dlock_release: called from inside the lock's on_lost "
                            "callback; release it after the callback returns");
     }
     l->releasing = 1;
-    while (l->busy)
-        pthread_cond_wait(&c->idle, &c->mu);
+    wait_not_busy(c, l);
     if (l->prev != NULL)
         l->prev->next = l->next;
     else
@@ -290,7 +345,7 @@ int dlock__client_in_callback(dlock_client *c, const dlock_lock *l)
     int in;
 
     pthread_mutex_lock(&c->mu);
-    in = l->busy && c->thread_running && pthread_equal(pthread_self(), c->thread);
+    in = l->busy && on_watchdog(c);
     pthread_mutex_unlock(&c->mu);
     return in;
 }
@@ -298,7 +353,7 @@ int dlock__client_in_callback(dlock_client *c, const dlock_lock *l)
 int dlock__client_claim(dlock_client *c, dlock_lock *l)
 {
     pthread_mutex_lock(&c->mu);
-    if (l->busy && c->thread_running && pthread_equal(pthread_self(), c->thread)) {
+    if (l->busy && on_watchdog(c)) {
         pthread_mutex_unlock(&c->mu);
         return dlock__fail(DLOCK_EMISUSE, "called from inside the lock's on_lost callback");
     }
@@ -306,8 +361,7 @@ int dlock__client_claim(dlock_client *c, dlock_lock *l)
      * short as a round trip or two, it would otherwise renew it back to
      * back and never let us have it. */
     l->claimers++;
-    while (l->busy)
-        pthread_cond_wait(&c->idle, &c->mu);
+    wait_not_busy(c, l);
     l->claimers--;
     l->busy = 1;
     pthread_mutex_unlock(&c->mu);
@@ -328,6 +382,12 @@ void dlock__watchdog_stop(dlock_client *c)
     int running;
 
     pthread_mutex_lock(&c->mu);
+    /* Without threads: the renewal in flight is read (or times out) before
+     * the connection closes under it. */
+    for (dlock_lock *l = c->locks; l != NULL && c->wd_inflight; l = l->next)
+        wait_not_busy(c, l);
+    free(c->wd_batch);
+    c->wd_batch = NULL;
     c->stopping = 1;
     running = c->thread_running;
     pthread_cond_signal(&c->wake);
@@ -335,4 +395,99 @@ void dlock__watchdog_stop(dlock_client *c)
     if (running)
         pthread_join(c->thread, NULL);
     c->thread_running = 0;
+}
+
+/* ---- without a thread of its own (DLOCK_CLIENT_NO_THREADS) ---------------- */
+
+/* The renewal batch in flight: the locks in hand (busy), their requests. */
+struct dlock__wd_batch {
+    dlock_client *c;
+    size_t n;
+    int rc, answered, ended;
+    int64_t sent;
+    dlock__call call;
+    dlock_lock *locks[BATCH_MAX];
+    dlock_request reqs[BATCH_MAX];
+    dlock_renewal items[BATCH_MAX];
+};
+
+/* Its answer, on whichever thread read it (the backend's mutex held). */
+static void batch_done(void *arg, int rc)
+{
+    struct dlock__wd_batch *b = arg;
+    dlock_client *c = b->c;
+    int64_t now = dlock__now_ms();
+
+    pthread_mutex_lock(&c->mu);
+    renew_apply(c, b->locks, b->items, b->n, rc, b->sent, now);
+    b->rc = rc;
+    b->answered = 1;
+    c->wd_inflight = 0;
+    pthread_mutex_unlock(&c->mu);
+    /* The next step plans the next renewal. */
+    dlock__async_wake(c);
+}
+
+int64_t dlock__watchdog_step(dlock_client *c)
+{
+    struct dlock__wd_batch *b;
+    int64_t now, next = INT64_MAX;
+    size_t n = 0;
+    int rc;
+
+    pthread_mutex_lock(&c->mu);
+    c->stepping = 1;
+    c->step_thread = pthread_self();
+    while (fire_callbacks(c))
+        ;
+    if ((b = c->wd_batch) != NULL && b->answered && !b->ended) {
+        b->ended = 1;
+        pthread_mutex_unlock(&c->mu);
+        dlock__call_end(c, &b->call, b->rc);
+        pthread_mutex_lock(&c->mu);
+    }
+    if (!c->wd_inflight && b == NULL && (b = calloc(1, sizeof(*b))) != NULL)
+        c->wd_batch = b;
+    now = dlock__now_ms();
+    for (dlock_lock *l = c->locks; l != NULL; l = l->next) {
+        if (not_renewed(l, now, &next))
+            continue;
+        if (renewal_due(l, now) && !c->wd_inflight && b != NULL && n < BATCH_MAX) {
+            l->busy = 1;
+            b->locks[n] = l;
+            dlock__lock_request(&b->reqs[n], l);
+            b->items[n] = (dlock_renewal){&b->reqs[n], DLOCK_EPROTO};
+            n++;
+        } else if (renewal_due(l, now)) {
+            next = now; /* the next batch, once this one is answered */
+        } else if (l->next_event_ms < next) {
+            next = l->next_event_ms;
+        }
+    }
+    if (n > 0) {
+        b->c = c;
+        b->n = n;
+        b->answered = b->ended = 0;
+        c->wd_inflight = 1;
+        pthread_mutex_unlock(&c->mu);
+        b->sent = dlock__now_ms();
+        dlock__call_begin(c, &b->call, "renew", n == 1 ? b->reqs[0].name : NULL, n,
+                          DLOCK__CALL_TIMED);
+        rc = c->backend->renew_start(c->be, b->items, n, batch_done, b);
+        pthread_mutex_lock(&c->mu);
+        if (rc != DLOCK_OK) {
+            renew_apply(c, b->locks, b->items, n, rc, b->sent, dlock__now_ms());
+            c->wd_inflight = 0;
+            b->ended = 1;
+            pthread_mutex_unlock(&c->mu);
+            dlock__call_end(c, &b->call, rc);
+            pthread_mutex_lock(&c->mu);
+            next = now;
+        }
+    }
+    while (fire_callbacks(c))
+        ;
+    c->stepping = 0;
+    pthread_mutex_unlock(&c->mu);
+    return next == INT64_MAX ? -1 : next;
 }

@@ -352,7 +352,7 @@ static void backend_register_checks(void)
                        DLOCK_CAP_KIND(DLOCK_KIND_MUTEX), ok_open, ok_close, ok_acquire, ok_req,
                        ok_req, ok_req, ok_renew, ok_watch_begin, ok_watch_wait, ok_watch_end,
                        ok_watch_end, ok_status, ok_status, NULL, NULL, NULL, NULL, NULL, NULL,
-                       NULL, NULL, NULL, NULL, NULL, NULL};
+                       NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     dlock_backend bad = b;
     dlock_client *c = NULL;
 

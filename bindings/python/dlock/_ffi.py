@@ -42,6 +42,7 @@ typedef struct {
     int log_level;
     dlock_trace_cb trace;
     void *trace_payload;
+    unsigned flags;
 } dlock_client_options;
 
 int dlock_client_options_init(dlock_client_options *opts, unsigned version);
@@ -125,7 +126,7 @@ int64_t dlock_async_timeout_ms(dlock_client *client);
 int dlock_async_process(dlock_client *client);
 """
 
-CLIENT_OPTIONS_VERSION = 3
+CLIENT_OPTIONS_VERSION = 4
 ACQUIRE_OPTIONS_VERSION = 2
 WAIT_FOREVER = -1
 

@@ -43,7 +43,7 @@ def read_until(p, want, seconds=20):
 STRUCTS = {
     "dlock_client_options": ["version", "connect_timeout_ms", "command_timeout_ms", "key_prefix",
                              "client_name", "log", "log_payload", "log_level", "trace",
-                             "trace_payload"],
+                             "trace_payload", "flags"],
     "dlock_acquire_options": ["version", "wait_ms", "lease_ms", "auto_renew", "on_lost",
                               "payload", "kind", "owner", "reentrant", "permits", "label"],
     "dlock_leader_info": ["held", "fence", "ttl_ms", "identity"],

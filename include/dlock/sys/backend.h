@@ -346,6 +346,18 @@ typedef struct dlock_backend {
                  void (*done)(void *arg, int rc), void *arg);
     int (*async_fds)(void *be, int *fds, unsigned *gens, int max);
     int64_t (*async_step)(void *be);
+
+    /*
+     * Appended to v5 (optional; with start). A renewal batch sent as start
+     * sends: items as renew takes them (n >= 1; a request's lease_ms is
+     * the lease it gets, so an extension is a batch of one), done(arg, rc)
+     * called once later as start's is, rc as renew returns it with every
+     * items[i].result set on DLOCK_OK. items and the requests' strings live
+     * until done. DLOCK_ENOTSUP (done never called) when it cannot. Needed,
+     * with start, by a client opened with DLOCK_CLIENT_NO_THREADS.
+     */
+    int (*renew_start)(void *be, dlock_renewal *items, size_t n, void (*done)(void *arg, int rc),
+                       void *arg);
 } dlock_backend;
 
 /* dlock_backend.start's op. */

@@ -214,6 +214,15 @@ static int redis_open(void **out, const dlock_url *url, const dlock_client_optio
         (rc = dlock__redis_places_init(&be->places)) != DLOCK_OK)
         goto err;
     dlock__redis_watcher_set_upkeep(be->watcher, dlock__redis_places_upkeep, be);
+    be->no_threads = (opts->flags & DLOCK_CLIENT_NO_THREADS) != 0;
+    if (be->no_threads && (be->cmd[0].is_cluster || be->cmd[0].min_replicas > 0)) {
+        rc = dlock__fail(DLOCK_ENOTSUP, "dlock_client_open: DLOCK_CLIENT_NO_THREADS is served "
+                         "on one Redis server or a Sentinel's master, not %s",
+                         be->cmd[0].is_cluster ? "on a cluster"
+                                               : "with min_replicas (its WAIT is paired by "
+                                                 "the blocking calls)");
+        goto err;
+    }
     if ((rc = dlock__redis_mux_init(&be->mux, &be->cmd[0])) != DLOCK_OK)
         goto err;
     /* Connect now so that a wrong address or password is reported by open
@@ -613,23 +622,36 @@ static void redis_watch_wake(void *arg, void *watch)
 
 /* ---- without blocking: the asynchronous API's loop ------------------------ */
 
-/* A request sent by redis_start, until its reply; its arguments kept for
- * an EVAL after NOSCRIPT. */
+/* A request sent by redis_start or redis_renew_start, until its reply;
+ * its arguments kept for an EVAL after NOSCRIPT. */
+#define OP_RENEW 0
 typedef struct {
     redis_backend *be;
-    int op;
+    const dlock__redis_script *script;
+    int op, nkeys;
     int64_t lease_ms;
     dlock_acquire_result *res;
+    dlock_renewal *items; /* OP_RENEW: n of them, their arguments in block */
+    size_t n;
+    void *block;
     void (*done)(void *, int);
     void *arg;
     int argc, evaled;
-    const char *argv[16];
-    size_t lens[16];
-    char bytes[]; /* what argv points to */
+    const char **argv;
+    size_t *lens;
+    const char *own_argv[16];
+    size_t own_lens[16];
+    char bytes[]; /* what own_argv points to */
 } started;
 
 /* Send st's script: EVALSHA, or EVAL (which loads it) when eval. */
 static int started_send(started *st, int eval, int again);
+
+static void started_free(started *st)
+{
+    free(st->block);
+    free(st);
+}
 
 /* Its reply, on whichever thread read it, the mux's mutex held. */
 static void started_reply(void *ctx, int rc, redisReply *r)
@@ -653,13 +675,24 @@ static void started_reply(void *ctx, int rc, redisReply *r)
     } else if (r->type == REDIS_REPLY_ERROR) {
         rc = dlock__redis_conn_reply_error(&st->be->mux.conn, r);
         freeReplyObject(r);
+    } else if (st->op == OP_RENEW) {
+        rc = dlock__redis_renew_reply(&st->be->mux.conn, r, st->items, st->n);
+        freeReplyObject(r);
     } else if (st->op == DLOCK_BACKEND_OP_ACQUIRE) {
         rc = acquire_reply(st->be, r, NULL, st->lease_ms, st->res);
     } else if ((rc = int_reply(st->be->cmd, r, "the release script", &v)) == DLOCK_OK) {
         rc = v == DLOCK__REDIS_DONE ? DLOCK_OK : DLOCK_ELOST;
     }
     st->done(st->arg, rc);
-    free(st);
+    started_free(st);
+}
+
+/* Without threads, the loop's thread makes the connection itself. */
+static int async_ready(redis_backend *be)
+{
+    if (!be->mux.on || be->mux.conn.is_cluster)
+        return DLOCK_ENOTSUP;
+    return be->no_threads ? dlock__redis_mux_connect(&be->mux) : DLOCK_OK;
 }
 
 /* A try-once acquire or a release of a plain mutex, sent on the shared
@@ -679,43 +712,83 @@ static int redis_start(void *arg, int op, const dlock_request *req, dlock_acquir
     char *at;
     int rc;
 
-    if (!be->mux.on || be->mux.conn.is_cluster || !is_mutex(req) ||
-        dlock__redis_script_waits(&be->mux.conn, script))
-        return DLOCK_ENOTSUP;
+    if (!is_mutex(req) || dlock__redis_script_waits(&be->mux.conn, script)) {
+        return be->no_threads ? dlock__fail(DLOCK_ENOTSUP, "not served without threads: a "
+                                            "plain mutex only")
+                              : DLOCK_ENOTSUP;
+    }
+    if ((rc = async_ready(be)) != DLOCK_OK)
+        return rc;
     if (op == DLOCK_BACKEND_OP_ACQUIRE)
         acquire_args(be, req, NULL, keys, &a);
     else
         release_args(be, req->name, req->token, keys, &chan, &a);
     for (int i = 0; i < a.argc; i++)
         total += a.lens[i];
-    if ((st = malloc(sizeof(*st) + total)) == NULL)
+    if ((st = calloc(1, sizeof(*st) + total)) == NULL)
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
-    *st = (started){be, op, req->lease_ms, res, done, done_arg, a.argc, 0, {0}, {0}};
+    st->be = be;
+    st->script = script;
+    st->op = op;
+    st->nkeys = MUTEX_KEYS;
+    st->lease_ms = req->lease_ms;
+    st->res = res;
+    st->done = done;
+    st->arg = done_arg;
+    st->argc = a.argc;
+    st->argv = st->own_argv;
+    st->lens = st->own_lens;
     at = st->bytes;
     for (int i = 0; i < a.argc; i++) {
         memcpy(at, a.argv[i], a.lens[i]);
-        st->argv[i] = at;
-        st->lens[i] = a.lens[i];
+        st->own_argv[i] = at;
+        st->own_lens[i] = a.lens[i];
         at += a.lens[i];
     }
     if ((rc = started_send(st, 0, 0)) != DLOCK_OK)
-        free(st);
+        started_free(st);
+    return rc;
+}
+
+/* A renewal batch (or an extension: a batch of one) sent so. */
+static int redis_renew_start(void *arg, dlock_renewal *items, size_t n,
+                             void (*done)(void *, int), void *done_arg)
+{
+    redis_backend *be = arg;
+    started *st;
+    int rc;
+
+    if (dlock__redis_script_waits(&be->mux.conn, &dlock__redis_script_family_renew))
+        return dlock__fail(DLOCK_ENOTSUP, "not served without threads: min_replicas");
+    if ((rc = async_ready(be)) != DLOCK_OK)
+        return rc;
+    if ((st = calloc(1, sizeof(*st))) == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    st->be = be;
+    st->script = &dlock__redis_script_family_renew;
+    st->op = OP_RENEW;
+    st->nkeys = (int)n;
+    st->items = items;
+    st->n = n;
+    st->done = done;
+    st->arg = done_arg;
+    if ((rc = dlock__redis_renew_args(be, items, n, 1, &st->block, &st->argc, &st->argv,
+                                      &st->lens)) != DLOCK_OK ||
+        (rc = started_send(st, 0, 0)) != DLOCK_OK)
+        started_free(st);
     return rc;
 }
 
 static int started_send(started *st, int eval, int again)
 {
-    const dlock__redis_script *script = st->op == DLOCK_BACKEND_OP_ACQUIRE
-                                            ? &dlock__redis_script_acquire
-                                            : &dlock__redis_script_release;
     dlock__redis_script_cmd c;
     int rc;
 
-    if ((rc = dlock__redis_script_cmd_init(&c, script, 0, MUTEX_KEYS, st->argc, st->argv,
+    if ((rc = dlock__redis_script_cmd_init(&c, st->script, 0, st->nkeys, st->argc, st->argv,
                                            st->lens)) != DLOCK_OK)
         return rc;
     if (eval) {
-        dlock__redis_script_cmd_eval(&c, script);
+        dlock__redis_script_cmd_eval(&c, st->script);
         st->evaled = 1;
     }
     rc = again ? dlock__redis_mux_send_again(&st->be->mux, c.argc, c.av, c.al, started_reply, st)
@@ -794,4 +867,5 @@ const dlock_backend dlock__redis_backend = {
     .start = redis_start,
     .async_fds = redis_async_fds,
     .async_step = redis_async_step,
+    .renew_start = redis_renew_start,
 };

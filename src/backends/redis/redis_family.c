@@ -472,8 +472,9 @@ int dlock__redis_family_renew(redis_backend *be, dlock__redis_conn *conn, dlock_
  * reply is one string, a character a lock, not an array of n integers
  * (n + 1 objects for the reader to make and free).
  */
-static int renew_batch(redis_backend *be, dlock__redis_conn *conn, dlock_renewal *items,
-                       size_t n, int renew)
+int dlock__redis_renew_args(redis_backend *be, const dlock_renewal *items, size_t n, int renew,
+                            void **out, int *argc_out, const char ***argv_out,
+                            size_t **lens_out)
 {
     typedef char lease_text[24];
     size_t argc = 1 + 5 * n;
@@ -486,8 +487,6 @@ static int renew_batch(redis_backend *be, dlock__redis_conn *conn, dlock_renewal
     const char *lease = NULL;
     size_t lease_len = 0;
     int64_t last_lease = -1;
-    redisReply *r = NULL;
-    int rc;
 
     if (block == NULL)
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
@@ -513,24 +512,45 @@ static int renew_batch(redis_backend *be, dlock__redis_conn *conn, dlock_renewal
     }
     argv[n] = renew ? "renew" : "check";
     lens[n] = 5;
-    if (conn != NULL) {
-        rc = dlock__redis_conn_script(conn, &dlock__redis_script_family_renew, &r, (int)n,
-                                      (int)argc, argv, lens);
-    } else {
-        rc = dlock__redis_cmd_script(be, &dlock__redis_script_family_renew, &r, (int)n,
-                                     (int)argc, argv, lens);
-        conn = be->cmd; /* for messages: every command connection has the same name */
-    }
-    if (rc != DLOCK_OK)
-        goto done;
-    if (r->type != REDIS_REPLY_STRING || r->len != n ||
-        strspn(r->str, "01") != n) {
-        rc = dlock__redis_bad_reply(conn, "the renew script");
-        goto done;
-    }
+    *out = block;
+    *argc_out = (int)argc;
+    *argv_out = argv;
+    *lens_out = lens;
+    return DLOCK_OK;
+}
+
+int dlock__redis_renew_reply(const dlock__redis_conn *conn, const redisReply *r,
+                             dlock_renewal *items, size_t n)
+{
+    if (r->type != REDIS_REPLY_STRING || r->len != n || strspn(r->str, "01") != n)
+        return dlock__redis_bad_reply(conn, "the renew script");
     for (size_t i = 0; i < n; i++)
         items[i].result = r->str[i] == '1' ? DLOCK_OK : DLOCK_ELOST;
-done:
+    return DLOCK_OK;
+}
+
+static int renew_batch(redis_backend *be, dlock__redis_conn *conn, dlock_renewal *items,
+                       size_t n, int renew)
+{
+    void *block;
+    const char **argv;
+    size_t *lens;
+    redisReply *r = NULL;
+    int argc, rc;
+
+    if ((rc = dlock__redis_renew_args(be, items, n, renew, &block, &argc, &argv, &lens)) !=
+        DLOCK_OK)
+        return rc;
+    if (conn != NULL) {
+        rc = dlock__redis_conn_script(conn, &dlock__redis_script_family_renew, &r, (int)n, argc,
+                                      argv, lens);
+    } else {
+        rc = dlock__redis_cmd_script(be, &dlock__redis_script_family_renew, &r, (int)n, argc,
+                                     argv, lens);
+        conn = be->cmd; /* for messages: every command connection has the same name */
+    }
+    if (rc == DLOCK_OK)
+        rc = dlock__redis_renew_reply(conn, r, items, n);
     if (r != NULL)
         freeReplyObject(r);
     free(block);

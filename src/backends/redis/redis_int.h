@@ -39,6 +39,7 @@ typedef struct {
     dlock__redis_conn wd;
     dlock__redis_watcher *watcher;
     dlock__redis_places places;
+    int no_threads; /* DLOCK_CLIENT_NO_THREADS: start connects, on the loop's thread */
 } dlock__redis_be;
 
 /* prefix + '{' + name + '}' + suffix */
@@ -198,6 +199,13 @@ int dlock__redis_observe_begin(void *be, const char *name, void **watch);
 
 /* Renew or check (renew 0) items of any kind on conn (NULL: a command
  * connection), in one round trip. */
+/* The renew script's arguments for items (renew: "renew", else "check"),
+ * in one allocation (*out, the caller's to free; the requests' strings
+ * borrowed), and its reply read into items' results. */
+int dlock__redis_renew_args(dlock__redis_be *be, const dlock_renewal *items, size_t n, int renew,
+                            void **out, int *argc, const char ***argv, size_t **lens);
+int dlock__redis_renew_reply(const dlock__redis_conn *conn, const redisReply *r,
+                             dlock_renewal *items, size_t n);
 int dlock__redis_family_renew(dlock__redis_be *be, dlock__redis_conn *conn,
                               dlock_renewal *items, size_t n, int renew);
 

@@ -602,6 +602,105 @@ static void wait_many(void)
     test_server_stop(&s);
 }
 
+/* DLOCK_CLIENT_NO_THREADS: on Redis the client starts no thread of its own
+ * while it renews (from dlock_async_process), waits (a poll from the loop),
+ * is told of a loss, extends, and is canceled; elsewhere dlock_client_open
+ * says it cannot. */
+static int nt_lost;
+
+static void nt_on_lost(dlock_lock *l, int reason, void *payload)
+{
+    (void)l;
+    CHECK(pthread_equal(pthread_self(), loop_thread));
+    CHECK(payload == &nt_lost);
+    CHECK(reason == DLOCK_ELOST);
+    nt_lost++;
+}
+
+static void no_threads(void)
+{
+    test_server s;
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    dlock_client *c = NULL, *other, *admin;
+    dlock_acquire_options o = test_opts(0, 600, 1), w = test_opts(5000, 5000, 1);
+    dlock_acquire_options w2 = test_opts(0, 5000, 0);
+    dlock_stats st = DLOCK_STATS_INIT;
+    dlock_lock *l, *held, *gone;
+    outcome granted = {0}, canceled = {0}, ext = {0};
+    dlock_request_handle *req = NULL;
+    long threads;
+
+    test_server_start(&s, backend);
+    co.flags = 0x80;
+    CHECK_RC(dlock_client_open(&c, s.url, &co), DLOCK_EINVAL);
+    CHECK_CONTAINS(dlock_error_message(), "unknown bits 0x80");
+    co.flags = DLOCK_CLIENT_NO_THREADS;
+    if (strcmp(backend, "redis") != 0) {
+        CHECK_RC(dlock_client_open(&c, s.url, &co), DLOCK_ENOTSUP);
+        CHECK(c == NULL);
+        CHECK_CONTAINS(dlock_error_message(), "DLOCK_CLIENT_NO_THREADS");
+        test_server_stop(&s);
+        return;
+    }
+    other = open_client(&s);
+    admin = open_client(&s);
+    threads = proc_status("Threads");
+    CHECK_RC(dlock_client_open(&c, s.url, &co), DLOCK_OK);
+
+    /* Renewed by the loop alone: a 600 ms lease held for 2 s. */
+    l = acquire_now(c, "job", &o);
+    loop_for(c, 2000);
+    CHECK(!dlock_lock_lost(l) && dlock_lock_valid_ms(l) > 0);
+    CHECK(test_server_held(&s, "job"));
+    CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
+    CHECK(st.renewals >= 3);
+    /* Extended without a thread, and released. */
+    CHECK_RC(dlock_extend_async(NULL, l, 4000, on_done, &ext), DLOCK_OK);
+    loop_until(c, &ext.calls, 1, 10000);
+    CHECK_RC(ext.rc, DLOCK_OK);
+    CHECK(dlock_lock_valid_ms(l) > 600);
+    release_now(c, l, DLOCK_OK);
+    CHECK(!test_server_held(&s, "job"));
+
+    /* A wait, granted once the holder (another client) lets go. */
+    CHECK_RC(dlock_acquire(&held, other, "wait", &w2), DLOCK_OK); /* no watchdog thread */
+    CHECK_RC(dlock_acquire_async(NULL, c, "wait", &w, on_acquired, &granted), DLOCK_OK);
+    loop_for(c, 300);
+    CHECK(granted.calls == 0);
+    /* A second waiter, canceled while it sleeps: once, ECANCELED. */
+    CHECK_RC(dlock_acquire_async(&req, c, "wait", &w, on_acquired, &canceled), DLOCK_OK);
+    loop_for(c, 150);
+    CHECK_RC(dlock_request_cancel(req), DLOCK_OK);
+    loop_until(c, &canceled.calls, 1, 5000);
+    CHECK_RC(canceled.rc, DLOCK_ECANCELED);
+    {
+        uint64_t fence = dlock_lock_fence(held);
+        CHECK_RC(dlock_release(held), DLOCK_OK);
+        loop_until(c, &granted.calls, 1, 5000);
+        CHECK_RC(granted.rc, DLOCK_OK);
+        CHECK(dlock_lock_fence(granted.lock) > fence);
+    }
+    loop_for(c, 200);
+    CHECK(canceled.calls == 1 && granted.calls == 1);
+
+    /* A loss told on the loop's thread: the lock broken by another. */
+    o.on_lost = nt_on_lost;
+    o.payload = &nt_lost;
+    gone = acquire_now(c, "gone", &o);
+    CHECK_RC(dlock_force_release(NULL, admin, "gone"), DLOCK_OK);
+    loop_until(c, &nt_lost, 1, 10000);
+    CHECK(dlock_lock_lost(gone));
+    release_now(c, gone, DLOCK_ELOST);
+    release_now(c, granted.lock, DLOCK_OK);
+
+    /* All of it without a thread of the client's. */
+    CHECK(proc_status("Threads") == threads);
+    dlock_client_free(c);
+    dlock_client_free(admin);
+    dlock_client_free(other);
+    test_server_stop(&s);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case cases[] = {
@@ -617,6 +716,7 @@ int main(int argc, char **argv)
         {"bad_input", bad_input, NULL},
         {"fair_order", fair_order, NULL},
         {"wait_many", wait_many, NULL},
+        {"no_threads", no_threads, "watchdog"},
     };
 
     loop_thread = pthread_self();

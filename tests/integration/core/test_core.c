@@ -41,6 +41,11 @@ static const char *backend; /* argv[1] */
  * makes one (TSan does not follow a fork of a process with threads). */
 
 static int via_async;
+/* `test_core nothreads:BACKEND CASE`: the same, every client opened with
+ * DLOCK_CLIENT_NO_THREADS, so that the loop thread renews its locks too;
+ * the calls the asynchronous API does not serve so (the family's kinds)
+ * are made blocking, beside the loop. */
+static int via_nothreads;
 
 #define DRIVER_CLIENTS 16
 static pthread_mutex_t driver_start_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -161,6 +166,12 @@ static int core_acquire(dlock_lock **out, dlock_client *c, const char *name,
     if (!via_async || on_loop_thread() || out == NULL || c == NULL)
         return dlock_acquire(out, c, name, o);
     driver_start();
+    if (via_nothreads && o != NULL && (o->kind != DLOCK_KIND_MUTEX || o->owner != NULL)) {
+        pthread_mutex_lock(&drv.mu);
+        driver_watch(c); /* renewed by the loop */
+        pthread_mutex_unlock(&drv.mu);
+        return dlock_acquire(out, c, name, o);
+    }
     *out = NULL;
     pthread_mutex_lock(&drv.mu);
     driver_watch(c);
@@ -183,6 +194,8 @@ static int core_release(dlock_lock *l)
     pthread_mutex_lock(&drv.mu);
     if ((rc = dlock_release_async(NULL, l, driver_done, &k)) != DLOCK_OK) {
         pthread_mutex_unlock(&drv.mu);
+        if (rc == DLOCK_ENOTSUP && via_nothreads)
+            return dlock_release(l); /* a kind served blocking only */
         return rc; /* a lock whose client is gone: released and freed */
     }
     return driver_wait(&k);
@@ -198,6 +211,8 @@ static int core_extend(dlock_lock *l, int64_t lease_ms)
     pthread_mutex_lock(&drv.mu);
     if ((rc = dlock_extend_async(NULL, l, lease_ms, driver_done, &k)) != DLOCK_OK) {
         pthread_mutex_unlock(&drv.mu);
+        if (rc == DLOCK_ENOTSUP && via_nothreads)
+            return dlock_lock_extend(l, lease_ms);
         return rc;
     }
     return driver_wait(&k);
@@ -224,9 +239,11 @@ static void core_client_free(dlock_client *c)
 
 static dlock_client *open_client(const test_server *s)
 {
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
     dlock_client *c = NULL;
 
-    CHECK_RC(dlock_client_open(&c, s->url, NULL), DLOCK_OK);
+    co.flags = via_nothreads ? DLOCK_CLIENT_NO_THREADS : 0;
+    CHECK_RC(dlock_client_open(&c, s->url, &co), DLOCK_OK);
     CHECK(c != NULL);
     CHECK(strcmp(dlock_client_backend(c), s->backend) == 0);
     return c;
@@ -526,6 +543,18 @@ static void rw_nested_read(void)
             CHECK_RC(dlock_release(r1), DLOCK_OK);
         goto out;
     }
+    if (via_nothreads) {
+        /* A writer's wait keeps a place in the queue, which needs the
+         * subscriber's thread: refused, the read untouched. */
+        dlock_acquire_options wo = test_opts(2000, 5000, 0);
+        wo.kind = DLOCK_KIND_WRITE;
+        CHECK_RC(dlock_acquire(&r1, c1, "nest", &ro), DLOCK_OK);
+        CHECK_RC(dlock_acquire(&x, c2, "nest", &wo), DLOCK_ENOTSUP);
+        CHECK_CONTAINS(dlock_error_message(), "DLOCK_CLIENT_NO_THREADS");
+        CHECK(dlock_lock_valid_ms(r1) > 0);
+        CHECK_RC(dlock_release(r1), DLOCK_OK);
+        goto out;
+    }
     CHECK_RC(dlock_acquire(&r1, c1, "nest", &ro), DLOCK_OK);
     w.c = c2;
     w.reading = &reading;
@@ -790,6 +819,7 @@ static void release_after_deadline_is_lost(void)
 
     test_server_start(&s, backend);
     co.command_timeout_ms = 3000;
+    co.flags = via_nothreads ? DLOCK_CLIENT_NO_THREADS : 0;
     CHECK_RC(dlock_client_open(&c, s.url, &co), DLOCK_OK);
 
     o = test_opts(0, s.short_lease_ms, 0);
@@ -872,7 +902,7 @@ static void interrupt_leaves_the_queue(void)
     held = test_server_leftovers(&s, "intr");
     /* Queued: Redis keeps the waiter's hand-off entry, etcd its key and
      * lease (the first try's lease comes and goes before). */
-    queued = held + s.waiter_leftovers;
+    queued = held + (via_nothreads ? 0 : s.waiter_leftovers); /* nothreads: a poll */
     /* A lease far longer than the test: only leaving frees the queue. */
     test_acquirer_init(&a, c2, "intr", test_opts(DLOCK_WAIT_FOREVER, 60000, 1));
     CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
@@ -1227,6 +1257,7 @@ static void stats_count_exactly(void)
     co.trace = record_trace;
     co.log = record_log;
     co.log_level = DLOCK_LOG_DEBUG;
+    co.flags = via_nothreads ? DLOCK_CLIENT_NO_THREADS : 0;
     CHECK_RC(dlock_client_open(&c, s.url, &co), DLOCK_OK);
     other = open_client(&s);
     CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
@@ -1350,6 +1381,7 @@ static void log_renew_failure_and_loss(void)
     test_server_start(&s, backend);
     co.command_timeout_ms = 300;
     co.log = record_log;
+    co.flags = via_nothreads ? DLOCK_CLIENT_NO_THREADS : 0;
     CHECK_RC(dlock_client_open(&c, s.url, &co), DLOCK_OK);
     /* What open itself logged (Redlock: nodes that do not keep their fence
      * marks, test_redlock node_settings_checked) is not this test's. */
@@ -1485,6 +1517,9 @@ int main(int argc, char **argv)
     if (argc > 1 && strncmp(argv[1], "async:", 6) == 0) {
         via_async = 1;
         argv[1] += 6;
+    } else if (argc > 1 && strncmp(argv[1], "nothreads:", 10) == 0) {
+        via_async = via_nothreads = 1;
+        argv[1] += 10;
     }
     return test_run_on(cases, sizeof(cases) / sizeof(cases[0]), argc, argv, &backend);
 }
