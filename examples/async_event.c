@@ -4,7 +4,7 @@
  * dlock/adapters/libevent.h): a TCP server that holds a lock for each
  * connection, all of them on one thread.
  *
- *   async_event URL PORT [LOCKNAME]       LOCKNAME defaults to "conn"
+ *   async_event [--no-threads] URL PORT [LOCKNAME]   LOCKNAME defaults to "conn"
  *
  * For every connection to 127.0.0.1:PORT it asks for the lock without
  * blocking the loop (waiting up to 10 s, a 5 s lease that the client
@@ -14,6 +14,10 @@
  * connection that does not get the lock is closed. One line per event on
  * stdout. SIGINT or SIGTERM: held locks are released, the client is freed
  * (waiting connections see their requests canceled), and it exits 0.
+ *
+ * --no-threads opens the client with DLOCK_CLIENT_NO_THREADS: the library
+ * starts no thread, the lock's renewals run on this loop as well, and the
+ * whole program is one thread (a wait then polls: docs/async.md).
  *
  *   redis-server --port 6379 &
  *   ./async_event redis://127.0.0.1:6379 7000 &
@@ -238,10 +242,18 @@ static void on_signal(evutil_socket_t signum, short what, void *arg)
 int main(int argc, char **argv)
 {
     struct sockaddr_in addr;
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
     int rc;
 
+    if (argc > 1 && strcmp(argv[1], "--no-threads") == 0) {
+        /* The library starts no thread: renewals run on this loop too. */
+        co.flags = DLOCK_CLIENT_NO_THREADS;
+        argv[1] = argv[0];
+        argv++;
+        argc--;
+    }
     if (argc < 3 || argc > 4) {
-        fprintf(stderr, "usage: %s URL PORT [LOCKNAME]\n", argv[0]);
+        fprintf(stderr, "usage: %s [--no-threads] URL PORT [LOCKNAME]\n", argv[0]);
         return 2;
     }
     if (argc == 4)
@@ -252,7 +264,7 @@ int main(int argc, char **argv)
         return 1;
 
     /* Opening the client blocks (connect, AUTH): done before the loop runs. */
-    if (dlock_client_open(&client, argv[1], NULL) != DLOCK_OK) {
+    if (dlock_client_open(&client, argv[1], &co) != DLOCK_OK) {
         fprintf(stderr, "async_event: %s\n", dlock_error_message());
         return 1;
     }

@@ -7,8 +7,10 @@
 #   tests/examples/async_examples.sh BUILD_DIR
 #
 # For each example that BUILD_DIR/examples holds (each is built only when
-# pkg-config finds its loop; none at all is a failure), on one lock:
-#   1. client 1 connects and gets "fence N";
+# pkg-config finds its loop; none at all is a failure), once as it is and
+# once with --no-threads (DLOCK_CLIENT_NO_THREADS), on one lock:
+#   1. client 1 connects and gets "fence N" (--no-threads: 2.2 s later its
+#      lease was renewed by the loop, and the process has one thread);
 #   2. client 2 connects and gets nothing while client 1 stays connected;
 #   3. client 1 closes: client 2 gets "fence M", M > N;
 #   4. client 3 waits; client 2 sends "release": it gets "released" and
@@ -97,14 +99,17 @@ done
 URL=redis://127.0.0.1:$REDIS_PORT
 
 ran=0
-for EX in async_uv async_event; do
-    bin=$BUILD/examples/$EX
+for name in async_uv async_event; do
+for MODE in "" --no-threads; do
+    EX=$name$MODE
+    bin=$BUILD/examples/$name
     [ -x "$bin" ] || { echo "--   async_examples: $bin not built (its loop's -dev package is missing)"; continue; }
     ran=$((ran + 1))
     LOCK=async-$EX-$$
 
     PORT=$(free_port)
-    "$bin" "$URL" "$PORT" "$LOCK" >"$WORK/$EX.out" 2>"$WORK/$EX.err" &
+    # shellcheck disable=SC2086 # MODE: no word, or one
+    "$bin" $MODE "$URL" "$PORT" "$LOCK" >"$WORK/$EX.out" 2>"$WORK/$EX.err" &
     EXAMPLE_PID=$!
     within 10 logged '^listening on' ||
         die "did not start listening: $(cat "$WORK/$EX.out" "$WORK/$EX.err")"
@@ -113,6 +118,18 @@ for EX in async_uv async_event; do
     connect 3
     n=$(fence_of 3 "client 1") || exit 1
     pass "client 1 got fence $n"
+    if [ -n "$MODE" ]; then
+        # 1b: without threads, the loop alone renews the 5 s lease (due
+        # at a third of it): past that, the server's lease is fresh, and
+        # the process is still one thread.
+        sleep 2.2
+        ttl=$(redis-cli -p "$REDIS_PORT" pttl "dlock:{$LOCK}")
+        [ "$ttl" -gt 3500 ] && pass "renewed by the loop: $ttl ms left of 5000 after 2.2 s" ||
+            fail "not renewed: $ttl ms left of 5000 after 2.2 s"
+        threads=$(awk '/^Threads:/ {print $2}' "/proc/$EXAMPLE_PID/status")
+        [ "$threads" = 1 ] && pass "one thread in the process" ||
+            fail "$threads threads in the process, not 1"
+    fi
     connect 4
     await_log '^conn 2: waiting' "client 2's request"
     line=""
@@ -171,6 +188,7 @@ for EX in async_uv async_event; do
     [ "$(redis-cli -p "$REDIS_PORT" exists "dlock:{$LOCK}")" = 0 ] &&
         pass "no lock left on the server" || fail "dlock:{$LOCK} is still on the server"
     [ -s "$WORK/$EX.err" ] && fail "stderr not empty: $(cat "$WORK/$EX.err")"
+done
 done
 EX=""
 
