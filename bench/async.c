@@ -56,13 +56,21 @@ static void pause_ms(long ms)
     }
 }
 
-static dlock_client *open_client(const char *url)
+static dlock_client *open_client_flags(const char *url, unsigned flags)
 {
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
     dlock_client *c = NULL;
-    int rc = dlock_client_open(&c, url, NULL);
-    if (rc != DLOCK_OK)
+    int rc;
+
+    co.flags = flags;
+    if ((rc = dlock_client_open(&c, url, &co)) != DLOCK_OK)
         die_rc("dlock_client_open", rc);
     return c;
+}
+
+static dlock_client *open_client(const char *url)
+{
+    return open_client_flags(url, 0);
 }
 
 /* ---- the loop ------------------------------------------------------------ */
@@ -391,9 +399,10 @@ static void rows(const char *what, bench_series *b, bench_series *a, double targ
 
 int bench_async(const char *given_url, long iterations, long waiters)
 {
-    char url[1024], name[2][128];
+    char url[1024], name[3][128];
     long n = iterations, hand = iterations / 10 < 50 ? 50 : iterations / 10;
-    bench_series cyc[2][2] = {{{0}}}, ho[2] = {{0}}; /* [0] blocking, [1] async */
+    /* [0] blocking, [1] async, [2] async without threads (cycles only) */
+    bench_series cyc[3][2] = {{{0}}}, ho[2] = {{0}};
     long pid = (long)getpid();
 
     if (given_url)
@@ -407,18 +416,19 @@ int bench_async(const char *given_url, long iterations, long waiters)
 
     /* 1. A client per API: the async one's workers stay out of the
      * blocking figure. The loop runs on this thread. */
-    dlock_client *c[2] = {open_client(url), open_client(url)};
-    for (int a = 0; a < 2; a++)
+    dlock_client *c[3] = {open_client(url), open_client(url),
+                          open_client_flags(url, DLOCK_CLIENT_NO_THREADS)};
+    for (int a = 0; a < 3; a++)
         snprintf(name[a], sizeof name[a], "dlock-bench:%ld:async:cycle%d", pid, a);
     for (long i = 0; i < n / 10 + 50; i++) /* connections, scripts, workers */
-        for (int a = 0; a < 2; a++)
-            cycle(c[a], name[a], a, NULL);
+        for (int a = 0; a < 3; a++)
+            cycle(c[a], name[a], a > 0, NULL);
     for (int round = 0; round < ROUNDS; round++)
-        for (int a = 0; a < 2; a++)
+        for (int a = 0; a < 3; a++)
             for (long i = 0; i < n / ROUNDS + (round < n % ROUNDS); i++)
-                cycle(c[a], name[a], a, cyc[a]);
-    dlock_client_free(c[0]);
-    dlock_client_free(c[1]);
+                cycle(c[a], name[a], a > 0, cyc[a]);
+    for (int a = 0; a < 3; a++)
+        dlock_client_free(c[a]);
 
     /* 2. The holder on this thread, the waiter's two clients on its own. */
     waiter w;
@@ -448,6 +458,16 @@ int bench_async(const char *given_url, long iterations, long waiters)
 
     printf("\n");
     bench_print_header();
+    {
+        /* Printed first: rows() frees the blocking series it compares. */
+        double b50 = bench_series_us(&cyc[0][0], 50), t50 = bench_series_us(&cyc[2][0], 50);
+        char base[64];
+        snprintf(base, sizeof base, "blocking %.1f", b50);
+        bench_print_row("cycle, async without threads", t50, bench_series_us(&cyc[2][0], 99),
+                        -1, base, t50 / b50, TARGET_CYCLE);
+        free(cyc[2][0].v);
+        free(cyc[2][1].v);
+    }
     rows("cycle", &cyc[0][0], &cyc[1][0], TARGET_CYCLE);
     rows("  of which acquire", &cyc[0][1], &cyc[1][1], 0);
     rows("hand-off", &ho[0], &ho[1], TARGET_HANDOFF);
