@@ -172,11 +172,19 @@ int dlock__my_lease_acquire(dlock__my_be *be, const dlock_request *req, void *wa
     return DLOCK_EBUSY;
 }
 
+/* The release's SET clause. */
+#define RELEASED "token = '', holder = NULL, expires = UTC_TIMESTAMP(6)"
+
 /* An UPDATE of the row of name if token holds it unexpired: DLOCK_OK when
- * it matched, DLOCK_ELOST when not. set: the SET clause. */
-static int owned_update(dlock__my_be *be, const char *name, const char *token, const char *set)
+ * it matched, DLOCK_ELOST when not. set: the SET clause; then, when after
+ * is not NULL, that statement in the same request (the UPDATE commits,
+ * autocommit, before it runs; a failed UPDATE ends the request there).
+ * Sent on conn, under mu. */
+static int owned_update_on(dlock__my_be *be, MYSQL **conn, pthread_mutex_t *mu,
+                           const char *name, const char *token, const char *set,
+                           const char *after)
 {
-    char key[DLOCK__MY_HEX_MAX], tok[80], sql[DLOCK__MY_HEX_MAX + 512];
+    char key[DLOCK__MY_HEX_MAX], tok[80], sql[DLOCK__MY_HEX_MAX + DLOCK__MY_LOCKEXPR_MAX + 512];
     uint64_t affected = 0;
     int rc;
 
@@ -187,54 +195,42 @@ static int owned_update(dlock__my_be *be, const char *name, const char *token, c
     dlock__my_hex(tok, token, strlen(token));
     snprintf(sql, sizeof(sql),
              "UPDATE dlock_locks SET %s WHERE name = %s AND token = %s"
-             " AND expires > UTC_TIMESTAMP(6)",
-             set, key, tok);
-    pthread_mutex_lock(&be->mu);
-    rc = dlock__my_query_rows(be, &be->cmd, sql, NULL, NULL, &affected);
-    pthread_mutex_unlock(&be->mu);
+             " AND expires > UTC_TIMESTAMP(6)%s%s",
+             set, key, tok, after != NULL ? ";" : "", after != NULL ? after : "");
+    pthread_mutex_lock(mu);
+    rc = dlock__my_query_rows(be, conn, sql, NULL, NULL, &affected);
+    pthread_mutex_unlock(mu);
     if (rc == DLOCK_OK && affected != 1)
         rc = dlock_backend_fail(DLOCK_ELOST, "%s: the lease is no longer this token's",
                                 be->where);
     return rc;
 }
 
+static int owned_update(dlock__my_be *be, const char *name, const char *token, const char *set)
+{
+    return owned_update_on(be, &be->cmd, &be->mu, name, token, set, NULL);
+}
+
 /*
  * The row given up and then the channel, in one request on the wake
- * connection: the UPDATE commits (autocommit) before the RELEASE_LOCK runs,
- * so no waiter wakes to a lock not yet free, and both are done when this
+ * connection: the UPDATE commits before the RELEASE_LOCK runs, so no
+ * waiter wakes to a lock not yet free, and both are done when this
  * returns. A failed UPDATE ends the request there: the channel stays, as
  * it did when the UPDATE failed on cmd.
  */
 static int release_row_and_channel(dlock__my_be *be, const char *name, const char *token)
 {
-    char key[DLOCK__MY_HEX_MAX], tok[80], expr[DLOCK__MY_LOCKEXPR_MAX];
-    char sql[DLOCK__MY_HEX_MAX + DLOCK__MY_LOCKEXPR_MAX + 256];
-    uint64_t affected = 0;
+    char expr[DLOCK__MY_LOCKEXPR_MAX], after[DLOCK__MY_LOCKEXPR_MAX + 32];
     int rc;
 
-    if ((rc = dlock__my_key_hex(be, name, key)) != DLOCK_OK)
-        return rc;
-    if (strlen(token) > 32)
-        return DLOCK_ELOST;
     if (dlock__my_lock_expr(be, name, 'w', expr) != DLOCK_OK) {
-        rc = owned_update(be, name, token, "token = '', holder = NULL, expires = UTC_TIMESTAMP(6)");
+        rc = owned_update(be, name, token, RELEASED);
         if (rc == DLOCK_OK || rc == DLOCK_ELOST)
             dlock__my_wake_hold(be, name, 0);
         return rc;
     }
-    dlock__my_hex(tok, token, strlen(token));
-    snprintf(sql, sizeof(sql),
-             "UPDATE dlock_locks SET token = '', holder = NULL, expires = UTC_TIMESTAMP(6)"
-             " WHERE name = %s AND token = %s AND expires > UTC_TIMESTAMP(6);"
-             "SELECT RELEASE_LOCK(%s)",
-             key, tok, expr);
-    pthread_mutex_lock(&be->wake_mu);
-    rc = dlock__my_query_rows(be, &be->wake, sql, NULL, NULL, &affected);
-    pthread_mutex_unlock(&be->wake_mu);
-    if (rc == DLOCK_OK && affected != 1)
-        rc = dlock_backend_fail(DLOCK_ELOST, "%s: the lease is no longer this token's",
-                                be->where);
-    return rc;
+    snprintf(after, sizeof(after), "SELECT RELEASE_LOCK(%s)", expr);
+    return owned_update_on(be, &be->wake, &be->wake_mu, name, token, RELEASED, after);
 }
 
 int dlock__my_lease_release_token(dlock__my_be *be, const char *name, const char *token)
