@@ -249,6 +249,24 @@ int bench_mysql(const char *url, long iterations);
 /* send() and connect() calls of this process so far. */
 void bench_sql_count(long *sends, long *connects);
 
+/* One cycle of kind w of a SQL section (timed into s when not NULL). */
+typedef void (*bench_sql_one_fn)(void *ctx, int w, bench_series *s);
+
+/*
+ * A SQL section's measurement of its n kinds of cycle: a warm-up, then
+ * iterations cycles of each kind, cycle by cycle, each kind in turn (a
+ * machine whose speed changes every few seconds changes it for all of them
+ * alike), into s[w]; then p50[w], and the requests and new sessions per
+ * cycle of each kind (req[w], conn[w], over 200 more cycles).
+ */
+void bench_sql_measure(void *ctx, bench_sql_one_fn one, int n, long iterations, bench_series *s,
+                       double *p50, double *req, double *conn);
+
+/* The table's header, and the block of what each kind sends. */
+void bench_sql_print_header(void);
+void bench_sql_print_sends(const char *const *labels, int n, const double *req,
+                           const double *conn);
+
 /* ------------------------------------------------------------------------
  * peer.c: a peer library in a child process, driven over pipes
  * ---------------------------------------------------------------------- */

@@ -309,8 +309,9 @@ typedef struct {
     char lease_name[64], named_name[64];
 } cycles;
 
-static void one(cycles *c, int which, bench_series *s)
+static void one(void *ctx, int which, bench_series *s)
 {
+    cycles *c = ctx;
     int64_t t0 = bench_now_ns();
 
     switch (which) {
@@ -325,18 +326,6 @@ static void one(cycles *c, int which, bench_series *s)
     }
     if (s != NULL)
         bench_series_add(s, bench_now_ns() - t0);
-}
-
-static void count(cycles *c, int which, long n, double *req, double *conn)
-{
-    long s0, c0, s1, c1;
-
-    bench_sql_count(&s0, &c0);
-    for (long i = 0; i < n; i++)
-        one(c, which, NULL);
-    bench_sql_count(&s1, &c1);
-    *req = (double)(s1 - s0) / (double)n;
-    *conn = (double)(c1 - c0) / (double)n;
 }
 
 /* host, port, user, password, db of a mysql:// URL without parameters
@@ -442,24 +431,9 @@ int bench_mysql(const char *url_arg, long iterations)
     printf("  %ld cycles each, interleaved one by one; one connection for the raw "
            "statements\n\n",
            iterations);
-    memset(s, 0, sizeof s);
-    for (int w = 0; w < S_N; w++) /* warm-up */
-        for (long i = 0; i < iterations / 10 + 10; i++)
-            one(&c, w, NULL);
-    /* Cycle by cycle, each kind in turn: a machine whose speed changes
-     * every few seconds (other tenants, the server's background work)
-     * changes it for all of them alike. */
-    for (long i = 0; i < iterations; i++)
-        for (int w = 0; w < S_N; w++)
-            one(&c, w, &s[w]);
-
     double p50[S_N], req[S_N], conn[S_N];
-    for (int w = 0; w < S_N; w++) {
-        p50[w] = bench_series_us(&s[w], 50);
-        count(&c, w, 200, &req[w], &conn[w]);
-    }
-    printf("%-40s %8s %8s %9s  %-20s %6s  %-7s %s\n", "measurement", "p50 us", "p99 us", "ops/s",
-           "baseline", "ratio", "target", "result");
+    bench_sql_measure(&c, one, S_N, iterations, s, p50, req, conn);
+    bench_sql_print_header();
     for (int w = 0; w < S_N; w++) {
         char b[64] = "";
         int dl = w == S_LEASE || w == S_NAMED;
@@ -476,9 +450,7 @@ int bench_mysql(const char *url_arg, long iterations)
                             p50[w] / p50[S_NAMED_BARE], TARGET);
         }
     }
-    printf("\nwhat a cycle sends (200 cycles, counted at send() and connect()):\n");
-    for (int w = 0; w < S_N; w++)
-        printf("  %-40s %5.2f requests  %5.2f new sessions\n", labels[w], req[w], conn[w]);
+    bench_sql_print_sends(labels, S_N, req, conn);
     printf("\nratio: dlock cycle p50 / the p50 of the same statements sent raw (the faster of\n"
            "prepared and text); requests without pipelining are round trips.\n");
 
