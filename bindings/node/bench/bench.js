@@ -5,7 +5,7 @@
 // 31's speed targets: within 1.3x of the C cycle, ahead of the best peer):
 //
 //   Redis: dlock (this binding); dlock's C API (bindings/python/bench/
-//          cycle.c), and the same with an on_lost set (cycle_watch.c: the
+//          cycle.c), and the same with an on_lost set (cycle.c ... watch: the
 //          binding sets one on every lock, for lock.signal); redis-semaphore's
 //          Mutex and node-redlock's Redlock (redlock@5.0.0-beta.2, one
 //          server, retryCount 0), both on ioredis
@@ -94,8 +94,8 @@ function compile(build, tmp, src, name) {
 }
 
 // One run of a C cycle program: [p50, p99] in us.
-function cRun(exe, url, name, n) {
-  const r = spawnSync(exe, [url, name, String(n)], { encoding: 'utf8' });
+function cRun(exe, url, name, n, ...more) {
+  const r = spawnSync(exe, [url, name, String(n), ...more], { encoding: 'utf8' });
   if (r.status !== 0)
     throw new Error(`${path.basename(exe)}: ${(r.stderr || '').trim() || `exit ${r.status}`}`);
   return r.stdout.trim().split(/\s+/).map(Number);
@@ -197,7 +197,7 @@ async function twoHops() {
   await fsp.access(HERE);
 }
 
-async function benchOne(dlock, srv, exes, per, peerDir, peerWhy) {
+async function benchOne(dlock, srv, cycle, per, peerDir, peerWhy) {
   const c = await dlock.connect(srv.url);
   const binding = async () => {
     const l = await c.acquire('node-bench-binding', { ttl: TTL, wait: 0, autoRenew: false });
@@ -213,8 +213,8 @@ async function benchOne(dlock, srv, exes, per, peerDir, peerWhy) {
   const cs = [], cws = [], js = [];
   const ps = live.map(() => []);
   for (let r = 0; r < ROUNDS; r++) {
-    cs.push(cRun(exes.plain, srv.url, 'node-bench-c', per));
-    cws.push(cRun(exes.watch, srv.url, 'node-bench-cw', per));
+    cs.push(cRun(cycle, srv.url, 'node-bench-c', per));
+    cws.push(cRun(cycle, srv.url, 'node-bench-cw', per, 'watch'));
     await timed(per, binding, js);
     for (let i = 0; i < live.length; i++)
       await timed(per, live[i].one, ps[i]);
@@ -268,11 +268,8 @@ async function main() {
   const peerWhy = installPeers(args.peers);
   let env = null;
   try {
-    const exes = {
-      plain: compile(args.build, tmp, path.join(TOP, 'bindings', 'python', 'bench', 'cycle.c'),
-        'cycle'),
-      watch: compile(args.build, tmp, path.join(HERE, 'cycle_watch.c'), 'cycle_watch'),
-    };
+    const cycle = compile(args.build, tmp,
+      path.join(TOP, 'bindings', 'python', 'bench', 'cycle.c'), 'cycle');
     const per = Math.max(1, Math.floor(args.cycles / ROUNDS));
     env = await servers.start();
     console.log(`== the Node.js binding (bindings/node/bench): ${per * ROUNDS} cycles of each, ` +
@@ -280,7 +277,7 @@ async function main() {
     row('', 'p50 us', 'p99 us', 'ratio (p50)');
     for (const name of ['redis', 'etcd']) {
       const srv = env.servers.find((s) => s.name === name);
-      await benchOne(dlock, srv, exes, per, args.peers, peerWhy);
+      await benchOne(dlock, srv, cycle, per, args.peers, peerWhy);
     }
   } finally {
     if (env)
