@@ -476,3 +476,13 @@ void *test_acquirer_main(void *arg)
     atomic_store(&a->done, 1);
     return NULL;
 }
+
+void test_hand_over(dlock_lock *l, test_acquirer *a, pthread_t t)
+{
+    uint64_t fence = dlock_lock_fence(l);
+
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(a->rc, DLOCK_OK);
+    CHECK(dlock_lock_fence(a->lock) > fence);
+}

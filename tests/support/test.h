@@ -96,6 +96,10 @@ void test_acquirer_init(test_acquirer *a, dlock_client *c, const char *name,
                         dlock_acquire_options o);
 void *test_acquirer_main(void *arg);
 
+/* Release l: the waiter a (in thread t, joined here) then holds, with a
+ * fence above l's. */
+void test_hand_over(dlock_lock *l, test_acquirer *a, pthread_t t);
+
 /* An on_lost callback that counts its calls and keeps the last reason. */
 extern atomic_int test_lost_calls;
 extern atomic_int test_lost_reason;

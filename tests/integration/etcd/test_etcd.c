@@ -585,12 +585,7 @@ static void waiter_woken_by_release(void)
  * l's, and releases in turn. */
 static void hand_over_and_release(dlock_lock *l, test_acquirer *a, pthread_t t)
 {
-    uint64_t fence = dlock_lock_fence(l);
-
-    CHECK_RC(dlock_release(l), DLOCK_OK);
-    CHECK(pthread_join(t, NULL) == 0);
-    CHECK_RC(a->rc, DLOCK_OK);
-    CHECK(dlock_lock_fence(a->lock) > fence);
+    test_hand_over(l, a, t);
     CHECK_RC(dlock_release(a->lock), DLOCK_OK);
 }
 

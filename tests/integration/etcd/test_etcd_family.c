@@ -67,18 +67,6 @@ static void wait_queued(const char *name, long long want)
     }
 }
 
-/* Release l: the waiter a (in thread t) then holds, with a fence above
- * l's. */
-static void hand_over(dlock_lock *l, test_acquirer *a, pthread_t t)
-{
-    uint64_t fence = dlock_lock_fence(l);
-
-    CHECK_RC(dlock_release(l), DLOCK_OK);
-    CHECK(pthread_join(t, NULL) == 0);
-    CHECK_RC(a->rc, DLOCK_OK);
-    CHECK(dlock_lock_fence(a->lock) > fence);
-}
-
 /* ---- owner ids -------------------------------------------------------------- */
 
 /*
@@ -153,7 +141,7 @@ static void rw_nested_read_passes_waiting_writer(void)
     CHECK(test_etcd_count(&etcd, "dlock/nest/x") == 1);
     CHECK_RC(dlock_lock_check(r2), DLOCK_OK);
     CHECK(!atomic_load(&wa.done));
-    hand_over(r2, &wa, t);
+    test_hand_over(r2, &wa, t);
     CHECK(test_etcd_count(&etcd, "dlock/nest/x") == 0);
     CHECK_RC(dlock_release(wa.lock), DLOCK_OK);
     wait_queued("nest", 0);
