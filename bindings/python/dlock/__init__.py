@@ -30,8 +30,8 @@ import signal
 import threading
 import weakref
 
-from ._ffi import (ACQUIRE_OPTIONS_VERSION, CLIENT_OPTIONS_VERSION, WAIT_FOREVER, ffi,
-                   lib)
+from ._ffi import (ACQUIRE_OPTIONS_VERSION, CLIENT_NO_THREADS, CLIENT_OPTIONS_VERSION,
+                   WAIT_FOREVER, ffi, lib)
 
 __all__ = [
     "Client", "Lock", "Leader", "LockInfo", "LeaderInfo", "version",
@@ -371,13 +371,20 @@ class Client:
     url: redis://, rediss://, redis-sentinel://, redis-cluster://,
     redlock://, etcd://, etcds://, zk://, postgres:// or mysql:// (the C
     library's docs/urls.md). connect_timeout and command_timeout in
-    seconds; key_prefix and client_name as in dlock_client_options."""
+    seconds; key_prefix and client_name as in dlock_client_options.
+
+    no_threads=True: the C library starts no thread for this client
+    (DLOCK_CLIENT_NO_THREADS; Redis on one server, TLS or Sentinel, plain
+    locks): for dlock.aio, whose loop then renews the locks too, and waits
+    by polling (docs/async.md). NotSupported on the other backends."""
 
     def __init__(self, url: Union[str, bytes], *, connect_timeout: Optional[float] = None,
                  command_timeout: Optional[float] = None, key_prefix: Optional[str] = None,
-                 client_name: Optional[str] = None) -> None:
+                 client_name: Optional[str] = None, no_threads: bool = False) -> None:
         opts = ffi.new("dlock_client_options *")
         _check(lib.dlock_client_options_init(opts, CLIENT_OPTIONS_VERSION))
+        if no_threads:
+            opts.flags = CLIENT_NO_THREADS
         if connect_timeout is not None:
             opts.connect_timeout_ms = _ms(connect_timeout, "connect_timeout")
         if command_timeout is not None:

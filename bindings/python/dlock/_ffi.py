@@ -127,6 +127,7 @@ int dlock_async_process(dlock_client *client);
 """
 
 CLIENT_OPTIONS_VERSION = 4
+CLIENT_NO_THREADS = 1  # DLOCK_CLIENT_NO_THREADS
 ACQUIRE_OPTIONS_VERSION = 2
 WAIT_FOREVER = -1
 

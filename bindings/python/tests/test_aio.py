@@ -140,3 +140,42 @@ def test_on_lost_runs_on_the_loop(server, name):
                     assert lock.lost
             assert where == [threading.main_thread()]
     run(main())
+
+
+def _threads():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    return -1
+
+
+def test_no_threads_client_on_the_loop(server, name):
+    """no_threads=True: the loop renews the lock (a 0.6 s lease held 2 s), a
+    wait is granted when another client lets go, and the C library starts no
+    thread meanwhile; elsewhere than Redis, NotSupported."""
+    if server.name != "redis":
+        with pytest.raises(dlock.NotSupported) as e:
+            dlock.Client(server.url, no_threads=True)
+        assert "DLOCK_CLIENT_NO_THREADS" in e.value.message
+        return
+
+    async def main():
+        async with await dlock.aio.connect(server.url, no_threads=True) as c:
+            with dlock.Client(server.url) as other:
+                before = _threads()
+                async with c.lock(name, ttl=0.6) as lock:
+                    await asyncio.sleep(2)
+                    assert not lock.lost and lock.valid > 0
+                    assert other.status(name).held
+                    fence = lock.fence
+                held = other.acquire(name, ttl=10, auto_renew=False)
+                waiter = asyncio.ensure_future(c.acquire(name, ttl=10, wait=5))
+                await asyncio.sleep(0.3)
+                assert not waiter.done()
+                held.release()
+                got = await waiter
+                assert got.fence > fence
+                await got.release()
+                assert _threads() == before
+    run(main())
