@@ -13,6 +13,10 @@ export interface ConnectOptions {
   keyPrefix?: string;
   /** The connection's name on the server (Redis CLIENT SETNAME). */
   clientName?: string;
+  /** libdlock starts no thread for this client (DLOCK_CLIENT_NO_THREADS):
+   * Node's loop renews its locks too, and a wait polls the server. Redis
+   * (one server, TLS, Sentinel) only: NotSupported elsewhere. */
+  noThreads?: boolean;
 }
 
 export interface LockOptions {

@@ -519,17 +519,22 @@ if (Symbol.asyncDispose)
 /** Open a client for the lock server at url (redis://, rediss://,
  * redis-sentinel://, redis-cluster://, redlock://, etcd://, etcds://,
  * zk://, postgres://, mysql://: libdlock's docs/urls.md). opts:
- * connectTimeout and commandTimeout (ms), keyPrefix, clientName. Resolves
- * once the server answered. */
+ * connectTimeout and commandTimeout (ms), keyPrefix, clientName, noThreads
+ * (libdlock starts no thread for the client: Node's loop renews its locks,
+ * waits poll; Redis only, NotSupported elsewhere). Resolves once the
+ * server answered. */
 async function connect(url, opts) {
   opts = checkKeys(opts, new Set(['connectTimeout', 'commandTimeout', 'keyPrefix',
-    'clientName']), 'connect');
+    'clientName', 'noThreads']), 'connect');
   text(url, 'url', false);
+  if (opts.noThreads !== undefined && typeof opts.noThreads !== 'boolean')
+    throw invalid(`noThreads must be a boolean, got ${describe(opts.noThreads)}`);
   let client = null;
   const args = [url,
     opts.connectTimeout === undefined ? null : ms(opts.connectTimeout, 'connectTimeout'),
     opts.commandTimeout === undefined ? null : ms(opts.commandTimeout, 'commandTimeout'),
-    text(opts.keyPrefix, 'keyPrefix'), text(opts.clientName, 'clientName')];
+    text(opts.keyPrefix, 'keyPrefix'), text(opts.clientName, 'clientName'),
+    opts.noThreads === true];
   const h = new native.Client((id, reason) => client && client._dispatchLost(id, reason));
   try {
     await h.open(...args);

@@ -902,6 +902,8 @@ class Client : public Napi::ObjectWrap<Client> {
             call->o.connect_timeout_ms = Int(info[1]);
         if (info[2].IsNumber())
             call->o.command_timeout_ms = Int(info[2]);
+        if (info[5].IsBoolean() && info[5].As<Napi::Boolean>().Value())
+            call->o.flags = DLOCK_CLIENT_NO_THREADS;
         Napi::Promise p = call->Promise();
         call->Queue(env);
         return p;

@@ -115,6 +115,44 @@ for (const backend of BACKENDS) {
       assert.equal((await client.status(name)).held, false);
     });
 
+    it('noThreads: Node\'s loop renews, libdlock starts no thread', async () => {
+      if (backend !== 'redis') {
+        await assert.rejects(dlock.connect(server.url, { noThreads: true }),
+          (e) => e instanceof dlock.NotSupported && /DLOCK_CLIENT_NO_THREADS/.test(e.message));
+        return;
+      }
+      const threads = () => Number(/^Threads:\s+(\d+)/m.exec(
+        require('fs').readFileSync('/proc/self/status', 'utf8'))[1]);
+      const c = await dlock.connect(server.url, { noThreads: true });
+      try {
+        const name = fresh();
+        // The other client's threads started: libuv's pool (status runs
+        // there) and its watchdog (a lock with an on_lost, as every lock).
+        await client.status(name);
+        await (await client.acquire(fresh(), { ttl: 10000 })).release();
+        const before = threads();
+        const lock = await c.acquire(name, { ttl: 600 });
+        await new Promise((r) => setTimeout(r, 2000));
+        assert.equal(lock.lost, false);
+        assert.ok(lock.validMs > 0, String(lock.validMs));
+        assert.equal((await client.status(name)).held, true);
+        const fence = lock.fence;
+        await lock.release();
+        const held = await client.acquire(name, { ttl: 10000, autoRenew: false });
+        const waiting = c.acquire(name, { ttl: 10000, wait: 5000 });
+        await new Promise((r) => setTimeout(r, 300));
+        await held.release();
+        const got = await waiting;
+        assert.ok(got.fence > fence);
+        await got.release();
+        assert.equal(threads(), before);
+      } finally {
+        await c.close();
+      }
+      await assert.rejects(dlock.connect(server.url, { noThreads: 1 }),
+        (e) => e instanceof dlock.InvalidArgument && /noThreads/.test(e.message));
+    });
+
     it('fences strictly increase across clients', async () => {
       const name = fresh();
       const other = await dlock.connect(server.url);
