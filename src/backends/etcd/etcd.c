@@ -814,4 +814,5 @@ const dlock_backend dlock__etcd_backend = {
     .multi_acquire = dlock__etcd_multi_acquire,
     .leader_get = dlock__etcd_leader_get,
     .observe_begin = dlock__etcd_observe_begin,
+    .watch_notify = dlock__etcd_watch_notify,
 };

@@ -413,6 +413,11 @@ struct dlock__etcd_watch {
     int observe;
     int wake_fd;
     atomic_int woken;
+    /* watch_notify's: set once, before the watch is shared (wake_fd is then
+     * -1: nobody sleeps in watch_wait), and called instead of a sleep's end
+     * (dlock__etcd_watch_arm). NULL: the waiter sleeps in watch_wait. */
+    void (*notify)(void *);
+    void *notify_arg;
 };
 
 /* Acquire once (w NULL: a try that never waits) or as a try of the waiting
@@ -438,6 +443,14 @@ int dlock__etcd_watch_begin(void *arg, const dlock_request *req, void **watch);
 int dlock__etcd_watch_wait(void *arg, void *watch, int64_t timeout_ms);
 void dlock__etcd_watch_end(void *arg, void *watch);
 void dlock__etcd_watch_wake(void *arg, void *watch);
+void dlock__etcd_watch_notify(void *arg, void *watch, void (*fn)(void *), void *fn_arg);
+
+/* Before a try of w: the stream of its last sleep goes (the try reads the
+ * key to wait for again), a failure of it counted for the back-off. */
+void dlock__etcd_watch_settle(dlock__etcd_be *be, dlock__etcd_watch *w);
+/* After a busy try of w with watch_notify: its sleep armed without a thread
+ * (see etcd_wait.c); *retry_ms lowered to when it must look by itself. */
+void dlock__etcd_watch_arm(dlock__etcd_be *be, dlock__etcd_watch *w, int64_t *retry_ms);
 
 /* ---- etcd_status.c: the operator view ------------------------------------ */
 

@@ -497,11 +497,9 @@ static int try_queued(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_watch
     int rc, found, kept = 0, shared = dlock__etcd_shared_kind(w->kind);
 
     /* Woken by other than the watch (the waiting lease was found gone, an
-     * interrupt): the key to wait for is read again below. */
-    if (w->stream != NULL) {
-        dlock__etcd_stream_close(w->stream);
-        w->stream = NULL;
-    }
+     * interrupt, the engine's timer): the key to wait for is read again
+     * below. */
+    dlock__etcd_watch_settle(be, w);
     if (w->granted && w->myrev > 0 && !shared && w->hold.own != k->lease && w->hold.id == 0) {
         rc = move(be, c, w, DLOCK__ETCD_TAKE_READY, 1);
         if (rc == DLOCK_OK) {
@@ -614,6 +612,8 @@ int dlock__etcd_acquire_as(dlock__etcd_be *be, const char *name, const char *own
             rc = try_queued(be, c, w, fence, retry_ms);
         if (rc == DLOCK_OK)
             rc = dlock__etcd_lease_hold(be, owner, &w->hold);
+        else if (rc == DLOCK_EBUSY && w->notify != NULL)
+            dlock__etcd_watch_arm(be, w, retry_ms);
     }
     dlock__etcd_conn_put(be->http, c);
     return rc;

@@ -45,7 +45,7 @@ static int take_wake(dlock__etcd_watch *w)
 
     if (!atomic_exchange(&w->woken, 0))
         return 0;
-    if (read(w->wake_fd, &n, sizeof(n)) < 0) {
+    if (w->wake_fd >= 0 && read(w->wake_fd, &n, sizeof(n)) < 0) {
         /* nothing pending: fine */
     }
     return 1;
@@ -236,8 +236,7 @@ static int queue_wait(dlock__etcd_be *be, dlock__etcd_watch *w, int64_t end)
                 continue;
             }
             if (dlock__etcd_stream_open(&w->stream, be->http, w->ahead, w->ahead_end,
-                                        w->ahead_from, w->wake_fd) !=
-                DLOCK_OK) {
+                                        w->ahead_from, w->wake_fd, NULL, NULL) != DLOCK_OK) {
                 w->stream_retry_at = now + 100;
                 continue;
             }
@@ -325,6 +324,91 @@ void dlock__etcd_watch_wake(void *arg, void *watch)
     if (w->wake_fd >= 0 && write(w->wake_fd, &one, sizeof(one)) < 0) {
         /* the counter is full: a wake-up is pending anyway */
     }
+    if (w->notify != NULL)
+        w->notify(w->notify_arg);
+}
+
+/* ---- waiting without a thread (watch_notify) ------------------------------ */
+
+/*
+ * With watch_notify (the async engine's waiters) nobody sleeps in
+ * watch_wait: the engine keeps the waiter as a record until w->notify is
+ * called or the time the busy try's *retry_ms asks for has passed, then
+ * takes the wake-up with watch_wait(w, 0) and tries again. So the busy try
+ * arms the sleep itself, at its end, on the worker that ran it
+ * (dlock__etcd_watch_arm): over gRPC the key ahead is watched on the hub,
+ * a create request queued for the hub's thread, which calls w->notify when
+ * the key is deleted, the watch canceled or the stream broken. The watch
+ * starts at the revision after the try's read, so a deletion between that
+ * read and the arming is reported all the same. watch_end closes the
+ * stream, and the hub calls nobody for it once that returns.
+ *
+ * What a sleeping thread did besides is left to the engine's timer, through
+ * *retry_ms: the keepalive of a key on a lease of its own (a lock of
+ * WAIT_TTL_S or less, etcd_queue.c), which the next try's check makes (the
+ * keys on the waiting lease need none: the spare thread keeps it alive for
+ * them all); the back-off after a stream that broke; and over the JSON
+ * gateway, whose streams only a thread waiting on them drives, a look every
+ * NOTIFY_POLL_MS instead of a watch.
+ */
+
+/* The JSON gateway's waiter with watch_notify looks this often. */
+#define NOTIFY_POLL_MS 1000
+
+void dlock__etcd_watch_notify(void *arg, void *watch, void (*fn)(void *), void *fn_arg)
+{
+    dlock__etcd_watch *w = watch;
+
+    (void)arg;
+    w->notify = fn;
+    w->notify_arg = fn_arg;
+    /* Nothing will sleep on it: 10,000 waiters need no 10,000 descriptors. */
+    if (w->wake_fd >= 0)
+        close(w->wake_fd);
+    w->wake_fd = -1;
+}
+
+void dlock__etcd_watch_settle(dlock__etcd_be *be, dlock__etcd_watch *w)
+{
+    int state;
+
+    if (w->stream == NULL)
+        return;
+    /* A notified waiter has not looked at its stream's end yet: a look,
+     * without waiting. */
+    state = dlock__etcd_stream_wait(w->stream, 0, -1);
+    if (state == DLOCK__ETCD_STREAM_FAILED) {
+        stream_failed(be, w);
+        return;
+    }
+    if (state != DLOCK__ETCD_STREAM_RUNNING)
+        w->stream_failures = 0;
+    close_stream(w);
+}
+
+void dlock__etcd_watch_arm(dlock__etcd_be *be, dlock__etcd_watch *w, int64_t *retry_ms)
+{
+    int64_t now = dlock__now_ms(), at = INT64_MAX;
+
+    if (w->k.key != NULL && !w->shared_wait)
+        at = w->keepalive_at;
+    if (w->ahead != NULL && *retry_ms != 0) {
+        int64_t look = INT64_MAX;
+        if (!dlock__etcd_is_grpc(be->http))
+            look = now + NOTIFY_POLL_MS;
+        else if (now < w->stream_retry_at)
+            look = w->stream_retry_at;
+        else if (dlock__etcd_stream_open(&w->stream, be->http, w->ahead, w->ahead_end,
+                                         w->ahead_from, -1, w->notify,
+                                         w->notify_arg) != DLOCK_OK)
+            look = w->stream_retry_at = now + 100;
+        at = look < at ? look : at;
+    }
+    if (at < INT64_MAX) {
+        int64_t left = at > now ? at - now : 0;
+        if (*retry_ms < 0 || left < *retry_ms)
+            *retry_ms = left;
+    }
 }
 
 /*
@@ -350,7 +434,7 @@ static int observe_wait(dlock__etcd_be *be, dlock__etcd_watch *w, int64_t end)
                 continue;
             }
             if (dlock__etcd_stream_open(&w->stream, be->http, w->k.dir, w->k.dir_end,
-                                        w->ahead_from, w->wake_fd) != DLOCK_OK) {
+                                        w->ahead_from, w->wake_fd, NULL, NULL) != DLOCK_OK) {
                 w->stream_retry_at = now + 100;
                 continue;
             }

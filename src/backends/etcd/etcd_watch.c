@@ -227,7 +227,8 @@ json_t *dlock__etcd_watch_create_request(const dlock__etcd_stream *s)
 }
 
 int dlock__etcd_stream_open(dlock__etcd_stream **out, dlock__etcd *e, const char *key,
-                            const char *range_end, int64_t start_rev, int wake_fd)
+                            const char *range_end, int64_t start_rev, int wake_fd,
+                            void (*notify)(void *), void *arg)
 {
     dlock__etcd_stream *s;
     json_t *req;
@@ -240,6 +241,8 @@ int dlock__etcd_stream_open(dlock__etcd_stream **out, dlock__etcd *e, const char
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
     s->efd = -1;
     s->wake_fd = wake_fd;
+    s->notify = notify;
+    s->notify_arg = arg;
     s->key_len = strlen(key);
     s->key = strdup(key);
     s->range_end = range_end != NULL ? strdup(range_end) : NULL;
@@ -247,6 +250,10 @@ int dlock__etcd_stream_open(dlock__etcd_stream **out, dlock__etcd *e, const char
     s->next_rev = start_rev;
     s->grpc = dlock__etcd_is_grpc(e);
     s->grpc_status = -1;
+    if (notify != NULL && !s->grpc) {
+        dlock__etcd_stream_close(s);
+        return dlock__fail(DLOCK_EMISUSE, "a gateway watch stream tells nobody of a change");
+    }
     if (s->grpc) {
         dlock__etcd_hub *h = NULL;
         if (s->key == NULL || (range_end != NULL && s->range_end == NULL))

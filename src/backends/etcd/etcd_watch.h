@@ -35,9 +35,16 @@ enum {
  * dlock__etcd_stream_wait. wake_fd (or -1): the eventfd the caller passes
  * to dlock__etcd_stream_wait, which a watch of the client's gRPC stream
  * then also uses to tell a change of its state (borrowed, not closed),
- * instead of an eventfd of its own: one descriptor per waiter, not two. */
+ * instead of an eventfd of its own: one descriptor per waiter, not two.
+ *
+ * notify (NULL: none; gRPC only, as only the hub reads a stream without its
+ * caller): called with arg by the hub's thread, with the hub's mutex held,
+ * each time the state changes, until dlock__etcd_stream_close returns. It
+ * must return at once and never call the stream. With notify and no
+ * wake_fd the stream needs no descriptor at all: nobody waits on it. */
 int dlock__etcd_stream_open(dlock__etcd_stream **out, dlock__etcd *e, const char *key,
-                            const char *range_end, int64_t start_rev, int wake_fd);
+                            const char *range_end, int64_t start_rev, int wake_fd,
+                            void (*notify)(void *), void *arg);
 
 /* Drive the stream for up to timeout_ms, or until its state is no longer
  * RUNNING, or until wake_fd (-1: none) is readable. Returns the state. */

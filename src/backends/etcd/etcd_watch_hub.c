@@ -68,11 +68,18 @@ static const ProtobufCMethodDescriptor *watch_method(void)
     return dlock__etcd_grpc_method("/v3/watch", path, sizeof(path));
 }
 
+/* s's state changed: its waiter is told, by its eventfd, or by its own
+ * call when nobody sleeps on the stream (a waiter of the async engine). */
 static void notify(dlock__etcd_stream *s)
 {
     uint64_t one = 1;
-    ssize_t n = write(s->efd, &one, sizeof(one));
-    (void)n; /* a full counter is a pending wake-up all the same */
+
+    if (s->efd >= 0) {
+        ssize_t n = write(s->efd, &one, sizeof(one));
+        (void)n; /* a full counter is a pending wake-up all the same */
+    }
+    if (s->notify != NULL)
+        s->notify(s->notify_arg);
 }
 
 /* Queue a WatchRequest (JSON) for the stream; under the mutex. */
@@ -339,7 +346,7 @@ int dlock__etcd_hub_open(dlock__etcd_hub *h, dlock__etcd_stream *s)
 
     if (s->wake_fd >= 0)
         s->efd = s->wake_fd;
-    else if ((s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
+    else if (s->notify == NULL && (s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
         return dlock__fail(DLOCK_ENOMEM, "eventfd: %s", strerror(errno));
     pthread_mutex_lock(&h->mu);
     if (!h->started) {

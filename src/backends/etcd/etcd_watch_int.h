@@ -21,8 +21,11 @@ struct dlock__etcd_stream {
      * and efd is written when state changes. */
     dlock__etcd_hub *hub;
     int64_t id;      /* its watch_id on the hub's stream */
-    int efd;         /* wake_fd when the caller gave one (not ours to close) */
+    int efd;         /* wake_fd when the caller gave one (not ours to close);
+                      * -1 when notify alone tells of a change */
     int wake_fd;
+    void (*notify)(void *); /* dlock__etcd_stream_open's, called by the hub */
+    void *notify_arg;
     int listed;      /* in the hub's list (not after the stream failed) */
     int queued;      /* its create request is on the stream up now */
     unsigned long gen; /* the hub stream it was created on */
