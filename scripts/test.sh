@@ -263,16 +263,16 @@ run_suite build "" "" -j "$many"
 #             runs under ASan in the cli cases on Redis, and each backend's
 #             in its core, family and own tests. A case runs under a
 #             sanitizer once, not once per backend it reaches through;
-#   async-BACKEND, core-async-BACKEND  the asynchronous API beyond Redis
-#             and etcd: its engine waits the Redis way (watch_notify) or the
-#             etcd way (a thread per waiter) on every backend, and runs
-#             under ASan and TSan on those two (TSan keeps test_async's
-#             cases elsewhere, a few watchdog ones).
+#   async-BACKEND, core-async-BACKEND  the asynchronous API beyond Redis,
+#             etcd and Redlock: its engine's waiter is told by the backend
+#             (watch_notify: Redis, etcd) or waits on a thread of its own
+#             (the others, Redlock among them), and runs under ASan and
+#             TSan on those three.
 # The sanitized builds leave out what none of their tests runs: the bench
 # (no test runs it; the plain build compiles it, warnings as errors), and for
 # TSan, whose tests are the watchdog cases of the C test programs, also the
 # demo, the examples and the man pages.
-ASYNC_ELSEWHERE='async-(redis-cluster|redis-sentinel|rediss|plainredis|redlock|zk|postgres|mysql|mysql-named)'
+ASYNC_ELSEWHERE='async-(redis-cluster|redis-sentinel|rediss|plainredis|zk|postgres|mysql|mysql-named)'
 run_suite build-asan "address,undefined" "-DDLOCK_BUILD_BENCH=OFF" -j "$many" -LE 'interop|chaos|ensemble|binding' \
     -E "^(cli-(etcd|zk|postgres|mysql|redlock|tls)|(core-)?$ASYNC_ELSEWHERE)\\."
 run_suite build-tsan "thread" "-DDLOCK_BUILD_BENCH=OFF -DDLOCK_BUILD_DEMO=OFF -DDLOCK_BUILD_EXAMPLES=OFF -DDLOCK_BUILD_MANPAGES=OFF" \
