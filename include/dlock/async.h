@@ -20,10 +20,10 @@
  * request, shared by all), which hand results to the loop through the
  * descriptor. A request that waits for a lock holds no thread while it
  * waits, where its backend announces releases to the client (Redis, its
- * Sentinel and Cluster URLs; a backend that does not keeps a thread of the
- * client's per waiting request: etcd, Redlock, ZooKeeper, PostgreSQL,
- * MySQL today). So 10,000 requests waiting for Redis locks cost 10,000
- * small records, not 10,000 threads.
+ * Sentinel and Cluster URLs, etcd over gRPC, ZooKeeper; a backend that does
+ * not keeps a thread of the client's per waiting request: Redlock,
+ * PostgreSQL, MySQL today). So 10,000 requests waiting for Redis locks
+ * cost 10,000 small records, not 10,000 threads.
  *
  * A client opened with DLOCK_CLIENT_NO_THREADS (dlock.h) starts no thread
  * at all: renewals, on_lost and every request run inside

@@ -649,6 +649,7 @@ static const dlock_backend zk_backend = {
     .watch_wait = dlock__zk_watch_wait,
     .watch_end = dlock__zk_watch_end,
     .watch_wake = dlock__zk_watch_wake,
+    .watch_notify = dlock__zk_watch_notify,
     .status = dlock__zk_status,
     .force_release = dlock__zk_force_release,
     .list = dlock__zk_list,

@@ -67,7 +67,7 @@ static void wake_all(dlock__zk_sess *s)
 {
     for (dlock__zk_watch *w = s->watches; w != NULL; w = w->next) {
         w->fired = 1;
-        pthread_cond_signal(&w->cv);
+        dlock__zk_watch_signal(w);
     }
 }
 

@@ -312,7 +312,15 @@ struct dlock__zk_watch {
     int won;               /* the last acquire through this watch took the lock */
     void *extra;           /* for zk_family.c, freed by extra_free */
     void (*extra_free)(void *extra);
+    /* watch_notify's (under sess->mu): called with cv's signal, so that an
+     * asynchronous waiter needs no thread asleep on cv. */
+    void (*notify)(void *);
+    void *notify_arg;
 };
+
+/* With w->sess->mu held: wake w (its sleeper, or its watch_notify). */
+void dlock__zk_watch_signal(dlock__zk_watch *w);
+void dlock__zk_watch_notify(void *arg, void *watch, void (*fn)(void *), void *fn_arg);
 
 /* A watch in session s (registered in its list, target none). */
 int dlock__zk_watch_new(dlock__zk_sess *s, dlock__zk_watch **out);

@@ -98,8 +98,31 @@ void dlock__zk_watch_fire(dlock__zk_sess *s, const char *path)
     for (; w != NULL; w = s->wtab != NULL ? w->tnext : w->next)
         if (w->target != NULL && strcmp(w->target, path) == 0) {
             w->fired = 1;
-            pthread_cond_signal(&w->cv);
+            dlock__zk_watch_signal(w);
         }
+}
+
+void dlock__zk_watch_signal(dlock__zk_watch *w)
+{
+    pthread_cond_signal(&w->cv);
+    if (w->notify != NULL)
+        w->notify(w->notify_arg);
+}
+
+/* The asynchronous API's waiter sleeps as a record of the engine's: its
+ * wake-ups (the node ahead deleted, the session's state changed, a
+ * watch_wake) call fn, from the ZooKeeper client's thread or the waker's,
+ * under the session's mutex; fn only takes the engine's. watch_free
+ * unlinks the watch under that mutex, after which nobody calls it. */
+void dlock__zk_watch_notify(void *arg, void *watch, void (*fn)(void *), void *fn_arg)
+{
+    dlock__zk_watch *w = watch;
+
+    (void)arg;
+    pthread_mutex_lock(&w->sess->mu);
+    w->notify = fn;
+    w->notify_arg = fn_arg;
+    pthread_mutex_unlock(&w->sess->mu);
 }
 
 int dlock__zk_watch_new(dlock__zk_sess *s, dlock__zk_watch **out)
@@ -746,6 +769,6 @@ void dlock__zk_watch_wake(void *arg, void *watch)
     (void)arg;
     pthread_mutex_lock(&w->sess->mu);
     w->woken = 1;
-    pthread_cond_signal(&w->cv);
+    dlock__zk_watch_signal(w);
     pthread_mutex_unlock(&w->sess->mu);
 }
