@@ -20,8 +20,8 @@
  * request, shared by all), which hand results to the loop through the
  * descriptor. A request that waits for a lock holds no thread while it
  * waits, where its backend announces releases to the client (Redis, its
- * Sentinel and Cluster URLs, etcd over gRPC, ZooKeeper; a backend that does
- * not keeps a thread of the client's per waiting request: Redlock,
+ * Sentinel and Cluster URLs, Redlock, etcd over gRPC, ZooKeeper; a backend
+ * that does not keeps a thread of the client's per waiting request:
  * PostgreSQL, MySQL today). So 10,000 requests waiting for Redis locks
  * cost 10,000 small records, not 10,000 threads.
  *

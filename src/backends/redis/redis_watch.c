@@ -172,18 +172,24 @@ static void destroy_channel(dlock__redis_watcher *w, channel *ch)
 
 /* ---- waiter queue --------------------------------------------------- */
 
+void dlock__redis_bell_ring(dlock__redis_bell *bell)
+{
+    pthread_mutex_lock(&bell->mu);
+    bell->rung = 1;
+    pthread_cond_broadcast(&bell->cond);
+    if (bell->notify != NULL)
+        bell->notify(bell->notify_arg);
+    pthread_mutex_unlock(&bell->mu);
+}
+
 static void wake_waiter(dlock__redis_waiter *x)
 {
     x->woken = 1;
     pthread_cond_signal(&x->cond);
     if (x->notify != NULL)
         x->notify(x->notify_arg);
-    if (x->bell != NULL) {
-        pthread_mutex_lock(&x->bell->mu);
-        x->bell->rung = 1;
-        pthread_cond_broadcast(&x->bell->cond);
-        pthread_mutex_unlock(&x->bell->mu);
-    }
+    if (x->bell != NULL)
+        dlock__redis_bell_ring(x->bell);
 }
 
 static void wake_one(channel *ch)

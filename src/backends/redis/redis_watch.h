@@ -62,7 +62,14 @@ typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cond;
     int rung;
+    /* Called, under mu, each time it rings (NULL: nobody): the waiter of
+     * the asynchronous API, which sleeps on no condition variable. */
+    void (*notify)(void *);
+    void *notify_arg;
 } dlock__redis_bell;
+
+/* Ring bell: rung, its sleepers woken, its notify called. */
+void dlock__redis_bell_ring(dlock__redis_bell *bell);
 
 /* As dlock__redis_watch_begin, and ring bell (borrowed until watch_end). */
 int dlock__redis_watch_begin_bell(dlock__redis_watcher *w, const char *channel,

@@ -769,6 +769,7 @@ const dlock_backend dlock__redlock_backend = {
     .watch_wait = dlock__redlock_watch_wait,
     .watch_end = dlock__redlock_watch_end,
     .watch_wake = dlock__redlock_watch_wake,
+    .watch_notify = dlock__redlock_watch_notify,
     .status = redlock_status,
     .force_release = redlock_force_release,
 };

@@ -219,6 +219,7 @@ int dlock__redlock_watch_begin(void *be, const dlock_request *req, void **watch)
 int dlock__redlock_watch_wait(void *be, void *watch, int64_t timeout_ms);
 void dlock__redlock_watch_end(void *be, void *watch);
 void dlock__redlock_watch_wake(void *be, void *watch);
+void dlock__redlock_watch_notify(void *be, void *watch, void (*fn)(void *), void *fn_arg);
 
 /* The scripts beside this file (scripts/embed_lua.cmake). */
 extern const dlock__redis_script dlock__redlock_script_acquire;

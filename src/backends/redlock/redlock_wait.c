@@ -101,11 +101,20 @@ void dlock__redlock_watch_end(void *arg, void *watch)
 
 void dlock__redlock_watch_wake(void *arg, void *watch)
 {
+    (void)arg;
+    dlock__redis_bell_ring(&((redlock_watch *)watch)->bell);
+}
+
+/* The asynchronous API's waiter: the bell calls fn each time it rings,
+ * from a node's subscriber thread or the waker's (watch_end unhooks every
+ * node's waiter first, so nobody calls it after). */
+void dlock__redlock_watch_notify(void *arg, void *watch, void (*fn)(void *), void *fn_arg)
+{
     redlock_watch *w = watch;
 
     (void)arg;
     pthread_mutex_lock(&w->bell.mu);
-    w->bell.rung = 1;
-    pthread_cond_broadcast(&w->bell.cond);
+    w->bell.notify = fn;
+    w->bell.notify_arg = fn_arg;
     pthread_mutex_unlock(&w->bell.mu);
 }
