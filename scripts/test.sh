@@ -264,18 +264,17 @@ run_suite build "" "" -j "$many"
 #             in its core, family and own tests. A case runs under a
 #             sanitizer once, not once per backend it reaches through;
 #   async-BACKEND, core-async-BACKEND  the asynchronous API beyond Redis,
-#             etcd, Redlock, ZooKeeper and PostgreSQL (test_async's cases
-#             only on the last two): its engine's waiter is told by the
-#             backend (watch_notify: all but SQL) or waits on a thread of its
-#             own (PostgreSQL, MySQL), and runs under ASan and TSan on
-#             those.
+#             etcd and Redlock, and test_async's cases on ZooKeeper,
+#             PostgreSQL and MySQL: its engine's waiter is told by the
+#             backend (watch_notify: all but MySQL) or waits on a thread of
+#             its own (MySQL), and runs under ASan and TSan on those.
 # The sanitized builds leave out what none of their tests runs: the bench
 # (no test runs it; the plain build compiles it, warnings as errors), and for
 # TSan, whose tests are the watchdog cases of the C test programs, also the
 # demo, the examples and the man pages.
-ASYNC_ELSEWHERE='async-(redis-cluster|redis-sentinel|rediss|plainredis|mysql|mysql-named)'
+ASYNC_ELSEWHERE='async-(redis-cluster|redis-sentinel|rediss|plainredis|mysql-named)'
 run_suite build-asan "address,undefined" "-DDLOCK_BUILD_BENCH=OFF" -j "$many" -LE 'interop|chaos|ensemble|binding' \
-    -E "^(cli-(etcd|zk|postgres|mysql|redlock|tls)|(core-)?$ASYNC_ELSEWHERE|core-async-(zk|postgres))\\."
+    -E "^(cli-(etcd|zk|postgres|mysql|redlock|tls)|(core-)?$ASYNC_ELSEWHERE|core-async-(zk|postgres|mysql))\\."
 run_suite build-tsan "thread" "-DDLOCK_BUILD_BENCH=OFF -DDLOCK_BUILD_DEMO=OFF -DDLOCK_BUILD_EXAMPLES=OFF -DDLOCK_BUILD_MANPAGES=OFF" \
-    -j "$jobs" -L watchdog -E "^(core-$ASYNC_ELSEWHERE|core-async-(zk|postgres))\\."
+    -j "$jobs" -L watchdog -E "^(core-$ASYNC_ELSEWHERE|core-async-(zk|postgres|mysql))\\."
 echo "== all suites passed"

@@ -20,10 +20,10 @@
  * request, shared by all), which hand results to the loop through the
  * descriptor. A request that waits for a lock holds no thread while it
  * waits, where its backend announces releases to the client (Redis, its
- * Sentinel and Cluster URLs, Redlock, etcd over gRPC, ZooKeeper; a backend
- * that does not keeps a thread of the client's per waiting request:
- * PostgreSQL, MySQL today). So 10,000 requests waiting for Redis locks
- * cost 10,000 small records, not 10,000 threads.
+ * Sentinel and Cluster URLs, Redlock, etcd over gRPC, ZooKeeper,
+ * PostgreSQL; MySQL keeps a thread of the client's per waiting request
+ * today). So 10,000 requests waiting for Redis locks cost 10,000 small
+ * records, not 10,000 threads.
  *
  * A client opened with DLOCK_CLIENT_NO_THREADS (dlock.h) starts no thread
  * at all: renewals, on_lost and every request run inside

@@ -564,6 +564,7 @@ static const dlock_backend pg_backend = {
     .watch_wait = dlock__pg_watch_wait,
     .watch_end = dlock__pg_watch_end,
     .watch_wake = dlock__pg_watch_wake,
+    .watch_notify = dlock__pg_watch_notify,
     .status = pg_status,
     .force_release = pg_force_release,
     .downgrade = pg_downgrade,

@@ -164,6 +164,7 @@ int dlock__pg_watch_begin(void *be, const dlock_request *req, void **watch);
 int dlock__pg_watch_wait(void *be, void *watch, int64_t timeout_ms);
 void dlock__pg_watch_end(void *be, void *watch);
 void dlock__pg_watch_wake(void *be, void *watch);
+void dlock__pg_watch_notify(void *be, void *watch, void (*fn)(void *), void *fn_arg);
 void dlock__pg_listener_free(dlock__pg_be *be);
 /* The outcome of watch's last try: token when unknown (a lost reply), NULL
  * when known. watch_end gives back a lock a lost reply may hold. */

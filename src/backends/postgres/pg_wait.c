@@ -38,6 +38,10 @@ typedef struct pg_watch {
     int kind;         /* the request's DLOCK_KIND_* */
     char id[33];      /* the waiter's id: its place in a family queue */
     int queued;       /* a try left a place under id (watch_end removes it) */
+    /* watch_notify's (under l->mu): called whenever woken is set, for the
+     * asynchronous API's waiter, which sleeps in no thread. */
+    void (*notify)(void *);
+    void *notify_arg;
 } pg_watch;
 
 struct dlock__pg_listener {
@@ -81,11 +85,19 @@ static void ring(dlock__pg_listener *l)
     (void)n;
 }
 
+/* Wake w (its sleeper is woken by the caller's broadcast), l->mu held. */
+static void wake(pg_watch *w)
+{
+    w->woken = 1;
+    if (w->notify != NULL)
+        w->notify(w->notify_arg);
+}
+
 /* Every watch may have missed a release: wake them all. l->mu held. */
 static void wake_all(dlock__pg_listener *l)
 {
     for (pg_watch *w = l->watches; w != NULL; w = w->next)
-        w->woken = 1;
+        wake(w);
     pthread_cond_broadcast(&l->cv);
 }
 
@@ -129,7 +141,7 @@ static void *listener_main(void *arg)
                 if (w->hex != NULL && strlen(w->hex) == n &&
                     memcmp(w->hex, nt->extra, n) == 0 &&
                     (sp == NULL || strcmp(w->id, sp + 1) == 0))
-                    w->woken = 1;
+                    wake(w);
             PQfreemem(nt);
             pthread_cond_broadcast(&l->cv);
         }
@@ -238,7 +250,7 @@ int dlock__pg_watch_wait(void *vbe, void *watch, int64_t timeout_ms)
     dlock__pg_listener *l = be->listener;
     pg_watch *w = watch;
     struct timespec dl;
-    int fresh = 0;
+    int fresh = 0, broken;
 
     if (timeout_ms > DLOCK_LEASE_MAX_MS)
         timeout_ms = DLOCK_LEASE_MAX_MS;
@@ -264,7 +276,13 @@ int dlock__pg_watch_wait(void *vbe, void *watch, int64_t timeout_ms)
         }
     }
     w->woken = 0;
+    broken = l->conn == NULL;
     pthread_mutex_unlock(&l->mu);
+    /* An asynchronous waiter sleeps in no thread, so nobody made its
+     * registration again when it broke (the wake-up it is taking): before
+     * its next try, here. */
+    if (broken && w->notify != NULL)
+        listener_up(be, l, &fresh);
     return DLOCK_OK;
 }
 
@@ -334,8 +352,22 @@ void dlock__pg_watch_wake(void *vbe, void *watch)
     if (l == NULL || w == NULL)
         return;
     pthread_mutex_lock(&l->mu);
-    w->woken = 1;
+    wake(w);
     pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* The asynchronous API's waiter: fn called each time the watch is woken,
+ * by the listener's thread or the waker, under l->mu; watch_end takes it
+ * off the list under l->mu, after which nobody calls it. */
+void dlock__pg_watch_notify(void *vbe, void *watch, void (*fn)(void *), void *fn_arg)
+{
+    dlock__pg_listener *l = ((dlock__pg_be *)vbe)->listener;
+    pg_watch *w = watch;
+
+    pthread_mutex_lock(&l->mu);
+    w->notify = fn;
+    w->notify_arg = fn_arg;
     pthread_mutex_unlock(&l->mu);
 }
 
