@@ -561,7 +561,8 @@ static void wait_many(void)
     int n = env != NULL ? atoi(env) : notified ? 1000 : 100;
     test_server s;
     dlock_client *holder_c;
-    dlock_acquire_options o = test_opts(0, 30000, 1), w = test_opts(120000, 30000, 1);
+    dlock_acquire_options o = test_opts(0, 30000, 1),
+                          w = test_opts(env != NULL ? 3600000 : 120000, 30000, 1);
     dlock_lock *held;
     int threads_before, threads_waiting;
     long rss_before, rss_waiting;
