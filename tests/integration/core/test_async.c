@@ -564,7 +564,7 @@ static void wait_many(void)
     dlock_acquire_options o = test_opts(0, 30000, 1),
                           w = test_opts(env != NULL ? 3600000 : 120000, 30000, 1);
     dlock_lock *held;
-    int threads_before, threads_waiting;
+    int threads_before, threads_waiting, fair;
     long rss_before, rss_waiting;
 
     test_server_start(&s, backend);
@@ -573,9 +573,11 @@ static void wait_many(void)
     many_n = n;
     many = calloc((size_t)n, sizeof(*many));
     CHECK(many != NULL);
-    /* Redis: fair waiters, whose places the client keeps in batches. */
-    o.kind = w.kind = strcmp(dlock_client_backend(many_c), "redis") == 0 ? DLOCK_KIND_FAIR
-                                                                         : DLOCK_KIND_MUTEX;
+    /* Fair waiters, granted in the order they were made, where they wait
+     * without a thread (Redlock has no fair kind; MySQL's 100 fair waiters
+     * on threads of their own pass the lock on too slowly for the test). */
+    fair = notified && strcmp(dlock_client_backend(many_c), "redlock") != 0;
+    o.kind = w.kind = fair ? DLOCK_KIND_FAIR : DLOCK_KIND_MUTEX;
     CHECK_RC(dlock_acquire(&held, holder_c, "job", &o), DLOCK_OK);
     release_now(many_c, acquire_now(many_c, "warm", &o), DLOCK_OK);
     threads_before = (int)proc_status("Threads");
@@ -606,8 +608,10 @@ static void wait_many(void)
     /* A longer run (DLOCK_TEST_ASYNC_WAITERS) may take as long as it needs:
      * etcd's queue grants n waiters in n squared (docs/async.md). */
     loop_until(many_c, &many_granted, n, env != NULL ? 3600000 : 240000);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         CHECK(many[i].calls == 1);
+        CHECK(!fair || i == 0 || many[i].order > many[i - 1].order);
+    }
     loop_for(many_c, 200);
     CHECK(test_server_leftovers(&s, "job") == 0);
     free(many);
