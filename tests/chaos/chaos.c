@@ -1287,11 +1287,14 @@ static int missed(const hold *h, int overtaken, int forgets, row *r)
     return 1;
 }
 
-/* A session lock (backend.session_bound) under a nemesis that closes
- * connections: the server ends the lock with its connection. */
+/* A session lock (backend.session_bound) under a nemesis that ends
+ * sessions: the server ends the lock with its connection, closed by the
+ * proxy or by the server's own crash (docs/postgres.md, "the window
+ * between a session's end and the next keepalive"; docs/mysql.md). */
 static int conn_ends_lock(const backend *be, int nemesis)
 {
-    return be->session_bound && (nemesis == N_DROP || nemesis == N_MIXED);
+    return be->session_bound &&
+           (nemesis == N_DROP || nemesis == N_MIXED || nemesis == N_SERVER_PERSIST);
 }
 
 static void check_run(run_ctx *c, row *r, int nemesis)
