@@ -532,11 +532,11 @@ int dlock__redis_renew_reply(const dlock__redis_conn *conn, const redisReply *r,
 static int renew_batch(redis_backend *be, dlock__redis_conn *conn, dlock_renewal *items,
                        size_t n, int renew)
 {
-    void *block;
-    const char **argv;
-    size_t *lens;
+    void *block = NULL;
+    const char **argv = NULL;
+    size_t *lens = NULL;
     redisReply *r = NULL;
-    int argc, rc;
+    int argc = 0, rc;
 
     if ((rc = dlock__redis_renew_args(be, items, n, renew, &block, &argc, &argv, &lens)) !=
         DLOCK_OK)
