@@ -146,6 +146,7 @@ struct dlock__async {
     int stopping;    /* workers: leave once nothing is left */
     int closing;     /* the client is being freed: no new request */
     int in_process;  /* dlock_async_process runs callbacks */
+    int collecting;  /* ... and its deliver_all has not taken done yet */
     int free_pending; /* dlock_client_free was called from one of them */
     pthread_t process_thread;
     relay *delivering;
@@ -262,6 +263,11 @@ static void finished(engine *e, dlock_request_handle *h)
     entry_leave(e, h);
     h->state = ST_DONE;
     push(&e->done, h);
+    /* Finished by the loop's own dlock_async_process before it takes
+     * done (a reply its fast_pump read): delivered by that same call, so
+     * the loop need not be woken again (an eventfd write and read). */
+    if (e->collecting && pthread_equal(e->process_thread, pthread_self()))
+        return;
     signal_loop(e);
 }
 
@@ -1563,6 +1569,7 @@ static int deliver_all(engine *e)
     pthread_mutex_lock(&e->mu);
     due = e->done;
     e->done.first = e->done.last = NULL;
+    e->collecting = 0;
     lost = e->lost_first;
     e->lost_first = e->lost_last = NULL;
     for (relay *r = lost; r != NULL; r = r->next)
@@ -1639,6 +1646,7 @@ int dlock_async_process(dlock_client *c)
                            "its own callbacks");
     pthread_mutex_lock(&e->mu);
     e->in_process = 1;
+    e->collecting = 1;
     e->process_thread = pthread_self();
     pthread_mutex_unlock(&e->mu);
     fast_pump(c, e);
