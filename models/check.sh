@@ -5,7 +5,9 @@
 #   - the Redis mutex (models/redis_mutex.pml): under the grant rule the code
 #     follows, spin must find no violation of the three properties, in three
 #     configurations; under the old rule (-DOLD_GRANT), spin must find
-#     property (1) broken; the counterexample is printed;
+#     property (1) broken; the counterexample is printed; under the stamped
+#     grant proposed for issue 28 (-DSTAMPED_GRANT, not in the code), no
+#     violation, and property (1) broken by each of its three mutants;
 #   - the Redlock fence (models/redlock.pml): spin must find no violation of
 #     properties (2) and (3), also with a retry that reuses the token
 #     (-DATTEMPTS=2); without the unanimity check (-DNO_UNANIMITY: F = the
@@ -125,6 +127,16 @@ check $m none "mutex: new grant rule, 3 clients, 8 ticks"
 check $m none "mutex: new grant rule, 2 clients x 2 acquisitions, 10 ticks" -DN=2 -DROUNDS=2 -DTMAX=10
 check $m none "mutex: new grant rule, request and reply delays, 3 clients, 4 ticks" -DDELAY -DTMAX=4
 check $m 1 "mutex: old grant rule (-DOLD_GRANT), 3 clients, 8 ticks" -DOLD_GRANT -DPROPS=1
+check $m none "mutex: stamped grant, proposed (-DSTAMPED_GRANT), 2 clients, 8 ticks" -DSTAMPED_GRANT -DN=2 -DTMAX=8
+check $m 1 "mutex: stamped grant, lease from the grant's arrival (-DGRANT_FROM_ARRIVAL)" \
+    -DGRANT_FROM_ARRIVAL -DPROPS=1 -DN=2 -DROUNDS=2 -DTMAX=6
+check $m 1 "mutex: stamped grant, from the last reply before the take (-DGRANT_LATEST_BOUND)" \
+    -DGRANT_LATEST_BOUND -DPROPS=1 -DN=2 -DROUNDS=2 -DTMAX=6
+check $m 1 "mutex: stamped grant, key handed over for the confirm window (-DGRANT_SHORT_PX)" \
+    -DGRANT_SHORT_PX -DPROPS=1 -DN=2 -DROUNDS=2 -DTMAX=6
+if [ "$long" = 1 ]; then
+    check $m none "mutex: stamped grant, proposed, 3 clients, 6 ticks" -DSTAMPED_GRANT -DTMAX=6
+fi
 m=redlock.pml
 check $m none "redlock: 3 nodes, 2 clients, a renewal each, return at quorum"
 check $m 2 "redlock: no unanimity check, always one round (-DNO_UNANIMITY), 3 nodes, 3 clients" -DNO_UNANIMITY -DCLIENTS=3 -DRENEWS=0

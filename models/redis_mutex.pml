@@ -10,8 +10,8 @@
  *                  src/backends/redis/redis.c: mutex_acquire, mutex_release,
  *                  dlock__redis_watch_close) and its watchdog thread
  *                  (src/core/watchdog.c: renew_batch), as one process.
- *   Subscriber(i)  -DOLD_GRANT only: the client's subscriber thread
- *                  (src/backends/redis/redis_watch.c: grant).
+ *   Subscriber(i)  the client's subscriber thread and its connection
+ *                  (src/backends/redis/redis_watch.c: grant, the PINGs).
  *   Clock          time: the server's and the clients' clocks tick together;
  *                  keys expire, deadlines pass.
  *   Mutex          property (1), asserted in every reachable state.
@@ -23,10 +23,29 @@
  * message merely wakes the waiter, and the waiter holds the lock once a try
  * of its own finds its token in the key (acquire.lua then PEXPIREs the full
  * lease), with the lease counted from when that try was sent. With
- * -DOLD_GRANT, the rule before the fix: the key is handed over with PX the
+ * -DOLD_GRANT, the rule before that fix: the key is handed over with PX the
  * waiter's lease, and the grant message itself makes the waiter the holder,
  * with the lease counted from its last busy try. Spin breaks property (1)
- * under the old rule and finds no violation under the new one.
+ * under the old rule and finds no violation under the code's.
+ *
+ * -DSTAMPED_GRANT: a rule proposed for a faster hand-off (issue 28), not in
+ * the code (docs/verification.md, "A stamped grant"). release.lua hands the
+ * key over with PX the waiter's full lease. The subscriber thread
+ * (Subscriber(i)) reads its connection in order: the replies to its own
+ * commands (SUBSCRIBE, PING) and the messages. Redis runs commands and
+ * scripts one at a time and writes each reply and each message when it runs
+ * them, so a grant read after the reply to a command was published after
+ * that command ran, and so after it was sent. The subscriber stamps each
+ * grant with the send time of the last command whose reply it read before
+ * the grant, and the waiter takes the grant as its acquisition, with no
+ * round trip, the lease counted from that stamp; or it tries as before
+ * (the code would when the stamp is too old; the model lets it at any
+ * moment). Spin finds no violation; each mutant breaks property (1):
+ *   -DGRANT_FROM_ARRIVAL  the lease counted from when the grant was read;
+ *   -DGRANT_LATEST_BOUND  from the last reply read when the waiter takes
+ *                         the grant (which may have come after the grant);
+ *   -DGRANT_SHORT_PX      the key handed over for the confirm window only
+ *                         while the waiter takes the grant for its lease.
  *
  * Properties (-DPROPS=n checks property n only; the default, 0, all three):
  *   (1) at most one client holds the lock and believes its lease valid
@@ -62,6 +81,12 @@
 #ifndef CONFIRM
 #define CONFIRM 2    /* DLOCK__REDIS_HANDOFF_CONFIRM_MS (2000 ms) */
 #endif
+#ifndef CONN
+#define CONN 2       /* what a subscriber's socket holds unread */
+#endif
+#ifndef PINGS
+#define PINGS 1      /* PINGs a subscriber sends, besides its SUBSCRIBEs */
+#endif
 #ifndef SLOT_TTL
 #define SLOT_TTL 2   /* the hand-off entry's PX: 2 * (lease / 4) + 100 ms */
 #endif
@@ -73,8 +98,12 @@
 #define DRIFT 0
 #endif
 
-#ifdef OLD_GRANT
-#define HANDOFF_PX LEASE                               /* the old release.lua */
+#if defined(GRANT_FROM_ARRIVAL) || defined(GRANT_LATEST_BOUND) || defined(GRANT_SHORT_PX)
+#define STAMPED_GRANT
+#endif
+
+#if (defined(OLD_GRANT) || defined(STAMPED_GRANT)) && !defined(GRANT_SHORT_PX)
+#define HANDOFF_PX LEASE                                /* the waiter's lease */
 #else
 #define HANDOFF_PX (CONFIRM < LEASE -> CONFIRM : LEASE) /* min(lease, window) */
 #endif
@@ -102,16 +131,25 @@ byte counter;          /* dlock:{NAME}:fence: only ever INCR'd */
 byte slot;             /* dlock:{NAME}:next: the waiter's token, 0 when absent */
 byte slot_exp;
 
-/* ---- the release channel -------------------------------------------------
- * "released", and "grant" under the new rule, are wake-ups only, and a
- * waiter's sleep may end at any moment anyway (see watch_wait in Client):
- * a wake-up, early, late or lost, makes no step possible that was not
- * possible without it, so the model keeps no state for them. Only the old
- * rule's grant carries authority (a fence): a PUBLISH reaches the clients
- * subscribed at that moment, then the message waits in the subscriber's
- * socket until the subscriber thread handles it (a delay of any number of
- * ticks) or is dropped (loss). */
+/* ---- the release channel and the subscriber connections --------------------
+ * "released", and "grant" under the code's rule, are wake-ups only, and a
+ * waiter's sleep may end at any moment anyway (see watch_wait in Client): a
+ * wake-up, early, late or lost, makes no step possible that was not possible
+ * without it, so the model keeps no state for them. Under -DOLD_GRANT and
+ * -DSTAMPED_GRANT a grant carries authority (a fence, and a lease): a
+ * PUBLISH reaches the clients subscribed at that moment, in order with the
+ * replies to their subscriber's own commands, then waits in the
+ * subscriber's socket until the subscriber thread reads it (a delay of any
+ * number of ticks) or is dropped (loss). */
 bool subscribed[N];    /* a waiter of client i is registered (watch begin..end) */
+#ifdef STAMPED_GRANT
+mtype = { PONG, GRANT };
+chan conn[N] = [CONN] of { mtype, byte, byte }; /* PONG: sent; GRANT: fence, WID */
+byte bound[N];         /* the subscriber's bound: the send time of the last
+                        * command whose reply it read (0: none yet) */
+byte gr_f[N];          /* waiter->granted: the fence of a grant read, */
+byte gr_b[N];          /* ... and its stamp */
+#endif
 #ifdef OLD_GRANT
 byte m_grant[N];       /* FENCE of a "grant WID FENCE" for client i, unhandled */
 byte granted[N];       /* waiter->granted (the old redis_watch.c) */
@@ -136,9 +174,18 @@ byte j;                /* scratch, used inside atomic steps only, left 0 */
 
 #define publish_released() skip
 
-/* PUBLISH "grant WID FENCE": only the client whose waiter is WID takes it
- * for itself (the others' grant() finds no such waiter). */
-#ifdef OLD_GRANT
+/* PUBLISH "grant WID FENCE PX": the message goes to the client whose
+ * waiter is WID, if it is subscribed; the subscriber of another client finds
+ * no such waiter. A full socket or a dropped connection loses it. */
+#if defined(STAMPED_GRANT)
+inline publish_grant(w, fence)
+{
+    if
+    :: subscribed[CLIENT(w)] && nfull(conn[CLIENT(w)]) -> conn[CLIENT(w)]!GRANT(fence, w)
+    :: !subscribed[CLIENT(w)] || full(conn[CLIENT(w)])
+    fi
+}
+#elif defined(OLD_GRANT)
 inline publish_grant(w, fence)
 {
     if
@@ -306,7 +353,9 @@ inline become_holder(i, t, sent, f)
 inline watch_end(i)
 {
     subscribed[i] = 0;
-#ifdef OLD_GRANT
+#if defined(STAMPED_GRANT)
+    gr_f[i] = 0; gr_b[i] = 0
+#elif defined(OLD_GRANT)
     m_grant[i] = 0; granted[i] = 0
 #endif
 }
@@ -319,6 +368,9 @@ proctype Client(byte i)
     byte f;            /* the fence */
     bool leave;        /* w->leave: the server may hold our entry or a hand-off */
     mtype res;
+#ifdef STAMPED_GRANT
+    byte b;            /* the lease's start of a grant taken */
+#endif
 #ifdef OLD_GRANT
     byte es;           /* w->entry_sent_ms: when the last busy try was sent */
 #endif
@@ -357,14 +409,52 @@ give_back:
     goto idle;
 
 wait:
-    /* watch_again: watch_begin subscribes, and the loop tries again at once */
-    subscribed[i] = 1;
+    /* watch_again: watch_begin subscribes, and the loop tries again at once.
+     * The SUBSCRIBE's reply (sent and run now) is in the connection ahead of
+     * every grant published after it, unless the connection is full (then
+     * the channel was subscribed already: no reply). */
+    atomic {
+        subscribed[i] = 1;
+#ifdef STAMPED_GRANT
+        if
+        :: nfull(conn[i]) -> conn[i]!PONG(now, 0)
+        :: full(conn[i])
+        fi
+#endif
+    }
 try:
     /* one turn of dlock__acquire_loop: lease_from_ms = now, then
      * mutex_acquire with the watch */
     atomic {
         sent = now;
-#ifdef OLD_GRANT
+#if defined(STAMPED_GRANT)
+        /* mutex_acquire: a grant the subscriber read is taken without a
+         * round trip, the lease counted from its stamp, if that leaves any
+         * of the lease (the code would ask for half of it); otherwise the
+         * try below confirms it. */
+        if
+        :: gr_f[i] != 0 ->
+            f = gr_f[i];
+#ifdef GRANT_LATEST_BOUND
+            b = bound[i];
+#else
+            b = gr_b[i];
+#endif
+            gr_f[i] = 0; gr_b[i] = 0;
+            if
+            :: b != 0 && b + LEASE > now ->
+                leave = 0;
+                printf("t=%d c%d takes the grant it was sent (fence %d), lease from t=%d\n",
+                       now, i, f, b);
+                watch_end(i);
+                become_holder(i, t, b, f);
+                sent = 0; b = 0;
+                goto held
+            :: else -> f = 0; b = 0
+            fi
+        :: else
+        fi;
+#elif defined(OLD_GRANT)
         /* the old redis_acquire: a grant the subscriber has seen is taken as
          * it is, and the old wait_for_lock counts the lease from the last
          * busy try */
@@ -470,7 +560,47 @@ end_done:
     skip
 }
 
-#ifdef OLD_GRANT
+#if defined(STAMPED_GRANT)
+/* The subscriber thread and its connection. It sends a PING now and then
+ * (PINGS a client in the model); Redis runs it, and the reply takes its
+ * place in the connection behind what was written before it (grants
+ * published earlier) and ahead of what is written after. (A PING sent
+ * before a grant and run after it is the same, to the rule, as one sent
+ * after it: its reply comes after the grant.) The thread reads the
+ * connection in order: a reply moves its bound to when that PING was sent;
+ * a grant for its current waiter is stamped with the bound (redis_watch.c:
+ * grant). */
+proctype Subscriber(byte i)
+{
+    mtype kind;
+    byte v, w, pings;
+end_loop:
+    do
+    :: atomic {
+        subscribed[i] && pings < PINGS && nfull(conn[i]) ->
+        conn[i]!PONG(now, 0);
+        pings++
+       }
+    :: atomic {
+        conn[i]?kind(v, w) ->
+        if
+        :: kind == PONG -> bound[i] = v
+        :: kind == GRANT && subscribed[i] && tok_of[i] == w ->
+            gr_f[i] = v;
+#ifdef GRANT_FROM_ARRIVAL
+            gr_b[i] = now;
+#else
+            gr_b[i] = bound[i];
+#endif
+            printf("t=%d c%d's subscriber reads the grant, fence %d, stamped %d\n",
+                   now, i, v, gr_b[i])
+        :: else
+        fi;
+        kind = 0; v = 0; w = 0
+       }
+    od
+}
+#elif defined(OLD_GRANT)
 /* The old subscriber thread, grant(): it handles a grant late, or never. */
 proctype Subscriber(byte i)
 {
@@ -542,7 +672,7 @@ init
     atomic {
         for (k : 0 .. N - 1) {
             run Client(k);
-#ifdef OLD_GRANT
+#if defined(STAMPED_GRANT) || defined(OLD_GRANT)
             run Subscriber(k)
 #endif
         }
