@@ -117,6 +117,18 @@ static void release_now(dlock_client *c, dlock_lock *l, int want)
     CHECK_RC(done.rc, want);
 }
 
+/* Extend l to lease_ms, and check it then has more than more_than_ms left. */
+static void extend_now(dlock_client *c, dlock_lock *l, int64_t lease_ms, int64_t more_than_ms)
+{
+    outcome ext = {0};
+
+    CHECK_RC(dlock_extend_async(NULL, l, lease_ms, on_done, &ext), DLOCK_OK);
+    loop_until(c, &ext.calls, 1, 10000);
+    CHECK(ext.calls == 1);
+    CHECK_RC(ext.rc, DLOCK_OK);
+    CHECK(dlock_lock_valid_ms(l) > more_than_ms);
+}
+
 /* ---------------------------------------------------------------------- */
 
 /* Try, busy, extend, release; fences as the blocking calls give them. */
@@ -126,7 +138,7 @@ static void cycle(void)
     dlock_client *c, *other;
     dlock_acquire_options o = test_opts(0, 5000, 1);
     dlock_lock *l, *blocking;
-    outcome busy = {0}, ext = {0};
+    outcome busy = {0};
     uint64_t first;
 
     test_server_start(&s, backend);
@@ -140,10 +152,7 @@ static void cycle(void)
     loop_until(c, &busy.calls, 1, 10000);
     CHECK_RC(busy.rc, DLOCK_EBUSY);
     CHECK_CONTAINS(busy.msg, "'job' is held by another owner");
-    CHECK_RC(dlock_extend_async(NULL, l, 8000, on_done, &ext), DLOCK_OK);
-    loop_until(c, &ext.calls, 1, 10000);
-    CHECK_RC(ext.rc, DLOCK_OK);
-    CHECK(dlock_lock_valid_ms(l) > 5000);
+    extend_now(c, l, 8000, 5000);
     release_now(c, l, DLOCK_OK);
     CHECK(!test_server_held(&s, "job"));
     /* The blocking API on another client sees the next fence. */
@@ -644,7 +653,7 @@ static void no_threads(void)
     dlock_acquire_options w2 = test_opts(0, 5000, 0);
     dlock_stats st = DLOCK_STATS_INIT;
     dlock_lock *l, *held, *gone;
-    outcome granted = {0}, canceled = {0}, ext = {0};
+    outcome granted = {0}, canceled = {0};
     dlock_request_handle *req = NULL;
     long threads;
 
@@ -673,10 +682,7 @@ static void no_threads(void)
     CHECK_RC(dlock_client_stats(&st, c), DLOCK_OK);
     CHECK(st.renewals >= 3);
     /* Extended without a thread, and released. */
-    CHECK_RC(dlock_extend_async(NULL, l, 4000, on_done, &ext), DLOCK_OK);
-    loop_until(c, &ext.calls, 1, 10000);
-    CHECK_RC(ext.rc, DLOCK_OK);
-    CHECK(dlock_lock_valid_ms(l) > 600);
+    extend_now(c, l, 4000, 600);
     release_now(c, l, DLOCK_OK);
     CHECK(!test_server_held(&s, "job"));
 
