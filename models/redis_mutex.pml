@@ -10,8 +10,9 @@
  *                  src/backends/redis/redis.c: mutex_acquire, mutex_release,
  *                  dlock__redis_watch_close) and its watchdog thread
  *                  (src/core/watchdog.c: renew_batch), as one process.
- *   Subscriber(i)  the client's subscriber thread and its connection
- *                  (src/backends/redis/redis_watch.c: grant, the PINGs).
+ *   Subscriber(i)  -DOLD_GRANT and -DSTAMPED_GRANT only: the client's
+ *                  subscriber thread (src/backends/redis/redis_watch.c:
+ *                  grant) and, under -DSTAMPED_GRANT, its connection.
  *   Clock          time: the server's and the clients' clocks tick together;
  *                  keys expire, deadlines pass.
  *   Mutex          property (1), asserted in every reachable state.
@@ -411,8 +412,11 @@ give_back:
 wait:
     /* watch_again: watch_begin subscribes, and the loop tries again at once.
      * The SUBSCRIBE's reply (sent and run now) is in the connection ahead of
-     * every grant published after it, unless the connection is full (then
-     * the channel was subscribed already: no reply). */
+     * every grant published after it. When the modelled socket is full the
+     * reply is not kept, as when the channel was subscribed already and no
+     * SUBSCRIBE is sent: a real socket would keep it, so the model leaves
+     * out the runs where that reply would make a later grant's stamp newer
+     * (a limit of the bound CONN, docs/verification.md). */
     atomic {
         subscribed[i] = 1;
 #ifdef STAMPED_GRANT
