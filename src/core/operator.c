@@ -18,6 +18,7 @@
 #include "core/client.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/fmt.h"
 #include "core/thread.h"
 
 /* ---- holder records ------------------------------------------------------ */
@@ -31,22 +32,49 @@ static int is_word(const char *s, size_t n)
     return n > 0;
 }
 
+/* The host name as a record's word, read again at most once a second on
+ * each thread: gethostname is a system call, and every acquisition makes a
+ * record. A name longer than the buffer, or none, or one with odd bytes,
+ * is recorded as "?". */
+static const char *holder_host(time_t now_sec)
+{
+    static _Thread_local char host[DLOCK_HOST_MAX + 1];
+    static _Thread_local time_t read_at = -1;
+
+    if (read_at != now_sec) {
+        if (gethostname(host, sizeof(host)) != 0 || host[sizeof(host) - 1] != '\0' ||
+            !is_word(host, strlen(host)))
+            snprintf(host, sizeof(host), "?");
+        read_at = now_sec;
+    }
+    return host;
+}
+
 char *dlock__holder_new(const char *label)
 {
-    char host[DLOCK_HOST_MAX + 1] = "";
     struct timespec now;
+    const char *host;
+    size_t hl, ll = label != NULL ? strlen(label) : 0, n;
     char *out;
 
-    /* A name longer than the buffer, or none, or one with odd bytes, is
-     * recorded as "?": the record is one word per field. */
-    if (gethostname(host, sizeof(host)) != 0 || host[sizeof(host) - 1] != '\0' ||
-        !is_word(host, strlen(host)))
-        snprintf(host, sizeof(host), "?");
     clock_gettime(CLOCK_REALTIME, &now);
-    if (asprintf(&out, "%s %ld %lld%s%s", host, (long)getpid(),
-                 (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000,
-                 label != NULL ? " " : "", label != NULL ? label : "") < 0)
+    host = holder_host(now.tv_sec);
+    hl = strlen(host);
+    /* "HOST PID START_MS[ LABEL]", by hand (asprintf cost more than the
+     * rest of an acquisition's strings together). */
+    out = malloc(hl + ll + 2 * (DLOCK__FMT_LL_MAX + 1) + 2);
+    if (out == NULL)
         return NULL;
+    memcpy(out, host, hl);
+    n = hl;
+    out[n++] = ' ';
+    n += dlock__fmt_ll(out + n, (long long)getpid());
+    out[n++] = ' ';
+    n += dlock__fmt_ll(out + n, (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000);
+    if (label != NULL) {
+        out[n++] = ' ';
+        memcpy(out + n, label, ll + 1);
+    }
     return out;
 }
 

@@ -1,9 +1,15 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Pure logic, no server: URL parsing, durations, the error table, the clock. */
 #define _GNU_SOURCE
+#include <limits.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "core/client.h"
 #include "core/clock.h"
+#include "core/fmt.h"
+#include "core/token.h"
 #include "dlock/sys/backend.h"
 #include "core/url.h"
 #include "backends/etcd/etcd_codec.h"
@@ -425,6 +431,101 @@ static void holder_records(void)
     }
 }
 
+/* The record an acquisition writes reads back as this process: its host,
+ * pid and start, the label after them. */
+static void holder_record_written(void)
+{
+    char host[DLOCK_HOST_MAX + 1] = "";
+    dlock_lock_info info;
+    struct timespec now;
+    char *rec;
+
+    CHECK(gethostname(host, sizeof(host)) == 0);
+    clock_gettime(CLOCK_REALTIME, &now);
+    for (int i = 0; i < 2; i++) {
+        const char *label = i == 0 ? NULL : "nightly payout";
+
+        rec = dlock__holder_new(label);
+        CHECK(rec != NULL);
+        memset(&info, 0, sizeof(info));
+        CHECK_RC(dlock_holder_parse(&info, rec, strlen(rec)), DLOCK_OK);
+        CHECK(strcmp(info.host, host) == 0 && info.pid == (int64_t)getpid());
+        CHECK(info.start_ms >= (int64_t)now.tv_sec * 1000 &&
+              info.start_ms <= (int64_t)now.tv_sec * 1000 + 60000);
+        CHECK(strcmp(info.label, label != NULL ? label : "") == 0);
+        free(rec);
+    }
+}
+
+/* dlock__fmt_ll writes what snprintf("%lld") does, at both ends too. */
+static void fmt_numbers(void)
+{
+    static const long long v[] = {0, 7, -1, 9, 10, -10, 30000, 1700000000123LL, LLONG_MAX,
+                                  LLONG_MIN, LLONG_MIN + 1};
+    char got[DLOCK__FMT_LL_MAX + 1], want[32];
+
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        size_t n = dlock__fmt_ll(got, v[i]);
+
+        snprintf(want, sizeof(want), "%lld", v[i]);
+        if (strcmp(got, want) != 0 || n != strlen(want)) {
+            fprintf(stderr, "dlock__fmt_ll(%s) wrote '%s' (%zu)\n", want, got, n);
+            exit(1);
+        }
+    }
+}
+
+#define FORK_TOKENS 64 /* 1 KB of randomness: past the pool's 512 bytes */
+
+/* Tokens come from a pool of the kernel's bytes: a child of fork must not
+ * hand out the ones its parent does, and none may repeat. */
+static void tokens_fresh_across_fork(void)
+{
+    char mine[FORK_TOKENS][DLOCK__TOKEN_LEN + 1], theirs[FORK_TOKENS][DLOCK__TOKEN_LEN + 1];
+    int fds[2];
+    pid_t pid;
+    int status;
+
+    /* The pool is full and mostly unused when fork copies it. */
+    CHECK_RC(dlock__token_new(mine[0]), DLOCK_OK);
+    CHECK(pipe(fds) == 0);
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        for (int i = 0; i < FORK_TOKENS; i++)
+            if (dlock__token_new(theirs[i]) != DLOCK_OK ||
+                write(fds[1], theirs[i], DLOCK__TOKEN_LEN) != DLOCK__TOKEN_LEN)
+                _exit(1);
+        _exit(0);
+    }
+    close(fds[1]);
+    for (int i = 1; i < FORK_TOKENS; i++)
+        CHECK_RC(dlock__token_new(mine[i]), DLOCK_OK);
+    for (int i = 0; i < FORK_TOKENS; i++) {
+        size_t got = 0;
+
+        while (got < DLOCK__TOKEN_LEN) {
+            ssize_t n = read(fds[0], theirs[i] + got, DLOCK__TOKEN_LEN - got);
+            CHECK(n > 0);
+            got += (size_t)n;
+        }
+        theirs[i][DLOCK__TOKEN_LEN] = '\0';
+    }
+    close(fds[0]);
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    for (int i = 0; i < FORK_TOKENS; i++) {
+        CHECK(strlen(mine[i]) == DLOCK__TOKEN_LEN &&
+              strspn(mine[i], "0123456789abcdef") == DLOCK__TOKEN_LEN);
+        for (int j = 0; j < FORK_TOKENS; j++) {
+            if (strcmp(mine[i], theirs[j]) == 0 || (j > i && strcmp(mine[i], mine[j]) == 0) ||
+                (j > i && strcmp(theirs[i], theirs[j]) == 0)) {
+                fprintf(stderr, "token %s handed out twice\n", mine[i]);
+                exit(1);
+            }
+        }
+    }
+}
+
 /* Stats: the version is checked, and NULL refused. */
 static void stats_bad_input(void)
 {
@@ -804,5 +905,8 @@ TEST_MAIN({"url_redis_full", url_redis_full, NULL}, {"url_forms", url_forms, NUL
           {"lease_clock_is_boottime", lease_clock_is_boottime, NULL},
           {"options_init_calls", options_init_calls, NULL},
           {"backend_register_checks", backend_register_checks, NULL},
-          {"holder_records", holder_records, NULL}, {"stats_bad_input", stats_bad_input, NULL},
+          {"holder_records", holder_records, NULL},
+          {"holder_record_written", holder_record_written, NULL},
+          {"fmt_numbers", fmt_numbers, NULL},
+          {"tokens_fresh_across_fork", tokens_fresh_across_fork, NULL}, {"stats_bad_input", stats_bad_input, NULL},
           {"stats_format", stats_format, NULL})

@@ -72,11 +72,29 @@ void dlock__redis_key(dlock__redis_key_buf *k, const dlock__redis_be *be, const 
     k->len = (size_t)n;
 }
 
+/* k = a b c, cut at the buffer's end as snprintf would (a prefix that long
+ * is refused when the client is made). By hand: every call of a lock makes
+ * two of these. */
+static void key_cat(dlock__redis_key_buf *k, const char *a, const char *b, const char *c)
+{
+    const char *part[3] = {a, b, c};
+
+    k->len = 0;
+    for (int i = 0; i < 3; i++) {
+        size_t n = strlen(part[i]);
+
+        if (n > sizeof(k->buf) - 1 - k->len)
+            n = sizeof(k->buf) - 1 - k->len;
+        memcpy(k->buf + k->len, part[i], n);
+        k->len += n;
+    }
+    k->buf[k->len] = '\0';
+}
+
 void dlock__redis_fence_keys(dlock__redis_key_buf *floor, dlock__redis_key_buf *registry,
                              const dlock__redis_be *be, const char *name)
 {
     char tag[24] = "";
-    int n;
 
     if (be->cmd[0].is_cluster) {
         /* The floor of the slot of name's keys: a counter and the floor it
@@ -87,12 +105,8 @@ void dlock__redis_fence_keys(dlock__redis_key_buf *floor, dlock__redis_key_buf *
         dlock__redis_slot_tag(dlock__redis_key_slot(k.buf, k.len), tag + 1, sizeof(tag) - 2);
         strcat(tag, "}");
     }
-    n = snprintf(floor->buf, sizeof(floor->buf), "%s%s%s", be->prefix, tag,
-                 DLOCK__REDIS_FENCE_FLOOR);
-    floor->len = (size_t)n;
-    n = snprintf(registry->buf, sizeof(registry->buf), "%s%s%s", be->prefix, tag,
-                 DLOCK__REDIS_FENCE_REGISTRY);
-    registry->len = (size_t)n;
+    key_cat(floor, be->prefix, tag, DLOCK__REDIS_FENCE_FLOOR);
+    key_cat(registry, be->prefix, tag, DLOCK__REDIS_FENCE_REGISTRY);
 }
 
 int dlock__redis_bad_reply(const dlock__redis_conn *conn, const char *what)

@@ -683,13 +683,12 @@ int dlock__redis_script_cmd_init(dlock__redis_script_cmd *c, const dlock__redis_
             return dlock__fail(DLOCK_ENOMEM, "out of memory");
         }
     }
-    snprintf(c->numkeys, sizeof(c->numkeys), "%d", nkeys);
     c->av[0] = "EVALSHA";
     c->al[0] = 7;
     c->av[1] = script->sha1;
     c->al[1] = 40;
     c->av[2] = c->numkeys;
-    c->al[2] = strlen(c->numkeys);
+    c->al[2] = dlock__fmt_ll(c->numkeys, nkeys);
     memcpy(c->av + 3, argv, (size_t)argc * sizeof(*c->av));
     memcpy(c->al + 3, lens, (size_t)argc * sizeof(*c->al));
     if (eval)

@@ -13,6 +13,7 @@
 #include "backends/redis/redis_cluster.h"
 #include "backends/redis/redis_scripts.h"
 #include "backends/redis/redis_transport.h"
+#include "core/fmt.h"
 #include "dlock/sys/backend.h"
 
 typedef struct dlock__redis_conn {
@@ -127,7 +128,7 @@ typedef struct {
     size_t stack_al[19];
     const char **av;
     size_t *al;
-    char numkeys[16];
+    char numkeys[DLOCK__FMT_LL_MAX + 1];
     int argc; /* of av */
 } dlock__redis_script_cmd;
 

@@ -14,6 +14,7 @@
 #include "backends/redis/redis_conn.h"
 #include "backends/redis/redis_mux.h"
 #include "backends/redis/redis_watch.h"
+#include "core/fmt.h"
 
 /* Callers' connections for what does not go through the shared pipelined
  * one (mux; redis_mux.h): up to this many, each opened when concurrent
@@ -107,8 +108,7 @@ static inline void dlock__redis_arg_key(dlock__redis_args *a, const dlock__redis
 static inline void dlock__redis_arg_num(dlock__redis_args *a, long long v)
 {
     char *buf = a->nums[a->nnums++];
-    snprintf(buf, sizeof(a->nums[0]), "%lld", v);
-    dlock__redis_arg_str(a, buf);
+    dlock__redis_arg(a, buf, dlock__fmt_ll(buf, v));
 }
 
 /*
