@@ -131,8 +131,11 @@ struct Core {
     // The on_lost dispatcher of lib/index.js, called straight from
     // dlock_async_process for the locks acquired through async.h.
     Napi::FunctionReference lost_fn;
-    // What the loop's callbacks run JavaScript in (async_hooks' resource).
+    // What the loop's callbacks run JavaScript in (async_hooks' context
+    // and resource: one object for every callback, as a handle of Node's
+    // own passes its object each time).
     napi_async_context actx = nullptr;
+    napi_ref resource = nullptr;
     AsyncLoop *loop = nullptr;  // attached at the first asynchronous call
     int inflight = 0;           // asynchronous requests whose callback is due
     // In a dlock_async_process run by the loop (LoopProcess): a callback
@@ -143,6 +146,8 @@ struct Core {
     {
         if (actx != nullptr)
             napi_async_destroy(env, actx);
+        if (resource != nullptr)
+            napi_delete_reference(env, resource);
     }
 
     // A client keeps the process alive while it waits for a lock or holds
@@ -263,8 +268,8 @@ class JsScope {
             return;
         napi_value resource;
         napi_open_handle_scope(env_, &hs_);
-        napi_create_object(env_, &resource);
-        if (napi_open_callback_scope(env_, resource, core->actx, &cs_) != napi_ok)
+        if (napi_get_reference_value(env_, core->resource, &resource) != napi_ok ||
+            napi_open_callback_scope(env_, resource, core->actx, &cs_) != napi_ok)
             cs_ = nullptr;
     }
     ~JsScope()
@@ -325,12 +330,19 @@ int Core::Attach(std::string *message)
         return DLOCK_ENOMEM;
     }
     if (actx == nullptr) {
-        napi_value resource, name;
-        if (napi_create_object(env, &resource) != napi_ok ||
+        napi_value res, name;
+        if (napi_create_object(env, &res) != napi_ok ||
             napi_create_string_utf8(env, "dlock", NAPI_AUTO_LENGTH, &name) != napi_ok ||
-            napi_async_init(env, resource, name, &actx) != napi_ok) {
+            napi_async_init(env, res, name, &actx) != napi_ok) {
             actx = nullptr;
             *message = "cannot make the client's async context";
+            return DLOCK_ENOMEM;
+        }
+        if (napi_create_reference(env, res, 1, &resource) != napi_ok) {
+            napi_async_destroy(env, actx);
+            actx = nullptr;
+            resource = nullptr;
+            *message = "cannot keep the client's async resource";
             return DLOCK_ENOMEM;
         }
     }
@@ -701,9 +713,8 @@ class Lock : public Napi::ObjectWrap<Lock> {
         AsyncOp *a = static_cast<AsyncOp *>(arg);
         std::string message = rc != DLOCK_OK ? dlock_error_message() : "";
         Lock *self = a->self;
-        JsScope js(self->core_);
+        JsScope js(self->core_);  // in a pass; from Free, JavaScript's scope
         Napi::Env env(self->core_->env);
-        Napi::HandleScope scope(env);
         self->core_->inflight--;
         self->busy_ = false;
         if (a->op == 0)
@@ -997,9 +1008,8 @@ class Client : public Napi::ObjectWrap<Client> {
         AsyncTake *t = static_cast<AsyncTake *>(arg);
         std::string message = rc != DLOCK_OK ? dlock_error_message() : "";
         Core *core = t->core;
-        JsScope js(core);
+        JsScope js(core);  // in a pass; from Free, JavaScript's scope
         Napi::Env env(core->env);
-        Napi::HandleScope scope(env);
         core->inflight--;
         if (rc == DLOCK_OK) {
             Addon *addon = env.GetInstanceData<Addon>();
