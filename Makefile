@@ -47,7 +47,7 @@ bench: deps
 	@/usr/bin/python3 bindings/python/bench/bench.py --build $(BUILD) || true
 	@node bindings/node/bench/bench.js --build $(BUILD) || true
 	@echo "== many locks on one client (docs/bench.md)"
-	@for b in redis etcd zk postgres mysql; do \
+	@for b in redis etcd zk postgres mysql redlock; do \
 		DLOCK_MODULE_DIR=$(BUILD)/dlock DLOCK_SCALE_LOCKS=10000 \
 			$(BUILD)/tests/test_scale $$b hold_many 2>/dev/null | grep '^scale:' || true; \
 	done
