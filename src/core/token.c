@@ -11,8 +11,7 @@
  * The owner token is what makes compare-and-delete safe: only the process
  * that generated it can release or extend the lock, so it must be unguessable
  * (not a thread id, not a counter) and fresh for every acquisition.
- */
-/*
+ *
  * The kernel's bytes are read a pool at a time: a getrandom call costs as
  * much as the rest of making a token's command. A child of fork must not
  * hand out the tokens its parent will (the same bytes in both copies of the
