@@ -7,7 +7,8 @@
 #     configurations; under the old rule (-DOLD_GRANT), spin must find
 #     property (1) broken; the counterexample is printed; under the stamped
 #     grant proposed for issue 28 (-DSTAMPED_GRANT, not in the code), no
-#     violation, and property (1) broken by each of its three mutants;
+#     violation, and property (1) broken by each of its three mutants; the
+#     same for the grant pushed to a list (-DLIST_GRANT) and its two;
 #   - the Redlock fence (models/redlock.pml): spin must find no violation of
 #     properties (2) and (3), also with a retry that reuses the token
 #     (-DATTEMPTS=2); without the unanimity check (-DNO_UNANIMITY: F = the
@@ -134,8 +135,15 @@ check $m 1 "mutex: stamped grant, from the last reply before the take (-DGRANT_L
     -DGRANT_LATEST_BOUND -DPROPS=1 -DN=2 -DROUNDS=2 -DTMAX=6
 check $m 1 "mutex: stamped grant, key handed over for the confirm window (-DGRANT_SHORT_PX)" \
     -DGRANT_SHORT_PX -DPROPS=1 -DN=2 -DROUNDS=2 -DTMAX=6
+check $m none "mutex: list grant, proposed (-DLIST_GRANT), 2 clients x 2 acquisitions, 6 ticks" \
+    -DLIST_GRANT -DN=2 -DROUNDS=2 -DTMAX=6
+check $m 1 "mutex: list grant, lease from the BLPOP that popped it (-DLIST_FROM_POP)" \
+    -DLIST_FROM_POP -DPROPS=1 -DN=2 -DROUNDS=2 -DTMAX=6
+check $m 1 "mutex: list grant, key handed over for the confirm window (-DLIST_SHORT_PX)" \
+    -DLIST_SHORT_PX -DPROPS=1 -DN=2 -DROUNDS=2 -DTMAX=6
 if [ "$long" = 1 ]; then
     check $m none "mutex: stamped grant, proposed, 3 clients, 6 ticks" -DSTAMPED_GRANT -DTMAX=6
+    check $m none "mutex: list grant, proposed, 3 clients, 6 ticks" -DLIST_GRANT -DTMAX=6
 fi
 m=redlock.pml
 check $m none "redlock: 3 nodes, 2 clients, a renewal each, return at quorum"

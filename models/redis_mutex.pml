@@ -48,6 +48,23 @@
  *   -DGRANT_SHORT_PX      the key handed over for the confirm window only
  *                         while the waiter takes the grant for its lease.
  *
+ * -DLIST_GRANT: the other rule proposed for issue 28 (docs/verification.md,
+ * "A grant pushed to a list"), not in the code either. release.lua hands
+ * the key over with PX the waiter's full lease and pushes the fence to a
+ * list of the waiter's own (PREFIX{NAME}:grant:WID, WID fresh for each
+ * wait), which only holders of the keys' write rights can touch. The
+ * waiter in the slot keeps a BLPOP of it outstanding (its own connection);
+ * a BLPOP returns the element if there is one when it arrives or as soon as
+ * one is pushed, or nothing at its timeout. The waiter takes a popped grant
+ * as its acquisition with the lease counted from the bound: the send time
+ * of the last BLPOP answered empty, or, before any, of the wait's first
+ * try (no push can come before that try ran: the slot was not its). Each
+ * mutant breaks property (1):
+ *   -DLIST_FROM_POP       the lease counted from the send time of the BLPOP
+ *                         that returned the grant (the element may have
+ *                         waited in the list since before it was sent);
+ *   -DLIST_SHORT_PX       the key handed over for the confirm window only.
+ *
  * Properties (-DPROPS=n checks property n only; the default, 0, all three):
  *   (1) at most one client holds the lock and believes its lease valid
  *       (dlock_lock_lost() would say 0: not marked lost, and its local now
@@ -102,8 +119,12 @@
 #if defined(GRANT_FROM_ARRIVAL) || defined(GRANT_LATEST_BOUND) || defined(GRANT_SHORT_PX)
 #define STAMPED_GRANT
 #endif
+#if defined(LIST_FROM_POP) || defined(LIST_SHORT_PX)
+#define LIST_GRANT
+#endif
 
-#if (defined(OLD_GRANT) || defined(STAMPED_GRANT)) && !defined(GRANT_SHORT_PX)
+#if (defined(OLD_GRANT) || defined(STAMPED_GRANT) || defined(LIST_GRANT)) && \
+    !defined(GRANT_SHORT_PX) && !defined(LIST_SHORT_PX)
 #define HANDOFF_PX LEASE                                /* the waiter's lease */
 #else
 #define HANDOFF_PX (CONFIRM < LEASE -> CONFIRM : LEASE) /* min(lease, window) */
@@ -151,6 +172,11 @@ byte bound[N];         /* the subscriber's bound: the send time of the last
 byte gr_f[N];          /* waiter->granted: the fence of a grant read, */
 byte gr_b[N];          /* ... and its stamp */
 #endif
+#ifdef LIST_GRANT
+byte lst[N];           /* the list of client i's current wait: the fence
+                        * pushed (0: empty). A push for a wait that ended
+                        * lands in a list nobody reads again: dropped. */
+#endif
 #ifdef OLD_GRANT
 byte m_grant[N];       /* FENCE of a "grant WID FENCE" for client i, unhandled */
 byte granted[N];       /* waiter->granted (the old redis_watch.c) */
@@ -191,6 +217,16 @@ inline publish_grant(w, fence)
 {
     if
     :: subscribed[CLIENT(w)] && tok_of[CLIENT(w)] == w -> m_grant[CLIENT(w)] = fence
+    :: else
+    fi
+}
+#elif defined(LIST_GRANT)
+/* RPUSH PREFIX{NAME}:grant:WID FENCE (the key's master runs it with the
+ * script: nothing is lost or reordered on the way into the list). */
+inline publish_grant(w, fence)
+{
+    if
+    :: subscribed[CLIENT(w)] && tok_of[CLIENT(w)] == w -> lst[CLIENT(w)] = fence
     :: else
     fi
 }
@@ -356,6 +392,8 @@ inline watch_end(i)
     subscribed[i] = 0;
 #if defined(STAMPED_GRANT)
     gr_f[i] = 0; gr_b[i] = 0
+#elif defined(LIST_GRANT)
+    lst[i] = 0
 #elif defined(OLD_GRANT)
     m_grant[i] = 0; granted[i] = 0
 #endif
@@ -369,8 +407,13 @@ proctype Client(byte i)
     byte f;            /* the fence */
     bool leave;        /* w->leave: the server may hold our entry or a hand-off */
     mtype res;
-#ifdef STAMPED_GRANT
+#if defined(STAMPED_GRANT) || defined(LIST_GRANT)
     byte b;            /* the lease's start of a grant taken */
+#endif
+#ifdef LIST_GRANT
+    byte bb;           /* the bound: when the last BLPOP answered empty, or
+                        * the wait's first try, was sent (0: no try yet) */
+    byte bs;           /* when the outstanding BLPOP was sent */
 #endif
 #ifdef OLD_GRANT
     byte es;           /* w->entry_sent_ms: when the last busy try was sent */
@@ -475,6 +518,12 @@ try:
         :: else
         fi;
 #endif
+#ifdef LIST_GRANT
+        if
+        :: bb == 0 -> bb = sent
+        :: else
+        fi;
+#endif
         leave = 1      /* from here the server may hold our entry or a hand-off */
     LATER
         RPC(acquire_lua(t, 1, res, f), res)
@@ -484,6 +533,9 @@ try:
             leave = 0; watch_end(i);
             become_holder(i, t, sent, f);
             sent = 0; res = 0;
+#ifdef LIST_GRANT
+            bb = 0;
+#endif
 #ifdef OLD_GRANT
             es = 0;
 #endif
@@ -502,7 +554,50 @@ try:
     if
     :: goto try
     :: goto leave_     /* wait_ms ran out: DLOCK_ETIMEOUT */
+#ifdef LIST_GRANT
+    :: goto blpop      /* the waiter holds the slot, or may: it listens */
+#endif
     fi;
+
+#ifdef LIST_GRANT
+blpop:
+    /* BLPOP the list, sent and arrived (a request's delay is its sender's
+     * pause, as for the scripts). It answers an element there now or pushed
+     * while it blocks; or nothing at its timeout, at any moment. */
+    atomic { bs = now }
+    if
+    :: atomic {
+        lst[i] != 0 ->
+        f = lst[i]; lst[i] = 0;
+#ifdef LIST_FROM_POP
+        b = bs;
+#else
+        b = bb;
+#endif
+        bs = 0;
+        if
+        :: b + LEASE > now ->     /* the reply arrives: the grant is taken */
+            leave = 0;
+            printf("t=%d c%d pops the grant (fence %d), lease from t=%d\n", now, i, f, b);
+            watch_end(i);
+            become_holder(i, t, b, f);
+            b = 0; bb = 0;
+            goto held
+        :: true ->                /* lost (the connection broke), or too old:
+                                   * a try confirms it as the code does today */
+            f = 0; b = 0
+        fi
+       }
+    :: atomic {                  /* nothing came before its timeout */
+        lst[i] == 0 -> bb = bs; bs = 0
+       }
+    fi;
+    if
+    :: goto try
+    :: goto blpop
+    :: goto leave_
+    fi;
+#endif
 
 leave_:
     /* dlock__redis_watch_close: mutex_leave.lua if leave is set, then
@@ -514,6 +609,9 @@ leave_:
         :: else
         fi;
         watch_end(i);
+#ifdef LIST_GRANT
+        bb = 0;
+#endif
 #ifdef OLD_GRANT
         es = 0
 #endif
