@@ -317,6 +317,17 @@ for (const backend of BACKENDS) {
       }
     });
 
+    it('a signal first asked for after the loss is aborted already', async () => {
+      // Neither onLost nor signal: the client does not follow the lock
+      // until the signal is asked for, and then asks the native handle.
+      const lock = await client.acquire(fresh(), { ttl: server.shortTtl, autoRenew: false });
+      await sleep(server.shortTtl + 400);
+      assert.equal(lock.lost, true);
+      assert.equal(lock.signal.aborted, true);
+      assert.ok(lock.signal.reason instanceof dlock.LockLost);
+      await assert.rejects(lock.release(), dlock.LockLost);
+    });
+
     it('expiry frees the lock, and the holder is told', async () => {
       const name = fresh();
       const ttl = server.shortTtl;
