@@ -74,7 +74,7 @@ static char worker_path[PATH_MAX];
 /* The minimal ACL of README.md (Security): the workers run as this user. */
 static const char chaos_acl[] =
     "user chaos on >chaos-pw ~dlock:* &dlock:* -@all +evalsha +eval +get +set +incr +pexpire "
-    "+pttl +del +publish +exists +subscribe +unsubscribe +client|setname\n";
+    "+pttl +del +publish +exists +subscribe +unsubscribe +client|setname +rpush +blpop\n";
 
 /* Redlock's nodes, an ensemble's members (etcd3, zk3); 1 for the others. */
 #define CHAOS_NODES_MAX TEST_REDLOCK_MAX

@@ -1009,7 +1009,7 @@ static void maxmemory_held_lock(void)
  * database other than 0. AUTH needs no permission. */
 #define ACL_COMMANDS                                                                               \
     "+evalsha +eval +get +set +incr +pexpire +pttl +del +publish +exists +subscribe "              \
-    "+unsubscribe +client|setname +select"
+    "+unsubscribe +client|setname +select +rpush +blpop"
 #define ACL_KEYS "resetkeys ~dlock:* resetchannels &dlock:* -@all"
 
 /*
@@ -1198,11 +1198,14 @@ static void acl_each_command_needed(void)
         {"pexpire", 6, "extend refused"},
         {"del", 6, "release refused"},
         {"publish", 6, "release refused"},
-        {"subscribe", 6, "waiters are not woken by the release: they look again after a quarter of their lease"},
+        {"subscribe", 0, "the waiter in the hand-off slot pops its grant; the others are not woken by a "
+                         "release: they look again after a quarter of their lease"},
         {"exists", 8, "status refused"},
         {"client|setname", 1, "connection refused"},
         {"select", 1, "connection to a database other than 0 refused"},
         {"unsubscribe", 0, "nothing in a short run: idle channels stay subscribed (harmless)"},
+        {"rpush", 0, "the hand-off's grant is announced, not pushed: the waiter confirms it with a try"},
+        {"blpop", 0, "waiters wait for the grant's message instead of popping it, and confirm it"},
     };
     test_redis r;
     char url[256], msg[1024], rules[512];

@@ -450,7 +450,7 @@ long long test_cluster_cmd(test_cluster *c, const char *key, const char *fmt, ..
  * docs/family.md adds for the other kinds of the lock family. */
 #define TEST_ACL_README                                                                            \
     "resetkeys ~dlock:* resetchannels &dlock:* -@all +evalsha +eval +get +set +incr +pexpire "    \
-    "+pttl +del +publish +exists +subscribe +unsubscribe +client|setname +select"
+    "+pttl +del +publish +exists +subscribe +unsubscribe +client|setname +select +rpush +blpop"
 #define TEST_ACL_FAMILY                                                                            \
     "+time +exists +pttl +pexpire +hset +hget +hdel +hlen +hexists +hvals +zadd +zrem +zscore "   \
     "+zcard +zrange +zrangebyscore +publish"

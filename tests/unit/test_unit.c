@@ -14,6 +14,7 @@
 #include "core/url.h"
 #include "backends/etcd/etcd_codec.h"
 #include "backends/etcd/etcd_grpc.h"
+#include "backends/redis/redis_int.h"
 #include "test.h"
 
 static void url_redis_full(void)
@@ -890,6 +891,49 @@ static void etcd_grpc_framing(void)
                                   sizeof(text)) == 0);
 }
 
+/* A grant popped from a waiter's list (redis_listen.c): the lock counts
+ * from the bound, for the confirm window (the key's PX) or the lease when
+ * shorter, and a grant whose bound leaves under a quarter of that, or a
+ * longer lease nothing will renew, is confirmed by a try instead. */
+static void listen_grant_lease(void)
+{
+    static const struct {
+        int64_t lease_ms, age_ms; /* age: how long ago the bound was */
+        int auto_renew, taken;
+        int64_t deadline_from_bound; /* lease_from + lease - bound */
+    } rows[] = {
+        {10000, 100, 1, 1, DLOCK__REDIS_HANDOFF_CONFIRM_MS},
+        {10000, 1000, 1, 1, DLOCK__REDIS_HANDOFF_CONFIRM_MS},
+        {10000, 1600, 1, 0, 0}, /* 400 ms left of 2,000 */
+        {10000, 100, 0, 0, 0},  /* the window would be its whole lease */
+        {1500, 100, 0, 1, 1500},
+        {1500, 1200, 0, 0, 0},  /* 300 ms left of 1,500 */
+        {1500, 1000, 1, 1, 1500},
+    };
+
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        dlock__redis_watch w = {0};
+        dlock_request req = {0};
+        dlock_acquire_result out = {0};
+        int64_t now = dlock__now_ms();
+
+        w.bound_ms = now - rows[i].age_ms;
+        w.granted = 41;
+        w.leave = 1;
+        req.lease_ms = rows[i].lease_ms;
+        req.auto_renew = rows[i].auto_renew;
+        out.lease_from_ms = now;
+        CHECK(dlock__redis_listen_granted(&w, &req, &out) == rows[i].taken);
+        CHECK(w.granted == 0); /* taken, or left to the try */
+        if (rows[i].taken) {
+            CHECK(out.fence == 41 && out.handed == 1 && w.leave == 0);
+            CHECK(out.lease_from_ms + req.lease_ms - w.bound_ms == rows[i].deadline_from_bound);
+        } else {
+            CHECK(out.fence == 0 && out.lease_from_ms == now && w.leave == 1);
+        }
+    }
+}
+
 TEST_MAIN({"url_redis_full", url_redis_full, NULL}, {"url_forms", url_forms, NULL}, {"url_bad", url_bad, NULL},
           {"url_password_never_in_messages", url_password_never_in_messages, NULL},
           {"url_query_secrets_redacted", url_query_secrets_redacted, NULL},
@@ -907,6 +951,6 @@ TEST_MAIN({"url_redis_full", url_redis_full, NULL}, {"url_forms", url_forms, NUL
           {"backend_register_checks", backend_register_checks, NULL},
           {"holder_records", holder_records, NULL},
           {"holder_record_written", holder_record_written, NULL},
-          {"fmt_numbers", fmt_numbers, NULL},
+          {"fmt_numbers", fmt_numbers, NULL}, {"listen_grant_lease", listen_grant_lease, NULL},
           {"tokens_fresh_across_fork", tokens_fresh_across_fork, NULL}, {"stats_bad_input", stats_bad_input, NULL},
           {"stats_format", stats_format, NULL})

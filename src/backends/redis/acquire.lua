@@ -6,10 +6,12 @@
 -- ("HOST PID START_MS[ LABEL]", '' for none), kept in the lock's value after
 -- the token, "TOKEN HOLDER" (status.lua shows it): no key or command of its
 -- own, and it goes with the lock; when the caller waits, also
--- ARGV[4] its hand-off entry "WAITER-ID TOKEN LEASE" and ARGV[5] how long
+-- ARGV[4] its hand-off entry "WAITER-ID TOKEN LEASE", or "WAITER-ID TOKEN
+-- LEASE L[ HOLDER]" for a waiter that listens (release.lua), and ARGV[5] how long
 -- the entry lasts (ms) unless the waiter comes back
 -- Returns {1, fence} when the caller holds the lock, {2, fence} when it
--- confirmed a lock a release handed it, {0, pttl} when another owner does.
+-- confirmed a lock a release handed it, {0, pttl} when another owner does,
+-- {0, pttl, 1} when another does and the caller's entry is in the slot.
 -- A waiter that finds the lock busy takes the hand-off slot if it is free
 -- (or renews it if it is its own): the release then gives the lock to it
 -- directly (release.lua), with no retry round trip.
@@ -82,9 +84,12 @@ if held == ARGV[1] or held == value then
   return {handed and 2 or 1, fence}
 end
 if entry then
-  if not redis.call('SET', KEYS[5], entry, 'NX', 'PX', ARGV[5]) and
-     redis.call('GET', KEYS[5]) == entry then
+  if redis.call('SET', KEYS[5], entry, 'NX', 'PX', ARGV[5]) then
+    return {0, redis.call('PTTL', KEYS[1]), 1}
+  end
+  if redis.call('GET', KEYS[5]) == entry then
     redis.call('PEXPIRE', KEYS[5], ARGV[5])
+    return {0, redis.call('PTTL', KEYS[1]), 1}
   end
 end
 return {0, redis.call('PTTL', KEYS[1])}

@@ -190,6 +190,7 @@ static void redis_close(void *arg)
     dlock__redis_mux_destroy(&be->mux);
     for (int i = 0; i < DLOCK__REDIS_CMD_MAX; i++)
         dlock__redis_conn_close(&be->cmd[i]);
+    dlock__redis_listen_close(be);
     dlock__redis_conn_close(&be->wd);
     pthread_cond_destroy(&be->cmd_freed);
     pthread_mutex_destroy(&be->cmd_mu);
@@ -206,6 +207,7 @@ static int redis_open(void **out, const dlock_url *url, const dlock_client_optio
     be = calloc(1, sizeof(*be));
     if (be == NULL)
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    memset(be->listen_pipe, -1, sizeof(be->listen_pipe));
     if (pthread_mutex_init(&be->cmd_mu, NULL) != 0) {
         free(be);
         return dlock__fail(DLOCK_ENOMEM, "cannot create a mutex");
@@ -222,6 +224,9 @@ static int redis_open(void **out, const dlock_url *url, const dlock_client_optio
     }
     for (int i = 0; i < DLOCK__REDIS_CMD_MAX; i++)
         if ((rc = dlock__redis_conn_init(&be->cmd[i], url, opts, "cmd")) != DLOCK_OK)
+            goto err;
+    for (int i = 0; i < DLOCK__REDIS_LISTEN_MAX; i++)
+        if ((rc = dlock__redis_conn_init(&be->listen[i], url, opts, "listener")) != DLOCK_OK)
             goto err;
     if ((rc = dlock__redis_conn_init(&be->wd, url, opts, "watchdog")) != DLOCK_OK ||
         (rc = dlock__redis_watcher_new(&be->watcher, url, opts)) != DLOCK_OK ||
@@ -268,18 +273,14 @@ static void mutex_keys(redis_backend *be, const char *name, key_buf keys[MUTEX_K
         arg_key(a, &keys[i]);
 }
 
-/* How long a waiter of the plain mutex sleeps at most between tries (each
- * try keeps its hand-off entry alive), and how long the entry outlives it. */
-static int64_t handoff_refresh_ms(int64_t lease_ms)
+/* A waiter's hand-off entry, made on its first try: "WAITER-ID TOKEN
+ * LEASE", or "WAITER-ID TOKEN LEASE L[ HOLDER]" when it listens for its
+ * grant (redis_listen.c; release.lua then writes HOLDER with the key). */
+static int handoff_entry(redis_backend *be, dlock__redis_watch *w, const dlock_request *req)
 {
-    return lease_ms / 4 > 10 ? lease_ms / 4 : 10;
-}
-
-/* A waiter's hand-off entry, made on its first try: "WAITER-ID TOKEN LEASE". */
-static int handoff_entry(dlock__redis_watch *w, const char *owner, int64_t lease_ms)
-{
-    const char *wid = dlock__redis_watch_id(w->waiter);
-    size_t n = strlen(wid) + strlen(owner) + 24;
+    const char *wid = dlock__redis_watch_id(w->waiter), *owner = req->token;
+    const char *holder = req->holder != NULL ? req->holder : "";
+    size_t n = strlen(wid) + strlen(owner) + strlen(holder) + 28;
     char *token;
 
     if (w->entry != NULL)
@@ -289,7 +290,11 @@ static int handoff_entry(dlock__redis_watch *w, const char *owner, int64_t lease
         free(token);
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
     }
-    snprintf(w->entry, n, "%s %s %lld", wid, owner, (long long)lease_ms);
+    w->listens = dlock__redis_listen_on(be);
+    w->lease_ms = req->lease_ms;
+    snprintf(w->entry, n, "%s %s %lld%s%s%s", wid, owner, (long long)req->lease_ms,
+             w->listens ? " L" : "", w->listens && holder[0] != '\0' ? " " : "",
+             w->listens ? holder : "");
     free(w->token);
     w->token = token;
     return DLOCK_OK;
@@ -306,7 +311,7 @@ static void acquire_args(redis_backend *be, const dlock_request *req, dlock__red
     arg_str(a, req->holder != NULL ? req->holder : "");
     if (w != NULL) {
         arg_str(a, w->entry);
-        arg_num(a, 2 * handoff_refresh_ms(req->lease_ms) + 100);
+        arg_num(a, 2 * dlock__redis_handoff_refresh_ms(req->lease_ms) + 100);
     }
 }
 
@@ -317,11 +322,14 @@ static int acquire_reply(redis_backend *be, redisReply *r, dlock__redis_watch *w
 {
     int rc;
 
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->elements > 3 ||
         r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER) {
         freeReplyObject(r);
         return bad_reply(be->cmd, "the acquire script");
     }
+    /* {0, pttl, 1}: busy, and our entry is in the hand-off slot. */
+    if (w != NULL)
+        w->in_slot = r->elements == 3;
     if (r->element[0]->integer == DLOCK__REDIS_TAKEN ||
         r->element[0]->integer == DLOCK__REDIS_HANDED) {
         out->handed = r->element[0]->integer == DLOCK__REDIS_HANDED;
@@ -339,7 +347,7 @@ static int acquire_reply(redis_backend *be, redisReply *r, dlock__redis_watch *w
         out->retry_ms = pttl == -2 ? 0 : pttl;
         if (w != NULL) {
             /* Our entry may be in the slot: come back before it expires. */
-            int64_t refresh = handoff_refresh_ms(lease_ms);
+            int64_t refresh = dlock__redis_handoff_refresh_ms(lease_ms);
             if (out->retry_ms < 0 || out->retry_ms > refresh)
                 out->retry_ms = refresh;
         }
@@ -356,15 +364,26 @@ static int mutex_acquire(redis_backend *be, const dlock_request *req, void *watc
     key_buf keys[MUTEX_KEYS];
     args a = {0};
     redisReply *r;
-    int rc;
+    int rc, confirm = 0;
 
     /* A release may have handed us the lock while we slept (release.lua):
      * this try is what confirms it, finding our token in the key, and the
      * lease counts from when this try was sent. A grant message alone is
      * never trusted: it may be late, for a hand-off whose key has expired
      * and been taken by another since. */
-    if (w != NULL && (rc = handoff_entry(w, req->token, req->lease_ms)) != DLOCK_OK)
+    if (w != NULL && (rc = handoff_entry(be, w, req)) != DLOCK_OK)
         return rc;
+    /* A grant popped from our list (redis_listen.c) is the lock, with no
+     * try, when its bound leaves enough of the lease; else this try
+     * confirms it. */
+    if (w != NULL && w->granted != 0) {
+        confirm = 1;
+        if (dlock__redis_listen_granted(w, req, out))
+            return DLOCK_OK;
+    }
+    /* No grant of this wait can be pushed before its first try is sent. */
+    if (w != NULL && w->bound_ms == 0)
+        w->bound_ms = out->lease_from_ms;
     acquire_args(be, req, w, keys, &a);
     /* From here the server may hold our entry, or the lock, even if no
      * reply comes back (a timeout after the server ran the script): giving
@@ -374,7 +393,10 @@ static int mutex_acquire(redis_backend *be, const dlock_request *req, void *watc
     if ((rc = cmd_script(be, &dlock__redis_script_acquire, &r, MUTEX_KEYS, a.argc, a.argv,
                          a.lens)) != DLOCK_OK)
         return rc;
-    return acquire_reply(be, r, w, req->lease_ms, out);
+    rc = acquire_reply(be, r, w, req->lease_ms, out);
+    if (rc == DLOCK_OK && confirm)
+        out->handed = 1; /* our record was written with the key */
+    return rc;
 }
 
 /* Run an owner-checked script, whose reply is DLOCK__REDIS_DONE or _NOT_OURS. */
@@ -568,6 +590,7 @@ void dlock__redis_watch_close(redis_backend *be, dlock__redis_watch *w)
         return;
     /* First, so that the upkeep renews no place this waiter leaves. */
     dlock__redis_place_drop(be, w);
+    dlock__redis_listen_end(be, w);
     if (w->leave) {
         /* Best effort: if this fails, the server drops the place, marker or
          * hand-off entry when its expiry passes. */
@@ -620,8 +643,11 @@ static int redis_watch_begin(void *be, const dlock_request *req, void **watch)
 
 static int redis_watch_wait(void *arg, void *watch, int64_t timeout_ms)
 {
-    return dlock__redis_watch_wait(((redis_backend *)arg)->watcher,
-                                   ((dlock__redis_watch *)watch)->waiter, timeout_ms);
+    dlock__redis_watch *w = watch;
+
+    if (w->listens && (w->in_slot || w->ln != NULL))
+        return dlock__redis_listen_wait(arg, w, timeout_ms);
+    return dlock__redis_watch_wait(((redis_backend *)arg)->watcher, w->waiter, timeout_ms);
 }
 
 static void redis_watch_end(void *arg, void *watch)

@@ -8,6 +8,7 @@
 #define DLOCK_REDIS_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -20,6 +21,10 @@
  * one (mux; redis_mux.h): up to this many, each opened when concurrent
  * calls first need it; a call has one to itself for its round trip. */
 #define DLOCK__REDIS_CMD_MAX 4
+
+/* Waiters of one client that listen for a grant pushed to a list at once
+ * (redis_listen.c), each on a connection of its own; more wait as before. */
+#define DLOCK__REDIS_LISTEN_MAX 4
 
 /* The fair waiters' places the subscriber thread keeps (redis_places.c). */
 typedef struct dlock__redis_place dlock__redis_place;
@@ -41,6 +46,12 @@ typedef struct {
     dlock__redis_watcher *watcher;
     dlock__redis_places places;
     int no_threads; /* DLOCK_CLIENT_NO_THREADS: start connects, on the loop's thread */
+    /* The listeners' connections and wake-up pipes (redis_listen.c; -1
+     * until made), taken under cmd_mu. */
+    dlock__redis_conn listen[DLOCK__REDIS_LISTEN_MAX];
+    int listen_pipe[DLOCK__REDIS_LISTEN_MAX][2];
+    int listen_busy[DLOCK__REDIS_LISTEN_MAX];
+    atomic_int listen_off; /* 1: a BLPOP was refused (an ACL): nobody listens */
 } dlock__redis_be;
 
 /* prefix + '{' + name + '}' + suffix */
@@ -53,6 +64,13 @@ typedef struct {
  * a waiter that died or stalled in the hand-off slot keeps the lock from
  * everyone else for this long at most, whatever its lease. */
 #define DLOCK__REDIS_HANDOFF_CONFIRM_MS 2000
+
+/* How long a waiter of the plain mutex sleeps at most between tries (each
+ * try keeps its hand-off entry alive), and how long the entry outlives it. */
+static inline int64_t dlock__redis_handoff_refresh_ms(int64_t lease_ms)
+{
+    return lease_ms / 4 > 10 ? lease_ms / 4 : 10;
+}
 
 /* The keys that keep fences bounded (lib/fence.lua): one pair per prefix
  * on a single server, PREFIXfence-floor; one pair per prefix and hash slot
@@ -155,7 +173,39 @@ typedef struct {
     char *entry;
     /* A fair waiter's place, while the subscriber thread keeps it. */
     dlock__redis_place *place;
+    /* A plain mutex's waiter that listens for its grant (redis_listen.c):
+     * listens, its entry says so ("... L"); in_slot, its last try found
+     * its entry in the slot; bound_ms, no grant of this wait was pushed
+     * before (0 before its first try); granted, a fence popped and not yet
+     * taken by a try; ln, the connection (NULL: none taken) of be's
+     * listen[ln_slot], ln_out with a BLPOP outstanding, sent at ln_sent_ms,
+     * overdue at ln_due_ms. */
+    int listens, in_slot;
+    int64_t lease_ms, bound_ms;
+    uint64_t granted;
+    dlock__redis_conn *ln;
+    int ln_slot, ln_out;
+    int64_t ln_sent_ms, ln_due_ms;
 } dlock__redis_watch;
+
+/* ---- redis_listen.c: a grant pushed to the waiter's list ---- */
+
+/* Whether this client's waiters may listen: one server or a Sentinel's
+ * master, without min_replicas (whose WAIT a confirming try pairs), and no
+ * BLPOP refused so far. */
+int dlock__redis_listen_on(dlock__redis_be *be);
+/* The wait of a waiter that listens: DLOCK_OK when woken (w->granted set
+ * when a grant came), DLOCK_ETIMEOUT after timeout_ms. */
+int dlock__redis_listen_wait(dlock__redis_be *be, dlock__redis_watch *w, int64_t timeout_ms);
+/* After a grant came (w->granted): 1 with *out the lock's fence and lease,
+ * or 0 when a try must confirm it (the bound leaves too little of the
+ * lease, or nothing will renew it). */
+int dlock__redis_listen_granted(dlock__redis_watch *w, const dlock_request *req,
+                                dlock_acquire_result *out);
+/* Give back the waiter's connection (its watch ends). */
+void dlock__redis_listen_end(dlock__redis_be *be, dlock__redis_watch *w);
+/* Close the listeners' connections and pipes (the client closes). */
+void dlock__redis_listen_close(dlock__redis_be *be);
 
 /* Subscribe to channel for a waiter, known by the random id token (see
  * dlock__redis_watch_begin; never an owner token, which must not travel on

@@ -53,6 +53,7 @@ struct dlock__redis_waiter {
     dlock__redis_bell *bell; /* NULL, or rung too (redis_watch.h) */
     void (*notify)(void *); /* NULL, or told of each wake-up too (async waiters) */
     void *notify_arg;
+    int listen_fd; /* -1, or a byte is written to it at each wake-up (a listener) */
     pthread_cond_t cond;
     int woken;
     dlock__redis_waiter *next, *prev;
@@ -188,6 +189,9 @@ static void wake_waiter(dlock__redis_waiter *x)
     pthread_cond_signal(&x->cond);
     if (x->notify != NULL)
         x->notify(x->notify_arg);
+    if (x->listen_fd >= 0 && write(x->listen_fd, "", 1) < 0) {
+        /* Full: a byte is there already, which is all the listener needs. */
+    }
     if (x->bell != NULL)
         dlock__redis_bell_ring(x->bell);
 }
@@ -215,13 +219,17 @@ static void grant(channel *ch, const char *text)
 {
     const char *id = text + strlen("grant ");
     const char *space = strchr(id, ' ');
+    size_t len = strlen(text);
 
     if (space == NULL)
         return;
     for (dlock__redis_waiter *x = ch->first; x != NULL; x = x->next) {
         if (x->id != NULL && strlen(x->id) == (size_t)(space - id) &&
             memcmp(x->id, id, (size_t)(space - id)) == 0) {
-            wake_waiter(x);
+            /* "grant ID FENCE pushed": the fence is in the list the
+             * waiter pops (redis_listen.c), unless it stopped listening. */
+            if (x->listen_fd < 0 || len < 7 || strcmp(text + len - 7, " pushed") != 0)
+                wake_waiter(x);
             return;
         }
     }
@@ -539,6 +547,7 @@ static int begin(dlock__redis_watcher *w, const char *name, const char *id,
         return dlock__fail(DLOCK_ENOMEM, "cannot create a condition variable");
     }
     x->bell = bell;
+    x->listen_fd = -1;
 
     pthread_mutex_lock(&w->mu);
     if ((ch = find_channel(w, name)) == NULL) {
@@ -672,6 +681,16 @@ void dlock__redis_watch_wake(dlock__redis_watcher *w, dlock__redis_waiter *x)
 {
     pthread_mutex_lock(&w->mu);
     wake_waiter(x);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void dlock__redis_watch_listen(dlock__redis_watcher *w, dlock__redis_waiter *x, int fd)
+{
+    pthread_mutex_lock(&w->mu);
+    x->listen_fd = fd;
+    /* A wake-up that came before is told too. */
+    if (fd >= 0 && x->woken && write(fd, "", 1) < 0) {
+    }
     pthread_mutex_unlock(&w->mu);
 }
 

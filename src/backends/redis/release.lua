@@ -14,6 +14,19 @@
 -- stalled keeps the lock from others for the window at most, and a grant
 -- that arrives late can never be taken for a lease the server does not keep.
 -- Otherwise the message "released" wakes a waiter to try.
+--
+-- A waiter whose entry ends " L[ HOLDER]" listens: it keeps a BLPOP of its
+-- own list, KEYS[1] .. ':grant:' .. WAITER-ID, outstanding (redis_listen.c).
+-- The release then also RPUSHes the fence there, and the key gets the
+-- waiter's record: that waiter holds the lock when it pops the fence, with
+-- no try of its own, and counts the lease from the send of its last BLPOP
+-- answered empty (or of its wait's first try), for the confirm window at
+-- most, as the key lives (docs/verification.md, "A grant pushed to a
+-- list"). The message then says "grant WAITER-ID FENCE pushed", which
+-- does not wake a waiter that listens: it still wakes one that stopped
+-- listening (a BLPOP refused by its ACL, a connection lost), which then
+-- confirms with a try, and other waiters look after the window as above.
+-- A push that is refused (an ACL without RPUSH) leaves the plain grant.
 -- The value is "TOKEN HOLDER" (acquire.lua), or the bare token of a
 -- hand-off not confirmed yet: the holder record goes with the value, and a
 -- waiter handed the lock writes its own when it confirms.
@@ -23,18 +36,40 @@ if not held or (held ~= ARGV[1] and string.sub(held, 1, #ARGV[1] + 1) ~= ARGV[1]
 end
 local entry = redis.call('GET', KEYS[5])
 if entry then
-  -- The fence helpers are defined here, not at the top: a release with no
-  -- waiter (the common case) does not pay for making their closures.
-  -- #include fence
   redis.call('DEL', KEYS[5])
-  local wid, token, lease = string.match(entry, '^(%x+) (%x+) (%d+)$')
-  local counter = redis.call('GET', KEYS[2])
-  if wid and not dlock_fence_check(KEYS[2], counter) then
-    redis.call('SET', KEYS[1], token, 'PX', math.min(tonumber(lease), tonumber(ARGV[3])))
-    local ok, fence = pcall(dlock_fence_next, KEYS[2], counter, KEYS[3], KEYS[4],
+  local wid, token, lease, rest = string.match(entry, '^(%x+) (%x+) (%d+)(.*)$')
+  local listens = rest == ' L' or (rest and string.sub(rest, 1, 3) == ' L ')
+  if wid and (rest == '' or listens) then
+    -- Most hand-overs need only INCR, as the plain acquire: the fence
+    -- helpers are defined only for a counter that is missing, odd, at its
+    -- limit or due for the registry's upkeep (lib/fence.lua), so that the
+    -- common one does not pay for making their closures.
+    local counter = redis.call('GET', KEYS[2])
+    local n = counter and string.match(counter, '^%d+$') and tonumber(counter)
+    local fence
+    if n and n + 1 < 9007199254740991 and (n + 1) % 16 ~= 0 then
+      fence = redis.call('INCR', KEYS[2])
+    else
+      -- #include fence
+      if not dlock_fence_check(KEYS[2], counter) then
+        local ok, f = pcall(dlock_fence_next, KEYS[2], counter, KEYS[3], KEYS[4],
                             tonumber(lease))
-    if ok and fence then
-      redis.call('PUBLISH', ARGV[2], 'grant ' .. wid .. ' ' .. fence)
+        fence = ok and f or nil
+      end
+    end
+    if fence then
+      -- A waiter that listens confirms nothing: its record goes in now.
+      local px = math.min(tonumber(lease), tonumber(ARGV[3]))
+      redis.call('SET', KEYS[1], #rest > 3 and token .. string.sub(rest, 3) or token, 'PX', px)
+      local pushed = ''
+      if listens then
+        local list = KEYS[1] .. ':grant:' .. wid
+        if pcall(redis.call, 'RPUSH', list, fence) then
+          redis.call('PEXPIRE', list, px)
+          pushed = ' pushed'
+        end
+      end
+      redis.call('PUBLISH', ARGV[2], 'grant ' .. wid .. ' ' .. fence .. pushed)
       return 1
     end
   end

@@ -371,47 +371,116 @@ static void release_wakes_one_waiter(void)
     test_redis_stop(&r);
 }
 
-/* The release hands the lock to the waiter in the hand-off slot: no try of
- * the waiter's own after the release, the next fence, and a lease the
- * watchdog then keeps. */
-static void release_hands_over(void)
-{
+/* A hand-off under way: the holder's lock on a name (lease 20 s) and a
+ * waiter, on a client of its own, asleep in the lock's hand-off slot. */
+typedef struct {
     test_redis r;
     dlock_client *holder_c, *waiter_c;
-    dlock_lock *l;
-    dlock_acquire_options o = test_opts(0, 20000, 0);
+    dlock_lock *held;
     test_acquirer a;
     pthread_t t;
-    long long before;
+} hand_off;
 
-    test_redis_start(&r, NULL);
-    holder_c = open_client(&r);
-    waiter_c = open_client(&r);
-    CHECK_RC(dlock_acquire(&l, holder_c, "given", &o), DLOCK_OK);
-    test_acquirer_init(&a, waiter_c, "given", test_opts(8000, 10000, 1));
-    CHECK(pthread_create(&t, NULL, test_acquirer_main, &a) == 0);
-    for (int i = 0; i < 500 && test_redis_cmd(&r, "EXISTS dlock:{given}:next") != 1; i++)
+static void hand_off_start(hand_off *h, const char *name, dlock_acquire_options wo)
+{
+    dlock_acquire_options o = test_opts(0, 20000, 0);
+    char slot[128];
+
+    test_redis_start(&h->r, NULL);
+    h->holder_c = open_client(&h->r);
+    h->waiter_c = open_client(&h->r);
+    CHECK_RC(dlock_acquire(&h->held, h->holder_c, name, &o), DLOCK_OK);
+    test_acquirer_init(&h->a, h->waiter_c, name, wo);
+    CHECK(pthread_create(&h->t, NULL, test_acquirer_main, &h->a) == 0);
+    snprintf(slot, sizeof(slot), "dlock:{%s}:next", name);
+    for (int i = 0; i < 500 && test_redis_cmd(&h->r, "EXISTS %s", slot) != 1; i++)
         test_sleep_ms(10);
-    CHECK(test_redis_cmd(&r, "EXISTS dlock:{given}:next") == 1);
+    CHECK(test_redis_cmd(&h->r, "EXISTS %s", slot) == 1);
     test_sleep_ms(100);
-    before = test_redis_calls(&r, "evalsha");
-    CHECK_RC(dlock_release(l), DLOCK_OK);
-    CHECK(pthread_join(t, NULL) == 0);
-    CHECK_RC(a.rc, DLOCK_OK);
-    /* The release, and the waiter's one try that confirms the hand-off. */
-    CHECK(test_redis_calls(&r, "evalsha") - before == 2);
-    CHECK(dlock_lock_fence(a.lock) == 2);
-    /* Confirmed: the server keeps the waiter's whole lease, not the
-     * confirm window, and the handle believes no more than the server. */
-    CHECK(test_redis_cmd(&r, "PTTL dlock:{given}") > 2000);
-    CHECK(dlock_lock_valid_ms(a.lock) <= test_redis_cmd(&r, "PTTL dlock:{given}") + 50);
-    CHECK(test_redis_cmd(&r, "EXISTS dlock:{given}:next") == 0);
-    CHECK(!dlock_lock_lost(a.lock));
-    CHECK_RC(dlock_lock_check(a.lock), DLOCK_OK);
-    CHECK_RC(dlock_release(a.lock), DLOCK_OK);
-    dlock_client_free(holder_c);
-    dlock_client_free(waiter_c);
-    test_redis_stop(&r);
+}
+
+/* The holder releases: the waiter has the lock, with the next fence. */
+static void hand_off_release(hand_off *h)
+{
+    CHECK_RC(dlock_release(h->held), DLOCK_OK);
+    CHECK(pthread_join(h->t, NULL) == 0);
+    CHECK_RC(h->a.rc, DLOCK_OK);
+    CHECK(dlock_lock_fence(h->a.lock) == 2);
+}
+
+static void hand_off_end(hand_off *h)
+{
+    CHECK_RC(dlock_release(h->a.lock), DLOCK_OK);
+    dlock_client_free(h->holder_c);
+    dlock_client_free(h->waiter_c);
+    test_redis_stop(&h->r);
+}
+
+/* The release hands the lock to the waiter in the hand-off slot: no try of
+ * the waiter's own after the release, the next fence, and a lease the
+ * watchdog then keeps. The waiter listens (redis_listen.c): the grant is
+ * popped from its list, the key is handed over for the confirm window, the
+ * handle believes no more than the server, and the watchdog extends it to
+ * the waiter's whole lease at once. */
+static void release_hands_over(void)
+{
+    hand_off h;
+    test_redis *r = &h.r;
+    dlock_stats st = DLOCK_STATS_INIT;
+    long long blpops;
+
+    hand_off_start(&h, "given", test_opts(8000, 10000, 1));
+    blpops = test_redis_calls(r, "blpop");
+    hand_off_release(&h);
+    /* The waiter listened, and the release pushed the grant to its list. */
+    CHECK(blpops >= 1 && test_redis_calls(r, "rpush") == 1);
+    CHECK(dlock_lock_valid_ms(h.a.lock) <= test_redis_cmd(r, "PTTL dlock:{given}") + 50);
+    CHECK_RC(dlock_client_stats(&st, h.waiter_c), DLOCK_OK);
+    CHECK(st.handoffs == 1);
+    /* The watchdog extends the window to the whole lease at once. */
+    for (int i = 0; i < 300 && test_redis_cmd(r, "PTTL dlock:{given}") <= 2000; i++)
+        test_sleep_ms(10);
+    CHECK(test_redis_cmd(r, "PTTL dlock:{given}") > 2000);
+    CHECK(dlock_lock_valid_ms(h.a.lock) <= test_redis_cmd(r, "PTTL dlock:{given}") + 50);
+    CHECK(test_redis_cmd(r, "EXISTS dlock:{given}:next") == 0);
+    CHECK(test_redis_cmd(r, "KEYS dlock:{given}:grant:*") == 0); /* popped: gone */
+    CHECK(!dlock_lock_lost(h.a.lock));
+    CHECK_RC(dlock_lock_check(h.a.lock), DLOCK_OK);
+    hand_off_end(&h);
+}
+
+/* One hand-off to a waiter of lease_ms without auto_renew: the scripts the
+ * server ran from the release on (the release, and a confirming try when
+ * there is one), checking the lease the handle believes against the key's. */
+static long long hand_over_unrenewed(int64_t lease_ms)
+{
+    hand_off h;
+    long long before, used, pttl;
+
+    hand_off_start(&h, "bare", test_opts(8000, lease_ms, 0));
+    before = test_redis_calls(&h.r, "evalsha");
+    hand_off_release(&h);
+    used = test_redis_calls(&h.r, "evalsha") - before;
+    pttl = test_redis_cmd(&h.r, "PTTL dlock:{bare}");
+    CHECK(pttl > 0 && pttl <= lease_ms);
+    CHECK(dlock_lock_valid_ms(h.a.lock) <= pttl + 50);
+    hand_off_end(&h);
+    return used;
+}
+
+/* Without auto_renew, a lease within the confirm window is the popped
+ * grant's, with no try after the release; a longer one, which nothing
+ * would extend past the window, is confirmed by one try (that sets it). */
+static void listened_grant_without_renewal(void)
+{
+    long long used;
+
+    used = hand_over_unrenewed(1500);
+    fprintf(stderr, "scripts from the release on, lease 1.5 s: %lld\n", used);
+    CHECK(used == 1);
+    used = hand_over_unrenewed(10000);
+    fprintf(stderr, "scripts from the release on, lease 10 s: %lld\n", used);
+    CHECK(used == 2);
 }
 
 /* A waiter killed while in the hand-off slot: a release may hand it the
@@ -949,6 +1018,7 @@ TEST_MAIN({"sockets_cloexec_and_no_sigpipe", sockets_cloexec_and_no_sigpipe, NUL
           {"command_connection_shared", command_connection_shared, "watchdog"},
           {"shared_connection_killed", shared_connection_killed, "watchdog"},
           {"release_hands_over", release_hands_over, "watchdog"},
+          {"listened_grant_without_renewal", listened_grant_without_renewal, NULL},
           {"handed_to_a_dead_waiter", handed_to_a_dead_waiter, "watchdog"},
           {"leave_after_hand_over", leave_after_hand_over, NULL},
           {"auth_and_db_and_unix", auth_and_db_and_unix, NULL}, {"maxmemory_reached", maxmemory_reached, NULL},
