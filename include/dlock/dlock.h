@@ -596,14 +596,23 @@ DLOCK_EXTERN int dlock_acquire_options_init(dlock_acquire_options *opts, unsigne
  * On Redis, a waiting plain mutex is also handed over: one waiter holds the
  * lock's hand-off slot, and the holder's release gives the lock (and the next
  * fence) to that waiter in the same script, for a confirm window of 2 s (or
- * the waiter's lease, if shorter). The release's message wakes the waiter,
- * whose next try finds its own token in the key and renews it to its full
- * lease: one round trip, and nobody else can take the lock in between. What
- * is guaranteed: a successful acquisition always holds the full lease_ms,
- * counted from when the try that won or confirmed the lock was sent; a
- * waiter that stalled past the confirm window (or whose wake-up was lost)
- * finds the lock gone or taken and goes on waiting, it never holds a lock
- * the server has let go. Such a waiter tries again at least every
+ * the waiter's lease, if shorter). That waiter keeps a blocking pop of a
+ * list of its own outstanding, and the release pushes the fence there: the
+ * waiter holds the lock as the pop returns, in one trip from the server,
+ * for the window counted from a moment before the release (the send of its
+ * last pop answered empty), and the watchdog extends it to the full lease
+ * at once. Where it cannot pop (an ACL without RPUSH or BLPOP, a cluster,
+ * min_replicas, four waiters of the client popping already), or a lock
+ * without auto_renew has a lease longer than the window, the release's
+ * message wakes the waiter, whose next try finds its own token in the key
+ * and renews it to its full lease: one round trip more. Nobody else can
+ * take the lock in between. What is guaranteed: a successful acquisition
+ * always holds the lock for its lease_ms (or, when handed over with
+ * auto_renew, for the window while the watchdog extends it), counted from
+ * when the try that won or confirmed the lock, or the pop that bounds the
+ * grant, was sent; a waiter that stalled past the confirm window (or whose
+ * wake-up was lost) finds the lock gone or taken and goes on waiting, it
+ * never holds a lock the server has let go. Such a waiter tries again at least every
  * lease_ms / 4 to keep its place (which lapses after lease_ms / 2 + 100 ms
  * without a try). A waiter that dies in the slot keeps the lock from the
  * others for the confirm window at most, whatever its lease.

@@ -1197,7 +1197,8 @@ static void acl_each_command_needed(void)
         {"pttl", 5, "try-once on a held lock refused"},
         {"pexpire", 6, "extend refused"},
         {"del", 6, "release refused"},
-        {"publish", 6, "release refused"},
+        {"publish", 10, "force release refused, and every release that wakes a waiter (a hand-over "
+                        "pushed to a waiter that pops it publishes nothing: step 6 passes)"},
         {"subscribe", 0, "the waiter in the hand-off slot pops its grant; the others are not woken by a "
                          "release: they look again after a quarter of their lease"},
         {"exists", 8, "status refused"},

@@ -87,8 +87,15 @@ if entry then
   if redis.call('SET', KEYS[5], entry, 'NX', 'PX', ARGV[5]) then
     return {0, redis.call('PTTL', KEYS[1]), 1}
   end
-  if redis.call('GET', KEYS[5]) == entry then
+  local cur = redis.call('GET', KEYS[5])
+  if cur == entry then
     redis.call('PEXPIRE', KEYS[5], ARGV[5])
+    return {0, redis.call('PTTL', KEYS[1]), 1}
+  end
+  -- Our own entry, of when we listened (redis_listen.c): this one does not.
+  local wid = string.match(entry, '^%x+ ')
+  if cur and wid and string.sub(cur, 1, #wid) == wid then
+    redis.call('SET', KEYS[5], entry, 'PX', ARGV[5])
     return {0, redis.call('PTTL', KEYS[1]), 1}
   end
 end

@@ -6,7 +6,10 @@
 -- ARGV[1] the waiter's owner token, ARGV[2] release channel, ARGV[3] its entry
 -- Returns 1 when it gave back a lock it had been handed, else 0.
 local slot = KEYS[1] .. ':next'
-if redis.call('GET', slot) == ARGV[3] then
+local cur = redis.call('GET', slot)
+-- Ours, or ours of when we listened (redis_listen.c): the same waiter id.
+local wid = string.match(ARGV[3], '^%x+ ')
+if cur and (cur == ARGV[3] or (wid and string.sub(cur, 1, #wid) == wid)) then
   redis.call('DEL', slot)
 end
 -- The value is its bare token (handed to it) or "TOKEN HOLDER" (a try

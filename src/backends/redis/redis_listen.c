@@ -27,9 +27,11 @@
  * A BLPOP whose reply does not come back in time is not one answered empty:
  * its connection is closed and the bound stays. Every failure (the
  * connection, a refusal, a reply the protocol does not allow) ends the
- * listening for the rest of the wait, whose next try then confirms any
- * hand-off as before; a refused BLPOP (an ACL without it) ends it for the
- * client.
+ * listening for the rest of the wait: the waiter tries at once, which
+ * finds a lock handed over to it meanwhile (a pushed grant is announced to
+ * nobody), and its entry says from then on that it does not listen, so
+ * that releases announce their grants to it again. A refused BLPOP (an ACL
+ * without it) ends the listening for the client.
  *
  * The waiter's other wake-ups (an interrupt, a plain release, the
  * subscriber's connection lost) still come through the subscriber
@@ -127,14 +129,20 @@ void dlock__redis_listen_close(dlock__redis_be *be)
 }
 
 /* Stop listening for the rest of this wait. Returns DLOCK_OK: the caller
- * tries at once, which confirms a hand-off the failure may have hidden. */
+ * tries at once, which finds a lock handed over to it meanwhile (a pushed
+ * grant is not announced) and puts its entry in the slot without " L", so
+ * that releases announce their grants from then on (acquire.lua). */
 static int listen_stop(dlock__redis_be *be, dlock__redis_watch *w, int close_conn)
 {
+    char *mark = strstr(w->entry, " L");
+
     if (close_conn)
         dlock__redis_conn_close(w->ln);
     w->ln_out = 0;
     dlock__redis_listen_end(be, w);
     w->listens = 0;
+    if (mark != NULL)
+        *mark = '\0'; /* "WAITER-ID TOKEN LEASE": hex, hex, digits */
     return DLOCK_OK;
 }
 
@@ -201,8 +209,9 @@ static int take_reply(dlock__redis_be *be, dlock__redis_watch *w, redisReply *r)
     } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
                (w->granted = parse_fence(r->element[1])) != 0) {
         got = 1;
-    } else if (r->type == REDIS_REPLY_ERROR) {
-        /* An ACL without BLPOP: this client's waiters stop asking. */
+    } else if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOPERM", 6) == 0) {
+        /* An ACL without BLPOP: this client's waiters stop asking. (Any
+         * other error, a demoted master's READONLY, ends this wait's.) */
         atomic_store(&be->listen_off, 1);
     }
     freeReplyObject(r);

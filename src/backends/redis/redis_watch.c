@@ -219,17 +219,13 @@ static void grant(channel *ch, const char *text)
 {
     const char *id = text + strlen("grant ");
     const char *space = strchr(id, ' ');
-    size_t len = strlen(text);
 
     if (space == NULL)
         return;
     for (dlock__redis_waiter *x = ch->first; x != NULL; x = x->next) {
         if (x->id != NULL && strlen(x->id) == (size_t)(space - id) &&
             memcmp(x->id, id, (size_t)(space - id)) == 0) {
-            /* "grant ID FENCE pushed": the fence is in the list the
-             * waiter pops (redis_listen.c), unless it stopped listening. */
-            if (x->listen_fd < 0 || len < 7 || strcmp(text + len - 7, " pushed") != 0)
-                wake_waiter(x);
+            wake_waiter(x);
             return;
         }
     }

@@ -9,13 +9,13 @@
  *                fair lock's queue), in whichever client it waits; an id
  *                is random and not the waiter's owner token, which never
  *                travels on a channel;
- *   "grant ID FENCE[ pushed]"  the release handed the plain mutex to the
- *                waiter registered with id ID (redis.c, release.lua): it
- *                wakes to confirm the hand-off with a try (the message
- *                alone is never trusted), unless it listens and the fence
- *                was pushed to its list ("pushed"; redis_listen.c), and
- *                where ID is not ours, one waiter of the channel wakes to
- *                look after the confirm window;
+ *   "grant ID FENCE"  the release handed the plain mutex to the waiter
+ *                registered with id ID (redis.c, release.lua): it wakes
+ *                to confirm the hand-off with a try (the message alone is
+ *                never trusted), and where ID is not ours, one waiter of
+ *                the channel wakes to look after the confirm window. (A
+ *                grant pushed to a waiter that listens, redis_listen.c,
+ *                is not announced.)
  *   anything else ("released") one waiter of the channel, the longest
  *                waiting, since one release can only be won once.
  */
@@ -87,11 +87,9 @@ int dlock__redis_watch_wait(dlock__redis_watcher *w, dlock__redis_waiter *waiter
                             int64_t timeout_ms);
 void dlock__redis_watch_end(dlock__redis_watcher *w, dlock__redis_waiter *waiter);
 
-/* While fd >= 0, x takes its hand-off grants from a list of its own, with
- * a BLPOP outstanding (redis_listen.c): a grant message that says the
- * fence was pushed there ("grant ID FENCE pushed") does not wake it, and
- * every other wake-up writes a byte to fd (nonblocking), which it polls
- * beside its socket. -1 ends it. */
+/* While fd >= 0, every wake-up of x also writes a byte to fd (nonblocking):
+ * a waiter that listens for its grant on a socket of its own
+ * (redis_listen.c) polls fd beside it. -1 ends it. */
 void dlock__redis_watch_listen(dlock__redis_watcher *w, dlock__redis_waiter *x, int fd);
 
 /* Have fn(arg) called, with the watcher's mutex held, each time x is woken

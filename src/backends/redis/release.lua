@@ -22,11 +22,13 @@
 -- no try of its own, and counts the lease from the send of its last BLPOP
 -- answered empty (or of its wait's first try), for the confirm window at
 -- most, as the key lives (docs/verification.md, "A grant pushed to a
--- list"). The message then says "grant WAITER-ID FENCE pushed", which
--- does not wake a waiter that listens: it still wakes one that stopped
--- listening (a BLPOP refused by its ACL, a connection lost), which then
--- confirms with a try, and other waiters look after the window as above.
--- A push that is refused (an ACL without RPUSH) leaves the plain grant.
+-- list"). No message is published then, so no subscriber thread wakes
+-- for it: the waiter confirms nothing, and a waiter that stops listening
+-- (a BLPOP refused, a connection lost) tries at once, which finds a lock
+-- handed to it, and replaces its entry with one that does not listen
+-- (acquire.lua). Were it dead, the others find the lock free at their
+-- next try after the window, as after a holder's death. A push that is
+-- refused (an ACL without RPUSH) leaves the plain grant's message.
 -- The value is "TOKEN HOLDER" (acquire.lua), or the bare token of a
 -- hand-off not confirmed yet: the holder record goes with the value, and a
 -- waiter handed the lock writes its own when it confirms.
@@ -61,15 +63,14 @@ if entry then
       -- A waiter that listens confirms nothing: its record goes in now.
       local px = math.min(tonumber(lease), tonumber(ARGV[3]))
       redis.call('SET', KEYS[1], #rest > 3 and token .. string.sub(rest, 3) or token, 'PX', px)
-      local pushed = ''
       if listens then
         local list = KEYS[1] .. ':grant:' .. wid
         if pcall(redis.call, 'RPUSH', list, fence) then
           redis.call('PEXPIRE', list, px)
-          pushed = ' pushed'
+          return 1
         end
       end
-      redis.call('PUBLISH', ARGV[2], 'grant ' .. wid .. ' ' .. fence .. pushed)
+      redis.call('PUBLISH', ARGV[2], 'grant ' .. wid .. ' ' .. fence)
       return 1
     end
   end

@@ -468,6 +468,52 @@ static long long hand_over_unrenewed(int64_t lease_ms)
     return used;
 }
 
+/* The reply of one command on a connection of its own, as text ("" for
+ * none or another type): a GET's value, CLIENT LIST's lines. */
+static void reply_text(test_redis *r, char *buf, size_t size, const char *cmd)
+{
+    redisContext *ctx = redisConnect("127.0.0.1", r->port);
+    redisReply *rep;
+
+    CHECK(ctx != NULL && ctx->err == 0);
+    rep = redisCommand(ctx, cmd);
+    CHECK(rep != NULL);
+    snprintf(buf, size, "%s", rep->type == REDIS_REPLY_STRING ? rep->str : "");
+    freeReplyObject(rep);
+    redisFree(ctx);
+}
+
+/* A waiter whose listening connection is killed under its BLPOP tries at
+ * once and puts its entry back without " L": the next release announces
+ * its grant (no push), and the waiter confirms it with a try. */
+static void listener_lost_falls_back(void)
+{
+    hand_off h;
+    char entry[256], clients[8192], *at;
+    long long id;
+
+    hand_off_start(&h, "deaf", test_opts(8000, 10000, 1));
+    reply_text(&h.r, entry, sizeof(entry), "GET dlock:{deaf}:next");
+    CHECK(strstr(entry, " L") != NULL);
+    reply_text(&h.r, clients, sizeof(clients), "CLIENT LIST");
+    CHECK((at = strstr(clients, "name=dlock-listener")) != NULL);
+    while (at > clients && at[-1] != '\n')
+        at--;
+    CHECK(sscanf(at, "id=%lld", &id) == 1);
+    CHECK(test_redis_cmd(&h.r, "CLIENT KILL ID %lld", id) == 1);
+    for (int i = 0; i < 500; i++) {
+        reply_text(&h.r, entry, sizeof(entry), "GET dlock:{deaf}:next");
+        if (entry[0] != '\0' && strstr(entry, " L") == NULL)
+            break;
+        test_sleep_ms(10);
+    }
+    CHECK(entry[0] != '\0' && strstr(entry, " L") == NULL);
+    hand_off_release(&h);
+    CHECK(test_redis_calls(&h.r, "rpush") == 0);
+    CHECK(test_redis_cmd(&h.r, "PTTL dlock:{deaf}") > 2000); /* confirmed: the whole lease */
+    hand_off_end(&h);
+}
+
 /* Without auto_renew, a lease within the confirm window is the popped
  * grant's, with no try after the release; a longer one, which nothing
  * would extend past the window, is confirmed by one try (that sets it). */
@@ -1019,6 +1065,7 @@ TEST_MAIN({"sockets_cloexec_and_no_sigpipe", sockets_cloexec_and_no_sigpipe, NUL
           {"shared_connection_killed", shared_connection_killed, "watchdog"},
           {"release_hands_over", release_hands_over, "watchdog"},
           {"listened_grant_without_renewal", listened_grant_without_renewal, NULL},
+          {"listener_lost_falls_back", listener_lost_falls_back, NULL},
           {"handed_to_a_dead_waiter", handed_to_a_dead_waiter, "watchdog"},
           {"leave_after_hand_over", leave_after_hand_over, NULL},
           {"auth_and_db_and_unix", auth_and_db_and_unix, NULL}, {"maxmemory_reached", maxmemory_reached, NULL},
