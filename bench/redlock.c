@@ -172,6 +172,53 @@ static void cycle(dlock_client *c, const char *name, int auto_renew, bench_serie
         bench_series_add(s, bench_now_ns() - t0);
 }
 
+/* Throughput: threads cycling on one client (each its own name), or
+ * doing parallel PINGs on raw connections of their own, for a second. */
+#define TP_THREADS 8
+#define TP_NS 1000000000LL
+
+typedef struct {
+    dlock_client *c;        /* cycles, or */
+    redisContext *raw[NODES]; /* PING rounds */
+    char name[64];
+    int64_t until;
+    long count;
+} tp_arg;
+
+static void *tp_main(void *p)
+{
+    tp_arg *a = p;
+
+    while (bench_now_ns() < a->until) {
+        if (a->c != NULL)
+            cycle(a->c, a->name, 0, NULL);
+        else
+            parallel_ping(a->raw, NULL);
+        a->count++;
+    }
+    return NULL;
+}
+
+/* Operations a second over threads threads (t[k] set up by the caller). */
+static double tp_run(tp_arg *t, int threads)
+{
+    pthread_t th[TP_THREADS];
+    int64_t t0 = bench_now_ns();
+    long total = 0;
+
+    for (int k = 0; k < threads; k++) {
+        t[k].until = t0 + TP_NS;
+        t[k].count = 0;
+        if (pthread_create(&th[k], NULL, tp_main, &t[k]) != 0)
+            bench_die("pthread_create failed");
+    }
+    for (int k = 0; k < threads; k++) {
+        pthread_join(th[k], NULL);
+        total += t[k].count;
+    }
+    return (double)total * 1e9 / (double)(bench_now_ns() - t0);
+}
+
 /* Subscribers to the lock's release channel on node 0: B's watch is there. */
 static long long subscribers(redisContext *c, const char *name)
 {
@@ -391,6 +438,31 @@ static void split_url(const char *url, char *hosts, size_t hosts_size, char *pas
 
 /* ---- the section ------------------------------------------------------------------ */
 
+/* A raw connection to each node of hosts ("h:p,h:p,..."), authenticated. */
+static void raw_connect(const char *hosts, const char *password, redisContext *raw[NODES])
+{
+    int nraw = 0;
+
+    for (const char *h = hosts; *h && nraw < NODES;) {
+        size_t hl = strcspn(h, ",");
+        char host[256];
+        snprintf(host, sizeof host, "%.*s", (int)hl, h);
+        char *colon = strrchr(host, ':');
+        if (colon == NULL)
+            bench_die("--url: %s has no port", host);
+        *colon = 0;
+        raw[nraw] = redisConnect(host, atoi(colon + 1));
+        if (raw[nraw] == NULL || raw[nraw]->err)
+            bench_die("connect %s: %s", host, raw[nraw] ? raw[nraw]->errstr : "out of memory");
+        if (password[0])
+            bench_raw_expect(raw[nraw], REDIS_REPLY_STATUS, "OK", "AUTH %s", password);
+        nraw++;
+        h += hl + (h[hl] == ',');
+    }
+    if (nraw != NODES)
+        bench_die("--redlock measures %d nodes; the URL has %d", NODES, nraw);
+}
+
 int bench_redlock(const char *given_url, long iterations)
 {
     char url[2048], hosts[1024], password[256], loadavg[64];
@@ -423,25 +495,7 @@ int bench_redlock(const char *given_url, long iterations)
         if (dlock_client_open(&client[a], a < 2 ? url : poll_url, NULL) != DLOCK_OK)
             bench_die("dlock_client_open: %s", dlock_error_message());
     redisContext *raw[NODES];
-    int nraw = 0;
-    for (char *h = hosts; *h && nraw < NODES;) {
-        size_t hl = strcspn(h, ",");
-        char host[256];
-        snprintf(host, sizeof host, "%.*s", (int)hl, h);
-        char *colon = strrchr(host, ':');
-        if (colon == NULL)
-            bench_die("--url: %s has no port", host);
-        *colon = 0;
-        raw[nraw] = redisConnect(host, atoi(colon + 1));
-        if (raw[nraw] == NULL || raw[nraw]->err)
-            bench_die("connect %s: %s", host, raw[nraw] ? raw[nraw]->errstr : "out of memory");
-        if (password[0])
-            bench_raw_expect(raw[nraw], REDIS_REPLY_STATUS, "OK", "AUTH %s", password);
-        nraw++;
-        h += hl + (h[hl] == ',');
-    }
-    if (nraw != NODES)
-        bench_die("--redlock measures %d nodes; the URL has %d", NODES, nraw);
+    raw_connect(hosts, password, raw);
 
     char name[3][64], hname[64];
     for (int a = 0; a < 3; a++)
@@ -486,6 +540,26 @@ int bench_redlock(const char *given_url, long iterations)
     double node99 = node_ok == 0 ? bench_series_us(&nodes, 99) : 0;
     handoff(url, raw[0], hname, handoffs, &hand);
 
+    /* Throughput: 1 and 8 threads on one client, 8 threads of parallel
+     * PINGs on connections of their own as the floor. */
+    tp_arg tp[TP_THREADS];
+    double tp_one, tp_eight, tp_ping;
+    memset(tp, 0, sizeof tp);
+    for (int k = 0; k < TP_THREADS; k++) {
+        tp[k].c = client[0];
+        snprintf(tp[k].name, sizeof tp[k].name, "dlock-bench:%ld:redlock-tp%d", (long)getpid(), k);
+    }
+    tp_one = tp_run(tp, 1);
+    tp_eight = tp_run(tp, TP_THREADS);
+    for (int k = 0; k < TP_THREADS; k++) {
+        tp[k].c = NULL;
+        raw_connect(hosts, password, tp[k].raw);
+    }
+    tp_ping = tp_run(tp, TP_THREADS);
+    for (int k = 0; k < TP_THREADS; k++)
+        for (int i = 0; i < NODES; i++)
+            redisFree(tp[k].raw[i]);
+
     double p50 = bench_series_us(&ping, 50);
     char base[64];
     printf("\n");
@@ -502,6 +576,15 @@ int bench_redlock(const char *given_url, long iterations)
                     bench_series_us(&cyc[2], 99), -1, base, bench_series_us(&cyc[2], 50) / p50, 0);
     bench_print_row("dlock hand-off release -> waiter", bench_series_us(&hand, 50), bench_series_us(&hand, 99), -1, base,
                     bench_series_us(&hand, 50) / p50, 0);
+    {
+        char tb[64];
+        snprintf(tb, sizeof tb, "PING rounds/2 %.0f/s", tp_ping / 2);
+        bench_print_row("throughput cycle, 1 thread", -1, -1, tp_one, NULL, -1, 0);
+        bench_print_row("throughput cycle, 8 threads, 1 client", -1, -1, tp_eight, tb,
+                        tp_eight / (tp_ping / 2), 0);
+        snprintf(tb, sizeof tb, "1 thread %.0f/s", tp_one);
+        bench_print_row("  the same, against 1 thread", -1, -1, -1, tb, tp_eight / tp_one, 0);
+    }
     if (node_ok == 0) {
         char nb[64];
         bench_print_row("node-redlock cycle (redlock v5, ioredis)", node50, node99, -1, base,
