@@ -141,6 +141,8 @@ check $m 1 "mutex: list grant, lease from the BLPOP that popped it (-DLIST_FROM_
     -DLIST_FROM_POP -DPROPS=1 -DN=2 -DROUNDS=2 -DTMAX=6
 check $m 1 "mutex: list grant, key handed over for the confirm window (-DLIST_SHORT_PX)" \
     -DLIST_SHORT_PX -DPROPS=1 -DN=2 -DROUNDS=2 -DTMAX=6
+check $m none "mutex: list grant as the code has it, window from the bound (-DLIST_WINDOW), 2 clients x 2" \
+    -DLIST_WINDOW -DN=2 -DROUNDS=2 -DTMAX=6
 if [ "$long" = 1 ]; then
     check $m none "mutex: stamped grant, proposed, 3 clients, 6 ticks" -DSTAMPED_GRANT -DTMAX=6
     check $m none "mutex: list grant, proposed, 3 clients, 6 ticks" -DLIST_GRANT -DTMAX=6

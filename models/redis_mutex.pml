@@ -49,7 +49,8 @@
  *                         while the waiter takes the grant for its lease.
  *
  * -DLIST_GRANT: the other rule proposed for issue 28 (docs/verification.md,
- * "A grant pushed to a list"), not in the code either. release.lua hands
+ * "A grant pushed to a list"), in the code as -DLIST_WINDOW (below) has it
+ * since 2026-12-06. release.lua hands
  * the key over with PX the waiter's full lease and pushes the fence to a
  * list of the waiter's own (PREFIX{NAME}:grant:WID, WID fresh for each
  * wait), which only holders of the keys' write rights can touch. The
@@ -64,6 +65,11 @@
  *                         that returned the grant (the element may have
  *                         waited in the list since before it was sent);
  *   -DLIST_SHORT_PX       the key handed over for the confirm window only.
+ * -DLIST_WINDOW: the list grant as the code has it (redis_listen.c,
+ * 2026-12-06): the key handed over for min(lease, window), and the popped
+ * grant believed for as long from the bound; the watchdog's renewals then
+ * extend it to the lease. (-DLIST_SHORT_PX is its mutant: the same key, the
+ * grant believed for the lease.)
  *
  * Properties (-DPROPS=n checks property n only; the default, 0, all three):
  *   (1) at most one client holds the lock and believes its lease valid
@@ -119,15 +125,21 @@
 #if defined(GRANT_FROM_ARRIVAL) || defined(GRANT_LATEST_BOUND) || defined(GRANT_SHORT_PX)
 #define STAMPED_GRANT
 #endif
-#if defined(LIST_FROM_POP) || defined(LIST_SHORT_PX)
+#if defined(LIST_FROM_POP) || defined(LIST_SHORT_PX) || defined(LIST_WINDOW)
 #define LIST_GRANT
 #endif
 
 #if (defined(OLD_GRANT) || defined(STAMPED_GRANT) || defined(LIST_GRANT)) && \
-    !defined(GRANT_SHORT_PX) && !defined(LIST_SHORT_PX)
+    !defined(GRANT_SHORT_PX) && !defined(LIST_SHORT_PX) && !defined(LIST_WINDOW)
 #define HANDOFF_PX LEASE                                /* the waiter's lease */
 #else
 #define HANDOFF_PX (CONFIRM < LEASE -> CONFIRM : LEASE) /* min(lease, window) */
+#endif
+/* How long a popped grant is believed from its bound. */
+#ifdef LIST_WINDOW
+#define GRANT_LEASE HANDOFF_PX
+#else
+#define GRANT_LEASE LEASE
 #endif
 
 /* An expiry or deadline: every time after TMAX is alike, so all are kept as
@@ -372,10 +384,11 @@ inline renew_lua(t, res)
 /* The end of dlock__acquire: dlock__lock_start(l, lease_from_ms), the lease
  * counted from when the try that won (or confirmed) the lock was sent.
  * Property (2) is checked here. */
-inline become_holder(i, t, sent, f)
+#define become_holder(i, t, sent, f) become_holder_for(i, t, sent, LEASE, f)
+inline become_holder_for(i, t, sent, lease, f)
 {
     hold[i] = 1; lost[i] = 0;
-    dl[i] = (sent + LEASE > now -> AT(sent + LEASE) : 0);
+    dl[i] = (sent + lease > now -> AT(sent + lease) : 0);
     printf("t=%d c%d holds the lock: fence %d, deadline %d\n", now, i, f, dl[i]);
     if
     :: CHECK(2) && believes(i) ->
@@ -576,11 +589,11 @@ blpop:
 #endif
         bs = 0;
         if
-        :: b + LEASE > now ->     /* the reply arrives: the grant is taken */
+        :: b + GRANT_LEASE > now ->  /* the reply arrives: the grant is taken */
             leave = 0;
             printf("t=%d c%d pops the grant (fence %d), lease from t=%d\n", now, i, f, b);
             watch_end(i);
-            become_holder(i, t, b, f);
+            become_holder_for(i, t, b, GRANT_LEASE, f);
             b = 0; bb = 0;
             goto held
         :: true ->                /* lost (the connection broke), or too old:
