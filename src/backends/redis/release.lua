@@ -42,21 +42,23 @@ if entry then
   local wid, token, lease, rest = string.match(entry, '^(%x+) (%x+) (%d+)(.*)$')
   local listens = rest == ' L' or (rest and string.sub(rest, 1, 3) == ' L ')
   if wid and (rest == '' or listens) then
-    -- Most hand-overs need only INCR, as the plain acquire: the fence
-    -- helpers are defined only for a counter that is missing, odd, at its
-    -- limit or due for the registry's upkeep (lib/fence.lua), so that the
-    -- common one does not pay for making their closures.
-    local counter = redis.call('GET', KEYS[2])
-    local n = counter and string.match(counter, '^%d+$') and tonumber(counter)
-    local fence
-    if n and n + 1 < 9007199254740991 and (n + 1) % 16 ~= 0 then
-      fence = redis.call('INCR', KEYS[2])
-    else
+    -- The fence as the plain acquire issues it (acquire.lua): INCR, and
+    -- the helpers (lib/fence.lua) only for a counter INCR just made, which
+    -- starts at the floor, or one token in 16, which keeps the registry,
+    -- so that the common hand-over does not pay for making their closures.
+    -- A counter that is not an integer, or past DLOCK_FENCE_MAX, makes the
+    -- release a plain one.
+    local ok, fence = pcall(redis.call, 'INCR', KEYS[2])
+    if not ok or fence > 9007199254740991 then
+      fence = nil
+    elseif fence == 1 or fence % 16 == 0 then
       -- #include fence
-      if not dlock_fence_check(KEYS[2], counter) then
-        local ok, f = pcall(dlock_fence_next, KEYS[2], counter, KEYS[3], KEYS[4],
+      local incr = fence
+      local ok2, f2 = pcall(dlock_fence_after_incr, KEYS[2], incr, KEYS[3], KEYS[4],
                             tonumber(lease))
-        fence = ok and f or nil
+      fence = ok2 and f2 or nil
+      if not fence and incr == 1 then
+        redis.call('DEL', KEYS[2])
       end
     end
     if fence then

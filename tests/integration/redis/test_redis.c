@@ -595,6 +595,67 @@ static void leave_after_hand_over(void)
     test_redis_stop(&r);
 }
 
+/* The fence a hand-over issues (release.lua run as a release does, the
+ * waiter's entry listening so that the fence lands in its list), from a
+ * counter set to counter ("" for none) and a floor ("" for none): the fence,
+ * 0 when the release fell back to a plain one (the key deleted). */
+static long long hand_over_fence(test_redis *r, const char *counter, const char *floor)
+{
+    const dlock__redis_script *s = &dlock__redis_script_release;
+    const char *token = "0123456789abcdef0123456789abcdef";
+    const char *entry = "00ff fedcba9876543210fedcba9876543210 5000 L host 1 2";
+    long long fence;
+
+    CHECK(test_redis_cmd(r, "FLUSHALL") >= 0);
+    CHECK(test_redis_cmd(r, "SET dlock:{ho} %s PX 5000", token) >= 0);
+    CHECK(test_redis_cmd(r, "SET dlock:{ho}:next %s PX 5000", entry) >= 0);
+    if (counter[0] != '\0')
+        CHECK(test_redis_cmd(r, "SET dlock:{ho}:fence %s", counter) >= 0);
+    if (floor[0] != '\0')
+        CHECK(test_redis_cmd(r, "SET dlock:fence-floor %s", floor) >= 0);
+    CHECK(test_redis_cmd(r, "EVAL %b 5 dlock:{ho} dlock:{ho}:fence dlock:fence-floor "
+                         "dlock:fence-registry dlock:{ho}:next %s dlock:{ho}:release 2000",
+                         s->body, s->len, token) == 1);
+    CHECK(test_redis_cmd(r, "EXISTS dlock:{ho}:next") == 0);
+    if (test_redis_cmd(r, "EXISTS dlock:{ho}") == 0)
+        return 0;
+    /* Handed over: the waiter's token and record, for the window. */
+    CHECK(test_redis_cmd(r, "STRLEN dlock:{ho}") == 32 + 9); /* "TOKEN host 1 2" */
+    CHECK(test_redis_cmd(r, "PTTL dlock:{ho}") > 0 && test_redis_cmd(r, "PTTL dlock:{ho}") <= 2000);
+    CHECK(test_redis_cmd(r, "LLEN dlock:{ho}:grant:00ff") == 1);
+    {
+        char want[32];
+        redisContext *ctx = redisConnect("127.0.0.1", r->port);
+        redisReply *rep = redisCommand(ctx, "LINDEX dlock:{ho}:grant:00ff 0");
+        CHECK(rep != NULL && rep->type == REDIS_REPLY_STRING);
+        fence = atoll(rep->str);
+        snprintf(want, sizeof(want), "%lld", fence);
+        CHECK(strcmp(want, rep->str) == 0);
+        freeReplyObject(rep);
+        redisFree(ctx);
+    }
+    return fence;
+}
+
+/* Each path of the hand-over's fence: the counter's next value; the 16th,
+ * which keeps the registry; a counter retired (missing), which starts at the
+ * floor; one missing with no floor; one that is not an integer, which makes
+ * the release a plain one (nothing handed over, nothing left). */
+static void hand_over_fence_paths(void)
+{
+    test_redis r;
+
+    test_redis_start(&r, NULL);
+    CHECK(hand_over_fence(&r, "41", "") == 42);
+    CHECK(hand_over_fence(&r, "15", "") == 16);
+    CHECK(test_redis_cmd(&r, "ZSCORE dlock:fence-registry dlock:{ho}:fence") > 0);
+    CHECK(hand_over_fence(&r, "", "100") == 101);
+    CHECK(hand_over_fence(&r, "", "") == 1);
+    CHECK(hand_over_fence(&r, "x", "") == 0);
+    CHECK(hand_over_fence(&r, "9007199254740991", "") == 0); /* past 2^53 - 1: refused */
+    test_redis_stop(&r);
+}
+
 /* Threads sharing one client send their scripts on one connection,
  * pipelined (redis_mux.h): eight threads at once open no second one, and
  * their commands reach the server several to a read. */
@@ -1068,6 +1129,7 @@ TEST_MAIN({"sockets_cloexec_and_no_sigpipe", sockets_cloexec_and_no_sigpipe, NUL
           {"listener_lost_falls_back", listener_lost_falls_back, NULL},
           {"handed_to_a_dead_waiter", handed_to_a_dead_waiter, "watchdog"},
           {"leave_after_hand_over", leave_after_hand_over, NULL},
+          {"hand_over_fence_paths", hand_over_fence_paths, NULL},
           {"auth_and_db_and_unix", auth_and_db_and_unix, NULL}, {"maxmemory_reached", maxmemory_reached, NULL},
           {"lost_wakeup_costs_a_quarter_lease", lost_wakeup_costs_a_quarter_lease, "watchdog"},
           {"renewal_batch_cost", renewal_batch_cost, "watchdog"})
