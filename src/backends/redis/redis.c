@@ -290,7 +290,7 @@ static int handoff_entry(redis_backend *be, dlock__redis_watch *w, const dlock_r
         free(token);
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
     }
-    w->listens = dlock__redis_listen_on(be);
+    w->listens = !w->told && dlock__redis_listen_on(be);
     w->lease_ms = req->lease_ms;
     snprintf(w->entry, n, "%s %s %lld%s%s%s", wid, owner, (long long)req->lease_ms,
              w->listens ? " L" : "", w->listens && holder[0] != '\0' ? " " : "",
@@ -855,8 +855,14 @@ static int64_t redis_async_step(void *arg)
 
 static void redis_watch_notify(void *arg, void *watch, void (*fn)(void *), void *fn_arg)
 {
-    dlock__redis_watch_notify(((redis_backend *)arg)->watcher,
-                              ((dlock__redis_watch *)watch)->waiter, fn, fn_arg);
+    dlock__redis_watch *w = watch;
+
+    /* A waiter told of releases (the asynchronous API's) sleeps in no
+     * watch_wait, so it cannot pop a grant: its entry must not say it
+     * listens (a pushed grant is announced to nobody). */
+    if (fn != NULL)
+        w->told = 1;
+    dlock__redis_watch_notify(((redis_backend *)arg)->watcher, w->waiter, fn, fn_arg);
 }
 
 static int redis_multi_acquire(void *be, const dlock_request *reqs, size_t n, uint64_t *fences,

@@ -181,6 +181,7 @@ typedef struct {
      * listen[ln_slot], ln_out with a BLPOP outstanding, sent at ln_sent_ms,
      * overdue at ln_due_ms. */
     int listens, in_slot;
+    int told; /* watch_notify'd: it never listens (redis.c) */
     int64_t lease_ms, bound_ms;
     uint64_t granted;
     dlock__redis_conn *ln;
