@@ -132,12 +132,12 @@ void dlock__redis_listen_close(dlock__redis_be *be)
  * tries at once, which finds a lock handed over to it meanwhile (a pushed
  * grant is not announced) and puts its entry in the slot without " L", so
  * that releases announce their grants from then on (acquire.lua). */
-static int listen_stop(dlock__redis_be *be, dlock__redis_watch *w, int close_conn)
+static int listen_stop(dlock__redis_be *be, dlock__redis_watch *w)
 {
     char *mark = strstr(w->entry, " L");
 
-    if (close_conn)
-        dlock__redis_conn_close(w->ln);
+    /* Closed whatever it was doing: broken, refused or late. */
+    dlock__redis_conn_close(w->ln);
     w->ln_out = 0;
     dlock__redis_listen_end(be, w);
     w->listens = 0;
@@ -238,7 +238,7 @@ int dlock__redis_listen_wait(dlock__redis_be *be, dlock__redis_watch *w, int64_t
             if (ms <= 0)
                 return DLOCK_ETIMEOUT;
             if (send_blpop(be, w, now, ms) != 0)
-                return listen_stop(be, w, 1);
+                return listen_stop(be, w);
         }
         end = until < w->ln_due_ms ? until : w->ln_due_ms;
         fds[0].fd = w->ln->tp.fd;
@@ -248,7 +248,7 @@ int dlock__redis_listen_wait(dlock__redis_be *be, dlock__redis_watch *w, int64_t
         fds[0].revents = fds[1].revents = 0;
         end = end < now ? 0 : end - now;
         if (poll(fds, 2, end > INT32_MAX ? INT32_MAX : (int)end) < 0 && errno != EINTR)
-            return listen_stop(be, w, 1);
+            return listen_stop(be, w);
         now = dlock__now_ms();
         if (fds[0].revents != 0) {
             dlock__sigpipe_guard guard;
@@ -259,14 +259,14 @@ int dlock__redis_listen_wait(dlock__redis_be *be, dlock__redis_watch *w, int64_t
                  dlock__redis_tp_get_reply(&w->ln->tp, (void **)&r) == REDIS_OK;
             dlock__sigpipe_restore(&guard);
             if (!ok)
-                return listen_stop(be, w, 1);
+                return listen_stop(be, w);
             if (r == NULL) {
                 if (dlock__redis_conn_over_cap(w->ln))
-                    return listen_stop(be, w, 1);
+                    return listen_stop(be, w);
             } else {
                 int got = take_reply(be, w, r);
                 if (got < 0)
-                    return listen_stop(be, w, 1);
+                    return listen_stop(be, w);
                 if (got > 0)
                     return DLOCK_OK;
             }
@@ -279,7 +279,7 @@ int dlock__redis_listen_wait(dlock__redis_be *be, dlock__redis_watch *w, int64_t
             return DLOCK_OK;
         }
         if (w->ln_out && now >= w->ln_due_ms)
-            return listen_stop(be, w, 1); /* overdue: not an empty answer */
+            return listen_stop(be, w); /* overdue: not an empty answer */
         if (now >= until)
             return DLOCK_ETIMEOUT;
     }

@@ -604,6 +604,7 @@ static long long hand_over_fence(test_redis *r, const char *counter, const char 
     const dlock__redis_script *s = &dlock__redis_script_release;
     const char *token = "0123456789abcdef0123456789abcdef";
     const char *entry = "00ff fedcba9876543210fedcba9876543210 5000 L host 1 2";
+    char pushed[32], want[32];
     long long fence;
 
     CHECK(test_redis_cmd(r, "FLUSHALL") >= 0);
@@ -623,17 +624,10 @@ static long long hand_over_fence(test_redis *r, const char *counter, const char 
     CHECK(test_redis_cmd(r, "STRLEN dlock:{ho}") == 32 + 9); /* "TOKEN host 1 2" */
     CHECK(test_redis_cmd(r, "PTTL dlock:{ho}") > 0 && test_redis_cmd(r, "PTTL dlock:{ho}") <= 2000);
     CHECK(test_redis_cmd(r, "LLEN dlock:{ho}:grant:00ff") == 1);
-    {
-        char want[32];
-        redisContext *ctx = redisConnect("127.0.0.1", r->port);
-        redisReply *rep = redisCommand(ctx, "LINDEX dlock:{ho}:grant:00ff 0");
-        CHECK(rep != NULL && rep->type == REDIS_REPLY_STRING);
-        fence = atoll(rep->str);
-        snprintf(want, sizeof(want), "%lld", fence);
-        CHECK(strcmp(want, rep->str) == 0);
-        freeReplyObject(rep);
-        redisFree(ctx);
-    }
+    reply_text(r, pushed, sizeof(pushed), "LINDEX dlock:{ho}:grant:00ff 0");
+    fence = atoll(pushed);
+    snprintf(want, sizeof(want), "%lld", fence);
+    CHECK(strcmp(want, pushed) == 0);
     return fence;
 }
 
