@@ -179,6 +179,15 @@ double bench_series_us(bench_series *s, double p);
  * call fails. (bench/server.c; --sentinel and --cluster.) */
 void bench_cycle(dlock_client *c, const char *name, bench_series *s);
 
+/*
+ * Operations a second of nthreads threads (at most 64), thread i calling
+ * op(args[i]) in a loop: 50 untimed calls each, then all start together,
+ * and the result is the median of the rates over the 100 ms slices of
+ * seconds, so that a moment of outside load (a neighbour on the host of a
+ * virtual machine) does not decide it. (bench/throughput.c)
+ */
+double bench_throughput(int nthreads, double seconds, void (*op)(void *arg), void *const *args);
+
 /* One raw PING on raw, its round trip added to s. Dies when it fails. */
 void bench_timed_ping(redisContext *raw, bench_series *s);
 

@@ -388,58 +388,30 @@ typedef struct {
     redisContext *raw;
     dlock_client *client;
     char name[128];
-    pthread_barrier_t *start;
-    atomic_int *stop;
-    _Alignas(64) atomic_ullong ops; /* read by main while the thread runs */
 } tp_worker;
 
-static void *tp_main(void *arg)
+static void tp_op(void *arg)
 {
     tp_worker *w = arg;
-    /* A few untimed operations on this thread's own connection first. */
-    for (int i = 0; i < 50; i++) {
-        if (w->kind == TP_PING)
-            raw_ping(w->raw, NULL);
-        else
-            dlock_cycle(w->client, w->name, 1, NULL, NULL, NULL);
-    }
-    pthread_barrier_wait(w->start);
-    while (!atomic_load_explicit(w->stop, memory_order_relaxed)) {
-        if (w->kind == TP_PING)
-            raw_ping(w->raw, NULL);
-        else
-            dlock_cycle(w->client, w->name, 1, NULL, NULL, NULL);
-        atomic_fetch_add_explicit(&w->ops, 1, memory_order_relaxed);
-    }
-    return NULL;
-}
 
-#define TP_SLICE_MS 100
-
-static uint64_t tp_total(tp_worker *w, int n)
-{
-    uint64_t sum = 0;
-    for (int i = 0; i < n; i++)
-        sum += atomic_load_explicit(&w[i].ops, memory_order_relaxed);
-    return sum;
+    if (w->kind == TP_PING)
+        raw_ping(w->raw, NULL);
+    else
+        dlock_cycle(w->client, w->name, 1, NULL, NULL, NULL);
 }
 
 /*
- * Operations per second with nthreads threads: the median of the rates over
- * the TP_SLICE_MS slices of `seconds`, so that a moment of outside load
- * (a neighbour on the host of a virtual machine) does not decide it. For TP_PING
- * each thread has its own hiredis connection; for TP_CYCLE each thread has
- * its own lock name and either one shared client or a client of its own.
+ * Operations per second with nthreads threads (bench_throughput). For
+ * TP_PING each thread has its own hiredis connection; for TP_CYCLE each
+ * thread has its own lock name and either one shared client or a client of
+ * its own.
  */
 static double measure_throughput(int kind, int nthreads, int shared_client)
 {
     tp_worker w[MAX_THREADS];
-    pthread_t t[MAX_THREADS];
-    pthread_barrier_t start;
-    atomic_int stop = 0;
+    void *args[MAX_THREADS];
     dlock_client *shared = NULL;
 
-    pthread_barrier_init(&start, NULL, (unsigned)nthreads + 1);
     if (kind == TP_CYCLE && shared_client) {
         int rc = dlock_client_open(&shared, url, NULL);
         if (rc != DLOCK_OK)
@@ -447,10 +419,7 @@ static double measure_throughput(int kind, int nthreads, int shared_client)
     }
     for (int i = 0; i < nthreads; i++) {
         memset(&w[i], 0, sizeof w[i]);
-        atomic_init(&w[i].ops, 0);
         w[i].kind = kind;
-        w[i].start = &start;
-        w[i].stop = &stop;
         snprintf(w[i].name, sizeof w[i].name, "%s:tp:%d", key_base, i);
         if (kind == TP_PING) {
             w[i].raw = bench_raw_connect(&endpoint);
@@ -461,32 +430,9 @@ static double measure_throughput(int kind, int nthreads, int shared_client)
             if (rc != DLOCK_OK)
                 die_dlock("dlock_client_open", rc);
         }
-        if (pthread_create(&t[i], NULL, tp_main, &w[i]) != 0)
-            bench_die("pthread_create failed");
+        args[i] = &w[i];
     }
-
-    long slices = (long)(seconds * 1000 / TP_SLICE_MS);
-    if (slices < 1)
-        slices = 1;
-    samples rate; /* ops per second of each slice, stored as integers */
-    samples_init(&rate, (size_t)slices);
-    pthread_barrier_wait(&start);
-    int64_t t0 = bench_now_ns();
-    uint64_t ops0 = tp_total(w, nthreads);
-    for (long k = 0; k < slices; k++) {
-        sleep_ns((int64_t)TP_SLICE_MS * 1000000);
-        int64_t t1 = bench_now_ns();
-        uint64_t ops1 = tp_total(w, nthreads);
-        samples_add(&rate, (int64_t)((double)(ops1 - ops0) * 1e9 / (double)(t1 - t0)));
-        t0 = t1;
-        ops0 = ops1;
-    }
-    atomic_store(&stop, 1);
-    for (int i = 0; i < nthreads; i++)
-        pthread_join(t[i], NULL);
-    double median = (double)percentile(&rate, 50);
-    free(rate.v);
-
+    double median = bench_throughput(nthreads, seconds, tp_op, args);
     for (int i = 0; i < nthreads; i++) {
         if (w[i].raw)
             redisFree(w[i].raw);
@@ -494,7 +440,6 @@ static double measure_throughput(int kind, int nthreads, int shared_client)
             dlock_client_free(w[i].client);
     }
     dlock_client_free(shared);
-    pthread_barrier_destroy(&start);
     return median;
 }
 

@@ -172,51 +172,35 @@ static void cycle(dlock_client *c, const char *name, int auto_renew, bench_serie
         bench_series_add(s, bench_now_ns() - t0);
 }
 
-/* Throughput: threads cycling on one client (each its own name), or
- * doing parallel PINGs on raw connections of their own, for a second. */
+/* Throughput (bench_throughput, a second): threads cycling on one client
+ * (each its own name), or doing parallel PINGs on raw connections of their
+ * own. */
 #define TP_THREADS 8
-#define TP_NS 1000000000LL
 
 typedef struct {
     dlock_client *c;        /* cycles, or */
     redisContext *raw[NODES]; /* PING rounds */
     char name[64];
-    int64_t until;
-    long count;
 } tp_arg;
 
-static void *tp_main(void *p)
+static void tp_op(void *p)
 {
     tp_arg *a = p;
 
-    while (bench_now_ns() < a->until) {
-        if (a->c != NULL)
-            cycle(a->c, a->name, 0, NULL);
-        else
-            parallel_ping(a->raw, NULL);
-        a->count++;
-    }
-    return NULL;
+    if (a->c != NULL)
+        cycle(a->c, a->name, 0, NULL);
+    else
+        parallel_ping(a->raw, NULL);
 }
 
 /* Operations a second over threads threads (t[k] set up by the caller). */
 static double tp_run(tp_arg *t, int threads)
 {
-    pthread_t th[TP_THREADS];
-    int64_t t0 = bench_now_ns();
-    long total = 0;
+    void *args[TP_THREADS];
 
-    for (int k = 0; k < threads; k++) {
-        t[k].until = t0 + TP_NS;
-        t[k].count = 0;
-        if (pthread_create(&th[k], NULL, tp_main, &t[k]) != 0)
-            bench_die("pthread_create failed");
-    }
-    for (int k = 0; k < threads; k++) {
-        pthread_join(th[k], NULL);
-        total += t[k].count;
-    }
-    return (double)total * 1e9 / (double)(bench_now_ns() - t0);
+    for (int k = 0; k < threads; k++)
+        args[k] = &t[k];
+    return bench_throughput(threads, 1.0, tp_op, args);
 }
 
 /* Subscribers to the lock's release channel on node 0: B's watch is there. */
