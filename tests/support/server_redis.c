@@ -312,6 +312,19 @@ long long test_redis_cmd(test_redis *r, const char *fmt, ...)
     return test__redis_number(rep);
 }
 
+void test_redis_text(test_redis *r, char *buf, size_t size, const char *fmt, ...)
+{
+    redisReply *rep;
+    va_list ap;
+
+    va_start(ap, fmt);
+    rep = test__redis_vcommand(r, "test_redis_text", fmt, ap);
+    va_end(ap);
+    snprintf(buf, size, "%s", rep != NULL && rep->type == REDIS_REPLY_STRING ? rep->str : "");
+    if (rep != NULL)
+        freeReplyObject(rep);
+}
+
 long long test_redis_numsub(test_redis *r, const char *channel)
 {
     redisContext *c = test__redis_connect(r);

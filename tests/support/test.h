@@ -163,6 +163,11 @@ void test_redis_stop(test_redis *r);
 /* Run one command on it (hiredis, printf-style) and return its integer
  * reply, or the length of a string/array reply. */
 long long test_redis_cmd(test_redis *r, const char *fmt, ...);
+/* Run one command on it (as test_redis_cmd) and write its string reply
+ * to buf (size bytes), "" for none or a reply of another type: a GET's
+ * value, CLIENT LIST's lines. */
+void test_redis_text(test_redis *r, char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* Subscribers of a channel now (PUBSUB NUMSUB's count, not its reply's
  * length, which is always 2). */
 long long test_redis_numsub(test_redis *r, const char *channel);

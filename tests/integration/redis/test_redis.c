@@ -468,21 +468,6 @@ static long long hand_over_unrenewed(int64_t lease_ms)
     return used;
 }
 
-/* The reply of one command on a connection of its own, as text ("" for
- * none or another type): a GET's value, CLIENT LIST's lines. */
-static void reply_text(test_redis *r, char *buf, size_t size, const char *cmd)
-{
-    redisContext *ctx = redisConnect("127.0.0.1", r->port);
-    redisReply *rep;
-
-    CHECK(ctx != NULL && ctx->err == 0);
-    rep = redisCommand(ctx, cmd);
-    CHECK(rep != NULL);
-    snprintf(buf, size, "%s", rep->type == REDIS_REPLY_STRING ? rep->str : "");
-    freeReplyObject(rep);
-    redisFree(ctx);
-}
-
 /* A waiter whose listening connection is killed under its BLPOP tries at
  * once and puts its entry back without " L": the next release announces
  * its grant (no push), and the waiter confirms it with a try. */
@@ -493,16 +478,16 @@ static void listener_lost_falls_back(void)
     long long id;
 
     hand_off_start(&h, "deaf", test_opts(8000, 10000, 1));
-    reply_text(&h.r, entry, sizeof(entry), "GET dlock:{deaf}:next");
+    test_redis_text(&h.r, entry, sizeof(entry), "GET dlock:{deaf}:next");
     CHECK(strstr(entry, " L") != NULL);
-    reply_text(&h.r, clients, sizeof(clients), "CLIENT LIST");
+    test_redis_text(&h.r, clients, sizeof(clients), "CLIENT LIST");
     CHECK((at = strstr(clients, "name=dlock-listener")) != NULL);
     while (at > clients && at[-1] != '\n')
         at--;
     CHECK(sscanf(at, "id=%lld", &id) == 1);
     CHECK(test_redis_cmd(&h.r, "CLIENT KILL ID %lld", id) == 1);
     for (int i = 0; i < 500; i++) {
-        reply_text(&h.r, entry, sizeof(entry), "GET dlock:{deaf}:next");
+        test_redis_text(&h.r, entry, sizeof(entry), "GET dlock:{deaf}:next");
         if (entry[0] != '\0' && strstr(entry, " L") == NULL)
             break;
         test_sleep_ms(10);
@@ -624,7 +609,7 @@ static long long hand_over_fence(test_redis *r, const char *counter, const char 
     CHECK(test_redis_cmd(r, "STRLEN dlock:{ho}") == 32 + 9); /* "TOKEN host 1 2" */
     CHECK(test_redis_cmd(r, "PTTL dlock:{ho}") > 0 && test_redis_cmd(r, "PTTL dlock:{ho}") <= 2000);
     CHECK(test_redis_cmd(r, "LLEN dlock:{ho}:grant:00ff") == 1);
-    reply_text(r, pushed, sizeof(pushed), "LINDEX dlock:{ho}:grant:00ff 0");
+    test_redis_text(r, pushed, sizeof(pushed), "LINDEX dlock:{ho}:grant:00ff 0");
     fence = atoll(pushed);
     snprintf(want, sizeof(want), "%lld", fence);
     CHECK(strcmp(want, pushed) == 0);

@@ -43,20 +43,6 @@ static dlock_client *open_via(chaos_proxy *p, int64_t command_timeout_ms)
     return open_url(url, command_timeout_ms);
 }
 
-/* The string value of key (GET), or "" when missing. */
-static void get_string(test_redis *r, const char *key, char *buf, size_t size)
-{
-    redisContext *ctx = redisConnect("127.0.0.1", r->port);
-    redisReply *rep;
-
-    CHECK(ctx != NULL && ctx->err == 0);
-    rep = redisCommand(ctx, "GET %s", key);
-    CHECK(rep != NULL);
-    snprintf(buf, size, "%s", rep->type == REDIS_REPLY_STRING ? rep->str : "");
-    freeReplyObject(rep);
-    redisFree(ctx);
-}
-
 static void wait_for_key(test_redis *r, const char *key)
 {
     for (int i = 0; i < 1000 && test_redis_cmd(r, "EXISTS %s", key) != 1; i++)
@@ -75,7 +61,7 @@ static void waiter_in_slot(test_redis *r, test_acquirer *w, pthread_t *t, dlock_
     CHECK(pthread_create(t, NULL, test_acquirer_main, w) == 0);
     snprintf(key, sizeof(key), "dlock:{%s}:next", name);
     wait_for_key(r, key);
-    get_string(r, key, entry, sizeof(entry));
+    test_redis_text(r, entry, sizeof(entry), "GET %s", key);
     CHECK(sscanf(entry, "%63s", wid) == 1);
 }
 
@@ -106,7 +92,7 @@ static void late_grant_not_trusted(void)
 
     CHECK(test_redis_cmd(&r, "DEL dlock:{late}") == 1);
     CHECK_RC(dlock_acquire(&c, cc, "late", &hold), DLOCK_OK);
-    get_string(&r, "dlock:{late}", cmine, sizeof(cmine));
+    test_redis_text(&r, cmine, sizeof(cmine), "GET %s", "dlock:{late}");
     /* W's next try refreshes its entry's expiry: then it was answered busy
      * while C holds the lock. */
     before = test_redis_cmd(&r, "PTTL dlock:{late}:next");
@@ -124,7 +110,7 @@ static void late_grant_not_trusted(void)
     CHECK(pthread_join(t, NULL) == 0);
     CHECK_RC(w.rc, DLOCK_ETIMEOUT);
     CHECK(!dlock_lock_lost(c));
-    get_string(&r, "dlock:{late}", entry, sizeof(entry));
+    test_redis_text(&r, entry, sizeof(entry), "GET %s", "dlock:{late}");
     CHECK(strcmp(entry, cmine) == 0);
     CHECK_RC(dlock_release(c), DLOCK_OK);
     dlock_release(a);
