@@ -66,6 +66,14 @@ int dlock__redis_listen_on(dlock__redis_be *be)
            !atomic_load(&be->listen_off);
 }
 
+/* The waiter's other wake-ups, as a byte in its pipe (nonblocking). */
+static void ring_pipe(void *arg)
+{
+    if (write((int)(intptr_t)arg, "", 1) < 0) {
+        /* Full: a byte is there already, which is all the listener needs. */
+    }
+}
+
 /* Take a listener's connection and its wake-up pipe (made on first use);
  * 0 when none is free (the waiter then waits as before). */
 static int listen_begin(dlock__redis_be *be, dlock__redis_watch *w)
@@ -98,7 +106,7 @@ static int listen_begin(dlock__redis_be *be, dlock__redis_watch *w)
     }
     w->ln = &be->listen[slot];
     w->ln_slot = slot;
-    dlock__redis_watch_listen(be->watcher, w->waiter, fds[1]);
+    dlock__redis_watch_notify(be->watcher, w->waiter, ring_pipe, (void *)(intptr_t)fds[1]);
     return 1;
 }
 
@@ -106,7 +114,7 @@ void dlock__redis_listen_end(dlock__redis_be *be, dlock__redis_watch *w)
 {
     if (w->ln == NULL)
         return;
-    dlock__redis_watch_listen(be->watcher, w->waiter, -1);
+    dlock__redis_watch_notify(be->watcher, w->waiter, NULL, NULL);
     /* A BLPOP still outstanding may yet pop a grant: nobody reads it, and
      * the next user of the connection must not, so it goes. */
     if (w->ln_out)

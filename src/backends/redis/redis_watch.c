@@ -51,9 +51,8 @@ struct dlock__redis_waiter {
     channel *chan;
     char *id; /* NULL, or what a targeted message names (a random id) */
     dlock__redis_bell *bell; /* NULL, or rung too (redis_watch.h) */
-    void (*notify)(void *); /* NULL, or told of each wake-up too (async waiters) */
+    void (*notify)(void *); /* NULL, or told of each wake-up too */
     void *notify_arg;
-    int listen_fd; /* -1, or a byte is written to it at each wake-up (a listener) */
     pthread_cond_t cond;
     int woken;
     dlock__redis_waiter *next, *prev;
@@ -189,9 +188,6 @@ static void wake_waiter(dlock__redis_waiter *x)
     pthread_cond_signal(&x->cond);
     if (x->notify != NULL)
         x->notify(x->notify_arg);
-    if (x->listen_fd >= 0 && write(x->listen_fd, "", 1) < 0) {
-        /* Full: a byte is there already, which is all the listener needs. */
-    }
     if (x->bell != NULL)
         dlock__redis_bell_ring(x->bell);
 }
@@ -543,7 +539,6 @@ static int begin(dlock__redis_watcher *w, const char *name, const char *id,
         return dlock__fail(DLOCK_ENOMEM, "cannot create a condition variable");
     }
     x->bell = bell;
-    x->listen_fd = -1;
 
     pthread_mutex_lock(&w->mu);
     if ((ch = find_channel(w, name)) == NULL) {
@@ -680,21 +675,13 @@ void dlock__redis_watch_wake(dlock__redis_watcher *w, dlock__redis_waiter *x)
     pthread_mutex_unlock(&w->mu);
 }
 
-void dlock__redis_watch_listen(dlock__redis_watcher *w, dlock__redis_waiter *x, int fd)
-{
-    pthread_mutex_lock(&w->mu);
-    x->listen_fd = fd;
-    /* A wake-up that came before is told too. */
-    if (fd >= 0 && x->woken && write(fd, "", 1) < 0) {
-    }
-    pthread_mutex_unlock(&w->mu);
-}
-
 void dlock__redis_watch_notify(dlock__redis_watcher *w, dlock__redis_waiter *x,
                                void (*fn)(void *), void *arg)
 {
     pthread_mutex_lock(&w->mu);
     x->notify = fn;
     x->notify_arg = arg;
+    if (fn != NULL && x->woken)
+        fn(arg); /* a wake-up that came before is told too */
     pthread_mutex_unlock(&w->mu);
 }

@@ -87,13 +87,12 @@ int dlock__redis_watch_wait(dlock__redis_watcher *w, dlock__redis_waiter *waiter
                             int64_t timeout_ms);
 void dlock__redis_watch_end(dlock__redis_watcher *w, dlock__redis_waiter *waiter);
 
-/* While fd >= 0, every wake-up of x also writes a byte to fd (nonblocking):
- * a waiter that listens for its grant on a socket of its own
- * (redis_listen.c) polls fd beside it. -1 ends it. */
-void dlock__redis_watch_listen(dlock__redis_watcher *w, dlock__redis_waiter *x, int fd);
-
-/* Have fn(arg) called, with the watcher's mutex held, each time x is woken
- * (the backend's watch_notify). */
+/* Have fn(arg) called, with the watcher's mutex held, each time x is woken,
+ * and here at once if it was woken before and has not waited since (its
+ * next watch_wait would return at once): the backend's watch_notify (the
+ * asynchronous API's waiters), and a waiter that listens for its grant on a
+ * socket of its own and polls a pipe beside it (redis_listen.c). fn NULL
+ * ends it. */
 void dlock__redis_watch_notify(dlock__redis_watcher *w, dlock__redis_waiter *x,
                                void (*fn)(void *), void *arg);
 
