@@ -601,8 +601,9 @@ DLOCK_EXTERN int dlock_acquire_options_init(dlock_acquire_options *opts, unsigne
  * waiter holds the lock as the pop returns, in one trip from the server,
  * for the window counted from a moment before the release (the send of its
  * last pop answered empty), and the watchdog extends it to the full lease
- * at once. Where it cannot pop (an ACL without RPUSH or BLPOP, a cluster,
- * min_replicas, four waiters of the client popping already), or a lock
+ * at once (on a cluster, from the master of the lock's slot). Where it
+ * cannot pop (an ACL without RPUSH or BLPOP, min_replicas, four waiters of
+ * the client popping already, a slot that moved), or a lock
  * without auto_renew has a lease longer than the window, the release's
  * message wakes the waiter, whose next try finds its own token in the key
  * and renews it to its full lease: one round trip more. Nobody else can

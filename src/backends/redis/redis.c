@@ -225,9 +225,13 @@ static int redis_open(void **out, const dlock_url *url, const dlock_client_optio
     for (int i = 0; i < DLOCK__REDIS_CMD_MAX; i++)
         if ((rc = dlock__redis_conn_init(&be->cmd[i], url, opts, "cmd")) != DLOCK_OK)
             goto err;
-    for (int i = 0; i < DLOCK__REDIS_LISTEN_MAX; i++)
+    for (int i = 0; i < DLOCK__REDIS_LISTEN_MAX; i++) {
         if ((rc = dlock__redis_conn_init(&be->listen[i], url, opts, "listener")) != DLOCK_OK)
             goto err;
+        /* On a cluster, to one node: the master of the lock it listens
+         * for (redis_listen.c). */
+        be->listen[i].is_cluster = 0;
+    }
     if ((rc = dlock__redis_conn_init(&be->wd, url, opts, "watchdog")) != DLOCK_OK ||
         (rc = dlock__redis_watcher_new(&be->watcher, url, opts)) != DLOCK_OK ||
         (rc = dlock__redis_places_init(&be->places)) != DLOCK_OK)

@@ -277,6 +277,26 @@ int dlock__redis_cluster_slot_master(const dlock__redis_conn *conn, unsigned slo
     return 1;
 }
 
+int dlock__redis_cluster_master_copy(dlock__redis_conn *conn, unsigned slot, char *host,
+                                     size_t size, int *port)
+{
+    dlock__redis_cluster *c = conn->cluster;
+    int at, found = 0;
+
+    if (c == NULL || slot >= DLOCK__REDIS_SLOTS)
+        return 0;
+    if (c->shared)
+        pthread_mutex_lock(&c->mu);
+    if ((at = c->slot[slot]) >= 0 && strlen(c->nodes[at]->host) < size) {
+        memcpy(host, c->nodes[at]->host, strlen(c->nodes[at]->host) + 1);
+        *port = c->nodes[at]->port;
+        found = 1;
+    }
+    if (c->shared)
+        pthread_mutex_unlock(&c->mu);
+    return found;
+}
+
 /* Ask CLUSTER SLOTS of the known nodes, then of the seeds, until one
  * answers before deadline. */
 static int map_refresh(dlock__redis_conn *conn, int64_t deadline)

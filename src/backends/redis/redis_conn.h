@@ -290,6 +290,12 @@ int dlock__redis_cluster_map_reply(dlock__redis_conn *conn, const char *host, in
                                    const redisReply *r);
 int dlock__redis_cluster_slot_master(const dlock__redis_conn *conn, unsigned slot,
                                      const char **host, int *port);
+/* The master of slot as conn's slot map knows it now, its host copied to
+ * host (size bytes; taken under the map's mutex when it is shared): 1, or 0
+ * when none is known. The hand-off's listener (redis_listen.c) connects
+ * there. */
+int dlock__redis_cluster_master_copy(dlock__redis_conn *conn, unsigned slot, char *host,
+                                     size_t size, int *port);
 int dlock__redis_redirect_parse(const char *text, long *slot, const char **host, size_t *hostlen,
                                 long *port);
 int dlock__redis_nodes_line_master(const char *line, const char *end, const char *addr, int alen);

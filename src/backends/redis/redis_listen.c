@@ -62,8 +62,7 @@ static int64_t listen_ms(int64_t lease_ms)
 
 int dlock__redis_listen_on(dlock__redis_be *be)
 {
-    return !be->no_threads && !be->cmd[0].is_cluster && be->cmd[0].min_replicas == 0 &&
-           !atomic_load(&be->listen_off);
+    return !be->no_threads && be->cmd[0].min_replicas == 0 && !atomic_load(&be->listen_off);
 }
 
 /* The waiter's other wake-ups, as a byte in its pipe (nonblocking). */
@@ -72,6 +71,35 @@ static void ring_pipe(void *arg)
     if (write((int)(intptr_t)arg, "", 1) < 0) {
         /* Full: a byte is there already, which is all the listener needs. */
     }
+}
+
+/*
+ * On a cluster the listener's connection goes to the master of the lock's
+ * slot, where its grant list is (it shares the lock's hash tag), as the
+ * scripts' slot map knows it now; a connection to another node is closed
+ * first. 0 when no master is known. A slot that moves later answers the
+ * BLPOP with MOVED (or closes it), which ends the listening for the wait.
+ */
+static int listen_target(dlock__redis_be *be, dlock__redis_conn *conn, const char *name)
+{
+    dlock__redis_key_buf key;
+    char host[sizeof(conn->master_host)];
+    int port;
+
+    if (!be->cmd[0].is_cluster)
+        return 1;
+    dlock__redis_key(&key, be, name, "");
+    if (!dlock__redis_cluster_master_copy(&be->mux.conn, dlock__redis_key_slot(key.buf, key.len),
+                                          host, sizeof(host), &port))
+        return 0;
+    if (conn->ep.host != conn->master_host || conn->ep.port != port ||
+        strcmp(conn->master_host, host) != 0) {
+        dlock__redis_conn_close(conn);
+        memcpy(conn->master_host, host, strlen(host) + 1);
+        conn->ep.host = conn->master_host;
+        conn->ep.port = port;
+    }
+    return 1;
 }
 
 /* Take a listener's connection and its wake-up pipe (made on first use);
@@ -94,8 +122,8 @@ static int listen_begin(dlock__redis_be *be, dlock__redis_watch *w)
     if (slot < 0)
         return 0;
     fds = be->listen_pipe[slot];
-    if (fds[0] < 0 && pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) {
-        fds[0] = fds[1] = -1;
+    if (!listen_target(be, &be->listen[slot], w->name) ||
+        (fds[0] < 0 && pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0)) {
         pthread_mutex_lock(&be->cmd_mu);
         be->listen_busy[slot] = 0;
         pthread_mutex_unlock(&be->cmd_mu);

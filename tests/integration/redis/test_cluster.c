@@ -6,7 +6,8 @@
  * and a fence that stays above a retired counter; multi-locks refused
  * across slots and taken with a shared hash tag; renewals of locks spread
  * over the masters; a held and waited-on lock's slot moved to another
- * master (MOVED, ASK, TRYAGAIN) with the holder keeping it; a redirection
+ * master (MOVED, ASK, TRYAGAIN) with the holder keeping it; the hand-off's
+ * grant pushed to a waiter listening on the slot's master; a redirection
  * to outside the slot map refused; names with an empty hash tag. The
  * conformance suite runs on a cluster too (core-redis-cluster).
  */
@@ -300,6 +301,55 @@ static void slot_moved_while_held(void)
             (unsigned long long)f1, (unsigned long long)dlock_lock_fence(waiter.lock));
     CHECK(dlock_lock_fence(waiter.lock) > f1);
     CHECK(atomic_load(&test_lost_calls) == 0);
+    CHECK_RC(dlock_release(waiter.lock), DLOCK_OK);
+    dlock_client_free(c);
+    dlock_client_free(w);
+    test_cluster_stop(&t);
+}
+
+/* The waiter in a lock's hand-off slot listens on a connection to the
+ * slot's master (redis_listen.c): the release pushes its grant to the
+ * waiter's list there, and the waiter holds the lock without a confirming
+ * try. (slot_moved_while_held: a listener whose slot moves stops
+ * listening, and its grant is announced.) */
+static void hand_off_pushed_to_master(void)
+{
+    test_cluster t;
+    dlock_client *c, *w;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 10000, 0);
+    test_acquirer waiter;
+    pthread_t th;
+    char entry[256], clients[8192];
+    int owner;
+    long long rpush, scripts;
+
+    test_cluster_start(&t, NULL);
+    c = open_client(&t);
+    w = open_client(&t);
+    CHECK_RC(dlock_acquire(&l, c, "ho", &o), DLOCK_OK);
+    owner = test_cluster_owner(&t, test_cluster_slot(&t, "dlock:{ho}"));
+    /* No renewal, and a lease within the confirm window: nothing but the
+     * release runs a script (listened_grant_without_renewal, test_redis). */
+    test_acquirer_init(&waiter, w, "ho", test_opts(20000, 1500, 0));
+    CHECK(pthread_create(&th, NULL, test_acquirer_main, &waiter) == 0);
+    /* Its entry says it listens, and its BLPOP waits on the slot's master. */
+    for (int i = 0; i < 3000; i++) {
+        test_redis_text(&t.nodes[owner], entry, sizeof(entry), "GET dlock:{ho}:next");
+        test_redis_text(&t.nodes[owner], clients, sizeof(clients), "CLIENT LIST");
+        if (strstr(entry, " L") != NULL && strstr(clients, "name=dlock-listener") != NULL &&
+            strstr(clients, "cmd=blpop") != NULL)
+            break;
+        test_sleep_ms(10);
+    }
+    CHECK(strstr(entry, " L") != NULL);
+    CHECK(strstr(clients, "cmd=blpop") != NULL);
+    rpush = test_redis_calls(&t.nodes[owner], "rpush");
+    scripts = test_redis_calls(&t.nodes[owner], "evalsha");
+    test_hand_over(l, &waiter, th);
+    /* One push, and one script from the release on: the release's own. */
+    CHECK(test_redis_calls(&t.nodes[owner], "rpush") == rpush + 1);
+    CHECK(test_redis_calls(&t.nodes[owner], "evalsha") == scripts + 1);
     CHECK_RC(dlock_release(waiter.lock), DLOCK_OK);
     dlock_client_free(c);
     dlock_client_free(w);
@@ -1023,6 +1073,7 @@ TEST_MAIN({"url_errors", url_errors, NULL}, {"no_node", no_node, NULL},
           {"one_slot_per_lock", one_slot_per_lock, NULL}, {"multi_slots", multi_slots, NULL},
           {"renew_across_masters", renew_across_masters, "watchdog"},
           {"slot_moved_while_held", slot_moved_while_held, "watchdog"},
+          {"hand_off_pushed_to_master", hand_off_pushed_to_master, "watchdog"},
           {"ask_while_migrating", ask_while_migrating, NULL},
           {"partial_migration", partial_migration, NULL},
           {"acl_minimal_user", acl_minimal_user, NULL},
