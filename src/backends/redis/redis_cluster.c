@@ -281,17 +281,16 @@ int dlock__redis_cluster_master_copy(dlock__redis_conn *conn, unsigned slot, cha
                                      size_t size, int *port)
 {
     dlock__redis_cluster *c = conn->cluster;
-    int at, found = 0;
+    const char *known;
+    int found;
 
-    if (c == NULL || slot >= DLOCK__REDIS_SLOTS)
+    if (c == NULL)
         return 0;
     if (c->shared)
         pthread_mutex_lock(&c->mu);
-    if ((at = c->slot[slot]) >= 0 && strlen(c->nodes[at]->host) < size) {
-        memcpy(host, c->nodes[at]->host, strlen(c->nodes[at]->host) + 1);
-        *port = c->nodes[at]->port;
-        found = 1;
-    }
+    found = dlock__redis_cluster_slot_master(conn, slot, &known, port) && strlen(known) < size;
+    if (found)
+        memcpy(host, known, strlen(known) + 1);
     if (c->shared)
         pthread_mutex_unlock(&c->mu);
     return found;
