@@ -132,6 +132,7 @@ struct dlock__async {
     } watched[4];
     int nwatched;
     int64_t due_ms; /* the backend's async_step must run by then (-1: no need) */
+    int sent_in_process; /* a callback sent a request: step once more after them */
     /* Without threads: the watchdog's next step (-1: when told), and
      * whether it must be planned again (dlock__async_wake). */
     int64_t wd_next_ms;
@@ -976,6 +977,10 @@ static int fast_send(engine *e, dlock_request_handle *h, int op)
     dlock__call_begin(c, &h->call, op == DLOCK_BACKEND_OP_ACQUIRE ? "acquire" : "release",
                       h->req.name, 1, DLOCK__CALL_TIMED);
     sync_fds(c, e);
+    pthread_mutex_lock(&e->mu);
+    if (e->in_process && pthread_equal(e->process_thread, pthread_self()))
+        e->sent_in_process = 1;
+    pthread_mutex_unlock(&e->mu);
     if (e->due_ms < 0 && !e->in_process) {
         /* Its timeout is the loop's to keep now: have the loop ask
          * dlock_async_timeout_ms again. */
@@ -1211,6 +1216,7 @@ static void fast_pump(dlock_client *c, engine *e)
     if (c->backend->async_step == NULL)
         return;
     e->due_ms = c->backend->async_step(c->be);
+    sync_fds(c, e); /* a connection made or closed by the step */
     pthread_mutex_lock(&e->mu);
     answered = e->fast;
     e->fast.first = e->fast.last = NULL;
@@ -1655,6 +1661,12 @@ int dlock_async_process(dlock_client *c)
         watchdog_step(c, e);
     }
     n = deliver_all(e);
+    if (!c->no_threads && !e->free_pending && e->sent_in_process) {
+        /* What the callbacks sent: its timeout kept in due_ms, and what the
+         * backend's step must do at once (a connection to make). */
+        e->sent_in_process = 0;
+        fast_pump(c, e);
+    }
     if (c->no_threads && !e->free_pending) {
         int dirty;
         pthread_mutex_lock(&e->mu);

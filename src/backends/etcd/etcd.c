@@ -59,6 +59,7 @@ static void etcd_close(void *arg)
     dlock__etcd_sessions_free(be); /* revoked: before the pool goes */
     dlock__etcd_spares_free(be); /* revokes the spares: before the pool goes */
     dlock__etcd_waiting_free(be); /* after the thread that keeps it alive */
+    dlock__etcd_loop_free(be->loop);
     pthread_mutex_destroy(&be->ids_mu);
     free(be->lent);
     dlock__etcd_conn_free(be->wd);
@@ -121,6 +122,7 @@ static int etcd_open(void **out, const dlock_url *url, const dlock_client_option
     }
     if ((rc = dlock__etcd_new(&be->http, url, opts)) != DLOCK_OK ||
         (rc = dlock__etcd_conn_new(be->http, &be->wd)) != DLOCK_OK ||
+        (rc = dlock__etcd_loop_new(be->http, &be->loop)) != DLOCK_OK ||
         (rc = dlock__etcd_spares_new(be)) != DLOCK_OK ||
         (rc = dlock__etcd_connect(be->http)) != DLOCK_OK ||
         (rc = dlock__etcd_conn_get(be->http, &c)) != DLOCK_OK)
@@ -149,7 +151,7 @@ err:
 /* A lock the watchdog renews, of the plain queue (not a reader, a
  * semaphore or an owner id's, which end by revoking their leases), goes on
  * the client's session lease of its TTL (etcd_session.c). */
-static int on_session(const dlock_request *req)
+int dlock__etcd_on_session(const dlock_request *req)
 {
     return req->auto_renew && !dlock__etcd_shared_kind(req->kind) &&
            !dlock__etcd_owner_mode(req);
@@ -159,12 +161,8 @@ static int on_session(const dlock_request *req)
  * fair lock (the same queue: first come, first served), an election, whose
  * keys hold the candidates' identities, and the read-write lock and the
  * semaphore, whose keys' values say their kind (etcd_family.c). */
-static int acquire_keys(dlock__etcd_be *be, const dlock_request *req, void *watch,
-                         dlock_acquire_result *out)
+int dlock__etcd_key_value(dlock__etcd_be *be, const dlock_request *req, char **value)
 {
-    char *value = NULL;
-    int rc;
-
     /* A lock key holds "CLIENT-NAME HOLDER" (the client name has no space),
      * written by the put that queues it: the holder record costs no round
      * trip. A candidate's key holds its identity, for observers. */
@@ -175,11 +173,26 @@ static int acquire_keys(dlock__etcd_be *be, const dlock_request *req, void *watc
     /* A reader's owner id ends its value (nested reads, upgrades refused:
      * etcd_family.c). */
     int owned = req->kind == DLOCK_KIND_READ && req->owner != NULL;
+
+    *value = NULL;
     if (req->kind != DLOCK_KIND_LEADER &&
-        asprintf(&value, "%s%s%s%s%s%s", mark, be->value, req->holder != NULL ? " " : "",
+        asprintf(value, "%s%s%s%s%s%s", mark, be->value, req->holder != NULL ? " " : "",
                  req->holder != NULL ? req->holder : "", owned ? "\n" : "",
-                 owned ? req->owner : "") < 0)
+                 owned ? req->owner : "") < 0) {
+        *value = NULL;
         return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    }
+    return DLOCK_OK;
+}
+
+static int acquire_keys(dlock__etcd_be *be, const dlock_request *req, void *watch,
+                        dlock_acquire_result *out)
+{
+    char *value = NULL;
+    int rc;
+
+    if ((rc = dlock__etcd_key_value(be, req, &value)) != DLOCK_OK)
+        return rc;
     if ((rc = dlock__etcd_owner_conflict(be, req)) != DLOCK_OK) {
         free(value);
         return rc;
@@ -191,7 +204,7 @@ static int acquire_keys(dlock__etcd_be *be, const dlock_request *req, void *watc
     }
     rc = dlock__etcd_acquire_as(be, req->name, req->token, req->lease_ms,
                                 req->kind == DLOCK_KIND_LEADER ? req->identity : value, req->kind,
-                                req->permits, on_session(req), watch, &out->fence,
+                                req->permits, dlock__etcd_on_session(req), watch, &out->fence,
                                 &out->retry_ms, &out->lease_from_ms);
     free(value);
     if (rc == DLOCK_OK)
@@ -271,19 +284,42 @@ static int release_by_revoke(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t le
 static int release_by_delete(dlock__etcd_be *be, dlock__etcd_conn *c, const char *owner,
                              const char *key, int64_t lease, int64_t ttl, int64_t ok_ms)
 {
-    dlock__etcd_kv prev = {0};
     json_t *reply = NULL;
-    int64_t deleted = 0;
     int rc;
 
-    rc = dlock__etcd_be_call(be, c, "/v3/kv/deleterange",
-                             json_pack("{s:o, s:b}", "key", dlock__etcd_str(key), "prev_kv", 1),
+    rc = dlock__etcd_be_call(be, c, "/v3/kv/deleterange", dlock__etcd_delete_request(key),
                              &reply);
+    return dlock__etcd_release_deleted(be, c, owner, rc, reply, lease, ttl, ok_ms) == DLOCK_OK
+               ? DLOCK_OK
+               : UNCLEAR;
+}
+
+json_t *dlock__etcd_delete_request(const char *key)
+{
+    return json_pack("{s:o, s:b}", "key", dlock__etcd_str(key), "prev_kv", 1);
+}
+
+/* A revoke on c; c NULL: by the spare thread, off the loop's thread. */
+static void revoke_on(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t lease)
+{
+    if (c != NULL)
+        dlock__etcd_lease_revoke(be, c, lease);
+    else
+        dlock__etcd_revoke_later(be, NULL, lease);
+}
+
+int dlock__etcd_release_deleted(dlock__etcd_be *be, dlock__etcd_conn *c, const char *owner,
+                                int rc, json_t *reply, int64_t lease, int64_t ttl,
+                                int64_t ok_ms)
+{
+    dlock__etcd_kv prev = {0};
+    int64_t deleted = 0;
+
     if (rc != DLOCK_OK || dlock__etcd_int(reply, "deleted", &deleted) != 0 || deleted != 1 ||
         dlock__etcd_kv_in(reply, "prev_kvs", 0, &prev) != 1) {
         json_decref(reply);
         free(prev.key);
-        return UNCLEAR;
+        return DLOCK_ENOTSUP;
     }
     json_decref(reply);
     free(prev.key);
@@ -292,8 +328,8 @@ static int release_by_delete(dlock__etcd_be *be, dlock__etcd_conn *c, const char
         dlock__etcd_spare_reuse(be, c, ttl, lease, ok_ms);
     } else {
         if (prev.lease != 0)
-            dlock__etcd_lease_revoke(be, c, prev.lease);
-        dlock__etcd_lease_revoke(be, c, lease);
+            revoke_on(be, c, prev.lease);
+        revoke_on(be, c, lease);
     }
     return DLOCK_OK;
 }
@@ -304,9 +340,8 @@ static int release_keys(dlock__etcd_be *be, const dlock_request *req)
     dlock__etcd_conn *c;
     dlock__etcd_keys k;
     json_t *reply = NULL;
-    dlock__etcd_kv prev = {0};
-    int64_t deleted = 0, lease = 0, ttl = 0, ok_ms = 0;
-    int rc, found = 0;
+    int64_t lease = 0, ttl = 0, ok_ms = 0;
+    int rc;
 
     if (dlock__etcd_owner_mode(req))
         return dlock__etcd_hold_release(be, req);
@@ -336,12 +371,23 @@ static int release_keys(dlock__etcd_be *be, const dlock_request *req)
     }
     /* Our key exists only while it is ours: its name is this owner's alone,
      * and it goes when its lease does. */
-    rc = dlock__etcd_be_call(be, c, "/v3/kv/deleterange",
-                             json_pack("{s:o, s:b}", "key", dlock__etcd_str(k.key), "prev_kv", 1),
+    rc = dlock__etcd_be_call(be, c, "/v3/kv/deleterange", dlock__etcd_delete_request(k.key),
                              &reply);
+    rc = dlock__etcd_key_deleted(be, c, owner, rc, reply);
+    dlock__etcd_conn_put(be->http, c);
+    dlock__etcd_keys_free(&k);
+    return rc;
+}
+
+int dlock__etcd_key_deleted(dlock__etcd_be *be, dlock__etcd_conn *c, const char *owner, int rc,
+                            json_t *reply)
+{
+    dlock__etcd_kv prev = {0};
+    int64_t deleted = 0;
+
     if (rc == DLOCK_OK &&
         (dlock__etcd_int(reply, "deleted", &deleted) != 0 ||
-         (deleted > 0 && (found = dlock__etcd_kv_in(reply, "prev_kvs", 0, &prev)) != 1)))
+         (deleted > 0 && dlock__etcd_kv_in(reply, "prev_kvs", 0, &prev) != 1)))
         rc = dlock__etcd_bad_reply(be, "deleterange");
     json_decref(reply);
     if (rc == DLOCK_OK)
@@ -351,10 +397,8 @@ static int release_keys(dlock__etcd_be *be, const dlock_request *req)
     /* No lock of this acquisition remains: end its lease now rather than
      * let it run out (not a session lease: lease_revoke leaves it). */
     if (rc == DLOCK_OK && prev.lease != 0)
-        dlock__etcd_lease_revoke(be, c, prev.lease);
+        revoke_on(be, c, prev.lease);
     free(prev.key);
-    dlock__etcd_conn_put(be->http, c);
-    dlock__etcd_keys_free(&k);
     return rc;
 }
 
@@ -815,4 +859,7 @@ const dlock_backend dlock__etcd_backend = {
     .leader_get = dlock__etcd_leader_get,
     .observe_begin = dlock__etcd_observe_begin,
     .watch_notify = dlock__etcd_watch_notify,
+    .start = dlock__etcd_start,
+    .async_fds = dlock__etcd_async_fds,
+    .async_step = dlock__etcd_async_step,
 };

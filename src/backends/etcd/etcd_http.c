@@ -339,7 +339,7 @@ static void common_options(dlock__etcd *e, CURL *easy)
     }
 }
 
-static dlock__etcd_conn *conn_alloc(dlock__etcd *e)
+dlock__etcd_conn *dlock__etcd_conn_alloc(dlock__etcd *e)
 {
     dlock__etcd_conn *c = calloc(1, sizeof(*c));
 
@@ -359,7 +359,7 @@ static dlock__etcd_conn *conn_alloc(dlock__etcd *e)
 
 int dlock__etcd_conn_new(dlock__etcd *e, dlock__etcd_conn **out)
 {
-    dlock__etcd_conn *c = conn_alloc(e);
+    dlock__etcd_conn *c = dlock__etcd_conn_alloc(e);
 
     *out = NULL;
     /* Every transfer runs through the connection's multi handle, whose
@@ -648,31 +648,42 @@ static int call_body(dlock__etcd *e, dlock__etcd_conn *c, const char *path, cons
 
 /* Over gRPC the message is packed from req itself: writing it out as text
  * and parsing that again cost a renewal batch most of its time. */
-int dlock__etcd_call(dlock__etcd *e, dlock__etcd_conn *c, const char *path, json_t *req,
-                     json_t **out)
+int dlock__etcd_encode(dlock__etcd *e, const char *path, const json_t *req, uint8_t **packed,
+                       size_t *len, char **body)
 {
     const ProtobufCMethodDescriptor *m;
     char grpc_path[128], err[200];
-    uint8_t *packed = NULL;
-    size_t len = 0;
+
+    *packed = NULL;
+    *len = 0;
+    *body = NULL;
+    if (e->grpc && (m = dlock__etcd_grpc_method(path, grpc_path, sizeof(grpc_path))) != NULL) {
+        if (dlock__etcd_grpc_pack(m->input, req, 0, packed, len, err, sizeof(err)) != 0)
+            return dlock__fail(DLOCK_EINVAL, "etcd %s request: %s", path, err);
+        return DLOCK_OK;
+    }
+    if ((*body = json_dumps(req, JSON_COMPACT)) == NULL)
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    return DLOCK_OK;
+}
+
+int dlock__etcd_call(dlock__etcd *e, dlock__etcd_conn *c, const char *path, json_t *req,
+                     json_t **out)
+{
+    uint8_t *packed;
+    size_t len;
     char *body;
     int rc;
 
     *out = NULL;
-    if (e->grpc && (m = dlock__etcd_grpc_method(path, grpc_path, sizeof(grpc_path))) != NULL) {
-        if (dlock__etcd_grpc_pack(m->input, req, 0, &packed, &len, err, sizeof(err)) != 0)
-            return dlock__fail(DLOCK_EINVAL, "etcd %s request: %s", path, err);
-        c->packed = packed;
-        c->packed_len = len;
-        rc = call_body(e, c, path, "", 1, 0, out);
-        c->packed = NULL;
-        c->packed_len = 0;
-        free(packed);
+    if ((rc = dlock__etcd_encode(e, path, req, &packed, &len, &body)) != DLOCK_OK)
         return rc;
-    }
-    if ((body = json_dumps(req, JSON_COMPACT)) == NULL)
-        return dlock__fail(DLOCK_ENOMEM, "out of memory");
-    rc = call_body(e, c, path, body, 1, 0, out);
+    c->packed = packed;
+    c->packed_len = len;
+    rc = call_body(e, c, path, body != NULL ? body : "", 1, 0, out);
+    c->packed = NULL;
+    c->packed_len = 0;
+    free(packed);
     free(body);
     return rc;
 }
@@ -693,7 +704,7 @@ int dlock__etcd_call_pair(dlock__etcd *e, dlock__etcd_conn *c, dlock__etcd_pair 
 
     p->rc[0] = p->rc[1] = DLOCK_ECONN;
     p->out[0] = p->out[1] = NULL;
-    if (c->twin == NULL && (c->twin = conn_alloc(e)) == NULL)
+    if (c->twin == NULL && (c->twin = dlock__etcd_conn_alloc(e)) == NULL)
         return p->rc[0] = p->rc[1] = dlock__fail(DLOCK_ENOMEM, "out of memory (curl handle)");
     c->twin->h2 = c->h2;
     if (dlock__etcd_h2_check(c) != DLOCK_OK)

@@ -143,6 +143,45 @@ typedef struct {
 
 int dlock__etcd_call_pair(dlock__etcd *e, dlock__etcd_conn *c, dlock__etcd_pair *p);
 
+/* ---- without blocking: the asynchronous API's loop (etcd_loop.c) ------- */
+
+/*
+ * Requests sent on one curl multi handle of their own, driven by the loop's
+ * thread through dlock__etcd_loop_step: several at once multiplexed on one
+ * HTTP/2 connection, no thread of the backend's between the caller and the
+ * server. Each request goes to the endpoint in use, once, within
+ * command_timeout_ms: no failover and no login, which block. Its callback
+ * runs from dlock__etcd_loop_step, on the loop's thread, with rc:
+ *   DLOCK_OK        reply holds the answer (the callback's to json_decref)
+ *   DLOCK_ENOTSUP   not done, for sure (the connection was refused, the
+ *                   token is to be renewed, an HTTP/2 connection curl had
+ *                   dropped): the blocking call does it, with failover
+ *   anything else   as dlock__etcd_call returns it, grpc_code its gRPC
+ *                   status (DLOCK_ECONN: it may have been done)
+ * and the thread's message set when rc is not DLOCK_OK.
+ */
+typedef struct dlock__etcd_loop dlock__etcd_loop;
+typedef void (*dlock__etcd_loop_cb)(void *arg, int rc, json_t *reply,
+                                    dlock__grpc_status grpc_code);
+
+int dlock__etcd_loop_new(dlock__etcd *e, dlock__etcd_loop **out);
+/* Requests still on their way are dropped, their callbacks never called. */
+void dlock__etcd_loop_free(dlock__etcd_loop *l);
+
+/* Send req (consumed) to path. DLOCK_OK, and cb called once later; else
+ * nothing was sent, cb is never called: DLOCK_ENOTSUP when the loop cannot
+ * send it now (the first connection to the endpoint is being made for
+ * another request, or must be made afresh while others are on their way). */
+int dlock__etcd_loop_send(dlock__etcd_loop *l, const char *path, json_t *req,
+                          dlock__etcd_loop_cb cb, void *arg);
+
+/* The descriptors to watch for readability (the backend's async_fds), and
+ * one step: read what came, run the callbacks of what ended, fail what
+ * timed out; returns when to step again at the latest (lease-clock ms), -1
+ * when nothing is on its way. */
+int dlock__etcd_loop_fds(dlock__etcd_loop *l, int *fds, unsigned *gens, int max);
+int64_t dlock__etcd_loop_step(dlock__etcd_loop *l);
+
 /* ---- for the watch streams (etcd_watch.c) ---------------------------- */
 
 /* The endpoint in use now, and its name for messages ("etcd 127.0.0.1:2379"). */

@@ -56,6 +56,14 @@ enum {
     DLOCK__ETCD_TRY_AGAIN /* at once, on the same endpoint (a new connection) */
 };
 
+/* A connection without a multi handle (the caller sets multi and h2). */
+dlock__etcd_conn *dlock__etcd_conn_alloc(dlock__etcd *e);
+
+/* req for path as it travels: packed (gRPC; free it) or body (the
+ * gateway's JSON, or a method gRPC does not know; free it). */
+int dlock__etcd_encode(dlock__etcd *e, const char *path, const json_t *req, uint8_t **packed,
+                       size_t *len, char **body);
+
 /* The header list of a request (stream: of a watch or keepalive stream),
  * with the auth token when with_token and its generation in *gen. NULL when
  * out of memory. */

@@ -25,6 +25,8 @@
  *   etcd_family.c the read-write lock and the semaphore in the same queue:
  *                 kinds in the values, who of the queue holds, a
  *                 semaphore's N, downgrade, and the holders status reads
+ *   etcd_async.c  the asynchronous API's try and release, sent without
+ *                 blocking on the loop's thread (etcd_loop.c carries them)
  */
 #ifndef DLOCK_ETCD_INT_H
 #define DLOCK_ETCD_INT_H
@@ -102,6 +104,7 @@ typedef struct {
     int nfree;
     dlock__etcd_loan *lent;
     size_t nlent, lent_cap;
+    dlock__etcd_loop *loop; /* the asynchronous API's requests (etcd_async.c) */
 } dlock__etcd_be;
 
 /* ---- etcd_keys.c: names ------------------------------------------------- */
@@ -181,6 +184,11 @@ int dlock__etcd_lease_left(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t leas
                            int64_t *left_ms);
 /* The answers of a keepalive stream for ids[0..n) into alive[] (see
  * etcd_lease.c). */
+/* lease_left's request and the judging of its reply (consumed; rc and
+ * grpc_code as the call ended), for a request sent without blocking. */
+json_t *dlock__etcd_ttl_request(int64_t lease);
+int dlock__etcd_ttl_reply(dlock__etcd_be *be, int rc, dlock__grpc_status grpc_code,
+                          json_t *reply, int64_t *left_ms);
 int dlock__etcd_keepalive_results(dlock__etcd_be *be, const json_t *results, const int64_t *ids,
                                   size_t n, int *alive);
 /* Keep leases ids[0..n) alive: alive[i] 1 renewed, 0 gone. */
@@ -244,11 +252,17 @@ int dlock__etcd_lease_take(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_
  * leave it to run out (lease_drop). */
 int dlock__etcd_lease_txn(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_lease *l,
                           int64_t since_ms, json_t *txn, json_t **reply);
+/* The end of a txn on a lease confirmed recently that failed with rc
+ * (grpc_code its status): DLOCK__ETCD_LEASE_GONE when the lease ran out,
+ * else rc; the lease is the pool's no more. */
+int dlock__etcd_lease_txn_failed(dlock__etcd_be *be, dlock__etcd_lease *l, int rc,
+                                 dlock__grpc_status grpc_code);
 /* A key of the acquisition of token is on l: noted in the held table (with
  * what a release needs to reuse it), and no longer the pool's. */
 int dlock__etcd_lease_hold(dlock__etcd_be *be, const char *token, dlock__etcd_lease *l);
 /* l backs no key (a txn said so, or none was sent), alive as of l->ok_ms:
- * kept for the next acquire, or revoked on c. Nothing when l holds none. */
+ * kept for the next acquire, or revoked on c (c NULL: by the spare thread,
+ * else left to run out). Nothing when l holds none. */
 void dlock__etcd_lease_give_back(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_lease *l);
 /* What l backs is not known (an error): left to run out, as nothing keeps
  * it alive (a release deletes the key by its name). */
@@ -428,6 +442,52 @@ int dlock__etcd_acquire_as(dlock__etcd_be *be, const char *name, const char *own
                            int64_t lease_ms, const char *value, int kind, int permits,
                            int session, dlock__etcd_watch *w, uint64_t *fence,
                            int64_t *retry_ms, int64_t *lease_from_ms);
+
+/*
+ * A try that never waits, in two halves, for a request sent without
+ * blocking (etcd_async.c), as the blocking try makes it when its lease is
+ * ready: try_begin takes the lease without a request (a spare, or the
+ * session lease for session, confirmed within the last twentieth of its
+ * TTL) and builds the acquire txn for k, DLOCK_ENOTSUP when that needs a
+ * request (a grant, a keepalive); try_end reads the txn's reply (consumed):
+ * DLOCK_OK with *fence (and *lease_from_ms lowered to the lease's
+ * confirmation), or DLOCK_EBUSY with *holder_lease the holder's lease (0:
+ * none known), l given back.
+ */
+int dlock__etcd_try_begin(dlock__etcd_be *be, const dlock__etcd_keys *k, int session,
+                          dlock__etcd_lease *l, json_t **txn);
+int dlock__etcd_try_end(dlock__etcd_be *be, const dlock__etcd_keys *k, dlock__etcd_lease *l,
+                        const char *owner, json_t *reply, uint64_t *fence,
+                        int64_t *lease_from_ms, int64_t *holder_lease);
+
+/* ---- etcd.c, for etcd_async.c ------------------------------------------- */
+
+/* The key of a plain auto-renewed lock goes on the session lease. */
+int dlock__etcd_on_session(const dlock_request *req);
+/* What req's key holds (*value malloc'd; NULL for a candidate's, whose
+ * identity it holds). */
+int dlock__etcd_key_value(dlock__etcd_be *be, const dlock_request *req, char **value);
+/* A release by the delete of its key on a spare lease: the request, and
+ * its reply (consumed; rc as the call ended) judged: DLOCK_OK, the lease
+ * reused or revoked (on c; c NULL: off the caller's thread), or
+ * DLOCK_ENOTSUP when the reply does not show the key deleted on it. */
+json_t *dlock__etcd_delete_request(const char *key);
+int dlock__etcd_release_deleted(dlock__etcd_be *be, dlock__etcd_conn *c, const char *owner,
+                                int rc, json_t *reply, int64_t lease, int64_t ttl,
+                                int64_t ok_ms);
+
+/* The release of a key on a session lease (or on none known) by its
+ * delete: the reply (consumed; rc as the call ended) judged: DLOCK_OK, or
+ * DLOCK_ELOST when the key was gone. */
+int dlock__etcd_key_deleted(dlock__etcd_be *be, dlock__etcd_conn *c, const char *owner, int rc,
+                            json_t *reply);
+
+/* ---- etcd_async.c: the backend's start, async_fds and async_step --------- */
+
+int dlock__etcd_start(void *be, int op, const dlock_request *req, dlock_acquire_result *res,
+                      void (*done)(void *arg, int rc), void *arg);
+int dlock__etcd_async_fds(void *be, int *fds, unsigned *gens, int max);
+int64_t dlock__etcd_async_step(void *be);
 
 /* The backend's multi_atomic and multi_acquire (etcd_multi.c): all names
  * in one txn. */

@@ -89,19 +89,31 @@ int dlock__etcd_lease_revoke(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t le
 int dlock__etcd_lease_left(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t lease, int64_t *left_ms)
 {
     json_t *reply;
-    int64_t ttl = 0;
     int rc;
 
     *left_ms = -1;
     if (lease == 0)
         return DLOCK_OK;
-    rc = dlock__etcd_be_call(be, c, "/v3/lease/timetolive",
-                             json_pack("{s:I}", "ID", (json_int_t)lease), &reply);
+    rc = dlock__etcd_be_call(be, c, "/v3/lease/timetolive", dlock__etcd_ttl_request(lease),
+                             &reply);
+    return dlock__etcd_ttl_reply(be, rc, c->grpc_code, reply, left_ms);
+}
+
+json_t *dlock__etcd_ttl_request(int64_t lease)
+{
+    return json_pack("{s:I}", "ID", (json_int_t)lease);
+}
+
+int dlock__etcd_ttl_reply(dlock__etcd_be *be, int rc, dlock__grpc_status grpc_code,
+                          json_t *reply, int64_t *left_ms)
+{
+    int64_t ttl = 0;
+
     /* etcd's longest TTL is 9e9 s; one whose ms do not fit is not etcd's. */
     if (rc == DLOCK_OK && (dlock__etcd_int(reply, "TTL", &ttl) != 0 || ttl > INT64_MAX / 1000))
         rc = dlock__etcd_bad_reply(be, "lease timetolive");
     json_decref(reply);
-    if (rc == DLOCK_ESERVER && c->grpc_code == DLOCK__GRPC_NOT_FOUND) {
+    if (rc == DLOCK_ESERVER && grpc_code == DLOCK__GRPC_NOT_FOUND) {
         *left_ms = 0;
         return DLOCK_OK;
     }
@@ -295,6 +307,22 @@ static int txn_and_keepalive(dlock__etcd_be *be, dlock__etcd_conn *c, json_t *tx
     return rc;
 }
 
+int dlock__etcd_lease_txn_failed(dlock__etcd_be *be, dlock__etcd_lease *l, int rc,
+                                 dlock__grpc_status grpc_code)
+{
+    if (rc == DLOCK_ESERVER && grpc_code == DLOCK__GRPC_NOT_FOUND && (l->pooled || l->session))
+        rc = DLOCK__ETCD_LEASE_GONE; /* the spare (session lease) ran out */
+    if (rc == DLOCK__ETCD_LEASE_GONE && l->session)
+        dlock__etcd_session_seen(be, l->id, 0, l->ok_ms);
+    /* Else not known whether the put was done: the spare, which nothing
+     * keeps alive any more, runs out by its TTL. */
+    unpool(be, l);
+    l->ok_ms = 0;
+    if (rc == DLOCK__ETCD_LEASE_GONE)
+        l->id = 0;
+    return rc;
+}
+
 int dlock__etcd_lease_txn(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_lease *l,
                           int64_t since_ms, json_t *txn, json_t **reply)
 {
@@ -305,20 +333,7 @@ int dlock__etcd_lease_txn(dlock__etcd_be *be, dlock__etcd_conn *c, dlock__etcd_l
     *reply = NULL;
     if (l->ok_ms >= since_ms) {
         rc = dlock__etcd_be_call(be, c, "/v3/kv/txn", txn, reply);
-        if (rc == DLOCK_OK)
-            return DLOCK_OK;
-        if (rc == DLOCK_ESERVER && c->grpc_code == DLOCK__GRPC_NOT_FOUND &&
-            (l->pooled || l->session))
-            rc = DLOCK__ETCD_LEASE_GONE; /* the spare (session lease) ran out */
-        if (rc == DLOCK__ETCD_LEASE_GONE && l->session)
-            dlock__etcd_session_seen(be, l->id, 0, l->ok_ms);
-        /* Else not known whether the put was done: the spare, which
-         * nothing keeps alive any more, runs out by its TTL. */
-        unpool(be, l);
-        l->ok_ms = 0;
-        if (rc == DLOCK__ETCD_LEASE_GONE)
-            l->id = 0;
-        return rc;
+        return rc == DLOCK_OK ? DLOCK_OK : dlock__etcd_lease_txn_failed(be, l, rc, c->grpc_code);
     }
     rc = txn_and_keepalive(be, c, txn, l->id, &p, &alive);
     put = p.rc[1] == DLOCK_OK && json_is_true(json_object_get(p.out[1], "succeeded"));
@@ -372,8 +387,10 @@ void dlock__etcd_lease_give_back(dlock__etcd_be *be, dlock__etcd_conn *c, dlock_
     /* (A session lease is not revoked: lease_revoke leaves it.) */
     if (l->id != 0 && l->pooled) /* the pool keeps it, or revokes it */
         dlock__etcd_spare_return(be, c, l->ttl, l->id, l->ok_ms);
-    else if (l->id != 0)
+    else if (l->id != 0 && c != NULL)
         dlock__etcd_lease_revoke(be, c, l->id);
+    else if (l->id != 0 && !DLOCK__ETCD_IS_SESSION(l->id))
+        dlock__etcd_revoke_later(be, NULL, l->id);
     l->id = l->ok_ms = 0;
     l->pooled = 0;
 }

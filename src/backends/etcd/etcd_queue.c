@@ -65,10 +65,18 @@ static int acquire_reply(dlock__etcd_be *be, const dlock__etcd_keys *k, json_t *
     if (found < 0)
         return found;
     if (found == 1 && dlock__etcd_same_key(first, k->key) && first->create_revision > 0) {
-        /* Our own put, whose reply was lost before a retry. */
-        *fence = (uint64_t)first->create_revision;
+        /* Our own put, whose reply was lost before a retry; on the lease
+         * of this try, as a retry sends the same txn. On another (a try
+         * without blocking, whose outcome was lost, on a lease nothing
+         * renews): not known to be alive, given back by the core. */
+        int64_t on = first->lease;
         free(first->key);
         first->key = NULL;
+        if (on != k->lease)
+            return dlock__fail(DLOCK_ECONN, "%s: the key of an earlier try whose reply was "
+                               "lost is on another lease: not taken",
+                               dlock__etcd_where(be->http, dlock__etcd_current(be->http)));
+        *fence = (uint64_t)first->create_revision;
         return DLOCK_OK;
     }
     return DLOCK_EBUSY;
@@ -140,6 +148,56 @@ static int try_once(dlock__etcd_be *be, dlock__etcd_conn *c, const dlock__etcd_k
     }
     dlock__etcd_lease_give_back(be, c, &l);
     return busy(be, c, &first, retry_ms);
+}
+
+int dlock__etcd_try_begin(dlock__etcd_be *be, const dlock__etcd_keys *k, int session,
+                          dlock__etcd_lease *l, json_t **txn)
+{
+    dlock__etcd_keys on = *k;
+
+    *txn = NULL;
+    dlock__etcd_lease_init(l, k->lease, k->ttl);
+    l->session = session;
+    l->key = k->key;
+    if (dlock__etcd_lease_take(be, NULL, l, DLOCK__ETCD_TAKE_READY) != DLOCK_OK)
+        return DLOCK_ENOTSUP;
+    if (l->ok_ms < dlock__now_ms() - fresh_ms(k->ttl)) {
+        dlock__etcd_lease_give_back(be, NULL, l);
+        return DLOCK_ENOTSUP;
+    }
+    on.lease = l->id;
+    if ((*txn = acquire_txn(&on)) == NULL) {
+        dlock__etcd_lease_give_back(be, NULL, l);
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    }
+    return DLOCK_OK;
+}
+
+int dlock__etcd_try_end(dlock__etcd_be *be, const dlock__etcd_keys *k, dlock__etcd_lease *l,
+                        const char *owner, json_t *reply, uint64_t *fence,
+                        int64_t *lease_from_ms, int64_t *holder_lease)
+{
+    dlock__etcd_keys on = *k;
+    dlock__etcd_kv first;
+    int rc;
+
+    on.lease = l->id;
+    *holder_lease = 0;
+    rc = acquire_reply(be, &on, reply, fence, &first);
+    if (rc == DLOCK_OK) {
+        if (l->ok_ms < *lease_from_ms)
+            *lease_from_ms = l->ok_ms;
+        return dlock__etcd_lease_hold(be, owner, l);
+    }
+    if (rc != DLOCK_EBUSY) {
+        dlock__etcd_lease_drop(be, l);
+        return rc;
+    }
+    dlock__etcd_lease_give_back(be, NULL, l);
+    if (first.key != NULL)
+        *holder_lease = first.lease;
+    free(first.key);
+    return DLOCK_EBUSY;
 }
 
 /* Put our key at the end of the queue (or find it there, after a lost

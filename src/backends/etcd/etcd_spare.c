@@ -304,8 +304,9 @@ void dlock__etcd_spares_wake(dlock__etcd_be *be)
 
 /* A lease that backs no key any more (a waiter's short lease, its key
  * moved onto a spare): revoked by the thread, off the caller's path; on c
- * now when the thread has too many waiting or cannot run. Until then it
- * runs out by its TTL, as nothing keeps it alive. */
+ * now when the thread has too many waiting or cannot run (c NULL: never on
+ * the caller's thread). Until then it runs out by its TTL, as nothing
+ * keeps it alive. */
 void dlock__etcd_revoke_later(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t lease)
 {
     dlock__etcd_spares *sp = be->spares;
@@ -318,7 +319,7 @@ void dlock__etcd_revoke_later(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t l
         queued = 1;
     }
     pthread_mutex_unlock(&sp->mu);
-    if (!queued)
+    if (!queued && c != NULL)
         dlock__etcd_lease_revoke(be, c, lease);
 }
 
@@ -428,8 +429,10 @@ static void give_back(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t ttl, int6
     if (s != NULL && now < ok_ms + ttl * 1000 - SPARE_MARGIN_MS)
         kept = pool_add(s, lease, ok_ms);
     pthread_mutex_unlock(&sp->mu);
-    if (!kept)
+    if (!kept && c != NULL)
         dlock__etcd_lease_revoke(be, c, lease);
+    else if (!kept)
+        dlock__etcd_revoke_later(be, NULL, lease);
 }
 
 /* A spare that an acquire took but did not use (the lock was busy), alive

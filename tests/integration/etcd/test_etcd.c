@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "backends/etcd/etcd_codec.h"
+#include "dlock/async.h"
 #include "chaos_proxy.h"
 #include "test.h"
 
@@ -2282,6 +2283,162 @@ static void waiters_share_one_lease(void)
     test_etcd_stop(&e);
 }
 
+/* ---- the asynchronous API on the loop's thread (etcd_async.c) ---------- */
+
+/* Where the tries and releases were traced: on the loop's thread (the
+ * test's), or on another (the engine's workers, which make blocking calls). */
+typedef struct {
+    pthread_t loop;
+    atomic_int on_loop, elsewhere;
+} traced_where;
+
+static void trace_where(const dlock_trace_event *ev, void *payload)
+{
+    traced_where *w = payload;
+
+    if (ev->phase != DLOCK_TRACE_END ||
+        (strcmp(ev->call, "acquire") != 0 && strcmp(ev->call, "release") != 0))
+        return;
+    if (pthread_equal(pthread_self(), w->loop))
+        w->on_loop++;
+    else
+        w->elsewhere++;
+}
+
+typedef struct {
+    int calls, rc;
+    dlock_lock *lock;
+    char msg[300];
+} async_outcome;
+
+static void async_acquired(int rc, dlock_lock *lock, void *arg)
+{
+    async_outcome *o = arg;
+
+    o->rc = rc;
+    o->lock = lock;
+    snprintf(o->msg, sizeof(o->msg), "%s", rc != DLOCK_OK ? dlock_error_message() : "");
+    o->calls++;
+}
+
+static void async_done(int rc, void *arg)
+{
+    async_outcome *o = arg;
+
+    o->rc = rc;
+    o->calls++;
+}
+
+/* Run c's loop until o has its callback (10 s at most). */
+static void async_wait(dlock_client *c, async_outcome *o)
+{
+    for (int turns = 0; o->calls == 0; turns++) {
+        struct pollfd p = {dlock_async_fd(c), POLLIN, 0};
+        int64_t t = dlock_async_timeout_ms(c);
+        CHECK(turns < 100000);
+        poll(&p, 1, t < 0 || t > 100 ? 100 : (int)t);
+        CHECK(dlock_async_process(c) >= 0);
+    }
+}
+
+/* One cycle through the asynchronous API; rc of the acquisition. */
+static int async_cycle(dlock_client *c, const char *name, dlock_acquire_options *o,
+                       async_outcome *got)
+{
+    async_outcome done = {0};
+
+    memset(got, 0, sizeof(*got));
+    CHECK_RC(dlock_acquire_async(NULL, c, name, o, async_acquired, got), DLOCK_OK);
+    async_wait(c, got);
+    if (got->rc != DLOCK_OK)
+        return got->rc;
+    CHECK_RC(dlock_release_async(NULL, got->lock, async_done, &done), DLOCK_OK);
+    async_wait(c, &done);
+    CHECK_RC(done.rc, DLOCK_OK);
+    return DLOCK_OK;
+}
+
+/*
+ * Once the loop's connection is made, the asynchronous API's try that
+ * never waits and its release are each one request sent and read on the
+ * loop's thread: traced there, none on a worker, one Txn and one
+ * DeleteRange a cycle, on a spare lease and on the session lease (auto
+ * renewed). A busy try still tells the holder's lease left (a second
+ * request, LeaseTimeToLive), from the loop's thread too.
+ */
+static void async_on_the_loop(void)
+{
+    test_etcd e;
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    traced_where w = {.loop = pthread_self()};
+    dlock_client *c, *other;
+    dlock_acquire_options plain = test_opts(0, 30000, 0), renewed = test_opts(0, 30000, 1);
+    async_outcome got;
+    dlock_lock *held;
+    long long txn, del, ttl;
+    const char *left;
+    int cycles = 10;
+
+    test_etcd_start(&e, 1, NULL);
+    co.trace = trace_where;
+    co.trace_payload = &w;
+    CHECK_RC(dlock_client_open(&c, e.url, &co), DLOCK_OK);
+    /* The first requests make the loop's connection (they themselves may
+     * go to the workers meanwhile), and the leases: a spare granted ahead
+     * of need, the session lease. */
+    CHECK_RC(async_cycle(c, "a", &plain, &got), DLOCK_OK);
+    CHECK_RC(async_cycle(c, "a", &renewed, &got), DLOCK_OK);
+    wait_spares(&e, 1);
+    for (int i = 0; i < 3; i++) {
+        CHECK_RC(async_cycle(c, "a", &plain, &got), DLOCK_OK);
+        CHECK_RC(async_cycle(c, "a", &renewed, &got), DLOCK_OK);
+    }
+
+    /* Each time as a spare or the session lease was just confirmed (by a
+     * keepalive beside a blocking try, or a grant), as it is in a steady
+     * cycle: a lease confirmed 500 ms ago or more needs a keepalive, which
+     * the blocking call sends (fresh_spare_needs_no_keepalive). */
+    for (int round = 0; round < 2; round++) {
+        dlock_acquire_options *o = round == 0 ? &plain : &renewed;
+        dlock_lock *l;
+        CHECK_RC(dlock_acquire(&l, c, "a", o), DLOCK_OK); /* confirms the lease */
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+        w.on_loop = w.elsewhere = 0;
+        txn = method_count(&e, "Txn");
+        del = method_count(&e, "DeleteRange");
+        for (int i = 0; i < cycles; i++)
+            CHECK_RC(async_cycle(c, "a", o, &got), DLOCK_OK);
+        txn = method_count(&e, "Txn") - txn;
+        del = method_count(&e, "DeleteRange") - del;
+        fprintf(stderr, "%s: %d async cycles: %d calls on the loop's thread, %d elsewhere; "
+                "%lld Txn, %lld DeleteRange\n", round == 0 ? "spare lease" : "session lease",
+                cycles, (int)w.on_loop, (int)w.elsewhere, txn, del);
+        CHECK(w.on_loop == 2 * cycles);
+        CHECK(w.elsewhere == 0);
+        CHECK(txn == cycles);
+        CHECK(del == cycles);
+    }
+
+    /* Busy: the try on the loop's thread, then the holder's lease left. */
+    other = open_client(&e);
+    CHECK_RC(dlock_acquire(&held, other, "b", &plain), DLOCK_OK);
+    w.on_loop = w.elsewhere = 0;
+    ttl = method_count(&e, "LeaseTimeToLive");
+    CHECK_RC(async_cycle(c, "b", &plain, &got), DLOCK_EBUSY);
+    ttl = method_count(&e, "LeaseTimeToLive") - ttl;
+    fprintf(stderr, "busy: %s (%d on the loop's thread, %d elsewhere; %lld LeaseTimeToLive)\n",
+            got.msg, (int)w.on_loop, (int)w.elsewhere, ttl);
+    CHECK(w.on_loop == 1 && w.elsewhere == 0);
+    CHECK(ttl == 1);
+    CHECK((left = strstr(got.msg, "lease left ")) != NULL);
+    CHECK(atoll(left + strlen("lease left ")) > 20000);
+    CHECK_RC(dlock_release(held), DLOCK_OK);
+    CHECK_RC(async_cycle(c, "b", &plain, &got), DLOCK_OK);
+    dlock_client_free(other);
+    dlock_client_free(c);
+    test_etcd_stop(&e);
+}
+
 TEST_MAIN({"codec", codec, NULL}, {"url_and_open_errors", url_and_open_errors, NULL},
           {"renewal_confirmed_on_old_server", renewal_confirmed_on_old_server, "watchdog"},
           {"leases_follow_the_lock", leases_follow_the_lock, NULL},
@@ -2313,4 +2470,5 @@ TEST_MAIN({"codec", codec, NULL}, {"url_and_open_errors", url_and_open_errors, N
           {"cluster_restart_member", cluster_restart_member, NULL},
           {"cluster_stop_member", cluster_stop_member, "watchdog"},
           {"cluster_mutual_exclusion_leader_killed", cluster_mutual_exclusion_leader_killed, NULL},
-          {"cli_run", cli_run, NULL})
+          {"cli_run", cli_run, NULL},
+          {"async_on_the_loop", async_on_the_loop, "watchdog"})
