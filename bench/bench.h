@@ -156,23 +156,35 @@ void bench_raw_expect(redisContext *c, int type, const char *expect_status, cons
                       ...);
 
 /* ------------------------------------------------------------------------
+ * series.c: latency samples and their percentiles
+ * ---------------------------------------------------------------------- */
+
+/* Latency samples in nanoseconds: n of them in v, room for cap; {0} is
+ * empty. The owner frees v. */
+typedef struct {
+    int64_t *v;
+    size_t n, cap;
+} bench_series;
+
+/* Append one sample, doubling the room when it is full. Dies when out of
+ * memory. */
+void bench_series_add(bench_series *s, int64_t ns);
+
+/* Nearest-rank percentile p (0..100] of the samples, in microseconds (0
+ * when there are none). Sorts the samples in place. */
+double bench_series_us(bench_series *s, double p);
+
+/* Sort n doubles in ascending order (throughput's rates, for their
+ * median). */
+void bench_sort_doubles(double *v, size_t n);
+
+/* ------------------------------------------------------------------------
  * etcd.c: dlock-bench --etcd
  * ---------------------------------------------------------------------- */
 
 /* The etcd section: cycle and hand-off beside the raw /v3/kv/range round
  * trip. url NULL: a throwaway etcd from PATH. Returns the exit status. */
 int bench_etcd(const char *url, long iterations);
-
-/* Latency samples in nanoseconds; {0} is empty. */
-typedef struct {
-    int64_t *v;
-    size_t n;
-} bench_series;
-
-void bench_series_add(bench_series *s, int64_t ns);
-
-/* Nearest-rank percentile p (0..100] of the samples, in microseconds. */
-double bench_series_us(bench_series *s, double p);
 
 /* One uncontended cycle on c: acquire name (10 s lease, no watchdog, no
  * wait) and release it, its time added to s (NULL: a warm-up). Dies when a

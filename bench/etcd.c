@@ -46,35 +46,6 @@ static char auth_token[512]; /* its token for the raw requests, or "" */
 static int janitor_pipe = -1;
 static pid_t janitor_pid;
 
-/* ---- samples ------------------------------------------------------------ */
-
-void bench_series_add(bench_series *s, int64_t ns)
-{
-    int64_t *v = realloc(s->v, (s->n + 1) * sizeof *v);
-    if (v == NULL)
-        bench_die("out of memory");
-    s->v = v;
-    s->v[s->n++] = ns;
-}
-
-static int cmp64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-double bench_series_us(bench_series *s, double p)
-{
-    size_t rank;
-
-    if (s->n == 0)
-        return 0;
-    qsort(s->v, s->n, sizeof *s->v, cmp64);
-    rank = (size_t)(p / 100.0 * (double)s->n + 0.999999);
-    rank = rank < 1 ? 1 : rank > s->n ? s->n : rank;
-    return (double)s->v[rank - 1] / 1000.0;
-}
-
 /* ---- the throwaway etcd ------------------------------------------------- */
 
 int bench_bind_port(int port)

@@ -67,23 +67,6 @@ static void *waiter_b(void *arg)
     return NULL;
 }
 
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentile p of n sorted samples, in microseconds. */
-static double pct_us(const int64_t *v, long n, double p)
-{
-    long rank = (long)(p / 100.0 * (double)n + 0.999999);
-    if (rank < 1)
-        rank = 1;
-    if (rank > n)
-        rank = n;
-    return (double)v[rank - 1] / 1000.0;
-}
-
 /*
  * count timed hand-offs (after warm untimed ones) from A holding kind_a to
  * B waiting for kind_b. Fills p50 and p99 (us); returns how many times B
@@ -95,13 +78,11 @@ static long measure(const char *url, const char *name, int kind_a, int kind_b, l
     dlock_client *ca = NULL, *cb = NULL;
     dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
     family_handoff h;
-    int64_t *lat = malloc((size_t)count * sizeof(*lat));
+    bench_series lat = {0};
     long early = 0;
     pthread_t tb;
     int rc;
 
-    if (lat == NULL)
-        bench_die("out of memory");
     if ((rc = dlock_client_open(&ca, url, NULL)) != DLOCK_OK ||
         (rc = dlock_client_open(&cb, url, NULL)) != DLOCK_OK)
         die_dlock("dlock_client_open", rc);
@@ -132,17 +113,16 @@ static long measure(const char *url, const char *name, int kind_a, int kind_b, l
             continue;
         if (h.b_end < t0)
             early++;
-        lat[i - warm] = h.b_end - t0;
+        bench_series_add(&lat, h.b_end - t0);
     }
     pthread_join(tb, NULL);
     sem_destroy(&h.go);
     sem_destroy(&h.done);
     dlock_client_free(ca);
     dlock_client_free(cb);
-    qsort(lat, (size_t)count, sizeof(*lat), cmp_i64);
-    *p50 = pct_us(lat, count, 50);
-    *p99 = pct_us(lat, count, 99);
-    free(lat);
+    *p50 = bench_series_us(&lat, 50);
+    *p99 = bench_series_us(&lat, 99);
+    free(lat.v);
     return early;
 }
 

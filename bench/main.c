@@ -52,7 +52,7 @@ static double seconds = 2.0;
 static char key_base[64]; /* unique per run, so runs against one server never meet */
 
 /* ------------------------------------------------------------------------
- * Helpers: time, failure, samples
+ * Helpers: time, failure
  * ---------------------------------------------------------------------- */
 
 int64_t bench_now_ns(void)
@@ -92,59 +92,6 @@ static void sleep_ns(int64_t ns)
     struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
     while (clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, &ts) == EINTR) {
     }
-}
-
-typedef struct {
-    int64_t *v;
-    size_t n, cap;
-} samples;
-
-static void samples_init(samples *s, size_t cap)
-{
-    s->v = malloc((cap ? cap : 1) * sizeof *s->v);
-    if (!s->v)
-        bench_die("out of memory");
-    s->n = 0;
-    s->cap = cap;
-}
-
-static void samples_add(samples *s, int64_t ns)
-{
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 64;
-        int64_t *v = realloc(s->v, cap * sizeof *v);
-        if (!v)
-            bench_die("out of memory");
-        s->v = v;
-        s->cap = cap;
-    }
-    s->v[s->n++] = ns;
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentile p (0..100] of the samples. */
-static int64_t percentile(samples *s, double p)
-{
-    if (s->n == 0)
-        return 0;
-    qsort(s->v, s->n, sizeof *s->v, cmp_i64);
-    size_t rank = (size_t)(p / 100.0 * (double)s->n + 0.999999);
-    if (rank < 1)
-        rank = 1;
-    if (rank > s->n)
-        rank = s->n;
-    return s->v[rank - 1];
-}
-
-/* The same for samples in nanoseconds, in microseconds. */
-static double pct_us(samples *s, double p)
-{
-    return (double)percentile(s, p) / 1000.0;
 }
 
 /* ------------------------------------------------------------------------
@@ -260,11 +207,11 @@ static void cmdstats_print(const char *label, const cmdstats *before, const cmds
  * ---------------------------------------------------------------------- */
 
 typedef struct {
-    samples ping, set, del;
-    samples cycle[2], acquire[2], release[2]; /* [auto_renew] */
+    bench_series ping, set, del;
+    bench_series cycle[2], acquire[2], release[2]; /* [auto_renew] */
 } latency;
 
-static void raw_ping(redisContext *c, samples *s)
+static void raw_ping(redisContext *c, bench_series *s)
 {
     int64_t t0 = bench_now_ns();
     redisReply *r = redisCommand(c, "PING");
@@ -273,10 +220,10 @@ static void raw_ping(redisContext *c, samples *s)
         bench_die("PING: %s", r ? "unexpected reply" : c->errstr);
     freeReplyObject(r);
     if (s)
-        samples_add(s, t1 - t0);
+        bench_series_add(s, t1 - t0);
 }
 
-static void raw_set_del(redisContext *c, const char *key, samples *set, samples *del)
+static void raw_set_del(redisContext *c, const char *key, bench_series *set, bench_series *del)
 {
     int64_t t0 = bench_now_ns();
     redisReply *r = redisCommand(c, "SET %s v NX PX 30000", key);
@@ -291,14 +238,14 @@ static void raw_set_del(redisContext *c, const char *key, samples *set, samples 
         bench_die("DEL %s: %s", key, r ? "unexpected reply" : c->errstr);
     freeReplyObject(r);
     if (set)
-        samples_add(set, t1 - t0);
+        bench_series_add(set, t1 - t0);
     if (del)
-        samples_add(del, t3 - t2);
+        bench_series_add(del, t3 - t2);
 }
 
 /* One uncontended acquire (try once) + release. */
-static void dlock_cycle(dlock_client *client, const char *name, int auto_renew, samples *cycle,
-                        samples *acq, samples *rel)
+static void dlock_cycle(dlock_client *client, const char *name, int auto_renew, bench_series *cycle,
+                        bench_series *acq, bench_series *rel)
 {
     dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
     o.wait_ms = 0;
@@ -317,9 +264,9 @@ static void dlock_cycle(dlock_client *client, const char *name, int auto_renew, 
     if (rc != DLOCK_OK)
         die_dlock("dlock_release (uncontended)", rc);
     if (cycle) {
-        samples_add(cycle, t2 - t0);
-        samples_add(acq, t1 - t0);
-        samples_add(rel, t2 - t1);
+        bench_series_add(cycle, t2 - t0);
+        bench_series_add(acq, t1 - t0);
+        bench_series_add(rel, t2 - t1);
     }
 }
 
@@ -332,15 +279,7 @@ static void measure_latency(latency *L, redisContext *raw, dlock_client *client[
     snprintf(name[0], sizeof name[0], "%s:cycle:renew0", key_base);
     snprintf(name[1], sizeof name[1], "%s:cycle:renew1", key_base);
 
-    size_t n = (size_t)iterations;
-    samples_init(&L->ping, n);
-    samples_init(&L->set, n);
-    samples_init(&L->del, n);
-    for (int a = 0; a < 2; a++) {
-        samples_init(&L->cycle[a], n);
-        samples_init(&L->acquire[a], n);
-        samples_init(&L->release[a], n);
-    }
+    memset(L, 0, sizeof *L);
 
     /* Warm-up: connections, the scripts loaded (NOSCRIPT path), caches. */
     long warm = iterations / 10 < 200 ? 200 : iterations / 10;
@@ -511,7 +450,7 @@ static void *raw_handoff_b(void *arg)
     return NULL;
 }
 
-static void measure_raw_handoff(samples *lat, long count, long warm, redisContext *raw)
+static void measure_raw_handoff(bench_series *lat, long count, long warm, redisContext *raw)
 {
     char key[128], chan[160];
     snprintf(key, sizeof key, "%s:rawhandoff", key_base);
@@ -529,7 +468,7 @@ static void measure_raw_handoff(samples *lat, long count, long warm, redisContex
     if (pthread_create(&tb, NULL, raw_handoff_b, &h) != 0)
         bench_die("pthread_create failed");
 
-    samples_init(lat, (size_t)count);
+    memset(lat, 0, sizeof *lat);
     for (long i = 0; i < count + warm; i++) {
         bench_raw_expect(raw, REDIS_REPLY_STATUS, "OK", "SET %s a NX PX 30000", key);
         sem_post(&h.go);
@@ -542,7 +481,7 @@ static void measure_raw_handoff(samples *lat, long count, long warm, redisContex
         while (sem_wait(&h.done) != 0) {
         }
         if (i >= warm)
-            samples_add(lat, h.b_end - t0);
+            bench_series_add(lat, h.b_end - t0);
     }
     pthread_join(tb, NULL);
     sem_destroy(&h.go);
@@ -552,7 +491,7 @@ static void measure_raw_handoff(samples *lat, long count, long warm, redisContex
 }
 
 typedef struct {
-    samples lat;
+    bench_series lat;
     long early;        /* B got the lock before A released: must stay 0 */
     double min_wait_us; /* shortest time B spent inside dlock_acquire */
 } handoff_result;
@@ -586,7 +525,7 @@ static void measure_handoff(handoff_result *res, long count, long warm, cmdstats
     if (pthread_create(&tb, NULL, handoff_b, &h) != 0)
         bench_die("pthread_create failed");
 
-    samples_init(&res->lat, (size_t)count);
+    memset(&res->lat, 0, sizeof res->lat);
     res->early = 0;
     res->min_wait_us = 1e18;
     dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
@@ -610,7 +549,7 @@ static void measure_handoff(handoff_result *res, long count, long warm, cmdstats
             continue;
         if (h.b_end < t0)
             res->early++;
-        samples_add(&res->lat, h.b_end - t0);
+        bench_series_add(&res->lat, h.b_end - t0);
         double waited = (double)(h.b_end - h.b_start) / 1000.0;
         if (waited < res->min_wait_us)
             res->min_wait_us = waited;
@@ -862,25 +801,26 @@ static long run_section(const char *title, redisContext *raw, dlock_client *clie
     /* Uncontended latency, raw and dlock, interleaved. */
     latency L;
     measure_latency(&L, raw, client);
-    double ping50 = pct_us(&L.ping, 50);
+    double ping50 = bench_series_us(&L.ping, 50);
     char base[64];
-    print_row("raw PING (hiredis)", ping50, pct_us(&L.ping, 99), NA, NULL, NA, 0);
-    print_row("raw SET NX PX 30000 (hiredis)", pct_us(&L.set, 50), pct_us(&L.set, 99), NA, NULL,
-              NA, 0);
-    print_row("raw DEL (hiredis)", pct_us(&L.del, 50), pct_us(&L.del, 99), NA, NULL, NA, 0);
+    print_row("raw PING (hiredis)", ping50, bench_series_us(&L.ping, 99), NA, NULL, NA, 0);
+    print_row("raw SET NX PX 30000 (hiredis)", bench_series_us(&L.set, 50),
+              bench_series_us(&L.set, 99), NA, NULL, NA, 0);
+    print_row("raw DEL (hiredis)", bench_series_us(&L.del, 50), bench_series_us(&L.del, 99), NA,
+              NULL, NA, 0);
     for (int a = 1; a >= 0; a--) {
         char label[96];
-        double c50 = pct_us(&L.cycle[a], 50);
+        double c50 = bench_series_us(&L.cycle[a], 50);
         snprintf(base, sizeof base, "2x PING p50 %.1f", 2 * ping50);
         snprintf(label, sizeof label, "cycle acquire+release, auto_renew=%d", a);
-        print_row(label, c50, pct_us(&L.cycle[a], 99), NA, base, c50 / (2 * ping50),
+        print_row(label, c50, bench_series_us(&L.cycle[a], 99), NA, base, c50 / (2 * ping50),
                   TARGET_CYCLE_RATIO);
         snprintf(base, sizeof base, "PING p50 %.1f", ping50);
-        double a50 = pct_us(&L.acquire[a], 50), r50 = pct_us(&L.release[a], 50);
+        double a50 = bench_series_us(&L.acquire[a], 50), r50 = bench_series_us(&L.release[a], 50);
         snprintf(label, sizeof label, "  of which acquire, auto_renew=%d", a);
-        print_row(label, a50, pct_us(&L.acquire[a], 99), NA, base, a50 / ping50, 0);
+        print_row(label, a50, bench_series_us(&L.acquire[a], 99), NA, base, a50 / ping50, 0);
         snprintf(label, sizeof label, "  of which release, auto_renew=%d", a);
-        print_row(label, r50, pct_us(&L.release[a], 99), NA, base, r50 / ping50, 0);
+        print_row(label, r50, bench_series_us(&L.release[a], 99), NA, base, r50 / ping50, 0);
     }
     latency_free(&L);
 
@@ -908,18 +848,18 @@ static long run_section(const char *title, redisContext *raw, dlock_client *clie
 
     /* Contended hand-off, raw and through dlock. */
     long handoffs = iterations / 10 < 10 ? 10 : iterations / 10;
-    samples raw_h;
+    bench_series raw_h;
     measure_raw_handoff(&raw_h, handoffs, 20, raw);
-    double rh50 = pct_us(&raw_h, 50);
+    double rh50 = bench_series_us(&raw_h, 50);
     snprintf(base, sizeof base, "PING p50 %.1f", ping50);
-    print_row("raw hand-off (hiredis, pub/sub)", rh50, pct_us(&raw_h, 99), NA, base,
+    print_row("raw hand-off (hiredis, pub/sub)", rh50, bench_series_us(&raw_h, 99), NA, base,
               rh50 / ping50, 0);
     free(raw_h.v);
     handoff_result H;
     cmdstats hs0, hs1;
     measure_handoff(&H, handoffs, 20, &hs0, &hs1, raw);
-    double h50 = pct_us(&H.lat, 50);
-    print_row("hand-off release -> waiter's acquire", h50, pct_us(&H.lat, 99), NA, base,
+    double h50 = bench_series_us(&H.lat, 50);
+    print_row("hand-off release -> waiter's acquire", h50, bench_series_us(&H.lat, 99), NA, base,
               h50 / ping50, TARGET_HANDOFF_RATIO);
     snprintf(base, sizeof base, "raw hand-off %.1f", rh50);
     print_row("  the same, against the raw hand-off", NA, NA, NA, base, h50 / rh50, 0);
@@ -961,19 +901,13 @@ static long run_section(const char *title, redisContext *raw, dlock_client *clie
 static int run_tls(dlock_client *client[2])
 {
     char err[256];
-    samples ping, cycle[2], acq[2], rel[2];
+    bench_series ping = {0}, cycle[2] = {{0}, {0}}, acq[2] = {{0}, {0}}, rel[2] = {{0}, {0}};
     char name[128], base[64];
 
     if (bench_endpoint_parse(&endpoint, url, err, sizeof err) != 0)
         bench_die("%s", err);
     void *raw = bench_tls_connect(&endpoint);
     snprintf(name, sizeof name, "%s:tls", key_base);
-    samples_init(&ping, (size_t)iterations);
-    for (int a = 0; a < 2; a++) {
-        samples_init(&cycle[a], (size_t)iterations);
-        samples_init(&acq[a], (size_t)iterations);
-        samples_init(&rel[a], (size_t)iterations);
-    }
     printf("dlock-bench: dlock %s over TLS at %s\n", dlock_version(), bench_redacted(url));
     printf("  %ld latency samples each (unpinned)\n", iterations);
     for (long i = 0; i < iterations / 10; i++) { /* warm-up: scripts loaded */
@@ -984,20 +918,21 @@ static int run_tls(dlock_client *client[2])
     for (int round = 0; round < 10; round++) {
         long n = iterations / 10;
         for (long i = 0; i < n; i++)
-            samples_add(&ping, bench_tls_ping(raw));
+            bench_series_add(&ping, bench_tls_ping(raw));
         for (int a = 1; a >= 0; a--)
             for (long i = 0; i < n; i++)
                 dlock_cycle(client[a], name, a, &cycle[a], &acq[a], &rel[a]);
     }
     print_header();
-    double ping50 = pct_us(&ping, 50);
-    print_row("raw PING (dlock's TLS transport)", ping50, pct_us(&ping, 99), NA, NULL, NA, 0);
+    double ping50 = bench_series_us(&ping, 50);
+    print_row("raw PING (dlock's TLS transport)", ping50, bench_series_us(&ping, 99), NA, NULL, NA,
+              0);
     snprintf(base, sizeof base, "2x PING p50 %.1f", 2 * ping50);
     for (int a = 1; a >= 0; a--) {
         char label[96];
         snprintf(label, sizeof label, "TLS cycle acquire+release, auto_renew=%d", a);
-        print_row(label, pct_us(&cycle[a], 50), pct_us(&cycle[a], 99), NA, base,
-                  pct_us(&cycle[a], 50) / (2 * ping50), 0);
+        print_row(label, bench_series_us(&cycle[a], 50), bench_series_us(&cycle[a], 99), NA, base,
+                  bench_series_us(&cycle[a], 50) / (2 * ping50), 0);
     }
     bench_tls_close(raw);
     free(ping.v);

@@ -48,13 +48,6 @@ static uint64_t total(worker *w, int n)
     return sum;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return x < y ? -1 : x > y;
-}
-
 double bench_throughput(int nthreads, double seconds, void (*op)(void *arg), void *const *args)
 {
     worker w[MAX_THREADS];
@@ -97,7 +90,7 @@ double bench_throughput(int nthreads, double seconds, void (*op)(void *arg), voi
     for (int i = 0; i < nthreads; i++)
         pthread_join(t[i], NULL);
     pthread_barrier_destroy(&start);
-    qsort(rate, (size_t)slices, sizeof(*rate), cmp_double);
+    bench_sort_doubles(rate, (size_t)slices);
     double median = slices % 2 ? rate[slices / 2] : (rate[slices / 2 - 1] + rate[slices / 2]) / 2;
     free(rate);
     return median;
