@@ -2439,6 +2439,103 @@ static void async_on_the_loop(void)
     test_etcd_stop(&e);
 }
 
+/* Until the client's spares stay as they are for 300 ms (at least one):
+ * the spare thread grants nothing meanwhile. */
+static void spares_steady(test_etcd *e)
+{
+    long long was = -1, now;
+
+    for (int i = 0; i < 50; i++, was = now) {
+        now = test_etcd_spares(e);
+        if (now == was && now > 0)
+            return;
+        test_sleep_ms(300);
+    }
+    CHECK(!"the spares never settled");
+}
+
+/*
+ * The replies of the loop's requests lost (the fault proxy holds etcd's
+ * next answer past the command timeout). A try whose put etcd made but
+ * whose reply never came: a worker tries again, finds the key on the lost
+ * try's lease, which nothing renews, and fails the acquisition as not
+ * known, the key given back, rather than take a lock whose key goes with
+ * a lease it does not keep. A release whose delete's reply never came:
+ * the worker's release finds the key gone, revokes the lease and says so.
+ */
+static void async_reply_lost(void)
+{
+    test_etcd e;
+    chaos_proxy *px;
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    traced_where w = {.loop = pthread_self()};
+    dlock_client *c;
+    dlock_acquire_options o = test_opts(0, 20000, 0);
+    async_outcome got, done = {0};
+    char url[200];
+    long long lease;
+    dlock_lock *l;
+
+    test_etcd_start(&e, 1, NULL);
+    CHECK(chaos_proxy_start(&px, e.client_port[0]) == 0);
+    snprintf(url, sizeof(url), "etcd://127.0.0.1:%d", chaos_proxy_port(px));
+    co.connect_timeout_ms = 500;
+    co.command_timeout_ms = 2500;
+    co.trace = trace_where;
+    co.trace_payload = &w;
+    CHECK_RC(dlock_client_open(&c, url, &co), DLOCK_OK);
+    /* The loop's connection, and the spares: once a cycle has taken one,
+     * the thread grants a second, and both stay. */
+    for (int i = 0; i < 3; i++)
+        CHECK_RC(async_cycle(c, "lost", &o, &got), DLOCK_OK);
+    wait_spares(&e, 2);
+
+    /* The try. */
+    CHECK_RC(dlock_acquire(&l, c, "lost", &o), DLOCK_OK); /* confirms the spare */
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    wait_spares(&e, 2);
+    w.on_loop = w.elsewhere = 0;
+    chaos_proxy_set(px, CHAOS_PROXY_DELAY_ONE_REPLY, 4000);
+    memset(&got, 0, sizeof(got));
+    CHECK_RC(dlock_acquire_async(NULL, c, "lost", &o, async_acquired, &got), DLOCK_OK);
+    async_wait(c, &got);
+    fprintf(stderr, "try, its reply lost: %s (%d calls on the loop's thread, %d elsewhere)\n",
+            got.msg, (int)w.on_loop, (int)w.elsewhere);
+    CHECK(w.on_loop >= 1); /* the try was the loop's */
+    CHECK_RC(got.rc, DLOCK_ECONN);
+    CHECK(got.lock == NULL);
+    CHECK(test_etcd_count(&e, "dlock/lost/") == 0); /* given back */
+    test_sleep_ms(4500); /* the held reply goes by */
+    CHECK_RC(async_cycle(c, "lost", &o, &got), DLOCK_OK);
+
+    /* The release. */
+    for (int i = 0; i < 3; i++)
+        CHECK_RC(async_cycle(c, "lost", &o, &got), DLOCK_OK);
+    spares_steady(&e);
+    CHECK_RC(dlock_acquire(&l, c, "lost", &o), DLOCK_OK);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    spares_steady(&e);
+    memset(&got, 0, sizeof(got));
+    CHECK_RC(dlock_acquire_async(NULL, c, "lost", &o, async_acquired, &got), DLOCK_OK);
+    async_wait(c, &got);
+    CHECK_RC(got.rc, DLOCK_OK);
+    lease = key_lease(&e, "dlock/lost/");
+    CHECK(lease & (1LL << 62)); /* a spare */
+    w.on_loop = w.elsewhere = 0;
+    chaos_proxy_set(px, CHAOS_PROXY_DELAY_ONE_REPLY, 4000);
+    CHECK_RC(dlock_release_async(NULL, got.lock, async_done, &done), DLOCK_OK);
+    async_wait(c, &done);
+    fprintf(stderr, "release, its reply lost: rc %d (%d calls on the loop's thread, %d "
+            "elsewhere)\n", done.rc, (int)w.on_loop, (int)w.elsewhere);
+    CHECK(w.on_loop >= 1 && w.elsewhere >= 1); /* the loop's, then a worker's */
+    CHECK_RC(done.rc, DLOCK_OK);
+    CHECK(test_etcd_count(&e, "dlock/") == 0);
+    CHECK(lease_ttl(&e, lease) == -1); /* revoked: it never goes back to the pool */
+    dlock_client_free(c);
+    chaos_proxy_stop(px);
+    test_etcd_stop(&e);
+}
+
 TEST_MAIN({"codec", codec, NULL}, {"url_and_open_errors", url_and_open_errors, NULL},
           {"renewal_confirmed_on_old_server", renewal_confirmed_on_old_server, "watchdog"},
           {"leases_follow_the_lock", leases_follow_the_lock, NULL},
@@ -2471,4 +2568,5 @@ TEST_MAIN({"codec", codec, NULL}, {"url_and_open_errors", url_and_open_errors, N
           {"cluster_stop_member", cluster_stop_member, "watchdog"},
           {"cluster_mutual_exclusion_leader_killed", cluster_mutual_exclusion_leader_killed, NULL},
           {"cli_run", cli_run, NULL},
-          {"async_on_the_loop", async_on_the_loop, "watchdog"})
+          {"async_on_the_loop", async_on_the_loop, "watchdog"},
+          {"async_reply_lost", async_reply_lost, NULL})
