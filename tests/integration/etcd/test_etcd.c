@@ -2364,11 +2364,11 @@ static int async_cycle(dlock_client *c, const char *name, dlock_acquire_options 
  * loop's thread: traced there, none on a worker, one Txn and one
  * DeleteRange a cycle, on a spare lease and on the session lease (auto
  * renewed). A busy try still tells the holder's lease left (a second
- * request, LeaseTimeToLive), from the loop's thread too.
+ * request, LeaseTimeToLive), from the loop's thread too. Over gRPC, over
+ * TLS and over the JSON gateway (transport=gateway).
  */
-static void async_on_the_loop(void)
+static void on_the_loop(test_etcd *e, const char *url, const char *label)
 {
-    test_etcd e;
     dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
     traced_where w = {.loop = pthread_self()};
     dlock_client *c, *other;
@@ -2379,17 +2379,13 @@ static void async_on_the_loop(void)
     const char *left;
     int cycles = 10;
 
-    test_etcd_start(&e, 1, NULL);
     co.trace = trace_where;
     co.trace_payload = &w;
-    CHECK_RC(dlock_client_open(&c, e.url, &co), DLOCK_OK);
+    CHECK_RC(dlock_client_open(&c, url, &co), DLOCK_OK);
     /* The first requests make the loop's connection (they themselves may
      * go to the workers meanwhile), and the leases: a spare granted ahead
      * of need, the session lease. */
-    CHECK_RC(async_cycle(c, "a", &plain, &got), DLOCK_OK);
-    CHECK_RC(async_cycle(c, "a", &renewed, &got), DLOCK_OK);
-    wait_spares(&e, 1);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         CHECK_RC(async_cycle(c, "a", &plain, &got), DLOCK_OK);
         CHECK_RC(async_cycle(c, "a", &renewed, &got), DLOCK_OK);
     }
@@ -2404,15 +2400,16 @@ static void async_on_the_loop(void)
         CHECK_RC(dlock_acquire(&l, c, "a", o), DLOCK_OK); /* confirms the lease */
         CHECK_RC(dlock_release(l), DLOCK_OK);
         w.on_loop = w.elsewhere = 0;
-        txn = method_count(&e, "Txn");
-        del = method_count(&e, "DeleteRange");
+        txn = method_count(e, "Txn");
+        del = method_count(e, "DeleteRange");
         for (int i = 0; i < cycles; i++)
             CHECK_RC(async_cycle(c, "a", o, &got), DLOCK_OK);
-        txn = method_count(&e, "Txn") - txn;
-        del = method_count(&e, "DeleteRange") - del;
-        fprintf(stderr, "%s: %d async cycles: %d calls on the loop's thread, %d elsewhere; "
-                "%lld Txn, %lld DeleteRange\n", round == 0 ? "spare lease" : "session lease",
-                cycles, (int)w.on_loop, (int)w.elsewhere, txn, del);
+        txn = method_count(e, "Txn") - txn;
+        del = method_count(e, "DeleteRange") - del;
+        fprintf(stderr, "%s, %s: %d async cycles: %d calls on the loop's thread, %d "
+                "elsewhere; %lld Txn, %lld DeleteRange\n", label,
+                round == 0 ? "spare lease" : "session lease", cycles, (int)w.on_loop,
+                (int)w.elsewhere, txn, del);
         CHECK(w.on_loop == 2 * cycles);
         CHECK(w.elsewhere == 0);
         CHECK(txn == cycles);
@@ -2420,14 +2417,14 @@ static void async_on_the_loop(void)
     }
 
     /* Busy: the try on the loop's thread, then the holder's lease left. */
-    other = open_client(&e);
+    other = open_url(url);
     CHECK_RC(dlock_acquire(&held, other, "b", &plain), DLOCK_OK);
     w.on_loop = w.elsewhere = 0;
-    ttl = method_count(&e, "LeaseTimeToLive");
+    ttl = method_count(e, "LeaseTimeToLive");
     CHECK_RC(async_cycle(c, "b", &plain, &got), DLOCK_EBUSY);
-    ttl = method_count(&e, "LeaseTimeToLive") - ttl;
-    fprintf(stderr, "busy: %s (%d on the loop's thread, %d elsewhere; %lld LeaseTimeToLive)\n",
-            got.msg, (int)w.on_loop, (int)w.elsewhere, ttl);
+    ttl = method_count(e, "LeaseTimeToLive") - ttl;
+    fprintf(stderr, "%s, busy: %s (%d on the loop's thread, %d elsewhere; %lld "
+            "LeaseTimeToLive)\n", label, got.msg, (int)w.on_loop, (int)w.elsewhere, ttl);
     CHECK(w.on_loop == 1 && w.elsewhere == 0);
     CHECK(ttl == 1);
     CHECK((left = strstr(got.msg, "lease left ")) != NULL);
@@ -2436,6 +2433,20 @@ static void async_on_the_loop(void)
     CHECK_RC(async_cycle(c, "b", &plain, &got), DLOCK_OK);
     dlock_client_free(other);
     dlock_client_free(c);
+}
+
+static void async_on_the_loop(void)
+{
+    test_etcd e;
+    char url[400];
+
+    test_etcd_start(&e, 1, NULL);
+    on_the_loop(&e, e.url, "gRPC");
+    snprintf(url, sizeof(url), "etcd://127.0.0.1:%d?transport=gateway", e.client_port[0]);
+    on_the_loop(&e, url, "gateway");
+    test_etcd_stop(&e);
+    test_etcd_start_tls(&e, 1);
+    on_the_loop(&e, e.url, "TLS");
     test_etcd_stop(&e);
 }
 
