@@ -102,6 +102,10 @@ static int multi_new(dlock__etcd_loop *l)
         return dlock__fail(DLOCK_ENOMEM, "out of memory (curl multi)");
     curl_multi_setopt(l->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
     curl_multi_setopt(l->multi, CURLMOPT_SOCKETDATA, l);
+    /* As many connections as the loop watches: over HTTP/2 one carries the
+     * requests side by side; over HTTP/1.1 (the gateway) the rest wait for
+     * one to be free, within their timeout, as a pool's callers do. */
+    curl_multi_setopt(l->multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long)SOCKETS);
     l->nsocks = 0;
     l->h2 = 0;
     return DLOCK_OK;

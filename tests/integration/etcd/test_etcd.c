@@ -2431,6 +2431,41 @@ static void on_the_loop(test_etcd *e, const char *url, const char *label)
     CHECK(atoll(left + strlen("lease left ")) > 20000);
     CHECK_RC(dlock_release(held), DLOCK_OK);
     CHECK_RC(async_cycle(c, "b", &plain, &got), DLOCK_OK);
+
+    /* Many at once: the loop's requests side by side on its connections
+     * (HTTP/2 streams; over the gateway a few connections, the rest
+     * waiting for one), the workers taking what the loop does not. */
+    {
+        enum { MANY = 200 };
+        async_outcome *all = calloc(MANY, sizeof(*all)), *rel = calloc(MANY, sizeof(*rel));
+        int taken = 0, released = 0;
+        CHECK(all != NULL && rel != NULL);
+        for (int i = 0; i < MANY; i++) {
+            char name[32];
+            snprintf(name, sizeof(name), "many-%d", i);
+            CHECK_RC(dlock_acquire_async(NULL, c, name, &plain, async_acquired, &all[i]),
+                     DLOCK_OK);
+        }
+        for (int i = 0; i < MANY; i++) {
+            async_wait(c, &all[i]);
+            taken += all[i].rc == DLOCK_OK;
+        }
+        CHECK(test_etcd_count(e, "dlock/many-") == MANY);
+        for (int i = 0; i < MANY; i++)
+            if (all[i].rc == DLOCK_OK)
+                CHECK_RC(dlock_release_async(NULL, all[i].lock, async_done, &rel[i]), DLOCK_OK);
+        for (int i = 0; i < MANY; i++) {
+            if (all[i].rc == DLOCK_OK)
+                async_wait(c, &rel[i]);
+            released += all[i].rc == DLOCK_OK && rel[i].rc == DLOCK_OK;
+        }
+        fprintf(stderr, "%s, %d at once: %d taken, %d released\n", label, MANY, taken,
+                released);
+        CHECK(taken == MANY && released == MANY);
+        CHECK(test_etcd_count(e, "dlock/many-") == 0);
+        free(all);
+        free(rel);
+    }
     dlock_client_free(other);
     dlock_client_free(c);
 }
