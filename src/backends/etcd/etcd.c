@@ -299,9 +299,12 @@ json_t *dlock__etcd_delete_request(const char *key)
     return json_pack("{s:o, s:b}", "key", dlock__etcd_str(key), "prev_kv", 1);
 }
 
-/* A revoke on c; c NULL: by the spare thread, off the loop's thread. */
+/* A revoke on c; c NULL: by the spare thread, off the loop's thread. A
+ * session lease is never revoked (lease_revoke leaves it). */
 static void revoke_on(dlock__etcd_be *be, dlock__etcd_conn *c, int64_t lease)
 {
+    if (DLOCK__ETCD_IS_SESSION(lease))
+        return;
     if (c != NULL)
         dlock__etcd_lease_revoke(be, c, lease);
     else
