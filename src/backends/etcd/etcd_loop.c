@@ -35,6 +35,9 @@
 /* Sockets reported to the loop, at most (one per endpoint connected). */
 #define SOCKETS 4
 
+/* Handles kept for the next requests, at most. */
+#define IDLE_MAX 16
+
 typedef struct sent {
     dlock__etcd_conn *c; /* its easy handle, on the loop's multi */
     char path[48];
@@ -61,6 +64,7 @@ struct dlock__etcd_loop {
     unsigned ready; /* bit i: a connection to endpoint i answered, and none failed since */
     sent *flying;
     dlock__etcd_conn *idle; /* handles of requests that ended, for reuse */
+    int nidle;
     struct {
         int fd;
         unsigned gen;
@@ -128,7 +132,14 @@ int dlock__etcd_loop_new(dlock__etcd *e, dlock__etcd_loop **out)
     return DLOCK_OK;
 }
 
-/* The handle goes back to the idle list (mu held). */
+static void conn_drop(dlock__etcd_conn *c)
+{
+    c->multi = NULL; /* the loop's */
+    dlock__etcd_conn_free(c);
+}
+
+/* The handle goes back to the idle list, or is freed when the list holds
+ * IDLE_MAX already: a burst of requests leaves no more behind (mu held). */
 static void sent_free(dlock__etcd_loop *l, sent *s)
 {
     if (s->c != NULL) {
@@ -137,18 +148,17 @@ static void sent_free(dlock__etcd_loop *l, sent *s)
         dlock__etcd_headers_free(s->c->headers);
         s->c->headers = NULL;
         dlock__etcd_frames_free(s->c);
-        s->c->next = l->idle;
-        l->idle = s->c;
+        if (l->nidle < IDLE_MAX) {
+            s->c->next = l->idle;
+            l->idle = s->c;
+            l->nidle++;
+        } else {
+            conn_drop(s->c);
+        }
     }
     free(s->packed);
     free(s->body);
     free(s);
-}
-
-static void conn_drop(dlock__etcd_conn *c)
-{
-    c->multi = NULL; /* the loop's */
-    dlock__etcd_conn_free(c);
 }
 
 void dlock__etcd_loop_free(dlock__etcd_loop *l)
@@ -225,6 +235,7 @@ static int sent_add(dlock__etcd_loop *l, sent *s)
 
     if ((c = l->idle) != NULL) {
         l->idle = c->next;
+        l->nidle--;
         c->next = NULL;
     } else if ((c = dlock__etcd_conn_alloc(l->e)) == NULL) {
         return dlock__fail(DLOCK_ENOMEM, "out of memory (curl handle)");
