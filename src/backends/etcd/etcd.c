@@ -232,17 +232,23 @@ static int etcd_acquire(void *arg, const dlock_request *req, void *watch,
         dlock__etcd_key_id_lend(be, req->token);
     }
     rc = acquire_keys(be, req, watch, out);
-    if (w != NULL) {
+    if (w != NULL)
         w->took = rc == DLOCK_OK;
-    } else if (rc == DLOCK_EBUSY && !dlock__etcd_shared_kind(req->kind)) {
+    else
+        dlock__etcd_try_loan_end(be, req->token, req->kind, rc);
+    return rc;
+}
+
+void dlock__etcd_try_loan_end(dlock__etcd_be *be, const char *token, int kind, int rc)
+{
+    if (rc == DLOCK_EBUSY && !dlock__etcd_shared_kind(kind)) {
         /* The acquire txn's compare failed: nothing was put, the id is
          * still known gone. (A shared kind's try may have put its key and
          * deleted it again.) */
-        dlock__etcd_key_id_give_back(be, req->token);
-    } else if (rc != DLOCK_OK && !dlock__outcome_unknown(rc)) {
-        dlock__etcd_key_id_drop(be, req->token);
+        dlock__etcd_key_id_give_back(be, token);
+    } else if (rc != DLOCK_OK && rc != DLOCK_ENOTSUP && !dlock__outcome_unknown(rc)) {
+        dlock__etcd_key_id_drop(be, token);
     }
-    return rc;
 }
 
 /* ---- release, extend, check --------------------------------------------- */

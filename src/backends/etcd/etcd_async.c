@@ -79,28 +79,21 @@ static void tried(void *arg, int rc, json_t *reply, dlock__grpc_status grpc_code
     if (rc == DLOCK_OK) {
         rc = dlock__etcd_try_end(be, &f->k, &f->l, f->token, reply, &f->res->fence,
                                  &f->res->lease_from_ms, &holder);
-        reply = NULL;
-    }
-    json_decref(reply);
-    if (rc == DLOCK_OK || rc == DLOCK_EBUSY) {
-        /* try_end's */
     } else if (rc == DLOCK_ENOTSUP) {
+        json_decref(reply);
         dlock__etcd_lease_give_back(be, NULL, &f->l); /* nothing was put */
-    } else if (dlock__etcd_lease_txn_failed(be, &f->l, rc, grpc_code) ==
-               DLOCK__ETCD_LEASE_GONE) {
-        rc = DLOCK_ENOTSUP; /* the lease ran out: the blocking try grants one */
+    } else {
+        json_decref(reply);
+        if (dlock__etcd_lease_txn_failed(be, &f->l, rc, grpc_code) == DLOCK__ETCD_LEASE_GONE)
+            rc = DLOCK_ENOTSUP; /* the lease ran out: the blocking try grants one */
     }
+    dlock__etcd_try_loan_end(be, f->token, DLOCK_KIND_MUTEX, rc);
     if (rc == DLOCK_EBUSY) {
-        /* The compare failed: nothing was put, the key id is still known
-         * gone (as etcd.c etcd_acquire). */
-        dlock__etcd_key_id_give_back(be, f->token);
         f->res->retry_ms = -1;
         if (holder != 0 && dlock__etcd_loop_send(be->loop, "/v3/lease/timetolive",
                                                  dlock__etcd_ttl_request(holder), holder_left,
                                                  f) == DLOCK_OK)
             return;
-    } else if (rc != DLOCK_OK && rc != DLOCK_ENOTSUP && !dlock__outcome_unknown(rc)) {
-        dlock__etcd_key_id_drop(be, f->token);
     }
     finish(f, rc);
 }

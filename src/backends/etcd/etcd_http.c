@@ -577,6 +577,14 @@ static void pause_ms(int64_t ms)
         ;
 }
 
+void dlock__etcd_answered(dlock__etcd *e, size_t idx)
+{
+    size_t was = atomic_load(&e->current);
+
+    if (was != idx)
+        atomic_compare_exchange_strong(&e->current, &was, idx);
+}
+
 static int call_body(dlock__etcd *e, dlock__etcd_conn *c, const char *path, const char *body,
                      int with_token, int stream, json_t **out)
 {
@@ -599,11 +607,8 @@ static int call_body(dlock__etcd *e, dlock__etcd_conn *c, const char *path, cons
         next = dlock__etcd_attempt(e, c, idx, path, body, budget, with_token, stream, &gen, out,
                                    &rc);
         if (next == DLOCK__ETCD_TRY_DONE) {
-            if (rc == DLOCK_OK) {
-                size_t was = atomic_load(&e->current);
-                if (was != idx)
-                    atomic_compare_exchange_strong(&e->current, &was, idx);
-            }
+            if (rc == DLOCK_OK)
+                dlock__etcd_answered(e, idx);
             return rc;
         }
         if (next == DLOCK__ETCD_TRY_LOGIN) {

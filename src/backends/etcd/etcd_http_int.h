@@ -56,6 +56,10 @@ enum {
     DLOCK__ETCD_TRY_AGAIN /* at once, on the same endpoint (a new connection) */
 };
 
+/* Endpoint idx answered a call: the one in use from now on, for the
+ * client's later calls. */
+void dlock__etcd_answered(dlock__etcd *e, size_t idx);
+
 /* A connection without a multi handle (the caller sets multi and h2). */
 dlock__etcd_conn *dlock__etcd_conn_alloc(dlock__etcd *e);
 

@@ -462,6 +462,11 @@ int dlock__etcd_try_end(dlock__etcd_be *be, const dlock__etcd_keys *k, dlock__et
 
 /* ---- etcd.c, for etcd_async.c ------------------------------------------- */
 
+/* A try that will not wait ended with rc: its key id's loan (etcd_keys.c)
+ * given back when nothing was put (busy), dropped when it failed for sure,
+ * kept when its outcome is not known (the core's release ends it) or it
+ * was not made (DLOCK_ENOTSUP: the blocking try makes it). */
+void dlock__etcd_try_loan_end(dlock__etcd_be *be, const char *token, int kind, int rc);
 /* The key of a plain auto-renewed lock goes on the session lease. */
 int dlock__etcd_on_session(const dlock_request *req);
 /* What req's key holds (*value malloc'd; NULL for a candidate's, whose

@@ -335,11 +335,8 @@ static void judge(dlock__etcd_loop *l, sent *s, CURLcode res)
     else
         l->ready &= ~(1u << s->idx);
     if (next == DLOCK__ETCD_TRY_DONE) {
-        if (s->rc == DLOCK_OK) {
-            size_t was = dlock__etcd_current(l->e);
-            if (was != s->idx)
-                atomic_compare_exchange_strong(&l->e->current, &was, s->idx);
-        }
+        if (s->rc == DLOCK_OK)
+            dlock__etcd_answered(l->e, s->idx);
     } else if (next == DLOCK__ETCD_TRY_REFUSED || next == DLOCK__ETCD_TRY_LOGIN ||
                next == DLOCK__ETCD_TRY_AGAIN) {
         /* Nothing reached etcd, or etcd did nothing: the blocking call
