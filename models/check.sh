@@ -9,6 +9,9 @@
 #     grant proposed for issue 28 (-DSTAMPED_GRANT, not in the code), no
 #     violation, and property (1) broken by each of its three mutants; the
 #     same for the grant pushed to a list (-DLIST_GRANT) and its two;
+#   - the fair lock's queue (-DFAIR): its head handed the lock with the list
+#     grant as the code has it (-DLIST_WINDOW), and without listening: no
+#     violation; the list grant's two mutants: property (1) broken;
 #   - the Redlock fence (models/redlock.pml): spin must find no violation of
 #     properties (2) and (3), also with a retry that reuses the token
 #     (-DATTEMPTS=2); without the unanimity check (-DNO_UNANIMITY: F = the
@@ -143,6 +146,16 @@ check $m 1 "mutex: list grant, key handed over for the confirm window (-DLIST_SH
     -DLIST_SHORT_PX -DPROPS=1 -DN=2 -DROUNDS=2 -DTMAX=6
 check $m none "mutex: list grant as the code has it, window from the bound (-DLIST_WINDOW), 2 clients x 2" \
     -DLIST_WINDOW -DN=2 -DROUNDS=2 -DTMAX=6
+check $m none "fair: the queue's head handed the lock, list grant as the code has it (-DFAIR -DLIST_WINDOW), 2 clients x 2" \
+    -DFAIR -DLIST_WINDOW -DN=2 -DROUNDS=2 -DTMAX=6
+check $m 1 "fair: list grant, lease from the BLPOP that popped it (-DFAIR -DLIST_FROM_POP)" \
+    -DFAIR -DLIST_FROM_POP -DPROPS=1 -DN=2 -DROUNDS=2 -DTMAX=6
+check $m 1 "fair: list grant, believed for the lease past the key's window (-DFAIR -DLIST_SHORT_PX)" \
+    -DFAIR -DLIST_SHORT_PX -DPROPS=1 -DN=2 -DROUNDS=2 -DTMAX=6
+check $m none "fair: list grant as the code has it, 3 clients (two queued), 5 ticks" \
+    -DFAIR -DLIST_WINDOW -DTMAX=5
+check $m none "fair: without listening, the head takes it by a try (-DFAIR), 2 clients x 2, 8 ticks" \
+    -DFAIR -DN=2 -DROUNDS=2 -DTMAX=8
 if [ "$long" = 1 ]; then
     check $m none "mutex: stamped grant, proposed, 3 clients, 6 ticks" -DSTAMPED_GRANT -DTMAX=6
     check $m none "mutex: list grant, proposed, 3 clients, 6 ticks" -DLIST_GRANT -DTMAX=6

@@ -71,6 +71,17 @@
  * extend it to the lease. (-DLIST_SHORT_PX is its mutant: the same key, the
  * grant believed for the lease.)
  *
+ * -DFAIR: the fair lock (excl_acquire.lua, excl_release.lua, leave.lua)
+ * instead of the plain mutex's single hand-off slot: every waiter's try
+ * takes or keeps a place at the end of a FIFO queue, each place expiring
+ * SLOT_TTL after its last refresh; a free lock goes only to the head of
+ * the queue (a try of another, also one without a place, is busy); and a
+ * release hands the lock to the head, as release.lua hands it to the slot's
+ * waiter. With a list grant (-DLIST_WINDOW, the code since 2026-12-07) the
+ * head listens and pops it; without one, the release deletes the key and
+ * the head takes it by a try. The list grant's mutants -DLIST_FROM_POP and
+ * -DLIST_SHORT_PX must break property (1) here too.
+ *
  * Properties (-DPROPS=n checks property n only; the default, 0, all three):
  *   (1) at most one client holds the lock and believes its lease valid
  *       (dlock_lock_lost() would say 0: not marked lost, and its local now
@@ -164,6 +175,16 @@ byte key_exp;          /* its PX expiry (absolute tick) */
 byte counter;          /* dlock:{NAME}:fence: only ever INCR'd */
 byte slot;             /* dlock:{NAME}:next: the waiter's token, 0 when absent */
 byte slot_exp;
+#ifdef FAIR
+/* dlock:{NAME}:queue and :queue-exp: the waiters' places in arrival order
+ * (q[0] heads it, 0 ends it) and their expiries. N + 1 places: a client's
+ * stale place from an earlier round (a leave that never ran) may still be
+ * there beside every client's current one. */
+#define QLEN (N + 1)
+byte q[QLEN];
+byte q_exp[QLEN];
+byte jj;               /* scratch, as j */
+#endif
 
 /* ---- the release channel and the subscriber connections --------------------
  * "released", and "grant" under the code's rule, are wake-ups only, and a
@@ -251,6 +272,116 @@ inline publish_grant(w, fence)
  * tick they expire), so "key == 0" is SET NX succeeding and "key == t" is
  * GET returning the caller's token. */
 
+#ifdef FAIR
+/* Drop the place at index j (the later ones move up). */
+inline q_drop()
+{
+    jj = j;
+    do
+    :: jj < QLEN - 1 -> q[jj] = q[jj + 1]; q_exp[jj] = q_exp[jj + 1]; jj++
+    :: else -> q[jj] = 0; q_exp[jj] = 0; break
+    od;
+    jj = 0
+}
+
+/* ZREM queue t, ZREM queue-exp t (and HDEL queue-grant t). */
+inline q_remove(t)
+{
+    j = 0;
+    do
+    :: j < QLEN && q[j] == t -> q_drop(); break
+    :: j < QLEN && q[j] != t -> j++
+    :: j >= QLEN -> break
+    od;
+    j = 0
+}
+
+/* A waiter's place: taken at the end, or its expiry refreshed. */
+inline q_enqueue(t)
+{
+    j = 0;
+    do
+    :: j < QLEN && (q[j] == 0 || q[j] == t) -> q[j] = t; q_exp[j] = AT(now + SLOT_TTL); break
+    :: j < QLEN && q[j] != 0 && q[j] != t -> j++
+    :: j >= QLEN -> break
+    od;
+    j = 0
+}
+
+/* excl_acquire.lua, kind 'fair'. The waiter's id stands for its token. */
+inline acquire_lua(t, entry, res, f)
+{
+    if
+    :: key == 0 && (q[0] == 0 || (entry && q[0] == t)) ->
+        key = t; key_exp = KEY_EXP(LEASE);
+        counter++; f = counter;
+        q_remove(t);
+        res = OK;
+        printf("t=%d c%d excl_acquire.lua: free and its turn, fence %d, key expires at %d\n",
+               now, CLIENT(t), f, key_exp)
+    :: key == t ->
+        /* Its hold found (a hand-over to confirm, or a retry): the lease
+         * extended (dlock_pexpire_max), the hold's fence. */
+        key_exp = KEY_EXP(LEASE); f = counter;
+        res = OK;
+        printf("t=%d c%d excl_acquire.lua: the hold is ours, PEXPIRE to %d, fence %d\n",
+               now, CLIENT(t), key_exp, f)
+    :: else ->
+        printf("t=%d c%d excl_acquire.lua: busy (held by c%d, or not its turn)\n", now,
+               CLIENT(t), CLIENT(key));
+        if
+        :: entry -> q_enqueue(t)
+        :: else
+        fi;
+        res = BUSY
+    fi
+}
+
+/* excl_release.lua, kind 'fair': the lock to the head of the queue. */
+inline release_lua(t)
+{
+    if
+#ifdef LIST_GRANT
+    :: key == t && q[0] != 0 ->
+        key = q[0]; key_exp = KEY_EXP(HANDOFF_PX);
+        counter++;
+        publish_grant(key, counter);
+        q_remove(key);
+        printf("t=%d c%d excl_release.lua: hands the key to the head c%d, fence %d, expires at %d\n",
+               now, CLIENT(t), CLIENT(key), counter, key_exp)
+    :: key == t && q[0] == 0 ->
+#else
+    :: key == t ->                    /* the head is named on the channel */
+#endif
+        key = 0; key_exp = 0;
+        printf("t=%d c%d excl_release.lua: DEL key\n", now, CLIENT(t))
+    :: else
+    fi
+}
+
+/* leave.lua: the place goes, and a lock handed over after the waiter's
+ * last try is given back. */
+inline mutex_leave_lua(t)
+{
+    q_remove(t);
+    if
+    :: key == t -> key = 0; key_exp = 0
+    :: else
+    fi
+}
+
+/* The Clock drops the places whose expiry has passed. */
+inline q_expire()
+{
+    j = 0;
+    do
+    :: j < QLEN && q[j] != 0 && now >= q_exp[j] -> q_drop()
+    :: j < QLEN && !(q[j] != 0 && now >= q_exp[j]) -> j++
+    :: j >= QLEN -> break
+    od;
+    j = 0
+}
+#else
 /* acquire.lua. t: the owner token (ARGV[1]); entry: set for a waiter's try,
  * which passes its hand-off entry "WID TOKEN LEASE" (ARGV[3]), here named by
  * its token. Out: res and the fence f. */
@@ -326,6 +457,8 @@ inline mutex_leave_lua(t)
     :: else
     fi
 }
+
+#endif /* FAIR */
 
 /* renew.lua, for one lock of the batch: compare-and-PEXPIRE. */
 inline renew_lua(t, res)
@@ -748,10 +881,14 @@ end_tick:
             key = 0; key_exp = 0
         :: else
         fi;
+#ifdef FAIR
+        q_expire();
+#else
         if
         :: slot != 0 && now >= slot_exp -> slot = 0; slot_exp = 0
         :: else
         fi;
+#endif
         for (j : 0 .. N - 1) {
             if
             :: dl[j] != 0 && now >= dl[j] -> dl[j] = 0

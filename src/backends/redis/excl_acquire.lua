@@ -10,10 +10,15 @@
 -- ARGV[8] leader identity, ARGV[9] the leader channel, ARGV[10] a fair
 -- waiter's id ('' for a try): random, apart from the token, because the
 -- release names it on the channel, which the token never travels on;
--- ARGV[11] the holder record ('' for none)
+-- ARGV[11] the holder record ('' for none), ARGV[12] '1' for a fair waiter
+-- that listens for its grant (redis_listen.c; excl_release hands it the lock
+-- and pushes the fence to PREFIX{NAME}:grant:WAITER-ID), else ''
 -- Keys: base = the owner value (PX lease), base:holds = token -> "FENCE
 -- HOLDER\nKIND" of each handle holding it (lib/family.lua, dlock_hold_value); fair: base:queue = waiter id -> arrival order,
--- base:queue-exp = waiter id -> expiry; leader: base:leader = identity.
+-- base:queue-exp = waiter id -> expiry, base:queue-grant = waiter id ->
+-- "TOKEN LEASE RECORD-LENGTH RECORD..VALUE" of each waiter that listens
+-- (what excl_release needs to hand the lock over); leader: base:leader =
+-- identity.
 -- Returns {1, fence}, {0, retry ms} when busy, {-1, 1} when the owner holds
 -- it and may not re-enter, {-1, 2} when it is held by a lock without holds.
 -- #include fence
@@ -22,7 +27,7 @@ local base, kind, token, value = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 local lease, waiting, ttl = tonumber(ARGV[5]), ARGV[6] == 'wait', tonumber(ARGV[7])
 local wid, record = ARGV[10], ARGV[11]
 local holds, counter = base .. ':holds', base .. ':fence'
-local queue, qexp = base .. ':queue', base .. ':queue-exp'
+local queue, qexp, grants = base .. ':queue', base .. ':queue-exp', base .. ':queue-grant'
 
 local count = redis.call('GET', counter)
 local err = dlock_fence_check(counter, count)
@@ -67,11 +72,18 @@ local function enqueue()
   redis.call('ZADD', qexp, now + ttl, wid)
   dlock_pexpire_max(queue, ttl)
   dlock_pexpire_max(qexp, ttl)
+  if ARGV[12] == '1' then
+    -- The owner value last: an owner id may hold any byte.
+    redis.call('HSET', grants, wid, token .. ' ' .. ARGV[5] .. ' ' .. #record .. ' ' .. record .. value)
+    dlock_pexpire_max(grants, ttl)
+  else
+    redis.call('HDEL', grants, wid) -- a waiter that stopped listening
+  end
 end
 
 if kind == 'fair' then
   now = dlock_now_ms()
-  dlock_prune(qexp, now, queue, nil)
+  dlock_prune(qexp, now, queue, grants)
 end
 if holder then
   local retry = redis.call('PTTL', base)
@@ -98,6 +110,9 @@ if kind == 'fair' then
   if head then
     redis.call('ZREM', queue, wid)
     redis.call('ZREM', qexp, wid)
+  end
+  if wid ~= '' then
+    redis.call('HDEL', grants, wid)
   end
 end
 

@@ -13,13 +13,14 @@ local now = dlock_now_ms()
 local out = {}
 for i = 1, #KEYS do
   local base, wid, ttl = KEYS[i], ARGV[2 * i - 1], tonumber(ARGV[2 * i])
-  local queue, qexp = base .. ':queue', base .. ':queue-exp'
+  local queue, qexp, grants = base .. ':queue', base .. ':queue-exp', base .. ':queue-grant'
   local v = '1'
-  dlock_prune(qexp, now, queue, nil)
+  dlock_prune(qexp, now, queue, grants)
   if redis.call('ZSCORE', queue, wid) then
     redis.call('ZADD', qexp, now + ttl, wid)
     dlock_pexpire_max(queue, ttl)
     dlock_pexpire_max(qexp, ttl)
+    dlock_pexpire_max(grants, ttl)
     if redis.call('EXISTS', base) == 1 or redis.call('ZRANGE', queue, 0, 0)[1] ~= wid then
       v = '0'
     end

@@ -519,8 +519,7 @@ static int redis_acquire(void *be, const dlock_request *req, void *watch,
                          dlock_acquire_result *out)
 {
     int rc = is_mutex(req) ? mutex_acquire(be, req, watch, out)
-                           : dlock__redis_family_acquire(be, req, watch, &out->fence,
-                                                         &out->retry_ms);
+                           : dlock__redis_family_acquire(be, req, watch, out);
 
     if (rc == DLOCK_OK && dlock__redis_wait_short())
         return give_back_unreplicated(be, req, 1);
@@ -611,6 +610,11 @@ void dlock__redis_watch_close(redis_backend *be, dlock__redis_watch *w)
         arg_key(&a, &chan);
         if (w->entry != NULL)
             arg_str(&a, w->entry);
+        else if (w->grant_token != NULL) {
+            /* A fair waiter that listened: a lock handed to it goes back. */
+            arg_str(&a, w->grant_token);
+            arg_str(&a, w->grant_value);
+        }
         if (cmd_script(be, w->entry != NULL ? &dlock__redis_script_mutex_leave
                                             : &dlock__redis_script_leave,
                        &r, 1, a.argc, a.argv, a.lens) == DLOCK_OK)
@@ -622,6 +626,8 @@ void dlock__redis_watch_close(redis_backend *be, dlock__redis_watch *w)
     free(w->name);
     free(w->token);
     free(w->entry);
+    free(w->grant_token);
+    free(w->grant_value);
     free(w);
 }
 

@@ -16,6 +16,11 @@
  *   dlock:{NAME}:fence         the fence counter of every kind
  *   dlock:{NAME}:queue         fair: ZSET waiter id -> arrival order
  *   dlock:{NAME}:queue-exp     fair: ZSET waiter id -> place expiry (server ms)
+ *   dlock:{NAME}:queue-grant   fair: HASH waiter id -> what a release needs
+ *                              to hand the lock to that waiter, which
+ *                              listens (excl_acquire.lua)
+ *   dlock:{NAME}:grant:ID      fair: LIST, the fence handed to waiter ID
+ *                              (redis_listen.c; PX the confirm window)
  *   dlock:{NAME}:readers       ZSET token -> lease end (server ms)
  *   dlock:{NAME}:reader-fences HASH token -> "FENCE HOLDER\nOWNER-ID"
  *   dlock:{NAME}:writer-wait   the id of a waiting writer; PX its expiry
@@ -128,12 +133,12 @@ static int misuse(const dlock_request *req, long long why)
  * script never sees half of a lock's state (docs/redis-cluster.md).
  * Returns how many keys were added to a (0 on a single server).
  */
-#define STATE_MAX 5
+#define STATE_MAX 6
 static int declare_state(redis_backend *be, int kind, const char *name,
                          key_buf state[STATE_MAX], args *a)
 {
     static const char *const excl[] = {":fence", ":holds", ":leader", ":queue", ":queue-exp",
-                                       NULL};
+                                       ":queue-grant", NULL};
     static const char *const rw[] = {":fence", ":holds", ":reader-fences", ":readers",
                                      ":writer-wait", NULL};
     static const char *const sem[] = {":fence", ":permits", ":sem", ":sem-fences", NULL};
@@ -151,8 +156,35 @@ static int declare_state(redis_backend *be, int kind, const char *name,
     return n;
 }
 
+/*
+ * A fair waiter's first try decides whether it listens for its grant
+ * (redis_listen.c): with a listener's connection of its own taken now, its
+ * entry goes to base:queue-grant with each try, and a release that finds it
+ * at the head of the queue hands it the lock and pushes the fence to its
+ * list (excl_release.lua), as the plain mutex's waiter in the hand-off slot
+ * is handed it (release.lua). Without a free connection (or on the
+ * asynchronous API's loop, or without threads) it waits for its name on the
+ * channel and tries, as before.
+ */
+static int fair_listen_begin(redis_backend *be, dlock__redis_watch *w, const dlock_request *req)
+{
+    if (w->lease_ms != 0)
+        return DLOCK_OK; /* decided by an earlier try */
+    w->lease_ms = req->lease_ms;
+    if (w->told || !dlock__redis_listen_on(be))
+        return DLOCK_OK;
+    if ((w->grant_token = strdup(req->token)) == NULL ||
+        (w->grant_value = strdup(owner_value(req))) == NULL) {
+        free(w->grant_token);
+        w->grant_token = NULL;
+        return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    }
+    w->listens = dlock__redis_listen_take(be, w);
+    return DLOCK_OK;
+}
+
 int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *watch_arg,
-                                uint64_t *fence, int64_t *retry_ms)
+                                dlock_acquire_result *out)
 {
     redis_backend *be = arg_be;
     dlock__redis_watch *watch = watch_arg;
@@ -170,7 +202,23 @@ int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *wa
     char name[80];
     args a = {0};
     redisReply *r;
-    int rc;
+    int rc, fair_wait = watch != NULL && req->kind == DLOCK_KIND_FAIR, confirm = 0;
+
+    if (fair_wait) {
+        if ((rc = fair_listen_begin(be, watch, req)) != DLOCK_OK)
+            return rc;
+        /* A grant popped from our list is the lock, with no try, when its
+         * bound leaves enough of the lease; else this try confirms it
+         * (excl_acquire finds our hold). No grant of this wait can be
+         * pushed before the first try that wrote our entry is sent. */
+        if (watch->granted != 0) {
+            confirm = 1;
+            if (dlock__redis_listen_granted(watch, req, out))
+                return DLOCK_OK;
+        }
+        if (watch->bound_ms == 0)
+            watch->bound_ms = out->lease_from_ms;
+    }
 
     dlock__redis_key(&base, be, req->name, "");
     dlock__redis_key(&leader, be, req->name, ":leader");
@@ -197,6 +245,7 @@ int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *wa
         arg_key(&a, &leader);
         arg_str(&a, wid);
         arg_str(&a, holder);
+        arg_str(&a, fair_wait && watch->listens ? "1" : "");
         break;
     case DLOCK_KIND_READ:
     case DLOCK_KIND_WRITE:
@@ -233,12 +282,16 @@ int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *wa
     if (status == DLOCK__REDIS_TAKEN) {
         if (value <= 0)
             return dlock__redis_bad_reply(be->cmd, "an acquire script (fence <= 0)");
-        *fence = (uint64_t)value;
+        out->fence = (uint64_t)value;
+        if (confirm)
+            out->handed = 1;
         if (watch != NULL)
             watch->leave = 0;
         return DLOCK_OK;
     }
     if (status == DLOCK__REDIS_BUSY) {
+        int64_t *retry_ms = &out->retry_ms;
+
         *retry_ms = value;
         /* A fair waiter's place is kept by the subscriber thread from now
          * on, in batches with the client's other waiters (redis_places.c). */
@@ -277,21 +330,30 @@ int dlock__redis_family_release(void *arg_be, const dlock_request *req)
 {
     redis_backend *be = arg_be;
     const dlock__redis_script *script;
-    key_buf base, chan, leader, state[STATE_MAX];
+    key_buf base, chan, leader, floor, registry, state[STATE_MAX];
     long long v = 0;
     args a = {0};
     redisReply *r;
-    int rc, nkeys;
+    int rc, nkeys = 1;
+    int excl = req->kind != DLOCK_KIND_READ && req->kind != DLOCK_KIND_WRITE &&
+               req->kind != DLOCK_KIND_SEMAPHORE;
 
     dlock__redis_key(&base, be, req->name, "");
     dlock__redis_key(&chan, be, req->name, ":release");
     dlock__redis_key(&leader, be, req->name, ":leader");
     arg_key(&a, &base);
-    /* On a cluster the keys it derives too (the scripts use KEYS[1] only):
-     * in a half-migrated slot Redis then answers TRYAGAIN, which the router
-     * waits out, instead of stopping the script at the first derived key
-     * not on this node ("non local key"). */
-    nkeys = 1 + declare_state(be, req->kind, req->name, state, &a);
+    if (excl) {
+        /* A fair lock handed over issues the next fence (excl_release). */
+        dlock__redis_fence_keys(&floor, &registry, be, req->name);
+        arg_key(&a, &floor);
+        arg_key(&a, &registry);
+        nkeys = 3;
+    }
+    /* On a cluster the keys it derives too (the scripts use their own KEYS
+     * only): in a half-migrated slot Redis then answers TRYAGAIN, which the
+     * router waits out, instead of stopping the script at the first derived
+     * key not on this node ("non local key"). */
+    nkeys += declare_state(be, req->kind, req->name, state, &a);
     switch (req->kind) {
     case DLOCK_KIND_READ:
     case DLOCK_KIND_WRITE:
@@ -317,6 +379,7 @@ int dlock__redis_family_release(void *arg_be, const dlock_request *req)
         arg_str(&a, owner_value(req));
         arg_key(&a, &chan);
         arg_key(&a, &leader);
+        arg_num(&a, DLOCK__REDIS_HANDOFF_CONFIRM_MS);
         break;
     }
     if ((rc = dlock__redis_cmd_script(be, script, &r, nkeys, a.argc, a.argv, a.lens)) !=

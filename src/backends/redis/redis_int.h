@@ -182,6 +182,10 @@ typedef struct {
      * overdue at ln_due_ms. */
     int listens, in_slot;
     int told; /* watch_notify'd: it never listens (redis.c) */
+    /* A fair waiter that listens (redis_family.c): its owner token and
+     * owner value, with which leave.lua gives back a lock handed to it
+     * after its last try (NULL when it never listened). */
+    char *grant_token, *grant_value;
     int64_t lease_ms, bound_ms;
     uint64_t granted;
     dlock__redis_conn *ln;
@@ -195,6 +199,9 @@ typedef struct {
  * master, without min_replicas (whose WAIT a confirming try pairs), and no
  * BLPOP refused so far. */
 int dlock__redis_listen_on(dlock__redis_be *be);
+/* Take a listener's connection for w now (a fair waiter, before the try
+ * whose entry says it listens): 1 taken, 0 none free (it does not listen). */
+int dlock__redis_listen_take(dlock__redis_be *be, dlock__redis_watch *w);
 /* The wait of a waiter that listens: DLOCK_OK when woken (w->granted set
  * when a grant came), DLOCK_ETIMEOUT after timeout_ms. */
 int dlock__redis_listen_wait(dlock__redis_be *be, dlock__redis_watch *w, int64_t timeout_ms);
@@ -235,7 +242,7 @@ int64_t dlock__redis_places_upkeep(void *be);
 /* ---- redis_family.c: the lock family (dlock_backend's optional calls) ---- */
 
 int dlock__redis_family_acquire(void *be, const dlock_request *req, void *watch,
-                                uint64_t *fence, int64_t *retry_ms);
+                                dlock_acquire_result *out);
 int dlock__redis_family_release(void *be, const dlock_request *req);
 int dlock__redis_family_extend(void *be, const dlock_request *req);
 int dlock__redis_family_check(void *be, const dlock_request *req);

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * The plain mutex's hand-off without a confirming try: a waiter whose entry
- * is in the hand-off slot keeps a BLPOP of a list of its own outstanding,
- * PREFIX{NAME}:grant:WAITER-ID, and release.lua pushes the fence there as
- * it hands the key over. The grant then reaches the waiter's own thread in
+ * The hand-off without a confirming try: a waiter whose entry is in the
+ * plain mutex's hand-off slot, or in a fair lock's base:queue-grant
+ * (redis_family.c), keeps a BLPOP of a list of its own outstanding,
+ * PREFIX{NAME}:grant:WAITER-ID, and release.lua (excl_release.lua, for the
+ * head of the fair queue) pushes the fence there as it hands the key over. The grant then reaches the waiter's own thread in
  * one trip from the server, with no subscriber thread to wake it and no try
  * to confirm it.
  *
@@ -104,7 +105,7 @@ static int listen_target(dlock__redis_be *be, dlock__redis_conn *conn, const cha
 
 /* Take a listener's connection and its wake-up pipe (made on first use);
  * 0 when none is free (the waiter then waits as before). */
-static int listen_begin(dlock__redis_be *be, dlock__redis_watch *w)
+int dlock__redis_listen_take(dlock__redis_be *be, dlock__redis_watch *w)
 {
     int slot = -1, *fds;
     char buf[64];
@@ -170,7 +171,7 @@ void dlock__redis_listen_close(dlock__redis_be *be)
  * that releases announce their grants from then on (acquire.lua). */
 static int listen_stop(dlock__redis_be *be, dlock__redis_watch *w)
 {
-    char *mark = strstr(w->entry, " L");
+    char *mark = w->entry != NULL ? strstr(w->entry, " L") : NULL;
 
     /* Closed whatever it was doing: broken, refused or late. */
     dlock__redis_conn_close(w->ln);
@@ -179,6 +180,7 @@ static int listen_stop(dlock__redis_be *be, dlock__redis_watch *w)
     w->listens = 0;
     if (mark != NULL)
         *mark = '\0'; /* "WAITER-ID TOKEN LEASE": hex, hex, digits */
+    /* (A fair waiter's next try drops its entry from base:queue-grant.) */
     return DLOCK_OK;
 }
 
@@ -259,7 +261,7 @@ int dlock__redis_listen_wait(dlock__redis_be *be, dlock__redis_watch *w, int64_t
     int64_t now = dlock__now_ms();
     int64_t until = timeout_ms > INT64_MAX - now ? INT64_MAX : now + timeout_ms;
 
-    if (w->ln == NULL && !listen_begin(be, w)) {
+    if (w->ln == NULL && !dlock__redis_listen_take(be, w)) {
         w->listens = 0;
         return dlock__redis_watch_wait(be->watcher, w->waiter, timeout_ms);
     }

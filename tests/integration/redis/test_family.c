@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backends/redis/redis_scripts.h"
 #include "test.h"
 #include "test_family.h"
 
@@ -280,7 +281,10 @@ static void fair_tokens_never_on_channels(void)
             }
         named += strcmp(s->msgs[m], ids[0]) == 0 || strcmp(s->msgs[m], ids[1]) == 0;
     }
-    CHECK(named == 2); /* each release named the next waiter */
+    /* Each release named the next waiter, or, to one that listens, pushed
+     * the fence to its list (excl_release) and published nothing. */
+    fprintf(stderr, "named %d, pushed %lld\n", named, test_redis_calls(&r, "rpush"));
+    CHECK(named + test_redis_calls(&r, "rpush") == 2);
     for (int i = 0; i < 2; i++)
         dlock_client_free(cw[i]);
     dlock_client_free(ch);
@@ -342,6 +346,176 @@ static void fair_killed_waiter_does_not_block(void)
     test_wait_child_ok(next);
     CHECK(test_redis_cmd(&r, "ZCARD dlock:{q}:queue") == 0);
     dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
+/* The fair acquire scripts (excl_acquire.lua, a waiter's: 'wait') the
+ * server ran with owner token token since the last SLOWLOG RESET (the slow
+ * log keeps every command: slowlog-log-slower-than 0). */
+static int fair_tries_of(test_redis *r, const char *token)
+{
+    struct timeval tv = {2, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
+    redisReply *rep;
+    int n = 0;
+
+    CHECK(c != NULL && !c->err);
+    rep = redisCommand(c, "SLOWLOG GET 100000");
+    CHECK(rep != NULL && rep->type == REDIS_REPLY_ARRAY);
+    for (size_t i = 0; i < rep->elements; i++) {
+        const redisReply *e = rep->element[i], *argv;
+        CHECK(e->type == REDIS_REPLY_ARRAY && e->elements >= 4);
+        argv = e->element[3];
+        if (argv->type != REDIS_REPLY_ARRAY || argv->elements < 12)
+            continue;
+        /* EVALSHA SHA 3 BASE FLOOR REGISTRY 'fair' TOKEN VALUE REENTRANT LEASE 'wait' */
+        n += strcasecmp(argv->element[0]->str, "evalsha") == 0 &&
+             strcmp(argv->element[1]->str, dlock__redis_script_excl_acquire.sha1) == 0 &&
+             strcmp(argv->element[6]->str, "fair") == 0 &&
+             strcmp(argv->element[7]->str, token) == 0 &&
+             strcmp(argv->element[11]->str, "wait") == 0;
+    }
+    freeReplyObject(rep);
+    redisFree(c);
+    return n;
+}
+
+/*
+ * A fair waiter listens for its grant (redis_listen.c): its entry is in
+ * base:queue-grant, and the release that finds it at the head of the queue
+ * hands it the lock, pushing the next fence to its list (excl_release).
+ * Two waiters, each on a client of its own, get the lock in their order:
+ * no message and no try of theirs after each release (the slow log holds
+ * none of the head's tries from the release on), one push each, the next
+ * fence each time, a lease the handle believes no longer than the key's,
+ * extended by the watchdog past the confirm window, and nothing left.
+ */
+static void fair_grant_pushed_to_the_head(void)
+{
+    test_redis r;
+    dlock_client *hc, *wc[2];
+    dlock_lock *held;
+    dlock_acquire_options o = kopts(DLOCK_KIND_FAIR, 0, 20000);
+    test_acquirer w[2];
+    pthread_t t[2];
+    char token[64];
+
+    test_redis_start(&r, NULL);
+    hc = open_client(&r);
+    o.auto_renew = 0;
+    CHECK_RC(dlock_acquire(&held, hc, "fg", &o), DLOCK_OK);
+    for (int i = 0; i < 2; i++) {
+        dlock_acquire_options wo = kopts(DLOCK_KIND_FAIR, 20000, 8000);
+        wc[i] = open_client(&r);
+        test_acquirer_init(&w[i], wc[i], "fg", wo);
+        CHECK(pthread_create(&t[i], NULL, test_acquirer_main, &w[i]) == 0);
+        wait_cmd(&r, i + 1, "HLEN %s", "dlock:{fg}:queue-grant");
+    }
+    CHECK(test_redis_cmd(&r, "ZCARD dlock:{fg}:queue") == 2);
+    CHECK(test_redis_cmd(&r, "CONFIG SET slowlog-max-len 100000") >= 0);
+    CHECK(test_redis_cmd(&r, "CONFIG SET slowlog-log-slower-than 0") >= 0);
+    for (int i = 0; i < 2; i++) {
+        dlock_lock *prev = i == 0 ? held : w[0].lock;
+        uint64_t fence = dlock_lock_fence(prev);
+        long long pttl;
+
+        test_sleep_ms(100); /* the head's BLPOP is out */
+        CHECK(test_redis_cmd(&r, "SLOWLOG RESET") >= 0);
+        CHECK_RC(dlock_release(prev), DLOCK_OK);
+        CHECK(pthread_join(t[i], NULL) == 0);
+        CHECK_RC(w[i].rc, DLOCK_OK);
+        CHECK(dlock_lock_fence(w[i].lock) == fence + 1);
+        CHECK(test_redis_calls(&r, "rpush") == i + 1);
+        pttl = test_redis_cmd(&r, "PTTL dlock:{fg}");
+        CHECK(pttl > 0 && dlock_lock_valid_ms(w[i].lock) <= pttl + 50);
+        raw_string(&r, token, sizeof(token), "HKEYS dlock:{fg}:holds");
+        CHECK(strlen(token) == 32);
+        CHECK(fair_tries_of(&r, token) == 0);
+        /* The watchdog extends the window to the whole lease. */
+        for (int k = 0; k < 300 && test_redis_cmd(&r, "PTTL dlock:{fg}") <= 2000; k++)
+            test_sleep_ms(10);
+        CHECK(test_redis_cmd(&r, "PTTL dlock:{fg}") > 2000);
+        CHECK(!dlock_lock_lost(w[i].lock));
+        CHECK(test_redis_cmd(&r, "HLEN dlock:{fg}:queue-grant") == 1 - i);
+    }
+    CHECK_RC(dlock_release(w[1].lock), DLOCK_OK);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{fg} dlock:{fg}:queue dlock:{fg}:queue-exp "
+                             "dlock:{fg}:queue-grant") == 0);
+    CHECK(test_redis_cmd(&r, "KEYS dlock:{fg}:grant:*") == 0); /* popped: gone */
+    dlock_client_free(hc);
+    for (int i = 0; i < 2; i++)
+        dlock_client_free(wc[i]);
+    test_redis_stop(&r);
+}
+
+/* A fair waiter that gives up just after a release handed it the lock
+ * (the grant came after its last try): its leave gives the lock back and
+ * names the next waiter. Run on the server state such a race leaves, as
+ * watch_end does. A lock that is not its own stays. */
+static void fair_leave_gives_back_a_grant(void)
+{
+    const dlock__redis_script *s = &dlock__redis_script_leave;
+    const char *token = "0123456789abcdef0123456789abcdef";
+    test_redis r;
+
+    test_redis_start(&r, NULL);
+    CHECK(test_redis_cmd(&r, "SET dlock:{fl} %s PX 5000", token) >= 0);
+    CHECK(test_redis_cmd(&r, "HSET dlock:{fl}:holds %s %s", token, "7 host 1 2\nfair") == 1);
+    CHECK(test_redis_cmd(&r, "ZADD dlock:{fl}:queue 2 next") == 1);
+    CHECK(test_redis_cmd(&r, "ZADD dlock:{fl}:queue-exp 99999999999999 next") == 1);
+    /* Nobody subscribed: PUBLISH reaches no one, but is counted. */
+    CHECK(test_redis_cmd(&r, "EVAL %b 1 dlock:{fl} 00ff dlock:{fl}:release %s %s", s->body,
+                         s->len, token, token) == 1);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{fl} dlock:{fl}:holds") == 0);
+    CHECK(test_redis_calls(&r, "publish") == 1); /* "next" named */
+    /* Another's lock stays, and so do its holds. */
+    CHECK(test_redis_cmd(&r, "SET dlock:{fl} other PX 5000") >= 0);
+    CHECK(test_redis_cmd(&r, "HSET dlock:{fl}:holds othertoken %s", "8 \nfair") == 1);
+    CHECK(test_redis_cmd(&r, "EVAL %b 1 dlock:{fl} 00ff dlock:{fl}:release %s %s", s->body,
+                         s->len, token, token) == 1);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{fl} dlock:{fl}:holds") == 2);
+    test_redis_stop(&r);
+}
+
+/* A fair waiter whose listening connection is killed under its BLPOP stops
+ * listening for the rest of its wait: its next try drops its entry from
+ * base:queue-grant, and the release names it on the channel instead (no
+ * push); it then takes the lock by a try, with the whole lease. */
+static void fair_listener_lost_falls_back(void)
+{
+    test_redis r;
+    dlock_client *hc, *wc;
+    dlock_lock *held;
+    dlock_acquire_options o = kopts(DLOCK_KIND_FAIR, 0, 20000);
+    test_acquirer w;
+    pthread_t t;
+    char clients[8192], *at;
+    long long id;
+
+    test_redis_start(&r, NULL);
+    hc = open_client(&r);
+    wc = open_client(&r);
+    o.auto_renew = 0;
+    CHECK_RC(dlock_acquire(&held, hc, "fd", &o), DLOCK_OK);
+    test_acquirer_init(&w, wc, "fd", kopts(DLOCK_KIND_FAIR, 20000, 8000));
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &w) == 0);
+    wait_cmd(&r, 1, "HLEN %s", "dlock:{fd}:queue-grant");
+    test_redis_text(&r, clients, sizeof(clients), "CLIENT LIST");
+    CHECK((at = strstr(clients, "name=dlock-listener")) != NULL);
+    while (at > clients && at[-1] != '\n')
+        at--;
+    CHECK(sscanf(at, "id=%lld", &id) == 1);
+    CHECK(test_redis_cmd(&r, "CLIENT KILL ID %lld", id) == 1);
+    wait_cmd(&r, 0, "HLEN %s", "dlock:{fd}:queue-grant");
+    CHECK(test_redis_cmd(&r, "ZCARD dlock:{fd}:queue") == 1); /* still queued */
+    CHECK_RC(dlock_release(held), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(w.rc, DLOCK_OK);
+    CHECK(test_redis_calls(&r, "rpush") == 0);
+    CHECK(test_redis_cmd(&r, "PTTL dlock:{fd}") > 2000); /* its try: the whole lease */
+    CHECK_RC(dlock_release(w.lock), DLOCK_OK);
+    dlock_client_free(hc);
+    dlock_client_free(wc);
     test_redis_stop(&r);
 }
 
@@ -704,8 +878,11 @@ static void skewed_clocks(void)
         CHECK_RC(dlock_acquire(&l, c, "skew-sem", &so), DLOCK_OK);
         CHECK_RC(dlock_release(l), DLOCK_OK);
         CHECK_RC(dlock_release(fair), DLOCK_OK);
-        /* Its place in the fair queue went with it (W of server time). */
+        /* Its place in the fair queue went with it (W of server time), or
+         * the release handed it the lock (it listened: excl_release), which
+         * is then kept for it for its lease (1 s) at most. */
         wait_cmd(&r, 0, "ZCARD %s", "dlock:{skew-fair}:queue-exp");
+        wait_cmd(&r, 0, "EXISTS %s", "dlock:{skew-fair}");
     }
     dlock_client_free(c);
     test_redis_stop(&r);
@@ -1617,6 +1794,9 @@ static void holder_multi(void)
 TEST_MAIN({"fair_fifo_ten_waiters", fair_fifo_ten_waiters, NULL},
           {"fair_killed_waiter_does_not_block", fair_killed_waiter_does_not_block, NULL},
           {"fair_tokens_never_on_channels", fair_tokens_never_on_channels, NULL},
+          {"fair_grant_pushed_to_the_head", fair_grant_pushed_to_the_head, "watchdog"},
+          {"fair_leave_gives_back_a_grant", fair_leave_gives_back_a_grant, NULL},
+          {"fair_listener_lost_falls_back", fair_listener_lost_falls_back, NULL},
           {"fair_places_kept_in_batches", fair_places_kept_in_batches, NULL},
           {"fair_waiter_woken_at_holder_expiry", fair_waiter_woken_at_holder_expiry, NULL},
           {"multi_no_deadlock_one_slot", multi_no_deadlock_one_slot, NULL},

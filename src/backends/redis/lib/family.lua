@@ -65,17 +65,20 @@ end
 -- Take the lock base for token (a writer, a reentrant owner, a leader):
 -- issue the next fence of counter (whose GET was count), set base to value
 -- with the lease, and make token the only holder in holds, with its holder
--- record and kind word (dlock_hold_value). Needs fence.lua.
+-- record and kind word (dlock_hold_value). Needs fence.lua. px, when given,
+-- is how long the keys live instead of the lease (a fair lock handed over:
+-- excl_release.lua).
 -- Returns the fence, or nil and an error reply (before any write).
 local function dlock_take(base, holds, value, token, lease, counter, count, floor, registry,
-                          holder, kind)
+                          holder, kind, px)
   local fence, err = dlock_fence_next(counter, count, floor, registry, lease)
   if not fence then
     return nil, err
   end
-  redis.call('SET', base, value, 'PX', lease)
+  px = px or lease
+  redis.call('SET', base, value, 'PX', px)
   redis.call('DEL', holds)
   redis.call('HSET', holds, token, dlock_hold_value(fence, holder, kind))
-  redis.call('PEXPIRE', holds, lease)
+  redis.call('PEXPIRE', holds, px)
   return fence
 end
