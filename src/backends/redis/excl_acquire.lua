@@ -16,8 +16,8 @@
 -- Keys: base = the owner value (PX lease), base:holds = token -> "FENCE
 -- HOLDER\nKIND" of each handle holding it (lib/family.lua, dlock_hold_value); fair: base:queue = waiter id -> arrival order,
 -- base:queue-exp = waiter id -> expiry, base:queue-grant = waiter id ->
--- "TOKEN LEASE RECORD-LENGTH RECORD..VALUE" of each waiter that listens
--- (what excl_release needs to hand the lock over); leader: base:leader =
+-- the grant entry of each waiter that listens (lib/family.lua: what
+-- excl_release needs to hand the lock over); leader: base:leader =
 -- identity.
 -- Returns {1, fence}, {0, retry ms} when busy, {-1, 1} when the owner holds
 -- it and may not re-enter, {-1, 2} when it is held by a lock without holds.
@@ -73,8 +73,7 @@ local function enqueue()
   dlock_pexpire_max(queue, ttl)
   dlock_pexpire_max(qexp, ttl)
   if ARGV[12] == '1' then
-    -- The owner value last: an owner id may hold any byte.
-    redis.call('HSET', grants, wid, token .. ' ' .. ARGV[5] .. ' ' .. #record .. ' ' .. record .. value)
+    redis.call('HSET', grants, wid, dlock_grant_entry('f', token, ARGV[5], record, value))
     dlock_pexpire_max(grants, ttl)
   else
     redis.call('HDEL', grants, wid) -- a waiter that stopped listening

@@ -47,31 +47,20 @@ end
 -- without RPUSH) leaves the head to try, which then reports the error, or
 -- finds the lock handed to it and confirms it (excl_acquire).
 local function hand_over(entry)
-  local t, lease, rlen, rest = string.match(entry, '^(%x+) (%d+) (%d+) (.*)$')
-  if not t then
+  local k, t, lease, record, value = dlock_grant_parse(entry)
+  if k ~= 'f' then
     return false
   end
-  local record, value = string.sub(rest, 1, tonumber(rlen)), string.sub(rest, tonumber(rlen) + 1)
-  local counter = base .. ':fence'
-  local count = redis.call('GET', counter)
-  if dlock_fence_check(counter, count) then
-    return false
-  end
-  local px = math.min(tonumber(lease), tonumber(ARGV[6]))
-  local fence = dlock_take(base, holds, value, t, tonumber(lease), counter, count, KEYS[2],
-                           KEYS[3], record, 'fair', px)
+  local fence = dlock_grant_fence(base, KEYS[2], KEYS[3], lease)
   if not fence then
     return false
   end
+  local px = math.min(lease, tonumber(ARGV[6]))
+  dlock_hold_set(base, holds, value, t, fence, record, 'fair', px)
   redis.call('ZREM', queue, head)
   redis.call('ZREM', qexp, head)
   redis.call('HDEL', grants, head)
-  local list = base .. ':grant:' .. head
-  if pcall(redis.call, 'RPUSH', list, fence) then
-    redis.call('PEXPIRE', list, px)
-    return true
-  end
-  return false
+  return dlock_grant_push(base, head, fence, px)
 end
 
 local entry = redis.call('HGET', grants, head)

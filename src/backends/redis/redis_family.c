@@ -16,11 +16,14 @@
  *   dlock:{NAME}:fence         the fence counter of every kind
  *   dlock:{NAME}:queue         fair: ZSET waiter id -> arrival order
  *   dlock:{NAME}:queue-exp     fair: ZSET waiter id -> place expiry (server ms)
- *   dlock:{NAME}:queue-grant   fair: HASH waiter id -> what a release needs
- *                              to hand the lock to that waiter, which
- *                              listens (excl_acquire.lua)
- *   dlock:{NAME}:grant:ID      fair: LIST, the fence handed to waiter ID
- *                              (redis_listen.c; PX the confirm window)
+ *   dlock:{NAME}:queue-grant   fair: HASH waiter id -> the grant entry of a
+ *                              waiter that listens (lib/family.lua)
+ *   dlock:{NAME}:listen        rw, semaphore: ZSET id -> arrival of each
+ *                              waiter that listens
+ *   dlock:{NAME}:listen-exp    ZSET id -> expiry (server ms)
+ *   dlock:{NAME}:listen-grant  HASH id -> its grant entry (lib/family.lua)
+ *   dlock:{NAME}:grant:ID      LIST, the fence handed to waiter ID that
+ *                              listens (redis_listen.c; PX the confirm window)
  *   dlock:{NAME}:readers       ZSET token -> lease end (server ms)
  *   dlock:{NAME}:reader-fences HASH token -> "FENCE HOLDER\nOWNER-ID"
  *   dlock:{NAME}:writer-wait   the id of a waiting writer; PX its expiry
@@ -133,15 +136,17 @@ static int misuse(const dlock_request *req, long long why)
  * script never sees half of a lock's state (docs/redis-cluster.md).
  * Returns how many keys were added to a (0 on a single server).
  */
-#define STATE_MAX 6
+#define STATE_MAX 8
 static int declare_state(redis_backend *be, int kind, const char *name,
                          key_buf state[STATE_MAX], args *a)
 {
     static const char *const excl[] = {":fence", ":holds", ":leader", ":queue", ":queue-exp",
                                        ":queue-grant", NULL};
     static const char *const rw[] = {":fence", ":holds", ":reader-fences", ":readers",
-                                     ":writer-wait", NULL};
-    static const char *const sem[] = {":fence", ":permits", ":sem", ":sem-fences", NULL};
+                                     ":writer-wait", ":listen", ":listen-exp", ":listen-grant",
+                                     NULL};
+    static const char *const sem[] = {":fence", ":permits", ":sem", ":sem-fences", ":listen",
+                                      ":listen-exp", ":listen-grant", NULL};
     const char *const *suffixes = kind == DLOCK_KIND_READ || kind == DLOCK_KIND_WRITE ? rw
                                   : kind == DLOCK_KIND_SEMAPHORE                     ? sem
                                                                                      : excl;
@@ -157,16 +162,24 @@ static int declare_state(redis_backend *be, int kind, const char *name,
 }
 
 /*
- * A fair waiter's first try decides whether it listens for its grant
+ * A waiter's first try decides whether it listens for its grant
  * (redis_listen.c): with a listener's connection of its own taken now, its
- * entry goes to base:queue-grant with each try, and a release that finds it
- * at the head of the queue hands it the lock and pushes the fence to its
- * list (excl_release.lua), as the plain mutex's waiter in the hand-off slot
- * is handed it (release.lua). Without a free connection (or on the
- * asynchronous API's loop, or without threads) it waits for its name on the
- * channel and tries, as before.
+ * tries leave its grant entry on the server (lib/family.lua), and a release
+ * that may admit it hands it the lock and pushes the fence to its list, as
+ * the plain mutex's waiter in the hand-off slot is handed it (release.lua):
+ * the head of a fair queue (excl_release.lua), the marker's writer or the
+ * readers (rw_release.lua), the first waiter for a permit (sem_release.lua).
+ * Without a free connection (or on the asynchronous API's loop, or without
+ * threads) it is woken on the channel and tries, as before.
  */
-static int fair_listen_begin(redis_backend *be, dlock__redis_watch *w, const dlock_request *req)
+static int listens_for_grant(int kind)
+{
+    return kind == DLOCK_KIND_FAIR || kind == DLOCK_KIND_READ || kind == DLOCK_KIND_WRITE ||
+           kind == DLOCK_KIND_SEMAPHORE;
+}
+
+static int family_listen_begin(redis_backend *be, dlock__redis_watch *w,
+                               const dlock_request *req)
 {
     if (w->lease_ms != 0)
         return DLOCK_OK; /* decided by an earlier try */
@@ -202,10 +215,11 @@ int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *wa
     char name[80];
     args a = {0};
     redisReply *r;
-    int rc, fair_wait = watch != NULL && req->kind == DLOCK_KIND_FAIR, confirm = 0;
+    int rc, confirm = 0;
+    int listens = 0, grant_wait = watch != NULL && listens_for_grant(req->kind);
 
-    if (fair_wait) {
-        if ((rc = fair_listen_begin(be, watch, req)) != DLOCK_OK)
+    if (grant_wait) {
+        if ((rc = family_listen_begin(be, watch, req)) != DLOCK_OK)
             return rc;
         /* A grant popped from our list is the lock, with no try, when its
          * bound leaves enough of the lease; else this try confirms it
@@ -218,6 +232,7 @@ int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *wa
         }
         if (watch->bound_ms == 0)
             watch->bound_ms = out->lease_from_ms;
+        listens = watch->listens;
     }
 
     dlock__redis_key(&base, be, req->name, "");
@@ -245,7 +260,7 @@ int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *wa
         arg_key(&a, &leader);
         arg_str(&a, wid);
         arg_str(&a, holder);
-        arg_str(&a, fair_wait && watch->listens ? "1" : "");
+        arg_str(&a, listens ? "1" : "");
         break;
     case DLOCK_KIND_READ:
     case DLOCK_KIND_WRITE:
@@ -258,6 +273,7 @@ int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *wa
         arg_num(&a, ttl);
         arg_str(&a, wid);
         arg_str(&a, holder);
+        arg_str(&a, listens ? "1" : "");
         break;
     case DLOCK_KIND_SEMAPHORE:
         script = &dlock__redis_script_sem_acquire;
@@ -265,14 +281,19 @@ int dlock__redis_family_acquire(void *arg_be, const dlock_request *req, void *wa
         arg_num(&a, req->lease_ms);
         arg_num(&a, req->permits);
         arg_str(&a, holder);
+        arg_str(&a, wid);
+        arg_num(&a, ttl);
+        arg_str(&a, listens ? "1" : "");
         break;
     default:
         return dlock__fail(DLOCK_ENOTSUP, "redis: no lock of kind %d", req->kind);
     }
     /* A fair waiter's try takes a place in the queue, a writer's may set
-     * its marker: both must go if it gives up, also when this try's reply
-     * never comes. */
-    if (watch != NULL && (req->kind == DLOCK_KIND_FAIR || req->kind == DLOCK_KIND_WRITE))
+     * its marker, a waiter that listens registers: all must go if it gives
+     * up, also when this try's reply never comes (and a lock handed to it
+     * meanwhile goes back: leave.lua). */
+    if (watch != NULL &&
+        (req->kind == DLOCK_KIND_FAIR || req->kind == DLOCK_KIND_WRITE || listens))
         watch->leave = 1;
     if ((rc = dlock__redis_cmd_script(be, script, &r, nkeys, a.argc, a.argv, a.lens)) !=
         DLOCK_OK)
@@ -334,26 +355,21 @@ int dlock__redis_family_release(void *arg_be, const dlock_request *req)
     long long v = 0;
     args a = {0};
     redisReply *r;
-    int rc, nkeys = 1;
-    int excl = req->kind != DLOCK_KIND_READ && req->kind != DLOCK_KIND_WRITE &&
-               req->kind != DLOCK_KIND_SEMAPHORE;
+    int rc, nkeys;
 
     dlock__redis_key(&base, be, req->name, "");
     dlock__redis_key(&chan, be, req->name, ":release");
     dlock__redis_key(&leader, be, req->name, ":leader");
+    /* A lock handed over takes the next fence (the release scripts). */
+    dlock__redis_fence_keys(&floor, &registry, be, req->name);
     arg_key(&a, &base);
-    if (excl) {
-        /* A fair lock handed over issues the next fence (excl_release). */
-        dlock__redis_fence_keys(&floor, &registry, be, req->name);
-        arg_key(&a, &floor);
-        arg_key(&a, &registry);
-        nkeys = 3;
-    }
+    arg_key(&a, &floor);
+    arg_key(&a, &registry);
     /* On a cluster the keys it derives too (the scripts use their own KEYS
      * only): in a half-migrated slot Redis then answers TRYAGAIN, which the
      * router waits out, instead of stopping the script at the first derived
      * key not on this node ("non local key"). */
-    nkeys += declare_state(be, req->kind, req->name, state, &a);
+    nkeys = 3 + declare_state(be, req->kind, req->name, state, &a);
     switch (req->kind) {
     case DLOCK_KIND_READ:
     case DLOCK_KIND_WRITE:
@@ -364,11 +380,13 @@ int dlock__redis_family_release(void *arg_be, const dlock_request *req)
         arg_key(&a, &chan);
         arg_num(&a, req->lease_ms);
         arg_str(&a, req->owner != NULL ? req->owner : "");
+        arg_num(&a, DLOCK__REDIS_HANDOFF_CONFIRM_MS);
         break;
     case DLOCK_KIND_SEMAPHORE:
         script = &dlock__redis_script_sem_release;
         arg_str(&a, req->token);
         arg_key(&a, &chan);
+        arg_num(&a, DLOCK__REDIS_HANDOFF_CONFIRM_MS);
         break;
     default:
         script = &dlock__redis_script_excl_release;
@@ -393,7 +411,7 @@ int dlock__redis_family_release(void *arg_be, const dlock_request *req)
 int dlock__redis_downgrade(void *arg_be, const dlock_request *req)
 {
     redis_backend *be = arg_be;
-    key_buf base, chan, state[STATE_MAX];
+    key_buf base, chan, floor, registry, state[STATE_MAX];
     long long v = 0;
     args a = {0};
     redisReply *r;
@@ -401,14 +419,18 @@ int dlock__redis_downgrade(void *arg_be, const dlock_request *req)
 
     dlock__redis_key(&base, be, req->name, "");
     dlock__redis_key(&chan, be, req->name, ":release");
+    dlock__redis_fence_keys(&floor, &registry, be, req->name);
     arg_key(&a, &base);
-    nkeys = 1 + declare_state(be, DLOCK_KIND_WRITE, req->name, state, &a); /* as release */
+    arg_key(&a, &floor);
+    arg_key(&a, &registry);
+    nkeys = 3 + declare_state(be, DLOCK_KIND_WRITE, req->name, state, &a); /* as release */
     arg_str(&a, "downgrade");
     arg_str(&a, req->token);
     arg_str(&a, owner_value(req));
     arg_key(&a, &chan);
     arg_num(&a, req->lease_ms);
     arg_str(&a, req->owner != NULL ? req->owner : "");
+    arg_num(&a, DLOCK__REDIS_HANDOFF_CONFIRM_MS);
     if ((rc = dlock__redis_cmd_script(be, &dlock__redis_script_rw_release, &r, nkeys, a.argc,
                                       a.argv, a.lens)) != DLOCK_OK)
         return rc;

@@ -4,7 +4,9 @@
 -- ARGV[1] 'read' or 'write', ARGV[2] token, ARGV[3] owner id ('' for none)
 -- ARGV[4] lease ms, ARGV[5] 'wait' or 'try', ARGV[6] a waiting writer's
 -- marker expiry in ms (server time), ARGV[7] the waiter's id ('' for a try;
--- see excl_acquire), ARGV[8] the holder record ('' for none)
+-- see excl_acquire), ARGV[8] the holder record ('' for none), ARGV[9] '1'
+-- when the waiter listens for its grant (lib/family.lua: it is registered
+-- while busy, and rw_release hands it the lock)
 -- Keys: base = the writer's owner value (owner id or token; PX lease),
 -- base:holds = token -> "FENCE HOLDER\nwrite" of the writer, base:readers =
 -- token -> expiry (server time), base:reader-fences = token -> "FENCE
@@ -43,20 +45,47 @@ local function owner_reads()
   return false
 end
 
+-- A waiter that listens is registered with its grant entry while busy (and
+-- comes back before the registration expires); one that stopped listening
+-- is dropped. retry: the busy reply's ms.
+local function busy(retry, entry_kind, entry_owner)
+  if waiting and wid ~= '' then
+    if ARGV[9] == '1' then
+      dlock_listen_add(base, wid, dlock_grant_entry(entry_kind, token, ARGV[4], record,
+                                                    entry_owner), ttl, now)
+      if retry < 0 or retry > dlock_refresh_ms(ttl) then
+        retry = dlock_refresh_ms(ttl)
+      end
+    else
+      dlock_listen_drop(base, wid)
+    end
+  end
+  return {0, retry}
+end
+local function taken(fence)
+  if wid ~= '' then
+    dlock_listen_drop(base, wid)
+  end
+  return {1, fence}
+end
+
 local writer = redis.call('GET', base)
 if kind == 'read' then
   local mine = redis.call('HGET', rfences, token)
-  if mine then -- a retry after a lost reply
-    return {1, dlock_hold_fence(mine)}
+  if mine then
+    -- A retry after a lost reply, or a read lock a release handed us (for
+    -- the confirm window): ours for the whole lease from this try.
+    dlock_zhold_keep(readers, rfences, token, now, lease)
+    return taken(dlock_hold_fence(mine))
   end
   if writer then
     if owner ~= '' and writer == owner then
       return {-1, 2}
     end
-    return {0, redis.call('PTTL', base)}
+    return busy(redis.call('PTTL', base), 'r', owner)
   end
   if redis.call('EXISTS', marker) == 1 and not owner_reads() then
-    return {0, redis.call('PTTL', marker)}
+    return busy(redis.call('PTTL', marker), 'r', owner)
   end
   local fence
   fence, err = dlock_fence_next(counter, count, KEYS[2], KEYS[3], lease)
@@ -67,42 +96,45 @@ if kind == 'read' then
   redis.call('HSET', rfences, token, dlock_hold_value(fence, record, owner))
   dlock_pexpire_max(readers, lease)
   dlock_pexpire_max(rfences, lease)
-  return {1, fence}
+  return taken(fence)
 end
 
 local value = owner ~= '' and owner or token
 if writer and writer == value then
   local mine = redis.call('HGET', holds, token)
-  if mine then -- a retry after a lost reply
+  if mine then -- a retry after a lost reply, or a hand-over (rw_release)
     redis.call('PEXPIRE', base, lease)
     redis.call('PEXPIRE', holds, lease)
-    return {1, dlock_hold_fence(mine)}
+    if redis.call('GET', marker) == wid then
+      redis.call('DEL', marker)
+    end
+    return taken(dlock_hold_fence(mine))
   end
   return {-1, 1}
 end
 if owner_reads() then
   return {-1, 3}
 end
-local busy = nil
+local left = nil
 if writer then
-  busy = redis.call('PTTL', base)
+  left = redis.call('PTTL', base)
 else
   local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
   if last[2] then
-    busy = math.max(0, tonumber(last[2]) - now) -- when the last lease ends
+    left = math.max(0, tonumber(last[2]) - now) -- when the last lease ends
   end
 end
-if busy then
+if left then
   if waiting then
     local w = redis.call('GET', marker)
     if not w or w == wid then
       redis.call('SET', marker, wid, 'PX', ttl)
     end
-    if busy < 0 or busy > dlock_refresh_ms(ttl) then
-      busy = dlock_refresh_ms(ttl)
+    if left < 0 or left > dlock_refresh_ms(ttl) then
+      left = dlock_refresh_ms(ttl)
     end
   end
-  return {0, busy}
+  return busy(left, 'w', value)
 end
 local fence
 fence, err = dlock_take(base, holds, value, token, lease, counter, count, KEYS[2], KEYS[3],
@@ -113,4 +145,4 @@ end
 if redis.call('GET', marker) == wid then
   redis.call('DEL', marker)
 end
-return {1, fence}
+return taken(fence)

@@ -1,16 +1,71 @@
 -- SPDX-License-Identifier: BSD-3-Clause
 -- Release a read or write lock, or downgrade a write lock to a read lock.
--- KEYS[1] the base key (see rw_acquire)
+-- KEYS[1] the base key (see rw_acquire), KEYS[2] the fence floor, KEYS[3]
+-- the fence registry
 -- ARGV[1] 'read', 'write' or 'downgrade', ARGV[2] token, ARGV[3] the
 -- writer's owner value, ARGV[4] release channel, ARGV[5] lease ms (for
--- downgrade), ARGV[6] owner id ('' for none)
--- Returns 1 done, 0 the lock was not ours (nothing changed). Waiters are
--- woken all at once ('all') when the lock may admit them: readers can share.
+-- downgrade), ARGV[6] owner id ('' for none), ARGV[7] the confirm window (ms)
+-- Returns 1 done, 0 the lock was not ours (nothing changed).
+-- When the lock may admit waiters, it is handed to those that listen for
+-- their grant (lib/family.lua), as release.lua hands the plain mutex over:
+-- the write lock to the waiting writer (the marker's) when it listens, or
+-- else, with no writer waiting, a read lock to each reader that listens;
+-- each with the next fence, for the confirm window (or its lease when
+-- shorter), its fence pushed to its list. The other waiters are woken all
+-- at once ('all'): readers can share. A write lock handed over wakes
+-- nobody.
 -- #include fence
 -- #include family
 local base, op, token = KEYS[1], ARGV[1], ARGV[2]
 local holds, readers, rfences = base .. ':holds', base .. ':readers', base .. ':reader-fences'
+local marker = base .. ':writer-wait'
+local window = tonumber(ARGV[7])
 local now = dlock_now_ms()
+
+-- The write lock to the marker's writer, if it listens: true when handed.
+local function hand_to_writer()
+  local wid = redis.call('GET', marker)
+  local entry = wid and redis.call('HGET', base .. ':listen-grant', wid)
+  if not entry then
+    return false
+  end
+  local k, t, lease, record, value = dlock_grant_parse(entry)
+  if k ~= 'w' then
+    return false
+  end
+  local fence = dlock_grant_fence(base, KEYS[2], KEYS[3], lease)
+  if not fence then
+    return false
+  end
+  local px = math.min(lease, window)
+  dlock_hold_set(base, holds, value, t, fence, record, 'write', px)
+  redis.call('DEL', marker)
+  dlock_listen_drop(base, wid)
+  if not dlock_grant_push(base, wid, fence, px) then
+    redis.call('PUBLISH', ARGV[4], 'all') -- it finds its hold at its try
+  end
+  return true
+end
+
+-- A read lock to each reader that listens (no writer waits).
+local function hand_to_readers()
+  for _, l in ipairs(dlock_listeners(base, now, -1)) do
+    local k, t, lease, record, owner = dlock_grant_parse(l[2])
+    if k == 'r' then
+      local fence = dlock_grant_fence(base, KEYS[2], KEYS[3], lease)
+      if not fence then
+        return
+      end
+      local px = math.min(lease, window)
+      redis.call('ZADD', readers, now + px, t)
+      redis.call('HSET', rfences, t, dlock_hold_value(fence, record, owner))
+      dlock_pexpire_max(readers, px)
+      dlock_pexpire_max(rfences, px)
+      dlock_listen_drop(base, l[1])
+      dlock_grant_push(base, l[1], fence, px)
+    end
+  end
+end
 
 if op == 'read' then
   local score = redis.call('ZSCORE', readers, token)
@@ -20,7 +75,7 @@ if op == 'read' then
     return 0 -- its lease had ended
   end
   dlock_prune(readers, now, nil, rfences)
-  if redis.call('ZCARD', readers) == 0 then
+  if redis.call('ZCARD', readers) == 0 and not hand_to_writer() then
     redis.call('PUBLISH', ARGV[4], 'all')
   end
   return 1
@@ -42,6 +97,11 @@ if op == 'downgrade' then
              dlock_hold_value(dlock_hold_fence(hold), dlock_hold_record(hold), ARGV[6]))
   dlock_pexpire_max(readers, lease)
   dlock_pexpire_max(rfences, lease)
+elseif hand_to_writer() then
+  return 1
+end
+if redis.call('EXISTS', marker) == 0 then
+  hand_to_readers()
 end
 redis.call('PUBLISH', ARGV[4], 'all')
 return 1

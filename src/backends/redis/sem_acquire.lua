@@ -2,7 +2,10 @@
 -- Take one permit of a semaphore.
 -- KEYS[1] the base key, KEYS[2] the fence floor, KEYS[3] the fence registry
 -- ARGV[1] token, ARGV[2] lease ms, ARGV[3] N to set when none is stored (0: none),
--- ARGV[4] the holder record ('' for none)
+-- ARGV[4] the holder record ('' for none), ARGV[5] a waiter's id ('' for a
+-- try), ARGV[6] its registration's expiry W in ms, ARGV[7] '1' when it
+-- listens for its grant (lib/family.lua: a waiter that listens is registered
+-- while busy, and sem_release hands it a permit given back)
 -- Keys: base:sem = token -> expiry (server time), base:sem-fences = token ->
 -- "FENCE HOLDER\n" (lib/family.lua, dlock_hold_value), base:permits = N
 -- (kept DLOCK_RETENTION_MS past the last acquisition).
@@ -21,8 +24,15 @@ if err then
 end
 local now = dlock_now_ms()
 dlock_prune(sem, now, nil, fences)
+local wid, ttl = ARGV[5] or '', tonumber(ARGV[6] or '0')
 local mine = redis.call('HGET', fences, token)
-if mine then -- a retry after a lost reply
+if mine then
+  -- A retry after a lost reply, or a permit a release handed us (for the
+  -- confirm window): ours for the whole lease from this try.
+  dlock_zhold_keep(sem, fences, token, now, lease)
+  if wid ~= '' then
+    dlock_listen_drop(base, wid)
+  end
   return {1, dlock_hold_fence(mine)}
 end
 
@@ -39,7 +49,18 @@ elseif redis.call('PTTL', permits) < keep / 2 then
 end
 if redis.call('ZCARD', sem) >= n then
   local first = redis.call('ZRANGE', sem, 0, 0, 'WITHSCORES')
-  return {0, first[2] and math.max(0, tonumber(first[2]) - now) or -1}
+  local retry = first[2] and math.max(0, tonumber(first[2]) - now) or -1
+  if wid ~= '' then
+    if ARGV[7] == '1' then
+      dlock_listen_add(base, wid, dlock_grant_entry('s', token, ARGV[2], ARGV[4], ''), ttl, now)
+      if retry < 0 or retry > dlock_refresh_ms(ttl) then
+        retry = dlock_refresh_ms(ttl) -- come back before the registration expires
+      end
+    else
+      dlock_listen_drop(base, wid) -- a waiter that stopped listening
+    end
+  end
+  return {0, retry}
 end
 local fence
 fence, err = dlock_fence_next(counter, count, KEYS[2], KEYS[3], lease)
@@ -50,4 +71,7 @@ redis.call('ZADD', sem, now + lease, token)
 redis.call('HSET', fences, token, dlock_hold_value(fence, ARGV[4], ''))
 dlock_pexpire_max(sem, lease)
 dlock_pexpire_max(fences, lease)
+if wid ~= '' then
+  dlock_listen_drop(base, wid)
+end
 return {1, fence}

@@ -349,10 +349,10 @@ static void fair_killed_waiter_does_not_block(void)
     test_redis_stop(&r);
 }
 
-/* The fair acquire scripts (excl_acquire.lua, a waiter's: 'wait') the
- * server ran with owner token token since the last SLOWLOG RESET (the slow
- * log keeps every command: slowlog-log-slower-than 0). */
-static int fair_tries_of(test_redis *r, const char *token)
+/* How many times the server ran script s with token among its arguments
+ * (an acquisition's try) since the last SLOWLOG RESET (the slow log keeps
+ * every command: slowlog-log-slower-than 0). */
+static int tries_of(test_redis *r, const dlock__redis_script *s, const char *token)
 {
     struct timeval tv = {2, 0};
     redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
@@ -366,18 +366,28 @@ static int fair_tries_of(test_redis *r, const char *token)
         const redisReply *e = rep->element[i], *argv;
         CHECK(e->type == REDIS_REPLY_ARRAY && e->elements >= 4);
         argv = e->element[3];
-        if (argv->type != REDIS_REPLY_ARRAY || argv->elements < 12)
+        if (argv->type != REDIS_REPLY_ARRAY || argv->elements < 3 ||
+            strcasecmp(argv->element[0]->str, "evalsha") != 0 ||
+            strcmp(argv->element[1]->str, s->sha1) != 0)
             continue;
-        /* EVALSHA SHA 3 BASE FLOOR REGISTRY 'fair' TOKEN VALUE REENTRANT LEASE 'wait' */
-        n += strcasecmp(argv->element[0]->str, "evalsha") == 0 &&
-             strcmp(argv->element[1]->str, dlock__redis_script_excl_acquire.sha1) == 0 &&
-             strcmp(argv->element[6]->str, "fair") == 0 &&
-             strcmp(argv->element[7]->str, token) == 0 &&
-             strcmp(argv->element[11]->str, "wait") == 0;
+        for (size_t k = 2; k < argv->elements; k++)
+            if (argv->element[k]->type == REDIS_REPLY_STRING &&
+                strcmp(argv->element[k]->str, token) == 0) {
+                n++;
+                break;
+            }
     }
     freeReplyObject(rep);
     redisFree(c);
     return n;
+}
+
+/* Keep every command in the slow log, from an empty one (tries_of). */
+static void slowlog_all(test_redis *r)
+{
+    CHECK(test_redis_cmd(r, "CONFIG SET slowlog-max-len 100000") >= 0);
+    CHECK(test_redis_cmd(r, "CONFIG SET slowlog-log-slower-than 0") >= 0);
+    CHECK(test_redis_cmd(r, "SLOWLOG RESET") >= 0);
 }
 
 /*
@@ -412,15 +422,13 @@ static void fair_grant_pushed_to_the_head(void)
         wait_cmd(&r, i + 1, "HLEN %s", "dlock:{fg}:queue-grant");
     }
     CHECK(test_redis_cmd(&r, "ZCARD dlock:{fg}:queue") == 2);
-    CHECK(test_redis_cmd(&r, "CONFIG SET slowlog-max-len 100000") >= 0);
-    CHECK(test_redis_cmd(&r, "CONFIG SET slowlog-log-slower-than 0") >= 0);
     for (int i = 0; i < 2; i++) {
         dlock_lock *prev = i == 0 ? held : w[0].lock;
         uint64_t fence = dlock_lock_fence(prev);
         long long pttl;
 
         test_sleep_ms(100); /* the head's BLPOP is out */
-        CHECK(test_redis_cmd(&r, "SLOWLOG RESET") >= 0);
+        slowlog_all(&r);
         CHECK_RC(dlock_release(prev), DLOCK_OK);
         CHECK(pthread_join(t[i], NULL) == 0);
         CHECK_RC(w[i].rc, DLOCK_OK);
@@ -430,7 +438,7 @@ static void fair_grant_pushed_to_the_head(void)
         CHECK(pttl > 0 && dlock_lock_valid_ms(w[i].lock) <= pttl + 50);
         raw_string(&r, token, sizeof(token), "HKEYS dlock:{fg}:holds");
         CHECK(strlen(token) == 32);
-        CHECK(fair_tries_of(&r, token) == 0);
+        CHECK(tries_of(&r, &dlock__redis_script_excl_acquire, token) == 0);
         /* The watchdog extends the window to the whole lease. */
         for (int k = 0; k < 300 && test_redis_cmd(&r, "PTTL dlock:{fg}") <= 2000; k++)
             test_sleep_ms(10);
@@ -445,6 +453,257 @@ static void fair_grant_pushed_to_the_head(void)
     dlock_client_free(hc);
     for (int i = 0; i < 2; i++)
         dlock_client_free(wc[i]);
+    test_redis_stop(&r);
+}
+
+static int64_t server_ms(test_redis *r);
+
+/* Wait (at most 5 s) until the watchdog has extended a hold handed over
+ * for the confirm window past it: member's expiry in zset (server ms). */
+static void wait_extended(test_redis *r, const char *zset, const char *member)
+{
+    for (int i = 0; i < 500; i++) {
+        char v[64];
+        raw_string(r, v, sizeof(v), "ZSCORE %s %s", zset, member);
+        if (v[0] != '\0' && atoll(v) - server_ms(r) > 2500)
+            return;
+        test_sleep_ms(10);
+    }
+    fprintf(stderr, "%s %s was never extended past the confirm window\n", zset, member);
+    exit(1);
+}
+
+/*
+ * The read-write lock hands itself over to the waiters that listen
+ * (rw_release): the writer's release gives each listening reader a read
+ * lock with a fence of its own and pushes it to its list; the last
+ * reader's release gives the write lock to the waiting writer that holds
+ * the marker. No try of theirs from the release on (the slow log), one
+ * push each, fences above the last, leases the handles believe no longer
+ * than the server keeps, extended by the watchdog; nothing left after.
+ */
+static void rw_grant_pushed(void)
+{
+    test_redis r;
+    dlock_client *hc, *rc[2], *wc;
+    dlock_lock *held;
+    dlock_acquire_options o = kopts(DLOCK_KIND_WRITE, 0, 20000);
+    test_acquirer rd[2], wr;
+    pthread_t t[2], tw;
+    uint64_t fence;
+    char tok[2][64];
+
+    test_redis_start(&r, NULL);
+    hc = open_client(&r);
+    o.auto_renew = 0;
+    CHECK_RC(dlock_acquire(&held, hc, "rg", &o), DLOCK_OK);
+    fence = dlock_lock_fence(held);
+    for (int i = 0; i < 2; i++) {
+        rc[i] = open_client(&r);
+        test_acquirer_init(&rd[i], rc[i], "rg", kopts(DLOCK_KIND_READ, 20000, 8000));
+        CHECK(pthread_create(&t[i], NULL, test_acquirer_main, &rd[i]) == 0);
+        wait_cmd(&r, i + 1, "HLEN %s", "dlock:{rg}:listen-grant");
+    }
+    test_sleep_ms(100); /* their BLPOPs are out */
+    slowlog_all(&r);
+    CHECK_RC(dlock_release(held), DLOCK_OK);
+    for (int i = 0; i < 2; i++) {
+        char score[64];
+        CHECK(pthread_join(t[i], NULL) == 0);
+        CHECK_RC(rd[i].rc, DLOCK_OK);
+        CHECK(dlock_lock_fence(rd[i].lock) > fence);
+        raw_string(&r, score, sizeof(score), "ZRANGE dlock:{rg}:readers %d %d", i, i);
+        snprintf(tok[i], sizeof(tok[i]), "%s", score);
+        CHECK(strlen(tok[i]) == 32);
+        CHECK(tries_of(&r, &dlock__redis_script_rw_acquire, tok[i]) == 0);
+    }
+    CHECK(dlock_lock_fence(rd[0].lock) != dlock_lock_fence(rd[1].lock));
+    CHECK(test_redis_calls(&r, "rpush") == 2);
+    for (int i = 0; i < 2; i++) {
+        char score[64];
+        raw_string(&r, score, sizeof(score), "ZSCORE dlock:{rg}:readers %s", tok[i]);
+        /* The handle believes no longer than the server keeps it. */
+        CHECK(dlock_lock_valid_ms(rd[i].lock) <= atoll(score) - server_ms(&r) + 50);
+        wait_extended(&r, "dlock:{rg}:readers", tok[i]);
+    }
+    /* A writer waits, listening; the last reader's release hands it over. */
+    wc = open_client(&r);
+    test_acquirer_init(&wr, wc, "rg", kopts(DLOCK_KIND_WRITE, 20000, 8000));
+    CHECK(pthread_create(&tw, NULL, test_acquirer_main, &wr) == 0);
+    wait_cmd(&r, 1, "HLEN %s", "dlock:{rg}:listen-grant");
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{rg}:writer-wait") == 1);
+    fence = dlock_lock_fence(rd[0].lock) > dlock_lock_fence(rd[1].lock)
+                ? dlock_lock_fence(rd[0].lock)
+                : dlock_lock_fence(rd[1].lock);
+    test_sleep_ms(100);
+    slowlog_all(&r);
+    CHECK_RC(dlock_release(rd[0].lock), DLOCK_OK);
+    CHECK(test_redis_calls(&r, "rpush") == 2); /* a reader is still in */
+    CHECK_RC(dlock_release(rd[1].lock), DLOCK_OK);
+    CHECK(pthread_join(tw, NULL) == 0);
+    CHECK_RC(wr.rc, DLOCK_OK);
+    CHECK(dlock_lock_fence(wr.lock) == fence + 1);
+    CHECK(test_redis_calls(&r, "rpush") == 3);
+    raw_string(&r, tok[0], sizeof(tok[0]), "HKEYS dlock:{rg}:holds");
+    CHECK(tries_of(&r, &dlock__redis_script_rw_acquire, tok[0]) == 0);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{rg}:writer-wait") == 0);
+    CHECK(dlock_lock_valid_ms(wr.lock) <= test_redis_cmd(&r, "PTTL dlock:{rg}") + 50);
+    for (int k = 0; k < 300 && test_redis_cmd(&r, "PTTL dlock:{rg}") <= 2000; k++)
+        test_sleep_ms(10);
+    CHECK(test_redis_cmd(&r, "PTTL dlock:{rg}") > 2000);
+    CHECK_RC(dlock_release(wr.lock), DLOCK_OK);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{rg} dlock:{rg}:readers dlock:{rg}:listen "
+                             "dlock:{rg}:listen-exp dlock:{rg}:listen-grant") == 0);
+    CHECK(test_redis_cmd(&r, "KEYS dlock:{rg}:grant:*") == 0);
+    dlock_client_free(hc);
+    dlock_client_free(wc);
+    for (int i = 0; i < 2; i++)
+        dlock_client_free(rc[i]);
+    test_redis_stop(&r);
+}
+
+/* A semaphore's permit given back goes to the first waiter that listens
+ * (sem_release): a permit of its own with the next fence, pushed to its
+ * list, no try of its own from the release on; the watchdog then extends
+ * it. A second waiter, registered after, gets the next permit given back. */
+static void semaphore_grant_pushed(void)
+{
+    test_redis r;
+    dlock_client *hc, *wc[2];
+    dlock_lock *held;
+    dlock_acquire_options o = kopts(DLOCK_KIND_SEMAPHORE, 0, 20000);
+    test_acquirer w[2];
+    pthread_t t[2];
+
+    test_redis_start(&r, NULL);
+    hc = open_client(&r);
+    o.auto_renew = 0;
+    o.permits = 1;
+    CHECK_RC(dlock_acquire(&held, hc, "sg", &o), DLOCK_OK);
+    for (int i = 0; i < 2; i++) {
+        dlock_acquire_options wo = kopts(DLOCK_KIND_SEMAPHORE, 20000, 8000);
+        wo.permits = 1;
+        wc[i] = open_client(&r);
+        test_acquirer_init(&w[i], wc[i], "sg", wo);
+        CHECK(pthread_create(&t[i], NULL, test_acquirer_main, &w[i]) == 0);
+        wait_cmd(&r, i + 1, "HLEN %s", "dlock:{sg}:listen-grant");
+    }
+    for (int i = 0; i < 2; i++) {
+        dlock_lock *prev = i == 0 ? held : w[0].lock;
+        uint64_t fence = dlock_lock_fence(prev);
+        char tok[64], score[64];
+
+        test_sleep_ms(100);
+        slowlog_all(&r);
+        CHECK_RC(dlock_release(prev), DLOCK_OK);
+        CHECK(pthread_join(t[i], NULL) == 0);
+        CHECK_RC(w[i].rc, DLOCK_OK);
+        CHECK(dlock_lock_fence(w[i].lock) == fence + 1);
+        CHECK(test_redis_calls(&r, "rpush") == i + 1);
+        raw_string(&r, tok, sizeof(tok), "ZRANGE dlock:{sg}:sem 0 0");
+        CHECK(strlen(tok) == 32);
+        CHECK(tries_of(&r, &dlock__redis_script_sem_acquire, tok) == 0);
+        raw_string(&r, score, sizeof(score), "ZSCORE dlock:{sg}:sem %s", tok);
+        CHECK(dlock_lock_valid_ms(w[i].lock) <= atoll(score) - server_ms(&r) + 50);
+        wait_extended(&r, "dlock:{sg}:sem", tok);
+        CHECK(test_redis_cmd(&r, "HLEN dlock:{sg}:listen-grant") == 1 - i);
+    }
+    CHECK_RC(dlock_release(w[1].lock), DLOCK_OK);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{sg}:sem dlock:{sg}:listen dlock:{sg}:listen-exp "
+                             "dlock:{sg}:listen-grant") == 0);
+    CHECK(test_redis_cmd(&r, "KEYS dlock:{sg}:grant:*") == 0);
+    dlock_client_free(hc);
+    for (int i = 0; i < 2; i++)
+        dlock_client_free(wc[i]);
+    test_redis_stop(&r);
+}
+
+/* One hand-over to a waiter of kind (a reader behind a writer, or a
+ * permit) with lease_ms and no auto_renew: the waiter's tries from the
+ * release on, checking that the handle believes no longer than the server
+ * keeps its hold (its expiry in zset). */
+static int hand_over_unrenewed(int kind, int64_t lease_ms)
+{
+    const char *zset = kind == DLOCK_KIND_READ ? "dlock:{hu}:readers" : "dlock:{hu}:sem";
+    const dlock__redis_script *script = kind == DLOCK_KIND_READ
+                                            ? &dlock__redis_script_rw_acquire
+                                            : &dlock__redis_script_sem_acquire;
+    test_redis r;
+    dlock_client *hc, *wc;
+    dlock_lock *held;
+    dlock_acquire_options o = kopts(kind == DLOCK_KIND_READ ? DLOCK_KIND_WRITE : kind, 0, 20000);
+    dlock_acquire_options wo = kopts(kind, 20000, lease_ms);
+    test_acquirer w;
+    pthread_t t;
+    char tok[64], score[64];
+    int tries;
+
+    test_redis_start(&r, NULL);
+    hc = open_client(&r);
+    wc = open_client(&r);
+    o.auto_renew = wo.auto_renew = 0;
+    o.permits = wo.permits = 1;
+    if (kind == DLOCK_KIND_READ)
+        o.permits = wo.permits = 0;
+    CHECK_RC(dlock_acquire(&held, hc, "hu", &o), DLOCK_OK);
+    test_acquirer_init(&w, wc, "hu", wo);
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &w) == 0);
+    wait_cmd(&r, 1, "HLEN %s", "dlock:{hu}:listen-grant");
+    test_sleep_ms(100);
+    slowlog_all(&r);
+    CHECK_RC(dlock_release(held), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(w.rc, DLOCK_OK);
+    CHECK(test_redis_calls(&r, "rpush") == 1);
+    raw_string(&r, tok, sizeof(tok), "ZRANGE %s 0 0", zset);
+    raw_string(&r, score, sizeof(score), "ZSCORE %s %s", zset, tok);
+    CHECK(dlock_lock_valid_ms(w.lock) <= atoll(score) - server_ms(&r) + 50);
+    tries = tries_of(&r, script, tok);
+    CHECK_RC(dlock_release(w.lock), DLOCK_OK);
+    dlock_client_free(hc);
+    dlock_client_free(wc);
+    test_redis_stop(&r);
+    return tries;
+}
+
+/* Without auto_renew, a reader's or a permit's lease within the confirm
+ * window is the popped grant's, with no try; a longer one, which nothing
+ * would extend past the window, is confirmed by one try, which sets the
+ * hold's expiry to the whole lease (rw_acquire and sem_acquire find the
+ * hold theirs). */
+static void handed_without_renewal_confirmed(void)
+{
+    CHECK(hand_over_unrenewed(DLOCK_KIND_READ, 1500) == 0);
+    CHECK(hand_over_unrenewed(DLOCK_KIND_READ, 10000) == 1);
+    CHECK(hand_over_unrenewed(DLOCK_KIND_SEMAPHORE, 1500) == 0);
+    CHECK(hand_over_unrenewed(DLOCK_KIND_SEMAPHORE, 10000) == 1);
+}
+
+/* A reader or a permit handed over after the waiter's last try goes back
+ * when it gives up (leave.lua, run on the state such a race leaves), and
+ * its registration goes. */
+static void leave_gives_back_read_and_permit(void)
+{
+    const dlock__redis_script *s = &dlock__redis_script_leave;
+    const char *token = "0123456789abcdef0123456789abcdef";
+    test_redis r;
+
+    test_redis_start(&r, NULL);
+    CHECK(test_redis_cmd(&r, "ZADD dlock:{lg}:readers 99999999999999 %s", token) == 1);
+    CHECK(test_redis_cmd(&r, "HSET dlock:{lg}:reader-fences %s %s", token, "3 \n") == 1);
+    CHECK(test_redis_cmd(&r, "ZADD dlock:{lg}:sem 99999999999999 %s", token) == 1);
+    CHECK(test_redis_cmd(&r, "HSET dlock:{lg}:sem-fences %s %s", token, "4 \n") == 1);
+    CHECK(test_redis_cmd(&r, "ZADD dlock:{lg}:listen 1 00ff") == 1);
+    CHECK(test_redis_cmd(&r, "ZADD dlock:{lg}:listen-exp 99999999999999 00ff") == 1);
+    CHECK(test_redis_cmd(&r, "HSET dlock:{lg}:listen-grant 00ff entry") == 1);
+    CHECK(test_redis_cmd(&r, "ZADD dlock:{lg}:readers 99999999999999 other") == 1);
+    CHECK(test_redis_cmd(&r, "EVAL %b 1 dlock:{lg} 00ff dlock:{lg}:release %s %s", s->body,
+                         s->len, token, token) == 1);
+    CHECK(test_redis_cmd(&r, "ZSCORE dlock:{lg}:readers %s", token) == -1);
+    CHECK(test_redis_cmd(&r, "EXISTS dlock:{lg}:reader-fences dlock:{lg}:sem "
+                             "dlock:{lg}:sem-fences dlock:{lg}:listen dlock:{lg}:listen-exp "
+                             "dlock:{lg}:listen-grant") == 0);
+    CHECK(test_redis_cmd(&r, "ZCARD dlock:{lg}:readers") == 1); /* another's stays */
     test_redis_stop(&r);
 }
 
@@ -1797,6 +2056,10 @@ TEST_MAIN({"fair_fifo_ten_waiters", fair_fifo_ten_waiters, NULL},
           {"fair_grant_pushed_to_the_head", fair_grant_pushed_to_the_head, "watchdog"},
           {"fair_leave_gives_back_a_grant", fair_leave_gives_back_a_grant, NULL},
           {"fair_listener_lost_falls_back", fair_listener_lost_falls_back, NULL},
+          {"rw_grant_pushed", rw_grant_pushed, "watchdog"},
+          {"semaphore_grant_pushed", semaphore_grant_pushed, "watchdog"},
+          {"leave_gives_back_read_and_permit", leave_gives_back_read_and_permit, NULL},
+          {"handed_without_renewal_confirmed", handed_without_renewal_confirmed, NULL},
           {"fair_places_kept_in_batches", fair_places_kept_in_batches, NULL},
           {"fair_waiter_woken_at_holder_expiry", fair_waiter_woken_at_holder_expiry, NULL},
           {"multi_no_deadlock_one_slot", multi_no_deadlock_one_slot, NULL},

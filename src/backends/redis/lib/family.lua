@@ -62,23 +62,123 @@ local function dlock_hold_rest(v)
   return sp and string.sub(v, sp + 1) or ''
 end
 
--- Take the lock base for token (a writer, a reentrant owner, a leader):
--- issue the next fence of counter (whose GET was count), set base to value
--- with the lease, and make token the only holder in holds, with its holder
--- record and kind word (dlock_hold_value). Needs fence.lua. px, when given,
--- is how long the keys live instead of the lease (a fair lock handed over:
--- excl_release.lua).
--- Returns the fence, or nil and an error reply (before any write).
-local function dlock_take(base, holds, value, token, lease, counter, count, floor, registry,
-                          holder, kind, px)
-  local fence, err = dlock_fence_next(counter, count, floor, registry, lease)
-  if not fence then
-    return nil, err
-  end
-  px = px or lease
+-- Make token the holder of base: set base to value for px ms, and make
+-- token the only holder in holds, with its fence, holder record and kind
+-- word (dlock_hold_value).
+local function dlock_hold_set(base, holds, value, token, fence, holder, kind, px)
   redis.call('SET', base, value, 'PX', px)
   redis.call('DEL', holds)
   redis.call('HSET', holds, token, dlock_hold_value(fence, holder, kind))
   redis.call('PEXPIRE', holds, px)
+end
+
+-- Take the lock base for token (a writer, a reentrant owner, a leader):
+-- issue the next fence of counter (whose GET was count) and hold it for the
+-- lease (dlock_hold_set). Needs fence.lua.
+-- Returns the fence, or nil and an error reply (before any write).
+local function dlock_take(base, holds, value, token, lease, counter, count, floor, registry,
+                          holder, kind)
+  local fence, err = dlock_fence_next(counter, count, floor, registry, lease)
+  if not fence then
+    return nil, err
+  end
+  dlock_hold_set(base, holds, value, token, fence, holder, kind, lease)
   return fence
+end
+
+-- ---- Grants pushed to a waiter that listens (redis_listen.c) ----
+-- A waiter that listens for its grant keeps a BLPOP of its own list,
+-- base:grant:WAITER-ID, and its tries leave an entry saying what a release
+-- needs to hand it the lock: "KIND TOKEN LEASE RECORD-LENGTH RECORD..OWNER"
+-- (KIND 'f' fair, 'r' reader, 'w' writer, 's' permit; OWNER the owner value
+-- of a fair waiter or a writer, the owner id of a reader, '' for a permit;
+-- last, as an owner id may hold any byte). The fair lock keeps these entries
+-- in base:queue-grant beside its queue; the read-write lock and the
+-- semaphore, whose other waiters are not queued, in base:listen (waiter id
+-- -> arrival), base:listen-exp (-> expiry, server ms) and base:listen-grant.
+
+local function dlock_grant_entry(kind, token, lease, record, owner)
+  return kind .. ' ' .. token .. ' ' .. lease .. ' ' .. #record .. ' ' .. record .. owner
+end
+
+-- The fields of an entry: kind, token, lease (a number), record, owner; nil
+-- for one that does not parse.
+local function dlock_grant_parse(entry)
+  local kind, token, lease, rlen, rest = string.match(entry, '^(%a) (%x+) (%d+) (%d+) (.*)$')
+  if not kind then
+    return nil
+  end
+  rlen = tonumber(rlen)
+  return kind, token, tonumber(lease), string.sub(rest, 1, rlen), string.sub(rest, rlen + 1)
+end
+
+-- The next fence of base's counter for a hold handed over by a release
+-- (floor and registry: the script's fence keys), or nil when none can be
+-- issued (a counter that is not an integer, a broken floor): the release
+-- then leaves the waiter to try, which reports why.
+local function dlock_grant_fence(base, floor, registry, lease)
+  local counter = base .. ':fence'
+  local count = redis.call('GET', counter)
+  if dlock_fence_check(counter, count) then
+    return nil
+  end
+  return (dlock_fence_next(counter, count, floor, registry, lease))
+end
+
+-- A hold kept as a member of zset (a reader, a permit) scored with its
+-- expiry, which hash keeps the fence of, found by its own try: a retry
+-- after a lost reply, or a hold a release handed over for the confirm
+-- window only. It is ours for the whole lease from this try.
+local function dlock_zhold_keep(zset, hash, token, now, lease)
+  if tonumber(redis.call('ZSCORE', zset, token)) < now + lease then
+    redis.call('ZADD', zset, 'XX', now + lease, token)
+  end
+  dlock_pexpire_max(zset, lease)
+  dlock_pexpire_max(hash, lease)
+end
+
+-- Push fence to waiter wid's list, which lives px. False when refused (an
+-- ACL without RPUSH): the waiter then finds its hold at its next try.
+local function dlock_grant_push(base, wid, fence, px)
+  local list = base .. ':grant:' .. wid
+  if pcall(redis.call, 'RPUSH', list, fence) then
+    redis.call('PEXPIRE', list, px)
+    return true
+  end
+  return false
+end
+
+-- Register (or refresh) waiter wid that listens, with entry, for ttl ms.
+local function dlock_listen_add(base, wid, entry, ttl, now)
+  local order, exp, grants = base .. ':listen', base .. ':listen-exp', base .. ':listen-grant'
+  if not redis.call('ZSCORE', order, wid) then
+    local last = redis.call('ZRANGE', order, -1, -1, 'WITHSCORES')
+    redis.call('ZADD', order, last[2] and tonumber(last[2]) + 1 or 1, wid)
+  end
+  redis.call('ZADD', exp, now + ttl, wid)
+  redis.call('HSET', grants, wid, entry)
+  dlock_pexpire_max(order, ttl)
+  dlock_pexpire_max(exp, ttl)
+  dlock_pexpire_max(grants, ttl)
+end
+
+local function dlock_listen_drop(base, wid)
+  redis.call('ZREM', base .. ':listen', wid)
+  redis.call('ZREM', base .. ':listen-exp', wid)
+  redis.call('HDEL', base .. ':listen-grant', wid)
+end
+
+-- The first limit waiters that listen (-1: all), in arrival order, each
+-- {wid, entry}, after dropping those whose registration expired.
+local function dlock_listeners(base, now, limit)
+  local order, exp, grants = base .. ':listen', base .. ':listen-exp', base .. ':listen-grant'
+  dlock_prune(exp, now, order, grants)
+  local out = {}
+  for _, wid in ipairs(redis.call('ZRANGE', order, 0, limit < 0 and -1 or limit - 1)) do
+    local e = redis.call('HGET', grants, wid)
+    if e then
+      out[#out + 1] = {wid, e}
+    end
+  end
+  return out
 end
