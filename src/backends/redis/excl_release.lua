@@ -47,16 +47,10 @@ end
 -- without RPUSH) leaves the head to try, which then reports the error, or
 -- finds the lock handed to it and confirms it (excl_acquire).
 local function hand_over(entry)
-  local k, t, lease, record, value = dlock_grant_parse(entry)
-  if k ~= 'f' then
-    return false
-  end
-  local fence = dlock_grant_fence(base, KEYS[2], KEYS[3], lease)
+  local fence, px = dlock_grant_hold(base, entry, 'f', 'fair', KEYS[2], KEYS[3], tonumber(ARGV[6]))
   if not fence then
     return false
   end
-  local px = math.min(lease, tonumber(ARGV[6]))
-  dlock_hold_set(base, holds, value, t, fence, record, 'fair', px)
   redis.call('ZREM', queue, head)
   redis.call('ZREM', qexp, head)
   redis.call('HDEL', grants, head)

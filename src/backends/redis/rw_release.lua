@@ -29,16 +29,10 @@ local function hand_to_writer()
   if not entry then
     return false
   end
-  local k, t, lease, record, value = dlock_grant_parse(entry)
-  if k ~= 'w' then
-    return false
-  end
-  local fence = dlock_grant_fence(base, KEYS[2], KEYS[3], lease)
+  local fence, px = dlock_grant_hold(base, entry, 'w', 'write', KEYS[2], KEYS[3], window)
   if not fence then
     return false
   end
-  local px = math.min(lease, window)
-  dlock_hold_set(base, holds, value, t, fence, record, 'write', px)
   redis.call('DEL', marker)
   dlock_listen_drop(base, wid)
   if not dlock_grant_push(base, wid, fence, px) then

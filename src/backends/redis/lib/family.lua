@@ -125,6 +125,25 @@ local function dlock_grant_fence(base, floor, registry, lease)
   return (dlock_fence_next(counter, count, floor, registry, lease))
 end
 
+-- Hand the exclusive lock base over to the waiter whose grant entry is
+-- entry, of kind ('f' a fair waiter, 'w' a writer; word: the kind word its
+-- hold keeps), for min(its lease, window) ms with the next fence (floor and
+-- registry: the script's fence keys). Returns the fence and that time, or
+-- nil when the entry is not of kind or no fence can be issued.
+local function dlock_grant_hold(base, entry, kind, word, floor, registry, window)
+  local k, t, lease, record, value = dlock_grant_parse(entry)
+  if k ~= kind then
+    return nil
+  end
+  local fence = dlock_grant_fence(base, floor, registry, lease)
+  if not fence then
+    return nil
+  end
+  local px = math.min(lease, window)
+  dlock_hold_set(base, base .. ':holds', value, t, fence, record, word, px)
+  return fence, px
+end
+
 -- A hold kept as a member of zset (a reader, a permit) scored with its
 -- expiry, which hash keeps the fence of, found by its own try: a retry
 -- after a lost reply, or a hold a release handed over for the confirm
