@@ -53,7 +53,9 @@ typedef struct sent {
     json_t *reply;
     dlock__grpc_status grpc_code;
     char msg[400];
-    struct sent *next;
+    /* In l->flying (prev: the pointer that points here), or in a step's
+     * list of ended requests. */
+    struct sent *next, **prev;
 } sent;
 
 struct dlock__etcd_loop {
@@ -256,7 +258,12 @@ static int sent_add(dlock__etcd_loop *l, sent *s)
         rc = dlock__fail(DLOCK_ENOMEM, "out of memory (curl multi)");
     if (rc != DLOCK_OK)
         return rc;
+    /* The request of a transfer that ends, found at once (loop_step). */
+    curl_easy_setopt(c->easy, CURLOPT_PRIVATE, (void *)s);
     s->next = l->flying;
+    s->prev = &l->flying;
+    if (l->flying != NULL)
+        l->flying->prev = &s->next;
     l->flying = s;
     drive(l); /* on the wire now, where a connection is ready */
     return DLOCK_OK;
@@ -350,7 +357,7 @@ static void judge(dlock__etcd_loop *l, sent *s, CURLcode res)
 
 int64_t dlock__etcd_loop_step(dlock__etcd_loop *l)
 {
-    sent *ended = NULL, *order = NULL, **at;
+    sent *ended = NULL, **tail = &ended;
     CURLMsg *m;
     int left;
     long wait = -1;
@@ -363,33 +370,29 @@ int64_t dlock__etcd_loop_step(dlock__etcd_loop *l)
     }
     drive(l);
     while ((m = curl_multi_info_read(l->multi, &left)) != NULL) {
-        if (m->msg != CURLMSG_DONE)
-            continue;
-        for (at = &l->flying; *at != NULL && (*at)->c->easy != m->easy_handle;
-             at = &(*at)->next)
-            ;
-        if (*at == NULL)
-            continue;
-        sent *s = *at;
+        char *priv = NULL;
+        sent *s;
         CURLcode res = m->data.result;
-        *at = s->next;
+
+        if (m->msg != CURLMSG_DONE ||
+            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &priv) != CURLE_OK ||
+            (s = (sent *)(void *)priv) == NULL)
+            continue;
+        /* Out of flying; onto the ended, in the order they ended. */
+        *s->prev = s->next;
+        if (s->next != NULL)
+            s->next->prev = s->prev;
+        s->next = NULL;
+        *tail = s;
+        tail = &s->next;
         curl_multi_remove_handle(l->multi, s->c->easy);
         judge(l, s, res);
-        s->next = ended;
-        ended = s;
     }
     pthread_mutex_unlock(&l->mu);
 
-    /* In the order they ended: the list is in reverse. */
-    for (sent *rest = ended; rest != NULL;) {
-        sent *s = rest;
-        rest = s->next;
-        s->next = order;
-        order = s;
-    }
-    while (order != NULL) {
-        sent *s = order;
-        order = s->next;
+    while (ended != NULL) {
+        sent *s = ended;
+        ended = s->next;
         if (s->rc != DLOCK_OK)
             dlock__fail(s->rc, "%s", s->msg);
         else
