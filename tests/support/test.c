@@ -477,6 +477,52 @@ void *test_acquirer_main(void *arg)
     return NULL;
 }
 
+static int async_callbacks_run;
+
+void test_async_acquired(int rc, dlock_lock *lock, void *arg)
+{
+    test_async_outcome *o = arg;
+
+    o->calls++;
+    o->rc = rc;
+    o->lock = lock;
+    o->order = ++async_callbacks_run;
+    snprintf(o->msg, sizeof(o->msg), "%s", dlock_error_message());
+    CHECK((rc == DLOCK_OK) == (lock != NULL));
+}
+
+void test_async_done(int rc, void *arg)
+{
+    test_async_outcome *o = arg;
+
+    o->calls++;
+    o->rc = rc;
+    o->order = ++async_callbacks_run;
+    snprintf(o->msg, sizeof(o->msg), "%s", dlock_error_message());
+}
+
+void test_async_turn(dlock_client *c, int cap_ms)
+{
+    struct pollfd p = {dlock_async_fd(c), POLLIN, 0};
+    int64_t due = dlock_async_timeout_ms(c);
+
+    CHECK(p.fd >= 0);
+    if (poll(&p, 1, due >= 0 && due < cap_ms ? (int)due : cap_ms) > 0 || due >= 0)
+        CHECK(dlock_async_process(c) >= 0);
+}
+
+void test_async_until(dlock_client *c, const int *calls, int want, int64_t ms)
+{
+    struct timespec t0, t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (*calls < want) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        CHECK((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < ms);
+        test_async_turn(c, 10);
+    }
+}
+
 void test_hand_over(dlock_lock *l, test_acquirer *a, pthread_t t)
 {
     uint64_t fence = dlock_lock_fence(l);

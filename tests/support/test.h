@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dlock/async.h"
 #include "dlock/dlock.h"
 
 #define CHECK(cond)                                                                                \
@@ -99,6 +100,28 @@ void *test_acquirer_main(void *arg);
 /* Release l: the waiter a (in thread t, joined here) then holds, with a
  * fence above l's. */
 void test_hand_over(dlock_lock *l, test_acquirer *a, pthread_t t);
+
+/* One asynchronous call's outcome (dlock/async.h), as its callback saw it:
+ * test_async_acquired for dlock_acquire_async, test_async_done for the
+ * calls that end with a code. calls counts the callbacks; msg is the
+ * thread's message then; order the how-manieth callback of the process. */
+typedef struct {
+    int calls, rc;
+    dlock_lock *lock;
+    char msg[512];
+    int order;
+} test_async_outcome;
+
+void test_async_acquired(int rc, dlock_lock *lock, void *arg);
+void test_async_done(int rc, void *arg);
+
+/* One turn of c's loop, as an event loop makes it: wait for its descriptor
+ * up to the client's timeout (cap_ms at most), then process. */
+void test_async_turn(dlock_client *c, int cap_ms);
+
+/* Run c's loop until *calls reaches want, for ms at most (then the test
+ * fails). */
+void test_async_until(dlock_client *c, const int *calls, int want, int64_t ms);
 
 /* An on_lost callback that counts its calls and keeps the last reason. */
 extern atomic_int test_lost_calls;

@@ -25,64 +25,30 @@ static dlock_client *open_client(const test_server *s)
     return c;
 }
 
-/* One acquisition's outcome, as its callback saw it. */
-typedef struct {
-    int calls, rc;
-    dlock_lock *lock;
-    char msg[512];
-    int order; /* the how-manieth callback of the run */
-} outcome;
-
-static int callbacks_run;
+/* One acquisition's outcome, as its callback saw it (tests/support), the
+ * callbacks also checked to run on the loop's thread. */
+typedef test_async_outcome outcome;
 
 static void on_acquired(int rc, dlock_lock *lock, void *arg)
 {
-    outcome *o = arg;
-
     CHECK(pthread_equal(pthread_self(), loop_thread));
-    o->calls++;
-    o->rc = rc;
-    o->lock = lock;
-    o->order = ++callbacks_run;
-    snprintf(o->msg, sizeof(o->msg), "%s", dlock_error_message());
-    CHECK((rc == DLOCK_OK) == (lock != NULL));
+    test_async_acquired(rc, lock, arg);
 }
 
 static void on_done(int rc, void *arg)
 {
-    outcome *o = arg;
-
     CHECK(pthread_equal(pthread_self(), loop_thread));
-    o->calls++;
-    o->rc = rc;
-    o->order = ++callbacks_run;
-    snprintf(o->msg, sizeof(o->msg), "%s", dlock_error_message());
+    test_async_done(rc, arg);
 }
 
-/* One turn of c's loop, as an event loop makes it: wait for the descriptor
- * up to the client's timeout (10 ms at most here), then process. */
 static void loop_turn(dlock_client *c)
 {
-    struct pollfd p = {dlock_async_fd(c), POLLIN, 0};
-    int64_t due = dlock_async_timeout_ms(c);
-
-    CHECK(p.fd >= 0);
-    if (poll(&p, 1, due >= 0 && due < 10 ? (int)due : 10) > 0 || due >= 0)
-        CHECK(dlock_async_process(c) >= 0);
+    test_async_turn(c, 10);
 }
 
-/* Run c's loop until *calls reaches want, for ms at most (then the test
- * fails). */
 static void loop_until(dlock_client *c, const int *calls, int want, int64_t ms)
 {
-    struct timespec t0, t;
-
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (*calls < want) {
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        CHECK((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < ms);
-        loop_turn(c);
-    }
+    test_async_until(c, calls, want, ms);
 }
 
 /* Run c's loop for ms, whatever comes. */
@@ -506,7 +472,6 @@ static void fair_order(void)
     for (int i = 0; i < N; i++)
         CHECK_RC(dlock_acquire_async(NULL, c, "job", &w, on_acquired, &got[i]), DLOCK_OK);
     loop_for(c, 500);
-    callbacks_run = 0;
     CHECK_RC(dlock_release(held), DLOCK_OK);
     for (int i = 0; i < N; i++) {
         loop_until(c, &got[i].calls, 1, 10000);

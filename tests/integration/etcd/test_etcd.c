@@ -2305,54 +2305,24 @@ static void trace_where(const dlock_trace_event *ev, void *payload)
         w->elsewhere++;
 }
 
-typedef struct {
-    int calls, rc;
-    dlock_lock *lock;
-    char msg[300];
-} async_outcome;
-
-static void async_acquired(int rc, dlock_lock *lock, void *arg)
-{
-    async_outcome *o = arg;
-
-    o->rc = rc;
-    o->lock = lock;
-    snprintf(o->msg, sizeof(o->msg), "%s", rc != DLOCK_OK ? dlock_error_message() : "");
-    o->calls++;
-}
-
-static void async_done(int rc, void *arg)
-{
-    async_outcome *o = arg;
-
-    o->rc = rc;
-    o->calls++;
-}
-
 /* Run c's loop until o has its callback (10 s at most). */
-static void async_wait(dlock_client *c, async_outcome *o)
+static void async_wait(dlock_client *c, test_async_outcome *o)
 {
-    for (int turns = 0; o->calls == 0; turns++) {
-        struct pollfd p = {dlock_async_fd(c), POLLIN, 0};
-        int64_t t = dlock_async_timeout_ms(c);
-        CHECK(turns < 100000);
-        poll(&p, 1, t < 0 || t > 100 ? 100 : (int)t);
-        CHECK(dlock_async_process(c) >= 0);
-    }
+    test_async_until(c, &o->calls, 1, 10000);
 }
 
 /* One cycle through the asynchronous API; rc of the acquisition. */
 static int async_cycle(dlock_client *c, const char *name, dlock_acquire_options *o,
-                       async_outcome *got)
+                       test_async_outcome *got)
 {
-    async_outcome done = {0};
+    test_async_outcome done = {0};
 
     memset(got, 0, sizeof(*got));
-    CHECK_RC(dlock_acquire_async(NULL, c, name, o, async_acquired, got), DLOCK_OK);
+    CHECK_RC(dlock_acquire_async(NULL, c, name, o, test_async_acquired, got), DLOCK_OK);
     async_wait(c, got);
     if (got->rc != DLOCK_OK)
         return got->rc;
-    CHECK_RC(dlock_release_async(NULL, got->lock, async_done, &done), DLOCK_OK);
+    CHECK_RC(dlock_release_async(NULL, got->lock, test_async_done, &done), DLOCK_OK);
     async_wait(c, &done);
     CHECK_RC(done.rc, DLOCK_OK);
     return DLOCK_OK;
@@ -2373,7 +2343,7 @@ static void on_the_loop(test_etcd *e, const char *url, const char *label)
     traced_where w = {.loop = pthread_self()};
     dlock_client *c, *other;
     dlock_acquire_options plain = test_opts(0, 30000, 0), renewed = test_opts(0, 30000, 1);
-    async_outcome got;
+    test_async_outcome got;
     dlock_lock *held, *l;
     long long txn, del, ka, ttl;
     const char *left;
@@ -2448,13 +2418,13 @@ static void on_the_loop(test_etcd *e, const char *url, const char *label)
      * waiting for one), the workers taking what the loop does not. */
     {
         enum { MANY = 200 };
-        async_outcome *all = calloc(MANY, sizeof(*all)), *rel = calloc(MANY, sizeof(*rel));
+        test_async_outcome *all = calloc(MANY, sizeof(*all)), *rel = calloc(MANY, sizeof(*rel));
         int taken = 0, released = 0;
         CHECK(all != NULL && rel != NULL);
         for (int i = 0; i < MANY; i++) {
             char name[32];
             snprintf(name, sizeof(name), "many-%d", i);
-            CHECK_RC(dlock_acquire_async(NULL, c, name, &plain, async_acquired, &all[i]),
+            CHECK_RC(dlock_acquire_async(NULL, c, name, &plain, test_async_acquired, &all[i]),
                      DLOCK_OK);
         }
         for (int i = 0; i < MANY; i++) {
@@ -2464,7 +2434,8 @@ static void on_the_loop(test_etcd *e, const char *url, const char *label)
         CHECK(test_etcd_count(e, "dlock/many-") == MANY);
         for (int i = 0; i < MANY; i++)
             if (all[i].rc == DLOCK_OK)
-                CHECK_RC(dlock_release_async(NULL, all[i].lock, async_done, &rel[i]), DLOCK_OK);
+                CHECK_RC(dlock_release_async(NULL, all[i].lock, test_async_done, &rel[i]),
+                         DLOCK_OK);
         for (int i = 0; i < MANY; i++) {
             if (all[i].rc == DLOCK_OK)
                 async_wait(c, &rel[i]);
@@ -2528,7 +2499,7 @@ static void async_reply_lost(void)
     traced_where w = {.loop = pthread_self()};
     dlock_client *c;
     dlock_acquire_options o = test_opts(0, 20000, 0);
-    async_outcome got, done = {0};
+    test_async_outcome got, done = {0};
     char url[200];
     long long lease;
     dlock_lock *l;
@@ -2553,7 +2524,7 @@ static void async_reply_lost(void)
     w.on_loop = w.elsewhere = 0;
     chaos_proxy_set(px, CHAOS_PROXY_DELAY_ONE_REPLY, 4000);
     memset(&got, 0, sizeof(got));
-    CHECK_RC(dlock_acquire_async(NULL, c, "lost", &o, async_acquired, &got), DLOCK_OK);
+    CHECK_RC(dlock_acquire_async(NULL, c, "lost", &o, test_async_acquired, &got), DLOCK_OK);
     async_wait(c, &got);
     fprintf(stderr, "try, its reply lost: %s (%d calls on the loop's thread, %d elsewhere)\n",
             got.msg, (int)w.on_loop, (int)w.elsewhere);
@@ -2571,14 +2542,14 @@ static void async_reply_lost(void)
     CHECK_RC(dlock_acquire(&l, c, "lost", &o), DLOCK_OK);
     CHECK_RC(dlock_release(l), DLOCK_OK);
     memset(&got, 0, sizeof(got));
-    CHECK_RC(dlock_acquire_async(NULL, c, "lost", &o, async_acquired, &got), DLOCK_OK);
+    CHECK_RC(dlock_acquire_async(NULL, c, "lost", &o, test_async_acquired, &got), DLOCK_OK);
     async_wait(c, &got);
     CHECK_RC(got.rc, DLOCK_OK);
     lease = key_lease(&e, "dlock/lost/");
     CHECK(lease & (1LL << 62)); /* a spare */
     w.on_loop = w.elsewhere = 0;
     chaos_proxy_set(px, CHAOS_PROXY_DELAY_ONE_REPLY, 4000);
-    CHECK_RC(dlock_release_async(NULL, got.lock, async_done, &done), DLOCK_OK);
+    CHECK_RC(dlock_release_async(NULL, got.lock, test_async_done, &done), DLOCK_OK);
     async_wait(c, &done);
     fprintf(stderr, "release, its reply lost: rc %d (%d calls on the loop's thread, %d "
             "elsewhere)\n", done.rc, (int)w.on_loop, (int)w.elsewhere);
