@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * dlock-bench, the lock family: hand-off latency of the fair lock and of the
- * read-write lock, measured like the mutex hand-off in main.c and printed
+ * dlock-bench, the lock family: hand-off latency of the fair lock, the
+ * read-write lock and the semaphore (one permit), measured like the mutex
+ * hand-off in main.c and printed
  * as rows of the same table (docs/bench.md, docs/family.md).
  *
  * A takes the lock, lets B start waiting for it, holds it HOLD_MS (long
@@ -51,6 +52,7 @@ static void *waiter_b(void *arg)
 
     o.kind = h->kind;
     o.wait_ms = 30000;
+    o.permits = h->kind == DLOCK_KIND_SEMAPHORE ? 1 : 0;
     for (long i = 0; i < h->count; i++) {
         dlock_lock *lock = NULL;
         int rc;
@@ -96,6 +98,7 @@ static long measure(const char *url, const char *name, int kind_a, int kind_b, l
     if (pthread_create(&tb, NULL, waiter_b, &h) != 0)
         bench_die("pthread_create failed");
     o.kind = kind_a;
+    o.permits = kind_a == DLOCK_KIND_SEMAPHORE ? 1 : 0;
     for (long i = 0; i < count + warm; i++) {
         struct timespec hold = {0, HOLD_MS * 1000000L};
         dlock_lock *lock = NULL;
@@ -136,6 +139,7 @@ long bench_family(const char *url, const char *key_base, long count, double ping
         {"fair hand-off release -> head's acquire", "fair", DLOCK_KIND_FAIR, DLOCK_KIND_FAIR},
         {"rw hand-off writer -> waiting reader", "rw-wr", DLOCK_KIND_WRITE, DLOCK_KIND_READ},
         {"rw hand-off last reader -> writer", "rw-rw", DLOCK_KIND_READ, DLOCK_KIND_WRITE},
+        {"semaphore (1 permit) hand-off", "sem", DLOCK_KIND_SEMAPHORE, DLOCK_KIND_SEMAPHORE},
     };
     char ping[64], mutex[64];
     long early = 0;

@@ -67,14 +67,20 @@ static const char *opt_markdown;
 static int opt_self_test;
 static int opt_rw;  /* --kind rw: readers and writers of a read-write lock */
 static int opt_sem; /* --kind sem: permit holders of a semaphore of CHAOS_SEM_PERMITS */
+static int opt_fair; /* --kind fair: holders of a fair lock (exclusive, as the mutex) */
 static char worker_path[PATH_MAX];
 
 /* ---- backends ----------------------------------------------------------- */
 
-/* The minimal ACL of README.md (Security): the workers run as this user. */
+/* The minimal ACL of README.md (Security): the workers run as this user;
+ * with a kind of the family (--kind), with the family's commands too
+ * (docs/family.md, "ACL"). */
 static const char chaos_acl[] =
     "user chaos on >chaos-pw ~dlock:* &dlock:* -@all +evalsha +eval +get +set +incr +pexpire "
-    "+pttl +del +publish +exists +subscribe +unsubscribe +client|setname +rpush +blpop\n";
+    "+pttl +del +publish +exists +subscribe +unsubscribe +client|setname +rpush +blpop";
+static const char chaos_acl_family[] =
+    " +time +hset +hget +hdel +hlen +hexists +hvals +zadd +zrem +zscore +zcard +zrange "
+    "+zrangebyscore";
 
 /* Redlock's nodes, an ensemble's members (etcd3, zk3); 1 for the others. */
 #define CHAOS_NODES_MAX TEST_REDLOCK_MAX
@@ -139,7 +145,9 @@ static void redis_args(char *extra, size_t size, const char *dir, int persist)
 
     snprintf(acl, sizeof(acl), "%s/users.acl", dir);
     f = fopen(acl, "w");
-    if (f == NULL || fputs(chaos_acl, f) < 0 || fclose(f) != 0) {
+    if (f == NULL || fputs(chaos_acl, f) < 0 ||
+        fputs(opt_rw || opt_sem || opt_fair ? chaos_acl_family : "", f) < 0 ||
+        fputs("\n", f) < 0 || fclose(f) != 0) {
         perror("chaos: users.acl");
         exit(1);
     }
@@ -1834,7 +1842,7 @@ static void print_summary(FILE *f, int markdown, const backend *const *chosen, i
         double unavail = 0, worst = 0;
         char name[32], why[96];
         snprintf(name, sizeof(name), "%s%s", chosen[b]->name,
-                 opt_rw ? "-rw" : opt_sem ? "-sem" : "");
+                 opt_rw ? "-rw" : opt_sem ? "-sem" : opt_fair ? "-fair" : "");
         for (int i = 0; i < nw; i++) {
             const row *r = &rows[b][i];
             if (r->runs == 0)
@@ -1892,11 +1900,12 @@ static void usage(void)
             "usage: chaos [--workers N] [--lease MS] [--duration S] [--runs N] [--seed N]\n"
             "             [--nemesis all|a,b,...] [--backend redis,etcd,etcd3,zk,zk3,...]\n"
             "             [--url URL] [--keep] [--markdown FILE] [--self-test]\n"
-            "             [--kind mutex|rw|sem] [--faults N]\n"
+            "             [--kind mutex|rw|sem|fair] [--faults N]\n"
             "--faults N: each row runs (more runs of --duration) until N faults\n"
             "--kind rw: a read-write lock, half the holds reads (no register step;\n"
             "           readers may overlap readers, nothing else)\n"
             "--kind sem: a semaphore of 3 permits (no register step; up to 3 together)\n"
+            "--kind fair: a fair lock (FIFO; the register step, as the mutex's)\n"
             "nemeses:\n");
     for (int i = 0; i < N_COUNT; i++)
         fprintf(stderr, "  %-20s %s\n", nemeses[i].name, nemeses[i].what);
@@ -2035,13 +2044,14 @@ int main(int argc, char **argv)
         case 'K':
             /* The workers read it (chaos_worker.c): read-write locks. */
             if (strcmp(optarg, "rw") != 0 && strcmp(optarg, "sem") != 0 &&
-                strcmp(optarg, "mutex") != 0) {
+                strcmp(optarg, "fair") != 0 && strcmp(optarg, "mutex") != 0) {
                 usage();
                 return 64;
             }
             opt_rw = strcmp(optarg, "rw") == 0;
             opt_sem = strcmp(optarg, "sem") == 0;
-            if (opt_rw || opt_sem)
+            opt_fair = strcmp(optarg, "fair") == 0;
+            if (opt_rw || opt_sem || opt_fair)
                 setenv("CHAOS_KIND", optarg, 1);
             else
                 unsetenv("CHAOS_KIND");
@@ -2164,7 +2174,7 @@ int main(int argc, char **argv)
     for (int b = 0; b < nb; b++) {
         char shown[32];
         snprintf(shown, sizeof(shown), "%s%s", chosen[b]->name,
-                 opt_rw ? "-rw" : opt_sem ? "-sem" : "");
+                 opt_rw ? "-rw" : opt_sem ? "-sem" : opt_fair ? "-fair" : "");
         print_rows(stdout, 0, shown, which, nw, rows[b], b == 0);
         if (md != NULL)
             print_rows(md, 1, shown, which, nw, rows[b], b == 0);

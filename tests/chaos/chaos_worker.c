@@ -25,7 +25,8 @@
  *
  * With CHAOS_KIND=sem every hold is a permit of a semaphore of
  * CHAOS_SEM_PERMITS (shared 2), which, as a read, does not touch the
- * register.
+ * register. With CHAOS_KIND=fair every hold is of a fair lock, exclusive
+ * as the mutex's (the same steps).
  *
  * BROKEN (chaos.h, `chaos --self-test`) makes it one of the broken workers
  * the checker must catch; "ok" or absent, the correct one.
@@ -168,6 +169,7 @@ int main(int argc, char **argv)
     const char *kind_env = getenv("CHAOS_KIND");
     int rw = kind_env != NULL && strcmp(kind_env, "rw") == 0;
     int sem = kind_env != NULL && strcmp(kind_env, "sem") == 0;
+    int fair = kind_env != NULL && strcmp(kind_env, "fair") == 0;
     char owner[32]; /* a reader's owner id (rw) */
 
     if (argc != 11 && argc != 12) {
@@ -249,8 +251,9 @@ int main(int argc, char **argv)
         o.wait_ms = lease_ms * 3;
         o.lease_ms = lease_ms;
         o.on_lost = on_lost;
-        o.kind = sem ? DLOCK_KIND_SEMAPHORE
-                 : !rw ? DLOCK_KIND_MUTEX
+        o.kind = sem    ? DLOCK_KIND_SEMAPHORE
+                 : fair ? DLOCK_KIND_FAIR
+                 : !rw  ? DLOCK_KIND_MUTEX
                  : shared ? DLOCK_KIND_READ
                           : DLOCK_KIND_WRITE;
         o.permits = sem ? CHAOS_SEM_PERMITS : 0;
