@@ -74,11 +74,20 @@ static void sleep_ms(long ms)
 
 /* on_lost: log it, and let the main thread know. */
 static _Atomic int lost_seen;
+/* A nested read's fence, and the fence of the hold it belongs to (the
+ * outer's, which the hold's events carry): on Redis a nested read is a
+ * reader of its own, with a fence of its own, and once the outer is
+ * released first the hold is the nested read's; its loss is the hold's. */
+static _Atomic long long nested_fence, hold_fence;
 
 static void on_lost(dlock_lock *lock, int reason, void *payload)
 {
+    long long fence = (long long)dlock_lock_fence(lock);
+
     (void)payload;
-    event("lost", (long long)dlock_lock_fence(lock), reason, 0);
+    if (fence != 0 && fence == atomic_load(&nested_fence))
+        fence = atomic_load(&hold_fence);
+    event("lost", fence, reason, 0);
     atomic_store(&lost_seen, 1);
 }
 
@@ -285,8 +294,11 @@ int main(int argc, char **argv)
              * writer waiting); busy only when the outer was lost. */
             dlock_acquire_options n = o;
             n.wait_ms = 0;
+            atomic_store(&hold_fence, (long long)fence);
             int nrc = dlock_acquire(&nested, client, name, &n);
             event("nested", nrc, 0, 0);
+            if (nrc == DLOCK_OK)
+                atomic_store(&nested_fence, (long long)dlock_lock_fence(nested));
             if (nrc != DLOCK_OK) {
                 nested = NULL;
                 if (!expected(nrc)) {
