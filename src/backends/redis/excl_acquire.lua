@@ -64,20 +64,10 @@ end
 local now = nil
 -- A fair waiter takes a place at the end of the queue, or keeps its place
 -- alive: its expiry moves ttl past now.
+-- Its grant entry goes with it while it listens (ARGV[12]).
 local function enqueue()
-  if not redis.call('ZSCORE', queue, wid) then
-    local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
-    redis.call('ZADD', queue, last[2] and tonumber(last[2]) + 1 or 1, wid)
-  end
-  redis.call('ZADD', qexp, now + ttl, wid)
-  dlock_pexpire_max(queue, ttl)
-  dlock_pexpire_max(qexp, ttl)
-  if ARGV[12] == '1' then
-    redis.call('HSET', grants, wid, dlock_grant_entry('f', token, ARGV[5], record, value))
-    dlock_pexpire_max(grants, ttl)
-  else
-    redis.call('HDEL', grants, wid) -- a waiter that stopped listening
-  end
+  dlock_place_keep(queue, qexp, grants, wid, ARGV[12] == '1' and
+                   dlock_grant_entry('f', token, ARGV[5], record, value) or nil, ttl, now)
 end
 
 if kind == 'fair' then

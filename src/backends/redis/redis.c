@@ -611,7 +611,8 @@ void dlock__redis_watch_close(redis_backend *be, dlock__redis_watch *w)
         if (w->entry != NULL)
             arg_str(&a, w->entry);
         else if (w->grant_token != NULL) {
-            /* A fair waiter that listened: a lock handed to it goes back. */
+            /* A waiter of the family that listened: a hold handed to it
+             * goes back. */
             arg_str(&a, w->grant_token);
             arg_str(&a, w->grant_value);
         }

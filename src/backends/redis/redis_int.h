@@ -182,9 +182,9 @@ typedef struct {
      * overdue at ln_due_ms. */
     int listens, in_slot;
     int told; /* watch_notify'd: it never listens (redis.c) */
-    /* A fair waiter that listens (redis_family.c): its owner token and
-     * owner value, with which leave.lua gives back a lock handed to it
-     * after its last try (NULL when it never listened). */
+    /* A waiter of the family that may listen (redis_family.c): its owner
+     * token and owner value, with which leave.lua gives back a hold handed
+     * to it after its last try (NULL when it never could). */
     char *grant_token, *grant_value;
     int64_t lease_ms, bound_ms;
     uint64_t granted;

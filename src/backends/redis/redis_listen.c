@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The hand-off without a confirming try: a waiter whose entry is in the
- * plain mutex's hand-off slot, or in a fair lock's base:queue-grant
- * (redis_family.c), keeps a BLPOP of a list of its own outstanding,
- * PREFIX{NAME}:grant:WAITER-ID, and release.lua (excl_release.lua, for the
- * head of the fair queue) pushes the fence there as it hands the key over. The grant then reaches the waiter's own thread in
- * one trip from the server, with no subscriber thread to wake it and no try
+ * plain mutex's hand-off slot, or whose grant entry a lock of the family
+ * keeps (redis_family.c, lib/family.lua), keeps a BLPOP of a list of its
+ * own outstanding, PREFIX{NAME}:grant:WAITER-ID, and release.lua (the
+ * family's release scripts) pushes the fence there as it hands the lock
+ * over. The grant then reaches the waiter's own thread in one trip from
+ * the server, with no subscriber thread to wake it and no try
  * to confirm it.
  *
  * The lease. An element can be in the list only after the try that wrote
@@ -180,7 +181,7 @@ static int listen_stop(dlock__redis_be *be, dlock__redis_watch *w)
     w->listens = 0;
     if (mark != NULL)
         *mark = '\0'; /* "WAITER-ID TOKEN LEASE": hex, hex, digits */
-    /* (A fair waiter's next try drops its entry from base:queue-grant.) */
+    /* (A waiter of the family's next try drops its grant entry.) */
     return DLOCK_OK;
 }
 

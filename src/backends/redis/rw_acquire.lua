@@ -92,10 +92,7 @@ if kind == 'read' then
   if not fence then
     return err
   end
-  redis.call('ZADD', readers, now + lease, token)
-  redis.call('HSET', rfences, token, dlock_hold_value(fence, record, owner))
-  dlock_pexpire_max(readers, lease)
-  dlock_pexpire_max(rfences, lease)
+  dlock_zhold_set(readers, rfences, token, fence, record, owner, now, lease)
   return taken(fence)
 end
 

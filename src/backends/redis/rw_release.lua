@@ -42,22 +42,11 @@ local function hand_to_writer()
 end
 
 -- A read lock to each reader that listens (no writer waits).
+-- (Writers' entries are passed over; a reader whose fence cannot be issued
+-- is not handed one, nor is any after it: no fence can be issued then.)
 local function hand_to_readers()
   for _, l in ipairs(dlock_listeners(base, now, -1)) do
-    local k, t, lease, record, owner = dlock_grant_parse(l[2])
-    if k == 'r' then
-      local fence = dlock_grant_fence(base, KEYS[2], KEYS[3], lease)
-      if not fence then
-        return
-      end
-      local px = math.min(lease, window)
-      redis.call('ZADD', readers, now + px, t)
-      redis.call('HSET', rfences, t, dlock_hold_value(fence, record, owner))
-      dlock_pexpire_max(readers, px)
-      dlock_pexpire_max(rfences, px)
-      dlock_listen_drop(base, l[1])
-      dlock_grant_push(base, l[1], fence, px)
-    end
+    dlock_grant_zhold(base, l[1], l[2], 'r', readers, rfences, KEYS[2], KEYS[3], window, now)
   end
 end
 

@@ -67,10 +67,7 @@ fence, err = dlock_fence_next(counter, count, KEYS[2], KEYS[3], lease)
 if not fence then
   return err
 end
-redis.call('ZADD', sem, now + lease, token)
-redis.call('HSET', fences, token, dlock_hold_value(fence, ARGV[4], ''))
-dlock_pexpire_max(sem, lease)
-dlock_pexpire_max(fences, lease)
+dlock_zhold_set(sem, fences, token, fence, ARGV[4], '', now, lease)
 if wid ~= '' then
   dlock_listen_drop(base, wid)
 end

@@ -21,29 +21,17 @@ if not score or tonumber(score) <= now then
   return 0
 end
 
--- A fence that cannot be issued (a counter that is not an integer, a broken
--- floor) or a push refused leaves the waiters to try, as before.
+-- N lowered meanwhile, a fence that cannot be issued (a counter that is not
+-- an integer, a broken floor) or a push refused leaves the waiters to try,
+-- as before.
 local function hand_over(wid, entry)
-  local k, t, lease, record = dlock_grant_parse(entry)
-  if k ~= 's' then
-    return false
-  end
   local n = tonumber(redis.call('GET', base .. ':permits') or '')
   dlock_prune(sem, now, nil, fences)
   if not n or redis.call('ZCARD', sem) >= n then
-    return false -- N was lowered meanwhile
-  end
-  local fence = dlock_grant_fence(base, KEYS[2], KEYS[3], lease)
-  if not fence then
     return false
   end
-  local px = math.min(lease, tonumber(ARGV[3]))
-  redis.call('ZADD', sem, now + px, t)
-  redis.call('HSET', fences, t, dlock_hold_value(fence, record, ''))
-  dlock_pexpire_max(sem, px)
-  dlock_pexpire_max(fences, px)
-  dlock_listen_drop(base, wid)
-  return dlock_grant_push(base, wid, fence, px)
+  return dlock_grant_zhold(base, wid, entry, 's', sem, fences, KEYS[2], KEYS[3],
+                           tonumber(ARGV[3]), now)
 end
 
 local first = dlock_listeners(base, now, 1)[1]

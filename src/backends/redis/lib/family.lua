@@ -72,6 +72,16 @@ local function dlock_hold_set(base, holds, value, token, fence, holder, kind, px
   redis.call('PEXPIRE', holds, px)
 end
 
+-- Make token a holder of a shared lock (a reader in zset base:readers, a
+-- permit in base:sem) for px ms: a member of zset scored with its expiry,
+-- its fence, holder record and rest (dlock_hold_value) in hash.
+local function dlock_zhold_set(zset, hash, token, fence, holder, rest, now, px)
+  redis.call('ZADD', zset, now + px, token)
+  redis.call('HSET', hash, token, dlock_hold_value(fence, holder, rest))
+  dlock_pexpire_max(zset, px)
+  dlock_pexpire_max(hash, px)
+end
+
 -- Take the lock base for token (a writer, a reentrant owner, a leader):
 -- issue the next fence of counter (whose GET was count) and hold it for the
 -- lease (dlock_hold_set). Needs fence.lua.
@@ -125,13 +135,12 @@ local function dlock_grant_fence(base, floor, registry, lease)
   return (dlock_fence_next(counter, count, floor, registry, lease))
 end
 
--- Hand the exclusive lock base over to the waiter whose grant entry is
--- entry, of kind ('f' a fair waiter, 'w' a writer; word: the kind word its
--- hold keeps), for min(its lease, window) ms with the next fence (floor and
--- registry: the script's fence keys). Returns the fence and that time, or
--- nil when the entry is not of kind or no fence can be issued.
-local function dlock_grant_hold(base, entry, kind, word, floor, registry, window)
-  local k, t, lease, record, value = dlock_grant_parse(entry)
+-- What a release hands over to the waiter whose grant entry is entry, when
+-- it is of kind: the waiter's token, the next fence, how long the hold
+-- lives (min(its lease, window) ms), its holder record and its owner; nil
+-- when the entry is not of kind or no fence can be issued.
+local function dlock_grant_begin(base, entry, kind, floor, registry, window)
+  local k, t, lease, record, owner = dlock_grant_parse(entry)
   if k ~= kind then
     return nil
   end
@@ -139,7 +148,20 @@ local function dlock_grant_hold(base, entry, kind, word, floor, registry, window
   if not fence then
     return nil
   end
-  local px = math.min(lease, window)
+  return t, fence, math.min(lease, window), record, owner
+end
+
+-- Hand the exclusive lock base over to the waiter whose grant entry is
+-- entry, of kind ('f' a fair waiter, 'w' a writer; word: the kind word its
+-- hold keeps), for min(its lease, window) ms with the next fence (floor and
+-- registry: the script's fence keys). Returns the fence and that time, or
+-- nil when the entry is not of kind or no fence can be issued.
+local function dlock_grant_hold(base, entry, kind, word, floor, registry, window)
+  local t, fence, px, record, value = dlock_grant_begin(base, entry, kind, floor, registry,
+                                                        window)
+  if not t then
+    return nil
+  end
   dlock_hold_set(base, base .. ':holds', value, t, fence, record, word, px)
   return fence, px
 end
@@ -167,18 +189,31 @@ local function dlock_grant_push(base, wid, fence, px)
   return false
 end
 
--- Register (or refresh) waiter wid that listens, with entry, for ttl ms.
-local function dlock_listen_add(base, wid, entry, ttl, now)
-  local order, exp, grants = base .. ':listen', base .. ':listen-exp', base .. ':listen-grant'
+-- Waiter wid takes a place at the end of order (ZSET -> arrival number), or
+-- keeps its place: its expiry in exp moves ttl past now. Its grant entry
+-- goes to grants, or, nil, out of it (a waiter that does not listen, or no
+-- longer). The fair queue's places (excl_acquire) and the registrations of
+-- the read-write lock's and the semaphore's waiters that listen.
+local function dlock_place_keep(order, exp, grants, wid, entry, ttl, now)
   if not redis.call('ZSCORE', order, wid) then
     local last = redis.call('ZRANGE', order, -1, -1, 'WITHSCORES')
     redis.call('ZADD', order, last[2] and tonumber(last[2]) + 1 or 1, wid)
   end
   redis.call('ZADD', exp, now + ttl, wid)
-  redis.call('HSET', grants, wid, entry)
   dlock_pexpire_max(order, ttl)
   dlock_pexpire_max(exp, ttl)
-  dlock_pexpire_max(grants, ttl)
+  if entry then
+    redis.call('HSET', grants, wid, entry)
+    dlock_pexpire_max(grants, ttl)
+  else
+    redis.call('HDEL', grants, wid)
+  end
+end
+
+-- Register (or refresh) waiter wid that listens, with entry, for ttl ms.
+local function dlock_listen_add(base, wid, entry, ttl, now)
+  dlock_place_keep(base .. ':listen', base .. ':listen-exp', base .. ':listen-grant', wid, entry,
+                   ttl, now)
 end
 
 local function dlock_listen_drop(base, wid)
@@ -200,4 +235,23 @@ local function dlock_listeners(base, now, limit)
     end
   end
   return out
+end
+
+-- Hand a shared hold (a read lock in zset readers, a permit in sem) to the
+-- waiter wid whose grant entry is entry, of kind ('r' or 's'), with the
+-- next fence, for min(its lease, window) ms: a member of zset scored with
+-- its expiry, its fence in hash; its registration dropped and the fence
+-- pushed to its list. Returns whether the push was made (false: not handed,
+-- as the entry is not of kind or no fence can be issued, or handed and
+-- the push refused: the waiter finds its hold at its next try).
+local function dlock_grant_zhold(base, wid, entry, kind, zset, hash, floor, registry, window,
+                                 now)
+  local t, fence, px, record, owner = dlock_grant_begin(base, entry, kind, floor, registry,
+                                                        window)
+  if not t then
+    return false
+  end
+  dlock_zhold_set(zset, hash, t, fence, record, owner, now, px)
+  dlock_listen_drop(base, wid)
+  return dlock_grant_push(base, wid, fence, px)
 end
