@@ -390,6 +390,19 @@ static void slowlog_all(test_redis *r)
     CHECK(test_redis_cmd(r, "SLOWLOG RESET") >= 0);
 }
 
+/* A waiter of name with wo on a client of its own (*wc), in a thread of
+ * its own (*t, acquiring into *a), started once the previous ones are in:
+ * its grant entry, the nth, is in the hash grants (it listens). */
+static void start_listener(test_redis *r, const char *name, dlock_acquire_options wo,
+                           const char *grants, int nth, dlock_client **wc, test_acquirer *a,
+                           pthread_t *t)
+{
+    *wc = open_client(r);
+    test_acquirer_init(a, *wc, name, wo);
+    CHECK(pthread_create(t, NULL, test_acquirer_main, a) == 0);
+    wait_cmd(r, nth, "HLEN %s", grants);
+}
+
 /*
  * A fair waiter listens for its grant (redis_listen.c): its entry is in
  * base:queue-grant, and the release that finds it at the head of the queue
@@ -414,13 +427,9 @@ static void fair_grant_pushed_to_the_head(void)
     hc = open_client(&r);
     o.auto_renew = 0;
     CHECK_RC(dlock_acquire(&held, hc, "fg", &o), DLOCK_OK);
-    for (int i = 0; i < 2; i++) {
-        dlock_acquire_options wo = kopts(DLOCK_KIND_FAIR, 20000, 8000);
-        wc[i] = open_client(&r);
-        test_acquirer_init(&w[i], wc[i], "fg", wo);
-        CHECK(pthread_create(&t[i], NULL, test_acquirer_main, &w[i]) == 0);
-        wait_cmd(&r, i + 1, "HLEN %s", "dlock:{fg}:queue-grant");
-    }
+    for (int i = 0; i < 2; i++)
+        start_listener(&r, "fg", kopts(DLOCK_KIND_FAIR, 20000, 8000), "dlock:{fg}:queue-grant",
+                       i + 1, &wc[i], &w[i], &t[i]);
     CHECK(test_redis_cmd(&r, "ZCARD dlock:{fg}:queue") == 2);
     for (int i = 0; i < 2; i++) {
         dlock_lock *prev = i == 0 ? held : w[0].lock;
@@ -498,12 +507,9 @@ static void rw_grant_pushed(void)
     o.auto_renew = 0;
     CHECK_RC(dlock_acquire(&held, hc, "rg", &o), DLOCK_OK);
     fence = dlock_lock_fence(held);
-    for (int i = 0; i < 2; i++) {
-        rc[i] = open_client(&r);
-        test_acquirer_init(&rd[i], rc[i], "rg", kopts(DLOCK_KIND_READ, 20000, 8000));
-        CHECK(pthread_create(&t[i], NULL, test_acquirer_main, &rd[i]) == 0);
-        wait_cmd(&r, i + 1, "HLEN %s", "dlock:{rg}:listen-grant");
-    }
+    for (int i = 0; i < 2; i++)
+        start_listener(&r, "rg", kopts(DLOCK_KIND_READ, 20000, 8000), "dlock:{rg}:listen-grant",
+                       i + 1, &rc[i], &rd[i], &t[i]);
     test_sleep_ms(100); /* their BLPOPs are out */
     slowlog_all(&r);
     CHECK_RC(dlock_release(held), DLOCK_OK);
@@ -527,10 +533,8 @@ static void rw_grant_pushed(void)
         wait_extended(&r, "dlock:{rg}:readers", tok[i]);
     }
     /* A writer waits, listening; the last reader's release hands it over. */
-    wc = open_client(&r);
-    test_acquirer_init(&wr, wc, "rg", kopts(DLOCK_KIND_WRITE, 20000, 8000));
-    CHECK(pthread_create(&tw, NULL, test_acquirer_main, &wr) == 0);
-    wait_cmd(&r, 1, "HLEN %s", "dlock:{rg}:listen-grant");
+    start_listener(&r, "rg", kopts(DLOCK_KIND_WRITE, 20000, 8000), "dlock:{rg}:listen-grant", 1,
+                   &wc, &wr, &tw);
     CHECK(test_redis_cmd(&r, "EXISTS dlock:{rg}:writer-wait") == 1);
     fence = dlock_lock_fence(rd[0].lock) > dlock_lock_fence(rd[1].lock)
                 ? dlock_lock_fence(rd[0].lock)
@@ -583,10 +587,7 @@ static void semaphore_grant_pushed(void)
     for (int i = 0; i < 2; i++) {
         dlock_acquire_options wo = kopts(DLOCK_KIND_SEMAPHORE, 20000, 8000);
         wo.permits = 1;
-        wc[i] = open_client(&r);
-        test_acquirer_init(&w[i], wc[i], "sg", wo);
-        CHECK(pthread_create(&t[i], NULL, test_acquirer_main, &w[i]) == 0);
-        wait_cmd(&r, i + 1, "HLEN %s", "dlock:{sg}:listen-grant");
+        start_listener(&r, "sg", wo, "dlock:{sg}:listen-grant", i + 1, &wc[i], &w[i], &t[i]);
     }
     for (int i = 0; i < 2; i++) {
         dlock_lock *prev = i == 0 ? held : w[0].lock;
@@ -640,15 +641,12 @@ static int hand_over_unrenewed(int kind, int64_t lease_ms)
 
     test_redis_start(&r, NULL);
     hc = open_client(&r);
-    wc = open_client(&r);
     o.auto_renew = wo.auto_renew = 0;
     o.permits = wo.permits = 1;
     if (kind == DLOCK_KIND_READ)
         o.permits = wo.permits = 0;
     CHECK_RC(dlock_acquire(&held, hc, "hu", &o), DLOCK_OK);
-    test_acquirer_init(&w, wc, "hu", wo);
-    CHECK(pthread_create(&t, NULL, test_acquirer_main, &w) == 0);
-    wait_cmd(&r, 1, "HLEN %s", "dlock:{hu}:listen-grant");
+    start_listener(&r, "hu", wo, "dlock:{hu}:listen-grant", 1, &wc, &w, &t);
     test_sleep_ms(100);
     slowlog_all(&r);
     CHECK_RC(dlock_release(held), DLOCK_OK);
@@ -753,12 +751,10 @@ static void fair_listener_lost_falls_back(void)
 
     test_redis_start(&r, NULL);
     hc = open_client(&r);
-    wc = open_client(&r);
     o.auto_renew = 0;
     CHECK_RC(dlock_acquire(&held, hc, "fd", &o), DLOCK_OK);
-    test_acquirer_init(&w, wc, "fd", kopts(DLOCK_KIND_FAIR, 20000, 8000));
-    CHECK(pthread_create(&t, NULL, test_acquirer_main, &w) == 0);
-    wait_cmd(&r, 1, "HLEN %s", "dlock:{fd}:queue-grant");
+    start_listener(&r, "fd", kopts(DLOCK_KIND_FAIR, 20000, 8000), "dlock:{fd}:queue-grant", 1,
+                   &wc, &w, &t);
     test_redis_text(&r, clients, sizeof(clients), "CLIENT LIST");
     CHECK((at = strstr(clients, "name=dlock-listener")) != NULL);
     while (at > clients && at[-1] != '\n')
