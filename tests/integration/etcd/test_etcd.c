@@ -2518,21 +2518,33 @@ static void async_reply_lost(void)
         CHECK_RC(async_cycle(c, "lost", &o, &got), DLOCK_OK);
     wait_spares(&e, 2);
 
-    /* The try, right after a cycle that confirmed the spare: the loop's. */
-    CHECK_RC(dlock_acquire(&l, c, "lost", &o), DLOCK_OK);
-    CHECK_RC(dlock_release(l), DLOCK_OK);
-    w.on_loop = w.elsewhere = 0;
-    chaos_proxy_set(px, CHAOS_PROXY_DELAY_ONE_REPLY, 4000);
-    memset(&got, 0, sizeof(got));
-    CHECK_RC(dlock_acquire_async(NULL, c, "lost", &o, test_async_acquired, &got), DLOCK_OK);
-    async_wait(c, &got);
-    fprintf(stderr, "try, its reply lost: %s (%d calls on the loop's thread, %d elsewhere)\n",
-            got.msg, (int)w.on_loop, (int)w.elsewhere);
-    CHECK(w.on_loop >= 1); /* the try was the loop's */
-    CHECK_RC(got.rc, DLOCK_ECONN);
-    CHECK(got.lock == NULL);
-    CHECK(test_etcd_count(&e, "dlock/lost/") == 0); /* given back */
-    test_sleep_ms(4500); /* the held reply goes by */
+    /* The try, right after a cycle that confirmed the spare: the loop's.
+     * On a loaded machine the spare can be past its fresh twentieth or
+     * being granted again when the try comes, and a worker makes it; then
+     * the held reply goes by and the try is made again (three at most). */
+    for (int attempt = 0;; attempt++) {
+        spares_steady(&e);
+        CHECK_RC(dlock_acquire(&l, c, "lost", &o), DLOCK_OK);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+        w.on_loop = w.elsewhere = 0;
+        chaos_proxy_set(px, CHAOS_PROXY_DELAY_ONE_REPLY, 4000);
+        memset(&got, 0, sizeof(got));
+        CHECK_RC(dlock_acquire_async(NULL, c, "lost", &o, test_async_acquired, &got), DLOCK_OK);
+        async_wait(c, &got);
+        fprintf(stderr, "try, its reply lost: %s (%d calls on the loop's thread, %d elsewhere)\n",
+                got.msg, (int)w.on_loop, (int)w.elsewhere);
+        if (w.on_loop >= 1) { /* the try was the loop's */
+            CHECK_RC(got.rc, DLOCK_ECONN);
+            CHECK(got.lock == NULL);
+            CHECK(test_etcd_count(&e, "dlock/lost/") == 0); /* given back */
+        }
+        test_sleep_ms(4500); /* the held reply goes by */
+        if (got.lock != NULL)
+            CHECK_RC(dlock_release(got.lock), DLOCK_OK);
+        if (w.on_loop >= 1)
+            break;
+        CHECK(attempt < 2); /* three tries, none the loop's */
+    }
     CHECK_RC(async_cycle(c, "lost", &o, &got), DLOCK_OK);
 
     /* The release. */
