@@ -94,9 +94,107 @@ const char *dlock__redlock_owner_arg(const dlock_request *req)
 
 void dlock__redlock_bad_reply(answer *a, const dlock__redlock_node *node, const char *what)
 {
-    a->code = dlock__fail(DLOCK_EPROTO, "%s: unexpected reply to %s", node->cmd.conn.where,
+    a->code = dlock__fail(DLOCK_EPROTO, "%s: unexpected reply to %s", node->link[0].conn.where,
                           what);
     snprintf(a->why, sizeof(a->why), "%s", dlock_error_message());
+}
+
+/* ---- the callers' sets -------------------------------------------------- */
+
+/* Whether token has requests owed on set, as it was last given back. */
+static int pinned(const redlock_backend *be, int set, const char *token)
+{
+    for (size_t i = 0; i < be->npin[set]; i++)
+        if (strncmp(be->pin[set][i], token, DLOCK_BACKEND_TOKEN_LEN) == 0)
+            return 1;
+    return 0;
+}
+
+int dlock__redlock_set_take(redlock_backend *be, const char *token)
+{
+    int pick = -1, first;
+
+    pthread_mutex_lock(&be->cmd_mu);
+    for (;;) {
+        int want = -1;
+        /* A token with requests owed on a set: that one. */
+        for (int k = 0; token != NULL && k < DLOCK__REDLOCK_SETS && want < 0; k++)
+            if (pinned(be, k, token))
+                want = k;
+        /* Else a free set that was used before (its connections may be
+         * open), else the first free one. */
+        for (int k = 0; k < DLOCK__REDLOCK_SETS && pick < 0; k++) {
+            if (be->set_busy[k] || (want >= 0 && k != want))
+                continue;
+            if (want >= 0 || be->set_used[k])
+                pick = k;
+        }
+        for (int k = 0; k < DLOCK__REDLOCK_SETS && pick < 0 && want < 0; k++)
+            if (!be->set_busy[k])
+                pick = k;
+        if (pick >= 0)
+            break;
+        pthread_cond_wait(&be->cmd_freed, &be->cmd_mu);
+    }
+    be->set_busy[pick] = 1;
+    first = !be->set_used[pick];
+    be->set_used[pick] = 1;
+    pthread_mutex_unlock(&be->cmd_mu);
+    if (first && pick > 0 && be->ring[0] != NULL) {
+        /* Ours alone now. A kernel that gave the first set a ring gives
+         * more; if not, this set waits with poll(2). */
+        char saved[512];
+        snprintf(saved, sizeof(saved), "%s", dlock_error_message());
+        if (dlock__redlock_ring_open(&be->ring[pick], be->n) != DLOCK_OK)
+            be->ring[pick] = NULL;
+        dlock__fail(DLOCK_OK, "%s", saved);
+    }
+    return pick;
+}
+
+/* The tokens owed on set's connections now, into be->pin[set] (cmd_mu
+ * held). Out of memory, the connections that owe a token's reply are
+ * closed, as for a node that owes too many. */
+static void pin_owed(redlock_backend *be, int set)
+{
+    size_t need = 0;
+
+    be->npin[set] = 0;
+    for (size_t i = 0; i < be->n; i++) {
+        const dlock__redlock_link *l = &be->nodes[i].link[set];
+        if (l->whose != NULL && dlock__redis_conn_is_open(&l->conn))
+            need += (size_t)l->owed;
+    }
+    if (need > be->pin_cap[set]) {
+        void *grown = realloc(be->pin[set], need * sizeof(*be->pin[set]));
+        if (grown == NULL) {
+            for (size_t i = 0; i < be->n; i++)
+                if (be->nodes[i].link[set].whose != NULL)
+                    dlock__redis_conn_close(&be->nodes[i].link[set].conn);
+            return;
+        }
+        be->pin[set] = grown;
+        be->pin_cap[set] = need;
+    }
+    for (size_t i = 0; i < be->n && need > 0; i++) {
+        const dlock__redlock_link *l = &be->nodes[i].link[set];
+        if (l->whose == NULL || !dlock__redis_conn_is_open(&l->conn))
+            continue;
+        for (int k = 0; k < l->owed; k++) {
+            const char *t = l->whose[(l->first + k) % DLOCK__REDLOCK_OWED_SLOTS];
+            if (t[0] != '\0')
+                memcpy(be->pin[set][be->npin[set]++], t, DLOCK_BACKEND_TOKEN_LEN + 1);
+        }
+    }
+}
+
+void dlock__redlock_set_give(redlock_backend *be, int set)
+{
+    pthread_mutex_lock(&be->cmd_mu);
+    pin_owed(be, set);
+    be->set_busy[set] = 0;
+    pthread_cond_broadcast(&be->cmd_freed);
+    pthread_mutex_unlock(&be->cmd_mu);
 }
 
 /* ---- open / close ---------------------------------------------------- */
@@ -109,11 +207,16 @@ static void redlock_close(void *arg)
         return;
     for (size_t i = 0; i < be->n; i++) {
         dlock__redis_watcher_free(be->nodes[i].watcher);
-        dlock__redis_conn_close(&be->nodes[i].cmd.conn);
-        dlock__redis_conn_close(&be->nodes[i].wd.conn);
+        for (int k = 0; k <= DLOCK__REDLOCK_WD; k++) {
+            dlock__redis_conn_close(&be->nodes[i].link[k].conn);
+            free(be->nodes[i].link[k].whose);
+        }
     }
-    dlock__redlock_ring_close(be->ring[0]);
-    dlock__redlock_ring_close(be->ring[1]);
+    for (int k = 0; k < DLOCK__REDLOCK_SETS; k++)
+        free(be->pin[k]);
+    for (int k = 0; k <= DLOCK__REDLOCK_WD; k++)
+        dlock__redlock_ring_close(be->ring[k]);
+    pthread_cond_destroy(&be->cmd_freed);
     pthread_mutex_destroy(&be->cmd_mu);
     free(be->node_params);
     free(be->prefix);
@@ -210,6 +313,11 @@ static int redlock_open(void **out, const dlock_url *url, const dlock_client_opt
         free(be);
         return dlock__fail(DLOCK_ENOMEM, "cannot create a mutex");
     }
+    if (pthread_cond_init(&be->cmd_freed, NULL) != 0) {
+        pthread_mutex_destroy(&be->cmd_mu);
+        free(be);
+        return dlock__fail(DLOCK_ENOMEM, "cannot create a condition variable");
+    }
     be->n = url->nhosts;
     be->tls = tls;
     be->quorum = be->n / 2 + 1;
@@ -225,7 +333,9 @@ static int redlock_open(void **out, const dlock_url *url, const dlock_client_opt
     /* io_uring where it can be had (io=auto), unless asked not to; io=io_uring
      * says why it cannot. */
     for (int k = 0; k < 2 && !tls && io != DLOCK__REDLOCK_IO_POLL; k++) {
-        if ((rc = dlock__redlock_ring_open(&be->ring[k], be->n)) == DLOCK_OK)
+        /* The first callers' set's, and the watchdog's. */
+        if ((rc = dlock__redlock_ring_open(&be->ring[k == 0 ? 0 : DLOCK__REDLOCK_WD], be->n)) ==
+            DLOCK_OK)
             continue;
         if (io == DLOCK__REDLOCK_IO_URING) {
             char why[256];
@@ -258,11 +368,12 @@ static int redlock_open(void **out, const dlock_url *url, const dlock_client_opt
         node->url.nhosts = 1;
         node->url.params = be->node_params;
         node->url.nparams = be->nnode_params;
-        if ((rc = dlock__redis_conn_init(&node->cmd.conn, &node->url, opts, "cmd")) !=
-                DLOCK_OK ||
-            (rc = dlock__redis_conn_init(&node->wd.conn, &node->url, opts, "watchdog")) !=
-                DLOCK_OK ||
-            (rc = dlock__redis_watcher_new(&node->watcher, &node->url, opts)) != DLOCK_OK)
+        for (int k = 0; k <= DLOCK__REDLOCK_WD; k++)
+            if ((rc = dlock__redis_conn_init(&node->link[k].conn, &node->url, opts,
+                                             k == DLOCK__REDLOCK_WD ? "watchdog" : "cmd")) !=
+                DLOCK_OK)
+                goto err;
+        if ((rc = dlock__redis_watcher_new(&node->watcher, &node->url, opts)) != DLOCK_OK)
             goto err;
     }
     /* Connect now, to every node at once: wrong credentials on any node,
@@ -371,8 +482,8 @@ static int ours_decided(void *arg, const answer *ans, size_t i)
 
 /* Run release.lua for req on the nodes of mask (answers in ans), until a
  * quorum gave it up or no quorum can: it is sent to every node of mask. */
-static void release_fanout(redlock_backend *be, const dlock_request *req, unsigned mask,
-                           int64_t timeout_ms, answer *ans)
+static void release_fanout(redlock_backend *be, int set, const dlock_request *req,
+                           unsigned mask, int64_t timeout_ms, answer *ans)
 {
     dlock__redlock_key lock, chan;
     const char *argv[4];
@@ -389,21 +500,21 @@ static void release_fanout(redlock_backend *be, const dlock_request *req, unsign
     lens[2] = chan.len;
     argv[3] = dlock__redlock_owner_arg(req);
     lens[3] = strlen(argv[3]);
-    dlock__redlock_fanout(be, 0, mask, &dlock__redlock_script_release, 1, 4, argv, lens,
+    dlock__redlock_fanout(be, set, req->token, mask, &dlock__redlock_script_release, 1, 4, argv, lens,
                           timeout_ms, ours_decided, &t, ans);
 }
 
 /* Give a lock up on the nodes of mask, not waiting long for the answers:
- * on a node that did not answer a request, this one runs after it, on the
- * same connection. */
-static void release_on(redlock_backend *be, const dlock_request *req, unsigned mask,
+ * on a node that did not answer a request of set, this one runs after it,
+ * on the same connection. */
+static void release_on(redlock_backend *be, int set, const dlock_request *req, unsigned mask,
                        int64_t timeout_ms)
 {
     answer ans[DLOCK__REDLOCK_NODES_MAX];
 
     if (mask == 0)
         return;
-    release_fanout(be, req, mask, timeout_ms, ans);
+    release_fanout(be, set, req, mask, timeout_ms, ans);
     dlock__redlock_answers_free(ans, be->n);
 }
 
@@ -453,8 +564,8 @@ static int quorum_replied(const redlock_backend *be, const uint64_t *value, size
     return same >= be->quorum;
 }
 
-static int acquire_locked(redlock_backend *be, const dlock_request *req, void *watch,
-                          dlock_acquire_result *out)
+static int acquire_on(redlock_backend *be, int set, const dlock_request *req, void *watch,
+                      dlock_acquire_result *out)
 {
     answer ans[DLOCK__REDLOCK_NODES_MAX], conf[DLOCK__REDLOCK_NODES_MAX];
     dlock__redlock_key lock, mark;
@@ -493,7 +604,7 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
      * node (in the node timeout): round 2 then records the owner's fence on
      * all that granted, so that a re-entry finds a quorum vouching for it
      * even when nodes restarted since (docs/redlock.md, "Reentrancy"). */
-    dlock__redlock_fanout(be, 0, dlock__redlock_all_nodes(be), &dlock__redlock_script_acquire, 2, 7, argv,
+    dlock__redlock_fanout(be, set, req->token, dlock__redlock_all_nodes(be), &dlock__redlock_script_acquire, 2, 7, argv,
                           lens, timeout, req->owner == NULL ? granted_decided : NULL, &t,
                           ans);
     for (size_t i = 0; i < be->n; i++) {
@@ -546,7 +657,7 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
         lens[3] = strlen(fence_text);
         t.yes = t.failed = 0;
         t.no = be->n - ngranted; /* only the granting nodes are asked */
-        dlock__redlock_fanout(be, 0, granted, &dlock__redlock_script_confirm, 2, 5, argv,
+        dlock__redlock_fanout(be, set, req->token, granted, &dlock__redlock_script_confirm, 2, 5, argv,
                               lens, timeout, req->owner == NULL ? ours_decided : NULL, &t,
                               conf);
         for (size_t i = 0; i < be->n; i++) {
@@ -603,7 +714,7 @@ static int acquire_locked(redlock_backend *be, const dlock_request *req, void *w
     /* Not ours: give back every key we may have taken, including on the
      * nodes that did not answer, or were not waited for (the release runs
      * after the acquire there). */
-    release_on(be, req, dlock__redlock_all_nodes(be) & ~busy, timeout);
+    release_on(be, set, req, dlock__redlock_all_nodes(be) & ~busy, timeout);
     return rc;
 }
 
@@ -611,14 +722,14 @@ static int redlock_acquire(void *arg, const dlock_request *req, void *watch,
                            dlock_acquire_result *out)
 {
     redlock_backend *be = arg;
+    int set = dlock__redlock_set_take(be, req->token);
     char saved[1024];
     int rc;
 
-    pthread_mutex_lock(&be->cmd_mu);
-    rc = acquire_locked(be, req, watch, out);
+    rc = acquire_on(be, set, req, watch, out);
     if (rc != DLOCK_OK)
         snprintf(saved, sizeof(saved), "%s", dlock_error_message());
-    pthread_mutex_unlock(&be->cmd_mu);
+    dlock__redlock_set_give(be, set);
     return rc == DLOCK_OK ? rc : dlock__fail(rc, "%s", saved);
 }
 
@@ -627,16 +738,16 @@ static int redlock_acquire(void *arg, const dlock_request *req, void *watch,
 static int redlock_release(void *arg, const dlock_request *req)
 {
     redlock_backend *be = arg;
+    int set = dlock__redlock_set_take(be, req->token);
     answer ans[DLOCK__REDLOCK_NODES_MAX];
     size_t released = 0, unknown = 0;
     int rc = DLOCK_OK;
 
-    pthread_mutex_lock(&be->cmd_mu);
     /* Every node, with the command timeout: a node that did not answer the
      * acquire in time may hold the key all the same. Done once a quorum
      * gave it up (or cannot); the rest run it in turn, their replies read
      * at the next fan-out. */
-    release_fanout(be, req, dlock__redlock_all_nodes(be), be->command_timeout_ms, ans);
+    release_fanout(be, set, req, dlock__redlock_all_nodes(be), be->command_timeout_ms, ans);
     for (size_t i = 0; i < be->n; i++) {
         if (ans[i].reply == NULL)
             unknown++; /* a failure, or not waited for */
@@ -654,7 +765,7 @@ static int redlock_release(void *arg, const dlock_request *req)
                              "(%zu of %zu nodes had it)", req->name, released, be->n);
     }
     dlock__redlock_answers_free(ans, be->n);
-    pthread_mutex_unlock(&be->cmd_mu);
+    dlock__redlock_set_give(be, set);
     return rc;
 }
 
@@ -674,7 +785,7 @@ static int read_status(redlock_backend *be, const char *name, int force, dlock_l
     size_t lens[4], replied = 0, held = 0;
     int64_t ttl[DLOCK__REDLOCK_NODES_MAX];
     uint64_t fence = 0;
-    int rc = DLOCK_OK;
+    int rc = DLOCK_OK, set;
 
     dlock__redlock_make_key(&lock, be, name, "");
     dlock__redlock_make_key(&mark, be, name, ":fence");
@@ -687,8 +798,8 @@ static int read_status(redlock_backend *be, const char *name, int force, dlock_l
     lens[2] = strlen(argv[2]);
     argv[3] = chan.buf;
     lens[3] = chan.len;
-    pthread_mutex_lock(&be->cmd_mu);
-    dlock__redlock_fanout(be, 0, dlock__redlock_all_nodes(be), &dlock__redis_script_status, 2, 4, argv, lens,
+    set = dlock__redlock_set_take(be, NULL);
+    dlock__redlock_fanout(be, set, NULL, dlock__redlock_all_nodes(be), &dlock__redis_script_status, 2, 4, argv, lens,
                           be->command_timeout_ms, NULL, NULL, ans);
     for (size_t i = 0; i < be->n; i++) {
         redisReply *r = ans[i].reply;
@@ -736,7 +847,7 @@ static int read_status(redlock_backend *be, const char *name, int force, dlock_l
         }
     }
     dlock__redlock_answers_free(ans, be->n);
-    pthread_mutex_unlock(&be->cmd_mu);
+    dlock__redlock_set_give(be, set);
     return rc;
 }
 

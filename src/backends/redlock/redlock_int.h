@@ -27,16 +27,39 @@
  * the socket's buffers, so writing to a hung node never blocks). */
 #define DLOCK__REDLOCK_OWED_MAX 128
 
+/* Room for whose the owed requests are: the most a connection keeps (one
+ * past the limit) and the scripts loaded ahead. */
+#define DLOCK__REDLOCK_OWED_SLOTS (DLOCK__REDLOCK_OWED_MAX + 8)
+
 /* One connection to one node, with the replies it still owes. */
 typedef struct {
     dlock__redis_conn conn;
     int owed;
+    /* Whose each owed request is, oldest first from slot first (a ring of
+     * DLOCK__REDLOCK_OWED_SLOTS): the token it was sent for, "" for a
+     * script loaded ahead or a status read. Made with the first owed
+     * request of a token; NULL: none is a token's. */
+    char (*whose)[DLOCK_BACKEND_TOKEN_LEN + 1];
+    int first;
 } dlock__redlock_link;
+
+/*
+ * The connections of a client are in sets, one connection to each node per
+ * set: a fan-out runs on one set, which nobody else uses meanwhile. Calls
+ * of the client's threads that overlap each take a callers' set of their
+ * own (dlock__redlock_set_take), up to this many at once: the next waits
+ * for one to be given back. A set is connected when overlapping calls
+ * first need it, so a client used by one thread at a time keeps one. The
+ * watchdog has a set of its own beside them, DLOCK__REDLOCK_WD.
+ */
+#define DLOCK__REDLOCK_SETS 4
+#define DLOCK__REDLOCK_WD DLOCK__REDLOCK_SETS
 
 typedef struct {
     dlock_url url; /* the client's URL narrowed to this node (borrowed strings) */
-    dlock__redlock_link cmd; /* callers', under cmd_mu */
-    dlock__redlock_link wd;  /* the watchdog's */
+    /* [0, DLOCK__REDLOCK_SETS): the callers' sets; [DLOCK__REDLOCK_WD]:
+     * the watchdog's. */
+    dlock__redlock_link link[DLOCK__REDLOCK_SETS + 1];
     dlock__redis_watcher *watcher;
 } dlock__redlock_node;
 
@@ -52,15 +75,27 @@ typedef struct {
     int64_t drift_ms;        /* -1: lease / 100 + 2 */
     int64_t node_timeout_ms; /* -1: lease / 10, within [5, command timeout] */
     int64_t command_timeout_ms;
+    /* Which callers' sets a call has (busy), and which were ever taken
+     * (used: their connections may be open, so they are taken first). */
     pthread_mutex_t cmd_mu;
+    pthread_cond_t cmd_freed;
+    int set_busy[DLOCK__REDLOCK_SETS], set_used[DLOCK__REDLOCK_SETS];
+    /* The tokens with requests owed on each callers' set when it was last
+     * given back (repeats allowed): a call for one of them takes that set,
+     * so that its requests reach each node in the order they were sent
+     * (docs/redlock.md, "Why the fence increases", fact 3). */
+    char (*pin[DLOCK__REDLOCK_SETS])[DLOCK_BACKEND_TOKEN_LEN + 1];
+    size_t npin[DLOCK__REDLOCK_SETS], pin_cap[DLOCK__REDLOCK_SETS];
     /* tls=1: each node's URL is rediss:// with these parameters (the
      * client's TLS ones: cacert, cert, key, sni, insecure; borrowed). */
     dlock_url_param *node_params;
     size_t nnode_params;
     int tls; /* tls=1: SIGPIPE blocked around a fan-out's I/O */
-    /* The fan-outs' rings, [0] the callers' (under cmd_mu) and [1] the
-     * watchdog's; NULL: poll(2) (io=poll, tls=1, or no io_uring here). */
-    dlock__redlock_ring *ring[2];
+    /* Each set's ring, used by the set's fan-outs; NULL: poll(2) (io=poll,
+     * tls=1, or no io_uring here). The first callers' set's and the
+     * watchdog's are opened with the client, the others' when their set is
+     * first taken (and then only when the first set has one). */
+    dlock__redlock_ring *ring[DLOCK__REDLOCK_SETS + 1];
     dlock__redlock_node nodes[DLOCK__REDLOCK_NODES_MAX];
 } dlock__redlock_be;
 
@@ -81,8 +116,19 @@ typedef int (*dlock__redlock_decided_fn)(void *ctx, const dlock__redlock_answer 
                                          size_t node);
 
 /*
+ * A callers' set for one call for token (NULL: a call that writes nothing
+ * of a token's, as a status read), and the same given back (redlock.c).
+ * A token with requests owed on a set takes that set, waiting for it;
+ * another call takes a free set, waiting while every set is busy.
+ */
+int dlock__redlock_set_take(dlock__redlock_be *be, const char *token);
+void dlock__redlock_set_give(dlock__redlock_be *be, int set);
+
+/*
  * Run script s (the same keys and arguments) on the nodes whose bit is set
- * in mask, in parallel, on their watchdog (wd) or command connections, and
+ * in mask, in parallel, on their connections of set (a callers' set the
+ * caller took, or DLOCK__REDLOCK_WD for the watchdog's) for token (whose
+ * requests they are: see dlock__redlock_set_take; NULL for none), and
  * wait at most timeout_ms for the replies, or until decided (NULL: wait for
  * every node) says the outcome is known. Every node in mask gets an answer:
  * its reply, a code and message (DLOCK_ETIMEOUT when it did not answer in
@@ -91,7 +137,7 @@ typedef int (*dlock__redlock_decided_fn)(void *ctx, const dlock__redlock_answer 
  * node later, in order with the next ones sent on that connection; its
  * reply is skipped then. Returns how many nodes replied.
  */
-size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
+size_t dlock__redlock_fanout(dlock__redlock_be *be, int set, const char *token, unsigned mask,
                              const dlock__redis_script *s, int nkeys, int argc,
                              const char **argv, const size_t *lens, int64_t timeout_ms,
                              dlock__redlock_decided_fn decided, void *ctx,
@@ -99,14 +145,13 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
 void dlock__redlock_answers_free(dlock__redlock_answer *ans, size_t n);
 
 /*
- * Connect the nodes of mask whose watchdog (wd) or command connection is
- * not open, all at once (a thread each when more than one must): a node
+ * Connect the nodes of mask whose connection of set is not open, all at once (a thread each when more than one must): a node
  * that does not answer costs one connect timeout, not one per node before
  * it. A new connection gets the backend's scripts loaded ahead (SCRIPT LOAD,
  * written with the connection's first request and its replies skipped), so
  * that EVALSHA finds them. ans[i].code (and why) for each node of mask.
  */
-void dlock__redlock_connect(dlock__redlock_be *be, int wd, unsigned mask,
+void dlock__redlock_connect(dlock__redlock_be *be, int set, unsigned mask,
                             dlock__redlock_answer *ans);
 
 /* A ring for fan-outs to a backend of that many nodes, or DLOCK_ENOTSUP

@@ -67,6 +67,26 @@ static int link_open(const dlock__redlock_link *l)
     return dlock__redis_conn_is_open(&l->conn);
 }
 
+/* One more reply owed on l, to a request of token (NULL: none's). A
+ * token's that cannot be noted (out of memory) closes the connection, as
+ * for a node that owes too many (the corner docs/redlock.md names). */
+static void owe(dlock__redlock_link *l, const char *token)
+{
+    if (token != NULL && l->whose == NULL) {
+        /* The replies owed so far were none's: zeroed slots. */
+        if ((l->whose = calloc(DLOCK__REDLOCK_OWED_SLOTS, sizeof(*l->whose))) == NULL) {
+            dlock__redis_conn_close(&l->conn);
+            return;
+        }
+        l->first = 0;
+    }
+    if (l->whose != NULL) {
+        char *slot = l->whose[(l->first + l->owed) % DLOCK__REDLOCK_OWED_SLOTS];
+        snprintf(slot, DLOCK_BACKEND_TOKEN_LEN + 1, "%s", token != NULL ? token : "");
+    }
+    l->owed++;
+}
+
 /* Connect, and queue SCRIPT LOAD of every script (sent with the first
  * request; their replies are owed, and skipped). A new connection owes
  * nothing else. */
@@ -75,6 +95,7 @@ static int connect_link(dlock__redlock_link *l)
     int rc;
 
     l->owed = 0;
+    l->first = 0;
     if ((rc = dlock__redis_conn_connect(&l->conn)) != DLOCK_OK)
         return rc;
     for (size_t i = 0; i < sizeof(preload) / sizeof(preload[0]); i++) {
@@ -82,7 +103,7 @@ static int connect_link(dlock__redlock_link *l)
         size_t al[3] = {6, 4, preload[i]->len};
         if (dlock__redis_tp_append_argv(&l->conn.tp, 3, av, al) != REDIS_OK)
             return dlock__redis_conn_io_error(&l->conn);
-        l->owed++;
+        owe(l, NULL);
     }
     return DLOCK_OK;
 }
@@ -102,14 +123,14 @@ static void *connect_main(void *arg)
     return NULL;
 }
 
-void dlock__redlock_connect(dlock__redlock_be *be, int wd, unsigned mask,
+void dlock__redlock_connect(dlock__redlock_be *be, int set, unsigned mask,
                             dlock__redlock_answer *ans)
 {
     connect_job jobs[DLOCK__REDLOCK_NODES_MAX];
     size_t n = 0;
 
     for (size_t i = 0; i < be->n; i++) {
-        dlock__redlock_link *l = wd ? &be->nodes[i].wd : &be->nodes[i].cmd;
+        dlock__redlock_link *l = &be->nodes[i].link[set];
         if (!(mask & (1u << i)))
             continue;
         ans[i].code = DLOCK_OK;
@@ -226,6 +247,7 @@ static int next_reply(dlock__redlock_node_state *st, redisReply **out)
             /* A script loaded ahead, or the reply to a request of an
              * earlier round that timed out or was not waited for. */
             st->link->owed--;
+            st->link->first = (st->link->first + 1) % DLOCK__REDLOCK_OWED_SLOTS;
             freeReplyObject(r);
             continue;
         }
@@ -343,7 +365,7 @@ static void wait_poll(dlock__redlock_round *f, int64_t deadline)
     }
 }
 
-size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
+size_t dlock__redlock_fanout(dlock__redlock_be *be, int set, const char *token, unsigned mask,
                              const dlock__redis_script *s, int nkeys, int argc,
                              const char **argv, const size_t *lens, int64_t timeout_ms,
                              dlock__redlock_decided_fn decided, void *ctx,
@@ -351,7 +373,7 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
 {
     dlock__redlock_round f;
     int64_t deadline = dlock__now_ms() + timeout_ms;
-    dlock__redlock_ring *ring = dlock__redlock_ring_usable(be->ring[wd != 0]);
+    dlock__redlock_ring *ring = dlock__redlock_ring_usable(be->ring[set]);
     dlock__sigpipe_guard guard;
     char saved[512];
     int qrc;
@@ -381,11 +403,11 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
         ans[i].why[0] = '\0';
         if (!(mask & (1u << i)))
             continue;
-        f.st[i].link = wd ? &be->nodes[i].wd : &be->nodes[i].cmd;
+        f.st[i].link = &be->nodes[i].link[set];
         f.st[i].reused = link_open(f.st[i].link);
     }
     /* The nodes without a connection, all at once. */
-    dlock__redlock_connect(be, wd, mask, ans);
+    dlock__redlock_connect(be, set, mask, ans);
     for (size_t i = 0; i < be->n; i++) {
         int rc;
         if (!(mask & (1u << i)))
@@ -430,7 +452,8 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int wd, unsigned mask,
         }
         /* A NOSCRIPT still to come for this request is skipped with the
          * rest: the scripts are loaded ahead on every connection. */
-        if (++f.st[i].link->owed > DLOCK__REDLOCK_OWED_MAX)
+        owe(f.st[i].link, token);
+        if (f.st[i].link->owed > DLOCK__REDLOCK_OWED_MAX)
             dlock__redis_conn_close(&f.st[i].link->conn);
     }
     request_free(&f.q);

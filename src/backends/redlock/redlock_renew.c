@@ -57,7 +57,8 @@ static int renew_decided(void *arg, const answer *ans, size_t node)
 
 /*
  * Renew (lease_ms > 0 in each request) or check n locks on all nodes in one
- * round, on the watchdog's connections (wd) or the callers'. A lock a
+ * round, on the connections of set (the watchdog's, or a callers' set the
+ * caller took). A lock a
  * quorum holds for its token is set again on the nodes that lost it (they
  * restarted empty). results[i]: DLOCK_OK, DLOCK_ELOST, or unknown (a
  * connection error) when the nodes that answered cannot decide: then the
@@ -65,7 +66,7 @@ static int renew_decided(void *arg, const answer *ans, size_t node)
  * not waited for is renewed when the request reaches it, or set again at
  * a later renewal if it lost the key.
  */
-static int renew_locked(redlock_backend *be, int wd, dlock_renewal *items, size_t n, int renew)
+static int renew_on(redlock_backend *be, int set, dlock_renewal *items, size_t n, int renew)
 {
     answer ans[DLOCK__REDLOCK_NODES_MAX];
     size_t nargs = 4 * n, ours[128] = {0}, others[128] = {0};
@@ -105,7 +106,8 @@ static int renew_locked(redlock_backend *be, int wd, dlock_renewal *items, size_
     }
     rt->be = be;
     rt->n = n;
-    dlock__redlock_fanout(be, wd, dlock__redlock_all_nodes(be), &dlock__redlock_script_renew, (int)n,
+    dlock__redlock_fanout(be, set, set == DLOCK__REDLOCK_WD ? NULL : items[0].req->token,
+                          dlock__redlock_all_nodes(be), &dlock__redlock_script_renew, (int)n,
                           (int)(4 * n), argv, lens, timeout, renew_decided, rt, ans);
     for (size_t j = 0; j < be->n; j++) {
         redisReply *r = ans[j].reply;
@@ -162,7 +164,8 @@ static int renew_locked(redlock_backend *be, int wd, dlock_renewal *items, size_
             lock_args(argv + k + 3 * m, lens + k + 3 * m, items[i].req, pxs[i]);
             m++;
         }
-        dlock__redlock_fanout(be, wd, 1u << j, &dlock__redlock_script_reset, (int)k,
+        dlock__redlock_fanout(be, set, set == DLOCK__REDLOCK_WD ? NULL : items[0].req->token,
+                              1u << j, &dlock__redlock_script_reset, (int)k,
                               (int)(4 * k), argv, lens, timeout, NULL, NULL, ans);
         dlock__redlock_answers_free(ans, be->n);
     }
@@ -177,20 +180,20 @@ out:
 
 int dlock__redlock_renew(void *arg, dlock_renewal *items, size_t n)
 {
-    /* The watchdog's own connections: no lock needed (one call at a time). */
-    return renew_locked(arg, 1, items, n, 1);
+    /* The watchdog's own set: no lock needed (one call at a time). */
+    return renew_on(arg, DLOCK__REDLOCK_WD, items, n, 1);
 }
 
 static int one_on_cmd(redlock_backend *be, const dlock_request *req, int renew)
 {
     dlock_renewal item = {req, DLOCK_EPROTO};
+    int set = dlock__redlock_set_take(be, req->token);
     char saved[1024];
     int rc;
 
-    pthread_mutex_lock(&be->cmd_mu);
-    rc = renew_locked(be, 0, &item, 1, renew);
+    rc = renew_on(be, set, &item, 1, renew);
     snprintf(saved, sizeof(saved), "%s", dlock_error_message());
-    pthread_mutex_unlock(&be->cmd_mu);
+    dlock__redlock_set_give(be, set);
     if (rc != DLOCK_OK)
         return dlock__fail(rc, "%s", saved);
     if (item.result == DLOCK_ELOST)

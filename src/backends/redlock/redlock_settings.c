@@ -61,7 +61,7 @@ static void settings_unknown(const dlock__redlock_node *node, const dlock_client
     if (opts->log == NULL)
         return;
     snprintf(msg, sizeof(msg), "redlock: cannot check that %s keeps its fence marks (CONFIG "
-             "GET appendonly appendfsync maxmemory-policy): %s", node->cmd.conn.where,
+             "GET appendonly appendfsync maxmemory-policy): %s", node->link[0].conn.where,
              dlock_error_message());
     opts->log(DLOCK_LOG_WARN, msg, opts->log_payload);
 }
@@ -82,10 +82,10 @@ static int settings_judge(const dlock__redlock_node *node, const redisReply *r, 
             continue;
         if (strict)
             return dlock__fail(DLOCK_ESERVER, "redlock: %s has %s %s: %s (strict=1)",
-                               node->cmd.conn.where, key, value, flaw);
+                               node->link[0].conn.where, key, value, flaw);
         if (opts->log != NULL) {
             snprintf(msg, sizeof(msg), "redlock: %s has %s %s: %s (docs/redlock.md)",
-                     node->cmd.conn.where, key, value, flaw);
+                     node->link[0].conn.where, key, value, flaw);
             opts->log(DLOCK_LOG_WARN, msg, opts->log_payload);
         }
     }
@@ -114,10 +114,10 @@ int dlock__redlock_check_settings(dlock__redlock_be *be, unsigned up, int strict
     settings_argv(argv, lens, 0, 3);
     for (size_t i = 0; i < be->n; i++)
         sent[i] = (up & (1u << i)) &&
-                  dlock__redis_tp_append_argv(&be->nodes[i].cmd.conn.tp, 5, argv, lens) ==
+                  dlock__redis_tp_append_argv(&be->nodes[i].link[0].conn.tp, 5, argv, lens) ==
                       REDIS_OK;
     for (size_t i = 0; i < be->n; i++) {
-        dlock__redlock_link *l = &be->nodes[i].cmd;
+        dlock__redlock_link *l = &be->nodes[i].link[0];
         redisReply *r = NULL;
         int got = DLOCK_OK;
         if (!(up & (1u << i)))
@@ -136,6 +136,7 @@ int dlock__redlock_check_settings(dlock__redlock_be *be, unsigned up, int strict
                 got = dlock__redis_conn_io_error(&l->conn);
         }
         l->owed = 0;
+        l->first = 0;
         if (got == DLOCK_OK && r->type == REDIS_REPLY_ERROR) {
             got = dlock__redis_conn_reply_error(&l->conn, r);
             freeReplyObject(r);

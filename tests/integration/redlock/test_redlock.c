@@ -989,6 +989,173 @@ static void node_settings_checked(void)
     stop(&cl);
 }
 
+/* ---- threads sharing a client ---- */
+
+/* Connections named name on node r now (CLIENT LIST). */
+static int named_connections(test_redis *r, const char *name)
+{
+    char list[16384], want[64];
+    int n = 0;
+
+    test_redis_text(r, list, sizeof(list), "CLIENT LIST");
+    snprintf(want, sizeof(want), " name=%s ", name);
+    for (const char *at = list; (at = strstr(at, want)) != NULL; at++)
+        n++;
+    return n;
+}
+
+/* Proxies in front of every node, their URL in url. */
+static void proxied(cluster *cl, chaos_proxy **p, char *url, size_t size)
+{
+    int len = snprintf(url, size, "redlock://");
+
+    for (int i = 0; i < NODES; i++) {
+        CHECK(chaos_proxy_start(&p[i], cl->r[i].port) == 0);
+        len += snprintf(url + len, size - (size_t)len, "%s127.0.0.1:%d", i ? "," : "",
+                        chaos_proxy_port(p[i]));
+    }
+}
+
+typedef struct {
+    dlock_client *c;
+    pthread_barrier_t *go;
+    char name[32];
+    int rc;
+    uint64_t fence;
+    char msg[256];
+} overlap_arg;
+
+static void *overlap_main(void *arg)
+{
+    overlap_arg *a = arg;
+    dlock_acquire_options o = test_opts(0, 60000, 0);
+    dlock_lock *l = NULL;
+
+    pthread_barrier_wait(a->go);
+    if ((a->rc = dlock_acquire(&l, a->c, a->name, &o)) == DLOCK_OK) {
+        a->fence = dlock_lock_fence(l);
+        a->rc = dlock_release(l);
+    }
+    snprintf(a->msg, sizeof(a->msg), "%s", dlock_error_message());
+    return NULL;
+}
+
+/*
+ * Calls of a client's threads that overlap run at once, each on a set of
+ * connections of its own, at most four sets: six threads, each a cycle on
+ * a lock of its own, while every node answers 300 ms late (the chaos
+ * proxy; the node timeout is 5 s, for the new sets' connections, whose
+ * replies to the set-up and the scripts loaded ahead are late too). A client serializing its callers would have one command
+ * connection per node; this one has more, and no more than four. A client
+ * used by one thread at a time keeps one.
+ */
+static void overlapping_calls_run_at_once(void)
+{
+    enum { THREADS = 6 };
+    cluster cl;
+    chaos_proxy *p[NODES];
+    dlock_client *c;
+    dlock_acquire_options o = test_opts(0, 60000, 0);
+    dlock_lock *l;
+    pthread_barrier_t go;
+    pthread_t t[THREADS];
+    overlap_arg a[THREADS];
+    char url[256];
+
+    start(&cl, NULL);
+    proxied(&cl, p, url, sizeof(url));
+    c = open_with(url, 5000);
+    for (int k = 0; k < 3; k++) {
+        CHECK_RC(dlock_acquire(&l, c, "one", &o), DLOCK_OK);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+    }
+    for (int i = 0; i < NODES; i++)
+        CHECK(named_connections(&cl.r[i], "dlock-cmd") == 1);
+
+    for (int i = 0; i < NODES; i++)
+        chaos_proxy_set(p[i], CHAOS_PROXY_DELAY, 300);
+    CHECK(pthread_barrier_init(&go, NULL, THREADS) == 0);
+    for (int k = 0; k < THREADS; k++) {
+        a[k] = (overlap_arg){.c = c, .go = &go, .rc = -1};
+        snprintf(a[k].name, sizeof(a[k].name), "overlap-%d", k);
+        CHECK(pthread_create(&t[k], NULL, overlap_main, &a[k]) == 0);
+    }
+    for (int k = 0; k < THREADS; k++) {
+        CHECK(pthread_join(t[k], NULL) == 0);
+        if (a[k].rc != DLOCK_OK)
+            fprintf(stderr, "thread %d: %s\n", k, a[k].msg);
+        CHECK_RC(a[k].rc, DLOCK_OK);
+        CHECK(a[k].fence > 0);
+    }
+    pthread_barrier_destroy(&go);
+    for (int i = 0; i < NODES; i++) {
+        int n = named_connections(&cl.r[i], "dlock-cmd");
+        fprintf(stderr, "node %d: %d command connections\n", i, n);
+        CHECK(n >= 2 && n <= 4);
+    }
+    for (int i = 0; i < NODES; i++)
+        chaos_proxy_set(p[i], CHAOS_PROXY_PASS, 0);
+    /* Every key given back, on every node. */
+    for (int k = 0; k < THREADS; k++)
+        CHECK(wait_holders(&cl, a[k].name, 0) == 0);
+    dlock_client_free(c);
+    for (int i = 0; i < NODES; i++)
+        chaos_proxy_stop(p[i]);
+    stop(&cl);
+}
+
+/*
+ * A lock's requests reach each node in the order they were sent, whatever
+ * set of connections a call of its token takes (docs/redlock.md, fact 3):
+ * an acquire granted without node 0, whose reply there is still owed on
+ * the set it ran on, is released on that same set, waiting for it while
+ * another thread's call has it, rather than on a free set of its own.
+ */
+static void owed_token_keeps_its_set(void)
+{
+    cluster cl;
+    chaos_proxy *p[NODES];
+    dlock_client *c;
+    dlock_acquire_options o = test_opts(0, 3000, 0); /* node timeout: 300 ms */
+    dlock_lock *l;
+    pthread_barrier_t go;
+    pthread_t t;
+    overlap_arg b;
+    char url[256];
+
+    start(&cl, NULL);
+    proxied(&cl, p, url, sizeof(url));
+    c = open_with(url, 5000);
+    for (int k = 0; k < 3; k++) {
+        CHECK_RC(dlock_acquire(&l, c, "late", &o), DLOCK_OK);
+        CHECK_RC(dlock_release(l), DLOCK_OK);
+    }
+    chaos_proxy_set(p[0], CHAOS_PROXY_DELAY, 600);
+    CHECK_RC(dlock_acquire(&l, c, "late", &o), DLOCK_OK); /* node 0's reply owed */
+    for (int i = 0; i < NODES; i++)
+        chaos_proxy_set(p[i], CHAOS_PROXY_DELAY, 200);
+    /* Another thread's call takes the set meanwhile. */
+    CHECK(pthread_barrier_init(&go, NULL, 1) == 0);
+    b = (overlap_arg){.c = c, .go = &go, .rc = -1};
+    snprintf(b.name, sizeof(b.name), "other");
+    CHECK(pthread_create(&t, NULL, overlap_main, &b) == 0);
+    test_sleep_ms(50);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(b.rc, DLOCK_OK);
+    pthread_barrier_destroy(&go);
+    for (int i = 1; i < NODES; i++)
+        CHECK(named_connections(&cl.r[i], "dlock-cmd") == 1);
+    for (int i = 0; i < NODES; i++)
+        chaos_proxy_set(p[i], CHAOS_PROXY_PASS, 0);
+    CHECK(wait_holders(&cl, "late", 0) == 0);
+    CHECK(wait_holders(&cl, "other", 0) == 0);
+    dlock_client_free(c);
+    for (int i = 0; i < NODES; i++)
+        chaos_proxy_stop(p[i]);
+    stop(&cl);
+}
+
 TEST_MAIN({"url_checked", url_checked, "unit"},
           {"node_settings_checked", node_settings_checked, NULL},
           {"fanouts_use_the_ring", fanouts_use_the_ring, NULL},
@@ -1008,4 +1175,6 @@ TEST_MAIN({"url_checked", url_checked, "unit"},
           {"reentrant_counts", reentrant_counts, NULL},
           {"reentrant_other_owner_waits_for_last", reentrant_other_owner_waits_for_last, NULL},
           {"reentrant_survives_restarts", reentrant_survives_restarts, "watchdog"},
-          {"family_kinds_not_offered", family_kinds_not_offered, NULL})
+          {"family_kinds_not_offered", family_kinds_not_offered, NULL},
+          {"overlapping_calls_run_at_once", overlapping_calls_run_at_once, "watchdog"},
+          {"owed_token_keeps_its_set", owed_token_keeps_its_set, "watchdog"})
