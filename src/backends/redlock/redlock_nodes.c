@@ -372,7 +372,7 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int set, const char *token, 
                              dlock__redlock_answer *ans)
 {
     dlock__redlock_round f;
-    int64_t deadline = dlock__now_ms() + timeout_ms;
+    int64_t deadline;
     dlock__redlock_ring *ring = dlock__redlock_ring_usable(be->ring[set]);
     dlock__sigpipe_guard guard;
     char saved[512];
@@ -406,8 +406,12 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int set, const char *token, 
         f.st[i].link = &be->nodes[i].link[set];
         f.st[i].reused = link_open(f.st[i].link);
     }
-    /* The nodes without a connection, all at once. */
+    /* The nodes without a connection, all at once. The replies are waited
+     * for from then on: a node slow to answer its connection's set-up
+     * (a set's first call, a reconnection) costs the round its connect,
+     * not every node's reply. */
     dlock__redlock_connect(be, set, mask, ans);
+    deadline = dlock__now_ms() + timeout_ms;
     for (size_t i = 0; i < be->n; i++) {
         int rc;
         if (!(mask & (1u << i)))
