@@ -122,16 +122,14 @@ int dlock__redlock_set_take(redlock_backend *be, const char *token)
             if (pinned(be, k, token))
                 want = k;
         /* Else a free set that was used before (its connections may be
-         * open), else the first free one. */
-        for (int k = 0; k < DLOCK__REDLOCK_SETS && pick < 0; k++) {
-            if (be->set_busy[k] || (want >= 0 && k != want))
-                continue;
-            if (want >= 0 || be->set_used[k])
-                pick = k;
-        }
-        for (int k = 0; k < DLOCK__REDLOCK_SETS && pick < 0 && want < 0; k++)
-            if (!be->set_busy[k])
-                pick = k;
+         * open), one no token waits for first, else the first free one. */
+        if (want >= 0 && !be->set_busy[want])
+            pick = want;
+        for (int pass = 0; pass < 3 && pick < 0 && want < 0; pass++)
+            for (int k = 0; k < DLOCK__REDLOCK_SETS && pick < 0; k++)
+                if (!be->set_busy[k] && (pass == 2 || (be->set_used[k] &&
+                                                       (pass == 1 || be->npin[k] == 0))))
+                    pick = k;
         if (pick >= 0)
             break;
         pthread_cond_wait(&be->cmd_freed, &be->cmd_mu);
