@@ -127,9 +127,11 @@ def test_busy_and_timeout(server, client, name):
 
 def test_wait_and_hand_off(server, client, name):
     holder = client.lock(name)
-    threading.Timer(0.3, holder.release).start()
     with dlock.Client(server.url) as other:
+        # The release's timer starts after the open, which may take longer
+        # than it (a PostgreSQL connection on a loaded machine).
         t0 = time.monotonic()
+        threading.Timer(0.3, holder.release).start()
         with other.lock(name, wait=10) as lock:
             waited = time.monotonic() - t0
             assert lock.fence > 0
