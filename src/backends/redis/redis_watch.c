@@ -611,6 +611,16 @@ void dlock__redis_watch_consume(dlock__redis_watcher *w, dlock__redis_waiter *x)
     pthread_mutex_unlock(&w->mu);
 }
 
+int dlock__redis_watch_shared(dlock__redis_watcher *w, dlock__redis_waiter *x)
+{
+    int shared;
+
+    pthread_mutex_lock(&w->mu);
+    shared = x->chan->refs > 1;
+    pthread_mutex_unlock(&w->mu);
+    return shared;
+}
+
 int dlock__redis_watch_wait(dlock__redis_watcher *w, dlock__redis_waiter *x, int64_t timeout_ms)
 {
     struct timespec until = dlock__deadline_ts(timeout_ms);

@@ -78,6 +78,8 @@ int dlock__redis_watch_begin_bell(dlock__redis_watcher *w, const char *channel,
                                   dlock__redis_bell *bell, dlock__redis_waiter **out);
 /* Clear the waiter's wake-up, so that the next message wakes it again. */
 void dlock__redis_watch_consume(dlock__redis_watcher *w, dlock__redis_waiter *waiter);
+/* 1 when another waiter of this watcher waits on the waiter's channel. */
+int dlock__redis_watch_shared(dlock__redis_watcher *w, dlock__redis_waiter *waiter);
 /* Wake the waiter's current or next dlock__redis_watch_wait. */
 void dlock__redis_watch_wake(dlock__redis_watcher *w, dlock__redis_waiter *waiter);
 /* The id the waiter was registered with ("" for none). */

@@ -10,7 +10,10 @@
 -- a PUBLISH costs the node as much as the rest of the release). It lives
 -- twice the waiter's lease, and 20 ms more, or longer for another waiter: a
 -- waiter tries again (and sets it again) at least every quarter lease, and at
--- least every 10 ms (redlock.c).
+-- least every 10 ms (redlock.c). ARGV[5] '2': the caller waits and so do
+-- other waiters of its client, which a release wakes one at a time: the key
+-- is flagged whatever the outcome, so that the release after this caller's
+-- is announced even when it wins (redlock_wait.c).
 -- With an owner id the key holds the owner id and KEYS[1]:holds the
 -- owner's holds, handle token -> the fence recorded for it here (0 until
 -- round 2 records one).
@@ -33,6 +36,16 @@
 -- where it is needed.
 local token, px, owner = ARGV[1], ARGV[2], ARGV[3]
 local value = owner ~= '' and owner or token
+local function flag_waiters()
+  -- Never shortened: another waiter with a longer lease tries less often.
+  local waiters, life = KEYS[1] .. ':waiters', 2 * tonumber(px) + 20
+  if redis.call('PTTL', waiters) < life then
+    redis.call('SET', waiters, '1', 'PX', life)
+  end
+end
+if ARGV[5] == '2' then
+  flag_waiters()
+end
 local function bad_mark()
   return redis.error_reply('DLOCKFENCE fence high-water mark ' .. KEYS[2] ..
                            ' is not a non-negative integer')
@@ -58,11 +71,7 @@ if redis.call('SET', KEYS[1], value, 'NX', 'PX', px) then
 end
 if redis.call('GET', KEYS[1]) ~= value then
   if ARGV[5] == '1' then
-    -- Never shortened: another waiter with a longer lease tries less often.
-    local waiters, life = KEYS[1] .. ':waiters', 2 * tonumber(px) + 20
-    if redis.call('PTTL', waiters) < life then
-      redis.call('SET', waiters, '1', 'PX', life)
-    end
+    flag_waiters()
   end
   return {0, redis.call('PTTL', KEYS[1]), 0}
 end

@@ -14,7 +14,8 @@
  *   dlock:{NAME}:holds    with an owner id (the key then holds the owner id):
  *                         HASH token -> fence recorded here, one per handle
  *   dlock:{NAME}:waiters  set (for a waiter's lease) by a waiter that found
- *                         the key busy here: a release publishes only then
+ *                         the key busy here, or that won it while others of
+ *                         its client wait: a release publishes only then
  *
  * Acquire: round 1 (acquire.lua) on all nodes at once, each with the
  * per-node timeout, until Q granted or Q no longer can; held if Q granted
@@ -594,7 +595,8 @@ static int acquire_on(redlock_backend *be, int set, const dlock_request *req, vo
     lens[4] = strlen(argv[4]);
     argv[5] = req->reentrant ? "1" : "0";
     lens[5] = 1;
-    argv[6] = watch != NULL ? "1" : "0";
+    /* '2': other waiters of ours wait on the lock, flag it even on a win. */
+    argv[6] = watch == NULL ? "0" : dlock__redlock_watch_shared(be, watch) ? "2" : "1";
     lens[6] = 1;
 
     /* Round 1: take the key on every node, each granting node raising its

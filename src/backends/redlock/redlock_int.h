@@ -265,6 +265,8 @@ int dlock__redlock_watch_wait(void *be, void *watch, int64_t timeout_ms);
 void dlock__redlock_watch_end(void *be, void *watch);
 void dlock__redlock_watch_wake(void *be, void *watch);
 void dlock__redlock_watch_notify(void *be, void *watch, void (*fn)(void *), void *fn_arg);
+/* 1 when another waiter of this client waits on watch's lock too. */
+int dlock__redlock_watch_shared(dlock__redlock_be *be, void *watch);
 
 /* The scripts beside this file (scripts/embed_lua.cmake). */
 extern const dlock__redis_script dlock__redlock_script_acquire;

@@ -105,6 +105,23 @@ void dlock__redlock_watch_wake(void *arg, void *watch)
     dlock__redis_bell_ring(&((redlock_watch *)watch)->bell);
 }
 
+/* A release is announced to a client as one wake-up (its subscriber wakes
+ * the first of its waiters), and it takes the nodes' flags with it
+ * (release.lua). A waiter woken so that wins must flag the nodes again
+ * when others of the client still wait, or nothing sets the flags before
+ * its release and that release is announced to no one: the others, which
+ * made no try since, would sleep out their quarter lease. */
+int dlock__redlock_watch_shared(dlock__redlock_be *be, void *watch)
+{
+    redlock_watch *w = watch;
+
+    for (size_t i = 0; i < be->n; i++)
+        if (w->waiters[i] != NULL &&
+            dlock__redis_watch_shared(be->nodes[i].watcher, w->waiters[i]))
+            return 1;
+    return 0;
+}
+
 /* The asynchronous API's waiter: the bell calls fn each time it rings,
  * from a node's subscriber thread or the waker's (watch_end unhooks every
  * node's waiter first, so nobody calls it after). */

@@ -730,6 +730,68 @@ static void release_announced_to_waiters_only(void)
     stop(&cl);
 }
 
+/* Two threads of one client wait for a lock with an hour's lease. A release
+ * wakes one waiter of the client and takes the nodes' flags: the winner's
+ * try flags them again, since the other still waits, so its release wakes
+ * the other at once. Without that, the other would sleep out its quarter
+ * lease (15 minutes), here until the end of its 60 s wait. */
+static void waiters_of_one_client_each_told(void)
+{
+    cluster cl;
+    dlock_client *a, *b;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 3600000, 0);
+    test_acquirer w[2];
+    pthread_t t[2];
+    long long base;
+    uint64_t fence;
+    int first, i;
+
+    start(&cl, NULL);
+    a = open_url(cl.url);
+    b = open_url(cl.url);
+    CHECK_RC(dlock_acquire(&l, a, "told", &o), DLOCK_OK);
+    base = test_redis_calls(&cl.r[0], "evalsha");
+    o.wait_ms = 60000;
+    for (i = 0; i < 2; i++) {
+        test_acquirer_init(&w[i], b, "told", o);
+        CHECK(pthread_create(&t[i], NULL, test_acquirer_main, &w[i]) == 0);
+    }
+    /* Each waiter tries once before it subscribes and once after. */
+    for (i = 0; i < 1000 && test_redis_calls(&cl.r[0], "evalsha") < base + 4; i++)
+        test_sleep_ms(10);
+    CHECK(test_redis_calls(&cl.r[0], "evalsha") >= base + 4);
+    CHECK(!atomic_load(&w[0].done) && !atomic_load(&w[1].done));
+    /* Announced by node 0 alone: one wake-up, for the first waiter (the
+     * other nodes' messages would come to it too, after it used the first,
+     * and it would pass them on). */
+    for (i = 1; i < NODES; i++)
+        CHECK(test_redis_cmd(&cl.r[i], "DEL dlock:{told}:waiters") == 1);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    for (i = 0; i < 2000 && !atomic_load(&w[0].done) && !atomic_load(&w[1].done); i++)
+        test_sleep_ms(10);
+    first = atomic_load(&w[0].done) ? 0 : 1;
+    CHECK(pthread_join(t[first], NULL) == 0);
+    CHECK_RC(w[first].rc, DLOCK_OK);
+    CHECK(!atomic_load(&w[1 - first].done));
+    fence = dlock_lock_fence(w[first].lock);
+    CHECK_RC(dlock_release(w[first].lock), DLOCK_OK);
+    /* Woken, not at the end of its wait (a minute) nor of a quarter lease
+     * (15 minutes). */
+    for (i = 0; i < 2000 && !atomic_load(&w[1 - first].done); i++)
+        test_sleep_ms(10);
+    CHECK(atomic_load(&w[1 - first].done));
+    CHECK(pthread_join(t[1 - first], NULL) == 0);
+    if (w[1 - first].rc != DLOCK_OK)
+        fprintf(stderr, "second waiter: %s\n", w[1 - first].message);
+    CHECK_RC(w[1 - first].rc, DLOCK_OK);
+    CHECK(dlock_lock_fence(w[1 - first].lock) > fence);
+    CHECK_RC(dlock_release(w[1 - first].lock), DLOCK_OK);
+    dlock_client_free(a);
+    dlock_client_free(b);
+    stop(&cl);
+}
+
 /* ---- the lock family: reentrancy by owner id; the rest not offered ---- */
 
 /* Holds of name on node i: the length of its :holds hash. */
@@ -1271,6 +1333,7 @@ TEST_MAIN({"url_checked", url_checked, "unit"},
           {"fence_when_marks_disagree", fence_when_marks_disagree, NULL},
           {"broken_mark_leaves_no_key", broken_mark_leaves_no_key, NULL},
           {"release_announced_to_waiters_only", release_announced_to_waiters_only, NULL},
+          {"waiters_of_one_client_each_told", waiters_of_one_client_each_told, NULL},
           {"two_killed_still_works", two_killed_still_works, "watchdog"},
           {"three_killed_clear_error", three_killed_clear_error, NULL},
           {"busy_gives_back_the_minority", busy_gives_back_the_minority, NULL},
