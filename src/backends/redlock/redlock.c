@@ -46,7 +46,8 @@
 typedef dlock__redlock_be redlock_backend;
 typedef dlock__redlock_answer answer;
 
-void dlock__redlock_make_key(dlock__redlock_key *k, const redlock_backend *be, const char *name, const char *suffix)
+void dlock__redlock_make_key(dlock__redlock_key *k, const redlock_backend *be, const char *name,
+                             const char *suffix)
 {
     k->len = (size_t)snprintf(k->buf, sizeof(k->buf), "%s{%s}%s", be->prefix, name, suffix);
 }
@@ -143,10 +144,10 @@ int dlock__redlock_set_take(redlock_backend *be, const char *token)
         /* Ours alone now. A kernel that gave the first set a ring gives
          * more; if not, this set waits with poll(2). */
         char saved[512];
-        snprintf(saved, sizeof(saved), "%s", dlock_error_message());
+        dlock__redlock_message_save(saved, sizeof(saved));
         if (dlock__redlock_ring_open(&be->ring[pick], be->n) != DLOCK_OK)
             be->ring[pick] = NULL;
-        dlock__fail(DLOCK_OK, "%s", saved);
+        dlock__redlock_message_restore(saved);
     }
     return pick;
 }
@@ -499,8 +500,8 @@ static void release_fanout(redlock_backend *be, int set, const dlock_request *re
     lens[2] = chan.len;
     argv[3] = dlock__redlock_owner_arg(req);
     lens[3] = strlen(argv[3]);
-    dlock__redlock_fanout(be, set, req->token, mask, &dlock__redlock_script_release, 1, 4, argv, lens,
-                          timeout_ms, ours_decided, &t, ans);
+    dlock__redlock_fanout(be, set, req->token, mask, &dlock__redlock_script_release, 1, 4, argv,
+                          lens, timeout_ms, ours_decided, &t, ans);
 }
 
 /* Give a lock up on the nodes of mask, not waiting long for the answers:
@@ -571,7 +572,8 @@ static int acquire_on(redlock_backend *be, int set, const dlock_request *req, vo
     char px[24], fence_text[24];
     const char *argv[7];
     size_t lens[7];
-    int64_t pttl[DLOCK__REDLOCK_NODES_MAX], timeout = dlock__redlock_node_timeout_ms(be, req->lease_ms);
+    int64_t pttl[DLOCK__REDLOCK_NODES_MAX];
+    int64_t timeout = dlock__redlock_node_timeout_ms(be, req->lease_ms);
     uint64_t tenure[DLOCK__REDLOCK_NODES_MAX], value[DLOCK__REDLOCK_NODES_MAX];
     unsigned granted = 0, busy = 0;
     size_t ngranted = 0, nbusy = 0, nmine = 0;
@@ -604,9 +606,9 @@ static int acquire_on(redlock_backend *be, int set, const dlock_request *req, vo
      * node (in the node timeout): round 2 then records the owner's fence on
      * all that granted, so that a re-entry finds a quorum vouching for it
      * even when nodes restarted since (docs/redlock.md, "Reentrancy"). */
-    dlock__redlock_fanout(be, set, req->token, dlock__redlock_all_nodes(be), &dlock__redlock_script_acquire, 2, 7, argv,
-                          lens, timeout, req->owner == NULL ? granted_decided : NULL, &t,
-                          ans);
+    dlock__redlock_fanout(be, set, req->token, dlock__redlock_all_nodes(be),
+                          &dlock__redlock_script_acquire, 2, 7, argv, lens, timeout,
+                          req->owner == NULL ? granted_decided : NULL, &t, ans);
     for (size_t i = 0; i < be->n; i++) {
         redisReply *r = ans[i].reply;
         if (r == NULL)
@@ -657,9 +659,9 @@ static int acquire_on(redlock_backend *be, int set, const dlock_request *req, vo
         lens[3] = strlen(fence_text);
         t.yes = t.failed = 0;
         t.no = be->n - ngranted; /* only the granting nodes are asked */
-        dlock__redlock_fanout(be, set, req->token, granted, &dlock__redlock_script_confirm, 2, 5, argv,
-                              lens, timeout, req->owner == NULL ? ours_decided : NULL, &t,
-                              conf);
+        dlock__redlock_fanout(be, set, req->token, granted, &dlock__redlock_script_confirm, 2, 5,
+                              argv, lens, timeout, req->owner == NULL ? ours_decided : NULL,
+                              &t, conf);
         for (size_t i = 0; i < be->n; i++) {
             redisReply *r = conf[i].reply;
             if (r == NULL)
@@ -707,8 +709,8 @@ static int acquire_on(redlock_backend *be, int set, const dlock_request *req, vo
                 out->retry_ms = cap;
         }
     } else {
-        rc = dlock__redlock_fail_quorum(be, "acquiring", ngranted, ans, dlock__redlock_all_nodes(be),
-                                        DLOCK_ECONN);
+        rc = dlock__redlock_fail_quorum(be, "acquiring", ngranted, ans,
+                                        dlock__redlock_all_nodes(be), DLOCK_ECONN);
     }
     dlock__redlock_answers_free(ans, be->n);
     /* Not ours: give back every key we may have taken, including on the
@@ -758,8 +760,8 @@ static int redlock_release(void *arg, const dlock_request *req)
     }
     if (released < be->quorum) {
         if (released + unknown >= be->quorum)
-            rc = dlock__redlock_fail_quorum(be, "releasing", released, ans, dlock__redlock_all_nodes(be),
-                                            DLOCK_ECONN);
+            rc = dlock__redlock_fail_quorum(be, "releasing", released, ans,
+                                            dlock__redlock_all_nodes(be), DLOCK_ECONN);
         else
             rc = dlock__fail(DLOCK_ELOST, "redlock: lock '%s' was not held on a quorum "
                              "(%zu of %zu nodes had it)", req->name, released, be->n);
@@ -799,8 +801,8 @@ static int read_status(redlock_backend *be, const char *name, int force, dlock_l
     argv[3] = chan.buf;
     lens[3] = chan.len;
     set = dlock__redlock_set_take(be, NULL);
-    dlock__redlock_fanout(be, set, NULL, dlock__redlock_all_nodes(be), &dlock__redis_script_status, 2, 4, argv, lens,
-                          be->command_timeout_ms, NULL, NULL, ans);
+    dlock__redlock_fanout(be, set, NULL, dlock__redlock_all_nodes(be), &dlock__redis_script_status,
+                          2, 4, argv, lens, be->command_timeout_ms, NULL, NULL, ans);
     for (size_t i = 0; i < be->n; i++) {
         redisReply *r = ans[i].reply;
         if (r == NULL)

@@ -145,18 +145,20 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int set, const char *token, 
 void dlock__redlock_answers_free(dlock__redlock_answer *ans, size_t n);
 
 /*
- * Connect the nodes of mask whose connection of set is not open, all at once (a thread each when more than one must): a node
- * that does not answer costs one connect timeout, not one per node before
- * it. A new connection gets the backend's scripts loaded ahead (SCRIPT LOAD,
- * written with the connection's first request and its replies skipped), so
- * that EVALSHA finds them. ans[i].code (and why) for each node of mask.
+ * Connect the nodes of mask whose connection of set is not open, all at
+ * once (a thread each when more than one must): a node that does not
+ * answer costs one connect timeout, not one per node before it. A new
+ * connection gets the backend's scripts loaded ahead (SCRIPT LOAD, written
+ * with the connection's first request and its replies skipped), so that
+ * EVALSHA finds them. ans[i].code (and why) for each node of mask.
  */
 void dlock__redlock_connect(dlock__redlock_be *be, int set, unsigned mask,
                             dlock__redlock_answer *ans);
 
 /* A ring for fan-outs to a backend of that many nodes, or DLOCK_ENOTSUP
- * with a message when this kernel or build has none (a seccomp profile that refuses io_uring_setup, Linux
- * before 5.11, dlock built without liburing). Close of NULL is a no-op;
+ * with a message when this kernel or build has none (a seccomp profile
+ * that refuses io_uring_setup, Linux before 5.11, dlock built without
+ * liburing). Close of NULL is a no-op;
  * usable gives NULL for a ring that must not be used any more. */
 int dlock__redlock_ring_open(dlock__redlock_ring **out, size_t nodes);
 void dlock__redlock_ring_close(dlock__redlock_ring *r);
@@ -200,6 +202,11 @@ typedef struct {
     size_t replied;
     int done;
 } dlock__redlock_round;
+
+/* redlock_nodes.c: keep the thread's message (dlock_error_message) across
+ * calls whose own failures are not the caller's to report. */
+void dlock__redlock_message_save(char *saved, size_t size);
+void dlock__redlock_message_restore(const char *saved);
 
 /* redlock_nodes.c: connect if needed and queue the request, left to the
  * ring with by_ring (node_start); node i sent something, now in its reader,

@@ -45,7 +45,7 @@ static void note(dlock__redlock_answer *a, int code)
 /* The thread's message, kept across a fan-out, which sets one per failing
  * node: copied and put back only when it changed (no printf on the common
  * path). */
-static void save_message(char *saved, size_t size)
+void dlock__redlock_message_save(char *saved, size_t size)
 {
     const char *m = dlock_error_message();
     size_t n = strlen(m);
@@ -56,7 +56,7 @@ static void save_message(char *saved, size_t size)
     saved[n] = '\0';
 }
 
-static void restore_message(const char *saved)
+void dlock__redlock_message_restore(const char *saved)
 {
     if (strcmp(dlock_error_message(), saved) != 0)
         dlock__fail(DLOCK_OK, "%s", saved);
@@ -378,7 +378,7 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int set, const char *token, 
     char saved[512];
     int qrc;
 
-    save_message(saved, sizeof(saved));
+    dlock__redlock_message_save(saved, sizeof(saved));
     /* OpenSSL writes with write(2): a node gone away must not raise
      * SIGPIPE in the application. Clear text is sent with MSG_NOSIGNAL. */
     if (be->tls)
@@ -464,7 +464,7 @@ size_t dlock__redlock_fanout(dlock__redlock_be *be, int set, const char *token, 
     if (be->tls)
         dlock__sigpipe_restore(&guard);
     /* The caller reports the round as a whole (dlock__redlock_fail_quorum). */
-    restore_message(saved);
+    dlock__redlock_message_restore(saved);
     return f.replied;
 }
 
