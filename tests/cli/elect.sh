@@ -54,7 +54,7 @@ fi
 # Without --once, elect campaigns again after COMMAND ends: the second term
 # stops it (SIGTERM to dlock, forwarded to COMMAND).
 C=$(name c)
-"$DLOCK" --url "$URL" elect "$C" -- sh -c 'echo x >> "$0"; if [ "$(wc -l < "$0")" -ge 2 ]; then kill -TERM $PPID; sleep 5; fi' \
+"$DLOCK" --url "$URL" elect "$C" -- sh -c 'echo x >> "$0"; if [ "$(wc -l < "$0")" -ge 2 ]; then kill -TERM $PPID; exec sleep 5; fi' \
     "$WORK/terms" 2>"$WORK/c.err" &
 CE=$!
 BG_PIDS="$BG_PIDS $CE"
