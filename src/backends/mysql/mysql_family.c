@@ -462,8 +462,9 @@ static int try_once(dlock__my_be *be, const dlock_request *req, int waiting, int
         /* The channel before the commit, for one holder: a waiter that
          * sees the hold then finds its channel held, and its release wakes
          * it. Taken after, a quick holder could come and go in between
-         * while the waiter, finding the channel free twice, sleeps to the
-         * lease. (Still under the row lock, so no other try sees it yet.) */
+         * while the waiter, finding the channel free twice, pauses
+         * (mysql_wait.c). (Still under the row lock, so no other try sees
+         * it yet.) */
         if (exclusive(req->kind))
             *grabbed = dlock__my_wake_grab(be, req->name);
         return tx_commit(&t, unknown);
@@ -492,7 +493,7 @@ int dlock__my_fam_acquire(dlock__my_be *be, const dlock_request *req, void *watc
     pthread_mutex_lock(&be->mu);
     for (int tries = 0;; tries++) {
         if (grabbed == 1)
-            dlock__my_wake_hold(be, req->name, 0); /* a try rolled back */
+            dlock__my_wake_give(be, req->name); /* a try rolled back */
         grabbed = 0;
         rc = try_once(be, req, watch != NULL, &verdict, &fence, &retry, &unknown, &grabbed);
         if (rc == DLOCK_OK || tries == 3 || !again(be, rc, unknown))
@@ -500,7 +501,7 @@ int dlock__my_fam_acquire(dlock__my_be *be, const dlock_request *req, void *watc
     }
     pthread_mutex_unlock(&be->mu);
     if (grabbed == 1 && rc != DLOCK_OK && !unknown)
-        dlock__my_wake_hold(be, req->name, 0);
+        dlock__my_wake_give(be, req->name);
     if (watch != NULL)
         dlock__my_watch_note_try(watch, req->token, unknown);
     if (rc != DLOCK_OK)
@@ -508,7 +509,7 @@ int dlock__my_fam_acquire(dlock__my_be *be, const dlock_request *req, void *watc
     if (verdict == DLOCK_OK) {
         out->fence = fence;
         if (grabbed == 0)
-            dlock__my_wake_hold(be, req->name, 1);
+            dlock__my_wake_take(be, req->name, req->lease_ms);
         if (req->kind == DLOCK_KIND_LEADER)
             dlock__my_fam_notify_observers(be, req->name);
         return DLOCK_OK;
@@ -572,7 +573,7 @@ int dlock__my_fam_release(dlock__my_be *be, const dlock_request *req)
                           1);
 
     if (rc == DLOCK_OK || rc == DLOCK_ELOST)
-        dlock__my_wake_hold(be, req->name, 0);
+        dlock__my_wake_give(be, req->name);
     return rc;
 }
 
@@ -588,7 +589,7 @@ void dlock__my_fam_leave(dlock__my_be *be, const char *name, const char *token, 
                            " AND waiting = 1",
                  0);
     if (unknown)
-        dlock__my_wake_hold(be, name, 0);
+        dlock__my_wake_give(be, name);
     dlock_backend_fail(DLOCK_OK, "%s", saved);
 }
 
@@ -614,7 +615,7 @@ int dlock__my_fam_downgrade(dlock__my_be *be, const dlock_request *req)
              DLOCK_KIND_READ, (long long)lease_us(req->lease_ms), DLOCK_KIND_WRITE);
     rc = owned_change(be, req->name, req->token, change, 1);
     if (rc == DLOCK_OK)
-        dlock__my_wake_hold(be, req->name, 0); /* the waiting readers may come in */
+        dlock__my_wake_give(be, req->name); /* the waiting readers may come in */
     return rc;
 }
 

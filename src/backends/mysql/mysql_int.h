@@ -162,8 +162,11 @@ int dlock__my_lease_list(dlock__my_be *be, const char *prefix, dlock_list_cb cb,
  * 1 when this call took it (to give back if the commit fails), 2 when it
  * was ours already, else 0. Best effort. */
 int dlock__my_wake_grab(dlock__my_be *be, const char *name);
-/* Wake channel of a lease held: take (on acquire) or give up (on release). */
-void dlock__my_wake_hold(dlock__my_be *be, const char *name, int hold);
+/* Wake channel of a lease held: take it once the acquire won (when the
+ * grab beside it did not), waiting a little for it (a tenth of lease_ms,
+ * 200 ms at most); give it up on release. Best effort. */
+void dlock__my_wake_take(dlock__my_be *be, const char *name, int64_t lease_ms);
+void dlock__my_wake_give(dlock__my_be *be, const char *name);
 /* A lease's state from a row of its status columns (held, fence, ms left,
  * holder, name); also fed from memory by tests/fuzz/fuzz_sql_rows.c. */
 void dlock__my_lease_fill_info(MYSQL_ROW row, unsigned long *lens, dlock_lock_info *out);

@@ -34,18 +34,20 @@ static int64_t lease_us(int64_t ms)
     return ms < 1 ? 1000 : ms > (int64_t)86400000 * 3650 ? (int64_t)86400000 * 3650000 : ms * 1000;
 }
 
-void dlock__my_wake_hold(dlock__my_be *be, const char *name, int hold)
+/* take_ms < 0: give the channel up; else take it, waiting at most that. */
+static void wake_hold(dlock__my_be *be, const char *name, int64_t take_ms)
 {
     char expr[DLOCK__MY_LOCKEXPR_MAX], sql[DLOCK__MY_LOCKEXPR_MAX * 2 + 128];
     char saved[512];
 
     if (dlock__my_lock_expr(be, name, 'w', expr) != DLOCK_OK)
         return;
-    /* Held once per lease: GET_LOCK counts, so only when not held yet. */
-    if (hold)
+    /* Held once per lease: GET_LOCK counts, so only when not held yet.
+     * MariaDB takes a fraction of a second (10.1.2 on); MySQL rounds it. */
+    if (take_ms >= 0)
         snprintf(sql, sizeof(sql),
-                 "SELECT IF(IS_USED_LOCK(%s) <=> CONNECTION_ID(), 1, GET_LOCK(%s, 0))", expr,
-                 expr);
+                 "SELECT IF(IS_USED_LOCK(%s) <=> CONNECTION_ID(), 1, GET_LOCK(%s, %lld.%03lld))",
+                 expr, expr, (long long)(take_ms / 1000), (long long)(take_ms % 1000));
     else
         snprintf(sql, sizeof(sql), "SELECT RELEASE_LOCK(%s)", expr);
     /* Best effort, and the caller's message is kept. */
@@ -55,6 +57,26 @@ void dlock__my_wake_hold(dlock__my_be *be, const char *name, int hold)
         dlock_backend_fail(DLOCK_OK, "%s", saved);
     pthread_mutex_unlock(&be->wake_mu);
     dlock_backend_fail(DLOCK_OK, "%s", saved);
+}
+
+/*
+ * The grab beside a winning acquire finds the channel held for a moment
+ * when it comes just before the last holder's RELEASE_LOCK, or while a
+ * waiter's look at it (mysql_wait.c: GET_LOCK, then RELEASE_LOCK) holds
+ * it: GET_LOCK(w, 0) then fails, the new holder's release would wake
+ * nobody, and its waiters would sleep to its lease's end (5 s steps in the
+ * family's tests). So the take after the acquire waits for it a little.
+ */
+void dlock__my_wake_take(dlock__my_be *be, const char *name, int64_t lease_ms)
+{
+    int64_t wait_ms = lease_ms / 10;
+
+    wake_hold(be, name, wait_ms < 0 ? 0 : wait_ms > 200 ? 200 : wait_ms);
+}
+
+void dlock__my_wake_give(dlock__my_be *be, const char *name)
+{
+    wake_hold(be, name, -1);
 }
 
 /* The statement that takes name's channel unless held here already; 0 if
@@ -129,7 +151,7 @@ int dlock__my_lease_acquire(dlock__my_be *be, const dlock_request *req, void *wa
     pthread_mutex_lock(&be->mu);
     pthread_mutex_lock(&be->wake_mu);
     /* The channel's statement out first, the row's beside it; a failure on
-     * the wake connection only leaves the channel to wake_hold below. */
+     * the wake connection only leaves the channel to dlock__my_wake_take below. */
     sent = have_grab && dlock__my_send(be, &be->wake, grab) == DLOCK_OK;
     /* A deadlock or a lock wait that timed out rolled everything back:
      * try again, a few times. */
@@ -159,13 +181,13 @@ int dlock__my_lease_acquire(dlock__my_be *be, const dlock_request *req, void *wa
     if (rc == DLOCK_OK && v[0] == 1) {
         out->fence = (uint64_t)v[1];
         if (grabbed == 0) /* not taken, not ours before: once more */
-            dlock__my_wake_hold(be, req->name, 1);
+            dlock__my_wake_take(be, req->name, req->lease_ms);
         return DLOCK_OK;
     }
     /* Not ours (or not known to be): a channel this call took goes back,
      * unless a lost reply may have taken the lease with it. */
     if (grabbed == 1 && !unknown)
-        dlock__my_wake_hold(be, req->name, 0);
+        dlock__my_wake_give(be, req->name);
     if (rc != DLOCK_OK)
         return rc;
     out->retry_ms = v[2] < 0 ? 0 : v[2];
@@ -226,7 +248,7 @@ static int release_row_and_channel(dlock__my_be *be, const char *name, const cha
     if (dlock__my_lock_expr(be, name, 'w', expr) != DLOCK_OK) {
         rc = owned_update(be, name, token, RELEASED);
         if (rc == DLOCK_OK || rc == DLOCK_ELOST)
-            dlock__my_wake_hold(be, name, 0);
+            dlock__my_wake_give(be, name);
         return rc;
     }
     snprintf(after, sizeof(after), "SELECT RELEASE_LOCK(%s)", expr);
@@ -370,7 +392,7 @@ int dlock__my_lease_renew(void *arg, dlock_renewal *items, size_t n)
     /* Leases lost: their wake channels wake nobody any more. */
     for (size_t i = 0; i < n; i++)
         if (items[i].result == DLOCK_ELOST)
-            dlock__my_wake_hold(be, items[i].req->name, 0);
+            dlock__my_wake_give(be, items[i].req->name);
 done:
     if (res != NULL)
         mysql_free_result(res);

@@ -16,9 +16,9 @@
  *               loses its connection, and lets go of the channel at once.
  *               Every waiter wakes and tries; the losers wait again. A
  *               channel found free twice in a row means a holder without
- *               one (another program, or its GET_LOCK lost a race): the
- *               waiter then sleeps to the holder's expiry (the core bounds
- *               every wait by it), never a tight loop.
+ *               one (another program, or not yet): the waiter then pauses,
+ *               10 ms doubling to 500 ms, within the holder's expiry (the
+ *               core bounds every wait by it), never a tight loop.
  *
  *   observer    an election's observer (lease mode) blocks on the leader's
  *               channel while a leader lives; while none does it SLEEPs in a
@@ -51,6 +51,7 @@ typedef struct {
     int64_t pending_until; /* ... and should have answered by then */
     int granted;         /* named: c holds the lock */
     int free_seen;       /* lease: the channel was free last time */
+    int64_t free_pause;  /* lease: the last sleep for a channel found free twice */
     char *lost_token;    /* lease: the last try's token if its outcome is unknown */
     char *fam_token;     /* lease: a family acquisition's token (its place to leave) */
     int fam_queues;      /* ... of a kind that queues (fair, write) */
@@ -263,9 +264,19 @@ int dlock__my_watch_wait(void *arg, void *watch, int64_t timeout_ms)
         }
         if (!w->pending) {
             if (!be->named && w->free_seen == 2) {
-                /* The holder keeps no channel: its expiry bounds this. */
+                /* Found free twice with a busy try between: the lock
+                 * passed from hand to hand faster than holders took its
+                 * channel, or its holder keeps none (another program). A
+                 * pause that doubles, 10 ms to 500 ms, and the holder's
+                 * expiry (the core's deadline) bound this: where the lock
+                 * changes hands every millisecond, sleeping to the expiry
+                 * cost 5 s a time. */
+                int64_t until;
                 w->free_seen = 0;
-                return sleep_only(w, deadline);
+                w->free_pause = w->free_pause == 0 ? 10
+                                : w->free_pause >= 250 ? 500 : 2 * w->free_pause;
+                until = dlock__my_now_ms() + w->free_pause;
+                return sleep_only(w, deadline >= 0 && deadline < until ? deadline : until);
             }
             if (send_wait(be, w, left < 0 ? 60000 : left) != 0) {
                 dlock__my_drop(&w->c);
@@ -322,6 +333,7 @@ int dlock__my_watch_wait(void *arg, void *watch, int64_t timeout_ms)
                 continue;
             }
             w->free_seen = 0;
+            w->free_pause = 0; /* a holder with a channel */
             if (got)
                 return DLOCK_OK; /* the holder let go of the channel */
         }

@@ -255,6 +255,84 @@ static void *wait_main(void *arg)
     return NULL;
 }
 
+/* The wake channel of lock "late" in lease mode. */
+#define LATE_CHANNEL "CONCAT('dlckw#', LEFT(SHA2('dlock:late', 256), 58))"
+
+/* A waiter's look at the channel (mysql_wait.c), made slow: it holds the
+ * channel 80 ms. */
+static void *hold_channel_main(void *arg)
+{
+    test_mariadb *m = arg;
+
+    CHECK(test_mariadb_query(m, "SELECT GET_LOCK(" LATE_CHANNEL ", 0) + SLEEP(0.08) +"
+                                " RELEASE_LOCK(" LATE_CHANNEL ")") == 2);
+    return NULL;
+}
+
+/* An acquire that wins while another session holds the channel for a
+ * moment (a waiter's look, or the last holder's RELEASE_LOCK not run yet)
+ * still ends up holding it: its GET_LOCK(w, 0) beside the CALL fails, and
+ * the take after it waits for the channel (200 ms at most here). Without
+ * the channel its release would wake nobody. */
+static void channel_taken_after_a_momentary_hold(void)
+{
+    test_mariadb m;
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_acquire_options o = test_opts(0, 60000, 0);
+    pthread_t t;
+    int i;
+
+    test_mariadb_start(&m);
+    c = open_url(m.url);
+    CHECK(pthread_create(&t, NULL, hold_channel_main, &m) == 0);
+    for (i = 0; i < 500 && test_mariadb_query(&m, "SELECT IS_USED_LOCK(" LATE_CHANNEL ")"
+                                                  " IS NOT NULL") != 1; i++)
+        test_sleep_ms(2);
+    CHECK_RC(dlock_acquire(&l, c, "late", &o), DLOCK_OK);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK(test_mariadb_query(&m, "SELECT IS_USED_LOCK(" LATE_CHANNEL ") IS NOT NULL") == 1);
+    CHECK_RC(dlock_release(l), DLOCK_OK);
+    CHECK(test_mariadb_query(&m, "SELECT IS_USED_LOCK(" LATE_CHANNEL ") IS NULL") == 1);
+    dlock_client_free(c);
+    test_mariadb_stop(&m);
+}
+
+/* A holder that keeps no wake channel (another program, here the
+ * procedure called by hand) holds the row for a minute and lets go after
+ * a second. The waiter finds the channel free, tries, finds it free again:
+ * it pauses, 10 ms doubling to 500 ms, and so takes the lock within a
+ * second of the release (the test allows 5 s), where it slept to the
+ * holder's expiry (its own 30 s wait's end here) before. */
+static void holder_without_channel_found_soon(void)
+{
+    test_mariadb m;
+    dlock_client *c;
+    test_acquirer w;
+    pthread_t t;
+    int i;
+
+    test_mariadb_start(&m);
+    c = open_url(m.url);
+    test_mariadb_query(&m, "CALL dlock_acquire_v1('dlock:bare', 'by-hand', 60000, NULL)");
+    CHECK(test_mariadb_query(&m, "SELECT COUNT(*) FROM dlock_locks WHERE name = 'dlock:bare'"
+                                 " AND token = 'by-hand'") == 1);
+    test_acquirer_init(&w, c, "bare", test_opts(30000, 60000, 0));
+    CHECK(pthread_create(&t, NULL, test_acquirer_main, &w) == 0);
+    test_sleep_ms(1000);
+    CHECK(!atomic_load(&w.done));
+    CHECK(test_mariadb_query(&m, "UPDATE dlock_locks SET token = '', expires = UTC_TIMESTAMP(6)"
+                                 " WHERE name = 'dlock:bare' AND token = 'by-hand'") == 1);
+    for (i = 0; i < 500 && !atomic_load(&w.done); i++)
+        test_sleep_ms(10);
+    CHECK(atomic_load(&w.done));
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK_RC(w.rc, DLOCK_OK);
+    CHECK_RC(dlock_release(w.lock), DLOCK_OK);
+    dlock_client_free(c);
+    test_mariadb_stop(&m);
+}
+
 /* A release wakes the waiters (the GET_LOCK channel), long before the
  * holder's lease would have run out. */
 static void release_wakes_waiters(void)
@@ -897,6 +975,8 @@ TEST_MAIN({"expiry_by_server_clock", expiry_by_server_clock, NULL},
           {"lease_killed_holder_expires", lease_killed_holder_expires, NULL},
           {"same_token_same_fence", same_token_same_fence, NULL},
           {"release_wakes_waiters", release_wakes_waiters, NULL},
+          {"channel_taken_after_a_momentary_hold", channel_taken_after_a_momentary_hold, NULL},
+          {"holder_without_channel_found_soon", holder_without_channel_found_soon, NULL},
           {"interrupted_waiter_leaves_no_session", interrupted_waiter_leaves_no_session, NULL},
           {"long_name_is_hashed", long_name_is_hashed, NULL},
           {"server_restart_keeps_lease_and_fence", server_restart_keeps_lease_and_fence, NULL},
