@@ -364,12 +364,26 @@ void dlock__my_watch_end(void *arg, void *watch)
         char sql[48];
         struct pollfd pf = {.fd = (int)mysql_get_socket(w->c), .events = POLLIN};
         int got = 0, was_free = 0, slept = 0;
+        int64_t until = dlock__my_now_ms() + be->command_ms, slice = 20;
 
+        /* A KILL QUERY that reaches the server before the statement began
+         * ends nothing (the statement then blocks as if never killed): it
+         * is sent again after 20 ms, 40, ... 320 at most, until the
+         * answer comes or the command timeout ends. Once, it cost the
+         * command timeout (5 s) in about one run of ten. */
         snprintf(sql, sizeof(sql), "KILL QUERY %lu", mysql_thread_id(w->c));
-        dlock__my_cmd(be, sql, NULL, NULL); /* best effort; the core keeps its message */
-        if (poll(&pf, 1, be->command_ms > INT_MAX ? INT_MAX : (int)be->command_ms) > 0 &&
-            read_reply(w, be->named, &got, &was_free, &slept) == 0 && be->named && got)
-            w->granted = 1;
+        for (;;) {
+            int64_t left = until - dlock__my_now_ms();
+            dlock__my_cmd(be, sql, NULL, NULL); /* best effort; the core keeps its message */
+            if (left <= 0)
+                break;
+            if (poll(&pf, 1, (int)(left < slice ? left : slice)) > 0) {
+                if (read_reply(w, be->named, &got, &was_free, &slept) == 0 && be->named && got)
+                    w->granted = 1;
+                break;
+            }
+            slice = slice < 320 ? 2 * slice : 320;
+        }
         w->pending = 0;
     }
     if (w->granted && w->c != NULL)
