@@ -158,8 +158,8 @@ void dlock__redlock_connect(dlock__redlock_be *be, int set, unsigned mask,
 /* A ring for fan-outs to a backend of that many nodes, or DLOCK_ENOTSUP
  * with a message when this kernel or build has none (a seccomp profile
  * that refuses io_uring_setup, Linux before 5.11, dlock built without
- * liburing). Close of NULL is a no-op;
- * usable gives NULL for a ring that must not be used any more. */
+ * liburing). Close of NULL is a no-op; usable gives NULL for a ring that
+ * must not be used any more. */
 int dlock__redlock_ring_open(dlock__redlock_ring **out, size_t nodes);
 void dlock__redlock_ring_close(dlock__redlock_ring *r);
 dlock__redlock_ring *dlock__redlock_ring_usable(dlock__redlock_ring *r);
