@@ -9,9 +9,13 @@
  * transport (its descriptor could be reused under the poll): a caller that
  * finds it failed waits on idle until the reader has let go of it; a
  * writer whose write failed shuts the socket down, which ends the poll.
+ * Callers waiting for their replies are woken after mu is let go (tell,
+ * unlock).
  */
 #include <errno.h>
 #include <poll.h>
+#include <semaphore.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +30,9 @@
 
 struct dlock__redis_mux_req {
     dlock__redis_mux_req *next;
-    pthread_cond_t done_cv; /* its reply is in, or it failed, or it reads now */
+    sem_t done_sem; /* posted (tell) when its reply is in, it failed, or it reads now */
+    int posted;     /* 1: a post is owed to its caller, not taken yet */
+    dlock__redis_mux_req *told_next; /* in mux->told: to post when mu is let go */
     int64_t deadline_ms;    /* its reply is due by then (the command timeout) */
     redisReply *reply;
     redisReply *wait_reply; /* WAIT min_replicas's, when wait */
@@ -34,15 +40,17 @@ struct dlock__redis_mux_req {
     int asking;             /* an ASKING goes before it: its reply comes first, */
     redisReply *asking_reply; /* here */
     unsigned gen;           /* the connection it went out on (mux->gen) */
-    int done;      /* 1: reply, or failed with rc */
+    atomic_int done; /* 1: reply, or failed with rc (all set before it) */
     int rc;        /* DLOCK_OK or the failure's code */
     int timed_out; /* it failed by a timeout, not a dead connection */
     char msg[320]; /* the failure's message, for the caller's thread */
-    /* Asynchronous (dlock__redis_mux_send_async): nobody waits on done_cv;
+    /* Asynchronous (dlock__redis_mux_send_async): nobody waits on done_sem;
      * cb is told instead, and the request freed. */
     dlock__redis_mux_cb cb;
     void *cb_arg;
 };
+
+static void unlock(dlock__redis_mux *mux);
 
 int dlock__redis_mux_init(dlock__redis_mux *mux, const dlock__redis_conn *conn)
 {
@@ -96,11 +104,43 @@ int dlock__redis_mux_connect(dlock__redis_mux *mux)
     while (mux->reading && !dlock__redis_conn_is_open(&mux->conn))
         pthread_cond_wait(&mux->idle, &mux->mu);
     rc = dlock__redis_conn_connect(&mux->conn);
-    pthread_mutex_unlock(&mux->mu);
+    unlock(mux);
     return rc;
 }
 
 /* ---- under mu ---------------------------------------------------------------- */
+
+/* Wakes q's caller, which waits in send_once, once mu is let go (unlock):
+ * its reply is in, or it failed, or it is to read. Woken while the reader
+ * still held mu, the caller would preempt the reader only to wait for mu
+ * (three context switches where one will do: docs/bench.md). And a
+ * semaphore, not a condition variable: the caller finds done set without
+ * taking mu again. One post owed at a time (posted, 1 until the caller
+ * has taken it), so that a caller that took one and finds done set knows
+ * none is still to come, and may let go of the request; sem_post touches
+ * the semaphore only through the futex once the caller may go. */
+static void tell(dlock__redis_mux *mux, dlock__redis_mux_req *q)
+{
+    if (!q->posted) {
+        q->posted = 1;
+        q->told_next = mux->told;
+        mux->told = q;
+    }
+}
+
+/* Lets go of mu, then wakes the callers told meanwhile. */
+static void unlock(dlock__redis_mux *mux)
+{
+    dlock__redis_mux_req *q = mux->told;
+
+    mux->told = NULL;
+    pthread_mutex_unlock(&mux->mu);
+    while (q != NULL) {
+        dlock__redis_mux_req *next = q->told_next; /* q may be gone after its post */
+        sem_post(&q->done_sem);
+        q = next;
+    }
+}
 
 /* Ends every request in flight with the connection's failure (its code and
  * message, made on this thread), and closes it. Only by whoever may close
@@ -127,11 +167,11 @@ static void fail_all(dlock__redis_mux *mux)
             freeReplyObject(q->reply);
             q->reply = NULL;
         }
-        q->done = 1;
         q->rc = code;
         q->timed_out = timed_out;
         snprintf(q->msg, sizeof(q->msg), "%s", msg);
-        pthread_cond_signal(&q->done_cv);
+        atomic_store(&q->done, 1);
+        tell(mux, q);
     }
     mux->head = mux->tail = NULL;
 }
@@ -174,8 +214,8 @@ static int dispatch(dlock__redis_mux *mux)
             free(q);
             continue;
         }
-        q->done = 1;
-        pthread_cond_signal(&q->done_cv);
+        atomic_store(&q->done, 1);
+        tell(mux, q);
     }
 }
 
@@ -186,7 +226,7 @@ static void wake_next_reader(dlock__redis_mux *mux)
 {
     for (dlock__redis_mux_req *q = mux->head; q != NULL; q = q->next) {
         if (q->cb == NULL) {
-            pthread_cond_signal(&q->done_cv);
+            tell(mux, q);
             return;
         }
     }
@@ -234,7 +274,7 @@ static void read_replies(dlock__redis_mux *mux, dlock__redis_mux_req *me)
         uint64_t count;
         int n;
 
-        pthread_mutex_unlock(&mux->mu);
+        unlock(mux);
         n = left > 0 ? poll(p, 2, left > 60000 ? 60000 : (int)left) : 0;
         pthread_mutex_lock(&mux->mu);
         if (p[1].revents != 0 && read(mux->wake_fd, &count, sizeof(count)) < 0) {
@@ -264,25 +304,33 @@ static void read_replies(dlock__redis_mux *mux, dlock__redis_mux_req *me)
     wake_next_reader(mux);
 }
 
+/* Takes the post owed to me (tell). */
+static void sem_take(dlock__redis_mux_req *me)
+{
+    while (sem_wait(&me->done_sem) != 0 && errno == EINTR)
+        ;
+}
+
 /* Sends one command and waits for its reply, on the connection as it is
  * now (made if need be). *fresh: this call opened the connection. */
+
 static int send_once(dlock__redis_mux *mux, int argc, const char **argv, const size_t *lens,
                      int wait, int asking, dlock__redis_mux_req *me, int *fresh)
 {
     dlock__redis_tp *tp = &mux->conn.tp;
-    int rc;
+    int rc, owed;
 
     memset(me, 0, sizeof(*me));
     /* Waited on without a timeout: the reader's poll has the deadline. */
-    if (pthread_cond_init(&me->done_cv, NULL) != 0)
-        return dlock__fail(DLOCK_ENOMEM, "cannot create a condition variable");
+    if (sem_init(&me->done_sem, 0, 0) != 0)
+        return dlock__fail(DLOCK_ENOMEM, "cannot create a semaphore");
     pthread_mutex_lock(&mux->mu);
     while (mux->reading && !dlock__redis_tp_ok(tp))
         pthread_cond_wait(&mux->idle, &mux->mu);
     *fresh = !dlock__redis_tp_ok(tp);
     if (*fresh && (rc = dlock__redis_conn_connect(&mux->conn)) != DLOCK_OK) {
-        pthread_mutex_unlock(&mux->mu);
-        pthread_cond_destroy(&me->done_cv);
+        unlock(mux);
+        sem_destroy(&me->done_sem);
         return rc;
     }
     /* ASKING applies to the next command on the connection: the two go
@@ -291,8 +339,8 @@ static int send_once(dlock__redis_mux *mux, int argc, const char **argv, const s
         dlock__redis_tp_append_argv(tp, argc, argv, lens) != REDIS_OK ||
         (wait && dlock__redis_tp_append(tp, "WAIT %d %lld", mux->conn.min_replicas,
                                         (long long)mux->conn.wait_ms) != REDIS_OK)) {
-        pthread_mutex_unlock(&mux->mu);
-        pthread_cond_destroy(&me->done_cv);
+        unlock(mux);
+        sem_destroy(&me->done_sem);
         return dlock__fail(DLOCK_ENOMEM, "%s: out of memory", mux->conn.where);
     }
     me->deadline_ms = dlock__now_ms() + mux->conn.command_ms;
@@ -310,15 +358,30 @@ static int send_once(dlock__redis_mux *mux, int argc, const char **argv, const s
         else
             fail_all(mux);
     }
-    /* Wait for the reply, reading when nobody else does. */
+    /* Wait for the reply, reading when nobody else does. posted is 1 while
+     * a post is owed to us (tell): one at a time, and every one is taken
+     * before the semaphore goes, or a late post would land on a request
+     * no longer there. */
     while (!me->done) {
-        if (!mux->reading)
+        if (!mux->reading) {
             read_replies(mux, me);
-        else
-            pthread_cond_wait(&me->done_cv, &mux->mu);
+            continue;
+        }
+        unlock(mux);
+        sem_take(me);
+        /* The one post owed: done set (nothing more can be owed, as
+         * posted stays 1), or told to read (wake_next_reader). */
+        if (atomic_load(&me->done))
+            goto got;
+        pthread_mutex_lock(&mux->mu);
+        me->posted = 0;
     }
-    pthread_mutex_unlock(&mux->mu);
-    pthread_cond_destroy(&me->done_cv);
+    owed = me->posted; /* a tell while we read, or after we were told to read */
+    unlock(mux);
+    if (owed)
+        sem_take(me);
+got:
+    sem_destroy(&me->done_sem);
     if (me->rc != DLOCK_OK)
         return dlock__fail(me->rc, "%s", me->msg);
     return DLOCK_OK;
@@ -339,7 +402,7 @@ static void drop(dlock__redis_mux *mux, unsigned gen)
         else
             fail_all(mux);
     }
-    pthread_mutex_unlock(&mux->mu);
+    unlock(mux);
 }
 
 int dlock__redis_mux_call(dlock__redis_mux *mux, redisReply **out, redisReply **wait_out,
@@ -500,7 +563,7 @@ int dlock__redis_mux_send_async(dlock__redis_mux *mux, int argc, const char **ar
 
     pthread_mutex_lock(&mux->mu);
     rc = send_async(mux, argc, argv, lens, cb, arg, 0);
-    pthread_mutex_unlock(&mux->mu);
+    unlock(mux);
     return rc;
 }
 
@@ -549,7 +612,7 @@ int64_t dlock__redis_mux_pump(dlock__redis_mux *mux)
             break;
         }
     }
-    pthread_mutex_unlock(&mux->mu);
+    unlock(mux);
     return due;
 }
 
@@ -560,6 +623,6 @@ int dlock__redis_mux_fd(dlock__redis_mux *mux, unsigned *gen)
     pthread_mutex_lock(&mux->mu);
     fd = mux->on && dlock__redis_tp_ok(&mux->conn.tp) ? mux->conn.tp.fd : -1;
     *gen = mux->gen;
-    pthread_mutex_unlock(&mux->mu);
+    unlock(mux);
     return fd;
 }

@@ -5,8 +5,9 @@
  * others sent, and the replies come back in the order the commands went
  * out. No thread of its own: one waiting caller at a time is the reader
  * (it polls the socket and hands each reply to its caller), as the
- * leader/followers pattern has it; the others sleep on their own condition
- * variable until their reply is there or they are made the reader. So 8
+ * leader/followers pattern has it; the others sleep on a semaphore of their
+ * own until their reply is there or they are made the reader, posted once
+ * the reader has let go of the lock (redis_mux.c, tell). So 8
  * threads on one client put 8 commands on the wire together, where a
  * connection per call would have them queue for a connection, and the
  * server reads and answers them in one go.
@@ -48,6 +49,7 @@ typedef struct {
     /* Commands written (or being written), their replies awaited in this
      * order. */
     dlock__redis_mux_req *head, *tail;
+    dlock__redis_mux_req *told; /* callers to wake when mu is let go */
     int reading; /* a caller polls the socket for replies (without mu) */
     int wake_fd; /* an eventfd: its poll ends when the loop read for it */
     unsigned long answered; /* requests whose replies were handed over */

@@ -89,7 +89,7 @@ static void min_replicas_wait(void)
 typedef struct {
     dlock_client *c;
     atomic_int stop;
-    int n;
+    atomic_int n; /* locks held, read by the main thread while they are taken */
     dlock_lock *locks[HOLDS_MAX];
     uint64_t fences[HOLDS_MAX];
     int errors;
