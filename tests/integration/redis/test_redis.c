@@ -787,6 +787,103 @@ static void shared_connection_killed(void)
     test_redis_stop(&r);
 }
 
+/* A thread of shared_connection_timed_out: cycles on names of its own
+ * until stop, each name once (a release lost to the pause leaves its lock
+ * to run out), counting what succeeded and what timed out. */
+typedef struct {
+    dlock_client *c;
+    int id;
+    int stop;
+    long ok;        /* cycles that succeeded (read by the main thread) */
+    long timed_out; /* calls that failed by the command timeout */
+} pause_arg;
+
+static void *pause_cycler(void *p)
+{
+    pause_arg *a = p;
+    dlock_acquire_options o = DLOCK_ACQUIRE_OPTIONS_INIT;
+
+    o.auto_renew = 0;
+    o.lease_ms = 60000;
+    for (long i = 0; !__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE); i++) {
+        char name[48];
+        dlock_lock *l;
+        int rc;
+
+        snprintf(name, sizeof(name), "paused-%d-%ld", a->id, i);
+        if ((rc = dlock_acquire(&l, a->c, name, &o)) == DLOCK_OK)
+            rc = dlock_release(l);
+        if (rc == DLOCK_OK) {
+            __atomic_add_fetch(&a->ok, 1, __ATOMIC_RELEASE);
+            continue;
+        }
+        CHECK_RC(rc, DLOCK_ECONN);
+        CHECK(strstr(dlock_error_message(), "timed out") != NULL);
+        __atomic_add_fetch(&a->timed_out, 1, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+/* The shared connection's server stops answering (SIGSTOP) while eight
+ * threads use it: every call in flight fails by the command timeout, each
+ * caller woken by the reader that saw it (a caller never woken would hang
+ * the test), and once the server answers again every thread's calls
+ * succeed, on one connection. */
+static void shared_connection_timed_out(void)
+{
+    enum { THREADS = 8 };
+    test_redis r;
+    dlock_client *c;
+    dlock_client_options co = DLOCK_CLIENT_OPTIONS_INIT;
+    pthread_t t[THREADS];
+    pause_arg a[THREADS];
+    long ok_at_resume[THREADS];
+    int all;
+
+    test_redis_start(&r, NULL);
+    co.command_timeout_ms = 300;
+    CHECK_RC(dlock_client_open(&c, r.url, &co), DLOCK_OK);
+    memset(a, 0, sizeof(a));
+    for (int i = 0; i < THREADS; i++) {
+        a[i].c = c;
+        a[i].id = i;
+        CHECK(pthread_create(&t[i], NULL, pause_cycler, &a[i]) == 0);
+    }
+    test_sleep_ms(100);
+    test__signal(r.pid, 1);
+    test_sleep_ms(1200); /* four command timeouts */
+    for (int i = 0; i < THREADS; i++)
+        ok_at_resume[i] = __atomic_load_n(&a[i].ok, __ATOMIC_ACQUIRE);
+    test__signal(r.pid, 0);
+    /* Every thread succeeds again (20 s: a sanitized run on a loaded
+     * machine; it takes milliseconds). */
+    for (int k = 0; k < 1000; k++) {
+        all = 1;
+        for (int i = 0; i < THREADS; i++)
+            all &= __atomic_load_n(&a[i].ok, __ATOMIC_ACQUIRE) > ok_at_resume[i];
+        if (all)
+            break;
+        test_sleep_ms(20);
+    }
+    for (int i = 0; i < THREADS; i++)
+        __atomic_store_n(&a[i].stop, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < THREADS; i++)
+        CHECK(pthread_join(t[i], NULL) == 0);
+    for (int i = 0; i < THREADS; i++) {
+        fprintf(stderr, "thread %d: %ld cycles, %ld timed out (%ld cycles before the resume)\n",
+                i, a[i].ok, a[i].timed_out, ok_at_resume[i]);
+        CHECK(a[i].timed_out >= 1); /* it had a call in flight in the pause */
+        CHECK(a[i].ok > ok_at_resume[i]);
+    }
+    /* The connections that timed out are closed; the server sees the
+     * closes in its own time. */
+    for (int k = 0; k < 250 && cmd_connections(&r) != 1; k++)
+        test_sleep_ms(20);
+    CHECK(cmd_connections(&r) == 1);
+    dlock_client_free(c);
+    test_redis_stop(&r);
+}
+
 /* Scripts come back after SCRIPT FLUSH (NOSCRIPT), and a connection killed
  * by the server is re-established on next use. */
 static void noscript_and_reconnect(void)
@@ -1108,6 +1205,7 @@ TEST_MAIN({"sockets_cloexec_and_no_sigpipe", sockets_cloexec_and_no_sigpipe, NUL
           {"noscript_and_reconnect", noscript_and_reconnect, NULL},
           {"command_connection_shared", command_connection_shared, "watchdog"},
           {"shared_connection_killed", shared_connection_killed, "watchdog"},
+          {"shared_connection_timed_out", shared_connection_timed_out, "watchdog"},
           {"release_hands_over", release_hands_over, "watchdog"},
           {"listened_grant_without_renewal", listened_grant_without_renewal, NULL},
           {"listener_lost_falls_back", listener_lost_falls_back, NULL},
