@@ -313,7 +313,6 @@ static void sem_take(dlock__redis_mux_req *me)
 
 /* Sends one command and waits for its reply, on the connection as it is
  * now (made if need be). *fresh: this call opened the connection. */
-
 static int send_once(dlock__redis_mux *mux, int argc, const char **argv, const size_t *lens,
                      int wait, int asking, dlock__redis_mux_req *me, int *fresh)
 {
